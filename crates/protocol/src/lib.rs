@@ -1,0 +1,16 @@
+//! osmium-protocol: the memcached wire protocol as pure functions.
+//!
+//! This crate is the "request parser" and "response formatter" stages of the
+//! pipeline (seed 001): it turns bytes into commands and results into bytes,
+//! with no I/O, no allocation on the parse path and no knowledge of storage.
+//!
+//! * [`text`]: the classic text protocol (get/set/...); request framing,
+//!   memcached's tokenizer and its validation order;
+//! * [`numbers`]: memcached's `safe_strto*` number parsing, quirks included;
+//! * [`encode`]: writing replies into an output buffer.
+
+pub mod encode;
+pub mod numbers;
+pub mod text;
+
+pub use text::{parse_command, scan_line, Command, Keys, LineScan, StoreMode, StoreRequest};

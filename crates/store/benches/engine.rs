@@ -1,0 +1,44 @@
+//! Storage-only micro-benchmarks: get and set ns/op on a 1,000,000-item
+//! cache (16-byte keys, 64-byte values), single thread.
+use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use osmium_store::{Lookup, Store, StoreConfig, StoreMode};
+
+fn key(i: u64) -> [u8; 16] {
+    let mut k = [b'0'; 16];
+    let s = format!("k{i:015}");
+    k.copy_from_slice(s.as_bytes());
+    k
+}
+
+fn engine(c: &mut Criterion) {
+    let store = Store::new(StoreConfig {
+        memory_limit: 1 << 30,
+        ..StoreConfig::default()
+    });
+    let value = [b'v'; 64];
+    let n = 1_000_000u64;
+    for i in 0..n {
+        store.store(0, StoreMode::Set, &key(i), 0, 0, &value, 0);
+    }
+    let mut i = 0u64;
+    c.bench_function("get_hit_1m", |b| {
+        b.iter(|| {
+            i = (i + 7919) % n;
+            let k = key(i);
+            match store.get(black_box(&k), None, |it| it.value().len()) {
+                Lookup::Hit(len) => black_box(len),
+                _ => 0,
+            }
+        })
+    });
+    c.bench_function("set_1m", |b| {
+        b.iter(|| {
+            i = (i + 7919) % n;
+            let k = key(i);
+            store.store(0, StoreMode::Set, black_box(&k), 0, 0, &value, 0)
+        })
+    });
+}
+
+criterion_group!(benches, engine);
+criterion_main!(benches);

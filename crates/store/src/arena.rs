@@ -1,0 +1,375 @@
+//! Item memory: a bounded set of fixed-size segments, appended to by write
+//! heads and reclaimed whole.
+//!
+//! ```text
+//!   SegmentId:  0        1        2        3   ...  (limit = -m / segment_size)
+//!             +--------+--------+--------+--------+
+//!   memory    |items...|items...|items...|        |   each segment_size bytes,
+//!             +--------+--------+--------+--------+   allocated on first use
+//!   state      SEALED   ACTIVE   SEALED   FREE
+//!                 ^ oldest in FIFO           ^ free list
+//! ```
+//!
+//! A segment is FREE (on the free list), ACTIVE (owned by one write head,
+//! being appended to), SEALED (full, in the FIFO, oldest first) or CLAIMED
+//! (a walker — the evictor or the expiry reclaimer — is reading it). Items
+//! are addressed by `(SegmentId, offset)`; nothing in item memory points at
+//! anything else, so the segments can later be file-backed (warm restart) or
+//! partly on flash.
+//!
+//! Allocation takes the write head's mutex only (one head per worker thread,
+//! so workers do not contend); a head that fills its segment seals it and
+//! takes a new one from the pool: free list, then fresh memory while under
+//! the limit, then the oldest sealed segment, whose live items the caller
+//! evicts (see `Store::evict_segment`).
+//!
+//! `pending` counts writers that allocated in a segment but have not yet
+//! published their item; a segment is only walked once it is sealed and
+//! `pending` is 0, so every item in `0..used` is complete.
+
+use parking_lot::Mutex;
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+use crate::item::ItemPtr;
+
+pub type SegmentId = u32;
+
+pub const STATE_FREE: u8 = 0;
+pub const STATE_ACTIVE: u8 = 1;
+pub const STATE_SEALED: u8 = 2;
+pub const STATE_CLAIMED: u8 = 3;
+
+/// Most segments an arena can ever hold (SegmentId fits the index's 20 bits).
+pub const MAX_SEGMENTS: usize = (1 << 20) - 2;
+
+pub struct Segment {
+    mem: AtomicPtr<u8>,
+    pub state: AtomicU8,
+    /// Bytes allocated from the start of the segment.
+    pub used: AtomicUsize,
+    pub pending: AtomicU32,
+    pub live_items: AtomicU32,
+    pub live_bytes: AtomicUsize,
+    /// Incremented each time the segment is reused: lets walkers notice.
+    pub generation: AtomicU64,
+}
+
+impl Segment {
+    fn new() -> Segment {
+        Segment {
+            mem: AtomicPtr::new(std::ptr::null_mut()),
+            state: AtomicU8::new(STATE_FREE),
+            used: AtomicUsize::new(0),
+            pending: AtomicU32::new(0),
+            live_items: AtomicU32::new(0),
+            live_bytes: AtomicUsize::new(0),
+            generation: AtomicU64::new(0),
+        }
+    }
+}
+
+struct Pool {
+    free: Vec<SegmentId>,
+    /// Sealed (or claimed-by-reclaimer) segments, oldest first.
+    fifo: VecDeque<SegmentId>,
+    /// Segments that have memory.
+    allocated: usize,
+    /// Segments allowed by the memory limit.
+    limit: usize,
+    /// Next segment id never used yet.
+    next_fresh: SegmentId,
+}
+
+/// One append point; each worker thread has its own.
+pub struct WriteHead {
+    seg: Option<SegmentId>,
+    offset: usize,
+}
+
+/// A reserved slot, not yet published. Drop it with `Arena::finish_write`.
+pub struct Slot {
+    pub seg: SegmentId,
+    pub offset: usize,
+    pub ptr: ItemPtr,
+}
+
+pub enum Reserve {
+    /// Got a slot.
+    Slot(Slot),
+    /// The pool is exhausted: this sealed segment was claimed for eviction;
+    /// the caller must evict its items, then call `recycle`, then retry.
+    Evict(SegmentId),
+    /// Nothing can be freed (evictions disabled, or every segment busy).
+    OutOfMemory,
+}
+
+pub struct Arena {
+    segment_size: usize,
+    segments: Box<[Segment]>,
+    pool: Mutex<Pool>,
+    heads: Box<[Mutex<WriteHead>]>,
+    evictions_enabled: bool,
+}
+
+impl Arena {
+    pub fn new(memory_limit: usize, segment_size: usize, heads: usize, evictions: bool) -> Arena {
+        let limit = (memory_limit / segment_size).clamp(1, MAX_SEGMENTS);
+        // Room to grow with cache_memlimit without reallocating the table.
+        let capacity = limit.max(65_536.min(MAX_SEGMENTS));
+        let segments: Vec<Segment> = (0..capacity).map(|_| Segment::new()).collect();
+        let heads = heads.clamp(1, limit.max(1));
+        Arena {
+            segment_size,
+            segments: segments.into_boxed_slice(),
+            pool: Mutex::new(Pool {
+                free: Vec::new(),
+                fifo: VecDeque::new(),
+                allocated: 0,
+                limit,
+                next_fresh: 0,
+            }),
+            heads: (0..heads)
+                .map(|_| {
+                    Mutex::new(WriteHead {
+                        seg: None,
+                        offset: 0,
+                    })
+                })
+                .collect(),
+            evictions_enabled: evictions,
+        }
+    }
+
+    pub fn segment_size(&self) -> usize {
+        self.segment_size
+    }
+
+    pub fn heads(&self) -> usize {
+        self.heads.len()
+    }
+
+    #[inline]
+    pub fn segment(&self, id: SegmentId) -> &Segment {
+        &self.segments[id as usize]
+    }
+
+    /// The item at `(seg, offset)`.
+    #[inline]
+    pub fn item(&self, seg: SegmentId, offset: usize) -> ItemPtr {
+        let base = self.segments[seg as usize].mem.load(Ordering::Acquire);
+        debug_assert!(!base.is_null() && offset < self.segment_size);
+        // SAFETY: base is a live allocation of segment_size bytes (segments
+        // keep their memory until the arena drops, except ones released
+        // beyond the limit, which hold no indexed items) and offset is an
+        // 8-aligned offset below segment_size handed out by `reserve`.
+        unsafe { ItemPtr::from_raw(base.add(offset)) }
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::from_size_align(self.segment_size, 4096).expect("segment layout")
+    }
+
+    /// Reserves `size` bytes (an `item_size`) on write head `head`.
+    pub fn reserve(&self, head: usize, size: usize) -> Reserve {
+        debug_assert!(size <= self.segment_size);
+        let mut h = self.heads[head % self.heads.len()].lock();
+        loop {
+            if let Some(seg) = h.seg {
+                if h.offset + size <= self.segment_size {
+                    let offset = h.offset;
+                    h.offset += size;
+                    let s = self.segment(seg);
+                    s.pending.fetch_add(1, Ordering::AcqRel);
+                    s.used.store(h.offset, Ordering::Release);
+                    return Reserve::Slot(Slot {
+                        seg,
+                        offset,
+                        ptr: self.item(seg, offset),
+                    });
+                }
+                self.seal(seg);
+                h.seg = None;
+            }
+            match self.take_segment() {
+                Ok(seg) => {
+                    h.seg = Some(seg);
+                    h.offset = 0;
+                }
+                Err(r) => return r,
+            }
+        }
+    }
+
+    /// Marks a slot's item as published (or abandoned).
+    #[inline]
+    pub fn finish_write(&self, seg: SegmentId) {
+        self.segment(seg).pending.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn seal(&self, seg: SegmentId) {
+        let mut pool = self.pool.lock();
+        self.segment(seg).state.store(STATE_SEALED, Ordering::Release);
+        pool.fifo.push_back(seg);
+    }
+
+    fn take_segment(&self) -> Result<SegmentId, Reserve> {
+        let mut pool = self.pool.lock();
+        while pool.allocated > pool.limit {
+            // cache_memlimit shrank: release free segments first.
+            match pool.free.pop() {
+                Some(seg) => {
+                    self.release_memory(seg);
+                    pool.allocated -= 1;
+                }
+                None => break,
+            }
+        }
+        if pool.allocated <= pool.limit {
+            if let Some(seg) = pool.free.pop() {
+                self.activate(seg);
+                return Ok(seg);
+            }
+        }
+        if pool.allocated < pool.limit && (pool.next_fresh as usize) < self.segments.len() {
+            let seg = pool.next_fresh;
+            pool.next_fresh += 1;
+            // SAFETY: the layout has a non-zero size.
+            let mem = unsafe { alloc_zeroed(self.layout()) };
+            if mem.is_null() {
+                return Err(Reserve::OutOfMemory);
+            }
+            self.segment(seg).mem.store(mem, Ordering::Release);
+            pool.allocated += 1;
+            self.activate(seg);
+            return Ok(seg);
+        }
+        // Reuse a sealed segment: one with nothing live first, else (when
+        // evicting) the oldest.
+        let pick = |want_empty: bool, pool: &Pool| {
+            pool.fifo.iter().position(|&seg| {
+                let s = self.segment(seg);
+                s.state.load(Ordering::Acquire) == STATE_SEALED
+                    && s.pending.load(Ordering::Acquire) == 0
+                    && (!want_empty || s.live_items.load(Ordering::Acquire) == 0)
+            })
+        };
+        let pos = pick(true, &pool).or_else(|| {
+            if self.evictions_enabled {
+                pick(false, &pool)
+            } else {
+                None
+            }
+        });
+        let Some(pos) = pos else {
+            return Err(Reserve::OutOfMemory);
+        };
+        let seg = pool.fifo.remove(pos).expect("fifo position");
+        self.segment(seg)
+            .state
+            .store(STATE_CLAIMED, Ordering::Release);
+        Err(Reserve::Evict(seg))
+    }
+
+    fn activate(&self, seg: SegmentId) {
+        let s = self.segment(seg);
+        s.used.store(0, Ordering::Release);
+        s.live_items.store(0, Ordering::Release);
+        s.live_bytes.store(0, Ordering::Release);
+        s.generation.fetch_add(1, Ordering::AcqRel);
+        s.state.store(STATE_ACTIVE, Ordering::Release);
+    }
+
+    fn release_memory(&self, seg: SegmentId) {
+        let s = self.segment(seg);
+        let mem = s.mem.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !mem.is_null() {
+            // SAFETY: mem came from alloc_zeroed with this same layout, and
+            // a free segment holds no indexed items.
+            unsafe { dealloc(mem, self.layout()) };
+        }
+        s.state.store(STATE_FREE, Ordering::Release);
+    }
+
+    /// Returns an evicted (now empty) segment to the free list.
+    pub fn recycle(&self, seg: SegmentId) {
+        let mut pool = self.pool.lock();
+        self.segment(seg).state.store(STATE_FREE, Ordering::Release);
+        pool.free.push(seg);
+    }
+
+    /// Claims a sealed segment for the expiry reclaimer: the `cursor`-th in
+    /// FIFO order (wrapping). It stays in the FIFO while claimed.
+    pub fn claim_for_reclaim(&self, cursor: usize) -> Option<SegmentId> {
+        let pool = self.pool.lock();
+        if pool.fifo.is_empty() {
+            return None;
+        }
+        let seg = pool.fifo[cursor % pool.fifo.len()];
+        let s = self.segment(seg);
+        if s.pending.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        s.state
+            .compare_exchange(
+                STATE_SEALED,
+                STATE_CLAIMED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .ok()
+            .map(|_| seg)
+    }
+
+    /// Ends a reclaimer claim; an emptied segment goes to the free list.
+    pub fn unclaim(&self, seg: SegmentId) {
+        let mut pool = self.pool.lock();
+        let s = self.segment(seg);
+        if s.live_items.load(Ordering::Acquire) == 0 {
+            if let Some(pos) = pool.fifo.iter().position(|&x| x == seg) {
+                pool.fifo.remove(pos);
+            }
+            s.state.store(STATE_FREE, Ordering::Release);
+            pool.free.push(seg);
+        } else {
+            s.state.store(STATE_SEALED, Ordering::Release);
+        }
+    }
+
+    /// Changes the memory limit (cache_memlimit). Growth takes effect at
+    /// once; shrinking releases memory as segments are recycled.
+    pub fn set_limit(&self, memory_limit: usize) -> bool {
+        let limit = memory_limit / self.segment_size;
+        if limit == 0 || limit > self.segments.len() {
+            return false;
+        }
+        self.pool.lock().limit = limit;
+        true
+    }
+
+    /// (segments with memory, segment limit)
+    pub fn usage(&self) -> (usize, usize) {
+        let pool = self.pool.lock();
+        (pool.allocated, pool.limit)
+    }
+
+    /// Number of segments in the FIFO (for the reclaimer's cursor).
+    pub fn sealed_count(&self) -> usize {
+        self.pool.lock().fifo.len()
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        let layout = self.layout();
+        for s in self.segments.iter() {
+            let mem = s.mem.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if !mem.is_null() {
+                // SAFETY: allocated with this layout in take_segment; nothing
+                // can reference item memory once the arena is dropped.
+                unsafe { dealloc(mem, layout) };
+            }
+        }
+    }
+}

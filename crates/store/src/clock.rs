@@ -1,0 +1,126 @@
+//! The server clock, in memcached's units.
+//!
+//! memcached keeps time as `rel_time_t`: whole seconds since the process
+//! "started", where the start is backdated by 62 s (ITEM_UPDATE_INTERVAL + 2)
+//! so that no live timestamp is ever 0. The clock advances from the
+//! monotonic clock, one whole second at a time, so that expiry behaves
+//! exactly like memcached's (an item set with exptime 1 expires at the next
+//! tick of the monotonic second, not one full second later).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// memcached's REALTIME_MAXDELTA: exptimes above this are unix timestamps.
+pub const REALTIME_MAXDELTA: i64 = 60 * 60 * 24 * 30;
+/// How stale an item's access time may get before a hit refreshes it.
+pub const ITEM_UPDATE_INTERVAL: u32 = 60;
+
+pub struct Clock {
+    /// Unix time of relative second 0 (wall clock at start minus 62 s).
+    process_started: i64,
+    /// Monotonic whole seconds at start, minus 62.
+    monotonic_start: i64,
+    current: AtomicU32,
+}
+
+fn monotonic_secs() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own; CLOCK_MONOTONIC
+    // is always available on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock {
+    pub fn new() -> Clock {
+        let backdate = i64::from(ITEM_UPDATE_INTERVAL) + 2;
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        Clock {
+            process_started: wall - backdate,
+            monotonic_start: monotonic_secs() - backdate,
+            current: AtomicU32::new(backdate as u32),
+        }
+    }
+
+    /// Current relative time (memcached's `current_time`).
+    #[inline]
+    pub fn now(&self) -> u32 {
+        self.current.load(Ordering::Relaxed)
+    }
+
+    /// Re-reads the monotonic clock; called by the maintenance thread.
+    pub fn tick(&self) {
+        let rel = (monotonic_secs() - self.monotonic_start).max(0) as u32;
+        self.current.store(rel, Ordering::Relaxed);
+    }
+
+    /// Moves the clock by `secs` (tests of expiry; never used by the server).
+    #[doc(hidden)]
+    pub fn advance_for_tests(&self, secs: u32) {
+        self.current.fetch_add(secs, Ordering::Relaxed);
+    }
+
+    /// Unix time of relative second 0.
+    pub fn process_started(&self) -> i64 {
+        self.process_started
+    }
+
+    /// Unix time now, as memcached reports it (`time` stat).
+    pub fn unix_now(&self) -> i64 {
+        self.process_started + i64::from(self.now())
+    }
+
+    /// memcached's `realtime(EXPTIME_TO_POSITIVE_TIME(exptime))`: turns a
+    /// client exptime into relative time, 0 meaning "never".
+    pub fn expiry(&self, exptime: i32) -> u32 {
+        let exptime: i64 = if exptime < 0 {
+            REALTIME_MAXDELTA + 1
+        } else {
+            i64::from(exptime)
+        };
+        self.realtime(exptime)
+    }
+
+    /// memcached's `realtime()`.
+    pub fn realtime(&self, exptime: i64) -> u32 {
+        if exptime == 0 {
+            return 0;
+        }
+        if exptime > REALTIME_MAXDELTA {
+            if exptime <= self.process_started {
+                return 1;
+            }
+            return (exptime - self.process_started) as u32;
+        }
+        (exptime + i64::from(self.now())) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expiry_rules() {
+        let c = Clock::new();
+        let now = c.now();
+        assert_eq!(c.expiry(0), 0);
+        assert_eq!(c.expiry(10), now + 10);
+        assert_eq!(c.expiry(-1), 1, "negative exptime is already expired");
+        assert_eq!(c.expiry(1), now + 1);
+        let future = c.unix_now() + 100;
+        assert_eq!(c.expiry(future as i32), now + 100);
+        assert_eq!(c.expiry((REALTIME_MAXDELTA + 5) as i32), 1, "absolute time in the past");
+    }
+}

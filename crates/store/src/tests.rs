@@ -1,0 +1,235 @@
+//! Unit tests of the engine's semantics, eviction and concurrency.
+
+use super::*;
+use std::sync::Arc;
+
+fn store() -> Store {
+    Store::new(StoreConfig::default())
+}
+
+fn get(s: &Store, key: &[u8]) -> Option<(Vec<u8>, u32, u64)> {
+    match s.get(key, None, |it| (it.value().to_vec(), it.flags(), it.cas())) {
+        Lookup::Hit(v) => Some(v),
+        _ => None,
+    }
+}
+
+fn set(s: &Store, mode: StoreMode, key: &[u8], value: &[u8], cas: u64) -> StoreStatus {
+    s.store(0, mode, key, 0, 0, value, cas).0
+}
+
+#[test]
+fn set_get_overwrite_delete() {
+    let s = store();
+    assert_eq!(get(&s, b"a"), None);
+    assert_eq!(s.store(0, StoreMode::Set, b"a", 5, 0, b"one", 0).0, StoreStatus::Stored);
+    let (v, f, c1) = get(&s, b"a").unwrap();
+    assert_eq!((v.as_slice(), f), (&b"one"[..], 5));
+    assert_eq!(set(&s, StoreMode::Set, b"a", b"two", 0), StoreStatus::Stored);
+    let (v, _, c2) = get(&s, b"a").unwrap();
+    assert_eq!(v, b"two");
+    assert!(c2 > c1);
+    assert_eq!(s.stats().curr_items, 1);
+    assert!(s.delete(b"a"));
+    assert!(!s.delete(b"a"));
+    assert_eq!(get(&s, b"a"), None);
+    assert_eq!(s.stats().curr_items, 0);
+    assert_eq!(s.stats().bytes, 0);
+}
+
+#[test]
+fn add_replace_cas() {
+    let s = store();
+    assert_eq!(set(&s, StoreMode::Replace, b"k", b"x", 0), StoreStatus::NotStored);
+    assert_eq!(set(&s, StoreMode::Add, b"k", b"x", 0), StoreStatus::Stored);
+    assert_eq!(set(&s, StoreMode::Add, b"k", b"y", 0), StoreStatus::NotStored);
+    assert_eq!(set(&s, StoreMode::Replace, b"k", b"z", 0), StoreStatus::Stored);
+    let (_, _, cas) = get(&s, b"k").unwrap();
+    assert_eq!(set(&s, StoreMode::Cas, b"k", b"c", cas + 1), StoreStatus::Exists);
+    assert_eq!(set(&s, StoreMode::Cas, b"k", b"c", cas), StoreStatus::Stored);
+    assert_eq!(set(&s, StoreMode::Cas, b"k", b"d", cas), StoreStatus::Exists);
+    assert_eq!(set(&s, StoreMode::Cas, b"missing", b"d", 1), StoreStatus::NotFound);
+    assert_eq!(get(&s, b"k").unwrap().0, b"c");
+}
+
+#[test]
+fn append_prepend_keep_flags() {
+    let s = store();
+    assert_eq!(set(&s, StoreMode::Append, b"k", b"x", 0), StoreStatus::NotStored);
+    s.store(0, StoreMode::Set, b"k", 42, 0, b"mid", 0);
+    assert_eq!(s.store(0, StoreMode::Append, b"k", 7, 0, b"-end", 0).0, StoreStatus::Stored);
+    assert_eq!(s.store(0, StoreMode::Prepend, b"k", 9, 0, b"start-", 0).0, StoreStatus::Stored);
+    let (v, f, _) = get(&s, b"k").unwrap();
+    assert_eq!((v.as_slice(), f), (&b"start-mid-end"[..], 42));
+    assert_eq!(s.stats().curr_items, 1);
+}
+
+#[test]
+fn incr_decr_like_memcached() {
+    let s = store();
+    assert_eq!(s.arith(0, b"n", true, 1), ArithResult::NotFound);
+    set(&s, StoreMode::Set, b"n", b"99", 0);
+    assert_eq!(s.arith(0, b"n", true, 1), ArithResult::Value(100));
+    assert_eq!(get(&s, b"n").unwrap().0, b"100");
+    assert_eq!(s.arith(0, b"n", false, 1), ArithResult::Value(99));
+    // in place: padded with a space, length kept
+    assert_eq!(get(&s, b"n").unwrap().0, b"99 ");
+    assert_eq!(s.arith(0, b"n", false, 1000), ArithResult::Value(0));
+    set(&s, StoreMode::Set, b"n", b"18446744073709551615", 0);
+    assert_eq!(s.arith(0, b"n", true, 2), ArithResult::Value(1));
+    set(&s, StoreMode::Set, b"t", b"abc", 0);
+    assert_eq!(s.arith(0, b"t", true, 1), ArithResult::NonNumeric);
+    set(&s, StoreMode::Set, b"e", b"", 0);
+    assert_eq!(s.arith(0, b"e", true, 1), ArithResult::NonNumeric);
+}
+
+#[test]
+fn expiry_and_touch() {
+    let s = store();
+    let now = s.clock().now();
+    s.store(0, StoreMode::Set, b"k", 0, s.clock().expiry(2), b"v", 0);
+    s.store(0, StoreMode::Set, b"gone", 0, s.clock().expiry(-1), b"v", 0);
+    assert!(get(&s, b"k").is_some());
+    assert_eq!(s.get(b"gone", None, |_| ()), Lookup::Expired);
+    assert_eq!(s.touch(b"k", now + 10), Lookup::Hit(()));
+    s.clock().advance_for_tests(5);
+    assert!(get(&s, b"k").is_some(), "touch extended the expiry");
+    s.clock().advance_for_tests(10);
+    assert_eq!(s.get(b"k", None, |_| ()), Lookup::Expired);
+    assert_eq!(s.get(b"k", None, |_| ()), Lookup::Miss);
+    assert_eq!(s.stats().curr_items, 0);
+}
+
+#[test]
+fn flush_all_now_and_later() {
+    let s = store();
+    set(&s, StoreMode::Set, b"a", b"1", 0);
+    s.flush_all(0);
+    assert_eq!(s.get(b"a", None, |_| ()), Lookup::Flushed);
+    set(&s, StoreMode::Set, b"b", b"2", 0);
+    assert!(get(&s, b"b").is_some(), "items set after flush_all live");
+    s.flush_all(2);
+    assert!(get(&s, b"b").is_some());
+    s.clock().advance_for_tests(3);
+    assert_eq!(s.get(b"b", None, |_| ()), Lookup::Flushed);
+}
+
+#[test]
+fn too_large_matches_memcached_accounting() {
+    let s = store();
+    let max = 1 << 20;
+    // memcached: 48 + key + 1 + value + 2 + 8 (cas) <= item_size_max
+    let fits = max - 48 - 1 - 1 - 2 - 8;
+    assert!(!s.too_large(1, 0, fits));
+    assert!(s.too_large(1, 0, fits + 1));
+    assert!(s.too_large(1, 1, fits), "non-zero flags cost 4 bytes");
+    let big = vec![b'x'; fits];
+    assert_eq!(s.store(0, StoreMode::Set, b"b", 0, 0, &big, 0).0, StoreStatus::Stored);
+    assert_eq!(get(&s, b"b").unwrap().0.len(), fits);
+}
+
+#[test]
+fn evicts_oldest_when_full() {
+    let s = Store::new(StoreConfig {
+        memory_limit: 4 << 20,
+        ..StoreConfig::default()
+    });
+    let value = vec![b'v'; 1000];
+    for i in 0..20_000u32 {
+        let key = format!("key{i}");
+        assert_eq!(
+            s.store(0, StoreMode::Set, key.as_bytes(), 0, 0, &value, 0).0,
+            StoreStatus::Stored
+        );
+    }
+    let st = s.stats();
+    assert!(st.evictions > 0);
+    assert!(st.curr_items > 1000 && st.curr_items < 20_000, "{st:?}");
+    assert!(st.bytes <= 4 << 20);
+    // the newest keys survive, the oldest are gone
+    assert!(get(&s, b"key19999").is_some());
+    assert!(get(&s, b"key0").is_none());
+    assert_eq!(st.curr_items + st.evictions, 20_000);
+}
+
+#[test]
+fn no_evictions_means_out_of_memory() {
+    let s = Store::new(StoreConfig {
+        memory_limit: 2 << 20,
+        evictions: false,
+        ..StoreConfig::default()
+    });
+    let value = vec![b'v'; 10_000];
+    let mut oom = false;
+    for i in 0..1000u32 {
+        let key = format!("key{i}");
+        match s.store(0, StoreMode::Set, key.as_bytes(), 0, 0, &value, 0).0 {
+            StoreStatus::Stored => {}
+            StoreStatus::OutOfMemory => {
+                oom = true;
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(oom);
+    assert_eq!(s.stats().evictions, 0);
+    assert!(get(&s, b"key0").is_some());
+}
+
+#[test]
+fn reclaimer_frees_expired_items() {
+    let s = Store::new(StoreConfig {
+        memory_limit: 8 << 20,
+        ..StoreConfig::default()
+    });
+    let value = vec![b'v'; 1000];
+    let exp = s.clock().expiry(1);
+    for i in 0..5000u32 {
+        s.store(0, StoreMode::Set, format!("k{i}").as_bytes(), 0, exp, &value, 0);
+    }
+    s.clock().advance_for_tests(2);
+    let sealed = s.sealed_segments();
+    assert!(sealed > 0);
+    for c in 0..sealed * 2 {
+        s.reclaim_step(c);
+    }
+    let st = s.stats();
+    assert!(st.reclaimed > 0);
+    assert_eq!(st.expired_unfetched, st.reclaimed);
+}
+
+#[test]
+fn parallel_writers_and_readers() {
+    let s = Arc::new(Store::new(StoreConfig {
+        memory_limit: 16 << 20,
+        ..StoreConfig::default()
+    }));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for i in 0..20_000u32 {
+                    let key = format!("t{t}-{}", i % 3000);
+                    let value = format!("value-{t}-{i}-{}", "x".repeat((i % 200) as usize));
+                    s.store(t, StoreMode::Set, key.as_bytes(), i, 0, value.as_bytes(), 0);
+                    if let Lookup::Hit((v, f)) =
+                        s.get(key.as_bytes(), None, |it| (it.value().to_vec(), it.flags()))
+                    {
+                        // whatever we read must be a complete value some writer stored
+                        let text = String::from_utf8(v).unwrap();
+                        assert!(text.starts_with(&format!("value-{t}-{f}-")), "{text}");
+                    }
+                    if i % 7 == 0 {
+                        s.arith(t, key.as_bytes(), true, 1);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let st = s.stats();
+    assert!(st.curr_items <= 12_000);
+}

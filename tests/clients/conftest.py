@@ -1,0 +1,56 @@
+"""Fixtures for the client-library compatibility suites.
+
+Every suite runs against BOTH genuine memcached (the oracle) and osmium, with
+identical assertions: a test that passes on one and fails on the other shows a
+behavioural difference a real client would see.
+
+Environment:
+  CLIENT_TEST_SERVERS  comma-separated subset of "memcached,osmium" (default both)
+  OSMIUM_BIN / MEMCACHED_BIN  override the binaries (see tests/support/servers.py)
+If the osmium binary is missing its tests are skipped, except under CI=true (or
+OSMIUM_REQUIRED=1), where a missing binary is an error.
+"""
+import os
+
+import pytest
+
+from support import servers
+
+KINDS = [k.strip() for k in os.environ.get("CLIENT_TEST_SERVERS", "memcached,osmium").split(",")
+         if k.strip()]
+
+# Arguments both servers get for the shared per-module instance: memcached's
+# defaults written out (64 MB, 1 MB item size limit implied), 2 worker threads.
+SERVER_ARGS = ["-m", "64", "-t", "2"]
+
+
+def _require_binary(kind):
+    binary = servers.MEMCACHED_BIN if kind == "memcached" else servers.OSMIUM_BIN
+    if os.path.isfile(binary) and os.access(binary, os.X_OK):
+        return
+    msg = f"{kind} binary not found at {binary}"
+    if kind == "osmium" and not (os.environ.get("CI") == "true" or os.environ.get("OSMIUM_REQUIRED")):
+        pytest.skip(msg + " (build it with `cargo build --release`)")
+    pytest.fail(msg)
+
+
+def start_server(kind, args=SERVER_ARGS):
+    _require_binary(kind)
+    return servers.Server(kind, args)
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def server(request):
+    """One server of each kind per test module, shared by that module's tests."""
+    srv = start_server(request.param)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def fresh_server(server):
+    """A brand-new server of the same kind as `server`, for tests that assert
+    absolute counters (stats)."""
+    srv = start_server(server.kind)
+    yield srv
+    srv.stop()

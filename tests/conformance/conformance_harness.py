@@ -1,0 +1,789 @@
+"""Conformance harness: parse case files, replay them over TCP, normalise, compare.
+
+Everything the suite does lives here; test_conformance.py, conftest.py and
+run.py are thin wrappers.  The case-file format and the normalisations are
+documented in README.md (keep the two in sync).
+"""
+import fnmatch
+import glob
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # tests/ -> import support.servers
+from support import servers  # noqa: E402
+
+CASES_DIR = os.path.join(HERE, "cases")
+
+# Every server is started with these unless the case passes its own -m / -t.
+BASE_ARGS = {"-m": "64", "-t": "4"}
+
+SENTINEL = b"version\r\n"
+SENTINEL_RE = re.compile(rb"VERSION [^\r\n]*\r\n\Z")
+CLOSED = b"<closed>"
+NO_SENTINEL = b"<no-sentinel>"
+
+IDLE_S = 0.15           # idle read: reply is complete after this long without new bytes
+IDLE_CAP_S = 3.0        # idle read: overall cap
+SENTINEL_IDLE_S = 1.0   # sentinel read: give up after this long without new bytes
+SENTINEL_CAP_S = 10.0   # sentinel read: overall cap (multi-megabyte values)
+DEFAULT_PAUSE_MS = 10   # pause between the writes of a split send
+
+TARGETS = ("both", "memcached-self", "memcached", "osmium")
+
+
+class CaseError(Exception):
+    """The case file is malformed or the harness could not run it."""
+
+
+# --------------------------------------------------------------------------
+# Byte templates
+# --------------------------------------------------------------------------
+
+_ESCAPES = {"r": b"\r", "n": b"\n", "t": b"\t", "0": b"\0", "\\": b"\\",
+            "s": b" ", "{": b"{", "}": b"}", '"': b'"', "'": b"'"}
+
+
+def _unescape(s, where):
+    """Process backslash escapes of a text with no {...} expressions."""
+    out = bytearray()
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\":
+            if i + 1 >= len(s):
+                raise CaseError(f"{where}: dangling backslash")
+            e = s[i + 1]
+            if e == "x":
+                hx = s[i + 2:i + 4]
+                if not re.fullmatch(r"[0-9a-fA-F]{2}", hx):
+                    raise CaseError(f"{where}: bad \\x escape {s[i:i + 4]!r}")
+                out.append(int(hx, 16))
+                i += 4
+                continue
+            if e not in _ESCAPES:
+                raise CaseError(f"{where}: unknown escape \\{e}")
+            out += _ESCAPES[e]
+            i += 2
+            continue
+        out += c.encode("utf-8")
+        i += 1
+    return bytes(out)
+
+
+_REPEAT_RE = re.compile(r"""^\s*(?P<q>["'])(?P<s>(?:\\.|(?!(?P=q)).)*)(?P=q)\s*\*\s*(?P<n>[0-9_]+)\s*$""")
+_NOW_RE = re.compile(r"^now\s*(?:(?P<sign>[+-])\s*(?P<n>[0-9]+))?$")
+_CAS_RE = re.compile(r"^cas(?P<n>[1-9][0-9]*)$")
+
+
+class Template:
+    """A send text: a list of literal bytes and expressions evaluated per connection."""
+
+    def __init__(self, text, where):
+        self.text = text
+        self.parts = []
+        buf = []
+        i = 0
+        while i < len(text):
+            c = text[i]
+            if c == "\\":
+                buf.append(text[i:i + 2])
+                i += 2
+                continue
+            if c == "{":
+                j = i + 1
+                quote = None
+                while j < len(text):
+                    if quote:
+                        if text[j] == "\\":
+                            j += 2
+                            continue
+                        if text[j] == quote:
+                            quote = None
+                    elif text[j] in "\"'":
+                        quote = text[j]
+                    elif text[j] == "}":
+                        break
+                    j += 1
+                if j >= len(text):
+                    raise CaseError(f"{where}: unclosed {{ in {text!r}")
+                if buf:
+                    self.parts.append(_unescape("".join(buf), where))
+                    buf = []
+                self.parts.append(self._expr(text[i + 1:j].strip(), where))
+                i = j + 1
+                continue
+            buf.append(c)
+            i += 1
+        if buf:
+            self.parts.append(_unescape("".join(buf), where))
+
+    @staticmethod
+    def _expr(e, where):
+        m = _REPEAT_RE.match(e)
+        if m:
+            return _unescape(m.group("s"), where) * int(m.group("n").replace("_", ""))
+        if e == "allbytes":
+            return bytes(range(256))
+        m = _NOW_RE.match(e)
+        if m:
+            d = int(m.group("n") or 0) * (-1 if m.group("sign") == "-" else 1)
+            return ("now", d)
+        m = _CAS_RE.match(e)
+        if m:
+            return ("cas", int(m.group("n")))
+        raise CaseError(f"{where}: unknown expression {{{e}}}")
+
+    def expand(self, ctx):
+        out = []
+        for p in self.parts:
+            if isinstance(p, bytes):
+                out.append(p)
+            elif p[0] == "now":
+                out.append(str(int(time.time()) + p[1]).encode())
+            elif p[0] == "cas":
+                seen = ctx["cas"]
+                if p[1] > len(seen):
+                    # Not captured (e.g. the server returned no CAS): send an
+                    # obviously bogus value so the exchange still happens.
+                    out.append(b"<cas%d-not-captured>" % p[1])
+                else:
+                    out.append(seen[p[1] - 1])
+        return b"".join(out)
+
+
+# --------------------------------------------------------------------------
+# Case files
+# --------------------------------------------------------------------------
+
+class Step:
+    def __init__(self, kind, where, template=None, opts=None, seconds=0.0):
+        self.kind = kind          # 'send' or 'sleep'
+        self.where = where
+        self.template = template
+        self.opts = opts or {}
+        self.seconds = seconds
+        self.texts = [template.text] if template else []
+
+    def describe(self):
+        if self.kind == "sleep":
+            return f"sleep {self.seconds}"
+        o = self.opts_text()
+        t = "".join(self.texts)
+        if len(t) > 160:
+            t = t[:150] + f"...({len(t)} chars)"
+        return (f">[{o}] " if o else "> ") + t
+
+    def opts_text(self):
+        parts = []
+        for k, v in self.opts.items():
+            parts.append(k if v is True else f"{k}={v}")
+        return ",".join(parts)
+
+
+class Case:
+    def __init__(self, name, path, line):
+        self.name = name
+        self.path = path
+        self.line = line
+        self.doc = ""
+        self.server = []
+        self.group = ""
+        self.prelude = True
+        self.skip = None
+        self.skip_both = None
+        self.stats = None          # None | ('names',) | ('values', pats) | ('except', pats)
+        self.order = 0
+        self.steps = []
+
+    @property
+    def has_sleep(self):
+        return any(s.kind == "sleep" for s in self.steps)
+
+    def server_args(self):
+        args = list(self.server)
+        base = []
+        for flag, val in BASE_ARGS.items():
+            if flag not in args:
+                base += [flag, val]
+        return base + args
+
+    def server_key(self):
+        group = self.group
+        if group == "fresh":
+            group = "fresh:" + self.name
+        elif not group and self.has_sleep:
+            group = "expiry"
+        return (tuple(self.server_args()), group)
+
+    def __repr__(self):
+        return f"Case({self.name})"
+
+
+_OPT_KEYS = {"idle", "noread", "split", "at", "pause", "wait"}
+
+
+def _parse_opts(s, where):
+    opts = {}
+    for item in filter(None, (x.strip() for x in s.split(","))):
+        k, _, v = item.partition("=")
+        k = k.strip()
+        if k not in _OPT_KEYS:
+            raise CaseError(f"{where}: unknown step option {k!r}")
+        opts[k] = v.strip() if v else True
+    if "split" in opts:
+        opts["split"] = int(opts["split"])
+    if "at" in opts:
+        opts["at"] = [int(x) for x in str(opts["at"]).split(";") if x]
+    if "pause" in opts:
+        opts["pause"] = int(opts["pause"])
+    if "wait" in opts:
+        opts["wait"] = int(opts["wait"])
+    if opts.get("idle") not in (None, True):
+        opts["idle"] = int(opts["idle"])
+    return opts
+
+
+def parse_file(path):
+    stem = os.path.splitext(os.path.basename(path))[0]
+    cases = []
+    cur = None
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for lineno, raw in enumerate(lines, 1):
+        where = f"{os.path.basename(path)}:{lineno}"
+        line = raw.rstrip()
+        s = line.lstrip()
+        if not s or s.startswith("#"):
+            continue
+        if s.startswith("case "):
+            name = s[5:].strip()
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+                raise CaseError(f"{where}: bad case name {name!r}")
+            cur = Case(f"{stem}.{name}", path, lineno)
+            cases.append(cur)
+            continue
+        if cur is None:
+            raise CaseError(f"{where}: text before the first 'case' line")
+        if s.startswith(">"):
+            rest = s[1:]
+            opts = {}
+            if rest.startswith("["):
+                end = rest.find("]")
+                if end < 0:
+                    raise CaseError(f"{where}: unclosed [options]")
+                opts = _parse_opts(rest[1:end], where)
+                rest = rest[end + 1:]
+            if rest.startswith(" "):
+                rest = rest[1:]
+            cur.steps.append(Step("send", where, Template(rest, where), opts))
+            continue
+        if s.startswith("+"):
+            rest = s[1:]
+            if rest.startswith(" "):
+                rest = rest[1:]
+            if not cur.steps or cur.steps[-1].kind != "send":
+                raise CaseError(f"{where}: '+' continuation without a preceding '>' step")
+            st = cur.steps[-1]
+            more = Template(rest, where)
+            st.template.parts += more.parts
+            st.texts.append(rest)
+            continue
+        m = re.match(r"^sleep\s+([0-9.]+)$", s)
+        if m:
+            cur.steps.append(Step("sleep", where, seconds=float(m.group(1))))
+            continue
+        m = re.match(r"^([a-z-]+):\s*(.*)$", s)
+        if not m:
+            raise CaseError(f"{where}: cannot parse line {s!r}")
+        key, val = m.group(1), m.group(2).strip()
+        if key == "doc":
+            cur.doc = (cur.doc + " " + val).strip()
+        elif key == "server":
+            cur.server += val.split()
+        elif key == "group":
+            cur.group = val
+        elif key == "prelude":
+            if val not in ("none", "flush_all"):
+                raise CaseError(f"{where}: prelude must be 'none' or 'flush_all'")
+            cur.prelude = val == "flush_all"
+        elif key == "skip":
+            cur.skip = val or "no reason given"
+        elif key == "skip-both":
+            cur.skip_both = val or "no reason given"
+        elif key == "stats":
+            words = val.split()
+            if not words or words[0] not in ("names", "values", "except"):
+                raise CaseError(f"{where}: stats: names | values PAT... | except PAT...")
+            cur.stats = (words[0], words[1:])
+        elif key == "order":
+            cur.order = {"first": -1, "last": 1}.get(val)
+            if cur.order is None:
+                raise CaseError(f"{where}: order must be first or last")
+        else:
+            raise CaseError(f"{where}: unknown key {key!r}")
+    return cases
+
+
+def load_cases(pattern="*.txt"):
+    cases = []
+    for path in sorted(glob.glob(os.path.join(CASES_DIR, pattern))):
+        cases += parse_file(path)
+    names = set()
+    for c in cases:
+        if c.name in names:
+            raise CaseError(f"duplicate case name {c.name}")
+        names.add(c.name)
+        if not c.steps and not c.skip:
+            raise CaseError(f"{c.name}: no steps")
+        if c.has_sleep:
+            # Cases with sleeps run concurrently with each other (see
+            # run_cases_concurrently), so they must not flush the shared server.
+            c.prelude = False
+            uses_flush = any(b"flush_all" in b"".join(p for p in s.template.parts if isinstance(p, bytes))
+                             for s in c.steps if s.kind == "send")
+            if uses_flush and c.group != "fresh":
+                raise CaseError(f"{c.name}: a sleeping case that sends flush_all needs 'group: fresh'")
+    cases.sort(key=lambda c: c.order)  # stable: file order otherwise
+    return cases
+
+
+# --------------------------------------------------------------------------
+# Talking to a server
+# --------------------------------------------------------------------------
+
+class Reply:
+    __slots__ = ("data", "closed", "no_sentinel")
+
+    def __init__(self, data=b"", closed=False, no_sentinel=False):
+        self.data = data
+        self.closed = closed
+        self.no_sentinel = no_sentinel
+
+    def raw(self):
+        return self.data + (CLOSED if self.closed else b"") + (NO_SENTINEL if self.no_sentinel else b"")
+
+
+def _chunks(payload, opts):
+    if "at" in opts:
+        cuts = [0] + [a for a in opts["at"] if 0 < a < len(payload)] + [len(payload)]
+        return [payload[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+    if "split" in opts:
+        n = max(1, opts["split"])
+        return [payload[i:i + n] for i in range(0, len(payload), n)]
+    return [payload] if payload else []
+
+
+class Connection:
+    def __init__(self, address):
+        self.sock = socket.create_connection(address, timeout=5)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.closed = False
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def exchange(self, payload, opts):
+        """Send payload (maybe in pieces), then read the reply per opts."""
+        if self.closed:
+            return Reply(b"", closed=True)
+        idle = "idle" in opts
+        noread = "noread" in opts
+        pieces = _chunks(payload, opts)
+        pause = opts.get("pause", DEFAULT_PAUSE_MS) / 1000.0
+        use_sentinel = not idle and not noread
+        done = threading.Event()
+        send_err = []
+
+        def writer():
+            try:
+                for i, p in enumerate(pieces):
+                    if i:
+                        time.sleep(pause)
+                    self.sock.sendall(p)
+                if "wait" in opts:
+                    time.sleep(opts["wait"] / 1000.0)
+                if use_sentinel:
+                    self.sock.sendall(SENTINEL)
+            except OSError as e:
+                send_err.append(e)
+            finally:
+                done.set()
+
+        self.sock.settimeout(None)
+        t = threading.Thread(target=writer, daemon=True)
+        t.start()
+        if noread:
+            t.join()
+            return None
+        buf = bytearray()
+        closed = False
+        if use_sentinel:
+            idle_s, cap_s = SENTINEL_IDLE_S, SENTINEL_CAP_S
+        else:
+            idle_s = (opts["idle"] / 1000.0) if opts.get("idle") not in (None, True) else IDLE_S
+            cap_s = IDLE_CAP_S
+        start = None
+        last_rx = None
+        while True:
+            now = time.monotonic()
+            if done.is_set():
+                if start is None:
+                    start = now
+                ref = max(start, last_rx or start)
+                remaining = min(ref + idle_s - now, start + cap_s - now)
+                if remaining <= 0:
+                    break
+                timeout = remaining
+            else:
+                timeout = 0.02
+            self.sock.settimeout(timeout)
+            try:
+                d = self.sock.recv(1 << 20)
+            except socket.timeout:
+                continue
+            except (ConnectionResetError, BrokenPipeError, ConnectionAbortedError):
+                closed = True
+                break
+            if not d:
+                closed = True
+                break
+            buf += d
+            last_rx = time.monotonic()
+            if use_sentinel and done.is_set() and SENTINEL_RE.search(buf[-300:]):
+                break
+        t.join()
+        if closed:
+            self.closed = True
+        data = bytes(buf)
+        no_sentinel = False
+        if use_sentinel and not closed:
+            m = SENTINEL_RE.search(data[-300:])
+            if m:
+                data = data[:len(data) - (len(m.group(0)))]
+            else:
+                no_sentinel = True
+        elif use_sentinel and closed:
+            m = SENTINEL_RE.search(data[-300:])
+            if m:
+                data = data[:len(data) - (len(m.group(0)))]
+        return Reply(data, closed=closed, no_sentinel=no_sentinel)
+
+
+def _read_exact_line(sock, expect, timeout=3.0):
+    sock.settimeout(timeout)
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while len(buf) < len(expect) and time.monotonic() < deadline:
+        try:
+            d = sock.recv(4096)
+        except socket.timeout:
+            break
+        if not d:
+            break
+        buf += d
+    return buf
+
+
+def run_case_on(case, address):
+    """Replay one case on one server; returns a list of (step_index, Reply)."""
+    conn = Connection(address)
+    out = []
+    ctx = {"cas": []}
+    try:
+        if case.prelude:
+            conn.sock.sendall(b"flush_all\r\n")
+            got = _read_exact_line(conn.sock, b"OK\r\n")
+            if got != b"OK\r\n":
+                raise CaseError(f"{case.name}: prelude 'flush_all' got {got!r} from {address}")
+        pending = bytearray()
+        for i, step in enumerate(case.steps):
+            if step.kind == "sleep":
+                time.sleep(step.seconds)
+                continue
+            payload = step.template.expand(ctx)
+            r = conn.exchange(payload, step.opts)
+            if r is None:  # noread: its reply is read with the next step
+                continue
+            out.append((i, r))
+            for cas in iter_cas_values(r.data):
+                if cas != b"0" and cas not in ctx["cas"]:
+                    ctx["cas"].append(cas)
+    finally:
+        conn.close()
+    return out
+
+
+# --------------------------------------------------------------------------
+# Normalisation
+# --------------------------------------------------------------------------
+
+_VALUE_RE = re.compile(rb"^VALUE ([^ \r\n]+) (\d+) (\d+)(?: (\d+))?\r\n\Z")
+_VERSION_RE = re.compile(rb"^VERSION [^\r\n]*\r\n\Z")
+_STAT_RE = re.compile(rb"^STAT ([^ \r\n]+) ([^\r\n]*)\r\n\Z")
+
+
+def segments(data):
+    """Split a reply into ('line', bytes) and ('data', bytes) pieces.
+
+    VALUE headers are followed by their data block (plus \\r\\n), which is
+    never interpreted as lines, so a value containing "\\r\\nEND\\r\\n" or
+    "VERSION x" is left alone.
+    """
+    pos = 0
+    n = len(data)
+    while pos < n:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            yield ("line", data[pos:])
+            return
+        line = data[pos:nl + 1]
+        yield ("line", line)
+        pos = nl + 1
+        m = _VALUE_RE.match(line)
+        if m:
+            size = int(m.group(3)) + 2
+            yield ("data", data[pos:pos + size])
+            pos += size
+
+
+def iter_cas_values(data):
+    for kind, seg in segments(data):
+        if kind == "line":
+            m = _VALUE_RE.match(seg)
+            if m and m.group(4) is not None:
+                yield m.group(4)
+
+
+def _stat_keep_value(case, name):
+    mode, pats = case.stats
+    name = name.decode("latin-1")
+    hit = any(fnmatch.fnmatchcase(name, p) for p in pats)
+    if mode == "names":
+        return False
+    if mode == "values":
+        return hit
+    return not hit  # except
+
+
+def normalise(case, replies):
+    """Apply the normalisations listed in README.md to one server's replies."""
+    casmap = {}
+    out = []
+    for idx, r in replies:
+        parts = []
+        for kind, seg in segments(r.data):
+            if kind == "line":
+                m = _VALUE_RE.match(seg)
+                if m and m.group(4) is not None and m.group(4) != b"0":
+                    cas = m.group(4)
+                    if cas not in casmap:
+                        casmap[cas] = b"<cas%d>" % (len(casmap) + 1)
+                    seg = seg[:m.start(4)] + casmap[cas] + seg[m.end(4):]
+                elif _VERSION_RE.match(seg):
+                    seg = b"VERSION <version>\r\n"
+                elif case.stats is not None:
+                    sm = _STAT_RE.match(seg)
+                    if sm and not _stat_keep_value(case, sm.group(1)):
+                        seg = b"STAT " + sm.group(1) + b" <v>\r\n"
+            parts.append(seg)
+        data = b"".join(parts)
+        out.append((idx, Reply(data, r.closed, r.no_sentinel)))
+    return out
+
+
+# --------------------------------------------------------------------------
+# Comparison
+# --------------------------------------------------------------------------
+
+def first_diff(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b)) if len(a) != len(b) else -1
+
+
+def _clip(b, off, width=300):
+    if len(b) <= 2 * width + 100:
+        return repr(b)
+    lo = max(0, off - width)
+    hi = min(len(b), off + width)
+    return (f"({len(b)} bytes; showing [{lo}:{hi}]) "
+            + ("..." if lo else "") + repr(b[lo:hi]) + ("..." if hi < len(b) else ""))
+
+
+def compare(case, names, res_a, res_b):
+    """Return None when equal, else a human-readable failure message."""
+    na, nb = names
+    a = normalise(case, res_a)
+    b = normalise(case, res_b)
+    for (ia, ra), (ib, rb) in zip(a, b):
+        x, y = ra.raw(), rb.raw()
+        if x != y:
+            off = first_diff(x, y)
+            step = case.steps[ia]
+            return (f"case {case.name} ({os.path.basename(case.path)}:{case.line}) differs at step "
+                    f"{ia + 1} [{step.where}]: {step.describe()}\n"
+                    f"  first differing offset: {off}\n"
+                    f"  {na:>10}: {_clip(x, off)}\n"
+                    f"  {nb:>10}: {_clip(y, off)}")
+    if len(a) != len(b):
+        return f"case {case.name}: {na} produced {len(a)} replies, {nb} produced {len(b)}"
+    return None
+
+
+def transcript(case, res, normalised=True):
+    lines = []
+    rs = normalise(case, res) if normalised else res
+    by_idx = dict(rs)
+    for i, step in enumerate(case.steps):
+        lines.append(f"  {step.describe()}")
+        if i in by_idx:
+            lines.append(f"    <- {by_idx[i].raw()!r}"[:2000])
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+# Servers
+# --------------------------------------------------------------------------
+
+class _Drained:
+    """Keep a server's stderr pipe drained (verbosity output must never block it)."""
+
+    def __init__(self, server):
+        self.server = server
+        self.tail = bytearray()
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self):
+        try:
+            while True:
+                d = self.server.proc.stderr.read1(65536)
+                if not d:
+                    return
+                self.tail += d
+                del self.tail[:-65536]
+        except (ValueError, OSError):
+            return
+
+
+def target_kinds(target):
+    if target == "both":
+        return ("memcached", "osmium")
+    if target == "memcached-self":
+        return ("memcached", "memcached")
+    if target == "memcached":
+        return ("memcached",)
+    if target == "osmium":
+        return ("osmium",)
+    raise ValueError(f"unknown target {target!r}; one of {TARGETS}")
+
+
+def osmium_missing():
+    b = servers.OSMIUM_BIN
+    if not (os.path.isfile(b) and os.access(b, os.X_OK)):
+        return b
+    return None
+
+
+class Pool:
+    """One server per (kind slot, flag set, group), started lazily."""
+
+    def __init__(self, target):
+        self.target = target
+        self.kinds = target_kinds(target)
+        self.servers = {}
+        self.lock = threading.Lock()
+
+    def get(self, case):
+        key = case.server_key()
+        with self.lock:
+            if key not in self.servers:
+                started = []
+                try:
+                    for kind in self.kinds:
+                        srv = servers.Server(kind, list(key[0]))
+                        srv._drain = _Drained(srv)
+                        started.append(srv)
+                except Exception:
+                    for s in started:
+                        s.stop()
+                    raise
+                self.servers[key] = started
+            return self.servers[key]
+
+    def release(self, case):
+        key = case.server_key()
+        if key[1].startswith("fresh:"):
+            with self.lock:
+                for s in self.servers.pop(key, []):
+                    s.stop()
+
+    def stop_all(self):
+        with self.lock:
+            for pair in self.servers.values():
+                for s in pair:
+                    s.stop()
+            self.servers.clear()
+
+
+def labels(target):
+    kinds = target_kinds(target)
+    if len(kinds) == 2 and kinds[0] == kinds[1]:
+        return (kinds[0] + "#1", kinds[1] + "#2")
+    return kinds
+
+
+def run_case(pool, case):
+    """Run one case on every server of the target concurrently; returns results per server."""
+    srvs = pool.get(case)
+    try:
+        with ThreadPoolExecutor(len(srvs)) as ex:
+            futs = [ex.submit(run_case_on, case, s.address) for s in srvs]
+            return [f.result() for f in futs]
+    finally:
+        pool.release(case)
+
+
+def run_cases_concurrently(pool, cases):
+    """Run many cases at once (used for the cases that sleep): {name: results}."""
+    out = {}
+    if not cases:
+        return out
+    with ThreadPoolExecutor(len(cases)) as ex:
+        futs = {c.name: ex.submit(_safe_run, pool, c) for c in cases}
+        for name, f in futs.items():
+            out[name] = f.result()
+    return out
+
+
+def _safe_run(pool, case):
+    try:
+        return run_case(pool, case)
+    except Exception as e:  # reported by the test item of that case
+        return e
+
+
+def check(case, target, results):
+    """Return None when the servers agree, else the failure message."""
+    names = labels(target)
+    if isinstance(results, Exception):
+        raise results
+    first = results[0]
+    for idx, r in first:
+        if r.no_sentinel and names[0].startswith("memcached"):
+            raise CaseError(f"case {case.name}: memcached did not answer the sentinel after step "
+                            f"{idx + 1} ({case.steps[idx].where}); the case is out of sync there: "
+                            f"use >[idle] or >[noread] for that step.\n{transcript(case, first)}")
+    if len(results) == 2:
+        return compare(case, names, results[0], results[1])
+    return None

@@ -1,0 +1,79 @@
+"""Start genuine memcached or osmium on a free loopback port, stop it by PID.
+
+Shared by every Python suite (conformance, clients, benchmarks scripts).
+Servers bind 127.0.0.1 only; each is stopped by the test that started it.
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MEMCACHED_BIN = os.environ.get("MEMCACHED_BIN", shutil.which("memcached") or "/usr/bin/memcached")
+OSMIUM_BIN = os.environ.get("OSMIUM_BIN", os.path.join(ROOT, "target", "release", "osmium"))
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One running server process. `kind` is 'memcached' or 'osmium'."""
+
+    def __init__(self, kind, args=(), port=None):
+        self.kind = kind
+        self.port = port or free_port()
+        self.args = list(args)
+        binary = MEMCACHED_BIN if kind == "memcached" else OSMIUM_BIN
+        cmd = [binary, "-p", str(self.port), "-U", "0", "-l", "127.0.0.1"] + self.args
+        if kind == "memcached" and os.geteuid() == 0 and "-u" not in self.args:
+            cmd += ["-u", "root"]  # memcached refuses to run as root without -u
+        self.cmd = cmd
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.pid = self.proc.pid
+        self._wait_ready()
+
+    def _wait_ready(self, timeout=10.0):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode(errors="replace")
+                raise RuntimeError(f"{self.cmd} exited with {self.proc.returncode}: {err}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"{self.cmd} did not accept connections within {timeout}s")
+
+    @property
+    def address(self):
+        return ("127.0.0.1", self.port)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.kill(self.pid, signal.SIGKILL)
+                self.proc.wait()
+        if self.proc.stderr:
+            self.proc.stderr.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def start(kind, *args):
+    return Server(kind, args)
