@@ -524,11 +524,24 @@ mod tests {
 
     #[test]
     fn gets_split_keys() {
-        assert_eq!(keys(parse_command(b"get a  bb c")), vec![b"a".to_vec(), b"bb".to_vec(), b"c".to_vec()]);
-        let line: Vec<u8> = b"get".iter().copied().chain((0..100).flat_map(|i| format!(" k{i}").into_bytes())).collect();
+        assert_eq!(
+            keys(parse_command(b"get a  bb c")),
+            vec![b"a".to_vec(), b"bb".to_vec(), b"c".to_vec()]
+        );
+        let line: Vec<u8> = b"get"
+            .iter()
+            .copied()
+            .chain((0..100).flat_map(|i| format!(" k{i}").into_bytes()))
+            .collect();
         assert_eq!(keys(parse_command(&line)).len(), 100);
         assert_eq!(parse_command(b"get"), ERROR);
-        assert!(matches!(parse_command(b"gat 10"), Command::Get { touch: Some(10), .. }));
+        assert!(matches!(
+            parse_command(b"gat 10"),
+            Command::Get {
+                touch: Some(10),
+                ..
+            }
+        ));
         assert_eq!(keys(parse_command(b"gat 10")).len(), 0);
     }
 
@@ -536,28 +549,61 @@ mod tests {
     fn storage() {
         match parse_command(b"set k 5 -1 3 noreply") {
             Command::Store(s) => {
-                assert_eq!((s.mode, s.key, s.flags, s.exptime, s.value_len, s.noreply), (StoreMode::Set, &b"k"[..], 5, -1, 3, true));
+                assert_eq!(
+                    (s.mode, s.key, s.flags, s.exptime, s.value_len, s.noreply),
+                    (StoreMode::Set, &b"k"[..], 5, -1, 3, true)
+                );
             }
             other => panic!("{other:?}"),
         }
         assert_eq!(parse_command(b"set k 0 0"), ERROR);
         assert_eq!(parse_command(b"set k 0 0 -1"), reply(BAD_FORMAT, false));
-        assert_eq!(parse_command(b"set k x 0 1 noreply"), reply(BAD_FORMAT, true));
-        assert!(matches!(parse_command(b"cas k 0 0 1 99"), Command::Store(StoreRequest { cas: 99, .. })));
+        assert_eq!(
+            parse_command(b"set k x 0 1 noreply"),
+            reply(BAD_FORMAT, true)
+        );
+        assert!(matches!(
+            parse_command(b"cas k 0 0 1 99"),
+            Command::Store(StoreRequest { cas: 99, .. })
+        ));
         let long = [b"set ".to_vec(), vec![b'a'; 251], b" 0 0 1".to_vec()].concat();
         assert_eq!(parse_command(&long), reply(BAD_FORMAT, false));
     }
 
     #[test]
     fn misc_commands() {
-        assert_eq!(parse_command(b"delete k 0"), Command::Delete { key: b"k", noreply: false });
-        assert!(matches!(parse_command(b"delete k 1"), Command::Reply { .. }));
-        assert_eq!(parse_command(b"flush_all noreply"), Command::FlushAll { delay: 0, noreply: true });
-        assert_eq!(parse_command(b"flush_all 10"), Command::FlushAll { delay: 10, noreply: false });
+        assert_eq!(
+            parse_command(b"delete k 0"),
+            Command::Delete {
+                key: b"k",
+                noreply: false
+            }
+        );
+        assert!(matches!(
+            parse_command(b"delete k 1"),
+            Command::Reply { .. }
+        ));
+        assert_eq!(
+            parse_command(b"flush_all noreply"),
+            Command::FlushAll {
+                delay: 0,
+                noreply: true
+            }
+        );
+        assert_eq!(
+            parse_command(b"flush_all 10"),
+            Command::FlushAll {
+                delay: 10,
+                noreply: false
+            }
+        );
         assert_eq!(parse_command(b"GET k"), ERROR);
         assert_eq!(parse_command(b"x"), ERROR);
         assert_eq!(parse_command(b"GET / HTTP/1.1"), Command::Close);
-        assert_eq!(parse_command(b"incr k abc"), reply("CLIENT_ERROR invalid numeric delta argument", false));
+        assert_eq!(
+            parse_command(b"incr k abc"),
+            reply("CLIENT_ERROR invalid numeric delta argument", false)
+        );
         assert_eq!(parse_command(b"verbosity noreply"), reply(BAD_FORMAT, true));
     }
 }

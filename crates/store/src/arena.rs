@@ -210,7 +210,9 @@ impl Arena {
 
     fn seal(&self, seg: SegmentId) {
         let mut pool = self.pool.lock();
-        self.segment(seg).state.store(STATE_SEALED, Ordering::Release);
+        self.segment(seg)
+            .state
+            .store(STATE_SEALED, Ordering::Release);
         pool.fifo.push_back(seg);
     }
 

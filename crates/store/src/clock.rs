@@ -121,6 +121,10 @@ mod tests {
         assert_eq!(c.expiry(1), now + 1);
         let future = c.unix_now() + 100;
         assert_eq!(c.expiry(future as i32), now + 100);
-        assert_eq!(c.expiry((REALTIME_MAXDELTA + 5) as i32), 1, "absolute time in the past");
+        assert_eq!(
+            c.expiry((REALTIME_MAXDELTA + 5) as i32),
+            1,
+            "absolute time in the past"
+        );
     }
 }

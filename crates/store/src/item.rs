@@ -224,7 +224,8 @@ impl ItemPtr {
     #[inline]
     pub fn mark_fetched(self) {
         if !self.is_fetched() {
-            self.state_atomic().fetch_or(STATE_FETCHED, Ordering::Relaxed);
+            self.state_atomic()
+                .fetch_or(STATE_FETCHED, Ordering::Relaxed);
         }
     }
 }
@@ -277,7 +278,10 @@ mod tests {
         unsafe { it.set_cas(99) };
         assert_eq!(it.key(), b"key");
         assert_eq!(it.value(), b"hello");
-        assert_eq!((it.flags(), it.exptime(), it.atime(), it.cas()), (7, 100, 62, 99));
+        assert_eq!(
+            (it.flags(), it.exptime(), it.atime(), it.cas()),
+            (7, 100, 62, 99)
+        );
         assert_eq!(it.size(), 40);
         assert!(!it.is_dead());
         it.mark_dead();

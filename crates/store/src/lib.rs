@@ -139,12 +139,7 @@ pub struct Store {
 /// Bytes memcached would charge for an item (its `ITEM_ntotal`): its size
 /// check decides when a value is "too large", and osmium answers the same.
 pub fn memcached_item_total(key_len: usize, flags: u32, value_len: usize, use_cas: bool) -> usize {
-    48 + key_len
-        + 1
-        + if flags == 0 { 0 } else { 4 }
-        + value_len
-        + 2
-        + if use_cas { 8 } else { 0 }
+    48 + key_len + 1 + if flags == 0 { 0 } else { 4 } + value_len + 2 + if use_cas { 8 } else { 0 }
 }
 
 impl Store {
@@ -396,13 +391,7 @@ impl Store {
 
     /// Publishes `slot` under `key`, replacing `old` if given. Caller holds
     /// the shard write lock. Returns the new CAS.
-    fn link(
-        &self,
-        table: &mut Table,
-        hash: u64,
-        slot: &Slot,
-        old: Option<&Found>,
-    ) -> u64 {
+    fn link(&self, table: &mut Table, hash: u64, slot: &Slot, old: Option<&Found>) -> u64 {
         let cas = self.next_cas();
         // SAFETY: the item is not yet published; we hold the shard lock.
         unsafe { slot.ptr.set_cas(cas) };

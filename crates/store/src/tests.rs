@@ -22,10 +22,16 @@ fn set(s: &Store, mode: StoreMode, key: &[u8], value: &[u8], cas: u64) -> StoreS
 fn set_get_overwrite_delete() {
     let s = store();
     assert_eq!(get(&s, b"a"), None);
-    assert_eq!(s.store(0, StoreMode::Set, b"a", 5, 0, b"one", 0).0, StoreStatus::Stored);
+    assert_eq!(
+        s.store(0, StoreMode::Set, b"a", 5, 0, b"one", 0).0,
+        StoreStatus::Stored
+    );
     let (v, f, c1) = get(&s, b"a").unwrap();
     assert_eq!((v.as_slice(), f), (&b"one"[..], 5));
-    assert_eq!(set(&s, StoreMode::Set, b"a", b"two", 0), StoreStatus::Stored);
+    assert_eq!(
+        set(&s, StoreMode::Set, b"a", b"two", 0),
+        StoreStatus::Stored
+    );
     let (v, _, c2) = get(&s, b"a").unwrap();
     assert_eq!(v, b"two");
     assert!(c2 > c1);
@@ -40,25 +46,55 @@ fn set_get_overwrite_delete() {
 #[test]
 fn add_replace_cas() {
     let s = store();
-    assert_eq!(set(&s, StoreMode::Replace, b"k", b"x", 0), StoreStatus::NotStored);
+    assert_eq!(
+        set(&s, StoreMode::Replace, b"k", b"x", 0),
+        StoreStatus::NotStored
+    );
     assert_eq!(set(&s, StoreMode::Add, b"k", b"x", 0), StoreStatus::Stored);
-    assert_eq!(set(&s, StoreMode::Add, b"k", b"y", 0), StoreStatus::NotStored);
-    assert_eq!(set(&s, StoreMode::Replace, b"k", b"z", 0), StoreStatus::Stored);
+    assert_eq!(
+        set(&s, StoreMode::Add, b"k", b"y", 0),
+        StoreStatus::NotStored
+    );
+    assert_eq!(
+        set(&s, StoreMode::Replace, b"k", b"z", 0),
+        StoreStatus::Stored
+    );
     let (_, _, cas) = get(&s, b"k").unwrap();
-    assert_eq!(set(&s, StoreMode::Cas, b"k", b"c", cas + 1), StoreStatus::Exists);
-    assert_eq!(set(&s, StoreMode::Cas, b"k", b"c", cas), StoreStatus::Stored);
-    assert_eq!(set(&s, StoreMode::Cas, b"k", b"d", cas), StoreStatus::Exists);
-    assert_eq!(set(&s, StoreMode::Cas, b"missing", b"d", 1), StoreStatus::NotFound);
+    assert_eq!(
+        set(&s, StoreMode::Cas, b"k", b"c", cas + 1),
+        StoreStatus::Exists
+    );
+    assert_eq!(
+        set(&s, StoreMode::Cas, b"k", b"c", cas),
+        StoreStatus::Stored
+    );
+    assert_eq!(
+        set(&s, StoreMode::Cas, b"k", b"d", cas),
+        StoreStatus::Exists
+    );
+    assert_eq!(
+        set(&s, StoreMode::Cas, b"missing", b"d", 1),
+        StoreStatus::NotFound
+    );
     assert_eq!(get(&s, b"k").unwrap().0, b"c");
 }
 
 #[test]
 fn append_prepend_keep_flags() {
     let s = store();
-    assert_eq!(set(&s, StoreMode::Append, b"k", b"x", 0), StoreStatus::NotStored);
+    assert_eq!(
+        set(&s, StoreMode::Append, b"k", b"x", 0),
+        StoreStatus::NotStored
+    );
     s.store(0, StoreMode::Set, b"k", 42, 0, b"mid", 0);
-    assert_eq!(s.store(0, StoreMode::Append, b"k", 7, 0, b"-end", 0).0, StoreStatus::Stored);
-    assert_eq!(s.store(0, StoreMode::Prepend, b"k", 9, 0, b"start-", 0).0, StoreStatus::Stored);
+    assert_eq!(
+        s.store(0, StoreMode::Append, b"k", 7, 0, b"-end", 0).0,
+        StoreStatus::Stored
+    );
+    assert_eq!(
+        s.store(0, StoreMode::Prepend, b"k", 9, 0, b"start-", 0).0,
+        StoreStatus::Stored
+    );
     let (v, f, _) = get(&s, b"k").unwrap();
     assert_eq!((v.as_slice(), f), (&b"start-mid-end"[..], 42));
     assert_eq!(s.stats().curr_items, 1);
@@ -124,7 +160,10 @@ fn too_large_matches_memcached_accounting() {
     assert!(s.too_large(1, 0, fits + 1));
     assert!(s.too_large(1, 1, fits), "non-zero flags cost 4 bytes");
     let big = vec![b'x'; fits];
-    assert_eq!(s.store(0, StoreMode::Set, b"b", 0, 0, &big, 0).0, StoreStatus::Stored);
+    assert_eq!(
+        s.store(0, StoreMode::Set, b"b", 0, 0, &big, 0).0,
+        StoreStatus::Stored
+    );
     assert_eq!(get(&s, b"b").unwrap().0.len(), fits);
 }
 
@@ -138,7 +177,8 @@ fn evicts_oldest_when_full() {
     for i in 0..20_000u32 {
         let key = format!("key{i}");
         assert_eq!(
-            s.store(0, StoreMode::Set, key.as_bytes(), 0, 0, &value, 0).0,
+            s.store(0, StoreMode::Set, key.as_bytes(), 0, 0, &value, 0)
+                .0,
             StoreStatus::Stored
         );
     }
@@ -163,7 +203,10 @@ fn no_evictions_means_out_of_memory() {
     let mut oom = false;
     for i in 0..1000u32 {
         let key = format!("key{i}");
-        match s.store(0, StoreMode::Set, key.as_bytes(), 0, 0, &value, 0).0 {
+        match s
+            .store(0, StoreMode::Set, key.as_bytes(), 0, 0, &value, 0)
+            .0
+        {
             StoreStatus::Stored => {}
             StoreStatus::OutOfMemory => {
                 oom = true;
@@ -186,7 +229,15 @@ fn reclaimer_frees_expired_items() {
     let value = vec![b'v'; 1000];
     let exp = s.clock().expiry(1);
     for i in 0..5000u32 {
-        s.store(0, StoreMode::Set, format!("k{i}").as_bytes(), 0, exp, &value, 0);
+        s.store(
+            0,
+            StoreMode::Set,
+            format!("k{i}").as_bytes(),
+            0,
+            exp,
+            &value,
+            0,
+        );
     }
     s.clock().advance_for_tests(2);
     let sealed = s.sealed_segments();

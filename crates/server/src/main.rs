@@ -1,0 +1,330 @@
+//! The `osmium` binary: parses memcached's command line, builds the store,
+//! starts the worker threads and the maintenance thread, and runs the
+//! acceptor on the main thread until SIGTERM/SIGINT (or `shutdown`).
+//!
+//! Threads:
+//! * main: listening sockets (mio), accepts and deals connections to the
+//!   workers round-robin, enforces `-c`;
+//! * `osmium-worker-N` (`-t`): one event loop each (see `worker`);
+//! * `osmium-maint`: ticks the clock every 100 ms and reclaims expired
+//!   items a segment at a time in the background.
+
+mod settings;
+mod stats;
+mod text;
+mod worker;
+
+use std::io::{self, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use osmium_store::{Store, StoreConfig};
+use settings::{Action, Settings};
+use stats::{GlobalStats, StatsContext, ThreadStats};
+use worker::{Shared, WorkerHandle};
+
+const WAKE: Token = Token(usize::MAX);
+
+fn main() {
+    let action = match settings::parse(std::env::args_os()) {
+        Ok(a) => a,
+        Err(msg) => {
+            eprintln!("{}", msg.trim_end());
+            std::process::exit(64); // EX_USAGE, as memcached
+        }
+    };
+    let settings = match action {
+        Action::Print(text) => {
+            print!("{text}");
+            return;
+        }
+        Action::Run(s) => *s,
+    };
+    if let Err(e) = run(settings) {
+        eprintln!("failed to start: {e}");
+        std::process::exit(71); // EX_OSERR
+    }
+}
+
+fn bind(settings: &Settings) -> io::Result<Vec<TcpListener>> {
+    let mut listeners = Vec::new();
+    for l in &settings.listen {
+        let addrs: Vec<SocketAddr> = (l.host.as_str(), l.port).to_socket_addrs()?.collect();
+        if addrs.is_empty() {
+            return Err(io::Error::other(format!("cannot resolve {}", l.host)));
+        }
+        for addr in addrs {
+            let domain = socket2::Domain::for_address(addr);
+            let sock = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
+            sock.set_reuse_address(true)?;
+            if addr.is_ipv6() {
+                sock.set_only_v6(true)?;
+            }
+            sock.bind(&addr.into())?;
+            sock.listen(settings.backlog)?;
+            sock.set_nonblocking(true)?;
+            listeners.push(TcpListener::from_std(sock.into()));
+        }
+    }
+    Ok(listeners)
+}
+
+fn daemonize(settings: &Settings) -> io::Result<()> {
+    // SAFETY: fork before any thread exists; the parent exits at once.
+    match unsafe { libc::fork() } {
+        -1 => return Err(io::Error::last_os_error()),
+        0 => {}
+        _ => std::process::exit(0),
+    }
+    // SAFETY: plain libc calls on our own process and descriptors.
+    unsafe {
+        if libc::setsid() == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if devnull >= 0 {
+            libc::dup2(devnull, 0);
+            libc::dup2(devnull, 1);
+            libc::dup2(devnull, 2);
+            if devnull > 2 {
+                libc::close(devnull);
+            }
+        }
+    }
+    if let Some(path) = &settings.pidfile {
+        std::fs::write(path, format!("{}\n", std::process::id()))?;
+    }
+    Ok(())
+}
+
+fn drop_privileges(user: &str) -> io::Result<()> {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        return Ok(()); // only meaningful when started as root
+    }
+    let name = std::ffi::CString::new(user).map_err(io::Error::other)?;
+    // SAFETY: getpwnam returns a pointer into static storage or null; we
+    // read it before any other getpw* call.
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    if pw.is_null() {
+        return Err(io::Error::other(format!(
+            "can't find the user {user} to switch to"
+        )));
+    }
+    // SAFETY: pw is non-null and valid until the next getpw* call.
+    let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
+    // SAFETY: plain libc calls.
+    unsafe {
+        if libc::setgroups(0, std::ptr::null()) != 0
+            && io::Error::last_os_error().raw_os_error() != Some(libc::EPERM)
+        {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+            return Err(io::Error::other(format!(
+                "failed to assume identity of user {user}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn apply_process_flags(settings: &Settings) {
+    if settings.coredumps {
+        let lim = libc::rlimit {
+            rlim_cur: libc::RLIM_INFINITY,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        // SAFETY: setrlimit reads the struct we pass.
+        if unsafe { libc::setrlimit(libc::RLIMIT_CORE, &lim) } != 0 {
+            eprintln!("failed to ensure corefile creation");
+        }
+    }
+    if settings.lock_memory {
+        // SAFETY: mlockall has no memory-safety preconditions.
+        if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
+            eprintln!(
+                "warning: -k invalid, mlockall() failed: {}",
+                io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+fn run(settings: Settings) -> io::Result<()> {
+    for w in &settings.warnings {
+        eprintln!("{w}");
+    }
+    // Bind first so that a bad address fails before daemonizing.
+    let mut listeners = bind(&settings)?;
+    if settings.daemon {
+        daemonize(&settings)?;
+    }
+    apply_process_flags(&settings);
+    if let Some(user) = &settings.user {
+        drop_privileges(user)?;
+    }
+
+    let store = Arc::new(Store::new(StoreConfig {
+        memory_limit: settings.memory_limit,
+        item_size_max: settings.item_size_max,
+        evictions: settings.evictions,
+        use_cas: settings.use_cas,
+        write_heads: settings.threads,
+    }));
+    let thread_stats: Vec<Arc<ThreadStats>> = (0..settings.threads)
+        .map(|_| Arc::new(ThreadStats::default()))
+        .collect();
+    let global = Arc::new(GlobalStats::default());
+    let stats_ctx = Arc::new(StatsContext {
+        verbosity: std::sync::atomic::AtomicU32::new(settings.verbose),
+        settings: settings.clone(),
+        store: store.clone(),
+        threads: thread_stats.clone(),
+        global: global.clone(),
+        accepting: AtomicBool::new(true),
+    });
+    let shared = Arc::new(Shared {
+        store: store.clone(),
+        stats: stats_ctx,
+        shutdown: AtomicBool::new(false),
+        acceptor_waker: std::sync::OnceLock::new(),
+    });
+
+    let workers: Vec<WorkerHandle> = thread_stats
+        .iter()
+        .enumerate()
+        .map(|(i, st)| worker::spawn(i, shared.clone(), st.clone()))
+        .collect::<io::Result<_>>()?;
+
+    spawn_maintenance(shared.clone())?;
+
+    let mut poll = Poll::new()?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
+    let _ = shared.acceptor_waker.set(waker);
+    for (i, l) in listeners.iter_mut().enumerate() {
+        poll.registry().register(l, Token(i), Interest::READABLE)?;
+    }
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, term.clone())?;
+    }
+    if settings.verbose > 0 {
+        for l in &listeners {
+            if let Ok(a) = l.local_addr() {
+                eprintln!("osmium listening on {a}");
+            }
+        }
+    }
+
+    let mut events = Events::with_capacity(256);
+    let mut next_worker = 0;
+    loop {
+        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(100))) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        if term.load(Ordering::Relaxed) || shared.shutdown.load(Ordering::Relaxed) {
+            break;
+        }
+        for ev in events.iter() {
+            if ev.token() == WAKE {
+                continue;
+            }
+            let listener = &listeners[ev.token().0];
+            loop {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        dispatch(stream, &settings, &global, &workers, &mut next_worker);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        // EMFILE and friends: back off briefly.
+                        if settings.verbose > 0 {
+                            eprintln!("accept failed: {e}");
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    // Graceful stop: workers see the flag and return.
+    shared.shutdown.store(true, Ordering::SeqCst);
+    for w in &workers {
+        let _ = w.waker.wake();
+    }
+    for w in workers {
+        let _ = w.thread.join();
+    }
+    if settings.daemon {
+        if let Some(p) = &settings.pidfile {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    Ok(())
+}
+
+fn dispatch(
+    mut stream: TcpStream,
+    settings: &Settings,
+    global: &GlobalStats,
+    workers: &[WorkerHandle],
+    next: &mut usize,
+) {
+    let curr = global.curr_connections.load(Ordering::Relaxed) as usize;
+    if curr >= settings.max_connections {
+        // memcached's maxconns_fast refusal.
+        let _ = stream.write(b"ERROR Too many open connections\r\n");
+        global.rejected_connections.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let _ = stream.set_nodelay(true);
+    global.curr_connections.fetch_add(1, Ordering::Relaxed);
+    global.total_connections.fetch_add(1, Ordering::Relaxed);
+    global
+        .connection_structures
+        .fetch_max(curr as u64 + 1, Ordering::Relaxed);
+    let w = &workers[*next % workers.len()];
+    *next = next.wrapping_add(1);
+    if w.sender.send(stream).is_ok() {
+        let _ = w.waker.wake();
+    } else {
+        global.curr_connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn spawn_maintenance(shared: Arc<Shared>) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("osmium-maint".into())
+        .spawn(move || {
+            let store = &shared.store;
+            let crawl = shared.stats.settings.lru_crawler;
+            let mut cursor = 0usize;
+            let mut ticks = 0u64;
+            while !shared.shutdown.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                store.clock().tick();
+                ticks += 1;
+                // Walk a few sealed segments per second for expired items,
+                // covering the whole cache about once a minute.
+                if crawl && ticks % 5 == 0 {
+                    let sealed = store.sealed_segments();
+                    let per_step = sealed.div_ceil(120).max(1);
+                    for _ in 0..per_step {
+                        store.reclaim_step(cursor);
+                        cursor = cursor.wrapping_add(1);
+                    }
+                }
+            }
+        })?;
+    Ok(())
+}

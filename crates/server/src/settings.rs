@@ -1,0 +1,542 @@
+//! The command line: memcached's flags (short and long forms), parsed with
+//! clap into [`Settings`]. Flags that have no meaning for osmium's engine
+//! (slab tuning, LRU tuning) are accepted with a warning so that existing
+//! service files keep working; flags for features that are not built yet are
+//! refused with a clear message rather than silently ignored.
+
+use clap::{ArgAction, Parser};
+
+pub const VERSION: &str = "1.6.45";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "osmium",
+    disable_help_flag = true,
+    disable_version_flag = true,
+    about = "osmium: a memcached-compatible cache server"
+)]
+pub struct Cli {
+    /// TCP port to listen on (default: 11211, 0 = off)
+    #[arg(short = 'p', long = "port", default_value_t = 11211)]
+    pub port: u16,
+    /// UDP port to listen on (default: 0, off)
+    #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
+    pub udp_port: u16,
+    /// UNIX socket to listen on (disables network support)
+    #[arg(short = 's', long = "unix-socket")]
+    pub unix_socket: Option<String>,
+    /// access mask for UNIX socket, in octal (default: 700)
+    #[arg(short = 'a', long = "unix-mask", default_value = "700")]
+    pub unix_mask: String,
+    /// enable ascii "shutdown" command
+    #[arg(short = 'A', long = "enable-shutdown")]
+    pub enable_shutdown: bool,
+    /// interface to listen on (default: 127.0.0.1); comma separated or repeated, addr[:port]
+    #[arg(short = 'l', long = "listen")]
+    pub listen: Vec<String>,
+    /// run as a daemon
+    #[arg(short = 'd', long = "daemon")]
+    pub daemon: bool,
+    /// maximize core file limit
+    #[arg(short = 'r', long = "enable-coredumps")]
+    pub coredumps: bool,
+    /// assume identity of <username> (only when run as root)
+    #[arg(short = 'u', long = "user")]
+    pub user: Option<String>,
+    /// item memory in megabytes (default: 64)
+    #[arg(short = 'm', long = "memory-limit", default_value = "64")]
+    pub memory_limit: String,
+    /// return error on memory exhausted instead of evicting
+    #[arg(short = 'M', long = "disable-evictions")]
+    pub disable_evictions: bool,
+    /// max simultaneous connections (default: 1024)
+    #[arg(short = 'c', long = "conn-limit", default_value_t = 1024)]
+    pub conn_limit: usize,
+    /// lock down all paged memory
+    #[arg(short = 'k', long = "lock-memory")]
+    pub lock_memory: bool,
+    /// verbose (-v errors/warnings, -vv also client commands/responses)
+    #[arg(short = 'v', long = "verbose", action = ArgAction::Count)]
+    pub verbose: u8,
+    /// print this help and exit
+    #[arg(short = 'h', long = "help")]
+    pub help: bool,
+    /// print license and exit
+    #[arg(short = 'i', long = "license")]
+    pub license: bool,
+    /// print version and exit
+    #[arg(short = 'V', long = "version")]
+    pub version: bool,
+    /// save PID in <file>, only used with -d option
+    #[arg(short = 'P', long = "pidfile")]
+    pub pidfile: Option<String>,
+    /// chunk size growth factor (accepted; osmium has no slab classes)
+    #[arg(short = 'f', long = "slab-growth-factor")]
+    pub growth_factor: Option<f64>,
+    /// min space used for key+value+flags (accepted; no slab classes)
+    #[arg(short = 'n', long = "slab-min-size")]
+    pub slab_min_size: Option<u32>,
+    /// try to use large memory pages (accepted; not used yet)
+    #[arg(short = 'L', long = "enable-largepages")]
+    pub large_pages: bool,
+    /// delimiter between key prefixes and IDs for prefix stats (accepted)
+    #[arg(short = 'D')]
+    pub prefix_delimiter: Option<String>,
+    /// number of worker threads (default: 4)
+    #[arg(short = 't', long = "threads", default_value_t = 4)]
+    pub threads: usize,
+    /// maximum requests per event per connection (default: 20)
+    #[arg(short = 'R', long = "max-reqs-per-event", default_value_t = 20)]
+    pub reqs_per_event: usize,
+    /// disable use of CAS
+    #[arg(short = 'C', long = "disable-cas")]
+    pub disable_cas: bool,
+    /// set the backlog queue limit (default: 1024)
+    #[arg(short = 'b', long = "listen-backlog", default_value_t = 1024)]
+    pub backlog: i32,
+    /// protocol: ascii, binary or auto (default: auto)
+    #[arg(short = 'B', long = "protocol", default_value = "auto")]
+    pub protocol: String,
+    /// max item size (default: 1m, min: 1k, max: 1024m)
+    #[arg(short = 'I', long = "max-item-size")]
+    pub max_item_size: Option<String>,
+    /// turn on SASL authentication
+    #[arg(short = 'S', long = "enable-sasl")]
+    pub sasl: bool,
+    /// disable flush_all command
+    #[arg(short = 'F', long = "disable-flush-all")]
+    pub disable_flush_all: bool,
+    /// disable stats cachedump and lru_crawler metadump
+    #[arg(short = 'X', long = "disable-dumping")]
+    pub disable_dumping: bool,
+    /// disable watch commands
+    #[arg(short = 'W', long = "disable-watch")]
+    pub disable_watch: bool,
+    /// ASCII protocol authentication file
+    #[arg(short = 'Y', long = "auth-file")]
+    pub auth_file: Option<String>,
+    /// mmap a file for item memory (restartable cache)
+    #[arg(short = 'e', long = "memory-file")]
+    pub memory_file: Option<String>,
+    /// enable TLS
+    #[arg(short = 'Z', long = "enable-ssl")]
+    pub ssl: bool,
+    /// comma separated list of extended options
+    #[arg(short = 'o', long = "extended")]
+    pub extended: Vec<String>,
+}
+
+/// Where to listen.
+#[derive(Debug, Clone)]
+pub struct ListenAddr {
+    pub host: String,
+    pub port: u16,
+}
+
+/// Validated settings the server runs with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub port: u16,
+    pub listen: Vec<ListenAddr>,
+    pub memory_limit: usize,
+    pub item_size_max: usize,
+    pub evictions: bool,
+    pub use_cas: bool,
+    pub flush_enabled: bool,
+    pub shutdown_enabled: bool,
+    pub max_connections: usize,
+    pub threads: usize,
+    pub reqs_per_event: usize,
+    pub backlog: i32,
+    pub verbose: u32,
+    pub daemon: bool,
+    pub pidfile: Option<String>,
+    pub user: Option<String>,
+    pub lock_memory: bool,
+    pub coredumps: bool,
+    pub idle_timeout: u32,
+    pub maxconns_fast: bool,
+    pub hashpower_init: u32,
+    pub lru_crawler: bool,
+    pub binding_protocol: &'static str,
+    pub unix_mask: u32,
+    pub warnings: Vec<String>,
+}
+
+/// What the command line asks for.
+pub enum Action {
+    Run(Box<Settings>),
+    /// Print this and exit 0 (-h, -V, -i).
+    Print(String),
+}
+
+fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last()? {
+        'k' | 'K' => (&s[..s.len() - 1], 1usize << 10),
+        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
+        'g' | 'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<usize>().ok()?.checked_mul(mult)
+}
+
+/// memcached's -o options that osmium accepts but does not act on.
+const IGNORED_EXTENDED: &[&str] = &[
+    "tail_repair_time",
+    "hash_algorithm",
+    "lru_crawler_sleep",
+    "lru_crawler_tocrawl",
+    "read_buf_mem_limit",
+    "no_lru_maintainer",
+    "lru_maintainer",
+    "hot_lru_pct",
+    "warm_lru_pct",
+    "hot_max_factor",
+    "warm_max_factor",
+    "temporary_ttl",
+    "slab_chunk_max",
+    "watcher_logbuf_size",
+    "worker_logbuf_size",
+    "track_sizes",
+    "no_hashexpand",
+    "modern",
+    "no_modern",
+    "sock_cookie_id",
+    "slab_reassign",
+    "no_slab_reassign",
+    "slab_automove",
+    "no_slab_automove",
+    "slab_automove_ratio",
+    "slab_automove_window",
+    "slab_automove_freeratio",
+    "lru_segmented",
+    "no_lru_segmented",
+    "inline_ascii_resp",
+    "no_inline_ascii_resp",
+    "maxconns_fast",
+    "no_maxconns_fast",
+    "napi_ids",
+    "drop_privileges",
+    "no_drop_privileges",
+    "resp_obj_mem_limit",
+    "meta_response_old",
+    "ext_path",
+    "ext_page_size",
+    "ext_wbuf_size",
+    "ext_threads",
+    "ext_io_depth",
+    "ext_item_size",
+    "ext_item_age",
+    "ext_low_ttl",
+    "ext_drop_unread",
+    "ext_recache_rate",
+    "ext_compact_under",
+    "ext_drop_under",
+    "ext_max_frag",
+    "ext_max_sleep",
+    "ssl_chain_cert",
+    "ssl_key",
+    "ssl_keyformat",
+    "ssl_verify_mode",
+    "ssl_ciphers",
+    "ssl_ca_cert",
+    "ssl_wbuf_size",
+    "ssl_session_cache",
+    "ssl_kernel_tls",
+    "ssl_min_version",
+    "proxy_config",
+    "proxy_startfile",
+];
+
+pub fn help_text() -> String {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    format!(
+        "osmium {} (memcached protocol {VERSION})\n{}\n\n-o options honoured: idle_timeout=<secs>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast.\nOther memcached -o options are accepted with a warning.\n",
+        env!("CARGO_PKG_VERSION"),
+        cmd.render_help()
+    )
+}
+
+/// Parses and validates the command line.
+pub fn parse<I, T>(args: I) -> Result<Action, String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
+    if cli.help {
+        return Ok(Action::Print(help_text()));
+    }
+    if cli.version {
+        return Ok(Action::Print(format!("osmium {VERSION}\n")));
+    }
+    if cli.license {
+        return Ok(Action::Print(
+            "osmium is distributed under the BSD 3-clause license, as memcached is.\n".into(),
+        ));
+    }
+    let mut warnings = Vec::new();
+
+    // Features that later work will add: refuse rather than ignore.
+    if cli.udp_port != 0 {
+        return Err("-U: UDP is not supported yet; use -U 0".into());
+    }
+    if cli.unix_socket.is_some() {
+        return Err("-s: unix domain sockets are not supported yet".into());
+    }
+    if cli.sasl {
+        return Err("-S: SASL authentication is not supported yet".into());
+    }
+    if cli.auth_file.is_some() {
+        return Err("-Y: ascii authentication is not supported yet".into());
+    }
+    if cli.ssl {
+        return Err("-Z: TLS is not supported yet".into());
+    }
+    if cli.memory_file.is_some() {
+        return Err("-e: file-backed item memory (warm restart) is not supported yet".into());
+    }
+    let binding_protocol = match cli.protocol.as_str() {
+        "auto" => "auto-negotiate",
+        "ascii" => "ascii",
+        "binary" => return Err("-B binary: the binary protocol is not supported yet".into()),
+        other => return Err(format!("Invalid value for binding protocol: {other}\n -- should be one of auto, binary, or ascii")),
+    };
+
+    let memory_mb = parse_size(&cli.memory_limit)
+        .ok_or_else(|| format!("-m: invalid memory limit '{}'", cli.memory_limit))?;
+    // A bare number is megabytes; a suffixed one is already in bytes.
+    let memory_limit = if cli.memory_limit.trim().chars().all(|c| c.is_ascii_digit()) {
+        memory_mb
+            .checked_mul(1 << 20)
+            .ok_or("-m: memory limit too large")?
+    } else {
+        memory_mb
+    };
+    if memory_limit == 0 {
+        return Err("-m: memory limit must be at least 1 megabyte".into());
+    }
+    let item_size_max = match &cli.max_item_size {
+        None => 1 << 20,
+        Some(s) => {
+            let v = parse_size(s).ok_or_else(|| format!("-I: invalid item size '{s}'"))?;
+            if v < 1024 {
+                return Err("Item max size cannot be less than 1024 bytes.".into());
+            }
+            if v > 1 << 30 {
+                return Err("Cannot set item size limit higher than 1 GB.".into());
+            }
+            if v > memory_limit / 2 {
+                return Err("Cannot set item size limit higher than 1/2 of memory max.".into());
+            }
+            v
+        }
+    };
+    if cli.threads == 0 {
+        return Err("Number of threads must be greater than 0".into());
+    }
+    if cli.threads > 64 {
+        warnings.push("WARNING: Setting a high number of worker threads is not recommended. Set this value to the number of cores in your machine or less.".into());
+    }
+    if cli.conn_limit == 0 {
+        return Err("Number of connections must be greater than 0".into());
+    }
+    if cli.reqs_per_event == 0 {
+        return Err("Number of requests per event must be greater than 0".into());
+    }
+    let unix_mask = u32::from_str_radix(&cli.unix_mask, 8)
+        .map_err(|_| format!("-a: invalid octal mask '{}'", cli.unix_mask))?;
+
+    let mut listen = Vec::new();
+    for spec in cli.listen.iter().flat_map(|l| l.split(',')) {
+        let spec = spec.trim();
+        if spec.is_empty() {
+            continue;
+        }
+        let (host, port) = split_host_port(spec, cli.port)?;
+        listen.push(ListenAddr { host, port });
+    }
+    if listen.is_empty() {
+        listen.push(ListenAddr {
+            host: "127.0.0.1".into(),
+            port: cli.port,
+        });
+    }
+
+    let mut idle_timeout = 0;
+    let mut maxconns_fast = true;
+    let mut hashpower_init = 0;
+    let mut lru_crawler = true;
+    for opt in cli.extended.iter().flat_map(|o| o.split(',')) {
+        let opt = opt.trim();
+        if opt.is_empty() {
+            continue;
+        }
+        let (name, value) = match opt.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (opt, None),
+        };
+        let number = |v: Option<&str>| -> Result<u32, String> {
+            v.and_then(|v| v.parse().ok())
+                .ok_or_else(|| format!("-o {name}: needs a numeric value"))
+        };
+        match name {
+            "idle_timeout" => idle_timeout = number(value)?,
+            "hashpower" => {
+                hashpower_init = number(value)?;
+                if !(12..=64).contains(&hashpower_init) {
+                    return Err("Initial hashtable multiplier of 12 is too low".into());
+                }
+            }
+            "no_lru_crawler" => lru_crawler = false,
+            "lru_crawler" => lru_crawler = true,
+            "maxconns_fast" => maxconns_fast = true,
+            "no_maxconns_fast" => maxconns_fast = false,
+            n if IGNORED_EXTENDED.contains(&n) => {
+                warnings.push(format!("-o {n}: accepted but has no effect in osmium"))
+            }
+            n => return Err(format!("Illegal suboption \"{n}\"")),
+        }
+    }
+    if cli.growth_factor.is_some() || cli.slab_min_size.is_some() {
+        warnings.push("-f/-n: osmium has no slab classes; slab sizing flags have no effect".into());
+    }
+    if cli.large_pages {
+        warnings.push("-L: large pages are not used yet; flag has no effect".into());
+    }
+    if cli.prefix_delimiter.is_some() {
+        warnings.push("-D: per-prefix stats are not implemented; flag has no effect".into());
+    }
+
+    Ok(Action::Run(Box::new(Settings {
+        port: cli.port,
+        listen,
+        memory_limit,
+        item_size_max,
+        evictions: !cli.disable_evictions,
+        use_cas: !cli.disable_cas,
+        flush_enabled: !cli.disable_flush_all,
+        shutdown_enabled: cli.enable_shutdown,
+        max_connections: cli.conn_limit,
+        threads: cli.threads,
+        reqs_per_event: cli.reqs_per_event,
+        backlog: cli.backlog,
+        verbose: u32::from(cli.verbose),
+        daemon: cli.daemon,
+        pidfile: cli.pidfile,
+        user: cli.user,
+        lock_memory: cli.lock_memory,
+        coredumps: cli.coredumps,
+        idle_timeout,
+        maxconns_fast,
+        hashpower_init,
+        lru_crawler,
+        binding_protocol,
+        unix_mask,
+        warnings,
+    })))
+}
+
+fn split_host_port(spec: &str, default_port: u16) -> Result<(String, u16), String> {
+    // [v6]:port, v4:port, host, or a bare v6 address
+    if let Some(rest) = spec.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("-l: bad address '{spec}'"))?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().map_err(|_| format!("-l: bad port in '{spec}'"))?,
+            None => default_port,
+        };
+        return Ok((host.to_string(), port));
+    }
+    if spec.matches(':').count() == 1 {
+        let (host, port) = spec.split_once(':').expect("one colon");
+        let port = port
+            .parse()
+            .map_err(|_| format!("-l: bad port in '{spec}'"))?;
+        return Ok((host.to_string(), port));
+    }
+    Ok((spec.to_string(), default_port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Result<Settings, String> {
+        let mut v = vec!["osmium"];
+        v.extend_from_slice(args);
+        match parse(v)? {
+            Action::Run(s) => Ok(*s),
+            Action::Print(_) => Err("print".into()),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let s = run(&[]).unwrap();
+        assert_eq!(s.memory_limit, 64 << 20);
+        assert_eq!(s.item_size_max, 1 << 20);
+        assert_eq!(s.threads, 4);
+        assert_eq!(s.max_connections, 1024);
+        assert_eq!(s.listen[0].host, "127.0.0.1");
+        assert_eq!(s.listen[0].port, 11211);
+    }
+
+    #[test]
+    fn memcached_forms() {
+        let s = run(&[
+            "-p",
+            "5000",
+            "-U",
+            "0",
+            "-l",
+            "127.0.0.1",
+            "-m",
+            "1024",
+            "-t",
+            "1",
+        ])
+        .unwrap();
+        assert_eq!((s.port, s.memory_limit, s.threads), (5000, 1 << 30, 1));
+        let s = run(&[
+            "-vv",
+            "-I",
+            "2m",
+            "-o",
+            "idle_timeout=5,hashpower=20",
+            "-C",
+            "-M",
+            "-F",
+            "-A",
+        ])
+        .unwrap();
+        assert_eq!(s.verbose, 2);
+        assert_eq!(s.item_size_max, 2 << 20);
+        assert_eq!(s.idle_timeout, 5);
+        assert!(!s.use_cas && !s.evictions && !s.flush_enabled && s.shutdown_enabled);
+        let s = run(&[
+            "--port=6000",
+            "--listen=127.0.0.1:7000,::1",
+            "--memory-limit=8",
+        ])
+        .unwrap();
+        assert_eq!(s.listen.len(), 2);
+        assert_eq!(s.listen[0].port, 7000);
+        assert_eq!(s.listen[1].port, 6000);
+        assert!(run(&["-o", "slab_chunk_max=64"]).unwrap().warnings.len() == 1);
+    }
+
+    #[test]
+    fn bad_flags_fail() {
+        assert!(run(&["-Q"]).is_err());
+        assert!(run(&["-m", "abc"]).is_err());
+        assert!(run(&["-t", "0"]).is_err());
+        assert!(run(&["-I", "100"]).is_err());
+        assert!(run(&["-m", "1", "-I", "1m"]).is_err());
+        assert!(run(&["-o", "bogus_option"]).is_err());
+        assert!(run(&["-U", "11211"]).is_err());
+    }
+}

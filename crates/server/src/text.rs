@@ -1,0 +1,335 @@
+//! Executes parsed text-protocol commands against the store and writes the
+//! replies: the glue between the protocol crate (parse/encode) and the
+//! engine, with memcached's reply strings and stat accounting.
+
+use std::sync::atomic::Ordering;
+
+use osmium_protocol::encode;
+use osmium_protocol::text::{Command, StoreMode as WireMode, StoreRequest, KEY_MAX_LENGTH};
+use osmium_store::{ArithResult, Lookup, StoreMode, StoreStatus};
+
+use crate::stats::StatsContext;
+use crate::worker::WorkerCtx;
+
+/// What the connection must do after a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum After {
+    Continue,
+    /// Send what is buffered, then close (quit).
+    CloseAfterWrite,
+    /// Close at once, dropping buffered output (memcached's conn_closing).
+    CloseNow,
+}
+
+#[inline]
+fn reply(out: &mut Vec<u8>, noreply: bool, msg: &str) {
+    if !noreply {
+        encode::line(out, msg.as_bytes());
+    }
+}
+
+fn store_mode(m: WireMode) -> StoreMode {
+    match m {
+        WireMode::Set => StoreMode::Set,
+        WireMode::Add => StoreMode::Add,
+        WireMode::Replace => StoreMode::Replace,
+        WireMode::Append => StoreMode::Append,
+        WireMode::Prepend => StoreMode::Prepend,
+        WireMode::Cas => StoreMode::Cas,
+    }
+}
+
+/// Before the data block is read: memcached refuses too-large values at the
+/// header (and drops an existing key on a refused `set`). Returns true if
+/// the request was refused and its data block must be swallowed.
+pub fn refuse_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, out: &mut Vec<u8>) -> bool {
+    let store = &ctx.shared.store;
+    if !store.too_large(req.key.len(), req.flags, req.value_len as usize) {
+        return false;
+    }
+    ctx.stats.store_too_large.incr();
+    reply(out, req.noreply, "SERVER_ERROR object too large for cache");
+    if req.mode == WireMode::Set {
+        store.delete(req.key);
+    }
+    true
+}
+
+/// Completes a storage command once its data block (with terminator) is in.
+pub fn complete_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, block: &[u8], out: &mut Vec<u8>) {
+    ctx.stats.set_cmds.incr();
+    let vlen = req.value_len as usize;
+    if &block[vlen..vlen + 2] != b"\r\n" {
+        reply(out, req.noreply, "CLIENT_ERROR bad data chunk");
+        return;
+    }
+    let store = &ctx.shared.store;
+    let exptime = store.clock().expiry(req.exptime);
+    let (status, _) = store.store(
+        ctx.head,
+        store_mode(req.mode),
+        req.key,
+        req.flags,
+        exptime,
+        &block[..vlen],
+        req.cas,
+    );
+    let is_cas = req.mode == WireMode::Cas;
+    let msg = match status {
+        StoreStatus::Stored => {
+            if is_cas {
+                ctx.stats.cas_hits.incr();
+            }
+            "STORED"
+        }
+        StoreStatus::NotStored => "NOT_STORED",
+        StoreStatus::Exists => {
+            ctx.stats.cas_badval.incr();
+            "EXISTS"
+        }
+        StoreStatus::NotFound => {
+            ctx.stats.cas_misses.incr();
+            "NOT_FOUND"
+        }
+        StoreStatus::TooLarge => {
+            ctx.stats.store_too_large.incr();
+            "SERVER_ERROR object too large for cache"
+        }
+        StoreStatus::OutOfMemory => {
+            ctx.stats.store_no_memory.incr();
+            "SERVER_ERROR out of memory storing object"
+        }
+    };
+    reply(out, req.noreply, msg);
+}
+
+/// Executes every command except storage commands (handled by the
+/// connection, which must first collect the data block).
+pub fn execute(ctx: &WorkerCtx, cmd: Command<'_>, out: &mut Vec<u8>, peer: &str, fd: i32) -> After {
+    let shared = &ctx.shared;
+    let store = &shared.store;
+    let stats = &ctx.stats;
+    match cmd {
+        Command::Get {
+            keys,
+            with_cas,
+            touch,
+        } => {
+            let start = out.len();
+            let exptime = touch.map(|e| store.clock().expiry(e));
+            for key in keys {
+                if key.len() > KEY_MAX_LENGTH {
+                    out.truncate(start);
+                    encode::line(out, b"CLIENT_ERROR bad command line format");
+                    return After::Continue;
+                }
+                let r = store.get(key, exptime, |it| {
+                    let cas = with_cas.then(|| it.cas());
+                    let value = it.value();
+                    encode::value_header(out, it.key(), it.flags(), value.len(), cas);
+                    out.extend_from_slice(value);
+                    out.extend_from_slice(b"\r\n");
+                });
+                let hit = matches!(r, Lookup::Hit(()));
+                match r {
+                    Lookup::Expired => stats.get_expired.incr(),
+                    Lookup::Flushed => stats.get_flushed.incr(),
+                    _ => {}
+                }
+                if touch.is_some() {
+                    stats.touch_cmds.incr();
+                    if hit {
+                        stats.touch_hits.incr()
+                    } else {
+                        stats.touch_misses.incr()
+                    }
+                } else {
+                    stats.get_cmds.incr();
+                    if hit {
+                        stats.get_hits.incr()
+                    } else {
+                        stats.get_misses.incr()
+                    }
+                }
+            }
+            out.extend_from_slice(b"END\r\n");
+        }
+        Command::Store(_) => unreachable!("storage commands are completed by the connection"),
+        Command::Delete { key, noreply } => {
+            if store.delete(key) {
+                stats.delete_hits.incr();
+                reply(out, noreply, "DELETED");
+            } else {
+                stats.delete_misses.incr();
+                reply(out, noreply, "NOT_FOUND");
+            }
+        }
+        Command::Arith {
+            key,
+            incr,
+            delta,
+            noreply,
+        } => match store.arith(ctx.head, key, incr, delta) {
+            ArithResult::Value(v) => {
+                if incr {
+                    stats.incr_hits.incr()
+                } else {
+                    stats.decr_hits.incr()
+                }
+                if !noreply {
+                    encode::number_line(out, v);
+                }
+            }
+            ArithResult::NotFound => {
+                if incr {
+                    stats.incr_misses.incr()
+                } else {
+                    stats.decr_misses.incr()
+                }
+                reply(out, noreply, "NOT_FOUND");
+            }
+            ArithResult::NonNumeric => reply(
+                out,
+                noreply,
+                "CLIENT_ERROR cannot increment or decrement non-numeric value",
+            ),
+            ArithResult::OutOfMemory => reply(out, noreply, "SERVER_ERROR out of memory"),
+        },
+        Command::Touch {
+            key,
+            exptime,
+            noreply,
+        } => {
+            stats.touch_cmds.incr();
+            let exptime = store.clock().expiry(exptime);
+            match store.touch(key, exptime) {
+                Lookup::Hit(()) => {
+                    stats.touch_hits.incr();
+                    reply(out, noreply, "TOUCHED");
+                }
+                other => {
+                    match other {
+                        Lookup::Expired => stats.get_expired.incr(),
+                        Lookup::Flushed => stats.get_flushed.incr(),
+                        _ => {}
+                    }
+                    stats.touch_misses.incr();
+                    reply(out, noreply, "NOT_FOUND");
+                }
+            }
+        }
+        Command::FlushAll { delay, noreply } => {
+            stats.flush_cmds.incr();
+            if !shared.stats.settings.flush_enabled {
+                reply(out, noreply, "CLIENT_ERROR flush_all not allowed");
+            } else {
+                store.flush_all(delay);
+                reply(out, noreply, "OK");
+            }
+        }
+        Command::Version => {
+            out.extend_from_slice(b"VERSION ");
+            encode::line(out, crate::settings::VERSION.as_bytes());
+        }
+        Command::Verbosity { level, noreply } => {
+            shared
+                .stats
+                .verbosity
+                .store(level.min(2), Ordering::Relaxed);
+            reply(out, noreply, "OK");
+        }
+        Command::Quit => return After::CloseAfterWrite,
+        Command::Shutdown { .. } => {
+            if !shared.stats.settings.shutdown_enabled {
+                encode::line(out, b"ERROR: shutdown not enabled");
+            } else {
+                shared.request_shutdown();
+                return After::CloseNow;
+            }
+        }
+        Command::Stats {
+            group,
+            arg,
+            ntokens,
+        } => stats_command(&shared.stats, group, arg, ntokens, out, peer, fd),
+        Command::CacheMemlimit { megabytes, noreply } => {
+            let msg = if megabytes < 8 {
+                "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"
+            } else if megabytes > 1_000_000_000 {
+                "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"
+            } else if store.set_memory_limit(megabytes as usize * (1 << 20)) {
+                "OK"
+            } else {
+                "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust"
+            };
+            reply(out, noreply, msg);
+        }
+        Command::Reply { msg, noreply } => reply(out, noreply, msg),
+        Command::Close => return After::CloseNow,
+    }
+    After::Continue
+}
+
+fn stats_command(
+    ctx: &StatsContext,
+    group: Option<&[u8]>,
+    arg: Option<&[u8]>,
+    ntokens: usize,
+    out: &mut Vec<u8>,
+    peer: &str,
+    fd: i32,
+) {
+    let Some(group) = group else {
+        ctx.general(out);
+        out.extend_from_slice(b"END\r\n");
+        return;
+    };
+    match group {
+        b"reset" => {
+            ctx.reset();
+            encode::line(out, b"RESET");
+        }
+        b"detail" => match arg {
+            Some(b"on") | Some(b"off") => encode::line(out, b"OK"),
+            Some(b"dump") => encode::line(out, b"END"),
+            _ => encode::line(out, b"CLIENT_ERROR usage: stats detail on|off|dump"),
+        },
+        b"settings" => {
+            ctx.settings(out);
+            out.extend_from_slice(b"END\r\n");
+        }
+        b"cachedump" => {
+            if ntokens < 5 {
+                encode::line(out, b"CLIENT_ERROR bad command line");
+            } else {
+                encode::line(out, b"END");
+            }
+        }
+        b"conns" => {
+            let listen = ctx
+                .settings
+                .listen
+                .first()
+                .map(|l| format!("{}:{}", l.host, l.port))
+                .unwrap_or_default();
+            encode::stat(out, &format!("{fd}:addr"), format!("tcp:{peer}"));
+            encode::stat(out, &format!("{fd}:listen_addr"), format!("tcp:{listen}"));
+            encode::stat(out, &format!("{fd}:state"), "conn_parse_cmd");
+            encode::stat(out, &format!("{fd}:secs_since_last_cmd"), 0);
+            out.extend_from_slice(b"END\r\n");
+        }
+        b"items" => {
+            ctx.items(out);
+            out.extend_from_slice(b"END\r\n");
+        }
+        b"slabs" => {
+            ctx.slabs(out);
+            out.extend_from_slice(b"END\r\n");
+        }
+        b"sizes" => {
+            encode::stat(out, "sizes_status", "disabled");
+            out.extend_from_slice(b"END\r\n");
+        }
+        _ => encode::line(out, b"ERROR"),
+    }
+}
