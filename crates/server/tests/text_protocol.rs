@@ -77,12 +77,18 @@ fn roundtrip(s: &mut TcpStream, req: &[u8], end: &[u8]) -> Vec<u8> {
 fn basic_commands() {
     let srv = Server::start(&["-t", "2"]);
     let mut c = srv.connect();
-    assert_eq!(roundtrip(&mut c, b"set k 7 0 5\r\nhello\r\n", b"\r\n"), b"STORED\r\n");
+    assert_eq!(
+        roundtrip(&mut c, b"set k 7 0 5\r\nhello\r\n", b"\r\n"),
+        b"STORED\r\n"
+    );
     assert_eq!(
         roundtrip(&mut c, b"get k missing\r\n", b"END\r\n"),
         b"VALUE k 7 5\r\nhello\r\nEND\r\n"
     );
-    assert_eq!(roundtrip(&mut c, b"version\r\n", b"\r\n"), b"VERSION 1.6.45\r\n");
+    assert_eq!(
+        roundtrip(&mut c, b"version\r\n", b"\r\n"),
+        b"VERSION 1.6.45\r\n"
+    );
     assert_eq!(roundtrip(&mut c, b"bogus\r\n", b"\r\n"), b"ERROR\r\n");
 }
 
@@ -109,7 +115,9 @@ fn many_pipelined_requests_in_one_write() {
     let mut req = Vec::new();
     let mut want = Vec::new();
     for i in 0..1000 {
-        req.extend_from_slice(format!("set p{i} 0 0 {}\r\n{i}\r\n", i.to_string().len()).as_bytes());
+        req.extend_from_slice(
+            format!("set p{i} 0 0 {}\r\n{i}\r\n", i.to_string().len()).as_bytes(),
+        );
         want.extend_from_slice(b"STORED\r\n");
     }
     for i in 0..1000 {
@@ -134,7 +142,10 @@ fn large_values_and_too_large_stay_in_sync() {
     req.extend_from_slice(b"\r\n");
     assert_eq!(roundtrip(&mut c, &req, b"\r\n"), b"STORED\r\n");
     let got = roundtrip(&mut c, b"get big\r\n", b"END\r\n");
-    assert_eq!(got.len(), "VALUE big 0 1000000\r\n".len() + 1_000_000 + 2 + 5);
+    assert_eq!(
+        got.len(),
+        "VALUE big 0 1000000\r\n".len() + 1_000_000 + 2 + 5
+    );
     let mut req = b"set huge 0 0 2097152\r\n".to_vec();
     req.extend(std::iter::repeat_n(b'y', 2_097_152));
     req.extend_from_slice(b"\r\nget huge\r\n");
@@ -193,8 +204,14 @@ fn connection_limit_refuses_cleanly() {
     std::thread::sleep(Duration::from_millis(300));
     let mut a = srv.connect();
     let mut b = srv.connect();
-    assert_eq!(roundtrip(&mut a, b"version\r\n", b"\r\n"), b"VERSION 1.6.45\r\n");
-    assert_eq!(roundtrip(&mut b, b"version\r\n", b"\r\n"), b"VERSION 1.6.45\r\n");
+    assert_eq!(
+        roundtrip(&mut a, b"version\r\n", b"\r\n"),
+        b"VERSION 1.6.45\r\n"
+    );
+    assert_eq!(
+        roundtrip(&mut b, b"version\r\n", b"\r\n"),
+        b"VERSION 1.6.45\r\n"
+    );
     let mut c = srv.connect();
     let mut got = Vec::new();
     c.read_to_end(&mut got).unwrap();
@@ -202,14 +219,20 @@ fn connection_limit_refuses_cleanly() {
     drop(a);
     std::thread::sleep(Duration::from_millis(200));
     let mut d = srv.connect();
-    assert_eq!(roundtrip(&mut d, b"version\r\n", b"\r\n"), b"VERSION 1.6.45\r\n");
+    assert_eq!(
+        roundtrip(&mut d, b"version\r\n", b"\r\n"),
+        b"VERSION 1.6.45\r\n"
+    );
 }
 
 #[test]
 fn junk_line_closes_only_that_connection() {
     let srv = Server::start(&[]);
     let mut good = srv.connect();
-    assert_eq!(roundtrip(&mut good, b"set g 0 0 1\r\nx\r\n", b"\r\n"), b"STORED\r\n");
+    assert_eq!(
+        roundtrip(&mut good, b"set g 0 0 1\r\nx\r\n", b"\r\n"),
+        b"STORED\r\n"
+    );
     let mut bad = srv.connect();
     bad.write_all(&[b'z'; 5000]).unwrap();
     let mut got = Vec::new();
@@ -229,7 +252,10 @@ fn junk_line_closes_only_that_connection() {
 fn shutdown_command_needs_enable_flag() {
     let mut srv = Server::start(&[]);
     let mut c = srv.connect();
-    assert_eq!(roundtrip(&mut c, b"shutdown\r\n", b"\r\n"), b"ERROR: shutdown not enabled\r\n");
+    assert_eq!(
+        roundtrip(&mut c, b"shutdown\r\n", b"\r\n"),
+        b"ERROR: shutdown not enabled\r\n"
+    );
     drop(c);
     let mut srv2 = Server::start(&["-A"]);
     let mut c = srv2.connect();
@@ -270,7 +296,9 @@ fn command_line_errors_and_help() {
     let out = Command::new(bin).arg("-h").output().unwrap();
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for flag in ["-p", "-U", "-l", "-m", "-c", "-t", "-I", "-M", "-C", "-F", "-A", "-R", "-b", "-o"] {
+    for flag in [
+        "-p", "-U", "-l", "-m", "-c", "-t", "-I", "-M", "-C", "-F", "-A", "-R", "-b", "-o",
+    ] {
         assert!(help.contains(flag), "help lists {flag}");
     }
     let out = Command::new(bin).arg("-V").output().unwrap();
