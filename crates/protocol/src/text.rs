@@ -194,8 +194,10 @@ pub enum Command<'a> {
         exptime: i32,
         noreply: bool,
     },
+    /// `delay` is None when the argument is not a number (memcached checks
+    /// -F before it complains about that).
     FlushAll {
-        delay: i32,
+        delay: Option<i32>,
         noreply: bool,
     },
     Version,
@@ -204,8 +206,11 @@ pub enum Command<'a> {
         noreply: bool,
     },
     Quit,
+    /// `shutdown [graceful]`; `valid` is false for any other argument (the
+    /// server checks -A first, as memcached does).
     Shutdown {
         graceful: bool,
+        valid: bool,
     },
     /// `stats [group [arg]]`; the group is interpreted by the server.
     Stats {
@@ -429,22 +434,21 @@ fn parse_flush_all<'a>(t: &Tokens<'a>) -> Command<'a> {
         return ERROR;
     }
     let noreply = t.noreply();
-    let mut delay = 0;
-    if ntokens != if noreply { 3 } else { 2 } {
-        match safe_strtol(t.get(1)) {
-            Some(d) => delay = d,
-            None => return reply("CLIENT_ERROR invalid exptime argument", noreply),
-        }
-    }
+    let delay = if ntokens != if noreply { 3 } else { 2 } {
+        safe_strtol(t.get(1))
+    } else {
+        Some(0)
+    };
     Command::FlushAll { delay, noreply }
 }
 
 fn parse_shutdown<'a>(t: &Tokens<'a>) -> Command<'a> {
-    match t.count() {
-        2 => Command::Shutdown { graceful: false },
-        3 if t.get(1) == b"graceful" => Command::Shutdown { graceful: true },
-        _ => reply("CLIENT_ERROR invalid shutdown mode", false),
-    }
+    let (graceful, valid) = match t.count() {
+        2 => (false, true),
+        3 if t.get(1) == b"graceful" => (true, true),
+        _ => (false, false),
+    };
+    Command::Shutdown { graceful, valid }
 }
 
 fn parse_verbosity<'a>(t: &Tokens<'a>) -> Command<'a> {

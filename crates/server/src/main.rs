@@ -9,6 +9,7 @@
 //! * `osmium-maint`: ticks the clock every 100 ms and reclaims expired
 //!   items a segment at a time in the background.
 
+mod prefix_stats;
 mod settings;
 mod stats;
 mod text;
@@ -188,6 +189,7 @@ fn run(settings: Settings) -> io::Result<()> {
         threads: thread_stats.clone(),
         global: global.clone(),
         accepting: AtomicBool::new(true),
+        prefix: prefix_stats::PrefixStats::new(settings.prefix_delimiter, settings.detail_enabled),
     });
     let shared = Arc::new(Shared {
         store: store.clone(),

@@ -160,6 +160,9 @@ pub struct Settings {
     pub lru_crawler: bool,
     pub binding_protocol: &'static str,
     pub unix_mask: u32,
+    /// -D: key prefix delimiter for `stats detail`; giving it enables detail.
+    pub prefix_delimiter: u8,
+    pub detail_enabled: bool,
     pub warnings: Vec<String>,
 }
 
@@ -406,9 +409,11 @@ where
     if cli.large_pages {
         warnings.push("-L: large pages are not used yet; flag has no effect".into());
     }
-    if cli.prefix_delimiter.is_some() {
-        warnings.push("-D: per-prefix stats are not implemented; flag has no effect".into());
-    }
+    let (prefix_delimiter, detail_enabled) = match &cli.prefix_delimiter {
+        Some(d) if d.len() == 1 => (d.as_bytes()[0], true),
+        Some(_) => return Err("-D takes a single character".into()),
+        None => (b':', false),
+    };
 
     Ok(Action::Run(Box::new(Settings {
         port: cli.port,
@@ -435,6 +440,8 @@ where
         lru_crawler,
         binding_protocol,
         unix_mask,
+        prefix_delimiter,
+        detail_enabled,
         warnings,
     })))
 }

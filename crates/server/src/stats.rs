@@ -102,6 +102,7 @@ pub struct StatsContext {
     pub global: Arc<GlobalStats>,
     pub verbosity: std::sync::atomic::AtomicU32,
     pub accepting: std::sync::atomic::AtomicBool,
+    pub prefix: crate::prefix_stats::PrefixStats,
 }
 
 fn rusage() -> (String, String) {
@@ -128,6 +129,7 @@ impl StatsContext {
         self.global.total_connections.store(0, Ordering::Relaxed);
         self.global.rejected_connections.store(0, Ordering::Relaxed);
         self.store.reset_stats();
+        self.prefix.clear();
     }
 
     /// `stats` (no group): memcached's general stats, in its order.
@@ -290,8 +292,8 @@ impl StatsContext {
         stat(out, "chunk_size", 48);
         stat(out, "num_threads", s.threads);
         stat(out, "num_threads_per_udp", s.threads);
-        stat(out, "stat_key_prefix", ":");
-        stat(out, "detail_enabled", "no");
+        stat(out, "stat_key_prefix", char::from(self.prefix.delimiter()));
+        stat(out, "detail_enabled", yn(self.prefix.enabled()));
         stat(out, "reqs_per_event", s.reqs_per_event);
         stat(out, "cas_enabled", yn(s.use_cas));
         stat(out, "tcp_backlog", s.backlog);

@@ -47,6 +47,10 @@ pub fn refuse_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, out: &mut Vec<u8>) 
     if !store.too_large(req.key.len(), req.flags, req.value_len as usize) {
         return false;
     }
+    let prefix = &ctx.shared.stats.prefix;
+    if prefix.enabled() {
+        prefix.record_set(req.key);
+    }
     ctx.stats.store_too_large.incr();
     reply(out, req.noreply, "SERVER_ERROR object too large for cache");
     if req.mode == WireMode::Set {
@@ -58,6 +62,10 @@ pub fn refuse_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, out: &mut Vec<u8>) 
 /// Completes a storage command once its data block (with terminator) is in.
 pub fn complete_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, block: &[u8], out: &mut Vec<u8>) {
     ctx.stats.set_cmds.incr();
+    let prefix = &ctx.shared.stats.prefix;
+    if prefix.enabled() {
+        prefix.record_set(req.key);
+    }
     let vlen = req.value_len as usize;
     if &block[vlen..vlen + 2] != b"\r\n" {
         reply(out, req.noreply, "CLIENT_ERROR bad data chunk");
@@ -131,6 +139,9 @@ pub fn execute(ctx: &WorkerCtx, cmd: Command<'_>, out: &mut Vec<u8>, peer: &str,
                     out.extend_from_slice(b"\r\n");
                 });
                 let hit = matches!(r, Lookup::Hit(()));
+                if shared.stats.prefix.enabled() {
+                    shared.stats.prefix.record_get(key, hit);
+                }
                 match r {
                     Lookup::Expired => stats.get_expired.incr(),
                     Lookup::Flushed => stats.get_flushed.incr(),
@@ -156,6 +167,9 @@ pub fn execute(ctx: &WorkerCtx, cmd: Command<'_>, out: &mut Vec<u8>, peer: &str,
         }
         Command::Store(_) => unreachable!("storage commands are completed by the connection"),
         Command::Delete { key, noreply } => {
+            if shared.stats.prefix.enabled() {
+                shared.stats.prefix.record_delete(key);
+            }
             if store.delete(key) {
                 stats.delete_hits.incr();
                 reply(out, noreply, "DELETED");
@@ -222,9 +236,11 @@ pub fn execute(ctx: &WorkerCtx, cmd: Command<'_>, out: &mut Vec<u8>, peer: &str,
             stats.flush_cmds.incr();
             if !shared.stats.settings.flush_enabled {
                 reply(out, noreply, "CLIENT_ERROR flush_all not allowed");
-            } else {
+            } else if let Some(delay) = delay {
                 store.flush_all(delay);
                 reply(out, noreply, "OK");
+            } else {
+                reply(out, noreply, "CLIENT_ERROR invalid exptime argument");
             }
         }
         Command::Version => {
@@ -239,12 +255,15 @@ pub fn execute(ctx: &WorkerCtx, cmd: Command<'_>, out: &mut Vec<u8>, peer: &str,
             reply(out, noreply, "OK");
         }
         Command::Quit => return After::CloseAfterWrite,
-        Command::Shutdown { .. } => {
+        Command::Shutdown { valid, .. } => {
             if !shared.stats.settings.shutdown_enabled {
                 encode::line(out, b"ERROR: shutdown not enabled");
+            } else if !valid {
+                encode::line(out, b"CLIENT_ERROR invalid shutdown mode");
             } else {
+                // Replies already queued still go out, as with memcached.
                 shared.request_shutdown();
-                return After::CloseNow;
+                return After::CloseAfterWrite;
             }
         }
         Command::Stats {
@@ -290,8 +309,15 @@ fn stats_command(
             encode::line(out, b"RESET");
         }
         b"detail" => match arg {
-            Some(b"on") | Some(b"off") => encode::line(out, b"OK"),
-            Some(b"dump") => encode::line(out, b"END"),
+            Some(b"on") => {
+                ctx.prefix.set_enabled(true);
+                encode::line(out, b"OK")
+            }
+            Some(b"off") => {
+                ctx.prefix.set_enabled(false);
+                encode::line(out, b"OK")
+            }
+            Some(b"dump") => ctx.prefix.dump(out),
             _ => encode::line(out, b"CLIENT_ERROR usage: stats detail on|off|dump"),
         },
         b"settings" => {

@@ -461,7 +461,10 @@ impl Store {
             }
             (StoreMode::Replace, None) => (StoreStatus::NotStored, 0),
             (StoreMode::Cas, None) => (StoreStatus::NotFound, 0),
-            (StoreMode::Cas, Some(f)) if f.item.cas() != cas => (StoreStatus::Exists, 0),
+            // A zero CAS never matches (so with -C every cas is EXISTS).
+            (StoreMode::Cas, Some(f)) if cas == 0 || f.item.cas() != cas => {
+                (StoreStatus::Exists, 0)
+            }
             _ => {
                 let new_cas = self.link(&mut table, hash, &slot, old.as_ref());
                 (StoreStatus::Stored, new_cas)
