@@ -348,7 +348,7 @@ fn parse_store<'a>(t: &Tokens<'a>, mode: StoreMode) -> Command<'a> {
             None => return reply(BAD_FORMAT, noreply),
         }
     }
-    if vlen < 0 || vlen > i32::MAX - 2 {
+    if !(0..=i32::MAX - 2).contains(&vlen) {
         return reply(BAD_FORMAT, noreply);
     }
     Command::Store(StoreRequest {
@@ -590,14 +590,14 @@ mod tests {
         assert_eq!(
             parse_command(b"flush_all noreply"),
             Command::FlushAll {
-                delay: 0,
+                delay: Some(0),
                 noreply: true
             }
         );
         assert_eq!(
             parse_command(b"flush_all 10"),
             Command::FlushAll {
-                delay: 10,
+                delay: Some(10),
                 noreply: false
             }
         );

@@ -318,7 +318,7 @@ fn spawn_maintenance(shared: Arc<Shared>) -> io::Result<()> {
                 ticks += 1;
                 // Walk a few sealed segments per second for expired items,
                 // covering the whole cache about once a minute.
-                if crawl && ticks % 5 == 0 {
+                if crawl && ticks.is_multiple_of(5) {
                     let sealed = store.sealed_segments();
                     let per_step = sealed.div_ceil(120).max(1);
                     for _ in 0..per_step {

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use osmium_protocol::encode;
 use osmium_protocol::text::{Command, StoreMode as WireMode, StoreRequest, KEY_MAX_LENGTH};
-use osmium_store::{ArithResult, Lookup, StoreMode, StoreStatus};
+use osmium_store::{ArithResult, Lookup, StoreMode, StoreStatus, Write};
 
 use crate::stats::StatsContext;
 use crate::worker::WorkerCtx;
@@ -75,12 +75,14 @@ pub fn complete_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, block: &[u8], out
     let exptime = store.clock().expiry(req.exptime);
     let (status, _) = store.store(
         ctx.head,
-        store_mode(req.mode),
-        req.key,
-        req.flags,
-        exptime,
-        &block[..vlen],
-        req.cas,
+        &Write {
+            mode: store_mode(req.mode),
+            key: req.key,
+            flags: req.flags,
+            exptime,
+            value: &block[..vlen],
+            cas: req.cas,
+        },
     );
     let is_cas = req.mode == WireMode::Cas;
     let msg = match status {

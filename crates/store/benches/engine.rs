@@ -1,13 +1,24 @@
 //! Storage-only micro-benchmarks: get and set ns/op on a 1,000,000-item
 //! cache (16-byte keys, 64-byte values), single thread.
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use osmium_store::{Lookup, Store, StoreConfig, StoreMode};
+use osmium_store::{Lookup, Store, StoreConfig, StoreMode, Write};
 
 fn key(i: u64) -> [u8; 16] {
     let mut k = [b'0'; 16];
     let s = format!("k{i:015}");
     k.copy_from_slice(s.as_bytes());
     k
+}
+
+fn set<'a>(key: &'a [u8], value: &'a [u8]) -> Write<'a> {
+    Write {
+        mode: StoreMode::Set,
+        key,
+        flags: 0,
+        exptime: 0,
+        value,
+        cas: 0,
+    }
 }
 
 fn engine(c: &mut Criterion) {
@@ -18,7 +29,7 @@ fn engine(c: &mut Criterion) {
     let value = [b'v'; 64];
     let n = 1_000_000u64;
     for i in 0..n {
-        store.store(0, StoreMode::Set, &key(i), 0, 0, &value, 0);
+        store.store(0, &set(&key(i), &value));
     }
     let mut i = 0u64;
     c.bench_function("get_hit_1m", |b| {
@@ -35,7 +46,7 @@ fn engine(c: &mut Criterion) {
         b.iter(|| {
             i = (i + 7919) % n;
             let k = key(i);
-            store.store(0, StoreMode::Set, black_box(&k), 0, 0, &value, 0)
+            store.store(0, &set(black_box(&k), &value))
         })
     });
 }

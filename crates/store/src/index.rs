@@ -62,7 +62,7 @@ pub struct Location {
 
 #[inline]
 fn encode(hash: u64, loc: Location) -> u64 {
-    debug_assert!(loc.offset % 8 == 0 && (loc.offset >> 3) < (1 << OFFSET_BITS));
+    debug_assert!(loc.offset.is_multiple_of(8) && (loc.offset >> 3) < (1 << OFFSET_BITS));
     debug_assert!((loc.seg as u64 + 1) < (1 << SEG_BITS));
     (tag_of(hash) << 48) | ((loc.seg as u64 + 1) << OFFSET_BITS) | (loc.offset as u64 >> 3)
 }

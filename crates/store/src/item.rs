@@ -64,7 +64,7 @@ impl ItemPtr {
     /// large enough for the item that is (or will be) written there.
     #[inline]
     pub unsafe fn from_raw(p: *mut u8) -> ItemPtr {
-        debug_assert!(p as usize % ALIGN == 0);
+        debug_assert!((p as usize).is_multiple_of(ALIGN));
         ItemPtr(p)
     }
 

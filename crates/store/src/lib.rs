@@ -83,6 +83,19 @@ pub enum StoreMode {
     Cas,
 }
 
+/// A storage command's arguments.
+#[derive(Debug, Clone, Copy)]
+pub struct Write<'a> {
+    pub mode: StoreMode,
+    pub key: &'a [u8],
+    pub flags: u32,
+    /// Relative expiry (see [`Clock::expiry`]), 0 = never.
+    pub exptime: u32,
+    pub value: &'a [u8],
+    /// Compare-and-swap unique for `Cas` (and binary append/prepend).
+    pub cas: u64,
+}
+
 /// Outcome of a lookup; hits carry the caller's result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lookup<R> {
@@ -422,18 +435,17 @@ impl Store {
         }
     }
 
-    /// set/add/replace/append/prepend/cas. `exptime` is relative (see
-    /// [`Clock::expiry`]). `head` picks the write head (the worker index).
-    pub fn store(
-        &self,
-        head: usize,
-        mode: StoreMode,
-        key: &[u8],
-        flags: u32,
-        exptime: u32,
-        value: &[u8],
-        cas: u64,
-    ) -> (StoreStatus, u64) {
+    /// set/add/replace/append/prepend/cas. `head` picks the write head
+    /// (the worker index). Returns the status and the new CAS unique.
+    pub fn store(&self, head: usize, w: &Write<'_>) -> (StoreStatus, u64) {
+        let Write {
+            mode,
+            key,
+            flags,
+            exptime,
+            value,
+            cas,
+        } = *w;
         if self.too_large(key.len(), flags, value.len()) {
             return (StoreStatus::TooLarge, 0);
         }
