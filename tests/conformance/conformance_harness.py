@@ -24,7 +24,7 @@ CASES_DIR = os.path.join(HERE, "cases")
 BASE_ARGS = {"-m": "64", "-t": "4"}
 
 SENTINEL = b"version\r\n"
-SENTINEL_RE = re.compile(rb"VERSION [^\r\n]*\r\n\Z")
+SENTINEL_RE = re.compile(rb"(?:\A|(?<=\n))VERSION [^\r\n]*\r\n\Z")
 CLOSED = b"<closed>"
 NO_SENTINEL = b"<no-sentinel>"
 
@@ -163,7 +163,7 @@ class Template:
 
 class Step:
     def __init__(self, kind, where, template=None, opts=None, seconds=0.0):
-        self.kind = kind          # 'send' or 'sleep'
+        self.kind = kind          # 'send', 'sleep' or 'reconnect'
         self.where = where
         self.template = template
         self.opts = opts or {}
@@ -173,6 +173,9 @@ class Step:
     def describe(self):
         if self.kind == "sleep":
             return f"sleep {self.seconds}"
+        if self.kind == "reconnect":
+            n = self.opts.get("conn", 1)
+            return "reconnect" + (f" {n}" if n != 1 else "")
         o = self.opts_text()
         t = "".join(self.texts)
         if len(t) > 160:
@@ -182,6 +185,8 @@ class Step:
     def opts_text(self):
         parts = []
         for k, v in self.opts.items():
+            if isinstance(v, list):
+                v = ";".join(str(x) for x in v)
             parts.append(k if v is True else f"{k}={v}")
         return ",".join(parts)
 
@@ -225,7 +230,7 @@ class Case:
         return f"Case({self.name})"
 
 
-_OPT_KEYS = {"idle", "noread", "split", "at", "pause", "wait"}
+_OPT_KEYS = {"idle", "noread", "split", "at", "pause", "wait", "conn"}
 
 
 def _parse_opts(s, where):
@@ -244,6 +249,8 @@ def _parse_opts(s, where):
         opts["pause"] = int(opts["pause"])
     if "wait" in opts:
         opts["wait"] = int(opts["wait"])
+    if "conn" in opts:
+        opts["conn"] = int(opts["conn"])
     if opts.get("idle") not in (None, True):
         opts["idle"] = int(opts["idle"])
     return opts
@@ -294,6 +301,10 @@ def parse_file(path):
             st.template.parts += more.parts
             st.texts.append(rest)
             continue
+        m = re.match(r"^reconnect(?:\s+([0-9]+))?$", s)
+        if m:
+            cur.steps.append(Step("reconnect", where, opts={"conn": int(m.group(1) or 1)}))
+            continue
         m = re.match(r"^sleep\s+([0-9.]+)$", s)
         if m:
             cur.steps.append(Step("sleep", where, seconds=float(m.group(1))))
@@ -341,6 +352,9 @@ def load_cases(pattern="*.txt"):
         names.add(c.name)
         if not c.steps and not c.skip:
             raise CaseError(f"{c.name}: no steps")
+        if c.prelude and ("-C" in c.server or "-F" in c.server):
+            raise CaseError(f"{c.name}: with -C (flush_all also hides items stored in the same second) "
+                            f"or -F (flush_all disabled) the case needs 'prelude: none' and unique keys")
         if c.has_sleep:
             # Cases with sleeps run concurrently with each other (see
             # run_cases_concurrently), so they must not flush the shared server.
@@ -385,6 +399,13 @@ class Connection:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.closed = False
 
+    @classmethod
+    def dead(cls):
+        c = cls.__new__(cls)
+        c.sock = socket.socket()
+        c.closed = True
+        return c
+
     def close(self):
         try:
             self.sock.close()
@@ -426,8 +447,15 @@ class Connection:
             return None
         buf = bytearray()
         closed = False
-        if use_sentinel:
+        # If the payload itself may contain a version command, the first
+        # "VERSION x" at the end of the buffer may be its reply rather than the
+        # sentinel's: then read on until the line is followed by nothing for
+        # IDLE_S and strip only the last one.
+        sentinel_fast = use_sentinel and b"version" not in payload
+        if sentinel_fast:
             idle_s, cap_s = SENTINEL_IDLE_S, SENTINEL_CAP_S
+        elif use_sentinel:
+            idle_s, cap_s = IDLE_S, SENTINEL_CAP_S
         else:
             idle_s = (opts["idle"] / 1000.0) if opts.get("idle") not in (None, True) else IDLE_S
             cap_s = IDLE_CAP_S
@@ -435,6 +463,8 @@ class Connection:
         last_rx = None
         while True:
             now = time.monotonic()
+            if sentinel_fast and done.is_set() and SENTINEL_RE.search(buf[-300:]):
+                break
             if done.is_set():
                 if start is None:
                     start = now
@@ -458,8 +488,6 @@ class Connection:
                 break
             buf += d
             last_rx = time.monotonic()
-            if use_sentinel and done.is_set() and SENTINEL_RE.search(buf[-300:]):
-                break
         t.join()
         if closed:
             self.closed = True
@@ -471,10 +499,6 @@ class Connection:
                 data = data[:len(data) - (len(m.group(0)))]
             else:
                 no_sentinel = True
-        elif use_sentinel and closed:
-            m = SENTINEL_RE.search(data[-300:])
-            if m:
-                data = data[:len(data) - (len(m.group(0)))]
         return Reply(data, closed=closed, no_sentinel=no_sentinel)
 
 
@@ -495,22 +519,34 @@ def _read_exact_line(sock, expect, timeout=3.0):
 
 def run_case_on(case, address):
     """Replay one case on one server; returns a list of (step_index, Reply)."""
-    conn = Connection(address)
+    conns = {1: Connection(address)}
     out = []
     ctx = {"cas": []}
     try:
         if case.prelude:
-            conn.sock.sendall(b"flush_all\r\n")
-            got = _read_exact_line(conn.sock, b"OK\r\n")
+            conns[1].sock.sendall(b"flush_all\r\n")
+            got = _read_exact_line(conns[1].sock, b"OK\r\n")
             if got != b"OK\r\n":
                 raise CaseError(f"{case.name}: prelude 'flush_all' got {got!r} from {address}")
-        pending = bytearray()
         for i, step in enumerate(case.steps):
             if step.kind == "sleep":
                 time.sleep(step.seconds)
                 continue
+            n = step.opts.get("conn", 1)
+            if step.kind == "reconnect":
+                if n in conns:
+                    conns[n].close()
+                try:
+                    conns[n] = Connection(address)
+                    out.append((i, Reply(b"<connected>")))
+                except OSError:
+                    conns[n] = Connection.dead()
+                    out.append((i, Reply(b"<refused>")))
+                continue
+            if n not in conns:
+                conns[n] = Connection(address)
             payload = step.template.expand(ctx)
-            r = conn.exchange(payload, step.opts)
+            r = conns[n].exchange(payload, step.opts)
             if r is None:  # noread: its reply is read with the next step
                 continue
             out.append((i, r))
@@ -518,7 +554,8 @@ def run_case_on(case, address):
                 if cas != b"0" and cas not in ctx["cas"]:
                     ctx["cas"].append(cas)
     finally:
-        conn.close()
+        for c in conns.values():
+            c.close()
     return out
 
 
@@ -702,6 +739,7 @@ class Pool:
         self.target = target
         self.kinds = target_kinds(target)
         self.servers = {}
+        self.stopping = []
         self.lock = threading.Lock()
 
     def get(self, case):
@@ -722,18 +760,26 @@ class Pool:
             return self.servers[key]
 
     def release(self, case):
+        """Stop a case's private ("group: fresh") servers, in the background:
+        memcached takes about a second to exit after SIGTERM."""
         key = case.server_key()
         if key[1].startswith("fresh:"):
             with self.lock:
-                for s in self.servers.pop(key, []):
-                    s.stop()
+                pair = self.servers.pop(key, [])
+            for srv in pair:
+                t = threading.Thread(target=srv.stop, daemon=True)
+                t.start()
+                self.stopping.append(t)
 
     def stop_all(self):
         with self.lock:
-            for pair in self.servers.values():
-                for s in pair:
-                    s.stop()
+            pairs = list(self.servers.values())
             self.servers.clear()
+        threads = [threading.Thread(target=srv.stop) for pair in pairs for srv in pair]
+        for t in threads:
+            t.start()
+        for t in threads + self.stopping:
+            t.join()
 
 
 def labels(target):

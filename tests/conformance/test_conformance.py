@@ -10,7 +10,7 @@ CASES = H.load_cases()
 def test_exchange(case, conformance):
     reason = conformance.skipped(case)
     if reason:
-        pytest.skip(reason)
+        pytest.skip(f"{case.name}: {reason}")
     if "osmium" in H.target_kinds(conformance.target):
         missing = H.osmium_missing()
         if missing:

@@ -342,7 +342,14 @@ impl Worker {
             return;
         };
         conn.last_active = now;
-        match conn.drive(&self.ctx) {
+        // A bug hit by one connection's input must not take down the other
+        // connections of this worker: contain it and drop that connection.
+        let flow = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.drive(&self.ctx)))
+            .unwrap_or_else(|_| {
+                eprintln!("connection handler panicked; closing that connection");
+                Flow::Close
+            });
+        match flow {
             Flow::Wait => {}
             Flow::Yield => self.ready.push_back(key),
             Flow::Close => self.close(key),
