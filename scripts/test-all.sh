@@ -1,0 +1,295 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317  # step functions are only called via run_step
+# The single test command for osmium (README, CI via .ci/run):
+#
+#     bash scripts/test-all.sh
+#
+# Works from a clean clone on a fresh Debian 12 machine (root, no stdin). It
+#   1. installs what the suites need (apt packages, Rust components, pip
+#      packages from tests/requirements.txt),
+#   2. runs, in order, stopping at the first failure:
+#        cargo fmt --all -- --check
+#        cargo clippy --workspace --all-targets -- -D warnings
+#        cargo build --release
+#        cargo test --workspace --release
+#        cargo fuzz (each target briefly; only if fuzz/Cargo.toml exists)
+#        python3 -m pytest tests -q
+#   3. prints a summary of the steps and of the test counts.
+#
+# Knobs (environment):
+#   SKIP_INSTALL=1        skip step 1 (everything already installed)
+#   SKIP_FUZZ=1           skip the fuzz step
+#   FUZZ_SECONDS=20       libFuzzer -max_total_time per fuzz target
+#   FUZZ_TOOLCHAIN=NAME   run `RUSTC_BOOTSTRAP=1 cargo +NAME fuzz` (default:
+#                         `cargo +nightly fuzz` if a nightly toolchain is
+#                         installed, else the default toolchain with
+#                         RUSTC_BOOTSTRAP=1, which is enough for cargo-fuzz:
+#                         no nightly download needed)
+#   PYTEST_ARGS="..."     extra arguments for pytest
+set -uo pipefail
+
+cd "$(dirname "$0")/.." || exit 1
+export CI="${CI:-}"
+FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
+LOGDIR=$(mktemp -d "${TMPDIR:-/tmp}/osmium-test-all.XXXXXX")
+trap 'rm -rf "$LOGDIR"' EXIT
+
+if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO=(sudo -n); else SUDO=(); fi
+
+# cargo may be installed by rustup without being on PATH in a non-login shell
+if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
+    # shellcheck disable=SC1091
+    . "$HOME/.cargo/env"
+fi
+
+STEP_NAMES=()
+STEP_RESULTS=()
+STEP_TIMES=()
+TOTAL_START=$SECONDS
+
+note() { printf '>>> %s\n' "$*"; }
+
+header() {
+    printf '\n%s\n== [%s] %s\n%s\n' \
+        "========================================================================" \
+        "$1" "$2" \
+        "========================================================================"
+}
+
+# Sum test counts from the step logs: cargo's "test result:" lines and
+# pytest's closing line.
+count_tests() {
+    local passed=0 failed=0 skipped=0 f line n
+    for f in "$LOGDIR"/*.log; do
+        [ -e "$f" ] || continue
+        while IFS= read -r line; do
+            if [[ $line =~ ^test\ result:\ [A-Za-z]+\.\ ([0-9]+)\ passed\;\ ([0-9]+)\ failed\;\ ([0-9]+)\ ignored ]]; then
+                passed=$((passed + BASH_REMATCH[1]))
+                failed=$((failed + BASH_REMATCH[2]))
+                skipped=$((skipped + BASH_REMATCH[3]))
+            fi
+        done < "$f"
+        # pytest -q closing line, e.g. "3 failed, 101 passed, 2 skipped in 14.59s"
+        line=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error|errors|xfailed|xpassed|deselected)(, [0-9]+ [a-z]+)* in [0-9.]+s' "$f" | tail -n 1)
+        if [ -n "$line" ]; then
+            n=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+'); passed=$((passed + ${n:-0}))
+            n=$(grep -oE '[0-9]+ failed' <<<"$line" | grep -oE '[0-9]+'); failed=$((failed + ${n:-0}))
+            n=$(grep -oE '[0-9]+ errors?' <<<"$line" | grep -oE '[0-9]+'); failed=$((failed + ${n:-0}))
+            n=$(grep -oE '[0-9]+ skipped' <<<"$line" | grep -oE '[0-9]+'); skipped=$((skipped + ${n:-0}))
+        fi
+    done
+    if [ $((passed + failed + skipped)) -eq 0 ]; then
+        return
+    fi
+    if [ "$1" -eq 0 ]; then
+        printf 'tests: %d passed, %d failed, %d skipped\n' "$passed" "$failed" "$skipped"
+    else
+        printf 'tests run before the failing step stopped the run: %d passed, %d failed, %d skipped\n' \
+            "$passed" "$failed" "$skipped"
+    fi
+}
+
+summary() {
+    local rc=$1 i
+    printf '\n%s\n== SUMMARY\n%s\n' \
+        "========================================================================" \
+        "========================================================================"
+    for i in "${!STEP_NAMES[@]}"; do
+        printf '  %-7s %6ss  %s\n' "${STEP_RESULTS[$i]}" "${STEP_TIMES[$i]}" "${STEP_NAMES[$i]}"
+    done
+    printf '  total time: %ss\n' "$((SECONDS - TOTAL_START))"
+    if [ "$rc" -eq 0 ]; then
+        echo "RESULT: all steps passed"
+    else
+        echo "RESULT: FAILED at step: ${STEP_NAMES[${#STEP_NAMES[@]}-1]}"
+    fi
+    count_tests "$rc"
+}
+
+# run_step "NAME" FUNCTION [ARGS...]: run FUNCTION with its output teed to a
+# log; stop the whole script at the first failure.
+STEP_NO=0
+TOTAL_STEPS=7
+run_step() {
+    local name=$1; shift
+    STEP_NO=$((STEP_NO + 1))
+    header "$STEP_NO/$TOTAL_STEPS" "$name"
+    local start=$SECONDS rc
+    "$@" 2>&1 | tee "$LOGDIR/$(printf '%02d' "$STEP_NO").log"
+    rc=${PIPESTATUS[0]}
+    STEP_NAMES+=("$name")
+    STEP_TIMES+=("$((SECONDS - start))")
+    if [ "$rc" -eq 0 ]; then
+        STEP_RESULTS+=("ok")
+        note "step '$name' passed in $((SECONDS - start))s"
+    elif [ "$rc" -eq 99 ]; then
+        STEP_RESULTS+=("skipped")
+        note "step '$name' skipped"
+    else
+        STEP_RESULTS+=("FAILED")
+        note "step '$name' FAILED (exit $rc)"
+        summary "$rc"
+        exit "$rc"
+    fi
+}
+
+# --------------------------------------------------------------------------
+# Step 1: dependencies
+# --------------------------------------------------------------------------
+APT_PACKAGES=(memcached libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential)
+
+install_deps() {
+    if [ "${SKIP_INSTALL:-}" = 1 ]; then
+        note "SKIP_INSTALL=1: not installing anything"
+        return 99
+    fi
+
+    # --- apt ---------------------------------------------------------------
+    local want=("${APT_PACKAGES[@]}") missing=() p
+    command -v python3 >/dev/null 2>&1 || want+=(python3)
+    if command -v python3 >/dev/null 2>&1 && ! python3 -m pip --version >/dev/null 2>&1; then
+        want+=(python3-pip)
+    fi
+    for p in "${want[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        note "apt: installing ${missing[*]}"
+        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update || return 1
+        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+            "${missing[@]}" || return 1
+        # memcached's postinst may start a system memcached on 11211; the
+        # suites start their own servers on free ports, so it is left alone.
+    else
+        note "apt: all of ${want[*]} already installed"
+    fi
+    command -v memcached >/dev/null || { echo "memcached not found after install"; return 1; }
+    note "memcached: $(memcached -V 2>&1)"
+
+    # --- Rust --------------------------------------------------------------
+    if ! command -v cargo >/dev/null 2>&1; then
+        echo "cargo not found: install Rust with rustup first (https://rustup.rs)"
+        return 1
+    fi
+    note "$(cargo --version); $(rustc --version)"
+    if ! cargo fmt --version >/dev/null 2>&1; then
+        note "installing rustfmt"; rustup component add rustfmt || return 1
+    fi
+    if ! cargo clippy --version >/dev/null 2>&1; then
+        note "installing clippy"; rustup component add clippy || return 1
+    fi
+
+    # --- Python ------------------------------------------------------------
+    export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+    note "pip: installing tests/requirements.txt into $(python3 --version 2>&1)"
+    if ! python3 -m pip install -q -r tests/requirements.txt; then
+        note "pip install failed; retrying with --break-system-packages (PEP 668 system Python)"
+        python3 -m pip install -q --break-system-packages -r tests/requirements.txt || return 1
+    fi
+    python3 - <<'EOF' || return 1
+import memcache, pylibmc, pymemcache, pytest
+print(f">>> pytest {pytest.__version__}, pymemcache {pymemcache.__version__}, "
+      f"pylibmc {pylibmc.__version__} (libmemcached {pylibmc.libmemcached_version}), "
+      f"python-memcached {memcache.__version__}")
+EOF
+}
+
+# --------------------------------------------------------------------------
+# Steps 2-5: cargo
+# --------------------------------------------------------------------------
+cargo_build_release() {
+    cargo build --release || return 1
+    if [ ! -x target/release/osmium ]; then
+        echo "cargo build --release succeeded but target/release/osmium does not exist"
+        return 1
+    fi
+    note "built $(ls -l target/release/osmium)"
+}
+
+# --------------------------------------------------------------------------
+# Step 6: fuzz
+# --------------------------------------------------------------------------
+fuzz_step() {
+    if [ ! -f fuzz/Cargo.toml ]; then
+        note "no fuzz/Cargo.toml: nothing to fuzz"
+        return 99
+    fi
+    if [ "${SKIP_FUZZ:-}" = 1 ]; then
+        note "SKIP_FUZZ=1"
+        return 99
+    fi
+    if ! cargo fuzz --version >/dev/null 2>&1; then
+        note "installing cargo-fuzz"
+        cargo install cargo-fuzz --locked || return 1
+    fi
+    note "$(cargo fuzz --version)"
+
+    # cargo-fuzz passes -Z flags (sanitizers, sancov) to rustc, which needs a
+    # nightly compiler -- or any rustc with RUSTC_BOOTSTRAP=1, which is what we
+    # use when no nightly toolchain is installed (no download needed).
+    local fuzz=()
+    if [ -n "${FUZZ_TOOLCHAIN:-}" ]; then
+        fuzz=(env RUSTC_BOOTSTRAP=1 cargo "+$FUZZ_TOOLCHAIN" fuzz)
+    elif rustup run nightly rustc --version >/dev/null 2>&1; then
+        fuzz=(cargo +nightly fuzz)
+    else
+        fuzz=(env RUSTC_BOOTSTRAP=1 cargo fuzz)
+    fi
+    note "fuzz command: ${fuzz[*]}"
+
+    local targets
+    targets=$("${fuzz[@]}" list) || return 1
+    if [ -z "$targets" ]; then
+        echo "fuzz/Cargo.toml exists but declares no fuzz targets"
+        return 1
+    fi
+    note "fuzz targets: $(tr '\n' ' ' <<<"$targets")"
+
+    local san=()
+    if ! "${fuzz[@]}" build; then
+        note "build with AddressSanitizer failed; retrying with --sanitizer none"
+        san=(--sanitizer none)
+        "${fuzz[@]}" build "${san[@]}" || return 1
+    fi
+
+    local t
+    for t in $targets; do
+        note "fuzzing $t for ${FUZZ_SECONDS}s"
+        "${fuzz[@]}" run "${san[@]}" "$t" -- \
+            -max_total_time="$FUZZ_SECONDS" -timeout=10 -print_final_stats=1 || {
+            echo "fuzz target $t FAILED; reproducer (if any) in fuzz/artifacts/$t/"
+            return 1
+        }
+    done
+}
+
+# --------------------------------------------------------------------------
+# Step 7: pytest
+# --------------------------------------------------------------------------
+pytest_step() {
+    # The osmium binary was just built: a missing binary is an error, not a skip.
+    export OSMIUM_REQUIRED=1
+    local args=(tests -q -rfEs)
+    if python3 -c 'import pytest_timeout' >/dev/null 2>&1; then
+        args+=(--timeout=300)
+    fi
+    # shellcheck disable=SC2206
+    args+=(${PYTEST_ARGS:-})
+    python3 -m pytest "${args[@]}"
+    local rc=$?
+    if [ "$rc" -eq 5 ]; then
+        echo "pytest collected no tests (exit 5): treated as a failure"
+    fi
+    return "$rc"
+}
+
+run_step "install dependencies" install_deps
+run_step "cargo fmt --all -- --check" cargo fmt --all -- --check
+run_step "cargo clippy --workspace --all-targets -- -D warnings" \
+    cargo clippy --workspace --all-targets -- -D warnings
+run_step "cargo build --release" cargo_build_release
+run_step "cargo test --workspace --release" cargo test --workspace --release
+run_step "cargo fuzz (${FUZZ_SECONDS}s per target)" fuzz_step
+run_step "python3 -m pytest tests -q" pytest_step
+summary 0
+exit 0
