@@ -5,8 +5,8 @@
 use std::sync::atomic::Ordering;
 
 use osmium_protocol::encode;
-use osmium_protocol::text::{Command, StoreMode as WireMode, StoreRequest, KEY_MAX_LENGTH};
-use osmium_store::{ArithResult, Lookup, StoreMode, StoreStatus, Write};
+use osmium_protocol::text::{Command, StoreMode, StoreRequest, KEY_MAX_LENGTH};
+use osmium_store::{ArithResult, Lookup, StoreStatus, Write};
 
 use crate::stats::StatsContext;
 use crate::worker::WorkerCtx;
@@ -28,17 +28,6 @@ fn reply(out: &mut Vec<u8>, noreply: bool, msg: &str) {
     }
 }
 
-fn store_mode(m: WireMode) -> StoreMode {
-    match m {
-        WireMode::Set => StoreMode::Set,
-        WireMode::Add => StoreMode::Add,
-        WireMode::Replace => StoreMode::Replace,
-        WireMode::Append => StoreMode::Append,
-        WireMode::Prepend => StoreMode::Prepend,
-        WireMode::Cas => StoreMode::Cas,
-    }
-}
-
 /// Before the data block is read: memcached refuses too-large values at the
 /// header (and drops an existing key on a refused `set`). Returns true if
 /// the request was refused and its data block must be swallowed.
@@ -53,7 +42,7 @@ pub fn refuse_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, out: &mut Vec<u8>) 
     }
     ctx.stats.store_too_large.incr();
     reply(out, req.noreply, "SERVER_ERROR object too large for cache");
-    if req.mode == WireMode::Set {
+    if req.mode == StoreMode::Set {
         store.delete(req.key);
     }
     true
@@ -76,7 +65,7 @@ pub fn complete_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, block: &[u8], out
     let (status, _) = store.store(
         ctx.head,
         &Write {
-            mode: store_mode(req.mode),
+            mode: req.mode,
             key: req.key,
             flags: req.flags,
             exptime,
@@ -84,7 +73,7 @@ pub fn complete_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, block: &[u8], out
             cas: req.cas,
         },
     );
-    let is_cas = req.mode == WireMode::Cas;
+    let is_cas = req.mode == StoreMode::Cas;
     let msg = match status {
         StoreStatus::Stored => {
             if is_cas {

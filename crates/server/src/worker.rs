@@ -303,12 +303,7 @@ impl Worker {
                 .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
                 .is_err()
             {
-                self.ctx
-                    .shared
-                    .stats
-                    .global
-                    .curr_connections
-                    .fetch_sub(1, Ordering::Relaxed);
+                self.connection_gone();
                 continue;
             }
             let conn = Conn::new(stream, now);
@@ -327,13 +322,17 @@ impl Worker {
             if self.ctx.shared.stats.verbosity.load(Ordering::Relaxed) > 1 {
                 eprintln!("<{} connection closed.", conn.fd);
             }
-            self.ctx
-                .shared
-                .stats
-                .global
-                .curr_connections
-                .fetch_sub(1, Ordering::Relaxed);
+            self.connection_gone();
         }
+    }
+
+    fn connection_gone(&self) {
+        self.ctx
+            .shared
+            .stats
+            .global
+            .curr_connections
+            .fetch_sub(1, Ordering::Relaxed);
     }
 
     fn run_conn(&mut self, key: usize) {

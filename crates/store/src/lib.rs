@@ -72,16 +72,8 @@ pub enum StoreStatus {
     OutOfMemory,
 }
 
-/// Which storage command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreMode {
-    Set,
-    Add,
-    Replace,
-    Append,
-    Prepend,
-    Cas,
-}
+/// Which storage command (the protocol's own enum: one definition).
+pub use osmium_protocol::text::StoreMode;
 
 /// A storage command's arguments.
 #[derive(Debug, Clone, Copy)]
