@@ -42,17 +42,6 @@ def raw_get(address, key):
     return flags, value
 
 
-def raw_stats(address):
-    """The `stats` reply as a dict of str -> str."""
-    reply = raw_exchange(address, b"stats\r\n")
-    out = {}
-    for line in reply.split(b"\r\n"):
-        if line.startswith(b"STAT "):
-            _, name, value = line.decode().split(" ", 2)
-            out[name] = value
-    return out
-
-
 # Stats that every memcached-compatible server is expected to report and that
 # client libraries and tools (memcstat, dashboards) read.
 CORE_STATS = (

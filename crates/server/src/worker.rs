@@ -180,6 +180,10 @@ impl Conn {
 
     /// Parses and executes buffered requests, up to `-R` of them.
     fn process(&mut self, ctx: &WorkerCtx) -> Flow {
+        if self.close_after_write {
+            // quit was seen: nothing after it is executed.
+            return Flow::Wait;
+        }
         let mut done = 0;
         loop {
             if self.swallow > 0 {
@@ -247,21 +251,18 @@ impl Conn {
     /// closes.
     fn drive(&mut self, ctx: &WorkerCtx) -> Flow {
         loop {
-            match self.flush(&ctx.stats) {
-                Ok(true) => {}
-                Ok(false) => return Flow::Wait,
-                Err(_) => return Flow::Close,
-            }
-            if self.close_after_write {
-                return Flow::Close;
-            }
+            // Parse what is buffered (bounded by -R and the write high-water
+            // mark), send the replies in one write, then read more.
             match self.process(ctx) {
                 Flow::Close => return Flow::Close,
                 Flow::Yield => {
+                    // Let other connections run; if the socket is full, the
+                    // writable event resumes this one instead.
                     return match self.flush(&ctx.stats) {
-                        Ok(_) => Flow::Yield,
+                        Ok(true) => Flow::Yield,
+                        Ok(false) => Flow::Wait,
                         Err(_) => Flow::Close,
-                    }
+                    };
                 }
                 Flow::Wait => {}
             }

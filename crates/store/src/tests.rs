@@ -4,43 +4,28 @@ use super::*;
 use std::sync::Arc;
 
 /// `Store::store` with positional arguments, for brevity.
-trait StoreExt {
-    #[allow(clippy::too_many_arguments)]
-    fn put(
-        &self,
-        head: usize,
-        mode: StoreMode,
-        key: &[u8],
-        flags: u32,
-        exptime: u32,
-        value: &[u8],
-        cas: u64,
-    ) -> (StoreStatus, u64);
-}
-
-impl StoreExt for Store {
-    fn put(
-        &self,
-        head: usize,
-        mode: StoreMode,
-        key: &[u8],
-        flags: u32,
-        exptime: u32,
-        value: &[u8],
-        cas: u64,
-    ) -> (StoreStatus, u64) {
-        self.store(
-            head,
-            &Write {
-                mode,
-                key,
-                flags,
-                exptime,
-                value,
-                cas,
-            },
-        )
-    }
+#[allow(clippy::too_many_arguments)]
+fn put(
+    s: &Store,
+    head: usize,
+    mode: StoreMode,
+    key: &[u8],
+    flags: u32,
+    exptime: u32,
+    value: &[u8],
+    cas: u64,
+) -> (StoreStatus, u64) {
+    s.store(
+        head,
+        &Write {
+            mode,
+            key,
+            flags,
+            exptime,
+            value,
+            cas,
+        },
+    )
 }
 
 fn store() -> Store {
@@ -55,7 +40,7 @@ fn get(s: &Store, key: &[u8]) -> Option<(Vec<u8>, u32, u64)> {
 }
 
 fn set(s: &Store, mode: StoreMode, key: &[u8], value: &[u8], cas: u64) -> StoreStatus {
-    s.put(0, mode, key, 0, 0, value, cas).0
+    put(s, 0, mode, key, 0, 0, value, cas).0
 }
 
 #[test]
@@ -63,7 +48,7 @@ fn set_get_overwrite_delete() {
     let s = store();
     assert_eq!(get(&s, b"a"), None);
     assert_eq!(
-        s.put(0, StoreMode::Set, b"a", 5, 0, b"one", 0).0,
+        put(&s, 0, StoreMode::Set, b"a", 5, 0, b"one", 0).0,
         StoreStatus::Stored
     );
     let (v, f, c1) = get(&s, b"a").unwrap();
@@ -126,13 +111,13 @@ fn append_prepend_keep_flags() {
         set(&s, StoreMode::Append, b"k", b"x", 0),
         StoreStatus::NotStored
     );
-    s.put(0, StoreMode::Set, b"k", 42, 0, b"mid", 0);
+    put(&s, 0, StoreMode::Set, b"k", 42, 0, b"mid", 0);
     assert_eq!(
-        s.put(0, StoreMode::Append, b"k", 7, 0, b"-end", 0).0,
+        put(&s, 0, StoreMode::Append, b"k", 7, 0, b"-end", 0).0,
         StoreStatus::Stored
     );
     assert_eq!(
-        s.put(0, StoreMode::Prepend, b"k", 9, 0, b"start-", 0).0,
+        put(&s, 0, StoreMode::Prepend, b"k", 9, 0, b"start-", 0).0,
         StoreStatus::Stored
     );
     let (v, f, _) = get(&s, b"k").unwrap();
@@ -163,8 +148,17 @@ fn incr_decr_like_memcached() {
 fn expiry_and_touch() {
     let s = store();
     let now = s.clock().now();
-    s.put(0, StoreMode::Set, b"k", 0, s.clock().expiry(2), b"v", 0);
-    s.put(0, StoreMode::Set, b"gone", 0, s.clock().expiry(-1), b"v", 0);
+    put(&s, 0, StoreMode::Set, b"k", 0, s.clock().expiry(2), b"v", 0);
+    put(
+        &s,
+        0,
+        StoreMode::Set,
+        b"gone",
+        0,
+        s.clock().expiry(-1),
+        b"v",
+        0,
+    );
     assert!(get(&s, b"k").is_some());
     assert_eq!(s.get(b"gone", None, |_| ()), Lookup::Expired);
     assert_eq!(s.touch(b"k", now + 10), Lookup::Hit(()));
@@ -201,7 +195,7 @@ fn too_large_matches_memcached_accounting() {
     assert!(s.too_large(1, 1, fits), "non-zero flags cost 4 bytes");
     let big = vec![b'x'; fits];
     assert_eq!(
-        s.put(0, StoreMode::Set, b"b", 0, 0, &big, 0).0,
+        put(&s, 0, StoreMode::Set, b"b", 0, 0, &big, 0).0,
         StoreStatus::Stored
     );
     assert_eq!(get(&s, b"b").unwrap().0.len(), fits);
@@ -217,7 +211,7 @@ fn evicts_oldest_when_full() {
     for i in 0..20_000u32 {
         let key = format!("key{i}");
         assert_eq!(
-            s.put(0, StoreMode::Set, key.as_bytes(), 0, 0, &value, 0).0,
+            put(&s, 0, StoreMode::Set, key.as_bytes(), 0, 0, &value, 0).0,
             StoreStatus::Stored
         );
     }
@@ -242,7 +236,7 @@ fn no_evictions_means_out_of_memory() {
     let mut oom = false;
     for i in 0..1000u32 {
         let key = format!("key{i}");
-        match s.put(0, StoreMode::Set, key.as_bytes(), 0, 0, &value, 0).0 {
+        match put(&s, 0, StoreMode::Set, key.as_bytes(), 0, 0, &value, 0).0 {
             StoreStatus::Stored => {}
             StoreStatus::OutOfMemory => {
                 oom = true;
@@ -265,7 +259,8 @@ fn reclaimer_frees_expired_items() {
     let value = vec![b'v'; 1000];
     let exp = s.clock().expiry(1);
     for i in 0..5000u32 {
-        s.put(
+        put(
+            &s,
             0,
             StoreMode::Set,
             format!("k{i}").as_bytes(),
@@ -299,7 +294,16 @@ fn parallel_writers_and_readers() {
                 for i in 0..20_000u32 {
                     let key = format!("t{t}-{}", i % 3000);
                     let value = format!("value-{t}-{i}-{}", "x".repeat((i % 200) as usize));
-                    s.put(t, StoreMode::Set, key.as_bytes(), i, 0, value.as_bytes(), 0);
+                    put(
+                        &s,
+                        t,
+                        StoreMode::Set,
+                        key.as_bytes(),
+                        i,
+                        0,
+                        value.as_bytes(),
+                        0,
+                    );
                     if let Lookup::Hit((v, f)) =
                         s.get(key.as_bytes(), None, |it| (it.value().to_vec(), it.flags()))
                     {
