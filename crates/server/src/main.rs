@@ -9,7 +9,9 @@
 //! * `osmium-maint`: ticks the clock every 100 ms and reclaims expired
 //!   items a segment at a time in the background.
 
+mod binary;
 mod prefix_stats;
+mod session;
 mod settings;
 mod stats;
 mod text;

@@ -20,16 +20,12 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
-use osmium_protocol::text::{parse_command, scan_line, Command, LineScan};
 use osmium_store::Store;
 
+use crate::session::{Flow, Protocol, Session};
 use crate::stats::{StatsContext, ThreadStats};
-use crate::text::{self, After};
 
 const WAKE: Token = Token(usize::MAX);
-const READ_CHUNK: usize = 16 * 1024;
-/// Stop parsing more requests while this much output waits to be sent.
-const WRITE_HIGH_WATER: usize = 4 << 20;
 
 /// State shared by all threads.
 pub struct Shared {
@@ -66,34 +62,12 @@ pub struct WorkerHandle {
 
 struct Conn {
     stream: TcpStream,
-    fd: i32,
-    peer: String,
-    /// Read buffer: bytes `rstart..rend` are received but not yet consumed.
-    rbuf: Vec<u8>,
-    rstart: usize,
-    rend: usize,
-    /// Output waiting to be written, from `wpos`.
-    wbuf: Vec<u8>,
-    wpos: usize,
-    /// Bytes of a refused data block still to discard.
-    swallow: usize,
-    /// Don't re-parse until this many bytes are buffered (a data block).
-    need: usize,
-    close_after_write: bool,
+    session: Session,
     last_active: u32,
 }
 
-/// Why a connection's handler returned.
-enum Flow {
-    /// Waiting for the socket (readable or writable).
-    Wait,
-    /// Yielded after -R requests; more input is buffered.
-    Yield,
-    Close,
-}
-
 impl Conn {
-    fn new(stream: TcpStream, now: u32) -> Conn {
+    fn new(stream: TcpStream, now: u32, protocol: Protocol) -> Conn {
         let fd = stream.as_raw_fd();
         let peer = stream
             .peer_addr()
@@ -101,27 +75,18 @@ impl Conn {
             .unwrap_or_default();
         Conn {
             stream,
-            fd,
-            peer,
-            rbuf: vec![0; READ_CHUNK],
-            rstart: 0,
-            rend: 0,
-            wbuf: Vec::with_capacity(READ_CHUNK),
-            wpos: 0,
-            swallow: 0,
-            need: 0,
-            close_after_write: false,
+            session: Session::new(fd, peer, protocol),
             last_active: now,
         }
     }
 
     /// Writes buffered output. Ok(true) when all of it is out.
     fn flush(&mut self, stats: &ThreadStats) -> io::Result<bool> {
-        while self.wpos < self.wbuf.len() {
-            match self.stream.write(&self.wbuf[self.wpos..]) {
+        while !self.session.pending_output().is_empty() {
+            match self.stream.write(self.session.pending_output()) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
-                    self.wpos += n;
+                    self.session.output_written(n);
                     stats.bytes_written.add(n as u64);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
@@ -129,45 +94,17 @@ impl Conn {
                 Err(e) => return Err(e),
             }
         }
-        self.wbuf.clear();
-        self.wpos = 0;
-        if self.wbuf.capacity() > 4 << 20 {
-            self.wbuf.shrink_to(READ_CHUNK);
-        }
         Ok(true)
-    }
-
-    /// Makes room for at least `READ_CHUNK` (or `need`) more bytes.
-    fn make_room(&mut self) {
-        if self.rstart == self.rend {
-            self.rstart = 0;
-            self.rend = 0;
-            if self.rbuf.len() > 1 << 20 && self.need == 0 {
-                self.rbuf = vec![0; READ_CHUNK];
-            }
-        }
-        let want = (self.need.max(self.rend - self.rstart) + READ_CHUNK).max(READ_CHUNK);
-        if self.rbuf.len() - self.rstart < want || self.rbuf.len() - self.rend < READ_CHUNK / 4 {
-            if self.rstart > 0 {
-                self.rbuf.copy_within(self.rstart..self.rend, 0);
-                self.rend -= self.rstart;
-                self.rstart = 0;
-            }
-            if self.rbuf.len() < want {
-                self.rbuf.resize(want.next_power_of_two(), 0);
-            }
-        }
     }
 
     /// Reads once. Ok(Some(n)) bytes read, Ok(None) would block, Err on EOF
     /// or error.
     fn read_some(&mut self, stats: &ThreadStats) -> io::Result<Option<usize>> {
-        self.make_room();
         loop {
-            match self.stream.read(&mut self.rbuf[self.rend..]) {
+            match self.stream.read(self.session.read_space()) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => {
-                    self.rend += n;
+                    self.session.input_received(n);
                     stats.bytes_read.add(n as u64);
                     return Ok(Some(n));
                 }
@@ -178,82 +115,13 @@ impl Conn {
         }
     }
 
-    /// Parses and executes buffered requests, up to `-R` of them.
-    fn process(&mut self, ctx: &WorkerCtx) -> Flow {
-        if self.close_after_write {
-            // quit was seen: nothing after it is executed.
-            return Flow::Wait;
-        }
-        let mut done = 0;
-        loop {
-            if self.swallow > 0 {
-                let n = self.swallow.min(self.rend - self.rstart);
-                self.swallow -= n;
-                self.rstart += n;
-                if self.swallow > 0 {
-                    return Flow::Wait;
-                }
-            }
-            let avail = self.rend - self.rstart;
-            if avail == 0 || avail < self.need {
-                return Flow::Wait;
-            }
-            if done >= ctx.reqs_per_event {
-                ctx.stats.conn_yields.incr();
-                return Flow::Yield;
-            }
-            if self.wbuf.len() - self.wpos > WRITE_HIGH_WATER {
-                return Flow::Yield;
-            }
-            let buf = &self.rbuf[self.rstart..self.rend];
-            let (line_len, consumed) = match scan_line(buf) {
-                LineScan::Line { line_len, consumed } => (line_len, consumed),
-                LineScan::Incomplete => return Flow::Wait,
-                LineScan::TooLong => return Flow::Close,
-            };
-            let line = &buf[..line_len];
-            if ctx.shared.stats.verbosity.load(Ordering::Relaxed) > 1 {
-                eprintln!("<{} {}", self.fd, String::from_utf8_lossy(line));
-            }
-            let cmd = parse_command(line);
-            done += 1;
-            if let Command::Store(req) = cmd {
-                if text::refuse_store(ctx, &req, &mut self.wbuf) {
-                    self.rstart += consumed;
-                    self.swallow = req.value_len as usize + 2;
-                    self.need = 0;
-                    continue;
-                }
-                let total = consumed + req.value_len as usize + 2;
-                if buf.len() < total {
-                    self.need = total;
-                    return Flow::Wait;
-                }
-                self.need = 0;
-                text::complete_store(ctx, &req, &buf[consumed..total], &mut self.wbuf);
-                self.rstart += total;
-                continue;
-            }
-            let after = text::execute(ctx, cmd, &mut self.wbuf, &self.peer, self.fd);
-            self.rstart += consumed;
-            match after {
-                After::Continue => {}
-                After::CloseAfterWrite => {
-                    self.close_after_write = true;
-                    return Flow::Wait;
-                }
-                After::CloseNow => return Flow::Close,
-            }
-        }
-    }
-
     /// Runs the connection until it must wait for the socket, yields, or
     /// closes.
     fn drive(&mut self, ctx: &WorkerCtx) -> Flow {
         loop {
             // Parse what is buffered (bounded by -R and the write high-water
             // mark), send the replies in one write, then read more.
-            match self.process(ctx) {
+            match self.session.process(ctx) {
                 Flow::Close => return Flow::Close,
                 Flow::Yield => {
                     // Let other connections run; if the socket is full, the
@@ -271,7 +139,7 @@ impl Conn {
                 Ok(false) => return Flow::Wait,
                 Err(_) => return Flow::Close,
             }
-            if self.close_after_write {
+            if self.session.close_after_write {
                 return Flow::Close;
             }
             match self.read_some(&ctx.stats) {
@@ -290,6 +158,8 @@ struct Worker {
     incoming: Receiver<TcpStream>,
     ready: VecDeque<usize>,
     idle_timeout: u32,
+    /// From `-B`: auto negotiates per connection.
+    initial_protocol: Protocol,
 }
 
 impl Worker {
@@ -307,9 +177,9 @@ impl Worker {
                 self.connection_gone();
                 continue;
             }
-            let conn = Conn::new(stream, now);
+            let conn = Conn::new(stream, now, self.initial_protocol);
             if self.ctx.shared.stats.verbosity.load(Ordering::Relaxed) > 1 {
-                eprintln!("<{} new auto-negotiating client connection", conn.fd);
+                eprintln!("<{} new auto-negotiating client connection", conn.session.fd);
             }
             entry.insert(conn);
             // Data may already be waiting.
@@ -321,7 +191,7 @@ impl Worker {
         if let Some(mut conn) = self.conns.try_remove(key) {
             let _ = self.poll.registry().deregister(&mut conn.stream);
             if self.ctx.shared.stats.verbosity.load(Ordering::Relaxed) > 1 {
-                eprintln!("<{} connection closed.", conn.fd);
+                eprintln!("<{} connection closed.", conn.session.fd);
             }
             self.connection_gone();
         }
@@ -432,6 +302,11 @@ pub fn spawn(
             shared: shared.clone(),
         },
         idle_timeout: settings.idle_timeout,
+        initial_protocol: match settings.binding_protocol {
+            "ascii" => Protocol::Text,
+            "binary" => Protocol::Binary,
+            _ => Protocol::Negotiating,
+        },
         poll,
         conns: Slab::with_capacity(64),
         incoming,

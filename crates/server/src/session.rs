@@ -1,0 +1,265 @@
+//! One client's protocol session, independent of the transport: the read
+//! buffer it parses requests from, the write buffer its replies go to, and
+//! the per-connection protocol state (which protocol was negotiated, a data
+//! block still to collect or swallow, SASL authentication).
+//!
+//! TCP and unix-socket connections (`worker`) feed a session from a stream;
+//! UDP feeds one request datagram at a time. `process` runs the buffered
+//! requests (bounded by `-R` and the write high-water mark) and appends
+//! every reply to `wbuf`, so a batch of pipelined requests is answered with
+//! one write.
+//!
+//! The protocol is chosen per session from its first byte (memcached's
+//! `-B auto`): 0x80 is a binary request magic, anything else is text.
+
+use std::sync::atomic::Ordering;
+
+use osmium_protocol::text::{parse_command, scan_line, Command, LineScan};
+
+use crate::text::{self, After};
+use crate::worker::WorkerCtx;
+
+pub const READ_CHUNK: usize = 16 * 1024;
+/// Stop parsing more requests while this much output waits to be sent.
+pub const WRITE_HIGH_WATER: usize = 4 << 20;
+/// First byte of every binary-protocol request.
+pub const BINARY_REQUEST_MAGIC: u8 = 0x80;
+
+/// Which wire protocol a session speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Decided by the first byte received (`-B auto`).
+    Negotiating,
+    Text,
+    Binary,
+}
+
+/// Why processing stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Waiting for more input (or for output to drain).
+    Wait,
+    /// Yielded after -R requests (or at the write high-water mark); more
+    /// input is buffered.
+    Yield,
+    /// Close now, dropping buffered output.
+    Close,
+}
+
+pub struct Session {
+    pub fd: i32,
+    pub peer: String,
+    /// Read buffer: bytes `rstart..rend` are received but not yet consumed.
+    pub rbuf: Vec<u8>,
+    pub rstart: usize,
+    pub rend: usize,
+    /// Output waiting to be written, from `wpos`.
+    pub wbuf: Vec<u8>,
+    pub wpos: usize,
+    /// Bytes of a refused data block still to discard.
+    pub swallow: usize,
+    /// Don't re-parse until this many bytes are buffered (a data block).
+    pub need: usize,
+    /// Send what is buffered, then close (quit).
+    pub close_after_write: bool,
+    pub protocol: Protocol,
+    /// SASL (`-S`) or text (`-Y`) authentication has succeeded.
+    pub authenticated: bool,
+    /// A UDP request: replies that memcached refuses over UDP differ.
+    pub udp: bool,
+}
+
+impl Session {
+    pub fn new(fd: i32, peer: String, protocol: Protocol) -> Session {
+        Session {
+            fd,
+            peer,
+            rbuf: vec![0; READ_CHUNK],
+            rstart: 0,
+            rend: 0,
+            wbuf: Vec::with_capacity(READ_CHUNK),
+            wpos: 0,
+            swallow: 0,
+            need: 0,
+            close_after_write: false,
+            protocol,
+            authenticated: false,
+            udp: false,
+        }
+    }
+
+    /// Received bytes not yet consumed.
+    #[inline]
+    pub fn input(&self) -> &[u8] {
+        &self.rbuf[self.rstart..self.rend]
+    }
+
+    /// Output not yet written.
+    #[inline]
+    pub fn pending_output(&self) -> &[u8] {
+        &self.wbuf[self.wpos..]
+    }
+
+    /// Records that `n` bytes of output were written.
+    #[inline]
+    pub fn output_written(&mut self, n: usize) {
+        self.wpos += n;
+        if self.wpos == self.wbuf.len() {
+            self.wbuf.clear();
+            self.wpos = 0;
+            if self.wbuf.capacity() > 4 << 20 {
+                self.wbuf.shrink_to(READ_CHUNK);
+            }
+        }
+    }
+
+    /// Makes room for at least `READ_CHUNK` (or `need`) more bytes and
+    /// returns the free tail of the read buffer; report what was read into
+    /// it with `input_received`.
+    pub fn read_space(&mut self) -> &mut [u8] {
+        if self.rstart == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+            if self.rbuf.len() > 1 << 20 && self.need == 0 {
+                self.rbuf = vec![0; READ_CHUNK];
+            }
+        }
+        let want = (self.need.max(self.rend - self.rstart) + READ_CHUNK).max(READ_CHUNK);
+        if self.rbuf.len() - self.rstart < want || self.rbuf.len() - self.rend < READ_CHUNK / 4 {
+            if self.rstart > 0 {
+                self.rbuf.copy_within(self.rstart..self.rend, 0);
+                self.rend -= self.rstart;
+                self.rstart = 0;
+            }
+            if self.rbuf.len() < want {
+                self.rbuf.resize(want.next_power_of_two(), 0);
+            }
+        }
+        &mut self.rbuf[self.rend..]
+    }
+
+    #[inline]
+    pub fn input_received(&mut self, n: usize) {
+        self.rend += n;
+    }
+
+    /// Replaces the input with one datagram's payload (UDP).
+    pub fn set_input(&mut self, payload: &[u8]) {
+        self.rstart = 0;
+        self.rend = 0;
+        self.swallow = 0;
+        self.need = 0;
+        let space = self.read_space();
+        if space.len() < payload.len() {
+            self.rbuf.resize(payload.len(), 0);
+        }
+        self.rbuf[..payload.len()].copy_from_slice(payload);
+        self.rend = payload.len();
+    }
+
+    /// Parses and executes buffered requests, up to `-R` of them.
+    pub fn process(&mut self, ctx: &WorkerCtx) -> Flow {
+        if self.close_after_write {
+            // quit was seen: nothing after it is executed.
+            return Flow::Wait;
+        }
+        if self.protocol == Protocol::Negotiating {
+            let Some(&first) = self.input().first() else {
+                return Flow::Wait;
+            };
+            self.protocol = if first == BINARY_REQUEST_MAGIC {
+                Protocol::Binary
+            } else {
+                Protocol::Text
+            };
+            if ctx.shared.stats.verbosity.load(Ordering::Relaxed) > 1 {
+                let name = match self.protocol {
+                    Protocol::Binary => "binary",
+                    _ => "ascii",
+                };
+                eprintln!("{}: Client using the {name} protocol", self.fd);
+            }
+        }
+        match self.protocol {
+            Protocol::Binary => crate::binary::process(self, ctx),
+            _ => self.process_text(ctx),
+        }
+    }
+
+    /// Discards swallowed bytes; true when nothing is left to swallow.
+    #[inline]
+    pub fn swallow_input(&mut self) -> bool {
+        if self.swallow > 0 {
+            let n = self.swallow.min(self.rend - self.rstart);
+            self.swallow -= n;
+            self.rstart += n;
+        }
+        self.swallow == 0
+    }
+
+    /// True when the next request must wait: -R reached (counts a yield)
+    /// or too much output is queued.
+    #[inline]
+    pub fn must_yield(&self, ctx: &WorkerCtx, done: usize) -> bool {
+        if done >= ctx.reqs_per_event {
+            ctx.stats.conn_yields.incr();
+            return true;
+        }
+        self.wbuf.len() - self.wpos > WRITE_HIGH_WATER
+    }
+
+    fn process_text(&mut self, ctx: &WorkerCtx) -> Flow {
+        let mut done = 0;
+        loop {
+            if !self.swallow_input() {
+                return Flow::Wait;
+            }
+            let avail = self.rend - self.rstart;
+            if avail == 0 || avail < self.need {
+                return Flow::Wait;
+            }
+            if self.must_yield(ctx, done) {
+                return Flow::Yield;
+            }
+            let buf = &self.rbuf[self.rstart..self.rend];
+            let (line_len, consumed) = match scan_line(buf) {
+                LineScan::Line { line_len, consumed } => (line_len, consumed),
+                LineScan::Incomplete => return Flow::Wait,
+                LineScan::TooLong => return Flow::Close,
+            };
+            let line = &buf[..line_len];
+            if ctx.shared.stats.verbosity.load(Ordering::Relaxed) > 1 {
+                eprintln!("<{} {}", self.fd, String::from_utf8_lossy(line));
+            }
+            let cmd = parse_command(line);
+            done += 1;
+            if let Command::Store(req) = cmd {
+                if text::refuse_store(ctx, &req, &mut self.wbuf) {
+                    self.rstart += consumed;
+                    self.swallow = req.value_len as usize + 2;
+                    self.need = 0;
+                    continue;
+                }
+                let total = consumed + req.value_len as usize + 2;
+                if buf.len() < total {
+                    self.need = total;
+                    return Flow::Wait;
+                }
+                self.need = 0;
+                text::complete_store(ctx, &req, &buf[consumed..total], &mut self.wbuf);
+                self.rstart += total;
+                continue;
+            }
+            let after = text::execute(ctx, cmd, &mut self.wbuf, &self.peer, self.fd);
+            self.rstart += consumed;
+            match after {
+                After::Continue => {}
+                After::CloseAfterWrite => {
+                    self.close_after_write = true;
+                    return Flow::Wait;
+                }
+                After::CloseNow => return Flow::Close,
+            }
+        }
+    }
+}
