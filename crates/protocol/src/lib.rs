@@ -6,10 +6,12 @@
 //!
 //! * [`text`]: the classic text protocol (get/set/...); request framing,
 //!   memcached's tokenizer and its validation order;
+//! * [`meta`]: the meta commands (mg/ms/md/ma/mn/me) and memcached's base64;
 //! * [`numbers`]: memcached's `safe_strto*` number parsing, quirks included;
 //! * [`encode`]: writing replies into an output buffer.
 
 pub mod encode;
+pub mod meta;
 pub mod numbers;
 pub mod text;
 

@@ -128,8 +128,9 @@ impl<'a> Tokens<'a> {
 }
 
 /// Which storage command a [`StoreRequest`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StoreMode {
+    #[default]
     Set,
     Add,
     Replace,
@@ -247,7 +248,20 @@ pub const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format";
 
 /// Parses one request line (without its terminator).
 pub fn parse_command(line: &[u8]) -> Command<'_> {
-    let t = Tokens::new(line);
+    parse_tokens(Tokens::new(line), line)
+}
+
+/// True when memcached would dispatch this line to a meta command: a
+/// two-byte command token starting with `m` (see [`crate::meta`]).
+#[inline]
+pub fn is_meta(t: &Tokens<'_>) -> bool {
+    let cmd = t.get(0);
+    cmd.len() == 2 && cmd[0] == b'm'
+}
+
+/// Parses a tokenized request line (`line` is the whole line, for
+/// multi-key gets).
+pub fn parse_tokens<'a>(t: Tokens<'a>, line: &'a [u8]) -> Command<'a> {
     let ntokens = t.count();
     let cmd = t.get(0);
     if ntokens < 2 || cmd.len() < 2 {

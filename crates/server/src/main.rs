@@ -10,6 +10,7 @@
 //!   items a segment at a time in the background.
 
 mod binary;
+mod meta;
 mod prefix_stats;
 mod session;
 mod settings;
@@ -163,6 +164,12 @@ fn run(settings: Settings) -> io::Result<()> {
     for w in &settings.warnings {
         eprintln!("{w}");
     }
+    // Handle SIGTERM/SIGINT from before the port opens: a client that sees
+    // the port may signal at once.
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, term.clone())?;
+    }
     // Bind first so that a bad address fails before daemonizing.
     let mut listeners = bind(&settings)?;
     if settings.daemon {
@@ -213,10 +220,6 @@ fn run(settings: Settings) -> io::Result<()> {
     let _ = shared.acceptor_waker.set(waker);
     for (i, l) in listeners.iter_mut().enumerate() {
         poll.registry().register(l, Token(i), Interest::READABLE)?;
-    }
-    let term = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, term.clone())?;
     }
     if settings.verbose > 0 {
         for l in &listeners {

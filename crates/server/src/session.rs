@@ -14,8 +14,10 @@
 
 use std::sync::atomic::Ordering;
 
-use osmium_protocol::text::{parse_command, scan_line, Command, LineScan};
+use osmium_protocol::meta::{parse_meta, MetaCommand, MetaParse};
+use osmium_protocol::text::{is_meta, parse_tokens, scan_line, Command, LineScan, Tokens};
 
+use crate::meta;
 use crate::text::{self, After};
 use crate::worker::WorkerCtx;
 
@@ -46,6 +48,8 @@ pub enum Flow {
     Close,
 }
 
+// `authenticated`, `udp` and `set_input` serve the auth and UDP paths.
+#[allow(dead_code)]
 pub struct Session {
     pub fd: i32,
     pub peer: String,
@@ -144,6 +148,7 @@ impl Session {
     }
 
     /// Replaces the input with one datagram's payload (UDP).
+    #[allow(dead_code)]
     pub fn set_input(&mut self, payload: &[u8]) {
         self.rstart = 0;
         self.rend = 0;
@@ -231,8 +236,47 @@ impl Session {
             if ctx.shared.stats.verbosity.load(Ordering::Relaxed) > 1 {
                 eprintln!("<{} {}", self.fd, String::from_utf8_lossy(line));
             }
-            let cmd = parse_command(line);
+            let tokens = Tokens::new(line);
             done += 1;
+            if is_meta(&tokens) {
+                match parse_meta(tokens) {
+                    MetaParse::Noop => {
+                        self.wbuf.extend_from_slice(b"MN\r\n");
+                        self.rstart += consumed;
+                    }
+                    MetaParse::Error { msg, swallow } => {
+                        self.wbuf.extend_from_slice(msg.as_bytes());
+                        self.wbuf.extend_from_slice(b"\r\n");
+                        self.rstart += consumed;
+                        if let Some(n) = swallow {
+                            self.swallow = n;
+                            self.need = 0;
+                        }
+                    }
+                    MetaParse::Request(req) if req.command == MetaCommand::Set => {
+                        if meta::refuse_set(ctx, &req, &mut self.wbuf) {
+                            self.rstart += consumed;
+                            self.swallow = req.data_len + 2;
+                            self.need = 0;
+                            continue;
+                        }
+                        let total = consumed + req.data_len + 2;
+                        if buf.len() < total {
+                            self.need = total;
+                            return Flow::Wait;
+                        }
+                        self.need = 0;
+                        meta::complete_set(ctx, &req, &buf[consumed..total], &mut self.wbuf);
+                        self.rstart += total;
+                    }
+                    MetaParse::Request(req) => {
+                        meta::execute(ctx, &req, &mut self.wbuf);
+                        self.rstart += consumed;
+                    }
+                }
+                continue;
+            }
+            let cmd = parse_tokens(tokens, line);
             if let Command::Store(req) = cmd {
                 if text::refuse_store(ctx, &req, &mut self.wbuf) {
                     self.rstart += consumed;

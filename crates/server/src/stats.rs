@@ -83,6 +83,7 @@ thread_counters!(
     bytes_read,
     bytes_written,
     conn_yields,
+    meta_cmds,
 );
 
 /// Process-wide counters shared by the acceptor and the workers.
@@ -181,7 +182,7 @@ impl StatsContext {
         stat(out, "cmd_set", t.set_cmds);
         stat(out, "cmd_flush", t.flush_cmds);
         stat(out, "cmd_touch", t.touch_cmds);
-        stat(out, "cmd_meta", 0);
+        stat(out, "cmd_meta", t.meta_cmds);
         stat(out, "get_hits", t.get_hits);
         stat(out, "get_misses", t.get_misses);
         stat(out, "get_expired", t.get_expired);

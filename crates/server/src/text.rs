@@ -71,6 +71,7 @@ pub fn complete_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, block: &[u8], out
             exptime,
             value: &block[..vlen],
             cas: req.cas,
+            ..Write::default()
         },
     );
     let is_cas = req.mode == StoreMode::Cas;

@@ -179,7 +179,10 @@ impl Worker {
             }
             let conn = Conn::new(stream, now, self.initial_protocol);
             if self.ctx.shared.stats.verbosity.load(Ordering::Relaxed) > 1 {
-                eprintln!("<{} new auto-negotiating client connection", conn.session.fd);
+                eprintln!(
+                    "<{} new auto-negotiating client connection",
+                    conn.session.fd
+                );
             }
             entry.insert(conn);
             // Data may already be waiting.

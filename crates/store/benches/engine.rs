@@ -18,6 +18,7 @@ fn set<'a>(key: &'a [u8], value: &'a [u8]) -> Write<'a> {
         exptime: 0,
         value,
         cas: 0,
+        ..Write::default()
     }
 }
 

@@ -15,7 +15,11 @@
 //!  flags   u32  client flags
 //!  vlen    u32  value length in bytes (the value is stored without \r\n)
 //!  kl      u8   key length (1..=250)
-//!  st      u8   state bits: DEAD (unlinked from the index), FETCHED (atomic)
+//!  st      u8   state bits (atomic): DEAD (unlinked from the index),
+//!               FETCHED (hit at least once), ACTIVE (hit twice: access time
+//!               now follows hits), STALE (meta invalidated), TOKEN_SENT (a
+//!               meta client won the recache token), KEY_BINARY (stored
+//!               with a base64 key: meta replies re-encode it)
 //!  pad          up to the next multiple of 8
 //! ```
 //!
@@ -41,6 +45,10 @@ const OFF_STATE: usize = 25;
 
 pub const STATE_DEAD: u8 = 1;
 pub const STATE_FETCHED: u8 = 2;
+pub const STATE_ACTIVE: u8 = 4;
+pub const STATE_STALE: u8 = 8;
+pub const STATE_TOKEN_SENT: u8 = 16;
+pub const STATE_KEY_BINARY: u8 = 32;
 
 /// Bytes an item with this key and value length occupies in a segment.
 #[inline]
@@ -222,6 +230,38 @@ impl ItemPtr {
     }
 
     #[inline]
+    pub fn has_state(self, bits: u8) -> bool {
+        self.state() & bits != 0
+    }
+
+    #[inline]
+    pub fn set_state(self, bits: u8) {
+        self.state_atomic().fetch_or(bits, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn clear_state(self, bits: u8) {
+        self.state_atomic().fetch_and(!bits, Ordering::Relaxed);
+    }
+
+    /// A hit, as memcached's segmented-LRU `do_item_bump`: the first hit
+    /// marks the item fetched; later hits make it active and refresh its
+    /// access time.
+    #[inline]
+    pub fn bump(self, now: u32) {
+        if !self.is_fetched() {
+            self.set_state(STATE_FETCHED);
+        } else {
+            if !self.has_state(STATE_ACTIVE) {
+                self.set_state(STATE_ACTIVE);
+            }
+            if self.atime() != now {
+                self.set_atime(now);
+            }
+        }
+    }
+
+    #[inline]
     pub fn mark_fetched(self) {
         if !self.is_fetched() {
             self.state_atomic()
@@ -261,6 +301,29 @@ impl<'a> ItemView<'a> {
     }
     pub fn atime(&self) -> u32 {
         self.ptr.atime()
+    }
+    pub fn value_len(&self) -> usize {
+        self.ptr.value_len()
+    }
+    /// TTL update (mg T, gat): exptime is atomic, so a read lock suffices.
+    pub fn set_exptime(&self, exptime: u32) {
+        self.ptr.set_exptime(exptime)
+    }
+    /// Has the item been hit before (memcached's ITEM_FETCHED)?
+    pub fn fetched(&self) -> bool {
+        self.ptr.is_fetched()
+    }
+    pub fn stale(&self) -> bool {
+        self.ptr.has_state(STATE_STALE)
+    }
+    pub fn token_sent(&self) -> bool {
+        self.ptr.has_state(STATE_TOKEN_SENT)
+    }
+    pub fn mark_token_sent(&self) {
+        self.ptr.set_state(STATE_TOKEN_SENT)
+    }
+    pub fn key_binary(&self) -> bool {
+        self.ptr.has_state(STATE_KEY_BINARY)
     }
 }
 

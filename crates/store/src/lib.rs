@@ -75,8 +75,9 @@ pub enum StoreStatus {
 /// Which storage command (the protocol's own enum: one definition).
 pub use osmium_protocol::text::StoreMode;
 
-/// A storage command's arguments.
-#[derive(Debug, Clone, Copy)]
+/// A storage command's arguments. The fields after `cas` are the meta
+/// protocol's extras; `..Default::default()` leaves them off.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Write<'a> {
     pub mode: StoreMode,
     pub key: &'a [u8],
@@ -86,6 +87,83 @@ pub struct Write<'a> {
     pub value: &'a [u8],
     /// Compare-and-swap unique for `Cas` (and binary append/prepend).
     pub cas: u64,
+    /// ms `I`: a `Cas` with an older unique still stores, marked stale.
+    pub stale_ok: bool,
+    /// ms `E`: the new item's CAS unique (0 = the next from the counter).
+    pub new_cas: u64,
+    /// ms `b`: the key was sent base64 encoded.
+    pub key_binary: bool,
+    /// ms `N` in append/prepend mode: on a miss, store the data as a new
+    /// item with this expiry.
+    pub vivify: Option<u32>,
+}
+
+/// mg `N`: create an empty item on a miss.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Vivify {
+    pub exptime: u32,
+    /// `E`: its CAS unique (0 = next from the counter).
+    pub cas: u64,
+    pub key_binary: bool,
+}
+
+/// md: what a meta delete does.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MetaDelete {
+    /// `C`: only if the item's CAS unique is this.
+    pub compare_cas: Option<u64>,
+    /// `I`: mark stale (new CAS, token cleared) instead of removing.
+    pub invalidate: bool,
+    /// `T` (with `I`): new expiry.
+    pub exptime: Option<u32>,
+    /// `E`: the new CAS unique (0 = next from the counter).
+    pub new_cas: u64,
+    /// `x`: replace the value with an empty one (keeping the item), client
+    /// flags set to `flags`.
+    pub remove_value: bool,
+    pub flags: u32,
+}
+
+/// Outcome of a meta delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaDeleteResult {
+    Deleted,
+    /// Marked stale or emptied in place.
+    Kept,
+    Exists,
+    NotFound,
+}
+
+/// ma: what a meta incr/decr does beyond the text command.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MetaArith {
+    /// `C`: compare CAS (0 = no check, as memcached).
+    pub compare_cas: u64,
+    /// `E`: new CAS unique (0 = next from the counter).
+    pub new_cas: u64,
+    /// `T`: new expiry, applied when the value is updated in place (as
+    /// memcached, whose T lands on the replaced item otherwise).
+    pub exptime: Option<u32>,
+    /// `N` (+ `J`): on a miss create the item holding `initial` with expiry
+    /// `created_exptime` (the last of `N`/`T` in request order).
+    pub vivify: Option<(u64, u32)>,
+}
+
+/// Outcome of a meta incr/decr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaArithResult {
+    Done {
+        value: u64,
+        cas: u64,
+        /// The item's expiry before `T`/`N` were applied (0 if created).
+        exptime: u32,
+        created: bool,
+    },
+    NotFound,
+    NonNumeric,
+    Exists,
+    NotStored,
+    OutOfMemory,
 }
 
 /// Outcome of a lookup; hits carry the caller's result.
@@ -289,15 +367,84 @@ impl Store {
         if let Some(exptime) = touch {
             it.set_exptime(exptime);
         }
-        it.mark_fetched();
-        if it.atime() < now.saturating_sub(ITEM_UPDATE_INTERVAL) {
-            it.set_atime(now);
-        }
-        Lookup::Hit(f(ItemView {
+        it.bump(now);
+        Lookup::Hit(f(self.view(it)))
+    }
+
+    #[inline]
+    fn view<'a>(&self, it: ItemPtr) -> ItemView<'a> {
+        ItemView {
             ptr: it,
             use_cas: self.cfg.use_cas,
             _lock: std::marker::PhantomData,
-        }))
+        }
+    }
+
+    /// mg: looks `key` up and runs `f` on the item under its shard lock
+    /// *before* the hit is recorded (so `h`/`l` see the previous state);
+    /// `f` also gets whether the item was just created. With `vivify`, a
+    /// miss creates an empty item (mg N). `bump` records the hit (not u).
+    pub fn meta_get<R>(
+        &self,
+        head: usize,
+        key: &[u8],
+        bump: bool,
+        vivify: Option<&Vivify>,
+        f: impl FnOnce(ItemView<'_>, bool) -> R,
+    ) -> Lookup<R> {
+        let hash = hash_key(key);
+        let now = self.clock.now();
+        let mut missed = Lookup::Miss;
+        {
+            let table = self.shard(hash).read();
+            if let Some(found) = table.find(&self.arena, key, hash) {
+                match self.check(found.item, now) {
+                    Lookup::Hit(()) => {
+                        let r = f(self.view(found.item), false);
+                        if bump {
+                            found.item.bump(now);
+                        }
+                        return Lookup::Hit(r);
+                    }
+                    stale => {
+                        drop(table);
+                        self.unlink_stale(key, hash, found.loc);
+                        missed = match stale {
+                            Lookup::Flushed => Lookup::Flushed,
+                            _ => Lookup::Expired,
+                        };
+                    }
+                }
+            }
+        }
+        let Some(v) = vivify else {
+            return missed;
+        };
+        let Some(slot) = self.reserve(head, item_size(key.len(), 0)) else {
+            return missed;
+        };
+        self.write_item(&slot, key, 0, v.exptime, &[]);
+        if v.key_binary {
+            slot.ptr.set_state(item::STATE_KEY_BINARY);
+        }
+        let mut table = self.shard(hash).write();
+        let (it, created) = match self.find_live(&mut table, key, hash) {
+            Some(existing) => {
+                slot.ptr.mark_dead();
+                (existing.item, false)
+            }
+            None => {
+                self.link(&mut table, hash, &slot, None, v.cas);
+                (slot.ptr, true)
+            }
+        };
+        let r = f(self.view(it), created);
+        if bump {
+            it.bump(self.clock.now());
+        }
+        drop(table);
+        self.arena.finish_write(slot.seg);
+        Lookup::Hit(r)
     }
 
     /// touch: sets a new expiry. Returns whether the key was live.
@@ -396,8 +543,19 @@ impl Store {
 
     /// Publishes `slot` under `key`, replacing `old` if given. Caller holds
     /// the shard write lock. Returns the new CAS.
-    fn link(&self, table: &mut Table, hash: u64, slot: &Slot, old: Option<&Found>) -> u64 {
-        let cas = self.next_cas();
+    fn link(
+        &self,
+        table: &mut Table,
+        hash: u64,
+        slot: &Slot,
+        old: Option<&Found>,
+        explicit_cas: u64,
+    ) -> u64 {
+        let cas = if explicit_cas != 0 && self.cfg.use_cas {
+            explicit_cas
+        } else {
+            self.next_cas()
+        };
         // SAFETY: the item is not yet published; we hold the shard lock.
         unsafe { slot.ptr.set_cas(cas) };
         let loc = Location {
@@ -430,6 +588,13 @@ impl Store {
     /// set/add/replace/append/prepend/cas. `head` picks the write head
     /// (the worker index). Returns the status and the new CAS unique.
     pub fn store(&self, head: usize, w: &Write<'_>) -> (StoreStatus, u64) {
+        let (status, cas, _) = self.store_sized(head, w);
+        (status, cas)
+    }
+
+    /// As [`Store::store`], also returning the stored value's length (ms s:
+    /// the new size after an append).
+    pub fn store_sized(&self, head: usize, w: &Write<'_>) -> (StoreStatus, u64, usize) {
         let Write {
             mode,
             key,
@@ -437,12 +602,27 @@ impl Store {
             exptime,
             value,
             cas,
+            ..
         } = *w;
         if self.too_large(key.len(), flags, value.len()) {
-            return (StoreStatus::TooLarge, 0);
+            return (StoreStatus::TooLarge, 0, 0);
         }
         if matches!(mode, StoreMode::Append | StoreMode::Prepend) {
-            return self.concat(head, mode, key, value, cas);
+            let r = self.concat(head, w);
+            if r.0 == StoreStatus::NotStored && r.2 == usize::MAX {
+                if let Some(exptime) = w.vivify {
+                    // ms N in append mode: the miss creates the item.
+                    let add = Write {
+                        mode: StoreMode::Add,
+                        exptime,
+                        cas: 0,
+                        vivify: None,
+                        ..*w
+                    };
+                    return self.store_sized(head, &add);
+                }
+            }
+            return (r.0, r.1, if r.2 == usize::MAX { 0 } else { r.2 });
         }
         let hash = hash_key(key);
         let Some(slot) = self.reserve(head, item_size(key.len(), value.len())) else {
@@ -450,9 +630,12 @@ impl Store {
                 // memcached drops the old value rather than keep stale data.
                 self.delete(key);
             }
-            return (StoreStatus::OutOfMemory, 0);
+            return (StoreStatus::OutOfMemory, 0, 0);
         };
         self.write_item(&slot, key, flags, exptime, &[value]);
+        if w.key_binary {
+            slot.ptr.set_state(item::STATE_KEY_BINARY);
+        }
         let mut table = self.shard(hash).write();
         let old = self.find_live(&mut table, key, hash);
         let now = self.clock.now();
@@ -467,10 +650,22 @@ impl Store {
             (StoreMode::Cas, None) => (StoreStatus::NotFound, 0),
             // A zero CAS never matches (so with -C every cas is EXISTS).
             (StoreMode::Cas, Some(f)) if cas == 0 || f.item.cas() != cas => {
-                (StoreStatus::Exists, 0)
+                if w.stale_ok && cas != 0 && cas < f.item.cas() {
+                    // memcached's CAS_STALE: store, keeping the old TTL,
+                    // marked stale (and keeping a sent token).
+                    slot.ptr.set_exptime(f.item.exptime());
+                    slot.ptr.set_state(item::STATE_STALE);
+                    if f.item.has_state(item::STATE_TOKEN_SENT) {
+                        slot.ptr.set_state(item::STATE_TOKEN_SENT);
+                    }
+                    let new_cas = self.link(&mut table, hash, &slot, old.as_ref(), w.new_cas);
+                    (StoreStatus::Stored, new_cas)
+                } else {
+                    (StoreStatus::Exists, 0)
+                }
             }
             _ => {
-                let new_cas = self.link(&mut table, hash, &slot, old.as_ref());
+                let new_cas = self.link(&mut table, hash, &slot, old.as_ref(), w.new_cas);
                 (StoreStatus::Stored, new_cas)
             }
         };
@@ -479,36 +674,31 @@ impl Store {
         }
         drop(table);
         self.arena.finish_write(slot.seg);
-        result
+        (result.0, result.1, value.len())
     }
 
     /// append/prepend: the new item is old value + data (or data + old).
-    fn concat(
-        &self,
-        head: usize,
-        mode: StoreMode,
-        key: &[u8],
-        data: &[u8],
-        cas: u64,
-    ) -> (StoreStatus, u64) {
+    /// A miss is NotStored with size `usize::MAX`.
+    fn concat(&self, head: usize, w: &Write<'_>) -> (StoreStatus, u64, usize) {
+        let (mode, key, data, cas) = (w.mode, w.key, w.value, w.cas);
         let hash = hash_key(key);
         loop {
             let (old_loc, old_len, old_flags) = {
                 let mut table = self.shard(hash).write();
                 let Some(f) = self.find_live(&mut table, key, hash) else {
-                    return (StoreStatus::NotStored, 0);
+                    return (StoreStatus::NotStored, 0, usize::MAX);
                 };
                 if cas != 0 && f.item.cas() != cas {
-                    return (StoreStatus::Exists, 0);
+                    return (StoreStatus::Exists, 0, 0);
                 }
                 (f.loc, f.item.value_len(), f.item.flags())
             };
             let total = old_len + data.len();
             if self.too_large(key.len(), old_flags, total) {
-                return (StoreStatus::NotStored, 0);
+                return (StoreStatus::NotStored, 0, 0);
             }
             let Some(slot) = self.reserve(head, item_size(key.len(), total)) else {
-                return (StoreStatus::OutOfMemory, 0);
+                return (StoreStatus::OutOfMemory, 0, 0);
             };
             let mut table = self.shard(hash).write();
             let Some(old) = table
@@ -528,10 +718,13 @@ impl Store {
                 [data, old_value]
             };
             self.write_item(&slot, key, old.item.flags(), old.item.exptime(), &parts);
-            let new_cas = self.link(&mut table, hash, &slot, Some(&old));
+            if w.key_binary || old.item.has_state(item::STATE_KEY_BINARY) {
+                slot.ptr.set_state(item::STATE_KEY_BINARY);
+            }
+            let new_cas = self.link(&mut table, hash, &slot, Some(&old), w.new_cas);
             drop(table);
             self.arena.finish_write(slot.seg);
-            return (StoreStatus::Stored, new_cas);
+            return (StoreStatus::Stored, new_cas, total);
         }
     }
 
@@ -548,27 +741,121 @@ impl Store {
         }
     }
 
+    /// md: delete, or invalidate (mark stale), or empty the value, each
+    /// optionally only if the CAS unique matches.
+    pub fn meta_delete(&self, head: usize, key: &[u8], d: &MetaDelete) -> MetaDeleteResult {
+        let hash = hash_key(key);
+        // x needs an empty item written before the shard lock is taken.
+        let slot = if d.remove_value {
+            match self.reserve(head, item_size(key.len(), 0)) {
+                Some(slot) => Some(slot),
+                None => return MetaDeleteResult::NotFound,
+            }
+        } else {
+            None
+        };
+        let mut table = self.shard(hash).write();
+        let found = self.find_live(&mut table, key, hash);
+        let result = match &found {
+            None => MetaDeleteResult::NotFound,
+            Some(f) if d.compare_cas.is_some_and(|c| c != f.item.cas()) => MetaDeleteResult::Exists,
+            Some(f) => {
+                if let Some(slot) = &slot {
+                    let exptime = match (d.invalidate, d.exptime) {
+                        (true, Some(e)) => e,
+                        _ => f.item.exptime(),
+                    };
+                    self.write_item(slot, key, d.flags, exptime, &[]);
+                    let keep =
+                        item::STATE_KEY_BINARY | if d.invalidate { 0 } else { item::STATE_STALE };
+                    let mut state = f.item.state() & keep;
+                    if d.invalidate {
+                        state |= item::STATE_STALE;
+                    }
+                    slot.ptr.set_state(state);
+                    self.link(&mut table, hash, slot, Some(f), d.new_cas);
+                    MetaDeleteResult::Kept
+                } else if d.invalidate {
+                    if let Some(e) = d.exptime {
+                        f.item.set_exptime(e);
+                    }
+                    f.item.set_state(item::STATE_STALE);
+                    f.item.clear_state(item::STATE_TOKEN_SENT);
+                    let cas = if d.new_cas != 0 && self.cfg.use_cas {
+                        d.new_cas
+                    } else {
+                        self.next_cas()
+                    };
+                    // SAFETY: we hold the shard write lock.
+                    unsafe { f.item.set_cas(cas) };
+                    MetaDeleteResult::Kept
+                } else {
+                    self.unlink(&mut table, f);
+                    MetaDeleteResult::Deleted
+                }
+            }
+        };
+        if let Some(slot) = slot {
+            if result != MetaDeleteResult::Kept {
+                slot.ptr.mark_dead();
+            }
+            drop(table);
+            self.arena.finish_write(slot.seg);
+        }
+        result
+    }
+
     /// incr/decr with memcached's rules: 64-bit wrap on incr, clamp at 0 on
     /// decr, values of 1..=23 decimal bytes only, result written in place
     /// (space padded) when it fits.
     pub fn arith(&self, head: usize, key: &[u8], incr: bool, delta: u64) -> ArithResult {
+        match self.meta_arith(head, key, incr, delta, &MetaArith::default()) {
+            MetaArithResult::Done { value, .. } => ArithResult::Value(value),
+            MetaArithResult::NotFound | MetaArithResult::Exists | MetaArithResult::NotStored => {
+                ArithResult::NotFound
+            }
+            MetaArithResult::NonNumeric => ArithResult::NonNumeric,
+            MetaArithResult::OutOfMemory => ArithResult::OutOfMemory,
+        }
+    }
+
+    /// ma: incr/decr with a CAS check, an explicit new CAS, a TTL update
+    /// and creation on a miss (memcached's `do_add_delta` plus the meta
+    /// extras).
+    pub fn meta_arith(
+        &self,
+        head: usize,
+        key: &[u8],
+        incr: bool,
+        delta: u64,
+        m: &MetaArith,
+    ) -> MetaArithResult {
         let hash = hash_key(key);
         loop {
-            let (value, new_len, old_loc) = {
+            let (value, new_len, old_loc, exptime) = {
                 let mut table = self.shard(hash).write();
                 let Some(f) = self.find_live(&mut table, key, hash) else {
-                    return ArithResult::NotFound;
+                    drop(table);
+                    return match m.vivify {
+                        Some((initial, exptime)) => {
+                            self.arith_create(head, key, initial, exptime, m)
+                        }
+                        None => MetaArithResult::NotFound,
+                    };
                 };
                 let cur = f.item.value();
                 if cur.is_empty() || cur.len() >= 24 {
-                    return ArithResult::NonNumeric;
+                    return MetaArithResult::NonNumeric;
+                }
+                if m.compare_cas != 0 && f.item.cas() != m.compare_cas {
+                    return MetaArithResult::Exists;
                 }
                 let digits = match memchr_nul(cur) {
                     Some(p) => &cur[..p],
                     None => cur,
                 };
                 let Some(n) = osmium_protocol::numbers::safe_strtoull(digits) else {
-                    return ArithResult::NonNumeric;
+                    return MetaArithResult::NonNumeric;
                 };
                 let value = if incr {
                     n.wrapping_add(delta)
@@ -577,8 +864,13 @@ impl Store {
                 };
                 let mut buf = itoa::Buffer::new();
                 let text = buf.format(value).as_bytes();
+                let exptime = f.item.exptime();
                 if text.len() <= cur.len() {
-                    let cas = self.next_cas();
+                    let cas = if m.new_cas != 0 && self.cfg.use_cas {
+                        m.new_cas
+                    } else {
+                        self.next_cas()
+                    };
                     // SAFETY: we hold the shard write lock.
                     unsafe {
                         f.item.set_cas(cas);
@@ -586,14 +878,22 @@ impl Store {
                         v[..text.len()].copy_from_slice(text);
                         v[text.len()..].fill(b' ');
                     }
-                    return ArithResult::Value(value);
+                    if let Some(e) = m.exptime {
+                        f.item.set_exptime(e);
+                    }
+                    return MetaArithResult::Done {
+                        value,
+                        cas: if self.cfg.use_cas { cas } else { 0 },
+                        exptime,
+                        created: false,
+                    };
                 }
-                (value, text.len(), f.loc)
+                (value, text.len(), f.loc, exptime)
             };
             // The result is longer: write a new item (no lock held while
             // reserving, which may evict).
             let Some(slot) = self.reserve(head, item_size(key.len(), new_len)) else {
-                return ArithResult::OutOfMemory;
+                return MetaArithResult::OutOfMemory;
             };
             let mut table = self.shard(hash).write();
             let Some(old) = table.find_at(&self.arena, key, hash, old_loc) else {
@@ -611,10 +911,46 @@ impl Store {
                 continue;
             }
             self.write_item(&slot, key, old.item.flags(), old.item.exptime(), &[text]);
-            self.link(&mut table, hash, &slot, Some(&old));
+            let cas = self.link(&mut table, hash, &slot, Some(&old), m.new_cas);
             drop(table);
             self.arena.finish_write(slot.seg);
-            return ArithResult::Value(value);
+            return MetaArithResult::Done {
+                value,
+                cas: if self.cfg.use_cas { cas } else { 0 },
+                exptime,
+                created: false,
+            };
+        }
+    }
+
+    /// ma N on a miss: add the initial value.
+    fn arith_create(
+        &self,
+        head: usize,
+        key: &[u8],
+        initial: u64,
+        exptime: u32,
+        m: &MetaArith,
+    ) -> MetaArithResult {
+        let mut buf = itoa::Buffer::new();
+        let text = buf.format(initial).as_bytes();
+        let w = Write {
+            mode: StoreMode::Add,
+            key,
+            exptime,
+            value: text,
+            new_cas: m.new_cas,
+            ..Write::default()
+        };
+        match self.store(head, &w) {
+            (StoreStatus::Stored, cas) => MetaArithResult::Done {
+                value: initial,
+                cas,
+                exptime: 0,
+                created: true,
+            },
+            (StoreStatus::OutOfMemory, _) => MetaArithResult::OutOfMemory,
+            _ => MetaArithResult::NotStored,
         }
     }
 

@@ -24,6 +24,7 @@ fn put(
             exptime,
             value,
             cas,
+            ..Write::default()
         },
     )
 }
@@ -323,4 +324,125 @@ fn parallel_writers_and_readers() {
     }
     let st = s.stats();
     assert!(st.curr_items <= 12_000);
+}
+
+#[test]
+fn meta_get_vivifies_once_and_reports_pre_hit_state() {
+    let s = store();
+    let v = Vivify {
+        exptime: 0,
+        cas: 0,
+        key_binary: false,
+    };
+    let first = s.meta_get(0, b"k", true, Some(&v), |it, created| {
+        (created, it.fetched())
+    });
+    assert_eq!(first, Lookup::Hit((true, false)));
+    let second = s.meta_get(0, b"k", true, Some(&v), |it, created| {
+        (created, it.fetched())
+    });
+    assert_eq!(second, Lookup::Hit((false, true)));
+    assert_eq!(s.meta_get(0, b"nope", true, None, |_, _| ()), Lookup::Miss);
+}
+
+#[test]
+fn cas_with_stale_ok_stores_an_older_unique_as_stale() {
+    let s = store();
+    put(&s, 0, StoreMode::Set, b"k", 0, 0, b"v1", 0);
+    let (_, cas) = put(&s, 0, StoreMode::Set, b"k", 0, 0, b"v2", 0);
+    let w = Write {
+        mode: StoreMode::Cas,
+        key: b"k",
+        value: b"v3",
+        cas: cas - 1,
+        stale_ok: true,
+        ..Write::default()
+    };
+    assert_eq!(s.store(0, &w).0, StoreStatus::Stored);
+    let stale = s.meta_get(0, b"k", false, None, |it, _| {
+        (it.stale(), it.value().to_vec())
+    });
+    assert_eq!(stale, Lookup::Hit((true, b"v3".to_vec())));
+    let w = Write {
+        stale_ok: false,
+        ..w
+    };
+    assert_eq!(s.store(0, &w).0, StoreStatus::Exists);
+}
+
+#[test]
+fn meta_delete_invalidates_and_checks_cas() {
+    let s = store();
+    let (_, cas) = put(&s, 0, StoreMode::Set, b"k", 0, 0, b"v", 0);
+    let wrong = MetaDelete {
+        compare_cas: Some(cas + 1),
+        ..MetaDelete::default()
+    };
+    assert_eq!(s.meta_delete(0, b"k", &wrong), MetaDeleteResult::Exists);
+    let inval = MetaDelete {
+        invalidate: true,
+        new_cas: 777,
+        ..MetaDelete::default()
+    };
+    assert_eq!(s.meta_delete(0, b"k", &inval), MetaDeleteResult::Kept);
+    let seen = s.meta_get(0, b"k", false, None, |it, _| (it.stale(), it.cas()));
+    assert_eq!(seen, Lookup::Hit((true, 777)));
+    let empty = MetaDelete {
+        remove_value: true,
+        ..MetaDelete::default()
+    };
+    assert_eq!(s.meta_delete(0, b"k", &empty), MetaDeleteResult::Kept);
+    let len = s.meta_get(0, b"k", false, None, |it, _| it.value_len());
+    assert_eq!(len, Lookup::Hit(0));
+    assert_eq!(
+        s.meta_delete(0, b"k", &MetaDelete::default()),
+        MetaDeleteResult::Deleted
+    );
+    assert_eq!(
+        s.meta_delete(0, b"k", &MetaDelete::default()),
+        MetaDeleteResult::NotFound
+    );
+}
+
+#[test]
+fn meta_arith_creates_compares_and_sets_cas() {
+    let s = store();
+    let create = MetaArith {
+        vivify: Some((5, 0)),
+        ..MetaArith::default()
+    };
+    let r = s.meta_arith(0, b"n", true, 1, &create);
+    assert!(matches!(
+        r,
+        MetaArithResult::Done {
+            value: 5,
+            created: true,
+            ..
+        }
+    ));
+    let explicit = MetaArith {
+        new_cas: 4242,
+        ..MetaArith::default()
+    };
+    let r = s.meta_arith(0, b"n", true, 1, &explicit);
+    assert!(matches!(
+        r,
+        MetaArithResult::Done {
+            value: 6,
+            cas: 4242,
+            ..
+        }
+    ));
+    let stale = MetaArith {
+        compare_cas: 1,
+        ..MetaArith::default()
+    };
+    assert_eq!(
+        s.meta_arith(0, b"n", false, 1, &stale),
+        MetaArithResult::Exists
+    );
+    assert_eq!(
+        s.meta_arith(0, b"zz", true, 1, &MetaArith::default()),
+        MetaArithResult::NotFound
+    );
 }
