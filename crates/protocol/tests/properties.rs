@@ -62,3 +62,42 @@ proptest! {
         prop_assert_eq!(safe_strtol(i.to_string().as_bytes()), Some(i));
     }
 }
+
+mod meta {
+    use osmium_protocol::meta::{base64_decode, base64_encode, parse_meta, MetaCommand, MetaParse};
+    use osmium_protocol::text::Tokens;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn arbitrary_meta_lines_never_panic(cmd in "m[gsdaenx]", rest in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let mut line = cmd.into_bytes();
+            line.push(b' ');
+            line.extend_from_slice(&rest);
+            let _ = parse_meta(Tokens::new(&line));
+        }
+
+        #[test]
+        fn base64_roundtrips(data in proptest::collection::vec(any::<u8>(), 1..200)) {
+            let mut enc = Vec::new();
+            base64_encode(&data, &mut enc);
+            let mut out = vec![0u8; data.len() + 3];
+            let n = base64_decode(&enc, &mut out).unwrap();
+            prop_assert_eq!(&out[..n], &data[..]);
+        }
+
+        #[test]
+        fn ms_lines_roundtrip(key in "[a-zA-Z0-9_]{1,250}", len in 0usize..100000, ttl in any::<i32>(), flags in any::<u32>(), opaque in "[a-z0-9]{0,30}") {
+            let line = format!("ms {key} {len} T{ttl} F{flags} O{opaque} q");
+            match parse_meta(Tokens::new(line.as_bytes())) {
+                MetaParse::Request(r) => {
+                    prop_assert_eq!(r.command, MetaCommand::Set);
+                    prop_assert_eq!(r.key(), key.as_bytes());
+                    prop_assert_eq!(r.data_len, len);
+                    prop_assert_eq!((r.flags.ttl, r.flags.client_flags, r.flags.no_reply), (Some(ttl), flags, true));
+                }
+                _ => prop_assert!(false, "{line} did not parse"),
+            }
+        }
+    }
+}
