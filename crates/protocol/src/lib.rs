@@ -7,9 +7,12 @@
 //! * [`text`]: the classic text protocol (get/set/...); request framing,
 //!   memcached's tokenizer and its validation order;
 //! * [`meta`]: the meta commands (mg/ms/md/ma/mn/me) and memcached's base64;
+//! * [`binary`]: the binary protocol: 24-byte header framing, per-opcode
+//!   validation, response packets;
 //! * [`numbers`]: memcached's `safe_strto*` number parsing, quirks included;
 //! * [`encode`]: writing replies into an output buffer.
 
+pub mod binary;
 pub mod encode;
 pub mod meta;
 pub mod numbers;

@@ -9,6 +9,7 @@
 //! * `osmium-maint`: ticks the clock every 100 ms and reclaims expired
 //!   items a segment at a time in the background.
 
+mod auth;
 mod binary;
 mod meta;
 mod prefix_stats;
@@ -49,7 +50,14 @@ fn main() {
         }
         Action::Run(s) => *s,
     };
-    if let Err(e) = run(settings) {
+    let auth = match auth::AuthConfig::load(&settings) {
+        Ok(a) => a,
+        Err(msg) => {
+            eprintln!("{msg}");
+            std::process::exit(1); // EXIT_FAILURE, as memcached
+        }
+    };
+    if let Err(e) = run(settings, auth) {
         eprintln!("failed to start: {e}");
         std::process::exit(71); // EX_OSERR
     }
@@ -160,7 +168,7 @@ fn apply_process_flags(settings: &Settings) {
     }
 }
 
-fn run(settings: Settings) -> io::Result<()> {
+fn run(settings: Settings, auth: auth::AuthConfig) -> io::Result<()> {
     for w in &settings.warnings {
         eprintln!("{w}");
     }
@@ -203,6 +211,7 @@ fn run(settings: Settings) -> io::Result<()> {
     let shared = Arc::new(Shared {
         store: store.clone(),
         stats: stats_ctx,
+        auth,
         shutdown: AtomicBool::new(false),
         acceptor_waker: std::sync::OnceLock::new(),
     });

@@ -48,7 +48,7 @@ pub enum Flow {
     Close,
 }
 
-// `authenticated`, `udp` and `set_input` serve the auth and UDP paths.
+// `udp` and `set_input` serve the UDP path.
 #[allow(dead_code)]
 pub struct Session {
     pub fd: i32,
@@ -69,6 +69,8 @@ pub struct Session {
     pub protocol: Protocol,
     /// SASL (`-S`) or text (`-Y`) authentication has succeeded.
     pub authenticated: bool,
+    /// Where this connection's SASL exchange stands.
+    pub sasl: crate::auth::SaslState,
     /// A UDP request: replies that memcached refuses over UDP differ.
     pub udp: bool,
 }
@@ -88,6 +90,7 @@ impl Session {
             close_after_write: false,
             protocol,
             authenticated: false,
+            sasl: crate::auth::SaslState::Idle,
             udp: false,
         }
     }
@@ -214,6 +217,12 @@ impl Session {
     }
 
     fn process_text(&mut self, ctx: &WorkerCtx) -> Flow {
+        // -Y: only the login `set` is understood until it succeeds.
+        if !self.authenticated && ctx.shared.auth.ascii.is_some() {
+            if let Some(flow) = crate::auth::text_login(self, ctx) {
+                return flow;
+            }
+        }
         let mut done = 0;
         loop {
             if !self.swallow_input() {

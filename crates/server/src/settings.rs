@@ -94,15 +94,18 @@ pub struct Cli {
     /// set the backlog queue limit (default: 1024)
     #[arg(short = 'b', long = "listen-backlog", default_value_t = 1024)]
     pub backlog: i32,
-    /// protocol: ascii, binary or auto (default: auto)
-    #[arg(short = 'B', long = "protocol", default_value = "auto")]
-    pub protocol: String,
+    /// protocol: ascii, binary or auto (default: auto; binary with -S, ascii with -Y)
+    #[arg(short = 'B', long = "protocol")]
+    pub protocol: Option<String>,
     /// max item size (default: 1m, min: 1k, max: 1024m)
     #[arg(short = 'I', long = "max-item-size")]
     pub max_item_size: Option<String>,
     /// turn on SASL authentication
     #[arg(short = 'S', long = "enable-sasl")]
     pub sasl: bool,
+    /// SASL password file for -S: one user:password per line (default: $MEMCACHED_SASL_PWDB)
+    #[arg(long = "sasl-pwdb", value_name = "FILE")]
+    pub sasl_pwdb: Option<String>,
     /// disable flush_all command
     #[arg(short = 'F', long = "disable-flush-all")]
     pub disable_flush_all: bool,
@@ -112,7 +115,7 @@ pub struct Cli {
     /// disable watch commands
     #[arg(short = 'W', long = "disable-watch")]
     pub disable_watch: bool,
-    /// ASCII protocol authentication file
+    /// ASCII protocol authentication file: one user:password per line (at most 8)
     #[arg(short = 'Y', long = "auth-file")]
     pub auth_file: Option<String>,
     /// mmap a file for item memory (restartable cache)
@@ -159,6 +162,12 @@ pub struct Settings {
     pub hashpower_init: u32,
     pub lru_crawler: bool,
     pub binding_protocol: &'static str,
+    /// -S: SASL authentication for the binary protocol.
+    pub sasl: bool,
+    /// The SASL password file (--sasl-pwdb, else $MEMCACHED_SASL_PWDB).
+    pub sasl_pwdb: Option<String>,
+    /// -Y: the text protocol's authentication file.
+    pub auth_file: Option<String>,
     pub unix_mask: u32,
     /// -D: key prefix delimiter for `stats detail`; giving it enables detail.
     pub prefix_delimiter: u8,
@@ -289,24 +298,40 @@ where
     if cli.unix_socket.is_some() {
         return Err("-s: unix domain sockets are not supported yet".into());
     }
-    if cli.sasl {
-        return Err("-S: SASL authentication is not supported yet".into());
-    }
-    if cli.auth_file.is_some() {
-        return Err("-Y: ascii authentication is not supported yet".into());
-    }
     if cli.ssl {
         return Err("-Z: TLS is not supported yet".into());
     }
     if cli.memory_file.is_some() {
         return Err("-e: file-backed item memory (warm restart) is not supported yet".into());
     }
-    let binding_protocol = match cli.protocol.as_str() {
+    let mut binding_protocol = match cli.protocol.as_deref().unwrap_or("auto") {
         "auto" => "auto-negotiate",
         "ascii" => "ascii",
-        "binary" => return Err("-B binary: the binary protocol is not supported yet".into()),
+        "binary" => "binary",
         other => return Err(format!("Invalid value for binding protocol: {other}\n -- should be one of auto, binary, or ascii")),
     };
+    // As memcached: SASL is binary-only and -Y is ascii-only; either one
+    // picks its protocol unless -B was given (SASL is checked first, so
+    // -S -Y without -B ends up ascii).
+    let protocol_specified = cli.protocol.is_some();
+    if cli.sasl {
+        if !protocol_specified {
+            binding_protocol = "binary";
+        } else if binding_protocol != "binary" {
+            return Err("ERROR: You cannot allow the ASCII protocol while using SASL.".into());
+        }
+    }
+    if cli.auth_file.is_some() {
+        if !protocol_specified {
+            binding_protocol = "ascii";
+        } else if binding_protocol != "ascii" {
+            return Err("ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens.".into());
+        }
+    }
+    let sasl_pwdb = cli
+        .sasl_pwdb
+        .clone()
+        .or_else(|| std::env::var("MEMCACHED_SASL_PWDB").ok());
 
     let memory_mb = parse_size(&cli.memory_limit)
         .ok_or_else(|| format!("-m: invalid memory limit '{}'", cli.memory_limit))?;
@@ -439,6 +464,9 @@ where
         hashpower_init,
         lru_crawler,
         binding_protocol,
+        sasl: cli.sasl,
+        sasl_pwdb,
+        auth_file: cli.auth_file,
         unix_mask,
         prefix_delimiter,
         detail_enabled,
@@ -545,5 +573,25 @@ mod tests {
         assert!(run(&["-m", "1", "-I", "1m"]).is_err());
         assert!(run(&["-o", "bogus_option"]).is_err());
         assert!(run(&["-U", "11211"]).is_err());
+    }
+
+    #[test]
+    fn authentication_picks_the_protocol() {
+        assert_eq!(run(&[]).unwrap().binding_protocol, "auto-negotiate");
+        assert_eq!(run(&["-B", "binary"]).unwrap().binding_protocol, "binary");
+        assert_eq!(run(&["-B", "ascii"]).unwrap().binding_protocol, "ascii");
+        let s = run(&["-S", "--sasl-pwdb", "/p"]).unwrap();
+        assert_eq!((s.binding_protocol, s.sasl), ("binary", true));
+        assert_eq!(s.sasl_pwdb.as_deref(), Some("/p"));
+        assert!(run(&["-S", "-B", "ascii"]).is_err());
+        assert!(run(&["-S", "-B", "auto"]).is_err());
+        assert_eq!(run(&["-S", "-B", "binary"]).unwrap().binding_protocol, "binary");
+        let s = run(&["-Y", "/f"]).unwrap();
+        assert_eq!((s.binding_protocol, s.auth_file.as_deref()), ("ascii", Some("/f")));
+        assert!(run(&["-Y", "/f", "-B", "binary"]).is_err());
+        assert!(run(&["-Y", "/f", "-B", "auto"]).is_err());
+        assert_eq!(run(&["-S", "-Y", "/f"]).unwrap().binding_protocol, "ascii");
+        assert!(run(&["-S", "-Y", "/f", "-B", "ascii"]).is_err());
+        assert!(run(&["-B", "udp"]).is_err());
     }
 }

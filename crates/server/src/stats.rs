@@ -84,6 +84,8 @@ thread_counters!(
     bytes_written,
     conn_yields,
     meta_cmds,
+    auth_cmds,
+    auth_errors,
 );
 
 /// Process-wide counters shared by the acceptor and the workers.
@@ -200,8 +202,8 @@ impl StatsContext {
         stat(out, "touch_misses", t.touch_misses);
         stat(out, "store_too_large", t.store_too_large);
         stat(out, "store_no_memory", t.store_no_memory);
-        stat(out, "auth_cmds", 0);
-        stat(out, "auth_errors", 0);
+        stat(out, "auth_cmds", t.auth_cmds);
+        stat(out, "auth_errors", t.auth_errors);
         stat(out, "bytes_read", t.bytes_read);
         stat(out, "bytes_written", t.bytes_written);
         stat(out, "limit_maxbytes", e.limit_maxbytes);
@@ -299,8 +301,13 @@ impl StatsContext {
         stat(out, "cas_enabled", yn(s.use_cas));
         stat(out, "tcp_backlog", s.backlog);
         stat(out, "binding_protocol", s.binding_protocol);
-        stat(out, "auth_enabled_sasl", "no");
-        stat(out, "auth_enabled_ascii", "no");
+        stat(out, "auth_enabled_sasl", yn(s.sasl));
+        // memcached prints the authfile's path here when -Y is on.
+        stat(
+            out,
+            "auth_enabled_ascii",
+            s.auth_file.as_deref().unwrap_or("no"),
+        );
         stat(out, "item_size_max", s.item_size_max);
         stat(out, "maxconns_fast", yn(s.maxconns_fast));
         stat(out, "hashpower_init", s.hashpower_init);

@@ -31,6 +31,8 @@ const WAKE: Token = Token(usize::MAX);
 pub struct Shared {
     pub store: Arc<Store>,
     pub stats: Arc<StatsContext>,
+    /// -S and -Y.
+    pub auth: crate::auth::AuthConfig,
     pub shutdown: AtomicBool,
     pub acceptor_waker: std::sync::OnceLock<Arc<Waker>>,
 }

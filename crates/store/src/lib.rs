@@ -844,11 +844,17 @@ impl Store {
                     };
                 };
                 let cur = f.item.value();
-                if cur.is_empty() || cur.len() >= 24 {
+                // memcached's do_add_delta: an empty value, then the CAS,
+                // then the number (a CAS mismatch wins over a value too
+                // long to be a number).
+                if cur.is_empty() {
                     return MetaArithResult::NonNumeric;
                 }
                 if m.compare_cas != 0 && f.item.cas() != m.compare_cas {
                     return MetaArithResult::Exists;
+                }
+                if cur.len() >= 24 {
+                    return MetaArithResult::NonNumeric;
                 }
                 let digits = match memchr_nul(cur) {
                     Some(p) => &cur[..p],
@@ -956,9 +962,15 @@ impl Store {
 
     /// flush_all [delay], as memcached's process_flush_all_command.
     pub fn flush_all(&self, delay: i32) {
+        self.flush_all_after(i64::from(delay))
+    }
+
+    /// flush_all with a delay of any width (the binary protocol's is an
+    /// unsigned 32-bit number): > 0 is a delay or a unix time, else now.
+    pub fn flush_all_after(&self, delay: i64) {
         let now = self.clock.now();
         let new_oldest = if delay > 0 {
-            self.clock.realtime(i64::from(delay))
+            self.clock.realtime(delay)
         } else {
             now
         };

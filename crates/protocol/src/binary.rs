@@ -1,0 +1,734 @@
+//! memcached's binary protocol (protocol-binary.txt) as pure functions:
+//! request framing, memcached 1.6's per-opcode validation
+//! (`dispatch_bin_command` in proto_bin.c) and response encoding into a
+//! caller-owned buffer. No I/O and no allocation.
+//!
+//! Every packet starts with a 24-byte header, all integers big-endian:
+//!
+//! ```text
+//!   byte     0         1         2         3
+//!        +---------+---------+---------+---------+
+//!     0  | magic   | opcode  |    key length     |
+//!        +---------+---------+---------+---------+
+//!     4  | extras  | data    | vbucket (request) |
+//!        | length  | type    | status (response) |
+//!        +---------+---------+---------+---------+
+//!     8  |        total body length              |
+//!        +---------+---------+---------+---------+
+//!    12  |        opaque (echoed unchanged)      |
+//!        +---------+---------+---------+---------+
+//!    16  |        CAS                            |
+//!    20  |                                       |
+//!        +---------+---------+---------+---------+
+//!    24  extras, then key, then value: body length = extras + key + value
+//! ```
+//!
+//! Requests carry magic 0x80, responses 0x81. How a request is consumed
+//! follows memcached exactly, quirks included: the header, extras and key
+//! must be buffered before anything is decided ([`scan_request`]); what is
+//! left of the body is then read as the value, swallowed, or (for opcodes
+//! that take no value, like STAT) parsed as the next request.
+
+use crate::text::{StoreMode, KEY_MAX_LENGTH};
+
+/// Length of a request or response header.
+pub const HEADER_LEN: usize = 24;
+/// First byte of every request.
+pub const REQUEST_MAGIC: u8 = 0x80;
+/// First byte of every response.
+pub const RESPONSE_MAGIC: u8 = 0x81;
+/// Longest SASL mechanism name memcached accepts (MAX_SASL_MECH_LEN).
+pub const SASL_MECHANISM_MAX_LENGTH: usize = 32;
+/// INCR/DECR expiration meaning "do not create a missing counter".
+pub const ARITH_DO_NOT_CREATE: u32 = 0xffff_ffff;
+
+/// Command opcodes (protocol-binary.txt, "Command Opcodes").
+pub mod opcode {
+    pub const GET: u8 = 0x00;
+    pub const SET: u8 = 0x01;
+    pub const ADD: u8 = 0x02;
+    pub const REPLACE: u8 = 0x03;
+    pub const DELETE: u8 = 0x04;
+    pub const INCREMENT: u8 = 0x05;
+    pub const DECREMENT: u8 = 0x06;
+    pub const QUIT: u8 = 0x07;
+    pub const FLUSH: u8 = 0x08;
+    pub const GETQ: u8 = 0x09;
+    pub const NOOP: u8 = 0x0a;
+    pub const VERSION: u8 = 0x0b;
+    pub const GETK: u8 = 0x0c;
+    pub const GETKQ: u8 = 0x0d;
+    pub const APPEND: u8 = 0x0e;
+    pub const PREPEND: u8 = 0x0f;
+    pub const STAT: u8 = 0x10;
+    pub const SETQ: u8 = 0x11;
+    pub const ADDQ: u8 = 0x12;
+    pub const REPLACEQ: u8 = 0x13;
+    pub const DELETEQ: u8 = 0x14;
+    pub const INCREMENTQ: u8 = 0x15;
+    pub const DECREMENTQ: u8 = 0x16;
+    pub const QUITQ: u8 = 0x17;
+    pub const FLUSHQ: u8 = 0x18;
+    pub const APPENDQ: u8 = 0x19;
+    pub const PREPENDQ: u8 = 0x1a;
+    /// Defined by the protocol, not implemented by memcached 1.6 (answered
+    /// "Unknown command").
+    pub const VERBOSITY: u8 = 0x1b;
+    pub const TOUCH: u8 = 0x1c;
+    pub const GAT: u8 = 0x1d;
+    pub const GATQ: u8 = 0x1e;
+    pub const SASL_LIST_MECHS: u8 = 0x20;
+    pub const SASL_AUTH: u8 = 0x21;
+    pub const SASL_STEP: u8 = 0x22;
+    pub const GATK: u8 = 0x23;
+    pub const GATKQ: u8 = 0x24;
+}
+
+/// Response status codes (protocol-binary.txt, "Response Status").
+pub mod status {
+    pub const NO_ERROR: u16 = 0x0000;
+    pub const KEY_NOT_FOUND: u16 = 0x0001;
+    pub const KEY_EXISTS: u16 = 0x0002;
+    pub const VALUE_TOO_LARGE: u16 = 0x0003;
+    pub const INVALID_ARGUMENTS: u16 = 0x0004;
+    pub const ITEM_NOT_STORED: u16 = 0x0005;
+    pub const NON_NUMERIC_VALUE: u16 = 0x0006;
+    pub const AUTH_ERROR: u16 = 0x0020;
+    pub const AUTH_CONTINUE: u16 = 0x0021;
+    pub const UNKNOWN_COMMAND: u16 = 0x0081;
+    pub const OUT_OF_MEMORY: u16 = 0x0082;
+}
+
+/// The error text memcached sends with a status (`write_bin_error`).
+pub fn status_message(code: u16) -> &'static str {
+    match code {
+        status::OUT_OF_MEMORY => "Out of memory",
+        status::UNKNOWN_COMMAND => "Unknown command",
+        status::KEY_NOT_FOUND => "Not found",
+        status::INVALID_ARGUMENTS => "Invalid arguments",
+        status::KEY_EXISTS => "Data exists for key.",
+        status::VALUE_TOO_LARGE => "Too large.",
+        status::NON_NUMERIC_VALUE => "Non-numeric server-side value for incr or decr",
+        status::ITEM_NOT_STORED => "Not stored.",
+        status::AUTH_ERROR => "Auth failure.",
+        _ => "UNHANDLED ERROR",
+    }
+}
+
+/// A request header, integers in host order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestHeader {
+    pub magic: u8,
+    pub opcode: u8,
+    pub key_len: u16,
+    pub extras_len: u8,
+    pub data_type: u8,
+    pub vbucket: u16,
+    pub body_len: u32,
+    pub opaque: u32,
+    pub cas: u64,
+}
+
+impl RequestHeader {
+    /// Reads the first 24 bytes of `buf` (None if fewer are there).
+    pub fn parse(buf: &[u8]) -> Option<RequestHeader> {
+        let h: &[u8; HEADER_LEN] = buf.get(..HEADER_LEN)?.try_into().ok()?;
+        Some(RequestHeader {
+            magic: h[0],
+            opcode: h[1],
+            key_len: u16::from_be_bytes([h[2], h[3]]),
+            extras_len: h[4],
+            data_type: h[5],
+            vbucket: u16::from_be_bytes([h[6], h[7]]),
+            body_len: u32::from_be_bytes([h[8], h[9], h[10], h[11]]),
+            opaque: u32::from_be_bytes([h[12], h[13], h[14], h[15]]),
+            cas: u64::from_be_bytes([h[16], h[17], h[18], h[19], h[20], h[21], h[22], h[23]]),
+        })
+    }
+
+    /// Appends the header in wire order (what a client sends).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(self.magic);
+        out.push(self.opcode);
+        out.extend_from_slice(&self.key_len.to_be_bytes());
+        out.push(self.extras_len);
+        out.push(self.data_type);
+        out.extend_from_slice(&self.vbucket.to_be_bytes());
+        out.extend_from_slice(&self.body_len.to_be_bytes());
+        out.extend_from_slice(&self.opaque.to_be_bytes());
+        out.extend_from_slice(&self.cas.to_be_bytes());
+    }
+
+    /// Header, extras and key: what must be buffered before dispatch.
+    #[inline]
+    pub fn prefix_len(&self) -> usize {
+        HEADER_LEN + usize::from(self.extras_len) + usize::from(self.key_len)
+    }
+
+    /// The whole packet (header and body).
+    #[inline]
+    pub fn packet_len(&self) -> usize {
+        HEADER_LEN + self.body_len as usize
+    }
+
+    /// Body bytes after extras and key (0 if the lengths are inconsistent).
+    #[inline]
+    pub fn value_len(&self) -> u32 {
+        self.body_len
+            .saturating_sub(u32::from(self.extras_len) + u32::from(self.key_len))
+    }
+}
+
+/// What the front of the read buffer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    /// Wait until `need` bytes are buffered (the header, then the header,
+    /// extras and key).
+    Incomplete { need: usize },
+    /// The first byte is not a request magic: memcached closes the
+    /// connection (checked only once 24 bytes are in).
+    BadMagic(u8),
+    /// The header, extras and key are buffered.
+    Ready(RequestHeader),
+}
+
+/// memcached's `try_read_command_binary`: frames the next request.
+pub fn scan_request(buf: &[u8]) -> Scan {
+    let Some(h) = RequestHeader::parse(buf) else {
+        return Scan::Incomplete { need: HEADER_LEN };
+    };
+    if h.magic != REQUEST_MAGIC {
+        return Scan::BadMagic(h.magic);
+    }
+    if buf.len() < h.prefix_len() {
+        return Scan::Incomplete {
+            need: h.prefix_len(),
+        };
+    }
+    Scan::Ready(h)
+}
+
+/// A request that passed memcached's validation. Key and extras point into
+/// the read buffer; a value (`value_len` bytes) follows the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request<'a> {
+    /// GET, GETQ, GETK, GETKQ.
+    Get {
+        key: &'a [u8],
+        quiet: bool,
+        with_key: bool,
+    },
+    /// TOUCH: a hit answers the flags, no value.
+    Touch { key: &'a [u8], exptime: u32 },
+    /// GAT, GATQ, GATK, GATKQ.
+    GetAndTouch {
+        key: &'a [u8],
+        exptime: u32,
+        quiet: bool,
+        with_key: bool,
+    },
+    /// SET, ADD, REPLACE and their quiet forms (`mode` is Set, Add or
+    /// Replace; a non-zero header CAS makes it a compare-and-swap).
+    Store {
+        mode: StoreMode,
+        key: &'a [u8],
+        flags: u32,
+        exptime: u32,
+        value_len: u32,
+        quiet: bool,
+    },
+    /// APPEND, PREPEND and their quiet forms (`mode` is Append or Prepend).
+    Concat {
+        mode: StoreMode,
+        key: &'a [u8],
+        value_len: u32,
+        quiet: bool,
+    },
+    /// DELETE, DELETEQ.
+    Delete { key: &'a [u8], quiet: bool },
+    /// INCREMENT, DECREMENT and their quiet forms.
+    Arith {
+        incr: bool,
+        key: &'a [u8],
+        delta: u64,
+        initial: u64,
+        exptime: u32,
+        quiet: bool,
+    },
+    /// QUIT, QUITQ.
+    Quit { quiet: bool },
+    /// FLUSH, FLUSHQ; `delay` 0 means now.
+    Flush { delay: u32, quiet: bool },
+    Noop,
+    Version,
+    /// STAT with an optional group name in the key. Body bytes past the key
+    /// are not part of the request (memcached parses them as the next one).
+    Stat { group: &'a [u8] },
+    SaslListMechs,
+    /// SASL AUTH (`step` false) or SASL STEP: mechanism in the key, the
+    /// client's data as the value.
+    Sasl {
+        step: bool,
+        mechanism: &'a [u8],
+        value_len: u32,
+    },
+}
+
+/// Outcome of [`decode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decoded<'a> {
+    Request(Request<'a>),
+    /// Key and extras longer than the body: "Unknown command", then close.
+    BadBodyLength,
+    /// Key over 250 bytes, or extras/key/body lengths wrong for the opcode:
+    /// "Invalid arguments", then close.
+    InvalidArguments,
+    /// An opcode memcached does not implement: "Unknown command", and
+    /// `body_len` bytes *after* the extras and key are swallowed (memcached's
+    /// own arithmetic, kept for compatibility).
+    UnknownCommand,
+}
+
+/// Opcodes answered before SASL authentication (memcached's
+/// `authenticated()`); everything else gets "Auth failure." and a close.
+pub fn allowed_unauthenticated(op: u8) -> bool {
+    matches!(
+        op,
+        opcode::SASL_LIST_MECHS | opcode::SASL_AUTH | opcode::SASL_STEP | opcode::VERSION
+    )
+}
+
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn be64(b: &[u8]) -> u64 {
+    u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+}
+
+/// memcached's `dispatch_bin_command` validation, given the header and the
+/// buffered extras and key. The server checks SASL authentication between
+/// [`Decoded::BadBodyLength`] and everything else, as memcached does.
+pub fn decode<'a>(h: &RequestHeader, extras: &'a [u8], key: &'a [u8]) -> Decoded<'a> {
+    use opcode::*;
+    let extlen = u32::from(h.extras_len);
+    let keylen = u32::from(h.key_len);
+    let bodylen = h.body_len;
+    if keylen > bodylen || keylen + extlen > bodylen {
+        return Decoded::BadBodyLength;
+    }
+    if key.len() > KEY_MAX_LENGTH || extras.len() != extlen as usize || key.len() != keylen as usize
+    {
+        return Decoded::InvalidArguments;
+    }
+    let quiet = matches!(
+        h.opcode,
+        SETQ | ADDQ
+            | REPLACEQ
+            | DELETEQ
+            | INCREMENTQ
+            | DECREMENTQ
+            | QUITQ
+            | FLUSHQ
+            | APPENDQ
+            | PREPENDQ
+            | GETQ
+            | GETKQ
+            | GATQ
+            | GATKQ
+    );
+    let value_len = bodylen - keylen - extlen;
+    let valid = |ok: bool, r: Request<'a>| {
+        if ok {
+            Decoded::Request(r)
+        } else {
+            Decoded::InvalidArguments
+        }
+    };
+    match h.opcode {
+        VERSION => valid(extlen == 0 && keylen == 0 && bodylen == 0, Request::Version),
+        FLUSH | FLUSHQ => valid(
+            keylen == 0 && bodylen == extlen && (extlen == 0 || extlen == 4),
+            Request::Flush {
+                delay: if extlen == 4 { be32(extras) } else { 0 },
+                quiet,
+            },
+        ),
+        NOOP => valid(extlen == 0 && keylen == 0 && bodylen == 0, Request::Noop),
+        SET | SETQ | ADD | ADDQ | REPLACE | REPLACEQ => {
+            if extlen != 8 || keylen == 0 {
+                return Decoded::InvalidArguments;
+            }
+            let mode = match h.opcode {
+                SET | SETQ => StoreMode::Set,
+                ADD | ADDQ => StoreMode::Add,
+                _ => StoreMode::Replace,
+            };
+            Decoded::Request(Request::Store {
+                mode,
+                key,
+                flags: be32(&extras[0..4]),
+                exptime: be32(&extras[4..8]),
+                value_len,
+                quiet,
+            })
+        }
+        GET | GETQ | GETK | GETKQ => valid(
+            extlen == 0 && bodylen == keylen && keylen > 0,
+            Request::Get {
+                key,
+                quiet,
+                with_key: matches!(h.opcode, GETK | GETKQ),
+            },
+        ),
+        DELETE | DELETEQ => valid(
+            keylen > 0 && extlen == 0 && bodylen == keylen,
+            Request::Delete { key, quiet },
+        ),
+        INCREMENT | INCREMENTQ | DECREMENT | DECREMENTQ => {
+            if keylen == 0 || extlen != 20 || bodylen != keylen + extlen {
+                return Decoded::InvalidArguments;
+            }
+            Decoded::Request(Request::Arith {
+                incr: matches!(h.opcode, INCREMENT | INCREMENTQ),
+                key,
+                delta: be64(&extras[0..8]),
+                initial: be64(&extras[8..16]),
+                exptime: be32(&extras[16..20]),
+                quiet,
+            })
+        }
+        APPEND | APPENDQ | PREPEND | PREPENDQ => valid(
+            keylen > 0 && extlen == 0,
+            Request::Concat {
+                mode: if matches!(h.opcode, APPEND | APPENDQ) {
+                    StoreMode::Append
+                } else {
+                    StoreMode::Prepend
+                },
+                key,
+                value_len,
+                quiet,
+            },
+        ),
+        STAT => valid(extlen == 0, Request::Stat { group: key }),
+        QUIT | QUITQ => valid(
+            keylen == 0 && extlen == 0 && bodylen == 0,
+            Request::Quit { quiet },
+        ),
+        SASL_LIST_MECHS => valid(
+            extlen == 0 && keylen == 0 && bodylen == 0,
+            Request::SaslListMechs,
+        ),
+        SASL_AUTH | SASL_STEP => valid(
+            extlen == 0 && keylen != 0,
+            Request::Sasl {
+                step: h.opcode == SASL_STEP,
+                mechanism: key,
+                value_len,
+            },
+        ),
+        TOUCH => valid(
+            extlen == 4 && keylen != 0,
+            Request::Touch {
+                key,
+                exptime: if extlen == 4 { be32(extras) } else { 0 },
+            },
+        ),
+        GAT | GATQ | GATK | GATKQ => valid(
+            extlen == 4 && keylen != 0,
+            Request::GetAndTouch {
+                key,
+                exptime: if extlen == 4 { be32(extras) } else { 0 },
+                quiet,
+                with_key: matches!(h.opcode, GATK | GATKQ),
+            },
+        ),
+        _ => Decoded::UnknownCommand,
+    }
+}
+
+/// Appends a response header. `data_type` is always raw bytes (0).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn put_response_header(
+    out: &mut Vec<u8>,
+    opcode: u8,
+    status: u16,
+    key_len: u16,
+    extras_len: u8,
+    body_len: u32,
+    opaque: u32,
+    cas: u64,
+) {
+    let mut h = [0u8; HEADER_LEN];
+    h[0] = RESPONSE_MAGIC;
+    h[1] = opcode;
+    h[2..4].copy_from_slice(&key_len.to_be_bytes());
+    h[4] = extras_len;
+    h[6..8].copy_from_slice(&status.to_be_bytes());
+    h[8..12].copy_from_slice(&body_len.to_be_bytes());
+    h[12..16].copy_from_slice(&opaque.to_be_bytes());
+    h[16..24].copy_from_slice(&cas.to_be_bytes());
+    out.extend_from_slice(&h);
+}
+
+/// Appends a success response with `body` as its value (no extras, no key).
+#[inline]
+pub fn put_response(out: &mut Vec<u8>, opcode: u8, opaque: u32, cas: u64, body: &[u8]) {
+    put_response_with_status(out, opcode, status::NO_ERROR, opaque, cas, body);
+}
+
+/// Appends a response with a status and a value (no extras, no key).
+#[inline]
+pub fn put_response_with_status(
+    out: &mut Vec<u8>,
+    opcode: u8,
+    status: u16,
+    opaque: u32,
+    cas: u64,
+    body: &[u8],
+) {
+    put_response_header(out, opcode, status, 0, 0, body.len() as u32, opaque, cas);
+    out.extend_from_slice(body);
+}
+
+/// Appends an error response with memcached's text for `status`.
+#[inline]
+pub fn put_error(out: &mut Vec<u8>, opcode: u8, status: u16, opaque: u32) {
+    put_response_with_status(out, opcode, status, opaque, 0, status_message(status).as_bytes());
+}
+
+/// Appends a GET-family hit: 4 bytes of flags as extras, the key if asked,
+/// then the value.
+#[inline]
+pub fn put_hit(
+    out: &mut Vec<u8>,
+    opcode: u8,
+    opaque: u32,
+    cas: u64,
+    flags: u32,
+    key: Option<&[u8]>,
+    value: &[u8],
+) {
+    let key = key.unwrap_or(&[]);
+    let body = 4 + key.len() + value.len();
+    put_response_header(
+        out,
+        opcode,
+        status::NO_ERROR,
+        key.len() as u16,
+        4,
+        body as u32,
+        opaque,
+        cas,
+    );
+    out.extend_from_slice(&flags.to_be_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+}
+
+/// Appends a GETK/GATK miss: status "not found" carrying the key, no text.
+#[inline]
+pub fn put_keyed_miss(out: &mut Vec<u8>, opcode: u8, opaque: u32, key: &[u8]) {
+    let n = key.len();
+    put_response_header(
+        out,
+        opcode,
+        status::KEY_NOT_FOUND,
+        n as u16,
+        0,
+        n as u32,
+        opaque,
+        0,
+    );
+    out.extend_from_slice(key);
+}
+
+/// Appends one STAT packet (an empty key and value end a STAT reply).
+#[inline]
+pub fn put_stat(out: &mut Vec<u8>, opaque: u32, key: &[u8], value: &[u8]) {
+    put_response_header(
+        out,
+        opcode::STAT,
+        status::NO_ERROR,
+        key.len() as u16,
+        0,
+        (key.len() + value.len()) as u32,
+        opaque,
+        0,
+    );
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+}
+
+/// A parsed response (for tests and clients; the server only encodes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response<'a> {
+    pub opcode: u8,
+    pub status: u16,
+    pub opaque: u32,
+    pub cas: u64,
+    pub extras: &'a [u8],
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+}
+
+/// Parses one response from the front of `buf`: the response and its
+/// length, or None if it is incomplete or not a response.
+pub fn parse_response(buf: &[u8]) -> Option<(Response<'_>, usize)> {
+    let h = RequestHeader::parse(buf)?;
+    if h.magic != RESPONSE_MAGIC {
+        return None;
+    }
+    let total = h.packet_len();
+    let body = buf.get(HEADER_LEN..total)?;
+    let (extras, rest) = body.split_at_checked(usize::from(h.extras_len))?;
+    let (key, value) = rest.split_at_checked(usize::from(h.key_len))?;
+    Some((
+        Response {
+            opcode: h.opcode,
+            status: h.vbucket,
+            opaque: h.opaque,
+            cas: h.cas,
+            extras,
+            key,
+            value,
+        },
+        total,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(op: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        RequestHeader {
+            magic: REQUEST_MAGIC,
+            opcode: op,
+            key_len: key.len() as u16,
+            extras_len: extras.len() as u8,
+            data_type: 0,
+            vbucket: 0,
+            body_len: (extras.len() + key.len() + value.len()) as u32,
+            opaque: 0xdead_beef,
+            cas: 7,
+        }
+        .encode(&mut out);
+        out.extend_from_slice(extras);
+        out.extend_from_slice(key);
+        out.extend_from_slice(value);
+        out
+    }
+
+    fn decode_packet(p: &[u8]) -> Decoded<'_> {
+        match scan_request(p) {
+            Scan::Ready(h) => {
+                let e = 24 + usize::from(h.extras_len);
+                decode_owned(&h, &p[24..e], &p[e..h.prefix_len()])
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn decode_owned<'a>(h: &RequestHeader, e: &'a [u8], k: &'a [u8]) -> Decoded<'a> {
+        decode(h, e, k)
+    }
+
+    #[test]
+    fn header_roundtrip_and_framing() {
+        let p = request(opcode::SET, &[0, 0, 0, 1, 0, 0, 0, 2], b"key", b"value");
+        let h = RequestHeader::parse(&p).unwrap();
+        assert_eq!((h.opcode, h.key_len, h.extras_len, h.body_len), (1, 3, 8, 16));
+        assert_eq!((h.opaque, h.cas, h.prefix_len(), h.value_len()), (0xdead_beef, 7, 35, 5));
+        assert_eq!(scan_request(&p[..23]), Scan::Incomplete { need: 24 });
+        assert_eq!(scan_request(&p[..34]), Scan::Incomplete { need: 35 });
+        assert_eq!(scan_request(&p[..35]), Scan::Ready(h));
+        let mut bad = p.clone();
+        bad[0] = 0x81;
+        assert_eq!(scan_request(&bad), Scan::BadMagic(0x81));
+        assert_eq!(
+            decode_packet(&p),
+            Decoded::Request(Request::Store {
+                mode: StoreMode::Set,
+                key: b"key",
+                flags: 1,
+                exptime: 2,
+                value_len: 5,
+                quiet: false
+            })
+        );
+    }
+
+    #[test]
+    fn memcached_validation() {
+        use Decoded::*;
+        assert_eq!(decode_packet(&request(opcode::GET, &[], b"", b"")), InvalidArguments);
+        assert_eq!(decode_packet(&request(opcode::GET, &[], b"k", b"v")), InvalidArguments);
+        assert_eq!(
+            decode_packet(&request(opcode::GETKQ, &[], b"k", b"")),
+            Request(super::Request::Get { key: b"k", quiet: true, with_key: true })
+        );
+        assert_eq!(decode_packet(&request(opcode::SET, &[0; 4], b"k", b"v")), InvalidArguments);
+        assert_eq!(decode_packet(&request(opcode::SET, &[0; 8], b"", b"v")), InvalidArguments);
+        assert_eq!(decode_packet(&request(opcode::NOOP, &[1], b"", b"")), InvalidArguments);
+        assert_eq!(decode_packet(&request(opcode::FLUSH, &[0; 8], b"", b"")), InvalidArguments);
+        assert_eq!(
+            decode_packet(&request(opcode::FLUSHQ, &[0, 0, 0, 9], b"", b"")),
+            Request(super::Request::Flush { delay: 9, quiet: true })
+        );
+        assert_eq!(decode_packet(&request(opcode::TOUCH, &[], b"k", b"")), InvalidArguments);
+        assert_eq!(decode_packet(&request(opcode::INCREMENT, &[0; 20], b"k", b"x")), InvalidArguments);
+        assert_eq!(decode_packet(&request(opcode::VERBOSITY, &[0; 4], b"", b"")), UnknownCommand);
+        assert_eq!(decode_packet(&request(0x38, &[], b"", b"")), UnknownCommand);
+        assert_eq!(decode_packet(&request(0x50, &[], &[b'x'; 251], b"")), InvalidArguments);
+        // STAT ignores body bytes past the key.
+        assert_eq!(
+            decode_packet(&request(opcode::STAT, &[], b"items", b"junk")),
+            Request(super::Request::Stat { group: b"items" })
+        );
+        let mut p = request(opcode::GET, &[], b"abc", b"");
+        p[11] = 2; // body shorter than the key
+        assert_eq!(decode_packet(&p), BadBodyLength);
+    }
+
+    #[test]
+    fn arith_extras() {
+        let mut extras = Vec::new();
+        extras.extend_from_slice(&5u64.to_be_bytes());
+        extras.extend_from_slice(&10u64.to_be_bytes());
+        extras.extend_from_slice(&ARITH_DO_NOT_CREATE.to_be_bytes());
+        assert_eq!(
+            decode_packet(&request(opcode::DECREMENTQ, &extras, b"c", b"")),
+            Decoded::Request(Request::Arith {
+                incr: false,
+                key: b"c",
+                delta: 5,
+                initial: 10,
+                exptime: ARITH_DO_NOT_CREATE,
+                quiet: true
+            })
+        );
+    }
+
+    #[test]
+    fn responses() {
+        let mut out = Vec::new();
+        put_error(&mut out, opcode::GET, status::KEY_NOT_FOUND, 9);
+        put_hit(&mut out, opcode::GETK, 1, 42, 0xdead_beef, Some(b"k"), b"v");
+        put_stat(&mut out, 3, b"", b"");
+        let (r, n) = parse_response(&out).unwrap();
+        assert_eq!((r.opcode, r.status, r.opaque, r.value), (0, 1, 9, &b"Not found"[..]));
+        let (r, m) = parse_response(&out[n..]).unwrap();
+        assert_eq!(r.extras, &[0xde, 0xad, 0xbe, 0xef]);
+        assert_eq!((r.key, r.value, r.cas), (&b"k"[..], &b"v"[..], 42));
+        let (r, k) = parse_response(&out[n + m..]).unwrap();
+        assert_eq!((r.opcode, k), (opcode::STAT, 24));
+        assert_eq!(
+            &out[..24],
+            &[0x81, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0]
+        );
+    }
+}
