@@ -219,7 +219,10 @@ pub enum Request<'a> {
         with_key: bool,
     },
     /// TOUCH: a hit answers the flags, no value.
-    Touch { key: &'a [u8], exptime: u32 },
+    Touch {
+        key: &'a [u8],
+        exptime: u32,
+    },
     /// GAT, GATQ, GATK, GATKQ.
     GetAndTouch {
         key: &'a [u8],
@@ -245,7 +248,10 @@ pub enum Request<'a> {
         quiet: bool,
     },
     /// DELETE, DELETEQ.
-    Delete { key: &'a [u8], quiet: bool },
+    Delete {
+        key: &'a [u8],
+        quiet: bool,
+    },
     /// INCREMENT, DECREMENT and their quiet forms.
     Arith {
         incr: bool,
@@ -256,14 +262,21 @@ pub enum Request<'a> {
         quiet: bool,
     },
     /// QUIT, QUITQ.
-    Quit { quiet: bool },
+    Quit {
+        quiet: bool,
+    },
     /// FLUSH, FLUSHQ; `delay` 0 means now.
-    Flush { delay: u32, quiet: bool },
+    Flush {
+        delay: u32,
+        quiet: bool,
+    },
     Noop,
     Version,
     /// STAT with an optional group name in the key. Body bytes past the key
     /// are not part of the request (memcached parses them as the next one).
-    Stat { group: &'a [u8] },
+    Stat {
+        group: &'a [u8],
+    },
     SaslListMechs,
     /// SASL AUTH (`step` false) or SASL STEP: mechanism in the key, the
     /// client's data as the value.
@@ -496,7 +509,14 @@ pub fn put_response_with_status(
 /// Appends an error response with memcached's text for `status`.
 #[inline]
 pub fn put_error(out: &mut Vec<u8>, opcode: u8, status: u16, opaque: u32) {
-    put_response_with_status(out, opcode, status, opaque, 0, status_message(status).as_bytes());
+    put_response_with_status(
+        out,
+        opcode,
+        status,
+        opaque,
+        0,
+        status_message(status).as_bytes(),
+    );
 }
 
 /// Appends a GET-family hit: 4 bytes of flags as extras, the key if asked,
@@ -641,8 +661,14 @@ mod tests {
     fn header_roundtrip_and_framing() {
         let p = request(opcode::SET, &[0, 0, 0, 1, 0, 0, 0, 2], b"key", b"value");
         let h = RequestHeader::parse(&p).unwrap();
-        assert_eq!((h.opcode, h.key_len, h.extras_len, h.body_len), (1, 3, 8, 16));
-        assert_eq!((h.opaque, h.cas, h.prefix_len(), h.value_len()), (0xdead_beef, 7, 35, 5));
+        assert_eq!(
+            (h.opcode, h.key_len, h.extras_len, h.body_len),
+            (1, 3, 8, 16)
+        );
+        assert_eq!(
+            (h.opaque, h.cas, h.prefix_len(), h.value_len()),
+            (0xdead_beef, 7, 35, 5)
+        );
         assert_eq!(scan_request(&p[..23]), Scan::Incomplete { need: 24 });
         assert_eq!(scan_request(&p[..34]), Scan::Incomplete { need: 35 });
         assert_eq!(scan_request(&p[..35]), Scan::Ready(h));
@@ -665,25 +691,62 @@ mod tests {
     #[test]
     fn memcached_validation() {
         use Decoded::*;
-        assert_eq!(decode_packet(&request(opcode::GET, &[], b"", b"")), InvalidArguments);
-        assert_eq!(decode_packet(&request(opcode::GET, &[], b"k", b"v")), InvalidArguments);
+        assert_eq!(
+            decode_packet(&request(opcode::GET, &[], b"", b"")),
+            InvalidArguments
+        );
+        assert_eq!(
+            decode_packet(&request(opcode::GET, &[], b"k", b"v")),
+            InvalidArguments
+        );
         assert_eq!(
             decode_packet(&request(opcode::GETKQ, &[], b"k", b"")),
-            Request(super::Request::Get { key: b"k", quiet: true, with_key: true })
+            Request(super::Request::Get {
+                key: b"k",
+                quiet: true,
+                with_key: true
+            })
         );
-        assert_eq!(decode_packet(&request(opcode::SET, &[0; 4], b"k", b"v")), InvalidArguments);
-        assert_eq!(decode_packet(&request(opcode::SET, &[0; 8], b"", b"v")), InvalidArguments);
-        assert_eq!(decode_packet(&request(opcode::NOOP, &[1], b"", b"")), InvalidArguments);
-        assert_eq!(decode_packet(&request(opcode::FLUSH, &[0; 8], b"", b"")), InvalidArguments);
+        assert_eq!(
+            decode_packet(&request(opcode::SET, &[0; 4], b"k", b"v")),
+            InvalidArguments
+        );
+        assert_eq!(
+            decode_packet(&request(opcode::SET, &[0; 8], b"", b"v")),
+            InvalidArguments
+        );
+        assert_eq!(
+            decode_packet(&request(opcode::NOOP, &[1], b"", b"")),
+            InvalidArguments
+        );
+        assert_eq!(
+            decode_packet(&request(opcode::FLUSH, &[0; 8], b"", b"")),
+            InvalidArguments
+        );
         assert_eq!(
             decode_packet(&request(opcode::FLUSHQ, &[0, 0, 0, 9], b"", b"")),
-            Request(super::Request::Flush { delay: 9, quiet: true })
+            Request(super::Request::Flush {
+                delay: 9,
+                quiet: true
+            })
         );
-        assert_eq!(decode_packet(&request(opcode::TOUCH, &[], b"k", b"")), InvalidArguments);
-        assert_eq!(decode_packet(&request(opcode::INCREMENT, &[0; 20], b"k", b"x")), InvalidArguments);
-        assert_eq!(decode_packet(&request(opcode::VERBOSITY, &[0; 4], b"", b"")), UnknownCommand);
+        assert_eq!(
+            decode_packet(&request(opcode::TOUCH, &[], b"k", b"")),
+            InvalidArguments
+        );
+        assert_eq!(
+            decode_packet(&request(opcode::INCREMENT, &[0; 20], b"k", b"x")),
+            InvalidArguments
+        );
+        assert_eq!(
+            decode_packet(&request(opcode::VERBOSITY, &[0; 4], b"", b"")),
+            UnknownCommand
+        );
         assert_eq!(decode_packet(&request(0x38, &[], b"", b"")), UnknownCommand);
-        assert_eq!(decode_packet(&request(0x50, &[], &[b'x'; 251], b"")), InvalidArguments);
+        assert_eq!(
+            decode_packet(&request(0x50, &[], &[b'x'; 251], b"")),
+            InvalidArguments
+        );
         // STAT ignores body bytes past the key.
         assert_eq!(
             decode_packet(&request(opcode::STAT, &[], b"items", b"junk")),
@@ -720,7 +783,10 @@ mod tests {
         put_hit(&mut out, opcode::GETK, 1, 42, 0xdead_beef, Some(b"k"), b"v");
         put_stat(&mut out, 3, b"", b"");
         let (r, n) = parse_response(&out).unwrap();
-        assert_eq!((r.opcode, r.status, r.opaque, r.value), (0, 1, 9, &b"Not found"[..]));
+        assert_eq!(
+            (r.opcode, r.status, r.opaque, r.value),
+            (0, 1, 9, &b"Not found"[..])
+        );
         let (r, m) = parse_response(&out[n..]).unwrap();
         assert_eq!(r.extras, &[0xde, 0xad, 0xbe, 0xef]);
         assert_eq!((r.key, r.value, r.cas), (&b"k"[..], &b"v"[..], 42));

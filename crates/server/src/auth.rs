@@ -63,9 +63,8 @@ impl AuthConfig {
             config.sasl_pwdb = Some(PathBuf::from(path));
         }
         if let Some(path) = &settings.auth_file {
-            let content = std::fs::read(path).map_err(|e| {
-                format!("Could not open authfile [{path}] for reading, error {e}")
-            })?;
+            let content = std::fs::read(path)
+                .map_err(|e| format!("Could not open authfile [{path}] for reading, error {e}"))?;
             let file = AuthFile::parse(&content).ok_or_else(|| {
                 format!("Authfile [{path}] has a malformed entry. Should be 'user:password'")
             })?;
@@ -278,7 +277,11 @@ pub fn text_login(session: &mut Session, ctx: &WorkerCtx) -> Option<Flow> {
         };
         let Some(size) = size else {
             session.rstart += nl + 1;
-            reply(&mut session.wbuf, &mut last_reply, b"CLIENT_ERROR unauthenticated");
+            reply(
+                &mut session.wbuf,
+                &mut last_reply,
+                b"CLIENT_ERROR unauthenticated",
+            );
             continue;
         };
         let data_len = u64::from(size) + 2;
@@ -332,11 +335,16 @@ mod tests {
         assert_eq!(AuthFile::parse(b"al\0ice:x\n"), None);
         let f = AuthFile::parse(b"a:b:c\n:pw\nu:\n").unwrap();
         assert!(f.check(b"a", b"b:c") && f.check(b"", b"pw") && f.check(b"u", b""));
-        let many: Vec<u8> = (0..10).flat_map(|i| format!("u{i}:p{i}\n").into_bytes()).collect();
+        let many: Vec<u8> = (0..10)
+            .flat_map(|i| format!("u{i}:p{i}\n").into_bytes())
+            .collect();
         let f = AuthFile::parse(&many).unwrap();
         assert!(f.check(b"u7", b"p7") && !f.check(b"u8", b"p8"));
         let f = AuthFile::parse(b"a:b\0junk\nc:d\n").unwrap();
-        assert!(f.check(b"a", b"b") && !f.check(b"c", b"d"), "NUL ends the file");
+        assert!(
+            f.check(b"a", b"b") && !f.check(b"c", b"d"),
+            "NUL ends the file"
+        );
         assert_eq!(AuthFile::parse(b"").unwrap(), AuthFile::default());
     }
 
@@ -379,10 +387,16 @@ mod tests {
         let mut run = |step, mech: &[u8], data: &[u8]| {
             sasl_exchange(&config, &mut state, &mut authed, step, mech, data)
         };
-        assert_eq!(run(false, b"PLAIN", b"\0alice\0secret"), SaslOutcome::Authenticated);
+        assert_eq!(
+            run(false, b"PLAIN", b"\0alice\0secret"),
+            SaslOutcome::Authenticated
+        );
         assert_eq!(run(true, b"PLAIN", b"\0alice\0secret"), SaslOutcome::Failed);
         assert_eq!(run(false, b"plain", b""), SaslOutcome::Continue);
-        assert_eq!(run(true, b"PLAIN", b"\0alice\0secret"), SaslOutcome::Authenticated);
+        assert_eq!(
+            run(true, b"PLAIN", b"\0alice\0secret"),
+            SaslOutcome::Authenticated
+        );
         assert_eq!(run(false, b"CRAM-MD5", b"x"), SaslOutcome::Failed);
         assert_eq!(run(false, b"PLAIN", b"\0alice\0wrong"), SaslOutcome::Failed);
         assert!(!authed);

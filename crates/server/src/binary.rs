@@ -200,7 +200,17 @@ fn execute(
             exptime,
             quiet,
             with_key,
-        } => get_or_touch(ctx, h, key, Some(exptime), quiet, with_key, true, out, prefix),
+        } => get_or_touch(
+            ctx,
+            h,
+            key,
+            Some(exptime),
+            quiet,
+            with_key,
+            true,
+            out,
+            prefix,
+        ),
         Request::Store {
             mode,
             key,
@@ -209,11 +219,11 @@ fn execute(
             value_len,
             quiet,
         } => {
-            if prefix_stats.enabled() {
-                prefix_stats.record_set(key);
-            }
             let vlen = value_len as usize;
             if store.too_large(key.len(), flags, vlen) {
+                if prefix_stats.enabled() {
+                    prefix_stats.record_set(key);
+                }
                 wire::put_error(out, op, status::VALUE_TOO_LARGE, opaque);
                 if mode == StoreMode::Set {
                     // memcached drops the old value rather than keep stale data.
@@ -224,6 +234,9 @@ fn execute(
             let total = prefix + vlen;
             if input.len() < total {
                 return Step::wait(total);
+            }
+            if prefix_stats.enabled() {
+                prefix_stats.record_set(key);
             }
             stats.set_cmds.incr();
             // With -C there is no CAS to compare: memcached stores as usual.
@@ -280,17 +293,20 @@ fn execute(
             value_len,
             quiet,
         } => {
-            if prefix_stats.enabled() {
-                prefix_stats.record_set(key);
-            }
             let vlen = value_len as usize;
             if store.too_large(key.len(), 0, vlen) {
+                if prefix_stats.enabled() {
+                    prefix_stats.record_set(key);
+                }
                 wire::put_error(out, op, status::VALUE_TOO_LARGE, opaque);
                 return Step::swallow(prefix, vlen);
             }
             let total = prefix + vlen;
             if input.len() < total {
                 return Step::wait(total);
+            }
+            if prefix_stats.enabled() {
+                prefix_stats.record_set(key);
             }
             stats.set_cmds.incr();
             let (result, cas) = store.store(
@@ -401,12 +417,9 @@ fn execute(
                             }
                             return Step::go(prefix);
                         }
-                        StoreStatus::OutOfMemory | StoreStatus::TooLarge => put_out_of_memory(
-                            out,
-                            op,
-                            opaque,
-                            b"Out of memory allocating new item",
-                        ),
+                        StoreStatus::OutOfMemory | StoreStatus::TooLarge => {
+                            put_out_of_memory(out, op, opaque, b"Out of memory allocating new item")
+                        }
                         _ => wire::put_error(out, op, status::ITEM_NOT_STORED, opaque),
                     }
                 }
@@ -494,14 +507,7 @@ fn execute(
                     Step::go(total)
                 }
                 SaslOutcome::Continue => {
-                    wire::put_response_with_status(
-                        out,
-                        op,
-                        status::AUTH_CONTINUE,
-                        opaque,
-                        0,
-                        &[],
-                    );
+                    wire::put_response_with_status(out, op, status::AUTH_CONTINUE, opaque, 0, &[]);
                     Step::flush(total)
                 }
                 SaslOutcome::Failed => {

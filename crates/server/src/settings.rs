@@ -585,9 +585,15 @@ mod tests {
         assert_eq!(s.sasl_pwdb.as_deref(), Some("/p"));
         assert!(run(&["-S", "-B", "ascii"]).is_err());
         assert!(run(&["-S", "-B", "auto"]).is_err());
-        assert_eq!(run(&["-S", "-B", "binary"]).unwrap().binding_protocol, "binary");
+        assert_eq!(
+            run(&["-S", "-B", "binary"]).unwrap().binding_protocol,
+            "binary"
+        );
         let s = run(&["-Y", "/f"]).unwrap();
-        assert_eq!((s.binding_protocol, s.auth_file.as_deref()), ("ascii", Some("/f")));
+        assert_eq!(
+            (s.binding_protocol, s.auth_file.as_deref()),
+            ("ascii", Some("/f"))
+        );
         assert!(run(&["-Y", "/f", "-B", "binary"]).is_err());
         assert!(run(&["-Y", "/f", "-B", "auto"]).is_err());
         assert_eq!(run(&["-S", "-Y", "/f"]).unwrap().binding_protocol, "ascii");

@@ -1,0 +1,1113 @@
+//! The binary protocol, SASL (-S) and text authentication (-Y) over real
+//! loopback sockets, against the `osmium` binary.
+//!
+//! The assertions are memcached 1.6.18's behaviour: with
+//! `MEMCACHED_BIN=/usr/bin/memcached cargo test --test binary_protocol`
+//! the same tests run against genuine memcached (those that need osmium's
+//! own options, such as `--sasl-pwdb`, are skipped then). Packets are built
+//! and parsed here by hand, independently of the server's protocol crate.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const GET: u8 = 0x00;
+const SET: u8 = 0x01;
+const ADD: u8 = 0x02;
+const REPLACE: u8 = 0x03;
+const DELETE: u8 = 0x04;
+const INCR: u8 = 0x05;
+const DECR: u8 = 0x06;
+const QUIT: u8 = 0x07;
+const FLUSH: u8 = 0x08;
+const GETQ: u8 = 0x09;
+const NOOP: u8 = 0x0a;
+const VERSION: u8 = 0x0b;
+const GETK: u8 = 0x0c;
+const GETKQ: u8 = 0x0d;
+const APPEND: u8 = 0x0e;
+const PREPEND: u8 = 0x0f;
+const STAT: u8 = 0x10;
+const SETQ: u8 = 0x11;
+const DELETEQ: u8 = 0x14;
+const INCRQ: u8 = 0x15;
+const QUITQ: u8 = 0x17;
+const APPENDQ: u8 = 0x19;
+const VERBOSITY: u8 = 0x1b;
+const TOUCH: u8 = 0x1c;
+const GAT: u8 = 0x1d;
+const GATQ: u8 = 0x1e;
+const SASL_LIST: u8 = 0x20;
+const SASL_AUTH: u8 = 0x21;
+const SASL_STEP: u8 = 0x22;
+const GATK: u8 = 0x23;
+
+const NOT_FOUND: u16 = 0x01;
+const EXISTS: u16 = 0x02;
+const TOO_LARGE: u16 = 0x03;
+const EINVAL: u16 = 0x04;
+const NOT_STORED: u16 = 0x05;
+const NON_NUMERIC: u16 = 0x06;
+const AUTH_ERROR: u16 = 0x20;
+const AUTH_CONTINUE: u16 = 0x21;
+const UNKNOWN: u16 = 0x81;
+
+/// `MEMCACHED_BIN` set: run against genuine memcached instead.
+fn memcached_bin() -> Option<String> {
+    std::env::var("MEMCACHED_BIN")
+        .ok()
+        .filter(|s| !s.is_empty())
+}
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        Self::start_with_env(args, &[])
+    }
+
+    fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
+        let port = free_port();
+        let mut cmd = match memcached_bin() {
+            Some(bin) => {
+                let mut c = Command::new(bin);
+                c.args(["-u", "root"]);
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_osmium")),
+        };
+        let mut child = cmd
+            .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+            .args(args)
+            .env_remove("MEMCACHED_SASL_PWDB")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("server exited at start: {status}");
+            }
+            assert!(Instant::now() < deadline, "server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server { child, port }
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.set_nodelay(true).unwrap();
+        s
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Builds a request packet.
+#[derive(Clone, Default)]
+struct Req {
+    op: u8,
+    extras: Vec<u8>,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    opaque: u32,
+    cas: u64,
+}
+
+impl Req {
+    fn new(op: u8) -> Req {
+        Req {
+            op,
+            ..Req::default()
+        }
+    }
+    fn key(mut self, k: &[u8]) -> Req {
+        self.key = k.to_vec();
+        self
+    }
+    fn value(mut self, v: &[u8]) -> Req {
+        self.value = v.to_vec();
+        self
+    }
+    fn extras(mut self, e: &[u8]) -> Req {
+        self.extras = e.to_vec();
+        self
+    }
+    fn opaque(mut self, o: u32) -> Req {
+        self.opaque = o;
+        self
+    }
+    fn cas(mut self, c: u64) -> Req {
+        self.cas = c;
+        self
+    }
+    fn bytes(&self) -> Vec<u8> {
+        let mut p = vec![0x80, self.op];
+        p.extend_from_slice(&(self.key.len() as u16).to_be_bytes());
+        p.push(self.extras.len() as u8);
+        p.extend_from_slice(&[0, 0, 0]);
+        let body = self.extras.len() + self.key.len() + self.value.len();
+        p.extend_from_slice(&(body as u32).to_be_bytes());
+        p.extend_from_slice(&self.opaque.to_be_bytes());
+        p.extend_from_slice(&self.cas.to_be_bytes());
+        p.extend_from_slice(&self.extras);
+        p.extend_from_slice(&self.key);
+        p.extend_from_slice(&self.value);
+        p
+    }
+}
+
+fn set(key: &[u8], flags: u32, exptime: u32, value: &[u8]) -> Req {
+    let mut e = flags.to_be_bytes().to_vec();
+    e.extend_from_slice(&exptime.to_be_bytes());
+    Req::new(SET).key(key).extras(&e).value(value)
+}
+
+fn with_op(mut r: Req, op: u8) -> Req {
+    r.op = op;
+    r
+}
+
+fn arith(op: u8, key: &[u8], delta: u64, initial: u64, exptime: u32) -> Req {
+    let mut e = delta.to_be_bytes().to_vec();
+    e.extend_from_slice(&initial.to_be_bytes());
+    e.extend_from_slice(&exptime.to_be_bytes());
+    Req::new(op).key(key).extras(&e)
+}
+
+fn expiry(op: u8, key: &[u8], exptime: u32) -> Req {
+    Req::new(op).key(key).extras(&exptime.to_be_bytes())
+}
+
+fn pipeline(reqs: &[Req]) -> Vec<u8> {
+    reqs.iter().flat_map(|r| r.bytes()).collect()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Resp {
+    op: u8,
+    status: u16,
+    opaque: u32,
+    cas: u64,
+    extras: Vec<u8>,
+    key: Vec<u8>,
+    value: Vec<u8>,
+}
+
+impl Resp {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.value).into_owned()
+    }
+}
+
+/// Parses every complete response in `buf`.
+fn parse(buf: &[u8]) -> Vec<Resp> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while buf.len() >= i + 24 {
+        let h = &buf[i..i + 24];
+        assert_eq!(h[0], 0x81, "response magic");
+        assert_eq!(h[5], 0, "data type");
+        let klen = u16::from_be_bytes([h[2], h[3]]) as usize;
+        let elen = h[4] as usize;
+        let blen = u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize;
+        if buf.len() < i + 24 + blen {
+            break;
+        }
+        let body = &buf[i + 24..i + 24 + blen];
+        out.push(Resp {
+            op: h[1],
+            status: u16::from_be_bytes([h[6], h[7]]),
+            opaque: u32::from_be_bytes([h[12], h[13], h[14], h[15]]),
+            cas: u64::from_be_bytes(h[16..24].try_into().unwrap()),
+            extras: body[..elen].to_vec(),
+            key: body[elen..elen + klen].to_vec(),
+            value: body[elen + klen..].to_vec(),
+        });
+        i += 24 + blen;
+    }
+    out
+}
+
+/// Bytes making up exactly `n` responses.
+fn read_responses_raw(s: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    while parse(&buf).len() < n {
+        match s.read(&mut chunk) {
+            Ok(0) => panic!("closed after {} of {n} responses", parse(&buf).len()),
+            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+            Err(e) => panic!("read failed after {} of {n}: {e}", parse(&buf).len()),
+        }
+    }
+    buf
+}
+
+fn read_responses(s: &mut TcpStream, n: usize) -> Vec<Resp> {
+    let got = parse(&read_responses_raw(s, n));
+    assert_eq!(got.len(), n, "{got:?}");
+    got
+}
+
+fn exchange(s: &mut TcpStream, reqs: &[Req], n: usize) -> Vec<Resp> {
+    s.write_all(&pipeline(reqs)).unwrap();
+    read_responses(s, n)
+}
+
+fn one(s: &mut TcpStream, req: Req) -> Resp {
+    exchange(s, &[req], 1).remove(0)
+}
+
+/// Everything the server sends until it closes the connection.
+fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    match s.read_to_end(&mut got) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("connection not closed: {e} after {got:?}"),
+    }
+    got
+}
+
+/// True if nothing more arrives for a short while (the connection is open
+/// and idle).
+fn quiet_for_a_moment(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut b = [0u8; 64];
+    let r = s.read(&mut b);
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    matches!(r, Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut)
+}
+
+fn stats(s: &mut TcpStream, group: &[u8]) -> Vec<(String, String)> {
+    s.write_all(&Req::new(STAT).key(group).bytes()).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        let rs = parse(&buf);
+        if rs.last().is_some_and(|r| r.key.is_empty()) {
+            return rs
+                .iter()
+                .filter(|r| !r.key.is_empty())
+                .map(|r| {
+                    assert_eq!((r.op, r.status), (STAT, 0));
+                    (String::from_utf8_lossy(&r.key).into_owned(), r.text())
+                })
+                .collect();
+        }
+        let k = s.read(&mut chunk).unwrap();
+        assert!(k > 0, "closed during stats");
+        buf.extend_from_slice(&chunk[..k]);
+    }
+}
+
+fn stat(all: &[(String, String)], name: &str) -> String {
+    all.iter()
+        .find(|(k, _)| k == name)
+        .unwrap_or_else(|| panic!("no stat {name}"))
+        .1
+        .clone()
+}
+
+#[test]
+fn get_set_and_their_variants() {
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    let r = one(&mut c, set(b"k1", 0xdead_beef, 0, b"hello").opaque(9));
+    assert_eq!((r.op, r.status, r.opaque), (SET, 0, 9));
+    assert!(r.cas != 0 && r.value.is_empty() && r.extras.is_empty());
+    let cas = r.cas;
+    let got = exchange(
+        &mut c,
+        &[
+            Req::new(GET).key(b"k1").opaque(1),
+            Req::new(GETK).key(b"k1").opaque(2),
+            Req::new(GETQ).key(b"k1").opaque(3),
+            Req::new(GETKQ).key(b"k1").opaque(4),
+        ],
+        4,
+    );
+    for (i, r) in got.iter().enumerate() {
+        assert_eq!(r.op, [GET, GETK, GETQ, GETKQ][i]);
+        assert_eq!((r.status, r.opaque, r.cas), (0, i as u32 + 1, cas));
+        assert_eq!(r.extras, 0xdead_beefu32.to_be_bytes());
+        assert_eq!(r.value, b"hello");
+        let with_key = r.op == GETK || r.op == GETKQ;
+        assert_eq!(r.key, if with_key { &b"k1"[..] } else { &b""[..] });
+    }
+    let r = one(&mut c, Req::new(GET).key(b"nokey").opaque(7));
+    assert_eq!(
+        (r.status, r.opaque, r.cas, r.text().as_str()),
+        (NOT_FOUND, 7, 0, "Not found")
+    );
+    let r = one(&mut c, Req::new(GETK).key(b"nokey"));
+    assert_eq!(
+        (r.status, r.key.as_slice(), r.value.len()),
+        (NOT_FOUND, &b"nokey"[..], 0)
+    );
+    // VERSION and NOOP
+    let r = one(&mut c, Req::new(VERSION).opaque(0x1122_3344));
+    assert_eq!((r.status, r.opaque), (0, 0x1122_3344));
+    assert!(r.text().starts_with("1.6."));
+    let r = one(&mut c, Req::new(NOOP));
+    assert_eq!((r.op, r.status, r.value.len()), (NOOP, 0, 0));
+}
+
+#[test]
+fn quiet_commands_are_silent_until_noop() {
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    let got = exchange(
+        &mut c,
+        &[
+            Req::new(GETQ).key(b"miss1").opaque(1),
+            Req::new(GETKQ).key(b"miss2").opaque(2),
+            with_op(set(b"q", 0, 0, b"v"), SETQ).opaque(3),
+            Req::new(DELETEQ).key(b"q").opaque(4),
+            arith(INCRQ, b"n", 1, 5, 0).opaque(5),
+            with_op(Req::new(APPEND).key(b"n").value(b"0"), APPENDQ).opaque(6),
+            expiry(GATQ, b"miss3", 0).opaque(7),
+            // Errors are sent even for quiet commands.
+            Req::new(DELETEQ).key(b"q").opaque(8),
+            Req::new(NOOP).opaque(9),
+        ],
+        2,
+    );
+    assert_eq!(
+        (got[0].op, got[0].status, got[0].opaque),
+        (DELETEQ, NOT_FOUND, 8)
+    );
+    assert_eq!((got[1].op, got[1].opaque), (NOOP, 9));
+    let r = one(&mut c, Req::new(GET).key(b"n"));
+    assert_eq!(r.value, b"50");
+}
+
+#[test]
+fn add_replace_append_prepend_and_cas() {
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    let first = one(&mut c, set(b"k", 5, 0, b"mid"));
+    let r = one(&mut c, with_op(set(b"k", 0, 0, b"x"), ADD));
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (EXISTS, "Data exists for key.")
+    );
+    let r = one(&mut c, with_op(set(b"missing", 0, 0, b"x"), REPLACE));
+    assert_eq!((r.status, r.text().as_str()), (NOT_FOUND, "Not found"));
+    let r = one(&mut c, Req::new(APPEND).key(b"missing").value(b"x"));
+    assert_eq!((r.status, r.text().as_str()), (NOT_STORED, "Not stored."));
+    // A wrong CAS makes SET/REPLACE/APPEND fail, the right one succeeds.
+    let r = one(&mut c, set(b"k", 0, 0, b"y").cas(first.cas + 1000));
+    assert_eq!(r.status, EXISTS);
+    let r = one(&mut c, set(b"nokey", 0, 0, b"y").cas(5));
+    assert_eq!(r.status, NOT_FOUND);
+    let r = one(
+        &mut c,
+        Req::new(APPEND).key(b"k").value(b"!").cas(first.cas + 1000),
+    );
+    assert_eq!(r.status, EXISTS);
+    let r = one(
+        &mut c,
+        Req::new(APPEND).key(b"k").value(b"end").cas(first.cas),
+    );
+    assert_eq!(r.status, 0);
+    assert!(r.cas > first.cas);
+    let r = one(&mut c, Req::new(PREPEND).key(b"k").value(b"pre"));
+    assert_eq!(r.status, 0);
+    let r = one(&mut c, Req::new(GET).key(b"k"));
+    assert_eq!(
+        (r.value.as_slice(), r.extras.as_slice()),
+        (&b"premidend"[..], &5u32.to_be_bytes()[..])
+    );
+    // ADD with the item's CAS is a compare-and-swap (memcached's quirk).
+    let r2 = one(&mut c, with_op(set(b"k", 1, 0, b"swapped"), ADD).cas(r.cas));
+    assert_eq!(r2.status, 0);
+    assert_eq!(one(&mut c, Req::new(GET).key(b"k")).value, b"swapped");
+    let stats = stats(&mut c, b"");
+    assert_eq!(stat(&stats, "cas_badval"), "1");
+    assert_eq!(stat(&stats, "cas_misses"), "1");
+    assert_eq!(stat(&stats, "cas_hits"), "1");
+}
+
+#[test]
+fn delete_with_and_without_cas() {
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    let s = one(&mut c, set(b"d", 0, 0, b"v"));
+    let r = one(&mut c, Req::new(DELETE).key(b"d").cas(s.cas + 1));
+    assert_eq!(r.status, EXISTS);
+    let r = one(&mut c, Req::new(DELETE).key(b"d").cas(s.cas));
+    assert_eq!((r.status, r.cas, r.value.len()), (0, 0, 0));
+    let r = one(&mut c, Req::new(DELETE).key(b"d"));
+    assert_eq!((r.status, r.text().as_str()), (NOT_FOUND, "Not found"));
+    let stats = stats(&mut c, b"");
+    assert_eq!(
+        (stat(&stats, "delete_hits"), stat(&stats, "delete_misses")),
+        ("1".into(), "1".into())
+    );
+}
+
+#[test]
+fn incr_and_decr() {
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    let num = |r: &Resp| u64::from_be_bytes(r.value.as_slice().try_into().unwrap());
+    // A missing counter is created with the initial value...
+    let r = one(&mut c, arith(INCR, b"c", 5, 10, 0));
+    assert_eq!((r.status, num(&r)), (0, 10));
+    let created = r.cas;
+    let r = one(&mut c, arith(INCR, b"c", 5, 10, 0));
+    assert_eq!(num(&r), 15);
+    assert!(r.cas > created);
+    let r = one(&mut c, arith(DECR, b"c", 100, 0, 0));
+    assert_eq!(num(&r), 0, "decr stops at zero");
+    // ...unless the expiration is 0xffffffff.
+    let r = one(&mut c, arith(INCR, b"nope", 1, 0, 0xffff_ffff));
+    assert_eq!((r.status, r.text().as_str()), (NOT_FOUND, "Not found"));
+    let r = one(&mut c, arith(DECR, b"c", 1, 0, 0).cas(12345));
+    assert_eq!(r.status, EXISTS);
+    one(&mut c, set(b"w", 0, 0, b"18446744073709551615"));
+    let r = one(&mut c, arith(INCR, b"w", 2, 0, 0));
+    assert_eq!(num(&r), 1, "incr wraps at 64 bits");
+    assert_eq!(
+        one(&mut c, Req::new(GET).key(b"w")).value,
+        b"1                   "
+    );
+    one(&mut c, set(b"t", 0, 0, b"abc"));
+    let r = one(&mut c, arith(INCR, b"t", 1, 0, 0));
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (
+            NON_NUMERIC,
+            "Non-numeric server-side value for incr or decr"
+        )
+    );
+    let stats = stats(&mut c, b"");
+    assert_eq!(stat(&stats, "incr_hits"), "2");
+    assert_eq!(stat(&stats, "incr_misses"), "1");
+    assert_eq!(stat(&stats, "decr_hits"), "1");
+}
+
+#[test]
+fn touch_and_get_and_touch() {
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    let s = one(&mut c, set(b"t", 77, 0, b"val"));
+    let r = one(&mut c, expiry(TOUCH, b"t", 100));
+    // TOUCH answers the flags, no value.
+    assert_eq!(
+        (r.status, r.cas, r.extras.as_slice(), r.value.len()),
+        (0, s.cas, &77u32.to_be_bytes()[..], 0)
+    );
+    let r = one(&mut c, expiry(GAT, b"t", 100));
+    assert_eq!((r.value.as_slice(), r.key.len()), (&b"val"[..], 0));
+    let r = one(&mut c, expiry(GATK, b"t", 100));
+    assert_eq!(
+        (r.value.as_slice(), r.key.as_slice()),
+        (&b"val"[..], &b"t"[..])
+    );
+    let got = exchange(
+        &mut c,
+        &[
+            expiry(GATQ, b"none", 1),
+            expiry(TOUCH, b"none", 1),
+            Req::new(NOOP),
+        ],
+        2,
+    );
+    assert_eq!((got[0].op, got[0].status), (TOUCH, NOT_FOUND));
+    // A past unix time expires the item at once.
+    let r = one(&mut c, expiry(TOUCH, b"t", 1_000_000_000));
+    assert_eq!(r.status, 0);
+    assert_eq!(one(&mut c, Req::new(GET).key(b"t")).status, NOT_FOUND);
+    let stats = stats(&mut c, b"");
+    assert_eq!(stat(&stats, "cmd_touch"), "6");
+    assert_eq!(stat(&stats, "touch_hits"), "4");
+    assert_eq!(stat(&stats, "touch_misses"), "2");
+    // Touch with a bad extras length is a protocol error.
+    let r = one(&mut c, Req::new(TOUCH).key(b"t"));
+    assert_eq!(r.status, EINVAL);
+}
+
+#[test]
+fn flush_now_and_later() {
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    one(&mut c, set(b"f", 0, 0, b"v"));
+    let r = one(&mut c, Req::new(FLUSH));
+    assert_eq!((r.status, r.cas), (0, 0));
+    assert_eq!(one(&mut c, Req::new(GET).key(b"f")).status, NOT_FOUND);
+    one(&mut c, set(b"f", 0, 0, b"v"));
+    let r = one(&mut c, Req::new(FLUSH).extras(&2u32.to_be_bytes()));
+    assert_eq!(r.status, 0);
+    assert_eq!(one(&mut c, Req::new(GET).key(b"f")).status, 0, "not yet");
+    std::thread::sleep(Duration::from_millis(3100));
+    assert_eq!(one(&mut c, Req::new(GET).key(b"f")).status, NOT_FOUND);
+    let r = one(&mut c, Req::new(FLUSH).extras(&[0; 8]));
+    assert_eq!(r.status, EINVAL);
+    assert!(read_to_close(&mut c).is_empty());
+}
+
+#[test]
+fn flush_disabled_answers_auth_error() {
+    let srv = Server::start(&["-F"]);
+    let mut c = srv.connect();
+    let r = one(&mut c, Req::new(FLUSH));
+    assert_eq!((r.status, r.text().as_str()), (AUTH_ERROR, "Auth failure."));
+    assert_eq!(
+        one(&mut c, Req::new(NOOP)).status,
+        0,
+        "connection stays open"
+    );
+}
+
+#[test]
+fn stat_groups() {
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    let all = stats(&mut c, b"");
+    assert_eq!(all[0].0, "pid");
+    for name in [
+        "cmd_get",
+        "get_hits",
+        "bytes_read",
+        "curr_items",
+        "auth_cmds",
+    ] {
+        stat(&all, name);
+    }
+    let settings = stats(&mut c, b"settings");
+    assert_eq!(stat(&settings, "binding_protocol"), "auto-negotiate");
+    assert_eq!(stat(&settings, "auth_enabled_sasl"), "no");
+    let r = one(&mut c, Req::new(STAT).key(b"bogus").opaque(4));
+    assert_eq!(
+        (r.status, r.opaque, r.text().as_str()),
+        (NOT_FOUND, 4, "Not found")
+    );
+    assert!(stats(&mut c, b"reset").is_empty());
+    assert!(stats(&mut c, b"detail on").is_empty());
+    one(&mut c, set(b"pre:x", 0, 0, b"1"));
+    let dump = stats(&mut c, b"detail dump");
+    assert_eq!(
+        dump,
+        vec![(
+            "detailed".into(),
+            "PREFIX pre get 0 hit 0 set 1 del 0\r\nEND\r\n".into()
+        )]
+    );
+    // Each STAT packet echoes the opaque; the terminator is an empty packet.
+    c.write_all(&Req::new(STAT).key(b"settings").opaque(0xabcd).bytes())
+        .unwrap();
+    let raw = read_until_terminator(&mut c);
+    assert!(raw
+        .iter()
+        .all(|r| r.opaque == 0xabcd && r.op == STAT && r.cas == 0));
+}
+
+fn read_until_terminator(s: &mut TcpStream) -> Vec<Resp> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        let rs = parse(&buf);
+        if rs
+            .last()
+            .is_some_and(|r| r.key.is_empty() && r.value.is_empty())
+        {
+            return rs;
+        }
+        let k = s.read(&mut chunk).unwrap();
+        assert!(k > 0);
+        buf.extend_from_slice(&chunk[..k]);
+    }
+}
+
+#[test]
+fn counters_match_the_text_protocol() {
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    exchange(
+        &mut c,
+        &[
+            set(b"a", 0, 0, b"1"),
+            Req::new(GET).key(b"a"),
+            Req::new(GETQ).key(b"zz"),
+            Req::new(GETK).key(b"zz"),
+            Req::new(NOOP),
+        ],
+        4,
+    );
+    let all = stats(&mut c, b"");
+    assert_eq!(stat(&all, "cmd_set"), "1");
+    assert_eq!(stat(&all, "cmd_get"), "3");
+    assert_eq!(stat(&all, "get_hits"), "1");
+    assert_eq!(stat(&all, "get_misses"), "2");
+    assert_eq!(stat(&all, "curr_items"), "1");
+}
+
+#[test]
+fn quit_and_quietly_quit() {
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    c.write_all(&pipeline(&[Req::new(QUIT).opaque(5), Req::new(NOOP)]))
+        .unwrap();
+    let got = parse(&read_to_close(&mut c));
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].op, got[0].opaque), (QUIT, 5));
+    let mut c = srv.connect();
+    c.write_all(&pipeline(&[Req::new(QUITQ), Req::new(NOOP)]))
+        .unwrap();
+    assert!(read_to_close(&mut c).is_empty());
+}
+
+#[test]
+fn protocol_errors() {
+    let srv = Server::start(&[]);
+    // Unknown opcodes (VERBOSITY too: memcached does not implement it) are
+    // answered and their body swallowed; the connection stays usable.
+    let mut c = srv.connect();
+    let got = exchange(
+        &mut c,
+        &[
+            Req::new(0x50).value(b"abcdef").opaque(3),
+            // (memcached swallows body_len bytes *after* the extras and
+            // key, so an unknown request with extras would desync.)
+            Req::new(VERBOSITY),
+            Req::new(NOOP),
+        ],
+        3,
+    );
+    assert_eq!(
+        (got[0].op, got[0].status, got[0].opaque),
+        (0x50, UNKNOWN, 3)
+    );
+    assert_eq!(got[0].text(), "Unknown command");
+    assert_eq!((got[1].op, got[1].status), (VERBOSITY, UNKNOWN));
+    assert_eq!(got[2].op, NOOP);
+    // Wrong extras, missing key, a body where none belongs, a key over 250
+    // bytes: "Invalid arguments", then the connection is closed.
+    for bad in [
+        set(b"k", 0, 0, b"v").extras(b"1234"),
+        set(b"", 0, 0, b"v"),
+        Req::new(GET).key(b"k").value(b"zz"),
+        Req::new(GET).key(&[b'x'; 251]),
+        Req::new(NOOP).extras(b"1"),
+        Req::new(VERSION).key(b"k"),
+    ] {
+        let mut c = srv.connect();
+        c.write_all(&pipeline(&[bad.clone(), Req::new(NOOP)]))
+            .unwrap();
+        let got = parse(&read_to_close(&mut c));
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!((got[0].op, got[0].status), (bad.op, EINVAL));
+        assert_eq!(got[0].text(), "Invalid arguments");
+    }
+    // A key longer than the body: "Unknown command", then close.
+    let mut c = srv.connect();
+    let mut p = Req::new(GET).key(b"abc").bytes();
+    p[11] = 2;
+    c.write_all(&p).unwrap();
+    let got = parse(&read_to_close(&mut c));
+    assert_eq!((got.len(), got[0].status), (1, UNKNOWN));
+}
+
+#[test]
+fn bad_magic_closes_and_drops_unsent_replies() {
+    let srv = Server::start(&[]);
+    // A NOOP's reply is written at once, so it survives the bad packet.
+    let mut c = srv.connect();
+    let mut p = pipeline(&[Req::new(NOOP).opaque(1)]);
+    let mut bad = Req::new(NOOP).bytes();
+    bad[0] = 0x81;
+    p.extend_from_slice(&bad);
+    c.write_all(&p).unwrap();
+    let got = parse(&read_to_close(&mut c));
+    assert_eq!(got.len(), 1);
+    // A GET hit is not written until the batch ends: it is lost with it.
+    let mut c = srv.connect();
+    one(&mut c, set(b"a", 0, 0, b"1"));
+    let mut p = pipeline(&[Req::new(GET).key(b"a")]);
+    p.extend_from_slice(&bad);
+    c.write_all(&p).unwrap();
+    assert!(read_to_close(&mut c).is_empty());
+    // Text sent to a binary-only server: closed once 24 bytes are in.
+    drop(srv);
+    let srv = Server::start(&["-B", "binary"]);
+    let mut c = srv.connect();
+    c.write_all(b"version\r\n").unwrap();
+    assert!(quiet_for_a_moment(&mut c), "waits for a whole header");
+    c.write_all(b"get some key or other\r\n").unwrap();
+    assert!(read_to_close(&mut c).is_empty());
+}
+
+#[test]
+fn requests_split_at_every_byte() {
+    let srv = Server::start(&[]);
+    let reqs = [
+        set(b"split", 3, 0, b"0123456789").opaque(1),
+        Req::new(GETK).key(b"split").opaque(2),
+        Req::new(GETQ).key(b"nothing").opaque(3),
+        arith(INCR, b"n", 1, 41, 0).opaque(4),
+        Req::new(APPEND).key(b"split").value(b"abc").opaque(5),
+        Req::new(STAT).key(b"settings").opaque(6),
+        Req::new(NOOP).opaque(7),
+    ];
+    let stream = pipeline(&reqs);
+    // The same bytes in one write...
+    let mut whole = srv.connect();
+    whole.write_all(&stream).unwrap();
+    let expected = read_until_opaque(&mut whole, 7);
+    // ...and one byte at a time, on a fresh server.
+    drop(whole);
+    drop(srv);
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    for b in &stream {
+        c.write_all(std::slice::from_ref(b)).unwrap();
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let got = read_until_opaque(&mut c, 7);
+    let strip = |rs: Vec<Resp>| {
+        rs.into_iter()
+            .filter(|r| r.op != STAT || r.key != b"tcpport")
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(strip(parse(&got)), strip(parse(&expected)));
+    let rs = parse(&got);
+    assert_eq!(rs[0].status, 0);
+    assert_eq!(
+        (rs[1].key.as_slice(), rs[1].value.as_slice()),
+        (&b"split"[..], &b"0123456789"[..])
+    );
+    assert_eq!(rs[2].value, 41u64.to_be_bytes());
+}
+
+/// Reads until a response with this opaque has arrived.
+fn read_until_opaque(s: &mut TcpStream, opaque: u32) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    while !parse(&buf).iter().any(|r| r.opaque == opaque) {
+        let k = s.read(&mut chunk).unwrap();
+        assert!(k > 0, "closed");
+        buf.extend_from_slice(&chunk[..k]);
+    }
+    buf
+}
+
+#[test]
+fn many_pipelined_requests_in_one_write() {
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    let mut reqs = Vec::new();
+    for i in 0..1000u32 {
+        reqs.push(with_op(
+            set(format!("p{i}").as_bytes(), i, 0, i.to_string().as_bytes()),
+            SETQ,
+        ));
+    }
+    for i in 0..1000u32 {
+        reqs.push(Req::new(GETKQ).key(format!("p{i}").as_bytes()).opaque(i));
+        reqs.push(Req::new(GETKQ).key(format!("missing{i}").as_bytes()));
+    }
+    reqs.push(Req::new(NOOP).opaque(u32::MAX));
+    let got = exchange(&mut c, &reqs, 1001);
+    for (i, r) in got[..1000].iter().enumerate() {
+        assert_eq!(r.opaque, i as u32);
+        assert_eq!(r.key, format!("p{i}").as_bytes());
+        assert_eq!(r.value, i.to_string().as_bytes());
+        assert_eq!(r.extras, (i as u32).to_be_bytes());
+    }
+    assert_eq!((got[1000].op, got[1000].opaque), (NOOP, u32::MAX));
+}
+
+#[test]
+fn too_large_values_are_swallowed_in_sync() {
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    one(&mut c, set(b"big", 0, 0, b"old"));
+    let huge = vec![b'x'; 2 << 20];
+    let got = exchange(
+        &mut c,
+        &[
+            set(b"big", 0, 0, &huge).opaque(1),
+            with_op(set(b"big2", 0, 0, &huge), SETQ).opaque(2),
+            Req::new(APPEND).key(b"other").value(&huge).opaque(3),
+            Req::new(GET).key(b"big").opaque(4),
+            Req::new(NOOP).opaque(5),
+        ],
+        5,
+    );
+    for r in &got[..3] {
+        assert_eq!((r.status, r.text().as_str()), (TOO_LARGE, "Too large."));
+    }
+    assert_eq!(
+        got[3].status, NOT_FOUND,
+        "a refused SET drops the old value"
+    );
+    assert_eq!(got[4].op, NOOP);
+    // A large value that fits, delivered in pieces.
+    let value = vec![b'y'; 900_000];
+    let p = set(b"large", 0, 0, &value).bytes();
+    for piece in p.chunks(65_536) {
+        c.write_all(piece).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(read_responses(&mut c, 1)[0].status, 0);
+    assert_eq!(
+        one(&mut c, Req::new(GET).key(b"large")).value.len(),
+        900_000
+    );
+}
+
+#[test]
+fn binding_protocol_flag() {
+    let srv = Server::start(&["-B", "binary"]);
+    let mut c = srv.connect();
+    let settings = stats(&mut c, b"settings");
+    assert_eq!(stat(&settings, "binding_protocol"), "binary");
+    drop(srv);
+    // -B ascii reads a binary packet as (an incomplete) text line.
+    let srv = Server::start(&["-B", "ascii"]);
+    let mut c = srv.connect();
+    c.write_all(&Req::new(VERSION).bytes()).unwrap();
+    assert!(quiet_for_a_moment(&mut c));
+    c.write_all(b"\r\nversion\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 256];
+    while !(String::from_utf8_lossy(&got).contains("VERSION ") && got.ends_with(b"\r\n")) {
+        let k = c.read(&mut chunk).unwrap();
+        assert!(k > 0);
+        got.extend_from_slice(&chunk[..k]);
+    }
+    assert!(
+        got.starts_with(b"ERROR\r\nVERSION "),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+}
+
+fn temp_file(name: &str, content: &[u8]) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("osmium-test-{}-{name}", std::process::id()));
+    std::fs::write(&path, content).unwrap();
+    path
+}
+
+fn sasl_auth(user_pass: &[u8]) -> Req {
+    Req::new(SASL_AUTH).key(b"PLAIN").value(user_pass)
+}
+
+#[test]
+fn sasl_plain_authentication() {
+    if memcached_bin().is_some() {
+        return; // memcached's SASL needs a Cyrus SASL set-up
+    }
+    let pwdb = temp_file("pwdb", b"alice:secret\nbob:pw2\n");
+    let srv = Server::start(&["-S", "--sasl-pwdb", pwdb.to_str().unwrap()]);
+    let mut c = srv.connect();
+    let settings_before_auth = one(&mut c, Req::new(SASL_LIST).opaque(3));
+    assert_eq!(
+        (settings_before_auth.status, settings_before_auth.opaque),
+        (0, 3)
+    );
+    assert_eq!(settings_before_auth.value, b"PLAIN");
+    // VERSION is allowed before authentication; anything else closes.
+    assert_eq!(one(&mut c, Req::new(VERSION)).status, 0);
+    c.write_all(&pipeline(&[Req::new(GET).key(b"k"), Req::new(NOOP)]))
+        .unwrap();
+    let got = parse(&read_to_close(&mut c));
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0].op, got[0].status, got[0].text().as_str()),
+        (GET, AUTH_ERROR, "Auth failure.")
+    );
+    // Wrong password, unknown user, unknown mechanism: failure, still open.
+    let mut c = srv.connect();
+    for bad in [
+        sasl_auth(b"\0alice\0wrong"),
+        sasl_auth(b"\0carol\0secret"),
+        sasl_auth(b"bob\0alice\0secret"),
+        Req::new(SASL_AUTH).key(b"CRAM-MD5").value(b"x"),
+        Req::new(SASL_STEP).key(b"PLAIN").value(b"\0alice\0secret"),
+    ] {
+        let r = one(&mut c, bad);
+        assert_eq!((r.status, r.text().as_str()), (AUTH_ERROR, "Auth failure."));
+    }
+    let r = one(&mut c, sasl_auth(b"\0alice\0secret").opaque(9));
+    assert_eq!(
+        (r.status, r.opaque, r.text().as_str()),
+        (0, 9, "Authenticated")
+    );
+    let got = exchange(&mut c, &[set(b"k", 0, 0, b"v"), Req::new(GET).key(b"k")], 2);
+    assert_eq!(got[1].value, b"v");
+    let all = stats(&mut c, b"");
+    assert_eq!(
+        (stat(&all, "auth_cmds"), stat(&all, "auth_errors")),
+        ("6".into(), "5".into())
+    );
+    let settings = stats(&mut c, b"settings");
+    assert_eq!(stat(&settings, "auth_enabled_sasl"), "yes");
+    assert_eq!(stat(&settings, "binding_protocol"), "binary");
+    // Authentication in two steps: AUTH without data asks to continue.
+    let mut c = srv.connect();
+    let r = one(&mut c, Req::new(SASL_AUTH).key(b"plain"));
+    assert_eq!((r.status, r.value.len()), (AUTH_CONTINUE, 0));
+    let r = one(
+        &mut c,
+        Req::new(SASL_STEP).key(b"PLAIN").value(b"bob\0bob\0pw2"),
+    );
+    assert_eq!(r.status, 0);
+    assert_eq!(one(&mut c, Req::new(NOOP)).status, 0);
+    // A failed new attempt drops the authentication.
+    c.write_all(&pipeline(&[sasl_auth(b"\0bob\0nope"), Req::new(NOOP)]))
+        .unwrap();
+    let got = parse(&read_to_close(&mut c));
+    assert_eq!(
+        got.iter().map(|r| r.status).collect::<Vec<_>>(),
+        [AUTH_ERROR, AUTH_ERROR]
+    );
+    // -S is binary only: text is treated as a bad binary packet.
+    let mut c = srv.connect();
+    c.write_all(b"set k 0 0 1\r\nv\r\nget k\r\nversion\r\n")
+        .unwrap();
+    assert!(read_to_close(&mut c).is_empty());
+    std::fs::remove_file(pwdb).unwrap();
+}
+
+#[test]
+fn sasl_password_file_from_the_environment() {
+    if memcached_bin().is_some() {
+        return;
+    }
+    let pwdb = temp_file("envpwdb", b"user:pass\n");
+    let srv = Server::start_with_env(&["-S"], &[("MEMCACHED_SASL_PWDB", pwdb.to_str().unwrap())]);
+    let mut c = srv.connect();
+    assert_eq!(one(&mut c, sasl_auth(b"\0user\0pass")).status, 0);
+    std::fs::remove_file(pwdb).unwrap();
+}
+
+#[test]
+fn sasl_and_auth_file_option_errors() {
+    if memcached_bin().is_some() {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_osmium");
+    let run = |args: &[&str]| {
+        Command::new(bin)
+            .args(["-p", "0", "-U", "0"])
+            .args(args)
+            .env_remove("MEMCACHED_SASL_PWDB")
+            .output()
+            .unwrap()
+    };
+    let out = run(&["-S"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("MEMCACHED_SASL_PWDB"));
+    let out = run(&["-S", "-B", "ascii", "--sasl-pwdb", "/x"]);
+    assert_eq!(out.status.code(), Some(64));
+    let out = run(&["-Y", "/nonexistent/authfile"]);
+    assert_eq!(out.status.code(), Some(1));
+    let bad = temp_file("badauth", b"user-without-colon\n");
+    let out = run(&["-Y", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("malformed"));
+    let out = run(&["-Y", bad.to_str().unwrap(), "-B", "binary"]);
+    assert_eq!(out.status.code(), Some(64));
+    std::fs::remove_file(bad).unwrap();
+}
+
+fn text_roundtrip(s: &mut TcpStream, req: &[u8], end: &[u8]) -> String {
+    s.write_all(req).unwrap();
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !out.ends_with(end) {
+        let k = s.read(&mut chunk).unwrap();
+        assert!(k > 0, "closed after {:?}", String::from_utf8_lossy(&out));
+        out.extend_from_slice(&chunk[..k]);
+    }
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn text_protocol_authentication() {
+    let authfile = temp_file("authfile", b"alice:secret\nbob:pw2\n");
+    let path = authfile.to_str().unwrap();
+    let srv = Server::start(&["-Y", path]);
+    let mut c = srv.connect();
+    assert_eq!(
+        text_roundtrip(&mut c, b"get foo\r\n", b"\r\n"),
+        "CLIENT_ERROR unauthenticated\r\n"
+    );
+    assert_eq!(
+        text_roundtrip(&mut c, b"version\r\n", b"\r\n"),
+        "CLIENT_ERROR unauthenticated\r\n"
+    );
+    assert_eq!(
+        text_roundtrip(&mut c, b"set x 0 0 12\r\nalice secreX\r\n", b"\r\n"),
+        "CLIENT_ERROR authentication failure\r\n"
+    );
+    assert_eq!(
+        text_roundtrip(&mut c, b"set x 0 0 5\r\nalice\r\n", b"\r\n"),
+        "CLIENT_ERROR bad authentication token format\r\n"
+    );
+    assert_eq!(
+        text_roundtrip(&mut c, b"set x 0 0 12\r\nalice secretXX", b"\r\n"),
+        "CLIENT_ERROR bad command line termination\r\n"
+    );
+    assert_eq!(
+        text_roundtrip(&mut c, b"set anykey 0 0 12\r\nalice secret\r\n", b"\r\n"),
+        "STORED\r\n"
+    );
+    // Authenticated: the ordinary text protocol from here on.
+    assert_eq!(
+        text_roundtrip(&mut c, b"set foo 0 0 1\r\na\r\nget foo\r\n", b"END\r\n"),
+        "STORED\r\nVALUE foo 0 1\r\na\r\nEND\r\n"
+    );
+    let stats = text_roundtrip(&mut c, b"stats\r\n", b"END\r\n");
+    assert!(stats.contains("STAT auth_cmds 2\r\n"), "{stats}");
+    assert!(stats.contains("STAT auth_errors 1\r\n"), "{stats}");
+    let settings = text_roundtrip(&mut c, b"stats settings\r\n", b"END\r\n");
+    assert!(settings.contains(&format!("STAT auth_enabled_ascii {path}\r\n")));
+    assert!(settings.contains("STAT binding_protocol ascii\r\n"));
+    // A login split across writes, and the second user.
+    let mut c = srv.connect();
+    c.write_all(b"set k 0 0 7\r\nbob").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(text_roundtrip(&mut c, b" pw2\r\n", b"\r\n"), "STORED\r\n");
+    // Pipelined replies before login: memcached sends only the last one.
+    let mut c = srv.connect();
+    c.write_all(b"get a\r\nget b\r\nset x 0 0 12\r\nalice secret\r\nversion\r\n")
+        .unwrap();
+    let got = text_roundtrip(&mut c, b"", b"\r\n");
+    let got = if got == "STORED\r\n" {
+        got + &text_roundtrip(&mut c, b"", b"\r\n")
+    } else {
+        got
+    };
+    assert!(got.starts_with("STORED\r\nVERSION 1.6."), "{got:?}");
+    // A line without a newline within 2048 bytes closes the connection.
+    let mut c = srv.connect();
+    c.write_all(&[b'x'; 3000]).unwrap();
+    assert!(read_to_close(&mut c).is_empty());
+    std::fs::remove_file(authfile).unwrap();
+}
