@@ -2,10 +2,15 @@
 //! starts the worker threads and the maintenance thread, and runs the
 //! acceptor on the main thread until SIGTERM/SIGINT (or `shutdown`).
 //!
+//! Transports: TCP on every `-l` address (unless `-p 0`), UDP on the same
+//! addresses with `-U` (each worker gets its own clone of every UDP socket,
+//! or one worker per socket with several `-l`, as memcached), or with `-s`
+//! a unix-domain socket instead of both.
+//!
 //! Threads:
 //! * main: listening sockets (mio), accepts and deals connections to the
 //!   workers round-robin, enforces `-c`;
-//! * `osmium-worker-N` (`-t`): one event loop each (see `worker`);
+//! * `osmium-worker-N` (`-t`): one event loop each (see `worker`, `udp`);
 //! * `osmium-maint`: ticks the clock every 100 ms and reclaims expired
 //!   items a segment at a time in the background.
 
@@ -17,6 +22,7 @@ mod session;
 mod settings;
 mod stats;
 mod text;
+mod udp;
 mod worker;
 
 use std::io::{self, Write};
@@ -25,13 +31,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::event::Source;
+use mio::net::{TcpListener, UnixListener};
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
 use osmium_store::{Store, StoreConfig};
 use settings::{Action, Settings};
 use stats::{GlobalStats, StatsContext, ThreadStats};
-use worker::{Shared, WorkerHandle};
+use worker::{Shared, Stream, WorkerHandle};
 
 const WAKE: Token = Token(usize::MAX);
 
@@ -63,14 +70,72 @@ fn main() {
     }
 }
 
-fn bind(settings: &Settings) -> io::Result<Vec<TcpListener>> {
-    let mut listeners = Vec::new();
-    for l in &settings.listen {
-        let addrs: Vec<SocketAddr> = (l.host.as_str(), l.port).to_socket_addrs()?.collect();
-        if addrs.is_empty() {
-            return Err(io::Error::other(format!("cannot resolve {}", l.host)));
+/// A listening socket of the acceptor.
+enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+impl Listener {
+    fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Tcp(l) => l.accept().map(|(s, _)| {
+                let _ = s.set_nodelay(true);
+                Stream::Tcp(s)
+            }),
+            Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
         }
-        for addr in addrs {
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            Listener::Unix(l) => l
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+impl Source for Listener {
+    fn register(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.register(r, t, i),
+            Listener::Unix(l) => l.register(r, t, i),
+        }
+    }
+    fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.reregister(r, t, i),
+            Listener::Unix(l) => l.reregister(r, t, i),
+        }
+    }
+    fn deregister(&mut self, r: &Registry) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.deregister(r),
+            Listener::Unix(l) => l.deregister(r),
+        }
+    }
+}
+
+fn resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+    let addrs: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
+    if addrs.is_empty() {
+        return Err(io::Error::other(format!("cannot resolve {host}")));
+    }
+    Ok(addrs)
+}
+
+/// TCP listeners on every `-l` address (none with `-p 0` or `-s`).
+fn bind_tcp(settings: &Settings) -> io::Result<Vec<Listener>> {
+    let mut listeners = Vec::new();
+    if settings.port == 0 || settings.unix_socket.is_some() {
+        return Ok(listeners);
+    }
+    for l in &settings.listen {
+        for addr in resolve(&l.host, l.port)? {
             let domain = socket2::Domain::for_address(addr);
             let sock = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
             sock.set_reuse_address(true)?;
@@ -80,10 +145,97 @@ fn bind(settings: &Settings) -> io::Result<Vec<TcpListener>> {
             sock.bind(&addr.into())?;
             sock.listen(settings.backlog)?;
             sock.set_nonblocking(true)?;
-            listeners.push(TcpListener::from_std(sock.into()));
+            listeners.push(Listener::Tcp(TcpListener::from_std(sock.into())));
         }
     }
     Ok(listeners)
+}
+
+/// UDP sockets for `-U`, on the same addresses as TCP (a `-l host:port`
+/// port applies to both, as in memcached).
+fn bind_udp(settings: &Settings) -> io::Result<Vec<std::net::UdpSocket>> {
+    let mut sockets = Vec::new();
+    if settings.udp_port == 0 || settings.unix_socket.is_some() {
+        return Ok(sockets);
+    }
+    for l in &settings.listen {
+        let port = if l.explicit_port {
+            l.port
+        } else {
+            settings.udp_port
+        };
+        for addr in resolve(&l.host, port)? {
+            let domain = socket2::Domain::for_address(addr);
+            let sock = socket2::Socket::new(domain, socket2::Type::DGRAM, None)?;
+            sock.set_reuse_address(true)?;
+            if addr.is_ipv6() {
+                sock.set_only_v6(true)?;
+            }
+            // memcached asks for the largest send buffer it can get.
+            let _ = sock.set_send_buffer_size(udp::UDP_SEND_BUFFER_SIZE);
+            sock.bind(&addr.into())?;
+            sock.set_nonblocking(true)?;
+            sockets.push(sock.into());
+        }
+    }
+    Ok(sockets)
+}
+
+/// The `-s` listener, made as memcached's `server_socket_unix` does: a
+/// stale socket file at the path is removed (any other kind of file makes
+/// bind fail), and the file is created with the `-a` permission bits.
+/// memcached leaves the file behind when it exits, and so does osmium.
+fn bind_unix(settings: &Settings) -> io::Result<Option<Listener>> {
+    use std::os::unix::fs::FileTypeExt;
+    let Some(path) = &settings.unix_socket else {
+        return Ok(None);
+    };
+    let fail = |e: io::Error| {
+        io::Error::new(
+            e.kind(),
+            format!("failed to listen on UNIX socket: {path}: {e}"),
+        )
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_socket() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    let sock =
+        socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None).map_err(fail)?;
+    let addr = socket2::SockAddr::unix(path).map_err(fail)?;
+    // SAFETY: umask only swaps the process's file-creation mask; no other
+    // thread exists yet to create files meanwhile.
+    let old_mask = unsafe { libc::umask(!(settings.unix_mask & 0o777) as libc::mode_t) };
+    let bound = sock.bind(&addr);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old_mask) };
+    bound.map_err(fail)?;
+    sock.listen(settings.backlog).map_err(fail)?;
+    sock.set_nonblocking(true).map_err(fail)?;
+    let std_listener: std::os::unix::net::UnixListener = sock.into();
+    Ok(Some(Listener::Unix(UnixListener::from_std(std_listener))))
+}
+
+/// Which UDP sockets each worker serves: every worker gets a clone of
+/// every socket, or with several `-l` interfaces each socket goes to one
+/// worker in turn (memcached's num_threads_per_udp).
+fn deal_udp_sockets(
+    sockets: Vec<std::net::UdpSocket>,
+    settings: &Settings,
+) -> io::Result<Vec<Vec<std::net::UdpSocket>>> {
+    let mut per_worker: Vec<Vec<std::net::UdpSocket>> =
+        (0..settings.threads).map(|_| Vec::new()).collect();
+    let mut next = 0;
+    for socket in sockets {
+        for _ in 1..settings.threads_per_udp {
+            per_worker[next % settings.threads].push(socket.try_clone()?);
+            next += 1;
+        }
+        per_worker[next % settings.threads].push(socket);
+        next += 1;
+    }
+    Ok(per_worker)
 }
 
 fn daemonize(settings: &Settings) -> io::Result<()> {
@@ -179,7 +331,8 @@ fn run(settings: Settings, auth: auth::AuthConfig) -> io::Result<()> {
         signal_hook::flag::register(sig, term.clone())?;
     }
     // Bind first so that a bad address fails before daemonizing.
-    let mut listeners = bind(&settings)?;
+    let mut listeners = bind_tcp(&settings)?;
+    let udp_sockets = bind_udp(&settings)?;
     if settings.daemon {
         daemonize(&settings)?;
     }
@@ -187,6 +340,12 @@ fn run(settings: Settings, auth: auth::AuthConfig) -> io::Result<()> {
     if let Some(user) = &settings.user {
         drop_privileges(user)?;
     }
+    // As memcached: the unix socket is made after dropping privileges.
+    if let Some(l) = bind_unix(&settings)? {
+        listeners.push(l);
+    }
+    let udp_endpoints = udp_sockets.len() * settings.threads_per_udp;
+    let mut udp_per_worker = deal_udp_sockets(udp_sockets, &settings)?.into_iter();
 
     let store = Arc::new(Store::new(StoreConfig {
         memory_limit: settings.memory_limit,
@@ -199,6 +358,9 @@ fn run(settings: Settings, auth: auth::AuthConfig) -> io::Result<()> {
         .map(|_| Arc::new(ThreadStats::default()))
         .collect();
     let global = Arc::new(GlobalStats::default());
+    // memcached counts its listening sockets and per-worker UDP sockets as
+    // connections too.
+    global.set_server_conns((listeners.len() + udp_endpoints) as u64);
     let stats_ctx = Arc::new(StatsContext {
         verbosity: std::sync::atomic::AtomicU32::new(settings.verbose),
         settings: settings.clone(),
@@ -219,7 +381,10 @@ fn run(settings: Settings, auth: auth::AuthConfig) -> io::Result<()> {
     let workers: Vec<WorkerHandle> = thread_stats
         .iter()
         .enumerate()
-        .map(|(i, st)| worker::spawn(i, shared.clone(), st.clone()))
+        .map(|(i, st)| {
+            let udp = udp_per_worker.next().unwrap_or_default();
+            worker::spawn(i, shared.clone(), st.clone(), udp)
+        })
         .collect::<io::Result<_>>()?;
 
     spawn_maintenance(shared.clone())?;
@@ -232,9 +397,7 @@ fn run(settings: Settings, auth: auth::AuthConfig) -> io::Result<()> {
     }
     if settings.verbose > 0 {
         for l in &listeners {
-            if let Ok(a) = l.local_addr() {
-                eprintln!("osmium listening on {a}");
-            }
+            eprintln!("osmium listening on {}", l.describe());
         }
     }
 
@@ -256,7 +419,7 @@ fn run(settings: Settings, auth: auth::AuthConfig) -> io::Result<()> {
             let listener = &listeners[ev.token().0];
             loop {
                 match listener.accept() {
-                    Ok((stream, _)) => {
+                    Ok(stream) => {
                         dispatch(stream, &settings, &global, &workers, &mut next_worker);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -290,7 +453,7 @@ fn run(settings: Settings, auth: auth::AuthConfig) -> io::Result<()> {
 }
 
 fn dispatch(
-    mut stream: TcpStream,
+    mut stream: Stream,
     settings: &Settings,
     global: &GlobalStats,
     workers: &[WorkerHandle],
@@ -303,7 +466,6 @@ fn dispatch(
         global.rejected_connections.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    let _ = stream.set_nodelay(true);
     global.curr_connections.fetch_add(1, Ordering::Relaxed);
     global.total_connections.fetch_add(1, Ordering::Relaxed);
     global

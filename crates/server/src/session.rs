@@ -11,11 +11,17 @@
 //!
 //! The protocol is chosen per session from its first byte (memcached's
 //! `-B auto`): 0x80 is a binary request magic, anything else is text.
+//!
+//! Over UDP memcached sends every response (one per text command, one per
+//! key of a multi-key get) as its own series of datagrams, so a UDP session
+//! also records where each text response starts in `wbuf` (`responses`);
+//! `udp` turns that into datagrams.
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 use osmium_protocol::meta::{parse_meta, MetaCommand, MetaParse};
-use osmium_protocol::text::{is_meta, parse_tokens, scan_line, Command, LineScan, Tokens};
+use osmium_protocol::text::{is_meta, parse_tokens, scan_line, Command, Keys, LineScan, Tokens};
 
 use crate::meta;
 use crate::text::{self, After};
@@ -36,6 +42,75 @@ pub enum Protocol {
     Binary,
 }
 
+/// Who a session talks to, as `stats conns` shows it (memcached's
+/// `conn_to_str`). Addresses are kept as values and formatted only when
+/// asked, so a UDP session can update them per datagram for free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    Tcp {
+        remote: Option<SocketAddr>,
+        local: Option<SocketAddr>,
+    },
+    Udp {
+        remote: Option<SocketAddr>,
+        local: Option<SocketAddr>,
+    },
+    /// A unix-domain client: memcached has no address to print for it and
+    /// shows the socket path as the listen address.
+    Unix,
+}
+
+impl Peer {
+    /// Appends this connection's `stats conns` lines.
+    pub fn write_conn_stats(&self, fd: i32, socket_path: Option<&str>, out: &mut Vec<u8>) {
+        use osmium_protocol::encode::stat;
+        let addr = |proto: &str, a: Option<SocketAddr>| match a {
+            Some(SocketAddr::V4(a)) => format!("{proto}:{}:{}", a.ip(), a.port()),
+            Some(SocketAddr::V6(a)) => format!("{proto}6:[{}]:{}", a.ip(), a.port()),
+            None => "?:<AF 0>".to_string(),
+        };
+        let (remote, local) = match *self {
+            Peer::Tcp { remote, local } => (addr("tcp", remote), addr("tcp", local)),
+            Peer::Udp { remote, local } => {
+                stat(out, &format!("{fd}:UDP"), "UDP");
+                (addr("udp", remote), addr("udp", local))
+            }
+            Peer::Unix => (
+                "?:<AF 0>".to_string(),
+                format!("unix:{}", socket_path.unwrap_or_default()),
+            ),
+        };
+        stat(out, &format!("{fd}:addr"), remote);
+        stat(out, &format!("{fd}:listen_addr"), local);
+        stat(out, &format!("{fd}:state"), "conn_parse_cmd");
+        stat(out, &format!("{fd}:secs_since_last_cmd"), 0);
+    }
+}
+
+/// Where one response starts in `wbuf` (UDP only; see the module comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ResponseMark {
+    pub start: usize,
+    /// noreply: memcached never sends it, not even as an empty datagram.
+    pub suppressed: bool,
+    /// memcached sends the responses up to this one at once (conn_mwrite
+    /// right after the command), before running the next command.
+    pub flush: bool,
+}
+
+/// How a text command's output divides into memcached responses.
+pub enum ReplyShape<'a> {
+    /// One response, suppressed when the command wrote nothing (noreply).
+    Single,
+    /// One response that memcached sends at once (meta `mn`).
+    Flush,
+    /// One response even if empty, sent at once (`quit`).
+    Empty,
+    /// get/gets/gat/gats: one response per key, END on the last, sent at
+    /// once.
+    PerKey(Keys<'a>),
+}
+
 /// Why processing stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flow {
@@ -48,11 +123,11 @@ pub enum Flow {
     Close,
 }
 
-// `udp` and `set_input` serve the UDP path.
+// `set_input` serves the UDP path; `authenticated` the auth paths.
 #[allow(dead_code)]
 pub struct Session {
     pub fd: i32,
-    pub peer: String,
+    pub peer: Peer,
     /// Read buffer: bytes `rstart..rend` are received but not yet consumed.
     pub rbuf: Vec<u8>,
     pub rstart: usize,
@@ -73,10 +148,16 @@ pub struct Session {
     pub sasl: crate::auth::SaslState,
     /// A UDP request: replies that memcached refuses over UDP differ.
     pub udp: bool,
+    /// UDP: where each text response starts in `wbuf`.
+    pub responses: Vec<ResponseMark>,
+    /// UDP: stop after the next command memcached flushes at once. After a
+    /// `quit`, memcached's UDP connection keeps `close_after_write` set, so
+    /// every later flush ends its datagram.
+    pub udp_stop_at_flush: bool,
 }
 
 impl Session {
-    pub fn new(fd: i32, peer: String, protocol: Protocol) -> Session {
+    pub fn new(fd: i32, peer: Peer, protocol: Protocol) -> Session {
         Session {
             fd,
             peer,
@@ -92,6 +173,16 @@ impl Session {
             authenticated: false,
             sasl: crate::auth::SaslState::Idle,
             udp: false,
+            responses: Vec::new(),
+            udp_stop_at_flush: false,
+        }
+    }
+
+    /// UDP: records the responses a text command wrote from `start`.
+    #[inline]
+    fn mark_replies(&mut self, start: usize, shape: ReplyShape<'_>) {
+        if self.udp {
+            crate::udp::mark_replies(&mut self.responses, &mut self.wbuf, start, shape);
         }
     }
 
@@ -151,7 +242,6 @@ impl Session {
     }
 
     /// Replaces the input with one datagram's payload (UDP).
-    #[allow(dead_code)]
     pub fn set_input(&mut self, payload: &[u8]) {
         self.rstart = 0;
         self.rend = 0;
@@ -247,11 +337,14 @@ impl Session {
             }
             let tokens = Tokens::new(line);
             done += 1;
+            let reply_start = self.wbuf.len();
             if is_meta(&tokens) {
+                let mut shape = ReplyShape::Single;
                 match parse_meta(tokens) {
                     MetaParse::Noop => {
                         self.wbuf.extend_from_slice(b"MN\r\n");
                         self.rstart += consumed;
+                        shape = ReplyShape::Flush;
                     }
                     MetaParse::Error { msg, swallow } => {
                         self.wbuf.extend_from_slice(msg.as_bytes());
@@ -267,6 +360,7 @@ impl Session {
                             self.rstart += consumed;
                             self.swallow = req.data_len + 2;
                             self.need = 0;
+                            self.mark_replies(reply_start, shape);
                             continue;
                         }
                         let total = consumed + req.data_len + 2;
@@ -283,6 +377,16 @@ impl Session {
                         self.rstart += consumed;
                     }
                 }
+                let flushed = self.udp
+                    && crate::udp::mark_replies(
+                        &mut self.responses,
+                        &mut self.wbuf,
+                        reply_start,
+                        shape,
+                    );
+                if flushed && self.udp_stop_at_flush {
+                    return Flow::Wait;
+                }
                 continue;
             }
             let cmd = parse_tokens(tokens, line);
@@ -291,6 +395,7 @@ impl Session {
                     self.rstart += consumed;
                     self.swallow = req.value_len as usize + 2;
                     self.need = 0;
+                    self.mark_replies(reply_start, ReplyShape::Single);
                     continue;
                 }
                 let total = consumed + req.value_len as usize + 2;
@@ -301,9 +406,22 @@ impl Session {
                 self.need = 0;
                 text::complete_store(ctx, &req, &buf[consumed..total], &mut self.wbuf);
                 self.rstart += total;
+                self.mark_replies(reply_start, ReplyShape::Single);
                 continue;
             }
+            let shape = match cmd {
+                Command::Get { keys, .. } => ReplyShape::PerKey(keys),
+                Command::Quit => ReplyShape::Empty,
+                _ => ReplyShape::Single,
+            };
             let after = text::execute(ctx, cmd, &mut self.wbuf, &self.peer, self.fd);
+            let flushed = self.udp
+                && crate::udp::mark_replies(
+                    &mut self.responses,
+                    &mut self.wbuf,
+                    reply_start,
+                    shape,
+                );
             self.rstart += consumed;
             match after {
                 After::Continue => {}
@@ -312,6 +430,9 @@ impl Session {
                     return Flow::Wait;
                 }
                 After::CloseNow => return Flow::Close,
+            }
+            if flushed && self.udp_stop_at_flush {
+                return Flow::Wait;
             }
         }
     }

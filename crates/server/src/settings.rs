@@ -16,9 +16,9 @@ pub const VERSION: &str = "1.6.45";
     about = "osmium: a memcached-compatible cache server"
 )]
 pub struct Cli {
-    /// TCP port to listen on (default: 11211, 0 = off)
-    #[arg(short = 'p', long = "port", default_value_t = 11211)]
-    pub port: u16,
+    /// TCP port to listen on (default: 11211, 0 = off; -U alone sets it too)
+    #[arg(short = 'p', long = "port")]
+    pub port: Option<u16>,
     /// UDP port to listen on (default: 0, off)
     #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
     pub udp_port: u16,
@@ -26,7 +26,12 @@ pub struct Cli {
     #[arg(short = 's', long = "unix-socket")]
     pub unix_socket: Option<String>,
     /// access mask for UNIX socket, in octal (default: 700)
-    #[arg(short = 'a', long = "unix-mask", default_value = "700")]
+    #[arg(
+        short = 'a',
+        long = "unix-mask",
+        default_value = "700",
+        allow_hyphen_values = true
+    )]
     pub unix_mask: String,
     /// enable ascii "shutdown" command
     #[arg(short = 'A', long = "enable-shutdown")]
@@ -133,14 +138,26 @@ pub struct Cli {
 #[derive(Debug, Clone)]
 pub struct ListenAddr {
     pub host: String,
+    /// The TCP port: the `-l host:port` one, else `-p`.
     pub port: u16,
+    /// `-l host:port` gave a port; it is then used for UDP too, as
+    /// memcached does.
+    pub explicit_port: bool,
 }
 
 /// Validated settings the server runs with.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// TCP port; 0 means no TCP listener.
     pub port: u16,
+    /// UDP port (`-U`); 0 means no UDP.
+    pub udp_port: u16,
     pub listen: Vec<ListenAddr>,
+    /// `-s`: listen on this unix-domain socket instead of TCP and UDP.
+    pub unix_socket: Option<String>,
+    /// How many workers serve each UDP socket: every worker, or one when
+    /// several `-l` interfaces are given (memcached's num_threads_per_udp).
+    pub threads_per_udp: usize,
     pub memory_limit: usize,
     pub item_size_max: usize,
     pub evictions: bool,
@@ -168,6 +185,8 @@ pub struct Settings {
     pub sasl_pwdb: Option<String>,
     /// -Y: the text protocol's authentication file.
     pub auth_file: Option<String>,
+    /// `-a`: permission bits of the unix socket file (memcached keeps the
+    /// whole `strtol` result and reports it with `%o`).
     pub unix_mask: u32,
     /// -D: key prefix delimiter for `stats detail`; giving it enables detail.
     pub prefix_delimiter: u8,
@@ -291,13 +310,14 @@ where
     }
     let mut warnings = Vec::new();
 
+    // memcached refuses UDP with either kind of authentication.
+    if cli.sasl && cli.udp_port != 0 {
+        return Err("ERROR: Cannot enable UDP while using binary SASL authentication.".into());
+    }
+    if cli.auth_file.is_some() && cli.udp_port != 0 {
+        return Err("Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into());
+    }
     // Features that later work will add: refuse rather than ignore.
-    if cli.udp_port != 0 {
-        return Err("-U: UDP is not supported yet; use -U 0".into());
-    }
-    if cli.unix_socket.is_some() {
-        return Err("-s: unix domain sockets are not supported yet".into());
-    }
     if cli.ssl {
         return Err("-Z: TLS is not supported yet".into());
     }
@@ -374,8 +394,13 @@ where
     if cli.reqs_per_event == 0 {
         return Err("Number of requests per event must be greater than 0".into());
     }
-    let unix_mask = u32::from_str_radix(&cli.unix_mask, 8)
-        .map_err(|_| format!("-a: invalid octal mask '{}'", cli.unix_mask))?;
+    let unix_mask = strtol_octal(&cli.unix_mask);
+    // memcached: `-U n` without `-p` moves the TCP port to n as well.
+    let port = match cli.port {
+        Some(p) => p,
+        None if cli.udp_port != 0 => cli.udp_port,
+        None => 11211,
+    };
 
     let mut listen = Vec::new();
     for spec in cli.listen.iter().flat_map(|l| l.split(',')) {
@@ -383,13 +408,19 @@ where
         if spec.is_empty() {
             continue;
         }
-        let (host, port) = split_host_port(spec, cli.port)?;
-        listen.push(ListenAddr { host, port });
+        let (host, explicit) = split_host_port(spec)?;
+        listen.push(ListenAddr {
+            host,
+            port: explicit.unwrap_or(port),
+            explicit_port: explicit.is_some(),
+        });
     }
+    let threads_per_udp = if listen.len() > 1 { 1 } else { cli.threads };
     if listen.is_empty() {
         listen.push(ListenAddr {
             host: "127.0.0.1".into(),
-            port: cli.port,
+            port,
+            explicit_port: false,
         });
     }
 
@@ -441,8 +472,11 @@ where
     };
 
     Ok(Action::Run(Box::new(Settings {
-        port: cli.port,
+        port,
+        udp_port: cli.udp_port,
         listen,
+        unix_socket: cli.unix_socket,
+        threads_per_udp,
         memory_limit,
         item_size_max,
         evictions: !cli.disable_evictions,
@@ -474,15 +508,16 @@ where
     })))
 }
 
-fn split_host_port(spec: &str, default_port: u16) -> Result<(String, u16), String> {
-    // [v6]:port, v4:port, host, or a bare v6 address
+/// Splits `-l` forms: `[v6]:port`, `v4:port`, `host`, or a bare v6
+/// address. The port is None when the spec gives none.
+fn split_host_port(spec: &str) -> Result<(String, Option<u16>), String> {
     if let Some(rest) = spec.strip_prefix('[') {
         let (host, after) = rest
             .split_once(']')
             .ok_or_else(|| format!("-l: bad address '{spec}'"))?;
         let port = match after.strip_prefix(':') {
-            Some(p) => p.parse().map_err(|_| format!("-l: bad port in '{spec}'"))?,
-            None => default_port,
+            Some(p) => Some(p.parse().map_err(|_| format!("-l: bad port in '{spec}'"))?),
+            None => None,
         };
         return Ok((host.to_string(), port));
     }
@@ -491,9 +526,43 @@ fn split_host_port(spec: &str, default_port: u16) -> Result<(String, u16), Strin
         let port = port
             .parse()
             .map_err(|_| format!("-l: bad port in '{spec}'"))?;
-        return Ok((host.to_string(), port));
+        return Ok((host.to_string(), Some(port)));
     }
-    Ok((spec.to_string(), default_port))
+    Ok((spec.to_string(), None))
+}
+
+/// memcached reads `-a` with `strtol(arg, NULL, 8)` into an int: leading
+/// blanks and a sign are allowed, parsing stops at the first non-octal
+/// digit, and garbage is 0. The result keeps the int's bits.
+fn strtol_octal(arg: &str) -> u32 {
+    let s = arg.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let (negative, digits) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let mut value: i64 = 0;
+    let mut overflow = false;
+    for b in digits.bytes() {
+        if !(b'0'..=b'7').contains(&b) {
+            break;
+        }
+        match value
+            .checked_mul(8)
+            .and_then(|v| v.checked_add(i64::from(b - b'0')))
+        {
+            Some(v) => value = v,
+            None => overflow = true,
+        }
+    }
+    // strtol saturates at LONG_MIN/LONG_MAX; the int keeps the low 32 bits.
+    let value = match (overflow, negative) {
+        (true, false) => i64::MAX,
+        (true, true) => i64::MIN,
+        (false, true) => -value,
+        (false, false) => value,
+    };
+    value as u32
 }
 
 #[cfg(test)]
@@ -572,7 +641,38 @@ mod tests {
         assert!(run(&["-I", "100"]).is_err());
         assert!(run(&["-m", "1", "-I", "1m"]).is_err());
         assert!(run(&["-o", "bogus_option"]).is_err());
-        assert!(run(&["-U", "11211"]).is_err());
+        assert!(run(&["-U", "11211", "-S"]).is_err());
+    }
+
+    #[test]
+    fn udp_and_unix_flags() {
+        let s = run(&["-U", "5000"]).unwrap();
+        assert_eq!((s.port, s.udp_port), (5000, 5000), "-U alone moves -p");
+        let s = run(&["-U", "5000", "-p", "6000"]).unwrap();
+        assert_eq!((s.port, s.udp_port), (6000, 5000));
+        let s = run(&["-l", "127.0.0.1:7000,127.0.0.2", "-p", "6000", "-t", "3"]).unwrap();
+        assert!(s.listen[0].explicit_port && !s.listen[1].explicit_port);
+        assert_eq!((s.listen[0].port, s.listen[1].port), (7000, 6000));
+        assert_eq!(
+            s.threads_per_udp, 1,
+            "one worker per UDP socket with several -l"
+        );
+        assert_eq!(run(&["-t", "3"]).unwrap().threads_per_udp, 3);
+        let s = run(&["-s", "/tmp/x.sock", "-a", "640"]).unwrap();
+        assert_eq!(s.unix_socket.as_deref(), Some("/tmp/x.sock"));
+        assert_eq!(s.unix_mask, 0o640);
+        assert_eq!(run(&[]).unwrap().unix_mask, 0o700);
+    }
+
+    #[test]
+    fn unix_mask_reads_like_strtol() {
+        assert_eq!(strtol_octal("755"), 0o755);
+        assert_eq!(strtol_octal("  0644"), 0o644);
+        assert_eq!(strtol_octal("78"), 0o7);
+        assert_eq!(strtol_octal("abc"), 0);
+        assert_eq!(strtol_octal(""), 0);
+        assert_eq!(strtol_octal("-1"), u32::MAX);
+        assert_eq!(strtol_octal("+17"), 0o17);
     }
 
     #[test]

@@ -91,10 +91,23 @@ thread_counters!(
 /// Process-wide counters shared by the acceptor and the workers.
 #[derive(Default)]
 pub struct GlobalStats {
+    /// Open client connections (what `-c` limits).
     pub curr_connections: AtomicU64,
     pub total_connections: AtomicU64,
     pub rejected_connections: AtomicU64,
+    /// Most client connections open at once.
     pub connection_structures: AtomicU64,
+    /// Listening sockets plus per-worker UDP sockets: memcached counts
+    /// them as connections too.
+    pub server_conns: AtomicU64,
+}
+
+impl GlobalStats {
+    /// Records the server's own sockets (once, at start).
+    pub fn set_server_conns(&self, n: u64) {
+        self.server_conns.store(n, Ordering::Relaxed);
+        self.total_connections.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 /// Everything `stats` needs.
@@ -152,10 +165,12 @@ impl StatsContext {
         stat(out, "rusage_user", ru_user);
         stat(out, "rusage_system", ru_sys);
         stat(out, "max_connections", self.settings.max_connections);
+        let server_conns = g.server_conns.load(Ordering::Relaxed);
+        // memcached reports its connection count less one.
         stat(
             out,
             "curr_connections",
-            g.curr_connections.load(Ordering::Relaxed),
+            (g.curr_connections.load(Ordering::Relaxed) + server_conns).saturating_sub(1),
         );
         stat(
             out,
@@ -170,7 +185,7 @@ impl StatsContext {
         stat(
             out,
             "connection_structures",
-            g.connection_structures.load(Ordering::Relaxed),
+            g.connection_structures.load(Ordering::Relaxed) + server_conns,
         );
         stat(out, "response_obj_oom", 0);
         stat(out, "response_obj_count", 0);
@@ -277,7 +292,7 @@ impl StatsContext {
         stat(out, "maxbytes", e.limit_maxbytes);
         stat(out, "maxconns", s.max_connections);
         stat(out, "tcpport", s.port);
-        stat(out, "udpport", 0);
+        stat(out, "udpport", s.udp_port);
         let inter = s
             .listen
             .iter()
@@ -288,13 +303,17 @@ impl StatsContext {
         stat(out, "verbosity", self.verbosity.load(Ordering::Relaxed));
         stat(out, "oldest", 0);
         stat(out, "evictions", if s.evictions { "on" } else { "off" });
-        stat(out, "domain_socket", "NULL");
+        stat(
+            out,
+            "domain_socket",
+            s.unix_socket.as_deref().unwrap_or("NULL"),
+        );
         stat(out, "umask", format!("{:o}", s.unix_mask));
         stat(out, "shutdown_command", yn(s.shutdown_enabled));
         stat(out, "growth_factor", "1.25");
         stat(out, "chunk_size", 48);
         stat(out, "num_threads", s.threads);
-        stat(out, "num_threads_per_udp", s.threads);
+        stat(out, "num_threads_per_udp", s.threads_per_udp);
         stat(out, "stat_key_prefix", char::from(self.prefix.delimiter()));
         stat(out, "detail_enabled", yn(self.prefix.enabled()));
         stat(out, "reqs_per_event", s.reqs_per_event);

@@ -8,6 +8,7 @@ use osmium_protocol::encode;
 use osmium_protocol::text::{Command, StoreMode, StoreRequest, KEY_MAX_LENGTH};
 use osmium_store::{ArithResult, Lookup, StoreStatus, Write};
 
+use crate::session::Peer;
 use crate::stats::StatsContext;
 use crate::worker::WorkerCtx;
 
@@ -105,7 +106,13 @@ pub fn complete_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, block: &[u8], out
 
 /// Executes every command except storage commands (handled by the
 /// connection, which must first collect the data block).
-pub fn execute(ctx: &WorkerCtx, cmd: Command<'_>, out: &mut Vec<u8>, peer: &str, fd: i32) -> After {
+pub fn execute(
+    ctx: &WorkerCtx,
+    cmd: Command<'_>,
+    out: &mut Vec<u8>,
+    peer: &Peer,
+    fd: i32,
+) -> After {
     let shared = &ctx.shared;
     let store = &shared.store;
     let stats = &ctx.stats;
@@ -287,7 +294,7 @@ fn stats_command(
     arg: Option<&[u8]>,
     ntokens: usize,
     out: &mut Vec<u8>,
-    peer: &str,
+    peer: &Peer,
     fd: i32,
 ) {
     let Some(group) = group else {
@@ -324,16 +331,7 @@ fn stats_command(
             }
         }
         b"conns" => {
-            let listen = ctx
-                .settings
-                .listen
-                .first()
-                .map(|l| format!("{}:{}", l.host, l.port))
-                .unwrap_or_default();
-            encode::stat(out, &format!("{fd}:addr"), format!("tcp:{peer}"));
-            encode::stat(out, &format!("{fd}:listen_addr"), format!("tcp:{listen}"));
-            encode::stat(out, &format!("{fd}:state"), "conn_parse_cmd");
-            encode::stat(out, &format!("{fd}:secs_since_last_cmd"), 0);
+            peer.write_conn_stats(fd, ctx.settings.unix_socket.as_deref(), out);
             out.extend_from_slice(b"END\r\n");
         }
         b"items" => {

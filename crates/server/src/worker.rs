@@ -1,5 +1,6 @@
 //! Worker threads: each runs its own mio event loop over the connections
-//! the acceptor hands it, and drives every connection through
+//! the acceptor hands it (TCP or unix-domain streams) and over its own
+//! clones of the UDP sockets (`udp`), and drives every connection through
 //! read -> parse -> execute -> write (the "network" stage of seed 001).
 //!
 //! Per connection there is one read buffer and one write buffer, reused for
@@ -16,16 +17,96 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mio::net::TcpStream;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::event::Source;
+use mio::net::{TcpStream, UdpSocket, UnixStream};
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use slab::Slab;
 
 use osmium_store::Store;
 
-use crate::session::{Flow, Protocol, Session};
+use crate::session::{Flow, Peer, Protocol, Session};
 use crate::stats::{StatsContext, ThreadStats};
+use crate::udp::{Progress, UdpEndpoint};
 
 const WAKE: Token = Token(usize::MAX);
+
+/// The token of this worker's UDP endpoint `i` (counted down from WAKE;
+/// connection tokens are slab keys counted up from 0).
+fn udp_token(i: usize) -> Token {
+    Token(usize::MAX - 1 - i)
+}
+
+/// An accepted stream connection.
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn peer(&self) -> Peer {
+        match self {
+            Stream::Tcp(s) => Peer::Tcp {
+                remote: s.peer_addr().ok(),
+                local: s.local_addr().ok(),
+            },
+            Stream::Unix(_) => Peer::Unix,
+        }
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.flush(),
+            Stream::Unix(s) => s.flush(),
+        }
+    }
+}
+
+impl Source for Stream {
+    fn register(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.register(r, t, i),
+            Stream::Unix(s) => s.register(r, t, i),
+        }
+    }
+    fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.reregister(r, t, i),
+            Stream::Unix(s) => s.reregister(r, t, i),
+        }
+    }
+    fn deregister(&mut self, r: &Registry) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.deregister(r),
+            Stream::Unix(s) => s.deregister(r),
+        }
+    }
+}
 
 /// State shared by all threads.
 pub struct Shared {
@@ -57,24 +138,21 @@ pub struct WorkerCtx {
 
 /// The acceptor's handle on a worker.
 pub struct WorkerHandle {
-    pub sender: Sender<TcpStream>,
+    pub sender: Sender<Stream>,
     pub waker: Arc<Waker>,
     pub thread: std::thread::JoinHandle<()>,
 }
 
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     session: Session,
     last_active: u32,
 }
 
 impl Conn {
-    fn new(stream: TcpStream, now: u32, protocol: Protocol) -> Conn {
+    fn new(stream: Stream, now: u32, protocol: Protocol) -> Conn {
         let fd = stream.as_raw_fd();
-        let peer = stream
-            .peer_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default();
+        let peer = stream.peer();
         Conn {
             stream,
             session: Session::new(fd, peer, protocol),
@@ -157,7 +235,10 @@ struct Worker {
     ctx: WorkerCtx,
     poll: Poll,
     conns: Slab<Conn>,
-    incoming: Receiver<TcpStream>,
+    incoming: Receiver<Stream>,
+    /// This worker's clones of the UDP sockets.
+    udp: Vec<UdpEndpoint>,
+    /// Tokens (slab keys or UDP tokens) to run again without an event.
     ready: VecDeque<usize>,
     idle_timeout: u32,
     /// From `-B`: auto negotiates per connection.
@@ -211,7 +292,30 @@ impl Worker {
             .fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// The UDP endpoint index a token stands for.
+    fn udp_index(&self, token: usize) -> Option<usize> {
+        let i = (usize::MAX - 1).checked_sub(token)?;
+        (i < self.udp.len()).then_some(i)
+    }
+
+    fn run_udp(&mut self, i: usize) {
+        let endpoint = &mut self.udp[i];
+        let progress =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| endpoint.drive(&self.ctx)))
+                .unwrap_or_else(|_| {
+                    eprintln!("UDP request handler panicked; dropping that request");
+                    endpoint.reset();
+                    Progress::MoreWork
+                });
+        if progress == Progress::MoreWork {
+            self.ready.push_back(udp_token(i).0);
+        }
+    }
+
     fn run_conn(&mut self, key: usize) {
+        if let Some(i) = self.udp_index(key) {
+            return self.run_udp(i);
+        }
         let now = self.ctx.shared.store.clock().now();
         let Some(conn) = self.conns.get_mut(key) else {
             return;
@@ -289,14 +393,30 @@ impl Worker {
     }
 }
 
-/// Starts worker `index`.
+/// Starts worker `index`, serving the given UDP sockets besides the
+/// connections it is sent.
 pub fn spawn(
     index: usize,
     shared: Arc<Shared>,
     stats: Arc<ThreadStats>,
+    udp_sockets: Vec<std::net::UdpSocket>,
 ) -> io::Result<WorkerHandle> {
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
+    let mut udp = Vec::with_capacity(udp_sockets.len());
+    for (i, socket) in udp_sockets.into_iter().enumerate() {
+        socket.set_nonblocking(true)?;
+        let mut endpoint = UdpEndpoint::new(UdpSocket::from_std(socket));
+        poll.registry().register(
+            endpoint.socket(),
+            udp_token(i),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        if shared.stats.verbosity.load(Ordering::Relaxed) > 1 {
+            eprintln!("<{} server listening (udp)", endpoint.fd());
+        }
+        udp.push(endpoint);
+    }
     let (sender, incoming) = std::sync::mpsc::channel();
     let settings = &shared.stats.settings;
     let worker = Worker {
@@ -315,7 +435,9 @@ pub fn spawn(
         poll,
         conns: Slab::with_capacity(64),
         incoming,
-        ready: VecDeque::new(),
+        // Datagrams may have arrived before the first poll.
+        ready: (0..udp.len()).map(|i| udp_token(i).0).collect(),
+        udp,
     };
     let thread = std::thread::Builder::new()
         .name(format!("osmium-worker-{index}"))
