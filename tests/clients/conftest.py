@@ -47,6 +47,21 @@ def server(request):
     srv.stop()
 
 
+@pytest.fixture(scope="module", params=KINDS)
+def server_pair(request):
+    """Two servers of the same kind per test module, for the clients' key
+    distribution over several servers (consistent hashing)."""
+    first = start_server(request.param)
+    try:
+        second = start_server(request.param)
+    except BaseException:
+        first.stop()
+        raise
+    yield first, second
+    first.stop()
+    second.stop()
+
+
 @pytest.fixture
 def fresh_server(server):
     """A brand-new server of the same kind as `server`, for tests that assert
