@@ -54,7 +54,8 @@ CORE_STATS = (
 
 # --- binary protocol --------------------------------------------------------
 
-BIN_HEADER = struct.Struct("!BBHBBHLLQ")  # magic opcode keylen extlen datatype status/vbucket bodylen opaque cas
+# magic opcode keylen extlen datatype status(response)/vbucket(request) bodylen opaque cas
+BIN_HEADER = struct.Struct("!BBHBBHLLQ")
 BIN_GET, BIN_SET, BIN_NOOP, BIN_VERSION, BIN_STAT = 0x00, 0x01, 0x0A, 0x0B, 0x10
 BIN_SASL_LIST_MECHS, BIN_SASL_AUTH = 0x20, 0x21
 BIN_STATUS_OK, BIN_STATUS_NOT_FOUND, BIN_STATUS_AUTH_ERROR = 0x00, 0x01, 0x20
@@ -82,7 +83,8 @@ def bin_read_response(sock):
         _recv_exact(sock, BIN_HEADER.size))
     assert magic == 0x81, f"response magic {magic:#x}"
     body = _recv_exact(sock, bodylen)
-    return (opcode, status, body[extlen:extlen + keylen], body[:extlen], body[extlen + keylen:], cas)
+    key = body[extlen:extlen + keylen]
+    return (opcode, status, key, body[:extlen], body[extlen + keylen:], cas)
 
 
 def bin_exchange(address, *packets, timeout=5.0):
