@@ -136,7 +136,10 @@ run_step() {
 # --------------------------------------------------------------------------
 # Step 1: dependencies
 # --------------------------------------------------------------------------
-APT_PACKAGES=(memcached libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential)
+# sasl2-bin (saslpasswd2), libsasl2-modules (PLAIN) and libsasl2-modules-db
+# (sasldb auxprop) let tests/support/sasl.py start memcached with -S.
+APT_PACKAGES=(memcached libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential
+              sasl2-bin libsasl2-modules libsasl2-modules-db)
 
 install_deps() {
     if [ "${SKIP_INSTALL:-}" = 1 ]; then
@@ -164,6 +167,8 @@ install_deps() {
         note "apt: all of ${want[*]} already installed"
     fi
     command -v memcached >/dev/null || { echo "memcached not found after install"; return 1; }
+    command -v saslpasswd2 >/dev/null || [ -x /usr/sbin/saslpasswd2 ] ||
+        { echo "saslpasswd2 not found after install (sasl2-bin)"; return 1; }
     note "memcached: $(memcached -V 2>&1)"
 
     # --- Rust --------------------------------------------------------------
@@ -187,10 +192,14 @@ install_deps() {
         python3 -m pip install -q --break-system-packages -r tests/requirements.txt || return 1
     fi
     python3 - <<'EOF' || return 1
-import memcache, pylibmc, pymemcache, pytest
+import bmemcached, memcache, meta_memcache, meta_memcache_socket, pylibmc, pymemcache, pytest
+from importlib.metadata import version
 print(f">>> pytest {pytest.__version__}, pymemcache {pymemcache.__version__}, "
       f"pylibmc {pylibmc.__version__} (libmemcached {pylibmc.libmemcached_version}), "
-      f"python-memcached {memcache.__version__}")
+      f"python-memcached {memcache.__version__}, "
+      f"python-binary-memcached {bmemcached.__version__}, "
+      f"meta-memcache {meta_memcache.__version__} "
+      f"(meta-memcache-socket {version('meta-memcache-socket')})")
 EOF
 }
 

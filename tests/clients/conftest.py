@@ -2,7 +2,7 @@
 
 Every suite runs against BOTH genuine memcached (the oracle) and osmium, with
 identical assertions: a test that passes on one and fails on the other shows a
-behavioural difference a real client would see.
+behavioural difference a real client would see. See README.md for the suites.
 
 Environment:
   CLIENT_TEST_SERVERS  comma-separated subset of "memcached,osmium" (default both)
@@ -15,6 +15,7 @@ import os
 import pytest
 
 from support import servers
+from support.sasl import start_sasl_server
 
 KINDS = [k.strip() for k in os.environ.get("CLIENT_TEST_SERVERS", "memcached,osmium").split(",")
          if k.strip()]
@@ -43,6 +44,36 @@ def start_server(kind, args=SERVER_ARGS):
 def server(request):
     """One server of each kind per test module, shared by that module's tests."""
     srv = start_server(request.param)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def server_pair(request):
+    """Two servers of the same kind per test module, for the clients' key
+    distribution over several servers (consistent hashing)."""
+    first = start_server(request.param)
+    try:
+        second = start_server(request.param)
+    except BaseException:
+        first.stop()
+        raise
+    yield first, second
+    first.stop()
+    second.stop()
+
+
+# Credentials of the one user of `sasl_server`.
+SASL_USER, SASL_PASSWORD = "osmium_user", "s3cret-Pass"
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def sasl_server(request):
+    """One server of each kind per test module started with SASL (-S, one
+    user SASL_USER / SASL_PASSWORD; see tests/support/sasl.py). Binary
+    protocol only."""
+    _require_binary(request.param)
+    srv = start_sasl_server(request.param, SASL_USER, SASL_PASSWORD)
     yield srv
     srv.stop()
 

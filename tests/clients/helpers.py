@@ -6,6 +6,7 @@ server stored exactly what the client library serialised.
 """
 import re
 import socket
+import struct
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+\S*$")
 ALL_BYTES = bytes(range(256))
@@ -49,3 +50,45 @@ CORE_STATS = (
     "cmd_get", "cmd_set", "get_hits", "get_misses", "curr_items", "total_items",
     "bytes", "limit_maxbytes", "threads", "evictions",
 )
+
+
+# --- binary protocol --------------------------------------------------------
+
+# magic opcode keylen extlen datatype status(response)/vbucket(request) bodylen opaque cas
+BIN_HEADER = struct.Struct("!BBHBBHLLQ")
+BIN_GET, BIN_SET, BIN_NOOP, BIN_VERSION, BIN_STAT = 0x00, 0x01, 0x0A, 0x0B, 0x10
+BIN_SASL_LIST_MECHS, BIN_SASL_AUTH = 0x20, 0x21
+BIN_STATUS_OK, BIN_STATUS_NOT_FOUND, BIN_STATUS_AUTH_ERROR = 0x00, 0x01, 0x20
+
+
+def bin_request(opcode, key=b"", extras=b"", value=b"", opaque=0, cas=0):
+    """One binary-protocol request packet."""
+    body = extras + key + value
+    return BIN_HEADER.pack(0x80, opcode, len(key), len(extras), 0, 0, len(body), opaque, cas) + body
+
+
+def _recv_exact(sock, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return buf
+
+
+def bin_read_response(sock):
+    """(opcode, status, key, extras, value, cas) of one binary response."""
+    magic, opcode, keylen, extlen, _dt, status, bodylen, _opaque, cas = BIN_HEADER.unpack(
+        _recv_exact(sock, BIN_HEADER.size))
+    assert magic == 0x81, f"response magic {magic:#x}"
+    body = _recv_exact(sock, bodylen)
+    key = body[extlen:extlen + keylen]
+    return (opcode, status, key, body[:extlen], body[extlen + keylen:], cas)
+
+
+def bin_exchange(address, *packets, timeout=5.0):
+    """Send the request packets on a fresh connection; one response each."""
+    with socket.create_connection(address, timeout=timeout) as s:
+        s.sendall(b"".join(packets))
+        return [bin_read_response(s) for _ in packets]

@@ -1,6 +1,7 @@
 """libmemcached-tools against genuine memcached and osmium: memccapable's
-ascii conformance run plus memcstat / memccp / memccat / memcexist / memctouch
-/ memcrm / memcping / memcflush round trips."""
+ascii and binary conformance runs plus memcstat / memccp / memccat /
+memcexist / memctouch / memcrm / memcping / memcflush round trips, in the
+text protocol and (where the tool has --binary) the binary protocol."""
 import os
 import re
 import shutil
@@ -47,6 +48,21 @@ def test_memccapable_ascii(server):
     assert "[FAIL]" not in out, describe(proc)
     assert "All tests passed" in out, describe(proc)
     # memccapable 1.1.4 runs 27 ascii tests; all must pass (none skipped).
+    assert len(results) >= 27 and set(results) == {"pass"}, describe(proc)
+
+
+def test_memccapable_binary(server):
+    proc = run(["memccapable", "-b", "-h", "127.0.0.1", "-p", str(server.port), "-t", "10"],
+               timeout=120)
+    out = proc.stdout.decode(errors="replace")
+    print(describe(proc))
+    results = re.findall(r"^binary \S.*?\s+\[(\w+)\]$", out, re.M)
+    assert proc.returncode == 0, describe(proc)
+    assert "[FAIL]" not in out, describe(proc)
+    assert "All tests passed" in out, describe(proc)
+    # memccapable 1.1.4 runs 27 binary tests (noop, quit(q), set(q), flush(q),
+    # add(q), replace(q), delete(q), get(q/k/kq), incr(q), decr(q), version,
+    # append(q), prepend(q), stat); all must pass (none skipped).
     assert len(results) >= 27 and set(results) == {"pass"}, describe(proc)
 
 
@@ -121,3 +137,41 @@ def test_memcflush(server, tmp_path):
         assert proc.returncode != 0, describe(proc)
         assert proc.stdout == b""
         assert run(["memcexist", s, f"osmium_flush_{i}"]).returncode != 0
+
+
+def test_binary_tools_round_trip(server, tmp_path):
+    content = ALL_BYTES + b"\r\nEND\r\n" + ALL_BYTES * 100
+    path = tmp_path / "osmium_bin.bin"
+    path.write_bytes(content)
+    s = [servers_arg(server), "--binary"]
+    proc = run(["memccp", *s, "--flags=4321", str(path)])
+    assert proc.returncode == 0, describe(proc)
+    assert raw_get(server.address, "osmium_bin.bin") == (4321, content)
+    proc = run(["memccat", *s, "-F", "osmium_bin.bin"])
+    assert proc.returncode == 0, describe(proc)
+    assert proc.stdout == b"4321\n" + content + b"\n"
+    proc = run(["memccp", *s, "--add", str(path)])
+    assert proc.returncode != 0, describe(proc)
+    assert run(["memcexist", *s, "osmium_bin.bin"]).returncode == 0
+    assert run(["memcexist", *s, "osmium_bin_nokey"]).returncode != 0
+    assert run(["memctouch", *s, "--expire=100", "osmium_bin.bin"]).returncode == 0
+    assert run(["memctouch", *s, "--expire=100", "osmium_bin_nokey"]).returncode != 0
+    assert run(["memcrm", *s, "osmium_bin.bin"]).returncode == 0
+    assert run(["memcrm", *s, "osmium_bin.bin"]).returncode != 0
+    assert run(["memccat", *s, "osmium_bin.bin"]).returncode != 0
+    # stats over the binary protocol
+    proc = run(["memcstat", *s])
+    assert proc.returncode == 0, describe(proc)
+    stats = dict(re.findall(r"^\t(\w+): (.*)$", proc.stdout.decode(), re.M))
+    assert int(stats["pid"]) == server.pid
+    proc = run(["memcstat", "-S", *s])
+    assert proc.returncode == 0, describe(proc)
+    assert re.fullmatch(rf"127\.0\.0\.1:{server.port} \d+\.\d+\.\d+\S*\n",
+                        (proc.stdout + proc.stderr).decode()), describe(proc)
+    # flush over the binary protocol
+    other = tmp_path / "osmium_bin_flush"
+    other.write_bytes(b"x")
+    assert run(["memccp", *s, str(other)]).returncode == 0
+    proc = run(["memcflush", *s])
+    assert proc.returncode == 0, describe(proc)
+    assert run(["memcexist", *s, "osmium_bin_flush"]).returncode != 0

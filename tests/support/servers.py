@@ -23,9 +23,14 @@ def free_port():
 
 
 class Server:
-    """One running server process. `kind` is 'memcached' or 'osmium'."""
+    """One running server process. `kind` is 'memcached' or 'osmium'.
 
-    def __init__(self, kind, args=(), port=None):
+    `env`, if given, is the complete environment of the server process
+    (default: this process's environment), e.g. to point memcached's SASL
+    library at a config directory with SASL_CONF_PATH.
+    """
+
+    def __init__(self, kind, args=(), port=None, env=None):
         self.kind = kind
         self.port = port or free_port()
         self.args = list(args)
@@ -34,8 +39,8 @@ class Server:
         if kind == "memcached" and os.geteuid() == 0 and "-u" not in self.args:
             cmd += ["-u", "root"]  # memcached refuses to run as root without -u
         self.cmd = cmd
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, env=env)
         self.pid = self.proc.pid
         self._wait_ready()
 
