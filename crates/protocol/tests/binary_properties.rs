@@ -76,18 +76,19 @@ proptest! {
         } else if key.len() > 250 {
             prop_assert_eq!(d, Decoded::InvalidArguments);
         }
-        if let Decoded::Request(r) = d {
-            // Whatever was accepted names only buffered bytes.
-            match r {
-                Request::Get { key: k, .. } | Request::Delete { key: k, .. }
-                | Request::Touch { key: k, .. } | Request::GetAndTouch { key: k, .. }
-                | Request::Arith { key: k, .. } | Request::Store { key: k, .. }
-                | Request::Concat { key: k, .. } => {
-                    prop_assert!(!k.is_empty() && k.len() <= 250);
-                    prop_assert_eq!(k, &key[..]);
-                }
-                _ => {}
-            }
+        // Whatever was accepted names only buffered bytes.
+        if let Decoded::Request(
+            Request::Get { key: k, .. }
+            | Request::Delete { key: k, .. }
+            | Request::Touch { key: k, .. }
+            | Request::GetAndTouch { key: k, .. }
+            | Request::Arith { key: k, .. }
+            | Request::Store { key: k, .. }
+            | Request::Concat { key: k, .. },
+        ) = d
+        {
+            prop_assert!(!k.is_empty() && k.len() <= 250);
+            prop_assert_eq!(k, &key[..]);
         }
     }
 
