@@ -73,3 +73,35 @@ def server_env(server):
     """What a language suite is told about the server it runs against."""
     host, port = server.address
     return {"MEMCACHED_SERVERS": f"{host}:{port}", "MEMCACHED_KIND": server.kind}
+
+
+# Credentials of the one user of the SASL servers (binary protocol, PLAIN).
+SASL_USER = "osmiumtest"
+SASL_PASSWORD = "s3cret-pw"
+
+
+class SaslServerSlot:
+    """A SASL server of one kind, or the reason it could not be started (osmium
+    without SASL support yet, missing saslpasswd2, ...). The language suite's
+    SASL cases fail with that reason; its other cases still run."""
+
+    def __init__(self, kind):
+        from support.sasl import start_sasl_server
+        self.kind = kind
+        self.server = None
+        self.error = None
+        try:
+            self.server = start_sasl_server(kind, SASL_USER, SASL_PASSWORD)
+        except Exception as e:  # reported through the suite's SASL cases
+            self.error = f"{type(e).__name__}: {e}".replace("\n", " ")
+
+    def env(self):
+        if self.server is None:
+            return {"MEMCACHED_SASL_ERROR": self.error}
+        host, port = self.server.address
+        return {"MEMCACHED_SASL_SERVERS": f"{host}:{port}", "MEMCACHED_SASL_USER": SASL_USER,
+                "MEMCACHED_SASL_PASSWORD": SASL_PASSWORD}
+
+    def stop(self):
+        if self.server is not None:
+            self.server.stop()
