@@ -220,12 +220,15 @@ install_client_suites() {
         missing+=(go)
     fi
     if command -v mvn >/dev/null 2>&1 && command -v java >/dev/null 2>&1; then
-        note "$(mvn -B -v 2>/dev/null | head -n 1); $(java -version 2>&1 | head -n 1)"
+        # (sed: Maven prints colour resets even in batch mode)
+        note "$(mvn -B -v 2>/dev/null | head -n 1 | sed 's/\x1b\[[0-9;]*m//g'); $(java -version 2>&1 | head -n 1)"
         note "maven: fetching tests/clients/java dependencies and plugins, compiling the tests"
         # Running surefire with no matching test also fetches its JUnit
         # platform provider, which dependency:go-offline would miss.
         mvn -B -q -Dstyle.color=never -f tests/clients/java/pom.xml test \
-            -Dtest=NoSuchTestClass -Dsurefire.failIfNoSpecifiedTests=false ||
+            -Dtest=NoSuchTestClass -Dsurefire.failIfNoSpecifiedTests=false 2>&1 |
+            sed 's/\x1b\[[0-9;]*m//g'
+        [ "${PIPESTATUS[0]}" -eq 0 ] ||
             { echo "maven could not fetch or compile tests/clients/java (Maven Central reachable?)"; return 1; }
     else
         missing+=(mvn/java)
