@@ -6,7 +6,8 @@
 #
 # Works from a clean clone on a fresh Debian 12 machine (root, no stdin). It
 #   1. installs what the suites need (apt packages, Rust components, pip
-#      packages from tests/requirements.txt),
+#      packages from tests/requirements.txt, the Go modules, Maven artifacts
+#      and npm packages of the Go/Java/Node client suites),
 #   2. runs, in order, stopping at the first failure:
 #        cargo fmt --all -- --check
 #        cargo clippy --workspace --all-targets -- -D warnings
@@ -201,6 +202,47 @@ print(f">>> pytest {pytest.__version__}, pymemcache {pymemcache.__version__}, "
       f"meta-memcache {meta_memcache.__version__} "
       f"(meta-memcache-socket {version('meta-memcache-socket')})")
 EOF
+    install_client_suites || return 1
+}
+
+# The Go, Java and Node client-library suites (tests/clients/{go,java,node},
+# driven by tests/clients/test_{go,java,node}.py): fetch their pinned
+# dependencies now, so the pytest step only compiles and runs. A missing
+# toolchain is not an install failure: those suites then fail under CI=true
+# (skip otherwise) with a "toolchain missing" message.
+install_client_suites() {
+    local missing=()
+    if command -v go >/dev/null 2>&1; then
+        note "go: $(go version); go mod download (tests/clients/go)"
+        (cd tests/clients/go && go mod download) ||
+            { echo "go mod download failed in tests/clients/go (module proxy reachable? GOPROXY=$(go env GOPROXY))"; return 1; }
+    else
+        missing+=(go)
+    fi
+    if command -v mvn >/dev/null 2>&1 && command -v java >/dev/null 2>&1; then
+        # (sed: Maven prints colour resets even in batch mode)
+        note "$(mvn -B -v 2>/dev/null | head -n 1 | sed 's/\x1b\[[0-9;]*m//g'); $(java -version 2>&1 | head -n 1)"
+        note "maven: fetching tests/clients/java dependencies and plugins, compiling the tests"
+        # Running surefire with no matching test also fetches its JUnit
+        # platform provider, which dependency:go-offline would miss.
+        mvn -B -q -Dstyle.color=never -f tests/clients/java/pom.xml test \
+            -Dtest=NoSuchTestClass -Dsurefire.failIfNoSpecifiedTests=false 2>&1 |
+            sed 's/\x1b\[[0-9;]*m//g'
+        [ "${PIPESTATUS[0]}" -eq 0 ] ||
+            { echo "maven could not fetch or compile tests/clients/java (Maven Central reachable?)"; return 1; }
+    else
+        missing+=(mvn/java)
+    fi
+    if command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1; then
+        note "node $(node --version), npm $(npm --version 2>/dev/null): npm ci (tests/clients/node)"
+        (cd tests/clients/node && npm ci --no-audit --no-fund) ||
+            { echo "npm ci failed in tests/clients/node (npm registry reachable?)"; return 1; }
+    else
+        missing+=(node/npm)
+    fi
+    if [ ${#missing[@]} -gt 0 ]; then
+        note "WARNING: toolchain(s) missing: ${missing[*]}: their client suites fail under CI=true"
+    fi
 }
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,9 @@
+package osmium.clients;
+
+/** xmemcached over the text protocol. */
+class XmemTextTest extends XmemCases {
+  @Override
+  boolean binary() {
+    return false;
+  }
+}
