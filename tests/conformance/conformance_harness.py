@@ -110,6 +110,9 @@ class Template:
                         quote = text[j]
                     elif text[j] == "}":
                         break
+                    elif text[j] == "{":
+                        raise CaseError(f"{where}: expressions do not nest: {text[i:j + 1]!r}... "
+                                        f"(inside {{bin}} write key=\"k\"*250)")
                     j += 1
                 if j >= len(text):
                     raise CaseError(f"{where}: unclosed {{ in {text!r}")
@@ -911,6 +914,38 @@ def _read_exact_line(sock, expect, timeout=3.0):
     return buf
 
 
+BIN_FLUSH = struct.pack(">BBHBBHIIQ", 0x80, 0x08, 0, 0, 0, 0, 0, 0, 0)
+BIN_FLUSH_OK = struct.pack(">BBHBBHIIQ", 0x81, 0x08, 0, 0, 0, 0, 0, 0, 0)
+
+
+def _prelude(case, conn, address):
+    """flush_all before the case: in text on connection 1, or in binary when
+    the server only speaks binary (-B binary), or on a separate text
+    connection when connection 1 is going to speak binary."""
+    if case.binding_protocol() == "binary":
+        conn.sock.sendall(BIN_FLUSH)
+        got = _read_exact_line(conn.sock, BIN_FLUSH_OK)
+        if got != BIN_FLUSH_OK:
+            raise CaseError(f"{case.name}: binary prelude flush got {got!r} from {address}")
+        return
+    first = next((s for s in case.steps if s.kind == "send" and "udp" not in s.opts
+                  and s.opts.get("conn", 1) == 1), None)
+    side = None
+    if first is not None and case.binding_protocol() is None and first.template.parts:
+        p0 = first.template.parts[0]
+        if (isinstance(p0, tuple) and p0[0] == "bin") or (isinstance(p0, bytes) and p0[:1] == b"\x80"):
+            side = Connection(address)
+    sock = (side or conn).sock
+    try:
+        sock.sendall(b"flush_all\r\n")
+        got = _read_exact_line(sock, b"OK\r\n")
+    finally:
+        if side:
+            side.close()
+    if got != b"OK\r\n":
+        raise CaseError(f"{case.name}: prelude 'flush_all' got {got!r} from {address}")
+
+
 def run_case_on(case, server):
     """Replay one case on one server; returns a list of (step_index, Reply)."""
     address = server.address
@@ -921,10 +956,7 @@ def run_case_on(case, server):
     ctx = {"cas": []}
     try:
         if case.prelude:
-            conns[1].sock.sendall(b"flush_all\r\n")
-            got = _read_exact_line(conns[1].sock, b"OK\r\n")
-            if got != b"OK\r\n":
-                raise CaseError(f"{case.name}: prelude 'flush_all' got {got!r} from {address}")
+            _prelude(case, conns[1], address)
         for i, step in enumerate(case.steps):
             if step.kind == "sleep":
                 time.sleep(step.seconds)
