@@ -1166,6 +1166,8 @@ def _norm_binary(case, data, casmap):
 
 
 def _norm_udp(case, reply, casmap):
+    if case.stats is not None:
+        return _norm_udp_messages(case, reply, casmap)
     out = []
     for d in reply.dgrams:
         payload = d[8:]
@@ -1174,6 +1176,41 @@ def _norm_udp(case, reply, casmap):
         else:
             payload = _norm_text(case, payload, casmap)
         out.append(render_dgram(d, payload))
+    if reply.data.endswith(b"<udp-refused>"):
+        out.append(b"<udp-refused>")
+    return b"".join(out)
+
+
+def _norm_udp_messages(case, reply, casmap):
+    """UDP replies in cases with a `stats:` line: the datagrams of each reply are
+    put back together (in sequence order) and normalised as one message, since
+    where stats values split into datagrams depends on the values' lengths.
+    The header shows the request id and whether the sequence numbers were
+    complete (0..n-1, all carrying n as the count)."""
+    messages = []
+    by_id = {}
+    for d in reply.dgrams:
+        if len(d) < 8:
+            messages.append(("short", d))
+            continue
+        rid = UDP_HEADER.unpack(d[:8])[0]
+        if rid not in by_id:
+            by_id[rid] = []
+            messages.append(("msg", rid))
+        by_id[rid].append(d)
+    out = []
+    for kind, v in messages:
+        if kind == "short":
+            out.append(render_dgram(v))
+            continue
+        ds = sorted(by_id[v], key=lambda d: UDP_HEADER.unpack(d[:8])[1])
+        hdrs = [UDP_HEADER.unpack(d[:8]) for d in ds]
+        whole = ([h[1] for h in hdrs] == list(range(len(ds)))
+                 and all(h[2] == len(ds) and h[3] == 0 for h in hdrs))
+        payload = b"".join(d[8:] for d in ds)
+        payload = (_norm_binary(case, payload, casmap) if payload[:1] == b"\x81"
+                   else _norm_text(case, payload, casmap))
+        out.append(b"<udp id=%d message %s>" % (v, b"complete" if whole else b"INCOMPLETE") + payload)
     if reply.data.endswith(b"<udp-refused>"):
         out.append(b"<udp-refused>")
     return b"".join(out)
