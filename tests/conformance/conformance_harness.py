@@ -1,4 +1,4 @@
-"""Conformance harness: parse case files, replay them over TCP, normalise, compare.
+"""Conformance harness: parse case files, replay them over TCP and UDP, normalise, compare.
 
 Everything the suite does lives here; test_conformance.py, conftest.py and
 run.py are thin wrappers.  The case-file format and the normalisations are
@@ -187,7 +187,6 @@ _BIN_VERBOSITY = {0x1b}                                    # extras: level
 _BIN_FIELDS = {"key", "value", "extras", "opaque", "cas", "magic", "dt", "vbucket",
                "keylen", "extlen", "bodylen", "trunc", "flags", "exp", "delta",
                "initial", "level"}
-_BIN_INT_FIELDS = _BIN_FIELDS - {"key", "value", "extras", "cas"}
 
 # The sentinel of a binary connection: a NOOP with this opaque ("SENT").
 BIN_SENTINEL_OPAQUE = 0x53454E54
@@ -1088,11 +1087,6 @@ def reply_cas_values(reply):
     if reply.kind == "udp":
         return [c for d in reply.dgrams for c in _payload_cas_values(d[8:])]
     return list(_text_cas_values(reply.data))
-
-
-def iter_cas_values(data):
-    """CAS uniques of a text reply (kept for callers of the text-only API)."""
-    return _text_cas_values(data)
 
 
 def _stat_keep_value(case, name):
