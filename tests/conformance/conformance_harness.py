@@ -1,4 +1,4 @@
-"""Conformance harness: parse case files, replay them over TCP, normalise, compare.
+"""Conformance harness: parse case files, replay them over TCP and UDP, normalise, compare.
 
 Everything the suite does lives here; test_conformance.py, conftest.py and
 run.py are thin wrappers.  The case-file format and the normalisations are
@@ -9,6 +9,7 @@ import glob
 import os
 import re
 import socket
+import struct
 import sys
 import threading
 import time
@@ -109,6 +110,9 @@ class Template:
                         quote = text[j]
                     elif text[j] == "}":
                         break
+                    elif text[j] == "{":
+                        raise CaseError(f"{where}: expressions do not nest: {text[i:j + 1]!r}... "
+                                        f"(inside {{bin}} write key=\"k\"*250)")
                     j += 1
                 if j >= len(text):
                     raise CaseError(f"{where}: unclosed {{ in {text!r}")
@@ -137,6 +141,8 @@ class Template:
         m = _CAS_RE.match(e)
         if m:
             return ("cas", int(m.group("n")))
+        if e == "bin" or e.startswith("bin "):
+            return ("bin", parse_bin_spec(e[3:], where))
         raise CaseError(f"{where}: unknown expression {{{e}}}")
 
     def expand(self, ctx):
@@ -154,7 +160,168 @@ class Template:
                     out.append(b"<cas%d-not-captured>" % p[1])
                 else:
                     out.append(seen[p[1] - 1])
+            elif p[0] == "bin":
+                out.append(build_bin(p[1], ctx))
         return b"".join(out)
+
+
+# --------------------------------------------------------------------------
+# Binary protocol packets: the {bin ...} expression and reply parsing
+# --------------------------------------------------------------------------
+
+BIN_OPCODES = {
+    "get": 0x00, "set": 0x01, "add": 0x02, "replace": 0x03, "delete": 0x04,
+    "incr": 0x05, "decr": 0x06, "quit": 0x07, "flush": 0x08, "getq": 0x09,
+    "noop": 0x0a, "version": 0x0b, "getk": 0x0c, "getkq": 0x0d, "append": 0x0e,
+    "prepend": 0x0f, "stat": 0x10, "setq": 0x11, "addq": 0x12, "replaceq": 0x13,
+    "deleteq": 0x14, "incrq": 0x15, "decrq": 0x16, "quitq": 0x17, "flushq": 0x18,
+    "appendq": 0x19, "prependq": 0x1a, "verbosity": 0x1b, "touch": 0x1c,
+    "gat": 0x1d, "gatq": 0x1e, "sasl_list_mechs": 0x20, "sasl_auth": 0x21,
+    "sasl_step": 0x22, "gatk": 0x23, "gatkq": 0x24,
+}
+_BIN_STORE = {0x01, 0x02, 0x03, 0x11, 0x12, 0x13}          # extras: flags, exp
+_BIN_ARITH = {0x05, 0x06, 0x15, 0x16}                      # extras: delta, initial, exp
+_BIN_TOUCH = {0x1c, 0x1d, 0x1e, 0x23, 0x24}                # extras: exp
+_BIN_FLUSH = {0x08, 0x18}                                  # extras: exp, only if given
+_BIN_VERBOSITY = {0x1b}                                    # extras: level
+_BIN_FIELDS = {"key", "value", "extras", "opaque", "cas", "magic", "dt", "vbucket",
+               "keylen", "extlen", "bodylen", "trunc", "flags", "exp", "delta",
+               "initial", "level"}
+
+# The sentinel of a binary connection: a NOOP with this opaque ("SENT").
+BIN_SENTINEL_OPAQUE = 0x53454E54
+BIN_SENTINEL = struct.pack(">BBHBBHIIQ", 0x80, 0x0a, 0, 0, 0, 0, 0, BIN_SENTINEL_OPAQUE, 0)
+BIN_SENTINEL_REPLY = struct.pack(">BBHBBHIIQ", 0x81, 0x0a, 0, 0, 0, 0, 0, BIN_SENTINEL_OPAQUE, 0)
+
+
+def _spec_value(text, i, where):
+    """Read one field value at text[i:]: a quoted string (escapes, optional *N) or a bare word."""
+    if i < len(text) and text[i] in "\"'":
+        q = text[i]
+        j = i + 1
+        while j < len(text) and text[j] != q:
+            j += 2 if text[j] == "\\" else 1
+        if j >= len(text):
+            raise CaseError(f"{where}: unclosed quote in {{bin{text}}}")
+        raw = _unescape(text[i + 1:j], where)
+        j += 1
+        m = re.match(r"\s*\*\s*([0-9_]+)", text[j:])
+        if m:
+            raw *= int(m.group(1).replace("_", ""))
+            j += m.end()
+        return ("str", raw), j
+    j = i
+    while j < len(text) and not text[j].isspace():
+        j += 1
+    return ("word", text[i:j]), j
+
+
+def _spec_int(v, name, where):
+    try:
+        return int(v, 0)
+    except ValueError:
+        raise CaseError(f"{where}: {{bin}} field {name}={v!r} is not a number") from None
+
+
+def parse_bin_spec(text, where):
+    """Parse the inside of {bin OPCODE field=value ...} (see README.md)."""
+    m = re.match(r"\s*(\S+)", text)
+    if not m:
+        raise CaseError(f"{where}: {{bin}} needs an opcode")
+    name = m.group(1)
+    if name.lower() in BIN_OPCODES:
+        op = BIN_OPCODES[name.lower()]
+    else:
+        op = _spec_int(name, "opcode", where)
+    spec = {"op": op}
+    i = m.end()
+    while True:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i >= len(text):
+            break
+        m = re.match(r"([a-z]+)=", text[i:])
+        if not m or m.group(1) not in _BIN_FIELDS:
+            raise CaseError(f"{where}: bad {{bin}} field at {text[i:]!r}; fields: {sorted(_BIN_FIELDS)}")
+        f = m.group(1)
+        (kind, v), i = _spec_value(text, i + m.end(), where)
+        if f in ("key", "value"):
+            spec[f] = v if kind == "str" else v.encode()
+        elif f == "extras":
+            if kind == "str":
+                spec[f] = v
+            else:
+                out = b""
+                for item in filter(None, v.split(",")):
+                    t, _, n = item.partition(":")
+                    fmt = {"u8": ">B", "u16": ">H", "u32": ">I", "u64": ">Q"}.get(t)
+                    if not fmt:
+                        raise CaseError(f"{where}: {{bin}} extras item {item!r}: use u8:/u16:/u32:/u64:N")
+                    out += struct.pack(fmt, _spec_int(n, "extras", where))
+                spec[f] = out
+        elif f == "cas":
+            if kind == "word" and _CAS_RE.match(v):
+                spec[f] = ("cas", int(_CAS_RE.match(v).group("n")))
+            else:
+                spec[f] = _spec_int(v.decode() if kind == "str" else v, f, where)
+        else:
+            spec[f] = _spec_int(v.decode() if kind == "str" else v, f, where)
+    return spec
+
+
+def build_bin(spec, ctx):
+    op = spec["op"]
+    key = spec.get("key", b"")
+    value = spec.get("value", b"")
+    if "extras" in spec:
+        extras = spec["extras"]
+    elif op in _BIN_STORE:
+        extras = struct.pack(">II", spec.get("flags", 0), spec.get("exp", 0))
+    elif op in _BIN_ARITH:
+        extras = struct.pack(">QQI", spec.get("delta", 1), spec.get("initial", 0), spec.get("exp", 0))
+    elif op in _BIN_TOUCH:
+        extras = struct.pack(">I", spec.get("exp", 0))
+    elif op in _BIN_FLUSH and "exp" in spec:
+        extras = struct.pack(">I", spec["exp"])
+    elif op in _BIN_VERBOSITY:
+        extras = struct.pack(">I", spec.get("level", 0))
+    else:
+        extras = b""
+    cas = spec.get("cas", 0)
+    if isinstance(cas, tuple):
+        seen = ctx["cas"]
+        # Not captured: an obviously bogus value so the exchange still happens.
+        cas = int(seen[cas[1] - 1]) if cas[1] <= len(seen) else 0xBAD0CA5
+    header = struct.pack(
+        ">BBHBBHIIQ", spec.get("magic", 0x80), op, spec.get("keylen", len(key)),
+        spec.get("extlen", len(extras)), spec.get("dt", 0), spec.get("vbucket", 0),
+        spec.get("bodylen", len(extras) + len(key) + len(value)), spec.get("opaque", 0), cas)
+    pkt = header + extras + key + value
+    if "trunc" in spec:
+        pkt = pkt[:spec["trunc"]]
+    return pkt
+
+
+def bin_packets(data):
+    """Split binary-protocol bytes into complete packets; returns (packets, trailing bytes)."""
+    pkts = []
+    pos = 0
+    while pos + 24 <= len(data):
+        bodylen = struct.unpack(">I", data[pos + 8:pos + 12])[0]
+        end = pos + 24 + bodylen
+        if end > len(data):
+            break
+        pkts.append(data[pos:end])
+        pos = end
+    return pkts, data[pos:]
+
+
+def bin_sentinel_done(data):
+    """True when data is a whole number of packets ending with the sentinel's reply."""
+    if not data.endswith(BIN_SENTINEL_REPLY):
+        return False
+    pkts, rest = bin_packets(data)
+    return not rest and bool(pkts) and pkts[-1] == BIN_SENTINEL_REPLY
 
 
 # --------------------------------------------------------------------------
@@ -163,7 +330,7 @@ class Template:
 
 class Step:
     def __init__(self, kind, where, template=None, opts=None, seconds=0.0):
-        self.kind = kind          # 'send', 'sleep' or 'reconnect'
+        self.kind = kind          # 'send', 'sleep', 'tick' or 'reconnect'
         self.where = where
         self.template = template
         self.opts = opts or {}
@@ -173,6 +340,8 @@ class Step:
     def describe(self):
         if self.kind == "sleep":
             return f"sleep {self.seconds}"
+        if self.kind == "tick":
+            return "tick"
         if self.kind == "reconnect":
             n = self.opts.get("conn", 1)
             return "reconnect" + (f" {n}" if n != 1 else "")
@@ -208,7 +377,12 @@ class Case:
 
     @property
     def has_sleep(self):
-        return any(s.kind == "sleep" for s in self.steps)
+        """Cases that wait on the clock (a sleep or a tick) run concurrently, see README.md."""
+        return any(s.kind in ("sleep", "tick") for s in self.steps)
+
+    @property
+    def uses_udp(self):
+        return any(s.kind == "send" and "udp" in s.opts for s in self.steps)
 
     def server_args(self):
         args = list(self.server)
@@ -218,19 +392,31 @@ class Case:
                 base += [flag, val]
         return base + args
 
+    def binding_protocol(self):
+        """'text' or 'binary' when the server's -B fixes the protocol, else None."""
+        args = self.server_args()
+        for flag, val in zip(args, args[1:]):
+            if flag == "-B":
+                return {"ascii": "text", "binary": "binary"}.get(val)
+        return None
+
     def server_key(self):
         group = self.group
         if group == "fresh":
             group = "fresh:" + self.name
         elif not group and self.has_sleep:
             group = "expiry"
+        if self.uses_udp:
+            group += "+udp"
         return (tuple(self.server_args()), group)
 
     def __repr__(self):
         return f"Case({self.name})"
 
 
-_OPT_KEYS = {"idle", "noread", "split", "at", "pause", "wait", "conn"}
+_OPT_KEYS = {"idle", "noread", "split", "at", "pause", "wait", "conn",
+             "udp", "rid", "seq", "total", "rsv", "noframe"}
+_UDP_ONLY = {"rid", "seq", "total", "rsv", "noframe"}
 
 
 def _parse_opts(s, where):
@@ -253,6 +439,13 @@ def _parse_opts(s, where):
         opts["conn"] = int(opts["conn"])
     if opts.get("idle") not in (None, True):
         opts["idle"] = int(opts["idle"])
+    for k in ("udp", "rid", "seq", "total", "rsv"):
+        if opts.get(k) not in (None, True):
+            opts[k] = int(str(opts[k]), 0)
+    if "udp" not in opts and _UDP_ONLY & set(opts):
+        raise CaseError(f"{where}: options {sorted(_UDP_ONLY & set(opts))} need 'udp'")
+    if "udp" in opts and {"split", "at", "conn"} & set(opts):
+        raise CaseError(f"{where}: split/at/conn do not apply to udp steps")
     return opts
 
 
@@ -308,6 +501,9 @@ def parse_file(path):
         m = re.match(r"^sleep\s+([0-9.]+)$", s)
         if m:
             cur.steps.append(Step("sleep", where, seconds=float(m.group(1))))
+            continue
+        if s == "tick":
+            cur.steps.append(Step("tick", where))
             continue
         m = re.match(r"^([a-z-]+):\s*(.*)$", s)
         if not m:
@@ -372,12 +568,16 @@ def load_cases(pattern="*.txt"):
 # --------------------------------------------------------------------------
 
 class Reply:
-    __slots__ = ("data", "closed", "no_sentinel")
+    """One step's reply. kind: 'text' or 'binary' (the connection's protocol),
+    'udp' (dgrams holds the datagrams; data is their raw rendering) or 'norm'."""
+    __slots__ = ("data", "closed", "no_sentinel", "kind", "dgrams")
 
-    def __init__(self, data=b"", closed=False, no_sentinel=False):
+    def __init__(self, data=b"", closed=False, no_sentinel=False, kind="text", dgrams=None):
         self.data = data
         self.closed = closed
         self.no_sentinel = no_sentinel
+        self.kind = kind
+        self.dgrams = dgrams
 
     def raw(self):
         return self.data + (CLOSED if self.closed else b"") + (NO_SENTINEL if self.no_sentinel else b"")
@@ -394,16 +594,20 @@ def _chunks(payload, opts):
 
 
 class Connection:
-    def __init__(self, address):
+    def __init__(self, address, proto=None):
         self.sock = socket.create_connection(address, timeout=5)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.closed = False
+        # 'text' or 'binary': fixed by the server's -B, else decided by the
+        # first byte sent (0x80 = binary), as memcached negotiates.
+        self.proto = proto
 
     @classmethod
     def dead(cls):
         c = cls.__new__(cls)
         c.sock = socket.socket()
         c.closed = True
+        c.proto = None
         return c
 
     def close(self):
@@ -414,8 +618,13 @@ class Connection:
 
     def exchange(self, payload, opts):
         """Send payload (maybe in pieces), then read the reply per opts."""
+        if self.proto is None and payload:
+            self.proto = "binary" if payload[0] == 0x80 else "text"
+        kind = self.proto or "text"
+        binary = kind == "binary"
+        sentinel = BIN_SENTINEL if binary else SENTINEL
         if self.closed:
-            return Reply(b"", closed=True)
+            return Reply(b"", closed=True, kind=kind)
         idle = "idle" in opts
         noread = "noread" in opts
         pieces = _chunks(payload, opts)
@@ -433,7 +642,7 @@ class Connection:
                 if "wait" in opts:
                     time.sleep(opts["wait"] / 1000.0)
                 if use_sentinel:
-                    self.sock.sendall(SENTINEL)
+                    self.sock.sendall(sentinel)
             except OSError as e:
                 send_err.append(e)
             finally:
@@ -451,7 +660,7 @@ class Connection:
         # "VERSION x" at the end of the buffer may be its reply rather than the
         # sentinel's: then read on until the line is followed by nothing for
         # IDLE_S and strip only the last one.
-        sentinel_fast = use_sentinel and b"version" not in payload
+        sentinel_fast = use_sentinel and (binary or b"version" not in payload)
         if sentinel_fast:
             idle_s, cap_s = SENTINEL_IDLE_S, SENTINEL_CAP_S
         elif use_sentinel:
@@ -463,7 +672,8 @@ class Connection:
         last_rx = None
         while True:
             now = time.monotonic()
-            if sentinel_fast and done.is_set() and SENTINEL_RE.search(buf[-300:]):
+            if sentinel_fast and done.is_set() and (
+                    bin_sentinel_done(buf) if binary else SENTINEL_RE.search(buf[-300:])):
                 break
             if done.is_set():
                 if start is None:
@@ -494,12 +704,198 @@ class Connection:
         data = bytes(buf)
         no_sentinel = False
         if use_sentinel and not closed:
-            m = SENTINEL_RE.search(data[-300:])
-            if m:
-                data = data[:len(data) - (len(m.group(0)))]
+            if binary:
+                if bin_sentinel_done(data):
+                    data = data[:-len(BIN_SENTINEL_REPLY)]
+                else:
+                    no_sentinel = True
             else:
-                no_sentinel = True
-        return Reply(data, closed=closed, no_sentinel=no_sentinel)
+                m = SENTINEL_RE.search(data[-300:])
+                if m:
+                    data = data[:len(data) - (len(m.group(0)))]
+                else:
+                    no_sentinel = True
+        return Reply(data, closed=closed, no_sentinel=no_sentinel, kind=kind)
+
+
+UDP_GRACE_S = 0.03      # udp read: after a complete message, wait this long for more datagrams
+UDP_HEADER = struct.Struct(">HHHH")   # request id, sequence number, datagram count, reserved
+
+
+def render_dgram(d, payload=None):
+    """A datagram as bytes for comparison: its 8-byte frame header spelled out, then the payload."""
+    if len(d) < 8:
+        return b"<udp short " + d.hex().encode() + b">"
+    rid, seq, total, rsv = UDP_HEADER.unpack(d[:8])
+    return (b"<udp id=%d seq=%d total=%d rsv=%d>" % (rid, seq, total, rsv)
+            + (d[8:] if payload is None else payload))
+
+
+class UdpClient:
+    """One client UDP socket, connected to the server's UDP port."""
+
+    def __init__(self, address):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.connect(address)
+        self.next_rid = 1
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def _recv_pending(self, dgrams):
+        """Add datagrams that are already queued (no waiting)."""
+        self.sock.setblocking(False)
+        try:
+            while True:
+                dgrams.append(self.sock.recv(1 << 17))
+        except (BlockingIOError, ConnectionRefusedError):
+            pass
+        finally:
+            self.sock.setblocking(True)
+
+    def exchange(self, payload, opts):
+        rid = opts.get("rid")
+        if rid is None:
+            rid = self.next_rid
+        self.next_rid = (rid + 1) & 0xFFFF
+        if "noframe" not in opts:
+            payload = UDP_HEADER.pack(rid, opts.get("seq", 0), opts.get("total", 1),
+                                      opts.get("rsv", 0)) + payload
+        refused = False
+        try:
+            self.sock.send(payload)
+        except ConnectionRefusedError:
+            refused = True
+        if "wait" in opts:
+            time.sleep(opts["wait"] / 1000.0)
+        if "noread" in opts:
+            return None
+        dgrams = []
+        idle_s = (opts["idle"] / 1000.0) if opts.get("idle") not in (None, True) else IDLE_S
+        use_idle = "idle" in opts
+        start = time.monotonic()
+        last = start
+        complete_at = None
+        while not refused:
+            now = time.monotonic()
+            if complete_at is None and not use_idle and _udp_complete(dgrams, rid):
+                complete_at = now
+            if complete_at is not None:
+                deadline = complete_at + UDP_GRACE_S
+            else:
+                deadline = last + idle_s
+            deadline = min(deadline, start + IDLE_CAP_S)
+            if now >= deadline:
+                break
+            self.sock.settimeout(deadline - now)
+            try:
+                dgrams.append(self.sock.recv(1 << 17))
+                last = time.monotonic()
+            except socket.timeout:
+                continue
+            except ConnectionRefusedError:
+                refused = True
+        data = b"".join(render_dgram(d) for d in dgrams) + (b"<udp-refused>" if refused else b"")
+        return Reply(data, kind="udp", dgrams=dgrams)
+
+
+def _udp_complete(dgrams, rid):
+    """True when every datagram of the (first) reply message to request rid is in."""
+    seqs = set()
+    total = None
+    for d in dgrams:
+        if len(d) >= 8:
+            r, seq, tot, _ = UDP_HEADER.unpack(d[:8])
+            if r == rid:
+                seqs.add(seq)
+                total = tot if total is None else total
+    return total is not None and len(seqs) >= total
+
+
+class TickWatcher:
+    """Watches one server's clock (the `time` stat) from a private connection
+    while somebody waits for the clock to advance; see the `tick` step."""
+
+    POLL_S = 0.004
+
+    def __init__(self, address):
+        self.address = address
+        self.cond = threading.Condition()
+        self.ticks = 0
+        self.waiting = 0
+        self.stopped = False
+        self.thread = None
+
+    def _stat_time(self, sock):
+        sock.sendall(b"stats\r\n")
+        buf = b""
+        while not buf.endswith(b"END\r\n"):
+            d = sock.recv(65536)
+            if not d:
+                raise OSError("connection closed")
+            buf += d
+        m = re.search(rb"\r\nSTAT time (\d+)\r\n", buf)
+        return int(m.group(1)) if m else None
+
+    def _run(self):
+        sock = None
+        last = None
+        while True:
+            with self.cond:
+                while not self.waiting and not self.stopped:
+                    last = None  # the clock may advance unseen while nobody waits
+                    self.cond.wait()
+                if self.stopped:
+                    break
+            try:
+                if sock is None:
+                    sock = socket.create_connection(self.address, timeout=3)
+                t = self._stat_time(sock)
+            except OSError:
+                if sock:
+                    sock.close()
+                sock = None
+                time.sleep(0.05)
+                continue
+            if last is not None and t != last:
+                with self.cond:
+                    self.ticks += 1
+                    self.cond.notify_all()
+            last = t
+            time.sleep(self.POLL_S)
+        if sock:
+            sock.close()
+
+    def wait(self, timeout=2.5):
+        """Block until the server's clock advances (at most timeout seconds)."""
+        with self.cond:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, daemon=True)
+                self.thread.start()
+            # The watcher only counts changes it saw from a reading taken
+            # while this waiter was registered, so a tick is a fresh one.
+            self.waiting += 1
+            self.cond.notify_all()
+            target = self.ticks + 1
+            deadline = time.monotonic() + timeout
+            try:
+                while self.ticks < target and not self.stopped:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self.cond.wait(left)
+                return True
+            finally:
+                self.waiting -= 1
+
+    def stop(self):
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
 
 
 def _read_exact_line(sock, expect, timeout=3.0):
@@ -517,46 +913,94 @@ def _read_exact_line(sock, expect, timeout=3.0):
     return buf
 
 
-def run_case_on(case, address):
+BIN_FLUSH = struct.pack(">BBHBBHIIQ", 0x80, 0x08, 0, 0, 0, 0, 0, 0, 0)
+BIN_FLUSH_OK = struct.pack(">BBHBBHIIQ", 0x81, 0x08, 0, 0, 0, 0, 0, 0, 0)
+
+
+def _prelude(case, conn, address):
+    """flush_all before the case: in text on connection 1, or in binary when
+    the server only speaks binary (-B binary), or on a separate text
+    connection when connection 1 is going to speak binary."""
+    if case.binding_protocol() == "binary":
+        conn.sock.sendall(BIN_FLUSH)
+        got = _read_exact_line(conn.sock, BIN_FLUSH_OK)
+        if got != BIN_FLUSH_OK:
+            raise CaseError(f"{case.name}: binary prelude flush got {got!r} from {address}")
+        return
+    first = next((s for s in case.steps if s.kind == "send" and "udp" not in s.opts
+                  and s.opts.get("conn", 1) == 1), None)
+    side = None
+    if first is not None and case.binding_protocol() is None and first.template.parts:
+        p0 = first.template.parts[0]
+        if (isinstance(p0, tuple) and p0[0] == "bin") or (isinstance(p0, bytes) and p0[:1] == b"\x80"):
+            side = Connection(address)
+    sock = (side or conn).sock
+    try:
+        sock.sendall(b"flush_all\r\n")
+        got = _read_exact_line(sock, b"OK\r\n")
+    finally:
+        if side:
+            side.close()
+    if got != b"OK\r\n":
+        raise CaseError(f"{case.name}: prelude 'flush_all' got {got!r} from {address}")
+
+
+def run_case_on(case, server):
     """Replay one case on one server; returns a list of (step_index, Reply)."""
-    conns = {1: Connection(address)}
+    address = server.address
+    proto = case.binding_protocol()
+    conns = {1: Connection(address, proto)}
+    udps = {}
     out = []
     ctx = {"cas": []}
     try:
         if case.prelude:
-            conns[1].sock.sendall(b"flush_all\r\n")
-            got = _read_exact_line(conns[1].sock, b"OK\r\n")
-            if got != b"OK\r\n":
-                raise CaseError(f"{case.name}: prelude 'flush_all' got {got!r} from {address}")
+            _prelude(case, conns[1], address)
         for i, step in enumerate(case.steps):
             if step.kind == "sleep":
                 time.sleep(step.seconds)
+                continue
+            if step.kind == "tick":
+                server.tick_watcher.wait()
+                continue
+            if "udp" in step.opts:
+                n = step.opts["udp"]
+                if n not in udps:
+                    udps[n] = UdpClient(server.udp_address)
+                r = udps[n].exchange(step.template.expand(ctx), step.opts)
+                if r is not None:
+                    out.append((i, r))
+                    _capture_cas(ctx, r)
                 continue
             n = step.opts.get("conn", 1)
             if step.kind == "reconnect":
                 if n in conns:
                     conns[n].close()
                 try:
-                    conns[n] = Connection(address)
+                    conns[n] = Connection(address, proto)
                     out.append((i, Reply(b"<connected>")))
                 except OSError:
                     conns[n] = Connection.dead()
                     out.append((i, Reply(b"<refused>")))
                 continue
             if n not in conns:
-                conns[n] = Connection(address)
+                conns[n] = Connection(address, proto)
             payload = step.template.expand(ctx)
             r = conns[n].exchange(payload, step.opts)
             if r is None:  # noread: its reply is read with the next step
                 continue
             out.append((i, r))
-            for cas in iter_cas_values(r.data):
-                if cas != b"0" and cas not in ctx["cas"]:
-                    ctx["cas"].append(cas)
+            _capture_cas(ctx, r)
     finally:
-        for c in conns.values():
+        for c in list(conns.values()) + list(udps.values()):
             c.close()
     return out
+
+
+def _capture_cas(ctx, reply):
+    for cas in reply_cas_values(reply):
+        if cas != b"0" and cas not in ctx["cas"]:
+            ctx["cas"].append(cas)
 
 
 # --------------------------------------------------------------------------
@@ -564,16 +1008,22 @@ def run_case_on(case, address):
 # --------------------------------------------------------------------------
 
 _VALUE_RE = re.compile(rb"^VALUE ([^ \r\n]+) (\d+) (\d+)(?: (\d+))?\r\n\Z")
+_VA_RE = re.compile(rb"^VA (\d+)(?: [^\r\n]*)?\r\n\Z")
+_META_RE = re.compile(rb"^(?:VA \d+|HD|EN|NF|NS|EX|MN)(?P<flags>(?: [^ \r\n]*)*)\r\n\Z")
+_META_CAS_RE = re.compile(rb"(?<= c)(\d+)(?= |\r)")
+_ME_RE = re.compile(rb"^ME [^\r\n]*\r\n\Z")
+_ME_CAS_RE = re.compile(rb"(?<= cas=)(\d+)(?= |\r)")
 _VERSION_RE = re.compile(rb"^VERSION [^\r\n]*\r\n\Z")
 _STAT_RE = re.compile(rb"^STAT ([^ \r\n]+) ([^\r\n]*)\r\n\Z")
+_BIN_HEADER = struct.Struct(">BBHBBHIIQ")
 
 
 def segments(data):
-    """Split a reply into ('line', bytes) and ('data', bytes) pieces.
+    """Split a text reply into ('line', bytes) and ('data', bytes) pieces.
 
-    VALUE headers are followed by their data block (plus \\r\\n), which is
-    never interpreted as lines, so a value containing "\\r\\nEND\\r\\n" or
-    "VERSION x" is left alone.
+    VALUE and VA headers are followed by their data block (plus \\r\\n),
+    which is never interpreted as lines, so a value containing
+    "\\r\\nEND\\r\\n" or "VERSION x" is left alone.
     """
     pos = 0
     n = len(data)
@@ -588,16 +1038,55 @@ def segments(data):
         m = _VALUE_RE.match(line)
         if m:
             size = int(m.group(3)) + 2
+        else:
+            m = _VA_RE.match(line)
+            size = int(m.group(1)) + 2 if m else None
+        if size is not None:
             yield ("data", data[pos:pos + size])
             pos += size
 
 
-def iter_cas_values(data):
+def _line_cas_spans(line):
+    """(start, end) of every CAS unique in a text reply line, in order."""
+    m = _VALUE_RE.match(line)
+    if m:
+        return [m.span(4)] if m.group(4) is not None else []
+    m = _META_RE.match(line)
+    if m:
+        off = m.start("flags")
+        return [(off + c.start(1), off + c.end(1)) for c in _META_CAS_RE.finditer(m.group("flags") + b"\r")]
+    if _ME_RE.match(line):
+        return [c.span(1) for c in _ME_CAS_RE.finditer(line)]
+    return []
+
+
+def _text_cas_values(data):
     for kind, seg in segments(data):
         if kind == "line":
-            m = _VALUE_RE.match(seg)
-            if m and m.group(4) is not None:
-                yield m.group(4)
+            for a, b in _line_cas_spans(seg):
+                yield seg[a:b]
+
+
+def _bin_cas_values(data):
+    for p in bin_packets(data)[0]:
+        cas = _BIN_HEADER.unpack(p[:24])[8]
+        if cas:
+            yield str(cas).encode()
+
+
+def _payload_cas_values(payload):
+    if payload[:1] == b"\x81":
+        return _bin_cas_values(payload)
+    return _text_cas_values(payload)
+
+
+def reply_cas_values(reply):
+    """The CAS uniques in a reply, in order (decimal bytes), as {casN} sees them."""
+    if reply.kind == "binary":
+        return list(_bin_cas_values(reply.data))
+    if reply.kind == "udp":
+        return [c for d in reply.dgrams for c in _payload_cas_values(d[8:])]
+    return list(_text_cas_values(reply.data))
 
 
 def _stat_keep_value(case, name):
@@ -611,29 +1100,128 @@ def _stat_keep_value(case, name):
     return not hit  # except
 
 
+def _cas_tag(casmap, cas):
+    if cas not in casmap:
+        casmap[cas] = b"<cas%d>" % (len(casmap) + 1)
+    return casmap[cas]
+
+
+def _norm_text(case, data, casmap):
+    parts = []
+    for kind, seg in segments(data):
+        if kind == "line":
+            spans = [(a, b) for a, b in _line_cas_spans(seg) if seg[a:b] != b"0"]
+            if spans:
+                out = bytearray()
+                pos = 0
+                for a, b in spans:
+                    out += seg[pos:a] + _cas_tag(casmap, seg[a:b])
+                    pos = b
+                seg = bytes(out + seg[pos:])
+            elif _VERSION_RE.match(seg):
+                seg = b"VERSION <version>\r\n"
+            elif case.stats is not None:
+                sm = _STAT_RE.match(seg)
+                if sm and not _stat_keep_value(case, sm.group(1)):
+                    seg = b"STAT " + sm.group(1) + b" <v>\r\n"
+        parts.append(seg)
+    return b"".join(parts)
+
+
+def _norm_binary(case, data, casmap):
+    """Binary replies, one packet per line with every header field spelled out.
+
+    Lossless apart from the normalisations: a non-zero CAS becomes <casN>; the
+    value of a VERSION reply becomes <version>; STAT values follow the case's
+    `stats:` line. Where a value is normalised, its bodylen shows <n>.
+    """
+    pkts, rest = bin_packets(data)
+    out = []
+    for p in pkts:
+        magic, op, kl, el, dt, status, bl, opaque, cas = _BIN_HEADER.unpack(p[:24])
+        body = p[24:]
+        cas_s = _cas_tag(casmap, str(cas).encode()) if cas else b"0"
+        bl_s = b"%d" % bl
+        if el + kl <= bl:
+            extras, key, value = body[:el], body[el:el + kl], body[el + kl:]
+            if op == 0x0b and status == 0:
+                value, bl_s = b"<version>", b"<n>"
+            elif op == 0x10 and kl and case.stats is not None and not _stat_keep_value(case, key):
+                value, bl_s = b"<v>", b"<n>"
+            fields = b" extras=" + extras.hex().encode() + b" key=" + key + b" value=" + value
+        else:
+            fields = b" body=" + body
+        out.append(b"[magic=%02x op=%02x keylen=%d extlen=%d dt=%02x status=%04x bodylen=%s "
+                   b"opaque=%08x cas=%s%s]\n" % (magic, op, kl, el, dt, status, bl_s, opaque,
+                                                cas_s, fields))
+    if rest:
+        out.append(b"[partial " + rest.hex().encode() + b"]\n")
+    return b"".join(out)
+
+
+def _norm_udp(case, reply, casmap):
+    if case.stats is not None:
+        return _norm_udp_messages(case, reply, casmap)
+    out = []
+    for d in reply.dgrams:
+        payload = d[8:]
+        if payload[:1] == b"\x81":
+            payload = _norm_binary(case, payload, casmap)
+        else:
+            payload = _norm_text(case, payload, casmap)
+        out.append(render_dgram(d, payload))
+    if reply.data.endswith(b"<udp-refused>"):
+        out.append(b"<udp-refused>")
+    return b"".join(out)
+
+
+def _norm_udp_messages(case, reply, casmap):
+    """UDP replies in cases with a `stats:` line: the datagrams of each reply are
+    put back together (in sequence order) and normalised as one message, since
+    where stats values split into datagrams depends on the values' lengths.
+    The header shows the request id and whether the sequence numbers were
+    complete (0..n-1, all carrying n as the count)."""
+    messages = []
+    by_id = {}
+    for d in reply.dgrams:
+        if len(d) < 8:
+            messages.append(("short", d))
+            continue
+        rid = UDP_HEADER.unpack(d[:8])[0]
+        if rid not in by_id:
+            by_id[rid] = []
+            messages.append(("msg", rid))
+        by_id[rid].append(d)
+    out = []
+    for kind, v in messages:
+        if kind == "short":
+            out.append(render_dgram(v))
+            continue
+        ds = sorted(by_id[v], key=lambda d: UDP_HEADER.unpack(d[:8])[1])
+        hdrs = [UDP_HEADER.unpack(d[:8]) for d in ds]
+        whole = ([h[1] for h in hdrs] == list(range(len(ds)))
+                 and all(h[2] == len(ds) and h[3] == 0 for h in hdrs))
+        payload = b"".join(d[8:] for d in ds)
+        payload = (_norm_binary(case, payload, casmap) if payload[:1] == b"\x81"
+                   else _norm_text(case, payload, casmap))
+        out.append(b"<udp id=%d message %s>" % (v, b"complete" if whole else b"INCOMPLETE") + payload)
+    if reply.data.endswith(b"<udp-refused>"):
+        out.append(b"<udp-refused>")
+    return b"".join(out)
+
+
 def normalise(case, replies):
     """Apply the normalisations listed in README.md to one server's replies."""
     casmap = {}
     out = []
     for idx, r in replies:
-        parts = []
-        for kind, seg in segments(r.data):
-            if kind == "line":
-                m = _VALUE_RE.match(seg)
-                if m and m.group(4) is not None and m.group(4) != b"0":
-                    cas = m.group(4)
-                    if cas not in casmap:
-                        casmap[cas] = b"<cas%d>" % (len(casmap) + 1)
-                    seg = seg[:m.start(4)] + casmap[cas] + seg[m.end(4):]
-                elif _VERSION_RE.match(seg):
-                    seg = b"VERSION <version>\r\n"
-                elif case.stats is not None:
-                    sm = _STAT_RE.match(seg)
-                    if sm and not _stat_keep_value(case, sm.group(1)):
-                        seg = b"STAT " + sm.group(1) + b" <v>\r\n"
-            parts.append(seg)
-        data = b"".join(parts)
-        out.append((idx, Reply(data, r.closed, r.no_sentinel)))
+        if r.kind == "binary":
+            data = _norm_binary(case, r.data, casmap)
+        elif r.kind == "udp":
+            data = _norm_udp(case, r, casmap)
+        else:
+            data = _norm_text(case, r.data, casmap)
+        out.append((idx, Reply(data, r.closed, r.no_sentinel, kind="norm")))
     return out
 
 
@@ -749,8 +1337,10 @@ class Pool:
                 started = []
                 try:
                     for kind in self.kinds:
-                        srv = servers.Server(kind, list(key[0]))
+                        srv = servers.Server(kind, list(key[0]),
+                                             udp_port="auto" if key[1].endswith("+udp") else None)
                         srv._drain = _Drained(srv)
+                        srv.tick_watcher = TickWatcher(srv.address)
                         started.append(srv)
                 except Exception:
                     for s in started:
@@ -767,6 +1357,7 @@ class Pool:
             with self.lock:
                 pair = self.servers.pop(key, [])
             for srv in pair:
+                srv.tick_watcher.stop()
                 t = threading.Thread(target=srv.stop, daemon=True)
                 t.start()
                 self.stopping.append(t)
@@ -775,6 +1366,9 @@ class Pool:
         with self.lock:
             pairs = list(self.servers.values())
             self.servers.clear()
+        for pair in pairs:
+            for srv in pair:
+                srv.tick_watcher.stop()
         threads = [threading.Thread(target=srv.stop) for pair in pairs for srv in pair]
         for t in threads:
             t.start()
@@ -794,7 +1388,7 @@ def run_case(pool, case):
     srvs = pool.get(case)
     try:
         with ThreadPoolExecutor(len(srvs)) as ex:
-            futs = [ex.submit(run_case_on, case, s.address) for s in srvs]
+            futs = [ex.submit(run_case_on, case, s) for s in srvs]
             return [f.result() for f in futs]
     finally:
         pool.release(case)

@@ -15,9 +15,9 @@ MEMCACHED_BIN = os.environ.get("MEMCACHED_BIN", shutil.which("memcached") or "/u
 OSMIUM_BIN = os.environ.get("OSMIUM_BIN", os.path.join(ROOT, "target", "release", "osmium"))
 
 
-def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+def free_port(kind=socket.SOCK_STREAM):
+    """A TCP (or, with SOCK_DGRAM, UDP) port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
@@ -28,14 +28,22 @@ class Server:
     `env`, if given, is the complete environment of the server process
     (default: this process's environment), e.g. to point memcached's SASL
     library at a config directory with SASL_CONF_PATH.
+
+    UDP is off (`-U 0`) unless udp_port is given: a port number, or "auto" for
+    a free one; `udp_address` is then the UDP address. A `-U` in args is
+    passed through as it is.
     """
 
-    def __init__(self, kind, args=(), port=None, env=None):
+    def __init__(self, kind, args=(), port=None, env=None, udp_port=None):
         self.kind = kind
         self.port = port or free_port()
         self.args = list(args)
+        if udp_port == "auto":
+            udp_port = free_port(socket.SOCK_DGRAM)
+        self.udp_port = udp_port
         binary = MEMCACHED_BIN if kind == "memcached" else OSMIUM_BIN
-        cmd = [binary, "-p", str(self.port), "-U", "0", "-l", "127.0.0.1"] + self.args
+        udp_args = [] if "-U" in self.args else ["-U", str(udp_port or 0)]
+        cmd = [binary, "-p", str(self.port)] + udp_args + ["-l", "127.0.0.1"] + self.args
         if kind == "memcached" and os.geteuid() == 0 and "-u" not in self.args:
             cmd += ["-u", "root"]  # memcached refuses to run as root without -u
         self.cmd = cmd
@@ -61,6 +69,10 @@ class Server:
     @property
     def address(self):
         return ("127.0.0.1", self.port)
+
+    @property
+    def udp_address(self):
+        return ("127.0.0.1", self.udp_port) if self.udp_port else None
 
     def stop(self):
         if self.proc.poll() is None:
