@@ -297,7 +297,8 @@ fn preparse(req: &mut MetaRequest<'_>, start: usize) -> Result<(), &'static str>
             b'u' => f.no_update = true,
             b'q' => f.no_reply = true,
             b'I' => f.set_stale = true,
-            b'x' => f.remove_value = true,
+            // protocol.txt gives x to md only; elsewhere it stays invalid.
+            b'x' if req.command == MetaCommand::Delete => f.remove_value = true,
             b'F' => match safe_strtoul(arg) {
                 Some(v) => f.client_flags = v,
                 None => err = Some(err.unwrap_or(BAD_FORMAT)),

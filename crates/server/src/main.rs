@@ -489,7 +489,10 @@ fn spawn_maintenance(shared: Arc<Shared>) -> io::Result<()> {
             let mut cursor = 0usize;
             let mut ticks = 0u64;
             while !shared.shutdown.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(100));
+                // Wake every 100 ms, and just after each second turns over
+                // so that the clock follows it closely, as memcached's timer.
+                let nap = store.clock().until_next_second();
+                std::thread::sleep(nap.min(Duration::from_millis(100)));
                 store.clock().tick();
                 ticks += 1;
                 // Walk a few sealed segments per second for expired items,

@@ -2,10 +2,12 @@
 //!
 //! memcached keeps time as `rel_time_t`: whole seconds since the process
 //! "started", where the start is backdated by 62 s (ITEM_UPDATE_INTERVAL + 2)
-//! so that no live timestamp is ever 0. The clock advances from the
-//! monotonic clock, one whole second at a time, so that expiry behaves
-//! exactly like memcached's (an item set with exptime 1 expires at the next
-//! tick of the monotonic second, not one full second later).
+//! so that no live timestamp is ever 0. Like memcached's once-a-second
+//! timer, the clock advances one whole second per second elapsed since the
+//! process started (monotonic), so its seconds turn over at the start's
+//! sub-second phase: right after a turn, `process_started + now` equals the
+//! wall clock's second, as memcached's does, and an item set with exptime 1
+//! expires at the next turn, not one full second later.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -17,20 +19,9 @@ pub const ITEM_UPDATE_INTERVAL: u32 = 60;
 pub struct Clock {
     /// Unix time of relative second 0 (wall clock at start minus 62 s).
     process_started: i64,
-    /// Monotonic whole seconds at start, minus 62.
-    monotonic_start: i64,
+    /// When the process started (monotonic).
+    started: std::time::Instant,
     current: AtomicU32,
-}
-
-fn monotonic_secs() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own; CLOCK_MONOTONIC
-    // is always available on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec
 }
 
 impl Default for Clock {
@@ -48,7 +39,7 @@ impl Clock {
             .unwrap_or(0);
         Clock {
             process_started: wall - backdate,
-            monotonic_start: monotonic_secs() - backdate,
+            started: std::time::Instant::now(),
             current: AtomicU32::new(backdate as u32),
         }
     }
@@ -61,8 +52,16 @@ impl Clock {
 
     /// Re-reads the monotonic clock; called by the maintenance thread.
     pub fn tick(&self) {
-        let rel = (monotonic_secs() - self.monotonic_start).max(0) as u32;
-        self.current.store(rel, Ordering::Relaxed);
+        let backdate = u64::from(ITEM_UPDATE_INTERVAL) + 2;
+        let rel = backdate + self.started.elapsed().as_secs();
+        self.current
+            .store(u32::try_from(rel).unwrap_or(u32::MAX), Ordering::Relaxed);
+    }
+
+    /// Time until just after the clock's next second turns over.
+    pub fn until_next_second(&self) -> std::time::Duration {
+        let into = self.started.elapsed().subsec_nanos();
+        std::time::Duration::from_nanos(u64::from(1_000_000_000 - into) + 500_000)
     }
 
     /// Moves the clock by `secs` (tests of expiry; never used by the server).
