@@ -181,8 +181,13 @@ impl UdpEndpoint {
         self.discard();
     }
 
+    /// The session waits for the rest of a data block (or of a binary
+    /// request's body), which memcached reads straight from the socket. A
+    /// binary header cut short is not that: memcached drops it.
     fn awaiting_data_block(&self) -> bool {
-        self.session.need > 0 || self.session.swallow > 0
+        let s = &self.session;
+        let header_cut = s.protocol == Protocol::Binary && s.input().len() < BINARY_HEADER_SIZE;
+        s.swallow > 0 || (s.need > 0 && !header_cut)
     }
 
     fn on_datagram(&mut self, ctx: &WorkerCtx, len: usize, from: SocketAddr) {
@@ -236,18 +241,18 @@ impl UdpEndpoint {
     /// replies and to the rest of the datagram.
     fn run_batch(&mut self, ctx: &WorkerCtx) {
         self.input_pending = false;
-        let flow = self.session.process(ctx);
+        let mut flow = self.session.process(ctx);
         if ctx.shared.shutdown.load(Ordering::Relaxed) {
-            // memcached's shutdown closes the connection: nothing is sent.
-            self.discard();
-            return;
+            // `shutdown` closes the "connection" as memcached does.
+            flow = Flow::Close;
         }
         match flow {
-            // A line too long, an HTTP request...: memcached's conn_closing
-            // drops the replies not yet flushed and the rest of the datagram.
+            // A line too long, an HTTP request, shutdown: memcached's
+            // conn_closing drops the replies not yet flushed and the rest of
+            // the datagram.
             Flow::Close => {
                 self.drop_unflushed();
-                self.drop_input();
+                self.session.set_input(&[]);
                 self.start_transmit(self.session.responses.len());
             }
             Flow::Yield => {

@@ -448,6 +448,19 @@ fn udp_noreply_quit_and_data_block_continuation() {
 }
 
 #[test]
+fn udp_shutdown_sends_flushed_replies_and_exits() {
+    let mut srv = Server::start_udp(&["-A", "-t", "1"]);
+    let c = srv.udp_client();
+    // The get's reply goes out at once; the set's is dropped by shutdown.
+    c.send(1, b"get a\r\nset b 0 0 1\r\nx\r\nshutdown\r\n");
+    assert_eq!(
+        c.recv_n(1),
+        [[header(1, 0, 1), b"END\r\n".to_vec()].concat()]
+    );
+    assert!(wait_exit(&mut srv.child).success());
+}
+
+#[test]
 fn unix_socket_serves_and_disables_tcp_and_udp() {
     let dir = TempDir::new("serve");
     let path = dir.path().join("mc.sock");
