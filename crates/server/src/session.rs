@@ -88,6 +88,9 @@ impl Peer {
 }
 
 /// Where one response starts in `wbuf` (UDP only; see the module comment).
+/// The binary protocol may record one per request too (never suppressed:
+/// memcached sends a quiet miss as an empty response); without marks, UDP
+/// splits binary replies on their headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ResponseMark {
     pub start: usize,

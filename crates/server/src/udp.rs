@@ -332,8 +332,9 @@ impl UdpEndpoint {
             Send::Flushed => self.flushed_responses(),
         };
         let s = &mut self.session;
-        if s.protocol == Protocol::Binary {
-            // Binary replies carry no flush marks: send all or hold all.
+        if s.protocol == Protocol::Binary && s.responses.is_empty() {
+            // Binary requests that recorded no marks: split the replies on
+            // their headers; with no flush marks, send all or hold all.
             mark_binary_replies(&mut s.responses, &s.wbuf);
             limit = match which {
                 Send::All => s.responses.len(),
