@@ -126,8 +126,6 @@ pub enum Flow {
     Close,
 }
 
-// `set_input` serves the UDP path; `authenticated` the auth paths.
-#[allow(dead_code)]
 pub struct Session {
     pub fd: i32,
     pub peer: Peer,
