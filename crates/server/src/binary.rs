@@ -105,6 +105,10 @@ pub fn process(session: &mut Session, ctx: &WorkerCtx) -> Flow {
                 if ctx.shared.stats.verbosity.load(Ordering::Relaxed) > 0 {
                     eprintln!("Invalid magic:  {magic:x}");
                 }
+                if session.udp {
+                    // conn_closing: UDP drops the replies since the last flush.
+                    return Flow::Close;
+                }
                 session.wbuf.truncate(committed);
                 session.close_after_write = true;
                 return Flow::Wait;
@@ -113,6 +117,7 @@ pub fn process(session: &mut Session, ctx: &WorkerCtx) -> Flow {
         };
         session.need = 0;
         done += 1;
+        let reply_start = session.wbuf.len();
         let step = execute(
             ctx,
             &header,
@@ -124,6 +129,16 @@ pub fn process(session: &mut Session, ctx: &WorkerCtx) -> Flow {
         if step.flushes {
             committed = session.wbuf.len();
         }
+        if session.udp && !matches!(step.next, Next::Wait(_)) {
+            // One memcached response per request (a quiet miss is an empty
+            // one), sent at once when the request flushes.
+            session.responses.push(crate::session::ResponseMark {
+                start: reply_start,
+                suppressed: false,
+                flush: step.flushes,
+            });
+        }
+        let stop = session.udp && session.udp_stop_at_flush && step.flushes;
         match step.next {
             Next::Consume(n) => session.rstart += n,
             Next::Swallow { consumed, swallow } => {
@@ -139,6 +154,11 @@ pub fn process(session: &mut Session, ctx: &WorkerCtx) -> Flow {
                 session.close_after_write = true;
                 return Flow::Wait;
             }
+        }
+        if stop {
+            // After a quit memcached's UDP connection ends its datagram at
+            // every flush.
+            return Flow::Wait;
         }
     }
 }

@@ -88,6 +88,9 @@ impl Peer {
 }
 
 /// Where one response starts in `wbuf` (UDP only; see the module comment).
+/// The binary protocol may record one per request too (never suppressed:
+/// memcached sends a quiet miss as an empty response); without marks, UDP
+/// splits binary replies on their headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ResponseMark {
     pub start: usize,
@@ -123,8 +126,6 @@ pub enum Flow {
     Close,
 }
 
-// `set_input` serves the UDP path; `authenticated` the auth paths.
-#[allow(dead_code)]
 pub struct Session {
     pub fd: i32,
     pub peer: Peer,

@@ -82,6 +82,14 @@ pub enum Progress {
     MoreWork,
 }
 
+/// Which of the replies to send now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Send {
+    All,
+    /// Those up to the last flush point; the others wait.
+    Flushed,
+}
+
 /// Where sending a batch of replies stands.
 #[derive(Debug, Clone, Copy, Default)]
 struct Transmit {
@@ -181,8 +189,13 @@ impl UdpEndpoint {
         self.discard();
     }
 
+    /// The session waits for the rest of a data block (or of a binary
+    /// request's body), which memcached reads straight from the socket. A
+    /// binary header cut short is not that: memcached drops it.
     fn awaiting_data_block(&self) -> bool {
-        self.session.need > 0 || self.session.swallow > 0
+        let s = &self.session;
+        let header_cut = s.protocol == Protocol::Binary && s.input().len() < BINARY_HEADER_SIZE;
+        s.swallow > 0 || (s.need > 0 && !header_cut)
     }
 
     fn on_datagram(&mut self, ctx: &WorkerCtx, len: usize, from: SocketAddr) {
@@ -236,22 +249,22 @@ impl UdpEndpoint {
     /// replies and to the rest of the datagram.
     fn run_batch(&mut self, ctx: &WorkerCtx) {
         self.input_pending = false;
-        let flow = self.session.process(ctx);
+        let mut flow = self.session.process(ctx);
         if ctx.shared.shutdown.load(Ordering::Relaxed) {
-            // memcached's shutdown closes the connection: nothing is sent.
-            self.discard();
-            return;
+            // `shutdown` closes the "connection" as memcached does.
+            flow = Flow::Close;
         }
         match flow {
-            // A line too long, an HTTP request...: memcached's conn_closing
-            // drops the replies not yet flushed and the rest of the datagram.
+            // A line too long, an HTTP request, shutdown: memcached's
+            // conn_closing drops the replies not yet flushed and the rest of
+            // the datagram.
             Flow::Close => {
                 self.drop_unflushed();
-                self.drop_input();
-                self.start_transmit(self.session.responses.len());
+                self.session.set_input(&[]);
+                self.start_transmit(Send::All);
             }
             Flow::Yield => {
-                self.start_transmit(self.session.responses.len());
+                self.start_transmit(Send::All);
                 if self.session.udp_stop_at_flush {
                     self.drop_input();
                 } else {
@@ -263,17 +276,17 @@ impl UdpEndpoint {
                 self.session.close_after_write = false;
                 self.session.udp_stop_at_flush = true;
                 self.drop_input();
-                self.start_transmit(self.session.responses.len());
+                self.start_transmit(Send::All);
             }
             Flow::Wait if self.awaiting_data_block() => {
                 // Hold the replies since the last flush point until the
                 // data block is complete.
-                self.start_transmit(self.flushed_responses());
+                self.start_transmit(Send::Flushed);
             }
             Flow::Wait => {
                 // Done, or a line cut off by the end of the datagram.
                 self.drop_input();
-                self.start_transmit(self.session.responses.len());
+                self.start_transmit(Send::All);
             }
         }
     }
@@ -311,17 +324,29 @@ impl UdpEndpoint {
         self.input_pending = false;
     }
 
-    /// Queues the first `limit` responses for sending.
-    fn start_transmit(&mut self, mut limit: usize) {
+    /// Queues the replies for sending: all of them, or only those up to
+    /// the last flush point (the rest are held).
+    fn start_transmit(&mut self, which: Send) {
+        let mut limit = match which {
+            Send::All => self.session.responses.len(),
+            Send::Flushed => self.flushed_responses(),
+        };
         let s = &mut self.session;
-        if s.protocol == Protocol::Binary {
+        if s.protocol == Protocol::Binary && s.responses.is_empty() {
+            // Binary requests that recorded no marks: split the replies on
+            // their headers; with no flush marks, send all or hold all.
             mark_binary_replies(&mut s.responses, &s.wbuf);
-            limit = s.responses.len();
+            limit = match which {
+                Send::All => s.responses.len(),
+                Send::Flushed => 0,
+            };
         }
         if !s.wbuf.is_empty() && !matches!(s.responses.first(), Some(m) if m.start == 0) {
             // Output no command claimed: one response.
             s.responses.insert(0, ResponseMark::default());
-            limit += 1;
+            if which == Send::All || limit > 0 {
+                limit += 1;
+            }
         }
         if limit > 0 {
             self.transmit = Some(Transmit {
