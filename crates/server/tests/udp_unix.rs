@@ -458,6 +458,50 @@ fn udp_noreply_quit_and_data_block_continuation() {
     assert_eq!(c.request(5, b"delete n\r\n"), b"DELETED\r\n");
 }
 
+/// A binary request: header, extras, key, value.
+fn binary_request(opcode: u8, opaque: u32, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut r = vec![0x80, opcode];
+    r.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    r.push(extras.len() as u8);
+    r.extend_from_slice(&[0, 0, 0]); // data type, vbucket
+    let body = extras.len() + key.len() + value.len();
+    r.extend_from_slice(&(body as u32).to_be_bytes());
+    r.extend_from_slice(&opaque.to_be_bytes());
+    r.extend_from_slice(&[0; 8]); // cas
+    r.extend_from_slice(extras);
+    r.extend_from_slice(key);
+    r.extend_from_slice(value);
+    r
+}
+
+#[test]
+fn udp_binary_requests() {
+    let srv = Server::start_udp(&[]);
+    let c = srv.udp_client();
+    const GET: u8 = 0x00;
+    const SET: u8 = 0x01;
+    const GETQ: u8 = 0x09;
+    const NOOP: u8 = 0x0a;
+    c.send(1, &binary_request(SET, 7, &[0; 8], b"bk", b"hello"));
+    let r = c.recv_n(1).remove(0);
+    assert_eq!(parse_frame(&r).request_id, 1);
+    assert_eq!((r[HEADER], r[HEADER + 1]), (0x81, SET));
+    assert_eq!(r[HEADER + 6..HEADER + 8], [0, 0], "status: no error");
+    // One message per request: a quiet miss first in line is a bare header.
+    let mut d = binary_request(GETQ, 8, &[], b"missing", &[]);
+    d.extend_from_slice(&binary_request(GET, 9, &[], b"bk", &[]));
+    d.extend_from_slice(&binary_request(NOOP, 10, &[], &[], &[]));
+    c.send(2, &d);
+    let replies = c.recv_n(3);
+    assert_eq!(replies[0], header(2, 0, 0));
+    let get = &replies[1][HEADER..];
+    assert_eq!((get[0], get[1]), (0x81, GET));
+    assert_eq!(get[12..16], 9u32.to_be_bytes(), "opaque echoed");
+    assert!(get.ends_with(b"hello"));
+    let noop = &replies[2][HEADER..];
+    assert_eq!((noop.len(), noop[1]), (24, NOOP));
+}
+
 #[test]
 fn udp_shutdown_sends_flushed_replies_and_exits() {
     let mut srv = Server::start_udp(&["-A", "-t", "1"]);
