@@ -22,8 +22,9 @@ use crate::text::{Tokens, KEY_MAX_LENGTH};
 
 /// memcached's MFLAG_MAX_OPT_LENGTH: more tokens than this is an error.
 pub const MAX_OPT_TOKENS: usize = 20;
-/// memcached's MFLAG_MAX_OPAQUE_LENGTH (the whole `O...` token).
-pub const MAX_OPAQUE_LENGTH: usize = 32;
+/// Longest `O...` token: protocol.txt allows opaques of up to 32 bytes
+/// (1.6.18 counts the `O` too and stops at 31).
+pub const MAX_OPAQUE_LENGTH: usize = 33;
 
 pub const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format";
 pub const OPAQUE_TOO_LONG: &str = "CLIENT_ERROR opaque token too long";

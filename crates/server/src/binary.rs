@@ -6,7 +6,9 @@
 //! A request is dispatched once its header, extras and key are buffered.
 //! Storage commands then wait for their value (a value over the item size
 //! limit is refused at once and swallowed as it arrives), unknown opcodes
-//! have their body swallowed, and STAT leaves any body past its key to be
+//! have the rest of their body skipped (by the packet framing, where 1.6.18
+//! skips body_len bytes more), VERBOSITY sets the level (1.6.18 does not
+//! implement it), and STAT leaves any body past its key to be
 //! read as the next request, exactly as memcached does. GET and SET copy
 //! between the connection's buffers and item memory without allocating.
 
@@ -189,9 +191,31 @@ fn execute(
     }
     let request = match decoded {
         Decoded::Request(r) => r,
+        Decoded::UnknownCommand
+            if op == opcode::VERBOSITY && extras.len() == 4 && key.is_empty() =>
+        {
+            // protocol-binary.txt's VERBOSITY (1.6.18 answers it as unknown):
+            // set the level, answer with an empty success.
+            let level = u32::from_be_bytes([extras[0], extras[1], extras[2], extras[3]]);
+            ctx.shared
+                .stats
+                .verbosity
+                .store(level.min(2), Ordering::Relaxed);
+            wire::put_response(out, op, opaque, 0, b"");
+            return Step::swallow(
+                prefix,
+                (HEADER_LEN + h.body_len as usize).saturating_sub(prefix),
+            );
+        }
         Decoded::UnknownCommand => {
+            // The packet framing puts the next request right after the
+            // body (1.6.18 swallows body_len more bytes past extras and key,
+            // eating into the next packet; protocol-binary.txt wins).
             wire::put_error(out, op, status::UNKNOWN_COMMAND, opaque);
-            return Step::swallow(prefix, h.body_len as usize);
+            return Step::swallow(
+                prefix,
+                (HEADER_LEN + h.body_len as usize).saturating_sub(prefix),
+            );
         }
         Decoded::InvalidArguments | Decoded::BadBodyLength => {
             if ctx.shared.stats.verbosity.load(Ordering::Relaxed) > 0 {

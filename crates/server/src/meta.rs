@@ -7,7 +7,9 @@
 //! Where protocol.txt (1.6.45) goes beyond 1.6.18 this follows
 //! protocol.txt: `E` sets an explicit CAS (mg N, ms, md I/x, ma), md `x`
 //! empties the value, ms `N` vivifies in append/prepend mode, ms `s`
-//! returns the stored size.
+//! returns the stored size, mg `C` with `v` sends the value only when the
+//! CAS differs, opaques may be 32 bytes, ma `q` hides `HD` even after `N`
+//! created the item, and `me exp=` is the seconds left.
 
 use osmium_protocol::meta::{base64_encode, MetaRequest, MAX_OPAQUE_LENGTH, OPAQUE_TOO_LONG};
 use osmium_protocol::StoreMode;
@@ -112,7 +114,9 @@ fn meta_get(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
         !f.no_update,
         vivify.as_ref(),
         |it, created| {
-            if f.value {
+            // protocol.txt: with C, the value is sent only if the CAS differs.
+            let send_value = f.value && f.compare_cas.is_none_or(|c| c != it.cas());
+            if send_value {
                 out.extend_from_slice(b"VA ");
                 number(out, it.value_len());
             } else {
@@ -169,7 +173,7 @@ fn meta_get(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
                 it.mark_token_sent();
             }
             out.extend_from_slice(b"\r\n");
-            if f.value {
+            if send_value {
                 out.extend_from_slice(it.value());
                 out.extend_from_slice(b"\r\n");
             }
@@ -425,7 +429,9 @@ fn meta_arith(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
                 out.extend_from_slice(text);
             }
             out.extend_from_slice(b"\r\n");
-            if f.no_reply && !created {
+            // protocol.txt: q hides HD (1.6.18 still sends it after N created
+            // the item).
+            if f.no_reply {
                 out.truncate(start);
             }
         }
@@ -490,7 +496,9 @@ fn meta_debug(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
         let exp: i32 = if it.exptime() == 0 {
             -1
         } else {
-            now.wrapping_sub(it.exptime()) as i32
+            // protocol.txt: the expiration time, as seconds left (1.6.18
+            // prints the negated value).
+            it.exptime().wrapping_sub(now) as i32
         };
         let key_len = it.key().len();
         let ntotal = memcached_item_total(key_len, it.flags(), it.value_len(), use_cas);
