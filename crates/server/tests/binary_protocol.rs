@@ -8,9 +8,12 @@
 //! and parsed here by hand, independently of the server's protocol crate.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::free_port;
 
 const GET: u8 = 0x00;
 const SET: u8 = 0x01;
@@ -63,14 +66,6 @@ fn memcached_bin() -> Option<String> {
 struct Server {
     child: Child,
     port: u16,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Server {

@@ -4,21 +4,16 @@
 //! needs no oracle: process lifecycle, limits, framing under any split.)
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{free_port, wait_exit};
 
 struct Server {
     child: Child,
     port: u16,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Server {
@@ -263,17 +258,6 @@ fn shutdown_command_needs_enable_flag() {
     let status = wait_exit(&mut srv2.child);
     assert!(status.success());
     let _ = srv.child.kill();
-}
-
-fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "server did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

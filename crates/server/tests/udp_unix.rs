@@ -7,12 +7,15 @@
 //! (as root the tests add `-u root`).
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::net::{TcpStream, UdpSocket};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod common;
+use common::{free_port, wait_exit, wait_until};
 
 const HEADER: usize = 8;
 const MAX_DATAGRAM: usize = 1400;
@@ -37,17 +40,6 @@ struct Server {
     port: u16,
 }
 
-/// A loopback port free for both TCP and UDP.
-fn free_port() -> u16 {
-    loop {
-        let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = tcp.local_addr().unwrap().port();
-        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
 fn spawn(args: &[&str]) -> Child {
     let mut cmd = server_command();
     cmd.args(args)
@@ -56,14 +48,6 @@ fn spawn(args: &[&str]) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("start server")
-}
-
-fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !ready() {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 impl Server {
@@ -589,17 +573,6 @@ fn unix_socket_default_mask_and_stale_file() {
     let status = wait_exit(&mut child);
     assert_eq!(status.code(), Some(71));
     assert_eq!(std::fs::read(&regular).unwrap(), b"keep me");
-}
-
-fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "server did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 struct UnixServer {
