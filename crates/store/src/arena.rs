@@ -41,8 +41,8 @@ pub const STATE_ACTIVE: u8 = 1;
 pub const STATE_SEALED: u8 = 2;
 pub const STATE_CLAIMED: u8 = 3;
 
-/// Most segments an arena can ever hold (SegmentId fits the index's 20 bits).
-pub const MAX_SEGMENTS: usize = (1 << 20) - 2;
+/// Most segments an arena can ever hold.
+pub const MAX_SEGMENTS: usize = 1 << 20;
 
 pub struct Segment {
     mem: AtomicPtr<u8>,
@@ -115,9 +115,11 @@ pub struct Arena {
 
 impl Arena {
     pub fn new(memory_limit: usize, segment_size: usize, heads: usize, evictions: bool) -> Arena {
+        assert!(segment_size.is_power_of_two());
         let limit = (memory_limit / segment_size).clamp(1, MAX_SEGMENTS);
-        // Room to grow with cache_memlimit without reallocating the table.
-        let capacity = limit.max(65_536.min(MAX_SEGMENTS));
+        // Room to grow with cache_memlimit without reallocating the table
+        // (and without widening index addresses much: see `index`).
+        let capacity = (limit * 2).clamp(4096, MAX_SEGMENTS);
         let segments: Vec<Segment> = (0..capacity).map(|_| Segment::new()).collect();
         let heads = heads.clamp(1, limit.max(1));
         Arena {
@@ -144,6 +146,16 @@ impl Arena {
 
     pub fn segment_size(&self) -> usize {
         self.segment_size
+    }
+
+    /// log2 of the segment size.
+    pub fn segment_shift(&self) -> u32 {
+        self.segment_size.trailing_zeros()
+    }
+
+    /// Segments the arena can ever address (its table's length).
+    pub fn capacity(&self) -> usize {
+        self.segments.len()
     }
 
     pub fn heads(&self) -> usize {

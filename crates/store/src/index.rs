@@ -1,37 +1,52 @@
-//! The hash index: key hash -> item location, split into shards, each an
-//! open-addressing table of 8-byte slots behind its own reader-writer lock.
+//! The hash index: key hash -> item location, split into 256 shards, each a
+//! table of cache-line buckets behind its own reader-writer lock.
+//!
+//! An entry is 5 bytes: a 40-bit value holding the item's *address* (its
+//! byte position in the arena divided by the item alignment, see
+//! [`AddrCodec`]) and, above it, a tag of up to 8 hash bits that filters
+//! non-matching entries without touching item memory. A tag match is
+//! confirmed by comparing the key stored in the item.
 //!
 //! ```text
 //!  64-bit key hash (xxh3):
-//!   63            48 47                              8 7        0
-//!  +----------------+---------------------------------+----------+
-//!  |      tag       |        home slot (masked)       |  shard   |
-//!  +----------------+---------------------------------+----------+
+//!   63                    32 31          16 15        8 7        0
+//!  +------------------------+-------------+-----------+----------+
+//!  | bucket (fastrange)     |   unused    |    tag    |  shard   |
+//!  +------------------------+-------------+-----------+----------+
 //!
-//!  slot (u64):
-//!   63            48 47                28 27                     0
-//!  +----------------+-------------------+------------------------+
-//!  |      tag       |  SegmentId + 1    |  offset / 8            |
-//!  +----------------+-------------------+------------------------+
-//!  0 = empty, u64::MAX = tombstone (deleted; skipped by lookups)
+//!  entry (40 bits, stored as lo: u32 + hi: u8):
+//!   39            39-T+1 .. addr_bits   addr_bits-1            0
+//!  +-----------------------+-----------------------------------+
+//!  |  tag (T = min(8, 40 - addr_bits) bits) |  address         |
+//!  +-----------------------+-----------------------------------+
+//!
+//!  bucket (64 bytes, one cache line):
+//!  +---------------------------+----------------+-----+-----+----------+
+//!  | lo: [u32; 12]   (48 B)    | hi: [u8; 12]   | len | pad | overflow |
+//!  +---------------------------+----------------+-----+-----+----------+
+//!    entries 0..len are live (kept packed: a removal moves the last entry
+//!    into the hole); `overflow` (u16) counts entries whose home bucket is
+//!    this one or an earlier one but which are stored after it.
 //! ```
 //!
-//! The tag filters almost all non-matching slots without touching item
-//! memory; a tag match is confirmed by comparing the key stored in the item.
-//! Linear probing; a table grows (or is rebuilt to drop tombstones) when
-//! live + tombstone slots pass 3/4 of its size. Rebuilding rehashes keys read
-//! from item memory, so the slot needs no stored hash.
+//! A key's home bucket is `fastrange(hash >> 32, buckets)`; a full bucket
+//! spills into the next ones (linear probing by bucket) and counts the spill
+//! in `overflow`, so a lookup stops at the first bucket whose overflow is 0.
+//! Bucket counts need not be powers of two: a table grows by a quarter when
+//! it passes 90 % of its entries, so the load stays between ~72 % and 90 %
+//! (5.9 – 7.4 bytes of index per item). Growing rehashes keys read from item
+//! memory, so an entry needs no stored hash.
 
 use crate::arena::{Arena, SegmentId};
 use crate::item::ItemPtr;
 
 pub const SHARD_BITS: u32 = 8;
 pub const SHARDS: usize = 1 << SHARD_BITS;
-const EMPTY: u64 = 0;
-const TOMBSTONE: u64 = u64::MAX;
-const OFFSET_BITS: u32 = 28;
-const SEG_BITS: u32 = 20;
-const INITIAL_SLOTS: usize = 256;
+const BUCKET_SLOTS: usize = 12;
+/// One page of buckets.
+const INITIAL_BUCKETS: usize = 64;
+/// Grow past this many entries per 10 slots.
+const MAX_LOAD_TENTHS: usize = 9;
 
 #[inline]
 pub fn hash_key(key: &[u8]) -> u64 {
@@ -44,13 +59,8 @@ pub fn shard_of(hash: u64) -> usize {
 }
 
 #[inline]
-fn tag_of(hash: u64) -> u64 {
-    hash >> 48
-}
-
-#[inline]
-fn home_of(hash: u64, mask: usize) -> usize {
-    ((hash >> SHARD_BITS) as usize) & mask
+fn home_of(hash: u64, buckets: usize) -> usize {
+    (((hash >> 32) * buckets as u64) >> 32) as usize
 }
 
 /// Where an item lives.
@@ -60,27 +70,157 @@ pub struct Location {
     pub offset: usize,
 }
 
-#[inline]
-fn encode(hash: u64, loc: Location) -> u64 {
-    debug_assert!(loc.offset.is_multiple_of(8) && (loc.offset >> 3) < (1 << OFFSET_BITS));
-    debug_assert!((loc.seg as u64 + 1) < (1 << SEG_BITS));
-    (tag_of(hash) << 48) | ((loc.seg as u64 + 1) << OFFSET_BITS) | (loc.offset as u64 >> 3)
+/// Converts locations to the packed addresses stored in entries. Shared by
+/// every table of a store (all use the same arena geometry).
+#[derive(Clone, Copy, Debug)]
+pub struct AddrCodec {
+    /// log2(segment size).
+    seg_shift: u32,
+    /// log2(item alignment).
+    align_shift: u32,
+    /// Bits of an address.
+    addr_bits: u32,
+    /// Bits of tag above the address (0..=8).
+    tag_bits: u32,
 }
 
-#[inline]
-fn decode(slot: u64) -> Location {
-    Location {
-        seg: (((slot >> OFFSET_BITS) & ((1 << SEG_BITS) - 1)) - 1) as SegmentId,
-        offset: ((slot & ((1 << OFFSET_BITS) - 1)) << 3) as usize,
+impl AddrCodec {
+    /// For an arena of `max_segments` segments of `1 << seg_shift` bytes
+    /// holding items aligned to `1 << align_shift`.
+    pub fn new(max_segments: usize, seg_shift: u32, align_shift: u32) -> AddrCodec {
+        let seg_bits = usize::BITS - (max_segments.max(2) - 1).leading_zeros();
+        let addr_bits = seg_bits + seg_shift - align_shift;
+        assert!(addr_bits <= 40, "arena too large for 40-bit item addresses");
+        AddrCodec {
+            seg_shift,
+            align_shift,
+            addr_bits,
+            tag_bits: (40 - addr_bits).min(8),
+        }
+    }
+
+    #[inline]
+    fn encode(&self, hash: u64, loc: Location) -> u64 {
+        let addr = (((loc.seg as u64) << self.seg_shift) | loc.offset as u64) >> self.align_shift;
+        debug_assert!(addr < (1 << self.addr_bits));
+        (self.tag(hash) << self.addr_bits) | addr
+    }
+
+    #[inline]
+    fn tag(&self, hash: u64) -> u64 {
+        (hash >> 8) & ((1 << self.tag_bits) - 1)
+    }
+
+    #[inline]
+    fn tag_of_entry(&self, v: u64) -> u64 {
+        v >> self.addr_bits
+    }
+
+    #[inline]
+    fn decode(&self, v: u64) -> Location {
+        let addr = (v & ((1 << self.addr_bits) - 1)) << self.align_shift;
+        Location {
+            seg: (addr >> self.seg_shift) as SegmentId,
+            offset: (addr & ((1 << self.seg_shift) - 1)) as usize,
+        }
+    }
+}
+
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Bucket {
+    lo: [u32; BUCKET_SLOTS],
+    hi: [u8; BUCKET_SLOTS],
+    len: u8,
+    _pad: u8,
+    overflow: u16,
+}
+
+impl Bucket {
+    #[inline]
+    fn entry(&self, i: usize) -> u64 {
+        self.lo[i] as u64 | (self.hi[i] as u64) << 32
+    }
+
+    #[inline]
+    fn set(&mut self, i: usize, v: u64) {
+        self.lo[i] = v as u32;
+        self.hi[i] = (v >> 32) as u8;
+    }
+}
+
+/// A zeroed bucket array in its own anonymous mapping, so that the memory
+/// of a table outgrown by `grow` goes back to the system at once (a heap
+/// allocation would stay in the process as fragmentation: 256 shards grow
+/// in step, each leaving a hole smaller than its next table).
+struct BucketArray {
+    ptr: std::ptr::NonNull<Bucket>,
+    len: usize,
+}
+
+// SAFETY: BucketArray owns its mapping exclusively, like a Box<[Bucket]>.
+unsafe impl Send for BucketArray {}
+// SAFETY: shared access is read-only (&self gives &[Bucket]).
+unsafe impl Sync for BucketArray {}
+
+impl BucketArray {
+    fn new(len: usize) -> BucketArray {
+        let bytes = len * std::mem::size_of::<Bucket>();
+        // SAFETY: an anonymous private mapping with no address hint; the
+        // result is checked before use. Fresh anonymous pages are zeroed,
+        // and an all-zero Bucket is EMPTY_BUCKET.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert!(p != libc::MAP_FAILED, "index: out of memory");
+        BucketArray {
+            ptr: std::ptr::NonNull::new(p as *mut Bucket).expect("mmap returned null"),
+            len,
+        }
+    }
+}
+
+impl std::ops::Deref for BucketArray {
+    type Target = [Bucket];
+    fn deref(&self) -> &[Bucket] {
+        // SAFETY: ptr maps len zero-initialised (valid) Buckets, owned by self.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for BucketArray {
+    fn deref_mut(&mut self) -> &mut [Bucket] {
+        // SAFETY: as above, and &mut self gives exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for BucketArray {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping created in new(); no reference
+        // into it can outlive self.
+        unsafe {
+            libc::munmap(
+                self.ptr.as_ptr() as *mut libc::c_void,
+                self.len * std::mem::size_of::<Bucket>(),
+            );
+        }
     }
 }
 
 /// One shard's table plus the counters that change with it (kept here so
 /// they are updated under the same lock, with no shared atomics).
 pub struct Table {
-    slots: Vec<u64>,
+    buckets: BucketArray,
     live: usize,
-    tombstones: usize,
+    codec: AddrCodec,
     pub counters: ShardCounters,
 }
 
@@ -95,29 +235,24 @@ pub struct ShardCounters {
     pub expired_unfetched: u64,
 }
 
-impl Default for Table {
-    fn default() -> Self {
-        Table {
-            slots: vec![EMPTY; INITIAL_SLOTS],
-            live: 0,
-            tombstones: 0,
-            counters: ShardCounters::default(),
-        }
-    }
-}
-
 /// The position of a found key, valid until the table is modified.
 #[derive(Clone, Copy)]
 pub struct Found {
-    pos: usize,
+    bucket: usize,
+    slot: usize,
+    home: usize,
     pub loc: Location,
     pub item: ItemPtr,
 }
 
 impl Table {
-    #[inline]
-    fn mask(&self) -> usize {
-        self.slots.len() - 1
+    pub fn new(codec: AddrCodec) -> Table {
+        Table {
+            buckets: BucketArray::new(INITIAL_BUCKETS),
+            live: 0,
+            codec,
+            counters: ShardCounters::default(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -131,26 +266,36 @@ impl Table {
     /// Finds `key` (whose hash is `hash`).
     #[inline]
     pub fn find(&self, arena: &Arena, key: &[u8], hash: u64) -> Option<Found> {
-        let mask = self.mask();
-        let tag = tag_of(hash);
-        let mut pos = home_of(hash, mask);
+        let n = self.buckets.len();
+        let home = home_of(hash, n);
+        let tag = self.codec.tag(hash);
+        let mut b = home;
         loop {
-            let slot = self.slots[pos];
-            if slot == EMPTY {
-                return None;
-            }
-            if slot != TOMBSTONE && slot >> 48 == tag {
-                let loc = decode(slot);
-                let item = arena.item(loc.seg, loc.offset);
-                if item.key() == key {
-                    return Some(Found { pos, loc, item });
+            let bucket = &self.buckets[b];
+            for slot in 0..bucket.len as usize {
+                let v = bucket.entry(slot);
+                if self.codec.tag_of_entry(v) == tag {
+                    let loc = self.codec.decode(v);
+                    let item = arena.item(loc.seg, loc.offset);
+                    if item.key() == key {
+                        return Some(Found {
+                            bucket: b,
+                            slot,
+                            home,
+                            loc,
+                            item,
+                        });
+                    }
                 }
             }
-            pos = (pos + 1) & mask;
+            if bucket.overflow == 0 {
+                return None;
+            }
+            b = if b + 1 == n { 0 } else { b + 1 };
         }
     }
 
-    /// Does the slot at `found` still point at `loc`? (After a lock gap.)
+    /// The entry for `key` if it still points at `loc` (after a lock gap).
     pub fn find_at(&self, arena: &Arena, key: &[u8], hash: u64, loc: Location) -> Option<Found> {
         self.find(arena, key, hash).filter(|f| f.loc == loc)
     }
@@ -158,75 +303,78 @@ impl Table {
     /// Points an existing entry at a new location.
     #[inline]
     pub fn replace(&mut self, found: &Found, hash: u64, loc: Location) {
-        self.slots[found.pos] = encode(hash, loc);
+        let v = self.codec.encode(hash, loc);
+        self.buckets[found.bucket].set(found.slot, v);
     }
 
     /// Removes a found entry.
-    #[inline]
     pub fn remove(&mut self, found: &Found) {
-        self.slots[found.pos] = TOMBSTONE;
+        let n = self.buckets.len();
+        let bucket = &mut self.buckets[found.bucket];
+        let last = bucket.len as usize - 1;
+        let moved = bucket.entry(last);
+        bucket.set(found.slot, moved);
+        bucket.len -= 1;
+        let mut b = found.home;
+        while b != found.bucket {
+            self.buckets[b].overflow -= 1;
+            b = if b + 1 == n { 0 } else { b + 1 };
+        }
         self.live -= 1;
-        self.tombstones += 1;
     }
 
     /// Inserts a key known to be absent.
     pub fn insert(&mut self, arena: &Arena, hash: u64, loc: Location) {
-        if (self.live + self.tombstones + 1) * 4 > self.slots.len() * 3 {
-            self.rebuild(arena);
+        if (self.live + 1) * 10 > self.buckets.len() * BUCKET_SLOTS * MAX_LOAD_TENTHS {
+            self.grow(arena);
         }
-        let mask = self.mask();
-        let mut pos = home_of(hash, mask);
+        let v = self.codec.encode(hash, loc);
+        Self::place(&mut self.buckets, hash, v);
+        self.live += 1;
+    }
+
+    fn place(buckets: &mut [Bucket], hash: u64, v: u64) {
+        let n = buckets.len();
+        let mut b = home_of(hash, n);
         loop {
-            let slot = self.slots[pos];
-            if slot == EMPTY || slot == TOMBSTONE {
-                if slot == TOMBSTONE {
-                    self.tombstones -= 1;
-                }
-                self.slots[pos] = encode(hash, loc);
-                self.live += 1;
+            let bucket = &mut buckets[b];
+            if (bucket.len as usize) < BUCKET_SLOTS {
+                let i = bucket.len as usize;
+                bucket.set(i, v);
+                bucket.len += 1;
                 return;
             }
-            pos = (pos + 1) & mask;
+            bucket.overflow += 1;
+            b = if b + 1 == n { 0 } else { b + 1 };
         }
     }
 
-    /// Rehashes into a table sized for the live entries (doubling if more
-    /// than half full), dropping tombstones.
-    fn rebuild(&mut self, arena: &Arena) {
-        let mut size = self.slots.len();
-        if (self.live + 1) * 2 > size {
-            size *= 2;
-        }
-        let old = std::mem::replace(&mut self.slots, vec![EMPTY; size]);
-        let mask = size - 1;
-        for slot in old {
-            if slot == EMPTY || slot == TOMBSTONE {
-                continue;
+    /// Rehashes into a table a quarter larger.
+    fn grow(&mut self, arena: &Arena) {
+        let n = self.buckets.len();
+        let size = n + (n / 4).max(1);
+        let old = std::mem::replace(&mut self.buckets, BucketArray::new(size));
+        for bucket in old.iter() {
+            for slot in 0..bucket.len as usize {
+                let v = bucket.entry(slot);
+                let loc = self.codec.decode(v);
+                let hash = hash_key(arena.item(loc.seg, loc.offset).key());
+                Self::place(&mut self.buckets, hash, v);
             }
-            let loc = decode(slot);
-            let hash = hash_key(arena.item(loc.seg, loc.offset).key());
-            let mut pos = home_of(hash, mask);
-            while self.slots[pos] != EMPTY {
-                pos = (pos + 1) & mask;
-            }
-            self.slots[pos] = slot;
         }
-        self.tombstones = 0;
     }
 
     /// Bytes of index memory (for stats).
     pub fn memory(&self) -> usize {
-        self.slots.len() * 8
+        self.buckets.len() * std::mem::size_of::<Bucket>()
     }
 
-    /// Drops every entry (flush that frees memory at once is not needed:
-    /// memcached flushes lazily too, so this is only used by tests).
+    /// Every entry's location (tests).
     #[cfg(test)]
     pub fn entries(&self) -> impl Iterator<Item = Location> + '_ {
-        self.slots
+        self.buckets
             .iter()
-            .filter(|&&s| s != EMPTY && s != TOMBSTONE)
-            .map(|&s| decode(s))
+            .flat_map(move |b| (0..b.len as usize).map(move |i| self.codec.decode(b.entry(i))))
     }
 }
 
@@ -235,15 +383,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slot_encoding_roundtrip() {
-        for (seg, offset) in [(0u32, 0usize), (5, 8), ((1 << 20) - 3, ((1 << 28) - 1) * 8)] {
-            let hash = 0xABCD_0000_0000_0000u64;
+    fn bucket_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Bucket>(), 64);
+    }
+
+    #[test]
+    fn entry_encoding_roundtrip() {
+        // 1 MiB segments, 2-byte alignment, 4096 segments: 31 address bits.
+        let codec = AddrCodec::new(4096, 20, 1);
+        assert_eq!((codec.addr_bits, codec.tag_bits), (31, 8));
+        for (seg, offset) in [(0u32, 0usize), (5, 8), (4095, (1 << 20) - 2)] {
+            let hash = 0xABCD_0000_0000_5A00u64;
             let loc = Location { seg, offset };
-            let s = encode(hash, loc);
-            assert_ne!(s, EMPTY);
-            assert_ne!(s, TOMBSTONE);
-            assert_eq!(decode(s), loc);
-            assert_eq!(s >> 48, 0xABCD);
+            let v = codec.encode(hash, loc);
+            assert!(v < 1 << 40);
+            assert_eq!(codec.decode(v), loc);
+            assert_eq!(codec.tag_of_entry(v), 0x5A);
         }
+        // A huge arena leaves fewer tag bits.
+        let big = AddrCodec::new(1 << 16, 20, 1);
+        assert_eq!((big.addr_bits, big.tag_bits), (35, 5));
     }
 }

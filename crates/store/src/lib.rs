@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use arena::{Arena, Reserve, SegmentId, Slot};
 use clock::{Clock, ITEM_UPDATE_INTERVAL};
-use index::{hash_key, shard_of, Found, Location, ShardCounters, Table, SHARDS};
+use index::{hash_key, shard_of, AddrCodec, Found, Location, ShardCounters, Table, SHARDS};
 use item::{item_size, ItemPtr, ItemView};
 
 pub use item::HEADER_SIZE;
@@ -230,9 +230,17 @@ impl Store {
         let segment_size = segment_size_for(cfg.item_size_max);
         let max_heads = (cfg.memory_limit / segment_size / 4).max(1);
         let heads = cfg.write_heads.clamp(1, max_heads);
+        let arena = Arena::new(cfg.memory_limit, segment_size, heads, cfg.evictions);
+        let codec = AddrCodec::new(
+            arena.capacity(),
+            arena.segment_shift(),
+            item::ALIGN.trailing_zeros(),
+        );
         Store {
-            arena: Arena::new(cfg.memory_limit, segment_size, heads, cfg.evictions),
-            shards: (0..SHARDS).map(|_| RwLock::new(Table::default())).collect(),
+            arena,
+            shards: (0..SHARDS)
+                .map(|_| RwLock::new(Table::new(codec)))
+                .collect(),
             clock: Clock::new(),
             cas_id: AtomicU64::new(0),
             oldest_live: AtomicU32::new(0),
@@ -1046,12 +1054,13 @@ fn memchr_nul(b: &[u8]) -> Option<usize> {
     b.iter().position(|&c| c == 0)
 }
 
-/// Segment size: 1 MiB, or enough for the largest item when -I is larger.
+/// Segment size: 1 MiB, or the power of two that holds the largest item
+/// when -I is larger.
 ///
 /// Every item memcached accepts is smaller here than memcached's own
 /// `ITEM_ntotal`, which -I bounds, so a segment of -I bytes holds any item.
 pub fn segment_size_for(item_size_max: usize) -> usize {
-    item_size_max.max(1 << 20).next_multiple_of(4096)
+    item_size_max.max(1 << 20).next_power_of_two()
 }
 
 #[cfg(test)]
