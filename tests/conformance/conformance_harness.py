@@ -1154,7 +1154,15 @@ def _norm_binary(case, data, casmap):
         out.append(b"[magic=%02x op=%02x keylen=%d extlen=%d dt=%02x status=%04x bodylen=%s "
                    b"opaque=%08x cas=%s%s]\n" % (magic, op, kl, el, dt, status, bl_s, opaque,
                                                 cas_s, fields))
-    if rest:
+    if len(rest) >= 24:
+        # A packet cut short (e.g. by the end of a UDP datagram): its header
+        # is whole, so its CAS is normalised like any other.
+        magic, op, kl, el, dt, status, bl, opaque, cas = _BIN_HEADER.unpack(rest[:24])
+        cas_s = _cas_tag(casmap, str(cas).encode()) if cas else b"0"
+        out.append(b"[partial magic=%02x op=%02x keylen=%d extlen=%d dt=%02x status=%04x "
+                   b"bodylen=%d opaque=%08x cas=%s body=%s]\n"
+                   % (magic, op, kl, el, dt, status, bl, opaque, cas_s, rest[24:].hex().encode()))
+    elif rest:
         out.append(b"[partial " + rest.hex().encode() + b"]\n")
     return b"".join(out)
 

@@ -100,20 +100,40 @@ fn meta_get(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let now = clock.now();
     let ttl = f.ttl.map(|t| clock.expiry(t));
     let recache = f.recache.map(|t| clock.expiry(t)).unwrap_or(0);
-    let vivify = f.vivify.map(|n| Vivify {
-        exptime: clock.expiry(n),
+    // A created item's expiry is the last of N and T in request order.
+    let vivify_exptime = f.vivify.map(|n| clock.expiry(n));
+    let mut created_exptime = vivify_exptime;
+    if vivify_exptime.is_some() {
+        for tok in req.flag_tokens() {
+            match tok[0] {
+                b'N' => created_exptime = vivify_exptime,
+                b'T' => created_exptime = Some(ttl.unwrap_or(0)),
+                _ => {}
+            }
+        }
+    }
+    let vivify = created_exptime.map(|exptime| Vivify {
+        exptime,
         cas: f.new_cas.unwrap_or(0),
         key_binary: req.key_binary,
     });
     let start = out.len();
     let mut ttl_set = false;
     let mut bad_opaque = false;
+    let touch = f.ttl.is_some().then(|| ttl.unwrap_or(0));
     let r = store.meta_get(
         ctx.head,
         req.key(),
         !f.no_update,
+        touch,
         vivify.as_ref(),
         |it, created| {
+            // The expiry as the flags before each token see it.
+            let mut exptime = if created {
+                vivify_exptime.unwrap_or(0)
+            } else {
+                it.exptime()
+            };
             // protocol.txt: with C, the value is sent only if the CAS differs.
             let send_value = f.value && f.compare_cas.is_none_or(|c| c != it.cas());
             if send_value {
@@ -127,21 +147,17 @@ fn meta_get(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
                 match tok[0] {
                     b'T' => {
                         ttl_set = true;
-                        it.set_exptime(ttl.unwrap_or(0));
+                        exptime = ttl.unwrap_or(0);
                     }
                     b'N' if created => {
-                        it.set_exptime(vivify.map_or(0, |v| v.exptime));
+                        exptime = vivify_exptime.unwrap_or(0);
                         won = true;
                     }
-                    b'R' if !it.token_sent()
-                        && !created
-                        && it.exptime() != 0
-                        && it.exptime() < recache =>
-                    {
+                    b'R' if !it.token_sent() && !created && exptime != 0 && exptime < recache => {
                         won = true;
                     }
                     b's' => flag_number(out, b's', it.value_len()),
-                    b't' => flag_ttl(out, it.exptime(), now),
+                    b't' => flag_ttl(out, exptime, now),
                     b'c' => flag_number(out, b'c', it.cas()),
                     b'f' => flag_number(out, b'f', it.flags()),
                     b'l' => flag_number(out, b'l', now.wrapping_sub(it.atime())),
@@ -486,7 +502,7 @@ fn meta_debug(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let use_cas = store.config().use_cas;
     let now = store.clock().now();
     ctx.stats.meta_cmds.incr();
-    let r = store.meta_get(ctx.head, req.key(), false, None, |it, _| {
+    let r = store.meta_get(ctx.head, req.key(), false, None, None, |it, _| {
         out.extend_from_slice(b"ME ");
         if it.key_binary() {
             base64_encode(it.key(), out);

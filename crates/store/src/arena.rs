@@ -5,10 +5,18 @@
 //!   SegmentId:  0        1        2        3   ...  (limit = -m / segment_size)
 //!             +--------+--------+--------+--------+
 //!   memory    |items...|items...|items...|        |   each segment_size bytes,
-//!             +--------+--------+--------+--------+   allocated on first use
+//!             +--------+--------+--------+--------+   resident once written
 //!   state      SEALED   ACTIVE   SEALED   FREE
 //!                 ^ oldest in FIFO           ^ free list
 //! ```
+//!
+//! All segments live in one anonymous mapping reserved at start for the
+//! arena's capacity (`MAP_NORESERVE`: address space only). A segment's
+//! pages become resident when items are first written into them and are
+//! handed back with `madvise(MADV_DONTNEED)` when cache_memlimit shrinks, so
+//! resident memory follows the bytes used, with no per-segment allocator
+//! header, and segment `i` is at `base + i * segment_size` (the layout a
+//! file-backed mapping needs for warm restart).
 //!
 //! A segment is FREE (on the free list), ACTIVE (owned by one write head,
 //! being appended to), SEALED (full, in the FIFO, oldest first) or CLAIMED
@@ -28,13 +36,16 @@
 //! `pending` is 0, so every item in `0..used` is complete.
 
 use parking_lot::Mutex;
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use crate::item::ItemPtr;
 
 pub type SegmentId = u32;
+
+/// A write head moves to a new segment once its segment is this many
+/// seconds old, so that item access times fit 16 bits.
+const MAX_SEGMENT_AGE: u32 = 60_000;
 
 pub const STATE_FREE: u8 = 0;
 pub const STATE_ACTIVE: u8 = 1;
@@ -45,7 +56,6 @@ pub const STATE_CLAIMED: u8 = 3;
 pub const MAX_SEGMENTS: usize = 1 << 20;
 
 pub struct Segment {
-    mem: AtomicPtr<u8>,
     pub state: AtomicU8,
     /// Bytes allocated from the start of the segment.
     pub used: AtomicUsize,
@@ -54,18 +64,27 @@ pub struct Segment {
     pub live_bytes: AtomicUsize,
     /// Incremented each time the segment is reused: lets walkers notice.
     pub generation: AtomicU64,
+    /// Numbers the segment's activations across the arena (0, 1, ...):
+    /// the high half of the CAS uniques of the items written into it.
+    pub seq: AtomicU64,
+    /// Relative time of activation; item access times are relative to it.
+    pub base_time: AtomicU32,
+    /// Items at offsets below this were invalidated by flush_all.
+    pub flushed_below: AtomicUsize,
 }
 
 impl Segment {
     fn new() -> Segment {
         Segment {
-            mem: AtomicPtr::new(std::ptr::null_mut()),
             state: AtomicU8::new(STATE_FREE),
             used: AtomicUsize::new(0),
             pending: AtomicU32::new(0),
             live_items: AtomicU32::new(0),
             live_bytes: AtomicUsize::new(0),
             generation: AtomicU64::new(0),
+            seq: AtomicU64::new(0),
+            base_time: AtomicU32::new(0),
+            flushed_below: AtomicUsize::new(0),
         }
     }
 }
@@ -80,6 +99,9 @@ struct Pool {
     limit: usize,
     /// Next segment id never used yet.
     next_fresh: SegmentId,
+    /// Ids whose memory was handed back (cache_memlimit shrank): reused
+    /// before fresh ones.
+    released: Vec<SegmentId>,
 }
 
 /// One append point; each worker thread has its own.
@@ -106,11 +128,14 @@ pub enum Reserve {
 }
 
 pub struct Arena {
+    /// The mapping holding every segment.
+    base: *mut u8,
     segment_size: usize,
     segments: Box<[Segment]>,
     pool: Mutex<Pool>,
     heads: Box<[Mutex<WriteHead>]>,
     evictions_enabled: bool,
+    next_seq: AtomicU64,
 }
 
 impl Arena {
@@ -119,10 +144,28 @@ impl Arena {
         let limit = (memory_limit / segment_size).clamp(1, MAX_SEGMENTS);
         // Room to grow with cache_memlimit without reallocating the table
         // (and without widening index addresses much: see `index`).
-        let capacity = (limit * 2).clamp(4096, MAX_SEGMENTS);
+        let capacity = (limit * 2).clamp((4 << 30) / segment_size, MAX_SEGMENTS);
+        let bytes = capacity * segment_size;
+        // SAFETY: an anonymous private mapping with no address hint, checked
+        // before use; MAP_NORESERVE reserves address space only.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert!(
+            base != libc::MAP_FAILED,
+            "cannot reserve {bytes} bytes of address space for item memory"
+        );
         let segments: Vec<Segment> = (0..capacity).map(|_| Segment::new()).collect();
         let heads = heads.clamp(1, limit.max(1));
         Arena {
+            base: base as *mut u8,
             segment_size,
             segments: segments.into_boxed_slice(),
             pool: Mutex::new(Pool {
@@ -131,6 +174,7 @@ impl Arena {
                 allocated: 0,
                 limit,
                 next_fresh: 0,
+                released: Vec::new(),
             }),
             heads: (0..heads)
                 .map(|_| {
@@ -141,6 +185,7 @@ impl Arena {
                 })
                 .collect(),
             evictions_enabled: evictions,
+            next_seq: AtomicU64::new(0),
         }
     }
 
@@ -170,29 +215,27 @@ impl Arena {
     /// The item at `(seg, offset)`.
     #[inline]
     pub fn item(&self, seg: SegmentId, offset: usize) -> ItemPtr {
-        let base = self.segments[seg as usize].mem.load(Ordering::Acquire);
-        debug_assert!(!base.is_null() && offset < self.segment_size);
-        // SAFETY: base is a live allocation of segment_size bytes (segments
-        // keep their memory until the arena drops, except ones released
-        // beyond the limit, which hold no indexed items) and offset is an
-        // 8-aligned offset below segment_size handed out by `reserve`.
-        unsafe { ItemPtr::from_raw(base.add(offset)) }
+        debug_assert!((seg as usize) < self.segments.len() && offset < self.segment_size);
+        // SAFETY: seg is below the capacity and offset below segment_size,
+        // so the address is inside the arena's mapping, which lives until
+        // the arena drops; offset is an item offset handed out by `reserve`
+        // (2-aligned, and the mapping is page aligned).
+        unsafe { ItemPtr::from_raw(self.base.add(seg as usize * self.segment_size + offset)) }
     }
 
-    fn layout(&self) -> Layout {
-        Layout::from_size_align(self.segment_size, 4096).expect("segment layout")
-    }
-
-    /// Reserves `size` bytes (an `item_size`) on write head `head`.
-    pub fn reserve(&self, head: usize, size: usize) -> Reserve {
+    /// Reserves `size` bytes (an item's size) on write head `head` at
+    /// relative time `now`.
+    pub fn reserve(&self, head: usize, size: usize, now: u32) -> Reserve {
         debug_assert!(size <= self.segment_size);
         let mut h = self.heads[head % self.heads.len()].lock();
         loop {
             if let Some(seg) = h.seg {
-                if h.offset + size <= self.segment_size {
+                let s = self.segment(seg);
+                // Item access times are 16-bit offsets from the base time.
+                let young = now.wrapping_sub(s.base_time.load(Ordering::Relaxed)) < MAX_SEGMENT_AGE;
+                if h.offset + size <= self.segment_size && young {
                     let offset = h.offset;
                     h.offset += size;
-                    let s = self.segment(seg);
                     s.pending.fetch_add(1, Ordering::AcqRel);
                     s.used.store(h.offset, Ordering::Release);
                     return Reserve::Slot(Slot {
@@ -204,7 +247,7 @@ impl Arena {
                 self.seal(seg);
                 h.seg = None;
             }
-            match self.take_segment() {
+            match self.take_segment(now) {
                 Ok(seg) => {
                     h.seg = Some(seg);
                     h.offset = 0;
@@ -228,13 +271,14 @@ impl Arena {
         pool.fifo.push_back(seg);
     }
 
-    fn take_segment(&self) -> Result<SegmentId, Reserve> {
+    fn take_segment(&self, now: u32) -> Result<SegmentId, Reserve> {
         let mut pool = self.pool.lock();
         while pool.allocated > pool.limit {
             // cache_memlimit shrank: release free segments first.
             match pool.free.pop() {
                 Some(seg) => {
                     self.release_memory(seg);
+                    pool.released.push(seg);
                     pool.allocated -= 1;
                 }
                 None => break,
@@ -242,22 +286,24 @@ impl Arena {
         }
         if pool.allocated <= pool.limit {
             if let Some(seg) = pool.free.pop() {
-                self.activate(seg);
+                self.activate(seg, now);
                 return Ok(seg);
             }
         }
-        if pool.allocated < pool.limit && (pool.next_fresh as usize) < self.segments.len() {
-            let seg = pool.next_fresh;
-            pool.next_fresh += 1;
-            // SAFETY: the layout has a non-zero size.
-            let mem = unsafe { alloc_zeroed(self.layout()) };
-            if mem.is_null() {
-                return Err(Reserve::OutOfMemory);
+        if pool.allocated < pool.limit {
+            let seg = match pool.released.pop() {
+                Some(seg) => Some(seg),
+                None if (pool.next_fresh as usize) < self.segments.len() => {
+                    pool.next_fresh += 1;
+                    Some(pool.next_fresh - 1)
+                }
+                None => None,
+            };
+            if let Some(seg) = seg {
+                pool.allocated += 1;
+                self.activate(seg, now);
+                return Ok(seg);
             }
-            self.segment(seg).mem.store(mem, Ordering::Release);
-            pool.allocated += 1;
-            self.activate(seg);
-            return Ok(seg);
         }
         // Reuse a sealed segment: one with nothing live first, else (when
         // evicting) the oldest.
@@ -286,8 +332,14 @@ impl Arena {
         Err(Reserve::Evict(seg))
     }
 
-    fn activate(&self, seg: SegmentId) {
+    fn activate(&self, seg: SegmentId, now: u32) {
         let s = self.segment(seg);
+        s.seq.store(
+            self.next_seq.fetch_add(1, Ordering::Relaxed),
+            Ordering::Release,
+        );
+        s.base_time.store(now, Ordering::Release);
+        s.flushed_below.store(0, Ordering::Release);
         s.used.store(0, Ordering::Release);
         s.live_items.store(0, Ordering::Release);
         s.live_bytes.store(0, Ordering::Release);
@@ -295,13 +347,17 @@ impl Arena {
         s.state.store(STATE_ACTIVE, Ordering::Release);
     }
 
+    /// Hands a free segment's pages back to the system.
     fn release_memory(&self, seg: SegmentId) {
         let s = self.segment(seg);
-        let mem = s.mem.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        if !mem.is_null() {
-            // SAFETY: mem came from alloc_zeroed with this same layout, and
-            // a free segment holds no indexed items.
-            unsafe { dealloc(mem, self.layout()) };
+        // SAFETY: the range is one whole segment inside the mapping; a free
+        // segment holds no indexed items, and its pages read back as zeros.
+        unsafe {
+            libc::madvise(
+                self.base.add(seg as usize * self.segment_size) as *mut libc::c_void,
+                self.segment_size,
+                libc::MADV_DONTNEED,
+            );
         }
         s.state.store(STATE_FREE, Ordering::Release);
     }
@@ -368,22 +424,37 @@ impl Arena {
         (pool.allocated, pool.limit)
     }
 
+    /// flush_all: invalidates every item written so far (each segment's
+    /// items below its current fill mark).
+    pub fn flush(&self) {
+        let pool = self.pool.lock();
+        for s in &self.segments[..pool.next_fresh as usize] {
+            s.flushed_below
+                .store(s.used.load(Ordering::Acquire), Ordering::Release);
+        }
+    }
+
     /// Number of segments in the FIFO (for the reclaimer's cursor).
     pub fn sealed_count(&self) -> usize {
         self.pool.lock().fifo.len()
     }
 }
 
+// SAFETY: the mapping is shared item memory whose access discipline is
+// enforced by the index shard locks (see `item`); everything else in the
+// arena is atomics and mutexes.
+unsafe impl Send for Arena {}
+unsafe impl Sync for Arena {}
+
 impl Drop for Arena {
     fn drop(&mut self) {
-        let layout = self.layout();
-        for s in self.segments.iter() {
-            let mem = s.mem.swap(std::ptr::null_mut(), Ordering::AcqRel);
-            if !mem.is_null() {
-                // SAFETY: allocated with this layout in take_segment; nothing
-                // can reference item memory once the arena is dropped.
-                unsafe { dealloc(mem, layout) };
-            }
+        // SAFETY: unmaps exactly the mapping made in new(); nothing can
+        // reference item memory once the arena is dropped.
+        unsafe {
+            libc::munmap(
+                self.base as *mut libc::c_void,
+                self.segments.len() * self.segment_size,
+            );
         }
     }
 }

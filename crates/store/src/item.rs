@@ -1,59 +1,161 @@
 //! The item record: how one key/value pair is laid out in segment memory.
 //!
-//! Items are appended to segments (see `arena`) at 8-byte aligned offsets and
-//! never move. The header holds no pointers, so a segment can live in a
-//! file-backed mapping and be read back after a restart.
+//! Items are appended to segments (see `arena`) back to back, at any byte
+//! offset, and never move. The header holds no pointers, so a segment can live in a
+//! file-backed mapping and be read back after a restart. An item with no
+//! client flags, no expiry and the CAS unique its location gives it (see
+//! below) has a 5-byte header; the rest is optional:
 //!
 //! ```text
-//!  byte 0        4        8                16       20       24  25  26
-//!       +--------+--------+----------------+--------+--------+---+---+-----+-------+-----+
-//!       |exptime | atime  |      cas       | flags  | vlen   |kl |st | key | value | pad |
-//!       +--------+--------+----------------+--------+--------+---+---+-----+-------+-----+
-//!  exptime u32  relative expiry second, 0 = never      (atomic: gat/touch)
-//!  atime   u32  relative last-access second            (atomic: refreshed on hits)
-//!  cas     u64  CAS unique (0 when -C)
-//!  flags   u32  client flags
-//!  vlen    u32  value length in bytes (the value is stored without \r\n)
-//!  kl      u8   key length (1..=250)
-//!  st      u8   state bits (atomic): DEAD (unlinked from the index),
-//!               FETCHED (hit at least once), ACTIVE (hit twice: access time
-//!               now follows hits), STALE (meta invalidated), TOKEN_SENT (a
-//!               meta client won the recache token), KEY_BINARY (stored
-//!               with a base64 key: meta replies re-encode it)
-//!  pad          up to the next multiple of 8
+//!  item at an even address:
+//!  byte 0       2       3      4                 4+V
+//!       +-------+-------+------+-----------------+----------------------+-----+-------+
+//!       | atime | state | klen | vlen (LEB128,V) | [ext: x, fields...]  | key | value |
+//!       +-------+-------+------+-----------------+----------------------+-----+-------+
+//!  item at an odd address: state and atime swap places, so that atime is
+//!  always 2-byte aligned (an AtomicU16) and no item needs padding:
+//!  byte 0       1       3      4
+//!       +-------+-------+------+------ ...
+//!       | state | atime | klen | vlen ...
+//!       +-------+-------+------+------ ...
+//!
+//!  atime u16  (atomic) last access, seconds after the segment's base time,
+//!             saturating at 65535 (the arena seals a segment before items
+//!             written into it could be later than that)
+//!  state u8   (atomic)
+//!             bit 0 DEAD       unlinked from the index
+//!             bit 1 FETCHED    hit at least once
+//!             bit 2 STALE      meta-invalidated (md I, ms I)
+//!             bit 3 TOKEN_SENT a meta client won the recache token
+//!             bit 4 KEY_BINARY stored with a base64 key (meta b)
+//!             bit 5 EXT        the ext byte and fields follow vlen
+//!             bit 6-7 FREQ     hits since insertion or the last eviction
+//!                              pass, saturating at 3 (the evictor's input)
+//!  klen  u8   key length, 1..=250
+//!  vlen       value length (the value is stored without \r\n), 7 bits a
+//!             byte, low bits first, high bit = more bytes (1 byte < 128)
+//!  ext   u8   bit 0 FLAGS: u32 client flags follow (else flags are 0)
+//!             bit 1 EXPTIME: u32 relative expiry follows (else never);
+//!                   present also when an expiry may be set later
+//!             bit 2 CAS: u64 CAS unique follows (else it is the location's)
+//!             fields in that order, little endian, unaligned
 //! ```
 //!
-//! [`HEADER_SIZE`] is 26 bytes. Concurrency rules: the immutable fields
-//! (key, lengths) may be read by anyone who knows the item is fully written
-//! (its segment has no pending writer). `exptime`, `atime` and `st` are
-//! atomics. `cas`, `flags` and the value bytes are written only before the
-//! item is published or under its index shard's write lock, and read under
-//! that shard's read or write lock.
+//! [`item_size`] of a 16-byte key and a 64-byte value is 85 bytes.
+//!
+//! **CAS uniques.** An item that does not store one has the CAS unique of
+//! its location, `segment sequence << 32 | offset + 1`, where the sequence
+//! numbers the segment's activations: every write goes to a location never
+//! used before, so every version of every key has a distinct unique, and a
+//! CAS never needs bytes. Explicit uniques (meta `E`, or an item rewritten
+//! in place of itself, e.g. by touch, that must keep its unique) are stored.
+//!
+//! Concurrency rules: the immutable fields (lengths, layout, key, flags,
+//! stored CAS, value) may be read by anyone who knows the item is fully
+//! written (its segment has no pending writer); `atime` and `state` are
+//! atomics updated by hits under an index shard's read lock; the stored
+//! exptime is written only under the item's shard write lock and read
+//! under that shard's read or write lock.
 
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
 
-pub const HEADER_SIZE: usize = 26;
-pub const ALIGN: usize = 8;
-
-const OFF_EXPTIME: usize = 0;
-const OFF_ATIME: usize = 4;
-const OFF_CAS: usize = 8;
-const OFF_FLAGS: usize = 16;
-const OFF_VLEN: usize = 20;
-const OFF_KLEN: usize = 24;
-const OFF_STATE: usize = 25;
+pub const ALIGN: usize = 1;
+/// Bytes of a header without ext and with a one-byte vlen.
+pub const HEADER_SIZE: usize = 5;
 
 pub const STATE_DEAD: u8 = 1;
 pub const STATE_FETCHED: u8 = 2;
-pub const STATE_ACTIVE: u8 = 4;
-pub const STATE_STALE: u8 = 8;
-pub const STATE_TOKEN_SENT: u8 = 16;
-pub const STATE_KEY_BINARY: u8 = 32;
+pub const STATE_STALE: u8 = 4;
+pub const STATE_TOKEN_SENT: u8 = 8;
+pub const STATE_KEY_BINARY: u8 = 16;
+const STATE_EXT: u8 = 32;
+const FREQ_SHIFT: u32 = 6;
+pub const FREQ_MAX: u8 = 3;
 
-/// Bytes an item with this key and value length occupies in a segment.
+const EXT_FLAGS: u8 = 1;
+const EXT_EXPTIME: u8 = 2;
+const EXT_CAS: u8 = 4;
+
+const OFF_KLEN: usize = 3;
+const OFF_VLEN: usize = 4;
+
+/// What an item will hold: enough to size and write it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ItemSpec {
+    pub key_len: usize,
+    pub value_len: usize,
+    pub flags: u32,
+    /// Relative expiry, 0 = never.
+    pub exptime: u32,
+    /// Reserve the exptime field even when `exptime` is 0 (its expiry may
+    /// be set in place later).
+    pub exptime_field: bool,
+    /// A CAS unique to store (else the location's).
+    pub cas: Option<u64>,
+}
+
+impl ItemSpec {
+    #[inline]
+    fn ext(&self) -> u8 {
+        let mut x = 0;
+        if self.flags != 0 {
+            x |= EXT_FLAGS;
+        }
+        if self.exptime != 0 || self.exptime_field {
+            x |= EXT_EXPTIME;
+        }
+        if self.cas.is_some() {
+            x |= EXT_CAS;
+        }
+        x
+    }
+
+    /// Bytes this item occupies in a segment.
+    #[inline]
+    pub fn size(&self) -> usize {
+        let x = self.ext();
+        let ext = if x == 0 { 0 } else { 1 + ext_fields_len(x) };
+        4 + varint_len(self.value_len) + ext + self.key_len + self.value_len
+    }
+}
+
+#[inline]
+fn ext_fields_len(x: u8) -> usize {
+    (if x & EXT_FLAGS != 0 { 4 } else { 0 })
+        + (if x & EXT_EXPTIME != 0 { 4 } else { 0 })
+        + (if x & EXT_CAS != 0 { 8 } else { 0 })
+}
+
+#[inline]
+fn varint_len(mut n: usize) -> usize {
+    let mut len = 1;
+    while n >= 0x80 {
+        n >>= 7;
+        len += 1;
+    }
+    len
+}
+
+/// Bytes a plain item (no flags, expiry or stored CAS) occupies.
 #[inline]
 pub fn item_size(key_len: usize, value_len: usize) -> usize {
-    (HEADER_SIZE + key_len + value_len + ALIGN - 1) & !(ALIGN - 1)
+    ItemSpec {
+        key_len,
+        value_len,
+        ..ItemSpec::default()
+    }
+    .size()
+}
+
+/// Where the variable parts of an item are, decoded from its header.
+#[derive(Clone, Copy)]
+struct Layout {
+    ext: u8,
+    /// Offset of the first ext field.
+    fields: usize,
+    key: usize,
+    key_len: usize,
+    value_len: usize,
 }
 
 /// A raw handle on an item in segment memory. Copyable; validity is the
@@ -68,145 +170,258 @@ unsafe impl Sync for ItemPtr {}
 
 impl ItemPtr {
     /// # Safety
-    /// `p` must point at an 8-byte aligned item slot inside a live segment,
-    /// large enough for the item that is (or will be) written there.
+    /// `p` must point at an item slot inside a live segment, large enough
+    /// for the item that is (or will be) written there.
     #[inline]
     pub unsafe fn from_raw(p: *mut u8) -> ItemPtr {
-        debug_assert!((p as usize).is_multiple_of(ALIGN));
         ItemPtr(p)
+    }
+
+    /// Offsets of atime and state (they swap at odd addresses).
+    #[inline]
+    fn atime_off(self) -> usize {
+        self.0 as usize & 1
+    }
+
+    #[inline]
+    fn state_off(self) -> usize {
+        2 - 2 * (self.0 as usize & 1)
     }
 
     /// Writes a complete item. The caller owns this freshly allocated slot.
     ///
     /// # Safety
-    /// The slot must be exclusively owned and `item_size(key.len(), vlen)`
-    /// bytes long; `value_parts` must add up to `vlen` bytes.
+    /// The slot must be exclusively owned and `spec.size()` bytes long;
+    /// `value_parts` must add up to `spec.value_len` bytes.
     pub unsafe fn init(
         self,
+        spec: &ItemSpec,
         key: &[u8],
-        flags: u32,
-        exptime: u32,
-        atime: u32,
-        vlen: usize,
         value_parts: &[&[u8]],
+        atime: u16,
+        state: u8,
     ) {
+        debug_assert_eq!(key.len(), spec.key_len);
         let p = self.0;
-        // SAFETY: the caller guarantees exclusive ownership of a slot large
-        // enough for header + key + value; all writes stay inside it.
+        let x = spec.ext();
+        let state = (state & (STATE_EXT - 1)) | if x != 0 { STATE_EXT } else { 0 };
+        // SAFETY: the caller guarantees exclusive ownership of a slot of
+        // spec.size() bytes; every write below stays inside it.
         unsafe {
-            (p.add(OFF_EXPTIME) as *mut u32).write(exptime);
-            (p.add(OFF_ATIME) as *mut u32).write(atime);
-            (p.add(OFF_CAS) as *mut u64).write(0);
-            (p.add(OFF_FLAGS) as *mut u32).write(flags);
-            (p.add(OFF_VLEN) as *mut u32).write(vlen as u32);
+            (p.add(self.atime_off()) as *mut u16).write(atime);
+            p.add(self.state_off()).write(state);
             p.add(OFF_KLEN).write(key.len() as u8);
-            p.add(OFF_STATE).write(0);
-            std::ptr::copy_nonoverlapping(key.as_ptr(), p.add(HEADER_SIZE), key.len());
-            let mut dst = p.add(HEADER_SIZE + key.len());
+            let mut q = p.add(OFF_VLEN);
+            let mut n = spec.value_len;
+            while n >= 0x80 {
+                q.write((n as u8 & 0x7f) | 0x80);
+                q = q.add(1);
+                n >>= 7;
+            }
+            q.write(n as u8);
+            q = q.add(1);
+            if x != 0 {
+                q.write(x);
+                q = q.add(1);
+                if x & EXT_FLAGS != 0 {
+                    (q as *mut [u8; 4]).write(spec.flags.to_le_bytes());
+                    q = q.add(4);
+                }
+                if x & EXT_EXPTIME != 0 {
+                    (q as *mut [u8; 4]).write(spec.exptime.to_le_bytes());
+                    q = q.add(4);
+                }
+                if x & EXT_CAS != 0 {
+                    (q as *mut [u8; 8]).write(spec.cas.unwrap_or(0).to_le_bytes());
+                    q = q.add(8);
+                }
+            }
+            std::ptr::copy_nonoverlapping(key.as_ptr(), q, key.len());
+            q = q.add(key.len());
             for part in value_parts {
-                std::ptr::copy_nonoverlapping(part.as_ptr(), dst, part.len());
-                dst = dst.add(part.len());
+                std::ptr::copy_nonoverlapping(part.as_ptr(), q, part.len());
+                q = q.add(part.len());
             }
         }
     }
 
     #[inline]
-    fn atomic_u32(self, off: usize) -> &'static AtomicU32 {
-        // SAFETY: the field is 4-byte aligned (items are 8-aligned and the
-        // offsets are multiples of 4) and lives as long as the arena, which
-        // outlives every ItemPtr use.
-        unsafe { &*(self.0.add(off) as *const AtomicU32) }
+    fn byte(self, off: usize) -> u8 {
+        // SAFETY: header bytes are immutable after init and inside the slot.
+        unsafe { self.0.add(off).read() }
+    }
+
+    #[inline]
+    fn layout(self) -> Layout {
+        let key_len = self.byte(OFF_KLEN) as usize;
+        let mut off = OFF_VLEN;
+        let mut value_len = 0usize;
+        let mut shift = 0;
+        loop {
+            let b = self.byte(off);
+            off += 1;
+            value_len |= ((b & 0x7f) as usize) << shift;
+            if b & 0x80 == 0 {
+                break;
+            }
+            shift += 7;
+        }
+        let (ext, fields, key) = if self.state() & STATE_EXT != 0 {
+            let x = self.byte(off);
+            (x, off + 1, off + 1 + ext_fields_len(x))
+        } else {
+            (0, off, off)
+        };
+        Layout {
+            ext,
+            fields,
+            key,
+            key_len,
+            value_len,
+        }
+    }
+
+    /// Offset of ext field `bit` (which must be present).
+    #[inline]
+    fn field(l: &Layout, bit: u8) -> usize {
+        let mut off = l.fields;
+        if bit > EXT_FLAGS && l.ext & EXT_FLAGS != 0 {
+            off += 4;
+        }
+        if bit > EXT_EXPTIME && l.ext & EXT_EXPTIME != 0 {
+            off += 4;
+        }
+        off
+    }
+
+    #[inline]
+    fn read_u32(self, off: usize) -> u32 {
+        // SAFETY: inside the slot; unaligned read of plain bytes.
+        u32::from_le_bytes(unsafe { (self.0.add(off) as *const [u8; 4]).read() })
+    }
+
+    #[inline]
+    fn atime_atomic(self) -> &'static AtomicU16 {
+        // SAFETY: atime_off makes the address even (2-byte aligned); segment
+        // memory lives as long as the arena, which outlives every ItemPtr use.
+        unsafe { &*(self.0.add(self.atime_off()) as *const AtomicU16) }
     }
 
     #[inline]
     fn state_atomic(self) -> &'static AtomicU8 {
         // SAFETY: as above; a u8 needs no alignment.
-        unsafe { &*(self.0.add(OFF_STATE) as *const AtomicU8) }
+        unsafe { &*(self.0.add(self.state_off()) as *const AtomicU8) }
+    }
+
+    /// Last access, seconds after the segment's base time.
+    #[inline]
+    pub fn atime(self) -> u16 {
+        self.atime_atomic().load(Ordering::Relaxed)
     }
 
     #[inline]
-    pub fn exptime(self) -> u32 {
-        self.atomic_u32(OFF_EXPTIME).load(Ordering::Relaxed)
-    }
-
-    #[inline]
-    pub fn set_exptime(self, t: u32) {
-        self.atomic_u32(OFF_EXPTIME).store(t, Ordering::Relaxed)
-    }
-
-    #[inline]
-    pub fn atime(self) -> u32 {
-        self.atomic_u32(OFF_ATIME).load(Ordering::Relaxed)
-    }
-
-    #[inline]
-    pub fn set_atime(self, t: u32) {
-        self.atomic_u32(OFF_ATIME).store(t, Ordering::Relaxed)
-    }
-
-    #[inline]
-    pub fn cas(self) -> u64 {
-        // SAFETY: read under the shard lock (module rules); 8-aligned field.
-        unsafe { (self.0.add(OFF_CAS) as *const u64).read() }
-    }
-
-    /// # Safety
-    /// Only before publication or under the item's shard write lock.
-    #[inline]
-    pub unsafe fn set_cas(self, cas: u64) {
-        // SAFETY: exclusive access per the caller's contract.
-        unsafe { (self.0.add(OFF_CAS) as *mut u64).write(cas) }
+    pub fn set_atime(self, t: u16) {
+        self.atime_atomic().store(t, Ordering::Relaxed)
     }
 
     #[inline]
     pub fn flags(self) -> u32 {
-        // SAFETY: immutable after init; 4-aligned.
-        unsafe { (self.0.add(OFF_FLAGS) as *const u32).read() }
+        let l = self.layout();
+        if l.ext & EXT_FLAGS != 0 {
+            self.read_u32(l.fields)
+        } else {
+            0
+        }
+    }
+
+    /// Relative expiry, 0 = never.
+    #[inline]
+    pub fn exptime(self) -> u32 {
+        let l = self.layout();
+        if l.ext & EXT_EXPTIME != 0 {
+            self.read_u32(Self::field(&l, EXT_EXPTIME))
+        } else {
+            0
+        }
+    }
+
+    /// Can the expiry be changed in place?
+    #[inline]
+    pub fn has_exptime_field(self) -> bool {
+        self.layout().ext & EXT_EXPTIME != 0
+    }
+
+    /// Sets the expiry in place.
+    ///
+    /// # Safety
+    /// Under the item's shard write lock only, on an item that has the
+    /// field (`has_exptime_field`).
+    #[inline]
+    pub unsafe fn set_exptime(self, t: u32) {
+        let l = self.layout();
+        debug_assert!(l.ext & EXT_EXPTIME != 0);
+        let off = Self::field(&l, EXT_EXPTIME);
+        // SAFETY: exclusive per the caller's contract; inside the slot.
+        unsafe { (self.0.add(off) as *mut [u8; 4]).write(t.to_le_bytes()) }
+    }
+
+    /// The stored CAS unique, if the item has one.
+    #[inline]
+    pub fn stored_cas(self) -> Option<u64> {
+        let l = self.layout();
+        if l.ext & EXT_CAS != 0 {
+            let off = Self::field(&l, EXT_CAS);
+            // SAFETY: inside the slot; immutable after init.
+            Some(u64::from_le_bytes(unsafe {
+                (self.0.add(off) as *const [u8; 8]).read()
+            }))
+        } else {
+            None
+        }
     }
 
     #[inline]
     pub fn value_len(self) -> usize {
-        // SAFETY: immutable after init; 4-aligned.
-        unsafe { (self.0.add(OFF_VLEN) as *const u32).read() as usize }
+        self.layout().value_len
     }
 
     #[inline]
     pub fn key_len(self) -> usize {
-        // SAFETY: immutable after init.
-        unsafe { self.0.add(OFF_KLEN).read() as usize }
+        self.byte(OFF_KLEN) as usize
     }
 
     #[inline]
     pub fn key<'a>(self) -> &'a [u8] {
+        let l = self.layout();
         // SAFETY: the key bytes are immutable after init and inside the slot.
-        unsafe { std::slice::from_raw_parts(self.0.add(HEADER_SIZE), self.key_len()) }
+        unsafe { std::slice::from_raw_parts(self.0.add(l.key), l.key_len) }
     }
 
     #[inline]
     pub fn value<'a>(self) -> &'a [u8] {
-        // SAFETY: inside the slot; the caller holds the shard lock, so no
-        // in-place update runs concurrently.
-        unsafe {
-            std::slice::from_raw_parts(self.0.add(HEADER_SIZE + self.key_len()), self.value_len())
-        }
-    }
-
-    /// # Safety
-    /// Under the item's shard write lock only.
-    #[inline]
-    pub unsafe fn value_mut<'a>(self) -> &'a mut [u8] {
-        // SAFETY: exclusive per the caller's contract; inside the slot.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.0.add(HEADER_SIZE + self.key_len()),
-                self.value_len(),
-            )
-        }
+        let l = self.layout();
+        // SAFETY: inside the slot; values are immutable after init.
+        unsafe { std::slice::from_raw_parts(self.0.add(l.key + l.key_len), l.value_len) }
     }
 
     #[inline]
     pub fn size(self) -> usize {
-        item_size(self.key_len(), self.value_len())
+        let l = self.layout();
+        l.key + l.key_len + l.value_len
+    }
+
+    /// The spec of a copy of this item (same flags, expiry field and
+    /// stored CAS).
+    pub fn spec(self) -> ItemSpec {
+        let l = self.layout();
+        ItemSpec {
+            key_len: l.key_len,
+            value_len: l.value_len,
+            flags: self.flags(),
+            exptime: self.exptime(),
+            exptime_field: l.ext & EXT_EXPTIME != 0,
+            cas: self.stored_cas(),
+        }
     }
 
     #[inline]
@@ -234,30 +449,47 @@ impl ItemPtr {
         self.state() & bits != 0
     }
 
+    /// Sets state bits (not EXT or FREQ).
     #[inline]
     pub fn set_state(self, bits: u8) {
-        self.state_atomic().fetch_or(bits, Ordering::Relaxed);
+        self.state_atomic()
+            .fetch_or(bits & (STATE_EXT - 1), Ordering::Relaxed);
     }
 
     #[inline]
     pub fn clear_state(self, bits: u8) {
-        self.state_atomic().fetch_and(!bits, Ordering::Relaxed);
+        self.state_atomic()
+            .fetch_and(!(bits & (STATE_EXT - 1)), Ordering::Relaxed);
+    }
+
+    /// Hits counted for the evictor (0..=FREQ_MAX).
+    #[inline]
+    pub fn freq(self) -> u8 {
+        self.state() >> FREQ_SHIFT
     }
 
     /// A hit, as memcached's segmented-LRU `do_item_bump`: the first hit
-    /// marks the item fetched; later hits make it active and refresh its
-    /// access time.
+    /// marks the item fetched; later hits refresh its access time. Every
+    /// hit counts towards the eviction frequency. Takes no lock: two
+    /// atomics, written only when they change.
     #[inline]
-    pub fn bump(self, now: u32) {
-        if !self.is_fetched() {
-            self.set_state(STATE_FETCHED);
-        } else {
-            if !self.has_state(STATE_ACTIVE) {
-                self.set_state(STATE_ACTIVE);
-            }
-            if self.atime() != now {
-                self.set_atime(now);
-            }
+    pub fn bump(self, atime: u16) {
+        let s = self.state();
+        if s & STATE_FETCHED == 0 {
+            self.state_atomic()
+                .fetch_or(STATE_FETCHED, Ordering::Relaxed);
+        } else if self.atime() != atime {
+            self.set_atime(atime);
+        }
+        let s = self.state();
+        if s >> FREQ_SHIFT < FREQ_MAX {
+            // A lost race only loses a count.
+            let _ = self.state_atomic().compare_exchange(
+                s,
+                s + (1 << FREQ_SHIFT),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
         }
     }
 
@@ -275,7 +507,12 @@ impl ItemPtr {
 #[derive(Clone, Copy)]
 pub struct ItemView<'a> {
     pub(crate) ptr: ItemPtr,
-    pub(crate) use_cas: bool,
+    /// The CAS unique (0 with -C).
+    pub(crate) cas: u64,
+    /// The segment's base time (atime is relative to it).
+    pub(crate) base_time: u32,
+    /// The expiry when the view was made (mg T and gat change it after).
+    pub(crate) exptime: u32,
     pub(crate) _lock: std::marker::PhantomData<&'a ()>,
 }
 
@@ -290,24 +527,17 @@ impl<'a> ItemView<'a> {
         self.ptr.flags()
     }
     pub fn cas(&self) -> u64 {
-        if self.use_cas {
-            self.ptr.cas()
-        } else {
-            0
-        }
+        self.cas
     }
     pub fn exptime(&self) -> u32 {
-        self.ptr.exptime()
+        self.exptime
     }
+    /// Last access (relative clock).
     pub fn atime(&self) -> u32 {
-        self.ptr.atime()
+        self.base_time + u32::from(self.ptr.atime())
     }
     pub fn value_len(&self) -> usize {
         self.ptr.value_len()
-    }
-    /// TTL update (mg T, gat): exptime is atomic, so a read lock suffices.
-    pub fn set_exptime(&self, exptime: u32) {
-        self.ptr.set_exptime(exptime)
     }
     /// Has the item been hit before (memcached's ITEM_FETCHED)?
     pub fn fetched(&self) -> bool {
@@ -331,25 +561,95 @@ impl<'a> ItemView<'a> {
 mod tests {
     use super::*;
 
+    fn buf() -> Vec<u64> {
+        vec![0u64; 64]
+    }
+
+    #[test]
+    fn plain_item_has_a_five_byte_header() {
+        assert_eq!(item_size(16, 64), 85);
+        assert_eq!(item_size(1, 0), 6);
+        assert_eq!(item_size(1, 1), 7);
+        assert_eq!(item_size(1, 128), 4 + 2 + 1 + 128);
+    }
+
     #[test]
     fn layout_roundtrip() {
-        let mut buf = vec![0u64; 16];
-        let p = buf.as_mut_ptr() as *mut u8;
-        // SAFETY: the buffer is 128 bytes, 8-aligned and owned by the test.
+        let mut b = buf();
+        let p = b.as_mut_ptr() as *mut u8;
+        let spec = ItemSpec {
+            key_len: 3,
+            value_len: 5,
+            flags: 7,
+            exptime: 100,
+            exptime_field: true,
+            cas: Some(99),
+        };
+        // SAFETY: the buffer is 512 bytes, 8-aligned and owned by the test.
         let it = unsafe { ItemPtr::from_raw(p) };
-        unsafe { it.init(b"key", 7, 100, 62, 5, &[b"he", b"llo"]) };
-        unsafe { it.set_cas(99) };
+        unsafe { it.init(&spec, b"key", &[b"he", b"llo"], 62, STATE_KEY_BINARY) };
         assert_eq!(it.key(), b"key");
         assert_eq!(it.value(), b"hello");
         assert_eq!(
-            (it.flags(), it.exptime(), it.atime(), it.cas()),
-            (7, 100, 62, 99)
+            (it.flags(), it.exptime(), it.atime(), it.stored_cas()),
+            (7, 100, 62, Some(99))
         );
-        assert_eq!(it.size(), 40);
-        assert!(!it.is_dead());
+        assert_eq!(it.size(), spec.size());
+        assert_eq!(it.size(), 4 + 1 + 1 + 16 + 3 + 5);
+        assert!(it.has_state(STATE_KEY_BINARY) && !it.is_dead());
+        unsafe { it.set_exptime(5) };
+        assert_eq!(it.exptime(), 5);
+        assert_eq!(it.flags(), 7);
         it.mark_dead();
-        it.mark_fetched();
+        it.bump(70);
         assert!(it.is_dead() && it.is_fetched());
-        assert_eq!(item_size(0, 0), 32);
+        assert_eq!(it.freq(), 1);
+        it.bump(71);
+        it.bump(72);
+        it.bump(73);
+        assert_eq!((it.freq(), it.atime()), (FREQ_MAX, 73));
+        assert_eq!(it.spec().cas, Some(99));
+    }
+
+    #[test]
+    fn odd_addresses_swap_state_and_atime() {
+        let mut b = buf();
+        for start in [1usize, 2, 3] {
+            // SAFETY: the buffer is 512 bytes and owned by the test.
+            let it = unsafe { ItemPtr::from_raw((b.as_mut_ptr() as *mut u8).add(start)) };
+            let spec = ItemSpec {
+                key_len: 1,
+                value_len: 2,
+                ..ItemSpec::default()
+            };
+            unsafe { it.init(&spec, b"k", &[b"vv"], 300, STATE_FETCHED) };
+            assert_eq!((it.atime(), it.is_fetched()), (300, true));
+            it.bump(301);
+            assert_eq!((it.atime(), it.freq()), (301, 1));
+            assert_eq!((it.key(), it.value()), (&b"k"[..], &b"vv"[..]));
+        }
+    }
+
+    #[test]
+    fn long_values_and_no_ext() {
+        for vlen in [0usize, 1, 127, 128, 16_383, 16_384, 2_097_152] {
+            let spec = ItemSpec {
+                key_len: 250,
+                value_len: vlen,
+                ..ItemSpec::default()
+            };
+            let mut b = vec![0u64; spec.size() / 8 + 1];
+            let value = vec![b'x'; vlen];
+            let key = [b'k'; 250];
+            // SAFETY: the buffer holds spec.size() bytes, 8-aligned.
+            let it = unsafe { ItemPtr::from_raw(b.as_mut_ptr() as *mut u8) };
+            unsafe { it.init(&spec, &key, &[&value], 0, 0) };
+            assert_eq!(it.value_len(), vlen);
+            assert_eq!(it.key(), &key[..]);
+            assert_eq!(it.value(), &value[..]);
+            assert_eq!((it.flags(), it.exptime(), it.stored_cas()), (0, 0, None));
+            assert!(!it.has_exptime_field());
+            assert_eq!(it.size(), spec.size());
+        }
     }
 }

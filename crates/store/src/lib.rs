@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use arena::{Arena, Reserve, SegmentId, Slot};
 use clock::{Clock, ITEM_UPDATE_INTERVAL};
 use index::{hash_key, shard_of, AddrCodec, Found, Location, ShardCounters, Table, SHARDS};
-use item::{item_size, ItemPtr, ItemView};
+use item::{ItemPtr, ItemView};
 
 pub use item::HEADER_SIZE;
 
@@ -211,12 +211,16 @@ pub struct Store {
     clock: Clock,
     arena: Arena,
     shards: Box<[RwLock<Table>]>,
-    cas_id: AtomicU64,
-    /// memcached's settings.oldest_live (relative time, 0 = none).
-    oldest_live: AtomicU32,
-    /// memcached's settings.oldest_cas.
-    oldest_cas: AtomicU64,
+    /// The write head of copies made outside a worker's own writes (touch
+    /// and gat give no head): the last one.
+    copy_head: usize,
+    /// Pending flushes of a flush_all (relative times, 0 = none): see
+    /// `flush_all_after`.
+    flush_at: [AtomicU32; 2],
     limit_maxbytes: AtomicU64,
+    /// log2(segment size / item alignment): the bits of a location CAS
+    /// below the segment sequence.
+    cas_offset_bits: u32,
 }
 
 /// Bytes memcached would charge for an item (its `ITEM_ntotal`): its size
@@ -230,21 +234,22 @@ impl Store {
         let segment_size = segment_size_for(cfg.item_size_max);
         let max_heads = (cfg.memory_limit / segment_size / 4).max(1);
         let heads = cfg.write_heads.clamp(1, max_heads);
-        let arena = Arena::new(cfg.memory_limit, segment_size, heads, cfg.evictions);
+        // One more head for copies (see `copy_head`).
+        let arena = Arena::new(cfg.memory_limit, segment_size, heads + 1, cfg.evictions);
         let codec = AddrCodec::new(
             arena.capacity(),
             arena.segment_shift(),
             item::ALIGN.trailing_zeros(),
         );
         Store {
+            copy_head: arena.heads() - 1,
+            cas_offset_bits: arena.segment_shift() - item::ALIGN.trailing_zeros(),
             arena,
             shards: (0..SHARDS)
                 .map(|_| RwLock::new(Table::new(codec)))
                 .collect(),
             clock: Clock::new(),
-            cas_id: AtomicU64::new(0),
-            oldest_live: AtomicU32::new(0),
-            oldest_cas: AtomicU64::new(0),
+            flush_at: [AtomicU32::new(0), AtomicU32::new(0)],
             limit_maxbytes: AtomicU64::new(cfg.memory_limit as u64),
             cfg,
         }
@@ -261,42 +266,70 @@ impl Store {
     /// Would memcached refuse a value of this size as "too large"?
     pub fn too_large(&self, key_len: usize, flags: u32, value_len: usize) -> bool {
         memcached_item_total(key_len, flags, value_len, self.cfg.use_cas) > self.cfg.item_size_max
-            || item_size(key_len, value_len) > self.arena.segment_size()
+            || item::ItemSpec {
+                key_len,
+                value_len,
+                flags,
+                exptime_field: true,
+                cas: Some(0),
+                ..Default::default()
+            }
+            .size()
+                > self.arena.segment_size()
     }
 
+    /// The CAS unique of the item at `loc` (see `item`): its stored one,
+    /// else its location's. 0 with -C.
     #[inline]
-    fn next_cas(&self) -> u64 {
-        if self.cfg.use_cas {
-            self.cas_id.fetch_add(1, Ordering::Relaxed) + 1
-        } else {
-            0
+    fn cas_of(&self, loc: Location, it: ItemPtr) -> u64 {
+        if !self.cfg.use_cas {
+            return 0;
         }
+        it.stored_cas().unwrap_or_else(|| {
+            let seq = self.arena.segment(loc.seg).seq.load(Ordering::Relaxed);
+            (seq << self.cas_offset_bits) + (loc.offset / item::ALIGN) as u64 + 1
+        })
     }
 
+    /// An explicit CAS unique to store (meta E), if CAS is on.
     #[inline]
-    fn is_expired(&self, it: ItemPtr, now: u32) -> bool {
-        let e = it.exptime();
-        e != 0 && e <= now
+    fn explicit(&self, cas: u64) -> Option<u64> {
+        (cas != 0 && self.cfg.use_cas).then_some(cas)
     }
 
-    /// memcached's `item_is_flushed`.
+    /// `now` as an access time of an item in `seg`.
     #[inline]
-    fn is_flushed(&self, it: ItemPtr, now: u32) -> bool {
-        let oldest_live = self.oldest_live.load(Ordering::Relaxed);
-        if oldest_live == 0 || oldest_live > now {
-            return false;
+    fn atime_in(&self, seg: SegmentId, now: u32) -> u16 {
+        let base = self.arena.segment(seg).base_time.load(Ordering::Relaxed);
+        now.saturating_sub(base).min(u32::from(u16::MAX)) as u16
+    }
+
+    /// Runs a delayed flush_all whose time has come. Called at the start of
+    /// every command (before anything is written) and by the maintainer.
+    #[inline]
+    fn flush_due(&self, now: u32) {
+        for at in &self.flush_at {
+            let t = at.load(Ordering::Relaxed);
+            if t != 0
+                && t <= now
+                && at
+                    .compare_exchange(t, 0, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                self.arena.flush();
+            }
         }
-        let oldest_cas = self.oldest_cas.load(Ordering::Relaxed);
-        let cas = it.cas();
-        it.atime() <= oldest_live || (oldest_cas != 0 && cas != 0 && cas < oldest_cas)
     }
 
     /// Classifies a found item: usable, expired or flushed.
     #[inline]
-    fn check(&self, it: ItemPtr, now: u32) -> Lookup<()> {
-        if self.is_flushed(it, now) {
-            Lookup::Flushed
-        } else if self.is_expired(it, now) {
+    fn check(&self, it: ItemPtr, loc: Location, now: u32) -> Lookup<()> {
+        let seg = self.arena.segment(loc.seg);
+        if loc.offset < seg.flushed_below.load(Ordering::Relaxed) {
+            return Lookup::Flushed;
+        }
+        let e = it.exptime();
+        if e != 0 && e <= now {
             Lookup::Expired
         } else {
             Lookup::Hit(())
@@ -324,10 +357,10 @@ impl Store {
         seg.live_bytes.fetch_sub(size, Ordering::AcqRel);
     }
 
-    fn account_link(&self, table: &mut Table, loc: Location, it: ItemPtr) {
+    fn account_link(&self, table: &mut Table, loc: Location, it: ItemPtr, new: bool) {
         let size = it.size();
         table.counters.curr_items += 1;
-        table.counters.total_items += 1;
+        table.counters.total_items += u64::from(new);
         table.counters.bytes += size as u64;
         let seg = self.arena.segment(loc.seg);
         seg.live_items.fetch_add(1, Ordering::AcqRel);
@@ -340,9 +373,24 @@ impl Store {
         let mut table = self.shard(hash).write();
         if let Some(f) = table.find_at(&self.arena, key, hash, loc) {
             let now = self.clock.now();
-            if !matches!(self.check(f.item, now), Lookup::Hit(())) {
+            if !matches!(self.check(f.item, f.loc, now), Lookup::Hit(())) {
                 self.unlink(&mut table, &f);
             }
+        }
+    }
+
+    #[inline]
+    fn view<'a>(&self, loc: Location, it: ItemPtr) -> ItemView<'a> {
+        ItemView {
+            ptr: it,
+            cas: self.cas_of(loc, it),
+            base_time: self
+                .arena
+                .segment(loc.seg)
+                .base_time
+                .load(Ordering::Relaxed),
+            exptime: it.exptime(),
+            _lock: std::marker::PhantomData,
         }
     }
 
@@ -356,99 +404,218 @@ impl Store {
     ) -> Lookup<R> {
         let hash = hash_key(key);
         let now = self.clock.now();
+        self.flush_due(now);
+        if let Some(exptime) = touch {
+            return self.touched(self.copy_head, key, hash, exptime, true, |v, _| f(v));
+        }
         let table = self.shard(hash).read();
         let Some(found) = table.find(&self.arena, key, hash) else {
             return Lookup::Miss;
         };
         let it = found.item;
-        match self.check(it, now) {
+        match self.check(it, found.loc, now) {
             Lookup::Hit(()) => {}
             stale => {
                 drop(table);
                 self.unlink_stale(key, hash, found.loc);
-                return match stale {
-                    Lookup::Flushed => Lookup::Flushed,
-                    _ => Lookup::Expired,
-                };
+                return stale.map_hit();
             }
         }
-        if let Some(exptime) = touch {
-            it.set_exptime(exptime);
-        }
-        it.bump(now);
-        Lookup::Hit(f(self.view(it)))
+        it.bump(self.atime_in(found.loc.seg, now));
+        Lookup::Hit(f(self.view(found.loc, it)))
     }
 
-    #[inline]
-    fn view<'a>(&self, it: ItemPtr) -> ItemView<'a> {
-        ItemView {
-            ptr: it,
-            use_cas: self.cfg.use_cas,
-            _lock: std::marker::PhantomData,
+    /// Finds a live entry under a write lock, unlinking it if expired or
+    /// flushed (and saying which).
+    fn find_checked(&self, table: &mut Table, key: &[u8], hash: u64) -> Result<Found, Lookup<()>> {
+        let Some(found) = table.find(&self.arena, key, hash) else {
+            return Err(Lookup::Miss);
+        };
+        match self.check(found.item, found.loc, self.clock.now()) {
+            Lookup::Hit(()) => Ok(found),
+            stale => {
+                self.unlink(table, &found);
+                Err(stale)
+            }
         }
+    }
+
+    /// Finds a live entry under a write lock, unlinking it if stale.
+    fn find_live(&self, table: &mut Table, key: &[u8], hash: u64) -> Option<Found> {
+        self.find_checked(table, key, hash).ok()
+    }
+
+    /// A hit that sets a new expiry: in place when the item has an expiry
+    /// field, else by replacing it with a copy that has one (keeping its
+    /// CAS unique). Runs `f` under the write lock on the (possibly new)
+    /// item, whose view still shows the expiry from before, and whether
+    /// it was hit (bumped) if `bump`.
+    fn touched<R>(
+        &self,
+        head: usize,
+        key: &[u8],
+        hash: u64,
+        exptime: u32,
+        bump: bool,
+        f: impl FnOnce(ItemView<'_>, bool) -> R,
+    ) -> Lookup<R> {
+        loop {
+            let mut table = self.shard(hash).write();
+            let found = match self.find_checked(&mut table, key, hash) {
+                Ok(found) => found,
+                Err(missed) => return missed.map_hit(),
+            };
+            let it = found.item;
+            if it.has_exptime_field() || exptime == 0 {
+                let view = self.view(found.loc, it);
+                if it.has_exptime_field() {
+                    // SAFETY: we hold the shard write lock.
+                    unsafe { it.set_exptime(exptime) };
+                }
+                let r = f(view, false);
+                if bump {
+                    it.bump(self.atime_in(found.loc.seg, self.clock.now()));
+                }
+                return Lookup::Hit(r);
+            }
+            // Copy it with an expiry field, keeping its CAS unique.
+            let spec = item::ItemSpec {
+                exptime,
+                exptime_field: true,
+                cas: self.explicit(self.cas_of(found.loc, it)),
+                ..it.spec()
+            };
+            let old_loc = found.loc;
+            drop(table);
+            let Some(slot) = self.reserve(head, spec.size()) else {
+                return Lookup::Miss;
+            };
+            let mut table = self.shard(hash).write();
+            let Some(old) = table
+                .find_at(&self.arena, key, hash, old_loc)
+                .filter(|f| matches!(self.check(f.item, f.loc, self.clock.now()), Lookup::Hit(())))
+            else {
+                self.abandon(slot, table);
+                continue;
+            };
+            let view_before = self.view(old.loc, old.item);
+            self.write_item(&slot, &spec, key, &[old.item.value()], old.item.state());
+            slot.ptr
+                .set_atime(self.atime_in(slot.seg, self.base_atime(old.loc, old.item)));
+            self.link_counted(&mut table, hash, &slot, Some(&old), false);
+            let r = f(
+                ItemView {
+                    ptr: slot.ptr,
+                    ..view_before
+                },
+                false,
+            );
+            if bump {
+                slot.ptr.bump(self.atime_in(slot.seg, self.clock.now()));
+            }
+            drop(table);
+            self.arena.finish_write(slot.seg);
+            return Lookup::Hit(r);
+        }
+    }
+
+    /// The absolute access time of an item.
+    fn base_atime(&self, loc: Location, it: ItemPtr) -> u32 {
+        self.arena
+            .segment(loc.seg)
+            .base_time
+            .load(Ordering::Relaxed)
+            + u32::from(it.atime())
+    }
+
+    /// Drops a reserved slot that will not be published.
+    fn abandon(&self, slot: Slot, table: parking_lot::RwLockWriteGuard<'_, Table>) {
+        slot.ptr.mark_dead();
+        drop(table);
+        self.arena.finish_write(slot.seg);
     }
 
     /// mg: looks `key` up and runs `f` on the item under its shard lock
     /// *before* the hit is recorded (so `h`/`l` see the previous state);
     /// `f` also gets whether the item was just created. With `vivify`, a
     /// miss creates an empty item (mg N). `bump` records the hit (not u).
+    /// `touch` sets a new expiry (mg T); the view shows the one before.
     pub fn meta_get<R>(
         &self,
         head: usize,
         key: &[u8],
         bump: bool,
+        touch: Option<u32>,
         vivify: Option<&Vivify>,
         f: impl FnOnce(ItemView<'_>, bool) -> R,
     ) -> Lookup<R> {
         let hash = hash_key(key);
         let now = self.clock.now();
-        let mut missed = Lookup::Miss;
-        {
+        self.flush_due(now);
+        let mut f = Some(f);
+        let missed = if let Some(exptime) = touch {
+            let r = self.touched(head, key, hash, exptime, bump, |v, c| {
+                (f.take().expect("called once"))(v, c)
+            });
+            match r {
+                Lookup::Hit(r) => return Lookup::Hit(r),
+                Lookup::Miss => Lookup::Miss,
+                Lookup::Expired => Lookup::Expired,
+                Lookup::Flushed => Lookup::Flushed,
+            }
+        } else {
             let table = self.shard(hash).read();
-            if let Some(found) = table.find(&self.arena, key, hash) {
-                match self.check(found.item, now) {
+            match table.find(&self.arena, key, hash) {
+                None => Lookup::Miss,
+                Some(found) => match self.check(found.item, found.loc, now) {
                     Lookup::Hit(()) => {
-                        let r = f(self.view(found.item), false);
+                        let view = self.view(found.loc, found.item);
+                        let r = (f.take().expect("called once"))(view, false);
                         if bump {
-                            found.item.bump(now);
+                            found.item.bump(self.atime_in(found.loc.seg, now));
                         }
                         return Lookup::Hit(r);
                     }
                     stale => {
                         drop(table);
                         self.unlink_stale(key, hash, found.loc);
-                        missed = match stale {
-                            Lookup::Flushed => Lookup::Flushed,
-                            _ => Lookup::Expired,
-                        };
+                        stale.map_hit()
                     }
-                }
+                },
             }
-        }
+        };
         let Some(v) = vivify else {
             return missed;
         };
-        let Some(slot) = self.reserve(head, item_size(key.len(), 0)) else {
+        let spec = item::ItemSpec {
+            key_len: key.len(),
+            exptime: v.exptime,
+            cas: self.explicit(v.cas),
+            ..Default::default()
+        };
+        let Some(slot) = self.reserve(head, spec.size()) else {
             return missed;
         };
-        self.write_item(&slot, key, 0, v.exptime, &[]);
-        if v.key_binary {
-            slot.ptr.set_state(item::STATE_KEY_BINARY);
-        }
+        let state = if v.key_binary {
+            item::STATE_KEY_BINARY
+        } else {
+            0
+        };
         let mut table = self.shard(hash).write();
-        let (it, created) = match self.find_live(&mut table, key, hash) {
+        // Written under the lock: a racing vivify may have won.
+        let (loc, it, created) = match self.find_live(&mut table, key, hash) {
             Some(existing) => {
                 slot.ptr.mark_dead();
-                (existing.item, false)
+                (existing.loc, existing.item, false)
             }
             None => {
-                self.link(&mut table, hash, &slot, None, v.cas);
-                (slot.ptr, true)
+                self.write_item(&slot, &spec, key, &[], state);
+                (self.link(&mut table, hash, &slot, None), slot.ptr, true)
             }
         };
-        let r = f(self.view(it), created);
+        let r = (f.take().expect("called once"))(self.view(loc, it), created);
         if bump {
-            it.bump(self.clock.now());
+            it.bump(self.atime_in(loc.seg, self.clock.now()));
         }
         drop(table);
         self.arena.finish_write(slot.seg);
@@ -464,7 +631,7 @@ impl Store {
     fn reserve(&self, head: usize, size: usize) -> Option<Slot> {
         let mut busy = 0;
         loop {
-            match self.arena.reserve(head, size) {
+            match self.arena.reserve(head, size, self.clock.now()) {
                 Reserve::Slot(slot) => return Some(slot),
                 Reserve::Evict(seg) => {
                     self.evict_segment(seg);
@@ -502,7 +669,7 @@ impl Store {
                 let mut table = self.shard(hash).write();
                 if let Some(found) = table.find_at(&self.arena, key, hash, loc) {
                     let now = self.clock.now();
-                    let stale = !matches!(self.check(it, now), Lookup::Hit(()));
+                    let stale = !matches!(self.check(it, loc, now), Lookup::Hit(()));
                     if stale || evict {
                         let fetched = it.is_fetched();
                         let c = &mut table.counters;
@@ -521,10 +688,11 @@ impl Store {
         }
     }
 
-    /// One step of background expiry: walks the `cursor`-th sealed segment
-    /// and unlinks its expired and flushed items. Returns false when there
-    /// was nothing to walk.
+    /// One step of background maintenance: runs a due delayed flush, and
+    /// walks the `cursor`-th sealed segment, unlinking its expired and
+    /// flushed items. Returns false when there was nothing to walk.
     pub fn reclaim_step(&self, cursor: usize) -> bool {
+        self.flush_due(self.clock.now());
         let Some(seg) = self.arena.claim_for_reclaim(cursor) else {
             return false;
         };
@@ -538,34 +706,37 @@ impl Store {
         self.arena.sealed_count()
     }
 
-    /// Writes a new item into a reserved slot.
-    fn write_item(&self, slot: &Slot, key: &[u8], flags: u32, exptime: u32, parts: &[&[u8]]) {
-        let vlen = parts.iter().map(|p| p.len()).sum();
-        // SAFETY: the slot was just reserved for exactly item_size(key, vlen)
-        // bytes and is owned by this thread until published.
-        unsafe {
-            slot.ptr
-                .init(key, flags, exptime, self.clock.now(), vlen, parts)
-        };
+    /// Writes a new item into a reserved slot, accessed now.
+    fn write_item(
+        &self,
+        slot: &Slot,
+        spec: &item::ItemSpec,
+        key: &[u8],
+        parts: &[&[u8]],
+        state: u8,
+    ) {
+        let atime = self.atime_in(slot.seg, self.clock.now());
+        // SAFETY: the slot was reserved for at least spec.size() bytes and
+        // is owned by this thread until published.
+        unsafe { slot.ptr.init(spec, key, parts, atime, state) };
     }
 
     /// Publishes `slot` under `key`, replacing `old` if given. Caller holds
-    /// the shard write lock. Returns the new CAS.
-    fn link(
+    /// the shard write lock. Returns the new item's location.
+    fn link(&self, table: &mut Table, hash: u64, slot: &Slot, old: Option<&Found>) -> Location {
+        self.link_counted(table, hash, slot, old, true)
+    }
+
+    /// As `link`; `new` is false for a copy that stands for an update
+    /// memcached makes in place (not counted in total_items).
+    fn link_counted(
         &self,
         table: &mut Table,
         hash: u64,
         slot: &Slot,
         old: Option<&Found>,
-        explicit_cas: u64,
-    ) -> u64 {
-        let cas = if explicit_cas != 0 && self.cfg.use_cas {
-            explicit_cas
-        } else {
-            self.next_cas()
-        };
-        // SAFETY: the item is not yet published; we hold the shard lock.
-        unsafe { slot.ptr.set_cas(cas) };
+        new: bool,
+    ) -> Location {
         let loc = Location {
             seg: slot.seg,
             offset: slot.offset,
@@ -577,20 +748,20 @@ impl Store {
             }
             None => table.insert(&self.arena, hash, loc),
         }
-        self.account_link(table, loc, slot.ptr);
-        cas
+        self.account_link(table, loc, slot.ptr, new);
+        loc
     }
 
-    /// Finds a live entry under a write lock, unlinking it if stale.
-    fn find_live(&self, table: &mut Table, key: &[u8], hash: u64) -> Option<Found> {
-        let found = table.find(&self.arena, key, hash)?;
-        let now = self.clock.now();
-        if matches!(self.check(found.item, now), Lookup::Hit(())) {
-            Some(found)
-        } else {
-            self.unlink(table, &found);
-            None
-        }
+    /// The CAS unique a slot's item gets once linked.
+    #[inline]
+    fn slot_cas(&self, slot: &Slot) -> u64 {
+        self.cas_of(
+            Location {
+                seg: slot.seg,
+                offset: slot.offset,
+            },
+            slot.ptr,
+        )
     }
 
     /// set/add/replace/append/prepend/cas. `head` picks the write head
@@ -615,6 +786,8 @@ impl Store {
         if self.too_large(key.len(), flags, value.len()) {
             return (StoreStatus::TooLarge, 0, 0);
         }
+        let now = self.clock.now();
+        self.flush_due(now);
         if matches!(mode, StoreMode::Append | StoreMode::Prepend) {
             let r = self.concat(head, w);
             if r.0 == StoreStatus::NotStored && r.2 == usize::MAX {
@@ -633,48 +806,62 @@ impl Store {
             return (r.0, r.1, if r.2 == usize::MAX { 0 } else { r.2 });
         }
         let hash = hash_key(key);
-        let Some(slot) = self.reserve(head, item_size(key.len(), value.len())) else {
+        let spec = item::ItemSpec {
+            key_len: key.len(),
+            value_len: value.len(),
+            flags,
+            exptime,
+            // A stale-ok CAS may keep the old item's expiry.
+            exptime_field: w.stale_ok,
+            cas: self.explicit(w.new_cas),
+        };
+        let Some(slot) = self.reserve(head, spec.size()) else {
             if mode == StoreMode::Set {
                 // memcached drops the old value rather than keep stale data.
                 self.delete(key);
             }
             return (StoreStatus::OutOfMemory, 0, 0);
         };
-        self.write_item(&slot, key, flags, exptime, &[value]);
-        if w.key_binary {
-            slot.ptr.set_state(item::STATE_KEY_BINARY);
-        }
+        let state = if w.key_binary {
+            item::STATE_KEY_BINARY
+        } else {
+            0
+        };
+        self.write_item(&slot, &spec, key, &[value], state);
         let mut table = self.shard(hash).write();
         let old = self.find_live(&mut table, key, hash);
         let now = self.clock.now();
         let result = match (mode, &old) {
             (StoreMode::Add, Some(f)) => {
-                if f.item.atime() < now.saturating_sub(ITEM_UPDATE_INTERVAL) {
-                    f.item.set_atime(now);
+                let atime = self.base_atime(f.loc, f.item);
+                if atime < now.saturating_sub(ITEM_UPDATE_INTERVAL) {
+                    f.item.set_atime(self.atime_in(f.loc.seg, now));
                 }
                 (StoreStatus::NotStored, 0)
             }
             (StoreMode::Replace, None) => (StoreStatus::NotStored, 0),
             (StoreMode::Cas, None) => (StoreStatus::NotFound, 0),
             // A zero CAS never matches (so with -C every cas is EXISTS).
-            (StoreMode::Cas, Some(f)) if cas == 0 || f.item.cas() != cas => {
-                if w.stale_ok && cas != 0 && cas < f.item.cas() {
+            (StoreMode::Cas, Some(f)) if cas == 0 || self.cas_of(f.loc, f.item) != cas => {
+                let current = self.cas_of(f.loc, f.item);
+                if w.stale_ok && cas != 0 && cas < current {
                     // memcached's CAS_STALE: store, keeping the old TTL,
                     // marked stale (and keeping a sent token).
-                    slot.ptr.set_exptime(f.item.exptime());
+                    // SAFETY: the slot is ours until published.
+                    unsafe { slot.ptr.set_exptime(f.item.exptime()) };
                     slot.ptr.set_state(item::STATE_STALE);
                     if f.item.has_state(item::STATE_TOKEN_SENT) {
                         slot.ptr.set_state(item::STATE_TOKEN_SENT);
                     }
-                    let new_cas = self.link(&mut table, hash, &slot, old.as_ref(), w.new_cas);
-                    (StoreStatus::Stored, new_cas)
+                    self.link(&mut table, hash, &slot, old.as_ref());
+                    (StoreStatus::Stored, self.slot_cas(&slot))
                 } else {
                     (StoreStatus::Exists, 0)
                 }
             }
             _ => {
-                let new_cas = self.link(&mut table, hash, &slot, old.as_ref(), w.new_cas);
-                (StoreStatus::Stored, new_cas)
+                self.link(&mut table, hash, &slot, old.as_ref());
+                (StoreStatus::Stored, self.slot_cas(&slot))
             }
         };
         if result.0 != StoreStatus::Stored {
@@ -691,33 +878,41 @@ impl Store {
         let (mode, key, data, cas) = (w.mode, w.key, w.value, w.cas);
         let hash = hash_key(key);
         loop {
-            let (old_loc, old_len, old_flags) = {
+            let (old_loc, spec) = {
                 let mut table = self.shard(hash).write();
                 let Some(f) = self.find_live(&mut table, key, hash) else {
                     return (StoreStatus::NotStored, 0, usize::MAX);
                 };
-                if cas != 0 && f.item.cas() != cas {
+                if cas != 0 && self.cas_of(f.loc, f.item) != cas {
                     return (StoreStatus::Exists, 0, 0);
                 }
-                (f.loc, f.item.value_len(), f.item.flags())
+                let old = f.item.spec();
+                let spec = item::ItemSpec {
+                    value_len: old.value_len + data.len(),
+                    cas: self.explicit(w.new_cas),
+                    ..old
+                };
+                (f.loc, spec)
             };
-            let total = old_len + data.len();
-            if self.too_large(key.len(), old_flags, total) {
+            if self.too_large(key.len(), spec.flags, spec.value_len) {
                 return (StoreStatus::NotStored, 0, 0);
             }
-            let Some(slot) = self.reserve(head, item_size(key.len(), total)) else {
+            let Some(slot) = self.reserve(head, spec.size()) else {
                 return (StoreStatus::OutOfMemory, 0, 0);
             };
             let mut table = self.shard(hash).write();
             let Some(old) = table
                 .find_at(&self.arena, key, hash, old_loc)
-                .filter(|f| matches!(self.check(f.item, self.clock.now()), Lookup::Hit(())))
+                .filter(|f| matches!(self.check(f.item, f.loc, self.clock.now()), Lookup::Hit(())))
             else {
                 // Changed while we reserved: start over.
-                slot.ptr.mark_dead();
-                drop(table);
-                self.arena.finish_write(slot.seg);
+                self.abandon(slot, table);
                 continue;
+            };
+            // The expiry may have been touched in place meanwhile.
+            let spec = item::ItemSpec {
+                exptime: old.item.exptime(),
+                ..spec
             };
             let old_value = old.item.value();
             let parts: [&[u8]; 2] = if mode == StoreMode::Append {
@@ -725,20 +920,21 @@ impl Store {
             } else {
                 [data, old_value]
             };
-            self.write_item(&slot, key, old.item.flags(), old.item.exptime(), &parts);
-            if w.key_binary || old.item.has_state(item::STATE_KEY_BINARY) {
-                slot.ptr.set_state(item::STATE_KEY_BINARY);
-            }
-            let new_cas = self.link(&mut table, hash, &slot, Some(&old), w.new_cas);
+            let binary = w.key_binary || old.item.has_state(item::STATE_KEY_BINARY);
+            let state = if binary { item::STATE_KEY_BINARY } else { 0 };
+            self.write_item(&slot, &spec, key, &parts, state);
+            self.link(&mut table, hash, &slot, Some(&old));
+            let new_cas = self.slot_cas(&slot);
             drop(table);
             self.arena.finish_write(slot.seg);
-            return (StoreStatus::Stored, new_cas, total);
+            return (StoreStatus::Stored, new_cas, spec.value_len);
         }
     }
 
     /// delete: true if a live item was removed.
     pub fn delete(&self, key: &[u8]) -> bool {
         let hash = hash_key(key);
+        self.flush_due(self.clock.now());
         let mut table = self.shard(hash).write();
         match self.find_live(&mut table, key, hash) {
             Some(f) => {
@@ -750,72 +946,91 @@ impl Store {
     }
 
     /// md: delete, or invalidate (mark stale), or empty the value, each
-    /// optionally only if the CAS unique matches.
+    /// optionally only if the CAS unique matches. Invalidating and
+    /// emptying replace the item with a copy (it gets a new CAS unique).
     pub fn meta_delete(&self, head: usize, key: &[u8], d: &MetaDelete) -> MetaDeleteResult {
         let hash = hash_key(key);
-        // x needs an empty item written before the shard lock is taken.
-        let slot = if d.remove_value {
-            match self.reserve(head, item_size(key.len(), 0)) {
-                Some(slot) => Some(slot),
-                None => return MetaDeleteResult::NotFound,
+        self.flush_due(self.clock.now());
+        loop {
+            let mut table = self.shard(hash).write();
+            let Some(f) = self.find_live(&mut table, key, hash) else {
+                return MetaDeleteResult::NotFound;
+            };
+            if d.compare_cas
+                .is_some_and(|c| c != self.cas_of(f.loc, f.item))
+            {
+                return MetaDeleteResult::Exists;
             }
-        } else {
-            None
-        };
-        let mut table = self.shard(hash).write();
-        let found = self.find_live(&mut table, key, hash);
-        let result = match &found {
-            None => MetaDeleteResult::NotFound,
-            Some(f) if d.compare_cas.is_some_and(|c| c != f.item.cas()) => MetaDeleteResult::Exists,
-            Some(f) => {
-                if let Some(slot) = &slot {
-                    let exptime = match (d.invalidate, d.exptime) {
-                        (true, Some(e)) => e,
-                        _ => f.item.exptime(),
-                    };
-                    self.write_item(slot, key, d.flags, exptime, &[]);
-                    let keep =
-                        item::STATE_KEY_BINARY | if d.invalidate { 0 } else { item::STATE_STALE };
-                    let mut state = f.item.state() & keep;
-                    if d.invalidate {
-                        state |= item::STATE_STALE;
-                    }
-                    slot.ptr.set_state(state);
-                    self.link(&mut table, hash, slot, Some(f), d.new_cas);
-                    MetaDeleteResult::Kept
-                } else if d.invalidate {
-                    if let Some(e) = d.exptime {
-                        f.item.set_exptime(e);
-                    }
-                    f.item.set_state(item::STATE_STALE);
-                    f.item.clear_state(item::STATE_TOKEN_SENT);
-                    let cas = if d.new_cas != 0 && self.cfg.use_cas {
-                        d.new_cas
-                    } else {
-                        self.next_cas()
-                    };
-                    // SAFETY: we hold the shard write lock.
-                    unsafe { f.item.set_cas(cas) };
-                    MetaDeleteResult::Kept
-                } else {
-                    self.unlink(&mut table, f);
-                    MetaDeleteResult::Deleted
+            if !d.remove_value && !d.invalidate {
+                self.unlink(&mut table, &f);
+                return MetaDeleteResult::Deleted;
+            }
+            let old = f.item.spec();
+            let exptime = match (d.invalidate, d.exptime) {
+                (true, Some(e)) => e,
+                _ => old.exptime,
+            };
+            let spec = if d.remove_value {
+                item::ItemSpec {
+                    key_len: key.len(),
+                    value_len: 0,
+                    flags: d.flags,
+                    exptime,
+                    exptime_field: old.exptime_field,
+                    cas: self.explicit(d.new_cas),
                 }
-            }
-        };
-        if let Some(slot) = slot {
-            if result != MetaDeleteResult::Kept {
-                slot.ptr.mark_dead();
-            }
+            } else {
+                item::ItemSpec {
+                    exptime,
+                    exptime_field: old.exptime_field,
+                    cas: self.explicit(d.new_cas),
+                    ..old
+                }
+            };
+            let old_loc = f.loc;
+            drop(table);
+            let Some(slot) = self.reserve(head, spec.size()) else {
+                return MetaDeleteResult::NotFound;
+            };
+            let mut table = self.shard(hash).write();
+            let Some(f) = table
+                .find_at(&self.arena, key, hash, old_loc)
+                .filter(|f| matches!(self.check(f.item, f.loc, self.clock.now()), Lookup::Hit(())))
+            else {
+                self.abandon(slot, table);
+                continue;
+            };
+            let spec = if d.invalidate && d.exptime.is_some() {
+                spec
+            } else {
+                item::ItemSpec {
+                    exptime: f.item.exptime(),
+                    ..spec
+                }
+            };
+            let old_state = f.item.state();
+            let state = if d.remove_value {
+                let keep =
+                    item::STATE_KEY_BINARY | if d.invalidate { 0 } else { item::STATE_STALE };
+                (old_state & keep) | if d.invalidate { item::STATE_STALE } else { 0 }
+            } else {
+                (old_state & !item::STATE_TOKEN_SENT) | item::STATE_STALE
+            };
+            let value: &[u8] = if d.remove_value { &[] } else { f.item.value() };
+            self.write_item(&slot, &spec, key, &[value], state);
+            slot.ptr
+                .set_atime(self.atime_in(slot.seg, self.base_atime(f.loc, f.item)));
+            // md I is in place in memcached, md x a new item.
+            self.link_counted(&mut table, hash, &slot, Some(&f), d.remove_value);
             drop(table);
             self.arena.finish_write(slot.seg);
+            return MetaDeleteResult::Kept;
         }
-        result
     }
 
     /// incr/decr with memcached's rules: 64-bit wrap on incr, clamp at 0 on
-    /// decr, values of 1..=23 decimal bytes only, result written in place
-    /// (space padded) when it fits.
+    /// decr, values of 1..=23 decimal bytes only; a shorter result is space
+    /// padded to the old length, as memcached's in-place update.
     pub fn arith(&self, head: usize, key: &[u8], incr: bool, delta: u64) -> ArithResult {
         match self.meta_arith(head, key, incr, delta, &MetaArith::default()) {
             MetaArithResult::Done { value, .. } => ArithResult::Value(value),
@@ -829,7 +1044,7 @@ impl Store {
 
     /// ma: incr/decr with a CAS check, an explicit new CAS, a TTL update
     /// and creation on a miss (memcached's `do_add_delta` plus the meta
-    /// extras).
+    /// extras). The result is always a new item (a new CAS unique).
     pub fn meta_arith(
         &self,
         head: usize,
@@ -839,8 +1054,9 @@ impl Store {
         m: &MetaArith,
     ) -> MetaArithResult {
         let hash = hash_key(key);
+        self.flush_due(self.clock.now());
         loop {
-            let (value, new_len, old_loc, exptime) = {
+            let (value, width, old_loc, spec, in_place) = {
                 let mut table = self.shard(hash).write();
                 let Some(f) = self.find_live(&mut table, key, hash) else {
                     drop(table);
@@ -858,7 +1074,7 @@ impl Store {
                 if cur.is_empty() {
                     return MetaArithResult::NonNumeric;
                 }
-                if m.compare_cas != 0 && f.item.cas() != m.compare_cas {
+                if m.compare_cas != 0 && self.cas_of(f.loc, f.item) != m.compare_cas {
                     return MetaArithResult::Exists;
                 }
                 if cur.len() >= 24 {
@@ -876,61 +1092,62 @@ impl Store {
                 } else {
                     n.saturating_sub(delta)
                 };
-                let mut buf = itoa::Buffer::new();
-                let text = buf.format(value).as_bytes();
-                let exptime = f.item.exptime();
-                if text.len() <= cur.len() {
-                    let cas = if m.new_cas != 0 && self.cfg.use_cas {
-                        m.new_cas
-                    } else {
-                        self.next_cas()
-                    };
-                    // SAFETY: we hold the shard write lock.
-                    unsafe {
-                        f.item.set_cas(cas);
-                        let v = f.item.value_mut();
-                        v[..text.len()].copy_from_slice(text);
-                        v[text.len()..].fill(b' ');
-                    }
-                    if let Some(e) = m.exptime {
-                        f.item.set_exptime(e);
-                    }
-                    return MetaArithResult::Done {
-                        value,
-                        cas: if self.cfg.use_cas { cas } else { 0 },
-                        exptime,
-                        created: false,
-                    };
-                }
-                (value, text.len(), f.loc, exptime)
+                let len = itoa::Buffer::new().format(value).len();
+                // memcached updates in place (space padded) when the result
+                // fits; that is also when ma's T applies.
+                let in_place = len <= cur.len();
+                let width = len.max(cur.len() * usize::from(in_place));
+                let spec = item::ItemSpec {
+                    value_len: width,
+                    cas: self.explicit(m.new_cas),
+                    exptime_field: f.item.has_exptime_field() || (in_place && m.exptime.is_some()),
+                    ..f.item.spec()
+                };
+                (value, width, f.loc, spec, in_place)
             };
-            // The result is longer: write a new item (no lock held while
-            // reserving, which may evict).
-            let Some(slot) = self.reserve(head, item_size(key.len(), new_len)) else {
+            let Some(slot) = self.reserve(head, spec.size()) else {
                 return MetaArithResult::OutOfMemory;
             };
             let mut table = self.shard(hash).write();
-            let Some(old) = table.find_at(&self.arena, key, hash, old_loc) else {
-                slot.ptr.mark_dead();
-                drop(table);
-                self.arena.finish_write(slot.seg);
+            let Some(old) = table
+                .find_at(&self.arena, key, hash, old_loc)
+                .filter(|f| matches!(self.check(f.item, f.loc, self.clock.now()), Lookup::Hit(())))
+            else {
+                self.abandon(slot, table);
                 continue;
+            };
+            let exptime = old.item.exptime();
+            let new_exptime = match m.exptime {
+                Some(e) if in_place => e,
+                _ => exptime,
+            };
+            let spec = item::ItemSpec {
+                exptime: new_exptime,
+                ..spec
             };
             let mut buf = itoa::Buffer::new();
             let text = buf.format(value).as_bytes();
-            if text.len() != new_len {
-                slot.ptr.mark_dead();
-                drop(table);
-                self.arena.finish_write(slot.seg);
-                continue;
-            }
-            self.write_item(&slot, key, old.item.flags(), old.item.exptime(), &[text]);
-            let cas = self.link(&mut table, hash, &slot, Some(&old), m.new_cas);
+            let pad = [b' '; 24];
+            let parts: [&[u8]; 2] = [text, &pad[..width - text.len()]];
+            // In place, memcached keeps the item's state; a new item has
+            // none but its key's encoding.
+            let state = old.item.state()
+                & if in_place {
+                    item::STATE_KEY_BINARY
+                        | item::STATE_FETCHED
+                        | item::STATE_STALE
+                        | item::STATE_TOKEN_SENT
+                } else {
+                    item::STATE_KEY_BINARY
+                };
+            self.write_item(&slot, &spec, key, &parts, state);
+            self.link_counted(&mut table, hash, &slot, Some(&old), !in_place);
+            let cas = self.slot_cas(&slot);
             drop(table);
             self.arena.finish_write(slot.seg);
             return MetaArithResult::Done {
                 value,
-                cas: if self.cfg.use_cas { cas } else { 0 },
+                cas,
                 exptime,
                 created: false,
             };
@@ -975,6 +1192,13 @@ impl Store {
 
     /// flush_all with a delay of any width (the binary protocol's is an
     /// unsigned 32-bit number): > 0 is a delay or a unix time, else now.
+    ///
+    /// memcached invalidates items whose time is at or before its
+    /// `oldest_live` (the deadline minus one with CAS on, the deadline with
+    /// -C) from that second on. Here the arena marks every item written so
+    /// far as flushed (see `Arena::flush`) at the start of that second and
+    /// once more at the start of the next, which covers the items stored
+    /// during it.
     pub fn flush_all_after(&self, delay: i64) {
         let now = self.clock.now();
         let new_oldest = if delay > 0 {
@@ -982,16 +1206,23 @@ impl Store {
         } else {
             now
         };
-        if self.cfg.use_cas {
-            let oldest_live = new_oldest.wrapping_sub(1);
-            self.oldest_live.store(oldest_live, Ordering::Relaxed);
-            if oldest_live <= now {
-                let cas = self.cas_id.fetch_add(1, Ordering::Relaxed) + 1;
-                self.oldest_cas.store(cas, Ordering::Relaxed);
-            }
+        let oldest_live = if self.cfg.use_cas {
+            new_oldest.wrapping_sub(1)
         } else {
-            self.oldest_live.store(new_oldest, Ordering::Relaxed);
-        }
+            new_oldest
+        };
+        // memcached: an oldest_live of 0 (a unix time before the process
+        // started) flushes nothing.
+        let (first, second) = if oldest_live == 0 {
+            (0, 0)
+        } else if oldest_live > now {
+            (oldest_live, oldest_live + 1)
+        } else {
+            self.arena.flush();
+            (0, if oldest_live == now { now + 1 } else { 0 })
+        };
+        self.flush_at[0].store(first, Ordering::Relaxed);
+        self.flush_at[1].store(second, Ordering::Relaxed);
     }
 
     /// cache_memlimit: true if the new limit was applied.
@@ -1046,6 +1277,17 @@ impl Store {
             c.evicted_unfetched = 0;
             c.reclaimed = 0;
             c.expired_unfetched = 0;
+        }
+    }
+}
+
+impl Lookup<()> {
+    /// A miss of any kind, as a lookup with another hit type.
+    fn map_hit<R>(self) -> Lookup<R> {
+        match self {
+            Lookup::Hit(()) | Lookup::Miss => Lookup::Miss,
+            Lookup::Expired => Lookup::Expired,
+            Lookup::Flushed => Lookup::Flushed,
         }
     }
 }

@@ -334,15 +334,18 @@ fn meta_get_vivifies_once_and_reports_pre_hit_state() {
         cas: 0,
         key_binary: false,
     };
-    let first = s.meta_get(0, b"k", true, Some(&v), |it, created| {
+    let first = s.meta_get(0, b"k", true, None, Some(&v), |it, created| {
         (created, it.fetched())
     });
     assert_eq!(first, Lookup::Hit((true, false)));
-    let second = s.meta_get(0, b"k", true, Some(&v), |it, created| {
+    let second = s.meta_get(0, b"k", true, None, Some(&v), |it, created| {
         (created, it.fetched())
     });
     assert_eq!(second, Lookup::Hit((false, true)));
-    assert_eq!(s.meta_get(0, b"nope", true, None, |_, _| ()), Lookup::Miss);
+    assert_eq!(
+        s.meta_get(0, b"nope", true, None, None, |_, _| ()),
+        Lookup::Miss
+    );
 }
 
 #[test]
@@ -359,7 +362,7 @@ fn cas_with_stale_ok_stores_an_older_unique_as_stale() {
         ..Write::default()
     };
     assert_eq!(s.store(0, &w).0, StoreStatus::Stored);
-    let stale = s.meta_get(0, b"k", false, None, |it, _| {
+    let stale = s.meta_get(0, b"k", false, None, None, |it, _| {
         (it.stale(), it.value().to_vec())
     });
     assert_eq!(stale, Lookup::Hit((true, b"v3".to_vec())));
@@ -385,14 +388,14 @@ fn meta_delete_invalidates_and_checks_cas() {
         ..MetaDelete::default()
     };
     assert_eq!(s.meta_delete(0, b"k", &inval), MetaDeleteResult::Kept);
-    let seen = s.meta_get(0, b"k", false, None, |it, _| (it.stale(), it.cas()));
+    let seen = s.meta_get(0, b"k", false, None, None, |it, _| (it.stale(), it.cas()));
     assert_eq!(seen, Lookup::Hit((true, 777)));
     let empty = MetaDelete {
         remove_value: true,
         ..MetaDelete::default()
     };
     assert_eq!(s.meta_delete(0, b"k", &empty), MetaDeleteResult::Kept);
-    let len = s.meta_get(0, b"k", false, None, |it, _| it.value_len());
+    let len = s.meta_get(0, b"k", false, None, None, |it, _| it.value_len());
     assert_eq!(len, Lookup::Hit(0));
     assert_eq!(
         s.meta_delete(0, b"k", &MetaDelete::default()),
