@@ -24,9 +24,10 @@
 //! which formats a key with `format!` (about 60 ns) between lookups, which
 //! also keeps the misses of consecutive lookups from overlapping.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use criterion::{black_box, criterion_group, BenchmarkId, Criterion, Throughput};
 use osmium_store::{Lookup, Store, StoreConfig, StoreMode, Write};
@@ -277,7 +278,44 @@ criterion_group! {
     targets = storage
 }
 
+/// The 1-minute load average (the 2-thread figures need both cores free).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// criterion's output directory: `$CRITERION_HOME`, else `criterion` in the
+/// target directory (this executable is `<target>/<profile>/deps/storage-…`).
+fn criterion_dir() -> Option<PathBuf> {
+    if let Some(home) = std::env::var_os("CRITERION_HOME") {
+        return Some(PathBuf::from(home));
+    }
+    if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
+        return Some(PathBuf::from(target).join("criterion"));
+    }
+    let exe = std::env::current_exe().ok()?;
+    Some(exe.parent()?.parent()?.parent()?.join("criterion"))
+}
+
+/// criterion's point estimate of the time per iteration (ns) of `id`
+/// (`group/function`), from the run that started at `since`: the slope when
+/// it fitted one (linear sampling), else the mean.
+fn criterion_estimate(id: &str, since: SystemTime) -> Option<f64> {
+    let path = criterion_dir()?.join(id).join("new").join("estimates.json");
+    if std::fs::metadata(&path).ok()?.modified().ok()? < since {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    ["slope", "mean"]
+        .iter()
+        .find_map(|k| v.get(k)?.get("point_estimate")?.as_f64())
+}
+
 fn main() {
+    let since = SystemTime::now();
+    let load_before = load_average();
     benches();
     Criterion::default().configure_from_args().final_summary();
     let names = [
@@ -293,19 +331,38 @@ fn main() {
     if figures.is_empty() {
         return;
     }
+    let estimates: Vec<Option<f64>> = names.iter().map(|n| criterion_estimate(n, since)).collect();
     println!();
-    println!("aggregate throughput over every timed batch (warm-up included):");
+    println!(
+        "summary (load average {load_before} before, {} after; 2 cores):",
+        load_average()
+    );
+    println!(
+        "  {:<21} {:>14} {:>14}   {:>22}",
+        "benchmark", "criterion ns", "criterion Mops", "all timed batches"
+    );
     for (i, m) in &figures {
+        let (ns, mops) = match estimates[*i] {
+            Some(ns) => (format!("{ns:.1}"), format!("{:.2}", 1e3 / ns)),
+            None => ("-".into(), "-".into()),
+        };
         println!(
-            "  {:<21} {:>7.2} Mops/s  ({:.1} ns/op)",
+            "  {:<21} {ns:>14} {mops:>14}   {:>8.1} ns {:>6.2} Mops",
             names[*i],
-            m,
-            1e3 / m
+            1e3 / m,
+            m
         );
     }
     for (one, two, what) in [(0, 1, "get"), (2, 3, "set")] {
         if let (Some(a), Some(b)) = (mops(one), mops(two)) {
-            println!("  {what} 2 threads / 1 thread throughput: {:.2}x", b / a);
+            let by_criterion = match (estimates[one], estimates[two]) {
+                (Some(t1), Some(t2)) => format!("{:.2}x", t1 / t2),
+                _ => "-".into(),
+            };
+            println!(
+                "  {what} throughput 2 threads / 1 thread: {by_criterion} (criterion estimates), {:.2}x (all timed batches)",
+                b / a
+            );
         }
     }
 }

@@ -203,12 +203,15 @@ pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-fn binaries(c: &Common) -> Binaries {
+/// The binaries of the requested servers; fails before anything runs if
+/// one is missing.
+fn binaries(c: &Common) -> Result<Binaries, String> {
     let bins = Binaries::resolve(c.osmium.clone(), c.memcached.clone());
     for kind in kinds(c) {
+        bins.check(kind)?;
         eprintln!("{kind}: {}", bins.path(kind).display());
     }
-    bins
+    Ok(bins)
 }
 
 fn kinds(c: &Common) -> Vec<Kind> {
@@ -226,7 +229,7 @@ fn run(cli: Cli) -> Result<bool, String> {
     servers::install_signal_handler()?;
     match cli.command {
         Cmd::Memory(a) => {
-            let bins = binaries(&a.common);
+            let bins = binaries(&a.common)?;
             memory::run_memory(
                 &bins,
                 &memory::MemoryOpts {
@@ -246,7 +249,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             )
         }
         Cmd::Retained(a) => {
-            let bins = binaries(&a.common);
+            let bins = binaries(&a.common)?;
             memory::run_retained(
                 &bins,
                 &memory::RetainedOpts {
@@ -266,7 +269,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             )
         }
         Cmd::Hitratio(a) => {
-            let bins = binaries(&a.common);
+            let bins = binaries(&a.common)?;
             let variants = match a.scan {
                 ScanArg::Both => vec![hitratio::Variant::Zipf, hitratio::Variant::Scan],
                 ScanArg::On => vec![hitratio::Variant::Scan],

@@ -60,6 +60,21 @@ impl Binaries {
         Binaries { osmium, memcached }
     }
 
+    /// Fails if `kind`'s binary is not a file.
+    pub fn check(&self, kind: Kind) -> Result<(), String> {
+        let path = self.path(kind);
+        if path.is_file() {
+            return Ok(());
+        }
+        Err(match kind {
+            Kind::Osmium => format!(
+                "{} not found: build it with `cargo build --release -p osmium-server`, or pass --osmium PATH",
+                path.display()
+            ),
+            Kind::Memcached => format!("{} not found: pass --memcached PATH", path.display()),
+        })
+    }
+
     pub fn path(&self, kind: Kind) -> &Path {
         match kind {
             Kind::Osmium => &self.osmium,
@@ -132,16 +147,8 @@ impl Server {
         memory_mb: u64,
         threads: u32,
     ) -> Result<Server, String> {
+        bins.check(kind)?;
         let path = bins.path(kind);
-        if !path.is_file() {
-            return Err(match kind {
-                Kind::Osmium => format!(
-                    "{} not found: build it with `cargo build --release -p osmium-server`, or pass --osmium PATH",
-                    path.display()
-                ),
-                Kind::Memcached => format!("{} not found: pass --memcached PATH", path.display()),
-            });
-        }
         let mut last_err = String::new();
         for _attempt in 0..3 {
             let port = free_port()?;
