@@ -11,9 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Every server this process started and has not stopped yet; the signal
-/// handler kills whatever is left here.
-static CHILDREN: Mutex<Vec<Child>> = Mutex::new(Vec::new());
+/// Every server this process started and has not stopped yet, with its
+/// stderr log; the signal handler kills whatever is left here.
+static CHILDREN: Mutex<Vec<(Child, PathBuf)>> = Mutex::new(Vec::new());
 
 /// Which server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -94,9 +94,10 @@ pub fn install_signal_handler() -> Result<(), String> {
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
                 let mut children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
-                for child in children.iter_mut() {
+                for (child, log) in children.iter_mut() {
                     let _ = child.kill();
                     let _ = child.wait();
+                    let _ = std::fs::remove_file(log);
                 }
                 let n = children.len();
                 children.clear();
@@ -167,7 +168,11 @@ impl Server {
         memory_mb: u64,
         threads: u32,
     ) -> Result<Server, String> {
-        let log = std::env::temp_dir().join(format!("osmium-bench-{}-{port}.log", kind.name()));
+        let log = std::env::temp_dir().join(format!(
+            "osmium-bench-{}-{}-{port}.log",
+            std::process::id(),
+            kind.name()
+        ));
         let log_file =
             File::create(&log).map_err(|e| format!("creating {}: {e}", log.display()))?;
         let mut cmd = Command::new(path);
@@ -186,7 +191,7 @@ impl Server {
         CHILDREN
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(child);
+            .push((child, log.clone()));
         // From here on the guard owns the process.
         let server = Server {
             kind,
@@ -224,7 +229,7 @@ impl Server {
     /// The exit status if the process has exited.
     fn exited(&self) -> Option<String> {
         let mut children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
-        let child = children.iter_mut().find(|c| c.id() == self.pid)?;
+        let (child, _) = children.iter_mut().find(|(c, _)| c.id() == self.pid)?;
         match child.try_wait() {
             Ok(Some(status)) => Some(status.to_string()),
             _ => None,
@@ -265,10 +270,10 @@ impl Drop for Server {
             let mut children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
             children
                 .iter()
-                .position(|c| c.id() == self.pid)
+                .position(|(c, _)| c.id() == self.pid)
                 .map(|i| children.swap_remove(i))
         };
-        if let Some(mut child) = child {
+        if let Some((mut child, _)) = child {
             let _ = child.kill();
             let _ = child.wait();
         }
