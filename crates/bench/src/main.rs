@@ -1,0 +1,318 @@
+//! `osmium-bench`: the command line of the issue-4 ("a denser engine")
+//! network benchmarks, which compare osmium with genuine memcached started by
+//! this tool in the same run on loopback ports:
+//!
+//! * `memory`: resident memory growth per item over a load ([`memory`]);
+//! * `retained`: items kept when the load does not fit in `-m` ([`memory`]);
+//! * `hitratio`: cache-aside miss ratio under zipf, with and without
+//!   one-time scans ([`hitratio`]).
+//!
+//! Servers are started and stopped by [`servers`]; keys and values come
+//! from [`keys`]; control connections are [`conn`]. The storage-only
+//! criterion benchmarks are `benches/storage.rs`.
+
+mod conn;
+mod hitratio;
+mod keys;
+mod memory;
+mod servers;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use servers::{Binaries, Kind};
+
+#[derive(Parser)]
+#[command(
+    name = "osmium-bench",
+    about = "Benchmarks of issue 4 (a denser engine): osmium against memcached, same run, loopback only"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Resident memory per item: RSS growth over a load of N items.
+    Memory(MemoryArgs),
+    /// Items retained: load more than fits in -m, count what is kept.
+    Retained(RetainedArgs),
+    /// Cache-aside miss ratio under zipf, with and without one-time scans.
+    Hitratio(HitRatioArgs),
+}
+
+/// Options every subcommand has.
+#[derive(Args, Clone)]
+struct Common {
+    /// The osmium binary [default: osmium beside this executable, else
+    /// target/release/osmium].
+    #[arg(long, value_name = "PATH")]
+    osmium: Option<PathBuf>,
+    /// The memcached binary [default: /usr/bin/memcached].
+    #[arg(long, value_name = "PATH")]
+    memcached: Option<PathBuf>,
+    /// Which servers to run, in this order.
+    #[arg(long, value_delimiter = ',', default_value = "memcached,osmium")]
+    servers: Vec<ServerArg>,
+    /// Worker threads of each server (`-t`).
+    #[arg(long, default_value_t = 4)]
+    threads: u32,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ServerArg {
+    Memcached,
+    Osmium,
+}
+
+impl From<ServerArg> for Kind {
+    fn from(s: ServerArg) -> Kind {
+        match s {
+            ServerArg::Memcached => Kind::Memcached,
+            ServerArg::Osmium => Kind::Osmium,
+        }
+    }
+}
+
+#[derive(Args)]
+struct MemoryArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Items to load.
+    #[arg(long, default_value_t = 1_000_000)]
+    items: u64,
+    /// Memory limit of each server, MB (`-m`).
+    #[arg(long, default_value_t = 1024)]
+    memory: u64,
+    #[arg(long, default_value_t = 16)]
+    key_size: usize,
+    #[arg(long, default_value_t = 64)]
+    value_size: usize,
+    /// Rounds; the order of the servers alternates (A B, B A, …) and the
+    /// median ratio is reported.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// Loader connections.
+    #[arg(long, default_value_t = 4)]
+    conns: usize,
+    /// Sets per write on a connection.
+    #[arg(long, default_value_t = 1000)]
+    batch: usize,
+}
+
+#[derive(Args)]
+struct RetainedArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Items to load.
+    #[arg(long, default_value_t = 5_000_000)]
+    items: u64,
+    /// Memory limit of each server, MB (`-m`).
+    #[arg(long, default_value_t = 256)]
+    memory: u64,
+    #[arg(long, default_value_t = 16)]
+    key_size: usize,
+    #[arg(long, default_value_t = 64)]
+    value_size: usize,
+    /// Keys (spread evenly over all items) fetched after the load to
+    /// estimate what is retained; 0 to skip.
+    #[arg(long, default_value_t = 100_000)]
+    sample: u64,
+    /// Loader connections.
+    #[arg(long, default_value_t = 4)]
+    conns: usize,
+    /// Sets per write on a connection.
+    #[arg(long, default_value_t = 1000)]
+    batch: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ScanArg {
+    Both,
+    On,
+    Off,
+}
+
+#[derive(Args)]
+struct HitRatioArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Distinct keys of the zipf distribution.
+    #[arg(long, default_value_t = 10_000_000)]
+    keys: u64,
+    /// Zipf exponent.
+    #[arg(long, default_value_t = 0.99)]
+    alpha: f64,
+    /// Memory limits to run, MB (`-m`), comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "64,256")]
+    memory: Vec<u64>,
+    /// Variants: without scans (off), with scans (on), or both.
+    #[arg(long, value_enum, default_value_t = ScanArg::Both)]
+    scan: ScanArg,
+    /// Keys per one-time scan.
+    #[arg(long, default_value_t = 1_000_000)]
+    scan_len: u64,
+    /// Zipf requests per scan in the measured phase (a scan starts after
+    /// every this many, the first after half of it).
+    #[arg(long, default_value_t = 5_000_000)]
+    scan_every: u64,
+    /// Warm-up requests (zipf only), not measured.
+    #[arg(long, default_value_t = 10_000_000)]
+    warmup: u64,
+    /// Measured zipf requests (scan requests come on top).
+    #[arg(long, default_value_t = 10_000_000)]
+    requests: u64,
+    /// Client connections, one thread each.
+    #[arg(long, default_value_t = 4)]
+    conns: usize,
+    /// Gets per pipelined batch.
+    #[arg(long, default_value_t = 128)]
+    batch: usize,
+    /// Seed of the rank permutation and of every connection's generator
+    /// (the same for every server).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long, default_value_t = 16)]
+    key_size: usize,
+    #[arg(long, default_value_t = 64)]
+    value_size: usize,
+}
+
+/// The median of `v` (mean of the middle two when even); None if empty.
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Bytes as MiB.
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// The binaries of the requested servers; fails before anything runs if
+/// one is missing.
+fn binaries(c: &Common) -> Result<Binaries, String> {
+    let bins = Binaries::resolve(c.osmium.clone(), c.memcached.clone());
+    for kind in kinds(c) {
+        bins.check(kind)?;
+        eprintln!("{kind}: {}", bins.path(kind).display());
+    }
+    Ok(bins)
+}
+
+fn kinds(c: &Common) -> Vec<Kind> {
+    let mut out: Vec<Kind> = Vec::new();
+    for &s in &c.servers {
+        let k = Kind::from(s);
+        if !out.contains(&k) {
+            out.push(k);
+        }
+    }
+    out
+}
+
+fn run(cli: Cli) -> Result<bool, String> {
+    servers::install_signal_handler()?;
+    match cli.command {
+        Cmd::Memory(a) => {
+            let bins = binaries(&a.common)?;
+            memory::run_memory(
+                &bins,
+                &memory::MemoryOpts {
+                    spec: memory::LoadSpec {
+                        items: a.items,
+                        key_size: a.key_size,
+                        value_size: a.value_size,
+                        conns: a.conns.max(1),
+                        batch: a.batch.max(1),
+                    },
+                    memory_mb: a.memory,
+                    threads: a.common.threads,
+                    rounds: a.rounds.max(1),
+                    servers: kinds(&a.common),
+                    json: a.common.json,
+                },
+            )
+        }
+        Cmd::Retained(a) => {
+            let bins = binaries(&a.common)?;
+            memory::run_retained(
+                &bins,
+                &memory::RetainedOpts {
+                    spec: memory::LoadSpec {
+                        items: a.items,
+                        key_size: a.key_size,
+                        value_size: a.value_size,
+                        conns: a.conns.max(1),
+                        batch: a.batch.max(1),
+                    },
+                    memory_mb: a.memory,
+                    threads: a.common.threads,
+                    sample: a.sample,
+                    servers: kinds(&a.common),
+                    json: a.common.json,
+                },
+            )
+        }
+        Cmd::Hitratio(a) => {
+            let bins = binaries(&a.common)?;
+            let variants = match a.scan {
+                ScanArg::Both => vec![hitratio::Variant::Zipf, hitratio::Variant::Scan],
+                ScanArg::On => vec![hitratio::Variant::Scan],
+                ScanArg::Off => vec![hitratio::Variant::Zipf],
+            };
+            hitratio::run(
+                &bins,
+                &hitratio::HitRatioOpts {
+                    keys: a.keys,
+                    alpha: a.alpha,
+                    memory_mb: a.memory,
+                    variants,
+                    scan_len: a.scan_len,
+                    scan_every: a.scan_every,
+                    warmup: a.warmup,
+                    requests: a.requests,
+                    conns: a.conns,
+                    batch: a.batch,
+                    seed: a.seed,
+                    key_size: a.key_size,
+                    value_size: a.value_size,
+                    threads: a.common.threads,
+                    servers: kinds(&a.common),
+                    json: a.common.json,
+                },
+            )
+        }
+    }
+}
+
+/// Exit status: 0 when every server was measured and behaved, 1 when a
+/// server returned wrong data or lost items it should have kept, 2 on an
+/// error (a server would not start, died, or a connection failed).
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("osmium-bench: a server misbehaved (see the report)");
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("osmium-bench: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

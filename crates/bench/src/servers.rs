@@ -1,0 +1,282 @@
+//! The servers under test: starting osmium or memcached on a free loopback
+//! port with identical flags, waiting until it accepts connections, reading
+//! its VmRSS, and stopping it again — by its PID, from a drop guard, and from
+//! a signal handler on Ctrl-C/SIGTERM/SIGHUP.
+
+use std::fmt;
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Every server this process started and has not stopped yet, with its
+/// stderr log; the signal handler kills whatever is left here.
+static CHILDREN: Mutex<Vec<(Child, PathBuf)>> = Mutex::new(Vec::new());
+
+/// Which server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Memcached,
+    Osmium,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Memcached => "memcached",
+            Kind::Osmium => "osmium",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// The binaries to run.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    pub osmium: PathBuf,
+    pub memcached: PathBuf,
+}
+
+impl Binaries {
+    /// `--osmium`/`--memcached`, else osmium beside this executable (both
+    /// live in `target/release` after `cargo build --release`), else
+    /// `target/release/osmium`; memcached at `/usr/bin/memcached`.
+    pub fn resolve(osmium: Option<PathBuf>, memcached: Option<PathBuf>) -> Binaries {
+        let osmium = osmium.unwrap_or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.parent().map(|dir| dir.join("osmium")))
+                .filter(|p| p.is_file())
+                .unwrap_or_else(|| PathBuf::from("target/release/osmium"))
+        });
+        let memcached = memcached.unwrap_or_else(|| PathBuf::from("/usr/bin/memcached"));
+        Binaries { osmium, memcached }
+    }
+
+    /// Fails if `kind`'s binary is not a file.
+    pub fn check(&self, kind: Kind) -> Result<(), String> {
+        let path = self.path(kind);
+        if path.is_file() {
+            return Ok(());
+        }
+        Err(match kind {
+            Kind::Osmium => format!(
+                "{} not found: build it with `cargo build --release -p osmium-server`, or pass --osmium PATH",
+                path.display()
+            ),
+            Kind::Memcached => format!("{} not found: pass --memcached PATH", path.display()),
+        })
+    }
+
+    pub fn path(&self, kind: Kind) -> &Path {
+        match kind {
+            Kind::Osmium => &self.osmium,
+            Kind::Memcached => &self.memcached,
+        }
+    }
+}
+
+/// Kills every server still running when SIGINT, SIGTERM or SIGHUP
+/// arrives, then exits with 128 + the signal number.
+pub fn install_signal_handler() -> Result<(), String> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(|e| format!("installing signal handler: {e}"))?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let mut children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
+                for (child, log) in children.iter_mut() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let _ = std::fs::remove_file(log);
+                }
+                let n = children.len();
+                children.clear();
+                eprintln!("osmium-bench: signal {sig}, stopped {n} server(s)");
+                std::process::exit(128 + sig);
+            }
+        })
+        .map_err(|e| format!("spawning signal thread: {e}"))?;
+    Ok(())
+}
+
+/// Is this process's effective uid 0? (From /proc, which needs no libc.)
+pub fn running_as_root() -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|uids| uids.split_whitespace().nth(1).map(|euid| euid == "0"))
+        .unwrap_or(false)
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+fn free_port() -> Result<u16, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| format!("finding a free port: {e}"))
+}
+
+/// A running server; dropping it kills the process (by PID) and reaps it.
+pub struct Server {
+    pub kind: Kind,
+    pub pid: u32,
+    pub port: u16,
+    log: PathBuf,
+}
+
+impl Server {
+    /// Starts `kind` with `-p <port> -U 0 -l 127.0.0.1 -m <memory_mb> -t
+    /// <threads>` (plus `-u root` for memcached when running as root) and
+    /// waits until it accepts a TCP connection. Retries on a new port if the
+    /// process dies at once (e.g. the port was taken in between).
+    pub fn start(
+        bins: &Binaries,
+        kind: Kind,
+        memory_mb: u64,
+        threads: u32,
+    ) -> Result<Server, String> {
+        bins.check(kind)?;
+        let path = bins.path(kind);
+        let mut last_err = String::new();
+        for _attempt in 0..3 {
+            let port = free_port()?;
+            match Server::try_start(path, kind, port, memory_mb, threads) {
+                Ok(s) => return Ok(s),
+                Err(e) => last_err = e,
+            }
+        }
+        Err(last_err)
+    }
+
+    fn try_start(
+        path: &Path,
+        kind: Kind,
+        port: u16,
+        memory_mb: u64,
+        threads: u32,
+    ) -> Result<Server, String> {
+        let log = std::env::temp_dir().join(format!(
+            "osmium-bench-{}-{}-{port}.log",
+            std::process::id(),
+            kind.name()
+        ));
+        let log_file =
+            File::create(&log).map_err(|e| format!("creating {}: {e}", log.display()))?;
+        let mut cmd = Command::new(path);
+        cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+            .args(["-m", &memory_mb.to_string(), "-t", &threads.to_string()]);
+        if kind == Kind::Memcached && running_as_root() {
+            cmd.args(["-u", "root"]);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file);
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", path.display()))?;
+        let pid = child.id();
+        CHILDREN
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((child, log.clone()));
+        // From here on the guard owns the process.
+        let server = Server {
+            kind,
+            pid,
+            port,
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = server.exited() {
+                let tail = std::fs::read_to_string(&server.log).unwrap_or_default();
+                return Err(format!(
+                    "{} exited at start ({status}) on port {port}: {}",
+                    kind.name(),
+                    tail.trim()
+                ));
+            }
+            if TcpStream::connect_timeout(&server.addr(), Duration::from_millis(200)).is_ok() {
+                return Ok(server);
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{} did not accept connections on port {port} within 15 s",
+                    kind.name()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// The exit status if the process has exited.
+    fn exited(&self) -> Option<String> {
+        let mut children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
+        let (child, _) = children.iter_mut().find(|(c, _)| c.id() == self.pid)?;
+        match child.try_wait() {
+            Ok(Some(status)) => Some(status.to_string()),
+            _ => None,
+        }
+    }
+
+    /// Fails if the server has died (e.g. crashed under load).
+    pub fn check_alive(&self) -> Result<(), String> {
+        match self.exited() {
+            Some(status) => Err(format!("{} (pid {}) died: {status}", self.kind, self.pid)),
+            None => Ok(()),
+        }
+    }
+
+    /// VmRSS from /proc/PID/status, in bytes.
+    pub fn rss_bytes(&self) -> Result<u64, String> {
+        let path = format!("/proc/{}/status", self.pid);
+        let status = std::fs::read_to_string(&path).map_err(|e| format!("reading {path}: {e}"))?;
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .ok_or_else(|| format!("no VmRSS in {path}"))?;
+        let mut parts = line.split_whitespace().skip(1);
+        let kb: u64 = parts
+            .next()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("bad VmRSS line {line:?}"))?;
+        if parts.next() != Some("kB") {
+            return Err(format!("bad VmRSS unit in {line:?}"));
+        }
+        Ok(kb * 1024)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let child = {
+            let mut children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
+            children
+                .iter()
+                .position(|(c, _)| c.id() == self.pid)
+                .map(|i| children.swap_remove(i))
+        };
+        if let Some((mut child, _)) = child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
