@@ -7,8 +7,23 @@
 //!   memory    |items...|items...|items...|        |   each segment_size bytes,
 //!             +--------+--------+--------+--------+   resident once written
 //!   state      SEALED   ACTIVE   SEALED   FREE
-//!                 ^ oldest in FIFO           ^ free list
+//!   queue      small    main     main
+//!                 ^ oldest in its FIFO       ^ free list
 //! ```
+//!
+//! **Eviction (S3-FIFO on segments).** Sealed segments sit in one of two
+//! FIFOs: *small* (new items; about a tenth of memory) and *main* (items
+//! that proved themselves). Each worker has a write head for small, and
+//! one for main (in a small arena they share one for main, since every
+//! half-filled segment costs); a new item goes to small unless its key is
+//! in the ghost (see `Store`).
+//! When memory is full the oldest segment of small is evicted if small is
+//! over its share, else the oldest of main. The evictor (`Store::
+//! evict_segment`) copies the victim's items that were hit into main
+//! through the evictor head, and drops the rest: a one-time scan passes
+//! through small without displacing main. The evictor head always has
+//! room for one victim's items: when its segment fills it takes the
+//! *spare*, which the next recycled victim replaces.
 //!
 //! All segments live in one anonymous mapping reserved at start for the
 //! arena's capacity (`MAP_NORESERVE`: address space only). A segment's
@@ -25,11 +40,11 @@
 //! anything else, so the segments can later be file-backed (warm restart) or
 //! partly on flash.
 //!
-//! Allocation takes the write head's mutex only (one head per worker thread,
-//! so workers do not contend); a head that fills its segment seals it and
-//! takes a new one from the pool: free list, then fresh memory while under
-//! the limit, then the oldest sealed segment, whose live items the caller
-//! evicts (see `Store::evict_segment`).
+//! Allocation takes the write head's mutex only (a small-queue head per
+//! worker thread, so new items do not contend); a head that fills its segment seals
+//! it and takes a new one from the pool: free list, then fresh memory while
+//! under the limit, then a victim, whose live items the caller evicts (see
+//! `Store::evict_segment`).
 //!
 //! `pending` counts writers that allocated in a segment but have not yet
 //! published their item; a segment is only walked once it is sealed and
@@ -52,16 +67,27 @@ pub const STATE_ACTIVE: u8 = 1;
 pub const STATE_SEALED: u8 = 2;
 pub const STATE_CLAIMED: u8 = 3;
 
+/// The two eviction queues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Queue {
+    Small = 0,
+    Main = 1,
+}
+
 /// Most segments an arena can ever hold.
 pub const MAX_SEGMENTS: usize = 1 << 20;
 
+/// A segment's control block. Cache-line aligned (two lines, for the
+/// adjacent-line prefetcher), so that writers appending to neighbouring
+/// segments do not share lines.
+#[repr(align(128))]
 pub struct Segment {
     pub state: AtomicU8,
+    /// The queue it was written for (a `Queue` as u8).
+    pub queue: AtomicU8,
     /// Bytes allocated from the start of the segment.
     pub used: AtomicUsize,
     pub pending: AtomicU32,
-    pub live_items: AtomicU32,
-    pub live_bytes: AtomicUsize,
     /// Incremented each time the segment is reused: lets walkers notice.
     pub generation: AtomicU64,
     /// Numbers the segment's activations across the arena (0, 1, ...):
@@ -77,10 +103,9 @@ impl Segment {
     fn new() -> Segment {
         Segment {
             state: AtomicU8::new(STATE_FREE),
+            queue: AtomicU8::new(Queue::Small as u8),
             used: AtomicUsize::new(0),
             pending: AtomicU32::new(0),
-            live_items: AtomicU32::new(0),
-            live_bytes: AtomicUsize::new(0),
             generation: AtomicU64::new(0),
             seq: AtomicU64::new(0),
             base_time: AtomicU32::new(0),
@@ -91,8 +116,11 @@ impl Segment {
 
 struct Pool {
     free: Vec<SegmentId>,
-    /// Sealed (or claimed-by-reclaimer) segments, oldest first.
-    fifo: VecDeque<SegmentId>,
+    /// Sealed (or claimed-by-reclaimer) segments of each queue, oldest
+    /// first.
+    fifo: [VecDeque<SegmentId>; 2],
+    /// The evictor's next segment (see the module comment).
+    spare: Option<SegmentId>,
     /// Segments that have memory.
     allocated: usize,
     /// Segments allowed by the memory limit.
@@ -104,7 +132,9 @@ struct Pool {
     released: Vec<SegmentId>,
 }
 
-/// One append point; each worker thread has its own.
+/// One append point; each worker thread has one per queue. Cache-line
+/// aligned: heads of different threads must not share a line.
+#[repr(align(128))]
 pub struct WriteHead {
     seg: Option<SegmentId>,
     offset: usize,
@@ -133,13 +163,20 @@ pub struct Arena {
     segment_size: usize,
     segments: Box<[Segment]>,
     pool: Mutex<Pool>,
+    /// Small heads of the workers, then the main heads, then the evictor
+    /// head.
     heads: Box<[Mutex<WriteHead>]>,
+    workers: usize,
+    /// One main head per worker, or (in a small arena, where every
+    /// half-filled segment costs) one they share.
+    main_heads: usize,
     evictions_enabled: bool,
     next_seq: AtomicU64,
 }
 
 impl Arena {
-    pub fn new(memory_limit: usize, segment_size: usize, heads: usize, evictions: bool) -> Arena {
+    /// An arena of `memory_limit` bytes for `workers` worker threads.
+    pub fn new(memory_limit: usize, segment_size: usize, workers: usize, evictions: bool) -> Arena {
         assert!(segment_size.is_power_of_two());
         let limit = (memory_limit / segment_size).clamp(1, MAX_SEGMENTS);
         // Room to grow with cache_memlimit without reallocating the table
@@ -163,14 +200,17 @@ impl Arena {
             "cannot reserve {bytes} bytes of address space for item memory"
         );
         let segments: Vec<Segment> = (0..capacity).map(|_| Segment::new()).collect();
-        let heads = heads.clamp(1, limit.max(1));
+        let workers = workers.max(1);
+        let main_heads = if limit >= 32 * workers { workers } else { 1 };
+        let heads = workers + main_heads + 1;
         Arena {
             base: base as *mut u8,
             segment_size,
             segments: segments.into_boxed_slice(),
             pool: Mutex::new(Pool {
                 free: Vec::new(),
-                fifo: VecDeque::new(),
+                fifo: [VecDeque::new(), VecDeque::new()],
+                spare: None,
                 allocated: 0,
                 limit,
                 next_fresh: 0,
@@ -184,6 +224,8 @@ impl Arena {
                     })
                 })
                 .collect(),
+            workers,
+            main_heads,
             evictions_enabled: evictions,
             next_seq: AtomicU64::new(0),
         }
@@ -203,8 +245,40 @@ impl Arena {
         self.segments.len()
     }
 
-    pub fn heads(&self) -> usize {
-        self.heads.len()
+    /// Worker `worker`'s write head for `queue`.
+    #[inline]
+    pub fn head(&self, worker: usize, queue: Queue) -> usize {
+        match queue {
+            Queue::Small => worker % self.workers,
+            Queue::Main => self.workers + worker % self.main_heads,
+        }
+    }
+
+    /// The head of copies made outside a worker's writes (main queue).
+    pub fn copy_head(&self) -> usize {
+        self.workers
+    }
+
+    fn evictor_head(&self) -> usize {
+        self.workers + self.main_heads
+    }
+
+    fn queue_of_head(&self, head: usize) -> Queue {
+        if head < self.workers {
+            Queue::Small
+        } else {
+            Queue::Main
+        }
+    }
+
+    /// The queue a segment was written for.
+    #[inline]
+    pub fn queue(&self, seg: SegmentId) -> Queue {
+        if self.segment(seg).queue.load(Ordering::Relaxed) == Queue::Main as u8 {
+            Queue::Main
+        } else {
+            Queue::Small
+        }
     }
 
     #[inline]
@@ -227,7 +301,8 @@ impl Arena {
     /// relative time `now`.
     pub fn reserve(&self, head: usize, size: usize, now: u32) -> Reserve {
         debug_assert!(size <= self.segment_size);
-        let mut h = self.heads[head % self.heads.len()].lock();
+        let queue = self.queue_of_head(head);
+        let mut h = self.heads[head].lock();
         loop {
             if let Some(seg) = h.seg {
                 let s = self.segment(seg);
@@ -247,7 +322,7 @@ impl Arena {
                 self.seal(seg);
                 h.seg = None;
             }
-            match self.take_segment(now) {
+            match self.take_segment(queue, now) {
                 Ok(seg) => {
                     h.seg = Some(seg);
                     h.offset = 0;
@@ -255,6 +330,34 @@ impl Arena {
                 Err(r) => return r,
             }
         }
+    }
+
+    /// Reserves room for a copy the evictor keeps (main queue). Never
+    /// evicts: when the evictor head's segment is full it takes the spare;
+    /// None if there is none (the item is then dropped).
+    pub fn reserve_evictor(&self, size: usize, now: u32) -> Option<Slot> {
+        let mut h = self.heads[self.evictor_head()].lock();
+        let fits = |h: &WriteHead| h.seg.is_some() && h.offset + size <= self.segment_size;
+        if !fits(&h) {
+            let spare = self.pool.lock().spare.take()?;
+            if let Some(seg) = h.seg.take() {
+                self.seal(seg);
+            }
+            self.activate(spare, Queue::Main, now);
+            h.seg = Some(spare);
+            h.offset = 0;
+        }
+        let seg = h.seg.expect("evictor segment");
+        let offset = h.offset;
+        h.offset += size;
+        let s = self.segment(seg);
+        s.pending.fetch_add(1, Ordering::AcqRel);
+        s.used.store(h.offset, Ordering::Release);
+        Some(Slot {
+            seg,
+            offset,
+            ptr: self.item(seg, offset),
+        })
     }
 
     /// Marks a slot's item as published (or abandoned).
@@ -265,13 +368,12 @@ impl Arena {
 
     fn seal(&self, seg: SegmentId) {
         let mut pool = self.pool.lock();
-        self.segment(seg)
-            .state
-            .store(STATE_SEALED, Ordering::Release);
-        pool.fifo.push_back(seg);
+        let s = self.segment(seg);
+        s.state.store(STATE_SEALED, Ordering::Release);
+        pool.fifo[self.queue(seg) as usize].push_back(seg);
     }
 
-    fn take_segment(&self, now: u32) -> Result<SegmentId, Reserve> {
+    fn take_segment(&self, queue: Queue, now: u32) -> Result<SegmentId, Reserve> {
         let mut pool = self.pool.lock();
         while pool.allocated > pool.limit {
             // cache_memlimit shrank: release free segments first.
@@ -286,7 +388,7 @@ impl Arena {
         }
         if pool.allocated <= pool.limit {
             if let Some(seg) = pool.free.pop() {
-                self.activate(seg, now);
+                self.activate(seg, queue, now);
                 return Ok(seg);
             }
         }
@@ -301,39 +403,49 @@ impl Arena {
             };
             if let Some(seg) = seg {
                 pool.allocated += 1;
-                self.activate(seg, now);
+                self.activate(seg, queue, now);
                 return Ok(seg);
             }
         }
-        // Reuse a sealed segment: one with nothing live first, else (when
-        // evicting) the oldest.
-        let pick = |want_empty: bool, pool: &Pool| {
-            pool.fifo.iter().position(|&seg| {
-                let s = self.segment(seg);
-                s.state.load(Ordering::Acquire) == STATE_SEALED
-                    && s.pending.load(Ordering::Acquire) == 0
-                    && (!want_empty || s.live_items.load(Ordering::Acquire) == 0)
-            })
+        // Evict: the oldest of small if small is over its share (or main is
+        // empty), else the oldest of main. (No per-segment live counts are
+        // kept: updating them from every overwrite would make the writers
+        // of different threads share cache lines. A segment whose items are
+        // all dead is cheap to walk.)
+        if !self.evictions_enabled {
+            return Err(Reserve::OutOfMemory);
+        }
+        let eligible = |seg: SegmentId| {
+            let s = self.segment(seg);
+            s.state.load(Ordering::Acquire) == STATE_SEALED
+                && s.pending.load(Ordering::Acquire) == 0
         };
-        let pos = pick(true, &pool).or_else(|| {
-            if self.evictions_enabled {
-                pick(false, &pool)
-            } else {
-                None
+        let small_share = (pool.limit / 10).max(1);
+        let order = if pool.fifo[0].len() > small_share || pool.fifo[1].is_empty() {
+            [0, 1]
+        } else {
+            [1, 0]
+        };
+        let mut pick = None;
+        for q in order {
+            if let Some(pos) = pool.fifo[q].iter().position(|&seg| eligible(seg)) {
+                pick = Some((q, pos));
+                break;
             }
-        });
-        let Some(pos) = pos else {
+        }
+        let Some((q, pos)) = pick else {
             return Err(Reserve::OutOfMemory);
         };
-        let seg = pool.fifo.remove(pos).expect("fifo position");
+        let seg = pool.fifo[q].remove(pos).expect("fifo position");
         self.segment(seg)
             .state
             .store(STATE_CLAIMED, Ordering::Release);
         Err(Reserve::Evict(seg))
     }
 
-    fn activate(&self, seg: SegmentId, now: u32) {
+    fn activate(&self, seg: SegmentId, queue: Queue, now: u32) {
         let s = self.segment(seg);
+        s.queue.store(queue as u8, Ordering::Relaxed);
         s.seq.store(
             self.next_seq.fetch_add(1, Ordering::Relaxed),
             Ordering::Release,
@@ -341,8 +453,6 @@ impl Arena {
         s.base_time.store(now, Ordering::Release);
         s.flushed_below.store(0, Ordering::Release);
         s.used.store(0, Ordering::Release);
-        s.live_items.store(0, Ordering::Release);
-        s.live_bytes.store(0, Ordering::Release);
         s.generation.fetch_add(1, Ordering::AcqRel);
         s.state.store(STATE_ACTIVE, Ordering::Release);
     }
@@ -362,21 +472,32 @@ impl Arena {
         s.state.store(STATE_FREE, Ordering::Release);
     }
 
-    /// Returns an evicted (now empty) segment to the free list.
+    /// Returns an evicted (now empty) segment: it becomes the evictor's
+    /// spare if that was used, else goes to the free list.
     pub fn recycle(&self, seg: SegmentId) {
         let mut pool = self.pool.lock();
         self.segment(seg).state.store(STATE_FREE, Ordering::Release);
-        pool.free.push(seg);
+        if pool.spare.is_none() {
+            pool.spare = Some(seg);
+        } else {
+            pool.free.push(seg);
+        }
     }
 
     /// Claims a sealed segment for the expiry reclaimer: the `cursor`-th in
     /// FIFO order (wrapping). It stays in the FIFO while claimed.
     pub fn claim_for_reclaim(&self, cursor: usize) -> Option<SegmentId> {
         let pool = self.pool.lock();
-        if pool.fifo.is_empty() {
+        let (small, main) = (pool.fifo[0].len(), pool.fifo[1].len());
+        if small + main == 0 {
             return None;
         }
-        let seg = pool.fifo[cursor % pool.fifo.len()];
+        let i = cursor % (small + main);
+        let seg = if i < small {
+            pool.fifo[0][i]
+        } else {
+            pool.fifo[1][i - small]
+        };
         let s = self.segment(seg);
         if s.pending.load(Ordering::Acquire) != 0 {
             return None;
@@ -392,13 +513,15 @@ impl Arena {
             .map(|_| seg)
     }
 
-    /// Ends a reclaimer claim; an emptied segment goes to the free list.
-    pub fn unclaim(&self, seg: SegmentId) {
+    /// Ends a reclaimer claim; a segment with nothing live left (`live`
+    /// items remained after the walk) goes to the free list.
+    pub fn unclaim(&self, seg: SegmentId, live: usize) {
         let mut pool = self.pool.lock();
         let s = self.segment(seg);
-        if s.live_items.load(Ordering::Acquire) == 0 {
-            if let Some(pos) = pool.fifo.iter().position(|&x| x == seg) {
-                pool.fifo.remove(pos);
+        if live == 0 {
+            let q = self.queue(seg) as usize;
+            if let Some(pos) = pool.fifo[q].iter().position(|&x| x == seg) {
+                pool.fifo[q].remove(pos);
             }
             s.state.store(STATE_FREE, Ordering::Release);
             pool.free.push(seg);
@@ -436,7 +559,8 @@ impl Arena {
 
     /// Number of segments in the FIFO (for the reclaimer's cursor).
     pub fn sealed_count(&self) -> usize {
-        self.pool.lock().fifo.len()
+        let pool = self.pool.lock();
+        pool.fifo[0].len() + pool.fifo[1].len()
     }
 }
 

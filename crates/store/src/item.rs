@@ -493,6 +493,16 @@ impl ItemPtr {
         }
     }
 
+    /// Sets the eviction frequency (the evictor, on a copy it owns).
+    #[inline]
+    pub fn set_freq(self, freq: u8) {
+        let s = self.state();
+        self.state_atomic().store(
+            (s & ((1 << FREQ_SHIFT) - 1)) | (freq.min(FREQ_MAX) << FREQ_SHIFT),
+            Ordering::Relaxed,
+        );
+    }
+
     #[inline]
     pub fn mark_fetched(self) {
         if !self.is_fetched() {

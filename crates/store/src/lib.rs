@@ -21,13 +21,14 @@
 
 pub mod arena;
 pub mod clock;
+pub mod ghost;
 pub mod index;
 pub mod item;
 
 use parking_lot::RwLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use arena::{Arena, Reserve, SegmentId, Slot};
+use arena::{Arena, Queue, Reserve, SegmentId, Slot};
 use clock::{Clock, ITEM_UPDATE_INTERVAL};
 use index::{hash_key, shard_of, AddrCodec, Found, Location, ShardCounters, Table, SHARDS};
 use item::{ItemPtr, ItemView};
@@ -206,14 +207,20 @@ pub struct StoreStats {
 /// Longest a caller spins waiting for a busy segment before giving up.
 const RESERVE_RETRIES: usize = 64;
 
+/// One index shard: its lock and table, on cache lines of its own.
+#[repr(align(128))]
+struct Shard(RwLock<Table>);
+
 pub struct Store {
     cfg: StoreConfig,
     clock: Clock,
     arena: Arena,
-    shards: Box<[RwLock<Table>]>,
+    shards: Box<[Shard]>,
     /// The write head of copies made outside a worker's own writes (touch
-    /// and gat give no head): the last one.
+    /// and gat give no head).
     copy_head: usize,
+    /// Keys recently evicted from the small queue.
+    ghost: ghost::Ghost,
     /// Pending flushes of a flush_all (relative times, 0 = none): see
     /// `flush_all_after`.
     flush_at: [AtomicU32; 2],
@@ -234,19 +241,19 @@ impl Store {
         let segment_size = segment_size_for(cfg.item_size_max);
         let max_heads = (cfg.memory_limit / segment_size / 4).max(1);
         let heads = cfg.write_heads.clamp(1, max_heads);
-        // One more head for copies (see `copy_head`).
-        let arena = Arena::new(cfg.memory_limit, segment_size, heads + 1, cfg.evictions);
+        let arena = Arena::new(cfg.memory_limit, segment_size, heads, cfg.evictions);
         let codec = AddrCodec::new(
             arena.capacity(),
             arena.segment_shift(),
             item::ALIGN.trailing_zeros(),
         );
         Store {
-            copy_head: arena.heads() - 1,
+            copy_head: arena.copy_head(),
+            ghost: ghost::Ghost::new(cfg.memory_limit / 96),
             cas_offset_bits: arena.segment_shift() - item::ALIGN.trailing_zeros(),
             arena,
             shards: (0..SHARDS)
-                .map(|_| RwLock::new(Table::new(codec)))
+                .map(|_| Shard(RwLock::new(Table::new(codec))))
                 .collect(),
             clock: Clock::new(),
             flush_at: [AtomicU32::new(0), AtomicU32::new(0)],
@@ -338,33 +345,27 @@ impl Store {
 
     #[inline]
     fn shard(&self, hash: u64) -> &RwLock<Table> {
-        &self.shards[shard_of(hash)]
+        &self.shards[shard_of(hash)].0
     }
 
     /// Unlinks a found entry; the caller holds the shard's write lock.
     fn unlink(&self, table: &mut Table, found: &Found) {
         table.remove(found);
-        self.release_item(table, found.loc, found.item);
+        self.release_item(table, found.item);
     }
 
-    fn release_item(&self, table: &mut Table, loc: Location, it: ItemPtr) {
+    fn release_item(&self, table: &mut Table, it: ItemPtr) {
         it.mark_dead();
         let size = it.size();
         table.counters.curr_items -= 1;
         table.counters.bytes -= size as u64;
-        let seg = self.arena.segment(loc.seg);
-        seg.live_items.fetch_sub(1, Ordering::AcqRel);
-        seg.live_bytes.fetch_sub(size, Ordering::AcqRel);
     }
 
-    fn account_link(&self, table: &mut Table, loc: Location, it: ItemPtr, new: bool) {
+    fn account_link(&self, table: &mut Table, it: ItemPtr, new: bool) {
         let size = it.size();
         table.counters.curr_items += 1;
         table.counters.total_items += u64::from(new);
         table.counters.bytes += size as u64;
-        let seg = self.arena.segment(loc.seg);
-        seg.live_items.fetch_add(1, Ordering::AcqRel);
-        seg.live_bytes.fetch_add(size, Ordering::AcqRel);
     }
 
     /// After an unlocked check found `key` expired or flushed, unlink it if
@@ -554,7 +555,8 @@ impl Store {
         self.flush_due(now);
         let mut f = Some(f);
         let missed = if let Some(exptime) = touch {
-            let r = self.touched(head, key, hash, exptime, bump, |v, c| {
+            let lane = self.arena.head(head, Queue::Main);
+            let r = self.touched(lane, key, hash, exptime, bump, |v, c| {
                 (f.take().expect("called once"))(v, c)
             });
             match r {
@@ -593,7 +595,7 @@ impl Store {
             cas: self.explicit(v.cas),
             ..Default::default()
         };
-        let Some(slot) = self.reserve(head, spec.size()) else {
+        let Some(slot) = self.reserve(self.new_item_head(head, hash), spec.size()) else {
             return missed;
         };
         let state = if v.key_binary {
@@ -627,7 +629,32 @@ impl Store {
         self.get(key, Some(exptime), |_| ())
     }
 
-    /// Reserves item space, evicting as needed. No shard lock may be held.
+    /// Worker `worker`'s write head for a new item: main if the key was
+    /// evicted from small recently (it is in the ghost), else small.
+    #[inline]
+    fn new_item_head(&self, worker: usize, hash: u64) -> usize {
+        let queue = if self.ghost.take(hash) {
+            Queue::Main
+        } else {
+            Queue::Small
+        };
+        self.arena.head(worker, queue)
+    }
+
+    /// Worker `worker`'s write head for a new version of a found item: main
+    /// if the item is in main or was hit, else small.
+    #[inline]
+    fn update_head(&self, worker: usize, f: &Found) -> usize {
+        let queue = if self.arena.queue(f.loc.seg) == Queue::Main || f.item.freq() > 0 {
+            Queue::Main
+        } else {
+            Queue::Small
+        };
+        self.arena.head(worker, queue)
+    }
+
+    /// Reserves item space on arena head `head`, evicting as needed. No
+    /// shard lock may be held.
     fn reserve(&self, head: usize, size: usize) -> Option<Slot> {
         let mut busy = 0;
         loop {
@@ -648,15 +675,22 @@ impl Store {
         }
     }
 
-    /// Unlinks every live item of a claimed segment: evicted, or reclaimed
-    /// if it had expired.
+    /// Empties a segment claimed for eviction (S3-FIFO, see `arena`):
+    /// expired and flushed items are reclaimed; items hit since they were
+    /// written (or last kept) are copied to main, with their frequency
+    /// reset (from small) or decremented (from main); the rest are evicted,
+    /// and keys evicted from small are remembered in the ghost.
     fn evict_segment(&self, seg: SegmentId) {
         self.walk_segment(seg, true);
     }
 
     /// Walks the items of a claimed, fully written segment. With `evict`,
-    /// every live item is unlinked; otherwise only expired/flushed ones.
-    fn walk_segment(&self, seg: SegmentId, evict: bool) {
+    /// every live item is kept (copied) or evicted as above; otherwise only
+    /// expired/flushed ones are unlinked. Returns how many live items
+    /// remain in it.
+    fn walk_segment(&self, seg: SegmentId, evict: bool) -> usize {
+        let mut live = 0;
+        let queue = self.arena.queue(seg);
         let used = self.arena.segment(seg).used.load(Ordering::Acquire);
         let mut offset = 0;
         while offset < used {
@@ -670,22 +704,53 @@ impl Store {
                 if let Some(found) = table.find_at(&self.arena, key, hash, loc) {
                     let now = self.clock.now();
                     let stale = !matches!(self.check(it, loc, now), Lookup::Hit(()));
-                    if stale || evict {
-                        let fetched = it.is_fetched();
+                    let fetched = it.is_fetched();
+                    if stale {
                         let c = &mut table.counters;
-                        if stale {
-                            c.reclaimed += 1;
-                            c.expired_unfetched += u64::from(!fetched);
-                        } else {
+                        c.reclaimed += 1;
+                        c.expired_unfetched += u64::from(!fetched);
+                        self.unlink(&mut table, &found);
+                    } else if !evict {
+                        live += 1;
+                    } else {
+                        let freq = it.freq();
+                        if freq == 0 || !self.keep(&mut table, hash, &found, queue, now) {
+                            let c = &mut table.counters;
                             c.evictions += 1;
                             c.evicted_unfetched += u64::from(!fetched);
+                            self.unlink(&mut table, &found);
+                            if queue == Queue::Small {
+                                self.ghost.insert(hash);
+                            }
                         }
-                        self.unlink(&mut table, &found);
                     }
                 }
             }
             offset += size;
         }
+        live
+    }
+
+    /// Copies an item the evictor keeps into main (keeping its CAS unique
+    /// and access time). False if there was no room (it is then evicted).
+    fn keep(&self, table: &mut Table, hash: u64, found: &Found, from: Queue, now: u32) -> bool {
+        let it = found.item;
+        let spec = item::ItemSpec {
+            cas: self.explicit(self.cas_of(found.loc, it)),
+            ..it.spec()
+        };
+        let Some(slot) = self.arena.reserve_evictor(spec.size(), now) else {
+            return false;
+        };
+        self.write_item(&slot, &spec, it.key(), &[it.value()], it.state());
+        slot.ptr
+            .set_atime(self.atime_in(slot.seg, self.base_atime(found.loc, it)));
+        if from == Queue::Main {
+            slot.ptr.set_freq(it.freq() - 1);
+        }
+        self.link_counted(table, hash, &slot, Some(found), false);
+        self.arena.finish_write(slot.seg);
+        true
     }
 
     /// One step of background maintenance: runs a due delayed flush, and
@@ -696,8 +761,8 @@ impl Store {
         let Some(seg) = self.arena.claim_for_reclaim(cursor) else {
             return false;
         };
-        self.walk_segment(seg, false);
-        self.arena.unclaim(seg);
+        let live = self.walk_segment(seg, false);
+        self.arena.unclaim(seg, live);
         true
     }
 
@@ -744,11 +809,11 @@ impl Store {
         match old {
             Some(f) => {
                 table.replace(f, hash, loc);
-                self.release_item(table, f.loc, f.item);
+                self.release_item(table, f.item);
             }
             None => table.insert(&self.arena, hash, loc),
         }
-        self.account_link(table, loc, slot.ptr, new);
+        self.account_link(table, slot.ptr, new);
         loc
     }
 
@@ -815,7 +880,7 @@ impl Store {
             exptime_field: w.stale_ok,
             cas: self.explicit(w.new_cas),
         };
-        let Some(slot) = self.reserve(head, spec.size()) else {
+        let Some(slot) = self.reserve(self.new_item_head(head, hash), spec.size()) else {
             if mode == StoreMode::Set {
                 // memcached drops the old value rather than keep stale data.
                 self.delete(key);
@@ -878,7 +943,7 @@ impl Store {
         let (mode, key, data, cas) = (w.mode, w.key, w.value, w.cas);
         let hash = hash_key(key);
         loop {
-            let (old_loc, spec) = {
+            let (old_loc, spec, lane) = {
                 let mut table = self.shard(hash).write();
                 let Some(f) = self.find_live(&mut table, key, hash) else {
                     return (StoreStatus::NotStored, 0, usize::MAX);
@@ -892,12 +957,12 @@ impl Store {
                     cas: self.explicit(w.new_cas),
                     ..old
                 };
-                (f.loc, spec)
+                (f.loc, spec, self.update_head(head, &f))
             };
             if self.too_large(key.len(), spec.flags, spec.value_len) {
                 return (StoreStatus::NotStored, 0, 0);
             }
-            let Some(slot) = self.reserve(head, spec.size()) else {
+            let Some(slot) = self.reserve(lane, spec.size()) else {
                 return (StoreStatus::OutOfMemory, 0, 0);
             };
             let mut table = self.shard(hash).write();
@@ -988,8 +1053,9 @@ impl Store {
                 }
             };
             let old_loc = f.loc;
+            let lane = self.update_head(head, &f);
             drop(table);
-            let Some(slot) = self.reserve(head, spec.size()) else {
+            let Some(slot) = self.reserve(lane, spec.size()) else {
                 return MetaDeleteResult::NotFound;
             };
             let mut table = self.shard(hash).write();
@@ -1056,7 +1122,7 @@ impl Store {
         let hash = hash_key(key);
         self.flush_due(self.clock.now());
         loop {
-            let (value, width, old_loc, spec, in_place) = {
+            let (value, width, old_loc, spec, in_place, lane) = {
                 let mut table = self.shard(hash).write();
                 let Some(f) = self.find_live(&mut table, key, hash) else {
                     drop(table);
@@ -1103,9 +1169,16 @@ impl Store {
                     exptime_field: f.item.has_exptime_field() || (in_place && m.exptime.is_some()),
                     ..f.item.spec()
                 };
-                (value, width, f.loc, spec, in_place)
+                (
+                    value,
+                    width,
+                    f.loc,
+                    spec,
+                    in_place,
+                    self.update_head(head, &f),
+                )
             };
-            let Some(slot) = self.reserve(head, spec.size()) else {
+            let Some(slot) = self.reserve(lane, spec.size()) else {
                 return MetaArithResult::OutOfMemory;
             };
             let mut table = self.shard(hash).write();
@@ -1239,7 +1312,7 @@ impl Store {
         let mut total = ShardCounters::default();
         let mut index_bytes = 0;
         for shard in self.shards.iter() {
-            let t = shard.read();
+            let t = shard.0.read();
             let c = t.counters;
             total.curr_items += c.curr_items;
             total.bytes += c.bytes;
@@ -1270,7 +1343,7 @@ impl Store {
     /// Zeroes the resettable engine counters (`stats reset`).
     pub fn reset_stats(&self) {
         for shard in self.shards.iter() {
-            let mut t = shard.write();
+            let mut t = shard.0.write();
             let c = &mut t.counters;
             c.total_items = 0;
             c.evictions = 0;
