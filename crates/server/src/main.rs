@@ -11,8 +11,9 @@
 //! * main: listening sockets (mio), accepts and deals connections to the
 //!   workers round-robin, enforces `-c`;
 //! * `osmium-worker-N` (`-t`): one event loop each (see `worker`, `udp`);
-//! * `osmium-maint`: ticks the clock every 100 ms and reclaims expired
-//!   items a segment at a time in the background.
+//! * `osmium-maint`: ticks the clock every 100 ms; every 500 ms backs full
+//!   regions of item memory with huge pages, frees wholly expired segments
+//!   and walks a few others for expired items.
 
 mod auth;
 mod binary;
@@ -495,9 +496,17 @@ fn spawn_maintenance(shared: Arc<Shared>) -> io::Result<()> {
                 std::thread::sleep(nap.min(Duration::from_millis(100)));
                 store.clock().tick();
                 ticks += 1;
-                // Walk a few sealed segments per second for expired items,
-                // covering the whole cache about once a minute.
-                if crawl && ticks.is_multiple_of(5) {
+                if !ticks.is_multiple_of(5) {
+                    continue;
+                }
+                // Back full regions of item memory with huge pages.
+                store.collapse_memory(16);
+                // Free segments whose items have all expired (from their
+                // headers alone); then walk a few sealed segments per second
+                // for the expired items of mixed ones, covering the whole
+                // cache about once a minute.
+                if crawl {
+                    store.reclaim_expired_segments();
                     let sealed = store.sealed_segments();
                     let per_step = sealed.div_ceil(120).max(1);
                     for _ in 0..per_step {

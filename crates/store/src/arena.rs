@@ -52,11 +52,15 @@
 
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use crate::item::ItemPtr;
 
 pub type SegmentId = u32;
+
+/// `madvise` advice: collapse a range into transparent huge pages now
+/// (Linux 6.1; not yet in the libc crate's constants for every target).
+const MADV_COLLAPSE: libc::c_int = 25;
 
 /// A write head moves to a new segment once its segment is this many
 /// seconds old, so that item access times fit 16 bits.
@@ -73,6 +77,9 @@ pub enum Queue {
     Small = 0,
     Main = 1,
 }
+
+/// The size of a transparent huge page (x86-64, arm64 with 4K pages).
+const HUGE_PAGE: usize = 2 << 20;
 
 /// Most segments an arena can ever hold.
 pub const MAX_SEGMENTS: usize = 1 << 20;
@@ -97,9 +104,27 @@ pub struct Segment {
     pub base_time: AtomicU32,
     /// Items at offsets below this were invalidated by flush_all.
     pub flushed_below: AtomicUsize,
+    /// The latest expiry (relative time) of any item written into it, and
+    /// whether any never expires: once that time passes and none is
+    /// immortal, every item in it has expired and the reclaimer frees the
+    /// segment whole, without looking at any other.
+    pub max_exptime: AtomicU32,
+    pub immortal: AtomicBool,
 }
 
 impl Segment {
+    /// Records the expiry of an item written into (or touched in) it.
+    #[inline]
+    pub fn note_expiry(&self, exptime: u32) {
+        if exptime == 0 {
+            if !self.immortal.load(Ordering::Relaxed) {
+                self.immortal.store(true, Ordering::Relaxed);
+            }
+        } else if self.max_exptime.load(Ordering::Relaxed) < exptime {
+            self.max_exptime.fetch_max(exptime, Ordering::Relaxed);
+        }
+    }
+
     fn new() -> Segment {
         Segment {
             state: AtomicU8::new(STATE_FREE),
@@ -110,6 +135,8 @@ impl Segment {
             seq: AtomicU64::new(0),
             base_time: AtomicU32::new(0),
             flushed_below: AtomicUsize::new(0),
+            max_exptime: AtomicU32::new(0),
+            immortal: AtomicBool::new(false),
         }
     }
 }
@@ -158,8 +185,14 @@ pub enum Reserve {
 }
 
 pub struct Arena {
-    /// The mapping holding every segment.
+    /// The mapping holding every segment (address, length), and where the
+    /// segments start in it (huge page aligned).
+    mapping: (*mut u8, usize),
     base: *mut u8,
+    /// Huge-page regions (of `region_segments` segments) already backed by
+    /// a huge page.
+    collapsed: Box<[AtomicBool]>,
+    region_segments: usize,
     segment_size: usize,
     segments: Box<[Segment]>,
     pool: Mutex<Pool>,
@@ -182,10 +215,12 @@ impl Arena {
         // Room to grow with cache_memlimit without reallocating the table
         // (and without widening index addresses much: see `index`).
         let capacity = (limit * 2).clamp((4 << 30) / segment_size, MAX_SEGMENTS);
-        let bytes = capacity * segment_size;
+        // One huge page more than needed, so that segments can start on a
+        // huge page boundary (see `collapse_sealed`).
+        let bytes = capacity * segment_size + HUGE_PAGE;
         // SAFETY: an anonymous private mapping with no address hint, checked
         // before use; MAP_NORESERVE reserves address space only.
-        let base = unsafe {
+        let mapping = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 bytes,
@@ -196,15 +231,21 @@ impl Arena {
             )
         };
         assert!(
-            base != libc::MAP_FAILED,
+            mapping != libc::MAP_FAILED,
             "cannot reserve {bytes} bytes of address space for item memory"
         );
+        let base = (mapping as usize).next_multiple_of(HUGE_PAGE) as *mut u8;
+        let region_segments = (HUGE_PAGE / segment_size).max(1);
+        let regions = capacity.div_ceil(region_segments);
         let segments: Vec<Segment> = (0..capacity).map(|_| Segment::new()).collect();
         let workers = workers.max(1);
         let main_heads = if limit >= 32 * workers { workers } else { 1 };
         let heads = workers + main_heads + 1;
         Arena {
-            base: base as *mut u8,
+            mapping: (mapping as *mut u8, bytes),
+            collapsed: (0..regions).map(|_| AtomicBool::new(false)).collect(),
+            region_segments,
+            base,
             segment_size,
             segments: segments.into_boxed_slice(),
             pool: Mutex::new(Pool {
@@ -339,7 +380,10 @@ impl Arena {
         let mut h = self.heads[self.evictor_head()].lock();
         let fits = |h: &WriteHead| h.seg.is_some() && h.offset + size <= self.segment_size;
         if !fits(&h) {
-            let spare = self.pool.lock().spare.take()?;
+            let spare = {
+                let mut pool = self.pool.lock();
+                pool.spare.take().or_else(|| pool.free.pop())?
+            };
             if let Some(seg) = h.seg.take() {
                 self.seal(seg);
             }
@@ -392,16 +436,19 @@ impl Arena {
                 return Ok(seg);
             }
         }
+        // The last segment under the limit becomes the evictor's spare.
+        if self.evictions_enabled
+            && pool.spare.is_none()
+            && pool.limit >= 2
+            && pool.allocated + 1 == pool.limit
+        {
+            if let Some(seg) = self.fresh_id(&mut pool) {
+                pool.allocated += 1;
+                pool.spare = Some(seg);
+            }
+        }
         if pool.allocated < pool.limit {
-            let seg = match pool.released.pop() {
-                Some(seg) => Some(seg),
-                None if (pool.next_fresh as usize) < self.segments.len() => {
-                    pool.next_fresh += 1;
-                    Some(pool.next_fresh - 1)
-                }
-                None => None,
-            };
-            if let Some(seg) = seg {
+            if let Some(seg) = self.fresh_id(&mut pool) {
                 pool.allocated += 1;
                 self.activate(seg, queue, now);
                 return Ok(seg);
@@ -443,6 +490,19 @@ impl Arena {
         Err(Reserve::Evict(seg))
     }
 
+    /// A segment id whose memory is not in use: a released one, else one
+    /// never used.
+    fn fresh_id(&self, pool: &mut Pool) -> Option<SegmentId> {
+        match pool.released.pop() {
+            Some(seg) => Some(seg),
+            None if (pool.next_fresh as usize) < self.segments.len() => {
+                pool.next_fresh += 1;
+                Some(pool.next_fresh - 1)
+            }
+            None => None,
+        }
+    }
+
     fn activate(&self, seg: SegmentId, queue: Queue, now: u32) {
         let s = self.segment(seg);
         s.queue.store(queue as u8, Ordering::Relaxed);
@@ -452,6 +512,8 @@ impl Arena {
         );
         s.base_time.store(now, Ordering::Release);
         s.flushed_below.store(0, Ordering::Release);
+        s.max_exptime.store(0, Ordering::Release);
+        s.immortal.store(false, Ordering::Release);
         s.used.store(0, Ordering::Release);
         s.generation.fetch_add(1, Ordering::AcqRel);
         s.state.store(STATE_ACTIVE, Ordering::Release);
@@ -460,6 +522,7 @@ impl Arena {
     /// Hands a free segment's pages back to the system.
     fn release_memory(&self, seg: SegmentId) {
         let s = self.segment(seg);
+        self.collapsed[seg as usize / self.region_segments].store(false, Ordering::Relaxed);
         // SAFETY: the range is one whole segment inside the mapping; a free
         // segment holds no indexed items, and its pages read back as zeros.
         unsafe {
@@ -513,6 +576,34 @@ impl Arena {
             .map(|_| seg)
     }
 
+    /// Claims every sealed segment whose items have all expired by `now`
+    /// (see `Segment::max_exptime`), for the reclaimer. A look at each
+    /// segment's header, never at items.
+    pub fn claim_expired(&self, now: u32) -> Vec<SegmentId> {
+        let pool = self.pool.lock();
+        let mut out = Vec::new();
+        for &seg in pool.fifo[0].iter().chain(pool.fifo[1].iter()) {
+            let s = self.segment(seg);
+            let max = s.max_exptime.load(Ordering::Relaxed);
+            if max != 0
+                && max <= now
+                && !s.immortal.load(Ordering::Relaxed)
+                && s.pending.load(Ordering::Acquire) == 0
+                && s.state
+                    .compare_exchange(
+                        STATE_SEALED,
+                        STATE_CLAIMED,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+            {
+                out.push(seg);
+            }
+        }
+        out
+    }
+
     /// Ends a reclaimer claim; a segment with nothing live left (`live`
     /// items remained after the walk) goes to the free list.
     pub fn unclaim(&self, seg: SegmentId, live: usize) {
@@ -557,6 +648,56 @@ impl Arena {
         }
     }
 
+    /// Backs full regions of sealed segments with transparent huge pages
+    /// (`madvise(MADV_COLLAPSE)`, Linux 6.1+; elsewhere a no-op): a random
+    /// read of item memory then costs one TLB entry per 2 MiB instead of
+    /// per 4 KiB. Only regions whose segments are all sealed and at least
+    /// 15/16 written are collapsed, so no untouched memory becomes
+    /// resident. Called by the maintainer (it copies up to 2 MiB per
+    /// region, once); returns how many regions it collapsed.
+    pub fn collapse_sealed(&self, max_regions: usize) -> usize {
+        let regions = {
+            let pool = self.pool.lock();
+            (pool.next_fresh as usize).div_ceil(self.region_segments)
+        };
+        let mut done = 0;
+        for r in 0..regions {
+            if done == max_regions {
+                break;
+            }
+            if self.collapsed[r].load(Ordering::Relaxed) {
+                continue;
+            }
+            let first = r * self.region_segments;
+            let last = (first + self.region_segments).min(self.segments.len());
+            if last - first < self.region_segments {
+                continue;
+            }
+            let full = (first..last).all(|i| {
+                let s = &self.segments[i];
+                s.state.load(Ordering::Acquire) == STATE_SEALED
+                    && s.used.load(Ordering::Acquire) >= self.segment_size - self.segment_size / 16
+            });
+            if !full {
+                continue;
+            }
+            self.collapsed[r].store(true, Ordering::Relaxed);
+            // SAFETY: the range is whole segments inside the mapping, all of
+            // them resident and in use; collapsing moves their pages into a
+            // huge page without changing their contents, and concurrent
+            // accesses wait for it in the kernel.
+            unsafe {
+                libc::madvise(
+                    self.base.add(first * self.segment_size) as *mut libc::c_void,
+                    self.region_segments * self.segment_size,
+                    MADV_COLLAPSE,
+                );
+            }
+            done += 1;
+        }
+        done
+    }
+
     /// Number of segments in the FIFO (for the reclaimer's cursor).
     pub fn sealed_count(&self) -> usize {
         let pool = self.pool.lock();
@@ -575,10 +716,7 @@ impl Drop for Arena {
         // SAFETY: unmaps exactly the mapping made in new(); nothing can
         // reference item memory once the arena is dropped.
         unsafe {
-            libc::munmap(
-                self.base as *mut libc::c_void,
-                self.segments.len() * self.segment_size,
-            );
+            libc::munmap(self.mapping.0 as *mut libc::c_void, self.mapping.1);
         }
     }
 }

@@ -38,7 +38,7 @@
 //! memory, so an entry needs no stored hash.
 
 use crate::arena::{Arena, SegmentId};
-use crate::item::ItemPtr;
+use crate::item::{ItemMeta, ItemPtr};
 
 pub const SHARD_BITS: u32 = 8;
 pub const SHARDS: usize = 1 << SHARD_BITS;
@@ -75,13 +75,13 @@ pub struct Location {
 #[derive(Clone, Copy, Debug)]
 pub struct AddrCodec {
     /// log2(segment size).
-    seg_shift: u32,
+    seg_shift: u8,
     /// log2(item alignment).
-    align_shift: u32,
+    align_shift: u8,
     /// Bits of an address.
-    addr_bits: u32,
+    addr_bits: u8,
     /// Bits of tag above the address (0..=8).
-    tag_bits: u32,
+    tag_bits: u8,
 }
 
 impl AddrCodec {
@@ -92,10 +92,10 @@ impl AddrCodec {
         let addr_bits = seg_bits + seg_shift - align_shift;
         assert!(addr_bits <= 40, "arena too large for 40-bit item addresses");
         AddrCodec {
-            seg_shift,
-            align_shift,
-            addr_bits,
-            tag_bits: (40 - addr_bits).min(8),
+            seg_shift: seg_shift as u8,
+            align_shift: align_shift as u8,
+            addr_bits: addr_bits as u8,
+            tag_bits: (40 - addr_bits).min(8) as u8,
         }
     }
 
@@ -108,7 +108,7 @@ impl AddrCodec {
 
     #[inline]
     fn tag(&self, hash: u64) -> u64 {
-        (hash >> 8) & ((1 << self.tag_bits) - 1)
+        (hash >> 16) & ((1 << self.tag_bits) - 1)
     }
 
     #[inline]
@@ -216,7 +216,12 @@ impl Drop for BucketArray {
 }
 
 /// One shard's table plus the counters that change with it (kept here so
-/// they are updated under the same lock, with no shared atomics).
+/// they are updated under the same lock, with no shared atomics). Laid out
+/// so that, behind the shard's 8-byte lock word, everything a get or a set
+/// touches (the bucket array, the codec and the three counters a set
+/// updates) is in the lock's cache line: a write moves one line between
+/// cores, not two.
+#[repr(C)]
 pub struct Table {
     buckets: BucketArray,
     live: usize,
@@ -225,6 +230,7 @@ pub struct Table {
 }
 
 #[derive(Default, Clone, Copy, Debug)]
+#[repr(C)]
 pub struct ShardCounters {
     pub curr_items: u64,
     pub bytes: u64,
@@ -243,6 +249,8 @@ pub struct Found {
     home: usize,
     pub loc: Location,
     pub item: ItemPtr,
+    /// The item's header, decoded while comparing its key.
+    pub meta: ItemMeta,
 }
 
 impl Table {
@@ -277,13 +285,15 @@ impl Table {
                 if self.codec.tag_of_entry(v) == tag {
                     let loc = self.codec.decode(v);
                     let item = arena.item(loc.seg, loc.offset);
-                    if item.key() == key {
+                    let meta = item.meta();
+                    if item.key_at(&meta) == key {
                         return Some(Found {
                             bucket: b,
                             slot,
                             home,
                             loc,
                             item,
+                            meta,
                         });
                     }
                 }
@@ -388,12 +398,19 @@ mod tests {
     }
 
     #[test]
+    fn a_set_touches_one_line_of_its_shard() {
+        // The 8-byte lock word, then the table up to total_items.
+        let end = 8 + std::mem::offset_of!(Table, counters) + 3 * 8;
+        assert!(end <= 64, "{end}");
+    }
+
+    #[test]
     fn entry_encoding_roundtrip() {
         // 1 MiB segments, 2-byte alignment, 4096 segments: 31 address bits.
         let codec = AddrCodec::new(4096, 20, 1);
         assert_eq!((codec.addr_bits, codec.tag_bits), (31, 8));
         for (seg, offset) in [(0u32, 0usize), (5, 8), (4095, (1 << 20) - 2)] {
-            let hash = 0xABCD_0000_0000_5A00u64;
+            let hash = 0xABCD_0000_005A_0000u64;
             let loc = Location { seg, offset };
             let v = codec.encode(hash, loc);
             assert!(v < 1 << 40);

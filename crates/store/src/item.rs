@@ -158,6 +158,35 @@ struct Layout {
     value_len: usize,
 }
 
+/// An item's header decoded once: where its key and value are and its
+/// optional fields. Valid as long as the item is (headers never change,
+/// except the expiry, which `exptime` holds as of the decoding).
+#[derive(Clone, Copy, Debug)]
+pub struct ItemMeta {
+    key_off: u32,
+    key_len: u8,
+    has_exptime: bool,
+    value_len: u32,
+    pub flags: u32,
+    pub exptime: u32,
+    pub stored_cas: Option<u64>,
+}
+
+impl ItemMeta {
+    #[inline]
+    pub fn key_len(&self) -> usize {
+        self.key_len as usize
+    }
+    #[inline]
+    pub fn value_len(&self) -> usize {
+        self.value_len as usize
+    }
+    #[inline]
+    pub fn has_exptime_field(&self) -> bool {
+        self.has_exptime
+    }
+}
+
 /// A raw handle on an item in segment memory. Copyable; validity is the
 /// caller's business (see the module comment for the locking rules).
 #[derive(Clone, Copy)]
@@ -278,6 +307,55 @@ impl ItemPtr {
             key,
             key_len,
             value_len,
+        }
+    }
+
+    /// Decodes the whole header at once.
+    #[inline]
+    pub fn meta(self) -> ItemMeta {
+        let l = self.layout();
+        let mut off = l.fields;
+        let mut flags = 0;
+        let mut exptime = 0;
+        let mut stored_cas = None;
+        if l.ext & EXT_FLAGS != 0 {
+            flags = self.read_u32(off);
+            off += 4;
+        }
+        if l.ext & EXT_EXPTIME != 0 {
+            exptime = self.read_u32(off);
+            off += 4;
+        }
+        if l.ext & EXT_CAS != 0 {
+            // SAFETY: inside the slot; immutable after init.
+            stored_cas = Some(u64::from_le_bytes(unsafe {
+                (self.0.add(off) as *const [u8; 8]).read()
+            }));
+        }
+        ItemMeta {
+            key_off: l.key as u32,
+            key_len: l.key_len as u8,
+            has_exptime: l.ext & EXT_EXPTIME != 0,
+            value_len: l.value_len as u32,
+            flags,
+            exptime,
+            stored_cas,
+        }
+    }
+
+    /// The key, located by `m` (this item's meta).
+    #[inline]
+    pub fn key_at<'a>(self, m: &ItemMeta) -> &'a [u8] {
+        // SAFETY: m was decoded from this item; the key is inside the slot.
+        unsafe { std::slice::from_raw_parts(self.0.add(m.key_off as usize), m.key_len()) }
+    }
+
+    /// The value, located by `m` (this item's meta).
+    #[inline]
+    pub fn value_at<'a>(self, m: &ItemMeta) -> &'a [u8] {
+        // SAFETY: as above.
+        unsafe {
+            std::slice::from_raw_parts(self.0.add(m.key_off as usize + m.key_len()), m.value_len())
         }
     }
 
@@ -517,6 +595,7 @@ impl ItemPtr {
 #[derive(Clone, Copy)]
 pub struct ItemView<'a> {
     pub(crate) ptr: ItemPtr,
+    pub(crate) meta: ItemMeta,
     /// The CAS unique (0 with -C).
     pub(crate) cas: u64,
     /// The segment's base time (atime is relative to it).
@@ -528,13 +607,13 @@ pub struct ItemView<'a> {
 
 impl<'a> ItemView<'a> {
     pub fn key(&self) -> &'a [u8] {
-        self.ptr.key()
+        self.ptr.key_at(&self.meta)
     }
     pub fn value(&self) -> &'a [u8] {
-        self.ptr.value()
+        self.ptr.value_at(&self.meta)
     }
     pub fn flags(&self) -> u32 {
-        self.ptr.flags()
+        self.meta.flags
     }
     pub fn cas(&self) -> u64 {
         self.cas
@@ -547,7 +626,7 @@ impl<'a> ItemView<'a> {
         self.base_time + u32::from(self.ptr.atime())
     }
     pub fn value_len(&self) -> usize {
-        self.ptr.value_len()
+        self.meta.value_len()
     }
     /// Has the item been hit before (memcached's ITEM_FETCHED)?
     pub fn fetched(&self) -> bool {

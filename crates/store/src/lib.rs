@@ -331,11 +331,16 @@ impl Store {
     /// Classifies a found item: usable, expired or flushed.
     #[inline]
     fn check(&self, it: ItemPtr, loc: Location, now: u32) -> Lookup<()> {
+        self.check_exptime(it.exptime(), loc, now)
+    }
+
+    /// `check` for an item whose expiry is known.
+    #[inline]
+    fn check_exptime(&self, e: u32, loc: Location, now: u32) -> Lookup<()> {
         let seg = self.arena.segment(loc.seg);
         if loc.offset < seg.flushed_below.load(Ordering::Relaxed) {
             return Lookup::Flushed;
         }
-        let e = it.exptime();
         if e != 0 && e <= now {
             Lookup::Expired
         } else {
@@ -382,15 +387,27 @@ impl Store {
 
     #[inline]
     fn view<'a>(&self, loc: Location, it: ItemPtr) -> ItemView<'a> {
+        self.view_with(loc, it, it.meta())
+    }
+
+    /// A view of an item whose header is decoded already.
+    #[inline]
+    fn view_with<'a>(&self, loc: Location, it: ItemPtr, meta: item::ItemMeta) -> ItemView<'a> {
+        let seg = self.arena.segment(loc.seg);
+        let cas = if !self.cfg.use_cas {
+            0
+        } else {
+            meta.stored_cas.unwrap_or_else(|| {
+                let seq = seg.seq.load(Ordering::Relaxed);
+                (seq << self.cas_offset_bits) + (loc.offset / item::ALIGN) as u64 + 1
+            })
+        };
         ItemView {
             ptr: it,
-            cas: self.cas_of(loc, it),
-            base_time: self
-                .arena
-                .segment(loc.seg)
-                .base_time
-                .load(Ordering::Relaxed),
-            exptime: it.exptime(),
+            meta,
+            cas,
+            base_time: seg.base_time.load(Ordering::Relaxed),
+            exptime: meta.exptime,
             _lock: std::marker::PhantomData,
         }
     }
@@ -414,7 +431,7 @@ impl Store {
             return Lookup::Miss;
         };
         let it = found.item;
-        match self.check(it, found.loc, now) {
+        match self.check_exptime(found.meta.exptime, found.loc, now) {
             Lookup::Hit(()) => {}
             stale => {
                 drop(table);
@@ -423,7 +440,7 @@ impl Store {
             }
         }
         it.bump(self.atime_in(found.loc.seg, now));
-        Lookup::Hit(f(self.view(found.loc, it)))
+        Lookup::Hit(f(self.view_with(found.loc, it, found.meta)))
     }
 
     /// Finds a live entry under a write lock, unlinking it if expired or
@@ -472,6 +489,7 @@ impl Store {
                 if it.has_exptime_field() {
                     // SAFETY: we hold the shard write lock.
                     unsafe { it.set_exptime(exptime) };
+                    self.arena.segment(found.loc.seg).note_expiry(exptime);
                 }
                 let r = f(view, false);
                 if bump {
@@ -507,6 +525,7 @@ impl Store {
             let r = f(
                 ItemView {
                     ptr: slot.ptr,
+                    meta: slot.ptr.meta(),
                     ..view_before
                 },
                 false,
@@ -569,9 +588,9 @@ impl Store {
             let table = self.shard(hash).read();
             match table.find(&self.arena, key, hash) {
                 None => Lookup::Miss,
-                Some(found) => match self.check(found.item, found.loc, now) {
+                Some(found) => match self.check_exptime(found.meta.exptime, found.loc, now) {
                     Lookup::Hit(()) => {
-                        let view = self.view(found.loc, found.item);
+                        let view = self.view_with(found.loc, found.item, found.meta);
                         let r = (f.take().expect("called once"))(view, false);
                         if bump {
                             found.item.bump(self.atime_in(found.loc.seg, now));
@@ -766,6 +785,25 @@ impl Store {
         true
     }
 
+    /// TTL-aware bulk reclamation: frees every segment whose items have all
+    /// expired (known from segment headers alone), counting each item as
+    /// reclaimed (and expired_unfetched if it was never fetched). Returns
+    /// how many segments were freed.
+    pub fn reclaim_expired_segments(&self) -> usize {
+        let segs = self.arena.claim_expired(self.clock.now());
+        for &seg in &segs {
+            let live = self.walk_segment(seg, false);
+            self.arena.unclaim(seg, live);
+        }
+        segs.len()
+    }
+
+    /// Backs full regions of item memory with huge pages (see
+    /// `Arena::collapse_sealed`); the maintainer calls it.
+    pub fn collapse_memory(&self, max_regions: usize) -> usize {
+        self.arena.collapse_sealed(max_regions)
+    }
+
     /// Sealed segments, for pacing the reclaimer.
     pub fn sealed_segments(&self) -> usize {
         self.arena.sealed_count()
@@ -781,6 +819,7 @@ impl Store {
         state: u8,
     ) {
         let atime = self.atime_in(slot.seg, self.clock.now());
+        self.arena.segment(slot.seg).note_expiry(spec.exptime);
         // SAFETY: the slot was reserved for at least spec.size() bytes and
         // is owned by this thread until published.
         unsafe { slot.ptr.init(spec, key, parts, atime, state) };

@@ -283,6 +283,108 @@ fn reclaimer_frees_expired_items() {
 }
 
 #[test]
+fn wholly_expired_segments_are_freed_from_their_headers() {
+    let s = Store::new(StoreConfig {
+        memory_limit: 16 << 20,
+        ..StoreConfig::default()
+    });
+    let value = vec![b'v'; 1000];
+    let exp = s.clock().expiry(1);
+    // Short-lived items, then long-lived ones in later segments.
+    for i in 0..5000u32 {
+        put(
+            &s,
+            0,
+            StoreMode::Set,
+            format!("t{i}").as_bytes(),
+            0,
+            exp,
+            &value,
+            0,
+        );
+    }
+    for i in 0..2000u32 {
+        put(
+            &s,
+            0,
+            StoreMode::Set,
+            format!("p{i}").as_bytes(),
+            0,
+            0,
+            &value,
+            0,
+        );
+    }
+    assert!(get(&s, b"t1").is_some());
+    assert_eq!(s.reclaim_expired_segments(), 0, "nothing has expired yet");
+    s.clock().advance_for_tests(2);
+    let freed = s.reclaim_expired_segments();
+    assert!(freed >= 3, "{freed} segments freed");
+    let st = s.stats();
+    assert!(st.reclaimed >= freed as u64 * 900, "{st:?}");
+    assert_eq!(st.expired_unfetched + 1, st.reclaimed, "t1 was fetched");
+    // Immortal items were not touched.
+    assert!(get(&s, b"p0").is_some() && get(&s, b"p1999").is_some());
+    assert_eq!(s.reclaim_expired_segments(), 0);
+}
+
+#[test]
+fn eviction_keeps_hit_items_and_resists_a_scan() {
+    // 8 segments: small is 1 of them, main the rest.
+    let s = Store::new(StoreConfig {
+        memory_limit: 8 << 20,
+        write_heads: 1,
+        ..StoreConfig::default()
+    });
+    let value = vec![b'v'; 1000];
+    for i in 0..3000u32 {
+        put(
+            &s,
+            0,
+            StoreMode::Set,
+            format!("hot{i}").as_bytes(),
+            0,
+            0,
+            &value,
+            0,
+        );
+    }
+    let Lookup::Hit(cas_before) = s.get(b"hot7", None, |it| it.cas()) else {
+        panic!("hot7 missing");
+    };
+    // Hit the hot set a few times, then scan far more than fits.
+    for _ in 0..3 {
+        for i in 0..3000u32 {
+            assert!(get(&s, format!("hot{i}").as_bytes()).is_some(), "hot{i}");
+        }
+    }
+    for i in 0..40_000u32 {
+        put(
+            &s,
+            0,
+            StoreMode::Set,
+            format!("scan{i}").as_bytes(),
+            0,
+            0,
+            &value,
+            0,
+        );
+    }
+    let kept = (0..3000u32)
+        .filter(|i| get(&s, format!("hot{i}").as_bytes()).is_some())
+        .count();
+    assert!(
+        kept > 2700,
+        "only {kept} of 3000 hot items survived the scan"
+    );
+    assert!(s.stats().evictions > 30_000);
+    // A kept (copied) item keeps its CAS unique.
+    if let Lookup::Hit(cas) = s.get(b"hot7", None, |it| it.cas()) {
+        assert_eq!(cas, cas_before);
+    }
+}
+
+#[test]
 fn parallel_writers_and_readers() {
     let s = Arc::new(Store::new(StoreConfig {
         memory_limit: 16 << 20,
