@@ -44,7 +44,7 @@
 //! [`item_size`] of a 16-byte key and a 64-byte value is 85 bytes.
 //!
 //! **CAS uniques.** An item that does not store one has the CAS unique of
-//! its location, `segment sequence << 32 | offset + 1`, where the sequence
+//! its location, `segment sequence × segment size + offset + 1`, where the sequence
 //! numbers the segment's activations: every write goes to a location never
 //! used before, so every version of every key has a distinct unique, and a
 //! CAS never needs bytes. Explicit uniques (meta `E`, or an item rewritten

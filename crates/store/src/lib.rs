@@ -1,23 +1,26 @@
 //! osmium-store: the cache engine — the "hash table" and "value store"
 //! stages of the pipeline (seed 001).
 //!
-//! * [`arena`]: item memory, fixed-size segments bounded by `-m`, appended to
-//!   by per-worker write heads, reclaimed a whole segment at a time (FIFO
-//!   eviction of the oldest segment when memory is full);
+//! * [`arena`]: item memory, fixed-size segments bounded by `-m` in one
+//!   mapping, appended to by write heads, in two FIFOs (S3-FIFO's small and
+//!   main queues), reclaimed a whole segment at a time;
 //! * [`index`]: the sharded hash index from key to `(SegmentId, offset)`;
-//! * [`item`]: the item record layout;
+//! * [`item`]: the item record layout (5-byte header);
+//! * [`ghost`]: keys recently evicted from small;
 //! * [`clock`]: memcached's relative clock and exptime rules.
 //!
 //! Locking: a GET takes one index shard's read lock (never a global lock)
 //! and copies the value out under it. Writes reserve space on their worker's
 //! write head (no shard lock held), write the item, then take the shard's
 //! write lock to apply the command's semantics and publish. Eviction and
-//! expiry walk a claimed segment and unlink each item under its own shard's
-//! write lock, so no lock is ever held over the whole cache.
+//! expiry walk a claimed segment and unlink (or copy) each item under its
+//! own shard's write lock, so no lock is ever held over the whole cache.
 //!
-//! Semantics follow memcached 1.6: exptime conversion, lazy expiry on access,
-//! flush_all via `oldest_live`/`oldest_cas`, CAS uniques from one global
-//! counter, incr/decr in place (space padded) when the result fits.
+//! Semantics follow memcached 1.6: exptime conversion, lazy expiry on
+//! access, incr/decr results space padded to the old length when shorter,
+//! flush_all invalidating everything stored up to memcached's `oldest_live`
+//! second. Every modification writes a new item, whose CAS unique comes
+//! from its location (see `item`).
 
 pub mod arena;
 pub mod clock;
