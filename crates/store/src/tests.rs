@@ -551,3 +551,73 @@ fn meta_arith_creates_compares_and_sets_cas() {
         MetaArithResult::NotFound
     );
 }
+
+#[test]
+fn eviction_copies_under_concurrent_readers_and_writers() {
+    // A small store (8 segments) under 4 threads sharing keys: evictions
+    // copy hit items while others read, overwrite, touch and delete them.
+    // Every value read must be whole and belong to its key.
+    let s = Arc::new(Store::new(StoreConfig {
+        memory_limit: 8 << 20,
+        write_heads: 4,
+        ..StoreConfig::default()
+    }));
+    let threads: Vec<_> = (0..4usize)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut hits = 0u32;
+                for i in 0..60_000u32 {
+                    let k = (i.wrapping_mul(2_654_435_761) >> 8) % 20_000;
+                    let key = format!("key{k}");
+                    let body = format!("{key}:{}", "y".repeat((k % 300) as usize));
+                    match i % 10 {
+                        0..=5 => {
+                            if let Lookup::Hit(v) =
+                                s.get(key.as_bytes(), None, |it| it.value().to_vec())
+                            {
+                                assert_eq!(v, body.as_bytes(), "{key}");
+                                hits += 1;
+                            } else {
+                                put(
+                                    &s,
+                                    t,
+                                    StoreMode::Set,
+                                    key.as_bytes(),
+                                    0,
+                                    0,
+                                    body.as_bytes(),
+                                    0,
+                                );
+                            }
+                        }
+                        6 => {
+                            let exp = s.clock().expiry(100);
+                            s.touch(key.as_bytes(), exp);
+                        }
+                        7 => {
+                            s.delete(key.as_bytes());
+                        }
+                        _ => {
+                            put(
+                                &s,
+                                t,
+                                StoreMode::Set,
+                                key.as_bytes(),
+                                0,
+                                0,
+                                body.as_bytes(),
+                                0,
+                            );
+                        }
+                    }
+                }
+                hits
+            })
+        })
+        .collect();
+    let hits: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(hits > 10_000, "{hits}");
+    let st = s.stats();
+    assert!(st.evictions > 0, "{st:?}");
+}
