@@ -859,6 +859,22 @@ impl Store {
         loc
     }
 
+    /// Does publishing `slot` in place of `old` need a stored CAS unique?
+    /// Location uniques grow with the segment sequence, but two write heads
+    /// fill segments side by side, so a new version written through one
+    /// head can sit in an older segment than the version it replaces. A
+    /// key's uniques must grow (ms `I` compares them), so such a version is
+    /// written again with the unique `old + 1` stored. None if no conflict
+    /// (or the slot stores its unique already, or CAS is off).
+    fn cas_conflict(&self, slot: &Slot, stored: bool, old: Option<&Found>) -> Option<u64> {
+        let old = old?;
+        if stored || !self.cfg.use_cas {
+            return None;
+        }
+        let old_cas = self.cas_of(old.loc, old.item);
+        (self.slot_cas(slot) <= old_cas).then(|| old_cas.wrapping_add(1))
+    }
+
     /// The CAS unique a slot's item gets once linked.
     #[inline]
     fn slot_cas(&self, slot: &Slot) -> u64 {
@@ -913,70 +929,88 @@ impl Store {
             return (r.0, r.1, if r.2 == usize::MAX { 0 } else { r.2 });
         }
         let hash = hash_key(key);
-        let spec = item::ItemSpec {
-            key_len: key.len(),
-            value_len: value.len(),
-            flags,
-            exptime,
-            // A stale-ok CAS may keep the old item's expiry.
-            exptime_field: w.stale_ok,
-            cas: self.explicit(w.new_cas),
-        };
-        let Some(slot) = self.reserve(self.new_item_head(head, hash), spec.size()) else {
-            if mode == StoreMode::Set {
-                // memcached drops the old value rather than keep stale data.
-                self.delete(key);
-            }
-            return (StoreStatus::OutOfMemory, 0, 0);
-        };
-        let state = if w.key_binary {
-            item::STATE_KEY_BINARY
-        } else {
-            0
-        };
-        self.write_item(&slot, &spec, key, &[value], state);
-        let mut table = self.shard(hash).write();
-        let old = self.find_live(&mut table, key, hash);
-        let now = self.clock.now();
-        let result = match (mode, &old) {
-            (StoreMode::Add, Some(f)) => {
-                let atime = self.base_atime(f.loc, f.item);
-                if atime < now.saturating_sub(ITEM_UPDATE_INTERVAL) {
-                    f.item.set_atime(self.atime_in(f.loc.seg, now));
+        let mut forced = None;
+        loop {
+            let spec = item::ItemSpec {
+                key_len: key.len(),
+                value_len: value.len(),
+                flags,
+                exptime,
+                // A stale-ok CAS may keep the old item's expiry.
+                exptime_field: w.stale_ok,
+                cas: self.explicit(w.new_cas).or(forced),
+            };
+            let Some(slot) = self.reserve(self.new_item_head(head, hash), spec.size()) else {
+                if mode == StoreMode::Set {
+                    // memcached drops the old value rather than keep stale data.
+                    self.delete(key);
                 }
-                (StoreStatus::NotStored, 0)
+                return (StoreStatus::OutOfMemory, 0, 0);
+            };
+            let state = if w.key_binary {
+                item::STATE_KEY_BINARY
+            } else {
+                0
+            };
+            self.write_item(&slot, &spec, key, &[value], state);
+            let mut table = self.shard(hash).write();
+            let old = self.find_live(&mut table, key, hash);
+            let now = self.clock.now();
+            let links = match (mode, &old) {
+                (StoreMode::Add, Some(_)) | (StoreMode::Replace, None) | (StoreMode::Cas, None) => {
+                    false
+                }
+                (StoreMode::Cas, Some(f)) if cas == 0 || self.cas_of(f.loc, f.item) != cas => {
+                    w.stale_ok && cas != 0 && cas < self.cas_of(f.loc, f.item)
+                }
+                _ => true,
+            };
+            if links {
+                if let Some(c) = self.cas_conflict(&slot, spec.cas.is_some(), old.as_ref()) {
+                    forced = Some(c);
+                    self.abandon(slot, table);
+                    continue;
+                }
             }
-            (StoreMode::Replace, None) => (StoreStatus::NotStored, 0),
-            (StoreMode::Cas, None) => (StoreStatus::NotFound, 0),
-            // A zero CAS never matches (so with -C every cas is EXISTS).
-            (StoreMode::Cas, Some(f)) if cas == 0 || self.cas_of(f.loc, f.item) != cas => {
-                let current = self.cas_of(f.loc, f.item);
-                if w.stale_ok && cas != 0 && cas < current {
-                    // memcached's CAS_STALE: store, keeping the old TTL,
-                    // marked stale (and keeping a sent token).
-                    // SAFETY: the slot is ours until published.
-                    unsafe { slot.ptr.set_exptime(f.item.exptime()) };
-                    slot.ptr.set_state(item::STATE_STALE);
-                    if f.item.has_state(item::STATE_TOKEN_SENT) {
-                        slot.ptr.set_state(item::STATE_TOKEN_SENT);
+            let result = match (mode, &old) {
+                (StoreMode::Add, Some(f)) => {
+                    let atime = self.base_atime(f.loc, f.item);
+                    if atime < now.saturating_sub(ITEM_UPDATE_INTERVAL) {
+                        f.item.set_atime(self.atime_in(f.loc.seg, now));
                     }
+                    (StoreStatus::NotStored, 0)
+                }
+                (StoreMode::Replace, None) => (StoreStatus::NotStored, 0),
+                (StoreMode::Cas, None) => (StoreStatus::NotFound, 0),
+                // A zero CAS never matches (so with -C every cas is EXISTS).
+                (StoreMode::Cas, Some(f)) if cas == 0 || self.cas_of(f.loc, f.item) != cas => {
+                    if links {
+                        // memcached's CAS_STALE: store, keeping the old TTL,
+                        // marked stale (and keeping a sent token).
+                        // SAFETY: the slot is ours until published.
+                        unsafe { slot.ptr.set_exptime(f.item.exptime()) };
+                        slot.ptr.set_state(item::STATE_STALE);
+                        if f.item.has_state(item::STATE_TOKEN_SENT) {
+                            slot.ptr.set_state(item::STATE_TOKEN_SENT);
+                        }
+                        self.link(&mut table, hash, &slot, old.as_ref());
+                        (StoreStatus::Stored, self.slot_cas(&slot))
+                    } else {
+                        (StoreStatus::Exists, 0)
+                    }
+                }
+                _ => {
                     self.link(&mut table, hash, &slot, old.as_ref());
                     (StoreStatus::Stored, self.slot_cas(&slot))
-                } else {
-                    (StoreStatus::Exists, 0)
                 }
+            };
+            if result.0 != StoreStatus::Stored {
+                slot.ptr.mark_dead();
             }
-            _ => {
-                self.link(&mut table, hash, &slot, old.as_ref());
-                (StoreStatus::Stored, self.slot_cas(&slot))
-            }
-        };
-        if result.0 != StoreStatus::Stored {
-            slot.ptr.mark_dead();
+            drop(table);
+            self.arena.finish_write(slot.seg);
+            return (result.0, result.1, value.len());
         }
-        drop(table);
-        self.arena.finish_write(slot.seg);
-        (result.0, result.1, value.len())
     }
 
     /// append/prepend: the new item is old value + data (or data + old).
@@ -984,6 +1018,7 @@ impl Store {
     fn concat(&self, head: usize, w: &Write<'_>) -> (StoreStatus, u64, usize) {
         let (mode, key, data, cas) = (w.mode, w.key, w.value, w.cas);
         let hash = hash_key(key);
+        let mut forced = None;
         loop {
             let (old_loc, spec, lane) = {
                 let mut table = self.shard(hash).write();
@@ -996,7 +1031,7 @@ impl Store {
                 let old = f.item.spec();
                 let spec = item::ItemSpec {
                     value_len: old.value_len + data.len(),
-                    cas: self.explicit(w.new_cas),
+                    cas: self.explicit(w.new_cas).or(forced),
                     ..old
                 };
                 (f.loc, spec, self.update_head(head, &f))
@@ -1030,6 +1065,11 @@ impl Store {
             let binary = w.key_binary || old.item.has_state(item::STATE_KEY_BINARY);
             let state = if binary { item::STATE_KEY_BINARY } else { 0 };
             self.write_item(&slot, &spec, key, &parts, state);
+            if let Some(c) = self.cas_conflict(&slot, spec.cas.is_some(), Some(&old)) {
+                forced = Some(c);
+                self.abandon(slot, table);
+                continue;
+            }
             self.link(&mut table, hash, &slot, Some(&old));
             let new_cas = self.slot_cas(&slot);
             drop(table);
@@ -1058,6 +1098,7 @@ impl Store {
     pub fn meta_delete(&self, head: usize, key: &[u8], d: &MetaDelete) -> MetaDeleteResult {
         let hash = hash_key(key);
         self.flush_due(self.clock.now());
+        let mut forced = None;
         loop {
             let mut table = self.shard(hash).write();
             let Some(f) = self.find_live(&mut table, key, hash) else {
@@ -1084,13 +1125,13 @@ impl Store {
                     flags: d.flags,
                     exptime,
                     exptime_field: old.exptime_field,
-                    cas: self.explicit(d.new_cas),
+                    cas: self.explicit(d.new_cas).or(forced),
                 }
             } else {
                 item::ItemSpec {
                     exptime,
                     exptime_field: old.exptime_field,
-                    cas: self.explicit(d.new_cas),
+                    cas: self.explicit(d.new_cas).or(forced),
                     ..old
                 }
             };
@@ -1129,6 +1170,11 @@ impl Store {
             slot.ptr
                 .set_atime(self.atime_in(slot.seg, self.base_atime(f.loc, f.item)));
             // md I is in place in memcached, md x a new item.
+            if let Some(c) = self.cas_conflict(&slot, spec.cas.is_some(), Some(&f)) {
+                forced = Some(c);
+                self.abandon(slot, table);
+                continue;
+            }
             self.link_counted(&mut table, hash, &slot, Some(&f), d.remove_value);
             drop(table);
             self.arena.finish_write(slot.seg);
@@ -1163,6 +1209,7 @@ impl Store {
     ) -> MetaArithResult {
         let hash = hash_key(key);
         self.flush_due(self.clock.now());
+        let mut forced = None;
         loop {
             let (value, width, old_loc, spec, in_place, lane) = {
                 let mut table = self.shard(hash).write();
@@ -1207,7 +1254,7 @@ impl Store {
                 let width = len.max(cur.len() * usize::from(in_place));
                 let spec = item::ItemSpec {
                     value_len: width,
-                    cas: self.explicit(m.new_cas),
+                    cas: self.explicit(m.new_cas).or(forced),
                     exptime_field: f.item.has_exptime_field() || (in_place && m.exptime.is_some()),
                     ..f.item.spec()
                 };
@@ -1256,6 +1303,11 @@ impl Store {
                     item::STATE_KEY_BINARY
                 };
             self.write_item(&slot, &spec, key, &parts, state);
+            if let Some(c) = self.cas_conflict(&slot, spec.cas.is_some(), Some(&old)) {
+                forced = Some(c);
+                self.abandon(slot, table);
+                continue;
+            }
             self.link_counted(&mut table, hash, &slot, Some(&old), !in_place);
             let cas = self.slot_cas(&slot);
             drop(table);

@@ -621,3 +621,38 @@ fn eviction_copies_under_concurrent_readers_and_writers() {
     let st = s.stats();
     assert!(st.evictions > 0, "{st:?}");
 }
+
+#[test]
+fn cas_uniques_grow_per_key_across_write_heads() {
+    let s = Store::new(StoreConfig {
+        memory_limit: 16 << 20,
+        write_heads: 2,
+        ..StoreConfig::default()
+    });
+    // Head 0 takes the first segment, head 1 the second (a larger
+    // sequence), so a version written through head 0 after one written
+    // through head 1 sits in the older segment.
+    put(&s, 0, StoreMode::Set, b"a", 0, 0, b"1", 0);
+    let (_, first) = put(&s, 1, StoreMode::Set, b"k", 0, 0, b"v1", 0);
+    let (_, second) = put(&s, 0, StoreMode::Set, b"k", 0, 0, b"v2", 0);
+    assert!(second > first, "{second} after {first}");
+    assert_eq!(get(&s, b"k").map(|g| g.2), Some(second));
+    // ms I: a CAS older than the item's stores, marked stale.
+    let w = Write {
+        mode: StoreMode::Cas,
+        key: b"k",
+        value: b"v3",
+        cas: first,
+        stale_ok: true,
+        ..Write::default()
+    };
+    assert_eq!(s.store(1, &w).0, StoreStatus::Stored);
+    // append and incr through the other head keep growing.
+    let (_, third) = put(&s, 0, StoreMode::Append, b"k", 0, 0, b"!", 0);
+    let before = get(&s, b"k").map(|g| g.2).unwrap();
+    assert_eq!(third, before);
+    put(&s, 1, StoreMode::Set, b"n", 0, 0, b"5", 0);
+    let n1 = get(&s, b"n").unwrap().2;
+    assert_eq!(s.arith(0, b"n", true, 1), ArithResult::Value(6));
+    assert!(get(&s, b"n").unwrap().2 > n1);
+}
