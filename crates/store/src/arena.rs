@@ -540,7 +540,8 @@ impl Arena {
     pub fn recycle(&self, seg: SegmentId) {
         let mut pool = self.pool.lock();
         self.segment(seg).state.store(STATE_FREE, Ordering::Release);
-        if pool.spare.is_none() {
+        // (An arena of one segment has no room for a spare.)
+        if pool.spare.is_none() && pool.limit >= 2 {
             pool.spare = Some(seg);
         } else {
             pool.free.push(seg);

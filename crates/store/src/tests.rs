@@ -656,3 +656,28 @@ fn cas_uniques_grow_per_key_across_write_heads() {
     assert_eq!(s.arith(0, b"n", true, 1), ArithResult::Value(6));
     assert!(get(&s, b"n").unwrap().2 > n1);
 }
+
+#[test]
+fn a_one_segment_cache_keeps_evicting() {
+    let s = Store::new(StoreConfig {
+        memory_limit: 1 << 20,
+        write_heads: 1,
+        ..StoreConfig::default()
+    });
+    let value = vec![b'v'; 1000];
+    for i in 0..5000u32 {
+        let (status, _) = put(
+            &s,
+            0,
+            StoreMode::Set,
+            format!("k{i}").as_bytes(),
+            0,
+            0,
+            &value,
+            0,
+        );
+        assert_eq!(status, StoreStatus::Stored, "k{i}");
+    }
+    assert!(get(&s, b"k4999").is_some());
+    assert!(s.stats().evictions > 0);
+}
