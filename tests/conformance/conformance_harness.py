@@ -151,7 +151,16 @@ class Template:
             if isinstance(p, bytes):
                 out.append(p)
             elif p[0] == "now":
-                out.append(str(int(time.time()) + p[1]).encode())
+                # After a tick, the server's own clock (its `time` at the
+                # tick plus whole seconds since), so that an absolute time
+                # means the same to both servers whatever the phase of their
+                # clocks; otherwise the wall clock.
+                tick = ctx.get("tick")
+                if tick:
+                    now = tick[0] + int(time.monotonic() - tick[1])
+                else:
+                    now = int(time.time())
+                out.append(str(now + p[1]).encode())
             elif p[0] == "cas":
                 seen = ctx["cas"]
                 if p[1] > len(seen):
@@ -826,6 +835,8 @@ class TickWatcher:
         self.address = address
         self.cond = threading.Condition()
         self.ticks = 0
+        # The server's `time` when the last tick was seen, and when (monotonic).
+        self.tick_time = None
         self.waiting = 0
         self.stopped = False
         self.thread = None
@@ -864,6 +875,7 @@ class TickWatcher:
             if last is not None and t != last:
                 with self.cond:
                     self.ticks += 1
+                    self.tick_time = (t, time.monotonic())
                     self.cond.notify_all()
             last = t
             time.sleep(self.POLL_S)
@@ -961,7 +973,8 @@ def run_case_on(case, server):
                 time.sleep(step.seconds)
                 continue
             if step.kind == "tick":
-                server.tick_watcher.wait()
+                if server.tick_watcher.wait():
+                    ctx["tick"] = server.tick_watcher.tick_time
                 continue
             if "udp" in step.opts:
                 n = step.opts["udp"]
