@@ -512,12 +512,9 @@ impl Store {
             let Some(slot) = self.reserve(head, spec.size()) else {
                 return Lookup::Miss;
             };
-            let mut table = self.shard(hash).write();
-            let Some(old) = table
-                .find_at(&self.arena, key, hash, old_loc)
-                .filter(|f| matches!(self.check(f.item, f.loc, self.clock.now()), Lookup::Hit(())))
-            else {
-                self.abandon(slot, table);
+            let Some((mut table, old)) = self.relock_at(key, hash, old_loc) else {
+                // Changed while we reserved: start over.
+                self.abandon(slot);
                 continue;
             };
             let view_before = self.view(old.loc, old.item);
@@ -551,11 +548,26 @@ impl Store {
             + u32::from(it.atime())
     }
 
-    /// Drops a reserved slot that will not be published.
-    fn abandon(&self, slot: Slot, table: parking_lot::RwLockWriteGuard<'_, Table>) {
+    /// Drops a reserved slot that will not be published (after the shard
+    /// lock it was checked under is released).
+    fn abandon(&self, slot: Slot) {
         slot.ptr.mark_dead();
-        drop(table);
         self.arena.finish_write(slot.seg);
+    }
+
+    /// Takes `key`'s shard write lock again after a gap (a reservation) and
+    /// returns it with the entry, if that is still the live item at `loc`.
+    fn relock_at(
+        &self,
+        key: &[u8],
+        hash: u64,
+        loc: Location,
+    ) -> Option<(parking_lot::RwLockWriteGuard<'_, Table>, Found)> {
+        let table = self.shard(hash).write();
+        let found = table
+            .find_at(&self.arena, key, hash, loc)
+            .filter(|f| matches!(self.check(f.item, f.loc, self.clock.now()), Lookup::Hit(())))?;
+        Some((table, found))
     }
 
     /// mg: looks `key` up and runs `f` on the item under its shard lock
@@ -968,7 +980,8 @@ impl Store {
             if links {
                 if let Some(c) = self.cas_conflict(&slot, spec.cas.is_some(), old.as_ref()) {
                     forced = Some(c);
-                    self.abandon(slot, table);
+                    drop(table);
+                    self.abandon(slot);
                     continue;
                 }
             }
@@ -1042,13 +1055,9 @@ impl Store {
             let Some(slot) = self.reserve(lane, spec.size()) else {
                 return (StoreStatus::OutOfMemory, 0, 0);
             };
-            let mut table = self.shard(hash).write();
-            let Some(old) = table
-                .find_at(&self.arena, key, hash, old_loc)
-                .filter(|f| matches!(self.check(f.item, f.loc, self.clock.now()), Lookup::Hit(())))
-            else {
+            let Some((mut table, old)) = self.relock_at(key, hash, old_loc) else {
                 // Changed while we reserved: start over.
-                self.abandon(slot, table);
+                self.abandon(slot);
                 continue;
             };
             // The expiry may have been touched in place meanwhile.
@@ -1067,7 +1076,8 @@ impl Store {
             self.write_item(&slot, &spec, key, &parts, state);
             if let Some(c) = self.cas_conflict(&slot, spec.cas.is_some(), Some(&old)) {
                 forced = Some(c);
-                self.abandon(slot, table);
+                drop(table);
+                self.abandon(slot);
                 continue;
             }
             self.link(&mut table, hash, &slot, Some(&old));
@@ -1141,12 +1151,9 @@ impl Store {
             let Some(slot) = self.reserve(lane, spec.size()) else {
                 return MetaDeleteResult::NotFound;
             };
-            let mut table = self.shard(hash).write();
-            let Some(f) = table
-                .find_at(&self.arena, key, hash, old_loc)
-                .filter(|f| matches!(self.check(f.item, f.loc, self.clock.now()), Lookup::Hit(())))
-            else {
-                self.abandon(slot, table);
+            let Some((mut table, f)) = self.relock_at(key, hash, old_loc) else {
+                // Changed while we reserved: start over.
+                self.abandon(slot);
                 continue;
             };
             let spec = if d.invalidate && d.exptime.is_some() {
@@ -1172,7 +1179,8 @@ impl Store {
             // md I is in place in memcached, md x a new item.
             if let Some(c) = self.cas_conflict(&slot, spec.cas.is_some(), Some(&f)) {
                 forced = Some(c);
-                self.abandon(slot, table);
+                drop(table);
+                self.abandon(slot);
                 continue;
             }
             self.link_counted(&mut table, hash, &slot, Some(&f), d.remove_value);
@@ -1270,12 +1278,9 @@ impl Store {
             let Some(slot) = self.reserve(lane, spec.size()) else {
                 return MetaArithResult::OutOfMemory;
             };
-            let mut table = self.shard(hash).write();
-            let Some(old) = table
-                .find_at(&self.arena, key, hash, old_loc)
-                .filter(|f| matches!(self.check(f.item, f.loc, self.clock.now()), Lookup::Hit(())))
-            else {
-                self.abandon(slot, table);
+            let Some((mut table, old)) = self.relock_at(key, hash, old_loc) else {
+                // Changed while we reserved: start over.
+                self.abandon(slot);
                 continue;
             };
             let exptime = old.item.exptime();
@@ -1305,7 +1310,8 @@ impl Store {
             self.write_item(&slot, &spec, key, &parts, state);
             if let Some(c) = self.cas_conflict(&slot, spec.cas.is_some(), Some(&old)) {
                 forced = Some(c);
-                self.abandon(slot, table);
+                drop(table);
+                self.abandon(slot);
                 continue;
             }
             self.link_counted(&mut table, hash, &slot, Some(&old), !in_place);
