@@ -44,6 +44,16 @@ fn set(s: &Store, mode: StoreMode, key: &[u8], value: &[u8], cas: u64) -> StoreS
     put(s, 0, mode, key, 0, 0, value, cas).0
 }
 
+/// Sets `{prefix}0` .. `{prefix}{n-1}` to `value` through head 0, each
+/// of which must be stored.
+fn fill(s: &Store, prefix: &str, n: u32, exptime: u32, value: &[u8]) {
+    for i in 0..n {
+        let key = format!("{prefix}{i}");
+        let (status, _) = put(s, 0, StoreMode::Set, key.as_bytes(), 0, exptime, value, 0);
+        assert_eq!(status, StoreStatus::Stored, "{key}");
+    }
+}
+
 #[test]
 fn set_get_overwrite_delete() {
     let s = store();
@@ -209,13 +219,7 @@ fn evicts_oldest_when_full() {
         ..StoreConfig::default()
     });
     let value = vec![b'v'; 1000];
-    for i in 0..20_000u32 {
-        let key = format!("key{i}");
-        assert_eq!(
-            put(&s, 0, StoreMode::Set, key.as_bytes(), 0, 0, &value, 0).0,
-            StoreStatus::Stored
-        );
-    }
+    fill(&s, "key", 20_000, 0, &value);
     let st = s.stats();
     assert!(st.evictions > 0);
     assert!(st.curr_items > 1000 && st.curr_items < 20_000, "{st:?}");
@@ -259,18 +263,7 @@ fn reclaimer_frees_expired_items() {
     });
     let value = vec![b'v'; 1000];
     let exp = s.clock().expiry(1);
-    for i in 0..5000u32 {
-        put(
-            &s,
-            0,
-            StoreMode::Set,
-            format!("k{i}").as_bytes(),
-            0,
-            exp,
-            &value,
-            0,
-        );
-    }
+    fill(&s, "k", 5000, exp, &value);
     s.clock().advance_for_tests(2);
     let sealed = s.sealed_segments();
     assert!(sealed > 0);
@@ -291,30 +284,8 @@ fn wholly_expired_segments_are_freed_from_their_headers() {
     let value = vec![b'v'; 1000];
     let exp = s.clock().expiry(1);
     // Short-lived items, then long-lived ones in later segments.
-    for i in 0..5000u32 {
-        put(
-            &s,
-            0,
-            StoreMode::Set,
-            format!("t{i}").as_bytes(),
-            0,
-            exp,
-            &value,
-            0,
-        );
-    }
-    for i in 0..2000u32 {
-        put(
-            &s,
-            0,
-            StoreMode::Set,
-            format!("p{i}").as_bytes(),
-            0,
-            0,
-            &value,
-            0,
-        );
-    }
+    fill(&s, "t", 5000, exp, &value);
+    fill(&s, "p", 2000, 0, &value);
     assert!(get(&s, b"t1").is_some());
     assert_eq!(s.reclaim_expired_segments(), 0, "nothing has expired yet");
     s.clock().advance_for_tests(2);
@@ -337,18 +308,7 @@ fn eviction_keeps_hit_items_and_resists_a_scan() {
         ..StoreConfig::default()
     });
     let value = vec![b'v'; 1000];
-    for i in 0..3000u32 {
-        put(
-            &s,
-            0,
-            StoreMode::Set,
-            format!("hot{i}").as_bytes(),
-            0,
-            0,
-            &value,
-            0,
-        );
-    }
+    fill(&s, "hot", 3000, 0, &value);
     let Lookup::Hit(cas_before) = s.get(b"hot7", None, |it| it.cas()) else {
         panic!("hot7 missing");
     };
@@ -358,18 +318,7 @@ fn eviction_keeps_hit_items_and_resists_a_scan() {
             assert!(get(&s, format!("hot{i}").as_bytes()).is_some(), "hot{i}");
         }
     }
-    for i in 0..40_000u32 {
-        put(
-            &s,
-            0,
-            StoreMode::Set,
-            format!("scan{i}").as_bytes(),
-            0,
-            0,
-            &value,
-            0,
-        );
-    }
+    fill(&s, "scan", 40_000, 0, &value);
     let kept = (0..3000u32)
         .filter(|i| get(&s, format!("hot{i}").as_bytes()).is_some())
         .count();
@@ -665,19 +614,7 @@ fn a_one_segment_cache_keeps_evicting() {
         ..StoreConfig::default()
     });
     let value = vec![b'v'; 1000];
-    for i in 0..5000u32 {
-        let (status, _) = put(
-            &s,
-            0,
-            StoreMode::Set,
-            format!("k{i}").as_bytes(),
-            0,
-            0,
-            &value,
-            0,
-        );
-        assert_eq!(status, StoreStatus::Stored, "k{i}");
-    }
+    fill(&s, "k", 5000, 0, &value);
     assert!(get(&s, b"k4999").is_some());
     assert!(s.stats().evictions > 0);
 }
