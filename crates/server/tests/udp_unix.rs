@@ -51,17 +51,30 @@ fn spawn(args: &[&str]) -> Child {
 }
 
 impl Server {
-    /// TCP and UDP on the same free port, plus `args`.
+    /// TCP and UDP on the same free port, plus `args`. The port is free
+    /// when chosen but may be taken before the server binds it (the other
+    /// tests' clients take ephemeral UDP ports all the time); a server that
+    /// then exits (a failed bind ends it at once) is started again on
+    /// another port. No UDP request is sent to test readiness: some tests
+    /// count the server's UDP traffic from zero.
     fn start_udp(args: &[&str]) -> Server {
-        let port = free_port();
-        let p = port.to_string();
-        let mut all = vec!["-p", &p, "-U", &p, "-l", "127.0.0.1"];
-        all.extend_from_slice(args);
-        let child = spawn(&all);
-        wait_until("server did not start", || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        Server { child, port }
+        for _ in 0..5 {
+            let port = free_port();
+            let p = port.to_string();
+            let mut all = vec!["-p", &p, "-U", &p, "-l", "127.0.0.1"];
+            all.extend_from_slice(args);
+            let mut child = spawn(&all);
+            let mut exited = false;
+            wait_until("server did not start", || {
+                exited = child.try_wait().unwrap().is_some();
+                exited || TcpStream::connect(("127.0.0.1", port)).is_ok()
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            if !exited && child.try_wait().unwrap().is_none() {
+                return Server { child, port };
+            }
+        }
+        panic!("server did not start on any of 5 ports");
     }
 
     fn udp_client(&self) -> UdpClient {
