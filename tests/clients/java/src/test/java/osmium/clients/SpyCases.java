@@ -418,9 +418,14 @@ abstract class SpyCases {
         assertEquals("Too large.", f.getStatus().getMessage());
       } else {
         ExecutionException e = assertThrows(ExecutionException.class, f::get);
-        assertEquals(
-            "OperationException: SERVER: SERVER_ERROR object too large for cache",
-            e.getCause().toString());
+        // The reply fails the set; or, when spymemcached's reset of the
+        // connection wins the race with it, the set is cancelled (seen with
+        // both servers). Either way the set failed.
+        if (!(e.getCause() instanceof CancellationException)) {
+          assertEquals(
+              "OperationException: SERVER: SERVER_ERROR object too large for cache",
+              e.getCause().toString());
+        }
       }
       assertFalse(f.getStatus().isSuccess());
     } finally {
