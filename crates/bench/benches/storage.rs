@@ -81,7 +81,13 @@ enum Op {
     /// overlap, so this is the latency of one lookup, not the throughput.
     GetDependent,
     Set,
+    /// Gets in batches of `BATCH` keys through `Store::get_many` (how the
+    /// server serves a multi-key get), which overlaps their misses.
+    GetBatch,
 }
+
+/// Keys per `get_many` call in `get/1thread-batch16`.
+const BATCH: usize = 16;
 
 /// A worker's keys and where it is in them (kept between criterion's calls,
 /// so every call continues the walk instead of restarting it).
@@ -130,6 +136,27 @@ impl Lane {
                     }
                 }
             }
+            Op::GetBatch => {
+                let mut done = 0;
+                while done < iters {
+                    let take = (BATCH as u64).min(iters - done).min((n - pos) as u64) as usize;
+                    let batch = self.keys[pos..pos + take].iter().map(|k| &k[..]);
+                    store.get_many(black_box(batch), |_, r| {
+                        match r {
+                            Lookup::Hit(it) => {
+                                black_box(it.value().len());
+                            }
+                            _ => self.misses += 1,
+                        }
+                        true
+                    });
+                    done += take as u64;
+                    pos += take;
+                    if pos == n {
+                        pos = 0;
+                    }
+                }
+            }
             Op::Set => {
                 for _ in 0..iters {
                     let k = &self.keys[pos];
@@ -148,8 +175,10 @@ impl Lane {
 }
 
 /// Sum of (operations, nanoseconds of wall time) of every timed batch of a
-/// benchmark, warm-up included: [get1, get2, set1, set2, get1-dependent].
-static TOTALS: [(AtomicU64, AtomicU64); 5] = [
+/// benchmark, warm-up included: [get1, get2, set1, set2, get1-dependent,
+/// get1-batch16].
+static TOTALS: [(AtomicU64, AtomicU64); 6] = [
+    (AtomicU64::new(0), AtomicU64::new(0)),
     (AtomicU64::new(0), AtomicU64::new(0)),
     (AtomicU64::new(0), AtomicU64::new(0)),
     (AtomicU64::new(0), AtomicU64::new(0)),
@@ -257,6 +286,13 @@ fn storage(c: &mut Criterion) {
                     e - s
                 })
             });
+            g.bench_function(BenchmarkId::from_parameter("1thread-batch16"), |b| {
+                b.iter_custom(|iters| {
+                    let (s, e) = single[0].run(&store, 0, Op::GetBatch, iters);
+                    record(5, iters, e - s);
+                    e - s
+                })
+            });
         }
         g.finish();
         if op == Op::Get {
@@ -327,6 +363,7 @@ fn main() {
         "set/1thread",
         "set/2threads",
         "get/1thread-dependent",
+        "get/1thread-batch16",
     ];
     let figures: Vec<(usize, f64)> = (0..names.len())
         .filter_map(|i| mops(i).map(|m| (i, m)))

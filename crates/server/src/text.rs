@@ -123,6 +123,54 @@ pub fn execute(
             touch,
         } => {
             let start = out.len();
+            if touch.is_none() {
+                // Plain get/gets: all keys through one get_many, which
+                // overlaps their memory accesses.
+                let mut too_long = false;
+                store.get_many(keys, |key, r| {
+                    if key.len() > KEY_MAX_LENGTH {
+                        too_long = true;
+                        return false;
+                    }
+                    let hit = match r {
+                        Lookup::Hit(it) => {
+                            let cas = with_cas.then(|| it.cas());
+                            let value = it.value();
+                            encode::value_header(out, it.key(), it.flags(), value.len(), cas);
+                            out.extend_from_slice(value);
+                            out.extend_from_slice(b"\r\n");
+                            true
+                        }
+                        Lookup::Expired => {
+                            stats.get_expired.incr();
+                            false
+                        }
+                        Lookup::Flushed => {
+                            stats.get_flushed.incr();
+                            false
+                        }
+                        Lookup::Miss => false,
+                    };
+                    if shared.stats.prefix.enabled() {
+                        shared.stats.prefix.record_get(key, hit);
+                    }
+                    stats.get_cmds.incr();
+                    if hit {
+                        stats.get_hits.incr()
+                    } else {
+                        stats.get_misses.incr()
+                    }
+                    true
+                });
+                if too_long {
+                    out.truncate(start);
+                    encode::line(out, b"CLIENT_ERROR bad command line format");
+                    return After::Continue;
+                }
+                out.extend_from_slice(b"END\r\n");
+                return After::Continue;
+            }
+            // gat/gats: each key is touched (under its shard's lock).
             let exptime = touch.map(|e| store.clock().expiry(e));
             for key in keys {
                 if key.len() > KEY_MAX_LENGTH {
@@ -146,20 +194,11 @@ pub fn execute(
                     Lookup::Flushed => stats.get_flushed.incr(),
                     _ => {}
                 }
-                if touch.is_some() {
-                    stats.touch_cmds.incr();
-                    if hit {
-                        stats.touch_hits.incr()
-                    } else {
-                        stats.touch_misses.incr()
-                    }
+                stats.touch_cmds.incr();
+                if hit {
+                    stats.touch_hits.incr()
                 } else {
-                    stats.get_cmds.incr();
-                    if hit {
-                        stats.get_hits.incr()
-                    } else {
-                        stats.get_misses.incr()
-                    }
+                    stats.touch_misses.incr()
                 }
             }
             out.extend_from_slice(b"END\r\n");

@@ -54,6 +54,7 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
+use crate::epoch;
 use crate::item::ItemPtr;
 
 pub type SegmentId = u32;
@@ -84,6 +85,20 @@ const HUGE_PAGE: usize = 2 << 20;
 /// Most segments an arena can ever hold.
 pub const MAX_SEGMENTS: usize = 1 << 20;
 
+/// Asks the CPU to bring the cache line at `p` into its caches: a hint,
+/// with no effect on memory (a prefetch never faults, whatever `p` is).
+#[inline]
+pub fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 reads nothing architecturally and cannot fault,
+    // even for an unmapped address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// A segment's control block. Cache-line aligned (two lines, for the
 /// adjacent-line prefetcher), so that writers appending to neighbouring
 /// segments do not share lines.
@@ -110,6 +125,11 @@ pub struct Segment {
     /// segment whole, without looking at any other.
     pub max_exptime: AtomicU32,
     pub immortal: AtomicBool,
+    /// The epoch in which the segment was freed with items in it (0: none
+    /// since it was last written): lock-free readers pinned then may still
+    /// read it, so it is not rewritten (or released) before `epoch::
+    /// wait_past` that epoch.
+    pub retired: AtomicU64,
 }
 
 impl Segment {
@@ -137,6 +157,7 @@ impl Segment {
             flushed_below: AtomicUsize::new(0),
             max_exptime: AtomicU32::new(0),
             immortal: AtomicBool::new(false),
+            retired: AtomicU64::new(0),
         }
     }
 }
@@ -216,7 +237,10 @@ impl Arena {
         // (and without widening index addresses much: see `index`).
         let capacity = (limit * 2).clamp((4 << 30) / segment_size, MAX_SEGMENTS);
         // One huge page more than needed, so that segments can start on a
-        // huge page boundary (see `collapse_sealed`).
+        // huge page boundary (see `collapse_sealed`); what alignment leaves
+        // of it (at least a page) lets a lock-free reader that decodes a
+        // stale location near the end read an item header and key without
+        // leaving the mapping (see `index::Table::find_unlocked`).
         let bytes = capacity * segment_size + HUGE_PAGE;
         // SAFETY: an anonymous private mapping with no address hint, checked
         // before use; MAP_NORESERVE reserves address space only.
@@ -325,6 +349,19 @@ impl Arena {
     #[inline]
     pub fn segment(&self, id: SegmentId) -> &Segment {
         &self.segments[id as usize]
+    }
+
+    /// Prefetches the first two cache lines of the item that may be at
+    /// `loc` (a guess: nothing is read).
+    #[inline]
+    pub fn prefetch_item(&self, seg: SegmentId, offset: usize) {
+        if (seg as usize) < self.segments.len() {
+            let p = self
+                .base
+                .wrapping_add(seg as usize * self.segment_size + offset);
+            prefetch(p);
+            prefetch(p.wrapping_add(64));
+        }
     }
 
     /// The item at `(seg, offset)`.
@@ -505,6 +542,7 @@ impl Arena {
 
     fn activate(&self, seg: SegmentId, queue: Queue, now: u32) {
         let s = self.segment(seg);
+        epoch::wait_past(s.retired.swap(0, Ordering::AcqRel));
         s.queue.store(queue as u8, Ordering::Relaxed);
         s.seq.store(
             self.next_seq.fetch_add(1, Ordering::Relaxed),
@@ -522,6 +560,7 @@ impl Arena {
     /// Hands a free segment's pages back to the system.
     fn release_memory(&self, seg: SegmentId) {
         let s = self.segment(seg);
+        epoch::wait_past(s.retired.swap(0, Ordering::AcqRel));
         self.collapsed[seg as usize / self.region_segments].store(false, Ordering::Relaxed);
         // SAFETY: the range is one whole segment inside the mapping; a free
         // segment holds no indexed items, and its pages read back as zeros.
@@ -539,7 +578,9 @@ impl Arena {
     /// spare if that was used, else goes to the free list.
     pub fn recycle(&self, seg: SegmentId) {
         let mut pool = self.pool.lock();
-        self.segment(seg).state.store(STATE_FREE, Ordering::Release);
+        let s = self.segment(seg);
+        s.retired.store(epoch::retire(), Ordering::Release);
+        s.state.store(STATE_FREE, Ordering::Release);
         // (An arena of one segment has no room for a spare.)
         if pool.spare.is_none() && pool.limit >= 2 {
             pool.spare = Some(seg);
@@ -615,6 +656,7 @@ impl Arena {
             if let Some(pos) = pool.fifo[q].iter().position(|&x| x == seg) {
                 pool.fifo[q].remove(pos);
             }
+            s.retired.store(epoch::retire(), Ordering::Release);
             s.state.store(STATE_FREE, Ordering::Release);
             pool.free.push(seg);
         } else {
@@ -707,8 +749,8 @@ impl Arena {
 }
 
 // SAFETY: the mapping is shared item memory whose access discipline is
-// enforced by the index shard locks (see `item`); everything else in the
-// arena is atomics and mutexes.
+// enforced by the index shard locks and reader pins (see `item`, `epoch`);
+// everything else in the arena is atomics and mutexes.
 unsafe impl Send for Arena {}
 unsafe impl Sync for Arena {}
 

@@ -1,5 +1,6 @@
 //! The hash index: key hash -> item location, split into 256 shards, each a
-//! table of cache-line buckets behind its own reader-writer lock.
+//! table of cache-line buckets behind its own reader-writer lock (writers)
+//! and version (lock-free readers, see [`Table::find_unlocked`]).
 //!
 //! An entry is 5 bytes: a 40-bit value holding the item's *address* (its
 //! byte position in the arena divided by the item alignment, see
@@ -14,11 +15,14 @@
 //!  | bucket (fastrange)     |   unused    |    tag    |  shard   |
 //!  +------------------------+-------------+-----------+----------+
 //!
-//!  entry (40 bits, stored as lo: u32 + hi: u8):
-//!   39            39-T+1 .. addr_bits   addr_bits-1            0
-//!  +-----------------------+-----------------------------------+
-//!  |  tag (T = min(8, 40 - addr_bits) bits) |  address         |
-//!  +-----------------------+-----------------------------------+
+//!  entry (40 bits, stored as lo: u32 + hi: u8), T = min(8, 40 - addr_bits):
+//!   39         40-T   40-T-1                                    0
+//!  +--------------+-------------------------------------------------+
+//!  | tag (T bits) |  (zeros) address (addr_bits bits)               |
+//!  +--------------+-------------------------------------------------+
+//!   The tag sits at the top of `hi` (the whole of `hi` when addresses
+//!   fit 32 bits), so one lookup compares the twelve `hi` bytes of a
+//!   bucket against the tag eight and four at a time (`candidates`).
 //!
 //!  bucket (64 bytes, one cache line):
 //!  +---------------------------+----------------+-----+-----+----------+
@@ -36,6 +40,8 @@
 //! it passes 90 % of its entries, so the load stays between ~72 % and 90 %
 //! (5.9 – 7.4 bytes of index per item). Growing rehashes keys read from item
 //! memory, so an entry needs no stored hash.
+
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::arena::{Arena, SegmentId};
 use crate::item::{ItemMeta, ItemPtr};
@@ -103,7 +109,7 @@ impl AddrCodec {
     fn encode(&self, hash: u64, loc: Location) -> u64 {
         let addr = (((loc.seg as u64) << self.seg_shift) | loc.offset as u64) >> self.align_shift;
         debug_assert!(addr < (1 << self.addr_bits));
-        (self.tag(hash) << self.addr_bits) | addr
+        (self.tag(hash) << (40 - self.tag_bits)) | addr
     }
 
     #[inline]
@@ -111,9 +117,21 @@ impl AddrCodec {
         (hash >> 16) & ((1 << self.tag_bits) - 1)
     }
 
-    #[inline]
+    #[cfg(test)]
     fn tag_of_entry(&self, v: u64) -> u64 {
-        v >> self.addr_bits
+        v >> (40 - self.tag_bits)
+    }
+
+    /// A tag as it sits in an entry's high byte (its top `tag_bits`).
+    #[inline]
+    fn tag_byte(&self, tag: u64) -> u8 {
+        (tag << (8 - self.tag_bits)) as u8
+    }
+
+    /// The bits of an entry's high byte that hold its tag.
+    #[inline]
+    fn tag_byte_mask(&self) -> u8 {
+        !(0xFFu16 >> self.tag_bits) as u8
     }
 
     #[inline]
@@ -136,7 +154,64 @@ struct Bucket {
     overflow: u16,
 }
 
+/// `byte` in every byte of a u64.
+#[inline]
+fn splat(byte: u8) -> u64 {
+    u64::from(byte) * 0x0101_0101_0101_0101
+}
+
+/// 0x80 in each byte of `v` that is zero, 0 elsewhere (exact: no borrow
+/// between bytes).
+#[inline]
+fn zero_bytes(v: u64) -> u64 {
+    const LOW7: u64 = 0x7F7F_7F7F_7F7F_7F7F;
+    !(((v & LOW7) + LOW7) | v | LOW7)
+}
+
 impl Bucket {
+    /// Slots among the first `len` whose tag matches, as a mask with bit
+    /// `8 × slot + 7` set per candidate: the twelve high bytes are compared
+    /// eight and four at a time without a branch per slot, so a lookup's
+    /// only data-dependent branch is on the (almost always single) match.
+    #[inline]
+    fn candidates(&self, tag_byte: u8, mask_byte: u8) -> (u64, u64) {
+        let (a, b) = self.hi.split_at(8);
+        let a = u64::from_le_bytes(a.try_into().expect("8 bytes"));
+        let b = u64::from(u32::from_le_bytes(b.try_into().expect("4 bytes")));
+        let (pat, m) = (splat(tag_byte), splat(mask_byte));
+        let len = (self.len as u32).min(BUCKET_SLOTS as u32);
+        // Bytes below len: 0x80 per live slot, for each half.
+        let live_a = if len >= 8 {
+            u64::MAX
+        } else {
+            (1u64 << (8 * len)) - 1
+        };
+        let live_b = (1u64 << (8 * len.saturating_sub(8))) - 1;
+        let hi_bits = splat(0x80);
+        (
+            zero_bytes((a ^ pat) & m) & live_a & hi_bits,
+            zero_bytes((b ^ pat) & m) & live_b & hi_bits,
+        )
+    }
+
+    /// A copy of the bucket at `p`, read as eight relaxed atomic words (a
+    /// writer may be changing it: the copy may be torn, which the caller
+    /// detects by the shard version).
+    ///
+    /// # Safety
+    /// `p` points at a bucket inside a live mapping (buckets are 64-byte
+    /// aligned, so each word is aligned).
+    #[inline]
+    unsafe fn load_relaxed(p: *const Bucket) -> Bucket {
+        let w = p as *const AtomicU64;
+        // SAFETY: eight aligned words inside the bucket, per the contract.
+        let words: [u64; 8] =
+            std::array::from_fn(|i| unsafe { (*w.add(i)).load(Ordering::Relaxed) });
+        // SAFETY: Bucket is 64 bytes of plain integers (repr(C)): every bit
+        // pattern is a valid Bucket.
+        unsafe { std::mem::transmute::<[u64; 8], Bucket>(words) }
+    }
+
     #[inline]
     fn entry(&self, i: usize) -> u64 {
         self.lo[i] as u64 | (self.hi[i] as u64) << 32
@@ -153,65 +228,106 @@ impl Bucket {
 /// of a table outgrown by `grow` goes back to the system at once (a heap
 /// allocation would stay in the process as fragmentation: 256 shards grow
 /// in step, each leaving a hole smaller than its next table).
+///
+/// Its pointer and length are atomics because lock-free readers load them
+/// (see [`find_unlocked`]) while a writer may be replacing the array:
+/// `grow` stores the pointer, then the length, and readers load the length,
+/// then the pointer, so a reader never pairs an old (smaller) array with a
+/// new length. An outgrown array is emptied (`MADV_DONTNEED`: it reads back
+/// as empty buckets) but stays mapped until the table drops, so a reader
+/// still holding it reads zeros, never unmapped memory.
 struct BucketArray {
-    ptr: std::ptr::NonNull<Bucket>,
-    len: usize,
+    ptr: AtomicPtr<Bucket>,
+    len: AtomicUsize,
 }
 
-// SAFETY: BucketArray owns its mapping exclusively, like a Box<[Bucket]>.
-unsafe impl Send for BucketArray {}
-// SAFETY: shared access is read-only (&self gives &[Bucket]).
-unsafe impl Sync for BucketArray {}
+fn map_buckets(len: usize) -> *mut Bucket {
+    let bytes = len * std::mem::size_of::<Bucket>();
+    // SAFETY: an anonymous private mapping with no address hint; the
+    // result is checked before use. Fresh anonymous pages are zeroed,
+    // and an all-zero Bucket is an empty bucket.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert!(p != libc::MAP_FAILED, "index: out of memory");
+    p as *mut Bucket
+}
+
+fn unmap_buckets(ptr: usize, len: usize) {
+    // SAFETY: unmaps exactly a mapping made by map_buckets(len), which no
+    // reader can be using any more (its table is being dropped).
+    unsafe {
+        libc::munmap(
+            ptr as *mut libc::c_void,
+            len * std::mem::size_of::<Bucket>(),
+        );
+    }
+}
 
 impl BucketArray {
     fn new(len: usize) -> BucketArray {
-        let bytes = len * std::mem::size_of::<Bucket>();
-        // SAFETY: an anonymous private mapping with no address hint; the
-        // result is checked before use. Fresh anonymous pages are zeroed,
-        // and an all-zero Bucket is EMPTY_BUCKET.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert!(p != libc::MAP_FAILED, "index: out of memory");
         BucketArray {
-            ptr: std::ptr::NonNull::new(p as *mut Bucket).expect("mmap returned null"),
-            len,
+            ptr: AtomicPtr::new(map_buckets(len)),
+            len: AtomicUsize::new(len),
         }
+    }
+
+    /// Publishes `next` (a fully built array) in place of the current one,
+    /// which is emptied (but stays mapped); returns it as (address, length)
+    /// for the owner to unmap when no reader can hold it.
+    fn replace(&mut self, next: *mut Bucket, next_len: usize) -> (usize, usize) {
+        let (old, old_len) = (self.ptr.load(Ordering::Relaxed), self.len());
+        self.ptr.store(next, Ordering::Release);
+        self.len.store(next_len, Ordering::Release);
+        // SAFETY: the range is exactly the old mapping; readers that still
+        // read it see zero pages (empty buckets), and retry.
+        unsafe {
+            libc::madvise(
+                old as *mut libc::c_void,
+                old_len * std::mem::size_of::<Bucket>(),
+                libc::MADV_DONTNEED,
+            );
+        }
+        (old as usize, old_len)
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
     }
 }
 
 impl std::ops::Deref for BucketArray {
     type Target = [Bucket];
+    #[inline]
     fn deref(&self) -> &[Bucket] {
-        // SAFETY: ptr maps len zero-initialised (valid) Buckets, owned by self.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        // SAFETY: ptr maps len zero-initialised (valid) Buckets, owned by
+        // self; only the holder of the shard lock (the owner of &self or
+        // &mut self here) changes them.
+        unsafe { std::slice::from_raw_parts(self.ptr.load(Ordering::Relaxed), self.len()) }
     }
 }
 
 impl std::ops::DerefMut for BucketArray {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [Bucket] {
-        // SAFETY: as above, and &mut self gives exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        // SAFETY: as above, and &mut self gives exclusive access among
+        // lock holders (lock-free readers only copy buckets out, and
+        // validate what they read against the shard's version).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.load(Ordering::Relaxed), self.len()) }
     }
 }
 
 impl Drop for BucketArray {
     fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping created in new(); no reference
-        // into it can outlive self.
-        unsafe {
-            libc::munmap(
-                self.ptr.as_ptr() as *mut libc::c_void,
-                self.len * std::mem::size_of::<Bucket>(),
-            );
-        }
+        unmap_buckets(self.ptr.load(Ordering::Relaxed) as usize, self.len());
     }
 }
 
@@ -224,9 +340,20 @@ impl Drop for BucketArray {
 #[repr(C)]
 pub struct Table {
     buckets: BucketArray,
-    live: usize,
     codec: AddrCodec,
+    /// `curr_items` is also the number of entries.
     pub counters: ShardCounters,
+    /// Outgrown bucket arrays (address, length): emptied, still mapped for
+    /// lock-free readers that may hold them, unmapped with the table.
+    retired: Vec<(usize, usize)>,
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        for &(p, len) in &self.retired {
+            unmap_buckets(p, len);
+        }
+    }
 }
 
 #[derive(Default, Clone, Copy, Debug)]
@@ -257,18 +384,18 @@ impl Table {
     pub fn new(codec: AddrCodec) -> Table {
         Table {
             buckets: BucketArray::new(INITIAL_BUCKETS),
-            live: 0,
             codec,
             counters: ShardCounters::default(),
+            retired: Vec::new(),
         }
     }
 
     pub fn len(&self) -> usize {
-        self.live
+        self.counters.curr_items as usize
     }
 
     pub fn is_empty(&self) -> bool {
-        self.live == 0
+        self.len() == 0
     }
 
     /// Finds `key` (whose hash is `hash`).
@@ -276,14 +403,17 @@ impl Table {
     pub fn find(&self, arena: &Arena, key: &[u8], hash: u64) -> Option<Found> {
         let n = self.buckets.len();
         let home = home_of(hash, n);
-        let tag = self.codec.tag(hash);
+        let tag_byte = self.codec.tag_byte(self.codec.tag(hash));
+        let mask_byte = self.codec.tag_byte_mask();
         let mut b = home;
         loop {
             let bucket = &self.buckets[b];
-            for slot in 0..bucket.len as usize {
-                let v = bucket.entry(slot);
-                if self.codec.tag_of_entry(v) == tag {
-                    let loc = self.codec.decode(v);
+            let (lo, hi) = bucket.candidates(tag_byte, mask_byte);
+            for (mut m, first) in [(lo, 0), (hi, 8)] {
+                while m != 0 {
+                    let slot = first + (m.trailing_zeros() / 8) as usize;
+                    m &= m - 1;
+                    let loc = self.codec.decode(bucket.entry(slot));
                     let item = arena.item(loc.seg, loc.offset);
                     let meta = item.meta();
                     if item.key_at(&meta) == key {
@@ -303,6 +433,117 @@ impl Table {
             }
             b = if b + 1 == n { 0 } else { b + 1 };
         }
+    }
+
+    /// `find` for a reader that holds no lock (a GET; see `Store::get`):
+    /// reads the table at `table` while a writer may be changing it.
+    /// Whatever it races with, it reads only inside the table's bucket
+    /// arrays (current or outgrown, all still mapped) and inside the arena
+    /// mapping (a location's segment is checked against the capacity, and
+    /// the mapping has room past the last segment for one item header and
+    /// key); each bucket is copied out with one volatile read. The result
+    /// means something only if the shard's version was the same, and even,
+    /// before and after the call: the caller checks.
+    ///
+    /// # Safety
+    /// `table` points at a live `Table` (locked or not), and the caller is
+    /// pinned (`epoch::pin`), so item memory it finds stays mapped.
+    #[inline]
+    pub unsafe fn find_unlocked(
+        table: *const Table,
+        arena: &Arena,
+        key: &[u8],
+        hash: u64,
+    ) -> Option<Found> {
+        // SAFETY (whole function): the fields are read through raw
+        // pointers, the atomics atomically, the codec (never written after
+        // Table::new) by copy; see the doc comment for the memory read.
+        let (n, buckets, codec) = unsafe {
+            let n = (*std::ptr::addr_of!((*table).buckets.len)).load(Ordering::Acquire);
+            let p = (*std::ptr::addr_of!((*table).buckets.ptr)).load(Ordering::Acquire);
+            (n, p, std::ptr::addr_of!((*table).codec).read())
+        };
+        let home = home_of(hash, n);
+        let tag_byte = codec.tag_byte(codec.tag(hash));
+        let mask_byte = codec.tag_byte_mask();
+        let mut b = home;
+        for _ in 0..n {
+            // SAFETY: b < n, and the array at `buckets` has at least n
+            // buckets (lengths are published after pointers).
+            let bucket = unsafe { Bucket::load_relaxed(buckets.add(b)) };
+            let (lo, hi) = bucket.candidates(tag_byte, mask_byte);
+            for (mut m, first) in [(lo, 0), (hi, 8)] {
+                while m != 0 {
+                    let slot = first + (m.trailing_zeros() / 8) as usize;
+                    m &= m - 1;
+                    let loc = codec.decode(bucket.entry(slot));
+                    if loc.seg as usize >= arena.capacity() {
+                        continue;
+                    }
+                    let item = arena.item(loc.seg, loc.offset);
+                    let meta = item.meta();
+                    if item.key_at(&meta) == key {
+                        return Some(Found {
+                            bucket: b,
+                            slot,
+                            home,
+                            loc,
+                            item,
+                            meta,
+                        });
+                    }
+                }
+            }
+            if bucket.overflow == 0 {
+                return None;
+            }
+            b = if b + 1 == n { 0 } else { b + 1 };
+        }
+        None
+    }
+
+    /// Asks the CPU to fetch the home bucket of `hash` (a hint for a lookup
+    /// coming soon; see `Store::get_many`).
+    ///
+    /// # Safety
+    /// `table` points at a live `Table` (locked or not).
+    #[inline]
+    pub unsafe fn prefetch_bucket(table: *const Table, hash: u64) {
+        // SAFETY: as in find_unlocked; only an address is computed.
+        let (n, buckets) = unsafe {
+            let n = (*std::ptr::addr_of!((*table).buckets.len)).load(Ordering::Acquire);
+            let p = (*std::ptr::addr_of!((*table).buckets.ptr)).load(Ordering::Acquire);
+            (n, p)
+        };
+        crate::arena::prefetch(buckets.wrapping_add(home_of(hash, n)) as *const u8);
+    }
+
+    /// Where the first entry of `hash`'s home bucket whose tag matches
+    /// points, read without a lock: a guess, for prefetching only (it may
+    /// be another key's, or torn, or stale).
+    ///
+    /// # Safety
+    /// As for `find_unlocked`, except that the caller need not be pinned
+    /// (the location is not dereferenced).
+    #[inline]
+    pub unsafe fn guess_location(table: *const Table, hash: u64) -> Option<Location> {
+        // SAFETY: as in find_unlocked.
+        let (n, buckets, codec) = unsafe {
+            let n = (*std::ptr::addr_of!((*table).buckets.len)).load(Ordering::Acquire);
+            let p = (*std::ptr::addr_of!((*table).buckets.ptr)).load(Ordering::Acquire);
+            (n, p, std::ptr::addr_of!((*table).codec).read())
+        };
+        // SAFETY: home < n buckets of the array (see find_unlocked).
+        let bucket = unsafe { Bucket::load_relaxed(buckets.add(home_of(hash, n))) };
+        let (lo, hi) = bucket.candidates(codec.tag_byte(codec.tag(hash)), codec.tag_byte_mask());
+        let slot = if lo != 0 {
+            (lo.trailing_zeros() / 8) as usize
+        } else if hi != 0 {
+            8 + (hi.trailing_zeros() / 8) as usize
+        } else {
+            return None;
+        };
+        Some(codec.decode(bucket.entry(slot)))
     }
 
     /// The entry for `key` if it still points at `loc` (after a lock gap).
@@ -330,17 +571,15 @@ impl Table {
             self.buckets[b].overflow -= 1;
             b = if b + 1 == n { 0 } else { b + 1 };
         }
-        self.live -= 1;
     }
 
     /// Inserts a key known to be absent.
     pub fn insert(&mut self, arena: &Arena, hash: u64, loc: Location) {
-        if (self.live + 1) * 10 > self.buckets.len() * BUCKET_SLOTS * MAX_LOAD_TENTHS {
+        if (self.len() + 1) * 10 > self.buckets.len() * BUCKET_SLOTS * MAX_LOAD_TENTHS {
             self.grow(arena);
         }
         let v = self.codec.encode(hash, loc);
         Self::place(&mut self.buckets, hash, v);
-        self.live += 1;
     }
 
     fn place(buckets: &mut [Bucket], hash: u64, v: u64) {
@@ -363,15 +602,22 @@ impl Table {
     fn grow(&mut self, arena: &Arena) {
         let n = self.buckets.len();
         let size = n + (n / 4).max(1);
-        let old = std::mem::replace(&mut self.buckets, BucketArray::new(size));
-        for bucket in old.iter() {
-            for slot in 0..bucket.len as usize {
-                let v = bucket.entry(slot);
-                let loc = self.codec.decode(v);
-                let hash = hash_key(arena.item(loc.seg, loc.offset).key());
-                Self::place(&mut self.buckets, hash, v);
+        let next = map_buckets(size);
+        {
+            // SAFETY: a fresh mapping of `size` zeroed buckets, not yet
+            // published: this is the only reference to it.
+            let new = unsafe { std::slice::from_raw_parts_mut(next, size) };
+            for bucket in self.buckets.iter() {
+                for slot in 0..bucket.len as usize {
+                    let v = bucket.entry(slot);
+                    let loc = self.codec.decode(v);
+                    let hash = hash_key(arena.item(loc.seg, loc.offset).key());
+                    Self::place(new, hash, v);
+                }
             }
         }
+        let old = self.buckets.replace(next, size);
+        self.retired.push(old);
     }
 
     /// Bytes of index memory (for stats).
@@ -399,8 +645,9 @@ mod tests {
 
     #[test]
     fn a_set_touches_one_line_of_its_shard() {
-        // The 8-byte lock word, then the table up to total_items.
-        let end = 8 + std::mem::offset_of!(Table, counters) + 3 * 8;
+        // The shard's version and lock words, then the table up to
+        // total_items.
+        let end = 16 + std::mem::offset_of!(Table, counters) + 3 * 8;
         assert!(end <= 64, "{end}");
     }
 

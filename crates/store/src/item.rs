@@ -53,9 +53,10 @@
 //! Concurrency rules: the immutable fields (lengths, layout, key, flags,
 //! stored CAS, value) may be read by anyone who knows the item is fully
 //! written (its segment has no pending writer); `atime` and `state` are
-//! atomics updated by hits under an index shard's read lock; the stored
-//! exptime is written only under the item's shard write lock and read
-//! under that shard's read or write lock.
+//! atomics updated by hits (which hold no lock, see `epoch`); the stored
+//! exptime is written only under the item's shard write lock, and read
+//! under that shard's lock or by a lock-free GET that validates what it
+//! read against the shard's version.
 
 use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
 
@@ -193,7 +194,8 @@ impl ItemMeta {
 pub struct ItemPtr(*mut u8);
 
 // SAFETY: an ItemPtr is an address into segment memory that is shared by
-// all threads; access discipline is enforced by the index shard locks.
+// all threads; access discipline is enforced by the index shard locks and
+// versions and by reader pins (see `epoch`).
 unsafe impl Send for ItemPtr {}
 unsafe impl Sync for ItemPtr {}
 
@@ -204,6 +206,12 @@ impl ItemPtr {
     #[inline]
     pub unsafe fn from_raw(p: *mut u8) -> ItemPtr {
         ItemPtr(p)
+    }
+
+    /// The item's address.
+    #[inline]
+    pub fn as_ptr(self) -> *const u8 {
+        self.0
     }
 
     /// Offsets of atime and state (they swap at odd addresses).
@@ -290,7 +298,9 @@ impl ItemPtr {
             let b = self.byte(off);
             off += 1;
             value_len |= ((b & 0x7f) as usize) << shift;
-            if b & 0x80 == 0 {
+            // At most 5 bytes, even in bytes that are not a header (a
+            // lock-free reader may decode a stale location; see index).
+            if b & 0x80 == 0 || shift == 28 {
                 break;
             }
             shift += 7;
@@ -591,7 +601,7 @@ impl ItemPtr {
 }
 
 /// A read-only view of a live item handed to callers while the shard lock
-/// is held.
+/// is held or the thread is pinned (so its memory stays as it is).
 #[derive(Clone, Copy)]
 pub struct ItemView<'a> {
     pub(crate) ptr: ItemPtr,

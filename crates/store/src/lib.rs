@@ -7,14 +7,20 @@
 //! * [`index`]: the sharded hash index from key to `(SegmentId, offset)`;
 //! * [`item`]: the item record layout (5-byte header);
 //! * [`ghost`]: keys recently evicted from small;
-//! * [`clock`]: memcached's relative clock and exptime rules.
+//! * [`clock`]: memcached's relative clock and exptime rules;
+//! * [`epoch`]: grace periods that let GETs read without locks.
 //!
-//! Locking: a GET takes one index shard's read lock (never a global lock)
-//! and copies the value out under it. Writes reserve space on their worker's
-//! write head (no shard lock held), write the item, then take the shard's
-//! write lock to apply the command's semantics and publish. Eviction and
-//! expiry walk a claimed segment and unlink (or copy) each item under its
-//! own shard's write lock, so no lock is ever held over the whole cache.
+//! Locking: a GET takes no lock. It pins its thread ([`epoch`]), reads the
+//! key's index shard optimistically (validated by the shard's version, a
+//! sequence lock) and copies the value out; the pin keeps the item's
+//! segment from being rewritten meanwhile. `get_many` also prefetches the
+//! buckets and items of the keys ahead. Writes reserve space on their
+//! worker's write head (no shard lock held), write the item, then take the
+//! shard's write lock to apply the command's semantics and publish. Eviction
+//! and expiry walk a claimed segment and unlink (or copy) each item under
+//! its own shard's write lock, so no lock is ever held over the whole cache;
+//! an emptied segment is retired and rewritten only after the readers that
+//! could still see it have unpinned.
 //!
 //! Semantics follow memcached 1.6: exptime conversion, lazy expiry on
 //! access, incr/decr results space padded to the old length when shorter,
@@ -24,12 +30,13 @@
 
 pub mod arena;
 pub mod clock;
+pub mod epoch;
 pub mod ghost;
 pub mod index;
 pub mod item;
 
-use parking_lot::RwLock;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use arena::{Arena, Queue, Reserve, SegmentId, Slot};
 use clock::{Clock, ITEM_UPDATE_INTERVAL};
@@ -210,9 +217,103 @@ pub struct StoreStats {
 /// Longest a caller spins waiting for a busy segment before giving up.
 const RESERVE_RETRIES: usize = 64;
 
-/// One index shard: its lock and table, on cache lines of its own.
-#[repr(align(128))]
-struct Shard(RwLock<Table>);
+/// Times a GET re-reads a shard that a writer is changing before it
+/// waits for the shard's lock instead.
+const OPTIMISTIC_TRIES: usize = 4;
+
+/// One index shard: its version, lock and table, on cache lines of its own
+/// (the version, the lock word and the table's hot fields share the
+/// first line, see `index::Table`).
+///
+/// The version is a sequence lock for lock-free GETs: even while no writer
+/// holds the lock, odd while one does ([`ShardWrite`] bumps it on the way
+/// in and out). A GET reads it, looks the key up without the lock, and
+/// keeps what it read only if the version was even and is unchanged.
+#[repr(C, align(128))]
+struct Shard {
+    version: AtomicU64,
+    lock: RwLock<Table>,
+}
+
+impl Shard {
+    fn new(codec: AddrCodec) -> Shard {
+        Shard {
+            version: AtomicU64::new(0),
+            lock: RwLock::new(Table::new(codec)),
+        }
+    }
+
+    /// The write lock, making the version odd until it is released.
+    #[inline]
+    fn write(&self) -> ShardWrite<'_> {
+        let guard = self.lock.write();
+        let v = self.version.load(Ordering::Relaxed);
+        self.version.store(v + 1, Ordering::Relaxed);
+        // The odd version is visible before anything the holder writes.
+        fence(Ordering::Release);
+        ShardWrite {
+            guard,
+            version: &self.version,
+        }
+    }
+
+    #[inline]
+    fn read(&self) -> RwLockReadGuard<'_, Table> {
+        self.lock.read()
+    }
+
+    /// Looks `key` up without the lock (see `Table::find_unlocked`): Some
+    /// when a consistent snapshot was read (and the answer), None when
+    /// writers kept the shard busy. The caller is pinned.
+    #[inline]
+    fn find_optimistic(&self, arena: &Arena, key: &[u8], hash: u64) -> Option<Option<Found>> {
+        for _ in 0..OPTIMISTIC_TRIES {
+            let v = self.version.load(Ordering::Acquire);
+            if v & 1 == 0 {
+                // SAFETY: the table lives as long as the shard, and the
+                // caller is pinned (it holds an epoch::Guard).
+                let found = unsafe { Table::find_unlocked(self.lock.data_ptr(), arena, key, hash) };
+                // The reads above happen before the version is re-read.
+                fence(Ordering::Acquire);
+                if self.version.load(Ordering::Relaxed) == v {
+                    return Some(found);
+                }
+            }
+            std::hint::spin_loop();
+        }
+        None
+    }
+}
+
+/// A shard's write lock (derefs to its table); releasing it makes the
+/// shard's version even again, then unlocks.
+struct ShardWrite<'a> {
+    guard: RwLockWriteGuard<'a, Table>,
+    version: &'a AtomicU64,
+}
+
+impl Drop for ShardWrite<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        let v = self.version.load(Ordering::Relaxed);
+        self.version.store(v + 1, Ordering::Release);
+    }
+}
+
+impl std::ops::Deref for ShardWrite<'_> {
+    type Target = Table;
+    #[inline]
+    fn deref(&self) -> &Table {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for ShardWrite<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Table {
+        &mut self.guard
+    }
+}
 
 pub struct Store {
     cfg: StoreConfig,
@@ -255,9 +356,7 @@ impl Store {
             ghost: ghost::Ghost::new(cfg.memory_limit / 96),
             cas_offset_bits: arena.segment_shift() - item::ALIGN.trailing_zeros(),
             arena,
-            shards: (0..SHARDS)
-                .map(|_| Shard(RwLock::new(Table::new(codec))))
-                .collect(),
+            shards: (0..SHARDS).map(|_| Shard::new(codec)).collect(),
             clock: Clock::new(),
             flush_at: [AtomicU32::new(0), AtomicU32::new(0)],
             limit_maxbytes: AtomicU64::new(cfg.memory_limit as u64),
@@ -352,8 +451,8 @@ impl Store {
     }
 
     #[inline]
-    fn shard(&self, hash: u64) -> &RwLock<Table> {
-        &self.shards[shard_of(hash)].0
+    fn shard(&self, hash: u64) -> &Shard {
+        &self.shards[shard_of(hash)]
     }
 
     /// Unlinks a found entry; the caller holds the shard's write lock.
@@ -415,8 +514,9 @@ impl Store {
         }
     }
 
-    /// Looks `key` up; on a hit runs `f` on the item while the shard lock
-    /// is held. `touch` sets a new expiry (gat/gats/touch).
+    /// Looks `key` up; on a hit runs `f` on the item (lock-free, pinned; or
+    /// under the shard's lock). `touch` sets a new expiry (gat/gats/touch).
+    /// `f` must not call back into the store.
     pub fn get<R>(
         &self,
         key: &[u8],
@@ -429,21 +529,129 @@ impl Store {
         if let Some(exptime) = touch {
             return self.touched(self.copy_head, key, hash, exptime, true, |v, _| f(v));
         }
-        let table = self.shard(hash).read();
+        self.lookup(key, hash, now, f)
+    }
+
+    /// Looks up several keys (a multi-key get), calling `f` for each in
+    /// order with its item or its kind of miss, until `f` returns false.
+    /// Overlaps the keys' memory accesses: while key `i` is served, the
+    /// home bucket of key `i + 2 × AHEAD` and the item that key `i + AHEAD`
+    /// probably points at are prefetched, so up to 2 × AHEAD cache misses
+    /// are in flight instead of the one or two a lone lookup allows.
+    pub fn get_many<'k, I>(
+        &self,
+        keys: I,
+        mut f: impl FnMut(&'k [u8], Lookup<ItemView<'_>>) -> bool,
+    ) where
+        I: Iterator<Item = &'k [u8]> + Clone,
+    {
+        const AHEAD: usize = 4;
+        const RING: usize = 4 * AHEAD;
+        let now = self.clock.now();
+        self.flush_due(now);
+        // Hashes of the keys from i to i + 2 × AHEAD, by position mod RING.
+        let mut hashes = [0u64; RING];
+        let mut lead = keys.clone();
+        let mut led = 0;
+        for (i, key) in keys.enumerate() {
+            while led <= i + 2 * AHEAD {
+                let Some(k) = lead.next() else { break };
+                let h = hash_key(k);
+                hashes[led % RING] = h;
+                // SAFETY: the shard's table lives as long as the store.
+                unsafe { Table::prefetch_bucket(self.shard(h).lock.data_ptr(), h) };
+                led += 1;
+            }
+            if i + AHEAD < led {
+                let h = hashes[(i + AHEAD) % RING];
+                // SAFETY: as above.
+                if let Some(loc) =
+                    unsafe { Table::guess_location(self.shard(h).lock.data_ptr(), h) }
+                {
+                    self.arena.prefetch_item(loc.seg, loc.offset);
+                }
+            }
+            let hash = hashes[i % RING];
+            let go = match self.lookup(key, hash, now, |v| f(key, Lookup::Hit(v))) {
+                Lookup::Hit(go) => go,
+                Lookup::Miss => f(key, Lookup::Miss),
+                Lookup::Expired => f(key, Lookup::Expired),
+                Lookup::Flushed => f(key, Lookup::Flushed),
+            };
+            if !go {
+                return;
+            }
+        }
+    }
+
+    /// Prefetches what a write of a key with this hash will lock and read
+    /// in the index: its shard's first line and its home bucket.
+    #[inline]
+    fn prefetch_index(&self, hash: u64) {
+        let shard = self.shard(hash);
+        arena::prefetch(shard as *const Shard as *const u8);
+        // SAFETY: the shard's table lives as long as the store.
+        unsafe { Table::prefetch_bucket(shard.lock.data_ptr(), hash) };
+    }
+
+    /// A GET of `key` (whose hash is `hash`) at time `now`.
+    #[inline]
+    fn lookup<R>(
+        &self,
+        key: &[u8],
+        hash: u64,
+        now: u32,
+        f: impl FnOnce(ItemView<'_>) -> R,
+    ) -> Lookup<R> {
+        let shard = self.shard(hash);
+        // Lock-free first: pinned, so the item's memory is not reused
+        // before `f` is done with it (see `epoch`).
+        if let Some(pin) = epoch::pin() {
+            if let Some(found) = shard.find_optimistic(&self.arena, key, hash) {
+                let Some(found) = found else {
+                    return Lookup::Miss;
+                };
+                return match self.serve(&found, now, f) {
+                    Ok(r) => Lookup::Hit(r),
+                    Err(stale) => {
+                        // Never wait for a lock while pinned.
+                        drop(pin);
+                        self.unlink_stale(key, hash, found.loc);
+                        stale.map_hit()
+                    }
+                };
+            }
+        }
+        let table = shard.read();
         let Some(found) = table.find(&self.arena, key, hash) else {
             return Lookup::Miss;
         };
-        let it = found.item;
-        match self.check_exptime(found.meta.exptime, found.loc, now) {
-            Lookup::Hit(()) => {}
-            stale => {
+        match self.serve(&found, now, f) {
+            Ok(r) => Lookup::Hit(r),
+            Err(stale) => {
                 drop(table);
                 self.unlink_stale(key, hash, found.loc);
-                return stale.map_hit();
+                stale.map_hit()
             }
         }
-        it.bump(self.atime_in(found.loc.seg, now));
-        Lookup::Hit(f(self.view_with(found.loc, it, found.meta)))
+    }
+
+    /// A GET's answer for a found item: runs `f` on it (counting the hit),
+    /// or says it is expired or flushed. The caller holds the shard's lock
+    /// or is pinned.
+    #[inline]
+    fn serve<R>(
+        &self,
+        found: &Found,
+        now: u32,
+        f: impl FnOnce(ItemView<'_>) -> R,
+    ) -> Result<R, Lookup<()>> {
+        match self.check_exptime(found.meta.exptime, found.loc, now) {
+            Lookup::Hit(()) => {}
+            stale => return Err(stale),
+        }
+        found.item.bump(self.atime_in(found.loc.seg, now));
+        Ok(f(self.view_with(found.loc, found.item, found.meta)))
     }
 
     /// Finds a live entry under a write lock, unlinking it if expired or
@@ -557,12 +765,7 @@ impl Store {
 
     /// Takes `key`'s shard write lock again after a gap (a reservation) and
     /// returns it with the entry, if that is still the live item at `loc`.
-    fn relock_at(
-        &self,
-        key: &[u8],
-        hash: u64,
-        loc: Location,
-    ) -> Option<(parking_lot::RwLockWriteGuard<'_, Table>, Found)> {
+    fn relock_at(&self, key: &[u8], hash: u64, loc: Location) -> Option<(ShardWrite<'_>, Found)> {
         let table = self.shard(hash).write();
         let found = table
             .find_at(&self.arena, key, hash, loc)
@@ -941,6 +1144,9 @@ impl Store {
             return (r.0, r.1, if r.2 == usize::MAX { 0 } else { r.2 });
         }
         let hash = hash_key(key);
+        // Start fetching the shard's lock line and the key's home bucket
+        // now: they arrive while the item is written.
+        self.prefetch_index(hash);
         let mut forced = None;
         loop {
             let spec = item::ItemSpec {
@@ -1412,7 +1618,7 @@ impl Store {
         let mut total = ShardCounters::default();
         let mut index_bytes = 0;
         for shard in self.shards.iter() {
-            let t = shard.0.read();
+            let t = shard.read();
             let c = t.counters;
             total.curr_items += c.curr_items;
             total.bytes += c.bytes;
@@ -1443,7 +1649,7 @@ impl Store {
     /// Zeroes the resettable engine counters (`stats reset`).
     pub fn reset_stats(&self) {
         for shard in self.shards.iter() {
-            let mut t = shard.0.write();
+            let mut t = shard.write();
             let c = &mut t.counters;
             c.total_items = 0;
             c.evictions = 0;

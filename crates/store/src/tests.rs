@@ -618,3 +618,217 @@ fn a_one_segment_cache_keeps_evicting() {
     assert!(get(&s, b"k4999").is_some());
     assert!(s.stats().evictions > 0);
 }
+
+#[test]
+fn get_many_answers_every_key_in_order() {
+    let s = store();
+    // Keys 0..60, every third missing, one expired, one flushed-only-later.
+    for i in 0..60u32 {
+        if i % 3 != 0 {
+            let key = format!("m{i}");
+            put(
+                &s,
+                0,
+                StoreMode::Set,
+                key.as_bytes(),
+                i,
+                0,
+                format!("v{i}").as_bytes(),
+                0,
+            );
+        }
+    }
+    let keys: Vec<String> = (0..60)
+        .map(|i| format!("m{i}"))
+        .chain(["m1".to_string()])
+        .collect();
+    let mut seen = Vec::new();
+    s.get_many(keys.iter().map(|k| k.as_bytes()), |key, r| {
+        let k = String::from_utf8(key.to_vec()).unwrap();
+        match r {
+            Lookup::Hit(it) => {
+                assert_eq!(it.value(), format!("v{}", &k[1..]).as_bytes());
+                assert_eq!(it.flags().to_string(), k[1..]);
+                seen.push((k, true));
+            }
+            Lookup::Miss => seen.push((k, false)),
+            _ => panic!("{k}: expired or flushed"),
+        }
+        true
+    });
+    assert_eq!(seen.len(), 61);
+    for (i, (k, hit)) in seen.iter().enumerate().take(60) {
+        assert_eq!(k, &format!("m{i}"));
+        assert_eq!(*hit, i % 3 != 0, "{k}");
+    }
+    assert_eq!(seen[60], ("m1".to_string(), true));
+    // Stops when told to.
+    let mut n = 0;
+    s.get_many(keys.iter().map(|k| k.as_bytes()), |_, _| {
+        n += 1;
+        n < 5
+    });
+    assert_eq!(n, 5);
+    // Hits count like single gets (fetched), and misses of expired items
+    // say so.
+    let e = s.clock().expiry(-1);
+    put(&s, 0, StoreMode::Set, b"gone", 0, e, b"x", 0);
+    let mut kinds = Vec::new();
+    s.get_many([&b"gone"[..], b"m1"].into_iter(), |_, r| {
+        kinds.push(matches!(r, Lookup::Hit(_)));
+        true
+    });
+    assert_eq!(kinds, [false, true]);
+}
+
+#[test]
+fn lock_free_gets_never_see_reused_memory() {
+    // Two segments' worth of memory, rewritten over and over by two writers
+    // while two readers get (singly and in batches) without locks: every
+    // hit must be a whole value of its own key, with its own flags — a
+    // reader that kept reading a segment after it was recycled would see
+    // another key's bytes.
+    let s = Arc::new(Store::new(StoreConfig {
+        memory_limit: 4 << 20,
+        write_heads: 2,
+        ..StoreConfig::default()
+    }));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let body = |k: u32, round: u32| {
+        let len = 40 + (k * 7 + round) % 900;
+        let mut v = format!("{k}:{round}:").into_bytes();
+        v.resize(len as usize, b'a' + (k % 26) as u8);
+        v
+    };
+    let check = move |key: &[u8], it: &ItemView<'_>| {
+        let k: u32 = std::str::from_utf8(&key[1..]).unwrap().parse().unwrap();
+        let v = it.value();
+        assert_eq!(it.flags(), k, "flags of {k}");
+        let text = std::str::from_utf8(v).unwrap();
+        let mut parts = text.splitn(3, ':');
+        assert_eq!(parts.next().unwrap(), k.to_string(), "value of {k}");
+        let round: u32 = parts.next().unwrap().parse().unwrap();
+        assert_eq!(v, &body(k, round)[..], "value of {k}");
+    };
+    let writers: Vec<_> = (0..2usize)
+        .map(|t| {
+            let (s, stop) = (s.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut round = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    for k in (t as u32..20_000).step_by(2) {
+                        let key = format!("k{k}");
+                        put(
+                            &s,
+                            t,
+                            StoreMode::Set,
+                            key.as_bytes(),
+                            k,
+                            0,
+                            &body(k, round),
+                            0,
+                        );
+                    }
+                    round += 1;
+                }
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..2u32)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let keys: Vec<String> = (0..20_000).map(|k| format!("k{k}")).collect();
+                let mut hits = 0u64;
+                let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1500);
+                while std::time::Instant::now() < deadline {
+                    for (i, chunk) in keys.chunks(24).enumerate() {
+                        if (i as u32 + t).is_multiple_of(2) {
+                            s.get_many(chunk.iter().map(|k| k.as_bytes()), |key, r| {
+                                if let Lookup::Hit(it) = r {
+                                    check(key, &it);
+                                    hits += 1;
+                                }
+                                true
+                            });
+                        } else {
+                            for key in chunk {
+                                if let Lookup::Hit(()) =
+                                    s.get(key.as_bytes(), None, |it| check(key.as_bytes(), &it))
+                                {
+                                    hits += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+                hits
+            })
+        })
+        .collect();
+    let hits: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert!(hits > 1000, "{hits}");
+    assert!(s.stats().evictions > 10_000, "{:?}", s.stats());
+}
+
+#[test]
+fn lock_free_gets_of_resident_keys_never_miss() {
+    // Readers get keys that stay stored while a writer fills the same
+    // buckets with other keys (moving entries, growing every table many
+    // times) and deletes them again: a lookup that trusted a bucket read
+    // mid-change, or an outgrown table, would miss a resident key.
+    let s = Arc::new(Store::new(StoreConfig {
+        memory_limit: 256 << 20,
+        write_heads: 2,
+        ..StoreConfig::default()
+    }));
+    fill(&s, "stay", 2000, 0, b"resident");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (s, stop) = (s.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u32;
+            while !stop.load(Ordering::Relaxed) && n < 3_000_000 {
+                let key = format!("churn{n}");
+                put(&s, 1, StoreMode::Set, key.as_bytes(), 0, 0, b"c", 0);
+                if !n.is_multiple_of(3) {
+                    s.delete(key.as_bytes());
+                }
+                n += 1;
+            }
+        })
+    };
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let keys: Vec<String> = (0..2000).map(|i| format!("stay{i}")).collect();
+                let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1500);
+                let mut rounds = 0;
+                while std::time::Instant::now() < deadline {
+                    for key in &keys {
+                        let r = s.get(key.as_bytes(), None, |it| it.value() == b"resident");
+                        assert!(matches!(r, Lookup::Hit(true)), "{key} missed");
+                    }
+                    let mut hits = 0;
+                    s.get_many(keys.iter().map(|k| k.as_bytes()), |_, r| {
+                        hits += usize::from(matches!(r, Lookup::Hit(_)));
+                        true
+                    });
+                    assert_eq!(hits, keys.len());
+                    rounds += 1;
+                }
+                rounds
+            })
+        })
+        .collect();
+    for r in readers {
+        assert!(r.join().unwrap() > 0);
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+}

@@ -1,0 +1,273 @@
+//! Grace periods for lock-free readers: item memory (and index buckets)
+//! a GET reads without a lock is not rewritten until every reader that
+//! could still see it has finished.
+//!
+//! A GET *pins* for the length of one lookup: it writes the global epoch
+//! into its thread's reader slot, reads the index and the item, and clears
+//! the slot. A segment whose items were all unlinked is *retired* with the
+//! epoch it was freed in (`retire`, which advances the global epoch), and
+//! before anyone writes into it again `wait_past` waits until no reader is
+//! pinned at that epoch or an older one.
+//!
+//! ```text
+//!   global epoch:  ... 41 | 42 ........................ | 43 ...
+//!   reader A:        pin(41) ----- reads seg 7 ---- unpin
+//!   evictor:              unlinks seg 7's items, retire(7) -> 42, epoch 43
+//!   writer:                          activate(7): wait_past(42)
+//!                                    membarrier, then waits for A ----> reuse
+//!   reader B:                              pin(43): cannot find seg 7's items
+//! ```
+//!
+//! Pinning costs two plain stores to the thread's own cache line: no atomic
+//! read-modify-write and no fence, so consecutive GETs overlap their cache
+//! misses. The store-load ordering a pin needs (its slot store must be seen
+//! before its reads, by whoever scans the slots) is supplied on the rare
+//! writer side by `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, which runs
+//! a full barrier on every running thread of the process. Where the system
+//! call is unavailable, pins issue a full fence themselves instead.
+//!
+//! Slots are process-wide (one per thread, claimed on first use and freed
+//! when the thread ends), so every store in the process shares them; a
+//! thread beyond the last slot gets no pin and its GETs take the shard
+//! lock instead.
+
+use std::cell::Cell;
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// Reader slots (threads that can pin at the same time).
+const SLOTS: usize = 512;
+
+/// A thread's reader slot: 0 when not pinned, else `epoch << 1 | 1`.
+#[repr(align(128))]
+struct ReaderSlot {
+    state: AtomicU64,
+    owned: AtomicBool,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const FREE_SLOT: ReaderSlot = ReaderSlot {
+    state: AtomicU64::new(0),
+    owned: AtomicBool::new(false),
+};
+
+static READERS: [ReaderSlot; SLOTS] = [FREE_SLOT; SLOTS];
+
+/// The global epoch; starts above 0, which means "never retired".
+static EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// Every epoch up to this one has been waited out.
+static SAFE: AtomicU64 = AtomicU64::new(0);
+
+/// Whether `membarrier` private expedited is registered for this process.
+fn has_membarrier() -> bool {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    *REGISTERED.get_or_init(|| {
+        // SAFETY: membarrier takes plain integers and touches no memory of
+        // ours; a failure (old kernel, seccomp) is reported as -1.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+                0,
+                0,
+            )
+        };
+        r == 0
+    })
+}
+
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+
+/// Owns a thread's slot index for the thread's lifetime.
+struct SlotOwner(Cell<Option<usize>>);
+
+impl SlotOwner {
+    fn claim() -> SlotOwner {
+        let slot = READERS.iter().position(|s| {
+            !s.owned.load(Ordering::Relaxed)
+                && s.owned
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+        });
+        SlotOwner(Cell::new(slot))
+    }
+}
+
+impl Drop for SlotOwner {
+    fn drop(&mut self) {
+        if let Some(i) = self.0.get() {
+            READERS[i].state.store(0, Ordering::Release);
+            READERS[i].owned.store(false, Ordering::Release);
+        }
+    }
+}
+
+thread_local! {
+    static MY_SLOT: SlotOwner = SlotOwner::claim();
+}
+
+/// A pinned reader; unpins when dropped. Not `Send`: it is its thread's.
+pub struct Guard {
+    slot: usize,
+    /// False for a pin nested in another on the same thread (the outer one
+    /// unpins).
+    outer: bool,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+/// Pins the calling thread: until the guard drops, no segment retired at
+/// the current epoch or later is rewritten. None if the thread has no slot
+/// (the caller then uses its locks).
+#[inline]
+pub fn pin() -> Option<Guard> {
+    let fast = has_membarrier();
+    let slot = MY_SLOT.try_with(|s| s.0.get()).ok().flatten()?;
+    let r = &READERS[slot];
+    if r.state.load(Ordering::Relaxed) != 0 {
+        return Some(Guard {
+            slot,
+            outer: false,
+            _not_send: std::marker::PhantomData,
+        });
+    }
+    let e = EPOCH.load(Ordering::Acquire);
+    r.state.store(e << 1 | 1, Ordering::Relaxed);
+    if fast {
+        // Ordered against the reads that follow by `wait_past`'s membarrier.
+        compiler_fence(Ordering::SeqCst);
+    } else {
+        fence(Ordering::SeqCst);
+    }
+    Some(Guard {
+        slot,
+        outer: true,
+        _not_send: std::marker::PhantomData,
+    })
+}
+
+impl Drop for Guard {
+    #[inline]
+    fn drop(&mut self) {
+        if self.outer {
+            READERS[self.slot].state.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// Marks memory that readers can no longer reach from the index (every
+/// entry pointing into it was unlinked before this call) as retired;
+/// returns the epoch to pass to `wait_past` before rewriting it.
+pub fn retire() -> u64 {
+    EPOCH.fetch_add(1, Ordering::SeqCst)
+}
+
+/// Waits until no reader is pinned at epoch `retired` or before (0 returns
+/// at once). The calling thread's own pin, if any, is not waited for.
+pub fn wait_past(retired: u64) {
+    if retired == 0 || SAFE.load(Ordering::Acquire) >= retired {
+        return;
+    }
+    // Make every reader's slot store visible before we look at the slots.
+    if has_membarrier() {
+        let barrier = || {
+            // SAFETY: as in has_membarrier.
+            unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) }
+        };
+        if barrier() != 0 {
+            // The registration is per address space: a forked child has to
+            // register again (readers rely on it from their first pin).
+            // SAFETY: as in has_membarrier.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_membarrier,
+                    MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+                    0,
+                    0,
+                )
+            };
+            let ok = barrier() == 0;
+            debug_assert!(ok, "membarrier failed after registering");
+        }
+    }
+    fence(Ordering::SeqCst);
+    let mine = MY_SLOT.try_with(|s| s.0.get()).ok().flatten();
+    for (i, r) in READERS.iter().enumerate() {
+        if Some(i) == mine || !r.owned.load(Ordering::Acquire) {
+            continue;
+        }
+        let mut spins = 0u32;
+        loop {
+            let s = r.state.load(Ordering::Acquire);
+            if s == 0 || s >> 1 > retired {
+                break;
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+    SAFE.fetch_max(retired, Ordering::AcqRel);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn waits_for_a_reader_pinned_before_the_retirement() {
+        let pinned = Arc::new(AtomicBool::new(false));
+        let release = Arc::new(AtomicBool::new(false));
+        let (p, r) = (pinned.clone(), release.clone());
+        let reader = std::thread::spawn(move || {
+            let g = pin().expect("a slot");
+            p.store(true, Ordering::SeqCst);
+            while !r.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            drop(g);
+        });
+        while !pinned.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        let e = retire();
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        let waiter = std::thread::spawn(move || {
+            wait_past(e);
+            d.store(true, Ordering::SeqCst);
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !done.load(Ordering::SeqCst),
+            "returned while a reader was pinned"
+        );
+        release.store(true, Ordering::SeqCst);
+        waiter.join().unwrap();
+        reader.join().unwrap();
+        assert!(done.load(Ordering::SeqCst));
+        // A pin taken after the retirement is not waited for.
+        let _g = pin().expect("a slot");
+        let e2 = retire();
+        let t = std::thread::spawn(move || wait_past(e2 - 1));
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn nested_pins_keep_the_outer_one() {
+        let a = pin().expect("a slot");
+        let b = pin().expect("a slot");
+        drop(b);
+        let slot = a.slot;
+        assert_ne!(READERS[slot].state.load(Ordering::SeqCst), 0);
+        drop(a);
+        assert_eq!(READERS[slot].state.load(Ordering::SeqCst), 0);
+    }
+}
