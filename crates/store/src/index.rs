@@ -41,7 +41,7 @@
 //! (5.9 – 7.4 bytes of index per item). Growing rehashes keys read from item
 //! memory, so an entry needs no stored hash.
 
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use crate::arena::{Arena, SegmentId};
 use crate::item::{ItemMeta, ItemPtr};
@@ -128,6 +128,15 @@ impl AddrCodec {
         (tag << (8 - self.tag_bits)) as u8
     }
 
+    /// What `candidates` compares a bucket's high bytes with for `hash`.
+    #[inline]
+    fn probe(&self, hash: u64) -> (u64, u64) {
+        (
+            splat(self.tag_byte(self.tag(hash))),
+            splat(self.tag_byte_mask()),
+        )
+    }
+
     /// The bits of an entry's high byte that hold its tag.
     #[inline]
     fn tag_byte_mask(&self) -> u8 {
@@ -168,50 +177,117 @@ fn zero_bytes(v: u64) -> u64 {
     !(((v & LOW7) + LOW7) | v | LOW7)
 }
 
-impl Bucket {
-    /// Slots among the first `len` whose tag matches, as a mask with bit
-    /// `8 × slot + 7` set per candidate: the twelve high bytes are compared
-    /// eight and four at a time without a branch per slot, so a lookup's
-    /// only data-dependent branch is on the (almost always single) match.
-    #[inline]
-    fn candidates(&self, tag_byte: u8, mask_byte: u8) -> (u64, u64) {
-        let (a, b) = self.hi.split_at(8);
-        let a = u64::from_le_bytes(a.try_into().expect("8 bytes"));
-        let b = u64::from(u32::from_le_bytes(b.try_into().expect("4 bytes")));
-        let (pat, m) = (splat(tag_byte), splat(mask_byte));
-        let len = (self.len as u32).min(BUCKET_SLOTS as u32);
-        // Bytes below len: 0x80 per live slot, for each half.
-        let live_a = if len >= 8 {
-            u64::MAX
-        } else {
-            (1u64 << (8 * len)) - 1
-        };
-        let live_b = (1u64 << (8 * len.saturating_sub(8))) - 1;
-        let hi_bits = splat(0x80);
+/// The top bit of each byte of `v` (which has no other bits set), gathered
+/// into the low 8 bits (byte i's into bit i).
+#[inline]
+fn gather_top_bits(v: u64) -> u64 {
+    ((v >> 7).wrapping_mul(0x0102_0408_1020_4080)) >> 56
+}
+
+/// Slots of a bucket whose tag matches, as a mask with bit `slot` set per
+/// candidate among the first `len`: the twelve high bytes are compared
+/// without a branch per slot, so a lookup's only data-dependent branch is
+/// on the (almost always single) match. `w6` and `w7` are the bucket's last
+/// two words (little-endian: `hi[0..8]`, then `hi[8..12]`, `len`, the pad
+/// byte and `overflow`); `probe` is the tag as (`splat(tag byte)`,
+/// `splat(tag mask)`).
+#[inline]
+fn candidates(w6: u64, w7: u64, probe: (u64, u64)) -> u32 {
+    let (pat, mask) = probe;
+    let len = u32::from((w7 >> 32) as u8).min(BUCKET_SLOTS as u32);
+    let a = gather_top_bits(zero_bytes((w6 ^ pat) & mask));
+    let b = gather_top_bits(zero_bytes((u64::from(w7 as u32) ^ pat) & mask)) & 0xF;
+    ((a | b << 8) as u32) & ((1u32 << len) - 1)
+}
+
+/// The last two words of the bucket at `p` (see `candidates`).
+///
+/// # Safety
+/// `p` points at a bucket of a live mapping.
+#[inline(always)]
+unsafe fn tag_words(p: *const Bucket) -> (u64, u64) {
+    let w = p as *const AtomicU64;
+    // SAFETY: words 6 and 7 of an aligned 64-byte bucket.
+    unsafe {
         (
-            zero_bytes((a ^ pat) & m) & live_a & hi_bits,
-            zero_bytes((b ^ pat) & m) & live_b & hi_bits,
+            (*w.add(6)).load(Ordering::Relaxed),
+            (*w.add(7)).load(Ordering::Relaxed),
         )
     }
+}
 
-    /// A copy of the bucket at `p`, read as eight relaxed atomic words (a
-    /// writer may be changing it: the copy may be torn, which the caller
-    /// detects by the shard version).
-    ///
-    /// # Safety
-    /// `p` points at a bucket inside a live mapping (buckets are 64-byte
-    /// aligned, so each word is aligned).
-    #[inline]
-    unsafe fn load_relaxed(p: *const Bucket) -> Bucket {
-        let w = p as *const AtomicU64;
-        // SAFETY: eight aligned words inside the bucket, per the contract.
-        let words: [u64; 8] =
-            std::array::from_fn(|i| unsafe { (*w.add(i)).load(Ordering::Relaxed) });
-        // SAFETY: Bucket is 64 bytes of plain integers (repr(C)): every bit
-        // pattern is a valid Bucket.
-        unsafe { std::mem::transmute::<[u64; 8], Bucket>(words) }
+/// Entry `slot` (< 12) of the bucket at `p`, read with relaxed atomic loads.
+///
+/// # Safety
+/// `p` points at a bucket of a live mapping.
+#[inline(always)]
+unsafe fn entry_at(p: *const Bucket, slot: usize) -> u64 {
+    // SAFETY: lo[slot] and hi[slot] are inside the bucket and aligned.
+    unsafe {
+        let lo = (*(p as *const AtomicU32).add(slot)).load(Ordering::Relaxed);
+        let hi = (*(p as *const AtomicU8).add(4 * BUCKET_SLOTS + slot)).load(Ordering::Relaxed);
+        u64::from(lo) | u64::from(hi) << 32
     }
+}
 
+/// A lookup in the `n` buckets at `buckets`: shared by `Table::find` (the
+/// caller holds the shard lock) and `Table::find_unlocked` (it does not,
+/// and validates the result afterwards). Buckets are read a word at a time
+/// with relaxed atomic loads (plain loads on x86-64 and arm64), only the
+/// words a lookup needs, and the decoded location is checked against the
+/// arena before its item is read, so a torn or stale read stays inside
+/// mapped memory.
+///
+/// # Safety
+/// `buckets` points at `n ≥ 1` buckets of a live mapping.
+#[inline(always)]
+unsafe fn probe_buckets(
+    buckets: *const Bucket,
+    n: usize,
+    codec: AddrCodec,
+    arena: &Arena,
+    key: &[u8],
+    hash: u64,
+) -> Option<Found> {
+    let home = home_of(hash, n);
+    let probe = codec.probe(hash);
+    let mut b = home;
+    for _ in 0..n {
+        let bucket = buckets.wrapping_add(b);
+        // SAFETY: b < n: one of the n buckets of the mapping.
+        let (w6, w7) = unsafe { tag_words(bucket) };
+        let mut m = candidates(w6, w7, probe);
+        while m != 0 {
+            let slot = m.trailing_zeros() as usize;
+            m &= m - 1;
+            // SAFETY: as above, and slot < 12.
+            let v = unsafe { entry_at(bucket, slot) };
+            let loc = codec.decode(v);
+            if loc.seg as usize >= arena.capacity() {
+                continue;
+            }
+            let item = arena.item(loc.seg, loc.offset);
+            let meta = item.meta();
+            if item.key_at(&meta) == key {
+                return Some(Found {
+                    bucket: b,
+                    slot,
+                    home,
+                    loc,
+                    item,
+                    meta,
+                });
+            }
+        }
+        if w7 >> 48 == 0 {
+            return None;
+        }
+        b = if b + 1 == n { 0 } else { b + 1 };
+    }
+    None
+}
+
+impl Bucket {
     #[inline]
     fn entry(&self, i: usize) -> u64 {
         self.lo[i] as u64 | (self.hi[i] as u64) << 32
@@ -402,37 +478,9 @@ impl Table {
     #[inline]
     pub fn find(&self, arena: &Arena, key: &[u8], hash: u64) -> Option<Found> {
         let n = self.buckets.len();
-        let home = home_of(hash, n);
-        let tag_byte = self.codec.tag_byte(self.codec.tag(hash));
-        let mask_byte = self.codec.tag_byte_mask();
-        let mut b = home;
-        loop {
-            let bucket = &self.buckets[b];
-            let (lo, hi) = bucket.candidates(tag_byte, mask_byte);
-            for (mut m, first) in [(lo, 0), (hi, 8)] {
-                while m != 0 {
-                    let slot = first + (m.trailing_zeros() / 8) as usize;
-                    m &= m - 1;
-                    let loc = self.codec.decode(bucket.entry(slot));
-                    let item = arena.item(loc.seg, loc.offset);
-                    let meta = item.meta();
-                    if item.key_at(&meta) == key {
-                        return Some(Found {
-                            bucket: b,
-                            slot,
-                            home,
-                            loc,
-                            item,
-                            meta,
-                        });
-                    }
-                }
-            }
-            if bucket.overflow == 0 {
-                return None;
-            }
-            b = if b + 1 == n { 0 } else { b + 1 };
-        }
+        let p = self.buckets.ptr.load(Ordering::Relaxed);
+        // SAFETY: the array holds n buckets, and the caller's lock keeps it.
+        unsafe { probe_buckets(p, n, self.codec, arena, key, hash) }
     }
 
     /// `find` for a reader that holds no lock (a GET; see `Store::get`):
@@ -463,43 +511,9 @@ impl Table {
             let p = (*std::ptr::addr_of!((*table).buckets.ptr)).load(Ordering::Acquire);
             (n, p, std::ptr::addr_of!((*table).codec).read())
         };
-        let home = home_of(hash, n);
-        let tag_byte = codec.tag_byte(codec.tag(hash));
-        let mask_byte = codec.tag_byte_mask();
-        let mut b = home;
-        for _ in 0..n {
-            // SAFETY: b < n, and the array at `buckets` has at least n
-            // buckets (lengths are published after pointers).
-            let bucket = unsafe { Bucket::load_relaxed(buckets.add(b)) };
-            let (lo, hi) = bucket.candidates(tag_byte, mask_byte);
-            for (mut m, first) in [(lo, 0), (hi, 8)] {
-                while m != 0 {
-                    let slot = first + (m.trailing_zeros() / 8) as usize;
-                    m &= m - 1;
-                    let loc = codec.decode(bucket.entry(slot));
-                    if loc.seg as usize >= arena.capacity() {
-                        continue;
-                    }
-                    let item = arena.item(loc.seg, loc.offset);
-                    let meta = item.meta();
-                    if item.key_at(&meta) == key {
-                        return Some(Found {
-                            bucket: b,
-                            slot,
-                            home,
-                            loc,
-                            item,
-                            meta,
-                        });
-                    }
-                }
-            }
-            if bucket.overflow == 0 {
-                return None;
-            }
-            b = if b + 1 == n { 0 } else { b + 1 };
-        }
-        None
+        // SAFETY: the array at `buckets` has at least n buckets (lengths
+        // are published after pointers) and stays mapped.
+        unsafe { probe_buckets(buckets, n, codec, arena, key, hash) }
     }
 
     /// Asks the CPU to fetch the home bucket of `hash` (a hint for a lookup
@@ -533,17 +547,17 @@ impl Table {
             let p = (*std::ptr::addr_of!((*table).buckets.ptr)).load(Ordering::Acquire);
             (n, p, std::ptr::addr_of!((*table).codec).read())
         };
-        // SAFETY: home < n buckets of the array (see find_unlocked).
-        let bucket = unsafe { Bucket::load_relaxed(buckets.add(home_of(hash, n))) };
-        let (lo, hi) = bucket.candidates(codec.tag_byte(codec.tag(hash)), codec.tag_byte_mask());
-        let slot = if lo != 0 {
-            (lo.trailing_zeros() / 8) as usize
-        } else if hi != 0 {
-            8 + (hi.trailing_zeros() / 8) as usize
-        } else {
+        let bucket = buckets.wrapping_add(home_of(hash, n));
+        // SAFETY: the home bucket is one of the n buckets of the array (see
+        // find_unlocked).
+        let (w6, w7) = unsafe { tag_words(bucket) };
+        let m = candidates(w6, w7, codec.probe(hash));
+        if m == 0 {
             return None;
-        };
-        Some(codec.decode(bucket.entry(slot)))
+        }
+        // SAFETY: as above.
+        let v = unsafe { entry_at(bucket, m.trailing_zeros() as usize) };
+        Some(codec.decode(v))
     }
 
     /// The entry for `key` if it still points at `loc` (after a lock gap).
@@ -641,6 +655,36 @@ mod tests {
     #[test]
     fn bucket_is_one_cache_line() {
         assert_eq!(std::mem::size_of::<Bucket>(), 64);
+    }
+
+    #[test]
+    fn lookups_read_tags_len_and_overflow_from_the_last_two_words() {
+        let mut b = Bucket {
+            lo: [0; BUCKET_SLOTS],
+            hi: [0; BUCKET_SLOTS],
+            len: 0,
+            _pad: 0,
+            overflow: 0,
+        };
+        b.hi = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+        b.len = 11;
+        b.overflow = 0x1234;
+        b.lo[5] = 0xDEAD_BEEF;
+        // SAFETY: Bucket is 64 plain bytes; reading it as words is fine.
+        let w: [u64; 8] = unsafe { std::mem::transmute(b) };
+        assert_eq!(w[6], 0x0807_0605_0403_0201);
+        assert_eq!(w[7] as u32, 0x0C0B_0A09);
+        assert_eq!((w[7] >> 32) as u8, 11);
+        assert_eq!(w[7] >> 48, 0x1234);
+        assert_eq!((w[2] >> 32) as u32, 0xDEAD_BEEF);
+        // Tag 10 (slot 9) matches under a full mask; slot 11 is beyond len.
+        let m = candidates(w[6], w[7], (splat(10), splat(0xFF)));
+        assert_eq!(m, 1 << 9);
+        let m = candidates(w[6], w[7], (splat(12), splat(0xFF)));
+        assert_eq!(m, 0);
+        // A 4-bit mask matches every byte whose top nibble matches.
+        let m = candidates(w[6], w[7], (splat(0), splat(0xF0)));
+        assert_eq!(m.count_ones(), 11);
     }
 
     #[test]
