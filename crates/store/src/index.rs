@@ -250,18 +250,24 @@ unsafe fn probe_buckets(
     hash: u64,
 ) -> Option<Found> {
     let home = home_of(hash, n);
-    let probe = codec.probe(hash);
+    let (tag_byte, mask_byte) = (codec.tag_byte(codec.tag(hash)), codec.tag_byte_mask());
     let mut b = home;
     for _ in 0..n {
         let bucket = buckets.wrapping_add(b);
         // SAFETY: b < n: one of the n buckets of the mapping.
-        let (w6, w7) = unsafe { tag_words(bucket) };
-        let mut m = candidates(w6, w7, probe);
-        while m != 0 {
-            let slot = m.trailing_zeros() as usize;
-            m &= m - 1;
+        let (_, w7) = unsafe { tag_words(bucket) };
+        let len = usize::from((w7 >> 32) as u8).min(BUCKET_SLOTS);
+        // One slot at a time: the compare of each tag is a branch the CPU
+        // predicts, so the item load can start before the tags are in
+        // (comparing all twelve at once with word arithmetic measured
+        // ~40 ns slower per dependent lookup: the item address then waits
+        // for the arithmetic).
+        for slot in 0..len {
             // SAFETY: as above, and slot < 12.
             let v = unsafe { entry_at(bucket, slot) };
+            if ((v >> 32) as u8) & mask_byte != tag_byte {
+                continue;
+            }
             let loc = codec.decode(v);
             if loc.seg as usize >= arena.capacity() {
                 continue;
