@@ -21,8 +21,8 @@
 //!  | tag (T bits) |  (zeros) address (addr_bits bits)               |
 //!  +--------------+-------------------------------------------------+
 //!   The tag sits at the top of `hi` (the whole of `hi` when addresses
-//!   fit 32 bits), so one lookup compares the twelve `hi` bytes of a
-//!   bucket against the tag eight and four at a time (`candidates`).
+//!   fit 32 bits): a lookup compares one byte per slot, and a prefetch
+//!   guess compares all twelve at once (`candidates`).
 //!
 //!  bucket (64 bytes, one cache line):
 //!  +---------------------------+----------------+-----+-----+----------+
@@ -185,9 +185,10 @@ fn gather_top_bits(v: u64) -> u64 {
 }
 
 /// Slots of a bucket whose tag matches, as a mask with bit `slot` set per
-/// candidate among the first `len`: the twelve high bytes are compared
-/// without a branch per slot, so a lookup's only data-dependent branch is
-/// on the (almost always single) match. `w6` and `w7` are the bucket's last
+/// candidate among the first `len`: the twelve high bytes compared without
+/// a branch per slot. Used by the prefetch guess (`guess_location`), which
+/// must not stop on a mispredicted branch; lookups compare slot by slot
+/// (see `probe_buckets`). `w6` and `w7` are the bucket's last
 /// two words (little-endian: `hi[0..8]`, then `hi[8..12]`, `len`, the pad
 /// byte and `overflow`); `probe` is the tag as (`splat(tag byte)`,
 /// `splat(tag mask)`).
@@ -214,6 +215,16 @@ unsafe fn tag_words(p: *const Bucket) -> (u64, u64) {
             (*w.add(7)).load(Ordering::Relaxed),
         )
     }
+}
+
+/// The high byte (with the tag) of entry `slot` (< 12) of the bucket at `p`.
+///
+/// # Safety
+/// `p` points at a bucket of a live mapping.
+#[inline(always)]
+unsafe fn tag_at(p: *const Bucket, slot: usize) -> u8 {
+    // SAFETY: hi[slot] is inside the bucket.
+    unsafe { (*(p as *const AtomicU8).add(4 * BUCKET_SLOTS + slot)).load(Ordering::Relaxed) }
 }
 
 /// Entry `slot` (< 12) of the bucket at `p`, read with relaxed atomic loads.
@@ -264,17 +275,17 @@ unsafe fn probe_buckets(
         // for the arithmetic).
         for slot in 0..len {
             // SAFETY: as above, and slot < 12.
-            let v = unsafe { entry_at(bucket, slot) };
-            if ((v >> 32) as u8) & mask_byte != tag_byte {
+            if unsafe { tag_at(bucket, slot) } & mask_byte != tag_byte {
                 continue;
             }
-            let loc = codec.decode(v);
+            // SAFETY: as above.
+            let loc = codec.decode(unsafe { entry_at(bucket, slot) });
             if loc.seg as usize >= arena.capacity() {
                 continue;
             }
             let item = arena.item(loc.seg, loc.offset);
             let meta = item.meta();
-            if item.key_at(&meta) == key {
+            if item.key_is(&meta, key) {
                 return Some(Found {
                     bucket: b,
                     slot,

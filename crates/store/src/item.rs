@@ -360,6 +360,33 @@ impl ItemPtr {
         unsafe { std::slice::from_raw_parts(self.0.add(m.key_off as usize), m.key_len()) }
     }
 
+    /// Whether the key, located by `m` (this item's meta), is `key`. Keys
+    /// of up to 16 bytes (the common case) are compared with two
+    /// overlapping word loads on each side instead of a call to memcmp.
+    #[inline]
+    pub fn key_is(self, m: &ItemMeta, key: &[u8]) -> bool {
+        let n = key.len();
+        if m.key_len() != n {
+            return false;
+        }
+        // SAFETY: the key is n bytes inside the slot, from key_off.
+        let p = unsafe { self.0.add(m.key_off as usize) };
+        let word = |q: *const u8, off: usize| -> u64 {
+            // SAFETY: callers pass off + 8 <= n.
+            u64::from_le_bytes(unsafe { (q.add(off) as *const [u8; 8]).read() })
+        };
+        let half = |q: *const u8, off: usize| -> u32 {
+            // SAFETY: callers pass off + 4 <= n.
+            u32::from_le_bytes(unsafe { (q.add(off) as *const [u8; 4]).read() })
+        };
+        let k = key.as_ptr();
+        match n {
+            8..=16 => word(p, 0) == word(k, 0) && word(p, n - 8) == word(k, n - 8),
+            4..=7 => half(p, 0) == half(k, 0) && half(p, n - 4) == half(k, n - 4),
+            _ => self.key_at(m) == key,
+        }
+    }
+
     /// The value, located by `m` (this item's meta).
     #[inline]
     pub fn value_at<'a>(self, m: &ItemMeta) -> &'a [u8] {
@@ -708,6 +735,30 @@ mod tests {
         it.bump(73);
         assert_eq!((it.freq(), it.atime()), (FREQ_MAX, 73));
         assert_eq!(it.spec().cas, Some(99));
+    }
+
+    #[test]
+    fn key_is_compares_every_byte_of_every_length() {
+        let mut b = buf();
+        for len in 1..=40usize {
+            let key: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+            let spec = ItemSpec {
+                key_len: len,
+                value_len: 3,
+                ..Default::default()
+            };
+            // SAFETY: the buffer is 512 bytes and owned by the test.
+            let it = unsafe { ItemPtr::from_raw((b.as_mut_ptr() as *mut u8).add(1)) };
+            unsafe { it.init(&spec, &key, &[b"val"], 0, 0) };
+            let m = it.meta();
+            assert!(it.key_is(&m, &key), "{len}");
+            for i in 0..len {
+                let mut other = key.clone();
+                other[i] ^= 0x20;
+                assert!(!it.key_is(&m, &other), "{len} {i}");
+            }
+            assert!(!it.key_is(&m, &key[..len - 1]));
+        }
     }
 
     #[test]
