@@ -500,6 +500,28 @@ impl Table {
         unsafe { probe_buckets(p, n, self.codec, arena, key, hash) }
     }
 
+    /// The bucket array (length, pointer) and codec of the table at
+    /// `table`, read without its lock: the length before the pointer (a
+    /// writer publishes them the other way round, see `BucketArray`), so
+    /// the array always has at least that many buckets.
+    ///
+    /// # Safety
+    /// `table` points at a live `Table` (locked or not).
+    #[inline(always)]
+    unsafe fn snapshot(table: *const Table) -> (usize, *const Bucket, AddrCodec) {
+        // SAFETY: the fields are read through raw pointers, the atomics
+        // atomically, the codec (never written after Table::new) by copy.
+        unsafe {
+            let n = (*std::ptr::addr_of!((*table).buckets.len)).load(Ordering::Acquire);
+            let p = (*std::ptr::addr_of!((*table).buckets.ptr)).load(Ordering::Acquire);
+            (
+                n,
+                p as *const Bucket,
+                std::ptr::addr_of!((*table).codec).read(),
+            )
+        }
+    }
+
     /// `find` for a reader that holds no lock (a GET; see `Store::get`):
     /// reads the table at `table` while a writer may be changing it.
     /// Whatever it races with, it reads only inside the table's bucket
@@ -520,14 +542,8 @@ impl Table {
         key: &[u8],
         hash: u64,
     ) -> Option<Found> {
-        // SAFETY (whole function): the fields are read through raw
-        // pointers, the atomics atomically, the codec (never written after
-        // Table::new) by copy; see the doc comment for the memory read.
-        let (n, buckets, codec) = unsafe {
-            let n = (*std::ptr::addr_of!((*table).buckets.len)).load(Ordering::Acquire);
-            let p = (*std::ptr::addr_of!((*table).buckets.ptr)).load(Ordering::Acquire);
-            (n, p, std::ptr::addr_of!((*table).codec).read())
-        };
+        // SAFETY: the caller's contract.
+        let (n, buckets, codec) = unsafe { Self::snapshot(table) };
         // SAFETY: the array at `buckets` has at least n buckets (lengths
         // are published after pointers) and stays mapped.
         unsafe { probe_buckets(buckets, n, codec, arena, key, hash) }
@@ -540,12 +556,8 @@ impl Table {
     /// `table` points at a live `Table` (locked or not).
     #[inline]
     pub unsafe fn prefetch_bucket(table: *const Table, hash: u64) {
-        // SAFETY: as in find_unlocked; only an address is computed.
-        let (n, buckets) = unsafe {
-            let n = (*std::ptr::addr_of!((*table).buckets.len)).load(Ordering::Acquire);
-            let p = (*std::ptr::addr_of!((*table).buckets.ptr)).load(Ordering::Acquire);
-            (n, p)
-        };
+        // SAFETY: the caller's contract; only an address is computed.
+        let (n, buckets, _) = unsafe { Self::snapshot(table) };
         crate::arena::prefetch(buckets.wrapping_add(home_of(hash, n)) as *const u8);
     }
 
@@ -558,12 +570,8 @@ impl Table {
     /// (the location is not dereferenced).
     #[inline]
     pub unsafe fn guess_location(table: *const Table, hash: u64) -> Option<Location> {
-        // SAFETY: as in find_unlocked.
-        let (n, buckets, codec) = unsafe {
-            let n = (*std::ptr::addr_of!((*table).buckets.len)).load(Ordering::Acquire);
-            let p = (*std::ptr::addr_of!((*table).buckets.ptr)).load(Ordering::Acquire);
-            (n, p, std::ptr::addr_of!((*table).codec).read())
-        };
+        // SAFETY: the caller's contract.
+        let (n, buckets, codec) = unsafe { Self::snapshot(table) };
         let bucket = buckets.wrapping_add(home_of(hash, n));
         // SAFETY: the home bucket is one of the n buckets of the array (see
         // find_unlocked).

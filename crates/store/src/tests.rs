@@ -33,6 +33,16 @@ fn store() -> Store {
     Store::new(StoreConfig::default())
 }
 
+/// A store of `memory_limit` bytes with `heads` write heads, to share
+/// between threads.
+fn shared_store(memory_limit: usize, heads: usize) -> Arc<Store> {
+    Arc::new(Store::new(StoreConfig {
+        memory_limit,
+        write_heads: heads,
+        ..StoreConfig::default()
+    }))
+}
+
 fn get(s: &Store, key: &[u8]) -> Option<(Vec<u8>, u32, u64)> {
     match s.get(key, None, |it| (it.value().to_vec(), it.flags(), it.cas())) {
         Lookup::Hit(v) => Some(v),
@@ -506,11 +516,7 @@ fn eviction_copies_under_concurrent_readers_and_writers() {
     // A small store (8 segments) under 4 threads sharing keys: evictions
     // copy hit items while others read, overwrite, touch and delete them.
     // Every value read must be whole and belong to its key.
-    let s = Arc::new(Store::new(StoreConfig {
-        memory_limit: 8 << 20,
-        write_heads: 4,
-        ..StoreConfig::default()
-    }));
+    let s = shared_store(8 << 20, 4);
     let threads: Vec<_> = (0..4usize)
         .map(|t| {
             let s = s.clone();
@@ -688,11 +694,7 @@ fn lock_free_gets_never_see_reused_memory() {
     // hit must be a whole value of its own key, with its own flags — a
     // reader that kept reading a segment after it was recycled would see
     // another key's bytes.
-    let s = Arc::new(Store::new(StoreConfig {
-        memory_limit: 4 << 20,
-        write_heads: 2,
-        ..StoreConfig::default()
-    }));
+    let s = shared_store(4 << 20, 2);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let body = |k: u32, round: u32| {
         let len = 40 + (k * 7 + round) % 900;
@@ -781,11 +783,7 @@ fn lock_free_gets_of_resident_keys_never_miss() {
     // buckets with other keys (moving entries, growing every table many
     // times) and deletes them again: a lookup that trusted a bucket read
     // mid-change, or an outgrown table, would miss a resident key.
-    let s = Arc::new(Store::new(StoreConfig {
-        memory_limit: 256 << 20,
-        write_heads: 2,
-        ..StoreConfig::default()
-    }));
+    let s = shared_store(256 << 20, 2);
     fill(&s, "stay", 2000, 0, b"resident");
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
