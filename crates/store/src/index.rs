@@ -25,13 +25,29 @@
 //!   guess compares all twelve at once (`candidates`).
 //!
 //!  bucket (64 bytes, one cache line):
-//!  +---------------------------+----------------+-----+-----+----------+
-//!  | lo: [u32; 12]   (48 B)    | hi: [u8; 12]   | len | pad | overflow |
-//!  +---------------------------+----------------+-----+-----+----------+
+//!  +---------------------------+----------------+-----+------+----------+
+//!  | lo: [u32; 12]   (48 B)    | hi: [u8; 12]   | len | lock | overflow |
+//!  +---------------------------+----------------+-----+------+----------+
 //!    entries 0..len are live (kept packed: a removal moves the last entry
 //!    into the hole); `overflow` (u16) counts entries whose home bucket is
-//!    this one or an earlier one but which are stored after it.
+//!    this one or an earlier one but which are stored after it; `lock` is
+//!    1 while an unlocked SET swaps one of the bucket's entries (below).
 //! ```
+//!
+//! Writers hold their shard's write lock, except one: a plain SET of a key
+//! that is present (the steady state of a cache) swaps the entry's `lo` in
+//! place with one atomic store ([`Table::swap_unlocked`]), holding only the
+//! bucket's `lock` byte, so it writes no line but the bucket's. It found
+//! the entry without a lock (validated by the shard's version) and stores
+//! only if, with the bucket locked, the version is still the same; a
+//! shard writer makes the version odd and then, before it reads a bucket,
+//! waits for the bucket's lock byte to clear (`settle`). Both sides order
+//! their write before their read with sequentially consistent operations,
+//! so either the SET sees the writer's version and backs off to the locked
+//! path, or the writer sees the SET's lock byte and waits for it: a
+//! shard writer never acts on a bucket that changes under it. The tag
+//! byte does not change (same key), so lock-free readers see the old or
+//! the new location, never a mix.
 //!
 //! A key's home bucket is `fastrange(hash >> 32, buckets)`; a full bucket
 //! spills into the next ones (linear probing by bucket) and counts the spill
@@ -159,7 +175,8 @@ struct Bucket {
     lo: [u32; BUCKET_SLOTS],
     hi: [u8; BUCKET_SLOTS],
     len: u8,
-    _pad: u8,
+    /// 1 while `Table::swap_unlocked` holds the bucket.
+    lock: u8,
     overflow: u16,
 }
 
@@ -227,6 +244,33 @@ unsafe fn tag_at(p: *const Bucket, slot: usize) -> u8 {
     unsafe { (*(p as *const AtomicU8).add(4 * BUCKET_SLOTS + slot)).load(Ordering::Relaxed) }
 }
 
+/// The lock byte of the bucket at `p` (see the module comment).
+///
+/// # Safety
+/// `p` points at a bucket of a live mapping, which outlives `'a`.
+#[inline(always)]
+unsafe fn lock_of<'a>(p: *const Bucket) -> &'a AtomicU8 {
+    // SAFETY: `lock` is inside the bucket; the caller's contract.
+    unsafe { &*(p as *const AtomicU8).add(std::mem::offset_of!(Bucket, lock)) }
+}
+
+/// Waits until no unlocked SET holds the bucket at `p`. A shard writer
+/// calls it (its version already odd) before it reads the bucket; from
+/// then on, until it unlocks the shard, no SET changes the bucket.
+///
+/// # Safety
+/// `p` points at a bucket of a live mapping.
+#[inline(always)]
+unsafe fn settle(p: *const Bucket) {
+    // SAFETY: the caller's contract.
+    let lock = unsafe { lock_of(p) };
+    // SeqCst: pairs with the version bump of `Shard::write` and the lock
+    // and version read of `swap_unlocked` (see the module comment).
+    while lock.load(Ordering::SeqCst) != 0 {
+        std::hint::spin_loop();
+    }
+}
+
 /// Entry `slot` (< 12) of the bucket at `p`, read with relaxed atomic loads.
 ///
 /// # Safety
@@ -247,12 +291,13 @@ unsafe fn entry_at(p: *const Bucket, slot: usize) -> u64 {
 /// with relaxed atomic loads (plain loads on x86-64 and arm64), only the
 /// words a lookup needs, and the decoded location is checked against the
 /// arena before its item is read, so a torn or stale read stays inside
-/// mapped memory.
+/// mapped memory. With `SETTLE` (a shard writer's lookup), each bucket is
+/// settled before it is read.
 ///
 /// # Safety
 /// `buckets` points at `n ≥ 1` buckets of a live mapping.
 #[inline(always)]
-unsafe fn probe_buckets(
+unsafe fn probe_buckets<const SETTLE: bool>(
     buckets: *const Bucket,
     n: usize,
     codec: AddrCodec,
@@ -265,7 +310,11 @@ unsafe fn probe_buckets(
     let mut b = home;
     for _ in 0..n {
         let bucket = buckets.wrapping_add(b);
-        // SAFETY: b < n: one of the n buckets of the mapping.
+        if SETTLE {
+            // SAFETY: b < n: one of the n buckets of the mapping.
+            unsafe { settle(bucket) };
+        }
+        // SAFETY: as above.
         let (_, w7) = unsafe { tag_words(bucket) };
         let len = usize::from((w7 >> 32) as u8).min(BUCKET_SLOTS);
         // One slot at a time: the compare of each tag is a branch the CPU
@@ -426,10 +475,10 @@ impl Drop for BucketArray {
 
 /// One shard's table plus the counters that change with it (kept here so
 /// they are updated under the same lock, with no shared atomics). Laid out
-/// so that, behind the shard's 8-byte lock word, everything a get or a set
-/// touches (the bucket array, the codec and the three counters a set
-/// updates) is in the lock's cache line: a write moves one line between
-/// cores, not two.
+/// so that, behind the shard's 8-byte lock word, everything a get or a
+/// locked write touches (the bucket array, the codec and the three counters
+/// a set updates) is in the lock's cache line: a locked write moves one
+/// line between cores besides its bucket. (An unlocked SET only reads it.)
 #[repr(C)]
 pub struct Table {
     buckets: BucketArray,
@@ -497,7 +546,7 @@ impl Table {
         let n = self.buckets.len();
         let p = self.buckets.ptr.load(Ordering::Relaxed);
         // SAFETY: the array holds n buckets, and the caller's lock keeps it.
-        unsafe { probe_buckets(p, n, self.codec, arena, key, hash) }
+        unsafe { probe_buckets::<true>(p, n, self.codec, arena, key, hash) }
     }
 
     /// The bucket array (length, pointer) and codec of the table at
@@ -546,7 +595,66 @@ impl Table {
         let (n, buckets, codec) = unsafe { Self::snapshot(table) };
         // SAFETY: the array at `buckets` has at least n buckets (lengths
         // are published after pointers) and stays mapped.
-        unsafe { probe_buckets(buckets, n, codec, arena, key, hash) }
+        unsafe { probe_buckets::<false>(buckets, n, codec, arena, key, hash) }
+    }
+
+    /// A SET's replacement of the entry of a present `key` with `loc`,
+    /// without the shard's lock (see the module comment): finds the entry
+    /// as `find_unlocked` does, at the shard version `version` holds (which
+    /// must be even), asks `accept` whether to replace that item, and
+    /// swaps the entry while holding its bucket's lock byte if the version
+    /// is still the same and the entry unchanged. Returns the replaced
+    /// entry, or None if nothing changed (the caller then takes the lock).
+    ///
+    /// # Safety
+    /// `table` points at a live `Table` (locked or not) whose shard version
+    /// is `version`, and the caller is pinned (`epoch::pin`).
+    #[inline]
+    pub unsafe fn swap_unlocked(
+        table: *const Table,
+        version: &AtomicU64,
+        arena: &Arena,
+        key: &[u8],
+        hash: u64,
+        loc: Location,
+        accept: impl FnOnce(&Found) -> bool,
+    ) -> Option<Found> {
+        let v = version.load(Ordering::Acquire);
+        if v & 1 != 0 {
+            return None;
+        }
+        // SAFETY: the caller's contract.
+        let (n, buckets, codec) = unsafe { Self::snapshot(table) };
+        // SAFETY: as in find_unlocked.
+        let found = unsafe { probe_buckets::<false>(buckets, n, codec, arena, key, hash) }?;
+        // The reads above happen before the version is re-read.
+        std::sync::atomic::fence(Ordering::Acquire);
+        if version.load(Ordering::Relaxed) != v || !accept(&found) {
+            return None;
+        }
+        let (old, new) = (codec.encode(hash, found.loc), codec.encode(hash, loc));
+        if old >> 32 != new >> 32 {
+            // Address bits in the high byte: not one store.
+            return None;
+        }
+        let bucket = buckets.wrapping_add(found.bucket);
+        // SAFETY: the version was unchanged, so the array is the table's
+        // and found.bucket < n.
+        let lock = unsafe { lock_of(bucket) };
+        lock.compare_exchange(0, 1, Ordering::SeqCst, Ordering::Relaxed)
+            .ok()?;
+        // SAFETY: as above; found.slot < 12.
+        let swapped =
+            version.load(Ordering::SeqCst) == v && unsafe { entry_at(bucket, found.slot) } == old;
+        if swapped {
+            // SAFETY: as above. Release: a reader that loads the new entry
+            // sees the item written before it.
+            unsafe {
+                (*(bucket as *const AtomicU32).add(found.slot)).store(new as u32, Ordering::Release)
+            };
+        }
+        lock.store(0, Ordering::Release);
+        swapped.then_some(found)
     }
 
     /// Asks the CPU to fetch the home bucket of `hash` (a hint for a lookup
@@ -625,6 +733,8 @@ impl Table {
         let n = buckets.len();
         let mut b = home_of(hash, n);
         loop {
+            // SAFETY: b < n.
+            unsafe { settle(buckets.as_ptr().add(b)) };
             let bucket = &mut buckets[b];
             if (bucket.len as usize) < BUCKET_SLOTS {
                 let i = bucket.len as usize;
@@ -646,7 +756,9 @@ impl Table {
             // SAFETY: a fresh mapping of `size` zeroed buckets, not yet
             // published: this is the only reference to it.
             let new = unsafe { std::slice::from_raw_parts_mut(next, size) };
-            for bucket in self.buckets.iter() {
+            for (b, bucket) in self.buckets.iter().enumerate() {
+                // SAFETY: b < the array's length.
+                unsafe { settle(self.buckets.as_ptr().add(b)) };
                 for slot in 0..bucket.len as usize {
                     let v = bucket.entry(slot);
                     let loc = self.codec.decode(v);
@@ -688,7 +800,7 @@ mod tests {
             lo: [0; BUCKET_SLOTS],
             hi: [0; BUCKET_SLOTS],
             len: 0,
-            _pad: 0,
+            lock: 0,
             overflow: 0,
         };
         b.hi = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];

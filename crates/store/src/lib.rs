@@ -16,7 +16,9 @@
 //! segment from being rewritten meanwhile. `get_many` also prefetches the
 //! buckets and items of the keys ahead. Writes reserve space on their
 //! worker's write head (no shard lock held), write the item, then take the
-//! shard's write lock to apply the command's semantics and publish. Eviction
+//! shard's write lock to apply the command's semantics and publish; a plain
+//! SET of a present key publishes without it, swapping the entry under its
+//! bucket's lock byte (`Table::swap_unlocked`). Eviction
 //! and expiry walk a claimed segment and unlink (or copy) each item under
 //! its own shard's write lock, so no lock is ever held over the whole cache;
 //! an emptied segment is retired and rewritten only after the readers that
@@ -247,8 +249,10 @@ impl Shard {
     #[inline]
     fn write(&self) -> ShardWrite<'_> {
         let guard = self.lock.write();
-        let v = self.version.load(Ordering::Relaxed);
-        self.version.store(v + 1, Ordering::Relaxed);
+        // SeqCst: the odd version is ordered before the holder's reads of
+        // bucket lock bytes (`index::settle`), against the lock-then-read
+        // of `Table::swap_unlocked`.
+        self.version.fetch_add(1, Ordering::SeqCst);
         // The odd version is visible before anything the holder writes.
         fence(Ordering::Release);
         ShardWrite {
@@ -315,8 +319,21 @@ impl std::ops::DerefMut for ShardWrite<'_> {
     }
 }
 
+/// Counters of the SETs that replaced an entry without the shard lock
+/// (`Table::swap_unlocked`), one line per write head; `stats` adds them to
+/// the shards' counters.
+#[repr(align(128))]
+#[derive(Default)]
+struct HeadCounters {
+    /// Net change of `bytes` (wrapping: the new item's size minus the old).
+    bytes: AtomicU64,
+    total_items: AtomicU64,
+}
+
 pub struct Store {
     cfg: StoreConfig,
+    /// Indexed by write head (modulo its length).
+    head_counters: Box<[HeadCounters]>,
     clock: Clock,
     arena: Arena,
     shards: Box<[Shard]>,
@@ -352,6 +369,7 @@ impl Store {
             item::ALIGN.trailing_zeros(),
         );
         Store {
+            head_counters: (0..heads).map(|_| HeadCounters::default()).collect(),
             copy_head: arena.copy_head(),
             ghost: ghost::Ghost::new(cfg.memory_limit / 96),
             cas_offset_bits: arena.segment_shift() - item::ALIGN.trailing_zeros(),
@@ -465,14 +483,16 @@ impl Store {
         it.mark_dead();
         let size = it.size();
         table.counters.curr_items -= 1;
-        table.counters.bytes -= size as u64;
+        // Wrapping: a shard's bytes can sink below zero when the item was
+        // counted through a head (see HeadCounters); the sum is right.
+        table.counters.bytes = table.counters.bytes.wrapping_sub(size as u64);
     }
 
     fn account_link(&self, table: &mut Table, it: ItemPtr, new: bool) {
         let size = it.size();
         table.counters.curr_items += 1;
         table.counters.total_items += u64::from(new);
-        table.counters.bytes += size as u64;
+        table.counters.bytes = table.counters.bytes.wrapping_add(size as u64);
     }
 
     /// After an unlocked check found `key` expired or flushed, unlink it if
@@ -1171,6 +1191,10 @@ impl Store {
                 0
             };
             self.write_item(&slot, &spec, key, &[value], state);
+            if mode == StoreMode::Set && spec.cas.is_none() && self.swap(head, key, hash, &slot) {
+                self.arena.finish_write(slot.seg);
+                return (StoreStatus::Stored, self.slot_cas(&slot), value.len());
+            }
             let mut table = self.shard(hash).write();
             let old = self.find_live(&mut table, key, hash);
             let now = self.clock.now();
@@ -1230,6 +1254,51 @@ impl Store {
             self.arena.finish_write(slot.seg);
             return (result.0, result.1, value.len());
         }
+    }
+
+    /// A plain SET's fast path: publishes `slot` in place of the live item
+    /// of `key` without the shard's lock (see `Table::swap_unlocked`), if
+    /// the key is present, live, and its CAS unique below the new one.
+    /// False if it changed nothing: the caller takes the locked path.
+    #[inline]
+    fn swap(&self, head: usize, key: &[u8], hash: u64, slot: &Slot) -> bool {
+        let Some(_pin) = epoch::pin() else {
+            return false;
+        };
+        let shard = self.shard(hash);
+        let loc = Location {
+            seg: slot.seg,
+            offset: slot.offset,
+        };
+        let now = self.clock.now();
+        let accept = |f: &Found| {
+            matches!(
+                self.check_exptime(f.meta.exptime, f.loc, now),
+                Lookup::Hit(())
+            ) && (!self.cfg.use_cas || self.slot_cas(slot) > self.cas_of(f.loc, f.item))
+        };
+        // SAFETY: the shard's table lives as long as the store, its version
+        // is the shard's, and this thread is pinned.
+        let Some(old) = (unsafe {
+            Table::swap_unlocked(
+                shard.lock.data_ptr(),
+                &shard.version,
+                &self.arena,
+                key,
+                hash,
+                loc,
+                accept,
+            )
+        }) else {
+            return false;
+        };
+        // Still pinned: the old item's memory is not reused yet.
+        old.item.mark_dead();
+        let c = &self.head_counters[head % self.head_counters.len()];
+        let delta = (slot.ptr.size() as u64).wrapping_sub(old.item.size() as u64);
+        c.bytes.fetch_add(delta, Ordering::Relaxed);
+        c.total_items.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// append/prepend: the new item is old value + data (or data + old).
@@ -1621,7 +1690,7 @@ impl Store {
             let t = shard.read();
             let c = t.counters;
             total.curr_items += c.curr_items;
-            total.bytes += c.bytes;
+            total.bytes = total.bytes.wrapping_add(c.bytes);
             total.total_items += c.total_items;
             total.evictions += c.evictions;
             total.evicted_unfetched += c.evicted_unfetched;
@@ -1629,11 +1698,21 @@ impl Store {
             total.expired_unfetched += c.expired_unfetched;
             index_bytes += t.memory();
         }
+        for h in self.head_counters.iter() {
+            total.bytes = total.bytes.wrapping_add(h.bytes.load(Ordering::Relaxed));
+            total.total_items += h.total_items.load(Ordering::Relaxed);
+        }
         let (allocated, limit) = self.arena.usage();
         StoreStats {
             curr_items: total.curr_items,
             total_items: total.total_items,
-            bytes: total.bytes,
+            // Shards and heads are read one after the other: a sum caught
+            // between a swap and its count must not show as ~2^64.
+            bytes: if (total.bytes as i64) < 0 {
+                0
+            } else {
+                total.bytes
+            },
             evictions: total.evictions,
             evicted_unfetched: total.evicted_unfetched,
             reclaimed: total.reclaimed,
@@ -1656,6 +1735,9 @@ impl Store {
             c.evicted_unfetched = 0;
             c.reclaimed = 0;
             c.expired_unfetched = 0;
+        }
+        for h in self.head_counters.iter() {
+            h.total_items.store(0, Ordering::Relaxed);
         }
     }
 }
