@@ -99,6 +99,21 @@ pub fn prefetch(p: *const u8) {
     let _ = p;
 }
 
+/// As [`prefetch`], for a line about to be written: fetched for
+/// ownership (PREFETCHW), so that the write need not first take the line
+/// from another core's cache and then ask for it again to write it.
+#[inline]
+pub fn prefetch_write(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHW reads nothing architecturally and cannot fault,
+    // even for an unmapped address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// A segment's control block. Cache-line aligned (two lines, for the
 /// adjacent-line prefetcher), so that writers appending to neighbouring
 /// segments do not share lines.
