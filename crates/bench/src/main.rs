@@ -5,13 +5,17 @@
 //! * `memory`: resident memory growth per item over a load ([`memory`]);
 //! * `retained`: items kept when the load does not fit in `-m` ([`memory`]);
 //! * `hitratio`: cache-aside miss ratio under zipf, with and without
-//!   one-time scans ([`hitratio`]).
+//!   one-time scans ([`hitratio`]);
+//! * `floor`: runs the floor server, which answers every get with the same
+//!   value and caches nothing: the network stack's own cost (issue 5,
+//!   [`floor`]).
 //!
 //! Servers are started and stopped by [`servers`]; keys and values come
 //! from [`keys`]; control connections are [`conn`]. The storage-only
 //! criterion benchmarks are `benches/storage.rs`.
 
 mod conn;
+mod floor;
 mod hitratio;
 mod keys;
 mod memory;
@@ -27,7 +31,7 @@ use servers::{Binaries, Kind};
 #[derive(Parser)]
 #[command(
     name = "osmium-bench",
-    about = "Benchmarks of issue 4 (a denser engine): osmium against memcached, same run, loopback only"
+    about = "osmium benchmarks: osmium against memcached, same run, loopback only; and the floor server"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -42,6 +46,20 @@ enum Cmd {
     Retained(RetainedArgs),
     /// Cache-aside miss ratio under zipf, with and without one-time scans.
     Hitratio(HitRatioArgs),
+    /// Runs the floor server on 127.0.0.1 (every get answered with the same
+    /// value, nothing cached) until killed.
+    Floor(FloorArgs),
+}
+
+#[derive(Args)]
+struct FloorArgs {
+    /// TCP port on 127.0.0.1 (0: any free port; the bound address is
+    /// printed as `listening on <addr>`).
+    #[arg(short = 'p', long, default_value_t = 0)]
+    port: u16,
+    /// Bytes of the value every get returns.
+    #[arg(long, default_value_t = 64)]
+    value_size: usize,
 }
 
 /// Options every subcommand has.
@@ -226,8 +244,13 @@ fn kinds(c: &Common) -> Vec<Kind> {
 }
 
 fn run(cli: Cli) -> Result<bool, String> {
+    if let Cmd::Floor(a) = &cli.command {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], a.port));
+        return floor::run(addr, a.value_size).map(|()| true);
+    }
     servers::install_signal_handler()?;
     match cli.command {
+        Cmd::Floor(_) => unreachable!("handled above"),
         Cmd::Memory(a) => {
             let bins = binaries(&a.common)?;
             memory::run_memory(

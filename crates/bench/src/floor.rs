@@ -1,0 +1,309 @@
+//! The `floor` server (issue 5): a memcached look-alike with no cache that
+//! answers every get with the same value, to measure what the machine's
+//! network stack costs by itself. One thread, one epoll loop (`mio`): it
+//! reads everything a socket has, answers every complete request in it,
+//! and sends all the answers with one write, so that with pipelining its
+//! CPU time per request is the floor osmium is measured against.
+//!
+//! It speaks just enough of both protocols for the benchmarks:
+//!
+//! * text: `get`/`gets` with any number of keys (`VALUE <key> 0 <n>`, the
+//!   value, `END`; `gets` adds a CAS of 1), `set`/`add`/`replace` (the data
+//!   block is skipped, `STORED`; `noreply` honoured), `version`, and
+//!   `ERROR` for anything else;
+//! * binary (a first byte of 0x80): GET, GETQ, GETK, GETKQ (flags 0 and the
+//!   value), SET and SETQ (no body), NOOP and VERSION; other opcodes get
+//!   "unknown command".
+//!
+//! Nothing is stored and nothing is allocated per request: each connection
+//! keeps one input and one output buffer.
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+
+const LISTENER: Token = Token(usize::MAX);
+/// Bytes read per `read` call.
+const READ_CHUNK: usize = 64 * 1024;
+
+struct Conn {
+    stream: TcpStream,
+    input: Vec<u8>,
+    output: Vec<u8>,
+    /// Bytes of `output` already written.
+    sent: usize,
+}
+
+/// Runs the floor server on `addr` (port 0: any free port), printing
+/// `listening on <addr>` once bound; never returns unless it fails.
+pub fn run(addr: SocketAddr, value_size: usize) -> Result<(), String> {
+    let value = vec![b'x'; value_size];
+    let mut listener = TcpListener::bind(addr).map_err(|e| format!("floor: bind {addr}: {e}"))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("listening on {local}");
+    io::stdout().flush().ok();
+    let mut poll = Poll::new().map_err(|e| e.to_string())?;
+    poll.registry()
+        .register(&mut listener, LISTENER, Interest::READABLE)
+        .map_err(|e| e.to_string())?;
+    let mut conns: slab::Slab<Conn> = slab::Slab::new();
+    let mut events = Events::with_capacity(256);
+    loop {
+        if let Err(e) = poll.poll(&mut events, None) {
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(format!("floor: poll: {e}"));
+        }
+        for event in events.iter() {
+            if event.token() == LISTENER {
+                accept(&poll, &listener, &mut conns);
+                continue;
+            }
+            let id = event.token().0;
+            let Some(conn) = conns.get_mut(id) else {
+                continue;
+            };
+            if serve(conn, &value).is_err() {
+                let mut conn = conns.remove(id);
+                poll.registry().deregister(&mut conn.stream).ok();
+            }
+        }
+    }
+}
+
+fn accept(poll: &Poll, listener: &TcpListener, conns: &mut slab::Slab<Conn>) {
+    loop {
+        match listener.accept() {
+            Ok((mut stream, _)) => {
+                stream.set_nodelay(true).ok();
+                let entry = conns.vacant_entry();
+                let token = Token(entry.key());
+                if poll
+                    .registry()
+                    .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+                    .is_ok()
+                {
+                    entry.insert(Conn {
+                        stream,
+                        input: Vec::with_capacity(READ_CHUNK),
+                        output: Vec::with_capacity(READ_CHUNK),
+                        sent: 0,
+                    });
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(_) => return,
+        }
+    }
+}
+
+/// Reads what the socket has, answers the complete requests, writes.
+/// Err when the connection is done (closed or failed).
+fn serve(conn: &mut Conn, value: &[u8]) -> io::Result<()> {
+    loop {
+        let start = conn.input.len();
+        conn.input.resize(start + READ_CHUNK, 0);
+        match conn.stream.read(&mut conn.input[start..]) {
+            Ok(0) => {
+                conn.input.truncate(start);
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            Ok(n) => conn.input.truncate(start + n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                conn.input.truncate(start);
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => conn.input.truncate(start),
+            Err(e) => return Err(e),
+        }
+    }
+    let used = answer(&conn.input, value, &mut conn.output);
+    conn.input.drain(..used);
+    flush(conn)
+}
+
+/// Writes pending output (one `write` per readiness, as a batch).
+fn flush(conn: &mut Conn) -> io::Result<()> {
+    while conn.sent < conn.output.len() {
+        match conn.stream.write(&conn.output[conn.sent..]) {
+            Ok(n) => conn.sent += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    conn.output.clear();
+    conn.sent = 0;
+    Ok(())
+}
+
+/// Appends the answers to every complete request at the start of `input`
+/// to `out`; returns how many bytes of `input` they used.
+pub fn answer(input: &[u8], value: &[u8], out: &mut Vec<u8>) -> usize {
+    let mut at = 0;
+    while at < input.len() {
+        let used = if input[at] == 0x80 {
+            binary(&input[at..], value, out)
+        } else {
+            text(&input[at..], value, out)
+        };
+        match used {
+            Some(n) => at += n,
+            None => break,
+        }
+    }
+    at
+}
+
+/// One text request: Some(bytes used) or None if incomplete.
+fn text(input: &[u8], value: &[u8], out: &mut Vec<u8>) -> Option<usize> {
+    let end = memchr::memchr(b'\n', input)?;
+    let line = input[..end].strip_suffix(b"\r").unwrap_or(&input[..end]);
+    let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
+    let used = end + 1;
+    match words.next() {
+        Some(cmd @ (b"get" | b"gets")) => {
+            let cas = cmd == b"gets";
+            for key in words {
+                out.extend_from_slice(b"VALUE ");
+                out.extend_from_slice(key);
+                out.extend_from_slice(b" 0 ");
+                out.extend_from_slice(itoa::Buffer::new().format(value.len()).as_bytes());
+                if cas {
+                    out.extend_from_slice(b" 1");
+                }
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(value);
+                out.extend_from_slice(b"\r\n");
+            }
+            out.extend_from_slice(b"END\r\n");
+            Some(used)
+        }
+        Some(b"set" | b"add" | b"replace") => {
+            // <key> <flags> <exptime> <bytes> [noreply]
+            let bytes = words
+                .nth(3)
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .and_then(|s| s.parse::<usize>().ok());
+            let Some(bytes) = bytes else {
+                out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
+                return Some(used);
+            };
+            if input.len() < used + bytes + 2 {
+                return None;
+            }
+            if words.next() != Some(&b"noreply"[..]) {
+                out.extend_from_slice(b"STORED\r\n");
+            }
+            Some(used + bytes + 2)
+        }
+        Some(b"version") => {
+            out.extend_from_slice(b"VERSION floor\r\n");
+            Some(used)
+        }
+        _ => {
+            out.extend_from_slice(b"ERROR\r\n");
+            Some(used)
+        }
+    }
+}
+
+/// One binary request: Some(bytes used) or None if incomplete.
+fn binary(input: &[u8], value: &[u8], out: &mut Vec<u8>) -> Option<usize> {
+    if input.len() < 24 {
+        return None;
+    }
+    let opcode = input[1];
+    let key_len = usize::from(u16::from_be_bytes([input[2], input[3]]));
+    let extras_len = usize::from(input[4]);
+    let body = u32::from_be_bytes([input[8], input[9], input[10], input[11]]) as usize;
+    let opaque = &input[12..16];
+    if input.len() < 24 + body {
+        return None;
+    }
+    let key = input
+        .get(24 + extras_len..24 + extras_len + key_len)
+        .unwrap_or(&[]);
+    let header = |out: &mut Vec<u8>, status: u16, extras: usize, key: &[u8], body: usize| {
+        out.extend_from_slice(&[0x81, opcode]);
+        out.extend_from_slice(&(key.len() as u16).to_be_bytes());
+        out.extend_from_slice(&[extras as u8, 0]);
+        out.extend_from_slice(&status.to_be_bytes());
+        out.extend_from_slice(&((extras + key.len() + body) as u32).to_be_bytes());
+        out.extend_from_slice(opaque);
+        out.extend_from_slice(&1u64.to_be_bytes());
+    };
+    match opcode {
+        // GET, GETQ, GETK, GETKQ: flags 0, the value (with the key for K).
+        0x00 | 0x09 | 0x0c | 0x0d => {
+            let key = if matches!(opcode, 0x0c | 0x0d) {
+                key
+            } else {
+                &[]
+            };
+            header(out, 0, 4, key, value.len());
+            out.extend_from_slice(&[0; 4]);
+            out.extend_from_slice(key);
+            out.extend_from_slice(value);
+        }
+        // SET (SETQ answers nothing).
+        0x01 => header(out, 0, 0, &[], 0),
+        0x11 => {}
+        // NOOP.
+        0x0a => header(out, 0, 0, &[], 0),
+        // VERSION.
+        0x0b => {
+            header(out, 0, 0, &[], 5);
+            out.extend_from_slice(b"floor");
+        }
+        _ => {
+            let msg = b"Unknown command";
+            header(out, 0x81, 0, &[], msg.len());
+            out.extend_from_slice(msg);
+        }
+    }
+    Some(24 + body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_pipelined_text_requests_and_waits_for_the_rest() {
+        let mut out = Vec::new();
+        let input = b"get a bb\r\nset k 0 0 3\r\nabc\r\ngets c\r\nbogus\r\nget partial";
+        let used = answer(input, b"vv", &mut out);
+        assert_eq!(&input[used..], b"get partial");
+        assert_eq!(
+            out,
+            b"VALUE a 0 2\r\nvv\r\nVALUE bb 0 2\r\nvv\r\nEND\r\nSTORED\r\nVALUE c 0 2 1\r\nvv\r\nEND\r\nERROR\r\n"
+        );
+        // A set whose data has not all arrived waits.
+        out.clear();
+        assert_eq!(answer(b"set k 0 0 3\r\nab", b"vv", &mut out), 0);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn answers_binary_gets_with_the_value() {
+        let mut req = vec![
+            0x80, 0x0c, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0xde, 0xad, 0xbe, 0xef,
+        ];
+        req.extend_from_slice(&[0; 8]);
+        req.push(b'k');
+        let mut out = Vec::new();
+        assert_eq!(answer(&req, b"vvv", &mut out), req.len());
+        assert_eq!(out.len(), 24 + 4 + 1 + 3);
+        assert_eq!(&out[..2], &[0x81, 0x0c]);
+        assert_eq!(&out[8..12], &8u32.to_be_bytes());
+        assert_eq!(&out[12..16], &[0xde, 0xad, 0xbe, 0xef]);
+        assert_eq!(&out[24..], b"\0\0\0\0kvvv");
+        // Half a header waits.
+        out.clear();
+        assert_eq!(answer(&req[..10], b"vvv", &mut out), 0);
+    }
+}

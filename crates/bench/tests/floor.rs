@@ -1,0 +1,100 @@
+//! The floor server over real sockets: `osmium-bench floor` started on a
+//! free loopback port, answering text and binary gets, pipelined or not.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The running floor server, killed (by PID) when dropped.
+struct Floor {
+    child: Child,
+    port: u16,
+}
+
+impl Floor {
+    fn start(value_size: usize) -> Floor {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
+            .args([
+                "floor",
+                "--port",
+                "0",
+                "--value-size",
+                &value_size.to_string(),
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start osmium-bench floor");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        Floor { child, port }
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+}
+
+impl Drop for Floor {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+fn read_exactly(s: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut buf = vec![0; n];
+    s.read_exact(&mut buf).unwrap();
+    buf
+}
+
+#[test]
+fn answers_text_gets_one_by_one_and_pipelined() {
+    let floor = Floor::start(64);
+    let mut s = floor.connect();
+    let value = "x".repeat(64);
+    let one = format!("VALUE key:1 0 64\r\n{value}\r\nEND\r\n");
+    s.write_all(b"get key:1\r\n").unwrap();
+    assert_eq!(read_exactly(&mut s, one.len()), one.as_bytes());
+    // 16 gets in one write, and a set with its data block.
+    let mut batch = String::new();
+    let mut expect = String::new();
+    for i in 0..16 {
+        batch.push_str(&format!("get k{i}\r\n"));
+        expect.push_str(&format!("VALUE k{i} 0 64\r\n{value}\r\nEND\r\n"));
+    }
+    batch.push_str("set k 0 0 5\r\nhello\r\nversion\r\n");
+    expect.push_str("STORED\r\nVERSION floor\r\n");
+    s.write_all(batch.as_bytes()).unwrap();
+    assert_eq!(
+        String::from_utf8(read_exactly(&mut s, expect.len())).unwrap(),
+        expect
+    );
+}
+
+#[test]
+fn answers_binary_gets() {
+    let floor = Floor::start(8);
+    let mut s = floor.connect();
+    // GETK "abc", opaque 7.
+    let mut req = vec![0x80, 0x0c, 0, 3, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 7];
+    req.extend_from_slice(&[0; 8]);
+    req.extend_from_slice(b"abc");
+    s.write_all(&req).unwrap();
+    let resp = read_exactly(&mut s, 24 + 4 + 3 + 8);
+    assert_eq!(resp[0], 0x81);
+    assert_eq!(resp[1], 0x0c);
+    assert_eq!(&resp[6..8], &[0, 0], "status");
+    assert_eq!(&resp[12..16], &[0, 0, 0, 7], "opaque");
+    assert_eq!(&resp[24..], b"\0\0\0\0abcxxxxxxxx");
+}
