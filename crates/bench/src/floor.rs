@@ -34,6 +34,8 @@ struct Conn {
     output: Vec<u8>,
     /// Bytes of `output` already written.
     sent: usize,
+    /// Registered for writability too (only while output waits).
+    writable: bool,
 }
 
 /// Runs the floor server on `addr` (port 0: any free port), printing
@@ -50,6 +52,7 @@ pub fn run(addr: SocketAddr, value_size: usize) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let mut conns: slab::Slab<Conn> = slab::Slab::new();
     let mut events = Events::with_capacity(256);
+    let mut scratch = vec![0u8; READ_CHUNK];
     loop {
         if let Err(e) = poll.poll(&mut events, None) {
             if e.kind() == io::ErrorKind::Interrupted {
@@ -66,7 +69,7 @@ pub fn run(addr: SocketAddr, value_size: usize) -> Result<(), String> {
             let Some(conn) = conns.get_mut(id) else {
                 continue;
             };
-            if serve(conn, &value).is_err() {
+            if serve(&poll, Token(id), conn, &value, &mut scratch).is_err() {
                 let mut conn = conns.remove(id);
                 poll.registry().deregister(&mut conn.stream).ok();
             }
@@ -83,7 +86,7 @@ fn accept(poll: &Poll, listener: &TcpListener, conns: &mut slab::Slab<Conn>) {
                 let token = Token(entry.key());
                 if poll
                     .registry()
-                    .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+                    .register(&mut stream, token, Interest::READABLE)
                     .is_ok()
                 {
                     entry.insert(Conn {
@@ -91,6 +94,7 @@ fn accept(poll: &Poll, listener: &TcpListener, conns: &mut slab::Slab<Conn>) {
                         input: Vec::with_capacity(READ_CHUNK),
                         output: Vec::with_capacity(READ_CHUNK),
                         sent: 0,
+                        writable: false,
                     });
                 }
             }
@@ -102,42 +106,63 @@ fn accept(poll: &Poll, listener: &TcpListener, conns: &mut slab::Slab<Conn>) {
 
 /// Reads what the socket has, answers the complete requests, writes.
 /// Err when the connection is done (closed or failed).
-fn serve(conn: &mut Conn, value: &[u8]) -> io::Result<()> {
+///
+/// A read that returns less than the buffer has emptied the socket: data
+/// arriving after it raises a new (edge-triggered) event, so there is no
+/// second read to see `EAGAIN`. One request costs one `epoll_wait`, one
+/// `read` and one `write`.
+fn serve(
+    poll: &Poll,
+    token: Token,
+    conn: &mut Conn,
+    value: &[u8],
+    scratch: &mut [u8],
+) -> io::Result<()> {
     loop {
-        let start = conn.input.len();
-        conn.input.resize(start + READ_CHUNK, 0);
-        match conn.stream.read(&mut conn.input[start..]) {
-            Ok(0) => {
-                conn.input.truncate(start);
-                return Err(io::ErrorKind::UnexpectedEof.into());
+        match conn.stream.read(scratch) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                conn.input.extend_from_slice(&scratch[..n]);
+                if n < scratch.len() {
+                    break;
+                }
             }
-            Ok(n) => conn.input.truncate(start + n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                conn.input.truncate(start);
-                break;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => conn.input.truncate(start),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
     let used = answer(&conn.input, value, &mut conn.output);
     conn.input.drain(..used);
-    flush(conn)
+    let done = flush(conn)?;
+    // Ask for writability only while output waits.
+    if done == conn.writable {
+        conn.writable = !done;
+        let interest = if done {
+            Interest::READABLE
+        } else {
+            Interest::READABLE | Interest::WRITABLE
+        };
+        poll.registry()
+            .reregister(&mut conn.stream, token, interest)?;
+    }
+    Ok(())
 }
 
-/// Writes pending output (one `write` per readiness, as a batch).
-fn flush(conn: &mut Conn) -> io::Result<()> {
+/// Writes pending output (all the answers of a batch in one `write`);
+/// true when nothing is left.
+fn flush(conn: &mut Conn) -> io::Result<bool> {
     while conn.sent < conn.output.len() {
         match conn.stream.write(&conn.output[conn.sent..]) {
             Ok(n) => conn.sent += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
     conn.output.clear();
     conn.sent = 0;
-    Ok(())
+    Ok(true)
 }
 
 /// Appends the answers to every complete request at the start of `input`

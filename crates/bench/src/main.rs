@@ -8,7 +8,11 @@
 //!   one-time scans ([`hitratio`]);
 //! * `floor`: runs the floor server, which answers every get with the same
 //!   value and caches nothing: the network stack's own cost (issue 5,
-//!   [`floor`]).
+//!   [`floor`]);
+//! * `load`: a closed-loop load generator (connections × threads ×
+//!   pipeline depth) reporting ops/s, latency percentiles and the server's
+//!   CPU time per request; `--vs` runs it on memcached, osmium and the floor
+//!   server in turn ([`load`]).
 //!
 //! Servers are started and stopped by [`servers`]; keys and values come
 //! from [`keys`]; control connections are [`conn`]. The storage-only
@@ -18,6 +22,7 @@ mod conn;
 mod floor;
 mod hitratio;
 mod keys;
+mod load;
 mod memory;
 mod servers;
 
@@ -49,6 +54,68 @@ enum Cmd {
     /// Runs the floor server on 127.0.0.1 (every get answered with the same
     /// value, nothing cached) until killed.
     Floor(FloorArgs),
+    /// Closed-loop load: ops/s, latency percentiles, server CPU per request.
+    Load(LoadArgs),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ProtocolArg {
+    Text,
+    Binary,
+}
+
+#[derive(Args)]
+struct LoadArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Start the servers of --servers (add `floor` for the floor server)
+    /// and compare them, alternating runs; without it, load --addr.
+    #[arg(long)]
+    vs: bool,
+    /// A running server to load (without --vs).
+    #[arg(long, value_name = "HOST:PORT", required_unless_present = "vs")]
+    addr: Option<std::net::SocketAddr>,
+    /// Its PID, for its CPU time per request (without --vs).
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Client connections.
+    #[arg(long, default_value_t = 8)]
+    conns: usize,
+    /// Generator threads (each a poll loop over its connections).
+    #[arg(long, default_value_t = 1)]
+    gen_threads: usize,
+    /// Requests in flight per connection, sent in one write.
+    #[arg(long, default_value_t = 1)]
+    depth: usize,
+    /// Measured seconds per run.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Unmeasured seconds before each run.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Rounds of --vs (the order alternates; medians are reported).
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
+    /// Distinct keys, drawn uniformly.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    #[arg(long, default_value_t = 16)]
+    key_size: usize,
+    #[arg(long, default_value_t = 64)]
+    value_size: usize,
+    /// Fraction of requests that are gets (the rest are sets).
+    #[arg(long, default_value_t = 1.0)]
+    get_ratio: f64,
+    #[arg(long, value_enum, default_value_t = ProtocolArg::Text)]
+    protocol: ProtocolArg,
+    /// Set every key before measuring (so gets hit).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    preload: bool,
+    /// Memory limit of each server, MB (`-m`, with --vs).
+    #[arg(long, default_value_t = 1024)]
+    memory: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 #[derive(Args)]
@@ -87,6 +154,8 @@ struct Common {
 enum ServerArg {
     Memcached,
     Osmium,
+    /// The floor server (`load --vs` only).
+    Floor,
 }
 
 impl From<ServerArg> for Kind {
@@ -94,6 +163,7 @@ impl From<ServerArg> for Kind {
         match s {
             ServerArg::Memcached => Kind::Memcached,
             ServerArg::Osmium => Kind::Osmium,
+            ServerArg::Floor => Kind::Floor,
         }
     }
 }
@@ -232,6 +302,16 @@ fn binaries(c: &Common) -> Result<Binaries, String> {
     Ok(bins)
 }
 
+/// The servers of a memory or hit-ratio benchmark (not the floor server,
+/// which stores nothing).
+fn cache_kinds(c: &Common) -> Result<Vec<Kind>, String> {
+    let k = kinds(c);
+    if k.contains(&Kind::Floor) {
+        return Err("the floor server stores nothing: it is only for `load --vs`".into());
+    }
+    Ok(k)
+}
+
 fn kinds(c: &Common) -> Vec<Kind> {
     let mut out: Vec<Kind> = Vec::new();
     for &s in &c.servers {
@@ -251,6 +331,55 @@ fn run(cli: Cli) -> Result<bool, String> {
     servers::install_signal_handler()?;
     match cli.command {
         Cmd::Floor(_) => unreachable!("handled above"),
+        Cmd::Load(a) => {
+            let w = load::Workload {
+                conns: a.conns.max(1),
+                threads: a.gen_threads.max(1),
+                depth: a.depth.max(1),
+                duration: std::time::Duration::from_secs_f64(a.duration.max(0.1)),
+                warmup: std::time::Duration::from_secs_f64(a.warmup.max(0.0)),
+                keys: a.keys.max(1),
+                key_size: a.key_size,
+                value_size: a.value_size,
+                get_ratio: a.get_ratio,
+                protocol: match a.protocol {
+                    ProtocolArg::Text => load::Protocol::Text,
+                    ProtocolArg::Binary => load::Protocol::Binary,
+                },
+                seed: a.seed,
+            };
+            if a.vs {
+                let bins = binaries(&a.common)?;
+                load::run_vs(
+                    &bins,
+                    &kinds(&a.common),
+                    &w,
+                    &load::VsOpts {
+                        memory_mb: a.memory,
+                        threads: a.common.threads,
+                        rounds: a.rounds.max(1),
+                        preload: a.preload,
+                        json: a.common.json,
+                    },
+                )
+            } else {
+                let addr = a.addr.ok_or("--addr or --vs is needed")?;
+                if a.preload {
+                    load::preload(addr, &w)?;
+                }
+                let o = load::run(addr, a.pid, &w)?;
+                println!(
+                    "{:.0} ops/s  p50 {:.1} us  p99 {:.1} us  p99.9 {:.1} us  cpu {} us/req  misses {}",
+                    o.ops_per_sec(),
+                    o.p50_us,
+                    o.p99_us,
+                    o.p999_us,
+                    o.cpu_us_per_req.map_or("-".into(), |c| format!("{c:.2}")),
+                    o.misses
+                );
+                Ok(true)
+            }
+        }
         Cmd::Memory(a) => {
             let bins = binaries(&a.common)?;
             memory::run_memory(
@@ -266,7 +395,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                     memory_mb: a.memory,
                     threads: a.common.threads,
                     rounds: a.rounds.max(1),
-                    servers: kinds(&a.common),
+                    servers: cache_kinds(&a.common)?,
                     json: a.common.json,
                 },
             )
@@ -286,7 +415,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                     memory_mb: a.memory,
                     threads: a.common.threads,
                     sample: a.sample,
-                    servers: kinds(&a.common),
+                    servers: cache_kinds(&a.common)?,
                     json: a.common.json,
                 },
             )
@@ -315,7 +444,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                     key_size: a.key_size,
                     value_size: a.value_size,
                     threads: a.common.threads,
-                    servers: kinds(&a.common),
+                    servers: cache_kinds(&a.common)?,
                     json: a.common.json,
                 },
             )

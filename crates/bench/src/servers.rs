@@ -20,6 +20,8 @@ static CHILDREN: Mutex<Vec<(Child, PathBuf)>> = Mutex::new(Vec::new());
 pub enum Kind {
     Memcached,
     Osmium,
+    /// The floor server (`osmium-bench floor`, this executable).
+    Floor,
 }
 
 impl Kind {
@@ -27,6 +29,7 @@ impl Kind {
         match self {
             Kind::Memcached => "memcached",
             Kind::Osmium => "osmium",
+            Kind::Floor => "floor",
         }
     }
 }
@@ -42,6 +45,8 @@ impl fmt::Display for Kind {
 pub struct Binaries {
     pub osmium: PathBuf,
     pub memcached: PathBuf,
+    /// This executable (its `floor` subcommand).
+    pub floor: PathBuf,
 }
 
 impl Binaries {
@@ -57,7 +62,12 @@ impl Binaries {
                 .unwrap_or_else(|| PathBuf::from("target/release/osmium"))
         });
         let memcached = memcached.unwrap_or_else(|| PathBuf::from("/usr/bin/memcached"));
-        Binaries { osmium, memcached }
+        let floor = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("osmium-bench"));
+        Binaries {
+            osmium,
+            memcached,
+            floor,
+        }
     }
 
     /// Fails if `kind`'s binary is not a file.
@@ -72,6 +82,7 @@ impl Binaries {
                 path.display()
             ),
             Kind::Memcached => format!("{} not found: pass --memcached PATH", path.display()),
+            Kind::Floor => format!("{} not found", path.display()),
         })
     }
 
@@ -79,6 +90,7 @@ impl Binaries {
         match kind {
             Kind::Osmium => &self.osmium,
             Kind::Memcached => &self.memcached,
+            Kind::Floor => &self.floor,
         }
     }
 }
@@ -176,8 +188,12 @@ impl Server {
         let log_file =
             File::create(&log).map_err(|e| format!("creating {}: {e}", log.display()))?;
         let mut cmd = Command::new(path);
-        cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-            .args(["-m", &memory_mb.to_string(), "-t", &threads.to_string()]);
+        if kind == Kind::Floor {
+            cmd.args(["floor", "-p", &port.to_string()]);
+        } else {
+            cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+                .args(["-m", &memory_mb.to_string(), "-t", &threads.to_string()]);
+        }
         if kind == Kind::Memcached && running_as_root() {
             cmd.args(["-u", "root"]);
         }

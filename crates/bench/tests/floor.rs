@@ -98,3 +98,48 @@ fn answers_binary_gets() {
     assert_eq!(&resp[12..16], &[0, 0, 0, 7], "opaque");
     assert_eq!(&resp[24..], b"\0\0\0\0abcxxxxxxxx");
 }
+
+#[test]
+fn load_measures_the_floor_server() {
+    // `load --vs` with the floor server alone: starts it, runs a short
+    // closed loop (4 connections, 4 deep, text and binary), and reports
+    // throughput and CPU time per request from /proc.
+    for protocol in ["text", "binary"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
+            .args([
+                "load",
+                "--vs",
+                "--servers",
+                "floor",
+                "--json",
+                "--rounds",
+                "1",
+            ])
+            .args([
+                "--duration",
+                "0.5",
+                "--warmup",
+                "0.2",
+                "--conns",
+                "4",
+                "--depth",
+                "4",
+            ])
+            .args(["--protocol", protocol])
+            .output()
+            .expect("run osmium-bench load");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let rows: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        let row = &rows[0];
+        assert_eq!(row["server"], "floor");
+        assert!(row["ops_per_sec"].as_f64().unwrap() > 1000.0, "{row}");
+        let cpu = row["cpu_us_per_req"].as_f64().unwrap();
+        assert!(cpu > 0.0 && cpu < 1000.0, "{row}");
+        assert!(row["p50_us"].as_f64().unwrap() > 0.0, "{row}");
+    }
+}

@@ -1,0 +1,571 @@
+//! `load`: the closed-loop load generator of issue 5, and its `--vs` mode.
+//!
+//! Closed loop: `conns` connections spread over `threads` threads (each
+//! thread one `mio` poll loop), every connection keeping `depth` requests in
+//! flight: it sends a batch of `depth` requests in one write and sends the
+//! next batch when the last reply of this one has arrived. A request's
+//! latency runs from its batch's write to its own reply. Requests are gets
+//! and sets (`--get-ratio`) of keys drawn uniformly from `--keys` keys, in
+//! the text or the binary protocol; with `--preload` every key is set first.
+//!
+//! The server's CPU time comes from `/proc/<pid>/stat` (user + system, all
+//! threads), read just before and just after the measured window, so
+//! `cpu_us_per_req` is server CPU per request whatever the generator
+//! itself costs on the shared cores.
+//!
+//! `--vs` starts the servers itself (memcached and osmium with the same
+//! `-t` and `-m`, and with `--floor` the floor server), runs them in turn
+//! for `--rounds` rounds, alternating the order (A B, B A, ...), and prints
+//! every server's median figures with ratios against memcached.
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::keys;
+
+/// Wire protocol of the generated requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Text,
+    Binary,
+}
+
+/// What one run sends.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub conns: usize,
+    pub threads: usize,
+    pub depth: usize,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub keys: u64,
+    pub key_size: usize,
+    pub value_size: usize,
+    /// Fraction of requests that are gets (the rest are sets).
+    pub get_ratio: f64,
+    pub protocol: Protocol,
+    pub seed: u64,
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    pub requests: u64,
+    pub seconds: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    /// Server CPU per request (µs), when the server's PID was known.
+    pub cpu_us_per_req: Option<f64>,
+    /// Gets answered with a miss (none after a preload).
+    pub misses: u64,
+}
+
+impl Outcome {
+    pub fn ops_per_sec(&self) -> f64 {
+        self.requests as f64 / self.seconds
+    }
+}
+
+/// The server's CPU time so far (user + system, every thread), from
+/// `/proc/<pid>/stat`.
+pub fn cpu_time(pid: u32) -> Result<Duration, String> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).map_err(|e| format!("reading {path}: {e}"))?;
+    // Fields after the command name (which may hold spaces), 1-based from
+    // field 3: utime is field 14, stime field 15.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| format!("bad {path}"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> Result<u64, String> {
+        fields
+            .get(i - 3)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("bad field {i} in {path}"))
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let total = ticks(14)? + ticks(15)?;
+    Ok(Duration::from_micros(total * 1_000_000 / hz))
+}
+
+/// Sets every key once (pipelined, text protocol), so that gets hit.
+pub fn preload(addr: SocketAddr, w: &Workload) -> Result<(), String> {
+    keys::check_key_size(w.key_size, w.keys)?;
+    let mut s =
+        std::net::TcpStream::connect(addr).map_err(|e| format!("connecting to {addr}: {e}"))?;
+    let value = vec![b'v'; w.value_size];
+    let mut out = Vec::new();
+    let mut reply = vec![0u8; 1 << 16];
+    let chunk = 500u64;
+    let mut n = 0;
+    while n < w.keys {
+        out.clear();
+        let end = (n + chunk).min(w.keys);
+        for i in n..end {
+            let k = keys::Key::new(b'k', i, w.key_size);
+            out.extend_from_slice(b"set ");
+            out.extend_from_slice(k.as_bytes());
+            out.extend_from_slice(format!(" 0 0 {}\r\n", w.value_size).as_bytes());
+            out.extend_from_slice(&value);
+            out.extend_from_slice(b"\r\n");
+        }
+        s.write_all(&out).map_err(|e| format!("preload: {e}"))?;
+        // Each reply is a line (STORED, or an error): count them.
+        let mut lines = 0;
+        while lines < end - n {
+            let got = s.read(&mut reply).map_err(|e| format!("preload: {e}"))?;
+            if got == 0 {
+                return Err("preload: the server closed the connection".into());
+            }
+            lines += reply[..got].iter().filter(|&&b| b == b'\n').count() as u64;
+        }
+        n = end;
+    }
+    Ok(())
+}
+
+/// One connection of a generator thread.
+struct Conn {
+    stream: TcpStream,
+    out: Vec<u8>,
+    sent: usize,
+    input: Vec<u8>,
+    /// Replies still due for the batch in flight.
+    pending: usize,
+    batch_start: Instant,
+}
+
+/// Runs the workload against `addr`; `pid` (the server's) adds its CPU time
+/// per request.
+pub fn run(addr: SocketAddr, pid: Option<u32>, w: &Workload) -> Result<Outcome, String> {
+    keys::check_key_size(w.key_size, w.keys)?;
+    let threads = w.threads.clamp(1, w.conns.max(1));
+    let start = Instant::now() + Duration::from_millis(50);
+    let measure_from = start + w.warmup;
+    let measure_to = measure_from + w.duration;
+    let cpu_probe = std::thread::spawn(move || -> Result<Option<Duration>, String> {
+        let Some(pid) = pid else { return Ok(None) };
+        sleep_until(measure_from);
+        let before = cpu_time(pid)?;
+        sleep_until(measure_to);
+        Ok(Some(cpu_time(pid)? - before))
+    });
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let conns = w.conns / threads + usize::from(t < w.conns % threads);
+            let w = w.clone();
+            std::thread::spawn(move || {
+                generate(addr, conns, t as u64, &w, measure_from, measure_to)
+            })
+        })
+        .collect();
+    let mut hist =
+        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
+    let mut misses = 0;
+    for h in workers {
+        let (part, m) = h
+            .join()
+            .map_err(|_| "a generator thread panicked".to_string())??;
+        hist.add(part).map_err(|e| e.to_string())?;
+        misses += m;
+    }
+    let cpu = cpu_probe
+        .join()
+        .map_err(|_| "the CPU probe panicked".to_string())??;
+    let requests = hist.len();
+    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    Ok(Outcome {
+        requests,
+        seconds: w.duration.as_secs_f64(),
+        p50_us: us(0.5),
+        p99_us: us(0.99),
+        p999_us: us(0.999),
+        cpu_us_per_req: cpu.map(|c| c.as_secs_f64() * 1e6 / requests.max(1) as f64),
+        misses,
+    })
+}
+
+fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        std::thread::sleep(t - now);
+    }
+}
+
+/// One generator thread: `n` connections in one poll loop until
+/// `measure_to`; latencies (ns) of the replies that arrived between
+/// `measure_from` and `measure_to`, and how many gets missed.
+fn generate(
+    addr: SocketAddr,
+    n: usize,
+    thread: u64,
+    w: &Workload,
+    measure_from: Instant,
+    measure_to: Instant,
+) -> Result<(Histogram<u64>, u64), String> {
+    let mut hist =
+        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
+    let mut poll = Poll::new().map_err(|e| e.to_string())?;
+    let mut rng = SmallRng::seed_from_u64(w.seed ^ (thread << 32));
+    let value = vec![b'v'; w.value_size];
+    let mut conns = Vec::with_capacity(n);
+    for i in 0..n {
+        let std =
+            std::net::TcpStream::connect(addr).map_err(|e| format!("connecting to {addr}: {e}"))?;
+        std.set_nodelay(true).map_err(|e| e.to_string())?;
+        std.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let mut stream = TcpStream::from_std(std);
+        poll.registry()
+            .register(
+                &mut stream,
+                Token(i),
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .map_err(|e| e.to_string())?;
+        conns.push(Conn {
+            stream,
+            out: Vec::with_capacity(4096),
+            sent: 0,
+            input: Vec::with_capacity(1 << 16),
+            pending: 0,
+            batch_start: Instant::now(),
+        });
+    }
+    let mut misses = 0;
+    let mut events = Events::with_capacity(256);
+    let mut chunk = vec![0u8; 1 << 16];
+    for conn in conns.iter_mut() {
+        next_batch(conn, w, &mut rng, &value);
+        write_out(conn).map_err(|e| format!("sending: {e}"))?;
+    }
+    while Instant::now() < measure_to {
+        poll.poll(&mut events, Some(Duration::from_millis(100)))
+            .map_err(|e| format!("poll: {e}"))?;
+        for event in events.iter() {
+            let conn = &mut conns[event.token().0];
+            write_out(conn).map_err(|e| format!("sending: {e}"))?;
+            loop {
+                match conn.stream.read(&mut chunk) {
+                    Ok(0) => return Err(format!("{addr} closed the connection")),
+                    Ok(got) => conn.input.extend_from_slice(&chunk[..got]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(format!("reading: {e}")),
+                }
+            }
+            let mut at = 0;
+            while conn.pending > 0 {
+                let reply = match w.protocol {
+                    Protocol::Text => text_reply(&conn.input[at..])?,
+                    Protocol::Binary => binary_reply(&conn.input[at..]),
+                };
+                let Some((len, miss)) = reply else { break };
+                at += len;
+                conn.pending -= 1;
+                let now = Instant::now();
+                if now >= measure_from && now < measure_to {
+                    let ns = (now - conn.batch_start).as_nanos() as u64;
+                    hist.saturating_record(ns.max(1));
+                    misses += u64::from(miss);
+                }
+            }
+            conn.input.drain(..at);
+            if conn.pending == 0 {
+                next_batch(conn, w, &mut rng, &value);
+                write_out(conn).map_err(|e| format!("sending: {e}"))?;
+            }
+        }
+    }
+    Ok((hist, misses))
+}
+
+/// Builds the connection's next batch of `depth` requests.
+fn next_batch(conn: &mut Conn, w: &Workload, rng: &mut SmallRng, value: &[u8]) {
+    conn.out.clear();
+    conn.sent = 0;
+    for _ in 0..w.depth {
+        let key = keys::Key::new(b'k', rng.gen_range(0..w.keys), w.key_size);
+        let get = rng.gen_bool(w.get_ratio.clamp(0.0, 1.0));
+        match w.protocol {
+            Protocol::Text => {
+                if get {
+                    conn.out.extend_from_slice(b"get ");
+                    conn.out.extend_from_slice(key.as_bytes());
+                    conn.out.extend_from_slice(b"\r\n");
+                } else {
+                    conn.out.extend_from_slice(b"set ");
+                    conn.out.extend_from_slice(key.as_bytes());
+                    conn.out.extend_from_slice(b" 0 0 ");
+                    conn.out
+                        .extend_from_slice(itoa::Buffer::new().format(value.len()).as_bytes());
+                    conn.out.extend_from_slice(b"\r\n");
+                    conn.out.extend_from_slice(value);
+                    conn.out.extend_from_slice(b"\r\n");
+                }
+            }
+            Protocol::Binary => {
+                let k = key.as_bytes();
+                let (opcode, extras, body) = if get {
+                    (0x00u8, 0usize, k.len())
+                } else {
+                    (0x01, 8, 8 + k.len() + value.len())
+                };
+                conn.out.extend_from_slice(&[0x80, opcode]);
+                conn.out.extend_from_slice(&(k.len() as u16).to_be_bytes());
+                conn.out.extend_from_slice(&[extras as u8, 0, 0, 0]);
+                conn.out.extend_from_slice(&(body as u32).to_be_bytes());
+                conn.out.extend_from_slice(&[0; 12]);
+                if !get {
+                    conn.out.extend_from_slice(&[0; 8]);
+                }
+                conn.out.extend_from_slice(k);
+                if !get {
+                    conn.out.extend_from_slice(value);
+                }
+            }
+        }
+    }
+    conn.pending = w.depth;
+    conn.batch_start = Instant::now();
+}
+
+fn write_out(conn: &mut Conn) -> io::Result<()> {
+    while conn.sent < conn.out.len() {
+        match conn.stream.write(&conn.out[conn.sent..]) {
+            Ok(n) => conn.sent += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The length of the first complete text reply in `input`, and whether it
+/// was a get's miss; None if incomplete. A reply the benchmark never
+/// expects (`ERROR`, `SERVER_ERROR ...`) is an error.
+fn text_reply(input: &[u8]) -> Result<Option<(usize, bool)>, String> {
+    let Some(end) = memchr::memchr(b'\n', input) else {
+        return Ok(None);
+    };
+    let line = &input[..end + 1];
+    if let Some(rest) = line.strip_prefix(b"VALUE ") {
+        // VALUE <key> <flags> <bytes> [<cas>]\r\n<data>\r\nEND\r\n
+        let bytes = rest
+            .split(|&b| b == b' ' || b == b'\r' || b == b'\n')
+            .filter(|f| !f.is_empty())
+            .nth(2)
+            .and_then(|b| std::str::from_utf8(b).ok()?.parse::<usize>().ok())
+            .ok_or_else(|| format!("bad reply {:?}", String::from_utf8_lossy(line)))?;
+        let total = line.len() + bytes + 2 + 5;
+        return Ok((input.len() >= total).then_some((total, false)));
+    }
+    match line {
+        b"END\r\n" => Ok(Some((line.len(), true))),
+        b"STORED\r\n" => Ok(Some((line.len(), false))),
+        _ => Err(format!(
+            "unexpected reply {:?}",
+            String::from_utf8_lossy(line)
+        )),
+    }
+}
+
+/// The length of the first complete binary reply, and whether it was a
+/// get's miss (status 1, key not found); None if incomplete.
+fn binary_reply(input: &[u8]) -> Option<(usize, bool)> {
+    if input.len() < 24 {
+        return None;
+    }
+    let body = u32::from_be_bytes([input[8], input[9], input[10], input[11]]) as usize;
+    let status = u16::from_be_bytes([input[6], input[7]]);
+    (input.len() >= 24 + body).then_some((24 + body, status == 1))
+}
+
+/// How `--vs` runs the servers.
+#[derive(Clone, Copy, Debug)]
+pub struct VsOpts {
+    /// `-m` of memcached and osmium.
+    pub memory_mb: u64,
+    /// `-t` of memcached and osmium.
+    pub threads: u32,
+    pub rounds: usize,
+    /// Set every key before the runs.
+    pub preload: bool,
+    pub json: bool,
+}
+
+/// `--vs`: starts every server in `kinds` (same `-t`, `-m`), preloads each
+/// (not the floor, which stores nothing), then runs the workload on them in
+/// turn for `rounds` rounds, alternating the order, and prints the median
+/// figures of each with ratios against the first server and the floor.
+pub fn run_vs(
+    bins: &crate::servers::Binaries,
+    kinds: &[crate::servers::Kind],
+    w: &Workload,
+    o: &VsOpts,
+) -> Result<bool, String> {
+    use crate::servers::{Kind, Server};
+    let VsOpts {
+        memory_mb,
+        threads,
+        rounds,
+        preload: preload_keys,
+        json,
+    } = *o;
+    let mut servers = Vec::new();
+    for &kind in kinds {
+        let s = Server::start(bins, kind, memory_mb, threads)?;
+        if preload_keys && kind != Kind::Floor {
+            preload(s.addr(), w)?;
+        }
+        servers.push(s);
+    }
+    let mut results: Vec<Vec<Outcome>> = vec![Vec::new(); servers.len()];
+    for round in 0..rounds {
+        let mut order: Vec<usize> = (0..servers.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let s = &servers[i];
+            let o = run(s.addr(), Some(s.pid), w)?;
+            s.check_alive()?;
+            eprintln!(
+                "round {} {:>9}: {:>10.0} ops/s  p50 {:>7.1} us  p99 {:>7.1} us  p99.9 {:>7.1} us  cpu {:>6.2} us/req",
+                round + 1,
+                s.kind,
+                o.ops_per_sec(),
+                o.p50_us,
+                o.p99_us,
+                o.p999_us,
+                o.cpu_us_per_req.unwrap_or(f64::NAN)
+            );
+            results[i].push(o);
+        }
+    }
+    let med = |v: &[Outcome], f: &dyn Fn(&Outcome) -> f64| {
+        crate::median(v.iter().map(f).collect()).unwrap_or(f64::NAN)
+    };
+    type Field = (&'static str, fn(&Outcome) -> f64);
+    let fields: [Field; 5] = [
+        ("ops_per_sec", |o| o.ops_per_sec()),
+        ("p50_us", |o| o.p50_us),
+        ("p99_us", |o| o.p99_us),
+        ("p999_us", |o| o.p999_us),
+        ("cpu_us_per_req", |o| o.cpu_us_per_req.unwrap_or(f64::NAN)),
+    ];
+    let medians: Vec<Vec<f64>> = results
+        .iter()
+        .map(|r| fields.iter().map(|(_, f)| med(r, f)).collect())
+        .collect();
+    let floor = kinds.iter().position(|&k| k == Kind::Floor);
+    if json {
+        let rows: Vec<serde_json::Value> = kinds
+            .iter()
+            .zip(&medians)
+            .map(|(k, m)| {
+                let mut row = serde_json::Map::new();
+                row.insert("server".into(), k.name().into());
+                for ((name, _), v) in fields.iter().zip(m) {
+                    row.insert((*name).into(), (*v).into());
+                }
+                row.insert(
+                    format!("cpu_vs_{}", kinds[0].name()),
+                    (m[4] / medians[0][4]).into(),
+                );
+                if let Some(f) = floor {
+                    row.insert("cpu_vs_floor".into(), (m[4] / medians[f][4]).into());
+                }
+                serde_json::Value::Object(row)
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(rows));
+        return Ok(true);
+    }
+    println!(
+        "{} connections, {} generator thread(s), depth {}, {:.0}% gets, {} B values, {:?} protocol; servers -t {threads} -m {memory_mb}; median of {rounds} round(s)",
+        w.conns,
+        w.threads,
+        w.depth,
+        w.get_ratio * 100.0,
+        w.value_size,
+        w.protocol
+    );
+    println!(
+        "{:>10} {:>12} {:>9} {:>9} {:>9} {:>12} {:>10} {:>10}",
+        "server",
+        "ops/s",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "cpu us/req",
+        format!("cpu/{}", kinds[0].name())
+            .chars()
+            .take(10)
+            .collect::<String>(),
+        "cpu/floor"
+    );
+    for (k, m) in kinds.iter().zip(&medians) {
+        let vs_floor = floor.map_or(f64::NAN, |f| m[4] / medians[f][4]);
+        println!(
+            "{:>10} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>12.2} {:>10.3} {:>10.3}",
+            k.name(),
+            m[0],
+            m[1],
+            m[2],
+            m[3],
+            m[4],
+            m[4] / medians[0][4],
+            vs_floor
+        );
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_replies_are_framed() {
+        let hit = b"VALUE k1 0 3\r\nabc\r\nEND\r\n";
+        assert_eq!(text_reply(hit).unwrap(), Some((hit.len(), false)));
+        assert_eq!(text_reply(&hit[..hit.len() - 1]).unwrap(), None);
+        let cas = b"VALUE k1 0 3 99\r\nabc\r\nEND\r\nSTORED\r\n";
+        assert_eq!(text_reply(cas).unwrap(), Some((cas.len() - 8, false)));
+        assert_eq!(text_reply(b"END\r\n").unwrap(), Some((5, true)));
+        assert_eq!(text_reply(b"STORED\r\nEND").unwrap(), Some((8, false)));
+        assert!(text_reply(b"SERVER_ERROR out of memory\r\n").is_err());
+    }
+
+    #[test]
+    fn binary_replies_are_framed() {
+        let mut r = vec![0x81, 0, 0, 0, 4, 0, 0, 1, 0, 0, 0, 9];
+        r.extend_from_slice(&[0; 12]);
+        r.extend_from_slice(b"Not found");
+        assert_eq!(binary_reply(&r), Some((33, true)));
+        assert_eq!(binary_reply(&r[..30]), None);
+    }
+
+    #[test]
+    fn cpu_time_of_this_process_moves() {
+        let pid = std::process::id();
+        let before = cpu_time(pid).unwrap();
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(50) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(cpu_time(pid).unwrap() >= before);
+    }
+}
