@@ -52,6 +52,114 @@ pub struct Workload {
     pub get_ratio: f64,
     pub protocol: Protocol,
     pub seed: u64,
+    /// Which keys are requested.
+    pub dist: KeyDist,
+    /// Open loop at this many requests per second in all (None: closed
+    /// loop, `depth` in flight per connection).
+    pub rate: Option<f64>,
+    /// The latency quantile reported as `pq_us` (the SLA's, 0.995).
+    pub quantile: f64,
+}
+
+/// How keys are drawn from `0..keys`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KeyDist {
+    Uniform,
+    /// zipf(s) over the key ranks (key 0 the most requested).
+    Zipf(f64),
+    /// Share `share` of the requests go to the first `fraction` of the
+    /// keys (uniformly), the rest to the others.
+    Hotspot {
+        fraction: f64,
+        share: f64,
+    },
+}
+
+impl std::str::FromStr for KeyDist {
+    type Err = String;
+    /// `uniform`, `zipf:S` or `hotspot:FRACTION:SHARE`.
+    fn from_str(s: &str) -> Result<KeyDist, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let num = |i: usize| -> Result<f64, String> {
+            parts
+                .get(i)
+                .and_then(|p| p.parse::<f64>().ok())
+                .ok_or_else(|| format!("bad key distribution {s:?}"))
+        };
+        match parts[0] {
+            "uniform" if parts.len() == 1 => Ok(KeyDist::Uniform),
+            "zipf" if parts.len() == 2 => Ok(KeyDist::Zipf(num(1)?)),
+            "hotspot" if parts.len() == 3 => {
+                let (fraction, share) = (num(1)?, num(2)?);
+                if !(0.0..=1.0).contains(&fraction) || !(0.0..=1.0).contains(&share) {
+                    return Err(format!("bad key distribution {s:?}: fractions are 0..=1"));
+                }
+                Ok(KeyDist::Hotspot { fraction, share })
+            }
+            _ => Err(format!(
+                "bad key distribution {s:?}: uniform, zipf:S or hotspot:FRACTION:SHARE"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for KeyDist {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyDist::Uniform => write!(f, "uniform"),
+            KeyDist::Zipf(s) => write!(f, "zipf:{s}"),
+            KeyDist::Hotspot { fraction, share } => write!(f, "hotspot:{fraction}:{share}"),
+        }
+    }
+}
+
+/// Draws key ids by a [`KeyDist`].
+struct KeySampler {
+    keys: u64,
+    dist: KeyDist,
+    zipf: Option<rand_distr::Zipf<f64>>,
+    hot: u64,
+}
+
+impl KeySampler {
+    fn new(keys: u64, dist: KeyDist) -> Result<KeySampler, String> {
+        let zipf = match dist {
+            KeyDist::Zipf(s) => Some(
+                rand_distr::Zipf::new(keys, s).map_err(|e| format!("zipf({keys}, {s}): {e}"))?,
+            ),
+            _ => None,
+        };
+        let hot = match dist {
+            KeyDist::Hotspot { fraction, .. } => ((keys as f64 * fraction) as u64).clamp(1, keys),
+            _ => 0,
+        };
+        Ok(KeySampler {
+            keys,
+            dist,
+            zipf,
+            hot,
+        })
+    }
+
+    #[inline]
+    fn sample(&self, rng: &mut SmallRng) -> u64 {
+        use rand_distr::Distribution;
+        match self.dist {
+            KeyDist::Uniform => rng.gen_range(0..self.keys),
+            KeyDist::Zipf(_) => {
+                // Ranks 1..=keys.
+                let r = self.zipf.as_ref().map_or(1.0, |z| z.sample(rng));
+                (r as u64).clamp(1, self.keys) - 1
+            }
+            KeyDist::Hotspot { share, .. } => {
+                if self.hot == self.keys || rng.gen_bool(share) {
+                    rng.gen_range(0..self.hot)
+                } else {
+                    rng.gen_range(self.hot..self.keys)
+                }
+            }
+        }
+    }
 }
 
 /// What one run measured.
@@ -62,6 +170,8 @@ pub struct Outcome {
     pub p50_us: f64,
     pub p99_us: f64,
     pub p999_us: f64,
+    /// Latency at the workload's `quantile`.
+    pub pq_us: f64,
     /// Server CPU per request (µs), when the server's PID was known.
     pub cpu_us_per_req: Option<f64>,
     /// Gets answered with a miss (none after a preload).
@@ -140,9 +250,14 @@ struct Conn {
     out: Vec<u8>,
     sent: usize,
     input: Vec<u8>,
-    /// Replies still due for the batch in flight.
+    /// Replies still due for the batch in flight (closed loop).
     pending: usize,
     batch_start: Instant,
+    /// Open loop: when each request in flight was due to be sent (its
+    /// latency runs from then: no coordinated omission), and when the
+    /// next one is.
+    intended: std::collections::VecDeque<Instant>,
+    next_at: Instant,
 }
 
 /// Runs the workload against `addr`; `pid` (the server's) adds its CPU time
@@ -190,6 +305,7 @@ pub fn run(addr: SocketAddr, pid: Option<u32>, w: &Workload) -> Result<Outcome, 
         p50_us: us(0.5),
         p99_us: us(0.99),
         p999_us: us(0.999),
+        pq_us: us(w.quantile),
         cpu_us_per_req: cpu.map(|c| c.as_secs_f64() * 1e6 / requests.max(1) as f64),
         misses,
     })
@@ -203,8 +319,10 @@ fn sleep_until(t: Instant) {
 }
 
 /// One generator thread: `n` connections in one poll loop until
-/// `measure_to`; latencies (ns) of the replies that arrived between
-/// `measure_from` and `measure_to`, and how many gets missed.
+/// `measure_to`; latencies (ns) of the requests measured (closed loop:
+/// replies that arrived between `measure_from` and `measure_to`; open loop:
+/// requests due in that window, however late their reply), and how many
+/// gets missed.
 fn generate(
     addr: SocketAddr,
     n: usize,
@@ -217,7 +335,15 @@ fn generate(
         Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
     let mut poll = Poll::new().map_err(|e| e.to_string())?;
     let mut rng = SmallRng::seed_from_u64(w.seed ^ (thread << 32));
+    let sampler = KeySampler::new(w.keys, w.dist)?;
     let value = vec![b'v'; w.value_size];
+    // Open loop: each connection sends every `interval`, the connections
+    // of all threads staggered over it.
+    let interval = w
+        .rate
+        .map(|r| Duration::from_secs_f64(w.conns as f64 / r.max(1e-3)));
+    let threads = w.threads.clamp(1, w.conns.max(1)) as u64;
+    let first = Instant::now();
     let mut conns = Vec::with_capacity(n);
     for i in 0..n {
         let std =
@@ -232,6 +358,7 @@ fn generate(
                 Interest::READABLE | Interest::WRITABLE,
             )
             .map_err(|e| e.to_string())?;
+        let slot = (i as u64 * threads + thread) as f64 / w.conns.max(1) as f64;
         conns.push(Conn {
             stream,
             out: Vec::with_capacity(4096),
@@ -239,19 +366,69 @@ fn generate(
             input: Vec::with_capacity(1 << 16),
             pending: 0,
             batch_start: Instant::now(),
+            intended: std::collections::VecDeque::new(),
+            next_at: first + interval.map_or(Duration::ZERO, |iv| iv.mul_f64(slot)),
         });
     }
     let mut misses = 0;
     let mut events = Events::with_capacity(256);
     let mut chunk = vec![0u8; 1 << 16];
-    for conn in conns.iter_mut() {
-        next_batch(conn, w, &mut rng, &value);
-        write_out(conn).map_err(|e| format!("sending: {e}"))?;
+    // Open loop: epoll's timeout is whole milliseconds, far coarser than
+    // the gaps between requests, so a timerfd wakes the loop when the next
+    // request is due.
+    let timer = match interval {
+        Some(_) => Some(Timer::new(&poll, Token(usize::MAX))?),
+        None => None,
+    };
+    if interval.is_none() {
+        for conn in conns.iter_mut() {
+            next_batch(conn, w, &sampler, &mut rng, &value);
+            write_out(conn).map_err(|e| format!("sending: {e}"))?;
+        }
     }
-    while Instant::now() < measure_to {
-        poll.poll(&mut events, Some(Duration::from_millis(100)))
+    // Open loop: replies due in the window may come after it.
+    let drain_until = measure_to + Duration::from_secs(2);
+    loop {
+        let now = Instant::now();
+        let mut timeout = Duration::from_millis(100);
+        if let Some(iv) = interval {
+            if now < measure_to {
+                for conn in conns.iter_mut() {
+                    let mut added = false;
+                    while conn.next_at <= now {
+                        let get = rng.gen_bool(w.get_ratio.clamp(0.0, 1.0));
+                        if conn.sent == conn.out.len() {
+                            conn.out.clear();
+                            conn.sent = 0;
+                        }
+                        push_request(&mut conn.out, w, sampler.sample(&mut rng), get, &value);
+                        conn.intended.push_back(conn.next_at);
+                        conn.next_at += iv;
+                        added = true;
+                    }
+                    if added {
+                        write_out(conn).map_err(|e| format!("sending: {e}"))?;
+                    }
+                    timeout = timeout.min(conn.next_at.saturating_duration_since(now));
+                }
+                if let Some(t) = &timer {
+                    t.arm(timeout)?;
+                }
+            } else if now >= drain_until || conns.iter().all(|c| c.intended.is_empty()) {
+                break;
+            }
+        } else if now >= measure_to {
+            break;
+        }
+        poll.poll(&mut events, Some(timeout))
             .map_err(|e| format!("poll: {e}"))?;
         for event in events.iter() {
+            if event.token() == Token(usize::MAX) {
+                if let Some(t) = &timer {
+                    t.drain();
+                }
+                continue;
+            }
             let conn = &mut conns[event.token().0];
             write_out(conn).map_err(|e| format!("sending: {e}"))?;
             loop {
@@ -264,79 +441,185 @@ fn generate(
                 }
             }
             let mut at = 0;
-            while conn.pending > 0 {
+            loop {
+                let open = interval.is_some();
+                if (open && conn.intended.is_empty()) || (!open && conn.pending == 0) {
+                    break;
+                }
                 let reply = match w.protocol {
                     Protocol::Text => text_reply(&conn.input[at..])?,
                     Protocol::Binary => binary_reply(&conn.input[at..]),
                 };
                 let Some((len, miss)) = reply else { break };
                 at += len;
-                conn.pending -= 1;
                 let now = Instant::now();
-                if now >= measure_from && now < measure_to {
-                    let ns = (now - conn.batch_start).as_nanos() as u64;
-                    hist.saturating_record(ns.max(1));
+                let (from, counted) = if open {
+                    let due = conn.intended.pop_front().unwrap_or(now);
+                    (due, due >= measure_from && due < measure_to)
+                } else {
+                    conn.pending -= 1;
+                    (conn.batch_start, now >= measure_from && now < measure_to)
+                };
+                if counted {
+                    hist.saturating_record(((now - from).as_nanos() as u64).max(1));
                     misses += u64::from(miss);
                 }
             }
             conn.input.drain(..at);
-            if conn.pending == 0 {
-                next_batch(conn, w, &mut rng, &value);
+            if interval.is_none() && conn.pending == 0 {
+                next_batch(conn, w, &sampler, &mut rng, &value);
                 write_out(conn).map_err(|e| format!("sending: {e}"))?;
             }
+        }
+    }
+    // Open loop: requests of the window never answered count as answered
+    // at the end.
+    let end = Instant::now();
+    for conn in &conns {
+        for &due in conn
+            .intended
+            .iter()
+            .filter(|&&d| d >= measure_from && d < measure_to)
+        {
+            hist.saturating_record(((end - due).as_nanos() as u64).max(1));
         }
     }
     Ok((hist, misses))
 }
 
-/// Builds the connection's next batch of `depth` requests.
-fn next_batch(conn: &mut Conn, w: &Workload, rng: &mut SmallRng, value: &[u8]) {
+/// A timerfd in the generator's poll: a wake-up with microsecond
+/// precision (epoll's own timeout has milliseconds).
+struct Timer {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Timer {
+    fn new(poll: &Poll, token: Token) -> Result<Timer, String> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: timerfd_create has no preconditions; the result is
+        // checked before it is owned.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(format!("timerfd_create: {}", io::Error::last_os_error()));
+        }
+        // SAFETY: fd is a new descriptor that nothing else owns.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        poll.registry()
+            .register(
+                &mut mio::unix::SourceFd(&fd.as_raw_fd()),
+                token,
+                Interest::READABLE,
+            )
+            .map_err(|e| format!("registering the timer: {e}"))?;
+        // Timer slack would add up to 50 us to every wake-up.
+        // SAFETY: PR_SET_TIMERSLACK takes a value and changes only this
+        // thread's timer slack.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64) };
+        Ok(Timer { fd })
+    }
+
+    /// Fires once, `after` from now (at least 1 ns: zero would disarm).
+    fn arm(&self, after: Duration) -> Result<(), String> {
+        use std::os::fd::AsRawFd;
+        let after = after.max(Duration::from_nanos(1));
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: after.as_secs() as libc::time_t,
+                tv_nsec: after.subsec_nanos() as libc::c_long,
+            },
+        };
+        // SAFETY: a valid timerfd and a valid itimerspec.
+        let r =
+            unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+        if r < 0 {
+            return Err(format!("timerfd_settime: {}", io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// Consumes the expirations (the fd is edge-triggered in mio, but a
+    /// read keeps it tidy).
+    fn drain(&self) {
+        use std::os::fd::AsRawFd;
+        let mut n = 0u64;
+        // SAFETY: reads 8 bytes into a u64 from our own descriptor.
+        unsafe {
+            libc::read(
+                self.fd.as_raw_fd(),
+                &mut n as *mut u64 as *mut libc::c_void,
+                8,
+            )
+        };
+    }
+}
+
+/// Builds the connection's next batch of `depth` requests (closed loop).
+fn next_batch(
+    conn: &mut Conn,
+    w: &Workload,
+    sampler: &KeySampler,
+    rng: &mut SmallRng,
+    value: &[u8],
+) {
     conn.out.clear();
     conn.sent = 0;
     for _ in 0..w.depth {
-        let key = keys::Key::new(b'k', rng.gen_range(0..w.keys), w.key_size);
         let get = rng.gen_bool(w.get_ratio.clamp(0.0, 1.0));
-        match w.protocol {
-            Protocol::Text => {
-                if get {
-                    conn.out.extend_from_slice(b"get ");
-                    conn.out.extend_from_slice(key.as_bytes());
-                    conn.out.extend_from_slice(b"\r\n");
-                } else {
-                    conn.out.extend_from_slice(b"set ");
-                    conn.out.extend_from_slice(key.as_bytes());
-                    conn.out.extend_from_slice(b" 0 0 ");
-                    conn.out
-                        .extend_from_slice(itoa::Buffer::new().format(value.len()).as_bytes());
-                    conn.out.extend_from_slice(b"\r\n");
-                    conn.out.extend_from_slice(value);
-                    conn.out.extend_from_slice(b"\r\n");
-                }
-            }
-            Protocol::Binary => {
-                let k = key.as_bytes();
-                let (opcode, extras, body) = if get {
-                    (0x00u8, 0usize, k.len())
-                } else {
-                    (0x01, 8, 8 + k.len() + value.len())
-                };
-                conn.out.extend_from_slice(&[0x80, opcode]);
-                conn.out.extend_from_slice(&(k.len() as u16).to_be_bytes());
-                conn.out.extend_from_slice(&[extras as u8, 0, 0, 0]);
-                conn.out.extend_from_slice(&(body as u32).to_be_bytes());
-                conn.out.extend_from_slice(&[0; 12]);
-                if !get {
-                    conn.out.extend_from_slice(&[0; 8]);
-                }
-                conn.out.extend_from_slice(k);
-                if !get {
-                    conn.out.extend_from_slice(value);
-                }
-            }
-        }
+        push_request(&mut conn.out, w, sampler.sample(rng), get, value);
     }
     conn.pending = w.depth;
     conn.batch_start = Instant::now();
+}
+
+/// Appends a get (or a set of `value`) of key `id` to `out`.
+fn push_request(out: &mut Vec<u8>, w: &Workload, id: u64, get: bool, value: &[u8]) {
+    let key = keys::Key::new(b'k', id, w.key_size);
+    match w.protocol {
+        Protocol::Text => {
+            if get {
+                out.extend_from_slice(b"get ");
+                out.extend_from_slice(key.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            } else {
+                out.extend_from_slice(b"set ");
+                out.extend_from_slice(key.as_bytes());
+                out.extend_from_slice(b" 0 0 ");
+                out.extend_from_slice(itoa::Buffer::new().format(value.len()).as_bytes());
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(value);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        Protocol::Binary => {
+            let k = key.as_bytes();
+            let (opcode, extras, body) = if get {
+                (0x00u8, 0usize, k.len())
+            } else {
+                (0x01, 8, 8 + k.len() + value.len())
+            };
+            out.extend_from_slice(&[0x80, opcode]);
+            out.extend_from_slice(&(k.len() as u16).to_be_bytes());
+            out.extend_from_slice(&[extras as u8, 0, 0, 0]);
+            out.extend_from_slice(&(body as u32).to_be_bytes());
+            out.extend_from_slice(&[0; 12]);
+            if !get {
+                out.extend_from_slice(&[0; 8]);
+            }
+            out.extend_from_slice(k);
+            if !get {
+                out.extend_from_slice(value);
+            }
+        }
+    }
 }
 
 fn write_out(conn: &mut Conn) -> io::Result<()> {
@@ -527,6 +810,148 @@ pub fn run_vs(
             m[4],
             m[4] / medians[0][4],
             vs_floor
+        );
+    }
+    Ok(true)
+}
+
+/// How `--sla` searches: the highest open-loop rate at which the
+/// workload's `quantile` of requests finish within `bound_us`.
+#[derive(Clone, Copy, Debug)]
+pub struct SlaOpts {
+    pub bound_us: f64,
+    /// The hot-key distribution (the random one is the workload's).
+    pub hot: KeyDist,
+    /// Bisection steps after the capacity estimate.
+    pub steps: usize,
+    /// Measured seconds per step (after the workload's warm-up).
+    pub step_duration: Duration,
+}
+
+/// The SLA rate of one distribution on `addr`: estimates capacity with a
+/// short closed-loop run (depth 1), then bisects the open-loop rate between
+/// 0 and 3 × capacity (an open loop pipelines, so it can pass more than the
+/// closed loop's capacity). A rate passes when its quantile latency is within
+/// the bound and the generator kept up with it (achieved ≥ 95 % of it).
+/// Returns the highest passing rate and that run's outcome.
+pub fn sla_rate(
+    addr: SocketAddr,
+    pid: Option<u32>,
+    w: &Workload,
+    o: &SlaOpts,
+) -> Result<(f64, Option<Outcome>), String> {
+    let probe = Workload {
+        rate: None,
+        depth: 1,
+        duration: Duration::from_secs(1),
+        warmup: Duration::from_millis(300),
+        ..w.clone()
+    };
+    let capacity = run(addr, None, &probe)?.ops_per_sec();
+    let (mut lo, mut hi) = (0.0f64, capacity * 3.0);
+    let mut best = None;
+    for _ in 0..o.steps.max(1) {
+        let rate = (lo + hi) / 2.0;
+        let step = Workload {
+            rate: Some(rate),
+            duration: o.step_duration,
+            ..w.clone()
+        };
+        let out = run(addr, pid, &step)?;
+        let pass = out.pq_us <= o.bound_us && out.ops_per_sec() >= 0.95 * rate;
+        eprintln!(
+            "  {} at {:>9.0}/s: achieved {:>9.0}/s, p{} {:>8.1} us: {}",
+            w.dist,
+            rate,
+            out.ops_per_sec(),
+            w.quantile * 100.0,
+            out.pq_us,
+            if pass { "within" } else { "over" }
+        );
+        if pass {
+            lo = rate;
+            best = Some(out);
+        } else {
+            hi = rate;
+        }
+    }
+    Ok((if best.is_some() { lo } else { 0.0 }, best))
+}
+
+/// `--sla` on each server of `kinds` (started as for `--vs`, one at a
+/// time in the order given): the random-key and hot-key SLA rates and
+/// Overall = 0.8 × random + 0.2 × hot (seed 002), with ratios against the
+/// first server.
+pub fn run_sla(
+    bins: &crate::servers::Binaries,
+    kinds: &[crate::servers::Kind],
+    w: &Workload,
+    vs: &VsOpts,
+    o: &SlaOpts,
+) -> Result<bool, String> {
+    use crate::servers::{Kind, Server};
+    let mut rows = Vec::new();
+    for &kind in kinds {
+        let s = Server::start(bins, kind, vs.memory_mb, vs.threads)?;
+        if vs.preload && kind != Kind::Floor {
+            preload(s.addr(), w)?;
+        }
+        eprintln!("{kind}:");
+        let (random, r_out) = sla_rate(s.addr(), Some(s.pid), w, o)?;
+        let hot_w = Workload {
+            dist: o.hot,
+            ..w.clone()
+        };
+        let (hot, _) = sla_rate(s.addr(), Some(s.pid), &hot_w, o)?;
+        s.check_alive()?;
+        rows.push((kind, random, hot, 0.8 * random + 0.2 * hot, r_out));
+    }
+    let first = rows.first().map_or(f64::NAN, |r| r.3);
+    if vs.json {
+        let out: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(k, random, hot, overall, _)| {
+                serde_json::json!({
+                    "server": k.name(),
+                    "random_rps": random,
+                    "hot_rps": hot,
+                    "overall": overall,
+                    "overall_vs_first": overall / first,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(out));
+        return Ok(true);
+    }
+    println!(
+        "SLA: {}% of requests within {} us; random keys {}, hot keys {}; {} connections, {:.0}% gets, {} B values, {:?}; servers -t {} -m {}",
+        w.quantile * 100.0,
+        o.bound_us,
+        w.dist,
+        o.hot,
+        w.conns,
+        w.get_ratio * 100.0,
+        w.value_size,
+        w.protocol,
+        vs.threads,
+        vs.memory_mb
+    );
+    println!(
+        "{:>10} {:>14} {:>14} {:>14} {:>10} {:>12}",
+        "server", "random req/s", "hot req/s", "overall", "vs first", "cpu us/req"
+    );
+    for (k, random, hot, overall, r_out) in &rows {
+        println!(
+            "{:>10} {:>14.0} {:>14.0} {:>14.0} {:>10.3} {:>12.2}",
+            k.name(),
+            random,
+            hot,
+            overall,
+            overall / first,
+            r_out
+                .as_ref()
+                .and_then(|o| o.cpu_us_per_req)
+                .unwrap_or(f64::NAN)
         );
     }
     Ok(true)

@@ -116,6 +116,32 @@ struct LoadArgs {
     memory: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Keys requested: uniform, zipf:S or hotspot:FRACTION:SHARE.
+    #[arg(long, default_value = "uniform")]
+    dist: load::KeyDist,
+    /// Open loop at this many requests per second in all (latency from
+    /// each request's intended send time); without it, closed loop.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Find the highest rate within the SLA, for random keys (--dist) and
+    /// hot keys (--hot), and print Overall = 0.8 x random + 0.2 x hot.
+    #[arg(long)]
+    sla: bool,
+    /// SLA latency bound, microseconds.
+    #[arg(long, default_value_t = 1000.0)]
+    sla_bound_us: f64,
+    /// SLA fraction of requests within the bound.
+    #[arg(long, default_value_t = 0.995)]
+    sla_fraction: f64,
+    /// Hot-key distribution of --sla.
+    #[arg(long, default_value = "hotspot:0.001:0.9")]
+    hot: load::KeyDist,
+    /// Bisection steps of --sla.
+    #[arg(long, default_value_t = 7)]
+    sla_steps: usize,
+    /// Measured seconds per --sla step.
+    #[arg(long, default_value_t = 2.0)]
+    sla_step_duration: f64,
 }
 
 #[derive(Args)]
@@ -347,21 +373,45 @@ fn run(cli: Cli) -> Result<bool, String> {
                     ProtocolArg::Binary => load::Protocol::Binary,
                 },
                 seed: a.seed,
+                dist: a.dist,
+                rate: a.rate,
+                quantile: a.sla_fraction.clamp(0.0, 1.0),
             };
-            if a.vs {
+            let sla = load::SlaOpts {
+                bound_us: a.sla_bound_us,
+                hot: a.hot,
+                steps: a.sla_steps,
+                step_duration: std::time::Duration::from_secs_f64(a.sla_step_duration.max(0.1)),
+            };
+            let vs = load::VsOpts {
+                memory_mb: a.memory,
+                threads: a.common.threads,
+                rounds: a.rounds.max(1),
+                preload: a.preload,
+                json: a.common.json,
+            };
+            if a.sla && a.vs {
                 let bins = binaries(&a.common)?;
-                load::run_vs(
-                    &bins,
-                    &kinds(&a.common),
-                    &w,
-                    &load::VsOpts {
-                        memory_mb: a.memory,
-                        threads: a.common.threads,
-                        rounds: a.rounds.max(1),
-                        preload: a.preload,
-                        json: a.common.json,
-                    },
-                )
+                load::run_sla(&bins, &kinds(&a.common), &w, &vs, &sla)
+            } else if a.sla {
+                let addr = a.addr.ok_or("--addr or --vs is needed")?;
+                if a.preload {
+                    load::preload(addr, &w)?;
+                }
+                let (random, _) = load::sla_rate(addr, a.pid, &w, &sla)?;
+                let hot_w = load::Workload {
+                    dist: a.hot,
+                    ..w.clone()
+                };
+                let (hot, _) = load::sla_rate(addr, a.pid, &hot_w, &sla)?;
+                println!(
+                    "random {random:.0} req/s  hot {hot:.0} req/s  overall {:.0}",
+                    0.8 * random + 0.2 * hot
+                );
+                Ok(true)
+            } else if a.vs {
+                let bins = binaries(&a.common)?;
+                load::run_vs(&bins, &kinds(&a.common), &w, &vs)
             } else {
                 let addr = a.addr.ok_or("--addr or --vs is needed")?;
                 if a.preload {

@@ -143,3 +143,52 @@ fn load_measures_the_floor_server() {
         assert!(row["p50_us"].as_f64().unwrap() > 0.0, "{row}");
     }
 }
+
+#[test]
+fn open_loop_and_sla_run_against_the_floor_server() {
+    // An open-loop run at a fixed rate reports about that rate; an SLA
+    // search (few short steps, a loose bound so that a loaded test machine
+    // still passes some rate) prints random, hot and overall rates.
+    let floor = Floor::start(64);
+    let addr = format!("127.0.0.1:{}", floor.port);
+    let pid = floor.child.id().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
+        .args(["load", "--addr", &addr, "--pid", &pid, "--preload", "false"])
+        .args(["--rate", "2000", "--duration", "0.5", "--warmup", "0.2"])
+        .args(["--dist", "zipf:0.99"])
+        .output()
+        .expect("run osmium-bench load --rate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let ops: f64 = text.split_whitespace().next().unwrap().parse().unwrap();
+    assert!((1500.0..2500.0).contains(&ops), "{text}");
+    let out = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
+        .args(["load", "--addr", &addr, "--sla", "--preload", "false"])
+        .args([
+            "--sla-steps",
+            "3",
+            "--sla-step-duration",
+            "0.3",
+            "--warmup",
+            "0.1",
+        ])
+        .args(["--sla-bound-us", "200000"])
+        .output()
+        .expect("run osmium-bench load --sla");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let overall: f64 = text
+        .split("overall ")
+        .nth(1)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(overall > 0.0, "{text}");
+}
