@@ -266,8 +266,16 @@ unsafe fn settle(p: *const Bucket) {
     let lock = unsafe { lock_of(p) };
     // SeqCst: pairs with the version bump of `Shard::write` and the lock
     // and version read of `swap_unlocked` (see the module comment).
+    let mut spins = 0u32;
     while lock.load(Ordering::SeqCst) != 0 {
-        std::hint::spin_loop();
+        // The holder keeps it for a few instructions, unless it was
+        // preempted there: then let it run.
+        spins += 1;
+        if spins.is_multiple_of(64) {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
     }
 }
 
@@ -638,8 +646,10 @@ impl Table {
             return None;
         }
         let bucket = buckets.wrapping_add(found.bucket);
-        // SAFETY: the version was unchanged, so the array is the table's
-        // and found.bucket < n.
+        // SAFETY: found.bucket < n, and the array stays mapped. (If the
+        // table grew meanwhile, the array is an outgrown one: the lock byte
+        // is taken and given back on an emptied page, and the version check
+        // below fails.)
         let lock = unsafe { lock_of(bucket) };
         lock.compare_exchange(0, 1, Ordering::SeqCst, Ordering::Relaxed)
             .ok()?;
