@@ -9,10 +9,11 @@
 //! * `floor`: runs the floor server, which answers every get with the same
 //!   value and caches nothing: the network stack's own cost (issue 5,
 //!   [`floor`]);
-//! * `load`: a closed-loop load generator (connections × threads ×
-//!   pipeline depth) reporting ops/s, latency percentiles and the server's
-//!   CPU time per request; `--vs` runs it on memcached, osmium and the floor
-//!   server in turn ([`load`]).
+//! * `load`: a load generator, closed loop (connections × threads ×
+//!   pipeline depth) or open loop at a fixed rate (`--rate`), reporting
+//!   ops/s, latency percentiles and the server's CPU time per request;
+//!   `--vs` runs it on memcached, osmium and the floor server in turn, and
+//!   `--sla` finds the highest rate within a latency SLA ([`load`]).
 //!
 //! Servers are started and stopped by [`servers`]; keys and values come
 //! from [`keys`]; control connections are [`conn`]. The storage-only
@@ -54,14 +55,10 @@ enum Cmd {
     /// Runs the floor server on 127.0.0.1 (every get answered with the same
     /// value, nothing cached) until killed.
     Floor(FloorArgs),
-    /// Closed-loop load: ops/s, latency percentiles, server CPU per request.
+    /// Load: ops/s, latency percentiles, server CPU per request (closed
+    /// loop, or open loop with --rate); --vs compares servers, --sla finds
+    /// the highest rate within the SLA.
     Load(LoadArgs),
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum ProtocolArg {
-    Text,
-    Binary,
 }
 
 #[derive(Args)]
@@ -96,7 +93,7 @@ struct LoadArgs {
     /// Rounds of --vs (the order alternates; medians are reported).
     #[arg(long, default_value_t = 2)]
     rounds: usize,
-    /// Distinct keys, drawn uniformly.
+    /// Distinct keys (drawn by --dist).
     #[arg(long, default_value_t = 100_000)]
     keys: u64,
     #[arg(long, default_value_t = 16)]
@@ -106,8 +103,8 @@ struct LoadArgs {
     /// Fraction of requests that are gets (the rest are sets).
     #[arg(long, default_value_t = 1.0)]
     get_ratio: f64,
-    #[arg(long, value_enum, default_value_t = ProtocolArg::Text)]
-    protocol: ProtocolArg,
+    #[arg(long, value_enum, default_value_t = load::Protocol::Text)]
+    protocol: load::Protocol,
     /// Set every key before measuring (so gets hit).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     preload: bool,
@@ -368,10 +365,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 key_size: a.key_size,
                 value_size: a.value_size,
                 get_ratio: a.get_ratio,
-                protocol: match a.protocol {
-                    ProtocolArg::Text => load::Protocol::Text,
-                    ProtocolArg::Binary => load::Protocol::Binary,
-                },
+                protocol: a.protocol,
                 seed: a.seed,
                 dist: a.dist,
                 rate: a.rate,
