@@ -52,6 +52,20 @@ impl Drop for Floor {
     }
 }
 
+/// Runs `osmium-bench` with `args`; its stdout, after checking it succeeded.
+fn bench(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
+        .args(args)
+        .output()
+        .expect("run osmium-bench");
+    assert!(
+        out.status.success(),
+        "osmium-bench {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn read_exactly(s: &mut TcpStream, n: usize) -> Vec<u8> {
     let mut buf = vec![0; n];
     s.read_exact(&mut buf).unwrap();
@@ -105,35 +119,25 @@ fn load_measures_the_floor_server() {
     // closed loop (4 connections, 4 deep, text and binary), and reports
     // throughput and CPU time per request from /proc.
     for protocol in ["text", "binary"] {
-        let out = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
-            .args([
-                "load",
-                "--vs",
-                "--servers",
-                "floor",
-                "--json",
-                "--rounds",
-                "1",
-            ])
-            .args([
-                "--duration",
-                "0.5",
-                "--warmup",
-                "0.2",
-                "--conns",
-                "4",
-                "--depth",
-                "4",
-            ])
-            .args(["--protocol", protocol])
-            .output()
-            .expect("run osmium-bench load");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8(out.stdout).unwrap();
+        let text = bench(&[
+            "load",
+            "--vs",
+            "--servers",
+            "floor",
+            "--json",
+            "--rounds",
+            "1",
+            "--duration",
+            "0.5",
+            "--warmup",
+            "0.2",
+            "--conns",
+            "4",
+            "--depth",
+            "4",
+            "--protocol",
+            protocol,
+        ]);
         let rows: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
         let row = &rows[0];
         assert_eq!(row["server"], "floor");
@@ -152,39 +156,41 @@ fn open_loop_and_sla_run_against_the_floor_server() {
     let floor = Floor::start(64);
     let addr = format!("127.0.0.1:{}", floor.port);
     let pid = floor.child.id().to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
-        .args(["load", "--addr", &addr, "--pid", &pid, "--preload", "false"])
-        .args(["--rate", "2000", "--duration", "0.5", "--warmup", "0.2"])
-        .args(["--dist", "zipf:0.99"])
-        .output()
-        .expect("run osmium-bench load --rate");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = bench(&[
+        "load",
+        "--addr",
+        &addr,
+        "--pid",
+        &pid,
+        "--preload",
+        "false",
+        "--rate",
+        "2000",
+        "--duration",
+        "0.5",
+        "--warmup",
+        "0.2",
+        "--dist",
+        "zipf:0.99",
+    ]);
     let ops: f64 = text.split_whitespace().next().unwrap().parse().unwrap();
     assert!((1500.0..2500.0).contains(&ops), "{text}");
-    let out = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
-        .args(["load", "--addr", &addr, "--sla", "--preload", "false"])
-        .args([
-            "--sla-steps",
-            "3",
-            "--sla-step-duration",
-            "0.3",
-            "--warmup",
-            "0.1",
-        ])
-        .args(["--sla-bound-us", "200000"])
-        .output()
-        .expect("run osmium-bench load --sla");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = bench(&[
+        "load",
+        "--addr",
+        &addr,
+        "--sla",
+        "--preload",
+        "false",
+        "--sla-steps",
+        "3",
+        "--sla-step-duration",
+        "0.3",
+        "--warmup",
+        "0.1",
+        "--sla-bound-us",
+        "200000",
+    ]);
     let overall: f64 = text
         .split("overall ")
         .nth(1)
