@@ -89,33 +89,11 @@ pub const MAX_SEGMENTS: usize = 1 << 20;
 /// with no effect on memory (a prefetch never faults, whatever `p` is).
 #[inline]
 pub fn prefetch(p: *const u8) {
-    prefetch_hinted::<{ HINT_READ }>(p);
-}
-
-/// As [`prefetch`], for a line about to be written: fetched for
-/// ownership (PREFETCHW), so that the write need not first take the line
-/// from another core's cache and then ask for it again to write it.
-#[inline]
-pub fn prefetch_write(p: *const u8) {
-    prefetch_hinted::<{ HINT_WRITE }>(p);
-}
-
-#[cfg(target_arch = "x86_64")]
-const HINT_READ: i32 = std::arch::x86_64::_MM_HINT_T0;
-#[cfg(target_arch = "x86_64")]
-const HINT_WRITE: i32 = std::arch::x86_64::_MM_HINT_ET0;
-#[cfg(not(target_arch = "x86_64"))]
-const HINT_READ: i32 = 0;
-#[cfg(not(target_arch = "x86_64"))]
-const HINT_WRITE: i32 = 1;
-
-#[inline(always)]
-fn prefetch_hinted<const HINT: i32>(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0/PREFETCHW read nothing architecturally and cannot
-    // fault, even for an unmapped address.
+    // SAFETY: PREFETCHT0 reads nothing architecturally and cannot fault,
+    // even for an unmapped address.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<HINT>(p as *const i8)
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;

@@ -679,18 +679,6 @@ impl Table {
         crate::arena::prefetch(buckets.wrapping_add(home_of(hash, n)) as *const u8);
     }
 
-    /// As `prefetch_bucket`, for a bucket a SET is about to write (see
-    /// `arena::prefetch_write`).
-    ///
-    /// # Safety
-    /// As for `prefetch_bucket`.
-    #[inline]
-    pub unsafe fn prefetch_bucket_for_write(table: *const Table, hash: u64) {
-        // SAFETY: the caller's contract; only an address is computed.
-        let (n, buckets, _) = unsafe { Self::snapshot(table) };
-        crate::arena::prefetch_write(buckets.wrapping_add(home_of(hash, n)) as *const u8);
-    }
-
     /// Where the first entry of `hash`'s home bucket whose tag matches
     /// points, read without a lock: a guess, for prefetching only (it may
     /// be another key's, or torn, or stale).

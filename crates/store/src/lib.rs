@@ -611,7 +611,7 @@ impl Store {
         let shard = self.shard(hash);
         arena::prefetch(shard as *const Shard as *const u8);
         // SAFETY: the shard's table lives as long as the store.
-        unsafe { Table::prefetch_bucket_for_write(shard.lock.data_ptr(), hash) };
+        unsafe { Table::prefetch_bucket(shard.lock.data_ptr(), hash) };
     }
 
     /// A GET of `key` (whose hash is `hash`) at time `now`.
