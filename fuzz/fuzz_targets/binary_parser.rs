@@ -10,6 +10,10 @@ use osmium_protocol::binary::{
 use osmium_protocol::text::KEY_MAX_LENGTH;
 
 fuzz_target!(|data: &[u8]| {
+    // The prefetch peek reads the same bytes first; it must never panic.
+    for key in osmium_protocol::peek::keys(data) {
+        assert!(!key.is_empty());
+    }
     let mut buf = data;
     let mut out = Vec::new();
     loop {

@@ -6,6 +6,10 @@ use libfuzzer_sys::fuzz_target;
 use osmium_protocol::text::{parse_command, scan_line, Command, LineScan, KEY_MAX_LENGTH};
 
 fuzz_target!(|data: &[u8]| {
+    // The prefetch peek reads the same bytes first; it must never panic.
+    for key in osmium_protocol::peek::keys(data) {
+        assert!(!key.is_empty());
+    }
     let mut buf = data;
     loop {
         let (line_len, consumed) = match scan_line(buf) {

@@ -10,12 +10,14 @@
 //! * [`binary`]: the binary protocol: 24-byte header framing, per-opcode
 //!   validation, response packets;
 //! * [`numbers`]: memcached's `safe_strto*` number parsing, quirks included;
+//! * [`peek`]: the first request's key, for prefetching before parsing;
 //! * [`encode`]: writing replies into an output buffer.
 
 pub mod binary;
 pub mod encode;
 pub mod meta;
 pub mod numbers;
+pub mod peek;
 pub mod text;
 
 pub use text::{parse_command, scan_line, Command, Keys, LineScan, StoreMode, StoreRequest};

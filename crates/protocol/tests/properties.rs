@@ -1,6 +1,7 @@
 //! Property tests: the text parser never panics, frames any split of a
 //! request stream the same way, and reads back what a client would write.
 use osmium_protocol::numbers::{safe_strtol, safe_strtoul, safe_strtoull};
+use osmium_protocol::peek::first_key;
 use osmium_protocol::text::{parse_command, scan_line, Command, LineScan, StoreMode};
 use proptest::prelude::*;
 
@@ -9,6 +10,37 @@ fn key() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
+    #[test]
+    fn first_key_is_a_piece_of_the_input(input in proptest::collection::vec(any::<u8>(), 0..600)) {
+        if let Some(k) = first_key(&input) {
+            let start = k.as_ptr() as usize - input.as_ptr() as usize;
+            prop_assert!(start + k.len() <= input.len());
+            prop_assert!(!k.is_empty());
+        }
+    }
+
+    #[test]
+    fn keys_are_pieces_of_the_input(input in proptest::collection::vec(any::<u8>(), 0..600)) {
+        for k in osmium_protocol::peek::keys(&input) {
+            let start = k.as_ptr() as usize - input.as_ptr() as usize;
+            prop_assert!(start + k.len() <= input.len());
+        }
+    }
+
+    #[test]
+    fn first_key_is_the_parsed_key(k in key(), more in proptest::collection::vec(key(), 0..3), tail in proptest::collection::vec(any::<u8>(), 0..40)) {
+        let mut line = b"get ".to_vec();
+        line.extend_from_slice(&k);
+        for m in &more { line.push(b' '); line.extend_from_slice(m); }
+        line.extend_from_slice(b"\r\n");
+        line.extend_from_slice(&tail);
+        prop_assert_eq!(first_key(&line), Some(&k[..]));
+        match parse_command(&line[..line.iter().position(|&b| b == b'\r').unwrap()]) {
+            Command::Get { mut keys, .. } => prop_assert_eq!(keys.next(), Some(&k[..])),
+            other => prop_assert!(false, "{:?}", other),
+        }
+    }
+
     #[test]
     fn arbitrary_lines_never_panic(line in proptest::collection::vec(any::<u8>(), 0..600)) {
         let _ = scan_line(&line);

@@ -8,6 +8,21 @@
 //! replies of a batch of pipelined requests are written with one `write`.
 //! A connection that has run `-R` requests in a row yields to the others
 //! (memcached's `conn_yields`) and is resumed from the worker's ready queue.
+//!
+//! One turn of the event loop serves every connection `epoll_wait` returned
+//! in three passes, so that the cache misses of one request's lookup overlap
+//! the work of the others instead of stalling it (a lone lookup is two
+//! dependent misses: the index bucket, then the item):
+//!
+//! 1. `Conn::prime`: read the socket once, peek at the keys of the requests
+//!    that arrived (`osmium_protocol::peek`, no parsing) and prefetch their
+//!    index buckets;
+//! 2. prefetch the items those buckets point at (`Store::prefetch_item`);
+//! 3. `Conn::drive`: parse and execute the requests, write the replies.
+//!
+//! A read that returned less than it had room for emptied the socket, so
+//! `drive` does not read again (which would only return `EAGAIN`): epoll is
+//! edge-triggered, and data arriving later raises a new event.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -29,6 +44,10 @@ use crate::stats::{StatsContext, ThreadStats};
 use crate::udp::{Progress, UdpEndpoint};
 
 const WAKE: Token = Token(usize::MAX);
+
+/// Requests per connection whose keys an event-loop turn prefetches before
+/// it runs them (`Conn::prime`): enough for a 16-deep pipeline.
+const PREFETCH_PER_CONN: usize = 16;
 
 /// The token of this worker's UDP endpoint `i` (counted down from WAKE;
 /// connection tokens are slab keys counted up from 0).
@@ -147,6 +166,13 @@ struct Conn {
     stream: Stream,
     session: Session,
     last_active: u32,
+    /// `prime` met the end of the stream or an error.
+    hangup: bool,
+    /// The last read returned less than it had room for: the socket was
+    /// empty then, and (epoll being edge-triggered) more data will raise a
+    /// new event, so reading again now would only cost an `EAGAIN`. TCP
+    /// only: a unix stream read may stop short at a sender boundary.
+    drained: bool,
 }
 
 impl Conn {
@@ -157,6 +183,8 @@ impl Conn {
             stream,
             session: Session::new(fd, peer, protocol),
             last_active: now,
+            hangup: false,
+            drained: false,
         }
     }
 
@@ -181,9 +209,12 @@ impl Conn {
     /// or error.
     fn read_some(&mut self, stats: &ThreadStats) -> io::Result<Option<usize>> {
         loop {
-            match self.stream.read(self.session.read_space()) {
+            let space = self.session.read_space();
+            let room = space.len();
+            match self.stream.read(space) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => {
+                    self.drained = n < room && matches!(self.stream, Stream::Tcp(_));
                     self.session.input_received(n);
                     stats.bytes_read.add(n as u64);
                     return Ok(Some(n));
@@ -192,6 +223,27 @@ impl Conn {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// The first half of an event-loop turn for a readable connection:
+    /// reads once, and for the keys of the first `PREFETCH_PER_CONN`
+    /// requests that have arrived, starts fetching their index buckets and
+    /// pushes their hashes (for `Store::prefetch_item`). The requests run
+    /// later, in `drive`, by which time the other connections of the turn
+    /// have been read and the buckets have arrived.
+    fn prime(&mut self, ctx: &WorkerCtx, hashes: &mut Vec<u64>) {
+        if self.hangup {
+            return;
+        }
+        if self.session.input().is_empty() && self.read_some(&ctx.stats).is_err() {
+            // EOF or an error: `drive` closes the connection.
+            self.hangup = true;
+            return;
+        }
+        let store = &ctx.shared.store;
+        for key in osmium_protocol::peek::keys(self.session.input()).take(PREFETCH_PER_CONN) {
+            hashes.push(store.prefetch_bucket(key));
         }
     }
 
@@ -219,8 +271,11 @@ impl Conn {
                 Ok(false) => return Flow::Wait,
                 Err(_) => return Flow::Close,
             }
-            if self.session.close_after_write {
+            if self.session.close_after_write || self.hangup {
                 return Flow::Close;
+            }
+            if std::mem::take(&mut self.drained) {
+                return Flow::Wait;
             }
             match self.read_some(&ctx.stats) {
                 Ok(Some(_)) => {}
@@ -240,6 +295,10 @@ struct Worker {
     udp: Vec<UdpEndpoint>,
     /// Tokens (slab keys or UDP tokens) to run again without an event.
     ready: VecDeque<usize>,
+    /// This turn's tokens with an event.
+    turn: Vec<usize>,
+    /// The hashes of the keys this turn's requests name (`Conn::prime`).
+    turn_hashes: Vec<u64>,
     idle_timeout: u32,
     /// From `-B`: auto negotiates per connection.
     initial_protocol: Protocol,
@@ -369,13 +428,32 @@ impl Worker {
             if self.ctx.shared.shutdown.load(Ordering::Relaxed) {
                 return;
             }
+            // Read every ready connection and start fetching the index
+            // bucket of its first request's key; then start fetching the
+            // items those buckets point at; then run the connections. The
+            // memory accesses of one connection's lookup overlap the reads
+            // of the others instead of stalling its own request.
             for ev in events.iter() {
+                let key = ev.token().0;
                 if ev.token() == WAKE {
                     self.accept_new();
-                } else {
-                    self.run_conn(ev.token().0);
+                    continue;
+                }
+                self.turn.push(key);
+                if ev.is_readable() && self.udp_index(key).is_none() {
+                    if let Some(conn) = self.conns.get_mut(key) {
+                        conn.prime(&self.ctx, &mut self.turn_hashes);
+                    }
                 }
             }
+            for hash in self.turn_hashes.drain(..) {
+                self.ctx.shared.store.prefetch_item(hash);
+            }
+            let mut turn = std::mem::take(&mut self.turn);
+            for key in turn.drain(..) {
+                self.run_conn(key);
+            }
+            self.turn = turn;
             // Connections that yielded (or are new) get another turn.
             for _ in 0..self.ready.len() {
                 if let Some(key) = self.ready.pop_front() {
@@ -437,6 +515,8 @@ pub fn spawn(
         incoming,
         // Datagrams may have arrived before the first poll.
         ready: (0..udp.len()).map(|i| udp_token(i).0).collect(),
+        turn: Vec::with_capacity(1024),
+        turn_hashes: Vec::with_capacity(4096),
         udp,
     };
     let thread = std::thread::Builder::new()

@@ -576,20 +576,11 @@ impl Store {
         for (i, key) in keys.enumerate() {
             while led <= i + 2 * AHEAD {
                 let Some(k) = lead.next() else { break };
-                let h = hash_key(k);
-                hashes[led % RING] = h;
-                // SAFETY: the shard's table lives as long as the store.
-                unsafe { Table::prefetch_bucket(self.shard(h).lock.data_ptr(), h) };
+                hashes[led % RING] = self.prefetch_bucket(k);
                 led += 1;
             }
             if i + AHEAD < led {
-                let h = hashes[(i + AHEAD) % RING];
-                // SAFETY: as above.
-                if let Some(loc) =
-                    unsafe { Table::guess_location(self.shard(h).lock.data_ptr(), h) }
-                {
-                    self.arena.prefetch_item(loc.seg, loc.offset);
-                }
+                self.prefetch_item(hashes[(i + AHEAD) % RING]);
             }
             let hash = hashes[i % RING];
             let go = match self.lookup(key, hash, now, |v| f(key, Lookup::Hit(v))) {
@@ -601,6 +592,30 @@ impl Store {
             if !go {
                 return;
             }
+        }
+    }
+
+    /// Asks the CPU to fetch the home bucket of `key` (a hint for a lookup
+    /// coming soon) and returns the key's hash, for [`Store::prefetch_item`]
+    /// once the bucket has had time to arrive. The server calls it for the
+    /// first request of every connection an event loop turn will serve.
+    #[inline]
+    pub fn prefetch_bucket(&self, key: &[u8]) -> u64 {
+        let hash = hash_key(key);
+        // SAFETY: the shard's table lives as long as the store.
+        unsafe { Table::prefetch_bucket(self.shard(hash).lock.data_ptr(), hash) };
+        hash
+    }
+
+    /// Asks the CPU to fetch the item that the first entry of `hash`'s home
+    /// bucket with a matching tag points at (a guess read without a lock;
+    /// nothing is dereferenced). Cheap once the bucket is cached.
+    #[inline]
+    pub fn prefetch_item(&self, hash: u64) {
+        // SAFETY: the shard's table lives as long as the store.
+        if let Some(loc) = unsafe { Table::guess_location(self.shard(hash).lock.data_ptr(), hash) }
+        {
+            self.arena.prefetch_item(loc.seg, loc.offset);
         }
     }
 
