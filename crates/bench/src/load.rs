@@ -29,6 +29,7 @@
 //! for `--rounds` rounds, alternating the order (A B, B A, ...), and prints
 //! every server's median figures with ratios against memcached.
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -46,6 +47,9 @@ use crate::keys;
 pub enum Protocol {
     Text,
     Binary,
+    /// Meta commands: `mg <key> v` (`VA <n>` + data on a hit, `EN` on a
+    /// miss) and `ms <key> <n>` + data (`HD`).
+    Meta,
 }
 
 /// What one run sends.
@@ -70,6 +74,8 @@ pub struct Workload {
     pub rate: Option<f64>,
     /// The latency quantile reported as `pq_us` (the SLA's, 0.995).
     pub quantile: f64,
+    /// Cache-aside: every get that misses is followed by a set of its key.
+    pub cache_aside: bool,
 }
 
 /// How keys are drawn from `0..keys`.
@@ -185,7 +191,9 @@ pub struct Outcome {
     pub pq_us: f64,
     /// Server CPU per request (µs), when the server's PID was known.
     pub cpu_us_per_req: Option<f64>,
-    /// Gets answered with a miss (none after a preload).
+    /// Gets measured, and those answered with a miss (none after a
+    /// preload).
+    pub gets: u64,
     pub misses: u64,
 }
 
@@ -219,91 +227,169 @@ pub fn cpu_time(pid: u32) -> Result<Duration, String> {
     Ok(Duration::from_micros(total * 1_000_000 / hz))
 }
 
-/// Sets every key once (pipelined, text protocol), so that gets hit.
-pub fn preload(addr: SocketAddr, w: &Workload) -> Result<(), String> {
+/// The servers one run loads: one, or several with every key placed on
+/// one of them as libmemcached's ketama would place it.
+#[derive(Clone, Debug)]
+pub struct Targets {
+    pub addrs: Vec<SocketAddr>,
+    /// Their PIDs, when known, for the servers' CPU time per request
+    /// (summed over all of them).
+    pub pids: Vec<u32>,
+}
+
+impl Targets {
+    /// One server.
+    pub fn one(addr: SocketAddr, pid: Option<u32>) -> Targets {
+        Targets {
+            addrs: vec![addr],
+            pids: pid.into_iter().collect(),
+        }
+    }
+
+    /// The index in `addrs` of the server that holds `key`.
+    #[inline]
+    pub fn server_of(&self, _key: &[u8]) -> usize {
+        0
+    }
+
+    /// The servers' CPU time so far, summed; None without PIDs.
+    fn cpu_time(&self) -> Result<Option<Duration>, String> {
+        if self.pids.is_empty() {
+            return Ok(None);
+        }
+        let mut total = Duration::ZERO;
+        for &pid in &self.pids {
+            total += cpu_time(pid)?;
+        }
+        Ok(Some(total))
+    }
+}
+
+/// Sets every key once (pipelined, text protocol, each key on its server
+/// of `targets`), so that gets hit. Large values go fewer to a write.
+pub fn preload(targets: &Targets, w: &Workload) -> Result<(), String> {
     keys::check_key_size(w.key_size, w.keys)?;
-    let mut s =
-        std::net::TcpStream::connect(addr).map_err(|e| format!("connecting to {addr}: {e}"))?;
     let value = vec![b'v'; w.value_size];
     let mut out = Vec::new();
     let mut reply = vec![0u8; 1 << 16];
-    let chunk = 500u64;
-    let mut n = 0;
-    while n < w.keys {
-        out.clear();
-        let end = (n + chunk).min(w.keys);
-        for i in n..end {
-            let k = keys::Key::new(b'k', i, w.key_size);
-            out.extend_from_slice(b"set ");
-            out.extend_from_slice(k.as_bytes());
-            out.extend_from_slice(format!(" 0 0 {}\r\n", w.value_size).as_bytes());
-            out.extend_from_slice(&value);
-            out.extend_from_slice(b"\r\n");
-        }
-        s.write_all(&out).map_err(|e| format!("preload: {e}"))?;
-        // Each reply is a line (STORED, or an error): count them.
-        let mut lines = 0;
-        while lines < end - n {
-            let got = s.read(&mut reply).map_err(|e| format!("preload: {e}"))?;
-            if got == 0 {
-                return Err("preload: the server closed the connection".into());
+    let chunk = ((4 << 20) / (w.value_size + 64)).clamp(1, 500);
+    for (server, &addr) in targets.addrs.iter().enumerate() {
+        let mut s =
+            std::net::TcpStream::connect(addr).map_err(|e| format!("connecting to {addr}: {e}"))?;
+        let mut ids = (0..w.keys).filter(|&i| {
+            targets.addrs.len() == 1
+                || targets.server_of(keys::Key::new(b'k', i, w.key_size).as_bytes()) == server
+        });
+        loop {
+            out.clear();
+            let mut sent = 0;
+            for i in ids.by_ref().take(chunk) {
+                let k = keys::Key::new(b'k', i, w.key_size);
+                out.extend_from_slice(b"set ");
+                out.extend_from_slice(k.as_bytes());
+                out.extend_from_slice(format!(" 0 0 {}\r\n", w.value_size).as_bytes());
+                out.extend_from_slice(&value);
+                out.extend_from_slice(b"\r\n");
+                sent += 1;
             }
-            lines += reply[..got].iter().filter(|&&b| b == b'\n').count() as u64;
+            if sent == 0 {
+                break;
+            }
+            s.write_all(&out).map_err(|e| format!("preload: {e}"))?;
+            // Each reply is a line (STORED, or an error): count them.
+            let mut lines = 0;
+            while lines < sent {
+                let got = s.read(&mut reply).map_err(|e| format!("preload: {e}"))?;
+                if got == 0 {
+                    return Err("preload: the server closed the connection".into());
+                }
+                lines += reply[..got].iter().filter(|&&b| b == b'\n').count();
+            }
         }
-        n = end;
     }
     Ok(())
 }
 
-/// One connection of a generator thread.
-struct Conn {
-    stream: TcpStream,
+/// A request in flight: its key, whether it is a get, and when its latency
+/// starts (closed loop: its batch's write; open loop: when it was due; a
+/// cache-aside fill: when its get's miss arrived).
+#[derive(Clone, Copy)]
+struct InFlight {
+    id: u64,
+    get: bool,
+    from: Instant,
+}
+
+/// One socket of a connection: to one server of the targets.
+struct Stream {
+    socket: TcpStream,
     out: Vec<u8>,
     sent: usize,
     input: Vec<u8>,
+    /// Requests sent or queued on it, oldest first (replies come in order).
+    inflight: VecDeque<InFlight>,
+}
+
+/// One client connection of a generator thread: a socket to every target
+/// server (one without `--targets`).
+struct Conn {
+    streams: Vec<Stream>,
     /// Replies still due for the batch in flight (closed loop).
     pending: usize,
-    batch_start: Instant,
-    /// Open loop: when each request in flight was due to be sent (its
-    /// latency runs from then: no coordinated omission), and when the
-    /// next one is.
-    intended: std::collections::VecDeque<Instant>,
+    /// Cache-aside, closed loop: keys whose get missed, set first in the
+    /// next batch.
+    refills: Vec<u64>,
+    /// Open loop: when the next request is due.
     next_at: Instant,
 }
 
-/// Runs the workload against `addr`; `pid` (the server's) adds its CPU time
-/// per request.
-pub fn run(addr: SocketAddr, pid: Option<u32>, w: &Workload) -> Result<Outcome, String> {
+/// What a generator thread counted.
+struct Tally {
+    /// Latencies (ns) of the requests measured.
+    hist: Histogram<u64>,
+    gets: u64,
+    misses: u64,
+}
+
+/// Runs the workload against `targets`; their PIDs add the servers' CPU
+/// time per request.
+pub fn run(targets: &Targets, w: &Workload) -> Result<Outcome, String> {
     keys::check_key_size(w.key_size, w.keys)?;
     let threads = w.threads.clamp(1, w.conns.max(1));
     let start = Instant::now() + Duration::from_millis(50);
     let measure_from = start + w.warmup;
     let measure_to = measure_from + w.duration;
+    let probe_targets = targets.clone();
     let cpu_probe = std::thread::spawn(move || -> Result<Option<Duration>, String> {
-        let Some(pid) = pid else { return Ok(None) };
+        if probe_targets.pids.is_empty() {
+            return Ok(None);
+        }
         sleep_until(measure_from);
-        let before = cpu_time(pid)?;
+        let before = probe_targets.cpu_time()?;
         sleep_until(measure_to);
-        Ok(Some(cpu_time(pid)? - before))
+        let after = probe_targets.cpu_time()?;
+        Ok(after.zip(before).map(|(a, b)| a.saturating_sub(b)))
     });
     let workers: Vec<_> = (0..threads)
         .map(|t| {
             let conns = w.conns / threads + usize::from(t < w.conns % threads);
             let w = w.clone();
+            let targets = targets.clone();
             std::thread::spawn(move || {
-                generate(addr, conns, t as u64, &w, measure_from, measure_to)
+                generate(&targets, conns, t as u64, &w, measure_from, measure_to)
             })
         })
         .collect();
     let mut hist =
         Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
-    let mut misses = 0;
+    let (mut gets, mut misses) = (0, 0);
     for h in workers {
-        let (part, m) = h
+        let part = h
             .join()
             .map_err(|_| "a generator thread panicked".to_string())??;
-        hist.add(part).map_err(|e| e.to_string())?;
-        misses += m;
+        hist.add(part.hist).map_err(|e| e.to_string())?;
+        gets += part.gets;
+        misses += part.misses;
     }
     let cpu = cpu_probe
         .join()
@@ -318,6 +404,7 @@ pub fn run(addr: SocketAddr, pid: Option<u32>, w: &Workload) -> Result<Outcome, 
         p999_us: us(0.999),
         pq_us: us(w.quantile),
         cpu_us_per_req: cpu.map(|c| c.as_secs_f64() * 1e6 / requests.max(1) as f64),
+        gets,
         misses,
     })
 }
@@ -330,58 +417,67 @@ fn sleep_until(t: Instant) {
 }
 
 /// One generator thread: `n` connections in one poll loop until
-/// `measure_to`; latencies (ns) of the requests measured (closed loop:
-/// replies that arrived between `measure_from` and `measure_to`; open loop:
-/// requests due in that window, however late their reply), and how many
-/// gets missed.
+/// `measure_to`. Measured are, closed loop, the replies that arrived
+/// between `measure_from` and `measure_to`; open loop, the requests due in
+/// that window, however late their reply.
 fn generate(
-    addr: SocketAddr,
+    targets: &Targets,
     n: usize,
     thread: u64,
     w: &Workload,
     measure_from: Instant,
     measure_to: Instant,
-) -> Result<(Histogram<u64>, u64), String> {
-    let mut hist =
-        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
+) -> Result<Tally, String> {
+    let mut tally = Tally {
+        hist: Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?,
+        gets: 0,
+        misses: 0,
+    };
     let mut poll = Poll::new().map_err(|e| e.to_string())?;
     let mut rng = SmallRng::seed_from_u64(w.seed ^ (thread << 32));
     let sampler = KeySampler::new(w.keys, w.dist)?;
     let value = vec![b'v'; w.value_size];
+    let servers = targets.addrs.len();
     // Open loop: each connection sends every `interval`, the connections
     // of all threads staggered over it.
     let interval = w
         .rate
         .map(|r| Duration::from_secs_f64(w.conns as f64 / r.max(1e-3)));
+    let open = interval.is_some();
     let threads = w.threads.clamp(1, w.conns.max(1)) as u64;
     let first = Instant::now();
     let mut conns = Vec::with_capacity(n);
     for i in 0..n {
-        let std =
-            std::net::TcpStream::connect(addr).map_err(|e| format!("connecting to {addr}: {e}"))?;
-        std.set_nodelay(true).map_err(|e| e.to_string())?;
-        std.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let mut stream = TcpStream::from_std(std);
-        poll.registry()
-            .register(
-                &mut stream,
-                Token(i),
-                Interest::READABLE | Interest::WRITABLE,
-            )
-            .map_err(|e| e.to_string())?;
+        let mut streams = Vec::with_capacity(servers);
+        for (s, &addr) in targets.addrs.iter().enumerate() {
+            let std = std::net::TcpStream::connect(addr)
+                .map_err(|e| format!("connecting to {addr}: {e}"))?;
+            std.set_nodelay(true).map_err(|e| e.to_string())?;
+            std.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let mut socket = TcpStream::from_std(std);
+            poll.registry()
+                .register(
+                    &mut socket,
+                    Token(i * servers + s),
+                    Interest::READABLE | Interest::WRITABLE,
+                )
+                .map_err(|e| e.to_string())?;
+            streams.push(Stream {
+                socket,
+                out: Vec::with_capacity(4096),
+                sent: 0,
+                input: Vec::with_capacity(1 << 16),
+                inflight: VecDeque::new(),
+            });
+        }
         let slot = (i as u64 * threads + thread) as f64 / w.conns.max(1) as f64;
         conns.push(Conn {
-            stream,
-            out: Vec::with_capacity(4096),
-            sent: 0,
-            input: Vec::with_capacity(1 << 16),
+            streams,
             pending: 0,
-            batch_start: Instant::now(),
-            intended: std::collections::VecDeque::new(),
+            refills: Vec::new(),
             next_at: first + interval.map_or(Duration::ZERO, |iv| iv.mul_f64(slot)),
         });
     }
-    let mut misses = 0;
     let mut events = Events::with_capacity(256);
     let mut chunk = vec![0u8; 1 << 16];
     // Open loop: epoll's timeout is whole milliseconds, far coarser than
@@ -391,10 +487,10 @@ fn generate(
         Some(_) => Some(Timer::new(&poll, Token(usize::MAX))?),
         None => None,
     };
-    if interval.is_none() {
+    if !open {
         for conn in conns.iter_mut() {
-            next_batch(conn, w, &sampler, &mut rng, &value);
-            write_out(conn).map_err(|e| format!("sending: {e}"))?;
+            next_batch(conn, targets, w, &sampler, &mut rng, &value);
+            conn.write_all()?;
         }
     }
     // Open loop: replies due in the window may come after it.
@@ -405,27 +501,24 @@ fn generate(
         if let Some(iv) = interval {
             if now < measure_to {
                 for conn in conns.iter_mut() {
-                    let mut added = false;
                     while conn.next_at <= now {
                         let get = rng.gen_bool(w.get_ratio.clamp(0.0, 1.0));
-                        if conn.sent == conn.out.len() {
-                            conn.out.clear();
-                            conn.sent = 0;
-                        }
-                        push_request(&mut conn.out, w, sampler.sample(&mut rng), get, &value);
-                        conn.intended.push_back(conn.next_at);
+                        let id = sampler.sample(&mut rng);
+                        let at = conn.next_at;
+                        conn.push(targets, w, id, get, &value, at);
                         conn.next_at += iv;
-                        added = true;
                     }
-                    if added {
-                        write_out(conn).map_err(|e| format!("sending: {e}"))?;
-                    }
+                    conn.write_all()?;
                     timeout = timeout.min(conn.next_at.saturating_duration_since(now));
                 }
                 if let Some(t) = &timer {
                     t.arm(timeout)?;
                 }
-            } else if now >= drain_until || conns.iter().all(|c| c.intended.is_empty()) {
+            } else if now >= drain_until
+                || conns
+                    .iter()
+                    .all(|c| c.streams.iter().all(|s| s.inflight.is_empty()))
+            {
                 break;
             }
         } else if now >= measure_to {
@@ -440,46 +533,73 @@ fn generate(
                 }
                 continue;
             }
-            let conn = &mut conns[event.token().0];
-            write_out(conn).map_err(|e| format!("sending: {e}"))?;
+            let (c, s) = (event.token().0 / servers, event.token().0 % servers);
+            let conn = &mut conns[c];
+            let stream = &mut conn.streams[s];
+            write_out(stream).map_err(|e| format!("sending: {e}"))?;
             loop {
-                match conn.stream.read(&mut chunk) {
-                    Ok(0) => return Err(format!("{addr} closed the connection")),
-                    Ok(got) => conn.input.extend_from_slice(&chunk[..got]),
+                match stream.socket.read(&mut chunk) {
+                    Ok(0) => return Err(format!("{} closed the connection", targets.addrs[s])),
+                    Ok(got) => stream.input.extend_from_slice(&chunk[..got]),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return Err(format!("reading: {e}")),
                 }
             }
             let mut at = 0;
-            loop {
-                let open = interval.is_some();
-                if (open && conn.intended.is_empty()) || (!open && conn.pending == 0) {
-                    break;
-                }
+            let mut refilled = false;
+            while let Some(&req) = stream.inflight.front() {
                 let reply = match w.protocol {
-                    Protocol::Text => text_reply(&conn.input[at..])?,
-                    Protocol::Binary => binary_reply(&conn.input[at..]),
+                    Protocol::Text => text_reply(&stream.input[at..])?,
+                    Protocol::Binary => binary_reply(&stream.input[at..]),
+                    Protocol::Meta => meta_reply(&stream.input[at..])?,
                 };
                 let Some((len, miss)) = reply else { break };
                 at += len;
+                stream.inflight.pop_front();
                 let now = Instant::now();
-                let (from, counted) = if open {
-                    let due = conn.intended.pop_front().unwrap_or(now);
-                    (due, due >= measure_from && due < measure_to)
+                let counted = if open {
+                    req.from >= measure_from && req.from < measure_to
                 } else {
                     conn.pending -= 1;
-                    (conn.batch_start, now >= measure_from && now < measure_to)
+                    now >= measure_from && now < measure_to
                 };
                 if counted {
-                    hist.saturating_record(((now - from).as_nanos() as u64).max(1));
-                    misses += u64::from(miss);
+                    tally
+                        .hist
+                        .saturating_record(((now - req.from).as_nanos() as u64).max(1));
+                    if req.get {
+                        tally.gets += 1;
+                        tally.misses += u64::from(miss);
+                    }
+                }
+                if req.get && miss && w.cache_aside {
+                    if !open {
+                        conn.refills.push(req.id);
+                    } else if now < measure_to {
+                        // The fill goes on the same socket (same server).
+                        if stream.sent == stream.out.len() {
+                            stream.out.clear();
+                            stream.sent = 0;
+                        }
+                        let key = keys::Key::new(b'k', req.id, w.key_size);
+                        push_request(&mut stream.out, w.protocol, key.as_bytes(), false, &value);
+                        stream.inflight.push_back(InFlight {
+                            id: req.id | FILL,
+                            get: false,
+                            from: now,
+                        });
+                        refilled = true;
+                    }
                 }
             }
-            conn.input.drain(..at);
-            if interval.is_none() && conn.pending == 0 {
-                next_batch(conn, w, &sampler, &mut rng, &value);
-                write_out(conn).map_err(|e| format!("sending: {e}"))?;
+            stream.input.drain(..at);
+            if refilled {
+                write_out(stream).map_err(|e| format!("sending: {e}"))?;
+            }
+            if !open && conn.pending == 0 {
+                next_batch(conn, targets, w, &sampler, &mut rng, &value);
+                conn.write_all()?;
             }
         }
     }
@@ -487,15 +607,48 @@ fn generate(
     // at the end.
     let end = Instant::now();
     for conn in &conns {
-        for &due in conn
-            .intended
-            .iter()
-            .filter(|&&d| d >= measure_from && d < measure_to)
-        {
-            hist.saturating_record(((end - due).as_nanos() as u64).max(1));
+        for req in conn.streams.iter().flat_map(|s| s.inflight.iter()) {
+            if open && req.from >= measure_from && req.from < measure_to {
+                tally
+                    .hist
+                    .saturating_record(((end - req.from).as_nanos() as u64).max(1));
+            }
         }
     }
-    Ok((hist, misses))
+    Ok(tally)
+}
+
+/// Marks a cache-aside fill in [`InFlight::id`] (key ids stay far below).
+const FILL: u64 = 1 << 63;
+
+impl Conn {
+    /// Queues a request for key `id` on its server's socket.
+    fn push(
+        &mut self,
+        targets: &Targets,
+        w: &Workload,
+        id: u64,
+        get: bool,
+        value: &[u8],
+        from: Instant,
+    ) {
+        let key = keys::Key::new(b'k', id & !FILL, w.key_size);
+        let stream = &mut self.streams[targets.server_of(key.as_bytes())];
+        if stream.sent == stream.out.len() {
+            stream.out.clear();
+            stream.sent = 0;
+        }
+        push_request(&mut stream.out, w.protocol, key.as_bytes(), get, value);
+        stream.inflight.push_back(InFlight { id, get, from });
+    }
+
+    /// Writes what every socket has queued (as far as the sockets take it).
+    fn write_all(&mut self) -> Result<(), String> {
+        for stream in &mut self.streams {
+            write_out(stream).map_err(|e| format!("sending: {e}"))?;
+        }
+        Ok(())
+    }
 }
 
 /// A timerfd in the generator's poll: a wake-up with microsecond
@@ -573,36 +726,45 @@ impl Timer {
     }
 }
 
-/// Builds the connection's next batch of `depth` requests (closed loop).
+/// Builds the connection's next batch (closed loop): the cache-aside
+/// fills owed, then new requests up to `depth` in all.
 fn next_batch(
     conn: &mut Conn,
+    targets: &Targets,
     w: &Workload,
     sampler: &KeySampler,
     rng: &mut SmallRng,
     value: &[u8],
 ) {
-    conn.out.clear();
-    conn.sent = 0;
-    for _ in 0..w.depth {
-        let get = rng.gen_bool(w.get_ratio.clamp(0.0, 1.0));
-        push_request(&mut conn.out, w, sampler.sample(rng), get, value);
+    let now = Instant::now();
+    let fills = std::mem::take(&mut conn.refills);
+    let mut n = 0;
+    for &id in &fills {
+        conn.push(targets, w, id | FILL, false, value, now);
+        n += 1;
     }
-    conn.pending = w.depth;
-    conn.batch_start = Instant::now();
+    conn.refills = fills;
+    conn.refills.clear();
+    while n < w.depth {
+        let get = rng.gen_bool(w.get_ratio.clamp(0.0, 1.0));
+        let id = sampler.sample(rng);
+        conn.push(targets, w, id, get, value, now);
+        n += 1;
+    }
+    conn.pending = n;
 }
 
-/// Appends a get (or a set of `value`) of key `id` to `out`.
-fn push_request(out: &mut Vec<u8>, w: &Workload, id: u64, get: bool, value: &[u8]) {
-    let key = keys::Key::new(b'k', id, w.key_size);
-    match w.protocol {
+/// Appends a get of `key` (or a set of `value`) in `protocol` to `out`.
+fn push_request(out: &mut Vec<u8>, protocol: Protocol, key: &[u8], get: bool, value: &[u8]) {
+    match protocol {
         Protocol::Text => {
             if get {
                 out.extend_from_slice(b"get ");
-                out.extend_from_slice(key.as_bytes());
+                out.extend_from_slice(key);
                 out.extend_from_slice(b"\r\n");
             } else {
                 out.extend_from_slice(b"set ");
-                out.extend_from_slice(key.as_bytes());
+                out.extend_from_slice(key);
                 out.extend_from_slice(b" 0 0 ");
                 out.extend_from_slice(itoa::Buffer::new().format(value.len()).as_bytes());
                 out.extend_from_slice(b"\r\n");
@@ -610,22 +772,36 @@ fn push_request(out: &mut Vec<u8>, w: &Workload, id: u64, get: bool, value: &[u8
                 out.extend_from_slice(b"\r\n");
             }
         }
-        Protocol::Binary => {
-            let k = key.as_bytes();
-            let (opcode, extras, body) = if get {
-                (0x00u8, 0usize, k.len())
+        Protocol::Meta => {
+            if get {
+                out.extend_from_slice(b"mg ");
+                out.extend_from_slice(key);
+                out.extend_from_slice(b" v\r\n");
             } else {
-                (0x01, 8, 8 + k.len() + value.len())
+                out.extend_from_slice(b"ms ");
+                out.extend_from_slice(key);
+                out.push(b' ');
+                out.extend_from_slice(itoa::Buffer::new().format(value.len()).as_bytes());
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(value);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        Protocol::Binary => {
+            let (opcode, extras, body) = if get {
+                (0x00u8, 0usize, key.len())
+            } else {
+                (0x01, 8, 8 + key.len() + value.len())
             };
             out.extend_from_slice(&[0x80, opcode]);
-            out.extend_from_slice(&(k.len() as u16).to_be_bytes());
+            out.extend_from_slice(&(key.len() as u16).to_be_bytes());
             out.extend_from_slice(&[extras as u8, 0, 0, 0]);
             out.extend_from_slice(&(body as u32).to_be_bytes());
             out.extend_from_slice(&[0; 12]);
             if !get {
                 out.extend_from_slice(&[0; 8]);
             }
-            out.extend_from_slice(k);
+            out.extend_from_slice(key);
             if !get {
                 out.extend_from_slice(value);
             }
@@ -633,10 +809,10 @@ fn push_request(out: &mut Vec<u8>, w: &Workload, id: u64, get: bool, value: &[u8
     }
 }
 
-fn write_out(conn: &mut Conn) -> io::Result<()> {
-    while conn.sent < conn.out.len() {
-        match conn.stream.write(&conn.out[conn.sent..]) {
-            Ok(n) => conn.sent += n,
+fn write_out(stream: &mut Stream) -> io::Result<()> {
+    while stream.sent < stream.out.len() {
+        match stream.socket.write(&stream.out[stream.sent..]) {
+            Ok(n) => stream.sent += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -685,6 +861,37 @@ fn binary_reply(input: &[u8]) -> Option<(usize, bool)> {
     (input.len() >= 24 + body).then_some((24 + body, status == 1))
 }
 
+/// The length of the first complete meta reply in `input`, and whether it
+/// was a get's miss (`EN`); None if incomplete. `VA <n> <flags>*` is
+/// followed by n bytes of data and CRLF; `HD` (a set stored) and `MN`
+/// are lines. Anything else (`NS`, `EX`, `NF`, `ERROR`, `CLIENT_ERROR`,
+/// `SERVER_ERROR ...`) is an error.
+fn meta_reply(input: &[u8]) -> Result<Option<(usize, bool)>, String> {
+    let Some(end) = memchr::memchr(b'\n', input) else {
+        return Ok(None);
+    };
+    let line = &input[..end + 1];
+    let bad = || format!("unexpected reply {:?}", String::from_utf8_lossy(line));
+    let word = line
+        .split(|&b| b == b' ' || b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or(b"");
+    match word {
+        b"VA" => {
+            let bytes = line[3..]
+                .split(|&b| b == b' ' || b == b'\r' || b == b'\n')
+                .find(|f| !f.is_empty())
+                .and_then(|b| std::str::from_utf8(b).ok()?.parse::<usize>().ok())
+                .ok_or_else(bad)?;
+            let total = line.len() + bytes + 2;
+            Ok((input.len() >= total).then_some((total, false)))
+        }
+        b"EN" => Ok(Some((line.len(), true))),
+        b"HD" | b"MN" => Ok(Some((line.len(), false))),
+        _ => Err(bad()),
+    }
+}
+
 /// How `--vs` runs the servers.
 #[derive(Clone, Copy, Debug)]
 pub struct VsOpts {
@@ -720,7 +927,7 @@ pub fn run_vs(
     for &kind in kinds {
         let s = Server::start(bins, kind, memory_mb, threads)?;
         if preload_keys && kind != Kind::Floor {
-            preload(s.addr(), w)?;
+            preload(&Targets::one(s.addr(), None), w)?;
         }
         servers.push(s);
     }
@@ -732,7 +939,7 @@ pub fn run_vs(
         }
         for i in order {
             let s = &servers[i];
-            let o = run(s.addr(), Some(s.pid), w)?;
+            let o = run(&Targets::one(s.addr(), Some(s.pid)), w)?;
             s.check_alive()?;
             eprintln!(
                 "round {} {:>9}: {:>10.0} ops/s  p50 {:>7.1} us  p99 {:>7.1} us  p99.9 {:>7.1} us  cpu {:>6.2} us/req",
@@ -846,8 +1053,7 @@ pub struct SlaOpts {
 /// the bound and the generator kept up with it (achieved ≥ 95 % of it).
 /// Returns the highest passing rate and that run's outcome.
 pub fn sla_rate(
-    addr: SocketAddr,
-    pid: Option<u32>,
+    targets: &Targets,
     w: &Workload,
     o: &SlaOpts,
 ) -> Result<(f64, Option<Outcome>), String> {
@@ -858,7 +1064,11 @@ pub fn sla_rate(
         warmup: Duration::from_millis(300),
         ..w.clone()
     };
-    let capacity = run(addr, None, &probe)?.ops_per_sec();
+    let no_cpu = Targets {
+        pids: Vec::new(),
+        ..targets.clone()
+    };
+    let capacity = run(&no_cpu, &probe)?.ops_per_sec();
     let (mut lo, mut hi) = (0.0f64, capacity * 3.0);
     let mut best = None;
     for _ in 0..o.steps.max(1) {
@@ -868,7 +1078,7 @@ pub fn sla_rate(
             duration: o.step_duration,
             ..w.clone()
         };
-        let out = run(addr, pid, &step)?;
+        let out = run(targets, &step)?;
         let pass = out.pq_us <= o.bound_us && out.ops_per_sec() >= 0.95 * rate;
         eprintln!(
             "  {} at {:>9.0}/s: achieved {:>9.0}/s, p{} {:>8.1} us: {}",
@@ -905,15 +1115,16 @@ pub fn run_sla(
     for &kind in kinds {
         let s = Server::start(bins, kind, vs.memory_mb, vs.threads)?;
         if vs.preload && kind != Kind::Floor {
-            preload(s.addr(), w)?;
+            preload(&Targets::one(s.addr(), None), w)?;
         }
         eprintln!("{kind}:");
-        let (random, r_out) = sla_rate(s.addr(), Some(s.pid), w, o)?;
+        let target = Targets::one(s.addr(), Some(s.pid));
+        let (random, r_out) = sla_rate(&target, w, o)?;
         let hot_w = Workload {
             dist: o.hot,
             ..w.clone()
         };
-        let (hot, _) = sla_rate(s.addr(), Some(s.pid), &hot_w, o)?;
+        let (hot, _) = sla_rate(&target, &hot_w, o)?;
         s.check_alive()?;
         rows.push((kind, random, hot, 0.8 * random + 0.2 * hot, r_out));
     }
@@ -982,6 +1193,30 @@ mod tests {
         assert_eq!(text_reply(b"END\r\n").unwrap(), Some((5, true)));
         assert_eq!(text_reply(b"STORED\r\nEND").unwrap(), Some((8, false)));
         assert!(text_reply(b"SERVER_ERROR out of memory\r\n").is_err());
+    }
+
+    #[test]
+    fn meta_replies_are_framed() {
+        let hit = b"VA 3\r\nabc\r\n";
+        assert_eq!(meta_reply(hit).unwrap(), Some((hit.len(), false)));
+        assert_eq!(meta_reply(&hit[..hit.len() - 1]).unwrap(), None);
+        let flags = b"VA 2 f0 t-1\r\nab\r\nHD\r\n";
+        assert_eq!(meta_reply(flags).unwrap(), Some((flags.len() - 4, false)));
+        assert_eq!(meta_reply(b"EN\r\n").unwrap(), Some((4, true)));
+        assert_eq!(meta_reply(b"HD\r\nEN").unwrap(), Some((4, false)));
+        assert_eq!(meta_reply(b"MN\r\n").unwrap(), Some((4, false)));
+        assert_eq!(meta_reply(b"HD").unwrap(), None);
+        assert!(meta_reply(b"NS\r\n").is_err());
+        assert!(meta_reply(b"SERVER_ERROR out of memory\r\n").is_err());
+    }
+
+    #[test]
+    fn requests_are_encoded() {
+        let mut out = Vec::new();
+        push_request(&mut out, Protocol::Meta, b"k1", true, b"");
+        push_request(&mut out, Protocol::Meta, b"k2", false, b"xyz");
+        push_request(&mut out, Protocol::Text, b"k3", false, b"ab");
+        assert_eq!(out, b"mg k1 v\r\nms k2 3\r\nxyz\r\nset k3 0 0 2\r\nab\r\n");
     }
 
     #[test]

@@ -370,6 +370,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 dist: a.dist,
                 rate: a.rate,
                 quantile: a.sla_fraction.clamp(0.0, 1.0),
+                cache_aside: false,
             };
             let sla = load::SlaOpts {
                 bound_us: a.sla_bound_us,
@@ -389,15 +390,16 @@ fn run(cli: Cli) -> Result<bool, String> {
                 load::run_sla(&bins, &kinds(&a.common), &w, &vs, &sla)
             } else if a.sla {
                 let addr = a.addr.ok_or("--addr or --vs is needed")?;
+                let target = load::Targets::one(addr, a.pid);
                 if a.preload {
-                    load::preload(addr, &w)?;
+                    load::preload(&target, &w)?;
                 }
-                let (random, _) = load::sla_rate(addr, a.pid, &w, &sla)?;
+                let (random, _) = load::sla_rate(&target, &w, &sla)?;
                 let hot_w = load::Workload {
                     dist: a.hot,
                     ..w.clone()
                 };
-                let (hot, _) = load::sla_rate(addr, a.pid, &hot_w, &sla)?;
+                let (hot, _) = load::sla_rate(&target, &hot_w, &sla)?;
                 println!(
                     "random {random:.0} req/s  hot {hot:.0} req/s  overall {:.0}",
                     0.8 * random + 0.2 * hot
@@ -408,18 +410,20 @@ fn run(cli: Cli) -> Result<bool, String> {
                 load::run_vs(&bins, &kinds(&a.common), &w, &vs)
             } else {
                 let addr = a.addr.ok_or("--addr or --vs is needed")?;
+                let target = load::Targets::one(addr, a.pid);
                 if a.preload {
-                    load::preload(addr, &w)?;
+                    load::preload(&target, &w)?;
                 }
-                let o = load::run(addr, a.pid, &w)?;
+                let o = load::run(&target, &w)?;
                 println!(
-                    "{:.0} ops/s  p50 {:.1} us  p99 {:.1} us  p99.9 {:.1} us  cpu {} us/req  misses {}",
+                    "{:.0} ops/s  p50 {:.1} us  p99 {:.1} us  p99.9 {:.1} us  cpu {} us/req  misses {} of {} gets",
                     o.ops_per_sec(),
                     o.p50_us,
                     o.p99_us,
                     o.p999_us,
                     o.cpu_us_per_req.map_or("-".into(), |c| format!("{c:.2}")),
-                    o.misses
+                    o.misses,
+                    o.gets
                 );
                 Ok(true)
             }

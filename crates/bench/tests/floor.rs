@@ -97,6 +97,16 @@ fn answers_text_gets_one_by_one_and_pipelined() {
 }
 
 #[test]
+fn answers_meta_gets_sets_and_noops() {
+    let floor = Floor::start(4);
+    let mut s = floor.connect();
+    s.write_all(b"mg key:1 v\r\nms key:2 3 T0\r\nabc\r\nmg key:3\r\nmn\r\n")
+        .unwrap();
+    let expect = b"VA 4\r\nxxxx\r\nHD\r\nHD\r\nMN\r\n";
+    assert_eq!(read_exactly(&mut s, expect.len()), expect);
+}
+
+#[test]
 fn answers_binary_gets() {
     let floor = Floor::start(8);
     let mut s = floor.connect();
@@ -116,9 +126,9 @@ fn answers_binary_gets() {
 #[test]
 fn load_measures_the_floor_server() {
     // `load --vs` with the floor server alone: starts it, runs a short
-    // closed loop (4 connections, 4 deep, text and binary), and reports
+    // closed loop (4 connections, 4 deep, text, binary and meta), and reports
     // throughput and CPU time per request from /proc.
-    for protocol in ["text", "binary"] {
+    for protocol in ["text", "binary", "meta"] {
         let text = bench(&[
             "load",
             "--vs",

@@ -1,0 +1,143 @@
+//! `osmium-bench load` over real sockets against genuine memcached (and
+//! osmium when `target/release/osmium` has been built): the meta protocol,
+//! and the other load modes of issue 5. Every server is started here on a
+//! free loopback port and killed by PID when the test ends. Nothing is
+//! timed: only what the servers answered is asserted.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A cache server started by a test, killed (by PID) when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    /// `binary -p <free port> -l 127.0.0.1 -U 0 <extra>` (+ `-u root` for
+    /// memcached as root), once it accepts connections.
+    fn start(binary: &PathBuf, extra: &[&str]) -> Server {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut cmd = Command::new(binary);
+        cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        if binary.ends_with("memcached") {
+            cmd.args(["-u", "root"]);
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {binary:?}: {e}"));
+        let server = Server { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "{binary:?} did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+/// Genuine memcached, and osmium when it has been built (else a SKIP
+/// line); each with its name.
+fn cache_servers() -> Vec<(&'static str, PathBuf)> {
+    let mut out = Vec::new();
+    let memcached = PathBuf::from("/usr/bin/memcached");
+    if memcached.is_file() {
+        out.push(("memcached", memcached));
+    } else {
+        eprintln!("SKIP memcached: /usr/bin/memcached not installed");
+    }
+    let osmium = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/osmium");
+    if osmium.is_file() {
+        out.push(("osmium", osmium));
+    } else {
+        eprintln!("SKIP osmium: build it first with `cargo build --release`");
+    }
+    out
+}
+
+/// Runs `osmium-bench` with `args`; its stdout, after checking it succeeded.
+fn bench(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
+        .args(args)
+        .output()
+        .expect("run osmium-bench");
+    assert!(
+        out.status.success(),
+        "osmium-bench {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The number after `label ` in a single-server `load` line.
+fn figure(text: &str, label: &str) -> f64 {
+    text.split(&format!("{label} "))
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {label:?} in {text:?}"))
+}
+
+/// `load --addr` on `server` with short runs and `extra` options.
+fn load(server: &Server, extra: &[&str]) -> String {
+    let (addr, pid) = (server.addr(), server.pid());
+    let mut args = vec!["load", "--addr", &addr, "--pid", &pid];
+    args.extend(["--duration", "0.5", "--warmup", "0.2", "--conns", "2"]);
+    args.extend(extra);
+    bench(&args)
+}
+
+#[test]
+fn meta_protocol_gets_and_sets_parse_on_real_servers() {
+    for (name, binary) in cache_servers() {
+        let server = Server::start(&binary, &[]);
+        // Preloaded: every mg hits (VA + data), pipelined 8 deep.
+        let text = load(
+            &server,
+            &["--protocol", "meta", "--depth", "8", "--keys", "1000"],
+        );
+        assert_eq!(figure(&text, "misses"), 0.0, "{name}: {text}");
+        assert!(figure(&text, "of") > 0.0, "{name}: {text}");
+        // Half sets (ms, HD) over keys never stored: misses (EN) too.
+        let text = load(
+            &server,
+            &[
+                "--protocol",
+                "meta",
+                "--depth",
+                "8",
+                "--keys",
+                "100000",
+                "--get-ratio",
+                "0.5",
+                "--preload",
+                "false",
+            ],
+        );
+        assert!(figure(&text, "misses") > 0.0, "{name}: {text}");
+    }
+}
