@@ -41,6 +41,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::keys;
+use crate::report::{self, Summary};
 
 /// Wire protocol of the generated requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -195,11 +196,18 @@ pub struct Outcome {
     /// preload).
     pub gets: u64,
     pub misses: u64,
+    /// Sets sent because a get missed (cache-aside), measured.
+    pub fills: u64,
 }
 
 impl Outcome {
     pub fn ops_per_sec(&self) -> f64 {
         self.requests as f64 / self.seconds
+    }
+
+    /// Misses per get seen by the client (NaN without gets).
+    pub fn miss_ratio(&self) -> f64 {
+        self.misses as f64 / self.gets as f64
     }
 }
 
@@ -349,6 +357,7 @@ struct Tally {
     hist: Histogram<u64>,
     gets: u64,
     misses: u64,
+    fills: u64,
 }
 
 /// Runs the workload against `targets`; their PIDs add the servers' CPU
@@ -375,14 +384,12 @@ pub fn run(targets: &Targets, w: &Workload) -> Result<Outcome, String> {
             let conns = w.conns / threads + usize::from(t < w.conns % threads);
             let w = w.clone();
             let targets = targets.clone();
-            std::thread::spawn(move || {
-                generate(&targets, conns, t as u64, &w, measure_from, measure_to)
-            })
+            std::thread::spawn(move || generate(&targets, conns, t as u64, &w, start, measure_to))
         })
         .collect();
     let mut hist =
         Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
-    let (mut gets, mut misses) = (0, 0);
+    let (mut gets, mut misses, mut fills) = (0, 0, 0);
     for h in workers {
         let part = h
             .join()
@@ -390,6 +397,7 @@ pub fn run(targets: &Targets, w: &Workload) -> Result<Outcome, String> {
         hist.add(part.hist).map_err(|e| e.to_string())?;
         gets += part.gets;
         misses += part.misses;
+        fills += part.fills;
     }
     let cpu = cpu_probe
         .join()
@@ -406,6 +414,7 @@ pub fn run(targets: &Targets, w: &Workload) -> Result<Outcome, String> {
         cpu_us_per_req: cpu.map(|c| c.as_secs_f64() * 1e6 / requests.max(1) as f64),
         gets,
         misses,
+        fills,
     })
 }
 
@@ -416,22 +425,25 @@ fn sleep_until(t: Instant) {
     }
 }
 
-/// One generator thread: `n` connections in one poll loop until
-/// `measure_to`. Measured are, closed loop, the replies that arrived
-/// between `measure_from` and `measure_to`; open loop, the requests due in
-/// that window, however late their reply.
+/// One generator thread: `n` connections, connected at once, sending from
+/// `start` on in one poll loop until `measure_to`. Measured are, closed
+/// loop, the replies that arrived between `start + warmup` and
+/// `measure_to`; open loop, the requests due in that window, however late
+/// their reply.
 fn generate(
     targets: &Targets,
     n: usize,
     thread: u64,
     w: &Workload,
-    measure_from: Instant,
+    start: Instant,
     measure_to: Instant,
 ) -> Result<Tally, String> {
+    let measure_from = start + w.warmup;
     let mut tally = Tally {
         hist: Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?,
         gets: 0,
         misses: 0,
+        fills: 0,
     };
     let mut poll = Poll::new().map_err(|e| e.to_string())?;
     let mut rng = SmallRng::seed_from_u64(w.seed ^ (thread << 32));
@@ -445,7 +457,6 @@ fn generate(
         .map(|r| Duration::from_secs_f64(w.conns as f64 / r.max(1e-3)));
     let open = interval.is_some();
     let threads = w.threads.clamp(1, w.conns.max(1)) as u64;
-    let first = Instant::now();
     let mut conns = Vec::with_capacity(n);
     for i in 0..n {
         let mut streams = Vec::with_capacity(servers);
@@ -475,7 +486,7 @@ fn generate(
             streams,
             pending: 0,
             refills: Vec::new(),
-            next_at: first + interval.map_or(Duration::ZERO, |iv| iv.mul_f64(slot)),
+            next_at: start + interval.map_or(Duration::ZERO, |iv| iv.mul_f64(slot)),
         });
     }
     let mut events = Events::with_capacity(256);
@@ -487,6 +498,7 @@ fn generate(
         Some(_) => Some(Timer::new(&poll, Token(usize::MAX))?),
         None => None,
     };
+    sleep_until(start);
     if !open {
         for conn in conns.iter_mut() {
             next_batch(conn, targets, w, &sampler, &mut rng, &value);
@@ -571,6 +583,8 @@ fn generate(
                     if req.get {
                         tally.gets += 1;
                         tally.misses += u64::from(miss);
+                    } else if req.id & FILL != 0 {
+                        tally.fills += 1;
                     }
                 }
                 if req.get && miss && w.cache_aside {
@@ -942,93 +956,51 @@ pub fn run_vs(
             let o = run(&Targets::one(s.addr(), Some(s.pid)), w)?;
             s.check_alive()?;
             eprintln!(
-                "round {} {:>9}: {:>10.0} ops/s  p50 {:>7.1} us  p99 {:>7.1} us  p99.9 {:>7.1} us  cpu {:>6.2} us/req",
+                "round {} {:>9}: {:>10.0} ops/s  p50 {:>7.1} us  p99 {:>7.1} us  p99.9 {:>7.1} us  cpu {:>6.2} us/req  miss ratio {:.4}",
                 round + 1,
                 s.kind,
                 o.ops_per_sec(),
                 o.p50_us,
                 o.p99_us,
                 o.p999_us,
-                o.cpu_us_per_req.unwrap_or(f64::NAN)
+                o.cpu_us_per_req.unwrap_or(f64::NAN),
+                o.miss_ratio()
             );
             results[i].push(o);
         }
     }
-    let med = |v: &[Outcome], f: &dyn Fn(&Outcome) -> f64| {
-        crate::median(v.iter().map(f).collect()).unwrap_or(f64::NAN)
-    };
-    type Field = (&'static str, fn(&Outcome) -> f64);
-    let fields: [Field; 5] = [
-        ("ops_per_sec", |o| o.ops_per_sec()),
-        ("p50_us", |o| o.p50_us),
-        ("p99_us", |o| o.p99_us),
-        ("p999_us", |o| o.p999_us),
-        ("cpu_us_per_req", |o| o.cpu_us_per_req.unwrap_or(f64::NAN)),
-    ];
-    let medians: Vec<Vec<f64>> = results
+    let summaries: Vec<Summary> = kinds
         .iter()
-        .map(|r| fields.iter().map(|(_, f)| med(r, f)).collect())
+        .zip(&results)
+        .map(|(k, r)| Summary::of(k.name(), r))
         .collect();
-    let floor = kinds.iter().position(|&k| k == Kind::Floor);
+    let floor = kinds
+        .iter()
+        .position(|&k| k == Kind::Floor)
+        .map(|f| &summaries[f]);
+    let first = &summaries[0];
     if json {
-        let rows: Vec<serde_json::Value> = kinds
+        let rows: Vec<serde_json::Value> = summaries
             .iter()
-            .zip(&medians)
-            .map(|(k, m)| {
-                let mut row = serde_json::Map::new();
-                row.insert("server".into(), k.name().into());
-                for ((name, _), v) in fields.iter().zip(m) {
-                    row.insert((*name).into(), (*v).into());
-                }
-                row.insert(
-                    format!("cpu_vs_{}", kinds[0].name()),
-                    (m[4] / medians[0][4]).into(),
-                );
-                if let Some(f) = floor {
-                    row.insert("cpu_vs_floor".into(), (m[4] / medians[f][4]).into());
-                }
-                serde_json::Value::Object(row)
-            })
+            .map(|s| serde_json::Value::Object(s.json(Some(first), floor)))
             .collect();
         println!("{}", serde_json::Value::Array(rows));
         return Ok(true);
     }
     println!(
-        "{} connections, {} generator thread(s), depth {}, {:.0}% gets, {} B values, {:?} protocol; servers -t {threads} -m {memory_mb}; median of {rounds} round(s)",
+        "{} connections, {} generator thread(s), depth {}, {:.0}% gets{}, {} B values, {:?} protocol; servers -t {threads} -m {memory_mb}; median of {rounds} round(s)",
         w.conns,
         w.threads,
         w.depth,
         w.get_ratio * 100.0,
+        if w.cache_aside { " (cache-aside)" } else { "" },
         w.value_size,
         w.protocol
     );
-    println!(
-        "{:>10} {:>12} {:>9} {:>9} {:>9} {:>12} {:>10} {:>10}",
-        "server",
-        "ops/s",
-        "p50 us",
-        "p99 us",
-        "p99.9 us",
-        "cpu us/req",
-        format!("cpu/{}", kinds[0].name())
-            .chars()
-            .take(10)
-            .collect::<String>(),
-        "cpu/floor"
-    );
-    for (k, m) in kinds.iter().zip(&medians) {
-        let vs_floor = floor.map_or(f64::NAN, |f| m[4] / medians[f][4]);
-        println!(
-            "{:>10} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>12.2} {:>10.3} {:>10.3}",
-            k.name(),
-            m[0],
-            m[1],
-            m[2],
-            m[3],
-            m[4],
-            m[4] / medians[0][4],
-            vs_floor
-        );
+    let misses = w.cache_aside || !preload_keys;
+    println!("{}", report::table_header(None, &first.server, misses));
+    for s in &summaries {
+        println!("{}", report::table_row(None, s, first, floor, misses));
     }
     Ok(true)
 }

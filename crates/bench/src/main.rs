@@ -25,6 +25,7 @@ mod hitratio;
 mod keys;
 mod load;
 mod memory;
+mod report;
 mod servers;
 
 use std::path::PathBuf;
@@ -105,9 +106,15 @@ struct LoadArgs {
     get_ratio: f64,
     #[arg(long, value_enum, default_value_t = load::Protocol::Text)]
     protocol: load::Protocol,
-    /// Set every key before measuring (so gets hit).
+    /// Set every key before measuring (so gets hit); not with
+    /// --cache-aside, which starts from an empty cache.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     preload: bool,
+    /// Cache-aside: every get that misses is followed by a set of its key
+    /// (as an application fills its cache); reports the client's miss
+    /// ratio. The cache starts empty (no preload).
+    #[arg(long)]
+    cache_aside: bool,
     /// Memory limit of each server, MB (`-m`, with --vs).
     #[arg(long, default_value_t = 1024)]
     memory: u64,
@@ -370,8 +377,9 @@ fn run(cli: Cli) -> Result<bool, String> {
                 dist: a.dist,
                 rate: a.rate,
                 quantile: a.sla_fraction.clamp(0.0, 1.0),
-                cache_aside: false,
+                cache_aside: a.cache_aside,
             };
+            let preload = a.preload && !a.cache_aside;
             let sla = load::SlaOpts {
                 bound_us: a.sla_bound_us,
                 hot: a.hot,
@@ -382,7 +390,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 memory_mb: a.memory,
                 threads: a.common.threads,
                 rounds: a.rounds.max(1),
-                preload: a.preload,
+                preload,
                 json: a.common.json,
             };
             if a.sla && a.vs {
@@ -391,7 +399,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             } else if a.sla {
                 let addr = a.addr.ok_or("--addr or --vs is needed")?;
                 let target = load::Targets::one(addr, a.pid);
-                if a.preload {
+                if preload {
                     load::preload(&target, &w)?;
                 }
                 let (random, _) = load::sla_rate(&target, &w, &sla)?;
@@ -411,19 +419,21 @@ fn run(cli: Cli) -> Result<bool, String> {
             } else {
                 let addr = a.addr.ok_or("--addr or --vs is needed")?;
                 let target = load::Targets::one(addr, a.pid);
-                if a.preload {
+                if preload {
                     load::preload(&target, &w)?;
                 }
                 let o = load::run(&target, &w)?;
                 println!(
-                    "{:.0} ops/s  p50 {:.1} us  p99 {:.1} us  p99.9 {:.1} us  cpu {} us/req  misses {} of {} gets",
+                    "{:.0} ops/s  p50 {:.1} us  p99 {:.1} us  p99.9 {:.1} us  cpu {} us/req  misses {} of {} gets  miss ratio {:.4}  fills {}",
                     o.ops_per_sec(),
                     o.p50_us,
                     o.p99_us,
                     o.p999_us,
                     o.cpu_us_per_req.map_or("-".into(), |c| format!("{c:.2}")),
                     o.misses,
-                    o.gets
+                    o.gets,
+                    o.miss_ratio(),
+                    o.fills
                 );
                 Ok(true)
             }

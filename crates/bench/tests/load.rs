@@ -102,11 +102,15 @@ fn figure(text: &str, label: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {label:?} in {text:?}"))
 }
 
-/// `load --addr` on `server` with short runs and `extra` options.
+/// `load --addr` on `server` with a short run (0.5 s, 2 connections) and
+/// `extra` options (`--warmup 0.2` unless they give one).
 fn load(server: &Server, extra: &[&str]) -> String {
     let (addr, pid) = (server.addr(), server.pid());
     let mut args = vec!["load", "--addr", &addr, "--pid", &pid];
-    args.extend(["--duration", "0.5", "--warmup", "0.2", "--conns", "2"]);
+    args.extend(["--duration", "0.5", "--conns", "2"]);
+    if !extra.contains(&"--warmup") {
+        args.extend(["--warmup", "0.2"]);
+    }
     args.extend(extra);
     bench(&args)
 }
@@ -139,5 +143,38 @@ fn meta_protocol_gets_and_sets_parse_on_real_servers() {
             ],
         );
         assert!(figure(&text, "misses") > 0.0, "{name}: {text}");
+    }
+}
+
+#[test]
+fn cache_aside_fills_every_missed_key() {
+    // 200 keys, an empty cache, no warm-up: every key misses the first
+    // time a connection asks for it and is set right after, so it misses
+    // at most once per connection (2) and every miss is followed by a fill.
+    for (name, binary) in cache_servers() {
+        let server = Server::start(&binary, &[]);
+        // A key size per protocol: each run starts from keys never stored.
+        for (protocol, key_size) in [("text", "12"), ("meta", "13"), ("binary", "14")] {
+            let text = load(
+                &server,
+                &[
+                    "--cache-aside",
+                    "--keys",
+                    "200",
+                    "--warmup",
+                    "0",
+                    "--protocol",
+                    protocol,
+                    "--key-size",
+                    key_size,
+                ],
+            );
+            let (misses, gets) = (figure(&text, "misses"), figure(&text, "of"));
+            assert!((1.0..=400.0).contains(&misses), "{name} {protocol}: {text}");
+            assert!(gets > misses, "{name} {protocol}: {text}");
+            assert!(figure(&text, "fills") >= 1.0, "{name} {protocol}: {text}");
+            let ratio = figure(&text, "ratio");
+            assert!(ratio > 0.0 && ratio < 1.0, "{name} {protocol}: {text}");
+        }
     }
 }
