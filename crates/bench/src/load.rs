@@ -919,34 +919,64 @@ pub struct VsOpts {
     pub json: bool,
 }
 
-/// `--vs`: starts every server in `kinds` (same `-t`, `-m`), preloads each
-/// (not the floor, which stores nothing), then runs the workload on them in
-/// turn for `rounds` rounds, alternating the order, and prints the median
-/// figures of each with ratios against the first server and the floor.
-pub fn run_vs(
+/// The extra arguments a server of `kind` is started with for workload
+/// `w`: the floor server answers with values of `w.value_size` bytes;
+/// memcached and osmium get the `-I` that items of that size need.
+fn server_args(kind: crate::servers::Kind, w: &Workload) -> Vec<String> {
+    if kind == crate::servers::Kind::Floor {
+        return vec!["--value-size".into(), w.value_size.to_string()];
+    }
+    match item_size_limit(w.value_size, w.key_size) {
+        Some(limit) => vec!["-I".into(), limit],
+        None => Vec::new(),
+    }
+}
+
+/// `-I` for items of `value_size` with `key_size` keys: None while
+/// memcached's default of 1 MiB per item (header and key included) holds
+/// them, else the next power of two in MiB (`2m` for 1 MiB values).
+pub fn item_size_limit(value_size: usize, key_size: usize) -> Option<String> {
+    const MIB: usize = 1 << 20;
+    // memcached's item header with CAS is 56 bytes; leave some room.
+    let item = value_size + key_size + 128;
+    (item > MIB).then(|| format!("{}m", item.div_ceil(MIB).next_power_of_two()))
+}
+
+/// The value sizes of `--sweep`: 64 B to 1 MiB, doubling.
+pub fn sweep_sizes() -> Vec<usize> {
+    (6..=20).map(|bits| 1usize << bits).collect()
+}
+
+/// How many of `keys` a sweep step at `value_size` uses: no more than
+/// fill half of `memory_mb` at `value_size + key_size + 64` bytes per item,
+/// so that every preloaded key stays (gets hit) at every size.
+pub fn keys_that_fit(keys: u64, value_size: usize, key_size: usize, memory_mb: u64) -> u64 {
+    let per_item = (value_size + key_size + 64) as u64;
+    (memory_mb * (1 << 20) / 2 / per_item).clamp(1, keys.max(1))
+}
+
+/// Starts every server in `kinds` (same `-t`, `-m`, and the arguments of
+/// [`server_args`]), preloads each (not the floor, which stores nothing),
+/// then runs the workload on them in turn for `rounds` rounds,
+/// alternating the order; every server's medians, in `kinds`' order. The
+/// servers are stopped before it returns.
+pub fn compare(
     bins: &crate::servers::Binaries,
     kinds: &[crate::servers::Kind],
     w: &Workload,
     o: &VsOpts,
-) -> Result<bool, String> {
+) -> Result<Vec<Summary>, String> {
     use crate::servers::{Kind, Server};
-    let VsOpts {
-        memory_mb,
-        threads,
-        rounds,
-        preload: preload_keys,
-        json,
-    } = *o;
     let mut servers = Vec::new();
     for &kind in kinds {
-        let s = Server::start(bins, kind, memory_mb, threads)?;
-        if preload_keys && kind != Kind::Floor {
+        let s = Server::start_with(bins, kind, o.memory_mb, o.threads, &server_args(kind, w))?;
+        if o.preload && kind != Kind::Floor {
             preload(&Targets::one(s.addr(), None), w)?;
         }
         servers.push(s);
     }
     let mut results: Vec<Vec<Outcome>> = vec![Vec::new(); servers.len()];
-    for round in 0..rounds {
+    for round in 0..o.rounds {
         let mut order: Vec<usize> = (0..servers.len()).collect();
         if round % 2 == 1 {
             order.reverse();
@@ -969,17 +999,30 @@ pub fn run_vs(
             results[i].push(o);
         }
     }
-    let summaries: Vec<Summary> = kinds
+    Ok(kinds
         .iter()
         .zip(&results)
         .map(|(k, r)| Summary::of(k.name(), r))
-        .collect();
-    let floor = kinds
-        .iter()
-        .position(|&k| k == Kind::Floor)
-        .map(|f| &summaries[f]);
+        .collect())
+}
+
+/// The floor server's summary among `summaries`, if it ran.
+fn floor_of(summaries: &[Summary]) -> Option<&Summary> {
+    summaries.iter().find(|s| s.server == "floor")
+}
+
+/// `--vs`: [`compare`], then the median figures of each server with ratios
+/// against the first server and the floor, as a table or JSON.
+pub fn run_vs(
+    bins: &crate::servers::Binaries,
+    kinds: &[crate::servers::Kind],
+    w: &Workload,
+    o: &VsOpts,
+) -> Result<bool, String> {
+    let summaries = compare(bins, kinds, w, o)?;
+    let floor = floor_of(&summaries);
     let first = &summaries[0];
-    if json {
+    if o.json {
         let rows: Vec<serde_json::Value> = summaries
             .iter()
             .map(|s| serde_json::Value::Object(s.json(Some(first), floor)))
@@ -987,21 +1030,154 @@ pub fn run_vs(
         println!("{}", serde_json::Value::Array(rows));
         return Ok(true);
     }
-    println!(
-        "{} connections, {} generator thread(s), depth {}, {:.0}% gets{}, {} B values, {:?} protocol; servers -t {threads} -m {memory_mb}; median of {rounds} round(s)",
+    println!("{}", describe(w, o, &format!("{} B", w.value_size)));
+    let misses = w.cache_aside || !o.preload;
+    println!("{}", report::table_header(None, &first.server, misses));
+    for s in &summaries {
+        println!("{}", report::table_row(None, s, first, floor, misses));
+    }
+    Ok(true)
+}
+
+/// The line above a `--vs` table: what ran (`values`: the value size).
+fn describe(w: &Workload, o: &VsOpts, values: &str) -> String {
+    format!(
+        "{} connections, {} generator thread(s), depth {}, {:.0}% gets{}, {values} values, {:?} protocol; servers -t {} -m {}; median of {} round(s)",
         w.conns,
         w.threads,
         w.depth,
         w.get_ratio * 100.0,
         if w.cache_aside { " (cache-aside)" } else { "" },
-        w.value_size,
-        w.protocol
-    );
-    let misses = w.cache_aside || !preload_keys;
-    println!("{}", report::table_header(None, &first.server, misses));
-    for s in &summaries {
-        println!("{}", report::table_row(None, s, first, floor, misses));
+        w.protocol,
+        o.threads,
+        o.memory_mb,
+        o.rounds
+    )
+}
+
+/// `--vs` with `--value-sizes`/`--sweep`: the whole comparison once per
+/// value size, on servers started afresh for each size (so the slabs one
+/// size filled do not serve the next) with the `-I` it needs, over
+/// [`keys_that_fit`] keys; one table (or JSON array) with a row per size
+/// and server.
+pub fn run_sweep_vs(
+    bins: &crate::servers::Binaries,
+    kinds: &[crate::servers::Kind],
+    w: &Workload,
+    o: &VsOpts,
+    sizes: &[usize],
+) -> Result<bool, String> {
+    let mut steps = Vec::new();
+    for &size in sizes {
+        let step = Workload {
+            value_size: size,
+            keys: keys_that_fit(w.keys, size, w.key_size, o.memory_mb),
+            ..w.clone()
+        };
+        eprintln!(
+            "value size {size} B: {} keys{}",
+            step.keys,
+            item_size_limit(size, w.key_size).map_or(String::new(), |l| format!(", -I {l}"))
+        );
+        let summaries = compare(bins, kinds, &step, o)?;
+        steps.push((step, summaries));
     }
+    print_sweep(&steps, o.json, w.cache_aside || !o.preload, || {
+        describe(w, o, "sized")
+    });
+    Ok(true)
+}
+
+/// A sweep's rows: a table with the value size first, or a JSON array
+/// whose objects add `value_size` and `keys`.
+fn print_sweep(
+    steps: &[(Workload, Vec<Summary>)],
+    json: bool,
+    misses: bool,
+    describe: impl Fn() -> String,
+) {
+    if json {
+        let rows: Vec<serde_json::Value> = steps
+            .iter()
+            .flat_map(|(step, summaries)| {
+                let floor = floor_of(summaries);
+                summaries.iter().map(move |s| {
+                    let mut row = s.json(summaries.first(), floor);
+                    row.insert("value_size".into(), step.value_size.into());
+                    row.insert("keys".into(), step.keys.into());
+                    serde_json::Value::Object(row)
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(rows));
+        return;
+    }
+    println!("{}", describe());
+    let Some(first_name) = steps.first().and_then(|(_, s)| s.first()) else {
+        return;
+    };
+    println!(
+        "{}",
+        report::table_header(Some("value B"), &first_name.server, misses)
+    );
+    for (step, summaries) in steps {
+        let floor = floor_of(summaries);
+        for s in summaries {
+            println!(
+                "{}",
+                report::table_row(
+                    Some(&step.value_size.to_string()),
+                    s,
+                    &summaries[0],
+                    floor,
+                    misses
+                )
+            );
+        }
+    }
+}
+
+/// A sweep on one running server (`--addr` with `--value-sizes`/`--sweep`):
+/// per size, [`keys_that_fit`] keys (with `memory_mb`, the `-m` the server
+/// is assumed to have) preloaded unless `preload` is false, then one run.
+/// The server must accept the largest items (`-I`).
+pub fn run_sweep(
+    targets: &Targets,
+    w: &Workload,
+    sizes: &[usize],
+    memory_mb: u64,
+    preload_keys: bool,
+    json: bool,
+) -> Result<bool, String> {
+    let name = targets
+        .addrs
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut steps = Vec::new();
+    for &size in sizes {
+        let step = Workload {
+            value_size: size,
+            keys: keys_that_fit(w.keys, size, w.key_size, memory_mb),
+            ..w.clone()
+        };
+        eprintln!("value size {size} B: {} keys", step.keys);
+        if preload_keys {
+            preload(targets, &step)?;
+        }
+        let out = run(targets, &step)?;
+        steps.push((step, vec![Summary::of(&name, &[out])]));
+    }
+    print_sweep(&steps, json, w.cache_aside || !preload_keys, || {
+        format!(
+            "{} connections, depth {}, {:.0}% gets, sized values, {:?} protocol",
+            w.conns,
+            w.depth,
+            w.get_ratio * 100.0,
+            w.protocol
+        )
+    });
     Ok(true)
 }
 
@@ -1085,7 +1261,7 @@ pub fn run_sla(
     use crate::servers::{Kind, Server};
     let mut rows = Vec::new();
     for &kind in kinds {
-        let s = Server::start(bins, kind, vs.memory_mb, vs.threads)?;
+        let s = Server::start_with(bins, kind, vs.memory_mb, vs.threads, &server_args(kind, w))?;
         if vs.preload && kind != Kind::Floor {
             preload(&Targets::one(s.addr(), None), w)?;
         }
@@ -1189,6 +1365,20 @@ mod tests {
         push_request(&mut out, Protocol::Meta, b"k2", false, b"xyz");
         push_request(&mut out, Protocol::Text, b"k3", false, b"ab");
         assert_eq!(out, b"mg k1 v\r\nms k2 3\r\nxyz\r\nset k3 0 0 2\r\nab\r\n");
+    }
+
+    #[test]
+    fn sweep_sizes_fit_their_servers() {
+        let sizes = sweep_sizes();
+        assert_eq!((sizes[0], sizes[sizes.len() - 1]), (64, 1 << 20));
+        assert_eq!(sizes.len(), 15);
+        assert_eq!(item_size_limit(64, 16), None);
+        assert_eq!(item_size_limit(512 << 10, 16), None);
+        assert_eq!(item_size_limit(1 << 20, 16), Some("2m".into()));
+        assert_eq!(item_size_limit(3 << 20, 16), Some("4m".into()));
+        assert_eq!(keys_that_fit(100_000, 64, 16, 1024), 100_000);
+        assert_eq!(keys_that_fit(100_000, 1 << 20, 16, 1024), 511);
+        assert_eq!(keys_that_fit(100_000, 1 << 20, 16, 1), 1);
     }
 
     #[test]

@@ -101,6 +101,14 @@ struct LoadArgs {
     key_size: usize,
     #[arg(long, default_value_t = 64)]
     value_size: usize,
+    /// Run once per value size (bytes, comma separated), one table with a
+    /// row per size (and server); keys are cut to what fits in half of
+    /// --memory.
+    #[arg(long, value_delimiter = ',', conflicts_with = "sweep")]
+    value_sizes: Vec<usize>,
+    /// --value-sizes 64,128,...,1048576 (64 B to 1 MiB, doubling).
+    #[arg(long)]
+    sweep: bool,
     /// Fraction of requests that are gets (the rest are sets).
     #[arg(long, default_value_t = 1.0)]
     get_ratio: f64,
@@ -393,7 +401,22 @@ fn run(cli: Cli) -> Result<bool, String> {
                 preload,
                 json: a.common.json,
             };
-            if a.sla && a.vs {
+            let sizes = if a.sweep {
+                load::sweep_sizes()
+            } else {
+                a.value_sizes.clone()
+            };
+            if !sizes.is_empty() && a.sla {
+                return Err("--sla does not sweep value sizes".into());
+            }
+            if !sizes.is_empty() && a.vs {
+                let bins = binaries(&a.common)?;
+                load::run_sweep_vs(&bins, &kinds(&a.common), &w, &vs, &sizes)
+            } else if !sizes.is_empty() {
+                let addr = a.addr.ok_or("--addr or --vs is needed")?;
+                let target = load::Targets::one(addr, a.pid);
+                load::run_sweep(&target, &w, &sizes, a.memory, preload, a.common.json)
+            } else if a.sla && a.vs {
                 let bins = binaries(&a.common)?;
                 load::run_sla(&bins, &kinds(&a.common), &w, &vs, &sla)
             } else if a.sla {

@@ -178,3 +178,58 @@ fn cache_aside_fills_every_missed_key() {
         }
     }
 }
+
+#[test]
+fn value_size_sweep_runs_every_server_per_size() {
+    // 64 B and 1 MiB values: --vs must start memcached and osmium with
+    // -I 2m for the second, or the preload is refused and gets miss.
+    let cache = cache_servers();
+    let mut servers = vec!["floor"];
+    servers.extend(cache.iter().map(|(name, _)| *name));
+    let list = servers.join(",");
+    let mut args = vec![
+        "load",
+        "--vs",
+        "--servers",
+        &list,
+        "--threads",
+        "1",
+        "--value-sizes",
+        "64,1048576",
+        "--memory",
+        "64",
+        "--keys",
+        "1000",
+        "--rounds",
+        "1",
+        "--duration",
+        "0.3",
+        "--warmup",
+        "0.1",
+        "--conns",
+        "2",
+        "--json",
+    ];
+    for (name, path) in &cache {
+        args.extend([
+            if *name == "osmium" {
+                "--osmium"
+            } else {
+                "--memcached"
+            },
+            path.to_str().unwrap(),
+        ]);
+    }
+    let text = bench(&args);
+    let rows: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2 * servers.len(), "{text}");
+    for (i, row) in rows.iter().enumerate() {
+        let size = if i < servers.len() { 64 } else { 1 << 20 };
+        assert_eq!(row["value_size"], size, "{row}");
+        assert_eq!(row["server"], servers[i % servers.len()], "{row}");
+        assert!(row["gets"].as_u64().unwrap() > 0, "{row}");
+        assert_eq!(row["misses"], 0, "{row}");
+        assert!(row["keys"].as_u64().unwrap() <= 1000, "{row}");
+    }
+}
