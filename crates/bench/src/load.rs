@@ -243,6 +243,8 @@ pub struct Targets {
     /// Their PIDs, when known, for the servers' CPU time per request
     /// (summed over all of them).
     pub pids: Vec<u32>,
+    /// Key placement over several servers (None: one server).
+    pub continuum: Option<std::sync::Arc<crate::ketama::Continuum>>,
 }
 
 impl Targets {
@@ -251,13 +253,32 @@ impl Targets {
         Targets {
             addrs: vec![addr],
             pids: pid.into_iter().collect(),
+            continuum: None,
+        }
+    }
+
+    /// Several servers, `(host as spelled for ketama, port, address)`,
+    /// keys placed by libmemcached's ketama `variant`.
+    pub fn ketama(
+        servers: &[(String, u16, SocketAddr)],
+        pids: Vec<u32>,
+        variant: crate::ketama::Variant,
+    ) -> Targets {
+        let names: Vec<(String, u16)> = servers.iter().map(|(h, p, _)| (h.clone(), *p)).collect();
+        Targets {
+            addrs: servers.iter().map(|s| s.2).collect(),
+            pids,
+            continuum: Some(std::sync::Arc::new(variant.continuum(&names))),
         }
     }
 
     /// The index in `addrs` of the server that holds `key`.
     #[inline]
-    pub fn server_of(&self, _key: &[u8]) -> usize {
-        0
+    pub fn server_of(&self, key: &[u8]) -> usize {
+        match &self.continuum {
+            Some(c) if self.addrs.len() > 1 => c.server_of(key),
+            _ => 0,
+        }
     }
 
     /// The servers' CPU time so far, summed; None without PIDs.

@@ -22,6 +22,7 @@
 mod conn;
 mod floor;
 mod hitratio;
+mod ketama;
 mod keys;
 mod load;
 mod memory;
@@ -60,6 +61,55 @@ enum Cmd {
     /// loop, or open loop with --rate); --vs compares servers, --sla finds
     /// the highest rate within the SLA.
     Load(LoadArgs),
+    /// Prints which of --targets each key goes to under libmemcached's
+    /// ketama (`KEY HOST:PORT` per line).
+    Ketama(KetamaArgs),
+}
+
+#[derive(Args)]
+struct KetamaArgs {
+    /// The servers, in the order the client is given them.
+    #[arg(
+        long,
+        value_name = "HOST:PORT,...",
+        value_delimiter = ',',
+        required = true
+    )]
+    targets: Vec<String>,
+    #[arg(long, value_enum, default_value_t = ketama::Variant::Default)]
+    ketama: ketama::Variant,
+    /// The keys.
+    keys: Vec<String>,
+}
+
+/// `HOST:PORT` strings as (host as spelled, port, resolved address).
+fn resolve_targets(targets: &[String]) -> Result<Vec<(String, u16, std::net::SocketAddr)>, String> {
+    use std::net::ToSocketAddrs;
+    targets
+        .iter()
+        .map(|t| {
+            let (host, port) = t
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+                .ok_or_else(|| format!("bad target {t:?}: HOST:PORT"))?;
+            let addr = (host, port)
+                .to_socket_addrs()
+                .map_err(|e| format!("resolving {t}: {e}"))?
+                .next()
+                .ok_or_else(|| format!("{t} resolves to nothing"))?;
+            Ok((host.to_string(), port, addr))
+        })
+        .collect()
+}
+
+/// The servers of a `load` without --vs: --targets, else --addr.
+fn load_targets(a: &LoadArgs) -> Result<load::Targets, String> {
+    if !a.targets.is_empty() {
+        let servers = resolve_targets(&a.targets)?;
+        return Ok(load::Targets::ketama(&servers, a.pids.clone(), a.ketama));
+    }
+    let addr = a.addr.ok_or("--addr, --targets or --vs is needed")?;
+    Ok(load::Targets::one(addr, a.pid))
 }
 
 #[derive(Args)]
@@ -71,11 +121,21 @@ struct LoadArgs {
     #[arg(long)]
     vs: bool,
     /// A running server to load (without --vs).
-    #[arg(long, value_name = "HOST:PORT", required_unless_present = "vs")]
+    #[arg(long, value_name = "HOST:PORT", required_unless_present_any = ["vs", "targets"])]
     addr: Option<std::net::SocketAddr>,
     /// Its PID, for its CPU time per request (without --vs).
     #[arg(long)]
     pid: Option<u32>,
+    /// Several running servers: keys spread over them as libmemcached's
+    /// ketama does (see --ketama); instead of --addr.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',', conflicts_with_all = ["addr", "vs"])]
+    targets: Vec<String>,
+    /// Their PIDs, for their CPU time per request (summed).
+    #[arg(long, value_delimiter = ',')]
+    pids: Vec<u32>,
+    /// The libmemcached ketama flavour of --targets.
+    #[arg(long, value_enum, default_value_t = ketama::Variant::Default)]
+    ketama: ketama::Variant,
     /// Client connections.
     #[arg(long, default_value_t = 8)]
     conns: usize,
@@ -366,9 +426,19 @@ fn run(cli: Cli) -> Result<bool, String> {
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], a.port));
         return floor::run(addr, a.value_size).map(|()| true);
     }
+    if let Cmd::Ketama(a) = &cli.command {
+        let servers = resolve_targets(&a.targets)?;
+        let names: Vec<(String, u16)> = servers.iter().map(|(h, p, _)| (h.clone(), *p)).collect();
+        let continuum = a.ketama.continuum(&names);
+        for key in &a.keys {
+            let (host, port, _) = &servers[continuum.server_of(key.as_bytes())];
+            println!("{key} {host}:{port}");
+        }
+        return Ok(true);
+    }
     servers::install_signal_handler()?;
     match cli.command {
-        Cmd::Floor(_) => unreachable!("handled above"),
+        Cmd::Floor(_) | Cmd::Ketama(_) => unreachable!("handled above"),
         Cmd::Load(a) => {
             let w = load::Workload {
                 conns: a.conns.max(1),
@@ -413,15 +483,13 @@ fn run(cli: Cli) -> Result<bool, String> {
                 let bins = binaries(&a.common)?;
                 load::run_sweep_vs(&bins, &kinds(&a.common), &w, &vs, &sizes)
             } else if !sizes.is_empty() {
-                let addr = a.addr.ok_or("--addr or --vs is needed")?;
-                let target = load::Targets::one(addr, a.pid);
+                let target = load_targets(&a)?;
                 load::run_sweep(&target, &w, &sizes, a.memory, preload, a.common.json)
             } else if a.sla && a.vs {
                 let bins = binaries(&a.common)?;
                 load::run_sla(&bins, &kinds(&a.common), &w, &vs, &sla)
             } else if a.sla {
-                let addr = a.addr.ok_or("--addr or --vs is needed")?;
-                let target = load::Targets::one(addr, a.pid);
+                let target = load_targets(&a)?;
                 if preload {
                     load::preload(&target, &w)?;
                 }
@@ -440,8 +508,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 let bins = binaries(&a.common)?;
                 load::run_vs(&bins, &kinds(&a.common), &w, &vs)
             } else {
-                let addr = a.addr.ok_or("--addr or --vs is needed")?;
-                let target = load::Targets::one(addr, a.pid);
+                let target = load_targets(&a)?;
                 if preload {
                     load::preload(&target, &w)?;
                 }

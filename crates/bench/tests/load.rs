@@ -233,3 +233,139 @@ fn value_size_sweep_runs_every_server_per_size() {
         assert!(row["keys"].as_u64().unwrap() <= 1000, "{row}");
     }
 }
+
+/// Runs `python3 -c script args...`; None (with a SKIP line) when pylibmc
+/// cannot be imported.
+fn pylibmc(script: &str, args: &[String]) -> Option<String> {
+    let probe = Command::new("python3")
+        .args(["-c", "import pylibmc"])
+        .output();
+    if !matches!(&probe, Ok(out) if out.status.success()) {
+        eprintln!("SKIP: python3 with pylibmc is not installed (scripts/test-all.sh installs it)");
+        return None;
+    }
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "python3: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8(out.stdout).unwrap())
+}
+
+/// The value stored under `key` on the server at `addr`, if any (`get`).
+fn get(addr: &str, key: &str) -> Option<Vec<u8>> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(format!("get {key}\r\n").as_bytes()).unwrap();
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    if line == "END\r\n" {
+        return None;
+    }
+    let len: usize = line.trim_end().rsplit(' ').next().unwrap().parse().unwrap();
+    let mut data = vec![0; len + 2];
+    r.read_exact(&mut data).unwrap();
+    data.truncate(len);
+    Some(data)
+}
+
+/// pylibmc's behaviors for each `--ketama` flavour.
+const FLAVOURS: [(&str, &str); 3] = [
+    ("default", r#"{"ketama": True}"#),
+    ("md5", r#"{"ketama": True, "hash": "md5"}"#),
+    ("weighted", r#"{"ketama_weighted": True}"#),
+];
+
+#[test]
+fn ketama_places_keys_where_libmemcached_does() {
+    // Three servers of each kind; a libmemcached client (pylibmc) stores
+    // keys with ketama; `osmium-bench ketama` must name the one server
+    // that holds each. Then `load --targets` preloads its keys and pylibmc
+    // must find every one of them.
+    for (name, binary) in cache_servers() {
+        let servers: Vec<Server> = (0..3).map(|_| Server::start(&binary, &[])).collect();
+        let addrs: Vec<String> = servers.iter().map(Server::addr).collect();
+        let list = addrs.join(",");
+        for (flavour, behaviors) in FLAVOURS {
+            let keys: Vec<String> = (0..200).map(|i| format!("{flavour}:{name}:{i}")).collect();
+            let script = format!(
+                "import sys, pylibmc\n\
+                 c = pylibmc.Client(sys.argv[1].split(','), behaviors={behaviors})\n\
+                 for k in sys.argv[2:]:\n    assert c.set(k, 'v:' + k)\n"
+            );
+            let mut args = vec![list.clone()];
+            args.extend(keys.iter().cloned());
+            let Some(_) = pylibmc(&script, &args) else {
+                return;
+            };
+            let mut cmd = vec!["ketama", "--targets", &list, "--ketama", flavour];
+            cmd.extend(keys.iter().map(String::as_str));
+            let placed = bench(&cmd);
+            let mut per_server = [0; 3];
+            for (line, key) in placed.lines().zip(&keys) {
+                let (k, server) = line.split_once(' ').unwrap();
+                assert_eq!(k, key);
+                for (i, addr) in addrs.iter().enumerate() {
+                    let held = get(addr, key);
+                    if addr == server {
+                        assert_eq!(
+                            held,
+                            Some(format!("v:{key}").into_bytes()),
+                            "{name} {flavour}: {key} not on {server}"
+                        );
+                        per_server[i] += 1;
+                    } else {
+                        assert_eq!(
+                            held, None,
+                            "{name} {flavour}: {key} on {addr}, predicted {server}"
+                        );
+                    }
+                }
+            }
+            assert_eq!(per_server.iter().sum::<i32>(), 200);
+            assert!(per_server.iter().all(|&n| n > 0), "{per_server:?}");
+        }
+        // load --targets (its preload and its gets) against pylibmc.
+        let mut load_args = vec![
+            "load",
+            "--targets",
+            &list,
+            "--keys",
+            "300",
+            "--ketama",
+            "default",
+        ];
+        load_args.extend([
+            "--duration",
+            "0.3",
+            "--warmup",
+            "0.1",
+            "--conns",
+            "2",
+            "--depth",
+            "4",
+        ]);
+        let text = bench(&load_args);
+        assert_eq!(figure(&text, "misses"), 0.0, "{name}: {text}");
+        let found = pylibmc(
+            "import sys, pylibmc\n\
+             c = pylibmc.Client(sys.argv[1].split(','), behaviors={'ketama': True})\n\
+             keys = ['k%015d' % i for i in range(300)]\n\
+             print(len(c.get_multi(keys)))\n",
+            std::slice::from_ref(&list),
+        )
+        .unwrap();
+        assert_eq!(
+            found.trim(),
+            "300",
+            "{name}: pylibmc found {found} of the 300 keys load set"
+        );
+    }
+}
