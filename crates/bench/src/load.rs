@@ -408,13 +408,17 @@ pub fn run(targets: &Targets, w: &Workload) -> Result<Outcome, String> {
             std::thread::spawn(move || generate(&targets, conns, t as u64, &w, start, measure_to))
         })
         .collect();
+    let progress = Progress::start(start, w.warmup, w.duration);
+    let mut joined = Vec::with_capacity(workers.len());
+    for h in workers {
+        joined.push(h.join());
+    }
+    progress.finish();
     let mut hist =
         Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
     let (mut gets, mut misses, mut fills) = (0, 0, 0);
-    for h in workers {
-        let part = h
-            .join()
-            .map_err(|_| "a generator thread panicked".to_string())??;
+    for part in joined {
+        let part = part.map_err(|_| "a generator thread panicked".to_string())??;
         hist.add(part.hist).map_err(|e| e.to_string())?;
         gets += part.gets;
         misses += part.misses;
@@ -437,6 +441,71 @@ pub fn run(targets: &Targets, w: &Workload) -> Result<Outcome, String> {
         misses,
         fills,
     })
+}
+
+/// A progress bar on stderr over a run's warm-up and measured window,
+/// shown only when the run lasts [`Progress::MIN_RUN`] or more and stderr is
+/// a terminal (so tests and CI logs get nothing).
+struct Progress {
+    bar: indicatif::ProgressBar,
+    ticker: Option<std::thread::JoinHandle<()>>,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Progress {
+    const MIN_RUN: Duration = Duration::from_secs(3);
+
+    fn start(start: Instant, warmup: Duration, duration: Duration) -> Progress {
+        use std::io::IsTerminal;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let total = warmup + duration;
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        if total < Progress::MIN_RUN || !io::stderr().is_terminal() {
+            return Progress {
+                bar: indicatif::ProgressBar::hidden(),
+                ticker: None,
+                done,
+            };
+        }
+        let bar = indicatif::ProgressBar::new(total.as_millis() as u64);
+        let template = format!(
+            "  {{msg:9}} [{{bar:40}}] {{elapsed}}/{:.0}s",
+            total.as_secs_f64()
+        );
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(&template)
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        let ticker = {
+            let (bar, done) = (bar.clone(), done.clone());
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    let elapsed = Instant::now().saturating_duration_since(start);
+                    bar.set_position(elapsed.as_millis() as u64);
+                    bar.set_message(if elapsed < warmup {
+                        "warm-up"
+                    } else {
+                        "measuring"
+                    });
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })
+        };
+        Progress {
+            bar,
+            ticker: Some(ticker),
+            done,
+        }
+    }
+
+    fn finish(self) {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.ticker {
+            t.join().ok();
+        }
+        self.bar.finish_and_clear();
+    }
 }
 
 fn sleep_until(t: Instant) {

@@ -13,7 +13,10 @@
 //!   pipeline depth) or open loop at a fixed rate (`--rate`), reporting
 //!   ops/s, latency percentiles and the server's CPU time per request;
 //!   `--vs` runs it on memcached, osmium and the floor server in turn, and
-//!   `--sla` finds the highest rate within a latency SLA ([`load`]).
+//!   `--sla` finds the highest rate within a latency SLA; also the meta
+//!   protocol, cache-aside, value-size sweeps and several servers placed
+//!   by ketama ([`load`], [`report`], [`ketama`]);
+//! * `ketama`: prints the server libmemcached's ketama puts each key on.
 //!
 //! Servers are started and stopped by [`servers`]; keys and values come
 //! from [`keys`]; control connections are [`conn`]. The storage-only

@@ -208,3 +208,31 @@ fn open_loop_and_sla_run_against_the_floor_server() {
         .unwrap_or_else(|| panic!("{text}"));
     assert!(overall > 0.0, "{text}");
 }
+
+#[test]
+fn progress_bar_stays_off_a_stderr_that_is_not_a_terminal() {
+    // A 3 s run would show a progress bar on a terminal; piped, stderr
+    // gets none of it.
+    let floor = Floor::start(64);
+    let addr = format!("127.0.0.1:{}", floor.port);
+    let out = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
+        .args([
+            "load",
+            "--addr",
+            &addr,
+            "--preload",
+            "false",
+            "--conns",
+            "1",
+        ])
+        .args(["--duration", "2.5", "--warmup", "0.5"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("measuring") && !stderr.contains('\r'),
+        "{stderr:?}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ops/s"));
+}
