@@ -272,6 +272,15 @@ impl Targets {
         }
     }
 
+    /// The servers' addresses, comma separated (the `server` of reports).
+    pub fn name(&self) -> String {
+        self.addrs
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// The index in `addrs` of the server that holds `key`.
     #[inline]
     pub fn server_of(&self, key: &[u8]) -> usize {
@@ -1239,12 +1248,7 @@ pub fn run_sweep(
     preload_keys: bool,
     json: bool,
 ) -> Result<bool, String> {
-    let name = targets
-        .addrs
-        .iter()
-        .map(|a| a.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
+    let name = targets.name();
     let mut steps = Vec::new();
     for &size in sizes {
         let step = Workload {
@@ -1337,6 +1341,33 @@ pub fn sla_rate(
     Ok((if best.is_some() { lo } else { 0.0 }, best))
 }
 
+/// One server's SLA figures as JSON: `server`, `random_rps`, `hot_rps`,
+/// `overall` (0.8 × random + 0.2 × hot), with `first` (the first server's
+/// overall) `overall_vs_first`, and `cpu_us_per_req` of the best random
+/// step when there was one.
+pub fn sla_json(
+    server: &str,
+    random: f64,
+    hot: f64,
+    first: Option<f64>,
+    random_out: Option<&Outcome>,
+) -> serde_json::Value {
+    let overall = 0.8 * random + 0.2 * hot;
+    let mut row = serde_json::Map::new();
+    row.insert("server".into(), server.into());
+    row.insert("random_rps".into(), random.into());
+    row.insert("hot_rps".into(), hot.into());
+    row.insert("overall".into(), overall.into());
+    if let Some(first) = first {
+        row.insert("overall_vs_first".into(), (overall / first).into());
+    }
+    let cpu = random_out
+        .and_then(|o| o.cpu_us_per_req)
+        .unwrap_or(f64::NAN);
+    row.insert("cpu_us_per_req".into(), cpu.into());
+    serde_json::Value::Object(row)
+}
+
 /// `--sla` on each server of `kinds` (started as for `--vs`, one at a
 /// time in the order given): the random-key and hot-key SLA rates and
 /// Overall = 0.8 × random + 0.2 × hot (seed 002), with ratios against the
@@ -1370,14 +1401,8 @@ pub fn run_sla(
     if vs.json {
         let out: Vec<serde_json::Value> = rows
             .iter()
-            .map(|(k, random, hot, overall, _)| {
-                serde_json::json!({
-                    "server": k.name(),
-                    "random_rps": random,
-                    "hot_rps": hot,
-                    "overall": overall,
-                    "overall_vs_first": overall / first,
-                })
+            .map(|(k, random, hot, _, r_out)| {
+                sla_json(k.name(), *random, *hot, Some(first), r_out.as_ref())
             })
             .collect();
         println!("{}", serde_json::Value::Array(out));

@@ -496,16 +496,20 @@ fn run(cli: Cli) -> Result<bool, String> {
                 if preload {
                     load::preload(&target, &w)?;
                 }
-                let (random, _) = load::sla_rate(&target, &w, &sla)?;
+                let (random, random_out) = load::sla_rate(&target, &w, &sla)?;
                 let hot_w = load::Workload {
                     dist: a.hot,
                     ..w.clone()
                 };
                 let (hot, _) = load::sla_rate(&target, &hot_w, &sla)?;
-                println!(
-                    "random {random:.0} req/s  hot {hot:.0} req/s  overall {:.0}",
-                    0.8 * random + 0.2 * hot
-                );
+                let overall = 0.8 * random + 0.2 * hot;
+                if a.common.json {
+                    let row =
+                        load::sla_json(&target.name(), random, hot, None, random_out.as_ref());
+                    println!("{}", serde_json::Value::Array(vec![row]));
+                } else {
+                    println!("random {random:.0} req/s  hot {hot:.0} req/s  overall {overall:.0}");
+                }
                 Ok(true)
             } else if a.vs {
                 let bins = binaries(&a.common)?;
@@ -516,6 +520,15 @@ fn run(cli: Cli) -> Result<bool, String> {
                     load::preload(&target, &w)?;
                 }
                 let o = load::run(&target, &w)?;
+                if a.common.json {
+                    let mut row = report::Summary::of(&target.name(), std::slice::from_ref(&o))
+                        .json(None, None);
+                    if let Some(rate) = w.rate {
+                        row.insert("offered_rps".into(), rate.into());
+                    }
+                    println!("{}", serde_json::Value::Array(vec![row.into()]));
+                    return Ok(true);
+                }
                 println!(
                     "{:.0} ops/s  p50 {:.1} us  p99 {:.1} us  p99.9 {:.1} us  cpu {} us/req  misses {} of {} gets  miss ratio {:.4}  fills {}",
                     o.ops_per_sec(),

@@ -236,3 +236,84 @@ fn progress_bar_stays_off_a_stderr_that_is_not_a_terminal() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("ops/s"));
 }
+
+/// The fields every `load` row has, whatever the mode.
+const ROW_FIELDS: [&str; 7] = [
+    "server",
+    "ops_per_sec",
+    "p50_us",
+    "p99_us",
+    "p999_us",
+    "cpu_us_per_req",
+    "miss_ratio",
+];
+
+#[test]
+fn every_load_mode_prints_json_with_the_same_fields() {
+    let (a, b) = (Floor::start(64), Floor::start(64));
+    let addr = format!("127.0.0.1:{}", a.port);
+    let pid = a.child.id().to_string();
+    let targets = format!("{addr},127.0.0.1:{}", b.port);
+    let short = [
+        "--duration",
+        "0.3",
+        "--warmup",
+        "0.1",
+        "--preload",
+        "false",
+        "--json",
+    ];
+    let modes: [Vec<&str>; 4] = [
+        vec!["load", "--addr", &addr, "--pid", &pid],
+        vec!["load", "--addr", &addr, "--rate", "2000"],
+        vec!["load", "--targets", &targets, "--depth", "4"],
+        vec!["load", "--addr", &addr, "--value-sizes", "64,256"],
+    ];
+    for mode in modes {
+        let mut args = mode.clone();
+        args.extend(short);
+        let text = bench(&args);
+        let rows: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        let rows = rows
+            .as_array()
+            .unwrap_or_else(|| panic!("{mode:?}: {text}"));
+        assert!(!rows.is_empty(), "{mode:?}");
+        for row in rows {
+            for field in ROW_FIELDS {
+                assert!(row.get(field).is_some(), "{mode:?}: no {field} in {row}");
+            }
+            assert!(
+                row["ops_per_sec"].as_f64().unwrap() > 0.0,
+                "{mode:?}: {row}"
+            );
+        }
+    }
+    // --sla: the fields of `load --vs --sla --json`.
+    let text = bench(&[
+        "load",
+        "--addr",
+        &addr,
+        "--sla",
+        "--preload",
+        "false",
+        "--sla-steps",
+        "2",
+        "--sla-step-duration",
+        "0.2",
+        "--warmup",
+        "0.1",
+        "--sla-bound-us",
+        "200000",
+        "--json",
+    ]);
+    let rows: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    for field in [
+        "server",
+        "random_rps",
+        "hot_rps",
+        "overall",
+        "cpu_us_per_req",
+    ] {
+        assert!(rows[0].get(field).is_some(), "no {field} in {text}");
+    }
+}
