@@ -198,6 +198,8 @@ pub struct Outcome {
     pub misses: u64,
     /// Sets sent because a get missed (cache-aside), measured.
     pub fills: u64,
+    /// The latencies measured (ns), for plots.
+    pub latency: Option<Histogram<u64>>,
 }
 
 impl Outcome {
@@ -449,6 +451,7 @@ pub fn run(targets: &Targets, w: &Workload) -> Result<Outcome, String> {
         gets,
         misses,
         fills,
+        latency: Some(hist),
     })
 }
 
@@ -1006,7 +1009,7 @@ fn meta_reply(input: &[u8]) -> Result<Option<(usize, bool)>, String> {
 }
 
 /// How `--vs` runs the servers.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct VsOpts {
     /// `-m` of memcached and osmium.
     pub memory_mb: u64,
@@ -1016,6 +1019,8 @@ pub struct VsOpts {
     /// Set every key before the runs.
     pub preload: bool,
     pub json: bool,
+    /// `--plot DIR`: SVG charts written there.
+    pub plot: Option<std::path::PathBuf>,
 }
 
 /// The extra arguments a server of `kind` is started with for workload
@@ -1065,6 +1070,18 @@ pub fn compare(
     w: &Workload,
     o: &VsOpts,
 ) -> Result<Vec<Summary>, String> {
+    let servers = start_servers(bins, kinds, w, o)?;
+    measure(&servers, w, o.rounds)
+}
+
+/// Starts every server in `kinds` for workload `w` and preloads those
+/// that store (all but the floor) when `o.preload`.
+fn start_servers(
+    bins: &crate::servers::Binaries,
+    kinds: &[crate::servers::Kind],
+    w: &Workload,
+    o: &VsOpts,
+) -> Result<Vec<crate::servers::Server>, String> {
     use crate::servers::{Kind, Server};
     let mut servers = Vec::new();
     for &kind in kinds {
@@ -1074,8 +1091,18 @@ pub fn compare(
         }
         servers.push(s);
     }
+    Ok(servers)
+}
+
+/// Runs `w` on `servers` in turn for `rounds` rounds, alternating the
+/// order; every server's medians, in `servers`' order.
+fn measure(
+    servers: &[crate::servers::Server],
+    w: &Workload,
+    rounds: usize,
+) -> Result<Vec<Summary>, String> {
     let mut results: Vec<Vec<Outcome>> = vec![Vec::new(); servers.len()];
-    for round in 0..o.rounds {
+    for round in 0..rounds {
         let mut order: Vec<usize> = (0..servers.len()).collect();
         if round % 2 == 1 {
             order.reverse();
@@ -1098,10 +1125,10 @@ pub fn compare(
             results[i].push(o);
         }
     }
-    Ok(kinds
+    Ok(servers
         .iter()
         .zip(&results)
-        .map(|(k, r)| Summary::of(k.name(), r))
+        .map(|(s, r)| Summary::of(s.kind.name(), r))
         .collect())
 }
 
@@ -1119,6 +1146,12 @@ pub fn run_vs(
     o: &VsOpts,
 ) -> Result<bool, String> {
     let summaries = compare(bins, kinds, w, o)?;
+    plot_cdf(
+        o.plot.as_deref(),
+        "latency-cdf.svg",
+        &chart_title(w, &format!("{} B", w.value_size)),
+        &summaries,
+    )?;
     let floor = floor_of(&summaries);
     let first = &summaries[0];
     if o.json {
@@ -1136,6 +1169,17 @@ pub fn run_vs(
         println!("{}", report::table_row(None, s, first, floor, misses));
     }
     Ok(true)
+}
+
+/// A chart's title: the workload in short (`values`: the value size).
+fn chart_title(w: &Workload, values: &str) -> String {
+    format!(
+        "{values} values, {:.0}% gets, {:?}, {} conns x depth {}",
+        w.get_ratio * 100.0,
+        w.protocol,
+        w.conns,
+        w.depth
+    )
 }
 
 /// The line above a `--vs` table: what ran (`values`: the value size).
@@ -1179,18 +1223,37 @@ pub fn run_sweep_vs(
             item_size_limit(size, w.key_size).map_or(String::new(), |l| format!(", -I {l}"))
         );
         let summaries = compare(bins, kinds, &step, o)?;
-        steps.push((step, summaries));
+        plot_cdf(
+            o.plot.as_deref(),
+            &format!("latency-cdf-{size}B.svg"),
+            &chart_title(&step, &format!("{size} B")),
+            &summaries,
+        )?;
+        steps.push(size_step(&step, summaries));
     }
-    print_sweep(&steps, o.json, w.cache_aside || !o.preload, || {
-        describe(w, o, "sized")
-    });
+    print_steps(
+        &steps,
+        "value B",
+        o.json,
+        w.cache_aside || !o.preload,
+        || describe(w, o, "sized"),
+    );
     Ok(true)
 }
 
-/// A sweep's rows: a table with the value size first, or a JSON array
-/// whose objects add `value_size` and `keys`.
-fn print_sweep(
-    steps: &[(Workload, Vec<Summary>)],
+/// One step of a sweep: its lead column (value size, or offered rate),
+/// the fields it adds to each JSON row, and every server's figures.
+pub struct Step {
+    pub lead: String,
+    pub fields: Vec<(&'static str, serde_json::Value)>,
+    pub summaries: Vec<Summary>,
+}
+
+/// A sweep's rows: a table with the step's lead first (`lead` names that
+/// column), or a JSON array whose objects add the step's fields.
+fn print_steps(
+    steps: &[Step],
+    lead: &str,
     json: bool,
     misses: bool,
     describe: impl Fn() -> String,
@@ -1198,12 +1261,13 @@ fn print_sweep(
     if json {
         let rows: Vec<serde_json::Value> = steps
             .iter()
-            .flat_map(|(step, summaries)| {
-                let floor = floor_of(summaries);
-                summaries.iter().map(move |s| {
-                    let mut row = s.json(summaries.first(), floor);
-                    row.insert("value_size".into(), step.value_size.into());
-                    row.insert("keys".into(), step.keys.into());
+            .flat_map(|step| {
+                let floor = floor_of(&step.summaries);
+                step.summaries.iter().map(move |s| {
+                    let mut row = s.json(step.summaries.first(), floor);
+                    for (name, v) in &step.fields {
+                        row.insert((*name).into(), v.clone());
+                    }
                     serde_json::Value::Object(row)
                 })
             })
@@ -1212,28 +1276,159 @@ fn print_sweep(
         return;
     }
     println!("{}", describe());
-    let Some(first_name) = steps.first().and_then(|(_, s)| s.first()) else {
+    let Some(first) = steps.first().and_then(|s| s.summaries.first()) else {
         return;
     };
     println!(
         "{}",
-        report::table_header(Some("value B"), &first_name.server, misses)
+        report::table_header(Some(lead), &first.server, misses)
     );
-    for (step, summaries) in steps {
-        let floor = floor_of(summaries);
-        for s in summaries {
+    for step in steps {
+        let floor = floor_of(&step.summaries);
+        for s in &step.summaries {
             println!(
                 "{}",
-                report::table_row(
-                    Some(&step.value_size.to_string()),
-                    s,
-                    &summaries[0],
-                    floor,
-                    misses
-                )
+                report::table_row(Some(&step.lead), s, &step.summaries[0], floor, misses)
             );
         }
     }
+}
+
+/// A value-size sweep step.
+fn size_step(w: &Workload, summaries: Vec<Summary>) -> Step {
+    Step {
+        lead: w.value_size.to_string(),
+        fields: vec![("value_size", w.value_size.into()), ("keys", w.keys.into())],
+        summaries,
+    }
+}
+
+/// An offered-rate sweep step.
+fn rate_step(rate: f64, summaries: Vec<Summary>) -> Step {
+    Step {
+        lead: format!("{rate:.0}"),
+        fields: vec![("offered_rps", rate.into())],
+        summaries,
+    }
+}
+
+/// `--plot DIR`: writes DIR/`file`, the latency CDF of `summaries`.
+pub fn plot_cdf(
+    dir: Option<&std::path::Path>,
+    file: &str,
+    title: &str,
+    summaries: &[Summary],
+) -> Result<(), String> {
+    let Some(dir) = dir else { return Ok(()) };
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let series: Vec<crate::plot::CdfSeries> = summaries
+        .iter()
+        .filter_map(|s| {
+            Some(crate::plot::CdfSeries {
+                name: &s.server,
+                hist: s.latency.as_ref()?,
+            })
+        })
+        .collect();
+    let path = dir.join(file);
+    crate::plot::latency_cdf(&path, title, &series)?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+/// `--plot DIR` with `--rates`: writes DIR/rates.svg, throughput and p99
+/// against offered rate, a line per server.
+fn plot_rates(
+    dir: Option<&std::path::Path>,
+    title: &str,
+    steps: &[(f64, Vec<Summary>)],
+) -> Result<(), String> {
+    let Some(dir) = dir else { return Ok(()) };
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let Some((_, first)) = steps.first() else {
+        return Ok(());
+    };
+    let series: Vec<crate::plot::RateSeries> = first
+        .iter()
+        .enumerate()
+        .map(|(i, s)| crate::plot::RateSeries {
+            name: &s.server,
+            points: steps
+                .iter()
+                .map(|(rate, sums)| (*rate, sums[i].ops_per_sec, sums[i].p99_us))
+                .collect(),
+        })
+        .collect();
+    let path = dir.join("rates.svg");
+    crate::plot::rates(&path, title, &series)?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+/// `--vs --rates`: the servers started once, then at each offered rate
+/// (open loop) every server in turn for `rounds` rounds; a row per rate and
+/// server, and with `--plot` DIR/rates.svg.
+pub fn run_rates_vs(
+    bins: &crate::servers::Binaries,
+    kinds: &[crate::servers::Kind],
+    w: &Workload,
+    o: &VsOpts,
+    rates: &[f64],
+) -> Result<bool, String> {
+    let servers = start_servers(bins, kinds, w, o)?;
+    let mut results = Vec::new();
+    for &rate in rates {
+        eprintln!("offered {rate:.0} req/s:");
+        let step = Workload {
+            rate: Some(rate),
+            ..w.clone()
+        };
+        results.push((rate, measure(&servers, &step, o.rounds)?));
+    }
+    plot_rates(
+        o.plot.as_deref(),
+        &chart_title(w, &format!("{} B", w.value_size)),
+        &results,
+    )?;
+    let steps: Vec<Step> = results.into_iter().map(|(r, s)| rate_step(r, s)).collect();
+    print_steps(
+        &steps,
+        "rate/s",
+        o.json,
+        w.cache_aside || !o.preload,
+        || describe(w, o, &format!("{} B", w.value_size)),
+    );
+    Ok(true)
+}
+
+/// `--rates` on running servers (`--addr`/`--targets`): one open-loop run
+/// per offered rate; a row per rate, and with `plot` DIR/rates.svg.
+pub fn run_rates(
+    targets: &Targets,
+    w: &Workload,
+    rates: &[f64],
+    json: bool,
+    plot: Option<&std::path::Path>,
+) -> Result<bool, String> {
+    let mut results = Vec::new();
+    for &rate in rates {
+        let step = Workload {
+            rate: Some(rate),
+            ..w.clone()
+        };
+        let out = run(targets, &step)?;
+        eprintln!(
+            "offered {rate:.0} req/s: achieved {:.0}, p99 {:.1} us",
+            out.ops_per_sec(),
+            out.p99_us
+        );
+        results.push((rate, vec![Summary::of(&targets.name(), &[out])]));
+    }
+    let title = format!("{} connections, {:?} protocol", w.conns, w.protocol);
+    plot_rates(plot, &title, &results)?;
+    let steps: Vec<Step> = results.into_iter().map(|(r, s)| rate_step(r, s)).collect();
+    print_steps(&steps, "rate/s", json, w.cache_aside, || title.clone());
+    Ok(true)
 }
 
 /// A sweep on one running server (`--addr` with `--value-sizes`/`--sweep`):
@@ -1247,6 +1442,7 @@ pub fn run_sweep(
     memory_mb: u64,
     preload_keys: bool,
     json: bool,
+    plot: Option<&std::path::Path>,
 ) -> Result<bool, String> {
     let name = targets.name();
     let mut steps = Vec::new();
@@ -1261,17 +1457,30 @@ pub fn run_sweep(
             preload(targets, &step)?;
         }
         let out = run(targets, &step)?;
-        steps.push((step, vec![Summary::of(&name, &[out])]));
+        let summaries = vec![Summary::of(&name, &[out])];
+        plot_cdf(
+            plot,
+            &format!("latency-cdf-{size}B.svg"),
+            &format!("{size} B values"),
+            &summaries,
+        )?;
+        steps.push(size_step(&step, summaries));
     }
-    print_sweep(&steps, json, w.cache_aside || !preload_keys, || {
-        format!(
-            "{} connections, depth {}, {:.0}% gets, sized values, {:?} protocol",
-            w.conns,
-            w.depth,
-            w.get_ratio * 100.0,
-            w.protocol
-        )
-    });
+    print_steps(
+        &steps,
+        "value B",
+        json,
+        w.cache_aside || !preload_keys,
+        || {
+            format!(
+                "{} connections, depth {}, {:.0}% gets, sized values, {:?} protocol",
+                w.conns,
+                w.depth,
+                w.get_ratio * 100.0,
+                w.protocol
+            )
+        },
+    );
     Ok(true)
 }
 

@@ -29,6 +29,7 @@ mod ketama;
 mod keys;
 mod load;
 mod memory;
+mod plot;
 mod report;
 mod servers;
 
@@ -63,7 +64,7 @@ enum Cmd {
     /// Load: ops/s, latency percentiles, server CPU per request (closed
     /// loop, or open loop with --rate); --vs compares servers, --sla finds
     /// the highest rate within the SLA.
-    Load(LoadArgs),
+    Load(Box<LoadArgs>),
     /// Prints which of --targets each key goes to under libmemcached's
     /// ketama (`KEY HOST:PORT` per line).
     Ketama(KetamaArgs),
@@ -198,6 +199,16 @@ struct LoadArgs {
     /// each request's intended send time); without it, closed loop.
     #[arg(long)]
     rate: Option<f64>,
+    /// Open loop at each of these rates in turn (req/s, comma separated):
+    /// a row per rate; with --plot, throughput and p99 against offered
+    /// rate.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["rate", "sla", "sweep", "value_sizes"])]
+    rates: Vec<f64>,
+    /// Write SVG charts into this directory: the latency CDF of every
+    /// server (latency-cdf.svg; per size with a sweep) and, with --rates,
+    /// throughput and p99 against offered rate (rates.svg).
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
     /// Find the highest rate within the SLA, for random keys (--dist) and
     /// hot keys (--hot), and print Overall = 0.8 x random + 0.2 x hot.
     #[arg(long)]
@@ -473,6 +484,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 rounds: a.rounds.max(1),
                 preload,
                 json: a.common.json,
+                plot: a.plot.clone(),
             };
             let sizes = if a.sweep {
                 load::sweep_sizes()
@@ -487,7 +499,24 @@ fn run(cli: Cli) -> Result<bool, String> {
                 load::run_sweep_vs(&bins, &kinds(&a.common), &w, &vs, &sizes)
             } else if !sizes.is_empty() {
                 let target = load_targets(&a)?;
-                load::run_sweep(&target, &w, &sizes, a.memory, preload, a.common.json)
+                load::run_sweep(
+                    &target,
+                    &w,
+                    &sizes,
+                    a.memory,
+                    preload,
+                    a.common.json,
+                    a.plot.as_deref(),
+                )
+            } else if !a.rates.is_empty() && a.vs {
+                let bins = binaries(&a.common)?;
+                load::run_rates_vs(&bins, &kinds(&a.common), &w, &vs, &a.rates)
+            } else if !a.rates.is_empty() {
+                let target = load_targets(&a)?;
+                if preload {
+                    load::preload(&target, &w)?;
+                }
+                load::run_rates(&target, &w, &a.rates, a.common.json, a.plot.as_deref())
             } else if a.sla && a.vs {
                 let bins = binaries(&a.common)?;
                 load::run_sla(&bins, &kinds(&a.common), &w, &vs, &sla)
@@ -520,9 +549,18 @@ fn run(cli: Cli) -> Result<bool, String> {
                     load::preload(&target, &w)?;
                 }
                 let o = load::run(&target, &w)?;
+                let summary = report::Summary::of(&target.name(), std::slice::from_ref(&o));
+                load::plot_cdf(
+                    a.plot.as_deref(),
+                    "latency-cdf.svg",
+                    &format!(
+                        "{} connections, depth {}, {:?} protocol",
+                        w.conns, w.depth, w.protocol
+                    ),
+                    std::slice::from_ref(&summary),
+                )?;
                 if a.common.json {
-                    let mut row = report::Summary::of(&target.name(), std::slice::from_ref(&o))
-                        .json(None, None);
+                    let mut row = summary.json(None, None);
                     if let Some(rate) = w.rate {
                         row.insert("offered_rps".into(), rate.into());
                     }

@@ -3,6 +3,7 @@
 //! object with the same field names in every mode (single server, `--vs`,
 //! `--rate`, `--sla`, `--sweep`, `--targets`).
 
+use hdrhistogram::Histogram;
 use serde_json::{Map, Value};
 
 use crate::load::Outcome;
@@ -25,6 +26,8 @@ pub struct Summary {
     pub misses: u64,
     pub fills: u64,
     pub runs: usize,
+    /// The latencies (ns) of all the runs together, for plots.
+    pub latency: Option<Histogram<u64>>,
 }
 
 impl Summary {
@@ -45,6 +48,16 @@ impl Summary {
             misses: runs.iter().map(|o| o.misses).sum(),
             fills: runs.iter().map(|o| o.fills).sum(),
             runs: runs.len(),
+            latency: runs.iter().filter_map(|o| o.latency.as_ref()).fold(
+                None,
+                |acc: Option<Histogram<u64>>, h| match acc {
+                    None => Some(h.clone()),
+                    Some(mut a) => {
+                        a.add(h).ok();
+                        Some(a)
+                    }
+                },
+            ),
         }
     }
 
@@ -157,6 +170,7 @@ mod tests {
             gets,
             misses,
             fills: misses,
+            latency: None,
         }
     }
 

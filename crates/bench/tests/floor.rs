@@ -317,3 +317,42 @@ fn every_load_mode_prints_json_with_the_same_fields() {
         assert!(rows[0].get(field).is_some(), "no {field} in {text}");
     }
 }
+
+#[test]
+fn plot_writes_a_latency_cdf_and_a_rate_chart() {
+    let floor = Floor::start(64);
+    let addr = format!("127.0.0.1:{}", floor.port);
+    let dir = std::env::temp_dir().join(format!("osmium-bench-plot-{}", std::process::id()));
+    let dir_arg = dir.to_str().unwrap();
+    let short = ["--duration", "0.3", "--warmup", "0.1", "--preload", "false"];
+    let mut args = vec!["load", "--addr", &addr, "--plot", dir_arg];
+    args.extend(short);
+    bench(&args);
+    // --rates: a row per offered rate, and throughput/p99 against it.
+    let mut args = vec![
+        "load",
+        "--addr",
+        &addr,
+        "--plot",
+        dir_arg,
+        "--rates",
+        "1000,3000",
+    ];
+    args.extend(short);
+    args.push("--json");
+    let rows: serde_json::Value = serde_json::from_str(bench(&args).trim()).unwrap();
+    assert_eq!(rows[0]["offered_rps"], 1000.0);
+    assert_eq!(rows[1]["offered_rps"], 3000.0);
+    for file in ["latency-cdf.svg", "rates.svg"] {
+        let svg = std::fs::read_to_string(dir.join(file)).unwrap();
+        assert!(svg.starts_with("<svg"), "{file}");
+        assert!(svg.contains("<polyline"), "{file}: no curve");
+        assert!(svg.trim_end().ends_with("</svg>"), "{file}");
+    }
+    let cdf = std::fs::read_to_string(dir.join("latency-cdf.svg")).unwrap();
+    assert!(
+        cdf.contains("99.999") && cdf.contains(&addr),
+        "axis and legend"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
