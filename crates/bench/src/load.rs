@@ -1,5 +1,5 @@
-//! `load`: the load generator of issue 5, its `--vs` mode and its SLA
-//! search.
+//! `load`: the load generator of issue 5, its `--vs` mode, its sweeps
+//! and its SLA search.
 //!
 //! Closed loop: `conns` connections spread over `threads` threads (each
 //! thread one `mio` poll loop), every connection keeping `depth` requests in
@@ -7,13 +7,20 @@
 //! next batch when the last reply of this one has arrived. A request's
 //! latency runs from its batch's write to its own reply. Requests are gets
 //! and sets (`--get-ratio`) of keys drawn from `--keys` keys by a
-//! [`KeyDist`], in the text or the binary protocol; with `--preload` every
-//! key is set first.
+//! [`KeyDist`], in the text, binary or meta protocol; with `--preload` every
+//! key is set first. Every request in flight is remembered (key, get or
+//! set) so that with `--cache-aside` a get that misses is followed by a set
+//! of its key.
 //!
-//! Open loop (`--rate`): every connection sends on a fixed schedule (woken
-//! by a timerfd), whatever the replies do, and a request's latency runs from
-//! when it was *due*, so a stalled server is charged for every request that
-//! should have gone out meanwhile (no coordinated omission).
+//! Open loop (`--rate`, or a sweep over `--rates`): every connection sends
+//! on a fixed schedule (woken by a timerfd), whatever the replies do, and a
+//! request's latency runs from when it was *due*, so a stalled server is
+//! charged for every request that should have gone out meanwhile (no
+//! coordinated omission).
+//!
+//! [`Targets`]: one server, or several (`--targets`, `--vs --instances`)
+//! with each key sent to the server libmemcached's ketama picks: every
+//! connection then holds a socket per server.
 //!
 //! SLA (`--sla`, [`sla_rate`]): the highest open-loop rate at which a
 //! quantile (99.5 %) of requests finish within a bound (1 ms), by bisection,
@@ -25,9 +32,12 @@
 //! itself costs on the shared cores.
 //!
 //! `--vs` starts the servers itself (memcached and osmium with the same
-//! `-t` and `-m`, and with `--floor` the floor server), runs them in turn
-//! for `--rounds` rounds, alternating the order (A B, B A, ...), and prints
-//! every server's median figures with ratios against memcached.
+//! `-t` and `-m`, and the floor server when `--servers` names it), runs
+//! them in turn for `--rounds` rounds, alternating the order (A B, B A,
+//! ...), and prints every server's median figures with ratios against the
+//! first server and the floor; `--value-sizes`/`--sweep` repeat that per
+//! value size on fresh servers. What is printed is [`crate::report`]'s;
+//! the charts of `--plot` are [`crate::plot`]'s.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -336,14 +346,26 @@ pub fn preload(targets: &Targets, w: &Workload) -> Result<(), String> {
                 break;
             }
             s.write_all(&out).map_err(|e| format!("preload: {e}"))?;
-            // Each reply is a line (STORED, or an error): count them.
+            // Each reply is a line: STORED, or an error that stops here
+            // (e.g. an item over the server's -I).
             let mut lines = 0;
+            let mut input = Vec::new();
             while lines < sent {
                 let got = s.read(&mut reply).map_err(|e| format!("preload: {e}"))?;
                 if got == 0 {
                     return Err("preload: the server closed the connection".into());
                 }
-                lines += reply[..got].iter().filter(|&&b| b == b'\n').count();
+                input.extend_from_slice(&reply[..got]);
+                while let Some(end) = memchr::memchr(b'\n', &input) {
+                    if &input[..=end] != b"STORED\r\n" {
+                        return Err(format!(
+                            "preload of {addr}: {}",
+                            String::from_utf8_lossy(&input[..=end]).trim_end()
+                        ));
+                    }
+                    input.drain(..=end);
+                    lines += 1;
+                }
             }
         }
     }
@@ -1021,6 +1043,9 @@ pub struct VsOpts {
     pub json: bool,
     /// `--plot DIR`: SVG charts written there.
     pub plot: Option<std::path::PathBuf>,
+    /// Servers of each kind (`--instances`), keys spread by ketama; each
+    /// has `memory_mb`.
+    pub instances: usize,
 }
 
 /// The extra arguments a server of `kind` is started with for workload
@@ -1070,51 +1095,86 @@ pub fn compare(
     w: &Workload,
     o: &VsOpts,
 ) -> Result<Vec<Summary>, String> {
-    let servers = start_servers(bins, kinds, w, o)?;
-    measure(&servers, w, o.rounds)
+    let groups = start_servers(bins, kinds, w, o)?;
+    measure(&groups, w, o.rounds)
 }
 
-/// Starts every server in `kinds` for workload `w` and preloads those
-/// that store (all but the floor) when `o.preload`.
+/// The servers of one kind in a comparison: one, or `--instances` of
+/// them with the keys spread over them by ketama.
+pub struct Group {
+    pub kind: crate::servers::Kind,
+    pub servers: Vec<crate::servers::Server>,
+}
+
+impl Group {
+    /// The group as load targets (with every PID, for CPU time).
+    fn targets(&self) -> Targets {
+        if let [one] = &self.servers[..] {
+            return Targets::one(one.addr(), Some(one.pid));
+        }
+        let list: Vec<(String, u16, SocketAddr)> = self
+            .servers
+            .iter()
+            .map(|s| ("127.0.0.1".to_string(), s.port, s.addr()))
+            .collect();
+        let pids = self.servers.iter().map(|s| s.pid).collect();
+        Targets::ketama(&list, pids, crate::ketama::Variant::Default)
+    }
+
+    fn check_alive(&self) -> Result<(), String> {
+        self.servers.iter().try_for_each(|s| s.check_alive())
+    }
+}
+
+/// Starts `o.instances` servers of every kind in `kinds` for workload `w`
+/// and preloads those that store (all but the floor) when `o.preload`,
+/// each key on its ketama server.
 fn start_servers(
     bins: &crate::servers::Binaries,
     kinds: &[crate::servers::Kind],
     w: &Workload,
     o: &VsOpts,
-) -> Result<Vec<crate::servers::Server>, String> {
+) -> Result<Vec<Group>, String> {
     use crate::servers::{Kind, Server};
-    let mut servers = Vec::new();
+    let mut groups = Vec::new();
     for &kind in kinds {
-        let s = Server::start_with(bins, kind, o.memory_mb, o.threads, &server_args(kind, w))?;
-        if o.preload && kind != Kind::Floor {
-            preload(&Targets::one(s.addr(), None), w)?;
+        let mut servers = Vec::new();
+        for _ in 0..o.instances.max(1) {
+            let args = server_args(kind, w);
+            servers.push(Server::start_with(
+                bins,
+                kind,
+                o.memory_mb,
+                o.threads,
+                &args,
+            )?);
         }
-        servers.push(s);
+        let group = Group { kind, servers };
+        if o.preload && kind != Kind::Floor {
+            preload(&group.targets(), w)?;
+        }
+        groups.push(group);
     }
-    Ok(servers)
+    Ok(groups)
 }
 
-/// Runs `w` on `servers` in turn for `rounds` rounds, alternating the
-/// order; every server's medians, in `servers`' order.
-fn measure(
-    servers: &[crate::servers::Server],
-    w: &Workload,
-    rounds: usize,
-) -> Result<Vec<Summary>, String> {
-    let mut results: Vec<Vec<Outcome>> = vec![Vec::new(); servers.len()];
+/// Runs `w` on every group in turn for `rounds` rounds, alternating the
+/// order; every group's medians, in `groups`' order.
+fn measure(groups: &[Group], w: &Workload, rounds: usize) -> Result<Vec<Summary>, String> {
+    let mut results: Vec<Vec<Outcome>> = vec![Vec::new(); groups.len()];
     for round in 0..rounds {
-        let mut order: Vec<usize> = (0..servers.len()).collect();
+        let mut order: Vec<usize> = (0..groups.len()).collect();
         if round % 2 == 1 {
             order.reverse();
         }
         for i in order {
-            let s = &servers[i];
-            let o = run(&Targets::one(s.addr(), Some(s.pid)), w)?;
-            s.check_alive()?;
+            let g = &groups[i];
+            let o = run(&g.targets(), w)?;
+            g.check_alive()?;
             eprintln!(
                 "round {} {:>9}: {:>10.0} ops/s  p50 {:>7.1} us  p99 {:>7.1} us  p99.9 {:>7.1} us  cpu {:>6.2} us/req  miss ratio {:.4}",
                 round + 1,
-                s.kind,
+                g.kind,
                 o.ops_per_sec(),
                 o.p50_us,
                 o.p99_us,
@@ -1125,10 +1185,10 @@ fn measure(
             results[i].push(o);
         }
     }
-    Ok(servers
+    Ok(groups
         .iter()
         .zip(&results)
-        .map(|(s, r)| Summary::of(s.kind.name(), r))
+        .map(|(g, r)| Summary::of(g.kind.name(), r))
         .collect())
 }
 
@@ -1184,8 +1244,13 @@ fn chart_title(w: &Workload, values: &str) -> String {
 
 /// The line above a `--vs` table: what ran (`values`: the value size).
 fn describe(w: &Workload, o: &VsOpts, values: &str) -> String {
+    let instances = if o.instances > 1 {
+        format!(", {} of each behind ketama", o.instances)
+    } else {
+        String::new()
+    };
     format!(
-        "{} connections, {} generator thread(s), depth {}, {:.0}% gets{}, {values} values, {:?} protocol; servers -t {} -m {}; median of {} round(s)",
+        "{} connections, {} generator thread(s), depth {}, {:.0}% gets{}, {values} values, {:?} protocol; servers -t {} -m {}{instances}; median of {} round(s)",
         w.conns,
         w.threads,
         w.depth,
@@ -1375,7 +1440,7 @@ pub fn run_rates_vs(
     o: &VsOpts,
     rates: &[f64],
 ) -> Result<bool, String> {
-    let servers = start_servers(bins, kinds, w, o)?;
+    let groups = start_servers(bins, kinds, w, o)?;
     let mut results = Vec::new();
     for &rate in rates {
         eprintln!("offered {rate:.0} req/s:");
@@ -1383,7 +1448,7 @@ pub fn run_rates_vs(
             rate: Some(rate),
             ..w.clone()
         };
-        results.push((rate, measure(&servers, &step, o.rounds)?));
+        results.push((rate, measure(&groups, &step, o.rounds)?));
     }
     plot_rates(
         o.plot.as_deref(),
@@ -1588,22 +1653,19 @@ pub fn run_sla(
     vs: &VsOpts,
     o: &SlaOpts,
 ) -> Result<bool, String> {
-    use crate::servers::{Kind, Server};
     let mut rows = Vec::new();
     for &kind in kinds {
-        let s = Server::start_with(bins, kind, vs.memory_mb, vs.threads, &server_args(kind, w))?;
-        if vs.preload && kind != Kind::Floor {
-            preload(&Targets::one(s.addr(), None), w)?;
-        }
+        // One kind at a time: the others are not running meanwhile.
+        let group = start_servers(bins, &[kind], w, vs)?.remove(0);
         eprintln!("{kind}:");
-        let target = Targets::one(s.addr(), Some(s.pid));
+        let target = group.targets();
         let (random, r_out) = sla_rate(&target, w, o)?;
         let hot_w = Workload {
             dist: o.hot,
             ..w.clone()
         };
         let (hot, _) = sla_rate(&target, &hot_w, o)?;
-        s.check_alive()?;
+        group.check_alive()?;
         rows.push((kind, random, hot, 0.8 * random + 0.2 * hot, r_out));
     }
     let first = rows.first().map_or(f64::NAN, |r| r.3);

@@ -155,6 +155,10 @@ struct LoadArgs {
     /// Unmeasured seconds before each run.
     #[arg(long, default_value_t = 1.0)]
     warmup: f64,
+    /// Servers of each kind --vs starts (each with --memory); a run spreads
+    /// the keys over them with ketama, as --targets does.
+    #[arg(long, default_value_t = 1)]
+    instances: usize,
     /// Rounds of --vs (the order alternates; medians are reported).
     #[arg(long, default_value_t = 2)]
     rounds: usize,
@@ -485,6 +489,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 preload,
                 json: a.common.json,
                 plot: a.plot.clone(),
+                instances: a.instances.max(1),
             };
             let sizes = if a.sweep {
                 load::sweep_sizes()

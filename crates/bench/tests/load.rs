@@ -369,3 +369,54 @@ fn ketama_places_keys_where_libmemcached_does() {
         );
     }
 }
+
+#[test]
+fn vs_instances_spread_keys_over_several_servers_of_each_kind() {
+    // Three servers of each kind behind ketama: the preload and the gets
+    // place every key alike, so no get misses.
+    let cache = cache_servers();
+    let list: Vec<&str> = cache.iter().map(|(name, _)| *name).collect();
+    if list.is_empty() {
+        return;
+    }
+    let list = list.join(",");
+    let mut args = vec![
+        "load",
+        "--vs",
+        "--servers",
+        &list,
+        "--instances",
+        "3",
+        "--threads",
+        "1",
+        "--keys",
+        "3000",
+        "--rounds",
+        "1",
+        "--duration",
+        "0.3",
+        "--warmup",
+        "0.1",
+        "--conns",
+        "2",
+        "--depth",
+        "4",
+        "--json",
+    ];
+    for (name, path) in &cache {
+        args.extend([
+            if *name == "osmium" {
+                "--osmium"
+            } else {
+                "--memcached"
+            },
+            path.to_str().unwrap(),
+        ]);
+    }
+    let rows: serde_json::Value = serde_json::from_str(bench(&args).trim()).unwrap();
+    for row in rows.as_array().unwrap() {
+        assert!(row["gets"].as_u64().unwrap() > 0, "{row}");
+        assert_eq!(row["misses"], 0, "{row}");
+        assert!(row["cpu_us_per_req"].as_f64().unwrap() > 0.0, "{row}");
+    }
+}
