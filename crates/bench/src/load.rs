@@ -1568,11 +1568,7 @@ pub struct SlaOpts {
 /// closed loop's capacity). A rate passes when its quantile latency is within
 /// the bound and the generator kept up with it (achieved ≥ 95 % of it).
 /// Returns the highest passing rate and that run's outcome.
-pub fn sla_rate(
-    targets: &Targets,
-    w: &Workload,
-    o: &SlaOpts,
-) -> Result<(f64, Option<Outcome>), String> {
+pub fn sla_rate(targets: &Targets, w: &Workload, o: &SlaOpts) -> Result<SlaSearch, String> {
     let probe = Workload {
         rate: None,
         depth: 1,
@@ -1587,6 +1583,7 @@ pub fn sla_rate(
     let capacity = run(&no_cpu, &probe)?.ops_per_sec();
     let (mut lo, mut hi) = (0.0f64, capacity * 3.0);
     let mut best = None;
+    let mut steps = Vec::new();
     for _ in 0..o.steps.max(1) {
         let rate = (lo + hi) / 2.0;
         let step = Workload {
@@ -1596,6 +1593,7 @@ pub fn sla_rate(
         };
         let out = run(targets, &step)?;
         let pass = out.pq_us <= o.bound_us && out.ops_per_sec() >= 0.95 * rate;
+        steps.push((rate, out.ops_per_sec(), out.p99_us));
         eprintln!(
             "  {} at {:>9.0}/s: achieved {:>9.0}/s, p{} {:>8.1} us: {}",
             w.dist,
@@ -1612,7 +1610,45 @@ pub fn sla_rate(
             hi = rate;
         }
     }
-    Ok((if best.is_some() { lo } else { 0.0 }, best))
+    steps.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Ok(SlaSearch {
+        rate: if best.is_some() { lo } else { 0.0 },
+        best,
+        steps,
+    })
+}
+
+/// What [`sla_rate`] found.
+pub struct SlaSearch {
+    /// The highest rate that passed (0 if none did).
+    pub rate: f64,
+    /// That step's outcome.
+    pub best: Option<Outcome>,
+    /// Every step, by offered rate: (offered, achieved, p99 µs).
+    pub steps: Vec<(f64, f64, f64)>,
+}
+
+/// `--plot DIR` with `--sla`: writes DIR/sla.svg, throughput and p99
+/// against the offered rate of every bisection step, a line per server
+/// and key distribution.
+pub fn plot_sla(
+    dir: Option<&std::path::Path>,
+    title: &str,
+    series: &[(String, &SlaSearch)],
+) -> Result<(), String> {
+    let Some(dir) = dir else { return Ok(()) };
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let series: Vec<crate::plot::RateSeries> = series
+        .iter()
+        .map(|(name, search)| crate::plot::RateSeries {
+            name,
+            points: search.steps.clone(),
+        })
+        .collect();
+    let path = dir.join("sla.svg");
+    crate::plot::rates(&path, title, &series)?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
 }
 
 /// One server's SLA figures as JSON: `server`, `random_rps`, `hot_rps`,
@@ -1659,22 +1695,33 @@ pub fn run_sla(
         let group = start_servers(bins, &[kind], w, vs)?.remove(0);
         eprintln!("{kind}:");
         let target = group.targets();
-        let (random, r_out) = sla_rate(&target, w, o)?;
+        let random = sla_rate(&target, w, o)?;
         let hot_w = Workload {
             dist: o.hot,
             ..w.clone()
         };
-        let (hot, _) = sla_rate(&target, &hot_w, o)?;
+        let hot = sla_rate(&target, &hot_w, o)?;
         group.check_alive()?;
-        rows.push((kind, random, hot, 0.8 * random + 0.2 * hot, r_out));
+        rows.push((kind, random, hot));
     }
-    let first = rows.first().map_or(f64::NAN, |r| r.3);
+    let overall = |r: &SlaSearch, h: &SlaSearch| 0.8 * r.rate + 0.2 * h.rate;
+    let first = rows.first().map_or(f64::NAN, |(_, r, h)| overall(r, h));
+    let series: Vec<(String, &SlaSearch)> = rows
+        .iter()
+        .flat_map(|(k, r, h)| [(format!("{k} random"), r), (format!("{k} hot"), h)])
+        .collect();
+    plot_sla(
+        vs.plot.as_deref(),
+        &format!(
+            "SLA steps: {}",
+            chart_title(w, &format!("{} B", w.value_size))
+        ),
+        &series,
+    )?;
     if vs.json {
         let out: Vec<serde_json::Value> = rows
             .iter()
-            .map(|(k, random, hot, _, r_out)| {
-                sla_json(k.name(), *random, *hot, Some(first), r_out.as_ref())
-            })
+            .map(|(k, r, h)| sla_json(k.name(), r.rate, h.rate, Some(first), r.best.as_ref()))
             .collect();
         println!("{}", serde_json::Value::Array(out));
         return Ok(true);
@@ -1696,15 +1743,15 @@ pub fn run_sla(
         "{:>10} {:>14} {:>14} {:>14} {:>10} {:>12}",
         "server", "random req/s", "hot req/s", "overall", "vs first", "cpu us/req"
     );
-    for (k, random, hot, overall, r_out) in &rows {
+    for (k, r, h) in &rows {
         println!(
             "{:>10} {:>14.0} {:>14.0} {:>14.0} {:>10.3} {:>12.2}",
             k.name(),
-            random,
-            hot,
-            overall,
-            overall / first,
-            r_out
+            r.rate,
+            h.rate,
+            overall(r, h),
+            overall(r, h) / first,
+            r.best
                 .as_ref()
                 .and_then(|o| o.cpu_us_per_req)
                 .unwrap_or(f64::NAN)

@@ -210,7 +210,8 @@ struct LoadArgs {
     rates: Vec<f64>,
     /// Write SVG charts into this directory: the latency CDF of every
     /// server (latency-cdf.svg; per size with a sweep) and, with --rates,
-    /// throughput and p99 against offered rate (rates.svg).
+    /// throughput and p99 against offered rate (rates.svg); with --sla,
+    /// the same for its bisection steps (sla.svg).
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
     /// Find the highest rate within the SLA, for random keys (--dist) and
@@ -530,16 +531,30 @@ fn run(cli: Cli) -> Result<bool, String> {
                 if preload {
                     load::preload(&target, &w)?;
                 }
-                let (random, random_out) = load::sla_rate(&target, &w, &sla)?;
+                let random_search = load::sla_rate(&target, &w, &sla)?;
                 let hot_w = load::Workload {
                     dist: a.hot,
                     ..w.clone()
                 };
-                let (hot, _) = load::sla_rate(&target, &hot_w, &sla)?;
+                let hot_search = load::sla_rate(&target, &hot_w, &sla)?;
+                load::plot_sla(
+                    a.plot.as_deref(),
+                    &format!("SLA steps: {}", target.name()),
+                    &[
+                        ("random".to_string(), &random_search),
+                        ("hot".to_string(), &hot_search),
+                    ],
+                )?;
+                let (random, hot) = (random_search.rate, hot_search.rate);
                 let overall = 0.8 * random + 0.2 * hot;
                 if a.common.json {
-                    let row =
-                        load::sla_json(&target.name(), random, hot, None, random_out.as_ref());
+                    let row = load::sla_json(
+                        &target.name(),
+                        random,
+                        hot,
+                        None,
+                        random_search.best.as_ref(),
+                    );
                     println!("{}", serde_json::Value::Array(vec![row]));
                 } else {
                     println!("random {random:.0} req/s  hot {hot:.0} req/s  overall {overall:.0}");

@@ -343,7 +343,19 @@ fn plot_writes_a_latency_cdf_and_a_rate_chart() {
     let rows: serde_json::Value = serde_json::from_str(bench(&args).trim()).unwrap();
     assert_eq!(rows[0]["offered_rps"], 1000.0);
     assert_eq!(rows[1]["offered_rps"], 3000.0);
-    for file in ["latency-cdf.svg", "rates.svg"] {
+    // --sla: its bisection steps.
+    let mut args = vec!["load", "--addr", &addr, "--plot", dir_arg, "--sla"];
+    args.extend([
+        "--preload",
+        "false",
+        "--sla-steps",
+        "2",
+        "--sla-step-duration",
+        "0.2",
+    ]);
+    args.extend(["--warmup", "0.1", "--sla-bound-us", "200000"]);
+    bench(&args);
+    for file in ["latency-cdf.svg", "rates.svg", "sla.svg"] {
         let svg = std::fs::read_to_string(dir.join(file)).unwrap();
         assert!(svg.starts_with("<svg"), "{file}");
         assert!(svg.contains("<polyline"), "{file}: no curve");
