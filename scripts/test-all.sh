@@ -139,6 +139,9 @@ run_step() {
 # --------------------------------------------------------------------------
 # sasl2-bin (saslpasswd2), libsasl2-modules (PLAIN) and libsasl2-modules-db
 # (sasldb auxprop) let tests/support/sasl.py start memcached with -S.
+# libmemcached-dev (with pylibmc from tests/requirements.txt) is also what
+# crates/bench/tests/load.rs uses to check `load --targets` ketama placement
+# against a real libmemcached client (that test prints SKIP without it).
 APT_PACKAGES=(memcached libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential
               sasl2-bin libsasl2-modules libsasl2-modules-db)
 

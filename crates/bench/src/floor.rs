@@ -11,6 +11,9 @@
 //!   value, `END`; `gets` adds a CAS of 1), `set`/`add`/`replace` (the data
 //!   block is skipped, `STORED`; `noreply` honoured), `version`, and
 //!   `ERROR` for anything else;
+//! * meta: `mg <key> <flags>*` (`VA <n>` and the value when the flags ask
+//!   for it with `v`, else `HD`), `ms <key> <n> <flags>*` (the data block
+//!   is skipped, `HD`), `mn` (`MN`); flag `q` suppresses `HD`;
 //! * binary (a first byte of 0x80): GET, GETQ, GETK, GETKQ (flags 0 and the
 //!   value), SET and SETQ (no body), NOOP and VERSION; other opcodes get
 //!   "unknown command".
@@ -225,6 +228,47 @@ fn text(input: &[u8], value: &[u8], out: &mut Vec<u8>) -> Option<usize> {
             }
             Some(used + bytes + 2)
         }
+        Some(b"mg") => {
+            // mg <key> <flags>*: every key is a hit.
+            let mut with_value = false;
+            let mut quiet = false;
+            for flag in words.skip(1) {
+                with_value |= flag[0] == b'v';
+                quiet |= flag[0] == b'q';
+            }
+            if with_value {
+                out.extend_from_slice(b"VA ");
+                out.extend_from_slice(itoa::Buffer::new().format(value.len()).as_bytes());
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(value);
+                out.extend_from_slice(b"\r\n");
+            } else if !quiet {
+                out.extend_from_slice(b"HD\r\n");
+            }
+            Some(used)
+        }
+        Some(b"ms") => {
+            // ms <key> <datalen> <flags>*
+            let bytes = words
+                .nth(1)
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .and_then(|s| s.parse::<usize>().ok());
+            let Some(bytes) = bytes else {
+                out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
+                return Some(used);
+            };
+            if input.len() < used + bytes + 2 {
+                return None;
+            }
+            if !words.any(|flag| flag[0] == b'q') {
+                out.extend_from_slice(b"HD\r\n");
+            }
+            Some(used + bytes + 2)
+        }
+        Some(b"mn") => {
+            out.extend_from_slice(b"MN\r\n");
+            Some(used)
+        }
         Some(b"version") => {
             out.extend_from_slice(b"VERSION floor\r\n");
             Some(used)
@@ -311,6 +355,15 @@ mod tests {
         out.clear();
         assert_eq!(answer(b"set k 0 0 3\r\nab", b"vv", &mut out), 0);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn answers_meta_commands() {
+        let mut out = Vec::new();
+        let input = b"mg a v\r\nmg b\r\nmg c k v t\r\nms d 3 T0\r\nabc\r\nms e 2 q\r\nxy\r\nmg f q\r\nmn\r\nms g 5\r\nab";
+        let used = answer(input, b"vv", &mut out);
+        assert_eq!(&input[used..], b"ms g 5\r\nab");
+        assert_eq!(out, b"VA 2\r\nvv\r\nHD\r\nVA 2\r\nvv\r\nHD\r\nMN\r\n");
     }
 
     #[test]

@@ -13,7 +13,10 @@
 //!   pipeline depth) or open loop at a fixed rate (`--rate`), reporting
 //!   ops/s, latency percentiles and the server's CPU time per request;
 //!   `--vs` runs it on memcached, osmium and the floor server in turn, and
-//!   `--sla` finds the highest rate within a latency SLA ([`load`]).
+//!   `--sla` finds the highest rate within a latency SLA; also the meta
+//!   protocol, cache-aside, value-size sweeps and several servers placed
+//!   by ketama ([`load`], [`report`], [`ketama`]);
+//! * `ketama`: prints the server libmemcached's ketama puts each key on.
 //!
 //! Servers are started and stopped by [`servers`]; keys and values come
 //! from [`keys`]; control connections are [`conn`]. The storage-only
@@ -22,9 +25,12 @@
 mod conn;
 mod floor;
 mod hitratio;
+mod ketama;
 mod keys;
 mod load;
 mod memory;
+mod plot;
+mod report;
 mod servers;
 
 use std::path::PathBuf;
@@ -58,7 +64,56 @@ enum Cmd {
     /// Load: ops/s, latency percentiles, server CPU per request (closed
     /// loop, or open loop with --rate); --vs compares servers, --sla finds
     /// the highest rate within the SLA.
-    Load(LoadArgs),
+    Load(Box<LoadArgs>),
+    /// Prints which of --targets each key goes to under libmemcached's
+    /// ketama (`KEY HOST:PORT` per line).
+    Ketama(KetamaArgs),
+}
+
+#[derive(Args)]
+struct KetamaArgs {
+    /// The servers, in the order the client is given them.
+    #[arg(
+        long,
+        value_name = "HOST:PORT,...",
+        value_delimiter = ',',
+        required = true
+    )]
+    targets: Vec<String>,
+    #[arg(long, value_enum, default_value_t = ketama::Variant::Default)]
+    ketama: ketama::Variant,
+    /// The keys.
+    keys: Vec<String>,
+}
+
+/// `HOST:PORT` strings as (host as spelled, port, resolved address).
+fn resolve_targets(targets: &[String]) -> Result<Vec<(String, u16, std::net::SocketAddr)>, String> {
+    use std::net::ToSocketAddrs;
+    targets
+        .iter()
+        .map(|t| {
+            let (host, port) = t
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+                .ok_or_else(|| format!("bad target {t:?}: HOST:PORT"))?;
+            let addr = (host, port)
+                .to_socket_addrs()
+                .map_err(|e| format!("resolving {t}: {e}"))?
+                .next()
+                .ok_or_else(|| format!("{t} resolves to nothing"))?;
+            Ok((host.to_string(), port, addr))
+        })
+        .collect()
+}
+
+/// The servers of a `load` without --vs: --targets, else --addr.
+fn load_targets(a: &LoadArgs) -> Result<load::Targets, String> {
+    if !a.targets.is_empty() {
+        let servers = resolve_targets(&a.targets)?;
+        return Ok(load::Targets::ketama(&servers, a.pids.clone(), a.ketama));
+    }
+    let addr = a.addr.ok_or("--addr, --targets or --vs is needed")?;
+    Ok(load::Targets::one(addr, a.pid))
 }
 
 #[derive(Args)]
@@ -70,11 +125,21 @@ struct LoadArgs {
     #[arg(long)]
     vs: bool,
     /// A running server to load (without --vs).
-    #[arg(long, value_name = "HOST:PORT", required_unless_present = "vs")]
+    #[arg(long, value_name = "HOST:PORT", required_unless_present_any = ["vs", "targets"])]
     addr: Option<std::net::SocketAddr>,
     /// Its PID, for its CPU time per request (without --vs).
     #[arg(long)]
     pid: Option<u32>,
+    /// Several running servers: keys spread over them as libmemcached's
+    /// ketama does (see --ketama); instead of --addr.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',', conflicts_with_all = ["addr", "vs"])]
+    targets: Vec<String>,
+    /// Their PIDs, for their CPU time per request (summed).
+    #[arg(long, value_delimiter = ',')]
+    pids: Vec<u32>,
+    /// The libmemcached ketama flavour of --targets.
+    #[arg(long, value_enum, default_value_t = ketama::Variant::Default)]
+    ketama: ketama::Variant,
     /// Client connections.
     #[arg(long, default_value_t = 8)]
     conns: usize,
@@ -90,6 +155,10 @@ struct LoadArgs {
     /// Unmeasured seconds before each run.
     #[arg(long, default_value_t = 1.0)]
     warmup: f64,
+    /// Servers of each kind --vs starts (each with --memory); a run spreads
+    /// the keys over them with ketama, as --targets does.
+    #[arg(long, default_value_t = 1)]
+    instances: usize,
     /// Rounds of --vs (the order alternates; medians are reported).
     #[arg(long, default_value_t = 2)]
     rounds: usize,
@@ -100,14 +169,28 @@ struct LoadArgs {
     key_size: usize,
     #[arg(long, default_value_t = 64)]
     value_size: usize,
+    /// Run once per value size (bytes, comma separated), one table with a
+    /// row per size (and server); keys are cut to what fits in half of
+    /// --memory.
+    #[arg(long, value_delimiter = ',', conflicts_with = "sweep")]
+    value_sizes: Vec<usize>,
+    /// --value-sizes 64,128,...,1048576 (64 B to 1 MiB, doubling).
+    #[arg(long)]
+    sweep: bool,
     /// Fraction of requests that are gets (the rest are sets).
     #[arg(long, default_value_t = 1.0)]
     get_ratio: f64,
     #[arg(long, value_enum, default_value_t = load::Protocol::Text)]
     protocol: load::Protocol,
-    /// Set every key before measuring (so gets hit).
+    /// Set every key before measuring (so gets hit); not with
+    /// --cache-aside, which starts from an empty cache.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     preload: bool,
+    /// Cache-aside: every get that misses is followed by a set of its key
+    /// (as an application fills its cache); reports the client's miss
+    /// ratio. The cache starts empty (no preload).
+    #[arg(long)]
+    cache_aside: bool,
     /// Memory limit of each server, MB (`-m`, with --vs).
     #[arg(long, default_value_t = 1024)]
     memory: u64,
@@ -120,6 +203,17 @@ struct LoadArgs {
     /// each request's intended send time); without it, closed loop.
     #[arg(long)]
     rate: Option<f64>,
+    /// Open loop at each of these rates in turn (req/s, comma separated):
+    /// a row per rate; with --plot, throughput and p99 against offered
+    /// rate.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["rate", "sla", "sweep", "value_sizes"])]
+    rates: Vec<f64>,
+    /// Write SVG charts into this directory: the latency CDF of every
+    /// server (latency-cdf.svg; per size with a sweep) and, with --rates,
+    /// throughput and p99 against offered rate (rates.svg); with --sla,
+    /// the same for its bisection steps (sla.svg).
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
     /// Find the highest rate within the SLA, for random keys (--dist) and
     /// hot keys (--hot), and print Overall = 0.8 x random + 0.2 x hot.
     #[arg(long)]
@@ -351,9 +445,19 @@ fn run(cli: Cli) -> Result<bool, String> {
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], a.port));
         return floor::run(addr, a.value_size).map(|()| true);
     }
+    if let Cmd::Ketama(a) = &cli.command {
+        let servers = resolve_targets(&a.targets)?;
+        let names: Vec<(String, u16)> = servers.iter().map(|(h, p, _)| (h.clone(), *p)).collect();
+        let continuum = a.ketama.continuum(&names);
+        for key in &a.keys {
+            let (host, port, _) = &servers[continuum.server_of(key.as_bytes())];
+            println!("{key} {host}:{port}");
+        }
+        return Ok(true);
+    }
     servers::install_signal_handler()?;
     match cli.command {
-        Cmd::Floor(_) => unreachable!("handled above"),
+        Cmd::Floor(_) | Cmd::Ketama(_) => unreachable!("handled above"),
         Cmd::Load(a) => {
             let w = load::Workload {
                 conns: a.conns.max(1),
@@ -370,7 +474,9 @@ fn run(cli: Cli) -> Result<bool, String> {
                 dist: a.dist,
                 rate: a.rate,
                 quantile: a.sla_fraction.clamp(0.0, 1.0),
+                cache_aside: a.cache_aside,
             };
+            let preload = a.preload && !a.cache_aside;
             let sla = load::SlaOpts {
                 bound_us: a.sla_bound_us,
                 hot: a.hot,
@@ -381,45 +487,117 @@ fn run(cli: Cli) -> Result<bool, String> {
                 memory_mb: a.memory,
                 threads: a.common.threads,
                 rounds: a.rounds.max(1),
-                preload: a.preload,
+                preload,
                 json: a.common.json,
+                plot: a.plot.clone(),
+                instances: a.instances.max(1),
             };
-            if a.sla && a.vs {
+            let sizes = if a.sweep {
+                load::sweep_sizes()
+            } else {
+                a.value_sizes.clone()
+            };
+            if !sizes.is_empty() && a.sla {
+                return Err("--sla does not sweep value sizes".into());
+            }
+            if !sizes.is_empty() && a.vs {
+                let bins = binaries(&a.common)?;
+                load::run_sweep_vs(&bins, &kinds(&a.common), &w, &vs, &sizes)
+            } else if !sizes.is_empty() {
+                let target = load_targets(&a)?;
+                load::run_sweep(
+                    &target,
+                    &w,
+                    &sizes,
+                    a.memory,
+                    preload,
+                    a.common.json,
+                    a.plot.as_deref(),
+                )
+            } else if !a.rates.is_empty() && a.vs {
+                let bins = binaries(&a.common)?;
+                load::run_rates_vs(&bins, &kinds(&a.common), &w, &vs, &a.rates)
+            } else if !a.rates.is_empty() {
+                let target = load_targets(&a)?;
+                if preload {
+                    load::preload(&target, &w)?;
+                }
+                load::run_rates(&target, &w, &a.rates, a.common.json, a.plot.as_deref())
+            } else if a.sla && a.vs {
                 let bins = binaries(&a.common)?;
                 load::run_sla(&bins, &kinds(&a.common), &w, &vs, &sla)
             } else if a.sla {
-                let addr = a.addr.ok_or("--addr or --vs is needed")?;
-                if a.preload {
-                    load::preload(addr, &w)?;
+                let target = load_targets(&a)?;
+                if preload {
+                    load::preload(&target, &w)?;
                 }
-                let (random, _) = load::sla_rate(addr, a.pid, &w, &sla)?;
+                let random_search = load::sla_rate(&target, &w, &sla)?;
                 let hot_w = load::Workload {
                     dist: a.hot,
                     ..w.clone()
                 };
-                let (hot, _) = load::sla_rate(addr, a.pid, &hot_w, &sla)?;
-                println!(
-                    "random {random:.0} req/s  hot {hot:.0} req/s  overall {:.0}",
-                    0.8 * random + 0.2 * hot
-                );
+                let hot_search = load::sla_rate(&target, &hot_w, &sla)?;
+                load::plot_sla(
+                    a.plot.as_deref(),
+                    &format!("SLA steps: {}", target.name()),
+                    &[
+                        ("random".to_string(), &random_search),
+                        ("hot".to_string(), &hot_search),
+                    ],
+                )?;
+                let (random, hot) = (random_search.rate, hot_search.rate);
+                let overall = 0.8 * random + 0.2 * hot;
+                if a.common.json {
+                    let row = load::sla_json(
+                        &target.name(),
+                        random,
+                        hot,
+                        None,
+                        random_search.best.as_ref(),
+                    );
+                    println!("{}", serde_json::Value::Array(vec![row]));
+                } else {
+                    println!("random {random:.0} req/s  hot {hot:.0} req/s  overall {overall:.0}");
+                }
                 Ok(true)
             } else if a.vs {
                 let bins = binaries(&a.common)?;
                 load::run_vs(&bins, &kinds(&a.common), &w, &vs)
             } else {
-                let addr = a.addr.ok_or("--addr or --vs is needed")?;
-                if a.preload {
-                    load::preload(addr, &w)?;
+                let target = load_targets(&a)?;
+                if preload {
+                    load::preload(&target, &w)?;
                 }
-                let o = load::run(addr, a.pid, &w)?;
+                let o = load::run(&target, &w)?;
+                let summary = report::Summary::of(&target.name(), std::slice::from_ref(&o));
+                load::plot_cdf(
+                    a.plot.as_deref(),
+                    "latency-cdf.svg",
+                    &format!(
+                        "{} connections, depth {}, {:?} protocol",
+                        w.conns, w.depth, w.protocol
+                    ),
+                    std::slice::from_ref(&summary),
+                )?;
+                if a.common.json {
+                    let mut row = summary.json(None, None);
+                    if let Some(rate) = w.rate {
+                        row.insert("offered_rps".into(), rate.into());
+                    }
+                    println!("{}", serde_json::Value::Array(vec![row.into()]));
+                    return Ok(true);
+                }
                 println!(
-                    "{:.0} ops/s  p50 {:.1} us  p99 {:.1} us  p99.9 {:.1} us  cpu {} us/req  misses {}",
+                    "{:.0} ops/s  p50 {:.1} us  p99 {:.1} us  p99.9 {:.1} us  cpu {} us/req  misses {} of {} gets  miss ratio {:.4}  fills {}",
                     o.ops_per_sec(),
                     o.p50_us,
                     o.p99_us,
                     o.p999_us,
                     o.cpu_us_per_req.map_or("-".into(), |c| format!("{c:.2}")),
-                    o.misses
+                    o.misses,
+                    o.gets,
+                    o.miss_ratio(),
+                    o.fills
                 );
                 Ok(true)
             }

@@ -160,12 +160,24 @@ impl Server {
         memory_mb: u64,
         threads: u32,
     ) -> Result<Server, String> {
+        Server::start_with(bins, kind, memory_mb, threads, &[])
+    }
+
+    /// [`Server::start`] with `extra` arguments after the others (e.g.
+    /// `-I 2m`; for the floor server, `--value-size N`).
+    pub fn start_with(
+        bins: &Binaries,
+        kind: Kind,
+        memory_mb: u64,
+        threads: u32,
+        extra: &[String],
+    ) -> Result<Server, String> {
         bins.check(kind)?;
         let path = bins.path(kind);
         let mut last_err = String::new();
         for _attempt in 0..3 {
             let port = free_port()?;
-            match Server::try_start(path, kind, port, memory_mb, threads) {
+            match Server::try_start(path, kind, port, memory_mb, threads, extra) {
                 Ok(s) => return Ok(s),
                 Err(e) => last_err = e,
             }
@@ -179,6 +191,7 @@ impl Server {
         port: u16,
         memory_mb: u64,
         threads: u32,
+        extra: &[String],
     ) -> Result<Server, String> {
         let log = std::env::temp_dir().join(format!(
             "osmium-bench-{}-{}-{port}.log",
@@ -197,6 +210,7 @@ impl Server {
         if kind == Kind::Memcached && running_as_root() {
             cmd.args(["-u", "root"]);
         }
+        cmd.args(extra);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file);

@@ -97,6 +97,16 @@ fn answers_text_gets_one_by_one_and_pipelined() {
 }
 
 #[test]
+fn answers_meta_gets_sets_and_noops() {
+    let floor = Floor::start(4);
+    let mut s = floor.connect();
+    s.write_all(b"mg key:1 v\r\nms key:2 3 T0\r\nabc\r\nmg key:3\r\nmn\r\n")
+        .unwrap();
+    let expect = b"VA 4\r\nxxxx\r\nHD\r\nHD\r\nMN\r\n";
+    assert_eq!(read_exactly(&mut s, expect.len()), expect);
+}
+
+#[test]
 fn answers_binary_gets() {
     let floor = Floor::start(8);
     let mut s = floor.connect();
@@ -116,9 +126,9 @@ fn answers_binary_gets() {
 #[test]
 fn load_measures_the_floor_server() {
     // `load --vs` with the floor server alone: starts it, runs a short
-    // closed loop (4 connections, 4 deep, text and binary), and reports
+    // closed loop (4 connections, 4 deep, text, binary and meta), and reports
     // throughput and CPU time per request from /proc.
-    for protocol in ["text", "binary"] {
+    for protocol in ["text", "binary", "meta"] {
         let text = bench(&[
             "load",
             "--vs",
@@ -197,4 +207,164 @@ fn open_loop_and_sla_run_against_the_floor_server() {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("{text}"));
     assert!(overall > 0.0, "{text}");
+}
+
+#[test]
+fn progress_bar_stays_off_a_stderr_that_is_not_a_terminal() {
+    // A 3 s run would show a progress bar on a terminal; piped, stderr
+    // gets none of it.
+    let floor = Floor::start(64);
+    let addr = format!("127.0.0.1:{}", floor.port);
+    let out = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
+        .args([
+            "load",
+            "--addr",
+            &addr,
+            "--preload",
+            "false",
+            "--conns",
+            "1",
+        ])
+        .args(["--duration", "2.5", "--warmup", "0.5"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("measuring") && !stderr.contains('\r'),
+        "{stderr:?}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ops/s"));
+}
+
+/// The fields every `load` row has, whatever the mode.
+const ROW_FIELDS: [&str; 7] = [
+    "server",
+    "ops_per_sec",
+    "p50_us",
+    "p99_us",
+    "p999_us",
+    "cpu_us_per_req",
+    "miss_ratio",
+];
+
+#[test]
+fn every_load_mode_prints_json_with_the_same_fields() {
+    let (a, b) = (Floor::start(64), Floor::start(64));
+    let addr = format!("127.0.0.1:{}", a.port);
+    let pid = a.child.id().to_string();
+    let targets = format!("{addr},127.0.0.1:{}", b.port);
+    let short = [
+        "--duration",
+        "0.3",
+        "--warmup",
+        "0.1",
+        "--preload",
+        "false",
+        "--json",
+    ];
+    let modes: [Vec<&str>; 4] = [
+        vec!["load", "--addr", &addr, "--pid", &pid],
+        vec!["load", "--addr", &addr, "--rate", "2000"],
+        vec!["load", "--targets", &targets, "--depth", "4"],
+        vec!["load", "--addr", &addr, "--value-sizes", "64,256"],
+    ];
+    for mode in modes {
+        let mut args = mode.clone();
+        args.extend(short);
+        let text = bench(&args);
+        let rows: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        let rows = rows
+            .as_array()
+            .unwrap_or_else(|| panic!("{mode:?}: {text}"));
+        assert!(!rows.is_empty(), "{mode:?}");
+        for row in rows {
+            for field in ROW_FIELDS {
+                assert!(row.get(field).is_some(), "{mode:?}: no {field} in {row}");
+            }
+            assert!(
+                row["ops_per_sec"].as_f64().unwrap() > 0.0,
+                "{mode:?}: {row}"
+            );
+        }
+    }
+    // --sla: the fields of `load --vs --sla --json`.
+    let text = bench(&[
+        "load",
+        "--addr",
+        &addr,
+        "--sla",
+        "--preload",
+        "false",
+        "--sla-steps",
+        "2",
+        "--sla-step-duration",
+        "0.2",
+        "--warmup",
+        "0.1",
+        "--sla-bound-us",
+        "200000",
+        "--json",
+    ]);
+    let rows: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    for field in [
+        "server",
+        "random_rps",
+        "hot_rps",
+        "overall",
+        "cpu_us_per_req",
+    ] {
+        assert!(rows[0].get(field).is_some(), "no {field} in {text}");
+    }
+}
+
+#[test]
+fn plot_writes_a_latency_cdf_and_a_rate_chart() {
+    let floor = Floor::start(64);
+    let addr = format!("127.0.0.1:{}", floor.port);
+    let dir = std::env::temp_dir().join(format!("osmium-bench-plot-{}", std::process::id()));
+    let dir_arg = dir.to_str().unwrap();
+    let short = ["--duration", "0.3", "--warmup", "0.1", "--preload", "false"];
+    let mut args = vec!["load", "--addr", &addr, "--plot", dir_arg];
+    args.extend(short);
+    bench(&args);
+    // --rates: a row per offered rate, and throughput/p99 against it.
+    let mut args = vec![
+        "load",
+        "--addr",
+        &addr,
+        "--plot",
+        dir_arg,
+        "--rates",
+        "1000,3000",
+    ];
+    args.extend(short);
+    args.push("--json");
+    let rows: serde_json::Value = serde_json::from_str(bench(&args).trim()).unwrap();
+    assert_eq!(rows[0]["offered_rps"], 1000.0);
+    assert_eq!(rows[1]["offered_rps"], 3000.0);
+    // --sla: its bisection steps.
+    let mut args = vec!["load", "--addr", &addr, "--plot", dir_arg, "--sla"];
+    args.extend([
+        "--preload",
+        "false",
+        "--sla-steps",
+        "2",
+        "--sla-step-duration",
+        "0.2",
+    ]);
+    args.extend(["--warmup", "0.1", "--sla-bound-us", "200000"]);
+    bench(&args);
+    for file in ["latency-cdf.svg", "rates.svg", "sla.svg"] {
+        let svg = std::fs::read_to_string(dir.join(file)).unwrap();
+        assert!(svg.starts_with("<svg"), "{file}");
+        assert!(svg.contains("<polyline"), "{file}: no curve");
+        assert!(svg.trim_end().ends_with("</svg>"), "{file}");
+    }
+    let cdf = std::fs::read_to_string(dir.join("latency-cdf.svg")).unwrap();
+    assert!(
+        cdf.contains("99.999") && cdf.contains(&addr),
+        "axis and legend"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }

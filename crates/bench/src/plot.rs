@@ -1,0 +1,257 @@
+//! `load --plot DIR`: SVG charts of a run, drawn with plotters' SVG backend
+//! alone (no font libraries: plotters estimates text sizes itself).
+//!
+//! * [`latency_cdf`]: each server's latency against percentile, from its
+//!   HDR histogram, on a log scale of the tail (0, 90, 99, 99.9, 99.99,
+//!   99.999: x = log10(1 / (1 − q))) and log-scaled microseconds;
+//! * [`rates`]: achieved throughput and p99 latency against the offered
+//!   rate of an open-loop `--rates` sweep, a line per server.
+
+use std::path::Path;
+
+use hdrhistogram::Histogram;
+use plotters::prelude::*;
+
+/// One server's latency distribution.
+pub struct CdfSeries<'a> {
+    pub name: &'a str,
+    /// Latencies in ns.
+    pub hist: &'a Histogram<u64>,
+}
+
+/// One server's figures at each offered rate: (offered req/s, achieved
+/// req/s, p99 µs).
+pub struct RateSeries<'a> {
+    pub name: &'a str,
+    pub points: Vec<(f64, f64, f64)>,
+}
+
+/// The deepest percentile drawn: 99.999 (x = 5).
+const TAIL_X: f64 = 5.0;
+
+/// The percentile (as "99.9") at x of the tail axis.
+fn percentile_label(x: f64) -> String {
+    let p = 100.0 * (1.0 - 10f64.powf(-x));
+    let s = format!("{p:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// (x, latency µs) points of `hist` from the minimum to 99.999 %.
+pub fn cdf_points(hist: &Histogram<u64>) -> Vec<(f64, f64)> {
+    let start = 0.0;
+    let steps = 150;
+    (0..=steps)
+        .map(|i| {
+            let x = start + (TAIL_X - start) * i as f64 / steps as f64;
+            let q = 1.0 - 10f64.powf(-x);
+            (x, hist.value_at_quantile(q).max(1) as f64 / 1000.0)
+        })
+        .collect()
+}
+
+fn color(i: usize) -> RGBColor {
+    const COLORS: [RGBColor; 6] = [
+        RGBColor(31, 119, 180),
+        RGBColor(214, 39, 40),
+        RGBColor(44, 160, 44),
+        RGBColor(148, 103, 189),
+        RGBColor(255, 127, 14),
+        RGBColor(23, 190, 207),
+    ];
+    COLORS[i % COLORS.len()]
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    format!("plot: {e}")
+}
+
+/// Writes the latency CDF of every series to `path` (SVG).
+pub fn latency_cdf(path: &Path, title: &str, series: &[CdfSeries]) -> Result<(), String> {
+    let curves: Vec<Vec<(f64, f64)>> = series.iter().map(|s| cdf_points(s.hist)).collect();
+    let (lo, hi) = curves
+        .iter()
+        .flatten()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), &(_, y)| {
+            (lo.min(y), hi.max(y))
+        });
+    if lo > hi {
+        return Err("plot: no latency to draw".into());
+    }
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..TAIL_X, ((lo * 0.8)..(hi * 1.25)).log_scale())
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("percentile")
+        .x_labels(6)
+        .y_desc("latency (us)")
+        .x_label_formatter(&|x| percentile_label(*x))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(err)?;
+    for (i, (s, curve)) in series.iter().zip(curves).enumerate() {
+        let c = color(i);
+        chart
+            .draw_series(LineSeries::new(curve, c.stroke_width(2)))
+            .map_err(err)?
+            .label(s.name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)
+}
+
+/// Writes throughput (top) and p99 latency (bottom) against offered rate
+/// to `path` (SVG), a line per series.
+pub fn rates(path: &Path, title: &str, series: &[RateSeries]) -> Result<(), String> {
+    let all = || series.iter().flat_map(|s| s.points.iter());
+    let max_rate = all().fold(1.0f64, |m, p| m.max(p.0).max(p.1));
+    let (lo, hi) = all().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
+        (lo.min(p.2), hi.max(p.2))
+    });
+    if lo > hi {
+        return Err("plot: no rate to draw".into());
+    }
+    let root = SVGBackend::new(path, (900, 900)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root.titled(title, ("sans-serif", 20)).map_err(err)?;
+    let (top, bottom) = root.split_vertically(430);
+    let mut chart = ChartBuilder::on(&top)
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..max_rate * 1.05, 0.0..max_rate * 1.05)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("offered (req/s)")
+        .y_desc("achieved (req/s)")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(err)?;
+    chart
+        .draw_series(LineSeries::new(
+            vec![(0.0, 0.0), (max_rate, max_rate)],
+            BLACK.mix(0.3),
+        ))
+        .map_err(err)?;
+    for (i, s) in series.iter().enumerate() {
+        let c = color(i);
+        chart
+            .draw_series(LineSeries::new(
+                s.points.iter().map(|p| (p.0, p.1)),
+                c.stroke_width(2),
+            ))
+            .map_err(err)?
+            .label(s.name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart
+            .draw_series(
+                s.points
+                    .iter()
+                    .map(|p| Circle::new((p.0, p.1), 3, c.filled())),
+            )
+            .map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    let mut chart = ChartBuilder::on(&bottom)
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..max_rate * 1.05, ((lo * 0.8)..(hi * 1.25)).log_scale())
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("offered (req/s)")
+        .y_desc("p99 latency (us)")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(err)?;
+    for (i, s) in series.iter().enumerate() {
+        let c = color(i);
+        chart
+            .draw_series(LineSeries::new(
+                s.points.iter().map(|p| (p.0, p.2)),
+                c.stroke_width(2),
+            ))
+            .map_err(err)?;
+        chart
+            .draw_series(
+                s.points
+                    .iter()
+                    .map(|p| Circle::new((p.0, p.2), 3, c.filled())),
+            )
+            .map_err(err)?;
+    }
+    root.present().map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// x of percentile q on the tail axis.
+    fn tail_x(q: f64) -> f64 {
+        -(1.0 - q).log10()
+    }
+
+    #[test]
+    fn tail_axis_labels_percentiles() {
+        assert_eq!(percentile_label(tail_x(0.5)), "50");
+        assert_eq!(percentile_label(1.0), "90");
+        assert_eq!(percentile_label(3.0), "99.9");
+        assert_eq!(percentile_label(5.0), "99.999");
+    }
+
+    #[test]
+    fn charts_are_written_as_svg() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+        for i in 1..10_000u64 {
+            h.record(10_000 + i * 10).unwrap();
+        }
+        let points = cdf_points(&h);
+        assert!(points.windows(2).all(|w| w[0].1 <= w[1].1));
+        let dir = std::env::temp_dir().join(format!("osmium-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cdf = dir.join("cdf.svg");
+        latency_cdf(
+            &cdf,
+            "t",
+            &[CdfSeries {
+                name: "a",
+                hist: &h,
+            }],
+        )
+        .unwrap();
+        let svg = std::fs::read_to_string(&cdf).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("99.999") && svg.contains("polyline"));
+        let r = dir.join("rates.svg");
+        let series = [RateSeries {
+            name: "a",
+            points: vec![(1000.0, 990.0, 50.0), (2000.0, 1900.0, 80.0)],
+        }];
+        rates(&r, "t", &series).unwrap();
+        assert!(std::fs::read_to_string(&r).unwrap().contains("offered"));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
