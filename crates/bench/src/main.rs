@@ -191,6 +191,11 @@ struct LoadArgs {
     /// ratio. The cache starts empty (no preload).
     #[arg(long)]
     cache_aside: bool,
+    /// Open loop (--rate, --rates, --sla): spin on the poll instead of
+    /// sleeping on a timerfd between sends (one core per generator thread;
+    /// sends leave on schedule, without the generator's wake-up latency).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    busy_poll: bool,
     /// Memory limit of each server, MB (`-m`, with --vs).
     #[arg(long, default_value_t = 1024)]
     memory: u64,
@@ -475,6 +480,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 rate: a.rate,
                 quantile: a.sla_fraction.clamp(0.0, 1.0),
                 cache_aside: a.cache_aside,
+                busy_poll: a.busy_poll,
             };
             let preload = a.preload && !a.cache_aside;
             let sla = load::SlaOpts {
