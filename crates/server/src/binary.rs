@@ -119,6 +119,7 @@ pub fn process(session: &mut Session, ctx: &WorkerCtx) -> Flow {
         };
         session.need = 0;
         done += 1;
+        session.ahead.step(&ctx.shared.store);
         let reply_start = session.wbuf.len();
         let step = execute(
             ctx,

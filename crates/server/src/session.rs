@@ -129,6 +129,9 @@ pub enum Flow {
 pub struct Session {
     pub fd: i32,
     pub peer: Peer,
+    /// The hashes of the keys of the requests waiting in `rbuf` (filled by
+    /// the worker's `Conn::prime`), for prefetching items ahead.
+    pub ahead: Ahead,
     /// Read buffer: bytes `rstart..rend` are received but not yet consumed.
     pub rbuf: Vec<u8>,
     pub rstart: usize,
@@ -157,11 +160,63 @@ pub struct Session {
     pub udp_stop_at_flush: bool,
 }
 
+/// Requests whose keys' hashes `Ahead` holds: a 16-deep pipeline.
+pub const AHEAD_CAPACITY: usize = 16;
+/// How many requests ahead of the one executing an item is prefetched.
+pub const AHEAD_DISTANCE: usize = 4;
+
+/// The hashes of the keys of the requests waiting in a session's read
+/// buffer, in order, as `osmium_protocol::peek` found them when the socket
+/// was read; their index buckets are already being fetched. Executing
+/// request i prefetches the item of request i + `AHEAD_DISTANCE` (which by
+/// then has its bucket in cache), so a pipeline's lookups overlap instead
+/// of each waiting for its item. A hint only: when the peek and the parse
+/// disagree (a data block that looked like a command), a prefetch is
+/// wasted, nothing else. The first `AHEAD_DISTANCE` items are prefetched
+/// by the worker before any request runs.
+#[derive(Default)]
+pub struct Ahead {
+    hashes: [u64; AHEAD_CAPACITY],
+    len: u8,
+    pos: u8,
+}
+
+impl Ahead {
+    #[inline]
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.pos = 0;
+    }
+
+    /// Adds the next request's hash; false when full.
+    #[inline]
+    pub fn push(&mut self, hash: u64) -> bool {
+        let Some(slot) = self.hashes.get_mut(self.len as usize) else {
+            return false;
+        };
+        *slot = hash;
+        self.len += 1;
+        true
+    }
+
+    /// Called as each request runs: prefetches the item of the request
+    /// `AHEAD_DISTANCE` further on.
+    #[inline]
+    pub fn step(&mut self, store: &osmium_store::Store) {
+        let i = self.pos as usize + AHEAD_DISTANCE;
+        if i < self.len as usize {
+            store.prefetch_item(self.hashes[i]);
+        }
+        self.pos = self.pos.saturating_add(1);
+    }
+}
+
 impl Session {
     pub fn new(fd: i32, peer: Peer, protocol: Protocol) -> Session {
         Session {
             fd,
             peer,
+            ahead: Ahead::default(),
             rbuf: vec![0; READ_CHUNK],
             rstart: 0,
             rend: 0,
@@ -338,6 +393,7 @@ impl Session {
             }
             let tokens = Tokens::new(line);
             done += 1;
+            self.ahead.step(&ctx.shared.store);
             let reply_start = self.wbuf.len();
             if is_meta(&tokens) {
                 let mut shape = ReplyShape::Single;

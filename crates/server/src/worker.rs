@@ -17,8 +17,10 @@
 //! 1. `Conn::prime`: read the socket once, peek at the keys of the requests
 //!    that arrived (`osmium_protocol::peek`, no parsing) and prefetch their
 //!    index buckets;
-//! 2. prefetch the items those buckets point at (`Store::prefetch_item`);
-//! 3. `Conn::drive`: parse and execute the requests, write the replies.
+//! 2. prefetch the items the first few of those buckets point at;
+//! 3. `Conn::drive`: parse and execute the requests, write the replies;
+//!    each request run prefetches the item of the one four further on
+//!    (`Ahead::step`), so a pipeline's item misses overlap too.
 //!
 //! A read that returned less than it had room for emptied the socket, so
 //! `drive` does not read again (which would only return `EAGAIN`): epoll is
@@ -39,15 +41,11 @@ use slab::Slab;
 
 use osmium_store::Store;
 
-use crate::session::{Flow, Peer, Protocol, Session};
+use crate::session::{Flow, Peer, Protocol, Session, AHEAD_DISTANCE};
 use crate::stats::{StatsContext, ThreadStats};
 use crate::udp::{Progress, UdpEndpoint};
 
 const WAKE: Token = Token(usize::MAX);
-
-/// Requests per connection whose keys an event-loop turn prefetches before
-/// it runs them (`Conn::prime`): enough for a 16-deep pipeline.
-const PREFETCH_PER_CONN: usize = 16;
 
 /// The token of this worker's UDP endpoint `i` (counted down from WAKE;
 /// connection tokens are slab keys counted up from 0).
@@ -226,13 +224,14 @@ impl Conn {
         }
     }
 
-    /// The first half of an event-loop turn for a readable connection:
-    /// reads once, and for the keys of the first `PREFETCH_PER_CONN`
-    /// requests that have arrived, starts fetching their index buckets and
-    /// pushes their hashes (for `Store::prefetch_item`). The requests run
-    /// later, in `drive`, by which time the other connections of the turn
-    /// have been read and the buckets have arrived.
-    fn prime(&mut self, ctx: &WorkerCtx, hashes: &mut Vec<u64>) {
+    /// The first pass of an event-loop turn for a readable connection:
+    /// reads once, and for the keys of the first requests that have arrived
+    /// (up to `AHEAD_CAPACITY`), starts fetching their index buckets and
+    /// keeps their hashes in the session's `Ahead`. The requests run later,
+    /// in `drive`, by which time the other connections of the turn have
+    /// been read and the buckets have arrived.
+    fn prime(&mut self, ctx: &WorkerCtx, first_hashes: &mut Vec<u64>) {
+        self.session.ahead.clear();
         if self.hangup {
             return;
         }
@@ -242,8 +241,16 @@ impl Conn {
             return;
         }
         let store = &ctx.shared.store;
-        for key in osmium_protocol::peek::keys(self.session.input()).take(PREFETCH_PER_CONN) {
-            hashes.push(store.prefetch_bucket(key));
+        let session = &mut self.session;
+        let input = &session.rbuf[session.rstart..session.rend];
+        for (i, key) in osmium_protocol::peek::keys(input).enumerate() {
+            let hash = store.prefetch_bucket(key);
+            if i < AHEAD_DISTANCE {
+                first_hashes.push(hash);
+            }
+            if !session.ahead.push(hash) {
+                break;
+            }
         }
     }
 
@@ -297,8 +304,9 @@ struct Worker {
     ready: VecDeque<usize>,
     /// This turn's tokens with an event.
     turn: Vec<usize>,
-    /// The hashes of the keys this turn's requests name (`Conn::prime`).
-    turn_hashes: Vec<u64>,
+    /// The hashes of the first `AHEAD_DISTANCE` keys of each connection's
+    /// waiting requests (`Conn::prime`), whose items pass 2 prefetches.
+    first_hashes: Vec<u64>,
     idle_timeout: u32,
     /// From `-B`: auto negotiates per connection.
     initial_protocol: Protocol,
@@ -442,11 +450,11 @@ impl Worker {
                 self.turn.push(key);
                 if ev.is_readable() && self.udp_index(key).is_none() {
                     if let Some(conn) = self.conns.get_mut(key) {
-                        conn.prime(&self.ctx, &mut self.turn_hashes);
+                        conn.prime(&self.ctx, &mut self.first_hashes);
                     }
                 }
             }
-            for hash in self.turn_hashes.drain(..) {
+            for hash in self.first_hashes.drain(..) {
                 self.ctx.shared.store.prefetch_item(hash);
             }
             let mut turn = std::mem::take(&mut self.turn);
@@ -516,7 +524,7 @@ pub fn spawn(
         // Datagrams may have arrived before the first poll.
         ready: (0..udp.len()).map(|i| udp_token(i).0).collect(),
         turn: Vec::with_capacity(1024),
-        turn_hashes: Vec::with_capacity(4096),
+        first_hashes: Vec::with_capacity(4096),
         udp,
     };
     let thread = std::thread::Builder::new()
