@@ -178,6 +178,10 @@ pub struct Settings {
     pub maxconns_fast: bool,
     pub hashpower_init: u32,
     pub lru_crawler: bool,
+    /// `-o thread_affinity=N` (osmium's own, after the ThreadAffinity
+    /// memcached builds of seed 002): worker i runs only on CPU
+    /// (N + i) mod the CPUs this process may use. None: no pinning.
+    pub thread_affinity: Option<usize>,
     pub binding_protocol: &'static str,
     /// -S: SASL authentication for the binary protocol.
     pub sasl: bool,
@@ -428,6 +432,7 @@ where
     let mut maxconns_fast = true;
     let mut hashpower_init = 0;
     let mut lru_crawler = true;
+    let mut thread_affinity = None;
     for opt in cli.extended.iter().flat_map(|o| o.split(',')) {
         let opt = opt.trim();
         if opt.is_empty() {
@@ -449,6 +454,7 @@ where
                     return Err("Initial hashtable multiplier of 12 is too low".into());
                 }
             }
+            "thread_affinity" => thread_affinity = Some(number(value)? as usize),
             "no_lru_crawler" => lru_crawler = false,
             "lru_crawler" => lru_crawler = true,
             "maxconns_fast" => maxconns_fast = true,
@@ -497,6 +503,7 @@ where
         maxconns_fast,
         hashpower_init,
         lru_crawler,
+        thread_affinity,
         binding_protocol,
         sasl: cli.sasl,
         sasl_pwdb,
@@ -631,6 +638,13 @@ mod tests {
         assert_eq!(s.listen[0].port, 7000);
         assert_eq!(s.listen[1].port, 6000);
         assert!(run(&["-o", "slab_chunk_max=64"]).unwrap().warnings.len() == 1);
+    }
+
+    #[test]
+    fn thread_affinity_takes_a_first_cpu() {
+        assert_eq!(run(&[]).unwrap().thread_affinity, None);
+        assert_eq!(run(&["-o", "thread_affinity=1"]).unwrap().thread_affinity, Some(1));
+        assert!(run(&["-o", "thread_affinity"]).is_err());
     }
 
     #[test]
