@@ -1,0 +1,275 @@
+//! The floor server on io_uring (`osmium-bench floor --io-uring`): the same
+//! answers as the epoll floor ([`crate::floor`], whose [`answer`] it calls),
+//! one thread, but every socket operation is an io_uring request, so that
+//! the two floors differ only in their I/O loop and measure whether
+//! io_uring beats epoll on this kernel.
+//!
+//! Design:
+//!
+//! * one ring, set up with `SINGLE_ISSUER | DEFER_TASKRUN` (completions are
+//!   run only when this thread enters the kernel to wait, never by
+//!   interrupting it), falling back to `COOP_TASKRUN`, then to no flag, when
+//!   the kernel refuses them; `--sqpoll` sets up a kernel thread polling the
+//!   submission queue instead (it burns a core: a separate variant);
+//! * one multishot accept on the listener, re-armed only when a completion
+//!   says it has stopped;
+//! * per connection one recv at a time into the spare capacity of its input
+//!   buffer (`IORING_RECVSEND_POLL_FIRST`: it is re-armed just after the
+//!   socket was read, so it waits for data instead of trying a recv that
+//!   would find nothing), and at most one send at a time of all the answers
+//!   a recv's complete requests produced (answers made while a send is in
+//!   flight go to a second buffer and are sent when it completes);
+//! * the loop is one `submit_and_wait(1)` per iteration: it submits every
+//!   SQE the previous iteration queued, for every connection, and waits for
+//!   at least one completion; then every completion there is is handled.
+//!   That batching of syscalls across connections is what io_uring can gain
+//!   over epoll's `epoll_wait` + `read` + `write` per ready socket.
+//!
+//! Buffers are per connection (an input and two output `Vec`s, grown only
+//! when a request does not fit), nothing is allocated per request, and a
+//! buffer the kernel may write or read is never moved or freed while its
+//! operation is in flight: a connection is freed only once neither its recv
+//! nor its send is pending (closing one shuts its socket down, which ends a
+//! pending recv).
+
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+use crate::floor::answer;
+
+/// Size of the input buffer of a new connection (grown when full).
+const INPUT: usize = 64 * 1024;
+/// Submission queue entries (the completion queue is twice that; the
+/// kernel keeps completions that overflow it).
+const RING_ENTRIES: u32 = 1024;
+/// `user_data` of the multishot accept; a connection's operations are
+/// `id << 1 | op`.
+const ACCEPT: u64 = u64::MAX;
+const OP_RECV: u64 = 0;
+const OP_SEND: u64 = 1;
+/// `IORING_RECVSEND_POLL_FIRST` (not exported by the `io-uring` crate).
+const RECVSEND_POLL_FIRST: u16 = 1;
+
+struct Conn {
+    stream: TcpStream,
+    /// Received bytes not answered yet; a recv writes past its length.
+    input: Vec<u8>,
+    /// Answers waiting for the send in flight to complete.
+    out: Vec<u8>,
+    /// The answers being sent; `sent` bytes of it are gone.
+    flight: Vec<u8>,
+    sent: usize,
+    recv_pending: bool,
+    send_pending: bool,
+    /// Done (EOF or error): freed once no operation is pending.
+    closing: bool,
+}
+
+/// Runs the io_uring floor server on `addr` (port 0: any free port),
+/// printing `listening on <addr>` once bound; never returns unless it fails.
+pub fn run(addr: SocketAddr, value_size: usize, sqpoll: bool) -> Result<(), String> {
+    let value = vec![b'x'; value_size];
+    let mut ring = setup(sqpoll)?;
+    let listener = crate::floor::listen(addr)?;
+    let mut conns: slab::Slab<Conn> = slab::Slab::new();
+    let lfd = types::Fd(listener.as_raw_fd());
+    let accept = opcode::AcceptMulti::new(lfd).build().user_data(ACCEPT);
+    // SAFETY: the accept multishot SQE references only the listener's fd,
+    // which lives (in `listener`) as long as this function, hence the ring.
+    unsafe { push(&mut ring, &accept) }?;
+    loop {
+        match ring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // Completion queue full: handle what is there, then retry.
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            Err(e) => return Err(format!("floor --io-uring: submit_and_wait: {e}")),
+        }
+        let (submitter, mut sq, mut cq) = ring.split();
+        cq.sync();
+        for cqe in &mut cq {
+            let (data, res, flags) = (cqe.user_data(), cqe.result(), cqe.flags());
+            let mut queue = |e: squeue::Entry| -> Result<(), String> {
+                // SAFETY: the entry comes from `recv_entry`, `send_entry` or
+                // the accept above, whose buffers stay valid until their
+                // completion (see those functions).
+                while unsafe { sq.push(&e) }.is_err() {
+                    sq.sync();
+                    submitter
+                        .submit()
+                        .map_err(|e| format!("floor --io-uring: submit: {e}"))?;
+                    sq.sync();
+                }
+                Ok(())
+            };
+            if data == ACCEPT {
+                if res >= 0 {
+                    // SAFETY: a successful accept returns a new socket fd
+                    // that nothing else owns.
+                    let stream = unsafe { TcpStream::from_raw_fd(res) };
+                    stream.set_nodelay(true).ok();
+                    let id = conns.insert(Conn {
+                        stream,
+                        input: Vec::with_capacity(INPUT),
+                        out: Vec::new(),
+                        flight: Vec::new(),
+                        sent: 0,
+                        recv_pending: false,
+                        send_pending: false,
+                        closing: false,
+                    });
+                    queue(recv_entry(id, &mut conns[id]))?;
+                }
+                if !cqueue::more(flags) {
+                    queue(accept.clone())?;
+                }
+                continue;
+            }
+            let id = (data >> 1) as usize;
+            let Some(conn) = conns.get_mut(id) else {
+                continue;
+            };
+            if data & 1 == OP_RECV {
+                conn.recv_pending = false;
+                if conn.closing || res <= 0 {
+                    if !conn.closing && (res == -libc::EINTR || res == -libc::EAGAIN) {
+                        queue(recv_entry(id, conn))?;
+                    } else {
+                        close(&mut conns, id);
+                    }
+                    continue;
+                }
+                // SAFETY: the kernel wrote `res` bytes into the spare
+                // capacity past `input.len()` (the recv's buffer).
+                unsafe { conn.input.set_len(conn.input.len() + res as usize) };
+                let used = answer(&conn.input, &value, &mut conn.out);
+                conn.input.drain(..used);
+                if !conn.send_pending && !conn.out.is_empty() {
+                    std::mem::swap(&mut conn.out, &mut conn.flight);
+                    conn.sent = 0;
+                    queue(send_entry(id, conn))?;
+                }
+                if conn.input.len() == conn.input.capacity() {
+                    conn.input.reserve(conn.input.capacity());
+                }
+                queue(recv_entry(id, conn))?;
+            } else {
+                conn.send_pending = false;
+                if conn.closing || res < 0 {
+                    close(&mut conns, id);
+                    continue;
+                }
+                conn.sent += res as usize;
+                if conn.sent < conn.flight.len() {
+                    queue(send_entry(id, conn))?;
+                    continue;
+                }
+                conn.flight.clear();
+                if !conn.out.is_empty() {
+                    std::mem::swap(&mut conn.out, &mut conn.flight);
+                    conn.sent = 0;
+                    queue(send_entry(id, conn))?;
+                }
+            }
+        }
+    }
+}
+
+/// The ring: with `sqpoll`, a kernel thread polls the submission queue
+/// (idle after 1 s); otherwise the best of `SINGLE_ISSUER | DEFER_TASKRUN`,
+/// `COOP_TASKRUN` and no flag that the kernel accepts (said on stderr).
+fn setup(sqpoll: bool) -> Result<IoUring, String> {
+    if sqpoll {
+        return IoUring::builder()
+            .setup_sqpoll(1000)
+            .build(RING_ENTRIES)
+            .map_err(|e| format!("floor --io-uring --sqpoll: io_uring_setup: {e}"));
+    }
+    let mut last = None;
+    for name in ["SINGLE_ISSUER|DEFER_TASKRUN", "COOP_TASKRUN", "no flag"] {
+        let mut b = IoUring::builder();
+        match name {
+            "SINGLE_ISSUER|DEFER_TASKRUN" => b.setup_single_issuer().setup_defer_taskrun(),
+            "COOP_TASKRUN" => b.setup_coop_taskrun(),
+            _ => &mut b,
+        };
+        match b.build(RING_ENTRIES) {
+            Ok(ring) => {
+                eprintln!("floor --io-uring: ring set up with {name}");
+                return Ok(ring);
+            }
+            Err(e) => {
+                eprintln!("floor --io-uring: {name} refused: {e}");
+                last = Some(e);
+            }
+        }
+    }
+    Err(format!(
+        "floor --io-uring: io_uring_setup: {}",
+        last.map(|e| e.to_string()).unwrap_or_default()
+    ))
+}
+
+/// Queues `e` on the ring's submission queue, submitting first if full.
+///
+/// # Safety
+/// The buffers `e` points to must stay valid until its completion.
+unsafe fn push(ring: &mut IoUring, e: &squeue::Entry) -> Result<(), String> {
+    // SAFETY: the caller guarantees the buffers outlive the operation.
+    while unsafe { ring.submission().push(e) }.is_err() {
+        ring.submit()
+            .map_err(|e| format!("floor --io-uring: submit: {e}"))?;
+    }
+    Ok(())
+}
+
+/// A recv into the spare capacity of `conn.input`. That buffer is not
+/// touched (no push, no reserve, no drop) until the recv completes:
+/// `recv_pending` guards it, and the connection is freed only once it is
+/// false.
+fn recv_entry(id: usize, conn: &mut Conn) -> squeue::Entry {
+    conn.recv_pending = true;
+    let spare = conn.input.spare_capacity_mut();
+    opcode::Recv::new(
+        types::Fd(conn.stream.as_raw_fd()),
+        spare.as_mut_ptr().cast(),
+        spare.len().min(u32::MAX as usize) as u32,
+    )
+    .ioprio(RECVSEND_POLL_FIRST)
+    .build()
+    .user_data((id as u64) << 1 | OP_RECV)
+}
+
+/// A send of `conn.flight[conn.sent..]`. `flight` is not touched until the
+/// send completes: answers go to `out` while `send_pending` is set, and the
+/// connection is freed only once it is false.
+fn send_entry(id: usize, conn: &mut Conn) -> squeue::Entry {
+    conn.send_pending = true;
+    let rest = &conn.flight[conn.sent..];
+    opcode::Send::new(
+        types::Fd(conn.stream.as_raw_fd()),
+        rest.as_ptr(),
+        rest.len().min(u32::MAX as usize) as u32,
+    )
+    .flags(libc::MSG_NOSIGNAL)
+    .build()
+    .user_data((id as u64) << 1 | OP_SEND)
+}
+
+/// Closes connection `id`: frees it if no operation is pending, else shuts
+/// its socket down (which completes a pending recv or send) and frees it
+/// when the last completion arrives.
+fn close(conns: &mut slab::Slab<Conn>, id: usize) {
+    let conn = &mut conns[id];
+    if conn.recv_pending || conn.send_pending {
+        if !conn.closing {
+            conn.closing = true;
+            conn.stream.shutdown(Shutdown::Both).ok();
+        }
+        return;
+    }
+    conns.remove(id);
+}
