@@ -35,6 +35,7 @@
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::atomic::{AtomicU16, Ordering};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
@@ -50,6 +51,11 @@ const RING_ENTRIES: u32 = 1024;
 const ACCEPT: u64 = u64::MAX;
 const OP_RECV: u64 = 0;
 const OP_SEND: u64 = 1;
+/// Group id of the provided buffer ring (`--recv-multishot`).
+const BGID: u16 = 0;
+/// Buffers in that ring (a power of two) and bytes per buffer.
+const BUFS: u16 = 512;
+const BUF_SIZE: usize = 8 * 1024;
 /// `IORING_RECVSEND_POLL_FIRST` (not exported by the `io-uring` crate).
 const RECVSEND_POLL_FIRST: u16 = 1;
 
@@ -70,9 +76,19 @@ struct Conn {
 
 /// Runs the io_uring floor server on `addr` (port 0: any free port),
 /// printing `listening on <addr>` once bound; never returns unless it fails.
-pub fn run(addr: SocketAddr, value_size: usize, sqpoll: bool) -> Result<(), String> {
+pub fn run(
+    addr: SocketAddr,
+    value_size: usize,
+    sqpoll: bool,
+    multishot: bool,
+) -> Result<(), String> {
     let value = vec![b'x'; value_size];
     let mut ring = setup(sqpoll)?;
+    let mut bufs = if multishot {
+        Some(BufRing::register(&ring)?)
+    } else {
+        None
+    };
     let listener = crate::floor::listen(addr)?;
     let mut conns: slab::Slab<Conn> = slab::Slab::new();
     let lfd = types::Fd(listener.as_raw_fd());
@@ -121,7 +137,7 @@ pub fn run(addr: SocketAddr, value_size: usize, sqpoll: bool) -> Result<(), Stri
                         send_pending: false,
                         closing: false,
                     });
-                    queue(recv_entry(id, &mut conns[id]))?;
+                    queue(recv_entry(id, &mut conns[id], bufs.is_some()))?;
                 }
                 if !cqueue::more(flags) {
                     queue(accept.clone())?;
@@ -133,29 +149,58 @@ pub fn run(addr: SocketAddr, value_size: usize, sqpoll: bool) -> Result<(), Stri
                 continue;
             };
             if data & 1 == OP_RECV {
-                conn.recv_pending = false;
-                if conn.closing || res <= 0 {
-                    if !conn.closing && (res == -libc::EINTR || res == -libc::EAGAIN) {
-                        queue(recv_entry(id, conn))?;
-                    } else {
-                        close(&mut conns, id);
+                // A multishot recv stays armed while its completions say
+                // MORE.
+                if !(bufs.is_some() && cqueue::more(flags)) {
+                    conn.recv_pending = false;
+                }
+                let picked = bufs.as_ref().and(cqueue::buffer_select(flags));
+                if res > 0 && !conn.closing {
+                    let n = res as usize;
+                    match (&bufs, picked) {
+                        (Some(b), Some(bid)) => {
+                            // SAFETY: the kernel wrote `n` bytes into
+                            // buffer `bid` and handed it to us; it is not
+                            // reused until `recycle` below.
+                            let chunk = unsafe { b.filled(bid, n) };
+                            if conn.input.is_empty() {
+                                // The common case: parse in place, keep
+                                // only an incomplete tail.
+                                let used = answer(chunk, &value, &mut conn.out);
+                                conn.input.extend_from_slice(&chunk[used..]);
+                            } else {
+                                conn.input.extend_from_slice(chunk);
+                                let used = answer(&conn.input, &value, &mut conn.out);
+                                conn.input.drain(..used);
+                            }
+                        }
+                        _ => {
+                            // SAFETY: the kernel wrote `n` bytes into the
+                            // spare capacity past `input.len()` (the
+                            // recv's buffer).
+                            unsafe { conn.input.set_len(conn.input.len() + n) };
+                            let used = answer(&conn.input, &value, &mut conn.out);
+                            conn.input.drain(..used);
+                            if conn.input.len() == conn.input.capacity() {
+                                conn.input.reserve(conn.input.capacity());
+                            }
+                        }
                     }
-                    continue;
+                    if !conn.send_pending && !conn.out.is_empty() {
+                        std::mem::swap(&mut conn.out, &mut conn.flight);
+                        conn.sent = 0;
+                        queue(send_entry(id, conn))?;
+                    }
                 }
-                // SAFETY: the kernel wrote `res` bytes into the spare
-                // capacity past `input.len()` (the recv's buffer).
-                unsafe { conn.input.set_len(conn.input.len() + res as usize) };
-                let used = answer(&conn.input, &value, &mut conn.out);
-                conn.input.drain(..used);
-                if !conn.send_pending && !conn.out.is_empty() {
-                    std::mem::swap(&mut conn.out, &mut conn.flight);
-                    conn.sent = 0;
-                    queue(send_entry(id, conn))?;
+                if let (Some(b), Some(bid)) = (&mut bufs, picked) {
+                    b.recycle(bid);
                 }
-                if conn.input.len() == conn.input.capacity() {
-                    conn.input.reserve(conn.input.capacity());
+                let retry = [-libc::EINTR, -libc::EAGAIN, -libc::ENOBUFS].contains(&res);
+                if conn.closing || res == 0 || (res < 0 && !retry) {
+                    close(&mut conns, id);
+                } else if !conn.recv_pending {
+                    queue(recv_entry(id, conn, bufs.is_some()))?;
                 }
-                queue(recv_entry(id, conn))?;
             } else {
                 conn.send_pending = false;
                 if conn.closing || res < 0 {
@@ -229,9 +274,15 @@ unsafe fn push(ring: &mut IoUring, e: &squeue::Entry) -> Result<(), String> {
 /// A recv into the spare capacity of `conn.input`. That buffer is not
 /// touched (no push, no reserve, no drop) until the recv completes:
 /// `recv_pending` guards it, and the connection is freed only once it is
-/// false.
-fn recv_entry(id: usize, conn: &mut Conn) -> squeue::Entry {
+/// false. With `multishot`, a multishot recv into buffers of the
+/// [`BufRing`] instead (it references no memory of the connection).
+fn recv_entry(id: usize, conn: &mut Conn, multishot: bool) -> squeue::Entry {
     conn.recv_pending = true;
+    if multishot {
+        return opcode::RecvMulti::new(types::Fd(conn.stream.as_raw_fd()), BGID)
+            .build()
+            .user_data((id as u64) << 1 | OP_RECV);
+    }
     let spare = conn.input.spare_capacity_mut();
     opcode::Recv::new(
         types::Fd(conn.stream.as_raw_fd()),
@@ -272,4 +323,92 @@ fn close(conns: &mut slab::Slab<Conn>, id: usize) {
         return;
     }
     conns.remove(id);
+}
+
+/// The provided-buffer ring of `--recv-multishot`: `BUFS` buffers of
+/// `BUF_SIZE` bytes the kernel picks from for each multishot recv
+/// completion; a buffer goes back to the ring (`recycle`) once its bytes
+/// are parsed or copied. Its memory is leaked on purpose: the kernel may
+/// use it as long as the ring lives, which is until the process exits.
+struct BufRing {
+    entries: *mut types::BufRingEntry,
+    base: *mut u8,
+    /// Our copy of the ring's tail (the kernel only reads it).
+    tail: u16,
+}
+
+impl BufRing {
+    /// Allocates the ring and its buffers, gives every buffer to the
+    /// kernel and registers the ring as group `BGID`.
+    fn register(ring: &IoUring) -> Result<BufRing, String> {
+        let bytes = usize::from(BUFS) * std::mem::size_of::<types::BufRingEntry>();
+        // SAFETY: an anonymous private mapping (page-aligned, as the
+        // kernel requires), checked below, never unmapped.
+        let mem = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if mem == libc::MAP_FAILED {
+            return Err(format!(
+                "floor --io-uring: mmap: {}",
+                io::Error::last_os_error()
+            ));
+        }
+        let base = Box::leak(vec![0u8; usize::from(BUFS) * BUF_SIZE].into_boxed_slice());
+        let mut bufs = BufRing {
+            entries: mem.cast(),
+            base: base.as_mut_ptr(),
+            tail: 0,
+        };
+        for bid in 0..BUFS {
+            bufs.recycle(bid);
+        }
+        // SAFETY: the ring memory (`BUFS` entries) and the buffers are
+        // valid for the rest of the process (never freed).
+        unsafe {
+            ring.submitter()
+                .register_buf_ring_with_flags(mem as u64, BUFS, BGID, 0)
+        }
+        .map_err(|e| format!("floor --io-uring: register_buf_ring: {e}"))?;
+        Ok(bufs)
+    }
+
+    /// The first `len` bytes of buffer `bid`.
+    ///
+    /// # Safety
+    /// The kernel must have handed `bid` over with `len` bytes in it, and
+    /// the slice must be dropped before `recycle(bid)`.
+    unsafe fn filled(&self, bid: u16, len: usize) -> &[u8] {
+        // SAFETY: `bid < BUFS` and `len <= BUF_SIZE` (the kernel filled at
+        // most the length it was given); the caller owns the buffer now.
+        unsafe { std::slice::from_raw_parts(self.base.add(usize::from(bid) * BUF_SIZE), len) }
+    }
+
+    /// Gives buffer `bid` back to the kernel.
+    fn recycle(&mut self, bid: u16) {
+        let slot = usize::from(self.tail & (BUFS - 1));
+        // SAFETY: `slot < BUFS`, inside the mapping; the kernel only reads
+        // the slots past its head up to the published tail, and this one
+        // is not published yet (at most BUFS buffers are ever out).
+        let entry = unsafe { &mut *self.entries.add(slot) };
+        // SAFETY: `bid < BUFS`: inside the buffer allocation.
+        let addr = unsafe { self.base.add(usize::from(bid) * BUF_SIZE) };
+        entry.set_addr(addr as u64);
+        entry.set_len(BUF_SIZE as u32);
+        entry.set_bid(bid);
+        self.tail = self.tail.wrapping_add(1);
+        // SAFETY: the tail is the u16 the kernel reads at the start of the
+        // ring (entry 0's reserved field), aligned and inside the mapping;
+        // the release store publishes the entry written above.
+        unsafe {
+            let tail = types::BufRingEntry::tail(self.entries) as *const AtomicU16;
+            (*tail).store(self.tail, Ordering::Release);
+        }
+    }
 }

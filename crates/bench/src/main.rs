@@ -258,6 +258,10 @@ struct FloorArgs {
     /// (IORING_SETUP_SQPOLL; it burns a core while busy).
     #[arg(long, requires = "io_uring")]
     sqpoll: bool,
+    /// With --io-uring: one multishot recv per connection into a provided
+    /// buffer ring instead of a recv per read.
+    #[arg(long, requires = "io_uring")]
+    recv_multishot: bool,
 }
 
 /// Options every subcommand has.
@@ -292,6 +296,9 @@ enum ServerArg {
     /// The same with a submission-queue polling thread (`floor --io-uring
     /// --sqpoll`; `load --vs` only).
     FloorUringSqpoll,
+    /// The floor server on io_uring with multishot recv (`floor --io-uring
+    /// --recv-multishot`; `load --vs` only).
+    FloorUringMs,
 }
 
 impl From<ServerArg> for Kind {
@@ -302,6 +309,7 @@ impl From<ServerArg> for Kind {
             ServerArg::Floor => Kind::Floor,
             ServerArg::FloorUring => Kind::FloorUring,
             ServerArg::FloorUringSqpoll => Kind::FloorUringSqpoll,
+            ServerArg::FloorUringMs => Kind::FloorUringMs,
         }
     }
 }
@@ -465,7 +473,7 @@ fn run(cli: Cli) -> Result<bool, String> {
     if let Cmd::Floor(a) = &cli.command {
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], a.port));
         return if a.io_uring {
-            floor_uring::run(addr, a.value_size, a.sqpoll)
+            floor_uring::run(addr, a.value_size, a.sqpoll, a.recv_multishot)
         } else {
             floor::run(addr, a.value_size)
         }

@@ -26,6 +26,8 @@ pub enum Kind {
     FloorUring,
     /// The same with `--sqpoll`.
     FloorUringSqpoll,
+    /// The same with `--recv-multishot`.
+    FloorUringMs,
 }
 
 impl Kind {
@@ -36,6 +38,7 @@ impl Kind {
             Kind::Floor => "floor",
             Kind::FloorUring => "floor-uring",
             Kind::FloorUringSqpoll => "floor-uring-sqpoll",
+            Kind::FloorUringMs => "floor-uring-ms",
         }
     }
 
@@ -43,7 +46,7 @@ impl Kind {
     pub fn is_floor(self) -> bool {
         matches!(
             self,
-            Kind::Floor | Kind::FloorUring | Kind::FloorUringSqpoll
+            Kind::Floor | Kind::FloorUring | Kind::FloorUringSqpoll | Kind::FloorUringMs
         )
     }
 }
@@ -96,7 +99,7 @@ impl Binaries {
                 path.display()
             ),
             Kind::Memcached => format!("{} not found: pass --memcached PATH", path.display()),
-            Kind::Floor | Kind::FloorUring | Kind::FloorUringSqpoll => {
+            Kind::Floor | Kind::FloorUring | Kind::FloorUringSqpoll | Kind::FloorUringMs => {
                 format!("{} not found", path.display())
             }
         })
@@ -106,7 +109,9 @@ impl Binaries {
         match kind {
             Kind::Osmium => &self.osmium,
             Kind::Memcached => &self.memcached,
-            Kind::Floor | Kind::FloorUring | Kind::FloorUringSqpoll => &self.floor,
+            Kind::Floor | Kind::FloorUring | Kind::FloorUringSqpoll | Kind::FloorUringMs => {
+                &self.floor
+            }
         }
     }
 }
@@ -222,6 +227,7 @@ impl Server {
             match kind {
                 Kind::FloorUring => cmd.arg("--io-uring"),
                 Kind::FloorUringSqpoll => cmd.args(["--io-uring", "--sqpoll"]),
+                Kind::FloorUringMs => cmd.args(["--io-uring", "--recv-multishot"]),
                 _ => &mut cmd,
             };
         } else {

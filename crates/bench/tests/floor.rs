@@ -164,7 +164,14 @@ fn exchange(floor: &Floor, chunks: &[Vec<u8>]) -> Vec<u8> {
 
 #[test]
 fn io_uring_floor_answers_byte_for_byte_as_the_epoll_floor() {
-    let (epoll, uring) = (Floor::start(32), Floor::start_with(32, &["--io-uring"]));
+    for variant in [&["--io-uring"][..], &["--io-uring", "--recv-multishot"]] {
+        same_replies(&Floor::start(32), &Floor::start_with(32, variant));
+    }
+}
+
+/// `uring` answers as `epoll` does: every kind of request, split and
+/// pipelined, replies larger than a socket buffer, many connections.
+fn same_replies(epoll: &Floor, uring: &Floor) {
     let mut pipelined_text = Vec::new();
     for i in 0..64 {
         pipelined_text.extend_from_slice(format!("get k{i} k{i}b\r\n").as_bytes());
@@ -204,9 +211,9 @@ fn io_uring_floor_answers_byte_for_byte_as_the_epoll_floor() {
         vec![pipelined_binary],
     ];
     for case in &cases {
-        let want = exchange(&epoll, case);
+        let want = exchange(epoll, case);
         assert!(!want.is_empty(), "{case:?}");
-        assert_eq!(exchange(&uring, case), want, "{case:?}");
+        assert_eq!(exchange(uring, case), want, "{case:?}");
     }
     // A reply larger than a socket buffer (partial sends): 20,000 gets of a
     // 32 B value in one write, read back only once all are sent.
@@ -214,9 +221,9 @@ fn io_uring_floor_answers_byte_for_byte_as_the_epoll_floor() {
     for _ in 0..20_000 {
         many.extend_from_slice(b"get key\r\n");
     }
-    let want = exchange(&epoll, std::slice::from_ref(&many));
+    let want = exchange(epoll, std::slice::from_ref(&many));
     assert_eq!(want.len(), 20_000 * (b"VALUE key 0 32\r\n".len() + 34 + 5));
-    assert_eq!(exchange(&uring, &[many]), want);
+    assert_eq!(exchange(uring, &[many]), want);
     // Many connections at once, each answered on its own.
     let mut socks: Vec<TcpStream> = (0..50).map(|_| uring.connect()).collect();
     for (i, s) in socks.iter_mut().enumerate() {
@@ -234,7 +241,7 @@ fn load_vs_runs_both_floors() {
         "load",
         "--vs",
         "--servers",
-        "floor,floor-uring",
+        "floor,floor-uring,floor-uring-ms",
         "--threads",
         "1",
         "--json",
@@ -249,8 +256,8 @@ fn load_vs_runs_both_floors() {
     ]);
     let rows: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
     let rows = rows.as_array().unwrap();
-    assert_eq!(rows.len(), 2, "{text}");
-    for (row, name) in rows.iter().zip(["floor", "floor-uring"]) {
+    assert_eq!(rows.len(), 3, "{text}");
+    for (row, name) in rows.iter().zip(["floor", "floor-uring", "floor-uring-ms"]) {
         assert_eq!(row["server"], name);
         assert!(row["ops_per_sec"].as_f64().unwrap() > 0.0, "{row}");
         let cpu = row["cpu_us_per_req"].as_f64().unwrap();
