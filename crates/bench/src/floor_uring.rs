@@ -18,7 +18,11 @@
 //!   socket was read, so it waits for data instead of trying a recv that
 //!   would find nothing), and at most one send at a time of all the answers
 //!   a recv's complete requests produced (answers made while a send is in
-//!   flight go to a second buffer and are sent when it completes);
+//!   flight go to a second buffer and are sent when it completes); with
+//!   `--recv-multishot`, one multishot recv per connection instead, into
+//!   buffers of a provided buffer ring ([`BufRing`]) that are parsed in
+//!   place and handed back at once (only an incomplete request's tail is
+//!   copied to the input buffer): no recv SQE, no poll re-arm per read;
 //! * the loop is one `submit_and_wait(1)` per iteration: it submits every
 //!   SQE the previous iteration queued, for every connection, and waits for
 //!   at least one completion; then every completion there is is handled.
