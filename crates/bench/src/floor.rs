@@ -20,6 +20,9 @@
 //!
 //! Nothing is stored and nothing is allocated per request: each connection
 //! keeps one input and one output buffer.
+//!
+//! [`answer`] (the protocol part) is shared with the io_uring variant,
+//! [`crate::floor_uring`], which differs only in its I/O loop.
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -45,10 +48,9 @@ struct Conn {
 /// `listening on <addr>` once bound; never returns unless it fails.
 pub fn run(addr: SocketAddr, value_size: usize) -> Result<(), String> {
     let value = vec![b'x'; value_size];
-    let mut listener = TcpListener::bind(addr).map_err(|e| format!("floor: bind {addr}: {e}"))?;
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
-    println!("listening on {local}");
-    io::stdout().flush().ok();
+    let listener = listen(addr)?;
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut listener = TcpListener::from_std(listener);
     let mut poll = Poll::new().map_err(|e| e.to_string())?;
     poll.registry()
         .register(&mut listener, LISTENER, Interest::READABLE)
@@ -78,6 +80,17 @@ pub fn run(addr: SocketAddr, value_size: usize) -> Result<(), String> {
             }
         }
     }
+}
+
+/// Binds `addr` and prints `listening on <addr>` (the bound address): the
+/// listener of both floors.
+pub fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, String> {
+    let listener =
+        std::net::TcpListener::bind(addr).map_err(|e| format!("floor: bind {addr}: {e}"))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("listening on {local}");
+    io::stdout().flush().ok();
+    Ok(listener)
 }
 
 fn accept(poll: &Poll, listener: &TcpListener, conns: &mut slab::Slab<Conn>) {

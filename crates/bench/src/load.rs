@@ -1064,7 +1064,7 @@ pub struct VsOpts {
 /// `w`: the floor server answers with values of `w.value_size` bytes;
 /// memcached and osmium get the `-I` that items of that size need.
 fn server_args(kind: crate::servers::Kind, w: &Workload) -> Vec<String> {
-    if kind == crate::servers::Kind::Floor {
+    if kind.is_floor() {
         return vec!["--value-size".into(), w.value_size.to_string()];
     }
     match item_size_limit(w.value_size, w.key_size) {
@@ -1147,7 +1147,7 @@ fn start_servers(
     w: &Workload,
     o: &VsOpts,
 ) -> Result<Vec<Group>, String> {
-    use crate::servers::{Kind, Server};
+    use crate::servers::Server;
     let mut groups = Vec::new();
     for &kind in kinds {
         let mut servers = Vec::new();
@@ -1162,7 +1162,7 @@ fn start_servers(
             )?);
         }
         let group = Group { kind, servers };
-        if o.preload && kind != Kind::Floor {
+        if o.preload && !kind.is_floor() {
             preload(&group.targets(), w)?;
         }
         groups.push(group);

@@ -8,7 +8,8 @@
 //!   one-time scans ([`hitratio`]);
 //! * `floor`: runs the floor server, which answers every get with the same
 //!   value and caches nothing: the network stack's own cost (issue 5,
-//!   [`floor`]);
+//!   [`floor`]); `--io-uring` runs the same answers on an io_uring loop
+//!   ([`floor_uring`]);
 //! * `load`: a load generator, closed loop (connections × threads ×
 //!   pipeline depth) or open loop at a fixed rate (`--rate`), reporting
 //!   ops/s, latency percentiles and the server's CPU time per request;
@@ -24,6 +25,7 @@
 
 mod conn;
 mod floor;
+mod floor_uring;
 mod hitratio;
 mod ketama;
 mod keys;
@@ -249,6 +251,17 @@ struct FloorArgs {
     /// Bytes of the value every get returns.
     #[arg(long, default_value_t = 64)]
     value_size: usize,
+    /// An io_uring loop instead of epoll (same answers).
+    #[arg(long)]
+    io_uring: bool,
+    /// With --io-uring: a kernel thread polls the submission queue
+    /// (IORING_SETUP_SQPOLL; it burns a core while busy).
+    #[arg(long, requires = "io_uring")]
+    sqpoll: bool,
+    /// With --io-uring: one multishot recv per connection into a provided
+    /// buffer ring instead of a recv per read.
+    #[arg(long, requires = "io_uring")]
+    recv_multishot: bool,
 }
 
 /// Options every subcommand has.
@@ -278,6 +291,14 @@ enum ServerArg {
     Osmium,
     /// The floor server (`load --vs` only).
     Floor,
+    /// The floor server on io_uring (`floor --io-uring`; `load --vs` only).
+    FloorUring,
+    /// The same with a submission-queue polling thread (`floor --io-uring
+    /// --sqpoll`; `load --vs` only).
+    FloorUringSqpoll,
+    /// The floor server on io_uring with multishot recv (`floor --io-uring
+    /// --recv-multishot`; `load --vs` only).
+    FloorUringMs,
 }
 
 impl From<ServerArg> for Kind {
@@ -286,6 +307,9 @@ impl From<ServerArg> for Kind {
             ServerArg::Memcached => Kind::Memcached,
             ServerArg::Osmium => Kind::Osmium,
             ServerArg::Floor => Kind::Floor,
+            ServerArg::FloorUring => Kind::FloorUring,
+            ServerArg::FloorUringSqpoll => Kind::FloorUringSqpoll,
+            ServerArg::FloorUringMs => Kind::FloorUringMs,
         }
     }
 }
@@ -428,7 +452,7 @@ fn binaries(c: &Common) -> Result<Binaries, String> {
 /// which stores nothing).
 fn cache_kinds(c: &Common) -> Result<Vec<Kind>, String> {
     let k = kinds(c);
-    if k.contains(&Kind::Floor) {
+    if k.iter().any(|k| k.is_floor()) {
         return Err("the floor server stores nothing: it is only for `load --vs`".into());
     }
     Ok(k)
@@ -448,7 +472,12 @@ fn kinds(c: &Common) -> Vec<Kind> {
 fn run(cli: Cli) -> Result<bool, String> {
     if let Cmd::Floor(a) = &cli.command {
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], a.port));
-        return floor::run(addr, a.value_size).map(|()| true);
+        return if a.io_uring {
+            floor_uring::run(addr, a.value_size, a.sqpoll, a.recv_multishot)
+        } else {
+            floor::run(addr, a.value_size)
+        }
+        .map(|()| true);
     }
     if let Cmd::Ketama(a) = &cli.command {
         let servers = resolve_targets(&a.targets)?;

@@ -22,6 +22,12 @@ pub enum Kind {
     Osmium,
     /// The floor server (`osmium-bench floor`, this executable).
     Floor,
+    /// The floor server on io_uring (`osmium-bench floor --io-uring`).
+    FloorUring,
+    /// The same with `--sqpoll`.
+    FloorUringSqpoll,
+    /// The same with `--recv-multishot`.
+    FloorUringMs,
 }
 
 impl Kind {
@@ -30,7 +36,18 @@ impl Kind {
             Kind::Memcached => "memcached",
             Kind::Osmium => "osmium",
             Kind::Floor => "floor",
+            Kind::FloorUring => "floor-uring",
+            Kind::FloorUringSqpoll => "floor-uring-sqpoll",
+            Kind::FloorUringMs => "floor-uring-ms",
         }
+    }
+
+    /// One of the floor servers (this executable; stores nothing).
+    pub fn is_floor(self) -> bool {
+        matches!(
+            self,
+            Kind::Floor | Kind::FloorUring | Kind::FloorUringSqpoll | Kind::FloorUringMs
+        )
     }
 }
 
@@ -82,7 +99,9 @@ impl Binaries {
                 path.display()
             ),
             Kind::Memcached => format!("{} not found: pass --memcached PATH", path.display()),
-            Kind::Floor => format!("{} not found", path.display()),
+            Kind::Floor | Kind::FloorUring | Kind::FloorUringSqpoll | Kind::FloorUringMs => {
+                format!("{} not found", path.display())
+            }
         })
     }
 
@@ -90,7 +109,9 @@ impl Binaries {
         match kind {
             Kind::Osmium => &self.osmium,
             Kind::Memcached => &self.memcached,
-            Kind::Floor => &self.floor,
+            Kind::Floor | Kind::FloorUring | Kind::FloorUringSqpoll | Kind::FloorUringMs => {
+                &self.floor
+            }
         }
     }
 }
@@ -201,8 +222,14 @@ impl Server {
         let log_file =
             File::create(&log).map_err(|e| format!("creating {}: {e}", log.display()))?;
         let mut cmd = Command::new(path);
-        if kind == Kind::Floor {
+        if kind.is_floor() {
             cmd.args(["floor", "-p", &port.to_string()]);
+            match kind {
+                Kind::FloorUring => cmd.arg("--io-uring"),
+                Kind::FloorUringSqpoll => cmd.args(["--io-uring", "--sqpoll"]),
+                Kind::FloorUringMs => cmd.args(["--io-uring", "--recv-multishot"]),
+                _ => &mut cmd,
+            };
         } else {
             cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
                 .args(["-m", &memory_mb.to_string(), "-t", &threads.to_string()]);

@@ -1,5 +1,7 @@
 //! The floor server over real sockets: `osmium-bench floor` started on a
-//! free loopback port, answering text and binary gets, pipelined or not.
+//! free loopback port, answering text and binary gets, pipelined or not;
+//! and its io_uring variant (`floor --io-uring`), whose replies must be
+//! byte for byte those of the epoll floor.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -14,6 +16,11 @@ struct Floor {
 
 impl Floor {
     fn start(value_size: usize) -> Floor {
+        Floor::start_with(value_size, &[])
+    }
+
+    /// The floor with `extra` arguments (e.g. `--io-uring`).
+    fn start_with(value_size: usize, extra: &[&str]) -> Floor {
         let mut child = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
             .args([
                 "floor",
@@ -22,6 +29,7 @@ impl Floor {
                 "--value-size",
                 &value_size.to_string(),
             ])
+            .args(extra)
             .stdout(Stdio::piped())
             .spawn()
             .expect("start osmium-bench floor");
@@ -121,6 +129,140 @@ fn answers_binary_gets() {
     assert_eq!(&resp[6..8], &[0, 0], "status");
     assert_eq!(&resp[12..16], &[0, 0, 0, 7], "opaque");
     assert_eq!(&resp[24..], b"\0\0\0\0abcxxxxxxxx");
+}
+
+/// A binary request: `opcode`, `key`, `extras` and `value` as the body,
+/// opaque 7.
+fn binary(opcode: u8, key: &[u8], extras: &[u8], value: &[u8]) -> Vec<u8> {
+    let body = extras.len() + key.len() + value.len();
+    let mut req = vec![0x80, opcode];
+    req.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    req.extend_from_slice(&[extras.len() as u8, 0, 0, 0]);
+    req.extend_from_slice(&(body as u32).to_be_bytes());
+    req.extend_from_slice(&[0, 0, 0, 7]);
+    req.extend_from_slice(&[0; 8]);
+    req.extend_from_slice(extras);
+    req.extend_from_slice(key);
+    req.extend_from_slice(value);
+    req
+}
+
+/// Sends `chunks` one write at a time (a short pause between them, so that
+/// a request split over two of them arrives in two reads), then shuts the
+/// write side and returns every byte the server sent until it closed.
+fn exchange(floor: &Floor, chunks: &[Vec<u8>]) -> Vec<u8> {
+    let mut s = floor.connect();
+    for chunk in chunks {
+        s.write_all(chunk).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).unwrap();
+    reply
+}
+
+#[test]
+fn io_uring_floor_answers_byte_for_byte_as_the_epoll_floor() {
+    for variant in [&["--io-uring"][..], &["--io-uring", "--recv-multishot"]] {
+        same_replies(&Floor::start(32), &Floor::start_with(32, variant));
+    }
+}
+
+/// `uring` answers as `epoll` does: every kind of request, split and
+/// pipelined, replies larger than a socket buffer, many connections.
+fn same_replies(epoll: &Floor, uring: &Floor) {
+    let mut pipelined_text = Vec::new();
+    for i in 0..64 {
+        pipelined_text.extend_from_slice(format!("get k{i} k{i}b\r\n").as_bytes());
+    }
+    let mut pipelined_binary = Vec::new();
+    for i in 0..64u8 {
+        pipelined_binary.extend(binary(0x0c, &[b'k', i], &[], &[]));
+        pipelined_binary.extend(binary(0x09, b"q", &[], &[]));
+    }
+    pipelined_binary.extend(binary(0x0a, b"", &[], &[]));
+    let set = binary(0x01, b"key", &[0; 8], b"value");
+    let cases: Vec<Vec<Vec<u8>>> = vec![
+        // Text: one get, gets, a set, noreply, version, an unknown command.
+        vec![b"get key:1\r\n".to_vec()],
+        vec![b"gets a b c\r\nset k 0 0 5\r\nhello\r\nset k 0 0 1 noreply\r\nx\r\nversion\r\nbogus\r\n".to_vec()],
+        // A get and a set whose data block are split over two writes.
+        vec![b"get ke".to_vec(), b"y\r\nset k 0 0 5\r\nhe".to_vec(), b"llo\r\nget z\r\n".to_vec()],
+        // Meta.
+        vec![b"mg key:1 v\r\nms key:2 3 T0\r\nabc\r\nmg key:3\r\nmg q q\r\nms e 2 q\r\nxy\r\nmn\r\n".to_vec()],
+        // Binary: GETK, GET, GETQ, GETKQ, SET, SETQ, NOOP, VERSION, unknown.
+        vec![[
+            binary(0x0c, b"abc", &[], &[]),
+            binary(0x00, b"abc", &[], &[]),
+            binary(0x09, b"q", &[], &[]),
+            binary(0x0d, b"kq", &[], &[]),
+            set.clone(),
+            binary(0x11, b"key", &[0; 8], b"v"),
+            binary(0x0a, b"", &[], &[]),
+            binary(0x0b, b"", &[], &[]),
+            binary(0x42, b"", &[], &[]),
+        ]
+        .concat()],
+        // A binary set split inside its header, then inside its body.
+        vec![set[..10].to_vec(), set[10..30].to_vec(), set[30..].to_vec()],
+        // Pipelined: 128 text gets in one write, 129 binary requests.
+        vec![pipelined_text],
+        vec![pipelined_binary],
+    ];
+    for case in &cases {
+        let want = exchange(epoll, case);
+        assert!(!want.is_empty(), "{case:?}");
+        assert_eq!(exchange(uring, case), want, "{case:?}");
+    }
+    // A reply larger than a socket buffer (partial sends): 20,000 gets of a
+    // 32 B value in one write, read back only once all are sent.
+    let mut many = Vec::new();
+    for _ in 0..20_000 {
+        many.extend_from_slice(b"get key\r\n");
+    }
+    let want = exchange(epoll, std::slice::from_ref(&many));
+    assert_eq!(want.len(), 20_000 * (b"VALUE key 0 32\r\n".len() + 34 + 5));
+    assert_eq!(exchange(uring, &[many]), want);
+    // Many connections at once, each answered on its own.
+    let mut socks: Vec<TcpStream> = (0..50).map(|_| uring.connect()).collect();
+    for (i, s) in socks.iter_mut().enumerate() {
+        s.write_all(format!("get c{i}\r\n").as_bytes()).unwrap();
+    }
+    for (i, s) in socks.iter_mut().enumerate() {
+        let one = format!("VALUE c{i} 0 32\r\n{}\r\nEND\r\n", "x".repeat(32));
+        assert_eq!(read_exactly(s, one.len()), one.as_bytes());
+    }
+}
+
+#[test]
+fn load_vs_runs_both_floors() {
+    let text = bench(&[
+        "load",
+        "--vs",
+        "--servers",
+        "floor,floor-uring,floor-uring-ms",
+        "--threads",
+        "1",
+        "--json",
+        "--rounds",
+        "1",
+        "--duration",
+        "0.5",
+        "--warmup",
+        "0.2",
+        "--depth",
+        "4",
+    ]);
+    let rows: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{text}");
+    for (row, name) in rows.iter().zip(["floor", "floor-uring", "floor-uring-ms"]) {
+        assert_eq!(row["server"], name);
+        assert!(row["ops_per_sec"].as_f64().unwrap() > 0.0, "{row}");
+        let cpu = row["cpu_us_per_req"].as_f64().unwrap();
+        assert!(cpu > 0.0 && cpu < 1000.0, "{row}");
+    }
 }
 
 #[test]
