@@ -271,6 +271,10 @@ struct Common {
     /// target/release/osmium].
     #[arg(long, value_name = "PATH")]
     osmium: Option<PathBuf>,
+    /// A second osmium binary, run as the server `osmium-b` (`--servers
+    /// osmium,osmium-b`: two builds compared in one alternated run).
+    #[arg(long, value_name = "PATH")]
+    osmium_b: Option<PathBuf>,
     /// The memcached binary [default: /usr/bin/memcached].
     #[arg(long, value_name = "PATH")]
     memcached: Option<PathBuf>,
@@ -289,6 +293,8 @@ struct Common {
 enum ServerArg {
     Memcached,
     Osmium,
+    /// The osmium binary of --osmium-b.
+    OsmiumB,
     /// The floor server (`load --vs` only).
     Floor,
     /// The floor server on io_uring (`floor --io-uring`; `load --vs` only).
@@ -306,6 +312,7 @@ impl From<ServerArg> for Kind {
         match s {
             ServerArg::Memcached => Kind::Memcached,
             ServerArg::Osmium => Kind::Osmium,
+            ServerArg::OsmiumB => Kind::OsmiumB,
             ServerArg::Floor => Kind::Floor,
             ServerArg::FloorUring => Kind::FloorUring,
             ServerArg::FloorUringSqpoll => Kind::FloorUringSqpoll,
@@ -440,7 +447,8 @@ pub fn mib(bytes: u64) -> f64 {
 /// The binaries of the requested servers; fails before anything runs if
 /// one is missing.
 fn binaries(c: &Common) -> Result<Binaries, String> {
-    let bins = Binaries::resolve(c.osmium.clone(), c.memcached.clone());
+    let mut bins = Binaries::resolve(c.osmium.clone(), c.memcached.clone());
+    bins.osmium_b = c.osmium_b.clone();
     for kind in kinds(c) {
         bins.check(kind)?;
         eprintln!("{kind}: {}", bins.path(kind).display());

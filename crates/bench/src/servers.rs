@@ -20,6 +20,9 @@ static CHILDREN: Mutex<Vec<(Child, PathBuf)>> = Mutex::new(Vec::new());
 pub enum Kind {
     Memcached,
     Osmium,
+    /// A second osmium binary (`--osmium-b PATH`), started like the first:
+    /// an A/B comparison of two builds in one alternated run.
+    OsmiumB,
     /// The floor server (`osmium-bench floor`, this executable).
     Floor,
     /// The floor server on io_uring (`osmium-bench floor --io-uring`).
@@ -35,6 +38,7 @@ impl Kind {
         match self {
             Kind::Memcached => "memcached",
             Kind::Osmium => "osmium",
+            Kind::OsmiumB => "osmium-b",
             Kind::Floor => "floor",
             Kind::FloorUring => "floor-uring",
             Kind::FloorUringSqpoll => "floor-uring-sqpoll",
@@ -61,6 +65,8 @@ impl fmt::Display for Kind {
 #[derive(Clone, Debug)]
 pub struct Binaries {
     pub osmium: PathBuf,
+    /// `--osmium-b`, for the `osmium-b` kind.
+    pub osmium_b: Option<PathBuf>,
     pub memcached: PathBuf,
     /// This executable (its `floor` subcommand).
     pub floor: PathBuf,
@@ -82,6 +88,7 @@ impl Binaries {
         let floor = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("osmium-bench"));
         Binaries {
             osmium,
+            osmium_b: None,
             memcached,
             floor,
         }
@@ -99,6 +106,7 @@ impl Binaries {
                 path.display()
             ),
             Kind::Memcached => format!("{} not found: pass --memcached PATH", path.display()),
+            Kind::OsmiumB => format!("osmium-b: pass --osmium-b PATH (not found: {})", path.display()),
             Kind::Floor | Kind::FloorUring | Kind::FloorUringSqpoll | Kind::FloorUringMs => {
                 format!("{} not found", path.display())
             }
@@ -108,6 +116,7 @@ impl Binaries {
     pub fn path(&self, kind: Kind) -> &Path {
         match kind {
             Kind::Osmium => &self.osmium,
+            Kind::OsmiumB => self.osmium_b.as_deref().unwrap_or(Path::new("")),
             Kind::Memcached => &self.memcached,
             Kind::Floor | Kind::FloorUring | Kind::FloorUringSqpoll | Kind::FloorUringMs => {
                 &self.floor

@@ -420,3 +420,44 @@ fn vs_instances_spread_keys_over_several_servers_of_each_kind() {
         assert!(row["cpu_us_per_req"].as_f64().unwrap() > 0.0, "{row}");
     }
 }
+
+#[test]
+fn vs_compares_two_osmium_builds() {
+    // `--servers osmium,osmium-b --osmium-b PATH`: both run, both are
+    // preloaded (no get misses), each has its own row.
+    let Some((_, osmium)) = cache_servers().into_iter().find(|(n, _)| *n == "osmium") else {
+        return;
+    };
+    let path = osmium.to_str().unwrap();
+    let args = [
+        "load",
+        "--vs",
+        "--servers",
+        "osmium,osmium-b",
+        "--osmium",
+        path,
+        "--osmium-b",
+        path,
+        "--threads",
+        "1",
+        "--keys",
+        "2000",
+        "--rounds",
+        "2",
+        "--duration",
+        "0.3",
+        "--warmup",
+        "0.1",
+        "--conns",
+        "2",
+        "--json",
+    ];
+    let rows: serde_json::Value = serde_json::from_str(bench(&args).trim()).unwrap();
+    let rows = rows.as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["server"].as_str().unwrap()).collect();
+    assert_eq!(names, ["osmium", "osmium-b"]);
+    for row in rows {
+        assert!(row["gets"].as_u64().unwrap() > 0, "{row}");
+        assert_eq!(row["misses"], 0, "{row}");
+    }
+}

@@ -643,7 +643,10 @@ mod tests {
     #[test]
     fn thread_affinity_takes_a_first_cpu() {
         assert_eq!(run(&[]).unwrap().thread_affinity, None);
-        assert_eq!(run(&["-o", "thread_affinity=1"]).unwrap().thread_affinity, Some(1));
+        assert_eq!(
+            run(&["-o", "thread_affinity=1"]).unwrap().thread_affinity,
+            Some(1)
+        );
         assert!(run(&["-o", "thread_affinity"]).is_err());
     }
 
