@@ -40,6 +40,10 @@ struct Conn {
     output: Vec<u8>,
     /// Bytes of `output` already written.
     sent: usize,
+    /// The client shut its side: close once the output is out.
+    eof: bool,
+    /// An event said the client shut its side (EPOLLRDHUP) or failed.
+    peer_closed: bool,
     /// Registered for writability too (only while output waits).
     writable: bool,
 }
@@ -74,6 +78,9 @@ pub fn run(addr: SocketAddr, value_size: usize) -> Result<(), String> {
             let Some(conn) = conns.get_mut(id) else {
                 continue;
             };
+            if event.is_read_closed() || event.is_error() {
+                conn.peer_closed = true;
+            }
             if serve(&poll, Token(id), conn, &value, &mut scratch).is_err() {
                 let mut conn = conns.remove(id);
                 poll.registry().deregister(&mut conn.stream).ok();
@@ -111,6 +118,8 @@ fn accept(poll: &Poll, listener: &TcpListener, conns: &mut slab::Slab<Conn>) {
                         output: Vec::with_capacity(READ_CHUNK),
                         sent: 0,
                         writable: false,
+                        eof: false,
+                        peer_closed: false,
                     });
                 }
             }
@@ -134,12 +143,16 @@ fn serve(
     value: &[u8],
     scratch: &mut [u8],
 ) -> io::Result<()> {
-    loop {
+    while !conn.eof {
         match conn.stream.read(scratch) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            // The client is done sending; what it asked for is still
+            // answered and sent before the connection closes.
+            Ok(0) => conn.eof = true,
             Ok(n) => {
                 conn.input.extend_from_slice(&scratch[..n]);
-                if n < scratch.len() {
+                // Not after the peer closed: its FIN may have come with
+                // this data, and no new event would report it.
+                if n < scratch.len() && !conn.peer_closed {
                     break;
                 }
             }
@@ -151,6 +164,9 @@ fn serve(
     let used = answer(&conn.input, value, &mut conn.output);
     conn.input.drain(..used);
     let done = flush(conn)?;
+    if done && conn.eof {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
     // Ask for writability only while output waits.
     if done == conn.writable {
         conn.writable = !done;

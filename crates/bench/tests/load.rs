@@ -4,6 +4,8 @@
 //! free loopback port and killed by PID when the test ends. Nothing is
 //! timed: only what the servers answered is asserted.
 
+mod common;
+use common::bench;
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -77,20 +79,6 @@ fn cache_servers() -> Vec<(&'static str, PathBuf)> {
         eprintln!("SKIP osmium: build it first with `cargo build --release`");
     }
     out
-}
-
-/// Runs `osmium-bench` with `args`; its stdout, after checking it succeeded.
-fn bench(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
-        .args(args)
-        .output()
-        .expect("run osmium-bench");
-    assert!(
-        out.status.success(),
-        "osmium-bench {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// The number after `label ` in a single-server `load` line.

@@ -169,8 +169,12 @@ struct Conn {
     /// The last read returned less than it had room for: the socket was
     /// empty then, and (epoll being edge-triggered) more data will raise a
     /// new event, so reading again now would only cost an `EAGAIN`. TCP
-    /// only: a unix stream read may stop short at a sender boundary.
+    /// only: a unix stream read may stop short at a sender boundary. Never
+    /// after the peer closed: its FIN may have come with the last data, and
+    /// then no new event would ever report the end of the stream.
     drained: bool,
+    /// An event said the peer shut its side (EPOLLRDHUP) or failed.
+    peer_closed: bool,
 }
 
 impl Conn {
@@ -183,6 +187,7 @@ impl Conn {
             last_active: now,
             hangup: false,
             drained: false,
+            peer_closed: false,
         }
     }
 
@@ -212,7 +217,8 @@ impl Conn {
             match self.stream.read(space) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => {
-                    self.drained = n < room && matches!(self.stream, Stream::Tcp(_));
+                    self.drained =
+                        n < room && !self.peer_closed && matches!(self.stream, Stream::Tcp(_));
                     self.session.input_received(n);
                     stats.bytes_read.add(n as u64);
                     return Ok(Some(n));
@@ -448,8 +454,14 @@ impl Worker {
                     continue;
                 }
                 self.turn.push(key);
-                if ev.is_readable() && self.udp_index(key).is_none() {
-                    if let Some(conn) = self.conns.get_mut(key) {
+                if self.udp_index(key).is_some() {
+                    continue;
+                }
+                if let Some(conn) = self.conns.get_mut(key) {
+                    if ev.is_read_closed() || ev.is_error() {
+                        conn.peer_closed = true;
+                    }
+                    if ev.is_readable() {
                         conn.prime(&self.ctx, &mut self.first_hashes);
                     }
                 }

@@ -327,3 +327,70 @@ fn idle_timeout_closes_idle_connections() {
     let n = c.read(&mut buf).unwrap_or(0);
     assert_eq!(n, 0, "connection was closed");
 }
+
+/// Sends `req`, shuts the write side at once (its FIN often arrives in the
+/// same event as the data), and reads until the server closes.
+fn send_and_half_close(port: u16, req: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // Let the server take the connection and wait for data first, so that
+    // data and FIN arrive together on a connection it already watches.
+    std::thread::sleep(Duration::from_millis(5));
+    s.write_all(req).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut out = Vec::new();
+    if let Err(e) = s.read_to_end(&mut out) {
+        panic!("no close after {} bytes of replies: {e}", out.len());
+    }
+    out
+}
+
+#[test]
+fn a_half_closed_client_gets_its_replies_then_the_close() {
+    // As memcached: requests that came before the client's FIN are
+    // answered, then the server closes. (A read that returns less than it
+    // asked for must not be taken for an empty socket when the FIN came
+    // with that data: no new event would ever report it.)
+    let srv = Server::start(&["-t", "4"]);
+    let mut memcached = None;
+    if std::path::Path::new("/usr/bin/memcached").is_file() {
+        let port = free_port();
+        let child = Command::new("/usr/bin/memcached")
+            .args([
+                "-p",
+                &port.to_string(),
+                "-U",
+                "0",
+                "-l",
+                "127.0.0.1",
+                "-u",
+                "root",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start memcached");
+        common::wait_until("memcached", || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        memcached = Some(Server { child, port });
+    }
+    for server in std::iter::once(&srv).chain(memcached.as_ref()) {
+        let port = server.port;
+        assert_eq!(
+            send_and_half_close(port, b"set k 0 0 1\r\nv\r\n"),
+            b"STORED\r\n"
+        );
+        for round in 0..20 {
+            let n = if round % 2 == 0 { 1 } else { 2000 };
+            let replies = send_and_half_close(port, &b"get k\r\n".repeat(n));
+            assert_eq!(
+                replies,
+                b"VALUE k 0 1\r\nv\r\nEND\r\n".repeat(n),
+                "port {port}"
+            );
+            let misses = send_and_half_close(port, &b"get nokey\r\n".repeat(n));
+            assert_eq!(misses, b"END\r\n".repeat(n), "port {port}");
+        }
+    }
+}
