@@ -24,7 +24,9 @@
 //!
 //! A read that returned less than it had room for emptied the socket, so
 //! `drive` does not read again (which would only return `EAGAIN`): epoll is
-//! edge-triggered, and data arriving later raises a new event.
+//! edge-triggered, and data arriving later raises a new event. Not once an
+//! event has said the peer shut its side (EPOLLRDHUP): the FIN may have come
+//! with the data just read, and no later event would report it.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
