@@ -197,6 +197,11 @@ fn flush(conn: &mut Conn) -> io::Result<bool> {
     Ok(true)
 }
 
+/// The length of a storage command's data block, from its word.
+fn data_len(word: Option<&[u8]>) -> Option<usize> {
+    std::str::from_utf8(word?).ok()?.parse().ok()
+}
+
 /// Appends the answers to every complete request at the start of `input`
 /// to `out`; returns how many bytes of `input` they used.
 pub fn answer(input: &[u8], value: &[u8], out: &mut Vec<u8>) -> usize {
@@ -241,11 +246,7 @@ fn text(input: &[u8], value: &[u8], out: &mut Vec<u8>) -> Option<usize> {
         }
         Some(b"set" | b"add" | b"replace") => {
             // <key> <flags> <exptime> <bytes> [noreply]
-            let bytes = words
-                .nth(3)
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .and_then(|s| s.parse::<usize>().ok());
-            let Some(bytes) = bytes else {
+            let Some(bytes) = data_len(words.nth(3)) else {
                 out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
                 return Some(used);
             };
@@ -278,11 +279,7 @@ fn text(input: &[u8], value: &[u8], out: &mut Vec<u8>) -> Option<usize> {
         }
         Some(b"ms") => {
             // ms <key> <datalen> <flags>*
-            let bytes = words
-                .nth(1)
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .and_then(|s| s.parse::<usize>().ok());
-            let Some(bytes) = bytes else {
+            let Some(bytes) = data_len(words.nth(1)) else {
                 out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
                 return Some(used);
             };
