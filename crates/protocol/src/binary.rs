@@ -531,8 +531,24 @@ pub fn put_hit(
     key: Option<&[u8]>,
     value: &[u8],
 ) {
+    put_hit_head(out, opcode, opaque, cas, flags, key, value.len());
+    out.extend_from_slice(value);
+}
+
+/// Appends a hit's response up to its value (header, flags, key), for a
+/// caller that sends the `value_len` bytes of value itself.
+#[inline]
+pub fn put_hit_head(
+    out: &mut Vec<u8>,
+    opcode: u8,
+    opaque: u32,
+    cas: u64,
+    flags: u32,
+    key: Option<&[u8]>,
+    value_len: usize,
+) {
     let key = key.unwrap_or(&[]);
-    let body = 4 + key.len() + value.len();
+    let body = 4 + key.len() + value_len;
     put_response_header(
         out,
         opcode,
@@ -545,7 +561,6 @@ pub fn put_hit(
     );
     out.extend_from_slice(&flags.to_be_bytes());
     out.extend_from_slice(key);
-    out.extend_from_slice(value);
 }
 
 /// Appends a GETK/GATK miss: status "not found" carrying the key, no text.

@@ -12,6 +12,7 @@
 //! read as the next request, exactly as memcached does. GET and SET copy
 //! between the connection's buffers and item memory without allocating.
 
+use crate::direct::Direct;
 use std::sync::atomic::Ordering;
 
 use osmium_protocol::binary::{
@@ -85,6 +86,7 @@ pub fn process(session: &mut Session, ctx: &WorkerCtx) -> Flow {
     // Replies memcached would already have written: a bad magic byte drops
     // the connection and everything queued after this point.
     let mut committed = session.wbuf.len();
+    let mut direct = Direct::new(session.fd, session.udp, session.wpos);
     let mut done = 0;
     loop {
         if !session.swallow_input() {
@@ -126,9 +128,15 @@ pub fn process(session: &mut Session, ctx: &WorkerCtx) -> Flow {
             &header,
             input,
             &mut session.wbuf,
+            &mut direct,
             &mut session.authenticated,
             &mut session.sasl,
         );
+        if std::mem::take(&mut direct.wrote) {
+            // Everything before this reply has left, and the rest of the
+            // reply (its value was last) must follow whatever comes next.
+            committed = session.wbuf.len();
+        }
         if step.flushes {
             committed = session.wbuf.len();
         }
@@ -172,6 +180,7 @@ fn execute(
     h: &RequestHeader,
     input: &[u8],
     out: &mut Vec<u8>,
+    direct: &mut Direct,
     authenticated: &mut bool,
     sasl: &mut auth::SaslState,
 ) -> Step {
@@ -236,10 +245,21 @@ fn execute(
             key,
             quiet,
             with_key,
-        } => get_or_touch(ctx, h, key, None, quiet, with_key, true, out, prefix),
-        Request::Touch { key, exptime } => {
-            get_or_touch(ctx, h, key, Some(exptime), false, false, false, out, prefix)
-        }
+        } => get_or_touch(
+            ctx, h, key, None, quiet, with_key, true, out, direct, prefix,
+        ),
+        Request::Touch { key, exptime } => get_or_touch(
+            ctx,
+            h,
+            key,
+            Some(exptime),
+            false,
+            false,
+            false,
+            out,
+            direct,
+            prefix,
+        ),
         Request::GetAndTouch {
             key,
             exptime,
@@ -254,6 +274,7 @@ fn execute(
             with_key,
             true,
             out,
+            direct,
             prefix,
         ),
         Request::Store {
@@ -583,6 +604,7 @@ fn get_or_touch(
     with_key: bool,
     with_value: bool,
     out: &mut Vec<u8>,
+    direct: &mut Direct,
     consumed: usize,
 ) -> Step {
     let store = &ctx.shared.store;
@@ -592,7 +614,12 @@ fn get_or_touch(
     let found = store.get(key, touch, |it| {
         let value: &[u8] = if with_value { it.value() } else { &[] };
         let key = with_key.then_some(key);
-        wire::put_hit(out, op, opaque, it.cas(), it.flags(), key, value);
+        if direct.takes(value.len()) {
+            wire::put_hit_head(out, op, opaque, it.cas(), it.flags(), key, value.len());
+            direct.put_value(out, value, &[], stats);
+        } else {
+            wire::put_hit(out, op, opaque, it.cas(), it.flags(), key, value);
+        }
     });
     let hit = matches!(found, Lookup::Hit(()));
     let prefix_stats = &ctx.shared.stats.prefix;

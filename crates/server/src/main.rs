@@ -17,6 +17,7 @@
 
 mod auth;
 mod binary;
+mod direct;
 mod meta;
 mod prefix_stats;
 mod session;

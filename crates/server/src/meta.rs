@@ -11,6 +11,7 @@
 //! CAS differs, opaques may be 32 bytes, ma `q` hides `HD` even after `N`
 //! created the item, and `me exp=` is the seconds left.
 
+use crate::direct::Direct;
 use osmium_protocol::meta::{base64_encode, MetaRequest, MAX_OPAQUE_LENGTH, OPAQUE_TOO_LONG};
 use osmium_protocol::StoreMode;
 use osmium_store::{
@@ -81,10 +82,10 @@ fn error(out: &mut Vec<u8>, start: usize, msg: &str) {
 
 /// mg, md, ma, me. (ms is split in two: `refuse_set` at the request line,
 /// `complete_set` once the data block is in.)
-pub fn execute(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
+pub fn execute(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>, direct: &mut Direct) {
     use osmium_protocol::meta::MetaCommand;
     match req.command {
-        MetaCommand::Get => meta_get(ctx, req, out),
+        MetaCommand::Get => meta_get(ctx, req, out, direct),
         MetaCommand::Delete => meta_delete(ctx, req, out),
         MetaCommand::Arith => meta_arith(ctx, req, out),
         MetaCommand::Debug => meta_debug(ctx, req, out),
@@ -92,7 +93,7 @@ pub fn execute(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     }
 }
 
-fn meta_get(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
+fn meta_get(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>, direct: &mut Direct) {
     let store = &ctx.shared.store;
     let stats = &ctx.stats;
     let clock = store.clock();
@@ -190,8 +191,9 @@ fn meta_get(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
             }
             out.extend_from_slice(b"\r\n");
             if send_value {
-                out.extend_from_slice(it.value());
-                out.extend_from_slice(b"\r\n");
+                // The value is the reply's last part: nothing after this
+                // point truncates it, so it may go to the socket directly.
+                direct.put_value(out, it.value(), b"\r\n", &ctx.stats);
             }
         },
     );

@@ -23,6 +23,7 @@ use std::sync::atomic::Ordering;
 use osmium_protocol::meta::{parse_meta, MetaCommand, MetaParse};
 use osmium_protocol::text::{is_meta, parse_tokens, scan_line, Command, Keys, LineScan, Tokens};
 
+use crate::direct::Direct;
 use crate::meta;
 use crate::text::{self, After};
 use crate::worker::WorkerCtx;
@@ -370,6 +371,7 @@ impl Session {
             }
         }
         let mut done = 0;
+        let mut direct = Direct::new(self.fd, self.udp, self.wpos);
         loop {
             if !self.swallow_input() {
                 return Flow::Wait;
@@ -430,7 +432,7 @@ impl Session {
                         self.rstart += total;
                     }
                     MetaParse::Request(req) => {
-                        meta::execute(ctx, &req, &mut self.wbuf);
+                        meta::execute(ctx, &req, &mut self.wbuf, &mut direct);
                         self.rstart += consumed;
                     }
                 }
@@ -471,7 +473,7 @@ impl Session {
                 Command::Quit => ReplyShape::Empty,
                 _ => ReplyShape::Single,
             };
-            let after = text::execute(ctx, cmd, &mut self.wbuf, &self.peer, self.fd);
+            let after = text::execute(ctx, cmd, &mut self.wbuf, &self.peer, self.fd, &mut direct);
             let flushed = self.udp
                 && crate::udp::mark_replies(
                     &mut self.responses,

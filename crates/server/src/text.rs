@@ -2,6 +2,7 @@
 //! replies: the glue between the protocol crate (parse/encode) and the
 //! engine, with memcached's reply strings and stat accounting.
 
+use crate::direct::Direct;
 use std::sync::atomic::Ordering;
 
 use osmium_protocol::encode;
@@ -112,6 +113,7 @@ pub fn execute(
     out: &mut Vec<u8>,
     peer: &Peer,
     fd: i32,
+    direct: &mut Direct,
 ) -> After {
     let shared = &ctx.shared;
     let store = &shared.store;
@@ -123,6 +125,17 @@ pub fn execute(
             touch,
         } => {
             let start = out.len();
+            // A value may go to the socket directly (`Direct`) only if no
+            // later key can make the whole reply an error: checked once,
+            // at the first value long enough.
+            let mut keys_ok = None;
+            let all_keys = keys; // a copy: `keys` is iterated below
+            let mut keys_valid = || {
+                *keys_ok.get_or_insert_with(|| {
+                    let mut all = all_keys;
+                    all.all(|k| k.len() <= KEY_MAX_LENGTH)
+                })
+            };
             if touch.is_none() {
                 // Plain get/gets: all keys through one get_many, which
                 // overlaps their memory accesses.
@@ -137,8 +150,12 @@ pub fn execute(
                             let cas = with_cas.then(|| it.cas());
                             let value = it.value();
                             encode::value_header(out, it.key(), it.flags(), value.len(), cas);
-                            out.extend_from_slice(value);
-                            out.extend_from_slice(b"\r\n");
+                            if direct.takes(value.len()) && keys_valid() {
+                                direct.put_value(out, value, b"\r\n", stats);
+                            } else {
+                                out.extend_from_slice(value);
+                                out.extend_from_slice(b"\r\n");
+                            }
                             true
                         }
                         Lookup::Expired => {
@@ -182,8 +199,12 @@ pub fn execute(
                     let cas = with_cas.then(|| it.cas());
                     let value = it.value();
                     encode::value_header(out, it.key(), it.flags(), value.len(), cas);
-                    out.extend_from_slice(value);
-                    out.extend_from_slice(b"\r\n");
+                    if direct.takes(value.len()) && keys_valid() {
+                        direct.put_value(out, value, b"\r\n", stats);
+                    } else {
+                        out.extend_from_slice(value);
+                        out.extend_from_slice(b"\r\n");
+                    }
                 });
                 let hit = matches!(r, Lookup::Hit(()));
                 if shared.stats.prefix.enabled() {

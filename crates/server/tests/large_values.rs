@@ -1,0 +1,260 @@
+//! Integration tests: hits whose values are large enough to be written to
+//! the socket straight from item memory (`direct.rs`, 32 KiB and up), in
+//! the text, meta and binary protocols, pipelined with small ones, to a
+//! client that reads only after it has sent everything, so the socket
+//! fills and the server's writes are partial. Every test runs against
+//! osmium and, when it is installed, genuine memcached, and expects the
+//! same bytes from both.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+mod common;
+use common::{free_port, wait_until};
+
+struct Server {
+    child: Child,
+    port: u16,
+    name: &'static str,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(name: &'static str, bin: &str, extra: &[&str]) -> Server {
+    let port = free_port();
+    let child = Command::new(bin)
+        .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+        .args(["-I", "2m", "-m", "256"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start server");
+    wait_until("server did not start", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    Server { child, port, name }
+}
+
+/// Osmium, and memcached when it is installed.
+fn servers() -> Vec<Server> {
+    let mut all = vec![start("osmium", env!("CARGO_BIN_EXE_osmium"), &[])];
+    if std::path::Path::new("/usr/bin/memcached").is_file() {
+        all.push(start("memcached", "/usr/bin/memcached", &["-u", "root"]));
+    }
+    all
+}
+
+/// Deterministic bytes (xorshift), different per seed.
+fn value(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+const SIZES: [usize; 6] = [10, 32 * 1024, 40_000, 300_000, 1_000_000, 5];
+
+fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// Stores SIZES' values as keys big0.. with text `set`.
+fn load(port: u16) -> Vec<Vec<u8>> {
+    let mut s = connect(port);
+    let values: Vec<Vec<u8>> = SIZES
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| value(n, i as u64))
+        .collect();
+    for (i, v) in values.iter().enumerate() {
+        s.write_all(format!("set big{i} {i} 0 {}\r\n", v.len()).as_bytes())
+            .unwrap();
+        s.write_all(v).unwrap();
+        s.write_all(b"\r\n").unwrap();
+        let mut r = [0u8; 8];
+        s.read_exact(&mut r).unwrap();
+        assert_eq!(&r, b"STORED\r\n");
+    }
+    values
+}
+
+/// Sends all of `req` from another thread (the server's replies fill the
+/// socket long before the requests are all sent), waits a little so the
+/// server meets a full socket, then reads `len` bytes.
+fn exchange(port: u16, req: Vec<u8>, len: usize) -> Vec<u8> {
+    let mut s = connect(port);
+    let mut w = s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || w.write_all(&req).unwrap());
+    std::thread::sleep(Duration::from_millis(200));
+    let mut out = vec![0u8; len];
+    s.read_exact(&mut out).unwrap();
+    writer.join().unwrap();
+    // Nothing more was sent.
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut more = [0u8; 1];
+    assert!(
+        !matches!(s.read(&mut more), Ok(n) if n > 0),
+        "more bytes than expected"
+    );
+    out
+}
+
+#[test]
+fn pipelined_text_gets_of_large_values_arrive_intact() {
+    for srv in servers() {
+        let values = load(srv.port);
+        let mut req = Vec::new();
+        let mut expected = Vec::new();
+        for round in 0..3 {
+            // One multi-key get of every value, then single gets in another
+            // order, then a miss.
+            let keys: Vec<String> = (0..SIZES.len()).map(|i| format!("big{i}")).collect();
+            req.extend_from_slice(format!("get {}\r\n", keys.join(" ")).as_bytes());
+            for (i, v) in values.iter().enumerate() {
+                expected.extend_from_slice(format!("VALUE big{i} {i} {}\r\n", v.len()).as_bytes());
+                expected.extend_from_slice(v);
+                expected.extend_from_slice(b"\r\n");
+            }
+            expected.extend_from_slice(b"END\r\n");
+            for i in [4, 0, 3, 5, 2, 1]
+                .iter()
+                .cycle()
+                .skip(round)
+                .take(SIZES.len())
+            {
+                req.extend_from_slice(format!("get big{i}\r\n").as_bytes());
+                let v = &values[*i];
+                expected.extend_from_slice(format!("VALUE big{i} {i} {}\r\n", v.len()).as_bytes());
+                expected.extend_from_slice(v);
+                expected.extend_from_slice(b"\r\nEND\r\n");
+            }
+            req.extend_from_slice(b"get nokey\r\n");
+            expected.extend_from_slice(b"END\r\n");
+        }
+        let got = exchange(srv.port, req, expected.len());
+        assert!(got == expected, "{}: replies differ", srv.name);
+    }
+}
+
+#[test]
+fn pipelined_meta_gets_of_large_values_arrive_intact() {
+    for srv in servers() {
+        let values = load(srv.port);
+        let mut req = Vec::new();
+        let mut expected = Vec::new();
+        // Enough rounds (about 8 MB of replies) to fill the socket.
+        for _ in 0..6 {
+            for (i, v) in values.iter().enumerate().rev() {
+                req.extend_from_slice(format!("mg big{i} v f s k\r\n").as_bytes());
+                expected.extend_from_slice(
+                    format!("VA {} f{i} s{} kbig{i}\r\n", v.len(), v.len()).as_bytes(),
+                );
+                expected.extend_from_slice(v);
+                expected.extend_from_slice(b"\r\n");
+                req.extend_from_slice(b"mn\r\n");
+                expected.extend_from_slice(b"MN\r\n");
+            }
+        }
+        let got = exchange(srv.port, req, expected.len());
+        assert!(got == expected, "{}: replies differ", srv.name);
+    }
+}
+
+/// A binary GET/GETK request.
+fn binary_get(opcode: u8, key: &[u8], opaque: u32) -> Vec<u8> {
+    let mut r = vec![0x80, opcode];
+    r.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    r.extend_from_slice(&[0, 0, 0, 0]);
+    r.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    r.extend_from_slice(&opaque.to_be_bytes());
+    r.extend_from_slice(&[0; 8]);
+    r.extend_from_slice(key);
+    r
+}
+
+#[test]
+fn pipelined_binary_gets_of_large_values_arrive_intact() {
+    const GET: u8 = 0x00;
+    const GETK: u8 = 0x0c;
+    for srv in servers() {
+        let values = load(srv.port);
+        let mut req = Vec::new();
+        // (opcode, key, value) of each reply, in order.
+        let mut want = Vec::new();
+        for round in 0..3u32 {
+            for (i, v) in values.iter().enumerate() {
+                let key = format!("big{i}").into_bytes();
+                let op = if (i as u32 + round).is_multiple_of(2) {
+                    GET
+                } else {
+                    GETK
+                };
+                req.extend_from_slice(&binary_get(op, &key, round << 8 | i as u32));
+                want.push((op, key, v.clone(), round << 8 | i as u32, i as u32));
+            }
+        }
+        let len: usize = want
+            .iter()
+            .map(|(op, key, v, ..)| 24 + 4 + v.len() + if *op == GETK { key.len() } else { 0 })
+            .sum();
+        let got = exchange(srv.port, req, len);
+        let mut at = 0;
+        for (op, key, v, opaque, flags) in want {
+            let h = &got[at..at + 24];
+            assert_eq!(h[0], 0x81, "{}: response magic", srv.name);
+            assert_eq!(h[1], op, "{}", srv.name);
+            let klen = if op == GETK { key.len() } else { 0 };
+            assert_eq!(u16::from_be_bytes([h[2], h[3]]) as usize, klen);
+            assert_eq!(h[4], 4, "extras");
+            assert_eq!(&h[6..8], &[0, 0], "{}: status", srv.name);
+            let body = u32::from_be_bytes(h[8..12].try_into().unwrap()) as usize;
+            assert_eq!(body, 4 + klen + v.len());
+            assert_eq!(u32::from_be_bytes(h[12..16].try_into().unwrap()), opaque);
+            let b = &got[at + 24..at + 24 + body];
+            assert_eq!(u32::from_be_bytes(b[..4].try_into().unwrap()), flags);
+            assert_eq!(&b[4..4 + klen], &key[..klen]);
+            assert!(b[4 + klen..] == v[..], "{}: value of {opaque:#x}", srv.name);
+            at += 24 + body;
+        }
+    }
+}
+
+#[test]
+fn a_too_long_key_after_a_large_value_makes_the_whole_get_an_error() {
+    // memcached answers a get with any key over 250 bytes with one error
+    // line and no values, so a value before that key must not have gone
+    // to the socket directly.
+    for srv in servers() {
+        let values = load(srv.port);
+        let long = "k".repeat(251);
+        let req = format!("get big4 big3 {long}\r\nget big0\r\n").into_bytes();
+        let mut expected = b"CLIENT_ERROR bad command line format\r\n".to_vec();
+        expected.extend_from_slice(format!("VALUE big0 0 {}\r\n", values[0].len()).as_bytes());
+        expected.extend_from_slice(&values[0]);
+        expected.extend_from_slice(b"\r\nEND\r\n");
+        let got = exchange(srv.port, req, expected.len());
+        assert!(
+            got == expected,
+            "{}: {:?}",
+            srv.name,
+            String::from_utf8_lossy(&got[..got.len().min(80)])
+        );
+    }
+}
