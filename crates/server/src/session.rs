@@ -29,6 +29,9 @@ use crate::text::{self, After};
 use crate::worker::WorkerCtx;
 
 pub const READ_CHUNK: usize = 16 * 1024;
+/// A session keeps a read buffer up to this size; a larger one goes back to
+/// the worker's `BufferPool` once its data block is consumed.
+const KEEP_READ_BUFFER: usize = 1 << 20;
 /// Stop parsing more requests while this much output waits to be sent.
 pub const WRITE_HIGH_WATER: usize = 4 << 20;
 /// First byte of every binary-protocol request.
@@ -134,7 +137,12 @@ pub struct Session {
     /// the worker's `Conn::prime`), for prefetching items ahead.
     pub ahead: Ahead,
     /// Read buffer: bytes `rstart..rend` are received but not yet consumed.
+    /// `READ_CHUNK` bytes, grown for data blocks up to `KEEP_READ_BUFFER`;
+    /// while a larger data block is collected, a buffer from the worker's
+    /// `BufferPool`.
     pub rbuf: Vec<u8>,
+    /// The session's own read buffer, kept while `rbuf` is a pool's.
+    small: Vec<u8>,
     pub rstart: usize,
     pub rend: usize,
     /// Output waiting to be written, from `wpos`.
@@ -159,6 +167,50 @@ pub struct Session {
     /// `quit`, memcached's UDP connection keeps `close_after_write` set, so
     /// every later flush ends its datagram.
     pub udp_stop_at_flush: bool,
+}
+
+/// Read buffers larger than `READ_CHUNK`, shared by one worker's sessions:
+/// a session collecting a large data block (a big SET) takes one and gives
+/// it back once the block is consumed, so that a client storing large
+/// values does not make the server allocate, zero and fault in a fresh
+/// buffer for each, and an idle connection holds no large buffer.
+pub struct BufferPool {
+    buffers: std::cell::RefCell<Vec<Vec<u8>>>,
+}
+
+/// Large buffers a pool keeps (more are freed).
+const POOL_BUFFERS: usize = 4;
+
+impl BufferPool {
+    pub fn new() -> BufferPool {
+        BufferPool {
+            buffers: std::cell::RefCell::new(Vec::with_capacity(POOL_BUFFERS)),
+        }
+    }
+
+    /// The smallest pooled buffer of at least `len` bytes, else the
+    /// largest one (to grow), else None.
+    fn take(&self, len: usize) -> Option<Vec<u8>> {
+        let mut buffers = self.buffers.borrow_mut();
+        let fits = (0..buffers.len())
+            .filter(|&i| buffers[i].len() >= len)
+            .min_by_key(|&i| buffers[i].len());
+        let i = fits.or_else(|| (0..buffers.len()).max_by_key(|&i| buffers[i].len()))?;
+        Some(buffers.swap_remove(i))
+    }
+
+    /// Keeps `buffer` for later, or frees it (or a smaller one) when the
+    /// pool is full.
+    fn give(&self, buffer: Vec<u8>) {
+        let mut buffers = self.buffers.borrow_mut();
+        if buffers.len() < POOL_BUFFERS {
+            buffers.push(buffer);
+        } else if let Some(i) = (0..buffers.len()).min_by_key(|&i| buffers[i].len()) {
+            if buffers[i].len() < buffer.len() {
+                buffers[i] = buffer;
+            }
+        }
+    }
 }
 
 /// Requests whose keys' hashes `Ahead` holds: a 16-deep pipeline.
@@ -219,6 +271,7 @@ impl Session {
             peer,
             ahead: Ahead::default(),
             rbuf: vec![0; READ_CHUNK],
+            small: Vec::new(),
             rstart: 0,
             rend: 0,
             wbuf: Vec::with_capacity(READ_CHUNK),
@@ -271,12 +324,17 @@ impl Session {
     /// Makes room for at least `READ_CHUNK` (or `need`) more bytes and
     /// returns the free tail of the read buffer; report what was read into
     /// it with `input_received`.
-    pub fn read_space(&mut self) -> &mut [u8] {
+    pub fn read_space(&mut self, pool: &BufferPool) -> &mut [u8] {
         if self.rstart == self.rend {
             self.rstart = 0;
             self.rend = 0;
-            if self.rbuf.len() > 1 << 20 && self.need == 0 {
-                self.rbuf = vec![0; READ_CHUNK];
+            if self.rbuf.len() > KEEP_READ_BUFFER && self.need == 0 {
+                // Done with a large buffer: back to the pool.
+                let small = match std::mem::take(&mut self.small) {
+                    s if s.is_empty() => vec![0; READ_CHUNK],
+                    s => s,
+                };
+                pool.give(std::mem::replace(&mut self.rbuf, small));
             }
         }
         let want = (self.need.max(self.rend - self.rstart) + READ_CHUNK).max(READ_CHUNK);
@@ -287,7 +345,18 @@ impl Session {
                 self.rstart = 0;
             }
             if self.rbuf.len() < want {
-                self.rbuf.resize(want.next_power_of_two(), 0);
+                let size = want.next_power_of_two();
+                let mut large = pool.take(size).unwrap_or_default();
+                if large.len() < size {
+                    large.resize(size, 0);
+                }
+                large[..self.rend].copy_from_slice(&self.rbuf[..self.rend]);
+                let old = std::mem::replace(&mut self.rbuf, large);
+                if self.small.is_empty() && old.len() <= KEEP_READ_BUFFER {
+                    self.small = old;
+                } else {
+                    pool.give(old);
+                }
             }
         }
         &mut self.rbuf[self.rend..]
@@ -304,8 +373,7 @@ impl Session {
         self.rend = 0;
         self.swallow = 0;
         self.need = 0;
-        let space = self.read_space();
-        if space.len() < payload.len() {
+        if self.rbuf.len() < payload.len() {
             self.rbuf.resize(payload.len(), 0);
         }
         self.rbuf[..payload.len()].copy_from_slice(payload);
@@ -494,5 +562,63 @@ impl Session {
                 return Flow::Wait;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session() -> Session {
+        Session::new(-1, Peer::Unix, Protocol::Text)
+    }
+
+    /// Feeds `data` through `read_space` as a socket would, in reads of at
+    /// most `chunk` bytes.
+    fn receive(s: &mut Session, pool: &BufferPool, data: &[u8], chunk: usize) {
+        let mut at = 0;
+        while at < data.len() {
+            let space = s.read_space(pool);
+            let n = space.len().min(chunk).min(data.len() - at);
+            space[..n].copy_from_slice(&data[at..at + n]);
+            s.input_received(n);
+            at += n;
+        }
+    }
+
+    #[test]
+    fn a_large_data_block_borrows_a_pool_buffer_and_gives_it_back() {
+        let pool = BufferPool::new();
+        let mut s = session();
+        for round in 0..3u8 {
+            // A header, then a 3 MiB block the session must hold whole.
+            let block: Vec<u8> = (0..3 << 20).map(|i: u32| (i as u8) ^ round).collect();
+            receive(&mut s, &pool, b"set k 0 0 3145728\r\n", 1 << 20);
+            s.rstart += 19;
+            s.need = block.len();
+            receive(&mut s, &pool, &block, 100_000);
+            assert!(s.input() == &block[..]);
+            assert!(s.rbuf.len() > KEEP_READ_BUFFER);
+            // Consumed: the next read gives the large buffer back.
+            s.rstart = s.rend;
+            s.need = 0;
+            let _ = s.read_space(&pool);
+            assert_eq!(s.rbuf.len(), READ_CHUNK);
+            assert_eq!(pool.buffers.borrow().len(), 1, "round {round}");
+        }
+    }
+
+    #[test]
+    fn a_pool_keeps_its_largest_buffers() {
+        let pool = BufferPool::new();
+        for len in [5usize, 1, 9, 3, 7, 2] {
+            pool.give(vec![0; len]);
+        }
+        let mut lens: Vec<usize> = pool.buffers.borrow().iter().map(Vec::len).collect();
+        lens.sort();
+        assert_eq!(lens, [3, 5, 7, 9]);
+        assert_eq!(pool.take(4).map(|b| b.len()), Some(5));
+        assert_eq!(pool.take(100).map(|b| b.len()), Some(9));
+        assert_eq!(pool.buffers.borrow().len(), 2);
     }
 }

@@ -214,7 +214,7 @@ impl UdpEndpoint {
             };
             let take = len.min(want);
             ctx.stats.bytes_read.add(take as u64);
-            let space = self.session.read_space();
+            let space = self.session.read_space(&ctx.buffers);
             space[..take].copy_from_slice(&self.datagram[..take]);
             self.session.input_received(take);
             self.run_batch(ctx);

@@ -43,7 +43,7 @@ use slab::Slab;
 
 use osmium_store::Store;
 
-use crate::session::{Flow, Peer, Protocol, Session, AHEAD_DISTANCE};
+use crate::session::{BufferPool, Flow, Peer, Protocol, Session, AHEAD_DISTANCE};
 use crate::stats::{StatsContext, ThreadStats};
 use crate::udp::{Progress, UdpEndpoint};
 
@@ -153,6 +153,8 @@ pub struct WorkerCtx {
     /// This worker's write head in the store.
     pub head: usize,
     pub reqs_per_event: usize,
+    /// Large read buffers for this worker's sessions.
+    pub buffers: BufferPool,
 }
 
 /// The acceptor's handle on a worker.
@@ -212,9 +214,10 @@ impl Conn {
 
     /// Reads once. Ok(Some(n)) bytes read, Ok(None) would block, Err on EOF
     /// or error.
-    fn read_some(&mut self, stats: &ThreadStats) -> io::Result<Option<usize>> {
+    fn read_some(&mut self, ctx: &WorkerCtx) -> io::Result<Option<usize>> {
+        let stats = &ctx.stats;
         loop {
-            let space = self.session.read_space();
+            let space = self.session.read_space(&ctx.buffers);
             let room = space.len();
             match self.stream.read(space) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
@@ -243,7 +246,7 @@ impl Conn {
         if self.hangup {
             return;
         }
-        if self.session.input().is_empty() && self.read_some(&ctx.stats).is_err() {
+        if self.session.input().is_empty() && self.read_some(ctx).is_err() {
             // EOF or an error: `drive` closes the connection.
             self.hangup = true;
             return;
@@ -292,7 +295,7 @@ impl Conn {
             if std::mem::take(&mut self.drained) {
                 return Flow::Wait;
             }
-            match self.read_some(&ctx.stats) {
+            match self.read_some(ctx) {
                 Ok(Some(_)) => {}
                 Ok(None) => return Flow::Wait,
                 Err(_) => return Flow::Close,
@@ -523,6 +526,7 @@ pub fn spawn(
         ctx: WorkerCtx {
             head: index,
             reqs_per_event: settings.reqs_per_event,
+            buffers: BufferPool::new(),
             stats,
             shared: shared.clone(),
         },

@@ -258,3 +258,31 @@ fn a_too_long_key_after_a_large_value_makes_the_whole_get_an_error() {
         );
     }
 }
+
+#[test]
+fn pipelined_large_sets_store_every_byte() {
+    // Several large sets in one stream (each data block larger than a
+    // read, some ending inside the same read as the next set's line),
+    // then gets of them all.
+    for srv in servers() {
+        let sizes = [1_500_000usize, 40_000, 1_048_000, 7, 600_000, 2_000];
+        let mut req = Vec::new();
+        let mut expected = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let v = value(n, 100 + i as u64);
+            req.extend_from_slice(format!("set pipe{i} {i} 0 {n}\r\n").as_bytes());
+            req.extend_from_slice(&v);
+            req.extend_from_slice(b"\r\n");
+            expected.extend_from_slice(b"STORED\r\n");
+        }
+        for (i, &n) in sizes.iter().enumerate().rev() {
+            let v = value(n, 100 + i as u64);
+            req.extend_from_slice(format!("get pipe{i}\r\n").as_bytes());
+            expected.extend_from_slice(format!("VALUE pipe{i} {i} {n}\r\n").as_bytes());
+            expected.extend_from_slice(&v);
+            expected.extend_from_slice(b"\r\nEND\r\n");
+        }
+        let got = exchange(srv.port, req, expected.len());
+        assert!(got == expected, "{}: replies differ", srv.name);
+    }
+}
