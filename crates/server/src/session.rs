@@ -143,6 +143,12 @@ pub struct Session {
     pub rbuf: Vec<u8>,
     /// The session's own read buffer, kept while `rbuf` is a pool's.
     small: Vec<u8>,
+    /// A large data block being read straight into its item (text storage
+    /// commands, see `text::reads_into_item`): the worker reads into the
+    /// item until it is filled, then the block's `\r\n` comes through
+    /// `rbuf`. Given up (`Store::abandon_incoming`) if the connection
+    /// closes first.
+    pub incoming: Option<text::IncomingStore>,
     pub rstart: usize,
     pub rend: usize,
     /// Output waiting to be written, from `wpos`.
@@ -272,6 +278,7 @@ impl Session {
             ahead: Ahead::default(),
             rbuf: vec![0; READ_CHUNK],
             small: Vec::new(),
+            incoming: None,
             rstart: 0,
             rend: 0,
             wbuf: Vec::with_capacity(READ_CHUNK),
@@ -444,6 +451,28 @@ impl Session {
             if !self.swallow_input() {
                 return Flow::Wait;
             }
+            if let Some(incoming) = &self.incoming {
+                // A data block read into its item: wait for the rest of it
+                // (the worker reads into the item), then for its \r\n.
+                if !incoming.item.is_filled() {
+                    return Flow::Wait;
+                }
+                if self.rend - self.rstart < 2 {
+                    self.need = 2;
+                    return Flow::Wait;
+                }
+                if self.must_yield(ctx, done) {
+                    return Flow::Yield;
+                }
+                self.need = 0;
+                done += 1;
+                let terminated = &self.rbuf[self.rstart..self.rstart + 2] == b"\r\n";
+                self.rstart += 2;
+                if let Some(incoming) = self.incoming.take() {
+                    text::finish_store(ctx, incoming, terminated, &mut self.wbuf);
+                }
+                continue;
+            }
             let avail = self.rend - self.rstart;
             if avail == 0 || avail < self.need {
                 return Flow::Wait;
@@ -526,6 +555,18 @@ impl Session {
                     continue;
                 }
                 let total = consumed + req.value_len as usize + 2;
+                if !self.udp && text::reads_into_item(&req, buf.len() - consumed) {
+                    // The rest of the value goes straight into the item.
+                    let have = (buf.len() - consumed).min(req.value_len as usize);
+                    let first = &buf[consumed..consumed + have];
+                    self.incoming = text::begin_store(ctx, &req, first, &mut self.wbuf);
+                    if self.incoming.is_none() {
+                        self.swallow = req.value_len as usize + 2 - have;
+                    }
+                    self.need = 0;
+                    self.rstart += consumed + have;
+                    continue;
+                }
                 if buf.len() < total {
                     self.need = total;
                     return Flow::Wait;

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use osmium_protocol::encode;
 use osmium_protocol::text::{Command, StoreMode, StoreRequest, KEY_MAX_LENGTH};
-use osmium_store::{ArithResult, Lookup, StoreStatus, Write};
+use osmium_store::{ArithResult, Incoming, Lookup, StoreStatus, Write};
 
 use crate::session::Peer;
 use crate::stats::StatsContext;
@@ -76,7 +76,94 @@ pub fn complete_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, block: &[u8], out
             ..Write::default()
         },
     );
-    let is_cas = req.mode == StoreMode::Cas;
+    store_reply(ctx, status, req.mode, req.noreply, out);
+}
+
+/// A storage command's data blocks of at least this many bytes, when they
+/// have not all arrived with the command, are read straight into the
+/// new item (as memcached reads into its item), not into the read buffer.
+pub const INCOMING_MIN: usize = 64 * 1024;
+
+/// A text storage command whose data block is being read into its item.
+pub struct IncomingStore {
+    pub item: Incoming,
+    mode: StoreMode,
+    noreply: bool,
+}
+
+/// Whether `req`'s data block, of which `have` bytes are buffered, is
+/// to be read into its item.
+pub fn reads_into_item(req: &StoreRequest<'_>, have: usize) -> bool {
+    let vlen = req.value_len as usize;
+    vlen >= INCOMING_MIN
+        && have < vlen + 2
+        && matches!(
+            req.mode,
+            StoreMode::Set | StoreMode::Add | StoreMode::Replace | StoreMode::Cas
+        )
+}
+
+/// Starts a storage command whose data block is read into its item (see
+/// `reads_into_item`; `first` is the part of the value already buffered):
+/// the item is reserved now, as memcached allocates its item before it
+/// reads the data. None when the command was answered (out of memory) and
+/// the rest of its data block must be swallowed.
+pub fn begin_store(
+    ctx: &WorkerCtx,
+    req: &StoreRequest<'_>,
+    first: &[u8],
+    out: &mut Vec<u8>,
+) -> Option<IncomingStore> {
+    let prefix = &ctx.shared.stats.prefix;
+    if prefix.enabled() {
+        prefix.record_set(req.key);
+    }
+    let store = &ctx.shared.store;
+    let w = Write {
+        mode: req.mode,
+        key: req.key,
+        flags: req.flags,
+        exptime: store.clock().expiry(req.exptime),
+        value: first,
+        cas: req.cas,
+        ..Write::default()
+    };
+    match store.begin_incoming(ctx.head, &w, req.value_len as usize) {
+        Ok(item) => Some(IncomingStore {
+            item,
+            mode: req.mode,
+            noreply: req.noreply,
+        }),
+        Err(status) => {
+            store_reply(ctx, status, req.mode, req.noreply, out);
+            None
+        }
+    }
+}
+
+/// Completes a storage command read into its item, once its data block
+/// is in: `terminated` says whether `\r\n` followed it.
+pub fn finish_store(ctx: &WorkerCtx, incoming: IncomingStore, terminated: bool, out: &mut Vec<u8>) {
+    ctx.stats.set_cmds.incr();
+    let store = &ctx.shared.store;
+    if !terminated {
+        store.abandon_incoming(incoming.item);
+        reply(out, incoming.noreply, "CLIENT_ERROR bad data chunk");
+        return;
+    }
+    let (status, _) = store.finish_incoming(ctx.head, incoming.item);
+    store_reply(ctx, status, incoming.mode, incoming.noreply, out);
+}
+
+/// The reply to a storage command, and its stats.
+fn store_reply(
+    ctx: &WorkerCtx,
+    status: StoreStatus,
+    mode: StoreMode,
+    noreply: bool,
+    out: &mut Vec<u8>,
+) {
+    let is_cas = mode == StoreMode::Cas;
     let msg = match status {
         StoreStatus::Stored => {
             if is_cas {
@@ -102,7 +189,7 @@ pub fn complete_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, block: &[u8], out
             "SERVER_ERROR out of memory storing object"
         }
     };
-    reply(out, req.noreply, msg);
+    reply(out, noreply, msg);
 }
 
 /// Executes every command except storage commands (handled by the

@@ -217,14 +217,35 @@ impl Conn {
     fn read_some(&mut self, ctx: &WorkerCtx) -> io::Result<Option<usize>> {
         let stats = &ctx.stats;
         loop {
-            let space = self.session.read_space(&ctx.buffers);
-            let room = space.len();
-            match self.stream.read(space) {
-                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => {
+            // A large data block goes straight into its item until filled.
+            let into_item = self
+                .session
+                .incoming
+                .as_ref()
+                .is_some_and(|i| !i.item.is_filled());
+            let read = if into_item {
+                let store = &ctx.shared.store;
+                let item = &mut self.session.incoming.as_mut().expect("incoming").item;
+                let space = store.incoming_space(item);
+                let room = space.len();
+                self.stream.read(space).map(|n| {
+                    store.incoming_filled(item, n);
+                    (n, room)
+                })
+            } else {
+                let space = self.session.read_space(&ctx.buffers);
+                let room = space.len();
+                let r = self.stream.read(space);
+                if let Ok(n) = r {
+                    self.session.input_received(n);
+                }
+                r.map(|n| (n, room))
+            };
+            match read {
+                Ok((0, _)) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok((n, room)) => {
                     self.drained =
                         n < room && !self.peer_closed && matches!(self.stream, Stream::Tcp(_));
-                    self.session.input_received(n);
                     stats.bytes_read.add(n as u64);
                     return Ok(Some(n));
                 }
@@ -353,6 +374,9 @@ impl Worker {
 
     fn close(&mut self, key: usize) {
         if let Some(mut conn) = self.conns.try_remove(key) {
+            if let Some(incoming) = conn.session.incoming.take() {
+                self.ctx.shared.store.abandon_incoming(incoming.item);
+            }
             let _ = self.poll.registry().deregister(&mut conn.stream);
             if self.ctx.shared.stats.verbosity.load(Ordering::Relaxed) > 1 {
                 eprintln!("<{} connection closed.", conn.session.fd);

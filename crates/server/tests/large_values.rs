@@ -286,3 +286,59 @@ fn pipelined_large_sets_store_every_byte() {
         assert!(got == expected, "{}: replies differ", srv.name);
     }
 }
+
+#[test]
+fn a_large_data_block_with_a_bad_end_or_cut_off_stores_nothing() {
+    for srv in servers() {
+        let old = value(100, 1);
+        let mut s = connect(srv.port);
+        s.write_all(b"set k 0 0 100\r\n").unwrap();
+        s.write_all(&old).unwrap();
+        s.write_all(b"\r\n").unwrap();
+        let mut r = [0u8; 8];
+        s.read_exact(&mut r).unwrap();
+        assert_eq!(&r, b"STORED\r\n");
+        // A 200 kB block sent in pieces, ending in "XY" instead of \r\n:
+        // memcached reads the block and its two last bytes, refuses it and
+        // parses what follows as the next command.
+        let v = value(200_000, 2);
+        s.write_all(b"set k 0 0 200000\r\n").unwrap();
+        for piece in v.chunks(70_000) {
+            std::thread::sleep(Duration::from_millis(20));
+            s.write_all(piece).unwrap();
+        }
+        s.write_all(b"XYget k\r\n").unwrap();
+        let mut expected = b"CLIENT_ERROR bad data chunk\r\nVALUE k 0 100\r\n".to_vec();
+        expected.extend_from_slice(&old);
+        expected.extend_from_slice(b"\r\nEND\r\n");
+        let mut got = vec![0u8; expected.len()];
+        s.read_exact(&mut got).unwrap();
+        assert!(
+            got == expected,
+            "{}: {:?}",
+            srv.name,
+            String::from_utf8_lossy(&got[..40])
+        );
+        // A connection closed halfway through a block stores nothing.
+        let mut c = connect(srv.port);
+        c.write_all(b"set k 0 0 200000\r\n").unwrap();
+        c.write_all(&v[..150_000]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        drop(c);
+        std::thread::sleep(Duration::from_millis(50));
+        s.write_all(b"get k\r\n").unwrap();
+        let mut got = vec![0u8; expected.len() - 29];
+        s.read_exact(&mut got).unwrap();
+        assert!(got == expected[29..], "{}", srv.name);
+        // And the next large set works.
+        s.write_all(b"set k 5 0 200000\r\n").unwrap();
+        s.write_all(&v).unwrap();
+        s.write_all(b"\r\nget k\r\n").unwrap();
+        let mut want = b"STORED\r\nVALUE k 5 200000\r\n".to_vec();
+        want.extend_from_slice(&v);
+        want.extend_from_slice(b"\r\nEND\r\n");
+        let mut got = vec![0u8; want.len()];
+        s.read_exact(&mut got).unwrap();
+        assert!(got == want, "{}", srv.name);
+    }
+}

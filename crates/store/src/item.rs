@@ -229,7 +229,9 @@ impl ItemPtr {
     ///
     /// # Safety
     /// The slot must be exclusively owned and `spec.size()` bytes long;
-    /// `value_parts` must add up to `spec.value_len` bytes.
+    /// `value_parts` must add up to at most `spec.value_len` bytes; when
+    /// less, the rest of the value must be written (at `value_ptr`) before
+    /// the item is published.
     pub unsafe fn init(
         self,
         spec: &ItemSpec,
@@ -385,6 +387,14 @@ impl ItemPtr {
             4..=7 => half(p, 0) == half(k, 0) && half(p, n - 4) == half(k, n - 4),
             _ => self.key_at(m) == key,
         }
+    }
+
+    /// Where the value starts (for writing the value of a slot its writer
+    /// still owns: see `Store::incoming_space`).
+    #[inline]
+    pub fn value_ptr(self) -> *mut u8 {
+        let l = self.layout();
+        self.0.wrapping_add(l.key + l.key_len)
     }
 
     /// The value, located by `m` (this item's meta).

@@ -111,6 +111,25 @@ pub struct Write<'a> {
     pub vivify: Option<u32>,
 }
 
+/// An item whose value is being received (see [`Store::begin_incoming`]):
+/// reserved and written up to `filled` bytes of value, not yet published.
+#[must_use = "an incoming item must be finished or abandoned"]
+pub struct Incoming {
+    slot: Slot,
+    spec: item::ItemSpec,
+    hash: u64,
+    mode: StoreMode,
+    cas: u64,
+    filled: usize,
+}
+
+impl Incoming {
+    /// The whole value has been written.
+    pub fn is_filled(&self) -> bool {
+        self.filled == self.spec.value_len
+    }
+}
+
 /// mg `N`: create an empty item on a miss.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Vivify {
@@ -1153,7 +1172,6 @@ impl Store {
             flags,
             exptime,
             value,
-            cas,
             ..
         } = *w;
         if self.too_large(key.len(), flags, value.len()) {
@@ -1182,33 +1200,59 @@ impl Store {
         // Start fetching the shard's lock line and the key's home bucket
         // now: they arrive while the item is written.
         self.prefetch_index(hash);
-        let mut forced = None;
+        let spec = item::ItemSpec {
+            key_len: key.len(),
+            value_len: value.len(),
+            flags,
+            exptime,
+            // A stale-ok CAS may keep the old item's expiry.
+            exptime_field: w.stale_ok,
+            cas: self.explicit(w.new_cas),
+        };
+        let Some(slot) = self.reserve(self.new_item_head(head, hash), spec.size()) else {
+            return self.out_of_memory(w);
+        };
+        self.write_item(&slot, &spec, key, &[value], Self::new_state(w));
+        let (status, cas) = self.publish(head, w, hash, slot, spec);
+        (status, cas, value.len())
+    }
+
+    /// The state bits a new item written by `w` starts with.
+    fn new_state(w: &Write<'_>) -> u8 {
+        if w.key_binary {
+            item::STATE_KEY_BINARY
+        } else {
+            0
+        }
+    }
+
+    /// No room for `w`'s item.
+    fn out_of_memory(&self, w: &Write<'_>) -> (StoreStatus, u64, usize) {
+        if w.mode == StoreMode::Set {
+            // memcached drops the old value rather than keep stale data.
+            self.delete(w.key);
+        }
+        (StoreStatus::OutOfMemory, 0, 0)
+    }
+
+    /// Publishes the complete item in `slot` (written from `spec`) as `w`
+    /// asks (set/add/replace/cas: `w.value` is not used), or marks it dead
+    /// when `w`'s condition fails; releases the slot either way. A CAS
+    /// conflict (see `cas_conflict`) rewrites the item with the unique it
+    /// must have into a new slot.
+    fn publish(
+        &self,
+        head: usize,
+        w: &Write<'_>,
+        hash: u64,
+        mut slot: Slot,
+        mut spec: item::ItemSpec,
+    ) -> (StoreStatus, u64) {
+        let Write { mode, key, cas, .. } = *w;
         loop {
-            let spec = item::ItemSpec {
-                key_len: key.len(),
-                value_len: value.len(),
-                flags,
-                exptime,
-                // A stale-ok CAS may keep the old item's expiry.
-                exptime_field: w.stale_ok,
-                cas: self.explicit(w.new_cas).or(forced),
-            };
-            let Some(slot) = self.reserve(self.new_item_head(head, hash), spec.size()) else {
-                if mode == StoreMode::Set {
-                    // memcached drops the old value rather than keep stale data.
-                    self.delete(key);
-                }
-                return (StoreStatus::OutOfMemory, 0, 0);
-            };
-            let state = if w.key_binary {
-                item::STATE_KEY_BINARY
-            } else {
-                0
-            };
-            self.write_item(&slot, &spec, key, &[value], state);
             if mode == StoreMode::Set && spec.cas.is_none() && self.swap(head, key, hash, &slot) {
                 self.arena.finish_write(slot.seg);
-                return (StoreStatus::Stored, self.slot_cas(&slot), value.len());
+                return (StoreStatus::Stored, self.slot_cas(&slot));
             }
             let mut table = self.shard(hash).write();
             let old = self.find_live(&mut table, key, hash);
@@ -1224,9 +1268,17 @@ impl Store {
             };
             if links {
                 if let Some(c) = self.cas_conflict(&slot, spec.cas.is_some(), old.as_ref()) {
-                    forced = Some(c);
                     drop(table);
+                    spec.cas = self.explicit(w.new_cas).or(Some(c));
+                    let Some(next) = self.reserve(self.new_item_head(head, hash), spec.size())
+                    else {
+                        self.abandon(slot);
+                        let (status, cas, _) = self.out_of_memory(w);
+                        return (status, cas);
+                    };
+                    self.write_item(&next, &spec, key, &[slot.ptr.value()], Self::new_state(w));
                     self.abandon(slot);
+                    slot = next;
                     continue;
                 }
             }
@@ -1267,8 +1319,98 @@ impl Store {
             }
             drop(table);
             self.arena.finish_write(slot.seg);
-            return (result.0, result.1, value.len());
+            return result;
         }
+    }
+
+    /// Starts a set/add/replace/cas whose value arrives in pieces (a large
+    /// value read from the network straight into item memory, as memcached
+    /// reads into its item): checks the size, reserves the item, writes
+    /// its header, key and the first `w.value.len()` bytes of its
+    /// `value_len`-byte value. The caller fills the rest (`incoming_space`,
+    /// `incoming_filled`), then publishes it (`finish_incoming`) or gives it
+    /// up (`abandon_incoming`), and must do one of the two: until then the
+    /// item's segment cannot be evicted. Not for append/prepend, or ms
+    /// with I, E, b or N (their writes need the old item first).
+    pub fn begin_incoming(
+        &self,
+        head: usize,
+        w: &Write<'_>,
+        value_len: usize,
+    ) -> Result<Incoming, StoreStatus> {
+        debug_assert!(matches!(
+            w.mode,
+            StoreMode::Set | StoreMode::Add | StoreMode::Replace | StoreMode::Cas
+        ));
+        debug_assert!(!w.stale_ok && w.new_cas == 0 && !w.key_binary && w.vivify.is_none());
+        debug_assert!(w.value.len() <= value_len);
+        if self.too_large(w.key.len(), w.flags, value_len) {
+            return Err(StoreStatus::TooLarge);
+        }
+        self.flush_due(self.clock.now());
+        let hash = hash_key(w.key);
+        let spec = item::ItemSpec {
+            key_len: w.key.len(),
+            value_len,
+            flags: w.flags,
+            exptime: w.exptime,
+            exptime_field: false,
+            cas: None,
+        };
+        let Some(slot) = self.reserve(self.new_item_head(head, hash), spec.size()) else {
+            return Err(self.out_of_memory(w).0);
+        };
+        self.write_item(&slot, &spec, w.key, &[w.value], 0);
+        Ok(Incoming {
+            slot,
+            spec,
+            hash,
+            mode: w.mode,
+            cas: w.cas,
+            filled: w.value.len(),
+        })
+    }
+
+    /// The part of an incoming item's value not yet filled.
+    pub fn incoming_space<'a>(&'a self, incoming: &'a mut Incoming) -> &'a mut [u8] {
+        let value = incoming.slot.ptr.value_ptr();
+        // SAFETY: the slot was reserved for the whole item and stays owned
+        // by `incoming` (not published, so no reader can reach it, and its
+        // segment cannot be evicted while the write is pending); the value
+        // is `spec.value_len` bytes from `value_ptr`, of which the first
+        // `filled` are written. The arena outlives `&self`.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                value.add(incoming.filled),
+                incoming.spec.value_len - incoming.filled,
+            )
+        }
+    }
+
+    /// Records that `n` more bytes of an incoming value were written into
+    /// `incoming_space`.
+    pub fn incoming_filled(&self, incoming: &mut Incoming, n: usize) {
+        incoming.filled = (incoming.filled + n).min(incoming.spec.value_len);
+    }
+
+    /// Publishes a filled incoming item (see `begin_incoming`).
+    pub fn finish_incoming(&self, head: usize, incoming: Incoming) -> (StoreStatus, u64) {
+        debug_assert!(incoming.is_filled());
+        let key = incoming.slot.ptr.key();
+        let w = Write {
+            mode: incoming.mode,
+            key,
+            flags: incoming.spec.flags,
+            exptime: incoming.spec.exptime,
+            cas: incoming.cas,
+            ..Write::default()
+        };
+        self.publish(head, &w, incoming.hash, incoming.slot, incoming.spec)
+    }
+
+    /// Gives up an incoming item (bad data, a closed connection).
+    pub fn abandon_incoming(&self, incoming: Incoming) {
+        self.abandon(incoming.slot);
     }
 
     /// A plain SET's fast path: publishes `slot` in place of the live item

@@ -930,3 +930,105 @@ fn unlocked_sets_never_lose_a_write_to_locked_writers() {
     let st = s.stats();
     assert_eq!((st.curr_items, st.bytes), (items, bytes));
 }
+
+/// Stores `value` through `begin_incoming` as a connection reading it in
+/// pieces would: `first` bytes with the request, the rest in `chunk`s.
+fn put_incoming(
+    s: &Store,
+    mode: StoreMode,
+    key: &[u8],
+    value: &[u8],
+    cas: u64,
+    first: usize,
+    chunk: usize,
+) -> (StoreStatus, u64) {
+    let w = Write {
+        mode,
+        key,
+        flags: 7,
+        value: &value[..first],
+        cas,
+        ..Write::default()
+    };
+    let mut inc = match s.begin_incoming(0, &w, value.len()) {
+        Ok(inc) => inc,
+        Err(status) => return (status, 0),
+    };
+    let mut at = first;
+    while !inc.is_filled() {
+        let space = s.incoming_space(&mut inc);
+        let n = space.len().min(chunk);
+        space[..n].copy_from_slice(&value[at..at + n]);
+        at += n;
+        s.incoming_filled(&mut inc, n);
+    }
+    s.finish_incoming(0, inc)
+}
+
+#[test]
+fn incoming_items_store_like_store() {
+    let s = store();
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    // set, in pieces, then every mode's condition.
+    let (st, cas) = put_incoming(&s, StoreMode::Set, b"k", &big, 0, 1000, 4096);
+    assert_eq!(st, StoreStatus::Stored);
+    assert_eq!(get(&s, b"k"), Some((big.clone(), 7, cas)));
+    let other: Vec<u8> = big.iter().rev().copied().collect();
+    assert_eq!(
+        put_incoming(&s, StoreMode::Add, b"k", &other, 0, 0, 65536).0,
+        StoreStatus::NotStored
+    );
+    assert_eq!(
+        put_incoming(&s, StoreMode::Replace, b"none", &other, 0, 0, 65536).0,
+        StoreStatus::NotStored
+    );
+    assert_eq!(
+        put_incoming(&s, StoreMode::Cas, b"k", &other, cas + 1, 0, 65536).0,
+        StoreStatus::Exists
+    );
+    assert_eq!(
+        put_incoming(&s, StoreMode::Cas, b"none", &other, cas, 0, 65536).0,
+        StoreStatus::NotFound
+    );
+    assert_eq!(get(&s, b"k").map(|g| g.0), Some(big.clone()));
+    let (st, cas2) = put_incoming(&s, StoreMode::Cas, b"k", &other, cas, 5, 100_000);
+    assert_eq!(st, StoreStatus::Stored);
+    assert!(cas2 > cas);
+    assert_eq!(get(&s, b"k"), Some((other.clone(), 7, cas2)));
+    assert_eq!(
+        put_incoming(&s, StoreMode::Replace, b"k", &big, 0, 0, 1 << 20).0,
+        StoreStatus::Stored
+    );
+    assert_eq!(get(&s, b"k").map(|g| g.0), Some(big.clone()));
+    // Over the item size limit: refused before anything is reserved.
+    let huge = vec![0u8; 2 << 20];
+    assert_eq!(
+        put_incoming(&s, StoreMode::Set, b"h", &huge, 0, 0, 1 << 20).0,
+        StoreStatus::TooLarge
+    );
+}
+
+#[test]
+fn an_abandoned_incoming_item_is_never_seen_and_frees_its_segment() {
+    let s = shared_store(8 << 20, 1);
+    set(&s, StoreMode::Set, b"k", b"old", 0);
+    let w = Write {
+        mode: StoreMode::Set,
+        key: b"k",
+        value: b"new",
+        ..Write::default()
+    };
+    let inc = s.begin_incoming(0, &w, 100_000).unwrap();
+    assert_eq!(get(&s, b"k").map(|g| g.0), Some(b"old".to_vec()));
+    s.abandon_incoming(inc);
+    assert_eq!(get(&s, b"k").map(|g| g.0), Some(b"old".to_vec()));
+    // The store keeps working through many times its memory, so the
+    // abandoned item's segment was evicted like any other.
+    let v = vec![b'x'; 50_000];
+    for i in 0..2000 {
+        assert_eq!(
+            set(&s, StoreMode::Set, format!("f{i}").as_bytes(), &v, 0),
+            StoreStatus::Stored
+        );
+    }
+}
