@@ -24,7 +24,7 @@ use osmium_store::{
 };
 
 use crate::auth::{self, SaslOutcome};
-use crate::session::{Flow, Session};
+use crate::session::{Flow, IncomingStore, Session, INCOMING_MIN};
 use crate::worker::WorkerCtx;
 
 /// What the connection does after one request.
@@ -37,6 +37,8 @@ enum Next {
     Wait(usize),
     /// Consume, send what is queued, then close.
     Close(usize),
+    /// Consume; the rest of the value is read into this item.
+    Incoming(usize, IncomingStore),
 }
 
 /// One request's outcome: what to consume, and whether memcached would
@@ -92,6 +94,22 @@ pub fn process(session: &mut Session, ctx: &WorkerCtx) -> Flow {
         if !session.swallow_input() {
             return Flow::Wait;
         }
+        if let Some(incoming) = &session.incoming {
+            // A value read into its item: wait until it is all there.
+            if !incoming.item.is_filled() {
+                return Flow::Wait;
+            }
+            if session.must_yield(ctx, done) {
+                return Flow::Yield;
+            }
+            done += 1;
+            if let Some(incoming) = session.incoming.take() {
+                if finish_store(ctx, incoming, &mut session.wbuf) {
+                    committed = session.wbuf.len();
+                }
+            }
+            continue;
+        }
         let avail = session.rend - session.rstart;
         if avail == 0 || avail < session.need {
             return Flow::Wait;
@@ -129,6 +147,7 @@ pub fn process(session: &mut Session, ctx: &WorkerCtx) -> Flow {
             input,
             &mut session.wbuf,
             &mut direct,
+            session.udp,
             &mut session.authenticated,
             &mut session.sasl,
         );
@@ -165,6 +184,10 @@ pub fn process(session: &mut Session, ctx: &WorkerCtx) -> Flow {
                 session.close_after_write = true;
                 return Flow::Wait;
             }
+            Next::Incoming(n, incoming) => {
+                session.rstart += n;
+                session.incoming = Some(incoming);
+            }
         }
         if stop {
             // After a quit memcached's UDP connection ends its datagram at
@@ -175,12 +198,14 @@ pub fn process(session: &mut Session, ctx: &WorkerCtx) -> Flow {
 }
 
 /// Executes one request whose header, extras and key are in `input`.
+#[allow(clippy::too_many_arguments)]
 fn execute(
     ctx: &WorkerCtx,
     h: &RequestHeader,
     input: &[u8],
     out: &mut Vec<u8>,
     direct: &mut Direct,
+    udp: bool,
     authenticated: &mut bool,
     sasl: &mut auth::SaslState,
 ) -> Step {
@@ -298,16 +323,50 @@ fn execute(
                 return Step::swallow(prefix, vlen);
             }
             let total = prefix + vlen;
+            // With -C there is no CAS to compare: memcached stores as usual.
+            let cas_in = if use_cas { h.cas } else { 0 };
+            let mode = if cas_in != 0 { StoreMode::Cas } else { mode };
             if input.len() < total {
-                return Step::wait(total);
+                if vlen < INCOMING_MIN || udp {
+                    return Step::wait(total);
+                }
+                // A large value: the rest of it is read into its item.
+                if prefix_stats.enabled() {
+                    prefix_stats.record_set(key);
+                }
+                let w = Write {
+                    mode,
+                    key,
+                    flags,
+                    exptime: store.clock().realtime(i64::from(exptime)),
+                    value: &input[prefix..],
+                    cas: cas_in,
+                    ..Write::default()
+                };
+                return match store.begin_incoming(ctx.head, &w, vlen) {
+                    Ok(item) => Step {
+                        next: Next::Incoming(
+                            input.len(),
+                            IncomingStore {
+                                item,
+                                mode,
+                                quiet,
+                                opcode: op,
+                                opaque,
+                            },
+                        ),
+                        flushes: false,
+                    },
+                    Err(result) => {
+                        store_reply(ctx, op, opaque, quiet, mode, result, 0, out);
+                        Step::swallow(input.len(), total - input.len())
+                    }
+                };
             }
             if prefix_stats.enabled() {
                 prefix_stats.record_set(key);
             }
             stats.set_cmds.incr();
-            // With -C there is no CAS to compare: memcached stores as usual.
-            let cas_in = if use_cas { h.cas } else { 0 };
-            let mode = if cas_in != 0 { StoreMode::Cas } else { mode };
             let (result, cas) = store.store(
                 ctx.head,
                 &Write {
@@ -320,38 +379,11 @@ fn execute(
                     ..Write::default()
                 },
             );
-            let code = match result {
-                StoreStatus::Stored => {
-                    if mode == StoreMode::Cas {
-                        stats.cas_hits.incr();
-                    }
-                    if !quiet {
-                        wire::put_response(out, op, opaque, cas, &[]);
-                    }
-                    return Step::go(total);
-                }
-                StoreStatus::Exists => {
-                    stats.cas_badval.incr();
-                    status::KEY_EXISTS
-                }
-                StoreStatus::NotFound => {
-                    stats.cas_misses.incr();
-                    status::KEY_NOT_FOUND
-                }
-                StoreStatus::NotStored => match mode {
-                    StoreMode::Add => status::KEY_EXISTS,
-                    StoreMode::Replace => status::KEY_NOT_FOUND,
-                    _ => status::ITEM_NOT_STORED,
-                },
-                StoreStatus::TooLarge => status::VALUE_TOO_LARGE,
-                StoreStatus::OutOfMemory => {
-                    // memcached fails the allocation before reading the value.
-                    put_out_of_memory(out, op, opaque, b"Out of memory allocating item");
-                    return Step::flush(total);
-                }
-            };
-            wire::put_error(out, op, code, opaque);
-            Step::flush(total)
+            if store_reply(ctx, op, opaque, quiet, mode, result, cas, out) {
+                Step::flush(total)
+            } else {
+                Step::go(total)
+            }
         }
         Request::Concat {
             mode,
@@ -589,6 +621,71 @@ fn execute(
 
 /// memcached's `out_of_memory` in binary: status "out of memory" with the
 /// text error minus its `SERVER_ERROR ` prefix.
+/// The reply to SET/ADD/REPLACE (and quiet forms, and CAS through a SET),
+/// and its stats; true if memcached writes it at once (an error).
+#[allow(clippy::too_many_arguments)]
+fn store_reply(
+    ctx: &WorkerCtx,
+    op: u8,
+    opaque: u32,
+    quiet: bool,
+    mode: StoreMode,
+    result: StoreStatus,
+    cas: u64,
+    out: &mut Vec<u8>,
+) -> bool {
+    let stats = &ctx.stats;
+    let code = match result {
+        StoreStatus::Stored => {
+            if mode == StoreMode::Cas {
+                stats.cas_hits.incr();
+            }
+            if !quiet {
+                wire::put_response(out, op, opaque, cas, &[]);
+            }
+            return false;
+        }
+        StoreStatus::Exists => {
+            stats.cas_badval.incr();
+            status::KEY_EXISTS
+        }
+        StoreStatus::NotFound => {
+            stats.cas_misses.incr();
+            status::KEY_NOT_FOUND
+        }
+        StoreStatus::NotStored => match mode {
+            StoreMode::Add => status::KEY_EXISTS,
+            StoreMode::Replace => status::KEY_NOT_FOUND,
+            _ => status::ITEM_NOT_STORED,
+        },
+        StoreStatus::TooLarge => status::VALUE_TOO_LARGE,
+        StoreStatus::OutOfMemory => {
+            // memcached fails the allocation before reading the value.
+            put_out_of_memory(out, op, opaque, b"Out of memory allocating item");
+            return true;
+        }
+    };
+    wire::put_error(out, op, code, opaque);
+    true
+}
+
+/// Publishes a value read into its item (see `IncomingStore`) and
+/// replies; true if the reply is written at once (an error).
+fn finish_store(ctx: &WorkerCtx, incoming: IncomingStore, out: &mut Vec<u8>) -> bool {
+    ctx.stats.set_cmds.incr();
+    let (result, cas) = ctx.shared.store.finish_incoming(ctx.head, incoming.item);
+    store_reply(
+        ctx,
+        incoming.opcode,
+        incoming.opaque,
+        incoming.quiet,
+        incoming.mode,
+        result,
+        cas,
+        out,
+    )
+}
+
 fn put_out_of_memory(out: &mut Vec<u8>, op: u8, opaque: u32, msg: &[u8]) {
     wire::put_response_with_status(out, op, status::OUT_OF_MEMORY, opaque, 0, msg);
 }

@@ -148,7 +148,7 @@ pub struct Session {
     /// item until it is filled, then the block's `\r\n` comes through
     /// `rbuf`. Given up (`Store::abandon_incoming`) if the connection
     /// closes first.
-    pub incoming: Option<text::IncomingStore>,
+    pub incoming: Option<IncomingStore>,
     pub rstart: usize,
     pub rend: usize,
     /// Output waiting to be written, from `wpos`.
@@ -217,6 +217,24 @@ impl BufferPool {
             }
         }
     }
+}
+
+/// A storage command's data blocks of at least this many bytes, when they
+/// have not all arrived with the command, are read straight into the new
+/// item (as memcached reads into its item), not into the read buffer.
+pub const INCOMING_MIN: usize = 64 * 1024;
+
+/// A storage command (text set/add/replace/cas, binary SET/ADD/REPLACE
+/// and their quiet forms) whose data block is being read into its item,
+/// with what its reply needs.
+pub struct IncomingStore {
+    pub item: osmium_store::Incoming,
+    pub mode: osmium_store::StoreMode,
+    /// noreply (text), a quiet opcode (binary).
+    pub quiet: bool,
+    /// Binary: the request's opcode and opaque (0 in text).
+    pub opcode: u8,
+    pub opaque: u32,
 }
 
 /// Requests whose keys' hashes `Ahead` holds: a 16-deep pipeline.

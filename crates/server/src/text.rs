@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering;
 
 use osmium_protocol::encode;
 use osmium_protocol::text::{Command, StoreMode, StoreRequest, KEY_MAX_LENGTH};
-use osmium_store::{ArithResult, Incoming, Lookup, StoreStatus, Write};
+use osmium_store::{ArithResult, Lookup, StoreStatus, Write};
 
-use crate::session::Peer;
+use crate::session::{IncomingStore, Peer};
 use crate::stats::StatsContext;
 use crate::worker::WorkerCtx;
 
@@ -79,23 +79,11 @@ pub fn complete_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, block: &[u8], out
     store_reply(ctx, status, req.mode, req.noreply, out);
 }
 
-/// A storage command's data blocks of at least this many bytes, when they
-/// have not all arrived with the command, are read straight into the
-/// new item (as memcached reads into its item), not into the read buffer.
-pub const INCOMING_MIN: usize = 64 * 1024;
-
-/// A text storage command whose data block is being read into its item.
-pub struct IncomingStore {
-    pub item: Incoming,
-    mode: StoreMode,
-    noreply: bool,
-}
-
 /// Whether `req`'s data block, of which `have` bytes are buffered, is
 /// to be read into its item.
 pub fn reads_into_item(req: &StoreRequest<'_>, have: usize) -> bool {
     let vlen = req.value_len as usize;
-    vlen >= INCOMING_MIN
+    vlen >= crate::session::INCOMING_MIN
         && have < vlen + 2
         && matches!(
             req.mode,
@@ -132,7 +120,9 @@ pub fn begin_store(
         Ok(item) => Some(IncomingStore {
             item,
             mode: req.mode,
-            noreply: req.noreply,
+            quiet: req.noreply,
+            opcode: 0,
+            opaque: 0,
         }),
         Err(status) => {
             store_reply(ctx, status, req.mode, req.noreply, out);
@@ -148,11 +138,11 @@ pub fn finish_store(ctx: &WorkerCtx, incoming: IncomingStore, terminated: bool, 
     let store = &ctx.shared.store;
     if !terminated {
         store.abandon_incoming(incoming.item);
-        reply(out, incoming.noreply, "CLIENT_ERROR bad data chunk");
+        reply(out, incoming.quiet, "CLIENT_ERROR bad data chunk");
         return;
     }
     let (status, _) = store.finish_incoming(ctx.head, incoming.item);
-    store_reply(ctx, status, incoming.mode, incoming.noreply, out);
+    store_reply(ctx, status, incoming.mode, incoming.quiet, out);
 }
 
 /// The reply to a storage command, and its stats.

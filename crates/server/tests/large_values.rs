@@ -342,3 +342,89 @@ fn a_large_data_block_with_a_bad_end_or_cut_off_stores_nothing() {
         assert!(got == want, "{}", srv.name);
     }
 }
+
+/// A binary storage request (SET 0x01, ADD 0x02, REPLACE 0x03, SETQ 0x11).
+fn binary_store(
+    opcode: u8,
+    key: &[u8],
+    value: &[u8],
+    flags: u32,
+    cas: u64,
+    opaque: u32,
+) -> Vec<u8> {
+    let mut r = vec![0x80, opcode];
+    r.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    r.extend_from_slice(&[8, 0, 0, 0]);
+    r.extend_from_slice(&((8 + key.len() + value.len()) as u32).to_be_bytes());
+    r.extend_from_slice(&opaque.to_be_bytes());
+    r.extend_from_slice(&cas.to_be_bytes());
+    r.extend_from_slice(&flags.to_be_bytes());
+    r.extend_from_slice(&0u32.to_be_bytes());
+    r.extend_from_slice(key);
+    r.extend_from_slice(value);
+    r
+}
+
+/// Reads one binary response: (opcode, status, opaque, cas, body).
+fn read_response(s: &mut TcpStream) -> (u8, u16, u32, u64, Vec<u8>) {
+    let mut h = [0u8; 24];
+    s.read_exact(&mut h).unwrap();
+    assert_eq!(h[0], 0x81);
+    let body_len = u32::from_be_bytes(h[8..12].try_into().unwrap()) as usize;
+    let mut body = vec![0u8; body_len];
+    s.read_exact(&mut body).unwrap();
+    (
+        h[1],
+        u16::from_be_bytes([h[6], h[7]]),
+        u32::from_be_bytes(h[12..16].try_into().unwrap()),
+        u64::from_be_bytes(h[16..24].try_into().unwrap()),
+        body,
+    )
+}
+
+#[test]
+fn binary_storage_of_large_values_in_pieces() {
+    for srv in servers() {
+        let a = value(300_000, 7);
+        let b = value(1_200_000, 8);
+        let mut s = connect(srv.port);
+        // Each request is sent in pieces, so the server sees its header
+        // long before the end of its value.
+        let send = |s: &mut TcpStream, req: &[u8]| {
+            for piece in req.chunks(100_000) {
+                s.write_all(piece).unwrap();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        send(&mut s, &binary_store(0x01, b"ka", &a, 11, 0, 1));
+        let (op, st, opaque, cas_a, body) = read_response(&mut s);
+        assert_eq!(
+            (op, st, opaque, body.len()),
+            (0x01, 0, 1, 0),
+            "{}",
+            srv.name
+        );
+        // ADD of a present key, REPLACE of an absent one: refused.
+        send(&mut s, &binary_store(0x02, b"ka", &b, 0, 0, 2));
+        assert_eq!(read_response(&mut s).1, 0x0002, "{}: add", srv.name);
+        send(&mut s, &binary_store(0x03, b"none", &b, 0, 0, 3));
+        assert_eq!(read_response(&mut s).1, 0x0001, "{}: replace", srv.name);
+        // A SET with a wrong CAS, then the right one.
+        send(&mut s, &binary_store(0x01, b"ka", &b, 12, cas_a + 1, 4));
+        assert_eq!(read_response(&mut s).1, 0x0002, "{}: cas", srv.name);
+        send(&mut s, &binary_store(0x01, b"ka", &b, 12, cas_a, 5));
+        let (_, st, opaque, cas_b, _) = read_response(&mut s);
+        assert_eq!((st, opaque), (0, 5), "{}", srv.name);
+        assert_ne!(cas_b, cas_a);
+        // SETQ answers nothing; the GETK after it shows both values.
+        send(&mut s, &binary_store(0x11, b"kq", &a, 13, 0, 6));
+        for (key, v, flags) in [(&b"ka"[..], &b, 12u32), (&b"kq"[..], &a, 13)] {
+            s.write_all(&binary_get(0x0c, key, 7)).unwrap();
+            let (op, st, opaque, _, body) = read_response(&mut s);
+            assert_eq!((op, st, opaque), (0x0c, 0, 7), "{}", srv.name);
+            assert_eq!(u32::from_be_bytes(body[..4].try_into().unwrap()), flags);
+            assert_eq!(&body[4..4 + key.len()], key);
+            assert!(body[4 + key.len()..] == v[..], "{}", srv.name);
+        }
+    }
+}
