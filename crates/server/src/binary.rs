@@ -353,6 +353,7 @@ fn execute(
                                 quiet,
                                 opcode: op,
                                 opaque,
+                                meta_line: Vec::new(),
                             },
                         ),
                         flushes: false,

@@ -12,13 +12,17 @@
 //! created the item, and `me exp=` is the seconds left.
 
 use crate::direct::Direct;
-use osmium_protocol::meta::{base64_encode, MetaRequest, MAX_OPAQUE_LENGTH, OPAQUE_TOO_LONG};
+use osmium_protocol::meta::{
+    base64_encode, parse_meta, MetaParse, MetaRequest, MAX_OPAQUE_LENGTH, OPAQUE_TOO_LONG,
+};
+use osmium_protocol::text::Tokens;
 use osmium_protocol::StoreMode;
 use osmium_store::{
     memcached_item_total, Lookup, MetaArith, MetaArithResult, MetaDelete, MetaDeleteResult,
     StoreStatus, Vivify, Write,
 };
 
+use crate::session::IncomingStore;
 use crate::worker::WorkerCtx;
 
 #[inline]
@@ -258,16 +262,7 @@ pub fn complete_set(ctx: &WorkerCtx, req: &MetaRequest<'_>, block: &[u8], out: &
         out.extend_from_slice(b"CLIENT_ERROR bad data chunk\r\n");
         return;
     }
-    let mut mode = match f.mode {
-        b'E' => StoreMode::Add,
-        b'A' => StoreMode::Append,
-        b'P' => StoreMode::Prepend,
-        b'R' => StoreMode::Replace,
-        _ => StoreMode::Set,
-    };
-    if f.compare_cas.is_some() && matches!(mode, StoreMode::Set | StoreMode::Replace) {
-        mode = StoreMode::Cas;
-    }
+    let mode = set_mode(req);
     let clock = store.clock();
     let appending = matches!(mode, StoreMode::Append | StoreMode::Prepend);
     let w = Write {
@@ -287,6 +282,111 @@ pub fn complete_set(ctx: &WorkerCtx, req: &MetaRequest<'_>, block: &[u8], out: &
         },
     };
     let (status, cas, size) = store.store_sized(ctx.head, &w);
+    set_reply(ctx, req, mode, status, cas, size, out);
+}
+
+/// The store mode of an ms.
+fn set_mode(req: &MetaRequest<'_>) -> StoreMode {
+    let f = &req.flags;
+    let mode = match f.mode {
+        b'E' => StoreMode::Add,
+        b'A' => StoreMode::Append,
+        b'P' => StoreMode::Prepend,
+        b'R' => StoreMode::Replace,
+        _ => StoreMode::Set,
+    };
+    if f.compare_cas.is_some() && matches!(mode, StoreMode::Set | StoreMode::Replace) {
+        StoreMode::Cas
+    } else {
+        mode
+    }
+}
+
+/// Whether an ms's data block, of which `have` bytes are buffered, is to
+/// be read straight into its item (see `session::IncomingStore`): large,
+/// not all here, and none of what needs the old item or special item
+/// bits (append/prepend, I, E, b).
+pub fn reads_into_item(req: &MetaRequest<'_>, have: usize) -> bool {
+    let f = &req.flags;
+    req.data_len >= crate::session::INCOMING_MIN
+        && have < req.data_len + 2
+        && matches!(
+            set_mode(req),
+            StoreMode::Set | StoreMode::Add | StoreMode::Replace | StoreMode::Cas
+        )
+        && !f.set_stale
+        && f.new_cas.is_none()
+        && !req.key_binary
+}
+
+/// Starts an ms whose data block is read into its item (`line` is its
+/// request line, kept for the reply; `first` the part of the value
+/// already buffered). None when it was answered (out of memory) and the
+/// rest of its data block must be swallowed.
+pub fn begin_set(
+    ctx: &WorkerCtx,
+    req: &MetaRequest<'_>,
+    line: &[u8],
+    first: &[u8],
+    out: &mut Vec<u8>,
+) -> Option<IncomingStore> {
+    let store = &ctx.shared.store;
+    let f = &req.flags;
+    let mode = set_mode(req);
+    let w = Write {
+        mode,
+        key: req.key(),
+        flags: f.client_flags,
+        exptime: store.clock().expiry(f.ttl.unwrap_or(0)),
+        value: first,
+        cas: f.compare_cas.unwrap_or(0),
+        ..Write::default()
+    };
+    match store.begin_incoming(ctx.head, &w, req.data_len) {
+        Ok(item) => Some(IncomingStore {
+            item,
+            mode,
+            quiet: f.no_reply,
+            opcode: 0,
+            opaque: 0,
+            meta_line: line.to_vec(),
+        }),
+        Err(status) => {
+            set_reply(ctx, req, mode, status, 0, 0, out);
+            None
+        }
+    }
+}
+
+/// Completes an ms read into its item, once its data block is in:
+/// `terminated` says whether `\r\n` followed it.
+pub fn finish_set(ctx: &WorkerCtx, incoming: IncomingStore, terminated: bool, out: &mut Vec<u8>) {
+    let store = &ctx.shared.store;
+    ctx.stats.set_cmds.incr();
+    if !terminated {
+        store.abandon_incoming(incoming.item);
+        out.extend_from_slice(b"CLIENT_ERROR bad data chunk\r\n");
+        return;
+    }
+    let (status, cas) = store.finish_incoming(ctx.head, incoming.item);
+    // The line parsed as this request when it arrived.
+    if let MetaParse::Request(req) = parse_meta(Tokens::new(&incoming.meta_line)) {
+        set_reply(ctx, &req, incoming.mode, status, cas, req.data_len, out);
+    }
+}
+
+/// An ms's reply (status and its return flags) and stats.
+fn set_reply(
+    ctx: &WorkerCtx,
+    req: &MetaRequest<'_>,
+    mode: StoreMode,
+    status: StoreStatus,
+    cas: u64,
+    size: usize,
+    out: &mut Vec<u8>,
+) {
+    let stats = &ctx.stats;
+    let f = &req.flags;
     let is_cas = mode == StoreMode::Cas;
     let code: &[u8] = match status {
         StoreStatus::Stored => {

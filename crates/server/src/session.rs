@@ -235,6 +235,9 @@ pub struct IncomingStore {
     /// Binary: the request's opcode and opaque (0 in text).
     pub opcode: u8,
     pub opaque: u32,
+    /// Meta (ms): its request line, for the reply's flags (empty for the
+    /// text storage commands and binary).
+    pub meta_line: Vec<u8>,
 }
 
 /// Requests whose keys' hashes `Ahead` holds: a 16-deep pipeline.
@@ -487,7 +490,11 @@ impl Session {
                 let terminated = &self.rbuf[self.rstart..self.rstart + 2] == b"\r\n";
                 self.rstart += 2;
                 if let Some(incoming) = self.incoming.take() {
-                    text::finish_store(ctx, incoming, terminated, &mut self.wbuf);
+                    if incoming.meta_line.is_empty() {
+                        text::finish_store(ctx, incoming, terminated, &mut self.wbuf);
+                    } else {
+                        meta::finish_set(ctx, incoming, terminated, &mut self.wbuf);
+                    }
                 }
                 continue;
             }
@@ -538,6 +545,18 @@ impl Session {
                             continue;
                         }
                         let total = consumed + req.data_len + 2;
+                        if !self.udp && meta::reads_into_item(&req, buf.len() - consumed) {
+                            // The rest of the value goes straight into the item.
+                            let have = (buf.len() - consumed).min(req.data_len);
+                            let first = &buf[consumed..consumed + have];
+                            self.incoming = meta::begin_set(ctx, &req, line, first, &mut self.wbuf);
+                            if self.incoming.is_none() {
+                                self.swallow = req.data_len + 2 - have;
+                            }
+                            self.need = 0;
+                            self.rstart += consumed + have;
+                            continue;
+                        }
                         if buf.len() < total {
                             self.need = total;
                             return Flow::Wait;

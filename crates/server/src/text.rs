@@ -123,6 +123,7 @@ pub fn begin_store(
             quiet: req.noreply,
             opcode: 0,
             opaque: 0,
+            meta_line: Vec::new(),
         }),
         Err(status) => {
             store_reply(ctx, status, req.mode, req.noreply, out);

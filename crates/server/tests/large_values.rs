@@ -428,3 +428,63 @@ fn binary_storage_of_large_values_in_pieces() {
         }
     }
 }
+
+#[test]
+fn meta_sets_of_large_values_in_pieces() {
+    for srv in servers() {
+        let a = value(250_000, 9);
+        let b = value(900_000, 10);
+        let mut s = connect(srv.port);
+        let mut exchange_one = |req_line: &str, v: &[u8], want: &[u8]| {
+            s.write_all(req_line.as_bytes()).unwrap();
+            for piece in v.chunks(60_000) {
+                s.write_all(piece).unwrap();
+                std::thread::sleep(Duration::from_millis(3));
+            }
+            s.write_all(b"\r\nmn\r\n").unwrap();
+            let mut got = vec![0u8; want.len() + 4];
+            s.read_exact(&mut got).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&[want, b"MN\r\n"].concat()),
+                "{}: {req_line}",
+                srv.name
+            );
+        };
+        exchange_one(
+            &format!("ms mk {} F5 T0 O123 k\r\n", a.len()),
+            &a,
+            b"HD O123 kmk\r\n",
+        );
+        exchange_one(&format!("ms mk {} ME O1\r\n", b.len()), &b, b"NS O1\r\n");
+        exchange_one(&format!("ms none {} MR\r\n", b.len()), &b, b"NS\r\n");
+        // memcached 1.6.18 hides EX under q too (protocol.txt says only HD).
+        exchange_one(&format!("ms mk {} C1 q\r\n", b.len()), &b, b"");
+        exchange_one(&format!("ms mk {} C1\r\n", b.len()), &b, b"EX\r\n");
+        exchange_one(&format!("ms mk {} q F6\r\n", b.len()), &b, b"");
+        // Bad end of block: refused, the old value stays.
+        s.write_all(format!("ms mk {} F7\r\n", a.len()).as_bytes())
+            .unwrap();
+        for piece in a.chunks(60_000) {
+            s.write_all(piece).unwrap();
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        s.write_all(b"XXmg mk v f s\r\n").unwrap();
+        let mut want = format!(
+            "CLIENT_ERROR bad data chunk\r\nVA {} f6 s{}\r\n",
+            b.len(),
+            b.len()
+        )
+        .into_bytes();
+        want.extend_from_slice(&b);
+        want.extend_from_slice(b"\r\n");
+        let mut got = vec![0u8; want.len()];
+        s.read_exact(&mut got).unwrap();
+        assert!(
+            got == want,
+            "{}: {:?}",
+            srv.name,
+            String::from_utf8_lossy(&got[..60])
+        );
+    }
+}
