@@ -712,9 +712,9 @@ fn get_or_touch(
     let found = store.get(key, touch, |it| {
         let value: &[u8] = if with_value { it.value() } else { &[] };
         let key = with_key.then_some(key);
-        if direct.takes(value.len()) {
+        if direct.takes(value.len(), it.lock_free()) {
             wire::put_hit_head(out, op, opaque, it.cas(), it.flags(), key, value.len());
-            direct.put_value(out, value, &[], stats);
+            direct.put_value(out, value, &[], true, stats);
         } else {
             wire::put_hit(out, op, opaque, it.cas(), it.flags(), key, value);
         }

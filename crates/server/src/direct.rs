@@ -5,8 +5,10 @@
 //! connection's write buffer first (memcached's `sendmsg` likewise points
 //! its iovecs at the item). Only what the socket does not take is copied.
 //!
-//! The caller holds the item (pinned, or under its shard's lock) while the
-//! value is written, so its memory cannot be reused under the system call.
+//! The caller holds the item while the value is written, so its memory
+//! cannot be reused under the system call: pinned, never under its
+//! shard's lock (a GET that found it under the lock, a gat or touch,
+//! copies), so the system call holds up no other thread.
 //! A session writes directly only when it is a stream (not UDP, whose
 //! replies are cut into datagrams later) and none of its output is
 //! partially written (the write buffer's pending output starts at its
@@ -47,24 +49,28 @@ impl Direct {
         }
     }
 
-    /// Whether a value of `len` bytes would be written directly.
+    /// Whether a value of `len` bytes would be written directly: only if
+    /// the caller holds its item without a shard lock (`lock_free`, see
+    /// `ItemView::lock_free`), so that the system call delays no other
+    /// thread's access to the shard.
     #[inline]
-    pub fn takes(&self, len: usize) -> bool {
-        self.fd >= 0 && len >= DIRECT_MIN
+    pub fn takes(&self, len: usize, lock_free: bool) -> bool {
+        self.fd >= 0 && len >= DIRECT_MIN && lock_free
     }
 
     /// Appends `value` and then `trailer` to `out`, the session's whole
-    /// pending output, or (`takes(value.len())`) writes `out`, `value`
-    /// and `trailer` to the socket at once and keeps in `out` only what
-    /// the socket did not take.
+    /// pending output, or (`takes(value.len(), lock_free)`) writes `out`,
+    /// `value` and `trailer` to the socket at once and keeps in `out` only
+    /// what the socket did not take.
     pub fn put_value(
         &mut self,
         out: &mut Vec<u8>,
         value: &[u8],
         trailer: &[u8],
+        lock_free: bool,
         stats: &ThreadStats,
     ) {
-        if !self.takes(value.len()) {
+        if !self.takes(value.len(), lock_free) {
             out.reserve(value.len() + trailer.len());
             out.extend_from_slice(value);
             out.extend_from_slice(trailer);
@@ -135,12 +141,12 @@ mod tests {
         let mut wrote = 0;
         for i in 0..60u8 {
             let value = bytes(DIRECT_MIN + 9_000 * usize::from(i), i);
-            direct.put_value(&mut out, &value, b"\r\n", &stats);
+            direct.put_value(&mut out, &value, b"\r\n", true, &stats);
             all.extend_from_slice(&value);
             all.extend_from_slice(b"\r\n");
             wrote += usize::from(std::mem::take(&mut direct.wrote));
             // A small reply in between is always copied.
-            direct.put_value(&mut out, b"small", b"\r\n", &stats);
+            direct.put_value(&mut out, b"small", b"\r\n", true, &stats);
             all.extend_from_slice(b"small\r\n");
             if !out.is_empty() {
                 // Full: the reader takes a little.
@@ -160,11 +166,12 @@ mod tests {
     }
 
     #[test]
-    fn udp_and_partly_written_sessions_copy() {
+    fn udp_partly_written_and_locked_copy() {
         let (a, _b) = UnixStream::pair().unwrap();
-        assert!(Direct::new(a.as_raw_fd(), false, 0).takes(DIRECT_MIN));
-        assert!(!Direct::new(a.as_raw_fd(), false, 0).takes(DIRECT_MIN - 1));
-        assert!(!Direct::new(a.as_raw_fd(), true, 0).takes(DIRECT_MIN));
-        assert!(!Direct::new(a.as_raw_fd(), false, 7).takes(DIRECT_MIN));
+        assert!(Direct::new(a.as_raw_fd(), false, 0).takes(DIRECT_MIN, true));
+        assert!(!Direct::new(a.as_raw_fd(), false, 0).takes(DIRECT_MIN, false));
+        assert!(!Direct::new(a.as_raw_fd(), false, 0).takes(DIRECT_MIN - 1, true));
+        assert!(!Direct::new(a.as_raw_fd(), true, 0).takes(DIRECT_MIN, true));
+        assert!(!Direct::new(a.as_raw_fd(), false, 7).takes(DIRECT_MIN, true));
     }
 }

@@ -197,7 +197,7 @@ fn meta_get(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>, direct: &
             if send_value {
                 // The value is the reply's last part: nothing after this
                 // point truncates it, so it may go to the socket directly.
-                direct.put_value(out, it.value(), b"\r\n", &ctx.stats);
+                direct.put_value(out, it.value(), b"\r\n", it.lock_free(), &ctx.stats);
             }
         },
     );

@@ -228,8 +228,8 @@ pub fn execute(
                             let cas = with_cas.then(|| it.cas());
                             let value = it.value();
                             encode::value_header(out, it.key(), it.flags(), value.len(), cas);
-                            if direct.takes(value.len()) && keys_valid() {
-                                direct.put_value(out, value, b"\r\n", stats);
+                            if direct.takes(value.len(), it.lock_free()) && keys_valid() {
+                                direct.put_value(out, value, b"\r\n", true, stats);
                             } else {
                                 out.extend_from_slice(value);
                                 out.extend_from_slice(b"\r\n");
@@ -277,8 +277,8 @@ pub fn execute(
                     let cas = with_cas.then(|| it.cas());
                     let value = it.value();
                     encode::value_header(out, it.key(), it.flags(), value.len(), cas);
-                    if direct.takes(value.len()) && keys_valid() {
-                        direct.put_value(out, value, b"\r\n", stats);
+                    if direct.takes(value.len(), it.lock_free()) && keys_valid() {
+                        direct.put_value(out, value, b"\r\n", true, stats);
                     } else {
                         out.extend_from_slice(value);
                         out.extend_from_slice(b"\r\n");

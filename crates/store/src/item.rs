@@ -649,10 +649,20 @@ pub struct ItemView<'a> {
     pub(crate) base_time: u32,
     /// The expiry when the view was made (mg T and gat change it after).
     pub(crate) exptime: u32,
+    /// Held by an epoch pin only, no shard lock (see `lock_free`).
+    pub(crate) lock_free: bool,
     pub(crate) _lock: std::marker::PhantomData<&'a ()>,
 }
 
 impl<'a> ItemView<'a> {
+    /// True when the item is held by an epoch pin only, not under its
+    /// shard's lock: slow work with it (a socket write of its value) then
+    /// holds up no other thread's reads or writes of the shard.
+    #[inline]
+    pub fn lock_free(&self) -> bool {
+        self.lock_free
+    }
+
     pub fn key(&self) -> &'a [u8] {
         self.ptr.key_at(&self.meta)
     }

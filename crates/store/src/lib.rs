@@ -549,6 +549,7 @@ impl Store {
             cas,
             base_time: seg.base_time.load(Ordering::Relaxed),
             exptime: meta.exptime,
+            lock_free: false,
             _lock: std::marker::PhantomData,
         }
     }
@@ -665,7 +666,7 @@ impl Store {
                 let Some(found) = found else {
                     return Lookup::Miss;
                 };
-                return match self.serve(&found, now, f) {
+                return match self.serve(&found, now, true, f) {
                     Ok(r) => Lookup::Hit(r),
                     Err(stale) => {
                         // Never wait for a lock while pinned.
@@ -680,7 +681,7 @@ impl Store {
         let Some(found) = table.find(&self.arena, key, hash) else {
             return Lookup::Miss;
         };
-        match self.serve(&found, now, f) {
+        match self.serve(&found, now, false, f) {
             Ok(r) => Lookup::Hit(r),
             Err(stale) => {
                 drop(table);
@@ -692,12 +693,13 @@ impl Store {
 
     /// A GET's answer for a found item: runs `f` on it (counting the hit),
     /// or says it is expired or flushed. The caller holds the shard's lock
-    /// or is pinned.
+    /// or (`lock_free`) is pinned.
     #[inline]
     fn serve<R>(
         &self,
         found: &Found,
         now: u32,
+        lock_free: bool,
         f: impl FnOnce(ItemView<'_>) -> R,
     ) -> Result<R, Lookup<()>> {
         match self.check_exptime(found.meta.exptime, found.loc, now) {
@@ -705,7 +707,9 @@ impl Store {
             stale => return Err(stale),
         }
         found.item.bump(self.atime_in(found.loc.seg, now));
-        Ok(f(self.view_with(found.loc, found.item, found.meta)))
+        let mut view = self.view_with(found.loc, found.item, found.meta);
+        view.lock_free = lock_free;
+        Ok(f(view))
     }
 
     /// Finds a live entry under a write lock, unlinking it if expired or
@@ -827,8 +831,9 @@ impl Store {
         Some((table, found))
     }
 
-    /// mg: looks `key` up and runs `f` on the item under its shard lock
-    /// *before* the hit is recorded (so `h`/`l` see the previous state);
+    /// mg: looks `key` up and runs `f` on the item *before* the hit is
+    /// recorded (so `h`/`l` see the previous state): lock-free and pinned
+    /// as a GET (`ItemView::lock_free`), else under the shard's lock;
     /// `f` also gets whether the item was just created. With `vivify`, a
     /// miss creates an empty item (mg N). `bump` records the hit (not u).
     /// `touch` sets a new expiry (mg T); the view shows the one before.
@@ -857,12 +862,32 @@ impl Store {
                 Lookup::Flushed => Lookup::Flushed,
             }
         } else {
-            let table = self.shard(hash).read();
-            match table.find(&self.arena, key, hash) {
+            // As a GET: lock-free (pinned) first, else under the read lock;
+            // `f` sees the item before the hit is recorded either way.
+            let shard = self.shard(hash);
+            let mut pin = epoch::pin();
+            let optimistic = pin
+                .as_ref()
+                .and_then(|_| shard.find_optimistic(&self.arena, key, hash));
+            let table = if optimistic.is_none() {
+                // Never wait for a lock while pinned (an evictor holding
+                // it may be waiting for the pin).
+                pin = None;
+                Some(shard.read())
+            } else {
+                None
+            };
+            let found = match (&table, optimistic) {
+                (_, Some(found)) => found,
+                (Some(table), None) => table.find(&self.arena, key, hash),
+                (None, None) => None,
+            };
+            match found {
                 None => Lookup::Miss,
                 Some(found) => match self.check_exptime(found.meta.exptime, found.loc, now) {
                     Lookup::Hit(()) => {
-                        let view = self.view_with(found.loc, found.item, found.meta);
+                        let mut view = self.view_with(found.loc, found.item, found.meta);
+                        view.lock_free = table.is_none();
                         let r = (f.take().expect("called once"))(view, false);
                         if bump {
                             found.item.bump(self.atime_in(found.loc.seg, now));
@@ -870,7 +895,9 @@ impl Store {
                         return Lookup::Hit(r);
                     }
                     stale => {
+                        // Never wait for a lock while pinned.
                         drop(table);
+                        drop(pin);
                         self.unlink_stale(key, hash, found.loc);
                         stale.map_hit()
                     }
