@@ -517,6 +517,20 @@ fn eviction_copies_under_concurrent_readers_and_writers() {
     // copy hit items while others read, overwrite, touch and delete them.
     // Every value read must be whole and belong to its key.
     let s = shared_store(8 << 20, 4);
+    for i in 0..500u32 {
+        let key = format!("k{i}");
+        let value = format!("{key}-{i}-{}", "y".repeat(i as usize));
+        put(
+            &s,
+            0,
+            StoreMode::Set,
+            key.as_bytes(),
+            i,
+            0,
+            value.as_bytes(),
+            0,
+        );
+    }
     let threads: Vec<_> = (0..4usize)
         .map(|t| {
             let s = s.clone();
@@ -1031,4 +1045,67 @@ fn an_abandoned_incoming_item_is_never_seen_and_frees_its_segment() {
             StoreStatus::Stored
         );
     }
+}
+
+#[test]
+fn meta_gets_race_writers_and_evictions_safely() {
+    // mg reads lock-free like a GET: with writers replacing, deleting and
+    // evicting the same keys, every value it sees is a complete one that
+    // was stored under that key with those flags.
+    let s = shared_store(8 << 20, 4);
+    for i in 0..500u32 {
+        let key = format!("k{i}");
+        let value = format!("{key}-{i}-{}", "y".repeat(i as usize));
+        put(
+            &s,
+            0,
+            StoreMode::Set,
+            key.as_bytes(),
+            i,
+            0,
+            value.as_bytes(),
+            0,
+        );
+    }
+    let threads: Vec<_> = (0..4usize)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut hits = 0;
+                for i in 0..30_000u32 {
+                    let key = format!("k{}", i % 500);
+                    if t % 2 == 0 {
+                        let value = format!("{key}-{i}-{}", "y".repeat((i % 3000) as usize));
+                        put(
+                            &s,
+                            t,
+                            StoreMode::Set,
+                            key.as_bytes(),
+                            i,
+                            0,
+                            value.as_bytes(),
+                            0,
+                        );
+                        if i % 11 == 0 {
+                            s.delete(key.as_bytes());
+                        }
+                    } else if let Lookup::Hit((v, f, lock_free)) =
+                        s.meta_get(t, key.as_bytes(), true, None, None, |it, _| {
+                            (it.value().to_vec(), it.flags(), it.lock_free())
+                        })
+                    {
+                        let text = String::from_utf8(v).unwrap();
+                        let want = format!("{key}-{f}-");
+                        assert!(text.starts_with(&want), "{text:.40}");
+                        let pad = text.len() - want.len();
+                        assert_eq!(pad, (f % 3000) as usize);
+                        hits += usize::from(lock_free);
+                    }
+                }
+                hits
+            })
+        })
+        .collect();
+    let lock_free_hits: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(lock_free_hits > 0);
 }
