@@ -1572,13 +1572,18 @@ pub struct SlaOpts {
     pub steps: usize,
     /// Measured seconds per step (after the workload's warm-up).
     pub step_duration: Duration,
+    /// Runs of a step that went over before its rate counts as over.
+    pub retries: usize,
 }
 
 /// The SLA rate of one distribution on `addr`: estimates capacity with a
 /// short closed-loop run (depth 1), then bisects the open-loop rate between
 /// 0 and 3 × capacity (an open loop pipelines, so it can pass more than the
 /// closed loop's capacity). A rate passes when its quantile latency is within
-/// the bound and the generator kept up with it (achieved ≥ 95 % of it).
+/// the bound and the generator kept up with it (achieved ≥ 95 % of it), in
+/// its first run or in one of `retries` more (this shared VM pauses now and
+/// then for tens of milliseconds, which alone puts a 2 s step over 1 ms at
+/// the 99.5th percentile, at any rate).
 /// Returns the highest passing rate and that run's outcome.
 pub fn sla_rate(targets: &Targets, w: &Workload, o: &SlaOpts) -> Result<SlaSearch, String> {
     let probe = Workload {
@@ -1603,18 +1608,25 @@ pub fn sla_rate(targets: &Targets, w: &Workload, o: &SlaOpts) -> Result<SlaSearc
             duration: o.step_duration,
             ..w.clone()
         };
-        let out = run(targets, &step)?;
-        let pass = out.pq_us <= o.bound_us && out.ops_per_sec() >= 0.95 * rate;
+        let mut tries = 0;
+        let (out, pass) = loop {
+            let out = run(targets, &step)?;
+            let pass = out.pq_us <= o.bound_us && out.ops_per_sec() >= 0.95 * rate;
+            eprintln!(
+                "  {} at {:>9.0}/s: achieved {:>9.0}/s, p{} {:>8.1} us: {}",
+                w.dist,
+                rate,
+                out.ops_per_sec(),
+                w.quantile * 100.0,
+                out.pq_us,
+                if pass { "within" } else { "over" }
+            );
+            if pass || tries == o.retries {
+                break (out, pass);
+            }
+            tries += 1;
+        };
         steps.push((rate, out.ops_per_sec(), out.p99_us));
-        eprintln!(
-            "  {} at {:>9.0}/s: achieved {:>9.0}/s, p{} {:>8.1} us: {}",
-            w.dist,
-            rate,
-            out.ops_per_sec(),
-            w.quantile * 100.0,
-            out.pq_us,
-            if pass { "within" } else { "over" }
-        );
         if pass {
             lo = rate;
             best = Some(out);

@@ -240,6 +240,11 @@ struct LoadArgs {
     /// Measured seconds per --sla step.
     #[arg(long, default_value_t = 2.0)]
     sla_step_duration: f64,
+    /// Times an --sla step that went over the bound is run again before
+    /// the rate counts as over (a pause of the machine, not of the server,
+    /// must not decide the search; both servers get the same retries).
+    #[arg(long, default_value_t = 1)]
+    sla_retries: usize,
 }
 
 #[derive(Args)]
@@ -525,6 +530,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 hot: a.hot,
                 steps: a.sla_steps,
                 step_duration: std::time::Duration::from_secs_f64(a.sla_step_duration.max(0.1)),
+                retries: a.sla_retries,
             };
             let vs = load::VsOpts {
                 memory_mb: a.memory,
