@@ -511,17 +511,15 @@ fn meta_arith_creates_compares_and_sets_cas() {
     );
 }
 
-#[test]
-fn eviction_copies_under_concurrent_readers_and_writers() {
-    // A small store (8 segments) under 4 threads sharing keys: evictions
-    // copy hit items while others read, overwrite, touch and delete them.
-    // Every value read must be whole and belong to its key.
-    let s = shared_store(8 << 20, 4);
-    for i in 0..500u32 {
+/// Stores `k0` .. `k{n-1}`, key `ki` with flags `i` and the value
+/// `ki-i-` followed by `i` bytes of `y` (the shape the concurrency tests
+/// check what they read against).
+fn preload_numbered(s: &Store, n: u32) {
+    for i in 0..n {
         let key = format!("k{i}");
         let value = format!("{key}-{i}-{}", "y".repeat(i as usize));
         put(
-            &s,
+            s,
             0,
             StoreMode::Set,
             key.as_bytes(),
@@ -531,6 +529,15 @@ fn eviction_copies_under_concurrent_readers_and_writers() {
             0,
         );
     }
+}
+
+#[test]
+fn eviction_copies_under_concurrent_readers_and_writers() {
+    // A small store (8 segments) under 4 threads sharing keys: evictions
+    // copy hit items while others read, overwrite, touch and delete them.
+    // Every value read must be whole and belong to its key.
+    let s = shared_store(8 << 20, 4);
+    preload_numbered(&s, 500);
     let threads: Vec<_> = (0..4usize)
         .map(|t| {
             let s = s.clone();
@@ -1053,20 +1060,7 @@ fn meta_gets_race_writers_and_evictions_safely() {
     // evicting the same keys, every value it sees is a complete one that
     // was stored under that key with those flags.
     let s = shared_store(8 << 20, 4);
-    for i in 0..500u32 {
-        let key = format!("k{i}");
-        let value = format!("{key}-{i}-{}", "y".repeat(i as usize));
-        put(
-            &s,
-            0,
-            StoreMode::Set,
-            key.as_bytes(),
-            i,
-            0,
-            value.as_bytes(),
-            0,
-        );
-    }
+    preload_numbered(&s, 500);
     let threads: Vec<_> = (0..4usize)
         .map(|t| {
             let s = s.clone();
