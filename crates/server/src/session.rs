@@ -143,11 +143,11 @@ pub struct Session {
     pub rbuf: Vec<u8>,
     /// The session's own read buffer, kept while `rbuf` is a pool's.
     small: Vec<u8>,
-    /// A large data block being read straight into its item (text storage
-    /// commands, see `text::reads_into_item`): the worker reads into the
-    /// item until it is filled, then the block's `\r\n` comes through
-    /// `rbuf`. Given up (`Store::abandon_incoming`) if the connection
-    /// closes first.
+    /// A large data block being read straight into its item (see
+    /// `IncomingStore`; `text::reads_into_item`, `meta::reads_into_item`,
+    /// binary's `execute`): the worker reads into the item until it is
+    /// filled, then a text block's `\r\n` comes through `rbuf`. Given up
+    /// (`Store::abandon_incoming`) if the connection closes first.
     pub incoming: Option<IncomingStore>,
     pub rstart: usize,
     pub rend: usize,
