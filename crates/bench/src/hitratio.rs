@@ -429,6 +429,9 @@ struct Row {
     get_hits: u64,
     get_misses: u64,
     evictions: u64,
+    /// Server evictions by the end of the warm-up: 0 means the cache was
+    /// not yet full, so the measured phase was not its steady state.
+    evictions_in_warmup: u64,
     curr_items_after_warmup: u64,
     curr_items: u64,
     client: Counts,
@@ -470,6 +473,13 @@ fn run_one(
         o.warmup as f64 / warmup_secs / 1e3,
         stat_u64(&s0, "curr_items")?
     );
+    let evictions_in_warmup = stat_u64(&s0, "evictions")?;
+    if evictions_in_warmup == 0 {
+        eprintln!(
+            "hitratio: {tag}: WARNING: nothing was evicted during the warm-up, so the cache was not \
+             full: the measured phase is not the cache's steady state (raise --warmup)"
+        );
+    }
 
     let scans = (variant == Variant::Scan).then_some((o.scan_every, o.scan_len));
     let (client, measured_secs) = phase(&mut clients, w, Phase::Measured, scans)?;
@@ -485,6 +495,7 @@ fn run_one(
         get_hits: delta("get_hits")?,
         get_misses: delta("get_misses")?,
         evictions: delta("evictions")?,
+        evictions_in_warmup,
         curr_items_after_warmup: stat_u64(&s0, "curr_items")?,
         curr_items: stat_u64(&s1, "curr_items")?,
         client,
@@ -603,6 +614,7 @@ pub fn run(bins: &Binaries, o: &HitRatioOpts) -> Result<bool, String> {
                 "get_hits": r.get_hits,
                 "get_misses": r.get_misses,
                 "evictions": r.evictions,
+                "evictions_in_warmup": r.evictions_in_warmup,
                 "curr_items_after_warmup": r.curr_items_after_warmup,
                 "curr_items": r.curr_items,
                 "zipf_gets": r.client.zipf_gets,
