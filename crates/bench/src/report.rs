@@ -138,7 +138,7 @@ pub fn table_row(
         line.push_str(&format!("{lead:>9} "));
     }
     line.push_str(&format!(
-        "{:>10} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>12.2} {:>10.3} {:>10.3}",
+        "{:>10} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>12.2} {:>10.3} {:>10}",
         s.server,
         s.ops_per_sec,
         s.p50_us,
@@ -146,7 +146,11 @@ pub fn table_row(
         s.p999_us,
         s.cpu_us_per_req,
         s.cpu_us_per_req / first.cpu_us_per_req,
-        floor.map_or(f64::NAN, |f| s.cpu_us_per_req / f.cpu_us_per_req)
+        // "-" when the run has no floor server to compare with.
+        floor.map_or("-".to_string(), |f| format!(
+            "{:.3}",
+            s.cpu_us_per_req / f.cpu_us_per_req
+        ))
     ));
     if misses {
         line.push_str(&format!(" {:>10.4}", s.miss_ratio));
@@ -190,6 +194,11 @@ mod tests {
         assert_eq!(row["cpu_vs_memcached"], 0.5);
         assert_eq!(row["cpu_vs_floor"], 1.0);
         assert!(row["miss_ratio"].is_null(), "no gets: NaN, null in JSON");
-        assert!(table_row(Some("64"), &b, &a, None, true).contains("floor"));
+        let row = table_row(Some("64"), &b, &a, None, true);
+        assert!(row.contains("floor"));
+        // Without a floor server the column says so instead of NaN.
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cols[8], "-", "{row}");
+        assert!(table_row(None, &b, &a, Some(&b), false).ends_with("1.000"));
     }
 }
