@@ -10,10 +10,10 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
-use common::free_port;
+use common::start_on_free_port;
 
 const GET: u8 = 0x00;
 const SET: u8 = 0x01;
@@ -74,33 +74,25 @@ impl Server {
     }
 
     fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
-        let port = free_port();
-        let mut cmd = match memcached_bin() {
-            Some(bin) => {
-                let mut c = Command::new(bin);
-                c.args(["-u", "root"]);
-                c
-            }
-            None => Command::new(env!("CARGO_BIN_EXE_osmium")),
-        };
-        let mut child = cmd
-            .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-            .args(args)
-            .env_remove("MEMCACHED_SASL_PWDB")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start server");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("server exited at start: {status}");
-            }
-            assert!(Instant::now() < deadline, "server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let (child, port) = start_on_free_port(|port| {
+            let mut cmd = match memcached_bin() {
+                Some(bin) => {
+                    let mut c = Command::new(bin);
+                    c.args(["-u", "root"]);
+                    c
+                }
+                None => Command::new(env!("CARGO_BIN_EXE_osmium")),
+            };
+            cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+                .args(args)
+                .env_remove("MEMCACHED_SASL_PWDB")
+                .envs(env.iter().copied())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start server")
+        });
         Server { child, port }
     }
 

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 mod common;
-use common::{free_port, wait_until};
+use common::start_on_free_port;
 
 struct Server {
     child: Child,
@@ -28,18 +28,16 @@ impl Drop for Server {
 }
 
 fn start(name: &'static str, bin: &str, extra: &[&str]) -> Server {
-    let port = free_port();
-    let child = Command::new(bin)
-        .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-        .args(["-I", "2m", "-m", "256"])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start server");
-    wait_until("server did not start", || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    let (child, port) = start_on_free_port(|port| {
+        Command::new(bin)
+            .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+            .args(["-I", "2m", "-m", "256"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start server")
     });
     Server { child, port, name }
 }

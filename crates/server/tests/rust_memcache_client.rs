@@ -18,12 +18,11 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
-use common::free_port;
+use common::start_on_free_port;
 
 use memcache::{Client, ToMemcacheValue};
 
@@ -109,7 +108,6 @@ fn kinds() -> Vec<&'static str> {
 }
 
 fn start(kind: &'static str) -> ServerProc {
-    let port = free_port();
     let (bin, extra): (String, Vec<&str>) = if kind == "memcached" {
         // memcached refuses to run as root without -u
         let root = unsafe { libc::geteuid() } == 0;
@@ -120,37 +118,18 @@ fn start(kind: &'static str) -> ServerProc {
     } else {
         (env!("CARGO_BIN_EXE_osmium").to_string(), vec![])
     };
-    let port_s = port.to_string();
-    let child = Command::new(&bin)
-        .args([
-            "-p",
-            &port_s,
-            "-U",
-            "0",
-            "-l",
-            "127.0.0.1",
-            "-m",
-            "64",
-            "-t",
-            "2",
-        ])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {bin}: {e}"));
-    let mut proc = ServerProc { kind, child, port };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Ok(Some(status)) = proc.child.try_wait() {
-            panic!("{bin} exited with {status} before accepting connections");
-        }
-        assert!(Instant::now() < deadline, "{bin} did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    proc.port = port;
-    proc
+    let (child, port) = start_on_free_port(|port| {
+        Command::new(&bin)
+            .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+            .args(["-m", "64", "-t", "2"])
+            .args(&extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {bin}: {e}"))
+    });
+    ServerProc { kind, child, port }
 }
 
 /// What a case gets: a client for one (server, protocol) combination.

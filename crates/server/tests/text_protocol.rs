@@ -6,10 +6,10 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
-use common::{free_port, wait_exit};
+use common::{start_on_free_port, wait_exit};
 
 struct Server {
     child: Child,
@@ -18,20 +18,16 @@ struct Server {
 
 impl Server {
     fn start(args: &[&str]) -> Server {
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_osmium"))
-            .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start osmium");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "osmium did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let (child, port) = start_on_free_port(|port| {
+            Command::new(env!("CARGO_BIN_EXE_osmium"))
+                .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start osmium")
+        });
         Server { child, port }
     }
 
@@ -354,24 +350,14 @@ fn a_half_closed_client_gets_its_replies_then_the_close() {
     let srv = Server::start(&["-t", "4"]);
     let mut memcached = None;
     if std::path::Path::new("/usr/bin/memcached").is_file() {
-        let port = free_port();
-        let child = Command::new("/usr/bin/memcached")
-            .args([
-                "-p",
-                &port.to_string(),
-                "-U",
-                "0",
-                "-l",
-                "127.0.0.1",
-                "-u",
-                "root",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start memcached");
-        common::wait_until("memcached", || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        let (child, port) = start_on_free_port(|port| {
+            Command::new("/usr/bin/memcached")
+                .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+                .args(["-u", "root"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start memcached")
         });
         memcached = Some(Server { child, port });
     }

@@ -19,6 +19,59 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Starts a server on a free loopback port (`spawn(port)` starts the
+/// process) and returns it once *that process* listens on the port. A
+/// connect alone is not proof: two tests running at once can be given the
+/// same free port, and the one whose server then fails to bind would talk
+/// to the other test's server until that one stops. A server that exits
+/// (a failed bind ends it at once) is started again on another port.
+pub fn start_on_free_port(mut spawn: impl FnMut(u16) -> Child) -> (Child, u16) {
+    for _ in 0..5 {
+        let port = free_port();
+        let mut child = spawn(port);
+        let mut exited = false;
+        wait_until("server did not start", || {
+            exited = child.try_wait().unwrap().is_some();
+            exited || listens_on(child.id(), port)
+        });
+        if !exited {
+            return (child, port);
+        }
+    }
+    panic!("server did not start on any of 5 ports");
+}
+
+/// Whether process `pid` holds a listening IPv4 TCP socket on `port`: a
+/// LISTEN entry of `/proc/net/tcp` with that local port whose socket inode
+/// is one of the process's descriptors.
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return false;
+    };
+    // Fields: sl, local_address (hex addr:port), rem_address, st (0A is
+    // LISTEN), tx:rx queues, tr:when, retrnsmt, uid, timeout, inode.
+    let sockets: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+            let inode = f.get(9)?;
+            (local == port && *f.get(3)? == "0A").then(|| format!("socket:[{inode}]"))
+        })
+        .collect();
+    if sockets.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| sockets.iter().any(|s| target.as_os_str() == s.as_str()))
+    })
+}
+
 /// Polls `ready` every 20 ms for up to 10 s; panics with `what` after that.
 pub fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
