@@ -240,7 +240,7 @@ def main():
     for kind in kinds:
         binary = servers.MEMCACHED_BIN if kind == "memcached" else servers.OSMIUM_BIN
         if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
-            hint = " (build it with `cargo build --release`)" if kind == "osmium" else ""
+            hint = " (build it with `cargo build --release --workspace`)" if kind == "osmium" else ""
             print(f"{kind}: SKIPPED: binary not found at {binary}{hint}", flush=True)
             results.append({"server": kind, "skipped": f"binary not found at {binary}"})
             status = max(status, 2)

@@ -11,7 +11,7 @@
 #   2. runs, in order, stopping at the first failure:
 #        cargo fmt --all -- --check
 #        cargo clippy --workspace --all-targets -- -D warnings
-#        cargo build --release
+#        cargo build --release --workspace
 #        cargo test --workspace --release
 #        cargo fuzz (each target briefly; only if fuzz/Cargo.toml exists)
 #        python3 -m pytest tests -q
@@ -252,9 +252,9 @@ install_client_suites() {
 # Steps 2-5: cargo
 # --------------------------------------------------------------------------
 cargo_build_release() {
-    cargo build --release || return 1
+    cargo build --release --workspace || return 1
     if [ ! -x target/release/osmium ]; then
-        echo "cargo build --release succeeded but target/release/osmium does not exist"
+        echo "cargo build --release --workspace succeeded but target/release/osmium does not exist"
         return 1
     fi
     note "built $(ls -l target/release/osmium)"
@@ -341,7 +341,7 @@ run_step "install dependencies" install_deps
 run_step "cargo fmt --all -- --check" cargo fmt --all -- --check
 run_step "cargo clippy --workspace --all-targets -- -D warnings" \
     cargo clippy --workspace --all-targets -- -D warnings
-run_step "cargo build --release" cargo_build_release
+run_step "cargo build --release --workspace" cargo_build_release
 run_step "cargo test --workspace --release" cargo test --workspace --release
 run_step "cargo fuzz (${FUZZ_SECONDS}s per target)" fuzz_step
 run_step "python3 -m pytest tests -q" pytest_step

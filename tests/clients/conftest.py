@@ -31,7 +31,7 @@ def _require_binary(kind):
         return
     msg = f"{kind} binary not found at {binary}"
     if kind == "osmium" and not (os.environ.get("CI") == "true" or os.environ.get("OSMIUM_REQUIRED")):
-        pytest.skip(msg + " (build it with `cargo build --release`)")
+        pytest.skip(msg + " (build it with `cargo build --release --workspace`)")
     pytest.fail(msg)
 
 

@@ -15,7 +15,7 @@ def test_exchange(case, conformance):
         missing = H.osmium_missing()
         if missing:
             pytest.fail(f"osmium binary not found or not executable at {missing}: build it "
-                        f"(cargo build --release) or set OSMIUM_BIN; to validate the cases against "
+                        f"(cargo build --release --workspace) or set OSMIUM_BIN; to validate the cases against "
                         f"memcached alone use CONFORMANCE_TARGET=memcached-self", pytrace=False)
     msg = H.check(case, conformance.target, conformance.results(case))
     if msg:

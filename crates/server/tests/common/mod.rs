@@ -90,3 +90,26 @@ pub fn wait_exit(child: &mut Child) -> ExitStatus {
     });
     status.unwrap()
 }
+
+/// The memcached to compare with (genuine 1.6.45, the oracle):
+/// `MEMCACHED_BIN`, else the repository's build of it
+/// (`.oracle/memcached-1.6.45/memcached`, made by
+/// `scripts/build-memcached.sh`), else None.
+pub fn memcached_bin() -> Option<std::path::PathBuf> {
+    if let Some(bin) = std::env::var_os("MEMCACHED_BIN").filter(|b| !b.is_empty()) {
+        return Some(bin.into());
+    }
+    let oracle = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.oracle/memcached-1.6.45/memcached");
+    oracle.is_file().then_some(oracle)
+}
+
+/// Says that the memcached half of `test` is skipped; under `CI=true` a
+/// missing oracle fails the test instead.
+pub fn memcached_missing(test: &str) {
+    let why = "the memcached 1.6.45 oracle is not built: run `bash scripts/build-memcached.sh` or set MEMCACHED_BIN";
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test}: {why} (CI=true: a missing oracle is a failure)");
+    }
+    eprintln!("SKIP memcached half of {test}: {why}");
+}

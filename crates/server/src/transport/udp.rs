@@ -50,15 +50,13 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering;
 
 use mio::net::UdpSocket;
-use osmium_protocol::text::Keys;
+use osmium_protocol::binary::REQUEST_MAGIC;
 
-use crate::session::{
-    Flow, Peer, Protocol, ReplyShape, ResponseMark, Session, BINARY_REQUEST_MAGIC,
-};
-use crate::worker::WorkerCtx;
+use crate::compose::udp_marks::{mark_binary_replies, ResponseMark};
+use crate::context::WorkerCtx;
+use crate::session::{Flow, Protocol, Session};
 
 /// Bytes of the frame header.
 pub const UDP_HEADER_SIZE: usize = 8;
@@ -70,8 +68,6 @@ pub const UDP_DATA_SIZE: usize = UDP_MAX_PAYLOAD_SIZE - UDP_HEADER_SIZE;
 pub const UDP_READ_BUFFER_SIZE: usize = 65536;
 /// memcached asks for this send buffer (the kernel caps it).
 pub const UDP_SEND_BUFFER_SIZE: usize = 256 << 20;
-/// Length of a binary protocol header (for splitting binary replies).
-const BINARY_HEADER_SIZE: usize = 24;
 
 /// What `drive` left behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,15 +123,7 @@ pub struct UdpEndpoint {
 impl UdpEndpoint {
     pub fn new(socket: UdpSocket) -> UdpEndpoint {
         let local = socket.local_addr().ok();
-        let mut session = Session::new(
-            socket.as_raw_fd(),
-            Peer::Udp {
-                remote: None,
-                local,
-            },
-            Protocol::Text,
-        );
-        session.udp = true;
+        let session = Session::datagram(socket.as_raw_fd());
         UdpEndpoint {
             socket,
             local,
@@ -155,6 +143,11 @@ impl UdpEndpoint {
 
     pub fn fd(&self) -> i32 {
         self.session.fd
+    }
+
+    /// The socket's own address.
+    pub fn local(&self) -> Option<SocketAddr> {
+        self.local
     }
 
     /// Sends what is pending, then reads and answers datagrams until the
@@ -190,16 +183,14 @@ impl UdpEndpoint {
     }
 
     /// The session waits for the rest of a data block (or of a binary
-    /// request's body), which memcached reads straight from the socket. A
-    /// binary header cut short is not that: memcached drops it.
+    /// request's body), which memcached reads straight from the socket.
     fn awaiting_data_block(&self) -> bool {
-        let s = &self.session;
-        let header_cut = s.protocol == Protocol::Binary && s.input().len() < BINARY_HEADER_SIZE;
-        s.swallow > 0 || (s.need > 0 && !header_cut)
+        self.session.awaiting_block() > 0
     }
 
     fn on_datagram(&mut self, ctx: &WorkerCtx, len: usize, from: SocketAddr) {
-        if self.awaiting_data_block() {
+        let awaiting = self.session.awaiting_block();
+        if awaiting > 0 {
             // memcached read()s the rest of a data block from the socket:
             // the next datagram, raw, truncated to what the block needs.
             if len == 0 {
@@ -207,16 +198,9 @@ impl UdpEndpoint {
                 self.discard();
                 return;
             }
-            let want = if self.session.swallow > 0 {
-                self.session.swallow.min(UDP_READ_BUFFER_SIZE)
-            } else {
-                self.session.need.saturating_sub(self.session.input().len())
-            };
-            let take = len.min(want);
+            let take = len.min(awaiting).min(UDP_READ_BUFFER_SIZE);
             ctx.stats.bytes_read.add(take as u64);
-            let space = self.session.read_space(&ctx.buffers);
-            space[..take].copy_from_slice(&self.datagram[..take]);
-            self.session.input_received(take);
+            self.session.append_input(&self.datagram[..take]);
             self.run_batch(ctx);
             return;
         }
@@ -231,17 +215,12 @@ impl UdpEndpoint {
             return; // a request spanning several datagrams
         }
         let payload = &self.datagram[UDP_HEADER_SIZE..len];
-        self.session.protocol = if payload[0] == BINARY_REQUEST_MAGIC {
+        self.session.protocol = if payload[0] == REQUEST_MAGIC {
             Protocol::Binary
         } else {
             Protocol::Text
         };
-        self.session.set_input(payload);
-        self.session.close_after_write = false;
-        self.session.peer = Peer::Udp {
-            remote: Some(from),
-            local: self.local,
-        };
+        self.session.set_datagram(payload);
         self.run_batch(ctx);
     }
 
@@ -250,7 +229,7 @@ impl UdpEndpoint {
     fn run_batch(&mut self, ctx: &WorkerCtx) {
         self.input_pending = false;
         let mut flow = self.session.process(ctx);
-        if ctx.shared.shutdown.load(Ordering::Relaxed) {
+        if ctx.shared.stop_requested().is_some() {
             // `shutdown` closes the "connection" as memcached does.
             flow = Flow::Close;
         }
@@ -260,21 +239,22 @@ impl UdpEndpoint {
             // the datagram.
             Flow::Close => {
                 self.drop_unflushed();
-                self.session.set_input(&[]);
+                self.session.drop_input();
                 self.start_transmit(Send::All);
             }
             Flow::Yield => {
                 self.start_transmit(Send::All);
-                if self.session.udp_stop_at_flush {
+                if self.stop_at_flush() {
                     self.drop_input();
                 } else {
                     self.input_pending = true;
                 }
             }
-            Flow::Wait if self.session.close_after_write => {
+            Flow::Wait if self.session.take_close_after_write() => {
                 // quit: send what came before it, drop what follows.
-                self.session.close_after_write = false;
-                self.session.udp_stop_at_flush = true;
+                if let Some(d) = self.session.datagram.as_mut() {
+                    d.stop_at_flush = true;
+                }
                 self.drop_input();
                 self.start_transmit(Send::All);
             }
@@ -292,34 +272,34 @@ impl UdpEndpoint {
     }
 
     fn drop_input(&mut self) {
-        self.session.rstart = self.session.rend;
+        self.session.drop_input();
+    }
+
+    fn stop_at_flush(&self) -> bool {
+        self.session.datagram.as_ref().is_some_and(|d| d.stop_at_flush)
     }
 
     /// How many responses lead up to the last flush point.
-    fn flushed_responses(&self) -> usize {
-        let marks = &self.session.responses;
+    fn flushed_responses(&mut self) -> usize {
+        let marks = &self.session.output().marks;
         marks.iter().rposition(|m| m.flush).map_or(0, |i| i + 1)
     }
 
     /// Forgets the responses after the last flush point.
     fn drop_unflushed(&mut self) {
         let keep = self.flushed_responses();
-        let s = &mut self.session;
-        if let Some(m) = s.responses.get(keep) {
-            s.wbuf.truncate(m.start);
-            s.responses.truncate(keep);
+        let out = self.session.output();
+        if let Some(start) = out.marks.get(keep).map(|m| m.start) {
+            out.truncate(start);
+            out.marks.truncate(keep);
         } else if keep == 0 {
-            s.wbuf.clear();
+            out.clear();
         }
     }
 
     /// Forgets held replies, unsent datagrams and any partial request.
     fn discard(&mut self) {
-        let s = &mut self.session;
-        s.set_input(&[]);
-        s.wbuf.clear();
-        s.wpos = 0;
-        s.responses.clear();
+        self.session.reset();
         self.transmit = None;
         self.input_pending = false;
     }
@@ -328,22 +308,25 @@ impl UdpEndpoint {
     /// the last flush point (the rest are held).
     fn start_transmit(&mut self, which: Send) {
         let mut limit = match which {
-            Send::All => self.session.responses.len(),
+            Send::All => self.session.output().marks.len(),
             Send::Flushed => self.flushed_responses(),
         };
-        let s = &mut self.session;
-        if s.protocol == Protocol::Binary && s.responses.is_empty() {
+        let binary = self.session.protocol == Protocol::Binary;
+        let out = self.session.output();
+        if binary && out.marks.is_empty() {
             // Binary requests that recorded no marks: split the replies on
             // their headers; with no flush marks, send all or hold all.
-            mark_binary_replies(&mut s.responses, &s.wbuf);
+            let mut marks = std::mem::take(&mut out.marks);
+            mark_binary_replies(&mut marks, out.composed());
+            out.marks = marks;
             limit = match which {
-                Send::All => s.responses.len(),
+                Send::All => out.marks.len(),
                 Send::Flushed => 0,
             };
         }
-        if !s.wbuf.is_empty() && !matches!(s.responses.first(), Some(m) if m.start == 0) {
+        if !out.is_empty() && !matches!(out.marks.first(), Some(m) if m.start == 0) {
             // Output no command claimed: one response.
-            s.responses.insert(0, ResponseMark::default());
+            out.marks.insert(0, ResponseMark::default());
             if which == Send::All || limit > 0 {
                 limit += 1;
             }
@@ -366,8 +349,9 @@ impl UdpEndpoint {
             self.discard();
             return true;
         };
-        let out = &self.session.wbuf;
-        let marks = &self.session.responses;
+        let output = self.session.output();
+        let out = output.composed();
+        let marks = &output.marks;
         let end_of = |i: usize| marks.get(i + 1).map_or(out.len(), |m| m.start);
         let is_empty = |i: usize| marks[i].suppressed || end_of(i) == marks[i].start;
         while tx.response < tx.limit {
@@ -401,7 +385,7 @@ impl UdpEndpoint {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // memcached gives up on the reply.
-                    if ctx.shared.stats.verbosity.load(Ordering::Relaxed) > 0 {
+                    if ctx.shared.verbose() > 0 {
                         eprintln!("Failed to write, and not due to blocking: {e}");
                     }
                     tx.response = tx.limit;
@@ -422,233 +406,17 @@ impl UdpEndpoint {
         }
         self.transmit = None;
         // Forget what was sent; held responses move to the front.
-        let s = &mut self.session;
-        let cut = s.responses.get(tx.limit).map_or(s.wbuf.len(), |m| m.start);
-        if cut == s.wbuf.len() {
-            s.wbuf.clear();
-            s.wpos = 0;
-            if s.wbuf.capacity() > 4 << 20 {
-                s.wbuf.shrink_to(crate::session::READ_CHUNK);
-            }
+        let output = self.session.output();
+        let cut = output
+            .marks
+            .get(tx.limit)
+            .map_or(output.len(), |m| m.start);
+        output.marks.drain(..tx.limit);
+        if cut == output.len() {
+            output.clear();
         } else {
-            s.wbuf.drain(..cut);
-        }
-        s.responses.drain(..tx.limit);
-        for m in &mut s.responses {
-            m.start -= cut;
+            output.drain_front(cut);
         }
         true
-    }
-}
-
-/// Records the responses a text command wrote to `wbuf` from `start`.
-/// True when memcached would send them at once (a flush point).
-pub fn mark_replies(
-    responses: &mut Vec<ResponseMark>,
-    wbuf: &mut Vec<u8>,
-    start: usize,
-    shape: ReplyShape<'_>,
-) -> bool {
-    let (suppressed, flush) = match shape {
-        ReplyShape::PerKey(keys) => return mark_get_replies(responses, wbuf, start, keys),
-        ReplyShape::Single => (wbuf.len() == start, false),
-        ReplyShape::Flush => (wbuf.len() == start, true),
-        ReplyShape::Empty => (false, true),
-    };
-    responses.push(ResponseMark {
-        start,
-        suppressed,
-        flush,
-    });
-    flush
-}
-
-/// memcached starts a response per key of a get: a hit holds its VALUE
-/// block, a miss is empty, and END goes on the last one; then it flushes.
-/// The blocks are matched to the keys in order. A get that fails (a key
-/// too long) drops every response since the last flush point, as
-/// memcached's `conn_release_items` does, and is not a flush point.
-fn mark_get_replies(
-    responses: &mut Vec<ResponseMark>,
-    wbuf: &mut Vec<u8>,
-    start: usize,
-    keys: Keys<'_>,
-) -> bool {
-    let before = responses.len();
-    let mut pos = start;
-    for key in keys {
-        responses.push(ResponseMark {
-            start: pos,
-            suppressed: false,
-            flush: false,
-        });
-        match value_block_len(&wbuf[pos..], key) {
-            Some(len) => pos += len,
-            None if wbuf[pos..].starts_with(b"VALUE ") || wbuf[pos..] == *b"END\r\n" => {} // a miss
-            None => {
-                // An error reply instead of VALUE blocks.
-                responses.truncate(before);
-                let keep = responses.iter().rposition(|m| m.flush).map_or(0, |i| i + 1);
-                let cut = responses.get(keep).map_or(start, |m| m.start);
-                wbuf.drain(cut..start);
-                responses.truncate(keep);
-                responses.push(ResponseMark {
-                    start: cut,
-                    suppressed: false,
-                    flush: false,
-                });
-                return false;
-            }
-        }
-    }
-    if responses.len() == before {
-        responses.push(ResponseMark::default());
-        responses[before].start = start;
-    }
-    if let Some(last) = responses.last_mut() {
-        last.flush = true;
-    }
-    true
-}
-
-/// Length of `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n` at the
-/// start of `out`, if it is the block of `key`.
-fn value_block_len(out: &[u8], key: &[u8]) -> Option<usize> {
-    let rest = out
-        .strip_prefix(b"VALUE ")?
-        .strip_prefix(key)?
-        .strip_prefix(b" ")?;
-    let line_end = memchr_crlf(rest)?;
-    let mut fields = rest[..line_end].split(|&b| b == b' ');
-    let _flags = fields.next()?;
-    let bytes: usize = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
-    let header = b"VALUE ".len() + key.len() + 1 + line_end + 2;
-    let total = header.checked_add(bytes)?.checked_add(2)?;
-    (total <= out.len()).then_some(total)
-}
-
-fn memchr_crlf(buf: &[u8]) -> Option<usize> {
-    buf.windows(2).position(|w| w == b"\r\n")
-}
-
-/// Binary replies are self-delimiting: one response per 24-byte header
-/// plus its body.
-fn mark_binary_replies(responses: &mut Vec<ResponseMark>, wbuf: &[u8]) {
-    responses.clear();
-    let mut pos = 0;
-    while pos < wbuf.len() {
-        responses.push(ResponseMark {
-            start: pos,
-            ..ResponseMark::default()
-        });
-        let Some(header) = wbuf.get(pos..pos + BINARY_HEADER_SIZE) else {
-            break;
-        };
-        let body = u32::from_be_bytes([header[8], header[9], header[10], header[11]]) as usize;
-        pos = pos.saturating_add(BINARY_HEADER_SIZE + body);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use osmium_protocol::text::{parse_command, Command};
-
-    fn get_marks(line: &[u8], out: &[u8]) -> Vec<(usize, bool)> {
-        let Command::Get { keys, .. } = parse_command(line) else {
-            panic!("not a get");
-        };
-        let mut marks = Vec::new();
-        let mut out = out.to_vec();
-        assert!(mark_replies(
-            &mut marks,
-            &mut out,
-            0,
-            ReplyShape::PerKey(keys)
-        ));
-        assert!(marks.last().unwrap().flush);
-        marks.iter().map(|m| (m.start, m.suppressed)).collect()
-    }
-
-    #[test]
-    fn get_responses_are_per_key() {
-        let a = b"VALUE a 0 1\r\nx\r\n";
-        let mut out = a.to_vec();
-        out.extend_from_slice(b"END\r\n");
-        assert_eq!(get_marks(b"get a", &out), [(0, false)]);
-        assert_eq!(get_marks(b"get nx a", &out), [(0, false), (0, false)]);
-        assert_eq!(get_marks(b"get a nx", &out), [(0, false), (a.len(), false)]);
-        let mut two = a.to_vec();
-        two.extend_from_slice(b"VALUE bb 5 2 77\r\nyy\r\nEND\r\n");
-        assert_eq!(
-            get_marks(b"gets a bb", &two),
-            [(0, false), (a.len(), false)]
-        );
-        assert_eq!(get_marks(b"get nx", b"END\r\n"), [(0, false)]);
-        // A value whose data looks like another VALUE line.
-        let tricky = b"VALUE a 0 13\r\nVALUE b 0 1\r\n\r\nEND\r\n";
-        assert_eq!(get_marks(b"get a b", tricky), [(0, false), (29, false)]);
-    }
-
-    #[test]
-    fn failed_get_drops_replies_since_last_flush() {
-        let mut out = b"VALUE a 0 1\r\nx\r\nEND\r\nSTORED\r\n".to_vec();
-        let mut marks = vec![
-            ResponseMark {
-                start: 0,
-                suppressed: false,
-                flush: true,
-            },
-            ResponseMark {
-                start: 21,
-                suppressed: false,
-                flush: false,
-            },
-        ];
-        out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
-        let Command::Get { keys, .. } = parse_command(b"get a") else {
-            panic!()
-        };
-        assert!(!mark_replies(
-            &mut marks,
-            &mut out,
-            29,
-            ReplyShape::PerKey(keys)
-        ));
-        assert_eq!(
-            out,
-            b"VALUE a 0 1\r\nx\r\nEND\r\nCLIENT_ERROR bad command line format\r\n"
-        );
-        assert_eq!(marks.len(), 2);
-        assert_eq!((marks[1].start, marks[1].flush), (21, false));
-    }
-
-    #[test]
-    fn single_replies_mark_noreply_as_suppressed() {
-        let mut marks = Vec::new();
-        let mut out = b"STORED\r\n".to_vec();
-        assert!(!mark_replies(&mut marks, &mut out, 0, ReplyShape::Single));
-        assert!(!mark_replies(&mut marks, &mut out, 8, ReplyShape::Single));
-        assert!(mark_replies(&mut marks, &mut out, 8, ReplyShape::Empty));
-        let got: Vec<(usize, bool, bool)> = marks
-            .iter()
-            .map(|m| (m.start, m.suppressed, m.flush))
-            .collect();
-        assert_eq!(got, [(0, false, false), (8, true, false), (8, false, true)]);
-    }
-
-    #[test]
-    fn binary_replies_split_on_headers() {
-        let mut out = vec![0x81u8; 24];
-        out[8..12].copy_from_slice(&5u32.to_be_bytes());
-        out.extend_from_slice(b"hello");
-        let mut second = vec![0x81u8; 24];
-        second[8..12].copy_from_slice(&0u32.to_be_bytes());
-        out.extend_from_slice(&second);
-        out.extend_from_slice(&[0x81, 0]); // truncated: still one response
-        let mut marks = Vec::new();
-        mark_binary_replies(&mut marks, &out);
-        let starts: Vec<usize> = marks.iter().map(|m| m.start).collect();
-        assert_eq!(starts, [0, 29, 53]);
     }
 }

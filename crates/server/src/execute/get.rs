@@ -1,0 +1,202 @@
+//! Retrieval: text get/gets/gat/gats (any number of keys) and binary
+//! GET/GETK/GAT/GATK (one key, quiet forms), and touch (text `touch`,
+//! binary TOUCH).
+//!
+//! A plain multi-key get goes through `Store::get_many`, which overlaps
+//! the keys' memory accesses; gat touches each key under its shard's
+//! lock. A key over 250 bytes anywhere in a text get makes the whole reply
+//! `CLIENT_ERROR bad command line format` (memcached releases the replies
+//! built so far), so a large value is written straight from item memory
+//! only once every key of the command is known to be short enough.
+
+use osmium_protocol::request::{BinaryReply, Keys, Reply, KEY_MAX_LENGTH};
+use osmium_store::Lookup;
+
+use super::Done;
+use crate::compose::output::Output;
+use crate::compose::{binary, text};
+use crate::context::WorkerCtx;
+
+const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format";
+
+pub fn get(
+    ctx: &WorkerCtx,
+    keys: Keys<'_>,
+    touch: Option<i64>,
+    with_cas: bool,
+    reply: &Reply<'_>,
+    out: &mut Output,
+) -> Done {
+    match reply {
+        Reply::Binary(r) => {
+            let key = keys.clone().next().unwrap_or_default();
+            binary_get(ctx, key, touch, true, r, out)
+        }
+        _ => text_get(ctx, keys, touch, with_cas, out),
+    }
+}
+
+/// Counts a retrieval's outcome as memcached does.
+#[inline]
+fn count(ctx: &WorkerCtx, key: &[u8], touched: bool, lookup: Lookup<()>) {
+    let stats = &ctx.stats;
+    let hit = matches!(lookup, Lookup::Hit(()));
+    match lookup {
+        Lookup::Expired => stats.get_expired.incr(),
+        Lookup::Flushed => stats.get_flushed.incr(),
+        _ => {}
+    }
+    if touched {
+        stats.touch_cmds.incr();
+        if hit {
+            stats.touch_hits.incr();
+        } else {
+            stats.touch_misses.incr();
+        }
+    } else {
+        stats.get_cmds.incr();
+        if hit {
+            stats.get_hits.incr();
+        } else {
+            stats.get_misses.incr();
+        }
+    }
+    let prefix = &ctx.shared.prefix;
+    if prefix.enabled() {
+        prefix.record_get(key, hit);
+    }
+}
+
+fn text_get(ctx: &WorkerCtx, keys: Keys<'_>, touch: Option<i64>, with_cas: bool, out: &mut Output) -> Done {
+    let start = out.len();
+    // A value may leave straight from item memory only once no key of the
+    // command can still turn the reply into an error: checked once, at the
+    // first value long enough.
+    let mut keys_ok = None;
+    let all_keys = keys.clone();
+    let direct_ok = move || {
+        *keys_ok.get_or_insert_with(|| {
+            let mut all = all_keys.clone();
+            all.all(|k| k.len() <= KEY_MAX_LENGTH)
+        })
+    };
+    if !text_keys(ctx, keys, touch, with_cas, out, direct_ok) {
+        out.truncate(start);
+        text::line(out, false, BAD_FORMAT);
+        return Done::CONTINUE;
+    }
+    text::end(out);
+    Done::FLUSH
+}
+
+/// Serves the keys of a text get (without its END): false, after the keys
+/// before it, at a key over 250 bytes. Also serves a huge get line's keys
+/// as they arrive (see the session's streaming gets).
+pub fn text_keys(
+    ctx: &WorkerCtx,
+    keys: Keys<'_>,
+    touch: Option<i64>,
+    with_cas: bool,
+    out: &mut Output,
+    mut direct_ok: impl FnMut() -> bool,
+) -> bool {
+    let store = ctx.store();
+    let mut too_long = false;
+    match touch {
+        None => {
+            store.get_many(keys, |key, r| {
+                if key.len() > KEY_MAX_LENGTH {
+                    too_long = true;
+                    return false;
+                }
+                let outcome = match r {
+                    Lookup::Hit(it) => {
+                        text::value(out, &it, with_cas, &mut direct_ok, &ctx.stats);
+                        Lookup::Hit(())
+                    }
+                    Lookup::Miss => Lookup::Miss,
+                    Lookup::Expired => Lookup::Expired,
+                    Lookup::Flushed => Lookup::Flushed,
+                };
+                count(ctx, key, false, outcome);
+                true
+            });
+        }
+        Some(exptime) => {
+            let exptime = store.clock().realtime(exptime);
+            for key in keys {
+                if key.len() > KEY_MAX_LENGTH {
+                    too_long = true;
+                    break;
+                }
+                let r = store.get(key, Some(exptime), |it| {
+                    text::value(out, &it, with_cas, &mut direct_ok, &ctx.stats);
+                });
+                count(ctx, key, true, r);
+            }
+        }
+    }
+    !too_long
+}
+
+/// Binary GET/GETK/GAT/GATK (and quiet forms); `with_value` false for
+/// TOUCH.
+fn binary_get(
+    ctx: &WorkerCtx,
+    key: &[u8],
+    touch: Option<i64>,
+    with_value: bool,
+    r: &BinaryReply,
+    out: &mut Output,
+) -> Done {
+    let store = ctx.store();
+    let exptime = touch.map(|e| store.clock().realtime(e));
+    let found = store.get(key, exptime, |it| {
+        binary::hit(out, r, &it, with_value, &ctx.stats);
+    });
+    let hit = matches!(found, Lookup::Hit(()));
+    count(ctx, key, touch.is_some(), found);
+    if hit {
+        return Done::CONTINUE;
+    }
+    Done::flush_if(binary::miss(out, r, key))
+}
+
+/// text touch, binary TOUCH.
+pub fn touch(ctx: &WorkerCtx, key: &[u8], exptime: i64, reply: &Reply<'_>, out: &mut Output) -> Done {
+    match reply {
+        Reply::Binary(r) => {
+            let r = BinaryReply {
+                with_key: false,
+                ..*r
+            };
+            binary_get(ctx, key, Some(exptime), false, &r, out)
+        }
+        Reply::Text { noreply } => {
+            let store = ctx.store();
+            let exptime = store.clock().realtime(exptime);
+            let r = store.get(key, Some(exptime), |_| ());
+            let hit = matches!(r, Lookup::Hit(()));
+            let stats = &ctx.stats;
+            stats.touch_cmds.incr();
+            match r {
+                Lookup::Expired => stats.get_expired.incr(),
+                Lookup::Flushed => stats.get_flushed.incr(),
+                _ => {}
+            }
+            if hit {
+                stats.touch_hits.incr();
+                text::line(out, *noreply, "TOUCHED");
+            } else {
+                stats.touch_misses.incr();
+                text::line(out, *noreply, "NOT_FOUND");
+            }
+            Done::CONTINUE
+        }
+        Reply::Meta(_) => {
+            // No meta command parses to a touch.
+            text::line(out, false, "ERROR");
+            Done::CONTINUE
+        }
+    }
+}
