@@ -20,11 +20,11 @@ use osmium_protocol::binary::{
     HEADER_LEN,
 };
 use osmium_store::{
-    Lookup, MetaArith, MetaArithResult, MetaDelete, MetaDeleteResult, StoreMode, StoreStatus, Write,
+    CounterResult, CounterUpdate, Lookup, Removal, RemoveResult, StoreMode, StoreStatus, Write,
 };
 
 use crate::auth::{self, SaslOutcome};
-use crate::session::{Flow, IncomingStore, Session, INCOMING_MIN};
+use crate::session::{store_mode, Flow, IncomingStore, Session, INCOMING_MIN};
 use crate::worker::WorkerCtx;
 
 /// What the connection does after one request.
@@ -310,6 +310,7 @@ fn execute(
             value_len,
             quiet,
         } => {
+            let mode = store_mode(mode);
             let vlen = value_len as usize;
             if store.too_large(key.len(), flags, vlen) {
                 if prefix_stats.enabled() {
@@ -392,6 +393,7 @@ fn execute(
             value_len,
             quiet,
         } => {
+            let mode = store_mode(mode);
             let vlen = value_len as usize;
             if store.too_large(key.len(), 0, vlen) {
                 if prefix_stats.enabled() {
@@ -439,23 +441,23 @@ fn execute(
             if prefix_stats.enabled() {
                 prefix_stats.record_delete(key);
             }
-            let only_if = MetaDelete {
-                compare_cas: (h.cas != 0).then_some(h.cas),
-                ..MetaDelete::default()
+            let only_if = Removal {
+                if_cas: (h.cas != 0).then_some(h.cas),
+                ..Removal::default()
             };
-            match store.meta_delete(ctx.head, key, &only_if) {
-                MetaDeleteResult::Deleted | MetaDeleteResult::Kept => {
+            match store.remove(ctx.head, key, &only_if) {
+                RemoveResult::Removed | RemoveResult::Kept => {
                     stats.delete_hits.incr();
                     if !quiet {
                         wire::put_response(out, op, opaque, 0, &[]);
                     }
                     Step::go(prefix)
                 }
-                MetaDeleteResult::Exists => {
+                RemoveResult::Exists => {
                     wire::put_error(out, op, status::KEY_EXISTS, opaque);
                     Step::flush(prefix)
                 }
-                MetaDeleteResult::NotFound => {
+                RemoveResult::NotFound => {
                     stats.delete_misses.incr();
                     wire::put_error(out, op, status::KEY_NOT_FOUND, opaque);
                     Step::flush(prefix)
@@ -470,12 +472,12 @@ fn execute(
             exptime,
             quiet,
         } => {
-            let only_if = MetaArith {
-                compare_cas: h.cas,
-                ..MetaArith::default()
+            let only_if = CounterUpdate {
+                if_cas: h.cas,
+                ..CounterUpdate::default()
             };
-            match store.meta_arith(ctx.head, key, incr, delta, &only_if) {
-                MetaArithResult::Done { value, cas, .. } => {
+            match store.counter(ctx.head, key, incr, delta, &only_if) {
+                CounterResult::Done { value, cas, .. } => {
                     if incr {
                         stats.incr_hits.incr();
                     } else {
@@ -486,17 +488,17 @@ fn execute(
                     }
                     return Step::go(prefix);
                 }
-                MetaArithResult::NonNumeric => {
+                CounterResult::NonNumeric => {
                     wire::put_error(out, op, status::NON_NUMERIC_VALUE, opaque)
                 }
-                MetaArithResult::Exists => wire::put_error(out, op, status::KEY_EXISTS, opaque),
-                MetaArithResult::NotStored => {
+                CounterResult::Exists => wire::put_error(out, op, status::KEY_EXISTS, opaque),
+                CounterResult::NotStored => {
                     wire::put_error(out, op, status::ITEM_NOT_STORED, opaque)
                 }
-                MetaArithResult::OutOfMemory => {
+                CounterResult::OutOfMemory => {
                     put_out_of_memory(out, op, opaque, b"Out of memory incrementing value")
                 }
-                MetaArithResult::NotFound if exptime != ARITH_DO_NOT_CREATE => {
+                CounterResult::NotFound if exptime != ARITH_DO_NOT_CREATE => {
                     let mut digits = itoa::Buffer::new();
                     let (result, cas) = store.store(
                         ctx.head,
@@ -522,7 +524,7 @@ fn execute(
                         _ => wire::put_error(out, op, status::ITEM_NOT_STORED, opaque),
                     }
                 }
-                MetaArithResult::NotFound => {
+                CounterResult::NotFound => {
                     if incr {
                         stats.incr_misses.incr();
                     } else {

@@ -16,10 +16,9 @@ use osmium_protocol::meta::{
     base64_encode, parse_meta, MetaParse, MetaRequest, MAX_OPAQUE_LENGTH, OPAQUE_TOO_LONG,
 };
 use osmium_protocol::text::Tokens;
-use osmium_protocol::StoreMode;
 use osmium_store::{
-    memcached_item_total, Lookup, MetaArith, MetaArithResult, MetaDelete, MetaDeleteResult,
-    StoreStatus, Vivify, Write,
+    memcached_item_total, CounterResult, CounterUpdate, Fetch, Lookup, Placeholder, Removal,
+    RemoveResult, StoreMode, StoreStatus, Write,
 };
 
 use crate::session::IncomingStore;
@@ -117,21 +116,23 @@ fn meta_get(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>, direct: &
             }
         }
     }
-    let vivify = created_exptime.map(|exptime| Vivify {
+    let vivify = created_exptime.map(|exptime| Placeholder {
         exptime,
         cas: f.new_cas.unwrap_or(0),
-        key_binary: req.key_binary,
+        binary_key: req.key_binary,
     });
     let start = out.len();
     let mut ttl_set = false;
     let mut bad_opaque = false;
     let touch = f.ttl.is_some().then(|| ttl.unwrap_or(0));
-    let r = store.meta_get(
+    let r = store.fetch(
         ctx.head,
         req.key(),
-        !f.no_update,
-        touch,
-        vivify.as_ref(),
+        &Fetch {
+            record_hit: !f.no_update,
+            new_exptime: touch,
+            create: vivify,
+        },
         |it, created| {
             // The expiry as the flags before each token see it.
             let mut exptime = if created {
@@ -175,7 +176,7 @@ fn meta_get(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>, direct: &
                         out.push(b' ');
                         out.extend_from_slice(tok);
                     }
-                    b'k' => flag_key(out, it.key(), it.key_binary()),
+                    b'k' => flag_key(out, it.key(), it.binary_key()),
                     _ => {}
                 }
             }
@@ -272,10 +273,10 @@ pub fn complete_set(ctx: &WorkerCtx, req: &MetaRequest<'_>, block: &[u8], out: &
         exptime: clock.expiry(f.ttl.unwrap_or(0)),
         value: &block[..vlen],
         cas: f.compare_cas.unwrap_or(0),
-        stale_ok: f.set_stale && mode == StoreMode::Cas,
+        stale_if_older: f.set_stale && mode == StoreMode::Cas,
         new_cas: f.new_cas.unwrap_or(0),
-        key_binary: req.key_binary,
-        vivify: if appending {
+        binary_key: req.key_binary,
+        create_exptime: if appending {
             f.vivify.map(|n| clock.expiry(n))
         } else {
             None
@@ -441,26 +442,26 @@ fn meta_delete(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let store = &ctx.shared.store;
     let stats = &ctx.stats;
     let f = &req.flags;
-    let d = MetaDelete {
-        compare_cas: f.compare_cas,
-        invalidate: f.set_stale,
+    let d = Removal {
+        if_cas: f.compare_cas,
+        mark_stale: f.set_stale,
         exptime: f.ttl.map(|t| store.clock().expiry(t)),
         new_cas: f.new_cas.unwrap_or(0),
-        remove_value: f.remove_value,
+        drop_value: f.remove_value,
         flags: f.client_flags,
     };
-    let code: &[u8] = match store.meta_delete(ctx.head, req.key(), &d) {
-        MetaDeleteResult::Deleted | MetaDeleteResult::Kept => {
+    let code: &[u8] = match store.remove(ctx.head, req.key(), &d) {
+        RemoveResult::Removed | RemoveResult::Kept => {
             if f.no_reply {
                 return;
             }
             b"HD"
         }
-        MetaDeleteResult::Exists => {
+        RemoveResult::Exists => {
             stats.delete_misses.incr();
             b"EX"
         }
-        MetaDeleteResult::NotFound => {
+        RemoveResult::NotFound => {
             stats.delete_misses.incr();
             b"NF"
         }
@@ -492,16 +493,16 @@ fn meta_arith(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
             _ => {}
         }
     }
-    let m = MetaArith {
-        compare_cas: f.compare_cas.unwrap_or(0),
+    let m = CounterUpdate {
+        if_cas: f.compare_cas.unwrap_or(0),
         new_cas: f.new_cas.unwrap_or(0),
         exptime: ttl,
-        vivify: viv.map(|_| (f.initial, created_exptime)),
+        create: viv.map(|_| (f.initial, created_exptime)),
     };
     let start = out.len();
     let key = req.key();
-    match store.meta_arith(ctx.head, key, incr, f.delta, &m) {
-        MetaArithResult::Done {
+    match store.counter(ctx.head, key, incr, f.delta, &m) {
+        CounterResult::Done {
             value,
             cas,
             exptime,
@@ -553,12 +554,12 @@ fn meta_arith(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
                 out.truncate(start);
             }
         }
-        MetaArithResult::NonNumeric => out
+        CounterResult::NonNumeric => out
             .extend_from_slice(b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"),
-        MetaArithResult::OutOfMemory => out.extend_from_slice(b"SERVER_ERROR out of memory\r\n"),
+        CounterResult::OutOfMemory => out.extend_from_slice(b"SERVER_ERROR out of memory\r\n"),
         other => {
             let code: &[u8] = match other {
-                MetaArithResult::NotFound => {
+                CounterResult::NotFound => {
                     if incr {
                         stats.incr_misses.incr();
                     } else {
@@ -566,7 +567,7 @@ fn meta_arith(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
                     }
                     b"NF"
                 }
-                MetaArithResult::Exists => b"EX",
+                CounterResult::Exists => b"EX",
                 _ => b"NS",
             };
             out.extend_from_slice(code);
@@ -604,9 +605,9 @@ fn meta_debug(ctx: &WorkerCtx, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let use_cas = store.config().use_cas;
     let now = store.clock().now();
     ctx.stats.meta_cmds.incr();
-    let r = store.meta_get(ctx.head, req.key(), false, None, None, |it, _| {
+    let r = store.fetch(ctx.head, req.key(), &Fetch::default(), |it, _| {
         out.extend_from_slice(b"ME ");
-        if it.key_binary() {
+        if it.binary_key() {
             base64_encode(it.key(), out);
         } else {
             out.extend_from_slice(it.key());

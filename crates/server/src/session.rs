@@ -219,6 +219,20 @@ impl BufferPool {
     }
 }
 
+/// The store's mode for a storage command the protocol crate parsed.
+pub fn store_mode(mode: osmium_protocol::StoreMode) -> osmium_store::StoreMode {
+    use osmium_protocol::StoreMode as Parsed;
+    use osmium_store::StoreMode;
+    match mode {
+        Parsed::Set => StoreMode::Set,
+        Parsed::Add => StoreMode::Add,
+        Parsed::Replace => StoreMode::Replace,
+        Parsed::Append => StoreMode::Append,
+        Parsed::Prepend => StoreMode::Prepend,
+        Parsed::Cas => StoreMode::Cas,
+    }
+}
+
 /// A storage command's data blocks of at least this many bytes, when they
 /// have not all arrived with the command, are read straight into the new
 /// item (as memcached reads into its item), not into the read buffer.

@@ -6,10 +6,10 @@ use crate::direct::Direct;
 use std::sync::atomic::Ordering;
 
 use osmium_protocol::encode;
-use osmium_protocol::text::{Command, StoreMode, StoreRequest, KEY_MAX_LENGTH};
-use osmium_store::{ArithResult, Lookup, StoreStatus, Write};
+use osmium_protocol::text::{Command, StoreRequest, KEY_MAX_LENGTH};
+use osmium_store::{ArithResult, Lookup, StoreMode, StoreStatus, Write};
 
-use crate::session::{IncomingStore, Peer};
+use crate::session::{store_mode, IncomingStore, Peer};
 use crate::stats::StatsContext;
 use crate::worker::WorkerCtx;
 
@@ -44,7 +44,7 @@ pub fn refuse_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, out: &mut Vec<u8>) 
     }
     ctx.stats.store_too_large.incr();
     reply(out, req.noreply, "SERVER_ERROR object too large for cache");
-    if req.mode == StoreMode::Set {
+    if store_mode(req.mode) == StoreMode::Set {
         store.delete(req.key);
     }
     true
@@ -67,7 +67,7 @@ pub fn complete_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, block: &[u8], out
     let (status, _) = store.store(
         ctx.head,
         &Write {
-            mode: req.mode,
+            mode: store_mode(req.mode),
             key: req.key,
             flags: req.flags,
             exptime,
@@ -76,7 +76,7 @@ pub fn complete_store(ctx: &WorkerCtx, req: &StoreRequest<'_>, block: &[u8], out
             ..Write::default()
         },
     );
-    store_reply(ctx, status, req.mode, req.noreply, out);
+    store_reply(ctx, status, store_mode(req.mode), req.noreply, out);
 }
 
 /// Whether `req`'s data block, of which `have` bytes are buffered, is
@@ -86,7 +86,7 @@ pub fn reads_into_item(req: &StoreRequest<'_>, have: usize) -> bool {
     vlen >= crate::session::INCOMING_MIN
         && have < vlen + 2
         && matches!(
-            req.mode,
+            store_mode(req.mode),
             StoreMode::Set | StoreMode::Add | StoreMode::Replace | StoreMode::Cas
         )
 }
@@ -108,7 +108,7 @@ pub fn begin_store(
     }
     let store = &ctx.shared.store;
     let w = Write {
-        mode: req.mode,
+        mode: store_mode(req.mode),
         key: req.key,
         flags: req.flags,
         exptime: store.clock().expiry(req.exptime),
@@ -119,14 +119,14 @@ pub fn begin_store(
     match store.begin_incoming(ctx.head, &w, req.value_len as usize) {
         Ok(item) => Some(IncomingStore {
             item,
-            mode: req.mode,
+            mode: store_mode(req.mode),
             quiet: req.noreply,
             opcode: 0,
             opaque: 0,
             meta_line: Vec::new(),
         }),
         Err(status) => {
-            store_reply(ctx, status, req.mode, req.noreply, out);
+            store_reply(ctx, status, store_mode(req.mode), req.noreply, out);
             None
         }
     }

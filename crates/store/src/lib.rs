@@ -85,11 +85,26 @@ pub enum StoreStatus {
     OutOfMemory,
 }
 
-/// Which storage command (the protocol's own enum: one definition).
-pub use osmium_protocol::text::StoreMode;
+/// Which storage command: how a write treats the key's current item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreMode {
+    /// Store unconditionally.
+    #[default]
+    Set,
+    /// Store only if the key has no live item.
+    Add,
+    /// Store only if the key has a live item.
+    Replace,
+    /// Add the value after the live item's value.
+    Append,
+    /// Add the value before the live item's value.
+    Prepend,
+    /// Store only if the live item's CAS unique is [`Write::cas`].
+    Cas,
+}
 
-/// A storage command's arguments. The fields after `cas` are the meta
-/// protocol's extras; `..Default::default()` leaves them off.
+/// A storage command's arguments. The fields after `cas` are options
+/// beyond the classic commands; `..Default::default()` leaves them off.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Write<'a> {
     pub mode: StoreMode,
@@ -98,17 +113,20 @@ pub struct Write<'a> {
     /// Relative expiry (see [`Clock::expiry`]), 0 = never.
     pub exptime: u32,
     pub value: &'a [u8],
-    /// Compare-and-swap unique for `Cas` (and binary append/prepend).
+    /// Compare-and-swap unique for `Cas` (and append/prepend, when not 0).
     pub cas: u64,
-    /// ms `I`: a `Cas` with an older unique still stores, marked stale.
-    pub stale_ok: bool,
-    /// ms `E`: the new item's CAS unique (0 = the next from the counter).
+    /// A `Cas` whose unique is older than the item's still stores, keeping
+    /// the old item's expiry, and marks the new item stale (memcached's
+    /// `CAS_STALE`, ms `I`).
+    pub stale_if_older: bool,
+    /// The new item's CAS unique (0 = the next from the counter).
     pub new_cas: u64,
-    /// ms `b`: the key was sent base64 encoded.
-    pub key_binary: bool,
-    /// ms `N` in append/prepend mode: on a miss, store the data as a new
-    /// item with this expiry.
-    pub vivify: Option<u32>,
+    /// The key is binary (the client sent it base64 encoded); the item
+    /// remembers it.
+    pub binary_key: bool,
+    /// Append/prepend only: when the key has no live item, store the data
+    /// as a new item with this expiry instead of failing.
+    pub create_exptime: Option<u32>,
 }
 
 /// An item whose value is being received (see [`Store::begin_incoming`]):
@@ -130,64 +148,78 @@ impl Incoming {
     }
 }
 
-/// mg `N`: create an empty item on a miss.
+/// What [`Store::fetch`] does besides reading.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Vivify {
-    pub exptime: u32,
-    /// `E`: its CAS unique (0 = next from the counter).
-    pub cas: u64,
-    pub key_binary: bool,
+pub struct Fetch {
+    /// Count the read as a hit (the item becomes fetched, its access time
+    /// and eviction frequency are updated), after the caller's closure ran.
+    pub record_hit: bool,
+    /// Set a new expiry; the view still shows the one before.
+    pub new_exptime: Option<u32>,
+    /// On a miss, create an empty item (a placeholder other clients see
+    /// while the first one recomputes the value).
+    pub create: Option<Placeholder>,
 }
 
-/// md: what a meta delete does.
+/// The empty item [`Fetch::create`] stores on a miss.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct MetaDelete {
-    /// `C`: only if the item's CAS unique is this.
-    pub compare_cas: Option<u64>,
-    /// `I`: mark stale (new CAS, token cleared) instead of removing.
-    pub invalidate: bool,
-    /// `T` (with `I`): new expiry.
+pub struct Placeholder {
+    pub exptime: u32,
+    /// Its CAS unique (0 = next from the counter).
+    pub cas: u64,
+    /// The key is binary (see [`Write::binary_key`]).
+    pub binary_key: bool,
+}
+
+/// What [`Store::remove`] does.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Removal {
+    /// Only if the item's CAS unique is this.
+    pub if_cas: Option<u64>,
+    /// Keep the item but mark it stale (a new CAS unique, the token
+    /// cleared) instead of removing it.
+    pub mark_stale: bool,
+    /// With `mark_stale`: a new expiry.
     pub exptime: Option<u32>,
-    /// `E`: the new CAS unique (0 = next from the counter).
+    /// The kept item's new CAS unique (0 = next from the counter).
     pub new_cas: u64,
-    /// `x`: replace the value with an empty one (keeping the item), client
-    /// flags set to `flags`.
-    pub remove_value: bool,
+    /// Keep the item with an empty value instead of removing it, its
+    /// client flags set to `flags`.
+    pub drop_value: bool,
     pub flags: u32,
 }
 
-/// Outcome of a meta delete.
+/// Outcome of [`Store::remove`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetaDeleteResult {
-    Deleted,
+pub enum RemoveResult {
+    Removed,
     /// Marked stale or emptied in place.
     Kept,
     Exists,
     NotFound,
 }
 
-/// ma: what a meta incr/decr does beyond the text command.
+/// What [`Store::counter`] does beyond incr/decr.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct MetaArith {
-    /// `C`: compare CAS (0 = no check, as memcached).
-    pub compare_cas: u64,
-    /// `E`: new CAS unique (0 = next from the counter).
+pub struct CounterUpdate {
+    /// Only if the item's CAS unique is this (0 = no check, as memcached).
+    pub if_cas: u64,
+    /// The new CAS unique (0 = next from the counter).
     pub new_cas: u64,
-    /// `T`: new expiry, applied when the value is updated in place (as
-    /// memcached, whose T lands on the replaced item otherwise).
+    /// A new expiry, applied when the value is updated in place (as
+    /// memcached, which leaves a replaced item's expiry as it was).
     pub exptime: Option<u32>,
-    /// `N` (+ `J`): on a miss create the item holding `initial` with expiry
-    /// `created_exptime` (the last of `N`/`T` in request order).
-    pub vivify: Option<(u64, u32)>,
+    /// On a miss, create the item holding `.0` with expiry `.1`.
+    pub create: Option<(u64, u32)>,
 }
 
-/// Outcome of a meta incr/decr.
+/// Outcome of [`Store::counter`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetaArithResult {
+pub enum CounterResult {
     Done {
         value: u64,
         cas: u64,
-        /// The item's expiry before `T`/`N` were applied (0 if created).
+        /// The item's expiry before the update (0 if created).
         exptime: u32,
         created: bool,
     },
@@ -437,7 +469,7 @@ impl Store {
         })
     }
 
-    /// An explicit CAS unique to store (meta E), if CAS is on.
+    /// An explicit CAS unique to store, if CAS is on.
     #[inline]
     fn explicit(&self, cas: u64) -> Option<u64> {
         (cas != 0 && self.cfg.use_cas).then_some(cas)
@@ -831,26 +863,26 @@ impl Store {
         Some((table, found))
     }
 
-    /// mg: looks `key` up and runs `f` on the item *before* the hit is
-    /// recorded (so `h`/`l` see the previous state): lock-free and pinned
-    /// as a GET (`ItemView::lock_free`), else under the shard's lock;
-    /// `f` also gets whether the item was just created. With `vivify`, a
-    /// miss creates an empty item (mg N). `bump` records the hit (not u).
-    /// `touch` sets a new expiry (mg T); the view shows the one before.
-    pub fn meta_get<R>(
+    /// Looks `key` up and runs `f` on the item *before* the hit is recorded
+    /// (so `f` sees whether it was fetched before and its last access):
+    /// lock-free and pinned as a GET (`ItemView::lock_free`), else under
+    /// the shard's lock; `f` also gets whether the item was just created.
+    /// With `fetch.create`, a miss creates an empty item. `fetch.record_hit`
+    /// records the hit; `fetch.new_exptime` sets a new expiry (the view
+    /// shows the one before).
+    pub fn fetch<R>(
         &self,
         head: usize,
         key: &[u8],
-        bump: bool,
-        touch: Option<u32>,
-        vivify: Option<&Vivify>,
+        fetch: &Fetch,
         f: impl FnOnce(ItemView<'_>, bool) -> R,
     ) -> Lookup<R> {
+        let bump = fetch.record_hit;
         let hash = hash_key(key);
         let now = self.clock.now();
         self.flush_due(now);
         let mut f = Some(f);
-        let missed = if let Some(exptime) = touch {
+        let missed = if let Some(exptime) = fetch.new_exptime {
             let lane = self.arena.head(head, Queue::Main);
             let r = self.touched(lane, key, hash, exptime, bump, |v, c| {
                 (f.take().expect("called once"))(v, c)
@@ -904,7 +936,7 @@ impl Store {
                 },
             }
         };
-        let Some(v) = vivify else {
+        let Some(v) = fetch.create.as_ref() else {
             return missed;
         };
         let spec = item::ItemSpec {
@@ -916,13 +948,13 @@ impl Store {
         let Some(slot) = self.reserve(self.new_item_head(head, hash), spec.size()) else {
             return missed;
         };
-        let state = if v.key_binary {
-            item::STATE_KEY_BINARY
+        let state = if v.binary_key {
+            item::STATE_BINARY_KEY
         } else {
             0
         };
         let mut table = self.shard(hash).write();
-        // Written under the lock: a racing vivify may have won.
+        // Written under the lock: a racing creation may have won.
         let (loc, it, created) = match self.find_live(&mut table, key, hash) {
             Some(existing) => {
                 slot.ptr.mark_dead();
@@ -1159,9 +1191,10 @@ impl Store {
     /// Location uniques grow with the segment sequence, but two write heads
     /// fill segments side by side, so a new version written through one
     /// head can sit in an older segment than the version it replaces. A
-    /// key's uniques must grow (ms `I` compares them), so such a version is
-    /// written again with the unique `old + 1` stored. None if no conflict
-    /// (or the slot stores its unique already, or CAS is off).
+    /// key's uniques must grow (a stale-if-older `Cas` compares them), so
+    /// such a version is written again with the unique `old + 1` stored.
+    /// None if no conflict (or the slot stores its unique already, or CAS
+    /// is off).
     fn cas_conflict(&self, slot: &Slot, stored: bool, old: Option<&Found>) -> Option<u64> {
         let old = old?;
         if stored || !self.cfg.use_cas {
@@ -1190,8 +1223,8 @@ impl Store {
         (status, cas)
     }
 
-    /// As [`Store::store`], also returning the stored value's length (ms s:
-    /// the new size after an append).
+    /// As [`Store::store`], also returning the stored value's length (the
+    /// new size after an append).
     pub fn store_sized(&self, head: usize, w: &Write<'_>) -> (StoreStatus, u64, usize) {
         let Write {
             mode,
@@ -1209,13 +1242,13 @@ impl Store {
         if matches!(mode, StoreMode::Append | StoreMode::Prepend) {
             let r = self.concat(head, w);
             if r.0 == StoreStatus::NotStored && r.2 == usize::MAX {
-                if let Some(exptime) = w.vivify {
-                    // ms N in append mode: the miss creates the item.
+                if let Some(exptime) = w.create_exptime {
+                    // A miss creates the item.
                     let add = Write {
                         mode: StoreMode::Add,
                         exptime,
                         cas: 0,
-                        vivify: None,
+                        create_exptime: None,
                         ..*w
                     };
                     return self.store_sized(head, &add);
@@ -1232,8 +1265,8 @@ impl Store {
             value_len: value.len(),
             flags,
             exptime,
-            // A stale-ok CAS may keep the old item's expiry.
-            exptime_field: w.stale_ok,
+            // A stale-if-older CAS may keep the old item's expiry.
+            exptime_field: w.stale_if_older,
             cas: self.explicit(w.new_cas),
         };
         let Some(slot) = self.reserve(self.new_item_head(head, hash), spec.size()) else {
@@ -1246,8 +1279,8 @@ impl Store {
 
     /// The state bits a new item written by `w` starts with.
     fn new_state(w: &Write<'_>) -> u8 {
-        if w.key_binary {
-            item::STATE_KEY_BINARY
+        if w.binary_key {
+            item::STATE_BINARY_KEY
         } else {
             0
         }
@@ -1289,7 +1322,7 @@ impl Store {
                     false
                 }
                 (StoreMode::Cas, Some(f)) if cas == 0 || self.cas_of(f.loc, f.item) != cas => {
-                    w.stale_ok && cas != 0 && cas < self.cas_of(f.loc, f.item)
+                    w.stale_if_older && cas != 0 && cas < self.cas_of(f.loc, f.item)
                 }
                 _ => true,
             };
@@ -1357,8 +1390,9 @@ impl Store {
     /// `value_len`-byte value. The caller fills the rest (`incoming_space`,
     /// `incoming_filled`), then publishes it (`finish_incoming`) or gives it
     /// up (`abandon_incoming`), and must do one of the two: until then the
-    /// item's segment cannot be evicted. Not for append/prepend, or ms
-    /// with I, E, b or N (their writes need the old item first).
+    /// item's segment cannot be evicted. Not for append/prepend, nor for
+    /// writes with `stale_if_older`, `new_cas`, `binary_key` or
+    /// `create_exptime` (their writes need the old item first).
     pub fn begin_incoming(
         &self,
         head: usize,
@@ -1369,7 +1403,9 @@ impl Store {
             w.mode,
             StoreMode::Set | StoreMode::Add | StoreMode::Replace | StoreMode::Cas
         ));
-        debug_assert!(!w.stale_ok && w.new_cas == 0 && !w.key_binary && w.vivify.is_none());
+        debug_assert!(
+            !w.stale_if_older && w.new_cas == 0 && !w.binary_key && w.create_exptime.is_none()
+        );
         debug_assert!(w.value.len() <= value_len);
         if self.too_large(w.key.len(), w.flags, value_len) {
             return Err(StoreStatus::TooLarge);
@@ -1530,8 +1566,8 @@ impl Store {
             } else {
                 [data, old_value]
             };
-            let binary = w.key_binary || old.item.has_state(item::STATE_KEY_BINARY);
-            let state = if binary { item::STATE_KEY_BINARY } else { 0 };
+            let binary = w.binary_key || old.item.has_state(item::STATE_BINARY_KEY);
+            let state = if binary { item::STATE_BINARY_KEY } else { 0 };
             self.write_item(&slot, &spec, key, &parts, state);
             if let Some(c) = self.cas_conflict(&slot, spec.cas.is_some(), Some(&old)) {
                 forced = Some(c);
@@ -1561,33 +1597,32 @@ impl Store {
         }
     }
 
-    /// md: delete, or invalidate (mark stale), or empty the value, each
-    /// optionally only if the CAS unique matches. Invalidating and
-    /// emptying replace the item with a copy (it gets a new CAS unique).
-    pub fn meta_delete(&self, head: usize, key: &[u8], d: &MetaDelete) -> MetaDeleteResult {
+    /// Removes the item, or marks it stale, or drops its value, each
+    /// optionally only if the CAS unique matches (memcached's md).
+    /// Marking stale and dropping the value replace the item with a copy
+    /// (it gets a new CAS unique).
+    pub fn remove(&self, head: usize, key: &[u8], d: &Removal) -> RemoveResult {
         let hash = hash_key(key);
         self.flush_due(self.clock.now());
         let mut forced = None;
         loop {
             let mut table = self.shard(hash).write();
             let Some(f) = self.find_live(&mut table, key, hash) else {
-                return MetaDeleteResult::NotFound;
+                return RemoveResult::NotFound;
             };
-            if d.compare_cas
-                .is_some_and(|c| c != self.cas_of(f.loc, f.item))
-            {
-                return MetaDeleteResult::Exists;
+            if d.if_cas.is_some_and(|c| c != self.cas_of(f.loc, f.item)) {
+                return RemoveResult::Exists;
             }
-            if !d.remove_value && !d.invalidate {
+            if !d.drop_value && !d.mark_stale {
                 self.unlink(&mut table, &f);
-                return MetaDeleteResult::Deleted;
+                return RemoveResult::Removed;
             }
             let old = f.item.spec();
-            let exptime = match (d.invalidate, d.exptime) {
+            let exptime = match (d.mark_stale, d.exptime) {
                 (true, Some(e)) => e,
                 _ => old.exptime,
             };
-            let spec = if d.remove_value {
+            let spec = if d.drop_value {
                 item::ItemSpec {
                     key_len: key.len(),
                     value_len: 0,
@@ -1608,14 +1643,14 @@ impl Store {
             let lane = self.update_head(head, &f);
             drop(table);
             let Some(slot) = self.reserve(lane, spec.size()) else {
-                return MetaDeleteResult::NotFound;
+                return RemoveResult::NotFound;
             };
             let Some((mut table, f)) = self.relock_at(key, hash, old_loc) else {
                 // Changed while we reserved: start over.
                 self.abandon(slot);
                 continue;
             };
-            let spec = if d.invalidate && d.exptime.is_some() {
+            let spec = if d.mark_stale && d.exptime.is_some() {
                 spec
             } else {
                 item::ItemSpec {
@@ -1624,28 +1659,29 @@ impl Store {
                 }
             };
             let old_state = f.item.state();
-            let state = if d.remove_value {
+            let state = if d.drop_value {
                 let keep =
-                    item::STATE_KEY_BINARY | if d.invalidate { 0 } else { item::STATE_STALE };
-                (old_state & keep) | if d.invalidate { item::STATE_STALE } else { 0 }
+                    item::STATE_BINARY_KEY | if d.mark_stale { 0 } else { item::STATE_STALE };
+                (old_state & keep) | if d.mark_stale { item::STATE_STALE } else { 0 }
             } else {
                 (old_state & !item::STATE_TOKEN_SENT) | item::STATE_STALE
             };
-            let value: &[u8] = if d.remove_value { &[] } else { f.item.value() };
+            let value: &[u8] = if d.drop_value { &[] } else { f.item.value() };
             self.write_item(&slot, &spec, key, &[value], state);
             slot.ptr
                 .set_atime(self.atime_in(slot.seg, self.base_atime(f.loc, f.item)));
-            // md I is in place in memcached, md x a new item.
+            // Marking stale is in place in memcached, dropping the value a
+            // new item.
             if let Some(c) = self.cas_conflict(&slot, spec.cas.is_some(), Some(&f)) {
                 forced = Some(c);
                 drop(table);
                 self.abandon(slot);
                 continue;
             }
-            self.link_counted(&mut table, hash, &slot, Some(&f), d.remove_value);
+            self.link_counted(&mut table, hash, &slot, Some(&f), d.drop_value);
             drop(table);
             self.arena.finish_write(slot.seg);
-            return MetaDeleteResult::Kept;
+            return RemoveResult::Kept;
         }
     }
 
@@ -1653,27 +1689,28 @@ impl Store {
     /// decr, values of 1..=23 decimal bytes only; a shorter result is space
     /// padded to the old length, as memcached's in-place update.
     pub fn arith(&self, head: usize, key: &[u8], incr: bool, delta: u64) -> ArithResult {
-        match self.meta_arith(head, key, incr, delta, &MetaArith::default()) {
-            MetaArithResult::Done { value, .. } => ArithResult::Value(value),
-            MetaArithResult::NotFound | MetaArithResult::Exists | MetaArithResult::NotStored => {
+        match self.counter(head, key, incr, delta, &CounterUpdate::default()) {
+            CounterResult::Done { value, .. } => ArithResult::Value(value),
+            CounterResult::NotFound | CounterResult::Exists | CounterResult::NotStored => {
                 ArithResult::NotFound
             }
-            MetaArithResult::NonNumeric => ArithResult::NonNumeric,
-            MetaArithResult::OutOfMemory => ArithResult::OutOfMemory,
+            CounterResult::NonNumeric => ArithResult::NonNumeric,
+            CounterResult::OutOfMemory => ArithResult::OutOfMemory,
         }
     }
 
-    /// ma: incr/decr with a CAS check, an explicit new CAS, a TTL update
+    /// incr/decr with a CAS check, an explicit new CAS, an expiry update
     /// and creation on a miss (memcached's `do_add_delta` plus the meta
-    /// extras). The result is always a new item (a new CAS unique).
-    pub fn meta_arith(
+    /// protocol's extras). The result is always a new item (a new CAS
+    /// unique).
+    pub fn counter(
         &self,
         head: usize,
         key: &[u8],
         incr: bool,
         delta: u64,
-        m: &MetaArith,
-    ) -> MetaArithResult {
+        m: &CounterUpdate,
+    ) -> CounterResult {
         let hash = hash_key(key);
         self.flush_due(self.clock.now());
         let mut forced = None;
@@ -1682,11 +1719,11 @@ impl Store {
                 let mut table = self.shard(hash).write();
                 let Some(f) = self.find_live(&mut table, key, hash) else {
                     drop(table);
-                    return match m.vivify {
+                    return match m.create {
                         Some((initial, exptime)) => {
-                            self.arith_create(head, key, initial, exptime, m)
+                            self.counter_create(head, key, initial, exptime, m)
                         }
-                        None => MetaArithResult::NotFound,
+                        None => CounterResult::NotFound,
                     };
                 };
                 let cur = f.item.value();
@@ -1694,20 +1731,16 @@ impl Store {
                 // then the number (a CAS mismatch wins over a value too
                 // long to be a number).
                 if cur.is_empty() {
-                    return MetaArithResult::NonNumeric;
+                    return CounterResult::NonNumeric;
                 }
-                if m.compare_cas != 0 && self.cas_of(f.loc, f.item) != m.compare_cas {
-                    return MetaArithResult::Exists;
+                if m.if_cas != 0 && self.cas_of(f.loc, f.item) != m.if_cas {
+                    return CounterResult::Exists;
                 }
                 if cur.len() >= 24 {
-                    return MetaArithResult::NonNumeric;
+                    return CounterResult::NonNumeric;
                 }
-                let digits = match memchr_nul(cur) {
-                    Some(p) => &cur[..p],
-                    None => cur,
-                };
-                let Some(n) = osmium_protocol::numbers::safe_strtoull(digits) else {
-                    return MetaArithResult::NonNumeric;
+                let Some(n) = stored_number(cur) else {
+                    return CounterResult::NonNumeric;
                 };
                 let value = if incr {
                     n.wrapping_add(delta)
@@ -1716,7 +1749,7 @@ impl Store {
                 };
                 let len = itoa::Buffer::new().format(value).len();
                 // memcached updates in place (space padded) when the result
-                // fits; that is also when ma's T applies.
+                // fits; that is also when the expiry update applies.
                 let in_place = len <= cur.len();
                 let width = len.max(cur.len() * usize::from(in_place));
                 let spec = item::ItemSpec {
@@ -1735,7 +1768,7 @@ impl Store {
                 )
             };
             let Some(slot) = self.reserve(lane, spec.size()) else {
-                return MetaArithResult::OutOfMemory;
+                return CounterResult::OutOfMemory;
             };
             let Some((mut table, old)) = self.relock_at(key, hash, old_loc) else {
                 // Changed while we reserved: start over.
@@ -1759,12 +1792,12 @@ impl Store {
             // none but its key's encoding.
             let state = old.item.state()
                 & if in_place {
-                    item::STATE_KEY_BINARY
+                    item::STATE_BINARY_KEY
                         | item::STATE_FETCHED
                         | item::STATE_STALE
                         | item::STATE_TOKEN_SENT
                 } else {
-                    item::STATE_KEY_BINARY
+                    item::STATE_BINARY_KEY
                 };
             self.write_item(&slot, &spec, key, &parts, state);
             if let Some(c) = self.cas_conflict(&slot, spec.cas.is_some(), Some(&old)) {
@@ -1777,7 +1810,7 @@ impl Store {
             let cas = self.slot_cas(&slot);
             drop(table);
             self.arena.finish_write(slot.seg);
-            return MetaArithResult::Done {
+            return CounterResult::Done {
                 value,
                 cas,
                 exptime,
@@ -1786,15 +1819,15 @@ impl Store {
         }
     }
 
-    /// ma N on a miss: add the initial value.
-    fn arith_create(
+    /// A counter's miss with `create`: add the initial value.
+    fn counter_create(
         &self,
         head: usize,
         key: &[u8],
         initial: u64,
         exptime: u32,
-        m: &MetaArith,
-    ) -> MetaArithResult {
+        m: &CounterUpdate,
+    ) -> CounterResult {
         let mut buf = itoa::Buffer::new();
         let text = buf.format(initial).as_bytes();
         let w = Write {
@@ -1806,14 +1839,14 @@ impl Store {
             ..Write::default()
         };
         match self.store(head, &w) {
-            (StoreStatus::Stored, cas) => MetaArithResult::Done {
+            (StoreStatus::Stored, cas) => CounterResult::Done {
                 value: initial,
                 cas,
                 exptime: 0,
                 created: true,
             },
-            (StoreStatus::OutOfMemory, _) => MetaArithResult::OutOfMemory,
-            _ => MetaArithResult::NotStored,
+            (StoreStatus::OutOfMemory, _) => CounterResult::OutOfMemory,
+            _ => CounterResult::NotStored,
         }
     }
 
@@ -1937,8 +1970,67 @@ impl Lookup<()> {
     }
 }
 
-fn memchr_nul(b: &[u8]) -> Option<usize> {
-    b.iter().position(|&c| c == 0)
+/// A stored value read as a counter, as memcached's `do_add_delta` reads
+/// it: the item data up to its first NUL byte, parsed by `safe_strtoull`.
+/// None if it is not a number.
+fn stored_number(value: &[u8]) -> Option<u64> {
+    let digits = match value.iter().position(|&c| c == 0) {
+        Some(p) => &value[..p],
+        None => value,
+    };
+    safe_strtoull(digits)
+}
+
+/// C `isspace` in the "C" locale.
+#[inline]
+fn is_c_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+/// memcached's `safe_strtoull` (util.c), which wraps glibc's `strtoull`:
+///
+/// * leading C white space is skipped and an optional `+` or `-` sign is
+///   accepted;
+/// * the digits must be followed by the end, C white space or a NUL byte
+///   (`"5 "` is 5, `"5x"` is not a number);
+/// * a 64-bit overflow is an error (`ERANGE`);
+/// * a negative number is rejected only when the wrapped result looks
+///   negative as a signed 64-bit value (`"-0"` is 0, and `"-1"` is an
+///   error, but `"-18446744073709551615"` wraps to 1).
+fn safe_strtoull(tok: &[u8]) -> Option<u64> {
+    let mut i = 0;
+    while i < tok.len() && is_c_space(tok[i]) {
+        i += 1;
+    }
+    let mut negative = false;
+    if i < tok.len() && (tok[i] == b'+' || tok[i] == b'-') {
+        negative = tok[i] == b'-';
+        i += 1;
+    }
+    let start = i;
+    let mut magnitude: u64 = 0;
+    let mut overflow = false;
+    while i < tok.len() && tok[i].is_ascii_digit() {
+        let d = u64::from(tok[i] - b'0');
+        match magnitude.checked_mul(10).and_then(|m| m.checked_add(d)) {
+            Some(m) => magnitude = m,
+            None => overflow = true,
+        }
+        i += 1;
+    }
+    let ends_cleanly = i == tok.len() || is_c_space(tok[i]) || tok[i] == 0;
+    if i == start || overflow || !ends_cleanly {
+        return None;
+    }
+    let value = if negative {
+        magnitude.wrapping_neg()
+    } else {
+        magnitude
+    };
+    if (value as i64) < 0 && tok.contains(&b'-') {
+        return None;
+    }
+    Some(value)
 }
 
 /// Segment size: 1 MiB, or the power of two that holds the largest item

@@ -388,29 +388,30 @@ fn parallel_writers_and_readers() {
 }
 
 #[test]
-fn meta_get_vivifies_once_and_reports_pre_hit_state() {
+fn fetch_creates_a_placeholder_once_and_reports_pre_hit_state() {
     let s = store();
-    let v = Vivify {
-        exptime: 0,
-        cas: 0,
-        key_binary: false,
+    let create = Fetch {
+        record_hit: true,
+        create: Some(Placeholder {
+            exptime: 0,
+            cas: 0,
+            binary_key: false,
+        }),
+        ..Fetch::default()
     };
-    let first = s.meta_get(0, b"k", true, None, Some(&v), |it, created| {
-        (created, it.fetched())
-    });
+    let first = s.fetch(0, b"k", &create, |it, created| (created, it.fetched()));
     assert_eq!(first, Lookup::Hit((true, false)));
-    let second = s.meta_get(0, b"k", true, None, Some(&v), |it, created| {
-        (created, it.fetched())
-    });
+    let second = s.fetch(0, b"k", &create, |it, created| (created, it.fetched()));
     assert_eq!(second, Lookup::Hit((false, true)));
-    assert_eq!(
-        s.meta_get(0, b"nope", true, None, None, |_, _| ()),
-        Lookup::Miss
-    );
+    let hit = Fetch {
+        record_hit: true,
+        ..Fetch::default()
+    };
+    assert_eq!(s.fetch(0, b"nope", &hit, |_, _| ()), Lookup::Miss);
 }
 
 #[test]
-fn cas_with_stale_ok_stores_an_older_unique_as_stale() {
+fn cas_if_older_stores_an_older_unique_as_stale() {
     let s = store();
     put(&s, 0, StoreMode::Set, b"k", 0, 0, b"v1", 0);
     let (_, cas) = put(&s, 0, StoreMode::Set, b"k", 0, 0, b"v2", 0);
@@ -419,95 +420,92 @@ fn cas_with_stale_ok_stores_an_older_unique_as_stale() {
         key: b"k",
         value: b"v3",
         cas: cas - 1,
-        stale_ok: true,
+        stale_if_older: true,
         ..Write::default()
     };
     assert_eq!(s.store(0, &w).0, StoreStatus::Stored);
-    let stale = s.meta_get(0, b"k", false, None, None, |it, _| {
+    let stale = s.fetch(0, b"k", &Fetch::default(), |it, _| {
         (it.stale(), it.value().to_vec())
     });
     assert_eq!(stale, Lookup::Hit((true, b"v3".to_vec())));
     let w = Write {
-        stale_ok: false,
+        stale_if_older: false,
         ..w
     };
     assert_eq!(s.store(0, &w).0, StoreStatus::Exists);
 }
 
 #[test]
-fn meta_delete_invalidates_and_checks_cas() {
+fn remove_marks_stale_and_checks_cas() {
     let s = store();
     let (_, cas) = put(&s, 0, StoreMode::Set, b"k", 0, 0, b"v", 0);
-    let wrong = MetaDelete {
-        compare_cas: Some(cas + 1),
-        ..MetaDelete::default()
+    let wrong = Removal {
+        if_cas: Some(cas + 1),
+        ..Removal::default()
     };
-    assert_eq!(s.meta_delete(0, b"k", &wrong), MetaDeleteResult::Exists);
-    let inval = MetaDelete {
-        invalidate: true,
+    assert_eq!(s.remove(0, b"k", &wrong), RemoveResult::Exists);
+    let inval = Removal {
+        mark_stale: true,
         new_cas: 777,
-        ..MetaDelete::default()
+        ..Removal::default()
     };
-    assert_eq!(s.meta_delete(0, b"k", &inval), MetaDeleteResult::Kept);
-    let seen = s.meta_get(0, b"k", false, None, None, |it, _| (it.stale(), it.cas()));
+    assert_eq!(s.remove(0, b"k", &inval), RemoveResult::Kept);
+    let seen = s.fetch(0, b"k", &Fetch::default(), |it, _| (it.stale(), it.cas()));
     assert_eq!(seen, Lookup::Hit((true, 777)));
-    let empty = MetaDelete {
-        remove_value: true,
-        ..MetaDelete::default()
+    let empty = Removal {
+        drop_value: true,
+        ..Removal::default()
     };
-    assert_eq!(s.meta_delete(0, b"k", &empty), MetaDeleteResult::Kept);
-    let len = s.meta_get(0, b"k", false, None, None, |it, _| it.value_len());
+    assert_eq!(s.remove(0, b"k", &empty), RemoveResult::Kept);
+    let len = s.fetch(0, b"k", &Fetch::default(), |it, _| it.value_len());
     assert_eq!(len, Lookup::Hit(0));
     assert_eq!(
-        s.meta_delete(0, b"k", &MetaDelete::default()),
-        MetaDeleteResult::Deleted
+        s.remove(0, b"k", &Removal::default()),
+        RemoveResult::Removed
     );
     assert_eq!(
-        s.meta_delete(0, b"k", &MetaDelete::default()),
-        MetaDeleteResult::NotFound
+        s.remove(0, b"k", &Removal::default()),
+        RemoveResult::NotFound
     );
 }
 
 #[test]
-fn meta_arith_creates_compares_and_sets_cas() {
+fn counter_creates_compares_and_sets_cas() {
     let s = store();
-    let create = MetaArith {
-        vivify: Some((5, 0)),
-        ..MetaArith::default()
+    let create = CounterUpdate {
+        create: Some((5, 0)),
+        ..CounterUpdate::default()
     };
-    let r = s.meta_arith(0, b"n", true, 1, &create);
+    let r = s.counter(0, b"n", true, 1, &create);
     assert!(matches!(
         r,
-        MetaArithResult::Done {
+        CounterResult::Done {
             value: 5,
             created: true,
             ..
         }
     ));
-    let explicit = MetaArith {
+    let explicit = CounterUpdate {
         new_cas: 4242,
-        ..MetaArith::default()
+        ..CounterUpdate::default()
     };
-    let r = s.meta_arith(0, b"n", true, 1, &explicit);
+    let r = s.counter(0, b"n", true, 1, &explicit);
     assert!(matches!(
         r,
-        MetaArithResult::Done {
+        CounterResult::Done {
             value: 6,
             cas: 4242,
             ..
         }
     ));
-    let stale = MetaArith {
-        compare_cas: 1,
-        ..MetaArith::default()
+    let stale = CounterUpdate {
+        if_cas: 1,
+        ..CounterUpdate::default()
     };
+    assert_eq!(s.counter(0, b"n", false, 1, &stale), CounterResult::Exists);
     assert_eq!(
-        s.meta_arith(0, b"n", false, 1, &stale),
-        MetaArithResult::Exists
-    );
-    assert_eq!(
-        s.meta_arith(0, b"zz", true, 1, &MetaArith::default()),
-        MetaArithResult::NotFound
+        s.counter(0, b"zz", true, 1, &CounterUpdate::default()),
+        CounterResult::NotFound
     );
 }
 
@@ -619,7 +617,7 @@ fn cas_uniques_grow_per_key_across_write_heads() {
         key: b"k",
         value: b"v3",
         cas: first,
-        stale_ok: true,
+        stale_if_older: true,
         ..Write::default()
     };
     assert_eq!(s.store(1, &w).0, StoreStatus::Stored);
@@ -1055,8 +1053,8 @@ fn an_abandoned_incoming_item_is_never_seen_and_frees_its_segment() {
 }
 
 #[test]
-fn meta_gets_race_writers_and_evictions_safely() {
-    // mg reads lock-free like a GET: with writers replacing, deleting and
+fn fetches_race_writers_and_evictions_safely() {
+    // A fetch reads lock-free like a GET: with writers replacing, deleting and
     // evicting the same keys, every value it sees is a complete one that
     // was stored under that key with those flags.
     let s = shared_store(8 << 20, 4);
@@ -1065,6 +1063,10 @@ fn meta_gets_race_writers_and_evictions_safely() {
         .map(|t| {
             let s = s.clone();
             std::thread::spawn(move || {
+                let hit = Fetch {
+                    record_hit: true,
+                    ..Fetch::default()
+                };
                 let mut hits = 0;
                 for i in 0..30_000u32 {
                     let key = format!("k{}", i % 500);
@@ -1084,7 +1086,7 @@ fn meta_gets_race_writers_and_evictions_safely() {
                             s.delete(key.as_bytes());
                         }
                     } else if let Lookup::Hit((v, f, lock_free)) =
-                        s.meta_get(t, key.as_bytes(), true, None, None, |it, _| {
+                        s.fetch(t, key.as_bytes(), &hit, |it, _| {
                             (it.value().to_vec(), it.flags(), it.lock_free())
                         })
                     {
