@@ -355,6 +355,7 @@ fn run(settings: Settings, auth: auth::AuthConfig) -> io::Result<()> {
         evictions: settings.evictions,
         use_cas: settings.use_cas,
         write_heads: settings.threads,
+        ..StoreConfig::default()
     }));
     let thread_stats: Vec<Arc<ThreadStats>> = (0..settings.threads)
         .map(|_| Arc::new(ThreadStats::default()))

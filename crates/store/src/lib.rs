@@ -6,6 +6,8 @@
 //! * [`arena`]: item memory, fixed-size segments bounded by `-m` in one
 //!   mapping, appended to by write heads, in two FIFOs (S3-FIFO's small and
 //!   main queues), reclaimed a whole segment at a time;
+//! * [`backing`]: the mapping that holds the segments (anonymous memory;
+//!   the place for a file that outlives the process);
 //! * [`index`]: the sharded hash index from key to `(SegmentId, offset)`;
 //! * [`item`]: the item record layout (5-byte header);
 //! * [`ghost`]: keys recently evicted from small;
@@ -42,6 +44,7 @@
 //! from its location (see `item`).
 
 pub mod arena;
+pub mod backing;
 pub mod clock;
 pub mod epoch;
 pub mod ghost;
@@ -59,6 +62,7 @@ mod store;
 mod types;
 mod write;
 
+pub use backing::BackingKind;
 pub use item::HEADER_SIZE;
 pub use store::Store;
 pub use types::{

@@ -43,7 +43,13 @@ impl Store {
         let segment_size = segment_size_for(cfg.item_size_max);
         let max_heads = (cfg.memory_limit / segment_size / 4).max(1);
         let heads = cfg.write_heads.clamp(1, max_heads);
-        let arena = Arena::new(cfg.memory_limit, segment_size, heads, cfg.evictions);
+        let arena = Arena::new(
+            &cfg.backing,
+            cfg.memory_limit,
+            segment_size,
+            heads,
+            cfg.evictions,
+        );
         let codec = AddrCodec::new(
             arena.capacity(),
             arena.segment_shift(),

@@ -4,6 +4,8 @@
 //! server's business; the docs name memcached's commands where that helps
 //! to find the rule an option follows).
 
+use crate::backing::BackingKind;
+
 /// Engine configuration (from the command line).
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
@@ -17,6 +19,8 @@ pub struct StoreConfig {
     pub use_cas: bool,
     /// Write heads; one per worker thread.
     pub write_heads: usize,
+    /// What holds item memory (see [`backing`](crate::backing)).
+    pub backing: BackingKind,
 }
 
 impl Default for StoreConfig {
@@ -27,6 +31,7 @@ impl Default for StoreConfig {
             evictions: true,
             use_cas: true,
             write_heads: 4,
+            backing: BackingKind::default(),
         }
     }
 }
