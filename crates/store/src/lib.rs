@@ -20,8 +20,9 @@
 //! of its own: `read` (get, get_many, fetch, touch, prefetch hints),
 //! `write` (the storage commands and items received in pieces), `remove`,
 //! `counter` (incr/decr), `evict` (eviction and reclamation walks),
-//! `flush` (flush_all) and `stats`. Their arguments and results, in cache
-//! terms, are in `types` and re-exported here.
+//! `flush` (flush_all), `stats` and `dump` (visiting every live item's
+//! metadata in batches, for the dump commands). Their arguments and
+//! results, in cache terms, are in `types` and re-exported here.
 //!
 //! Locking: a GET takes no lock. It pins its thread ([`epoch`]), reads the
 //! key's index shard optimistically (validated by the shard's version, a
@@ -52,6 +53,7 @@ pub mod index;
 pub mod item;
 
 mod counter;
+mod dump;
 mod evict;
 mod flush;
 mod read;
@@ -63,6 +65,7 @@ mod types;
 mod write;
 
 pub use backing::BackingKind;
+pub use dump::{DumpCursor, DumpEntry};
 pub use item::HEADER_SIZE;
 pub use store::Store;
 pub use types::{

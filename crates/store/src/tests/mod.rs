@@ -3,6 +3,7 @@
 
 mod concurrency;
 mod counter;
+mod dump;
 mod evict;
 mod flush;
 mod read;
