@@ -24,7 +24,7 @@ impl Store {
         }
     }
 
-    /// flush_all [delay], as memcached's process_flush_all_command.
+    /// `flush_all [delay]`, as memcached's process_flush_all_command.
     pub fn flush_all(&self, delay: i32) {
         self.flush_all_after(i64::from(delay))
     }
