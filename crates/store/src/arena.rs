@@ -204,9 +204,8 @@ pub enum Reserve {
 }
 
 pub struct Arena {
-    /// The memory holding every segment, and where the segments start in
-    /// it (huge page aligned; `backing.base()`, kept here for item lookups).
-    backing: Backing,
+    /// Where the segments start (huge page aligned): `backing.base()`,
+    /// kept here for item lookups.
     base: *mut u8,
     /// Huge-page regions (of `region_segments` segments) already backed by
     /// a huge page.
@@ -224,6 +223,8 @@ pub struct Arena {
     main_heads: usize,
     evictions_enabled: bool,
     next_seq: AtomicU64,
+    /// The memory holding every segment.
+    backing: Backing,
 }
 
 impl Arena {
@@ -258,7 +259,6 @@ impl Arena {
         let main_heads = if limit >= 32 * workers { workers } else { 1 };
         let heads = workers + main_heads + 1;
         Arena {
-            backing,
             collapsed: (0..regions).map(|_| AtomicBool::new(false)).collect(),
             region_segments,
             base,
@@ -285,6 +285,7 @@ impl Arena {
             main_heads,
             evictions_enabled: evictions,
             next_seq: AtomicU64::new(0),
+            backing,
         }
     }
 
@@ -558,9 +559,9 @@ impl Arena {
         let s = self.segment(seg);
         epoch::wait_past(s.retired.swap(0, Ordering::AcqRel));
         self.collapsed[seg as usize / self.region_segments].store(false, Ordering::Relaxed);
-        // SAFETY: the range is one whole segment; a free segment holds no
-        // indexed items, and the readers that could still see its old ones
-        // were waited out above.
+        // SAFETY: the range is one whole segment, below the capacity; a
+        // free segment holds no indexed items, and the readers that could
+        // still see its old ones were waited out above.
         unsafe {
             self.backing
                 .release(seg as usize * self.segment_size, self.segment_size)

@@ -81,16 +81,16 @@ impl Backing {
     /// zeros until then.
     ///
     /// # Safety
-    /// Nothing in the range may be needed any more: it holds no item that
+    /// The range must be inside the item memory (`offset + len <= len()`),
+    /// and nothing in it may be needed any more: it holds no item that
     /// anyone can still reach (readers that could hold one have unpinned).
     pub unsafe fn release(&self, offset: usize, len: usize) {
-        let m = self.mapping();
-        assert!(offset.checked_add(len).is_some_and(|end| end <= m.len));
+        debug_assert!(offset.checked_add(len).is_some_and(|end| end <= self.len()));
         match self {
             Backing::Anonymous(m) => {
-                // SAFETY: the range is inside the mapping (checked above);
-                // the caller guarantees that its contents are not needed,
-                // and anonymous pages that are handed back read as zeros.
+                // SAFETY: the caller guarantees that the range is inside the
+                // mapping and that its contents are not needed; anonymous
+                // pages that are handed back read as zeros.
                 unsafe {
                     libc::madvise(
                         m.base.add(offset) as *mut libc::c_void,
