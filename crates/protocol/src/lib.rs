@@ -18,6 +18,7 @@ pub mod encode;
 pub mod meta;
 pub mod numbers;
 pub mod peek;
+pub mod request;
 pub mod text;
 
 pub use text::{parse_command, scan_line, Command, Keys, LineScan, StoreMode, StoreRequest};
