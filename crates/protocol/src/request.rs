@@ -288,9 +288,11 @@ pub enum Command<'a> {
     Delete(Delete<'a>),
     /// text incr/decr, binary INCREMENT/DECREMENT, ma.
     Arith(Arith<'a>),
-    /// flush_all / FLUSH: invalidate every item, now or after `delay`
-    /// (memcached's `realtime()` argument, 0 = now).
-    FlushAll { delay: i64 },
+    /// flush_all / FLUSH: invalidate every item, now (`delay` 0 or
+    /// negative) or from `realtime(delay) - 1` on. The delay is the raw
+    /// client number, not mapped like an exptime. None: the argument is
+    /// not a number (answered only after the -F check, as memcached does).
+    FlushAll { delay: Option<i64> },
     Version,
     /// Answer and keep the connection (mn, binary NOOP).
     Noop,
