@@ -4,6 +4,8 @@
 //! pipeline (seed 001): it turns bytes into commands and results into bytes,
 //! with no I/O, no allocation on the parse path and no knowledge of storage.
 //!
+//! * [`request`]: the protocol-neutral request every parser produces;
+//! * [`base64`]: memcached's base64 codec (meta binary keys);
 //! * [`text`]: the classic text protocol (get/set/...); request framing,
 //!   memcached's tokenizer and its validation order;
 //! * [`meta`]: the meta commands (mg/ms/md/ma/mn/me) and memcached's base64;
@@ -13,6 +15,7 @@
 //! * [`peek`]: the first request's key, for prefetching before parsing;
 //! * [`encode`]: writing replies into an output buffer.
 
+pub mod base64;
 pub mod binary;
 pub mod encode;
 pub mod meta;
