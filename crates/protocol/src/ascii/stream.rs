@@ -35,8 +35,10 @@
 //!    Discard through the `\n`.
 //!
 //! None: not the start of a get line memcached would buffer this way, or
-//! not far enough along to tell (the first key has not started, or a gat's
-//! exptime is not complete). A line starting with a space is never a get
+//! not far enough along to tell (the first key has not started, or is a
+//! lone `\r` that may belong to the terminator, or a gat's exptime is not
+//! complete). Once it says Some, the complete line is sure to be that get
+//! (or that gat's exptime error). A line starting with a space is never a get
 //! (`ERROR` once complete); the caller buffers it or drops it as it sees
 //! fit.
 
@@ -89,7 +91,9 @@ pub fn partial_get(buf: &[u8]) -> Option<PartialGet> {
     } else {
         Ok(None)
     };
-    if pos >= buf.len() {
+    // The first key must have started; a lone `\r` at the end of `buf` may
+    // still turn out to be the start of the terminator.
+    if pos >= buf.len() || (pos + 1 == buf.len() && buf[pos] == b'\r') {
         return None;
     }
     Some(PartialGet {
@@ -148,6 +152,11 @@ mod tests {
         assert_eq!(partial_get(b"gat 30"), None);
         assert_eq!(partial_get(b"gat 30 "), None);
         assert_eq!(partial_get(b"gat x "), None);
+        // "get \r" may be "get \r\n": no key at all.
+        assert_eq!(partial_get(b"get \r"), None);
+        assert_eq!(partial_get(b"gat 1 \r"), None);
+        assert!(partial_get(b"get \rx").is_some());
+        assert!(partial_get(b"get a\r").is_some());
         assert_eq!(partial_get(b" get a"), None);
         assert_eq!(partial_get(b"GET a"), None);
         assert_eq!(partial_get(b"getx a"), None);
