@@ -37,17 +37,17 @@ pub fn parse_line<'a>(line: &'a [u8], keys: &'a mut KeyBuffer) -> Request<'a> {
     match &line[..word_len] {
         b"get" => parse::get(line, end, false),
         b"gets" => parse::get(line, end, true),
-        b"set" => parse::store(line, StoreMode::Set),
+        b"set" => parse::store(line, word_len, end, StoreMode::Set),
         [b'm', which @ (b'g' | b's' | b'd' | b'n' | b'a' | b'e')] => {
             meta::parse(line, *which, keys)
         }
         b"gat" => parse::gat(line, end, false),
         b"gats" => parse::gat(line, end, true),
-        b"add" => parse::store(line, StoreMode::Add),
-        b"cas" => parse::store(line, StoreMode::Cas),
-        b"replace" => parse::store(line, StoreMode::Replace),
-        b"append" => parse::store(line, StoreMode::Append),
-        b"prepend" => parse::store(line, StoreMode::Prepend),
+        b"add" => parse::store(line, word_len, end, StoreMode::Add),
+        b"cas" => parse::store(line, word_len, end, StoreMode::Cas),
+        b"replace" => parse::store(line, word_len, end, StoreMode::Replace),
+        b"append" => parse::store(line, word_len, end, StoreMode::Append),
+        b"prepend" => parse::store(line, word_len, end, StoreMode::Prepend),
         b"delete" => parse::delete(line),
         b"incr" => parse::arith(line, true),
         b"decr" => parse::arith(line, false),

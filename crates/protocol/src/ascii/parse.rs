@@ -116,7 +116,17 @@ pub(super) fn gat(line: &[u8], end: usize, with_cas: bool) -> Request<'_> {
 /// `process_update_cmd_start`'s checks. Once `<bytes>` is known, an error
 /// swallows the data block.
 #[inline]
-pub(super) fn store(line: &[u8], mode: StoreMode) -> Request<'_> {
+pub(super) fn store(line: &[u8], word_len: usize, end: usize, mode: StoreMode) -> Request<'_> {
+    if mode != StoreMode::Cas {
+        if let Some(request) = store_fast(line, word_len + 1, end, mode) {
+            return request;
+        }
+    }
+    store_tokens(line, mode)
+}
+
+/// The general path of [`store`].
+pub(super) fn store_tokens(line: &[u8], mode: StoreMode) -> Request<'_> {
     let t = plain(line);
     if t.count() < 5 {
         return text_error(BAD_FORMAT, 0, false);
@@ -158,6 +168,76 @@ pub(super) fn store(line: &[u8], mode: StoreMode) -> Request<'_> {
         create_exptime: None,
     });
     request(command, nr)
+}
+
+/// Digits from `at` up to the next space or `end`: their value (None on a
+/// 64-bit overflow or no digits) and where they stop.
+#[inline]
+fn digits(line: &[u8], mut at: usize, end: usize) -> Option<(u64, usize)> {
+    let start = at;
+    let mut v: u64 = 0;
+    while at < end {
+        let d = line[at].wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(d))?;
+        at += 1;
+    }
+    (at > start).then_some((v, at))
+}
+
+/// The common header, `<cmd> <key> <flags> <exptime> <bytes>` with single
+/// spaces, plain decimal flags and length, an exptime of digits with an
+/// optional `-`, and a key of at most 250 bytes: where memcached's C and
+/// mcmc parsers read plain decimals alike. Anything else (None) takes the
+/// general path, which also produces every error.
+#[inline]
+pub(super) fn store_fast(
+    line: &[u8],
+    key_start: usize,
+    end: usize,
+    mode: StoreMode,
+) -> Option<Request<'_>> {
+    let key_len = memchr::memchr(b' ', line.get(key_start..end)?)?;
+    if key_len == 0 || key_len > KEY_MAX_LENGTH {
+        return None;
+    }
+    let key = &line[key_start..key_start + key_len];
+    let (flags, at) = digits(line, key_start + key_len + 1, end)?;
+    if line.get(at) != Some(&b' ') {
+        return None;
+    }
+    let negative = line.get(at + 1) == Some(&b'-');
+    let (magnitude, at) = digits(line, at + 1 + usize::from(negative), end)?;
+    if line.get(at) != Some(&b' ') {
+        return None;
+    }
+    let len_start = at + 1;
+    let (len, at) = digits(line, len_start, end)?;
+    // mcmc reads at most 11 bytes of length; a longer one is an error.
+    if at != end || at - len_start > 11 || len > (i32::MAX - 2) as u64 {
+        return None;
+    }
+    // strtol's range, then the int32_t it is stored into.
+    let exptime = if negative {
+        i64::try_from(magnitude).ok()?.wrapping_neg()
+    } else {
+        i64::try_from(magnitude).ok()?
+    };
+    let command = Command::Store(Store {
+        mode,
+        key,
+        flags: flags as u32,
+        exptime: exptime_to_positive(exptime as i32),
+        value_len: len as usize,
+        cas: 0,
+        new_cas: None,
+        stale_if_older: false,
+        binary_key: false,
+        create_exptime: None,
+    });
+    Some(request(command, false))
 }
 
 /// `delete <key>`: any further tokens are ignored (1.6.45 dropped the old

@@ -559,3 +559,48 @@ fn get_fast_path_agrees_with_the_tokenizer() {
         )
     });
 }
+
+#[test]
+fn set_fast_path_agrees_with_the_general_path() {
+    use crate::ascii::parse::{store_fast, store_tokens};
+    let keys: [&[u8]; 5] = [b"k", b"a\0b", b"\r", &[b'k'; 250], &[b'k'; 251]];
+    let numbers: [&[u8]; 16] = [
+        b"0",
+        b"7",
+        b"007",
+        b"-1",
+        b"-0",
+        b"-",
+        b"+1",
+        b"x",
+        b"4294967296",
+        b"18446744073709551615",
+        b"18446744073709551616",
+        b"9223372036854775808",
+        b"-9223372036854775808",
+        b"2147483645",
+        b"2147483646",
+        b"000000000001",
+    ];
+    let mut fast = 0;
+    for key in keys {
+        for flags in numbers {
+            for exptime in numbers {
+                for len in numbers {
+                    for end in [&b"\r\n"[..], b"\n", b" \r\n", b" noreply\r\n"] {
+                        let line =
+                            line_of(&[b"set ", key, b" ", flags, b" ", exptime, b" ", len, end]);
+                        let content = line.len() - if line.ends_with(b"\r\n") { 2 } else { 1 };
+                        let general = format!("{:?}", store_tokens(&line, StoreMode::Set));
+                        if let Some(r) = store_fast(&line, 4, content, StoreMode::Set) {
+                            fast += 1;
+                            assert_eq!(format!("{r:?}"), general, "{line:?}");
+                        }
+                        assert_eq!(with(&line, |r| format!("{r:?}")), general, "{line:?}");
+                    }
+                }
+            }
+        }
+    }
+    assert!(fast > 1000, "{fast}");
+}
