@@ -1,8 +1,9 @@
 //! The meta protocol (`mg ms md ma mn me`, protocol.txt "Meta Commands"):
 //! turning a meta request line into a [`MetaRequest`], with memcached
 //! 1.6's validation order and error strings (proto_text.c
-//! `process_m*_command` and `_meta_flag_preparse`), plus the base64 codec
-//! memcached uses for binary keys (the `b` flag).
+//! `process_m*_command` and `_meta_flag_preparse`). The base64 codec
+//! memcached uses for binary keys (the `b` flag) lives in [`crate::base64`]
+//! and is re-exported here.
 //!
 //! ```text
 //! <cm> <key> [<datalen>] <flag>*\r\n     cm: mg ms md ma mn me
@@ -17,6 +18,7 @@
 //! `ms` in append/prepend mode are accepted here although 1.6.18 refuses
 //! or ignores them.
 
+pub use crate::base64::{base64_decode, base64_encode};
 use crate::numbers::{safe_strtol, safe_strtoul, safe_strtoull};
 use crate::text::{Tokens, KEY_MAX_LENGTH};
 
@@ -333,94 +335,6 @@ fn preparse(req: &mut MetaRequest<'_>, start: usize) -> Result<(), &'static str>
     }
 }
 
-/// memcached's base64 decode table: 0x80 marks bytes that are skipped.
-const fn decode_table() -> [u8; 256] {
-    let mut t = [0x80u8; 256];
-    let alphabet = BASE64_ALPHABET;
-    let mut i = 0;
-    while i < 64 {
-        t[alphabet[i] as usize] = i as u8;
-        i += 1;
-    }
-    t[b'=' as usize] = 0;
-    t
-}
-
-const BASE64_ALPHABET: &[u8; 64] =
-    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-static DECODE: [u8; 256] = decode_table();
-
-/// memcached's `base64_decode` (Jouni Malinen's, as modified there):
-/// characters outside the alphabet are skipped, the count of alphabet
-/// characters must be a multiple of 4, padding ends decoding. None where
-/// memcached returns 0 (which it treats as failure).
-pub fn base64_decode(src: &[u8], out: &mut [u8]) -> Option<usize> {
-    let count = src.iter().filter(|&&c| DECODE[c as usize] != 0x80).count();
-    if count == 0 || count % 4 != 0 || count / 4 * 3 > out.len() {
-        return None;
-    }
-    let mut pos = 0;
-    let mut block = [0u8; 4];
-    let mut n = 0;
-    let mut pad = 0;
-    for &c in src {
-        let v = DECODE[c as usize];
-        if v == 0x80 {
-            continue;
-        }
-        if c == b'=' {
-            pad += 1;
-        }
-        block[n] = v;
-        n += 1;
-        if n == 4 {
-            out[pos] = (block[0] << 2) | (block[1] >> 4);
-            out[pos + 1] = (block[1] << 4) | (block[2] >> 2);
-            out[pos + 2] = (block[2] << 6) | block[3];
-            pos += 3;
-            n = 0;
-            if pad > 0 {
-                match pad {
-                    1 => pos -= 1,
-                    2 => pos -= 2,
-                    _ => return None,
-                }
-                break;
-            }
-        }
-    }
-    (pos > 0).then_some(pos)
-}
-
-/// memcached's `base64_encode` (no line breaks), appended to `out`.
-pub fn base64_encode(src: &[u8], out: &mut Vec<u8>) {
-    let a = BASE64_ALPHABET;
-    let mut chunks = src.chunks_exact(3);
-    for c in &mut chunks {
-        out.extend_from_slice(&[
-            a[(c[0] >> 2) as usize],
-            a[(((c[0] & 0x03) << 4) | (c[1] >> 4)) as usize],
-            a[(((c[1] & 0x0f) << 2) | (c[2] >> 6)) as usize],
-            a[(c[2] & 0x3f) as usize],
-        ]);
-    }
-    match *chunks.remainder() {
-        [x] => out.extend_from_slice(&[
-            a[(x >> 2) as usize],
-            a[((x & 0x03) << 4) as usize],
-            b'=',
-            b'=',
-        ]),
-        [x, y] => out.extend_from_slice(&[
-            a[(x >> 2) as usize],
-            a[(((x & 0x03) << 4) | (y >> 4)) as usize],
-            a[((y & 0x0f) << 2) as usize],
-            b'=',
-        ]),
-        _ => {}
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -434,22 +348,6 @@ mod tests {
             MetaParse::Error { msg, swallow } => (msg, swallow),
             _ => panic!("{line}: expected an error"),
         }
-    }
-
-    #[test]
-    fn base64_roundtrip_and_memcached_quirks() {
-        let mut out = Vec::new();
-        base64_encode(b"foo\x00bar", &mut out);
-        assert_eq!(out, b"Zm9vAGJhcg==");
-        let mut buf = [0u8; 64];
-        let n = base64_decode(&out, &mut buf).unwrap();
-        assert_eq!(&buf[..n], b"foo\x00bar");
-        // Characters outside the alphabet are skipped.
-        let n = base64_decode(b"Zm9v!", &mut buf).unwrap();
-        assert_eq!(&buf[..n], b"foo");
-        assert_eq!(base64_decode(b"Zm9", &mut buf), None);
-        assert_eq!(base64_decode(b"", &mut buf), None);
-        assert_eq!(base64_decode(b"Z===", &mut buf), None);
     }
 
     #[test]

@@ -91,8 +91,10 @@ pub struct MetaReply<'a> {
     /// written in the order their flags appear from token `first_flag` on.
     pub tokens: Tokens<'a>,
     pub first_flag: usize,
-    /// `q`: hide the nominal reply (`HD`; `EN` for mg, `NF` for md), never
-    /// an error.
+    /// `q`: hide the nominal reply, never an error. In memcached 1.6.45
+    /// that is: mg a miss's `EN` (a hit's `HD` is still sent); ms, md and
+    /// ma their `HD` (md's `NF`, ma's `NF` and `EX`, ms's `NS`, `EX`, `NF`
+    /// are sent).
     pub quiet: bool,
     /// `b`: the key was sent in base64; `k` returns it encoded, followed by
     /// ` b`.
@@ -266,7 +268,9 @@ pub enum StoreMode {
 pub enum Command<'a> {
     /// Return the values of keys: text get/gets/gat/gats (any number of
     /// keys), binary GET/GETK/GAT/GATK and their quiet forms (one key).
-    /// With `touch`, each hit's expiry is set first (gat).
+    /// With `touch`, each hit's expiry is set first (gat). Text keys are
+    /// not length-checked by the parser: memcached checks each as it
+    /// looks it up (see the `ascii` module).
     Get {
         keys: Keys<'a>,
         touch: Option<i64>,
@@ -276,11 +280,17 @@ pub enum Command<'a> {
     },
     /// Set a key's expiry: text touch, binary TOUCH (whose hit answers the
     /// client flags).
-    Touch { key: &'a [u8], exptime: i64 },
+    Touch {
+        key: &'a [u8],
+        exptime: i64,
+    },
     /// mg.
     MetaGet(MetaGet<'a>),
     /// me: an item's metadata as text.
-    MetaDebug { key: &'a [u8], binary_key: bool },
+    MetaDebug {
+        key: &'a [u8],
+        binary_key: bool,
+    },
     /// A storage command; its value (`value_len` bytes, then `\r\n` in the
     /// text protocols) follows the request.
     Store(Store<'a>),
@@ -292,29 +302,46 @@ pub enum Command<'a> {
     /// negative) or from `realtime(delay) - 1` on. The delay is the raw
     /// client number, not mapped like an exptime. None: the argument is
     /// not a number (answered only after the -F check, as memcached does).
-    FlushAll { delay: Option<i64> },
+    FlushAll {
+        delay: Option<i64>,
+    },
     Version,
     /// Answer and keep the connection (mn, binary NOOP).
     Noop,
     /// Close the connection after the replies already queued (binary QUIT
     /// answers first unless quiet).
     Quit,
-    Verbosity { level: u32 },
+    Verbosity {
+        level: u32,
+    },
     /// `shutdown [graceful]`; an invalid mode is answered only after the
     /// -A check, as memcached does.
-    Shutdown { mode: ShutdownMode },
+    Shutdown {
+        mode: ShutdownMode,
+    },
     /// `stats [group [args]]` (text) or STAT with a group (binary): the
     /// executor interprets the tokens; `group` is token 1 (text) or the
     /// whole binary key.
-    Stats { group: Option<&'a [u8]>, tokens: Tokens<'a> },
-    /// cache_memlimit <megabytes>.
-    CacheMemlimit { megabytes: u32 },
+    Stats {
+        group: Option<&'a [u8]>,
+        tokens: Tokens<'a>,
+    },
+    /// cache_memlimit <megabytes>: 8 to 1_000_000_000 (the text parser
+    /// answers other values itself, as memcached does before it touches
+    /// the limit).
+    CacheMemlimit {
+        megabytes: u32,
+    },
     /// `lru_crawler <subcommand> [arg]` (metadump, mgdump, crawl, ...).
-    LruCrawler { tokens: Tokens<'a> },
+    LruCrawler {
+        tokens: Tokens<'a>,
+    },
     /// Other administrative text commands the executor answers by name
     /// (`slabs`, `lru`, `extstore`, `watch`, `refresh_certs`): their
     /// tokens.
-    Admin { tokens: Tokens<'a> },
+    Admin {
+        tokens: Tokens<'a>,
+    },
     /// Binary SASL LIST MECHS.
     SaslListMechs,
     /// Binary SASL AUTH (`step` false) or STEP: the mechanism is the key,
