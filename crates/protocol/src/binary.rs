@@ -464,9 +464,14 @@ pub fn decode<'a>(h: &RequestHeader, extras: &'a [u8], key: &'a [u8]) -> Decoded
 /// A decoded request as a protocol-neutral request (see
 /// `crate::request`). `use_cas` is false with -C, where memcached ignores
 /// the header's CAS of storage commands.
-pub fn to_request<'a>(h: &RequestHeader, r: Request<'a>, use_cas: bool) -> crate::request::Request<'a> {
+pub fn to_request<'a>(
+    h: &RequestHeader,
+    r: Request<'a>,
+    use_cas: bool,
+) -> crate::request::Request<'a> {
     use crate::request::{
-        Arith, BinaryReply, Command, Delete, Keys, Reply, Request as Neutral, Store, StoreMode as Mode,
+        Arith, BinaryReply, Command, Delete, Keys, Reply, Request as Neutral, Store,
+        StoreMode as Mode,
     };
     let reply = |quiet: bool, with_key: bool| {
         Reply::Binary(BinaryReply {

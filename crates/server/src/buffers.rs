@@ -136,7 +136,8 @@ impl BufferPool {
     }
 
     /// Where this pool publishes its figures (shared with `stats`).
-    pub fn published(&self) -> &PublishedPoolStats {
+    #[cfg(test)]
+    fn published(&self) -> &PublishedPoolStats {
         &self.published
     }
 
@@ -251,8 +252,7 @@ impl BufferPool {
             .unwrap_or_else(|| Vec::with_capacity(READ_CHUNK));
         match self.lend(&[], false) {
             Ok(()) => {
-                self.out_bytes
-                    .set(self.out_bytes.get() + buffer.capacity());
+                self.out_bytes.set(self.out_bytes.get() + buffer.capacity());
                 self.publish();
                 Ok(buffer)
             }
@@ -318,7 +318,8 @@ impl ReadBuffer {
     }
 
     /// Whether a buffer is held.
-    pub fn holds_buffer(&self) -> bool {
+    #[cfg(test)]
+    fn holds_buffer(&self) -> bool {
         !self.buf.is_empty()
     }
 

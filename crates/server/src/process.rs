@@ -159,4 +159,3 @@ pub fn apply_process_flags(settings: &Settings) {
         }
     }
 }
-

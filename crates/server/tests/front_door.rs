@@ -101,21 +101,21 @@ fn a_refused_storage_commands_data_block_is_never_run() {
     // Each command is refused at its command line; its data block is a
     // command that would flush the cache, store a key, or delete one.
     let refused: Vec<String> = vec![
-        format!("set {long_key} 0 0 11\r\nflush_all\r\n"),
-        format!("set {long_key} 0 0 11 noreply\r\nflush_all\r\n"),
-        format!("add {long_key} 0 0 11\r\nflush_all\r\n"),
-        format!("replace {long_key} 0 0 11\r\nflush_all\r\n"),
-        format!("append {long_key} 0 0 11\r\nflush_all\r\n"),
-        format!("prepend {long_key} 0 0 11\r\nflush_all\r\n"),
-        format!("cas {long_key} 0 0 11 1\r\nflush_all\r\n"),
-        "set k 0 xx 11\r\nflush_all\r\n".into(),
-        "set k yy 0 11\r\nflush_all\r\n".into(),
-        "cas k 0 0 11 zz\r\nflush_all\r\n".into(),
-        format!("ms {long_key} 11\r\nflush_all\r\n"),
-        "ms k 11 T1 T2\r\nflush_all\r\n".into(),
-        "ms k 11 MZ\r\nflush_all\r\n".into(),
-        "ms k 11 !x\r\nflush_all\r\n".into(),
-        format!("ms k 11 {}\r\nflush_all\r\n", "O1 ".repeat(25)),
+        format!("set {long_key} 0 0 9\r\nflush_all\r\n"),
+        format!("set {long_key} 0 0 9 noreply\r\nflush_all\r\n"),
+        format!("add {long_key} 0 0 9\r\nflush_all\r\n"),
+        format!("replace {long_key} 0 0 9\r\nflush_all\r\n"),
+        format!("append {long_key} 0 0 9\r\nflush_all\r\n"),
+        format!("prepend {long_key} 0 0 9\r\nflush_all\r\n"),
+        format!("cas {long_key} 0 0 9 1\r\nflush_all\r\n"),
+        "set k 0 xx 9\r\nflush_all\r\n".into(),
+        "set k yy 0 9\r\nflush_all\r\n".into(),
+        "cas k 0 0 9 zz\r\nflush_all\r\n".into(),
+        format!("ms {long_key} 9\r\nflush_all\r\n"),
+        "ms k 9 T1 T2\r\nflush_all\r\n".into(),
+        "ms k 9 MZ\r\nflush_all\r\n".into(),
+        "ms k 9 !x\r\nflush_all\r\n".into(),
+        format!("ms k 9 {}\r\nflush_all\r\n", "O1 ".repeat(25)),
         "ms k 11 Tabc\r\ndelete keep\r\n".into(),
         "set k 0 0 2000000\r\n".to_string() + &"x".repeat(2_000_000) + "\r\n",
     ];
@@ -130,7 +130,9 @@ fn a_refused_storage_commands_data_block_is_never_run() {
             let reply = exchange(&mut c, req.as_bytes());
             let text = String::from_utf8_lossy(&reply);
             assert!(
-                !text.contains("OK") && !text.contains("DELETED") && !text.contains("ERROR\r\nERROR"),
+                !text.contains("OK")
+                    && !text.contains("DELETED")
+                    && !text.contains("ERROR\r\nERROR"),
                 "{kind}: the data block of {:?} ran as a command: {text:?}",
                 &req[..req.len().min(40)]
             );
@@ -149,7 +151,10 @@ fn keys_are_bytes_up_to_a_space_nul_included() {
     for (kind, bin) in servers() {
         let srv = Server::start(kind, &bin, &[]);
         let mut c = srv.connect();
-        assert_eq!(roundtrip(&mut c, b"set a 0 0 1\r\nA\r\n", b"\r\n"), b"STORED\r\n");
+        assert_eq!(
+            roundtrip(&mut c, b"set a 0 0 1\r\nA\r\n", b"\r\n"),
+            b"STORED\r\n"
+        );
         assert_eq!(
             roundtrip(&mut c, b"set a\0b 0 0 1\r\nB\r\n", b"\r\n"),
             b"STORED\r\n",
@@ -190,14 +195,23 @@ fn signals_stop_the_server_as_memcached_does() {
         let mut srv = Server::start(kind, &bin, &[]);
         signal(&srv, libc::SIGHUP);
         std::thread::sleep(Duration::from_millis(300));
-        assert!(srv.child.try_wait().unwrap().is_none(), "{kind}: SIGHUP killed it");
+        assert!(
+            srv.child.try_wait().unwrap().is_none(),
+            "{kind}: SIGHUP killed it"
+        );
         let mut c = srv.connect();
-        assert_eq!(roundtrip(&mut c, b"version\r\n", b"\r\n")[..8], *b"VERSION ");
+        assert_eq!(
+            roundtrip(&mut c, b"version\r\n", b"\r\n")[..8],
+            *b"VERSION "
+        );
         // SIGUSR1, SIGTERM and SIGINT stop it with exit status 0.
         for sig in [libc::SIGUSR1, libc::SIGTERM, libc::SIGINT] {
             let mut srv = Server::start(kind, &bin, &[]);
             let mut c = srv.connect();
-            assert_eq!(roundtrip(&mut c, b"set k 0 0 1\r\nv\r\n", b"\r\n"), b"STORED\r\n");
+            assert_eq!(
+                roundtrip(&mut c, b"set k 0 0 1\r\nv\r\n", b"\r\n"),
+                b"STORED\r\n"
+            );
             signal(&srv, sig);
             let status = wait_exit(&mut srv.child);
             assert_eq!(status.code(), Some(0), "{kind}: signal {sig}: {status:?}");
@@ -245,16 +259,24 @@ fn idle_timeout_closes_connections_that_sent_nothing() {
         let srv = Server::start(kind, &bin, &["-o", "idle_timeout=1"]);
         let mut idle = srv.connect();
         let mut busy = srv.connect();
-        idle.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        idle.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         let start = std::time::Instant::now();
         // The busy one keeps talking; the idle one must be closed.
         let mut buf = [0u8; 16];
         let closed = std::thread::spawn(move || matches!(idle.read(&mut buf), Ok(0) | Err(_)));
         while start.elapsed() < Duration::from_secs(4) {
-            assert_eq!(roundtrip(&mut busy, b"version\r\n", b"\r\n")[..8], *b"VERSION ", "{kind}");
+            assert_eq!(
+                roundtrip(&mut busy, b"version\r\n", b"\r\n")[..8],
+                *b"VERSION ",
+                "{kind}"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
-        assert!(closed.join().unwrap(), "{kind}: the idle connection was not closed");
+        assert!(
+            closed.join().unwrap(),
+            "{kind}: the idle connection was not closed"
+        );
     }
 }
 

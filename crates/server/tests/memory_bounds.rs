@@ -196,7 +196,10 @@ fn a_300_mb_get_line_without_a_newline() {
         );
         drop(c);
         let rss = srv.settled_rss();
-        assert!(rss <= RSS_LIMIT_KB, "{what}: after: RSS {rss} KiB (max {max})");
+        assert!(
+            rss <= RSS_LIMIT_KB,
+            "{what}: after: RSS {rss} KiB (max {max})"
+        );
     }
 }
 
@@ -217,7 +220,8 @@ fn clients_that_do_not_read_their_replies() {
         .collect();
     let mut conns = Vec::new();
     for _ in 0..300 {
-        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
         sock.set_recv_buffer_size(4096).unwrap();
         let addr: std::net::SocketAddr = format!("127.0.0.1:{}", srv.port).parse().unwrap();
         sock.connect(&addr.into()).unwrap();

@@ -66,7 +66,7 @@ mod write;
 
 pub use backing::BackingKind;
 pub use dump::{DumpCursor, DumpEntry};
-pub use item::HEADER_SIZE;
+pub use item::{ItemView, HEADER_SIZE};
 pub use store::Store;
 pub use types::{
     memcached_item_total, segment_size_for, ArithResult, CounterResult, CounterUpdate, Fetch,

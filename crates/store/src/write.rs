@@ -31,6 +31,11 @@ impl Incoming {
     pub fn is_filled(&self) -> bool {
         self.filled == self.spec.value_len
     }
+
+    /// Length of the whole value.
+    pub fn value_len(&self) -> usize {
+        self.spec.value_len
+    }
 }
 
 impl Store {

@@ -50,14 +50,36 @@ pub fn status_only(out: &mut Output, r: &BinaryReply, code: u16) {
 /// TOUCH, which answers the flags only). A large value leaves straight
 /// from item memory.
 #[inline]
-pub fn hit(out: &mut Output, r: &BinaryReply, it: &ItemView<'_>, with_value: bool, stats: &ThreadStats) {
+pub fn hit(
+    out: &mut Output,
+    r: &BinaryReply,
+    it: &ItemView<'_>,
+    with_value: bool,
+    stats: &ThreadStats,
+) {
     let value: &[u8] = if with_value { it.value() } else { &[] };
     let key = r.with_key.then(|| it.key());
     if out.direct_takes(value.len(), it.lock_free()) {
-        wire::put_hit_head(out.buf(), r.opcode, r.opaque, it.cas(), it.flags(), key, value.len());
+        wire::put_hit_head(
+            out.buf(),
+            r.opcode,
+            r.opaque,
+            it.cas(),
+            it.flags(),
+            key,
+            value.len(),
+        );
         out.put_value(value, &[], true, stats);
     } else {
-        wire::put_hit(out.buf(), r.opcode, r.opaque, it.cas(), it.flags(), key, value);
+        wire::put_hit(
+            out.buf(),
+            r.opcode,
+            r.opaque,
+            it.cas(),
+            it.flags(),
+            key,
+            value,
+        );
     }
 }
 

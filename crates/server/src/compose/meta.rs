@@ -72,11 +72,7 @@ pub fn flag_opaque(out: &mut Vec<u8>, token: &[u8]) -> bool {
 pub fn opaque_and_key(out: &mut Vec<u8>, reply: &MetaReply<'_>, key: &[u8]) -> bool {
     for tok in reply.flags() {
         match tok[0] {
-            b'O' => {
-                if !flag_opaque(out, tok) {
-                    return false;
-                }
-            }
+            b'O' if !flag_opaque(out, tok) => return false,
             b'k' => flag_key(out, key, reply.binary_key),
             _ => {}
         }

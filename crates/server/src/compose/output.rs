@@ -70,12 +70,6 @@ impl Output {
         }
     }
 
-    /// Whether this is a datagram endpoint's output.
-    #[inline]
-    pub fn is_datagram(&self) -> bool {
-        self.datagram
-    }
-
     /// Makes sure a write buffer is held (a stream takes one from the pool
     /// before running requests).
     #[inline]
@@ -191,7 +185,13 @@ impl Output {
     /// Appends `value` and then `trailer`, or (`direct_takes`) writes the
     /// pending output, `value` and `trailer` to the socket at once and
     /// keeps only what the socket did not take.
-    pub fn put_value(&mut self, value: &[u8], trailer: &[u8], lock_free: bool, stats: &ThreadStats) {
+    pub fn put_value(
+        &mut self,
+        value: &[u8],
+        trailer: &[u8],
+        lock_free: bool,
+        stats: &ThreadStats,
+    ) {
         if !self.direct_takes(value.len(), lock_free) {
             self.buf.reserve(value.len() + trailer.len());
             self.buf.extend_from_slice(value);

@@ -84,14 +84,14 @@ pub fn admin(ctx: &WorkerCtx, req: &Request<'_>, out: &mut Output) -> Done {
         }
         (Command::Shutdown { mode }, _) => {
             if !shared.settings.shutdown_enabled {
-                text::line(out, false, "SERVER_ERROR: shutdown not enabled");
+                text::line(out, noreply, "SERVER_ERROR: shutdown not enabled");
                 return Done::CONTINUE;
             }
             let how = match mode {
                 ShutdownMode::Immediate => StopRequest::Exit,
                 ShutdownMode::Graceful => StopRequest::Graceful,
                 ShutdownMode::Invalid => {
-                    text::line(out, false, "CLIENT_ERROR invalid shutdown mode");
+                    text::line(out, noreply, "CLIENT_ERROR invalid shutdown mode");
                     return Done::CONTINUE;
                 }
             };
@@ -103,10 +103,7 @@ pub fn admin(ctx: &WorkerCtx, req: &Request<'_>, out: &mut Output) -> Done {
                 "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"
             } else if megabytes > 1_000_000_000 {
                 "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"
-            } else if ctx
-                .store()
-                .set_memory_limit(megabytes as usize * (1 << 20))
-            {
+            } else if ctx.store().set_memory_limit(megabytes as usize * (1 << 20)) {
                 if shared.verbose() > 0 {
                     eprintln!("maxbytes adjusted to {megabytes}m");
                 }

@@ -71,7 +71,9 @@ fn binary_arith(ctx: &WorkerCtx, a: &Arith<'_>, r: &BinaryReply, out: &mut Outpu
         CounterResult::NonNumeric => binary::error(out, r, status::NON_NUMERIC_VALUE),
         CounterResult::Exists => binary::error(out, r, status::KEY_EXISTS),
         CounterResult::NotStored => binary::error(out, r, status::ITEM_NOT_STORED),
-        CounterResult::OutOfMemory => binary::out_of_memory(out, r, b"Out of memory incrementing value"),
+        CounterResult::OutOfMemory => {
+            binary::out_of_memory(out, r, b"Out of memory incrementing value")
+        }
         CounterResult::NotFound => match a.create {
             Some((initial, exptime)) => {
                 let mut digits = itoa::Buffer::new();
@@ -156,11 +158,9 @@ fn meta_arith(ctx: &WorkerCtx, a: &Arith<'_>, m: &MetaReply<'_>, out: &mut Outpu
                     b't' => flag_ttl(buf, shown_exptime, now),
                     b'T' => shown_exptime = ttl.unwrap_or(0),
                     b'N' if created => shown_exptime = viv.unwrap_or(0),
-                    b'O' => {
-                        if !flag_opaque(buf, tok) {
-                            bad_opaque = true;
-                            break;
-                        }
+                    b'O' if !flag_opaque(buf, tok) => {
+                        bad_opaque = true;
+                        break;
                     }
                     b'k' => flag_key(buf, a.key, m.binary_key),
                     _ => {}

@@ -5,7 +5,7 @@
 
 use osmium_protocol::binary::status;
 use osmium_protocol::request::{Delete, Reply};
-use osmium_store::{RemoveResult, Removal};
+use osmium_store::{Removal, RemoveResult};
 
 use super::Done;
 use crate::compose::output::Output;

@@ -16,9 +16,9 @@
 //! cache as class 1, the one class `stats items` reports; binary keys are
 //! left out as memcached leaves them out.
 
+use osmium_protocol::ascii::prefix_matches;
 use osmium_protocol::base64::base64_encode;
 use osmium_protocol::encode;
-use osmium_protocol::ascii::prefix_matches;
 use osmium_protocol::request::Tokens;
 use osmium_store::{DumpCursor, DumpEntry};
 
@@ -135,7 +135,7 @@ fn classes(arg: &[u8]) -> Option<u64> {
     let mut set = 0u64;
     for id in arg.split(|&b| b == b',').filter(|p| !p.is_empty()) {
         let id: u32 = std::str::from_utf8(id).ok()?.parse().ok()?;
-        if id < 1 || id >= MAX_CLASSES {
+        if !(1..MAX_CLASSES).contains(&id) {
             return None;
         }
         set |= 1 << id;
@@ -149,7 +149,11 @@ pub fn lru_crawler(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>, out: &mut Out
     let n = t.count();
     let sub = t.get(1);
     let line = |out: &mut Output, msg: &str| text::line(out, false, msg);
-    if n == 3 && (prefix_matches(sub, b"crawl") || prefix_matches(sub, b"metadump") || prefix_matches(sub, b"mgdump")) {
+    if n == 3
+        && (prefix_matches(sub, b"crawl")
+            || prefix_matches(sub, b"metadump")
+            || prefix_matches(sub, b"mgdump"))
+    {
         if !settings.lru_crawler {
             line(out, "CLIENT_ERROR lru crawler disabled");
             return Done::CONTINUE;
@@ -238,32 +242,34 @@ pub fn cachedump(ctx: &WorkerCtx, t: &Tokens<'_>, out: &mut Output) {
         let mut shown = 0u32;
         let mut cursor = DumpCursor::default();
         let mut full = false;
-        while !full && store.dump_step(&mut cursor, |e: &DumpEntry<'_>| {
-            if full || e.binary_key || (limit != 0 && shown >= limit) {
-                return;
-            }
-            // memcached copies the key as a C string.
-            let key = e.key.split(|&b| b == 0).next().unwrap_or_default();
-            let mut line = Vec::with_capacity(key.len() + 40);
-            line.extend_from_slice(b"ITEM ");
-            line.extend_from_slice(key);
-            line.extend_from_slice(b" [");
-            number_into(&mut line, e.value_len as u64);
-            line.extend_from_slice(b" b; ");
-            let exp = if e.exptime == 0 {
-                0
-            } else {
-                i64::from(e.exptime) + started
-            };
-            number_into(&mut line, exp as u64);
-            line.extend_from_slice(b" s]\r\n");
-            if buf.len() - start + line.len() + 6 > CACHEDUMP_LIMIT {
-                full = true;
-                return;
-            }
-            buf.extend_from_slice(&line);
-            shown += 1;
-        }) {}
+        while !full
+            && store.dump_step(&mut cursor, |e: &DumpEntry<'_>| {
+                if full || e.binary_key || (limit != 0 && shown >= limit) {
+                    return;
+                }
+                // memcached copies the key as a C string.
+                let key = e.key.split(|&b| b == 0).next().unwrap_or_default();
+                let mut line = Vec::with_capacity(key.len() + 40);
+                line.extend_from_slice(b"ITEM ");
+                line.extend_from_slice(key);
+                line.extend_from_slice(b" [");
+                number_into(&mut line, e.value_len as u64);
+                line.extend_from_slice(b" b; ");
+                let exp = if e.exptime == 0 {
+                    0
+                } else {
+                    i64::from(e.exptime) + started
+                };
+                number_into(&mut line, exp as u64);
+                line.extend_from_slice(b" s]\r\n");
+                if buf.len() - start + line.len() + 6 > CACHEDUMP_LIMIT {
+                    full = true;
+                    return;
+                }
+                buf.extend_from_slice(&line);
+                shown += 1;
+            })
+        {}
     }
     buf.extend_from_slice(b"END\r\n");
 }

@@ -9,6 +9,7 @@
 //! built so far), so a large value is written straight from item memory
 //! only once every key of the command is known to be short enough.
 
+use osmium_protocol::ascii::GET_KEY_TOO_LONG;
 use osmium_protocol::request::{BinaryReply, Keys, Reply, KEY_MAX_LENGTH};
 use osmium_store::Lookup;
 
@@ -16,8 +17,6 @@ use super::Done;
 use crate::compose::output::Output;
 use crate::compose::{binary, text};
 use crate::context::WorkerCtx;
-
-const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format";
 
 pub fn get(
     ctx: &WorkerCtx,
@@ -29,7 +28,10 @@ pub fn get(
 ) -> Done {
     match reply {
         Reply::Binary(r) => {
-            let key = keys.clone().next().unwrap_or_default();
+            let key = {
+                let mut k = keys;
+                k.next().unwrap_or_default()
+            };
             binary_get(ctx, key, touch, true, r, out)
         }
         _ => text_get(ctx, keys, touch, with_cas, out),
@@ -67,22 +69,30 @@ fn count(ctx: &WorkerCtx, key: &[u8], touched: bool, lookup: Lookup<()>) {
     }
 }
 
-fn text_get(ctx: &WorkerCtx, keys: Keys<'_>, touch: Option<i64>, with_cas: bool, out: &mut Output) -> Done {
+fn text_get(
+    ctx: &WorkerCtx,
+    keys: Keys<'_>,
+    touch: Option<i64>,
+    with_cas: bool,
+    out: &mut Output,
+) -> Done {
     let start = out.len();
     // A value may leave straight from item memory only once no key of the
     // command can still turn the reply into an error: checked once, at the
     // first value long enough.
     let mut keys_ok = None;
-    let all_keys = keys.clone();
+    let all_keys = keys;
     let direct_ok = move || {
         *keys_ok.get_or_insert_with(|| {
-            let mut all = all_keys.clone();
+            let mut all = all_keys;
             all.all(|k| k.len() <= KEY_MAX_LENGTH)
         })
     };
     if !text_keys(ctx, keys, touch, with_cas, out, direct_ok) {
+        // memcached re-sends the error line it built, `\r\n` included,
+        // through `out_string`, which adds another.
         out.truncate(start);
-        text::line(out, false, BAD_FORMAT);
+        out.buf().extend_from_slice(GET_KEY_TOO_LONG);
         return Done::CONTINUE;
     }
     text::end(out);
@@ -163,7 +173,13 @@ fn binary_get(
 }
 
 /// text touch, binary TOUCH.
-pub fn touch(ctx: &WorkerCtx, key: &[u8], exptime: i64, reply: &Reply<'_>, out: &mut Output) -> Done {
+pub fn touch(
+    ctx: &WorkerCtx,
+    key: &[u8],
+    exptime: i64,
+    reply: &Reply<'_>,
+    out: &mut Output,
+) -> Done {
     match reply {
         Reply::Binary(r) => {
             let r = BinaryReply {

@@ -11,7 +11,7 @@
 //! was already sent, `X` that the item is stale.
 
 use osmium_protocol::base64::base64_encode;
-use osmium_protocol::request::{MetaGet, MetaReply, Reply};
+use osmium_protocol::request::{MetaGet, Reply};
 use osmium_store::{memcached_item_total, Fetch, Lookup, Placeholder};
 
 use super::Done;
@@ -89,11 +89,9 @@ pub fn meta_get(ctx: &WorkerCtx, m: &MetaGet<'_>, reply: &Reply<'_>, out: &mut O
                 b'f' => flag_number(buf, b'f', it.flags()),
                 b'l' => flag_number(buf, b'l', now.wrapping_sub(it.atime())),
                 b'h' => buf.extend_from_slice(if it.fetched() { b" h1" } else { b" h0" }),
-                b'O' => {
-                    if !flag_opaque(buf, tok) {
-                        bad_opaque = true;
-                        return;
-                    }
+                b'O' if !flag_opaque(buf, tok) => {
+                    bad_opaque = true;
+                    return;
                 }
                 b'k' => flag_key(buf, it.key(), it.binary_key()),
                 _ => {}
@@ -233,14 +231,6 @@ pub fn meta_debug(ctx: &WorkerCtx, key: &[u8], _binary_key: bool, out: &mut Outp
     }
     ctx.stats.meta_cmds.incr();
     Done::CONTINUE
-}
-
-/// The meta reply of a request, for the composers that need it.
-pub fn meta_reply<'r, 'a>(reply: &'r Reply<'a>) -> Option<&'r MetaReply<'a>> {
-    match reply {
-        Reply::Meta(m) => Some(m),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

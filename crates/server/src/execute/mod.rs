@@ -34,7 +34,7 @@ use crate::context::WorkerCtx;
 
 pub use dump::{Dump, DumpKind};
 pub use get::text_keys;
-pub use sasl::{admit_sasl, AuthState, SaslState};
+pub use sasl::{admit_sasl, AuthState};
 
 /// What the connection does after a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

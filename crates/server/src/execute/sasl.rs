@@ -28,7 +28,13 @@ pub fn list_mechs(ctx: &WorkerCtx, reply: &Reply<'_>, out: &mut Output) -> Done 
 /// Before an AUTH/STEP's data arrives: false when it was answered and its
 /// data must be swallowed (SASL off, a mechanism name too long, data that
 /// could never fit in an item, where memcached reads it).
-pub fn admit_sasl(ctx: &WorkerCtx, mechanism: &[u8], value_len: usize, r: &BinaryReply, out: &mut Output) -> bool {
+pub fn admit_sasl(
+    ctx: &WorkerCtx,
+    mechanism: &[u8],
+    value_len: usize,
+    r: &BinaryReply,
+    out: &mut Output,
+) -> bool {
     let code = if !ctx.shared.auth.sasl_enabled() {
         status::UNKNOWN_COMMAND
     } else if mechanism.len() > SASL_MECHANISM_MAX_LENGTH {

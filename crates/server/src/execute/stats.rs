@@ -9,9 +9,9 @@
 //! the key and other groups exactly; its reply is the text reply repacked
 //! as one packet per `STAT name value` line.
 
+use osmium_protocol::ascii::prefix_matches;
 use osmium_protocol::binary::{opcode, status};
 use osmium_protocol::encode::{self, stat};
-use osmium_protocol::ascii::prefix_matches;
 use osmium_protocol::request::{Reply, Tokens};
 
 use super::{dump, ConnView, Done};

@@ -86,7 +86,9 @@ fn drops_on_refusal(s: &Store<'_>, reply: &Reply<'_>) -> bool {
 pub enum Admit {
     Accept,
     /// Answered; swallow this many bytes of data block.
-    Refused { discard: usize },
+    Refused {
+        discard: usize,
+    },
 }
 
 /// Step 1, at the command: refuses a value too large for any item.
@@ -111,7 +113,9 @@ pub fn admit(ctx: &WorkerCtx, s: &Store<'_>, reply: &Reply<'_>, out: &mut Output
     }
     if let Reply::Meta(m) = reply {
         // memcached checks the opaque once the item is allocated.
-        if m.flags().any(|t| t[0] == b'O' && t.len() > meta::MAX_OPAQUE_TOKEN) {
+        if m.flags()
+            .any(|t| t[0] == b'O' && t.len() > meta::MAX_OPAQUE_TOKEN)
+        {
             text::line(out, false, OPAQUE_TOO_LONG);
             return Admit::Refused { discard };
         }
@@ -120,7 +124,13 @@ pub fn admit(ctx: &WorkerCtx, s: &Store<'_>, reply: &Reply<'_>, out: &mut Output
 }
 
 /// Step 2: stores the value; `block` is the value and its terminator.
-pub fn complete(ctx: &WorkerCtx, s: &Store<'_>, reply: &Reply<'_>, block: &[u8], out: &mut Output) -> Done {
+pub fn complete(
+    ctx: &WorkerCtx,
+    s: &Store<'_>,
+    reply: &Reply<'_>,
+    block: &[u8],
+    out: &mut Output,
+) -> Done {
     ctx.stats.set_cmds.incr();
     let prefix = &ctx.shared.prefix;
     if prefix.enabled() {
@@ -133,7 +143,17 @@ pub fn complete(ctx: &WorkerCtx, s: &Store<'_>, reply: &Reply<'_>, block: &[u8],
     }
     let w = write(ctx, s, &block[..vlen]);
     let (status, cas, size) = ctx.store().store_sized(ctx.head, &w);
-    store_reply(ctx, s.mode, s.key, s.binary_key, reply, status, cas, size, out)
+    store_reply(
+        ctx,
+        s.mode,
+        s.key,
+        s.binary_key,
+        reply,
+        status,
+        cas,
+        size,
+        out,
+    )
 }
 
 fn bad_chunk(out: &mut Output, reply: &Reply<'_>) {
@@ -231,7 +251,13 @@ fn meta_set_reply(
 
 /// A binary storage reply (SET/ADD/REPLACE, APPEND/PREPEND); errors are
 /// written at once by memcached.
-fn binary_store_reply(mode: StoreMode, r: &BinaryReply, result: StoreStatus, cas: u64, out: &mut Output) -> Done {
+fn binary_store_reply(
+    mode: StoreMode,
+    r: &BinaryReply,
+    result: StoreStatus,
+    cas: u64,
+    out: &mut Output,
+) -> Done {
     let concat = matches!(mode, StoreMode::Append | StoreMode::Prepend);
     let code = match result {
         StoreStatus::Stored => {
@@ -266,9 +292,13 @@ pub struct IncomingStore {
 
 /// What the reply of an incoming store needs once the value is in.
 enum IncomingReply {
-    Text { noreply: bool },
+    Text {
+        noreply: bool,
+    },
     /// The ms request line, parsed again for its return flags.
-    Meta { line: Vec<u8> },
+    Meta {
+        line: Vec<u8>,
+    },
     Binary(BinaryReply),
 }
 
@@ -326,7 +356,12 @@ pub fn begin_incoming(
 
 /// Completes a storage command read into its item, once its value is in:
 /// `terminated` says whether `\r\n` followed it (always true in binary).
-pub fn finish_incoming(ctx: &WorkerCtx, incoming: IncomingStore, terminated: bool, out: &mut Output) -> Done {
+pub fn finish_incoming(
+    ctx: &WorkerCtx,
+    incoming: IncomingStore,
+    terminated: bool,
+    out: &mut Output,
+) -> Done {
     ctx.stats.set_cmds.incr();
     let store = ctx.store();
     if !terminated {
@@ -342,20 +377,48 @@ pub fn finish_incoming(ctx: &WorkerCtx, incoming: IncomingStore, terminated: boo
     match incoming.reply {
         IncomingReply::Text { noreply } => {
             let reply = Reply::Text { noreply };
-            store_reply(ctx, incoming.mode, &[], false, &reply, status, cas, size, out)
+            store_reply(
+                ctx,
+                incoming.mode,
+                &[],
+                false,
+                &reply,
+                status,
+                cas,
+                size,
+                out,
+            )
         }
         IncomingReply::Binary(r) => {
             let reply = Reply::Binary(r);
-            store_reply(ctx, incoming.mode, &[], false, &reply, status, cas, size, out)
+            store_reply(
+                ctx,
+                incoming.mode,
+                &[],
+                false,
+                &reply,
+                status,
+                cas,
+                size,
+                out,
+            )
         }
         IncomingReply::Meta { line } => {
             // The line parsed as this request when it arrived.
             let mut keys = osmium_protocol::request::KeyBuffer::new();
             let req = osmium_protocol::ascii::parse_line(&line, &mut keys);
             match (req.command, req.reply) {
-                (osmium_protocol::request::Command::Store(s), reply) => {
-                    store_reply(ctx, incoming.mode, s.key, s.binary_key, &reply, status, cas, size, out)
-                }
+                (osmium_protocol::request::Command::Store(s), reply) => store_reply(
+                    ctx,
+                    incoming.mode,
+                    s.key,
+                    s.binary_key,
+                    &reply,
+                    status,
+                    cas,
+                    size,
+                    out,
+                ),
                 _ => Done::CONTINUE,
             }
         }

@@ -38,25 +38,27 @@ pub fn tuning(_ctx: &WorkerCtx, t: Tokens<'_>, noreply: bool, out: &mut Output) 
                 "ERROR"
             }
         }
-        b"lru" => {
-            if prefix_matches(sub, b"tune") && n >= 6 {
-                match (u32_arg(&t, 2), u32_arg(&t, 3), f64_arg(&t, 4), f64_arg(&t, 5)) {
-                    (Some(hot), Some(warm), Some(hot_factor), Some(factor)) => {
-                        if hot.saturating_add(warm) > 80 {
-                            "ERROR hot and warm pcts must not exceed 80"
-                        } else if factor <= 0.0 || hot_factor <= 0.0 {
-                            "ERROR hot/warm age factors must be greater than 0"
-                        } else {
-                            "OK"
-                        }
+        b"lru" if prefix_matches(sub, b"tune") && n >= 6 => {
+            match (
+                u32_arg(&t, 2),
+                u32_arg(&t, 3),
+                f64_arg(&t, 4),
+                f64_arg(&t, 5),
+            ) {
+                (Some(hot), Some(warm), Some(hot_factor), Some(factor)) => {
+                    if hot.saturating_add(warm) > 80 {
+                        "ERROR hot and warm pcts must not exceed 80"
+                    } else if factor <= 0.0 || hot_factor <= 0.0 {
+                        "ERROR hot/warm age factors must be greater than 0"
+                    } else {
+                        "OK"
                     }
-                    _ => "ERROR",
                 }
-            } else {
-                // mode and temp_ttl need memcached's LRU maintainer thread.
-                "ERROR"
+                _ => "ERROR",
             }
         }
+        // `lru mode` and `lru temp_ttl` need memcached's LRU maintainer thread.
+        b"lru" => "ERROR",
         b"extstore" => extstore(&t),
         b"watch" => "CLIENT_ERROR watch commands not allowed",
         _ => "ERROR",
@@ -114,7 +116,10 @@ fn extstore(t: &Tokens<'_>) -> &'static str {
             ("max_frag", true),
             ("drop_unread", false),
         ];
-        match NAMES.iter().find(|(name, _)| prefix_matches(sub, name.as_bytes())) {
+        match NAMES
+            .iter()
+            .find(|(name, _)| prefix_matches(sub, name.as_bytes()))
+        {
             Some((_, true)) => f64_arg(t, 2).is_some(),
             Some((_, false)) => u32_arg(t, 2).is_some(),
             None => false,

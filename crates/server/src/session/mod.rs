@@ -37,8 +37,6 @@ use crate::context::{WorkerCtx, WORKER_OUTPUT_BUDGET};
 use crate::execute::store::IncomingStore;
 use crate::execute::{AuthState, ConnView, Dump};
 
-pub use text::STREAM_AFTER;
-
 /// Which wire protocol a session speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
@@ -181,6 +179,22 @@ impl Session {
         self.input.input()
     }
 
+    /// Whether the replies queued so far are to wait: memcached writes
+    /// nothing while it reads a data block (a storage command's value, a
+    /// binary request's extras, key or value) or swallows a refused one; it
+    /// writes when it next waits for a new request.
+    pub fn holds_output(&self) -> bool {
+        let header_cut = self.protocol == Protocol::Binary
+            && self.input.len() < osmium_protocol::binary::HEADER_LEN;
+        self.swallow > 0 || self.incoming.is_some() || (self.need > 0 && !header_cut)
+    }
+
+    /// Whether no input is waiting.
+    #[inline]
+    pub fn input_is_empty(&self) -> bool {
+        self.input.is_empty()
+    }
+
     /// The output, for the transport to send.
     #[inline]
     pub fn output(&mut self) -> &mut Output {
@@ -291,8 +305,10 @@ impl Session {
             return Flow::Close;
         }
         if let Some(a) = &self.activity {
-            a.last_cmd
-                .store(ctx.store().clock().now(), std::sync::atomic::Ordering::Relaxed);
+            a.last_cmd.store(
+                ctx.store().clock().now(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
             a.set_state(State::Parsing);
         }
         self.output.wrote_directly = false;

@@ -250,7 +250,11 @@ fn stream(s: &mut Session, ctx: &WorkerCtx) -> Option<Flow> {
     // The keys known complete: up to the line's end, or to the last space.
     let (keys_end, consumed) = match newline {
         Some(nl) => {
-            let end = if nl > 0 && input[nl - 1] == b'\r' { nl - 1 } else { nl };
+            let end = if nl > 0 && input[nl - 1] == b'\r' {
+                nl - 1
+            } else {
+                nl
+            };
             (end, nl + 1)
         }
         None => match memchr::memrchr(b' ', input) {
@@ -278,7 +282,9 @@ fn stream(s: &mut Session, ctx: &WorkerCtx) -> Option<Flow> {
     if newline.is_some() {
         let st = s.streaming.take().expect("streaming");
         if st.failed {
-            compose_text::line(&mut s.output, false, "CLIENT_ERROR bad command line format");
+            s.output
+                .buf()
+                .extend_from_slice(osmium_protocol::ascii::GET_KEY_TOO_LONG);
         } else {
             compose_text::end(&mut s.output);
         }

@@ -100,4 +100,3 @@ impl GlobalStats {
         self.total_connections.fetch_add(n, Ordering::Relaxed);
     }
 }
-

@@ -132,10 +132,15 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     for name in [
         "slab_reassign_rescues",
         "slab_reassign_chunk_rescues",
-        "slab_reassign_evictions_nomem",
         "slab_reassign_inline_reclaim",
         "slab_reassign_busy_items",
         "slab_reassign_busy_deletes",
+        "slab_reassign_busy_nomem",
+    ] {
+        stat(out, name, 0);
+    }
+    stat(out, "slab_reassign_last_busy_status", "none");
+    for name in [
         "slab_reassign_running",
         "slabs_moved",
         "lru_crawler_running",
@@ -275,6 +280,7 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "ssl_min_version", "tlsv1.2");
     stat(out, "num_napi_ids", "(null)");
     stat(out, "memory_file", "(null)");
+    stat(out, "client_flags_size", 4);
 }
 
 /// `stats items`: osmium has one item class; reported as class 1 when
@@ -354,6 +360,6 @@ pub fn slabs(sh: &Shared, out: &mut Vec<u8>) {
 }
 
 fn hash_power(index_bytes: u64) -> u32 {
-let slots = (index_bytes / 8).max(1);
-63 - slots.leading_zeros()
+    let slots = (index_bytes / 8).max(1);
+    63 - slots.leading_zeros()
 }

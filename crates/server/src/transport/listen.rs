@@ -237,4 +237,3 @@ pub fn dispatch(
         global.curr_connections.fetch_sub(1, Ordering::Relaxed);
     }
 }
-

@@ -162,7 +162,7 @@ impl UdpEndpoint {
                 self.run_batch(ctx);
                 continue;
             }
-            if handled >= ctx.reqs_per_event {
+            if handled >= ctx.shared.settings.reqs_per_event {
                 return Progress::MoreWork;
             }
             match self.socket.recv_from(&mut self.datagram) {
@@ -276,7 +276,10 @@ impl UdpEndpoint {
     }
 
     fn stop_at_flush(&self) -> bool {
-        self.session.datagram.as_ref().is_some_and(|d| d.stop_at_flush)
+        self.session
+            .datagram
+            .as_ref()
+            .is_some_and(|d| d.stop_at_flush)
     }
 
     /// How many responses lead up to the last flush point.
@@ -407,10 +410,7 @@ impl UdpEndpoint {
         self.transmit = None;
         // Forget what was sent; held responses move to the front.
         let output = self.session.output();
-        let cut = output
-            .marks
-            .get(tx.limit)
-            .map_or(output.len(), |m| m.start);
+        let cut = output.marks.get(tx.limit).map_or(output.len(), |m| m.start);
         output.marks.drain(..tx.limit);
         if cut == output.len() {
             output.clear();

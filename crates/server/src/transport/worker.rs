@@ -125,7 +125,7 @@ impl Conn {
         if self.hangup {
             return;
         }
-        if self.session.input().is_empty()
+        if self.session.input_is_empty()
             && !self.session.reading_into_item()
             && self.read_some(ctx).is_err()
         {
@@ -155,10 +155,12 @@ impl Conn {
                 }
                 Flow::Wait => {}
             }
-            match self.flush(ctx) {
-                Ok(true) => {}
-                Ok(false) => return Flow::Wait,
-                Err(_) => return Flow::Close,
+            if !self.session.holds_output() {
+                match self.flush(ctx) {
+                    Ok(true) => {}
+                    Ok(false) => return Flow::Wait,
+                    Err(_) => return Flow::Close,
+                }
             }
             if self.session.closing() || self.hangup {
                 return Flow::Close;
