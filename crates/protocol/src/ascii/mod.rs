@@ -70,6 +70,8 @@
 //!   order, and an `O` over 32 bytes answers [`meta::OPAQUE_TOO_LONG`]
 //!   *after* the arithmetic has been applied. `q` hides only `HD`.
 //! * **me** (`MetaDebug`): a miss is `EN`.
+//! * **mn** (`Noop`): `MN`, and memcached writes out everything queued at
+//!   once.
 //! * **flush_all** (`FlushAll`): count the command, then -F off: "CLIENT_ERROR
 //!   flush_all not allowed"; then `delay: None`: "CLIENT_ERROR invalid exptime
 //!   argument"; then flush (delay > 0: from `realtime(delay) - 1`, else now)
