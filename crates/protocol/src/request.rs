@@ -326,7 +326,7 @@ pub enum Command<'a> {
         group: Option<&'a [u8]>,
         tokens: Tokens<'a>,
     },
-    /// cache_memlimit <megabytes>: 8 to 1_000_000_000 (the text parser
+    /// `cache_memlimit <megabytes>`: 8 to 1_000_000_000 (the text parser
     /// answers other values itself, as memcached does before it touches
     /// the limit).
     CacheMemlimit {

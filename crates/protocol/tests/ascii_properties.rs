@@ -198,6 +198,13 @@ proptest! {
         let _ = parse_line(&bytes, &mut keys);
         let _ = frame(&bytes);
         let _ = partial_get(&bytes);
+        for mstart in [2, 3, NO_FLAGS] {
+            if let Some(t) = tokenize(&bytes, mstart) {
+                for i in 0..t.count() {
+                    prop_assert!(!t.get(i).is_empty());
+                }
+            }
+        }
         let mut with_newline = bytes.clone();
         with_newline.push(b'\n');
         check_line(&with_newline)?;

@@ -1,6 +1,6 @@
 //! memcached's text protocols ("ascii": the classic commands and the meta
 //! commands) as memcached 1.6.45 parses them, producing the
-//! protocol-neutral [`Request`](crate::request::Request).
+//! protocol-neutral [`Request`].
 //!
 //! ```text
 //!  read buffer ──frame──▶ line (with its \n) ──parse_line──▶ Request { command, reply }
@@ -17,7 +17,15 @@
 //! * [`partial_get`]: the start of a get line too long to buffer
 //!   (`stream.rs`).
 //!
-//! Errors found while parsing are [`Command::Error`](crate::request::Command::Error)
+//! `noreply` is memcached's `_process_request_noreply`: the last token (the
+//! 23rd when the line has more) is `noreply`. memcached checks it for get,
+//! gets, delete, incr, decr, touch, for the storage commands once their
+//! `<bytes>` is valid, and for every line not found by its first word
+//! (flush_all, verbosity, cache_memlimit, shutdown, lru_crawler, slabs, lru,
+//! extstore, refresh_certs, unknown commands); never for gat, gats, stats,
+//! watch, version, quit or the meta commands.
+//!
+//! Errors found while parsing are [`Command::Error`]
 //! with memcached's exact line. With `Reply::Text { noreply: true }` the
 //! line is not sent (memcached's `out_string`); with `Reply::Meta` it is
 //! always sent. Either way `discard` bytes (a refused storage command's
@@ -62,6 +70,8 @@
 //!   order, and an `O` over 32 bytes answers [`meta::OPAQUE_TOO_LONG`]
 //!   *after* the arithmetic has been applied. `q` hides only `HD`.
 //! * **me** (`MetaDebug`): a miss is `EN`.
+//! * **mn** (`Noop`): `MN`, and memcached writes out everything queued at
+//!   once.
 //! * **flush_all** (`FlushAll`): count the command, then -F off: "CLIENT_ERROR
 //!   flush_all not allowed"; then `delay: None`: "CLIENT_ERROR invalid exptime
 //!   argument"; then flush (delay > 0: from `realtime(delay) - 1`, else now)

@@ -67,6 +67,12 @@ fn request(command: Command<'_>, noreply: bool) -> Request<'_> {
 /// `get`/`gets`: keys from token 1 to the end of the line (its terminator
 /// excluded), split on spaces as memcached's `process_get_command` walks
 /// the raw line.
+///
+/// One difference is left: memcached takes the first key's length from
+/// the tokenizer, which stops at 65534 bytes. A first key that starts
+/// after more than 65 000 spaces and straddles that point is cut there by
+/// memcached (the cut-off part looked up first, the rest as a second key);
+/// here it is one key.
 #[inline]
 pub(super) fn get(line: &[u8], end: usize, with_cas: bool) -> Request<'_> {
     // The common "get <key>\r\n": one token after the command.

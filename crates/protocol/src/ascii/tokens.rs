@@ -39,21 +39,20 @@ fn flag_start_ok(b: u8) -> bool {
 }
 
 /// The content end of `line` as mcmc and memcached compute it: before a
-/// final `\r\n`, else before the last byte. `line` must be at least two
-/// bytes long.
+/// final `\r\n`, else before the last byte (memcached never sees a line
+/// shorter than 4 bytes here; an empty one has no content).
 #[inline]
 pub fn content_end(line: &[u8]) -> usize {
-    let len = line.len();
-    if line[len - 2] == b'\r' {
-        len - 2
-    } else {
-        len - 1
+    match line.len() {
+        0 | 1 => 0,
+        len if line[len - 2] == b'\r' => len - 2,
+        len => len - 1,
     }
 }
 
-/// Tokenizes a request line (terminator included, at least two bytes).
-/// None where mcmc returns `MCMC_NOK`: a token at or after `mstart` starts
-/// with a byte a meta flag cannot start with.
+/// Tokenizes a request line (terminator included). None where mcmc
+/// returns `MCMC_NOK`: a token at or after `mstart` starts with a byte a
+/// meta flag cannot start with.
 #[inline]
 pub fn tokenize(line: &[u8], mstart: usize) -> Option<Tokens<'_>> {
     let clamped = &line[..line.len().min(TOKENIZER_MAXLEN)];
@@ -161,6 +160,16 @@ mod tests {
         }
         line.extend_from_slice(b" !\r\n");
         assert_eq!(tokenize(&line, 2).unwrap().count(), MAX_TOKENS);
+    }
+
+    #[test]
+    fn short_lines_have_no_content() {
+        assert_eq!(content_end(b""), 0);
+        assert_eq!(content_end(b"\n"), 0);
+        assert_eq!(content_end(b"\r\n"), 0);
+        assert_eq!(content_end(b"a\n"), 1);
+        assert_eq!(tokenize(b"", NO_FLAGS).map(|t| t.count()), Some(0));
+        assert_eq!(tokenize(b"a", NO_FLAGS).map(|t| t.count()), Some(0));
     }
 
     #[test]
