@@ -121,7 +121,8 @@ pub struct WorkerCtx {
     pub head: usize,
     /// This worker's connection buffers.
     pub pool: BufferPool,
-    /// Output queued by this worker's connections (see `must_yield`).
+    /// Memory held by this worker's connections' unsent output (see
+    /// `Session::must_yield`).
     pub queued_output: Cell<usize>,
 }
 

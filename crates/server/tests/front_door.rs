@@ -298,8 +298,11 @@ fn read_buffer_limit_closes_connections_beyond_it() {
         for mut c in conns {
             c.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
             let mut b = [0u8; 8];
-            if matches!(c.read(&mut b), Ok(0)) {
-                closed += 1;
+            // Closed with its request unread: a reset, or the end.
+            match c.read(&mut b) {
+                Ok(0) => closed += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => closed += 1,
+                _ => {}
             }
         }
         assert!(closed >= 20, "{kind}: {closed} connections closed");

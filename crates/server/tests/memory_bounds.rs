@@ -184,10 +184,13 @@ fn a_300_mb_get_line_without_a_newline() {
             }
         }
         c.write_all(b"\r\n").unwrap();
-        let reply = read_until(&mut c, b"\r\n");
         match what {
-            "many keys" => assert_eq!(reply, b"END\r\n"),
-            _ => assert_eq!(reply, b"CLIENT_ERROR bad command line format\r\n"),
+            "many keys" => assert_eq!(read_until(&mut c, b"\r\n"), b"END\r\n"),
+            // memcached's answer to a key over 250 bytes in a get.
+            _ => assert_eq!(
+                read_until(&mut c, b"\r\n\r\n"),
+                b"CLIENT_ERROR bad command line format\r\n\r\n"
+            ),
         }
         assert_eq!(
             read_until_reply(&mut c, b"version\r\n")[..8],

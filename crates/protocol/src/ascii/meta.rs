@@ -45,7 +45,7 @@
 //! `D` by ms, ...), and ignored where it means nothing.
 
 use super::numbers::{flag_arg, tokto_i32, tokto_u32, tokto_u64};
-use super::tokens::tokenize;
+use super::tokens::{tokenize, NO_FLAGS};
 use super::BAD_FORMAT;
 use crate::base64::base64_decode;
 use crate::request::{
@@ -363,7 +363,19 @@ fn mset<'a>(line: &'a [u8], keys: &'a mut KeyBuffer) -> Request<'a> {
     let t = match tokenize(line, 3) {
         Some(t) if t.count() >= 3 => t,
         Some(t) => return error(BAD_FORMAT, 0, t, 3),
-        None => return error(BAD_FORMAT, 0, Tokens::empty(), 3),
+        None => {
+            // memcached's tokenizer refused a flag token (one starting with
+            // neither a letter nor a digit): memcached answers without
+            // swallowing the data block, and then runs it as commands. osmium
+            // never runs a client's data as commands: when the length token
+            // is a number, the block is discarded (a deliberate difference).
+            let discard = tokenize(line, NO_FLAGS)
+                .filter(|t| t.count() >= 3)
+                .and_then(|t| tokto_i32(t.get(2)))
+                .filter(|v| (0..=i32::MAX - 2).contains(v))
+                .map_or(0, |v| v as usize + 2);
+            return error(BAD_FORMAT, discard, Tokens::empty(), 3);
+        }
     };
     let value_len = match tokto_i32(t.get(2)) {
         Some(v) if (0..=i32::MAX - 2).contains(&v) => v as usize,

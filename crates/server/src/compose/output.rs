@@ -26,7 +26,12 @@ use crate::stats::counters::ThreadStats;
 pub const DIRECT_MIN: usize = 32 * 1024;
 
 /// Stop running more requests while this much output waits to be sent.
-pub const WRITE_HIGH_WATER: usize = 1 << 20;
+pub const WRITE_HIGH_WATER: usize = 256 * 1024;
+
+/// A write buffer whose unsent part is under a quarter of its capacity is
+/// compacted down once it is this large: a slow reader keeps no more
+/// memory than its unsent replies need.
+const SHRINK_OVER: usize = 64 * 1024;
 
 pub struct Output {
     buf: Vec<u8>,
@@ -45,6 +50,9 @@ pub struct Output {
     /// Counts the times bytes left: offsets into the buffer kept across a
     /// change of it are stale.
     epoch: u64,
+    /// Replies before this offset are committed: memcached has written them
+    /// (at a flush point such as `mn`), so a failing get cannot drop them.
+    committed: usize,
 }
 
 impl Output {
@@ -59,6 +67,7 @@ impl Output {
             marks: Vec::new(),
             datagram: false,
             epoch: 0,
+            committed: 0,
         }
     }
 
@@ -139,10 +148,41 @@ impl Output {
         self.buf.len() - self.sent
     }
 
+    /// Whether this is a datagram endpoint's output.
+    #[inline]
+    pub fn is_datagram(&self) -> bool {
+        self.datagram
+    }
+
+    /// Marks the replies so far as written by memcached (a flush point).
+    #[inline]
+    pub fn commit(&mut self) {
+        self.committed = self.buf.len();
+    }
+
+    /// Drops the replies not yet committed: memcached's
+    /// `conn_release_items` after a get with a key over 250 bytes releases
+    /// every response it has not written.
+    pub fn release_uncommitted(&mut self) {
+        let at = self.committed.min(self.buf.len());
+        self.truncate(at);
+    }
+
     /// Changes whenever bytes leave (offsets taken before are stale).
     #[inline]
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// Memory the output holds while some of it waits to be sent: the
+    /// whole buffer (its sent part is freed only once all of it left).
+    #[inline]
+    pub fn footprint(&self) -> usize {
+        if self.sent == self.buf.len() {
+            0
+        } else {
+            self.buf.capacity()
+        }
     }
 
     /// Records that `n` bytes of `pending` were sent.
@@ -153,6 +193,13 @@ impl Output {
         if self.sent == self.buf.len() {
             self.buf.clear();
             self.sent = 0;
+            self.committed = 0;
+        } else if self.buf.capacity() > SHRINK_OVER && self.queued() < self.buf.capacity() / 4 {
+            self.buf.drain(..self.sent);
+            self.committed = self.committed.saturating_sub(self.sent);
+            self.sent = 0;
+            self.buf
+                .shrink_to(self.buf.len().max(crate::buffers::READ_CHUNK));
         }
     }
 
@@ -160,6 +207,7 @@ impl Output {
     /// forgetting sent responses) and moves the marks with them.
     pub fn drain_front(&mut self, n: usize) {
         self.buf.drain(..n);
+        self.committed = self.committed.saturating_sub(n);
         self.sent = self.sent.saturating_sub(n);
         for m in &mut self.marks {
             m.start -= n;
@@ -170,6 +218,7 @@ impl Output {
     pub fn clear(&mut self) {
         self.buf.clear();
         self.sent = 0;
+        self.committed = 0;
         self.marks.clear();
     }
 
@@ -218,6 +267,8 @@ impl Output {
         stats.bytes_written.add(n as u64);
         self.wrote_directly = true;
         self.epoch += 1;
+        // What was queued before the value has left.
+        self.committed = 0;
         if n < self.buf.len() {
             self.buf.drain(..n);
             self.buf.extend_from_slice(value);

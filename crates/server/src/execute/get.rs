@@ -9,7 +9,7 @@
 //! built so far), so a large value is written straight from item memory
 //! only once every key of the command is known to be short enough.
 
-use osmium_protocol::ascii::GET_KEY_TOO_LONG;
+use osmium_protocol::ascii::{GET_KEY_TOO_LONG, GET_KEY_TOO_LONG_NOREPLY};
 use osmium_protocol::request::{BinaryReply, Keys, Reply, KEY_MAX_LENGTH};
 use osmium_store::Lookup;
 
@@ -34,7 +34,8 @@ pub fn get(
             };
             binary_get(ctx, key, touch, true, r, out)
         }
-        _ => text_get(ctx, keys, touch, with_cas, out),
+        Reply::Text { noreply } => text_get(ctx, keys, touch, with_cas, *noreply, out),
+        Reply::Meta(_) => text_get(ctx, keys, touch, with_cas, false, out),
     }
 }
 
@@ -74,6 +75,7 @@ fn text_get(
     keys: Keys<'_>,
     touch: Option<i64>,
     with_cas: bool,
+    noreply: bool,
     out: &mut Output,
 ) -> Done {
     let start = out.len();
@@ -88,20 +90,31 @@ fn text_get(
             all.all(|k| k.len() <= KEY_MAX_LENGTH)
         })
     };
-    if !text_keys(ctx, keys, touch, with_cas, out, direct_ok) {
-        // memcached re-sends the error line it built, `\r\n` included,
-        // through `out_string`, which adds another.
-        out.truncate(start);
-        out.buf().extend_from_slice(GET_KEY_TOO_LONG);
+    if let Err(failed_key) = text_keys(ctx, keys, touch, with_cas, out, direct_ok) {
+        // memcached releases every reply it has not written (those of
+        // earlier commands of the batch too), then re-sends the error line
+        // it built, `\r\n` included, through `out_string`, which adds
+        // another; noreply hid that line when the first key failed.
+        if out.is_datagram() {
+            out.truncate(start);
+        } else {
+            out.release_uncommitted();
+        }
+        let reply = if failed_key == 0 && noreply {
+            GET_KEY_TOO_LONG_NOREPLY
+        } else {
+            GET_KEY_TOO_LONG
+        };
+        out.buf().extend_from_slice(reply);
         return Done::CONTINUE;
     }
     text::end(out);
     Done::FLUSH
 }
 
-/// Serves the keys of a text get (without its END): false, after the keys
-/// before it, at a key over 250 bytes. Also serves a huge get line's keys
-/// as they arrive (see the session's streaming gets).
+/// Serves the keys of a text get (without its END); at a key over 250
+/// bytes, stops with its position among the keys. Also serves a huge get
+/// line's keys as they arrive (see the session's streaming gets).
 pub fn text_keys(
     ctx: &WorkerCtx,
     keys: Keys<'_>,
@@ -109,16 +122,18 @@ pub fn text_keys(
     with_cas: bool,
     out: &mut Output,
     mut direct_ok: impl FnMut() -> bool,
-) -> bool {
+) -> Result<(), usize> {
     let store = ctx.store();
-    let mut too_long = false;
+    let mut too_long = None;
+    let mut position = 0;
     match touch {
         None => {
             store.get_many(keys, |key, r| {
                 if key.len() > KEY_MAX_LENGTH {
-                    too_long = true;
+                    too_long = Some(position);
                     return false;
                 }
+                position += 1;
                 let outcome = match r {
                     Lookup::Hit(it) => {
                         text::value(out, &it, with_cas, &mut direct_ok, &ctx.stats);
@@ -134,9 +149,9 @@ pub fn text_keys(
         }
         Some(exptime) => {
             let exptime = store.clock().realtime(exptime);
-            for key in keys {
+            for (i, key) in keys.enumerate() {
                 if key.len() > KEY_MAX_LENGTH {
-                    too_long = true;
+                    too_long = Some(i);
                     break;
                 }
                 let r = store.get(key, Some(exptime), |it| {
@@ -146,7 +161,10 @@ pub fn text_keys(
             }
         }
     }
-    !too_long
+    match too_long {
+        Some(i) => Err(i),
+        None => Ok(()),
+    }
 }
 
 /// Binary GET/GETK/GAT/GATK (and quiet forms); `with_value` false for

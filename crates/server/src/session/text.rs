@@ -151,6 +151,8 @@ fn run_line(s: &mut Session, ctx: &WorkerCtx, consumed: usize) -> Option<Flow> {
         }
         Command::Noop => {
             execute::execute(ctx, conn, &req, out);
+            // mn makes memcached write what is queued at once.
+            out.commit();
             shape = ReplyShape::Flush;
         }
         _ => match execute::execute(ctx, conn, &req, out).next {
@@ -274,7 +276,7 @@ fn stream(s: &mut Session, ctx: &WorkerCtx) -> Option<Flow> {
     if !st.failed {
         let keys = Keys::list(&input[..keys_end]);
         let ok = execute::text_keys(ctx, keys, st.touch, st.with_cas, &mut s.output, || false);
-        if !ok {
+        if ok.is_err() {
             fail_stream(s);
         }
     }

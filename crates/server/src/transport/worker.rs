@@ -233,7 +233,7 @@ impl Worker {
 
     fn close(&mut self, key: usize) {
         if let Some(mut conn) = self.conns.try_remove(key) {
-            let queued = conn.session.output().queued();
+            let queued = conn.session.output().footprint();
             self.ctx
                 .queued_output
                 .set(self.ctx.queued_output.get().saturating_sub(queued));
@@ -277,7 +277,7 @@ impl Worker {
             return;
         };
         conn.last_active = now;
-        let before = conn.session.output().queued();
+        let before = conn.session.output().footprint();
         // A bug hit by one connection's input must not take down the other
         // connections of this worker: contain it and drop that connection.
         let ctx = &self.ctx;
@@ -286,7 +286,7 @@ impl Worker {
                 eprintln!("connection handler panicked; closing that connection");
                 Flow::Close
             });
-        let after = conn.session.output().queued();
+        let after = conn.session.output().footprint();
         ctx.queued_output
             .set((ctx.queued_output.get() + after).saturating_sub(before));
         match flow {

@@ -477,8 +477,11 @@ fn ms_errors() {
     assert_eq!(err(b"ms k -1\r\n"), (BAD_FORMAT, 0, false));
     assert_eq!(err(b"ms k +1\r\n"), (BAD_FORMAT, 0, false));
     assert_eq!(err(b"ms k 2147483646\r\n"), (BAD_FORMAT, 0, false));
-    assert_eq!(err(b"ms k 1 !x\r\n"), (BAD_FORMAT, 0, false));
-    assert_eq!(err(b"ms k 1 T1 \xff\r\n"), (BAD_FORMAT, 0, false));
+    // memcached 1.6.45 swallows nothing when its tokenizer refuses a flag
+    // token, and runs the data block as commands; osmium swallows it
+    // whenever the length is a number (a deliberate difference).
+    assert_eq!(err(b"ms k 1 !x\r\n"), (BAD_FORMAT, 3, false));
+    assert_eq!(err(b"ms k 1 T1 \xff\r\n"), (BAD_FORMAT, 3, false));
     // Afterwards every error swallows the data block.
     assert_eq!(err(b"ms k 1 T!\r\n"), (BAD_TOKEN, 3, false));
     assert_eq!(err(b"ms a 1 b\r\n"), (ERROR_DECODING_KEY, 3, false));
