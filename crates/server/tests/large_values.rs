@@ -462,9 +462,9 @@ fn meta_sets_of_large_values_in_pieces() {
         );
         exchange_one(&format!("ms mk {} ME O1\r\n", b.len()), &b, b"NS O1\r\n");
         exchange_one(&format!("ms none {} MR\r\n", b.len()), &b, b"NS\r\n");
-        // q hides only HD: EX is sent.
-        exchange_one(&format!("ms mk {} C1 q\r\n", b.len()), &b, b"EX\r\n");
-        exchange_one(&format!("ms mk {} C1\r\n", b.len()), &b, b"EX\r\n");
+        // A CAS that cannot match (0); q hides only HD: EX is sent.
+        exchange_one(&format!("ms mk {} C0 q\r\n", b.len()), &b, b"EX\r\n");
+        exchange_one(&format!("ms mk {} C0\r\n", b.len()), &b, b"EX\r\n");
         exchange_one(&format!("ms mk {} q F6\r\n", b.len()), &b, b"");
         // Bad end of block: refused, the old value stays.
         s.write_all(format!("ms mk {} F7\r\n", a.len()).as_bytes())
