@@ -11,6 +11,8 @@ def test_exchange(case, conformance):
     reason = conformance.skipped(case)
     if reason:
         pytest.skip(f"{case.name}: {reason}")
+    if "memcached" in H.target_kinds(conformance.target):
+        H.servers.require_memcached()
     if "osmium" in H.target_kinds(conformance.target):
         missing = H.osmium_missing()
         if missing:

@@ -280,7 +280,8 @@ struct Common {
     /// osmium,osmium-b`: two builds compared in one alternated run).
     #[arg(long, value_name = "PATH")]
     osmium_b: Option<PathBuf>,
-    /// The memcached binary [default: /usr/bin/memcached].
+    /// The memcached binary [default: the repository's
+    /// .oracle/memcached-1.6.45/memcached if built, else /usr/bin/memcached].
     #[arg(long, value_name = "PATH")]
     memcached: Option<PathBuf>,
     /// Which servers to run, in this order.

@@ -75,7 +75,10 @@ pub struct Binaries {
 impl Binaries {
     /// `--osmium`/`--memcached`, else osmium beside this executable (both
     /// live in `target/release` after `cargo build --release`), else
-    /// `target/release/osmium`; memcached at `/usr/bin/memcached`.
+    /// `target/release/osmium`; memcached: the repository's build of the
+    /// test oracle (`.oracle/memcached-1.6.45/memcached`, made by
+    /// `scripts/build-memcached.sh`) when it exists, else
+    /// `/usr/bin/memcached`.
     pub fn resolve(osmium: Option<PathBuf>, memcached: Option<PathBuf>) -> Binaries {
         let osmium = osmium.unwrap_or_else(|| {
             std::env::current_exe()
@@ -84,7 +87,15 @@ impl Binaries {
                 .filter(|p| p.is_file())
                 .unwrap_or_else(|| PathBuf::from("target/release/osmium"))
         });
-        let memcached = memcached.unwrap_or_else(|| PathBuf::from("/usr/bin/memcached"));
+        let memcached = memcached.unwrap_or_else(|| {
+            let oracle = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../.oracle/memcached-1.6.45/memcached");
+            if oracle.is_file() {
+                oracle
+            } else {
+                PathBuf::from("/usr/bin/memcached")
+            }
+        });
         let floor = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("osmium-bench"));
         Binaries {
             osmium,

@@ -19,9 +19,8 @@ use common::{start_on_free_port, wait_exit, wait_until};
 /// The servers to test: osmium, and memcached 1.6.45 when there is one.
 fn servers() -> Vec<(&'static str, PathBuf)> {
     let mut out = vec![("osmium", PathBuf::from(env!("CARGO_BIN_EXE_osmium")))];
-    match common::memcached_bin() {
-        Some(bin) => out.push(("memcached", bin)),
-        None => common::memcached_missing("front_door"),
+    if let Some(bin) = common::memcached_bin() {
+        out.push(("memcached", bin));
     }
     out
 }
