@@ -113,11 +113,14 @@ fn a_refused_storage_commands_data_block_is_never_run() {
         format!("ms {long_key} 9\r\nflush_all\r\n"),
         "ms k 9 T1 T2\r\nflush_all\r\n".into(),
         "ms k 9 MZ\r\nflush_all\r\n".into(),
-        "ms k 9 !x\r\nflush_all\r\n".into(),
         format!("ms k 9 {}\r\nflush_all\r\n", "O1 ".repeat(25)),
         "ms k 11 Tabc\r\ndelete keep\r\n".into(),
         "set k 0 0 2000000\r\n".to_string() + &"x".repeat(2_000_000) + "\r\n",
     ];
+    // memcached 1.6.45 swallows nothing when its tokenizer refuses a meta
+    // flag (one starting with neither a letter nor a digit) and runs the data
+    // block as commands; osmium swallows it: a deliberate difference.
+    let osmium_only: Vec<String> = vec!["ms k 9 !x\r\nflush_all\r\n".into()];
     for (kind, bin) in servers() {
         let srv = Server::start(kind, &bin, &[]);
         let mut c = srv.connect();
@@ -125,7 +128,12 @@ fn a_refused_storage_commands_data_block_is_never_run() {
             roundtrip(&mut c, b"set keep 0 0 4\r\ndata\r\n", b"\r\n"),
             b"STORED\r\n"
         );
-        for req in &refused {
+        let extra = if kind == "osmium" {
+            &osmium_only[..]
+        } else {
+            &[]
+        };
+        for req in refused.iter().chain(extra) {
             let reply = exchange(&mut c, req.as_bytes());
             let text = String::from_utf8_lossy(&reply);
             assert!(

@@ -245,7 +245,7 @@ fn shutdown_command_needs_enable_flag() {
     let mut c = srv.connect();
     assert_eq!(
         roundtrip(&mut c, b"shutdown\r\n", b"\r\n"),
-        b"ERROR: shutdown not enabled\r\n"
+        b"SERVER_ERROR: shutdown not enabled\r\n"
     );
     drop(c);
     let mut srv2 = Server::start(&["-A"]);

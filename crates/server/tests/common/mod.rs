@@ -212,4 +212,3 @@ pub fn wait_exit(child: &mut Child) -> ExitStatus {
     });
     status.unwrap()
 }
-
