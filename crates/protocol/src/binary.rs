@@ -29,7 +29,7 @@
 //! left of the body is then read as the value, swallowed, or (for opcodes
 //! that take no value, like STAT) parsed as the next request.
 
-use crate::text::{StoreMode, KEY_MAX_LENGTH};
+use crate::request::{StoreMode, KEY_MAX_LENGTH};
 
 /// Length of a request or response header.
 pub const HEADER_LEN: usize = 24;
@@ -481,14 +481,7 @@ pub fn to_request<'a>(
             with_key,
         })
     };
-    let mode = |m: StoreMode| match m {
-        StoreMode::Set => Mode::Set,
-        StoreMode::Add => Mode::Add,
-        StoreMode::Replace => Mode::Replace,
-        StoreMode::Append => Mode::Append,
-        StoreMode::Prepend => Mode::Prepend,
-        StoreMode::Cas => Mode::Cas,
-    };
+    let mode = |m: StoreMode| m;
     let cas = if use_cas { h.cas } else { 0 };
     let (command, reply) = match r {
         Request::Get {
