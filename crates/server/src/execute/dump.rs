@@ -3,6 +3,7 @@
 //! `stats cachedump` (memcdump's source), in memcached's formats:
 //!
 //! ```text
+//!   OK                    (a crawler dump starts so)
 //!   key=<uri-encoded key> exp=<unix time|-1> la=<unix time> cas=<n> fetch=<yes|no> cls=<id> size=<bytes> flags=<n>\n
 //!   mg <key>\r\n          mg <base64 key> b\r\n
 //!   ITEM <key> [<bytes> b; <unix exptime|0> s]\r\n
@@ -194,6 +195,8 @@ pub fn lru_crawler(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>, out: &mut Out
             line(out, "OK");
             return Done::CONTINUE;
         }
+        // memcached's crawler answers OK, then streams the items.
+        line(out, "OK");
         return Done::then(Next::StartDump(DumpKind { mg, classes }));
     }
     if n == 3 && (prefix_matches(sub, b"tocrawl") || prefix_matches(sub, b"sleep")) {
