@@ -1,4 +1,4 @@
-//! Authentication, as memcached 1.6.18 does it:
+//! Authentication, as memcached does it:
 //!
 //! * `-S`: SASL for the binary protocol, mechanism PLAIN, checked against
 //!   a password file in memcached's sasl-pwdb format (`user:password` per

@@ -22,6 +22,7 @@ mod delete;
 mod dump;
 mod get;
 mod meta_get;
+mod report;
 pub mod sasl;
 mod stats;
 pub mod store;

@@ -18,7 +18,7 @@ use super::{dump, ConnView, Done};
 use crate::compose::output::Output;
 use crate::compose::{binary, text};
 use crate::context::WorkerCtx;
-use crate::stats::report;
+use super::report;
 
 pub fn stats(
     ctx: &WorkerCtx,
