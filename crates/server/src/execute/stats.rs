@@ -14,11 +14,11 @@ use osmium_protocol::binary::{opcode, status};
 use osmium_protocol::encode::{self, stat};
 use osmium_protocol::request::{Reply, Tokens};
 
+use super::report;
 use super::{dump, ConnView, Done};
 use crate::compose::output::Output;
 use crate::compose::{binary, text};
 use crate::context::WorkerCtx;
-use super::report;
 
 pub fn stats(
     ctx: &WorkerCtx,
