@@ -3,8 +3,7 @@
 //! and what one worker's request handlers see ([`WorkerCtx`]: its own
 //! counters, write head and buffer pool).
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use mio::Waker;
@@ -37,6 +36,8 @@ pub struct Shared {
     pub threads: Vec<Arc<ThreadStats>>,
     /// Each worker's buffer pool figures.
     pub pools: Vec<Arc<PublishedPoolStats>>,
+    /// Memory each worker's connections hold in unsent replies.
+    pub output_held: Vec<Arc<AtomicUsize>>,
     pub global: GlobalStats,
     /// `-v`, changed at run time by `verbosity`.
     pub verbosity: AtomicU32,
@@ -58,6 +59,9 @@ impl Shared {
         let pools = (0..settings.threads)
             .map(|_| Arc::new(PublishedPoolStats::default()))
             .collect();
+        let output_held = (0..settings.threads)
+            .map(|_| Arc::new(AtomicUsize::new(0)))
+            .collect();
         Shared {
             verbosity: AtomicU32::new(settings.verbose),
             prefix: PrefixStats::new(settings.prefix_delimiter, settings.detail_enabled),
@@ -66,6 +70,7 @@ impl Shared {
             auth,
             threads,
             pools,
+            output_held,
             global: GlobalStats::default(),
             accepting: AtomicBool::new(true),
             conns: Registry::default(),
@@ -122,8 +127,8 @@ pub struct WorkerCtx {
     /// This worker's connection buffers.
     pub pool: BufferPool,
     /// Memory held by this worker's connections' unsent output (see
-    /// `Session::must_yield`).
-    pub queued_output: Cell<usize>,
+    /// `Session::must_yield`; written by this worker only, read by `stats`).
+    pub queued_output: Arc<AtomicUsize>,
 }
 
 /// Output a worker lets its connections queue in all before a connection
@@ -138,7 +143,7 @@ impl WorkerCtx {
             stats: shared.threads[index].clone(),
             pool: BufferPool::new(limit, shared.pools[index].clone()),
             head: index,
-            queued_output: Cell::new(0),
+            queued_output: shared.output_held[index].clone(),
             shared,
         }
     }
@@ -146,5 +151,19 @@ impl WorkerCtx {
     #[inline]
     pub fn store(&self) -> &Store {
         &self.shared.store
+    }
+
+    /// Memory this worker's connections hold in unsent replies.
+    #[inline]
+    pub fn output_held(&self) -> usize {
+        self.queued_output.load(Ordering::Relaxed)
+    }
+
+    /// Records that a connection's unsent replies went from `before` to
+    /// `after` bytes of memory.
+    #[inline]
+    pub fn output_changed(&self, before: usize, after: usize) {
+        let held = (self.output_held() + after).saturating_sub(before);
+        self.queued_output.store(held, Ordering::Relaxed);
     }
 }

@@ -51,6 +51,7 @@ fn main() {
             std::process::exit(1); // EXIT_FAILURE, as memcached
         }
     };
+    process::tune_allocator();
     if let Err(msg) = process::raise_file_limit(&settings) {
         eprintln!("{msg}");
         std::process::exit(71); // EX_OSERR, as memcached

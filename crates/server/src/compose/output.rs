@@ -174,15 +174,11 @@ impl Output {
         self.epoch
     }
 
-    /// Memory the output holds while some of it waits to be sent: the
-    /// whole buffer (its sent part is freed only once all of it left).
+    /// Memory the output's buffer holds (its sent part is freed only once
+    /// all of it left or the buffer is compacted).
     #[inline]
     pub fn footprint(&self) -> usize {
-        if self.sent == self.buf.len() {
-            0
-        } else {
-            self.buf.capacity()
-        }
+        self.buf.capacity()
     }
 
     /// Records that `n` bytes of `pending` were sent.
@@ -194,6 +190,10 @@ impl Output {
             self.buf.clear();
             self.sent = 0;
             self.committed = 0;
+            if self.buf.capacity() > SHRINK_OVER {
+                // A large buffer that drained: give its memory back now.
+                self.buf.shrink_to(crate::buffers::READ_CHUNK);
+            }
         } else if self.buf.capacity() > SHRINK_OVER && self.queued() < self.buf.capacity() / 4 {
             self.buf.drain(..self.sent);
             self.committed = self.committed.saturating_sub(self.sent);

@@ -76,7 +76,14 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     );
     stat(out, "response_obj_oom", 0);
     stat(out, "response_obj_count", 0);
-    stat(out, "response_obj_bytes", 0);
+    // Memory held by replies not yet sent (memcached: its response
+    // objects').
+    let held: usize = sh
+        .output_held
+        .iter()
+        .map(|h| h.load(Ordering::Relaxed))
+        .sum();
+    stat(out, "response_obj_bytes", held);
     let mut pools = crate::buffers::PoolStats::default();
     for p in &sh.pools {
         let p = p.get();

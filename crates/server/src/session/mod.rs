@@ -348,8 +348,7 @@ impl Session {
         }
         let queued = self.output.queued();
         queued > WRITE_HIGH_WATER
-            || (queued > 0
-                && ctx.queued_output.get() + self.output.footprint() > WORKER_OUTPUT_BUDGET)
+            || (queued > 0 && ctx.output_held() + self.output.footprint() > WORKER_OUTPUT_BUDGET)
     }
 
     fn conn_view(&self) -> ConnView {

@@ -234,9 +234,7 @@ impl Worker {
     fn close(&mut self, key: usize) {
         if let Some(mut conn) = self.conns.try_remove(key) {
             let queued = conn.session.output().footprint();
-            self.ctx
-                .queued_output
-                .set(self.ctx.queued_output.get().saturating_sub(queued));
+            self.ctx.output_changed(queued, 0);
             conn.session.close(&self.ctx);
             let _ = self.poll.registry().deregister(&mut conn.stream);
             let shared = &self.ctx.shared;
@@ -287,8 +285,7 @@ impl Worker {
                 Flow::Close
             });
         let after = conn.session.output().footprint();
-        ctx.queued_output
-            .set((ctx.queued_output.get() + after).saturating_sub(before));
+        ctx.output_changed(before, after);
         match flow {
             Flow::Wait => conn.session.release_idle(ctx),
             Flow::Yield => self.ready.push_back(key),
