@@ -5,8 +5,8 @@
 //! last), one per binary request. After each request the session records
 //! its responses here; the UDP transport then cuts the output at the marks.
 //! A mark also says whether memcached would send the responses up to it at
-//! once (a *flush point*: after a get, `quit`, `mn`, and binary NOOP and
-//! most binary errors), which decides what survives a later close.
+//! once (a *flush point*: after `quit`, `mn`, and binary NOOP and most
+//! binary errors), which decides what survives a later close.
 
 use osmium_protocol::request::Keys;
 
@@ -29,8 +29,7 @@ pub enum ReplyShape<'a> {
     Flush,
     /// One response even if empty, sent at once (`quit`).
     Empty,
-    /// get/gets/gat/gats: one response per key, END on the last, sent at
-    /// once.
+    /// get/gets/gat/gats: one response per key, END on the last.
     PerKey(Keys<'a>),
 }
 
@@ -57,10 +56,11 @@ pub fn mark_replies(
 }
 
 /// memcached starts a response per key of a get: a hit holds its VALUE
-/// block, a miss is empty, and END goes on the last one; then it flushes.
-/// The blocks are matched to the keys in order. A get that fails (a key
-/// too long) drops every response since the last flush point, as
-/// memcached's `conn_release_items` does, and is not a flush point.
+/// block, a miss is empty, and END goes on the last one. The blocks are
+/// matched to the keys in order. A get is not a flush point (its replies
+/// wait, e.g. for a data block that follows in the datagram). A get that
+/// fails (a key too long) drops every response since the last flush
+/// point, as memcached's `conn_release_items` does.
 fn mark_get_replies(
     responses: &mut Vec<ResponseMark>,
     out: &mut Vec<u8>,
@@ -100,10 +100,7 @@ fn mark_get_replies(
             ..ResponseMark::default()
         });
     }
-    if let Some(last) = responses.last_mut() {
-        last.flush = true;
-    }
-    true
+    false
 }
 
 /// Length of `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n` at the
@@ -148,13 +145,13 @@ mod tests {
     fn get_marks(keys: &[u8], out: &[u8]) -> Vec<(usize, bool)> {
         let mut marks = Vec::new();
         let mut out = out.to_vec();
-        assert!(mark_replies(
+        assert!(!mark_replies(
             &mut marks,
             &mut out,
             0,
             ReplyShape::PerKey(Keys::list(keys))
         ));
-        assert!(marks.last().unwrap().flush);
+        assert!(!marks.last().unwrap().flush);
         marks.iter().map(|m| (m.start, m.suppressed)).collect()
     }
 

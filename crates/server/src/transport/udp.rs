@@ -1,7 +1,7 @@
 //! The UDP transport (`-U`): one [`UdpEndpoint`] per UDP socket per worker
 //! (each worker polls its own clone of the socket, as memcached gives every
 //! worker thread the UDP descriptor), turning datagrams into session input
-//! and session output into reply datagrams, the way memcached 1.6.18 does.
+//! and session output into reply datagrams, the way memcached 1.6.45 does.
 //!
 //! Every datagram, request or reply, starts with an 8-byte frame header of
 //! four big-endian u16 fields:
@@ -38,12 +38,12 @@
 //! right after another response, as memcached's `_transmit_post` does.
 //!
 //! When replies go out matters where memcached drops some: it sends at
-//! once after a get, `quit` or `mn` (a *flush point*), and otherwise when
-//! the datagram is used up or after `-R` commands. So replies up to the
-//! last flush point are sent even when a later command waits for its data
-//! block or closes the "connection" (a line too long, an HTTP request),
-//! which drops the rest; a get with a too-long key drops the replies since
-//! the last flush point. `quit` drops the rest of its datagram and, like
+//! once after `quit` or `mn` (a *flush point*; a get is not one), and
+//! otherwise when the datagram is used up or after `-R` commands. So
+//! replies up to the last flush point are sent even when a later command
+//! waits for its data block or closes the "connection" (a line too long,
+//! an HTTP request, `shutdown`), which drops the rest; a get with a
+//! too-long key drops the replies since the last flush point. `quit` drops the rest of its datagram and, like
 //! memcached's never-cleared `close_after_write`, makes every later flush
 //! point or `-R` yield on this endpoint end its datagram too.
 
