@@ -292,3 +292,36 @@ fn clients_that_do_not_read_their_replies() {
     let rss = srv.settled_rss();
     assert!(rss <= RSS_LIMIT_KB, "after they closed: RSS {rss} KiB");
 }
+
+/// The memory a worker counts as held by unsent replies (`stats
+/// response_obj_bytes`) returns to nothing once every reply is sent, however
+/// many requests came before: a drift there would push busy connections over
+/// the worker's output budget and make them yield after every request.
+#[test]
+fn reply_memory_is_counted_back_when_replies_are_sent() {
+    let srv = Server::start(&["-t", "1"]);
+    let mut c = srv.connect();
+    assert_eq!(
+        read_until_reply(&mut c, b"set k 0 0 1\r\nv\r\n"),
+        b"STORED\r\n"
+    );
+    for _ in 0..2_000 {
+        c.write_all(b"get k\r\n").unwrap();
+        read_until(&mut c, b"END\r\n");
+    }
+    drop(c);
+    let mut s = srv.connect();
+    s.write_all(b"stats\r\n").unwrap();
+    let stats = String::from_utf8(read_until(&mut s, b"END\r\n")).unwrap();
+    let held: usize = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("STAT response_obj_bytes "))
+        .expect("response_obj_bytes")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        held <= 64 * 1024,
+        "response_obj_bytes {held} after 2,000 replies"
+    );
+}

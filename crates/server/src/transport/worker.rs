@@ -284,10 +284,15 @@ impl Worker {
                 eprintln!("connection handler panicked; closing that connection");
                 Flow::Close
             });
+        if flow == Flow::Wait {
+            // Before measuring: an idle connection's empty buffers go back
+            // to the pool and stop counting against the worker's budget.
+            conn.session.release_idle(ctx);
+        }
         let after = conn.session.output().footprint();
         ctx.output_changed(before, after);
         match flow {
-            Flow::Wait => conn.session.release_idle(ctx),
+            Flow::Wait => {}
             Flow::Yield => self.ready.push_back(key),
             Flow::Close => self.close(key),
         }
