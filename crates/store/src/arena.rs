@@ -741,6 +741,9 @@ impl Arena {
                 );
             }
             done += 1;
+            // One region is up to 2 MiB copied in the kernel: let a thread
+            // waiting for this core run before the next.
+            std::thread::yield_now();
         }
         done
     }
