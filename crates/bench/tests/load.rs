@@ -447,3 +447,73 @@ fn vs_compares_two_osmium_builds() {
         assert_eq!(row["misses"], 0, "{row}");
     }
 }
+
+#[test]
+fn vs_sla_pin_runs_every_server_on_one_cpu() {
+    // `load --vs --sla --pin`: each server's whole process may run on one
+    // CPU only (its Cpus_allowed_list, reported on stderr, is a single
+    // CPU), the search runs on it, and each server has its row.
+    if std::thread::available_parallelism().map_or(0, |n| n.get()) < 2 {
+        eprintln!("SKIP: --pin needs two CPUs");
+        return;
+    }
+    let cache = cache_servers();
+    if cache.is_empty() {
+        return;
+    }
+    let list = cache.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(",");
+    let mut args = vec![
+        "load",
+        "--vs",
+        "--sla",
+        "--pin",
+        "--servers",
+        &list,
+        "--rounds",
+        "1",
+        "--sla-steps",
+        "1",
+        "--sla-step-duration",
+        "0.2",
+        "--warmup",
+        "0.1",
+        "--keys",
+        "2000",
+        "--conns",
+        "2",
+        "--json",
+    ];
+    for (name, path) in &cache {
+        args.push(if *name == "osmium" {
+            "--osmium"
+        } else {
+            "--memcached"
+        });
+        args.push(path.to_str().unwrap());
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
+        .args(&args)
+        .output()
+        .expect("run osmium-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "osmium-bench {args:?}: {stderr}");
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["server"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, list.split(',').collect::<Vec<_>>());
+    for (name, _) in &cache {
+        let cpus = stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} (pid ")))
+            .and_then(|l| l.split("Cpus_allowed_list ").nth(1))
+            .unwrap_or_else(|| panic!("no placement of {name} in {stderr}"));
+        assert!(
+            cpus.trim().parse::<usize>().is_ok(),
+            "{name} may run on {cpus:?}, not one CPU"
+        );
+    }
+}

@@ -726,6 +726,9 @@ impl Arena {
                 self.region_segments * self.segment_size,
             );
             done += 1;
+            // One region is up to 2 MiB copied in the kernel: let a thread
+            // waiting for this core run before the next.
+            std::thread::yield_now();
         }
         done
     }
