@@ -17,7 +17,10 @@
 //! into its item); such large buffers go back to a small set the pool keeps
 //! for the next large value, so a client storing large values does not
 //! make the server allocate, zero and fault in a fresh buffer each time.
-//! Buffers beyond what the pool keeps are freed. With `-o
+//! Write buffers start at `READ_CHUNK` and grow with the replies; a grown
+//! one goes back to a set of at most `LARGE_WRITE_KEEP_BYTES` and is lent
+//! again to a connection whose last replies needed that much. Buffers
+//! beyond what the pool keeps are freed. With `-o
 //! read_buf_mem_limit` the buffers out of a worker's pool at once are
 //! limited, as memcached limits its read buffers: a connection that cannot
 //! get one is closed and counted in `read_buf_oom`.
@@ -36,9 +39,13 @@ const SMALL_KEEP: usize = 64;
 /// Large read buffers a pool keeps.
 const LARGE_KEEP: usize = 4;
 /// Larger buffers than this are freed, not kept.
-const LARGE_KEEP_MAX: usize = 4 << 20;
-/// A write buffer that grew past this is freed when it empties.
+pub const LARGE_KEEP_MAX: usize = 4 << 20;
+/// Write buffers up to this size go back to the small set.
 const WRITE_KEEP_MAX: usize = 64 * 1024;
+/// Bytes of larger write buffers a pool keeps, for the connections that
+/// needed one last time (large values, deep pipelines): the next reply of
+/// that size does not map, fault in and unmap a fresh buffer.
+const LARGE_WRITE_KEEP_BYTES: usize = 4 << 20;
 
 /// Bytes of buffers freed since the allocator last returned memory to the
 /// system (see `trim_memory`).
@@ -82,6 +89,7 @@ pub struct BufferPool {
     small_read: RefCell<Vec<Vec<u8>>>,
     large_read: RefCell<Vec<Vec<u8>>>,
     write: RefCell<Vec<Vec<u8>>>,
+    large_write: RefCell<Vec<Vec<u8>>>,
     /// Buffers handed out and not yet given back (read and write; the
     /// limit counts them all but refuses only read buffers: a connection
     /// that got its input in always gets to answer it).
@@ -127,6 +135,7 @@ impl BufferPool {
             small_read: RefCell::new(Vec::new()),
             large_read: RefCell::new(Vec::new()),
             write: RefCell::new(Vec::new()),
+            large_write: RefCell::new(Vec::new()),
             out: Cell::new(0),
             out_bytes: Cell::new(0),
             limit: (limit_bytes > 0).then(|| (limit_bytes / READ_CHUNK).max(1)),
@@ -149,10 +158,11 @@ impl BufferPool {
         let (a, ab) = kept(&self.small_read);
         let (b, bb) = kept(&self.large_read);
         let (c, cb) = kept(&self.write);
-        let free = ab + bb + cb;
+        let (d, db) = kept(&self.large_write);
+        let free = ab + bb + cb + db;
         let p = &self.published;
         p.count
-            .store((a + b + c + self.out.get()) as u64, Ordering::Relaxed);
+            .store((a + b + c + d + self.out.get()) as u64, Ordering::Relaxed);
         p.bytes
             .store((free + self.out_bytes.get()) as u64, Ordering::Relaxed);
         p.bytes_free.store(free as u64, Ordering::Relaxed);
@@ -243,12 +253,22 @@ impl BufferPool {
         freed(buffer.capacity());
     }
 
-    /// An empty write buffer.
-    pub fn take_write(&self) -> Result<Vec<u8>, NoBuffer> {
-        let buffer = self
-            .write
-            .borrow_mut()
-            .pop()
+    /// An empty write buffer: a kept large one when the connection's last
+    /// replies needed more than `WRITE_KEEP_MAX` bytes (`wanted`) and the
+    /// pool has one, else a small one.
+    pub fn take_write(&self, wanted: usize) -> Result<Vec<u8>, NoBuffer> {
+        let large = if wanted > WRITE_KEEP_MAX {
+            let mut large = self.large_write.borrow_mut();
+            let fits = (0..large.len())
+                .filter(|&i| large[i].capacity() >= wanted)
+                .min_by_key(|&i| large[i].capacity());
+            fits.or_else(|| (0..large.len()).max_by_key(|&i| large[i].capacity()))
+                .map(|i| large.swap_remove(i))
+        } else {
+            None
+        };
+        let buffer = large
+            .or_else(|| self.write.borrow_mut().pop())
             .unwrap_or_else(|| Vec::with_capacity(READ_CHUNK));
         match self.lend(&[], false) {
             Ok(()) => {
@@ -257,7 +277,7 @@ impl BufferPool {
                 Ok(buffer)
             }
             Err(e) => {
-                self.write.borrow_mut().push(buffer);
+                self.give_write_unlent(buffer);
                 Err(e)
             }
         }
@@ -265,17 +285,40 @@ impl BufferPool {
 
     /// Gives an emptied write buffer back (`capacity_when_taken` is what
     /// `take_write` counted for it).
-    pub fn give_write(&self, mut buffer: Vec<u8>, capacity_when_taken: usize) {
+    pub fn give_write(&self, buffer: Vec<u8>, capacity_when_taken: usize) {
         self.returned(capacity_when_taken);
-        buffer.clear();
-        let mut write = self.write.borrow_mut();
-        if buffer.capacity() <= WRITE_KEEP_MAX && write.len() < SMALL_KEEP {
-            write.push(buffer);
-        } else {
-            freed(buffer.capacity());
-        }
-        drop(write);
+        self.give_write_unlent(buffer);
         self.publish();
+    }
+
+    fn give_write_unlent(&self, mut buffer: Vec<u8>) {
+        buffer.clear();
+        let capacity = buffer.capacity();
+        if capacity <= WRITE_KEEP_MAX {
+            let mut write = self.write.borrow_mut();
+            if write.len() < SMALL_KEEP {
+                write.push(buffer);
+            } else {
+                freed(capacity);
+            }
+            return;
+        }
+        if capacity > LARGE_KEEP_MAX.min(LARGE_WRITE_KEEP_BYTES) {
+            freed(capacity);
+            return;
+        }
+        // Keep the largest ones within the budget.
+        let mut large = self.large_write.borrow_mut();
+        large.push(buffer);
+        let mut kept: usize = large.iter().map(Vec::capacity).sum();
+        while kept > LARGE_WRITE_KEEP_BYTES {
+            let smallest = (0..large.len())
+                .min_by_key(|&i| large[i].capacity())
+                .expect("over budget means non-empty");
+            let dropped = large.swap_remove(smallest);
+            kept -= dropped.capacity();
+            freed(dropped.capacity());
+        }
     }
 }
 
@@ -475,7 +518,7 @@ mod tests {
     #[test]
     fn write_buffers_come_back() {
         let pool = BufferPool::new(0, Arc::default());
-        let mut w = pool.take_write().unwrap();
+        let mut w = pool.take_write(0).unwrap();
         let cap = w.capacity();
         w.extend_from_slice(b"STORED\r\n");
         pool.give_write(w, cap);

@@ -53,6 +53,11 @@ pub struct Output {
     /// Replies before this offset are committed: memcached has written them
     /// (at a flush point such as `mn`), so a failing get cannot drop them.
     committed: usize,
+    /// Most bytes the buffer held since it was taken from the pool, and
+    /// that figure for the buffer given back last: the next one taken is a
+    /// large one when the last replies needed it.
+    peak: usize,
+    wanted: usize,
 }
 
 impl Output {
@@ -68,6 +73,8 @@ impl Output {
             datagram: false,
             epoch: 0,
             committed: 0,
+            peak: 0,
+            wanted: 0,
         }
     }
 
@@ -84,7 +91,7 @@ impl Output {
     #[inline]
     pub fn acquire(&mut self, pool: &BufferPool) -> Result<(), NoBuffer> {
         if self.buf.capacity() == 0 && !self.datagram {
-            self.buf = pool.take_write()?;
+            self.buf = pool.take_write(self.wanted)?;
             self.lent = self.buf.capacity();
         }
         Ok(())
@@ -94,6 +101,7 @@ impl Output {
     #[inline]
     pub fn release_if_empty(&mut self, pool: &BufferPool) {
         if self.sent == self.buf.len() && self.buf.capacity() != 0 && !self.datagram {
+            self.wanted = std::mem::take(&mut self.peak).max(self.buf.len());
             self.sent = 0;
             pool.give_write(std::mem::take(&mut self.buf), self.lent);
             self.lent = 0;
@@ -187,14 +195,16 @@ impl Output {
         self.epoch += 1;
         self.sent += n;
         if self.sent == self.buf.len() {
+            self.peak = self.peak.max(self.buf.len());
             self.buf.clear();
             self.sent = 0;
             self.committed = 0;
-            if self.buf.capacity() > SHRINK_OVER {
-                // A large buffer that drained: give its memory back now.
+            if self.buf.capacity() > crate::buffers::LARGE_KEEP_MAX {
+                // Larger than the pool keeps: give its memory back now.
                 self.buf.shrink_to(crate::buffers::READ_CHUNK);
             }
         } else if self.buf.capacity() > SHRINK_OVER && self.queued() < self.buf.capacity() / 4 {
+            self.peak = self.peak.max(self.buf.len());
             self.buf.drain(..self.sent);
             self.committed = self.committed.saturating_sub(self.sent);
             self.sent = 0;
