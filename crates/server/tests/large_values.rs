@@ -151,6 +151,21 @@ fn pipelined_text_gets_of_large_values_arrive_intact() {
             }
             req.extend_from_slice(b"get nokey\r\n");
             expected.extend_from_slice(b"END\r\n");
+            // A large value before a miss, and after one (get, and gat,
+            // which looks keys up one at a time).
+            for cmd in ["get", "gat 0"] {
+                let last = 4; // the 1,000,000-byte value
+                req.extend_from_slice(format!("{cmd} big{last} nokey\r\n").as_bytes());
+                req.extend_from_slice(format!("{cmd} nokey big{last}\r\n").as_bytes());
+                for _ in 0..2 {
+                    let v = &values[last];
+                    expected.extend_from_slice(
+                        format!("VALUE big{last} {last} {}\r\n", v.len()).as_bytes(),
+                    );
+                    expected.extend_from_slice(v);
+                    expected.extend_from_slice(b"\r\nEND\r\n");
+                }
+            }
         }
         let got = exchange(srv.port, req, expected.len());
         assert!(got == expected, "{}: replies differ", srv.name);

@@ -81,51 +81,70 @@ fn text_get(
     let start = out.len();
     // A value may leave straight from item memory only once no key of the
     // command can still turn the reply into an error: checked once, at the
-    // first value long enough.
-    let mut keys_ok = None;
+    // first value long enough, counting the keys on the way (the last
+    // key's value carries the END).
+    let mut checked: Option<Option<usize>> = None;
     let all_keys = keys;
-    let direct_ok = move || {
-        *keys_ok.get_or_insert_with(|| {
+    let direct = move |index: usize| {
+        let keys_ok = *checked.get_or_insert_with(|| {
             let mut all = all_keys;
-            all.all(|k| k.len() <= KEY_MAX_LENGTH)
-        })
-    };
-    if let Err(failed_key) = text_keys(ctx, keys, touch, with_cas, out, direct_ok) {
-        // memcached releases every reply it has not written (those of
-        // earlier commands of the batch too), then re-sends the error line
-        // it built, `\r\n` included, through `out_string`, which adds
-        // another; noreply hid that line when the first key failed.
-        if out.is_datagram() {
-            out.truncate(start);
-        } else {
-            out.release_uncommitted();
+            let mut count = 0;
+            all.all(|k| {
+                count += 1;
+                k.len() <= KEY_MAX_LENGTH
+            })
+            .then_some(count)
+        });
+        match keys_ok {
+            None => text::Direct::No,
+            Some(count) if index + 1 == count => text::Direct::ValueAndEnd,
+            Some(_) => text::Direct::Value,
         }
-        let reply = if failed_key == 0 && noreply {
-            GET_KEY_TOO_LONG_NOREPLY
-        } else {
-            GET_KEY_TOO_LONG
-        };
-        out.buf().extend_from_slice(reply);
-        return Done::CONTINUE;
+    };
+    let ended = match text_keys(ctx, keys, touch, with_cas, out, direct) {
+        Ok(ended) => ended,
+        Err(failed_key) => {
+            // memcached releases every reply it has not written (those of
+            // earlier commands of the batch too), then re-sends the error line
+            // it built, `\r\n` included, through `out_string`, which adds
+            // another; noreply hid that line when the first key failed.
+            if out.is_datagram() {
+                out.truncate(start);
+            } else {
+                out.release_uncommitted();
+            }
+            let reply = if failed_key == 0 && noreply {
+                GET_KEY_TOO_LONG_NOREPLY
+            } else {
+                GET_KEY_TOO_LONG
+            };
+            out.buf().extend_from_slice(reply);
+            return Done::CONTINUE;
+        }
+    };
+    if !ended {
+        text::end(out);
     }
-    text::end(out);
     Done::FLUSH
 }
 
-/// Serves the keys of a text get (without its END); at a key over 250
-/// bytes, stops with its position among the keys. Also serves a huge get
-/// line's keys as they arrive (see the session's streaming gets).
+/// Serves the keys of a text get; true if the last value carried the
+/// reply's END (`direct`, asked with a key's index, allows large values to
+/// leave from item memory), else the caller ends the reply. At a key over
+/// 250 bytes, stops with its position among the keys. Also serves a huge
+/// get line's keys as they arrive (see the session's streaming gets).
 pub fn text_keys(
     ctx: &WorkerCtx,
     keys: Keys<'_>,
     touch: Option<i64>,
     with_cas: bool,
     out: &mut Output,
-    mut direct_ok: impl FnMut() -> bool,
-) -> Result<(), usize> {
+    mut direct: impl FnMut(usize) -> text::Direct,
+) -> Result<bool, usize> {
     let store = ctx.store();
     let mut too_long = None;
     let mut position = 0;
+    let mut ended = false;
     match touch {
         None => {
             store.get_many(keys, |key, r| {
@@ -133,10 +152,11 @@ pub fn text_keys(
                     too_long = Some(position);
                     return false;
                 }
+                let index = position;
                 position += 1;
                 let outcome = match r {
                     Lookup::Hit(it) => {
-                        text::value(out, &it, with_cas, &mut direct_ok, &ctx.stats);
+                        ended = text::value(out, &it, with_cas, || direct(index), &ctx.stats);
                         Lookup::Hit(())
                     }
                     Lookup::Miss => Lookup::Miss,
@@ -155,7 +175,7 @@ pub fn text_keys(
                     break;
                 }
                 let r = store.get(key, Some(exptime), |it| {
-                    text::value(out, &it, with_cas, &mut direct_ok, &ctx.stats);
+                    ended = text::value(out, &it, with_cas, || direct(i), &ctx.stats);
                 });
                 count(ctx, key, true, r);
             }
@@ -163,7 +183,7 @@ pub fn text_keys(
     }
     match too_long {
         Some(i) => Err(i),
-        None => Ok(()),
+        None => Ok(ended),
     }
 }
 

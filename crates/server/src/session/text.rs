@@ -275,7 +275,9 @@ fn stream(s: &mut Session, ctx: &WorkerCtx) -> Option<Flow> {
     let st = s.streaming.as_mut().expect("streaming");
     if !st.failed {
         let keys = Keys::list(&input[..keys_end]);
-        let ok = execute::text_keys(ctx, keys, st.touch, st.with_cas, &mut s.output, || false);
+        let ok = execute::text_keys(ctx, keys, st.touch, st.with_cas, &mut s.output, |_| {
+            crate::compose::text::Direct::No
+        });
         if ok.is_err() {
             fail_stream(s);
         }
