@@ -12,7 +12,11 @@
 //! ([`Output::put_value`]: one `writev` of the pending bytes, the value
 //! where it lies and the reply's end), while the request still holds the
 //! item; only what the socket does not take is copied. That needs a stream
-//! socket and pending output that starts at the front of the buffer.
+//! socket and pending output that starts at the front of the buffer. A
+//! direct write the socket did not take whole marks the socket full
+//! ([`Output::socket_full`]): the session runs no further request until
+//! the output drains, so pipelined large GETs are not copied one after
+//! another into the buffer while the client catches up.
 //!
 //! Over UDP every memcached response is sent as its own datagrams, so a
 //! datagram endpoint's output also records where each response starts
@@ -58,6 +62,10 @@ pub struct Output {
     /// large one when the last replies needed it.
     peak: usize,
     wanted: usize,
+    /// A direct write left part of a value behind: the socket is full, and
+    /// until the output drains the next request waits (its large value can
+    /// then leave from item memory too, instead of being copied here).
+    socket_full: bool,
 }
 
 impl Output {
@@ -75,6 +83,7 @@ impl Output {
             committed: 0,
             peak: 0,
             wanted: 0,
+            socket_full: false,
         }
     }
 
@@ -195,6 +204,7 @@ impl Output {
         self.epoch += 1;
         self.sent += n;
         if self.sent == self.buf.len() {
+            self.socket_full = false;
             self.peak = self.peak.max(self.buf.len());
             self.buf.clear();
             self.sent = 0;
@@ -226,10 +236,18 @@ impl Output {
 
     /// Drops everything (a datagram endpoint starting over).
     pub fn clear(&mut self) {
+        self.socket_full = false;
         self.buf.clear();
         self.sent = 0;
         self.committed = 0;
         self.marks.clear();
+    }
+
+    /// Whether a direct write found the socket full and its output has not
+    /// drained since.
+    #[inline]
+    pub fn socket_full(&self) -> bool {
+        self.socket_full
     }
 
     /// Whether a value of `len` bytes would be written directly: a stream
@@ -269,6 +287,7 @@ impl Output {
         // An error (EAGAIN: the socket is full) writes nothing here; the
         // next flush meets it again and reports it.
         let mut n = usize::try_from(n).unwrap_or(0);
+        self.socket_full = n < self.buf.len() + value.len() + trailer.len();
         if n == 0 {
             self.buf.extend_from_slice(value);
             self.buf.extend_from_slice(trailer);
@@ -359,6 +378,25 @@ mod tests {
         partly.buf().extend_from_slice(b"abc");
         partly.sent(1);
         assert!(!partly.direct_takes(DIRECT_MIN, true));
+    }
+
+    #[test]
+    fn a_value_the_socket_did_not_take_whole_marks_it_full_until_drained() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let stats = ThreadStats::default();
+        let mut out = Output::stream(a.as_raw_fd());
+        let small = bytes(DIRECT_MIN, 1);
+        out.put_value(&small, b"\r\n", true, &stats);
+        assert!(!out.socket_full(), "a value the socket took whole");
+        let mut got = vec![0u8; small.len() + 2];
+        b.read_exact(&mut got).unwrap();
+        let huge = bytes(16 << 20, 2);
+        out.put_value(&huge, b"\r\n", true, &stats);
+        assert!(out.socket_full() && out.queued() > 0);
+        let queued = out.queued();
+        out.sent(queued);
+        assert!(!out.socket_full(), "drained");
     }
 
     #[test]

@@ -336,7 +336,8 @@ impl Session {
     }
 
     /// True when the next request must wait: `-R` reached (counts a
-    /// yield), this connection's output is large, or the worker's queued
+    /// yield), this connection's output is large or met a full socket
+    /// (`Output::socket_full`), or the worker's queued
     /// output is over its budget and this connection already has output
     /// waiting (a client that does not read holds its replies in server
     /// memory: it gets one reply at a time until the others drain).
@@ -348,6 +349,7 @@ impl Session {
         }
         let queued = self.output.queued();
         queued > WRITE_HIGH_WATER
+            || (queued > 0 && self.output.socket_full())
             || (queued > 0 && ctx.output_held() + self.output.footprint() > WORKER_OUTPUT_BUDGET)
     }
 
