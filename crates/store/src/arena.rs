@@ -131,6 +131,14 @@ pub struct Segment {
 }
 
 impl Segment {
+    /// Whether an item in it may be expired or flushed: some item has an
+    /// expiry, or a flush covered part of it.
+    #[inline]
+    pub fn may_hold_stale(&self) -> bool {
+        self.max_exptime.load(Ordering::Acquire) != 0
+            || self.flushed_below.load(Ordering::Acquire) != 0
+    }
+
     /// Records the expiry of an item written into (or touched in) it.
     #[inline]
     pub fn note_expiry(&self, exptime: u32) {

@@ -66,6 +66,29 @@ fn reclaimer_frees_expired_items() {
 }
 
 #[test]
+fn reclaimer_skips_segments_that_cannot_hold_stale_items_but_not_flushed_ones() {
+    let s = Store::new(StoreConfig {
+        memory_limit: 8 << 20,
+        ..StoreConfig::default()
+    });
+    let value = vec![b'v'; 1000];
+    fill(&s, "k", 5000, 0, &value);
+    let sealed = s.sealed_segments();
+    assert!(sealed > 0);
+    for c in 0..sealed * 2 {
+        assert!(s.reclaim_step(c), "a sealed segment was there to claim");
+    }
+    assert_eq!(s.stats().reclaimed, 0);
+    assert_eq!(s.stats().curr_items, 5000);
+    // After a flush the same segments hold only flushed items.
+    s.flush_all(0);
+    for c in 0..sealed * 2 {
+        s.reclaim_step(c);
+    }
+    assert!(s.stats().reclaimed > 0);
+}
+
+#[test]
 fn wholly_expired_segments_are_freed_from_their_headers() {
     let s = Store::new(StoreConfig {
         memory_limit: 16 << 20,
