@@ -18,7 +18,7 @@ each stage's share of the server's time and its microseconds per request
 perf samples with cpu-clock only on this VM, and it costs some CPU itself,
 so the shares matter more than the absolute figures.
 
-Usage (from the repository root, after `cargo build --release`):
+Usage (from the repository root, after `cargo build --release --workspace`):
     python3 scripts/profile_split.py [--server osmium|memcached|floor]
         [--seconds 5] [-- extra load options, e.g. --depth 16]
 """

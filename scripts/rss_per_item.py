@@ -238,9 +238,10 @@ def main():
 
     results, status = [], 0
     for kind in kinds:
-        binary = servers.MEMCACHED_BIN if kind == "memcached" else servers.OSMIUM_BIN
+        binary = (servers.MEMCACHED_BIN or servers.ORACLE_BIN) if kind == "memcached" else servers.OSMIUM_BIN
         if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
-            hint = " (build it with `cargo build --release`)" if kind == "osmium" else ""
+            hint = (" (build it with `cargo build --release --workspace`)" if kind == "osmium"
+                    else " (build it with `bash scripts/build-memcached.sh`)")
             print(f"{kind}: SKIPPED: binary not found at {binary}{hint}", flush=True)
             results.append({"server": kind, "skipped": f"binary not found at {binary}"})
             status = max(status, 2)

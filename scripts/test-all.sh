@@ -5,20 +5,27 @@
 #     bash scripts/test-all.sh
 #
 # Works from a clean clone on a fresh Debian 12 machine (root, no stdin). It
-#   1. installs what the suites need (apt packages, Rust components, pip
-#      packages from tests/requirements.txt, the Go modules, Maven artifacts
-#      and npm packages of the Go/Java/Node client suites),
+#   1. builds the test oracle, genuine memcached 1.6.45, from the source in
+#      tests/oracle/ (scripts/build-memcached.sh; nothing to do when
+#      .oracle/memcached-1.6.45/memcached is built) and exports MEMCACHED_BIN
+#      for every later step; installs what the suites need (apt packages,
+#      Rust components, pip packages from tests/requirements.txt, the Go
+#      modules, Maven artifacts and npm packages of the Go/Java/Node client
+#      suites),
 #   2. runs, in order, stopping at the first failure:
 #        cargo fmt --all -- --check
 #        cargo clippy --workspace --all-targets -- -D warnings
-#        cargo build --release
+#        cargo build --release --workspace
 #        cargo test --workspace --release
 #        cargo fuzz (each target briefly; only if fuzz/Cargo.toml exists)
 #        python3 -m pytest tests -q
 #   3. prints a summary of the steps and of the test counts.
 #
 # Knobs (environment):
-#   SKIP_INSTALL=1        skip step 1 (everything already installed)
+#   SKIP_INSTALL=1        in step 1 only build the oracle (when it is not
+#                         built yet); install nothing else
+#   MEMCACHED_BIN=PATH    compare against this memcached instead of the
+#                         oracle built in step 1
 #   SKIP_FUZZ=1           skip the fuzz step
 #   FUZZ_SECONDS=20       libFuzzer -max_total_time per fuzz target
 #   FUZZ_TOOLCHAIN=NAME   run `RUSTC_BOOTSTRAP=1 cargo +NAME fuzz` (default:
@@ -36,6 +43,11 @@ LOGDIR=$(mktemp -d "${TMPDIR:-/tmp}/osmium-test-all.XXXXXX")
 trap 'rm -rf "$LOGDIR"' EXIT
 
 if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO=(sudo -n); else SUDO=(); fi
+
+# The memcached every suite compares osmium with (tests/support/servers.py,
+# the Rust tests' common::memcached_bin): built in step 1.
+ORACLE_BIN="$PWD/.oracle/memcached-1.6.45/memcached"
+export MEMCACHED_BIN="${MEMCACHED_BIN:-$ORACLE_BIN}"
 
 # cargo may be installed by rustup without being on PATH in a non-login shell
 if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
@@ -137,18 +149,31 @@ run_step() {
 # --------------------------------------------------------------------------
 # Step 1: dependencies
 # --------------------------------------------------------------------------
-# sasl2-bin (saslpasswd2), libsasl2-modules (PLAIN) and libsasl2-modules-db
-# (sasldb auxprop) let tests/support/sasl.py start memcached with -S.
 # libmemcached-dev (with pylibmc from tests/requirements.txt) is also what
 # crates/bench/tests/load.rs uses to check `load --targets` ketama placement
 # against a real libmemcached client (that test prints SKIP without it).
-APT_PACKAGES=(memcached libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential
-              sasl2-bin libsasl2-modules libsasl2-modules-db)
+# memcached itself is not installed: the suites run the oracle built from
+# tests/oracle/ (scripts/build-memcached.sh installs its own build
+# dependencies, libsasl2-modules for SASL PLAIN among them).
+APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential)
+
+# The oracle: built unless it is there already (the script checks), or the
+# memcached named by MEMCACHED_BIN.
+build_oracle() {
+    if [ "$MEMCACHED_BIN" = "$ORACLE_BIN" ]; then
+        local start=$SECONDS
+        bash scripts/build-memcached.sh >/dev/null || { echo "scripts/build-memcached.sh failed"; return 1; }
+        note "oracle ready in $((SECONDS - start))s"
+    fi
+    [ -x "$MEMCACHED_BIN" ] || { echo "MEMCACHED_BIN=$MEMCACHED_BIN is not an executable"; return 1; }
+    note "memcached (MEMCACHED_BIN): $MEMCACHED_BIN: $("$MEMCACHED_BIN" -V 2>&1)"
+}
 
 install_deps() {
     if [ "${SKIP_INSTALL:-}" = 1 ]; then
-        note "SKIP_INSTALL=1: not installing anything"
-        return 99
+        note "SKIP_INSTALL=1: installing nothing but the oracle (if it is not built)"
+        build_oracle
+        return
     fi
 
     # --- apt ---------------------------------------------------------------
@@ -165,15 +190,12 @@ install_deps() {
         "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update || return 1
         "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
             "${missing[@]}" || return 1
-        # memcached's postinst may start a system memcached on 11211; the
-        # suites start their own servers on free ports, so it is left alone.
     else
         note "apt: all of ${want[*]} already installed"
     fi
-    command -v memcached >/dev/null || { echo "memcached not found after install"; return 1; }
-    command -v saslpasswd2 >/dev/null || [ -x /usr/sbin/saslpasswd2 ] ||
-        { echo "saslpasswd2 not found after install (sasl2-bin)"; return 1; }
-    note "memcached: $(memcached -V 2>&1)"
+
+    # --- the oracle ----------------------------------------------------------
+    build_oracle || return 1
 
     # --- Rust --------------------------------------------------------------
     if ! command -v cargo >/dev/null 2>&1; then
@@ -252,9 +274,9 @@ install_client_suites() {
 # Steps 2-5: cargo
 # --------------------------------------------------------------------------
 cargo_build_release() {
-    cargo build --release || return 1
+    cargo build --release --workspace || return 1
     if [ ! -x target/release/osmium ]; then
-        echo "cargo build --release succeeded but target/release/osmium does not exist"
+        echo "cargo build --release --workspace succeeded but target/release/osmium does not exist"
         return 1
     fi
     note "built $(ls -l target/release/osmium)"
@@ -337,11 +359,11 @@ pytest_step() {
     return "$rc"
 }
 
-run_step "install dependencies" install_deps
+run_step "install dependencies, build the memcached oracle" install_deps
 run_step "cargo fmt --all -- --check" cargo fmt --all -- --check
 run_step "cargo clippy --workspace --all-targets -- -D warnings" \
     cargo clippy --workspace --all-targets -- -D warnings
-run_step "cargo build --release" cargo_build_release
+run_step "cargo build --release --workspace" cargo_build_release
 run_step "cargo test --workspace --release" cargo test --workspace --release
 run_step "cargo fuzz (${FUZZ_SECONDS}s per target)" fuzz_step
 run_step "python3 -m pytest tests -q" pytest_step

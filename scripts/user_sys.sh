@@ -4,7 +4,7 @@
 # it with a 1 s `osmium-bench load`, then reads utime and stime around a
 # 4 s run of the same load and divides by the requests served.
 #
-# Usage (from the repository root, after `cargo build --release`):
+# Usage (from the repository root, after `cargo build --release --workspace`):
 #   scripts/user_sys.sh osmium|floor|memcached [load options...]
 #   e.g. scripts/user_sys.sh floor --protocol binary --depth 16
 set -euo pipefail

@@ -7,7 +7,7 @@ use libfuzzer_sys::fuzz_target;
 use osmium_protocol::binary::{
     decode, parse_response, put_hit, put_keyed_miss, Decoded, Request, Scan, HEADER_LEN,
 };
-use osmium_protocol::text::KEY_MAX_LENGTH;
+use osmium_protocol::request::KEY_MAX_LENGTH;
 
 fuzz_target!(|data: &[u8]| {
     // The prefetch peek reads the same bytes first; it must never panic.

@@ -1,52 +1,46 @@
-//! Feeds arbitrary bytes to the meta-command parser as a connection does:
-//! find a line, tokenize it, parse it as a meta command if memcached would,
-//! skip an ms data block, repeat. Also round-trips memcached's base64.
-//! Any panic is a bug.
+//! Feeds arbitrary bytes to the 1.6.45 meta-command parser: every line is
+//! parsed as it comes and again behind each meta command (so arbitrary
+//! bytes reach the flag parser, the base64 key decoder and every mode
+//! switch). Also round-trips memcached's base64. Any panic is a bug.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use osmium_protocol::meta::{base64_decode, base64_encode, parse_meta, MetaCommand, MetaParse};
-use osmium_protocol::text::{is_meta, scan_line, LineScan, Tokens, KEY_MAX_LENGTH};
+use osmium_protocol::ascii::meta::opaque_too_long;
+use osmium_protocol::ascii::parse_line;
+use osmium_protocol::base64::{base64_decode, base64_encode};
+use osmium_protocol::request::{Command, KeyBuffer, Reply, KEY_MAX_LENGTH};
+
+fn check(line: &[u8]) {
+    let mut keys = KeyBuffer::new();
+    let request = parse_line(line, &mut keys);
+    if let Reply::Meta(m) = request.reply {
+        let _ = opaque_too_long(&m);
+        assert!(m.first_flag == 2 || m.first_flag == 3);
+        for flag in m.flags() {
+            assert!(!flag.is_empty() && !flag.contains(&b' '));
+        }
+    }
+    match request.command {
+        Command::Store(s) => assert!(s.key.len() <= KEY_MAX_LENGTH),
+        Command::MetaGet(g) => assert!(g.key.len() <= KEY_MAX_LENGTH),
+        Command::Delete(d) => assert!(d.key.len() <= KEY_MAX_LENGTH),
+        Command::Arith(a) => assert!(a.key.len() <= KEY_MAX_LENGTH),
+        Command::MetaDebug { key, .. } => assert!(key.len() <= KEY_MAX_LENGTH),
+        _ => {}
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
-    let mut buf = data;
-    loop {
-        let (line_len, consumed) = match scan_line(buf) {
-            LineScan::Line { line_len, consumed } => (line_len, consumed),
-            LineScan::Incomplete | LineScan::TooLong => break,
-        };
-        let line = &buf[..line_len];
-        // Force the meta dispatch on every line too, not just `m?` ones.
-        let mut forced = Vec::with_capacity(line.len() + 3);
-        forced.extend_from_slice(b"mg ");
-        forced.extend_from_slice(line);
-        let _ = parse_meta(Tokens::new(&forced));
-        let tokens = Tokens::new(line);
-        if is_meta(&tokens) {
-            match parse_meta(tokens) {
-                MetaParse::Request(req) => {
-                    assert!(req.key().len() <= KEY_MAX_LENGTH);
-                    let _ = req.flag_tokens().count();
-                    if req.command == MetaCommand::Set {
-                        let skip = consumed.saturating_add(req.data_len + 2);
-                        if skip > buf.len() {
-                            break;
-                        }
-                        buf = &buf[skip..];
-                        continue;
-                    }
-                }
-                MetaParse::Error { swallow: Some(n), .. } => {
-                    let skip = consumed.saturating_add(n);
-                    if skip > buf.len() {
-                        break;
-                    }
-                    buf = &buf[skip..];
-                    continue;
-                }
-                _ => {}
+    for line in data.split_inclusive(|&b| b == b'\n') {
+        check(line);
+        for prefix in [&b"mg "[..], b"ms ", b"md ", b"ma ", b"me ", b"ms k 1 ", b"mg k "] {
+            let mut forced = Vec::with_capacity(prefix.len() + line.len() + 2);
+            forced.extend_from_slice(prefix);
+            forced.extend_from_slice(line);
+            if !forced.ends_with(b"\n") {
+                forced.extend_from_slice(b"\r\n");
             }
+            check(&forced);
         }
-        buf = &buf[consumed..];
     }
     let mut encoded = Vec::new();
     base64_encode(data, &mut encoded);

@@ -1,9 +1,12 @@
-//! Feeds arbitrary bytes through the text-protocol framing and parser the
-//! way a connection does: find a line, parse it, skip a storage command's
-//! data block, repeat. Any panic is a bug.
+//! Feeds arbitrary bytes through the text-protocol framing and the 1.6.45
+//! parser the way a connection does: frame a line, parse it, skip the data
+//! block a storage command (or a refused one) announced, repeat; a long
+//! line without a newline goes to the streaming multi-get reader. Any panic
+//! is a bug.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use osmium_protocol::text::{parse_command, scan_line, Command, LineScan, KEY_MAX_LENGTH};
+use osmium_protocol::ascii::{frame, parse_line, partial_get, Frame};
+use osmium_protocol::request::{Command, KeyBuffer, Reply, KEY_MAX_LENGTH};
 
 fuzz_target!(|data: &[u8]| {
     // The prefetch peek reads the same bytes first; it must never panic.
@@ -11,32 +14,61 @@ fuzz_target!(|data: &[u8]| {
         assert!(!key.is_empty());
     }
     let mut buf = data;
+    let mut keys = KeyBuffer::new();
     loop {
-        let (line_len, consumed) = match scan_line(buf) {
-            LineScan::Line { line_len, consumed } => (line_len, consumed),
-            LineScan::Incomplete | LineScan::TooLong => break,
+        let len = match frame(buf) {
+            Frame::Line(len) => len,
+            Frame::Incomplete => {
+                if let Some(pg) = partial_get(buf) {
+                    assert!(pg.keys_start < buf.len());
+                    assert_ne!(buf[pg.keys_start], b' ');
+                }
+                break;
+            }
+            Frame::Close => break,
         };
-        assert!(line_len <= consumed && consumed <= buf.len());
-        match parse_command(&buf[..line_len]) {
+        assert!(len >= 1 && len <= buf.len() && buf[len - 1] == b'\n');
+        let line = &buf[..len];
+        let request = parse_line(line, &mut keys);
+        if let Reply::Meta(m) = request.reply {
+            for flag in m.flags() {
+                assert!(!flag.is_empty() && !flag.contains(&b' '));
+            }
+        }
+        let skip = match request.command {
             Command::Get { keys, .. } => {
                 for k in keys {
-                    assert!(!k.is_empty() && !k.contains(&b' '));
+                    assert!(!k.is_empty() && !k.contains(&b' ') && !k.contains(&b'\n'));
                 }
+                0
             }
-            Command::Store(req) => {
-                assert!(req.key.len() <= KEY_MAX_LENGTH);
-                let skip = consumed.saturating_add(req.value_len as usize + 2);
-                if skip > buf.len() {
-                    break;
-                }
-                buf = &buf[skip..];
-                continue;
+            Command::Store(s) => {
+                assert!(s.key.len() <= KEY_MAX_LENGTH);
+                s.value_len + 2
             }
-            Command::Delete { key, .. } | Command::Arith { key, .. } | Command::Touch { key, .. } => {
+            Command::Error { discard, .. } => discard,
+            Command::Delete(d) => {
+                assert!(d.key.len() <= KEY_MAX_LENGTH);
+                0
+            }
+            Command::Arith(a) => {
+                assert!(a.key.len() <= KEY_MAX_LENGTH);
+                0
+            }
+            Command::Touch { key, .. } | Command::MetaDebug { key, .. } => {
                 assert!(key.len() <= KEY_MAX_LENGTH);
+                0
             }
-            _ => {}
+            Command::MetaGet(g) => {
+                assert!(g.key.len() <= KEY_MAX_LENGTH);
+                0
+            }
+            Command::Close | Command::Quit => break,
+            _ => 0,
+        };
+        match len.checked_add(skip).and_then(|end| buf.get(end..)) {
+            Some(rest) => buf = rest,
+            None => break,
         }
-        buf = &buf[consumed..];
     }
 });

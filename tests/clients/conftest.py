@@ -6,9 +6,12 @@ behavioural difference a real client would see. See README.md for the suites.
 
 Environment:
   CLIENT_TEST_SERVERS  comma-separated subset of "memcached,osmium" (default both)
-  OSMIUM_BIN / MEMCACHED_BIN  override the binaries (see tests/support/servers.py)
+  OSMIUM_BIN / MEMCACHED_BIN  override the binaries (see tests/support/servers.py;
+                              memcached defaults to the oracle built by
+                              scripts/build-memcached.sh)
 If the osmium binary is missing its tests are skipped, except under CI=true (or
-OSMIUM_REQUIRED=1), where a missing binary is an error.
+OSMIUM_REQUIRED=1), where a missing binary is an error. The same holds for
+memcached (under CI=true only; see servers.require_memcached()).
 """
 import os
 
@@ -26,12 +29,15 @@ SERVER_ARGS = ["-m", "64", "-t", "2"]
 
 
 def _require_binary(kind):
-    binary = servers.MEMCACHED_BIN if kind == "memcached" else servers.OSMIUM_BIN
+    if kind == "memcached":
+        servers.require_memcached()
+        return
+    binary = servers.OSMIUM_BIN
     if os.path.isfile(binary) and os.access(binary, os.X_OK):
         return
     msg = f"{kind} binary not found at {binary}"
-    if kind == "osmium" and not (os.environ.get("CI") == "true" or os.environ.get("OSMIUM_REQUIRED")):
-        pytest.skip(msg + " (build it with `cargo build --release`)")
+    if not (os.environ.get("CI") == "true" or os.environ.get("OSMIUM_REQUIRED")):
+        pytest.skip(msg + " (build it with `cargo build --release --workspace`)")
     pytest.fail(msg)
 
 

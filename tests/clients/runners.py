@@ -82,7 +82,7 @@ SASL_PASSWORD = "s3cret-pw"
 
 class SaslServerSlot:
     """A SASL server of one kind, or the reason it could not be started (osmium
-    without SASL support yet, missing saslpasswd2, ...). The language suite's
+    without SASL support yet, a memcached built without SASL, ...). The language suite's
     SASL cases fail with that reason; its other cases still run."""
 
     def __init__(self, kind):

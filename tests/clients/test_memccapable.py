@@ -38,17 +38,39 @@ def servers_arg(srv):
     return f"--servers=127.0.0.1:{srv.port}"
 
 
+# memccapable 1.1.4 expects "delete a b c d e" (and its noreply variant) to
+# be refused; memcached 1.6.45 ignores the tokens after the key and answers
+# NOT_FOUND, so these two of its ascii checks fail against memcached.
+MEMCCAPABLE_ASCII_FAILS = {"ascii delete", "ascii delete noreply"}
+
+
+def memccapable_results(out, proto):
+    """{check name: passed} from memccapable's stdout: each check prints its
+    name padded to 40 columns, then "[pass]\n" if it passed (a "[FAIL]"
+    goes to stderr, so a failed check's name runs into the next one)."""
+    results, pos = {}, 0
+    while out.startswith(proto + " ", pos):
+        name = out[pos:pos + 40].strip()
+        pos += 40
+        passed = out.startswith("[pass]\n", pos)
+        if passed:
+            pos += len("[pass]\n")
+        results[name] = passed
+    return results
+
+
 def test_memccapable_ascii(server):
     proc = run(["memccapable", "-a", "-h", "127.0.0.1", "-p", str(server.port), "-t", "10"],
                timeout=120)
     out = proc.stdout.decode(errors="replace")
     print(describe(proc))
-    results = re.findall(r"^ascii \S.*?\s+\[(\w+)\]$", out, re.M)
-    assert proc.returncode == 0, describe(proc)
-    assert "[FAIL]" not in out, describe(proc)
-    assert "All tests passed" in out, describe(proc)
-    # memccapable 1.1.4 runs 27 ascii tests; all must pass (none skipped).
-    assert len(results) >= 27 and set(results) == {"pass"}, describe(proc)
+    results = memccapable_results(out, "ascii")
+    failed = {name for name, passed in results.items() if not passed}
+    # memccapable 1.1.4 runs 27 ascii checks; all but MEMCCAPABLE_ASCII_FAILS pass.
+    assert len(results) >= 27 and failed == MEMCCAPABLE_ASCII_FAILS, describe(proc)
+    assert proc.returncode == 1, describe(proc)
+    err = proc.stderr.decode(errors="replace")
+    assert f"{len(failed)} of {len(results)} tests failed" in err, describe(proc)
 
 
 def test_memccapable_binary(server):

@@ -70,6 +70,13 @@ def talk(sock, data):
     return buf[:len(buf) - len(m.group(0))] if m else buf
 
 
+def _shown(arg):
+    """A path inside the repository relative to its root (the file is committed)."""
+    if os.path.isabs(arg) and arg.startswith(H.servers.ROOT + os.sep):
+        return os.path.relpath(arg, H.servers.ROOT)
+    return arg
+
+
 def main():
     srv = H.servers.Server("memcached", ["-m", "64", "-t", "4"])
     try:
@@ -80,7 +87,7 @@ def main():
             talk(s, cmd)
         time.sleep(1.1)  # let uptime/secs_since_last_cmd move so volatile fields are recognisable
         out = [f"# Genuine memcached {version} stats outputs, captured by tests/conformance/capture_stats.py",
-               f"# Server command line: {' '.join(srv.cmd)}",
+               f"# Server command line: {' '.join(_shown(a) for a in srv.cmd)}",
                "# Preceded by this scripted sequence on the same connection:"]
         for cmd in SCRIPT:
             c = cmd if len(cmd) < 200 else cmd[:40] + b"...(%d bytes)" % len(cmd)

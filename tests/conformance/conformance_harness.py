@@ -557,9 +557,9 @@ def load_cases(pattern="*.txt"):
         names.add(c.name)
         if not c.steps and not c.skip:
             raise CaseError(f"{c.name}: no steps")
-        if c.prelude and ("-C" in c.server or "-F" in c.server):
-            raise CaseError(f"{c.name}: with -C (flush_all also hides items stored in the same second) "
-                            f"or -F (flush_all disabled) the case needs 'prelude: none' and unique keys")
+        if c.prelude and "-F" in c.server:
+            raise CaseError(f"{c.name}: with -F (flush_all disabled) the case needs 'prelude: none' "
+                            f"and unique keys")
         if c.has_sleep:
             # Cases with sleeps run concurrently with each other (see
             # run_cases_concurrently), so they must not flush the shared server.

@@ -29,6 +29,8 @@ def _target(config):
 def pytest_report_header(config):
     t = _target(config)
     line = f"conformance target: {t} ({' vs '.join(H.labels(t))})"
+    if "memcached" in H.target_kinds(t):
+        line += f"; memcached binary: {H.servers.MEMCACHED_BIN or 'MISSING'}"
     if "osmium" in H.target_kinds(t):
         missing = H.osmium_missing()
         line += f"; osmium binary: {H.servers.OSMIUM_BIN}" + (" (MISSING)" if missing else "")

@@ -11,11 +11,13 @@ def test_exchange(case, conformance):
     reason = conformance.skipped(case)
     if reason:
         pytest.skip(f"{case.name}: {reason}")
+    if "memcached" in H.target_kinds(conformance.target):
+        H.servers.require_memcached()
     if "osmium" in H.target_kinds(conformance.target):
         missing = H.osmium_missing()
         if missing:
             pytest.fail(f"osmium binary not found or not executable at {missing}: build it "
-                        f"(cargo build --release) or set OSMIUM_BIN; to validate the cases against "
+                        f"(cargo build --release --workspace) or set OSMIUM_BIN; to validate the cases against "
                         f"memcached alone use CONFORMANCE_TARGET=memcached-self", pytrace=False)
     msg = H.check(case, conformance.target, conformance.results(case))
     if msg:

@@ -17,19 +17,19 @@ How each kind is set up (one user, password `password`):
 * osmium: a password file `user:password` (one `user:password` per line:
   memcached's sasl-pwdb format) and
   `osmium -S --sasl-pwdb FILE -p PORT -U 0 -l 127.0.0.1`.
-* memcached (Debian's build, Cyrus libsasl2; it has no built-in pwdb
-  support): a directory holding
+* memcached (the oracle built by scripts/build-memcached.sh with
+  --enable-sasl-pwdb; Cyrus libsasl2 checks the password through memcached's
+  own password file): a directory holding
       memcached.conf   mech_list: plain
-                       pwcheck_method: auxprop
-                       auxprop_plugin: sasldb
-                       sasldb_path: DIR/sasldb2
-      sasldb2          made by `saslpasswd2 -a memcached -c -f DIR/sasldb2 -p USER`
-                       (password on stdin)
-  and `memcached -S ...` started with SASL_CONF_PATH=DIR in its environment.
-  Needs the Debian packages sasl2-bin (saslpasswd2), libsasl2-modules (PLAIN)
-  and libsasl2-modules-db (the sasldb auxprop plugin). The user is created in
-  the default realm (this host's name), which is the realm memcached's PLAIN
-  check uses on the same host.
+      sasl-pwdb        user:password
+                       user@HOST:password   (HOST: this host's name and FQDN)
+  and `memcached -S ...` started with SASL_CONF_PATH=DIR and
+  MEMCACHED_SASL_PWDB=DIR/sasl-pwdb in its environment. PLAIN hands
+  memcached's check the user name with the default realm appended (the
+  host's name, which memcached passes to libsasl2), hence the second line.
+  Without a config file memcached refuses to start with -S; the PLAIN
+  mechanism is the Debian package libsasl2-modules. A memcached built without
+  --enable-sasl-pwdb ignores MEMCACHED_SASL_PWDB and refuses every login.
 
 With -S, memcached speaks only the binary protocol (ASCII is never answered:
 once 24 bytes have arrived they are read as a binary header with a bad magic
@@ -39,12 +39,10 @@ VERSION with status 0x20 (authentication error), NOOP included.
 """
 import os
 import shutil
-import subprocess
+import socket
 import tempfile
 
 from . import servers
-
-SASLPASSWD2 = shutil.which("saslpasswd2") or "/usr/sbin/saslpasswd2"
 
 
 class SaslServer(servers.Server):
@@ -76,22 +74,18 @@ class SaslServer(servers.Server):
         return ["-S", "--sasl-pwdb", pwdb], None
 
     def _memcached_setup(self):
-        if not os.access(SASLPASSWD2, os.X_OK):
-            raise RuntimeError(
-                f"{SASLPASSWD2} not found: apt-get install sasl2-bin libsasl2-modules "
-                "libsasl2-modules-db")
-        sasldb = os.path.join(self.tmpdir, "sasldb2")
         with open(os.path.join(self.tmpdir, "memcached.conf"), "w") as f:
-            f.write("mech_list: plain\n"
-                    "pwcheck_method: auxprop\n"
-                    "auxprop_plugin: sasldb\n"
-                    f"sasldb_path: {sasldb}\n")
-        proc = subprocess.run([SASLPASSWD2, "-a", "memcached", "-c", "-f", sasldb, "-p", self.user],
-                              input=self.password.encode(), capture_output=True, timeout=30)
-        if proc.returncode != 0 or not os.path.exists(sasldb):
-            raise RuntimeError(f"saslpasswd2 failed ({proc.returncode}): "
-                               f"{proc.stderr.decode(errors='replace')}")
-        env = dict(os.environ, SASL_CONF_PATH=self.tmpdir)
+            f.write("mech_list: plain\n")
+        pwdb = os.path.join(self.tmpdir, "sasl-pwdb")
+        users = [self.user]
+        if "@" not in self.user:
+            for host in (socket.gethostname(), socket.getfqdn()):
+                if host and f"{self.user}@{host}" not in users:
+                    users.append(f"{self.user}@{host}")
+        with open(pwdb, "w") as f:
+            f.writelines(f"{u}:{self.password}\n" for u in users)
+        os.chmod(pwdb, 0o600)
+        env = dict(os.environ, SASL_CONF_PATH=self.tmpdir, MEMCACHED_SASL_PWDB=pwdb)
         return ["-S"], env
 
     def stop(self):

@@ -2,17 +2,67 @@
 
 Shared by every Python suite (conformance, clients, benchmarks scripts).
 Servers bind 127.0.0.1 only; each is stopped by the test that started it.
+
+Which memcached (the oracle, genuine memcached 1.6.45; tests/oracle/README.md):
+`MEMCACHED_BIN` if set, else the repository's build of the oracle
+(`.oracle/memcached-1.6.45/memcached`, made by scripts/build-memcached.sh).
+Without either, starting memcached skips the test (`require_memcached()`),
+and under CI=true fails it: CI must always compare against the oracle.
 """
 import os
-import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-MEMCACHED_BIN = os.environ.get("MEMCACHED_BIN", shutil.which("memcached") or "/usr/bin/memcached")
+ORACLE_VERSION = "1.6.45"
+ORACLE_BIN = os.path.join(ROOT, ".oracle", f"memcached-{ORACLE_VERSION}", "memcached")
 OSMIUM_BIN = os.environ.get("OSMIUM_BIN", os.path.join(ROOT, "target", "release", "osmium"))
+
+
+def _is_executable(path):
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def _memcached_bin():
+    if os.environ.get("MEMCACHED_BIN"):
+        return os.environ["MEMCACHED_BIN"]
+    if _is_executable(ORACLE_BIN):
+        return ORACLE_BIN
+    return None
+
+
+# The memcached binary, or None when there is none (see require_memcached()).
+MEMCACHED_BIN = _memcached_bin()
+
+
+def memcached_missing():
+    """None if MEMCACHED_BIN can be started, else why not."""
+    if MEMCACHED_BIN is None:
+        return (f"the memcached {ORACLE_VERSION} oracle is not built: run "
+                f"`bash scripts/build-memcached.sh` (it builds {ORACLE_BIN}) or set MEMCACHED_BIN")
+    if not _is_executable(MEMCACHED_BIN):
+        return f"MEMCACHED_BIN={MEMCACHED_BIN} is not an executable file"
+    return None
+
+
+def require_memcached():
+    """Return MEMCACHED_BIN. Without a usable one: a pytest skip, or a failure
+    under CI=true or when MEMCACHED_BIN names a file that is not there;
+    outside pytest a RuntimeError."""
+    why = memcached_missing()
+    if why is None:
+        return MEMCACHED_BIN
+    fatal = os.environ.get("CI") == "true" or MEMCACHED_BIN is not None
+    if "pytest" not in sys.modules:
+        raise RuntimeError(why)
+    import pytest
+    if fatal:
+        pytest.fail(why + (" (CI=true: a missing oracle is a failure)"
+                           if MEMCACHED_BIN is None else ""), pytrace=False)
+    pytest.skip(why)
 
 
 def free_port(kind=socket.SOCK_STREAM):
@@ -41,7 +91,7 @@ class Server:
         if udp_port == "auto":
             udp_port = free_port(socket.SOCK_DGRAM)
         self.udp_port = udp_port
-        binary = MEMCACHED_BIN if kind == "memcached" else OSMIUM_BIN
+        binary = require_memcached() if kind == "memcached" else OSMIUM_BIN
         udp_args = [] if "-U" in self.args else ["-U", str(udp_port or 0)]
         cmd = [binary, "-p", str(self.port)] + udp_args + ["-l", "127.0.0.1"] + self.args
         if kind == "memcached" and os.geteuid() == 0 and "-u" not in self.args:

@@ -51,7 +51,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::keys;
-use crate::report::{self, Summary};
+use crate::report::{self, Outcome, Summary};
 
 /// Wire protocol of the generated requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -191,39 +191,6 @@ impl KeySampler {
                 }
             }
         }
-    }
-}
-
-/// What one run measured.
-#[derive(Clone, Debug, Default)]
-pub struct Outcome {
-    pub requests: u64,
-    pub seconds: f64,
-    pub p50_us: f64,
-    pub p99_us: f64,
-    pub p999_us: f64,
-    /// Latency at the workload's `quantile`.
-    pub pq_us: f64,
-    /// Server CPU per request (µs), when the server's PID was known.
-    pub cpu_us_per_req: Option<f64>,
-    /// Gets measured, and those answered with a miss (none after a
-    /// preload).
-    pub gets: u64,
-    pub misses: u64,
-    /// Sets sent because a get missed (cache-aside), measured.
-    pub fills: u64,
-    /// The latencies measured (ns), for plots.
-    pub latency: Option<Histogram<u64>>,
-}
-
-impl Outcome {
-    pub fn ops_per_sec(&self) -> f64 {
-        self.requests as f64 / self.seconds
-    }
-
-    /// Misses per get seen by the client (NaN without gets).
-    pub fn miss_ratio(&self) -> f64 {
-        self.misses as f64 / self.gets as f64
     }
 }
 
@@ -1058,6 +1025,47 @@ pub struct VsOpts {
     /// Servers of each kind (`--instances`), keys spread by ketama; each
     /// has `memory_mb`.
     pub instances: usize,
+    /// `--pin`: every server on one CPU, the generator on another.
+    pub pin: Option<Pin>,
+}
+
+/// `--pin`: the CPU every server process runs on (all of its threads) and
+/// the CPU of this process's generator threads, so that a server with
+/// `-t 1` has a core of its own and neither the scheduler nor the
+/// generator's busy polling moves it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pin {
+    pub server: usize,
+    pub generator: usize,
+}
+
+impl Pin {
+    /// The first two CPUs this process may run on: servers on the first,
+    /// the generator on the second. Pins the calling thread to the
+    /// generator's CPU, so that every thread it starts from now on (the
+    /// generator's, the CPU probe's) runs there too.
+    pub fn apply() -> Result<Pin, String> {
+        let cpus = crate::servers::allowed_cpus();
+        let [server, generator, ..] = cpus[..] else {
+            return Err(format!(
+                "--pin needs two CPUs to run on; this process may use {cpus:?}"
+            ));
+        };
+        crate::servers::pin_to_cpu(generator)
+            .map_err(|e| format!("pinning the generator to CPU {generator}: errno {}", e.0))?;
+        Ok(Pin { server, generator })
+    }
+
+    /// How the runs were placed, for the report headers.
+    pub fn describe(pin: Option<Pin>) -> String {
+        match pin {
+            Some(p) => format!(
+                ", each pinned to CPU {} (generator on CPU {})",
+                p.server, p.generator
+            ),
+            None => String::new(),
+        }
+    }
 }
 
 /// The extra arguments a server of `kind` is started with for workload
@@ -1153,13 +1161,16 @@ fn start_servers(
         let mut servers = Vec::new();
         for _ in 0..o.instances.max(1) {
             let args = server_args(kind, w);
-            servers.push(Server::start_with(
-                bins,
-                kind,
-                o.memory_mb,
-                o.threads,
-                &args,
-            )?);
+            let cpu = o.pin.map(|p| p.server);
+            let server = Server::start_on(bins, kind, o.memory_mb, o.threads, &args, cpu)?;
+            if cpu.is_some() {
+                eprintln!(
+                    "{kind} (pid {}): Cpus_allowed_list {}",
+                    server.pid,
+                    crate::servers::cpus_allowed_list(server.pid).unwrap_or_default()
+                );
+            }
+            servers.push(server);
         }
         let group = Group { kind, servers };
         if o.preload && !kind.is_floor() {
@@ -1262,7 +1273,7 @@ fn describe(w: &Workload, o: &VsOpts, values: &str) -> String {
         String::new()
     };
     format!(
-        "{} connections, {} generator thread(s), depth {}, {:.0}% gets{}, {values} values, {:?} protocol; servers -t {} -m {}{instances}; median of {} round(s)",
+        "{} connections, {} generator thread(s), depth {}, {:.0}% gets{}, {values} values, {:?} protocol; servers -t {} -m {}{instances}{}; median of {} round(s)",
         w.conns,
         w.threads,
         w.depth,
@@ -1271,6 +1282,7 @@ fn describe(w: &Workload, o: &VsOpts, values: &str) -> String {
         w.protocol,
         o.threads,
         o.memory_mb,
+        Pin::describe(o.pin),
         o.rounds
     )
 }
@@ -1774,7 +1786,7 @@ pub fn run_sla(
         return Ok(true);
     }
     println!(
-        "SLA: {}% of requests within {} us; random keys {}, hot keys {}; {} connections, {:.0}% gets, {} B values, {:?}; servers -t {} -m {}; median of {} round(s)",
+        "SLA: {}% of requests within {} us; random keys {}, hot keys {}; {} connections, {:.0}% gets, {} B values, {:?}; servers -t {} -m {}{}; median of {} round(s)",
         w.quantile * 100.0,
         o.bound_us,
         w.dist,
@@ -1785,6 +1797,7 @@ pub fn run_sla(
         w.protocol,
         vs.threads,
         vs.memory_mb,
+        Pin::describe(vs.pin),
         vs.rounds.max(1)
     );
     println!(

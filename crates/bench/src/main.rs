@@ -240,6 +240,12 @@ struct LoadArgs {
     /// Measured seconds per --sla step.
     #[arg(long, default_value_t = 2.0)]
     sla_step_duration: f64,
+    /// With --vs: start every server pinned to one CPU with -t 1 (whatever
+    /// --threads says) and pin the generator to another (the first and
+    /// second CPU this process may use), so that each has a core of its
+    /// own: `load --vs --sla --pin` is the pinned SLA comparison.
+    #[arg(long, requires = "vs")]
+    pin: bool,
     /// Times an --sla step that went over the bound is run again before
     /// the rate counts as over (a pause of the machine, not of the server,
     /// must not decide the search; both servers get the same retries).
@@ -280,7 +286,8 @@ struct Common {
     /// osmium,osmium-b`: two builds compared in one alternated run).
     #[arg(long, value_name = "PATH")]
     osmium_b: Option<PathBuf>,
-    /// The memcached binary [default: /usr/bin/memcached].
+    /// The memcached binary [default: the repository's
+    /// .oracle/memcached-1.6.45/memcached if built, else /usr/bin/memcached].
     #[arg(long, value_name = "PATH")]
     memcached: Option<PathBuf>,
     /// Which servers to run, in this order.
@@ -534,9 +541,20 @@ fn run(cli: Cli) -> Result<bool, String> {
                 step_duration: std::time::Duration::from_secs_f64(a.sla_step_duration.max(0.1)),
                 retries: a.sla_retries,
             };
+            let pin = if a.pin {
+                let p = load::Pin::apply()?;
+                eprintln!(
+                    "--pin: servers on CPU {} with -t 1, generator on CPU {}",
+                    p.server, p.generator
+                );
+                Some(p)
+            } else {
+                None
+            };
             let vs = load::VsOpts {
                 memory_mb: a.memory,
-                threads: a.common.threads,
+                threads: if pin.is_some() { 1 } else { a.common.threads },
+                pin,
                 rounds: a.rounds.max(1),
                 preload,
                 json: a.common.json,

@@ -6,7 +6,38 @@
 use hdrhistogram::Histogram;
 use serde_json::{Map, Value};
 
-use crate::load::Outcome;
+/// What one run measured.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    pub requests: u64,
+    pub seconds: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    /// Latency at the workload's `quantile`.
+    pub pq_us: f64,
+    /// Server CPU per request (µs), when the server's PID was known.
+    pub cpu_us_per_req: Option<f64>,
+    /// Gets measured, and those answered with a miss (none after a
+    /// preload).
+    pub gets: u64,
+    pub misses: u64,
+    /// Sets sent because a get missed (cache-aside), measured.
+    pub fills: u64,
+    /// The latencies measured (ns), for plots.
+    pub latency: Option<Histogram<u64>>,
+}
+
+impl Outcome {
+    pub fn ops_per_sec(&self) -> f64 {
+        self.requests as f64 / self.seconds
+    }
+
+    /// Misses per get seen by the client (NaN without gets).
+    pub fn miss_ratio(&self) -> f64 {
+        self.misses as f64 / self.gets as f64
+    }
+}
 
 /// The figures of one server: medians over the runs it was given.
 #[derive(Clone, Debug)]

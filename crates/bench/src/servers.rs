@@ -75,7 +75,10 @@ pub struct Binaries {
 impl Binaries {
     /// `--osmium`/`--memcached`, else osmium beside this executable (both
     /// live in `target/release` after `cargo build --release`), else
-    /// `target/release/osmium`; memcached at `/usr/bin/memcached`.
+    /// `target/release/osmium`; memcached: the repository's build of the
+    /// test oracle (`.oracle/memcached-1.6.45/memcached`, made by
+    /// `scripts/build-memcached.sh`) when it exists, else
+    /// `/usr/bin/memcached`.
     pub fn resolve(osmium: Option<PathBuf>, memcached: Option<PathBuf>) -> Binaries {
         let osmium = osmium.unwrap_or_else(|| {
             std::env::current_exe()
@@ -84,7 +87,15 @@ impl Binaries {
                 .filter(|p| p.is_file())
                 .unwrap_or_else(|| PathBuf::from("target/release/osmium"))
         });
-        let memcached = memcached.unwrap_or_else(|| PathBuf::from("/usr/bin/memcached"));
+        let memcached = memcached.unwrap_or_else(|| {
+            let oracle = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../.oracle/memcached-1.6.45/memcached");
+            if oracle.is_file() {
+                oracle
+            } else {
+                PathBuf::from("/usr/bin/memcached")
+            }
+        });
         let floor = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("osmium-bench"));
         Binaries {
             osmium,
@@ -163,6 +174,56 @@ pub fn running_as_root() -> bool {
         .unwrap_or(false)
 }
 
+/// The CPUs this process may run on (its affinity mask), in order.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a cpu_set_t of the size given; pid 0 is
+    // the calling thread.
+    let got =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if got != 0 {
+        return Vec::new();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: i is below CPU_SETSIZE, inside the set.
+        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
+        .collect()
+}
+
+/// An errno.
+pub struct Errno(pub i32);
+
+/// Allows the calling thread (and the threads and processes it starts
+/// from now on) to run on CPU `cpu` only. Async-signal-safe (used between
+/// fork and exec).
+pub fn pin_to_cpu(cpu: usize) -> Result<(), Errno> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(Errno(libc::EINVAL));
+    }
+    // SAFETY: plain data; zeroed is the empty set; cpu is inside the set.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        // SAFETY: reads this thread's errno.
+        Err(Errno(unsafe { *libc::__errno_location() }))
+    }
+}
+
+/// The `Cpus_allowed_list` of process `pid` (e.g. `0` or `0-1`).
+pub fn cpus_allowed_list(pid: u32) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_string())
+}
+
 /// A port that was free a moment ago on 127.0.0.1.
 fn free_port() -> Result<u16, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
@@ -202,12 +263,25 @@ impl Server {
         threads: u32,
         extra: &[String],
     ) -> Result<Server, String> {
+        Server::start_on(bins, kind, memory_mb, threads, extra, None)
+    }
+
+    /// [`Server::start_with`], the process (every thread it will start)
+    /// allowed only on CPU `cpu` when given (`load --vs --pin`).
+    pub fn start_on(
+        bins: &Binaries,
+        kind: Kind,
+        memory_mb: u64,
+        threads: u32,
+        extra: &[String],
+        cpu: Option<usize>,
+    ) -> Result<Server, String> {
         bins.check(kind)?;
         let path = bins.path(kind);
         let mut last_err = String::new();
         for _attempt in 0..3 {
             let port = free_port()?;
-            match Server::try_start(path, kind, port, memory_mb, threads, extra) {
+            match Server::try_start(path, kind, port, memory_mb, threads, extra, cpu) {
                 Ok(s) => return Ok(s),
                 Err(e) => last_err = e,
             }
@@ -222,6 +296,7 @@ impl Server {
         memory_mb: u64,
         threads: u32,
         extra: &[String],
+        cpu: Option<usize>,
     ) -> Result<Server, String> {
         let log = std::env::temp_dir().join(format!(
             "osmium-bench-{}-{}-{port}.log",
@@ -247,6 +322,17 @@ impl Server {
             cmd.args(["-u", "root"]);
         }
         cmd.args(extra);
+        if let Some(cpu) = cpu {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: between fork and exec the child only makes the
+            // sched_setaffinity system call on itself, which allocates
+            // nothing and takes no lock.
+            unsafe {
+                cmd.pre_exec(move || {
+                    pin_to_cpu(cpu).map_err(|e| std::io::Error::from_raw_os_error(e.0))
+                });
+            }
+        }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file);

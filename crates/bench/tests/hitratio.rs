@@ -8,13 +8,18 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// `--servers` and `--osmium` for the servers this machine has.
-fn servers() -> Option<(String, String)> {
+mod common;
+use common::memcached_bin;
+
+/// The servers this machine has: `--servers`, and the `--osmium` and
+/// `--memcached` options naming their binaries (memcached by
+/// `common::memcached_bin`: MEMCACHED_BIN, else the oracle).
+fn servers() -> Option<(String, Vec<String>)> {
     let mut names = Vec::new();
-    if std::path::Path::new("/usr/bin/memcached").is_file() {
+    let mut binaries = Vec::new();
+    if let Some(memcached) = memcached_bin() {
         names.push("memcached");
-    } else {
-        eprintln!("SKIP memcached: /usr/bin/memcached not installed");
+        binaries.extend(["--memcached".to_string(), memcached.display().to_string()]);
     }
     let osmium = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/osmium");
     if osmium.is_file() {
@@ -22,13 +27,20 @@ fn servers() -> Option<(String, String)> {
     } else {
         eprintln!("SKIP osmium: build it first with `cargo build --release`");
     }
-    (!names.is_empty()).then(|| (names.join(","), osmium.display().to_string()))
+    binaries.extend(["--osmium".to_string(), osmium.display().to_string()]);
+    (!names.is_empty()).then(|| (names.join(","), binaries))
 }
 
 /// Runs a small replay; its JSON and its stderr.
-fn replay(servers: &str, osmium: &str, memory: &str, warmup: &str) -> (serde_json::Value, String) {
+fn replay(
+    servers: &str,
+    binaries: &[String],
+    memory: &str,
+    warmup: &str,
+) -> (serde_json::Value, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
-        .args(["hitratio", "--servers", servers, "--osmium", osmium])
+        .args(["hitratio", "--servers", servers])
+        .args(binaries)
         .args(["--memory", memory, "--keys", "200000", "--warmup", warmup])
         .args(["--requests", "100000", "--threads", "1", "--json"])
         .args(["--scan-len", "10000", "--scan-every", "50000"])
@@ -41,13 +53,13 @@ fn replay(servers: &str, osmium: &str, memory: &str, warmup: &str) -> (serde_jso
 
 #[test]
 fn replays_zipf_and_scans_on_real_servers_and_checks_the_warm_up() {
-    let Some((servers, osmium)) = servers() else {
+    let Some((servers, binaries)) = servers() else {
         return;
     };
     // -m 8 fills and evicts within 1,000,000 requests for both servers;
     // -m 64 is far from full after 20,000.
     for (memory, warmup, full) in [("8", "1000000", true), ("64", "20000", false)] {
-        let (json, stderr) = replay(&servers, &osmium, memory, warmup);
+        let (json, stderr) = replay(&servers, &binaries, memory, warmup);
         let rows = json["rows"].as_array().unwrap();
         assert_eq!(rows.len(), 2 * servers.split(',').count(), "{json}");
         for r in rows {

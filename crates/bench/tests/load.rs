@@ -5,7 +5,7 @@
 //! timed: only what the servers answered is asserted.
 
 mod common;
-use common::bench;
+use common::{bench, memcached_bin};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -19,8 +19,8 @@ struct Server {
 
 impl Server {
     /// `binary -p <free port> -l 127.0.0.1 -U 0 <extra>` (+ `-u root` for
-    /// memcached as root), once it accepts connections.
-    fn start(binary: &PathBuf, extra: &[&str]) -> Server {
+    /// memcached, the server `name`d so), once it accepts connections.
+    fn start(name: &str, binary: &PathBuf, extra: &[&str]) -> Server {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -31,7 +31,7 @@ impl Server {
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null());
-        if binary.ends_with("memcached") {
+        if name == "memcached" {
             cmd.args(["-u", "root"]);
         }
         let child = cmd
@@ -62,15 +62,13 @@ impl Drop for Server {
     }
 }
 
-/// Genuine memcached, and osmium when it has been built (else a SKIP
-/// line); each with its name.
+/// Genuine memcached (`common::memcached_bin`: MEMCACHED_BIN, else the
+/// oracle; else a SKIP line), and osmium when it has been built (else a
+/// SKIP line); each with its name.
 fn cache_servers() -> Vec<(&'static str, PathBuf)> {
     let mut out = Vec::new();
-    let memcached = PathBuf::from("/usr/bin/memcached");
-    if memcached.is_file() {
+    if let Some(memcached) = memcached_bin() {
         out.push(("memcached", memcached));
-    } else {
-        eprintln!("SKIP memcached: /usr/bin/memcached not installed");
     }
     let osmium = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/osmium");
     if osmium.is_file() {
@@ -106,7 +104,7 @@ fn load(server: &Server, extra: &[&str]) -> String {
 #[test]
 fn meta_protocol_gets_and_sets_parse_on_real_servers() {
     for (name, binary) in cache_servers() {
-        let server = Server::start(&binary, &[]);
+        let server = Server::start(name, &binary, &[]);
         // Preloaded: every mg hits (VA + data), pipelined 8 deep.
         let text = load(
             &server,
@@ -140,7 +138,7 @@ fn cache_aside_fills_every_missed_key() {
     // time a connection asks for it and is set right after, so it misses
     // at most once per connection (2) and every miss is followed by a fill.
     for (name, binary) in cache_servers() {
-        let server = Server::start(&binary, &[]);
+        let server = Server::start(name, &binary, &[]);
         // A key size per protocol: each run starts from keys never stored.
         for (protocol, key_size) in [("text", "12"), ("meta", "13"), ("binary", "14")] {
             let text = load(
@@ -278,7 +276,7 @@ fn ketama_places_keys_where_libmemcached_does() {
     // that holds each. Then `load --targets` preloads its keys and pylibmc
     // must find every one of them.
     for (name, binary) in cache_servers() {
-        let servers: Vec<Server> = (0..3).map(|_| Server::start(&binary, &[])).collect();
+        let servers: Vec<Server> = (0..3).map(|_| Server::start(name, &binary, &[])).collect();
         let addrs: Vec<String> = servers.iter().map(Server::addr).collect();
         let list = addrs.join(",");
         for (flavour, behaviors) in FLAVOURS {
@@ -447,5 +445,75 @@ fn vs_compares_two_osmium_builds() {
     for row in rows {
         assert!(row["gets"].as_u64().unwrap() > 0, "{row}");
         assert_eq!(row["misses"], 0, "{row}");
+    }
+}
+
+#[test]
+fn vs_sla_pin_runs_every_server_on_one_cpu() {
+    // `load --vs --sla --pin`: each server's whole process may run on one
+    // CPU only (its Cpus_allowed_list, reported on stderr, is a single
+    // CPU), the search runs on it, and each server has its row.
+    if std::thread::available_parallelism().map_or(0, |n| n.get()) < 2 {
+        eprintln!("SKIP: --pin needs two CPUs");
+        return;
+    }
+    let cache = cache_servers();
+    if cache.is_empty() {
+        return;
+    }
+    let list = cache.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(",");
+    let mut args = vec![
+        "load",
+        "--vs",
+        "--sla",
+        "--pin",
+        "--servers",
+        &list,
+        "--rounds",
+        "1",
+        "--sla-steps",
+        "1",
+        "--sla-step-duration",
+        "0.2",
+        "--warmup",
+        "0.1",
+        "--keys",
+        "2000",
+        "--conns",
+        "2",
+        "--json",
+    ];
+    for (name, path) in &cache {
+        args.push(if *name == "osmium" {
+            "--osmium"
+        } else {
+            "--memcached"
+        });
+        args.push(path.to_str().unwrap());
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
+        .args(&args)
+        .output()
+        .expect("run osmium-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "osmium-bench {args:?}: {stderr}");
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["server"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, list.split(',').collect::<Vec<_>>());
+    for (name, _) in &cache {
+        let cpus = stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} (pid ")))
+            .and_then(|l| l.split("Cpus_allowed_list ").nth(1))
+            .unwrap_or_else(|| panic!("no placement of {name} in {stderr}"));
+        assert!(
+            cpus.trim().parse::<usize>().is_ok(),
+            "{name} may run on {cpus:?}, not one CPU"
+        );
     }
 }

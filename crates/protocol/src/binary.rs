@@ -29,7 +29,7 @@
 //! left of the body is then read as the value, swallowed, or (for opcodes
 //! that take no value, like STAT) parsed as the next request.
 
-use crate::text::{StoreMode, KEY_MAX_LENGTH};
+use crate::request::{StoreMode, KEY_MAX_LENGTH};
 
 /// Length of a request or response header.
 pub const HEADER_LEN: usize = 24;
@@ -459,6 +459,165 @@ pub fn decode<'a>(h: &RequestHeader, extras: &'a [u8], key: &'a [u8]) -> Decoded
         ),
         _ => Decoded::UnknownCommand,
     }
+}
+
+/// A decoded request as a protocol-neutral request (see
+/// `crate::request`). `use_cas` is false with -C, where memcached ignores
+/// the header's CAS of storage commands.
+pub fn to_request<'a>(
+    h: &RequestHeader,
+    r: Request<'a>,
+    use_cas: bool,
+) -> crate::request::Request<'a> {
+    use crate::request::{
+        Arith, BinaryReply, Command, Delete, Keys, Reply, Request as Neutral, Store,
+        StoreMode as Mode,
+    };
+    let reply = |quiet: bool, with_key: bool| {
+        Reply::Binary(BinaryReply {
+            opcode: h.opcode,
+            opaque: h.opaque,
+            quiet,
+            with_key,
+        })
+    };
+    let mode = |m: StoreMode| m;
+    let cas = if use_cas { h.cas } else { 0 };
+    let (command, reply) = match r {
+        Request::Get {
+            key,
+            quiet,
+            with_key,
+        } => (
+            Command::Get {
+                keys: Keys::one(key),
+                touch: None,
+                with_cas: true,
+            },
+            reply(quiet, with_key),
+        ),
+        Request::Touch { key, exptime } => (
+            Command::Touch {
+                key,
+                exptime: i64::from(exptime),
+            },
+            reply(false, false),
+        ),
+        Request::GetAndTouch {
+            key,
+            exptime,
+            quiet,
+            with_key,
+        } => (
+            Command::Get {
+                keys: Keys::one(key),
+                touch: Some(i64::from(exptime)),
+                with_cas: true,
+            },
+            reply(quiet, with_key),
+        ),
+        Request::Store {
+            mode: m,
+            key,
+            flags,
+            exptime,
+            value_len,
+            quiet,
+        } => (
+            Command::Store(Store {
+                // A non-zero CAS makes any storage opcode a compare-and-swap.
+                mode: if cas != 0 { Mode::Cas } else { mode(m) },
+                key,
+                flags,
+                exptime: i64::from(exptime),
+                value_len: value_len as usize,
+                cas,
+                new_cas: None,
+                stale_if_older: false,
+                binary_key: false,
+                create_exptime: None,
+            }),
+            reply(quiet, false),
+        ),
+        Request::Concat {
+            mode: m,
+            key,
+            value_len,
+            quiet,
+        } => (
+            Command::Store(Store {
+                mode: mode(m),
+                key,
+                flags: 0,
+                exptime: 0,
+                value_len: value_len as usize,
+                cas,
+                new_cas: None,
+                stale_if_older: false,
+                binary_key: false,
+                create_exptime: None,
+            }),
+            reply(quiet, false),
+        ),
+        Request::Delete { key, quiet } => (
+            Command::Delete(Delete {
+                key,
+                if_cas: (h.cas != 0).then_some(h.cas),
+                ..Delete::default()
+            }),
+            reply(quiet, false),
+        ),
+        Request::Arith {
+            incr,
+            key,
+            delta,
+            initial,
+            exptime,
+            quiet,
+        } => (
+            Command::Arith(Arith {
+                key,
+                incr,
+                delta,
+                create: (exptime != ARITH_DO_NOT_CREATE).then_some((initial, i64::from(exptime))),
+                if_cas: h.cas,
+                new_cas: None,
+                exptime: None,
+                binary_key: false,
+            }),
+            reply(quiet, false),
+        ),
+        Request::Quit { quiet } => (Command::Quit, reply(quiet, false)),
+        Request::Flush { delay, quiet } => (
+            Command::FlushAll {
+                delay: Some(i64::from(delay)),
+            },
+            reply(quiet, false),
+        ),
+        Request::Noop => (Command::Noop, reply(false, false)),
+        Request::Version => (Command::Version, reply(false, false)),
+        Request::Stat { group } => (
+            Command::Stats {
+                group: Some(group),
+                tokens: crate::request::Tokens::empty(),
+            },
+            reply(false, false),
+        ),
+        Request::SaslListMechs => (Command::SaslListMechs, reply(false, false)),
+        Request::Sasl {
+            step,
+            mechanism,
+            value_len,
+        } => (
+            Command::SaslAuth {
+                step,
+                mechanism,
+                value_len: value_len as usize,
+            },
+            reply(false, false),
+        ),
+    };
+    Neutral { command, reply }
 }
 
 /// Appends a response header. `data_type` is always raw bytes (0).

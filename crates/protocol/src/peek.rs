@@ -20,7 +20,7 @@
 //! allocates nothing and never panics.
 
 use crate::binary::{HEADER_LEN, REQUEST_MAGIC};
-use crate::text::KEY_MAX_LENGTH;
+use crate::request::KEY_MAX_LENGTH;
 
 /// Text commands whose second token is a key.
 const KEYED_COMMANDS: [&[u8]; 16] = [

@@ -5,7 +5,7 @@ use osmium_protocol::binary::{
     decode, opcode, parse_response, put_error, put_hit, put_stat, scan_request, status,
     status_message, Decoded, Request, RequestHeader, Scan, HEADER_LEN, REQUEST_MAGIC,
 };
-use osmium_protocol::text::StoreMode;
+use osmium_protocol::request::StoreMode;
 use proptest::prelude::*;
 
 fn packet(op: u8, extras: &[u8], key: &[u8], value: &[u8], opaque: u32, cas: u64) -> Vec<u8> {

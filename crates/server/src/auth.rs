@@ -1,4 +1,4 @@
-//! Authentication, as memcached 1.6.18 does it:
+//! Authentication, as memcached does it:
 //!
 //! * `-S`: SASL for the binary protocol, mechanism PLAIN, checked against
 //!   a password file in memcached's sasl-pwdb format (`user:password` per
@@ -11,17 +11,13 @@
 //!   is `user password`. The file (at most 8 `user:password` lines) is read
 //!   once at start.
 //!
-//! The per-connection state lives in the session (`authenticated`, `sasl`);
-//! the binary protocol's opcode handling is in `binary`.
+//! The per-connection state lives in the session; the SASL opcodes are run
+//! by the executor (`execute::sasl`) and the `-Y` login by the session's
+//! text framing (`session::login`).
 
 use std::path::PathBuf;
 
-use osmium_protocol::numbers::safe_strtoul;
-use osmium_protocol::text::Tokens;
-
-use crate::session::{Flow, Session};
 use crate::settings::Settings;
-use crate::worker::WorkerCtx;
 
 /// What SASL LIST MECHS answers.
 pub const SASL_MECHANISMS: &[u8] = b"PLAIN";
@@ -32,7 +28,7 @@ const MAX_ENTRY_LEN: usize = 256;
 const MAX_AUTHFILE_ENTRIES: usize = 8;
 /// memcached's read buffer: a text auth token that cannot fit in it makes
 /// memcached drop the connection.
-const TEXT_AUTH_MAX_DATA: u64 = 16 * 1024;
+pub const TEXT_AUTH_MAX_DATA: u64 = 16 * 1024;
 
 /// Authentication settings shared by every connection.
 #[derive(Debug, Default)]
@@ -229,95 +225,6 @@ pub fn sasl_exchange(
         SaslOutcome::Authenticated
     } else {
         SaslOutcome::Failed
-    }
-}
-
-/// Runs a `-Y` connection's requests until it authenticates (None: go on
-/// with the ordinary text protocol) or must stop (Some(flow)).
-///
-/// memcached answers every request but the login `set` with
-/// `CLIENT_ERROR unauthenticated`, and reuses one response object for all
-/// of them until it next writes: of the replies to one batch of pipelined
-/// requests only the last is sent. That is reproduced (a new reply
-/// replaces the previous one of the same batch).
-pub fn text_login(session: &mut Session, ctx: &WorkerCtx) -> Option<Flow> {
-    let authfile = ctx.shared.auth.ascii.as_ref()?;
-    let mut last_reply: Option<usize> = None;
-    let mut done = 0;
-    let reply = |out: &mut Vec<u8>, last: &mut Option<usize>, msg: &[u8]| {
-        if let Some(start) = *last {
-            out.truncate(start);
-        }
-        *last = Some(out.len());
-        out.extend_from_slice(msg);
-        out.extend_from_slice(b"\r\n");
-    };
-    loop {
-        let buf = &session.rbuf[session.rstart..session.rend];
-        if buf.len() < 3 || buf.len() < session.need {
-            return Some(Flow::Wait);
-        }
-        if session.must_yield(ctx, done) {
-            return Some(Flow::Yield);
-        }
-        let Some(nl) = memchr::memchr(b'\n', buf) else {
-            return Some(if buf.len() > 2048 {
-                Flow::Close
-            } else {
-                Flow::Wait
-            });
-        };
-        done += 1;
-        // memcached tokenizes the line with its '\r' still in place.
-        let tokens = Tokens::new(&buf[..nl]);
-        let size = if tokens.count() >= 6 && tokens.get(0) == b"set" {
-            safe_strtoul(tokens.get(4))
-        } else {
-            None
-        };
-        let Some(size) = size else {
-            session.rstart += nl + 1;
-            reply(
-                &mut session.wbuf,
-                &mut last_reply,
-                b"CLIENT_ERROR unauthenticated",
-            );
-            continue;
-        };
-        let data_len = u64::from(size) + 2;
-        if data_len > TEXT_AUTH_MAX_DATA {
-            return Some(Flow::Close);
-        }
-        let total = nl + 1 + data_len as usize;
-        if buf.len() < total {
-            session.need = total;
-            return Some(Flow::Wait);
-        }
-        session.need = 0;
-        let data = &buf[nl + 1..total];
-        let (token, rest) = data.split_at(data.len() - 2);
-        let msg: &[u8] = if rest != b"\r\n" {
-            b"CLIENT_ERROR bad command line termination"
-        } else {
-            let creds = Tokens::new(token);
-            if creds.count() < 3 {
-                b"CLIENT_ERROR bad authentication token format"
-            } else {
-                ctx.stats.auth_cmds.incr();
-                if authfile.check(creds.get(0), creds.get(1)) {
-                    session.authenticated = true;
-                    b"STORED"
-                } else {
-                    ctx.stats.auth_errors.incr();
-                    b"CLIENT_ERROR authentication failure"
-                }
-            }
-        };
-        session.rstart += total;
-        reply(&mut session.wbuf, &mut last_reply, msg);
-        if session.authenticated {
-            return None;
-        }
     }
 }
 

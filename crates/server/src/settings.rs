@@ -195,6 +195,11 @@ pub struct Settings {
     /// -D: key prefix delimiter for `stats detail`; giving it enables detail.
     pub prefix_delimiter: u8,
     pub detail_enabled: bool,
+    /// Not `-X`: `stats cachedump`, `stats detail` and the crawler dumps
+    /// are allowed.
+    pub dump_enabled: bool,
+    /// `-o read_buf_mem_limit`, in bytes (0: no limit).
+    pub read_buf_mem_limit: usize,
     pub warnings: Vec<String>,
 }
 
@@ -222,7 +227,6 @@ const IGNORED_EXTENDED: &[&str] = &[
     "hash_algorithm",
     "lru_crawler_sleep",
     "lru_crawler_tocrawl",
-    "read_buf_mem_limit",
     "no_lru_maintainer",
     "lru_maintainer",
     "hot_lru_pct",
@@ -288,7 +292,7 @@ pub fn help_text() -> String {
     use clap::CommandFactory;
     let mut cmd = Cli::command();
     format!(
-        "osmium {} (memcached protocol {VERSION})\n{}\n\n-o options honoured: idle_timeout=<secs>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast.\nOther memcached -o options are accepted with a warning.\n",
+        "osmium {} (memcached protocol {VERSION})\n{}\n\n-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>.\nOther memcached -o options are accepted with a warning.\n",
         env!("CARGO_PKG_VERSION"),
         cmd.render_help()
     )
@@ -433,6 +437,7 @@ where
     let mut hashpower_init = 0;
     let mut lru_crawler = true;
     let mut thread_affinity = None;
+    let mut read_buf_mem_limit = 0usize;
     for opt in cli.extended.iter().flat_map(|o| o.split(',')) {
         let opt = opt.trim();
         if opt.is_empty() {
@@ -455,6 +460,12 @@ where
                 }
             }
             "thread_affinity" => thread_affinity = Some(number(value)? as usize),
+            "read_buf_mem_limit" => {
+                let mb = value
+                    .and_then(|v| v.parse::<u32>().ok())
+                    .ok_or("could not parse argument to read_buf_mem_limit")?;
+                read_buf_mem_limit = mb as usize * (1 << 20);
+            }
             "no_lru_crawler" => lru_crawler = false,
             "lru_crawler" => lru_crawler = true,
             "maxconns_fast" => maxconns_fast = true,
@@ -511,6 +522,8 @@ where
         unix_mask,
         prefix_delimiter,
         detail_enabled,
+        dump_enabled: !cli.disable_dumping,
+        read_buf_mem_limit,
         warnings,
     })))
 }

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 mod common;
-use common::{start_on_free_port, wait_exit};
+use common::{memcached_bin, memcached_command, start_on_free_port, wait_exit};
 
 struct Server {
     child: Child,
@@ -245,7 +245,7 @@ fn shutdown_command_needs_enable_flag() {
     let mut c = srv.connect();
     assert_eq!(
         roundtrip(&mut c, b"shutdown\r\n", b"\r\n"),
-        b"ERROR: shutdown not enabled\r\n"
+        b"SERVER_ERROR: shutdown not enabled\r\n"
     );
     drop(c);
     let mut srv2 = Server::start(&["-A"]);
@@ -349,11 +349,10 @@ fn a_half_closed_client_gets_its_replies_then_the_close() {
     // with that data: no new event would ever report it.)
     let srv = Server::start(&["-t", "4"]);
     let mut memcached = None;
-    if std::path::Path::new("/usr/bin/memcached").is_file() {
+    if let Some(bin) = memcached_bin() {
         let (child, port) = start_on_free_port(|port| {
-            Command::new("/usr/bin/memcached")
+            memcached_command(&bin)
                 .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-                .args(["-u", "root"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

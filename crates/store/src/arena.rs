@@ -25,13 +25,14 @@
 //! room for one victim's items: when its segment fills it takes the
 //! *spare*, which the next recycled victim replaces.
 //!
-//! All segments live in one anonymous mapping reserved at start for the
-//! arena's capacity (`MAP_NORESERVE`: address space only). A segment's
-//! pages become resident when items are first written into them and are
-//! handed back with `madvise(MADV_DONTNEED)` when cache_memlimit shrinks, so
-//! resident memory follows the bytes used, with no per-segment allocator
-//! header, and segment `i` is at `base + i * segment_size` (the layout a
-//! file-backed mapping needs for warm restart).
+//! All segments live in one mapping reserved at start for the arena's
+//! capacity (see `backing`: anonymous memory that is address space only
+//! until written). A segment's pages become resident when items are first
+//! written into them and are handed back to the system (`Backing::release`)
+//! when cache_memlimit shrinks, so resident memory follows the bytes used,
+//! with no per-segment allocator header, and segment `i` is at
+//! `base + i * segment_size` (the layout a file-backed mapping needs for
+//! warm restart).
 //!
 //! A segment is FREE (on the free list), ACTIVE (owned by one write head,
 //! being appended to), SEALED (full, in the FIFO, oldest first) or CLAIMED
@@ -54,14 +55,11 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
+use crate::backing::{Backing, BackingKind};
 use crate::epoch;
 use crate::item::ItemPtr;
 
 pub type SegmentId = u32;
-
-/// `madvise` advice: collapse a range into transparent huge pages now
-/// (Linux 6.1; not yet in the libc crate's constants for every target).
-const MADV_COLLAPSE: libc::c_int = 25;
 
 /// A write head moves to a new segment once its segment is this many
 /// seconds old, so that item access times fit 16 bits.
@@ -133,6 +131,14 @@ pub struct Segment {
 }
 
 impl Segment {
+    /// Whether an item in it may be expired or flushed: some item has an
+    /// expiry, or a flush covered part of it.
+    #[inline]
+    pub fn may_hold_stale(&self) -> bool {
+        self.max_exptime.load(Ordering::Acquire) != 0
+            || self.flushed_below.load(Ordering::Acquire) != 0
+    }
+
     /// Records the expiry of an item written into (or touched in) it.
     #[inline]
     pub fn note_expiry(&self, exptime: u32) {
@@ -206,9 +212,8 @@ pub enum Reserve {
 }
 
 pub struct Arena {
-    /// The mapping holding every segment (address, length), and where the
-    /// segments start in it (huge page aligned).
-    mapping: (*mut u8, usize),
+    /// Where the segments start (huge page aligned): `backing.base()`,
+    /// kept here for item lookups.
     base: *mut u8,
     /// Huge-page regions (of `region_segments` segments) already backed by
     /// a huge page.
@@ -226,39 +231,35 @@ pub struct Arena {
     main_heads: usize,
     evictions_enabled: bool,
     next_seq: AtomicU64,
+    /// The memory holding every segment.
+    backing: Backing,
 }
 
 impl Arena {
-    /// An arena of `memory_limit` bytes for `workers` worker threads.
-    pub fn new(memory_limit: usize, segment_size: usize, workers: usize, evictions: bool) -> Arena {
+    /// An arena of `memory_limit` bytes for `workers` worker threads, in
+    /// memory of the given kind.
+    pub fn new(
+        kind: &BackingKind,
+        memory_limit: usize,
+        segment_size: usize,
+        workers: usize,
+        evictions: bool,
+    ) -> Arena {
         assert!(segment_size.is_power_of_two());
         let limit = (memory_limit / segment_size).clamp(1, MAX_SEGMENTS);
         // Room to grow with cache_memlimit without reallocating the table
         // (and without widening index addresses much: see `index`).
         let capacity = (limit * 2).clamp((4 << 30) / segment_size, MAX_SEGMENTS);
-        // One huge page more than needed, so that segments can start on a
-        // huge page boundary (see `collapse_sealed`); what alignment leaves
-        // of it (at least a page) lets a lock-free reader that decodes a
-        // stale location near the end read an item header and key without
-        // leaving the mapping (see `index::Table::find_unlocked`).
-        let bytes = capacity * segment_size + HUGE_PAGE;
-        // SAFETY: an anonymous private mapping with no address hint, checked
-        // before use; MAP_NORESERVE reserves address space only.
-        let mapping = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        assert!(
-            mapping != libc::MAP_FAILED,
-            "cannot reserve {bytes} bytes of address space for item memory"
-        );
-        let base = (mapping as usize).next_multiple_of(HUGE_PAGE) as *mut u8;
+        // Segments start on a huge page boundary (see `collapse_sealed`);
+        // the backing maps at least a page past the last one, so a lock-free
+        // reader that decodes a stale location near the end reads an item
+        // header and key without leaving the mapping (see
+        // `index::Table::find_unlocked`).
+        let bytes = capacity * segment_size;
+        let backing = Backing::new(kind, bytes, HUGE_PAGE).unwrap_or_else(|e| {
+            panic!("cannot reserve {bytes} bytes of address space for item memory: {e}")
+        });
+        let base = backing.base();
         let region_segments = (HUGE_PAGE / segment_size).max(1);
         let regions = capacity.div_ceil(region_segments);
         let segments: Vec<Segment> = (0..capacity).map(|_| Segment::new()).collect();
@@ -266,7 +267,6 @@ impl Arena {
         let main_heads = if limit >= 32 * workers { workers } else { 1 };
         let heads = workers + main_heads + 1;
         Arena {
-            mapping: (mapping as *mut u8, bytes),
             collapsed: (0..regions).map(|_| AtomicBool::new(false)).collect(),
             region_segments,
             base,
@@ -293,6 +293,7 @@ impl Arena {
             main_heads,
             evictions_enabled: evictions,
             next_seq: AtomicU64::new(0),
+            backing,
         }
     }
 
@@ -566,15 +567,13 @@ impl Arena {
         let s = self.segment(seg);
         epoch::wait_past(s.retired.swap(0, Ordering::AcqRel));
         self.collapsed[seg as usize / self.region_segments].store(false, Ordering::Relaxed);
-        // SAFETY: the range is one whole segment inside the mapping; a free
-        // segment holds no indexed items, and its pages read back as zeros.
+        // SAFETY: the range is one whole segment, below the capacity; a
+        // free segment holds no indexed items, and the readers that could
+        // still see its old ones were waited out above.
         unsafe {
-            libc::madvise(
-                self.base.add(seg as usize * self.segment_size) as *mut libc::c_void,
-                self.segment_size,
-                libc::MADV_DONTNEED,
-            );
-        }
+            self.backing
+                .release(seg as usize * self.segment_size, self.segment_size)
+        };
         s.state.store(STATE_FREE, Ordering::Release);
     }
 
@@ -696,7 +695,7 @@ impl Arena {
     }
 
     /// Backs full regions of sealed segments with transparent huge pages
-    /// (`madvise(MADV_COLLAPSE)`, Linux 6.1+; elsewhere a no-op): a random
+    /// (`Backing::collapse`, Linux 6.1+; elsewhere a no-op): a random
     /// read of item memory then costs one TLB entry per 2 MiB instead of
     /// per 4 KiB. Only regions whose segments are all sealed and at least
     /// 15/16 written are collapsed, so no untouched memory becomes
@@ -729,18 +728,15 @@ impl Arena {
                 continue;
             }
             self.collapsed[r].store(true, Ordering::Relaxed);
-            // SAFETY: the range is whole segments inside the mapping, all of
-            // them resident and in use; collapsing moves their pages into a
-            // huge page without changing their contents, and concurrent
-            // accesses wait for it in the kernel.
-            unsafe {
-                libc::madvise(
-                    self.base.add(first * self.segment_size) as *mut libc::c_void,
-                    self.region_segments * self.segment_size,
-                    MADV_COLLAPSE,
-                );
-            }
+            // Whole segments, all of them resident and in use.
+            self.backing.collapse(
+                first * self.segment_size,
+                self.region_segments * self.segment_size,
+            );
             done += 1;
+            // One region is up to 2 MiB copied in the kernel: let a thread
+            // waiting for this core run before the next.
+            std::thread::yield_now();
         }
         done
     }
@@ -752,18 +748,10 @@ impl Arena {
     }
 }
 
-// SAFETY: the mapping is shared item memory whose access discipline is
-// enforced by the index shard locks and reader pins (see `item`, `epoch`);
+// SAFETY: `base` points into the backing's mapping, shared item memory
+// whose access discipline is enforced by the index shard locks and reader
+// pins (see `item`, `epoch`); the backing unmaps it when the arena drops;
 // everything else in the arena is atomics and mutexes.
 unsafe impl Send for Arena {}
+// SAFETY: as above.
 unsafe impl Sync for Arena {}
-
-impl Drop for Arena {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in new(); nothing can
-        // reference item memory once the arena is dropped.
-        unsafe {
-            libc::munmap(self.mapping.0 as *mut libc::c_void, self.mapping.1);
-        }
-    }
-}

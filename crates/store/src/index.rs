@@ -781,6 +781,53 @@ impl Table {
         self.retired.push(old);
     }
 
+    /// Where a walk of the table in hash order (see `entries_homed_in`)
+    /// that starts at hash position `from` (the top 32 bits of a key hash,
+    /// below 2^32) ends after the keys of `home_buckets` home buckets: the
+    /// first position whose home bucket is past them, 2^32 at the end.
+    pub fn batch_end(&self, from: u64, home_buckets: usize) -> u64 {
+        let n = self.buckets.len();
+        let end = (home_of(from << 32, n) + home_buckets.max(1)).min(n);
+        // The first position whose home bucket is `end`.
+        ((end as u64) << 32).div_ceil(n as u64)
+    }
+
+    /// Calls `f` with the location of every entry whose key's hash
+    /// position (the top 32 bits of its hash) is in `from..to`, and of
+    /// some others stored among them: the caller tells them apart by
+    /// hashing the key. An entry's home bucket follows from its position
+    /// (`home_of` is monotonic), and it is stored there or in a later
+    /// bucket (wrapping) no further than where `overflow` drops to 0, so
+    /// the walk reads the home buckets of `from..to` and the spill after
+    /// them only. Under the shard lock (read or write): entries do not
+    /// move, though an unlocked SET may swap one's location for another
+    /// of the same key (either is read, whole).
+    pub fn entries_homed_in(&self, from: u64, to: u64, mut f: impl FnMut(Location)) {
+        if to <= from {
+            return;
+        }
+        let n = self.buckets.len();
+        let p = self.buckets.ptr.load(Ordering::Relaxed);
+        let first = home_of(from << 32, n);
+        let last = home_of((to - 1) << 32, n);
+        let mut b = first;
+        for step in 0..n {
+            let bucket = p.wrapping_add(b);
+            // SAFETY: b < n: one of the table's buckets, which the caller's
+            // lock keeps mapped and in place.
+            let (_, w7) = unsafe { tag_words(bucket) };
+            let len = usize::from((w7 >> 32) as u8).min(BUCKET_SLOTS);
+            for slot in 0..len {
+                // SAFETY: as above, and slot < 12.
+                f(self.codec.decode(unsafe { entry_at(bucket, slot) }));
+            }
+            if step >= last - first && w7 >> 48 == 0 {
+                return;
+            }
+            b = if b + 1 == n { 0 } else { b + 1 };
+        }
+    }
+
     /// Bytes of index memory (for stats).
     pub fn memory(&self) -> usize {
         self.buckets.len() * std::mem::size_of::<Bucket>()
@@ -840,6 +887,29 @@ mod tests {
         // total_items.
         let end = 16 + std::mem::offset_of!(Table, counters) + 3 * 8;
         assert!(end <= 64, "{end}");
+    }
+
+    #[test]
+    fn batches_in_hash_order_cover_every_position_once() {
+        let t = Table::new(AddrCodec::new(4096, 20, 1));
+        let n = INITIAL_BUCKETS;
+        let mut from = 0;
+        let mut homes = Vec::new();
+        while from < 1 << 32 {
+            let to = t.batch_end(from, 5);
+            assert!(to > from);
+            homes.push((home_of(from << 32, n), home_of((to - 1) << 32, n)));
+            from = to;
+        }
+        assert_eq!(from, 1 << 32);
+        assert_eq!(homes.len(), n.div_ceil(5));
+        for (i, &(first, last)) in homes.iter().enumerate() {
+            assert_eq!((first, last), (5 * i, (5 * i + 4).min(n - 1)));
+        }
+        // A batch that starts inside a bucket (the table grew since the
+        // position was chosen) ends where that bucket's successors do.
+        let inside = (3u64 << 32) / n as u64 + 12345;
+        assert_eq!(t.batch_end(inside, 1), (4u64 << 32) / n as u64);
     }
 
     #[test]

@@ -27,7 +27,7 @@
 //!             bit 1 FETCHED    hit at least once
 //!             bit 2 STALE      meta-invalidated (md I, ms I)
 //!             bit 3 TOKEN_SENT a meta client won the recache token
-//!             bit 4 KEY_BINARY stored with a base64 key (meta b)
+//!             bit 4 BINARY_KEY the key is binary (sent base64 encoded)
 //!             bit 5 EXT        the ext byte and fields follow vlen
 //!             bit 6-7 FREQ     hits since insertion or the last eviction
 //!                              pass, saturating at 3 (the evictor's input)
@@ -68,7 +68,7 @@ pub const STATE_DEAD: u8 = 1;
 pub const STATE_FETCHED: u8 = 2;
 pub const STATE_STALE: u8 = 4;
 pub const STATE_TOKEN_SENT: u8 = 8;
-pub const STATE_KEY_BINARY: u8 = 16;
+pub const STATE_BINARY_KEY: u8 = 16;
 const STATE_EXT: u8 = 32;
 const FREQ_SHIFT: u32 = 6;
 pub const FREQ_MAX: u8 = 3;
@@ -698,8 +698,8 @@ impl<'a> ItemView<'a> {
     pub fn mark_token_sent(&self) {
         self.ptr.set_state(STATE_TOKEN_SENT)
     }
-    pub fn key_binary(&self) -> bool {
-        self.ptr.has_state(STATE_KEY_BINARY)
+    pub fn binary_key(&self) -> bool {
+        self.ptr.has_state(STATE_BINARY_KEY)
     }
 }
 
@@ -733,7 +733,7 @@ mod tests {
         };
         // SAFETY: the buffer is 512 bytes, 8-aligned and owned by the test.
         let it = unsafe { ItemPtr::from_raw(p) };
-        unsafe { it.init(&spec, b"key", &[b"he", b"llo"], 62, STATE_KEY_BINARY) };
+        unsafe { it.init(&spec, b"key", &[b"he", b"llo"], 62, STATE_BINARY_KEY) };
         assert_eq!(it.key(), b"key");
         assert_eq!(it.value(), b"hello");
         assert_eq!(
@@ -742,7 +742,7 @@ mod tests {
         );
         assert_eq!(it.size(), spec.size());
         assert_eq!(it.size(), 4 + 1 + 1 + 16 + 3 + 5);
-        assert!(it.has_state(STATE_KEY_BINARY) && !it.is_dead());
+        assert!(it.has_state(STATE_BINARY_KEY) && !it.is_dead());
         unsafe { it.set_exptime(5) };
         assert_eq!(it.exptime(), 5);
         assert_eq!(it.flags(), 7);

@@ -1,12 +1,134 @@
 //! Helpers shared by the integration tests that start real server
 //! processes: a free loopback port, waiting for a condition, waiting for a
-//! process to exit. (Each test file keeps its own launcher, since each
-//! starts servers differently: TCP, UDP, unix socket, memcached or osmium.)
+//! process to exit, which memcached to compare against. (Each test file
+//! keeps its own launcher, since each starts servers differently: TCP, UDP,
+//! unix socket, memcached or osmium.)
 #![allow(dead_code)] // each test crate uses a different subset
 
+use std::cell::Cell;
 use std::net::{TcpListener, UdpSocket};
-use std::process::{Child, ExitStatus};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
+
+/// The memcached release the tests compare against (tests/oracle/README.md).
+pub const ORACLE_VERSION: &str = "1.6.45";
+
+/// Where `scripts/build-memcached.sh` puts the oracle.
+pub fn oracle_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(format!(".oracle/memcached-{ORACLE_VERSION}/memcached"))
+}
+
+/// Genuine memcached for the tests, by the one rule every suite follows:
+/// `MEMCACHED_BIN` if set, else the repository's oracle
+/// (`.oracle/memcached-1.6.45/memcached`). Without either: `None`, after a
+/// message on stderr naming `scripts/build-memcached.sh` (the caller skips
+/// its memcached part), and a panic under `CI=true`, where a missing oracle
+/// is a failure.
+pub fn memcached_bin() -> Option<PathBuf> {
+    if let Some(bin) = std::env::var_os("MEMCACHED_BIN").filter(|b| !b.is_empty()) {
+        return Some(PathBuf::from(bin));
+    }
+    let oracle = oracle_path();
+    if oracle.is_file() {
+        return Some(oracle);
+    }
+    let why = format!(
+        "memcached {ORACLE_VERSION} (the oracle) is not built: run `bash scripts/build-memcached.sh` \
+         (it builds {}) or set MEMCACHED_BIN",
+        oracle.display()
+    );
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{why} (CI=true: a missing oracle is a failure)"
+    );
+    eprintln!("SKIP memcached: {why}");
+    None
+}
+
+/// `memcached` plus `-u root` when running as root (memcached refuses to
+/// run as root without it).
+pub fn memcached_command(bin: &Path) -> Command {
+    let mut cmd = Command::new(bin);
+    if std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0) {
+        cmd.args(["-u", "root"]);
+    }
+    cmd
+}
+
+/// The server a test runs against: osmium or genuine memcached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Osmium,
+    Memcached,
+}
+
+thread_local! {
+    static TARGET: Cell<Target> = const { Cell::new(Target::Osmium) };
+}
+
+/// The current test's target (see `against_both!`); osmium outside it.
+pub fn target() -> Target {
+    TARGET.with(Cell::get)
+}
+
+/// Runs `test` with `target` as the current target. A memcached run without
+/// a memcached binary is skipped (see `memcached_bin`).
+pub fn run_against(target: Target, test: fn()) {
+    if target == Target::Memcached && memcached_bin().is_none() {
+        return;
+    }
+    // Back to osmium afterwards, even when the test panics: libtest may run
+    // the next test on the same thread.
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            TARGET.with(|t| t.set(Target::Osmium));
+        }
+    }
+    let _reset = Reset;
+    TARGET.with(|t| t.set(target));
+    test();
+}
+
+/// A command for the current target's binary: `osmium` (the path of the
+/// osmium binary) or memcached (`memcached_command`).
+pub fn target_command(osmium: &str) -> Command {
+    match target() {
+        Target::Osmium => Command::new(osmium),
+        Target::Memcached => memcached_command(&memcached_bin().expect("memcached binary")),
+    }
+}
+
+/// Declares, for each test function named, two tests: `osmium::<name>`
+/// running it against the osmium binary and `memcached::<name>` running it
+/// against genuine memcached (`run_against`). The functions start their
+/// servers with `target_command`, so the same assertions hold for both.
+#[allow(unused_macros)]
+macro_rules! against_both {
+    ($($name:ident),* $(,)?) => {
+        mod osmium {
+            $(
+                #[test]
+                fn $name() {
+                    crate::common::run_against(crate::common::Target::Osmium, super::$name)
+                }
+            )*
+        }
+        mod memcached {
+            $(
+                #[test]
+                fn $name() {
+                    crate::common::run_against(crate::common::Target::Memcached, super::$name)
+                }
+            )*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use against_both;
 
 /// A loopback port that was free for both TCP and UDP a moment ago.
 pub fn free_port() -> u16 {

@@ -30,7 +30,7 @@ import org.junit.jupiter.api.parallel.ExecutionMode;
 
 /**
  * SASL PLAIN over the binary protocol, against a server started with -S (memcached: Cyrus SASL
- * with a sasldb; osmium: --sasl-pwdb). Correct credentials work; a wrong password gets nothing
+ * with its plain password file, MEMCACHED_SASL_PWDB; osmium: --sasl-pwdb). Correct credentials work; a wrong password gets nothing
  * done. The cases use their own clients and keys and run concurrently (the wrong-password ones
  * wait out a timeout).
  */

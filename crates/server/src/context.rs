@@ -1,0 +1,169 @@
+//! What the server's threads share ([`Shared`]: the store, the settings,
+//! the counters, authentication, the socket registry, the stop request)
+//! and what one worker's request handlers see ([`WorkerCtx`]: its own
+//! counters, write head and buffer pool).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use mio::Waker;
+use osmium_store::Store;
+
+use crate::auth::AuthConfig;
+use crate::buffers::{BufferPool, PublishedPoolStats};
+use crate::conns::Registry;
+use crate::settings::Settings;
+use crate::stats::counters::{GlobalStats, ThreadStats, Totals};
+use crate::stats::prefix::PrefixStats;
+
+/// How the server was asked to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopRequest {
+    /// SIGTERM, SIGINT, `shutdown`: stop now.
+    Exit,
+    /// SIGUSR1, `shutdown graceful`: stop once the workers are done (and,
+    /// with a memory file, keep the cache for the next start).
+    Graceful,
+}
+
+/// State shared by every thread.
+pub struct Shared {
+    pub settings: Settings,
+    pub store: Arc<Store>,
+    /// -S and -Y.
+    pub auth: AuthConfig,
+    /// One per worker.
+    pub threads: Vec<Arc<ThreadStats>>,
+    /// Each worker's buffer pool figures.
+    pub pools: Vec<Arc<PublishedPoolStats>>,
+    /// Memory each worker's connections hold in unsent replies.
+    pub output_held: Vec<Arc<AtomicUsize>>,
+    pub global: GlobalStats,
+    /// `-v`, changed at run time by `verbosity`.
+    pub verbosity: AtomicU32,
+    pub accepting: AtomicBool,
+    /// `stats detail`.
+    pub prefix: PrefixStats,
+    /// Every open socket (`stats conns`).
+    pub conns: Registry,
+    stop: AtomicU8,
+    /// Wakes the acceptor's event loop (a stop request).
+    pub acceptor_waker: OnceLock<Arc<Waker>>,
+}
+
+impl Shared {
+    pub fn new(settings: Settings, store: Arc<Store>, auth: AuthConfig) -> Shared {
+        let threads = (0..settings.threads)
+            .map(|_| Arc::new(ThreadStats::default()))
+            .collect();
+        let pools = (0..settings.threads)
+            .map(|_| Arc::new(PublishedPoolStats::default()))
+            .collect();
+        let output_held = (0..settings.threads)
+            .map(|_| Arc::new(AtomicUsize::new(0)))
+            .collect();
+        Shared {
+            verbosity: AtomicU32::new(settings.verbose),
+            prefix: PrefixStats::new(settings.prefix_delimiter, settings.detail_enabled),
+            settings,
+            store,
+            auth,
+            threads,
+            pools,
+            output_held,
+            global: GlobalStats::default(),
+            accepting: AtomicBool::new(true),
+            conns: Registry::default(),
+            stop: AtomicU8::new(0),
+            acceptor_waker: OnceLock::new(),
+        }
+    }
+
+    /// Asks every thread to stop; the first request decides how.
+    pub fn request_stop(&self, how: StopRequest) {
+        let v = match how {
+            StopRequest::Exit => 1,
+            StopRequest::Graceful => 2,
+        };
+        let _ = self
+            .stop
+            .compare_exchange(0, v, Ordering::SeqCst, Ordering::SeqCst);
+        if let Some(w) = self.acceptor_waker.get() {
+            let _ = w.wake();
+        }
+    }
+
+    /// Whether (and how) a stop was requested.
+    #[inline]
+    pub fn stop_requested(&self) -> Option<StopRequest> {
+        match self.stop.load(Ordering::Relaxed) {
+            0 => None,
+            1 => Some(StopRequest::Exit),
+            _ => Some(StopRequest::Graceful),
+        }
+    }
+
+    #[inline]
+    pub fn verbose(&self) -> u32 {
+        self.verbosity.load(Ordering::Relaxed)
+    }
+
+    /// Every worker's counters, summed.
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals::default();
+        for s in &self.threads {
+            s.add_to(&mut t);
+        }
+        t
+    }
+}
+
+/// What one worker's request handlers see.
+pub struct WorkerCtx {
+    pub shared: Arc<Shared>,
+    pub stats: Arc<ThreadStats>,
+    /// This worker's write head in the store.
+    pub head: usize,
+    /// This worker's connection buffers.
+    pub pool: BufferPool,
+    /// Memory held by this worker's connections' unsent output (see
+    /// `Session::must_yield`; written by this worker only, read by `stats`).
+    pub queued_output: Arc<AtomicUsize>,
+}
+
+/// Output a worker lets its connections queue in all before a connection
+/// that already has output waiting stops running requests (a client that
+/// does not read its replies holds its output in server memory).
+pub const WORKER_OUTPUT_BUDGET: usize = 8 << 20;
+
+impl WorkerCtx {
+    pub fn new(shared: Arc<Shared>, index: usize) -> WorkerCtx {
+        let limit = shared.settings.read_buf_mem_limit / shared.settings.threads.max(1);
+        WorkerCtx {
+            stats: shared.threads[index].clone(),
+            pool: BufferPool::new(limit, shared.pools[index].clone()),
+            head: index,
+            queued_output: shared.output_held[index].clone(),
+            shared,
+        }
+    }
+
+    #[inline]
+    pub fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    /// Memory this worker's connections hold in unsent replies.
+    #[inline]
+    pub fn output_held(&self) -> usize {
+        self.queued_output.load(Ordering::Relaxed)
+    }
+
+    /// Records that a connection's unsent replies went from `before` to
+    /// `after` bytes of memory.
+    #[inline]
+    pub fn output_changed(&self, before: usize, after: usize) {
+        let held = (self.output_held() + after).saturating_sub(before);
+        self.queued_output.store(held, Ordering::Relaxed);
+    }
+}

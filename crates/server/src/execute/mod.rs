@@ -1,0 +1,134 @@
+//! The executor: runs a protocol-neutral [`Request`] against the store,
+//! counts its stats, and has its reply written by the encoder of the
+//! protocol it came in.
+//!
+//! ```text
+//!   session ──Request──▶ execute ──▶ store (the cache)
+//!                           │
+//!                           └──outcome──▶ compose::{text, meta, binary} ──▶ Output
+//! ```
+//!
+//! Every command of every protocol passes through [`execute`] (and, for a
+//! storage command, `store::admit` before its value arrives and
+//! `store::complete` after): it is the one place where every request is
+//! seen with its result, where counters and prefix stats are kept, and
+//! where writes could be observed or forwarded. Statistics follow
+//! memcached's rules whatever the protocol: a gat counts as a touch, mg
+//! with `T` too, md as a delete, ma as an incr or decr.
+
+mod admin;
+mod arith;
+mod delete;
+mod dump;
+mod get;
+mod meta_get;
+mod report;
+pub mod sasl;
+mod stats;
+pub mod store;
+mod tuning;
+
+use osmium_protocol::request::{Command, Reply, Request};
+
+use crate::compose::output::Output;
+use crate::context::WorkerCtx;
+
+pub use dump::{Dump, DumpKind};
+pub use get::text_keys;
+pub use sasl::{admit_sasl, AuthState};
+
+/// What the connection does after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    Continue,
+    /// Send what is queued, then close (quit, a binary protocol error).
+    CloseAfterWrite,
+    /// Close at once, dropping queued output (an HTTP request line,
+    /// shutdown).
+    CloseNow,
+    /// Stream a dump (`lru_crawler metadump`/`mgdump`) before the next
+    /// request.
+    StartDump(DumpKind),
+}
+
+/// A request's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Done {
+    pub next: Next,
+    /// memcached writes the queued replies at once after this request
+    /// (binary NOOP and most binary errors, text gets and `mn`): what
+    /// decides which replies survive a later close, and UDP's flushes.
+    pub flush: bool,
+}
+
+impl Done {
+    pub const CONTINUE: Done = Done {
+        next: Next::Continue,
+        flush: false,
+    };
+    pub const FLUSH: Done = Done {
+        next: Next::Continue,
+        flush: true,
+    };
+
+    #[inline]
+    pub fn flush_if(flush: bool) -> Done {
+        Done {
+            next: Next::Continue,
+            flush,
+        }
+    }
+
+    #[inline]
+    pub fn then(next: Next) -> Done {
+        Done { next, flush: true }
+    }
+}
+
+/// What a request needs to know of its connection.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnView {
+    /// Its descriptor (`stats conns` shows the asker parsing).
+    pub fd: i32,
+    /// Whether replies already queued are waiting (memcached refuses to
+    /// start a dump behind them).
+    pub output_queued: bool,
+}
+
+/// Runs one request whose value (if it has one) is complete: storage
+/// commands and SASL authentication go through `store::complete` and
+/// `execute_sasl` instead.
+pub fn execute(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Output) -> Done {
+    let reply = &req.reply;
+    match req.command {
+        Command::Get {
+            keys,
+            touch,
+            with_cas,
+        } => get::get(ctx, keys, touch, with_cas, reply, out),
+        Command::Touch { key, exptime } => get::touch(ctx, key, exptime, reply, out),
+        Command::MetaGet(ref m) => meta_get::meta_get(ctx, m, reply, out),
+        Command::MetaDebug { key, binary_key } => meta_get::meta_debug(ctx, key, binary_key, out),
+        Command::Delete(ref d) => delete::delete(ctx, d, reply, out),
+        Command::Arith(ref a) => arith::arith(ctx, a, reply, out),
+        Command::Stats { group, tokens } => stats::stats(ctx, conn, group, tokens, reply, out),
+        Command::LruCrawler { tokens } => dump::lru_crawler(ctx, conn, tokens, out),
+        Command::SaslListMechs => sasl::list_mechs(ctx, reply, out),
+        Command::Store(_) | Command::SaslAuth { .. } => {
+            // Completed by the session once their value is in.
+            Done::CONTINUE
+        }
+        _ => admin::admin(ctx, req, out),
+    }
+}
+
+pub use sasl::execute_sasl;
+
+/// A text or meta error line (the meta protocol sends errors even with
+/// `q`; the text protocol honours noreply).
+pub fn error_line(out: &mut Output, reply: &Reply<'_>, msg: &str) {
+    match reply {
+        Reply::Text { noreply } => crate::compose::text::line(out, *noreply, msg),
+        _ => crate::compose::text::line(out, false, msg),
+    }
+}

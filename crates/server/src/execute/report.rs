@@ -1,0 +1,372 @@
+//! The `stats` replies: memcached's general stats, `stats settings`,
+//! `stats items` and `stats slabs`, with its names in its order, so tools
+//! that parse them keep working. Counters of memcached internals osmium
+//! does not have (slab rebalancing, LRU juggling) are reported as 0;
+//! engine-wide figures come from the store, request counters from every
+//! worker's `ThreadStats`, buffer figures from the workers' pools.
+
+use std::sync::atomic::Ordering;
+
+use osmium_protocol::encode::stat;
+
+use crate::context::Shared;
+use crate::settings::VERSION;
+
+fn rusage() -> (String, String) {
+    // SAFETY: rusage is plain data (zeroed is valid) and getrusage fills
+    // the struct we own.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let f = |tv: libc::timeval| format!("{}.{:06}", tv.tv_sec, tv.tv_usec);
+    (f(ru.ru_utime), f(ru.ru_stime))
+}
+
+/// `stats reset`.
+pub fn reset(sh: &Shared) {
+    for s in &sh.threads {
+        s.reset();
+    }
+    sh.global.total_connections.store(0, Ordering::Relaxed);
+    sh.global.rejected_connections.store(0, Ordering::Relaxed);
+    sh.store.reset_stats();
+    sh.prefix.clear();
+}
+
+/// `stats` (no group): memcached's general stats, in its order.
+pub fn general(sh: &Shared, out: &mut Vec<u8>) {
+    let t = sh.totals();
+    let e = sh.store.stats();
+    let g = &sh.global;
+    let clock = sh.store.clock();
+    let (ru_user, ru_sys) = rusage();
+    let uptime = clock.now().saturating_sub(62);
+    stat(out, "pid", std::process::id());
+    stat(out, "uptime", uptime);
+    stat(out, "time", clock.unix_now());
+    stat(out, "version", VERSION);
+    stat(out, "libevent", "osmium-mio");
+    stat(out, "pointer_size", 64);
+    stat(out, "rusage_user", ru_user);
+    stat(out, "rusage_system", ru_sys);
+    stat(out, "max_connections", sh.settings.max_connections);
+    let server_conns = g.server_conns.load(Ordering::Relaxed);
+    // memcached reports its connection count less one.
+    stat(
+        out,
+        "curr_connections",
+        (g.curr_connections.load(Ordering::Relaxed) + server_conns).saturating_sub(1),
+    );
+    stat(
+        out,
+        "total_connections",
+        g.total_connections.load(Ordering::Relaxed),
+    );
+    stat(
+        out,
+        "rejected_connections",
+        g.rejected_connections.load(Ordering::Relaxed),
+    );
+    stat(
+        out,
+        "connection_structures",
+        g.connection_structures.load(Ordering::Relaxed) + server_conns,
+    );
+    stat(out, "response_obj_oom", 0);
+    stat(out, "response_obj_count", 0);
+    // Memory held by replies not yet sent (memcached: its response
+    // objects').
+    let held: usize = sh
+        .output_held
+        .iter()
+        .map(|h| h.load(Ordering::Relaxed))
+        .sum();
+    stat(out, "response_obj_bytes", held);
+    let mut pools = crate::buffers::PoolStats::default();
+    for p in &sh.pools {
+        let p = p.get();
+        pools.count += p.count;
+        pools.bytes += p.bytes;
+        pools.bytes_free += p.bytes_free;
+        pools.oom += p.oom;
+    }
+    stat(out, "read_buf_count", pools.count);
+    stat(out, "read_buf_bytes", pools.bytes);
+    stat(out, "read_buf_bytes_free", pools.bytes_free);
+    stat(out, "read_buf_oom", pools.oom);
+    stat(out, "reserved_fds", 20);
+    stat(out, "cmd_get", t.get_cmds);
+    stat(out, "cmd_set", t.set_cmds);
+    stat(out, "cmd_flush", t.flush_cmds);
+    stat(out, "cmd_touch", t.touch_cmds);
+    stat(out, "cmd_meta", t.meta_cmds);
+    stat(out, "get_hits", t.get_hits);
+    stat(out, "get_misses", t.get_misses);
+    stat(out, "get_expired", t.get_expired);
+    stat(out, "get_flushed", t.get_flushed);
+    stat(out, "delete_misses", t.delete_misses);
+    stat(out, "delete_hits", t.delete_hits);
+    stat(out, "incr_misses", t.incr_misses);
+    stat(out, "incr_hits", t.incr_hits);
+    stat(out, "decr_misses", t.decr_misses);
+    stat(out, "decr_hits", t.decr_hits);
+    stat(out, "cas_misses", t.cas_misses);
+    stat(out, "cas_hits", t.cas_hits);
+    stat(out, "cas_badval", t.cas_badval);
+    stat(out, "touch_hits", t.touch_hits);
+    stat(out, "touch_misses", t.touch_misses);
+    stat(out, "store_too_large", t.store_too_large);
+    stat(out, "store_no_memory", t.store_no_memory);
+    stat(out, "auth_cmds", t.auth_cmds);
+    stat(out, "auth_errors", t.auth_errors);
+    stat(out, "bytes_read", t.bytes_read);
+    stat(out, "bytes_written", t.bytes_written);
+    stat(out, "limit_maxbytes", e.limit_maxbytes);
+    stat(
+        out,
+        "accepting_conns",
+        u8::from(sh.accepting.load(Ordering::Relaxed)),
+    );
+    stat(out, "listen_disabled_num", 0);
+    stat(out, "time_in_listen_disabled_us", 0);
+    stat(out, "threads", sh.settings.threads);
+    stat(out, "conn_yields", t.conn_yields);
+    stat(out, "hash_power_level", hash_power(e.index_bytes));
+    stat(out, "hash_bytes", e.index_bytes);
+    stat(out, "hash_is_expanding", 0);
+    for name in [
+        "slab_reassign_rescues",
+        "slab_reassign_chunk_rescues",
+        "slab_reassign_inline_reclaim",
+        "slab_reassign_busy_items",
+        "slab_reassign_busy_deletes",
+        "slab_reassign_busy_nomem",
+    ] {
+        stat(out, name, 0);
+    }
+    stat(out, "slab_reassign_last_busy_status", "none");
+    for name in [
+        "slab_reassign_running",
+        "slabs_moved",
+        "lru_crawler_running",
+    ] {
+        stat(out, name, 0);
+    }
+    stat(out, "lru_crawler_starts", 0);
+    stat(out, "lru_maintainer_juggles", 0);
+    for name in [
+        "malloc_fails",
+        "log_worker_dropped",
+        "log_worker_written",
+        "log_watcher_skipped",
+        "log_watcher_sent",
+        "log_watchers",
+        "unexpected_napi_ids",
+        "round_robin_fallback",
+    ] {
+        stat(out, name, 0);
+    }
+    stat(out, "bytes", e.bytes);
+    stat(out, "curr_items", e.curr_items);
+    stat(out, "total_items", e.total_items);
+    stat(out, "slab_global_page_pool", 0);
+    stat(out, "expired_unfetched", e.expired_unfetched);
+    stat(out, "evicted_unfetched", e.evicted_unfetched);
+    stat(out, "evicted_active", 0);
+    stat(out, "evictions", e.evictions);
+    stat(out, "reclaimed", e.reclaimed);
+    for name in [
+        "crawler_reclaimed",
+        "crawler_items_checked",
+        "lrutail_reflocked",
+        "moves_to_cold",
+        "moves_to_warm",
+        "moves_within_lru",
+        "direct_reclaims",
+        "lru_bumps_dropped",
+    ] {
+        stat(out, name, 0);
+    }
+}
+
+/// `stats settings`, in memcached's order.
+pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
+    let s = &sh.settings;
+    let yn = |b: bool| if b { "yes" } else { "no" };
+    let e = sh.store.stats();
+    stat(out, "maxbytes", e.limit_maxbytes);
+    stat(out, "maxconns", s.max_connections);
+    stat(out, "tcpport", s.port);
+    stat(out, "udpport", s.udp_port);
+    let inter = s
+        .listen
+        .iter()
+        .map(|l| l.host.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    stat(out, "inter", inter);
+    stat(out, "verbosity", sh.verbosity.load(Ordering::Relaxed));
+    stat(out, "oldest", 0);
+    stat(out, "evictions", if s.evictions { "on" } else { "off" });
+    stat(
+        out,
+        "domain_socket",
+        s.unix_socket.as_deref().unwrap_or("NULL"),
+    );
+    stat(out, "umask", format!("{:o}", s.unix_mask));
+    stat(out, "shutdown_command", yn(s.shutdown_enabled));
+    stat(out, "growth_factor", "1.25");
+    stat(out, "chunk_size", 48);
+    stat(out, "num_threads", s.threads);
+    stat(out, "num_threads_per_udp", s.threads_per_udp);
+    stat(out, "stat_key_prefix", char::from(sh.prefix.delimiter()));
+    stat(out, "detail_enabled", yn(sh.prefix.enabled()));
+    stat(out, "reqs_per_event", s.reqs_per_event);
+    stat(out, "cas_enabled", yn(s.use_cas));
+    stat(out, "tcp_backlog", s.backlog);
+    stat(out, "binding_protocol", s.binding_protocol);
+    stat(out, "auth_enabled_sasl", yn(s.sasl));
+    // memcached prints the authfile's path here when -Y is on.
+    stat(
+        out,
+        "auth_enabled_ascii",
+        s.auth_file.as_deref().unwrap_or("no"),
+    );
+    stat(out, "item_size_max", s.item_size_max);
+    stat(out, "maxconns_fast", yn(s.maxconns_fast));
+    stat(out, "hashpower_init", s.hashpower_init);
+    stat(out, "slab_reassign", "no");
+    stat(out, "slab_automove", 0);
+    stat(out, "slab_automove_ratio", "0.80");
+    stat(out, "slab_automove_window", 30);
+    stat(out, "slab_chunk_max", e.segment_size);
+    stat(out, "lru_crawler", yn(s.lru_crawler));
+    stat(out, "lru_crawler_sleep", 100);
+    stat(out, "lru_crawler_tocrawl", 0);
+    stat(out, "tail_repair_time", 0);
+    stat(out, "flush_enabled", yn(s.flush_enabled));
+    stat(out, "dump_enabled", yn(s.dump_enabled));
+    stat(out, "hash_algorithm", "xxh3");
+    stat(out, "lru_maintainer_thread", "no");
+    stat(out, "lru_segmented", "no");
+    stat(out, "hot_lru_pct", 20);
+    stat(out, "warm_lru_pct", 40);
+    stat(out, "hot_max_factor", "0.20");
+    stat(out, "warm_max_factor", "2.00");
+    stat(out, "temp_lru", "no");
+    stat(out, "temporary_ttl", 61);
+    stat(out, "idle_timeout", s.idle_timeout);
+    stat(out, "watcher_logbuf_size", 262144);
+    stat(out, "worker_logbuf_size", 65536);
+    stat(out, "read_buf_mem_limit", s.read_buf_mem_limit);
+    stat(out, "track_sizes", "no");
+    stat(out, "inline_ascii_response", "no");
+    stat(out, "ext_item_size", 512);
+    stat(out, "ext_item_age", 4294967295u32);
+    stat(out, "ext_low_ttl", 0);
+    stat(out, "ext_recache_rate", 2000);
+    stat(out, "ext_wbuf_size", 4194304);
+    stat(out, "ext_compact_under", 0);
+    stat(out, "ext_drop_under", 0);
+    stat(out, "ext_max_sleep", 1000000);
+    stat(out, "ext_max_frag", "0.80");
+    stat(out, "slab_automove_freeratio", "0.010");
+    stat(out, "ext_drop_unread", "no");
+    stat(out, "ssl_enabled", "no");
+    stat(out, "ssl_chain_cert", "(null)");
+    stat(out, "ssl_key", "(null)");
+    stat(out, "ssl_verify_mode", 0);
+    stat(out, "ssl_keyformat", 1);
+    stat(out, "ssl_ciphers", "NULL");
+    stat(out, "ssl_ca_cert", "NULL");
+    stat(out, "ssl_wbuf_size", 16384);
+    stat(out, "ssl_session_cache", "no");
+    stat(out, "ssl_kernel_tls", "no");
+    stat(out, "ssl_min_version", "tlsv1.2");
+    stat(out, "num_napi_ids", "(null)");
+    stat(out, "memory_file", "(null)");
+    stat(out, "client_flags_size", 4);
+}
+
+/// `stats items`: osmium has one item class; reported as class 1 when
+/// it holds items, as memcached reports only non-empty classes.
+pub fn items(sh: &Shared, out: &mut Vec<u8>) {
+    let e = sh.store.stats();
+    if e.curr_items == 0 {
+        return;
+    }
+    let n = |out: &mut Vec<u8>, name: &str, v: u64| stat(out, &format!("items:1:{name}"), v);
+    n(out, "number", e.curr_items);
+    for name in [
+        "number_hot",
+        "number_warm",
+        "number_cold",
+        "age_hot",
+        "age_warm",
+        "age",
+    ] {
+        n(out, name, 0);
+    }
+    n(out, "mem_requested", e.bytes);
+    n(out, "evicted", e.evictions);
+    for name in [
+        "evicted_nonzero",
+        "evicted_time",
+        "outofmemory",
+        "tailrepairs",
+    ] {
+        n(out, name, 0);
+    }
+    n(out, "reclaimed", e.reclaimed);
+    n(out, "expired_unfetched", e.expired_unfetched);
+    n(out, "evicted_unfetched", e.evicted_unfetched);
+    for name in [
+        "evicted_active",
+        "crawler_reclaimed",
+        "crawler_items_checked",
+        "lrutail_reflocked",
+        "moves_to_cold",
+        "moves_to_warm",
+        "moves_within_lru",
+        "direct_reclaims",
+        "hits_to_hot",
+        "hits_to_warm",
+        "hits_to_cold",
+        "hits_to_temp",
+    ] {
+        n(out, name, 0);
+    }
+}
+
+/// `stats slabs`: the segment arena reported as one slab class.
+pub fn slabs(sh: &Shared, out: &mut Vec<u8>) {
+    let e = sh.store.stats();
+    let t = sh.totals();
+    if e.segments_allocated > 0 {
+        let n = |out: &mut Vec<u8>, name: &str, v: u64| stat(out, &format!("1:{name}"), v);
+        n(out, "chunk_size", e.segment_size);
+        n(out, "chunks_per_page", 1);
+        n(out, "total_pages", e.segments_allocated);
+        n(out, "total_chunks", e.segments_allocated);
+        n(out, "used_chunks", e.segments_allocated);
+        n(out, "free_chunks", 0);
+        n(out, "free_chunks_end", 0);
+        n(out, "get_hits", t.get_hits);
+        n(out, "cmd_set", t.set_cmds);
+        n(out, "delete_hits", t.delete_hits);
+        n(out, "incr_hits", t.incr_hits);
+        n(out, "decr_hits", t.decr_hits);
+        n(out, "cas_hits", t.cas_hits);
+        n(out, "cas_badval", t.cas_badval);
+        n(out, "touch_hits", t.touch_hits);
+    }
+    stat(out, "active_slabs", u64::from(e.segments_allocated > 0));
+    stat(out, "total_malloced", e.segments_allocated * e.segment_size);
+}
+
+fn hash_power(index_bytes: u64) -> u32 {
+    let slots = (index_bytes / 8).max(1);
+    63 - slots.leading_zeros()
+}

@@ -1,0 +1,426 @@
+//! Storage commands (text set/add/replace/append/prepend/cas, ms, binary
+//! SET/ADD/REPLACE/APPEND/PREPEND and quiet forms), in two steps as
+//! memcached runs them:
+//!
+//! 1. [`admit`], when the command line (or binary header) arrives: a value
+//!    that can never fit is refused at once, its data block is swallowed,
+//!    and a refused set drops the key's current value (memcached would
+//!    rather lose it than serve stale data);
+//! 2. [`complete`], once the value (and its `\r\n`) is in: the store's
+//!    verdict becomes `STORED`, `HD c123`, a binary status...
+//!
+//! A large value that has not arrived with its command is instead read
+//! straight into its item ([`begin_incoming`], [`finish_incoming`]): the
+//! item is reserved when the command arrives, as memcached allocates its
+//! item before reading the data, so running out of memory is answered
+//! then.
+
+use osmium_protocol::binary::{opcode, status};
+use osmium_protocol::request::{BinaryReply, MetaReply, Reply, Store, StoreMode};
+use osmium_store::{Incoming, StoreStatus, Write};
+
+use super::Done;
+use crate::compose::meta::{self, flag_key, flag_number, flag_opaque, OPAQUE_TOO_LONG};
+use crate::compose::output::Output;
+use crate::compose::{binary, text};
+use crate::context::WorkerCtx;
+
+const TOO_LARGE: &str = "SERVER_ERROR object too large for cache";
+const NO_MEMORY: &str = "SERVER_ERROR out of memory storing object";
+const BAD_CHUNK: &str = "CLIENT_ERROR bad data chunk";
+
+/// Data blocks of at least this many bytes that have not all arrived with
+/// their command are read straight into their item.
+pub const INCOMING_MIN: usize = 64 * 1024;
+
+/// Bytes that end a value in this protocol (`\r\n` in the text
+/// protocols).
+#[inline]
+pub fn terminator_len(reply: &Reply<'_>) -> usize {
+    match reply {
+        Reply::Binary(_) => 0,
+        _ => 2,
+    }
+}
+
+fn store_mode(mode: StoreMode) -> osmium_store::StoreMode {
+    match mode {
+        StoreMode::Set => osmium_store::StoreMode::Set,
+        StoreMode::Add => osmium_store::StoreMode::Add,
+        StoreMode::Replace => osmium_store::StoreMode::Replace,
+        StoreMode::Append => osmium_store::StoreMode::Append,
+        StoreMode::Prepend => osmium_store::StoreMode::Prepend,
+        StoreMode::Cas => osmium_store::StoreMode::Cas,
+    }
+}
+
+/// The store's write for `s` with this value.
+fn write<'a>(ctx: &WorkerCtx, s: &Store<'a>, value: &'a [u8]) -> Write<'a> {
+    let clock = ctx.store().clock();
+    Write {
+        mode: store_mode(s.mode),
+        key: s.key,
+        flags: s.flags,
+        exptime: clock.realtime(s.exptime),
+        value,
+        cas: s.cas,
+        stale_if_older: s.stale_if_older,
+        new_cas: s.new_cas.unwrap_or(0),
+        binary_key: s.binary_key,
+        create_exptime: s.create_exptime.map(|e| clock.realtime(e)),
+    }
+}
+
+/// Whether the command drops the key's value when its own cannot be
+/// stored: a set (the opcode SET even with a CAS), and every ms.
+fn drops_on_refusal(s: &Store<'_>, reply: &Reply<'_>) -> bool {
+    match reply {
+        Reply::Text { .. } => s.mode == StoreMode::Set,
+        Reply::Meta(_) => true,
+        Reply::Binary(r) => matches!(r.opcode, opcode::SET | opcode::SETQ),
+    }
+}
+
+/// Whether `admit` accepted the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    Accept,
+    /// Answered; swallow this many bytes of data block.
+    Refused {
+        discard: usize,
+    },
+}
+
+/// Step 1, at the command: refuses a value too large for any item.
+pub fn admit(ctx: &WorkerCtx, s: &Store<'_>, reply: &Reply<'_>, out: &mut Output) -> Admit {
+    let store = ctx.store();
+    let discard = s.value_len + terminator_len(reply);
+    if store.too_large(s.key.len(), s.flags, s.value_len) {
+        let prefix = &ctx.shared.prefix;
+        if prefix.enabled() {
+            prefix.record_set(s.key);
+        }
+        ctx.stats.store_too_large.incr();
+        match reply {
+            Reply::Text { noreply } => text::line(out, *noreply, TOO_LARGE),
+            Reply::Meta(_) => text::line(out, false, TOO_LARGE),
+            Reply::Binary(r) => binary::error(out, r, status::VALUE_TOO_LARGE),
+        }
+        if drops_on_refusal(s, reply) {
+            store.delete(s.key);
+        }
+        return Admit::Refused { discard };
+    }
+    if let Reply::Meta(m) = reply {
+        // memcached checks the opaque once the item is allocated.
+        if m.flags()
+            .any(|t| t[0] == b'O' && t.len() > meta::MAX_OPAQUE_TOKEN)
+        {
+            text::line(out, false, OPAQUE_TOO_LONG);
+            return Admit::Refused { discard };
+        }
+    }
+    Admit::Accept
+}
+
+/// Step 2: stores the value; `block` is the value and its terminator.
+pub fn complete(
+    ctx: &WorkerCtx,
+    s: &Store<'_>,
+    reply: &Reply<'_>,
+    block: &[u8],
+    out: &mut Output,
+) -> Done {
+    ctx.stats.set_cmds.incr();
+    let prefix = &ctx.shared.prefix;
+    if prefix.enabled() {
+        prefix.record_set(s.key);
+    }
+    let vlen = s.value_len;
+    if terminator_len(reply) == 2 && block.get(vlen..vlen + 2) != Some(b"\r\n") {
+        bad_chunk(out, reply);
+        return Done::CONTINUE;
+    }
+    let w = write(ctx, s, &block[..vlen]);
+    let (status, cas, size) = ctx.store().store_sized(ctx.head, &w);
+    store_reply(
+        ctx,
+        s.mode,
+        s.key,
+        s.binary_key,
+        reply,
+        status,
+        cas,
+        size,
+        out,
+    )
+}
+
+fn bad_chunk(out: &mut Output, reply: &Reply<'_>) {
+    match reply {
+        Reply::Text { noreply } => text::line(out, *noreply, BAD_CHUNK),
+        _ => text::line(out, false, BAD_CHUNK),
+    }
+}
+
+/// A storage command's reply and its stats.
+#[allow(clippy::too_many_arguments)]
+fn store_reply(
+    ctx: &WorkerCtx,
+    mode: StoreMode,
+    key: &[u8],
+    binary_key: bool,
+    reply: &Reply<'_>,
+    status: StoreStatus,
+    cas: u64,
+    size: usize,
+    out: &mut Output,
+) -> Done {
+    let stats = &ctx.stats;
+    let is_cas = mode == StoreMode::Cas;
+    match status {
+        StoreStatus::Stored if is_cas => stats.cas_hits.incr(),
+        StoreStatus::Exists if is_cas => stats.cas_badval.incr(),
+        StoreStatus::NotFound => stats.cas_misses.incr(),
+        StoreStatus::TooLarge => stats.store_too_large.incr(),
+        StoreStatus::OutOfMemory => stats.store_no_memory.incr(),
+        _ => {}
+    }
+    match reply {
+        Reply::Text { noreply } => {
+            let msg = match status {
+                StoreStatus::Stored => "STORED",
+                StoreStatus::NotStored => "NOT_STORED",
+                StoreStatus::Exists => "EXISTS",
+                StoreStatus::NotFound => "NOT_FOUND",
+                StoreStatus::TooLarge => TOO_LARGE,
+                StoreStatus::OutOfMemory => NO_MEMORY,
+            };
+            text::line(out, *noreply, msg);
+            Done::CONTINUE
+        }
+        Reply::Meta(m) => {
+            meta_set_reply(m, key, binary_key, status, cas, size, out);
+            Done::CONTINUE
+        }
+        Reply::Binary(r) => binary_store_reply(mode, r, status, cas, out),
+    }
+}
+
+/// An ms's reply: its status and return flags.
+fn meta_set_reply(
+    m: &MetaReply<'_>,
+    key: &[u8],
+    binary_key: bool,
+    status: StoreStatus,
+    cas: u64,
+    size: usize,
+    out: &mut Output,
+) {
+    let code: &[u8] = match status {
+        StoreStatus::Stored => b"HD",
+        StoreStatus::Exists => b"EX",
+        StoreStatus::NotFound => b"NF",
+        StoreStatus::NotStored => b"NS",
+        StoreStatus::TooLarge => {
+            text::line(out, false, TOO_LARGE);
+            return;
+        }
+        StoreStatus::OutOfMemory => {
+            text::line(out, false, NO_MEMORY);
+            return;
+        }
+    };
+    let start = out.len();
+    let stored = status == StoreStatus::Stored;
+    let buf = out.buf();
+    buf.extend_from_slice(code);
+    for tok in m.flags() {
+        match tok[0] {
+            b'O' => {
+                flag_opaque(buf, tok);
+            }
+            b'k' => flag_key(buf, key, binary_key),
+            b'c' => flag_number(buf, b'c', if stored { cas } else { 0 }),
+            b's' => flag_number(buf, b's', size),
+            _ => {}
+        }
+    }
+    meta::finish(out, start, stored && m.quiet);
+}
+
+/// A binary storage reply (SET/ADD/REPLACE, APPEND/PREPEND); errors are
+/// written at once by memcached.
+fn binary_store_reply(
+    mode: StoreMode,
+    r: &BinaryReply,
+    result: StoreStatus,
+    cas: u64,
+    out: &mut Output,
+) -> Done {
+    let concat = matches!(mode, StoreMode::Append | StoreMode::Prepend);
+    let code = match result {
+        StoreStatus::Stored => {
+            binary::ok(out, r, cas, &[]);
+            return Done::CONTINUE;
+        }
+        StoreStatus::Exists => status::KEY_EXISTS,
+        StoreStatus::NotFound => status::KEY_NOT_FOUND,
+        _ if concat => status::ITEM_NOT_STORED,
+        StoreStatus::NotStored => match mode {
+            StoreMode::Add => status::KEY_EXISTS,
+            StoreMode::Replace => status::KEY_NOT_FOUND,
+            _ => status::ITEM_NOT_STORED,
+        },
+        StoreStatus::TooLarge => status::VALUE_TOO_LARGE,
+        StoreStatus::OutOfMemory => {
+            // memcached fails the allocation before reading the value.
+            binary::out_of_memory(out, r, b"Out of memory allocating item");
+            return Done::FLUSH;
+        }
+    };
+    binary::error(out, r, code);
+    Done::FLUSH
+}
+
+/// A storage command whose value is being read into its item.
+pub struct IncomingStore {
+    pub item: Incoming,
+    mode: StoreMode,
+    reply: IncomingReply,
+}
+
+/// What the reply of an incoming store needs once the value is in.
+enum IncomingReply {
+    Text {
+        noreply: bool,
+    },
+    /// The ms request line, parsed again for its return flags.
+    Meta {
+        line: Vec<u8>,
+    },
+    Binary(BinaryReply),
+}
+
+/// Whether `s`'s value, of which `have` bytes are buffered, is to be read
+/// straight into its item: large, not all here, and none of what needs
+/// the old item first (append/prepend, stale CAS, explicit CAS, binary
+/// keys).
+pub fn reads_into_item(s: &Store<'_>, have: usize, term: usize) -> bool {
+    s.value_len >= INCOMING_MIN
+        && have < s.value_len + term
+        && matches!(
+            s.mode,
+            StoreMode::Set | StoreMode::Add | StoreMode::Replace | StoreMode::Cas
+        )
+        && !s.stale_if_older
+        && s.new_cas.is_none()
+        && !s.binary_key
+        && s.create_exptime.is_none()
+}
+
+/// Starts a storage command read into its item (`first`: the part of the
+/// value already buffered; `line`: an ms's request line, kept for its
+/// reply). None when it was answered (out of memory) and the rest of its
+/// data block must be swallowed.
+pub fn begin_incoming(
+    ctx: &WorkerCtx,
+    s: &Store<'_>,
+    reply: &Reply<'_>,
+    first: &[u8],
+    out: &mut Output,
+) -> Option<IncomingStore> {
+    let prefix = &ctx.shared.prefix;
+    if prefix.enabled() {
+        prefix.record_set(s.key);
+    }
+    let w = write(ctx, s, first);
+    match ctx.store().begin_incoming(ctx.head, &w, s.value_len) {
+        Ok(item) => Some(IncomingStore {
+            item,
+            mode: s.mode,
+            reply: match reply {
+                Reply::Text { noreply } => IncomingReply::Text { noreply: *noreply },
+                Reply::Meta(m) => IncomingReply::Meta {
+                    line: m.tokens.line().to_vec(),
+                },
+                Reply::Binary(r) => IncomingReply::Binary(*r),
+            },
+        }),
+        Err(status) => {
+            let _ = store_reply(ctx, s.mode, s.key, s.binary_key, reply, status, 0, 0, out);
+            None
+        }
+    }
+}
+
+/// Completes a storage command read into its item, once its value is in:
+/// `terminated` says whether `\r\n` followed it (always true in binary).
+pub fn finish_incoming(
+    ctx: &WorkerCtx,
+    incoming: IncomingStore,
+    terminated: bool,
+    out: &mut Output,
+) -> Done {
+    ctx.stats.set_cmds.incr();
+    let store = ctx.store();
+    if !terminated {
+        store.abandon_incoming(incoming.item);
+        match incoming.reply {
+            IncomingReply::Text { noreply } => text::line(out, noreply, BAD_CHUNK),
+            _ => text::line(out, false, BAD_CHUNK),
+        }
+        return Done::CONTINUE;
+    }
+    let size = incoming.item.value_len();
+    let (status, cas) = store.finish_incoming(ctx.head, incoming.item);
+    match incoming.reply {
+        IncomingReply::Text { noreply } => {
+            let reply = Reply::Text { noreply };
+            store_reply(
+                ctx,
+                incoming.mode,
+                &[],
+                false,
+                &reply,
+                status,
+                cas,
+                size,
+                out,
+            )
+        }
+        IncomingReply::Binary(r) => {
+            let reply = Reply::Binary(r);
+            store_reply(
+                ctx,
+                incoming.mode,
+                &[],
+                false,
+                &reply,
+                status,
+                cas,
+                size,
+                out,
+            )
+        }
+        IncomingReply::Meta { line } => {
+            // The line parsed as this request when it arrived.
+            let mut keys = osmium_protocol::request::KeyBuffer::new();
+            let req = osmium_protocol::ascii::parse_line(&line, &mut keys);
+            match (req.command, req.reply) {
+                (osmium_protocol::request::Command::Store(s), reply) => store_reply(
+                    ctx,
+                    incoming.mode,
+                    s.key,
+                    s.binary_key,
+                    &reply,
+                    status,
+                    cas,
+                    size,
+                    out,
+                ),
+                _ => Done::CONTINUE,
+            }
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The process around the server: daemonizing (`-d`, `-P`), dropping
+//! root (`-u`), core dumps (`-r`), locked memory (`-k`), the open-file
+//! limit `-c` needs, and the signals memcached answers: SIGTERM and
+//! SIGINT stop, SIGUSR1 stops gracefully, SIGHUP is ignored (memcached
+//! reloads TLS certificates on it).
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::settings::Settings;
+
+/// Open files the server needs besides its clients: standard streams,
+/// listening and UDP sockets, one event loop and waker per thread, and
+/// some to spare.
+pub fn reserved_fds(settings: &Settings) -> u64 {
+    32 + 4 * settings.threads as u64 + 2 * settings.listen.len() as u64
+}
+
+/// Gives every allocation of 64 KiB or more (a grown read or write buffer)
+/// its own mapping, returned to the system when freed. glibc otherwise
+/// raises this threshold as large blocks are freed, and then serves them
+/// from its heaps, which keep freed memory: a burst of slow clients would
+/// leave the server's resident size high.
+pub fn tune_allocator() {
+    // SAFETY: mallopt only changes a setting of the allocator; it is called
+    // before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 * 1024);
+    }
+}
+
+/// Sets the open-file limit to what `-c` connections need, as memcached
+/// does at start; the error message is memcached's (the caller exits with
+/// EX_OSERR).
+pub fn raise_file_limit(settings: &Settings) -> Result<(), String> {
+    let want = settings.max_connections as u64 + reserved_fds(settings);
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err("failed to getrlimit number of files".into());
+    }
+    if lim.rlim_cur >= want {
+        return Ok(());
+    }
+    let raised = libc::rlimit {
+        rlim_cur: want,
+        rlim_max: lim.rlim_max.max(want),
+    };
+    // SAFETY: setrlimit reads the struct we pass.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        return Err("failed to set rlimit for open files. Try starting as root or requesting smaller maxconns value.".into());
+    }
+    Ok(())
+}
+
+/// What the signals asked for, set from their handlers.
+pub struct Signals {
+    pub exit: Arc<AtomicBool>,
+    pub graceful: Arc<AtomicBool>,
+}
+
+impl Signals {
+    /// Installs the handlers (before any port opens: a client that sees
+    /// the port may signal at once).
+    pub fn install() -> io::Result<Signals> {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+        let exit = Arc::new(AtomicBool::new(false));
+        let graceful = Arc::new(AtomicBool::new(false));
+        for sig in [SIGTERM, SIGINT] {
+            signal_hook::flag::register(sig, exit.clone())?;
+        }
+        signal_hook::flag::register(SIGUSR1, graceful.clone())?;
+        // Handled, so it no longer kills; nothing to reload without TLS.
+        signal_hook::flag::register(SIGHUP, Arc::new(AtomicBool::new(false)))?;
+        Ok(Signals { exit, graceful })
+    }
+
+    /// The stop a signal asked for, if any.
+    pub fn requested(&self) -> Option<crate::context::StopRequest> {
+        if self.exit.load(Ordering::Relaxed) {
+            Some(crate::context::StopRequest::Exit)
+        } else if self.graceful.load(Ordering::Relaxed) {
+            Some(crate::context::StopRequest::Graceful)
+        } else {
+            None
+        }
+    }
+}
+
+pub fn daemonize(settings: &Settings) -> io::Result<()> {
+    // SAFETY: fork before any thread exists; the parent exits at once.
+    match unsafe { libc::fork() } {
+        -1 => return Err(io::Error::last_os_error()),
+        0 => {}
+        _ => std::process::exit(0),
+    }
+    // SAFETY: plain libc calls on our own process and descriptors.
+    unsafe {
+        if libc::setsid() == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if devnull >= 0 {
+            libc::dup2(devnull, 0);
+            libc::dup2(devnull, 1);
+            libc::dup2(devnull, 2);
+            if devnull > 2 {
+                libc::close(devnull);
+            }
+        }
+    }
+    if let Some(path) = &settings.pidfile {
+        std::fs::write(path, format!("{}\n", std::process::id()))?;
+    }
+    Ok(())
+}
+
+pub fn drop_privileges(user: &str) -> io::Result<()> {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        return Ok(()); // only meaningful when started as root
+    }
+    let name = std::ffi::CString::new(user).map_err(io::Error::other)?;
+    // SAFETY: getpwnam returns a pointer into static storage or null; we
+    // read it before any other getpw* call.
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    if pw.is_null() {
+        return Err(io::Error::other(format!(
+            "can't find the user {user} to switch to"
+        )));
+    }
+    // SAFETY: pw is non-null and valid until the next getpw* call.
+    let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
+    // SAFETY: plain libc calls.
+    unsafe {
+        if libc::setgroups(0, std::ptr::null()) != 0
+            && io::Error::last_os_error().raw_os_error() != Some(libc::EPERM)
+        {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+            return Err(io::Error::other(format!(
+                "failed to assume identity of user {user}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+pub fn apply_process_flags(settings: &Settings) {
+    if settings.coredumps {
+        let lim = libc::rlimit {
+            rlim_cur: libc::RLIM_INFINITY,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        // SAFETY: setrlimit reads the struct we pass.
+        if unsafe { libc::setrlimit(libc::RLIMIT_CORE, &lim) } != 0 {
+            eprintln!("failed to ensure corefile creation");
+        }
+    }
+    if settings.lock_memory {
+        // SAFETY: mlockall has no memory-safety preconditions.
+        if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
+            eprintln!(
+                "warning: -k invalid, mlockall() failed: {}",
+                io::Error::last_os_error()
+            );
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Starting and stopping the server: binds the listeners, builds the store
+//! and the shared state, starts the worker threads and the maintenance
+//! thread, and runs the acceptor on the calling thread until a signal or
+//! `shutdown` asks it to stop.
+//!
+//! Threads:
+//! * main: the acceptor (listening sockets, `-c`, dealing connections);
+//! * `osmium-worker-N` (`-t`): one event loop each (`transport::worker`);
+//! * `osmium-maint`: ticks the clock every 100 ms; every 500 ms backs full
+//!   regions of item memory with huge pages, frees wholly expired segments,
+//!   walks a few others for expired items, and hands freed buffer memory
+//!   back to the system. Those walks yield the CPU every few hundred items
+//!   (`Store::reclaim_step`), so that the maintainer, sharing a core with a
+//!   worker or a client, never keeps it waiting for more than ~50 µs.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use osmium_store::{Store, StoreConfig};
+
+use crate::auth::AuthConfig;
+use crate::context::{Shared, StopRequest};
+use crate::process::{self, Signals};
+use crate::settings::Settings;
+use crate::transport::listen::{self, dispatch};
+use crate::transport::worker::{self, WorkerHandle};
+
+const WAKE: Token = Token(usize::MAX);
+
+/// Runs the server until it is asked to stop; returns how.
+pub fn run(settings: Settings, auth: AuthConfig) -> io::Result<StopRequest> {
+    for w in &settings.warnings {
+        eprintln!("{w}");
+    }
+    let signals = Signals::install()?;
+    // Bind first so that a bad address fails before daemonizing.
+    let mut listeners = listen::bind_tcp(&settings)?;
+    let udp_sockets = listen::bind_udp(&settings)?;
+    if settings.daemon {
+        process::daemonize(&settings)?;
+    }
+    process::apply_process_flags(&settings);
+    if let Some(user) = &settings.user {
+        process::drop_privileges(user)?;
+    }
+    // As memcached: the unix socket is made after dropping privileges.
+    if let Some(l) = listen::bind_unix(&settings)? {
+        listeners.push(l);
+    }
+    let udp_endpoints = udp_sockets.len() * settings.threads_per_udp;
+    let mut udp_per_worker = listen::deal_udp_sockets(udp_sockets, &settings)?.into_iter();
+
+    let store = Arc::new(Store::new(StoreConfig {
+        memory_limit: settings.memory_limit,
+        item_size_max: settings.item_size_max,
+        evictions: settings.evictions,
+        use_cas: settings.use_cas,
+        write_heads: settings.threads,
+        ..StoreConfig::default()
+    }));
+    let shared = Arc::new(Shared::new(settings, store, auth));
+    let settings = &shared.settings;
+    // memcached counts its listening sockets and per-worker UDP sockets as
+    // connections too.
+    shared
+        .global
+        .set_server_conns((listeners.len() + udp_endpoints) as u64);
+    for l in &listeners {
+        shared.conns.add_server_socket(l.fd(), l.kind());
+    }
+
+    let workers: Vec<WorkerHandle> = (0..settings.threads)
+        .map(|i| {
+            let udp = udp_per_worker.next().unwrap_or_default();
+            worker::spawn(i, shared.clone(), udp)
+        })
+        .collect::<io::Result<_>>()?;
+
+    spawn_maintenance(shared.clone())?;
+
+    let mut poll = Poll::new()?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
+    let _ = shared.acceptor_waker.set(waker);
+    for (i, l) in listeners.iter_mut().enumerate() {
+        poll.registry().register(l, Token(i), Interest::READABLE)?;
+    }
+    if shared.verbose() > 0 {
+        for l in &listeners {
+            eprintln!("osmium listening on {}", l.describe());
+        }
+    }
+
+    let mut events = Events::with_capacity(256);
+    let mut next_worker = 0;
+    let how = loop {
+        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(100))) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        if let Some(how) = signals.requested() {
+            shared.request_stop(how);
+        }
+        if let Some(how) = shared.stop_requested() {
+            break how;
+        }
+        for ev in events.iter() {
+            if ev.token() == WAKE {
+                continue;
+            }
+            let listener = &listeners[ev.token().0];
+            loop {
+                match listener.accept() {
+                    Ok(stream) => {
+                        dispatch(stream, settings, &shared.global, &workers, &mut next_worker);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        // EMFILE and friends: back off briefly.
+                        if shared.verbose() > 0 {
+                            eprintln!("accept failed: {e}");
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                        break;
+                    }
+                }
+            }
+        }
+    };
+    match how {
+        StopRequest::Graceful => eprintln!("Gracefully stopping"),
+        StopRequest::Exit if shared.verbose() > 0 => eprintln!("Exiting normally"),
+        StopRequest::Exit => {}
+    }
+    // Workers see the stop request and return.
+    for w in &workers {
+        let _ = w.waker.wake();
+    }
+    for w in workers {
+        let _ = w.thread.join();
+    }
+    if settings.daemon {
+        if let Some(p) = &settings.pidfile {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    Ok(how)
+}
+
+fn spawn_maintenance(shared: Arc<Shared>) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("osmium-maint".into())
+        .spawn(move || {
+            let store = &shared.store;
+            let crawl = shared.settings.lru_crawler;
+            let mut cursor = 0usize;
+            let mut ticks = 0u64;
+            while shared.stop_requested().is_none() {
+                // Wake every 100 ms, and just after each second turns over
+                // so that the clock follows it closely, as memcached's timer.
+                let nap = store.clock().until_next_second();
+                std::thread::sleep(nap.min(Duration::from_millis(100)));
+                store.clock().tick();
+                ticks += 1;
+                if !ticks.is_multiple_of(5) {
+                    continue;
+                }
+                crate::buffers::trim_memory();
+                // Back one full region of item memory with huge pages: the
+                // kernel copies the region holding the process's memory
+                // map lock, and a worker that faults in memory meanwhile (a
+                // SET into a fresh segment) waits for it. Sixteen at a time
+                // stalled SETs for milliseconds (p99.9 4-6 ms at depth 16);
+                // one every 500 ms costs ~0.1 % of requests a short wait
+                // and collapses 1 GiB of items in about four minutes.
+                store.collapse_memory(1);
+                // Free segments whose items have all expired (from their
+                // headers alone); then walk a few sealed segments per second
+                // for the expired items of mixed ones, covering the whole
+                // cache about once a minute.
+                if crawl {
+                    store.reclaim_expired_segments();
+                    let sealed = store.sealed_segments();
+                    let per_step = sealed.div_ceil(120).max(1);
+                    for _ in 0..per_step {
+                        store.reclaim_step(cursor);
+                        cursor = cursor.wrapping_add(1);
+                    }
+                }
+            }
+        })?;
+    Ok(())
+}

@@ -1,0 +1,412 @@
+//! Session framing: one client's byte stream turned into requests, and the
+//! state that lives between them. A session does not know where its bytes
+//! come from: the transports (TCP, unix sockets, UDP datagrams) feed it
+//! through [`Session::read_target`] / [`Session::received`] (or
+//! [`Session::set_datagram`]) and send [`Session::output`].
+//!
+//! ```text
+//!   transport ──bytes──▶ ReadBuffer ──frames──▶ parse ──Request──▶ execute ──▶ Output ──bytes──▶ transport
+//!                         (text lines + data blocks, binary packets)
+//! ```
+//!
+//! The protocol is chosen per session from its first byte (memcached's
+//! `-B auto`): 0x80 is a binary request magic, anything else is text
+//! (`text`, `binary`; `-Y` connections first go through `login`).
+//!
+//! Between requests a session may be: swallowing the data block of a
+//! refused storage command; waiting for a data block to be buffered;
+//! reading a large data block straight into its item (`incoming`);
+//! streaming a huge multi-get's keys as they arrive (`text`); streaming a
+//! dump as the socket drains (`dump`); or done (`quit`: nothing after it is
+//! run). Buffers are lent by the worker's pool while the session has input
+//! or output, and given back when it is idle (see `buffers`).
+
+mod binary;
+mod login;
+mod text;
+
+use std::sync::Arc;
+
+use osmium_protocol::binary::REQUEST_MAGIC;
+use osmium_protocol::request::KeyBuffer;
+
+use crate::buffers::{NoBuffer, ReadBuffer};
+use crate::compose::output::{Output, WRITE_HIGH_WATER};
+use crate::conns::{Activity, State};
+use crate::context::{WorkerCtx, WORKER_OUTPUT_BUDGET};
+use crate::execute::store::IncomingStore;
+use crate::execute::{AuthState, ConnView, Dump};
+
+/// Which wire protocol a session speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Decided by the first byte received (`-B auto`).
+    Negotiating,
+    Text,
+    Binary,
+}
+
+/// Why processing stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Waiting for more input (or for output to drain).
+    Wait,
+    /// Stopped after `-R` requests (or at the output limits) with more to
+    /// do: run again after the other connections.
+    Yield,
+    /// Close now, dropping queued output.
+    Close,
+}
+
+/// Requests whose keys' hashes `Ahead` holds: a 16-deep pipeline.
+pub const AHEAD_CAPACITY: usize = 16;
+/// How many requests ahead of the one executing an item is prefetched.
+pub const AHEAD_DISTANCE: usize = 4;
+
+/// The hashes of the keys of the requests waiting in a session's input,
+/// in order, as `osmium_protocol::peek` found them when the socket was
+/// read; their index buckets are already being fetched. Running request i
+/// prefetches the item of request i + `AHEAD_DISTANCE`, so a pipeline's
+/// lookups overlap instead of each waiting for its item. A hint only: when
+/// the peek and the parse disagree, a prefetch is wasted, nothing else.
+#[derive(Default)]
+pub struct Ahead {
+    hashes: [u64; AHEAD_CAPACITY],
+    len: u8,
+    pos: u8,
+}
+
+impl Ahead {
+    #[inline]
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.pos = 0;
+    }
+
+    /// Adds the next request's hash; false when full.
+    #[inline]
+    pub fn push(&mut self, hash: u64) -> bool {
+        let Some(slot) = self.hashes.get_mut(self.len as usize) else {
+            return false;
+        };
+        *slot = hash;
+        self.len += 1;
+        true
+    }
+
+    /// Called as each request runs.
+    #[inline]
+    fn step(&mut self, store: &osmium_store::Store) {
+        let i = self.pos as usize + AHEAD_DISTANCE;
+        if i < self.len as usize {
+            store.prefetch_item(self.hashes[i]);
+        }
+        self.pos = self.pos.saturating_add(1);
+    }
+}
+
+/// A datagram endpoint's session state (see `transport::udp`).
+#[derive(Debug, Default)]
+pub struct DatagramState {
+    /// After a `quit`, memcached's UDP connection keeps
+    /// `close_after_write`, so every later flush ends its datagram.
+    pub stop_at_flush: bool,
+}
+
+pub struct Session {
+    /// The socket's descriptor (logs, `stats conns`).
+    pub fd: i32,
+    pub protocol: Protocol,
+    input: ReadBuffer,
+    output: Output,
+    /// Bytes of a refused data block still to discard.
+    swallow: usize,
+    /// Don't parse again until this many bytes of input are buffered.
+    need: usize,
+    /// A large data block being read straight into its item.
+    incoming: Option<IncomingStore>,
+    /// A huge get line whose keys are served as they arrive.
+    streaming: Option<text::StreamingGet>,
+    /// A crawler dump being streamed.
+    dump: Option<Dump>,
+    /// quit (or a fatal binary error): send what is queued, then close.
+    close_after_write: bool,
+    pub auth: AuthState,
+    login: login::Login,
+    pub ahead: Ahead,
+    keys: KeyBuffer,
+    /// Set for a datagram endpoint's session.
+    pub datagram: Option<DatagramState>,
+    /// What `stats conns` shows of this client.
+    activity: Option<Arc<Activity>>,
+}
+
+impl Session {
+    /// A stream connection's session.
+    pub fn stream(fd: i32, protocol: Protocol, activity: Option<Arc<Activity>>) -> Session {
+        Session {
+            fd,
+            protocol,
+            input: ReadBuffer::default(),
+            output: Output::stream(fd),
+            swallow: 0,
+            need: 0,
+            incoming: None,
+            streaming: None,
+            dump: None,
+            close_after_write: false,
+            auth: AuthState::default(),
+            login: login::Login::default(),
+            ahead: Ahead::default(),
+            keys: KeyBuffer::new(),
+            datagram: None,
+            activity,
+        }
+    }
+
+    /// A datagram endpoint's session.
+    pub fn datagram(fd: i32) -> Session {
+        Session {
+            output: Output::datagram(),
+            datagram: Some(DatagramState::default()),
+            ..Session::stream(fd, Protocol::Text, None)
+        }
+    }
+
+    /// Received bytes not yet consumed.
+    #[inline]
+    pub fn input(&self) -> &[u8] {
+        self.input.input()
+    }
+
+    /// Whether the replies queued so far are to wait: memcached writes
+    /// nothing while it reads a data block (a storage command's value, a
+    /// binary request's extras, key or value) or swallows a refused one; it
+    /// writes when it next waits for a new request.
+    pub fn holds_output(&self) -> bool {
+        let header_cut = self.protocol == Protocol::Binary
+            && self.input.len() < osmium_protocol::binary::HEADER_LEN;
+        self.swallow > 0 || self.incoming.is_some() || (self.need > 0 && !header_cut)
+    }
+
+    /// Whether no input is waiting.
+    #[inline]
+    pub fn input_is_empty(&self) -> bool {
+        self.input.is_empty()
+    }
+
+    /// The output, for the transport to send.
+    #[inline]
+    pub fn output(&mut self) -> &mut Output {
+        &mut self.output
+    }
+
+    /// Whether nothing more runs on this session (quit).
+    #[inline]
+    pub fn closing(&self) -> bool {
+        self.close_after_write
+    }
+
+    /// Whether a read now would fill a large data block's item rather than
+    /// the read buffer.
+    #[inline]
+    pub fn reading_into_item(&self) -> bool {
+        self.incoming.as_ref().is_some_and(|i| !i.item.is_filled())
+    }
+
+    /// Where the next read goes: the rest of a large data block's item, or
+    /// the read buffer (made room in, lent by the pool if needed).
+    pub fn read_target<'s>(&'s mut self, ctx: &'s WorkerCtx) -> Result<&'s mut [u8], NoBuffer> {
+        if let Some(incoming) = self.incoming.as_mut().filter(|i| !i.item.is_filled()) {
+            return Ok(ctx.store().incoming_space(&mut incoming.item));
+        }
+        self.input.space(&ctx.pool, self.need)
+    }
+
+    /// Records that `n` bytes were read into `read_target`.
+    #[inline]
+    pub fn received(&mut self, ctx: &WorkerCtx, n: usize) {
+        if let Some(incoming) = self.incoming.as_mut().filter(|i| !i.item.is_filled()) {
+            ctx.store().incoming_filled(&mut incoming.item, n);
+            return;
+        }
+        self.input.received(n);
+    }
+
+    /// Starts fetching the index buckets of the keys of the requests
+    /// waiting in the input (see `Ahead`); the hashes of the first
+    /// `AHEAD_DISTANCE` go to `first_hashes` too, for their items to be
+    /// prefetched once every connection of the turn has been read.
+    pub fn peek_ahead(&mut self, store: &osmium_store::Store, first_hashes: &mut Vec<u64>) {
+        self.ahead.clear();
+        for (i, key) in osmium_protocol::peek::keys(self.input.input()).enumerate() {
+            let hash = store.prefetch_bucket(key);
+            if i < AHEAD_DISTANCE {
+                first_hashes.push(hash);
+            }
+            if !self.ahead.push(hash) {
+                break;
+            }
+        }
+    }
+
+    /// Gives the session's buffers back to the pool where they are empty
+    /// (the transport calls this once it has sent what it could).
+    #[inline]
+    pub fn release_idle(&mut self, ctx: &WorkerCtx) {
+        self.input.release_if_empty(&ctx.pool);
+        self.output.release_if_empty(&ctx.pool);
+        if let Some(a) = &self.activity {
+            let state = if self.output.queued() > 0 {
+                State::Writing
+            } else if self.incoming.is_some() || self.need > 0 {
+                State::ReadingValue
+            } else {
+                State::Waiting
+            };
+            a.set_state(state);
+        }
+    }
+
+    /// The connection closed: abandons a half-read item and gives every
+    /// buffer back.
+    pub fn close(&mut self, ctx: &WorkerCtx) {
+        if let Some(incoming) = self.incoming.take() {
+            ctx.store().abandon_incoming(incoming.item);
+        }
+        self.input.release(&ctx.pool);
+        self.output.release(&ctx.pool);
+    }
+
+    /// Runs the buffered requests, up to `-R` of them.
+    pub fn process(&mut self, ctx: &WorkerCtx) -> Flow {
+        if self.close_after_write {
+            // quit was seen: nothing after it runs.
+            return Flow::Wait;
+        }
+        if self.protocol == Protocol::Negotiating {
+            let Some(&first) = self.input().first() else {
+                return Flow::Wait;
+            };
+            self.protocol = if first == REQUEST_MAGIC {
+                Protocol::Binary
+            } else {
+                Protocol::Text
+            };
+            if ctx.shared.verbose() > 1 {
+                let name = match self.protocol {
+                    Protocol::Binary => "binary",
+                    _ => "ascii",
+                };
+                eprintln!("{}: Client using the {name} protocol", self.fd);
+            }
+        }
+        if self.output.acquire(&ctx.pool).is_err() {
+            return Flow::Close;
+        }
+        if let Some(a) = &self.activity {
+            a.last_cmd.store(
+                ctx.store().clock().now(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            a.set_state(State::Parsing);
+        }
+        self.output.wrote_directly = false;
+        match self.protocol {
+            Protocol::Binary => binary::process(self, ctx),
+            _ if !self.auth.authenticated && ctx.shared.auth.ascii.is_some() => {
+                match login::process(self, ctx) {
+                    Some(flow) => flow,
+                    None => text::process(self, ctx),
+                }
+            }
+            _ => text::process(self, ctx),
+        }
+    }
+
+    /// Discards swallowed bytes; true when nothing is left to swallow.
+    #[inline]
+    fn swallow_input(&mut self) -> bool {
+        if self.swallow > 0 {
+            let n = self.swallow.min(self.input.len());
+            self.swallow -= n;
+            self.input.consume(n);
+        }
+        self.swallow == 0
+    }
+
+    /// True when the next request must wait: `-R` reached (counts a
+    /// yield), this connection's output is large or met a full socket
+    /// (`Output::socket_full`), or the worker's queued
+    /// output is over its budget and this connection already has output
+    /// waiting (a client that does not read holds its replies in server
+    /// memory: it gets one reply at a time until the others drain).
+    #[inline]
+    fn must_yield(&self, ctx: &WorkerCtx, done: usize) -> bool {
+        if done >= ctx.shared.settings.reqs_per_event {
+            ctx.stats.conn_yields.incr();
+            return true;
+        }
+        let queued = self.output.queued();
+        queued > WRITE_HIGH_WATER
+            || (queued > 0 && self.output.socket_full())
+            || (queued > 0 && ctx.output_held() + self.output.footprint() > WORKER_OUTPUT_BUDGET)
+    }
+
+    fn conn_view(&self) -> ConnView {
+        ConnView {
+            fd: self.fd,
+            output_queued: self.output.queued() > 0,
+        }
+    }
+
+    // ---- datagram endpoints (see `transport::udp`) ----
+
+    /// Replaces the input with one datagram's payload.
+    pub fn set_datagram(&mut self, payload: &[u8]) {
+        self.input.set(payload);
+        self.swallow = 0;
+        self.need = 0;
+        self.close_after_write = false;
+    }
+
+    /// Appends bytes that complete a data block (memcached reads the rest
+    /// of a block straight from the socket, whatever datagram it is).
+    pub fn append_input(&mut self, bytes: &[u8]) {
+        self.input.append(bytes);
+    }
+
+    /// Drops the rest of the input.
+    pub fn drop_input(&mut self) {
+        self.input.clear();
+    }
+
+    /// Bytes the session still waits for to complete a data block (or a
+    /// binary request's body) or to swallow; 0 when it waits for nothing.
+    /// A binary header cut short is not such a block: memcached drops it.
+    pub fn awaiting_block(&self) -> usize {
+        let header_cut = self.protocol == Protocol::Binary
+            && self.input.len() < osmium_protocol::binary::HEADER_LEN;
+        if self.swallow > 0 {
+            self.swallow
+        } else if self.need > 0 && !header_cut {
+            self.need.saturating_sub(self.input.len())
+        } else {
+            0
+        }
+    }
+
+    /// Whether the last batch ended at a `quit` (datagram endpoints keep
+    /// the flag to end later datagrams early).
+    pub fn take_close_after_write(&mut self) -> bool {
+        std::mem::take(&mut self.close_after_write)
+    }
+
+    /// Forgets everything in flight (a datagram endpoint starting over).
+    pub fn reset(&mut self) {
+        self.input.clear();
+        self.swallow = 0;
+        self.need = 0;
+        self.output.clear();
+    }
+}

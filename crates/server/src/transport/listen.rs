@@ -1,0 +1,239 @@
+//! Listening sockets and the acceptor: TCP on every `-l` address (unless
+//! `-p 0`), UDP on the same addresses with `-U` (each worker gets its own
+//! clone of every UDP socket, or one worker per socket with several `-l`,
+//! as memcached), or with `-s` a unix-domain socket instead of both. The
+//! acceptor (the main thread) accepts, enforces `-c` (refusing with
+//! `ERROR Too many open connections`), and deals connections to the
+//! workers round-robin.
+
+use std::io::{self, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::Ordering;
+
+use mio::event::Source;
+use mio::net::{TcpListener, UnixListener};
+use mio::{Interest, Registry, Token};
+
+use super::stream::Stream;
+use super::worker::WorkerHandle;
+use crate::conns::Kind;
+use crate::settings::Settings;
+use crate::stats::counters::GlobalStats;
+
+/// A listening socket of the acceptor.
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+impl Listener {
+    pub fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Tcp(l) => l.accept().map(|(s, _)| {
+                let _ = s.set_nodelay(true);
+                Stream::Tcp(s)
+            }),
+            Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            Listener::Unix(l) => l
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+impl Source for Listener {
+    fn register(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.register(r, t, i),
+            Listener::Unix(l) => l.register(r, t, i),
+        }
+    }
+    fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.reregister(r, t, i),
+            Listener::Unix(l) => l.reregister(r, t, i),
+        }
+    }
+    fn deregister(&mut self, r: &Registry) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.deregister(r),
+            Listener::Unix(l) => l.deregister(r),
+        }
+    }
+}
+
+fn resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+    let addrs: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
+    if addrs.is_empty() {
+        return Err(io::Error::other(format!("cannot resolve {host}")));
+    }
+    Ok(addrs)
+}
+
+/// TCP listeners on every `-l` address (none with `-p 0` or `-s`).
+pub fn bind_tcp(settings: &Settings) -> io::Result<Vec<Listener>> {
+    let mut listeners = Vec::new();
+    if settings.port == 0 || settings.unix_socket.is_some() {
+        return Ok(listeners);
+    }
+    for l in &settings.listen {
+        for addr in resolve(&l.host, l.port)? {
+            let domain = socket2::Domain::for_address(addr);
+            let sock = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
+            sock.set_reuse_address(true)?;
+            if addr.is_ipv6() {
+                sock.set_only_v6(true)?;
+            }
+            sock.bind(&addr.into())?;
+            sock.listen(settings.backlog)?;
+            sock.set_nonblocking(true)?;
+            listeners.push(Listener::Tcp(TcpListener::from_std(sock.into())));
+        }
+    }
+    Ok(listeners)
+}
+
+/// UDP sockets for `-U`, on the same addresses as TCP (a `-l host:port`
+/// port applies to both, as in memcached).
+pub fn bind_udp(settings: &Settings) -> io::Result<Vec<std::net::UdpSocket>> {
+    let mut sockets = Vec::new();
+    if settings.udp_port == 0 || settings.unix_socket.is_some() {
+        return Ok(sockets);
+    }
+    for l in &settings.listen {
+        let port = if l.explicit_port {
+            l.port
+        } else {
+            settings.udp_port
+        };
+        for addr in resolve(&l.host, port)? {
+            let domain = socket2::Domain::for_address(addr);
+            let sock = socket2::Socket::new(domain, socket2::Type::DGRAM, None)?;
+            sock.set_reuse_address(true)?;
+            if addr.is_ipv6() {
+                sock.set_only_v6(true)?;
+            }
+            // memcached asks for the largest send buffer it can get.
+            let _ = sock.set_send_buffer_size(super::udp::UDP_SEND_BUFFER_SIZE);
+            sock.bind(&addr.into())?;
+            sock.set_nonblocking(true)?;
+            sockets.push(sock.into());
+        }
+    }
+    Ok(sockets)
+}
+
+/// The `-s` listener, made as memcached's `server_socket_unix` does: a
+/// stale socket file at the path is removed (any other kind of file makes
+/// bind fail), and the file is created with the `-a` permission bits.
+/// memcached leaves the file behind when it exits, and so does osmium.
+pub fn bind_unix(settings: &Settings) -> io::Result<Option<Listener>> {
+    use std::os::unix::fs::FileTypeExt;
+    let Some(path) = &settings.unix_socket else {
+        return Ok(None);
+    };
+    let fail = |e: io::Error| {
+        io::Error::new(
+            e.kind(),
+            format!("failed to listen on UNIX socket: {path}: {e}"),
+        )
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_socket() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    let sock =
+        socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None).map_err(fail)?;
+    let addr = socket2::SockAddr::unix(path).map_err(fail)?;
+    // SAFETY: umask only swaps the process's file-creation mask; no other
+    // thread exists yet to create files meanwhile.
+    let old_mask = unsafe { libc::umask(!(settings.unix_mask & 0o777) as libc::mode_t) };
+    let bound = sock.bind(&addr);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old_mask) };
+    bound.map_err(fail)?;
+    sock.listen(settings.backlog).map_err(fail)?;
+    sock.set_nonblocking(true).map_err(fail)?;
+    let std_listener: std::os::unix::net::UnixListener = sock.into();
+    Ok(Some(Listener::Unix(UnixListener::from_std(std_listener))))
+}
+
+/// Which UDP sockets each worker serves: every worker gets a clone of
+/// every socket, or with several `-l` interfaces each socket goes to one
+/// worker in turn (memcached's num_threads_per_udp).
+pub fn deal_udp_sockets(
+    sockets: Vec<std::net::UdpSocket>,
+    settings: &Settings,
+) -> io::Result<Vec<Vec<std::net::UdpSocket>>> {
+    let mut per_worker: Vec<Vec<std::net::UdpSocket>> =
+        (0..settings.threads).map(|_| Vec::new()).collect();
+    let mut next = 0;
+    for socket in sockets {
+        for _ in 1..settings.threads_per_udp {
+            per_worker[next % settings.threads].push(socket.try_clone()?);
+            next += 1;
+        }
+        per_worker[next % settings.threads].push(socket);
+        next += 1;
+    }
+    Ok(per_worker)
+}
+
+impl Listener {
+    /// What `stats conns` shows of it.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Listener::Tcp(l) => Kind::ListenTcp {
+                local: l.local_addr().ok(),
+            },
+            Listener::Unix(_) => Kind::ListenUnix,
+        }
+    }
+
+    pub fn fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        match self {
+            Listener::Tcp(l) => l.as_raw_fd(),
+            Listener::Unix(l) => l.as_raw_fd(),
+        }
+    }
+}
+
+/// Hands an accepted connection to the next worker, or refuses it (`-c`)
+/// as memcached's maxconns_fast does.
+pub fn dispatch(
+    mut stream: Stream,
+    settings: &Settings,
+    global: &GlobalStats,
+    workers: &[WorkerHandle],
+    next: &mut usize,
+) {
+    let curr = global.curr_connections.load(Ordering::Relaxed) as usize;
+    if curr >= settings.max_connections {
+        // memcached's maxconns_fast refusal.
+        let _ = stream.write(b"ERROR Too many open connections\r\n");
+        global.rejected_connections.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    global.curr_connections.fetch_add(1, Ordering::Relaxed);
+    global.total_connections.fetch_add(1, Ordering::Relaxed);
+    global
+        .connection_structures
+        .fetch_max(curr as u64 + 1, Ordering::Relaxed);
+    let w = &workers[*next % workers.len()];
+    *next = next.wrapping_add(1);
+    if w.sender.send(stream).is_ok() {
+        let _ = w.waker.wake();
+    } else {
+        global.curr_connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}

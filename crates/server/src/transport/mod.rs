@@ -1,0 +1,11 @@
+//! Transports: where a connection's bytes come from and go to. Stream
+//! connections (TCP, unix-domain sockets: `stream`) are accepted by the
+//! acceptor (`listen`) and served by the worker event loops (`worker`);
+//! UDP datagrams are framed by `udp`. Each feeds a `Session`, which knows
+//! no transport. A TLS transport would be one more kind of stream.
+
+pub mod affinity;
+pub mod listen;
+pub mod stream;
+pub mod udp;
+pub mod worker;

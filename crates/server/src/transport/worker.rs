@@ -1,0 +1,450 @@
+//! Worker threads: each runs its own mio event loop over the connections
+//! the acceptor hands it (TCP or unix-domain streams) and over its own
+//! clones of the UDP sockets (`udp`), and drives every connection's session
+//! through read -> process -> write.
+//!
+//! All replies to the requests found in one read go out in one `write`.
+//! A connection that has run `-R` requests in a row yields to the others
+//! (memcached's `conn_yields`) and is resumed from the worker's ready queue.
+//!
+//! One turn of the event loop serves every connection `epoll_wait` returned
+//! in three passes, so that the cache misses of one request's lookup overlap
+//! the work of the others instead of stalling it (a lone lookup is two
+//! dependent misses: the index bucket, then the item):
+//!
+//! 1. `Conn::prime`: read the socket once, peek at the keys of the requests
+//!    that arrived (`osmium_protocol::peek`, no parsing) and prefetch their
+//!    index buckets;
+//! 2. prefetch the items the first few of those buckets point at;
+//! 3. `Conn::drive`: run the requests, write the replies; each request
+//!    prefetches the item of the one four further on (`session::Ahead`).
+//!
+//! A read that returned less than it had room for emptied the socket, so
+//! `drive` does not read again (which would only return `EAGAIN`): epoll is
+//! edge-triggered, and data arriving later raises a new event. Not once an
+//! event has said the peer shut its side (EPOLLRDHUP): the FIN may have come
+//! with the data just read, and no later event would report it.
+//!
+//! A connection holds buffers only while it has input or output (see
+//! `buffers`); after each drive the idle ones go back to the worker's pool.
+//! With `-o idle_timeout` a connection that ran no request for that many
+//! seconds is closed.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mio::net::UdpSocket;
+use mio::{Events, Interest, Poll, Token, Waker};
+use slab::Slab;
+
+use super::stream::Stream;
+use super::udp::{Progress, UdpEndpoint};
+use crate::context::{Shared, WorkerCtx};
+use crate::session::{Flow, Protocol, Session};
+
+const WAKE: Token = Token(usize::MAX);
+
+/// The token of this worker's UDP endpoint `i` (counted down from WAKE;
+/// connection tokens are slab keys counted up from 0).
+fn udp_token(i: usize) -> Token {
+    Token(usize::MAX - 1 - i)
+}
+
+/// The acceptor's handle on a worker.
+pub struct WorkerHandle {
+    pub sender: Sender<Stream>,
+    pub waker: Arc<Waker>,
+    pub thread: std::thread::JoinHandle<()>,
+}
+
+struct Conn {
+    stream: Stream,
+    session: Session,
+    fd: i32,
+    last_active: u32,
+    /// `prime` met the end of the stream or an error.
+    hangup: bool,
+    /// The last read returned less than it had room for (see the module
+    /// comment).
+    drained: bool,
+    /// An event said the peer shut its side (EPOLLRDHUP) or failed.
+    peer_closed: bool,
+}
+
+impl Conn {
+    /// Writes queued output. Ok(true) when all of it is out.
+    fn flush(&mut self, ctx: &WorkerCtx) -> io::Result<bool> {
+        let out = self.session.output();
+        while !out.pending().is_empty() {
+            match self.stream.write(out.pending()) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    out.sent(n);
+                    ctx.stats.bytes_written.add(n as u64);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Reads once. Ok(Some(n)) bytes read, Ok(None) would block, Err on EOF,
+    /// error, or no buffer to read into (`-o read_buf_mem_limit`).
+    fn read_some(&mut self, ctx: &WorkerCtx) -> io::Result<Option<usize>> {
+        loop {
+            let space = match self.session.read_target(ctx) {
+                Ok(space) => space,
+                Err(_) => return Err(io::ErrorKind::OutOfMemory.into()),
+            };
+            let room = space.len();
+            match self.stream.read(space) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => {
+                    self.session.received(ctx, n);
+                    self.drained =
+                        n < room && !self.peer_closed && self.stream.short_read_means_empty();
+                    ctx.stats.bytes_read.add(n as u64);
+                    return Ok(Some(n));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The first pass of a turn for a readable connection: reads once and
+    /// starts fetching the index buckets of the requests that arrived.
+    fn prime(&mut self, ctx: &WorkerCtx, first_hashes: &mut Vec<u64>) {
+        if self.hangup {
+            return;
+        }
+        if self.session.input_is_empty()
+            && !self.session.reading_into_item()
+            && self.read_some(ctx).is_err()
+        {
+            // EOF or an error: `drive` closes the connection.
+            self.hangup = true;
+            return;
+        }
+        self.session.peek_ahead(ctx.store(), first_hashes);
+    }
+
+    /// Runs the connection until it must wait for the socket, yields, or
+    /// closes.
+    fn drive(&mut self, ctx: &WorkerCtx) -> Flow {
+        loop {
+            // Run what is buffered (bounded by -R and the output limits),
+            // send the replies in one write, then read more.
+            match self.session.process(ctx) {
+                Flow::Close => return Flow::Close,
+                Flow::Yield => {
+                    // Let other connections run; if the socket is full, the
+                    // writable event resumes this one instead.
+                    return match self.flush(ctx) {
+                        Ok(true) => Flow::Yield,
+                        Ok(false) => Flow::Wait,
+                        Err(_) => Flow::Close,
+                    };
+                }
+                Flow::Wait => {}
+            }
+            if !self.session.holds_output() {
+                match self.flush(ctx) {
+                    Ok(true) => {}
+                    Ok(false) => return Flow::Wait,
+                    Err(_) => return Flow::Close,
+                }
+            }
+            if self.session.closing() || self.hangup {
+                return Flow::Close;
+            }
+            if std::mem::take(&mut self.drained) {
+                return Flow::Wait;
+            }
+            match self.read_some(ctx) {
+                Ok(Some(_)) => {}
+                Ok(None) => return Flow::Wait,
+                Err(_) => return Flow::Close,
+            }
+        }
+    }
+}
+
+struct Worker {
+    ctx: WorkerCtx,
+    poll: Poll,
+    conns: Slab<Conn>,
+    incoming: Receiver<Stream>,
+    /// This worker's clones of the UDP sockets.
+    udp: Vec<UdpEndpoint>,
+    /// Tokens (slab keys or UDP tokens) to run again without an event.
+    ready: VecDeque<usize>,
+    /// This turn's tokens with an event.
+    turn: Vec<usize>,
+    /// The hashes of the first keys of each connection's waiting requests
+    /// (`Conn::prime`), whose items pass 2 prefetches.
+    first_hashes: Vec<u64>,
+    idle_timeout: u32,
+    /// From `-B`: auto negotiates per connection.
+    initial_protocol: Protocol,
+}
+
+impl Worker {
+    fn accept_new(&mut self) {
+        while let Ok(mut stream) = self.incoming.try_recv() {
+            let shared = &self.ctx.shared;
+            let now = shared.store.clock().now();
+            let entry = self.conns.vacant_entry();
+            let token = Token(entry.key());
+            if self
+                .poll
+                .registry()
+                .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+                .is_err()
+            {
+                connection_gone(shared);
+                continue;
+            }
+            let fd = stream.as_raw_fd();
+            let activity = shared.conns.add_client(fd, stream.kind(), now);
+            if shared.verbose() > 1 {
+                eprintln!("<{fd} new auto-negotiating client connection");
+            }
+            entry.insert(Conn {
+                session: Session::stream(fd, self.initial_protocol, Some(activity)),
+                stream,
+                fd,
+                last_active: now,
+                hangup: false,
+                drained: false,
+                peer_closed: false,
+            });
+            // Data may already be waiting.
+            self.ready.push_back(token.0);
+        }
+    }
+
+    fn close(&mut self, key: usize) {
+        if let Some(mut conn) = self.conns.try_remove(key) {
+            let queued = conn.session.output().footprint();
+            self.ctx.output_changed(queued, 0);
+            conn.session.close(&self.ctx);
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+            let shared = &self.ctx.shared;
+            shared.conns.remove(conn.fd);
+            if shared.verbose() > 1 {
+                eprintln!("<{} connection closed.", conn.fd);
+            }
+            connection_gone(shared);
+        }
+    }
+
+    /// The UDP endpoint index a token stands for.
+    fn udp_index(&self, token: usize) -> Option<usize> {
+        let i = (usize::MAX - 1).checked_sub(token)?;
+        (i < self.udp.len()).then_some(i)
+    }
+
+    fn run_udp(&mut self, i: usize) {
+        let endpoint = &mut self.udp[i];
+        let progress =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| endpoint.drive(&self.ctx)))
+                .unwrap_or_else(|_| {
+                    eprintln!("UDP request handler panicked; dropping that request");
+                    endpoint.reset();
+                    Progress::MoreWork
+                });
+        if progress == Progress::MoreWork {
+            self.ready.push_back(udp_token(i).0);
+        }
+    }
+
+    fn run_conn(&mut self, key: usize) {
+        if let Some(i) = self.udp_index(key) {
+            return self.run_udp(i);
+        }
+        let now = self.ctx.shared.store.clock().now();
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
+        conn.last_active = now;
+        let before = conn.session.output().footprint();
+        // A bug hit by one connection's input must not take down the other
+        // connections of this worker: contain it and drop that connection.
+        let ctx = &self.ctx;
+        let flow = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.drive(ctx)))
+            .unwrap_or_else(|_| {
+                eprintln!("connection handler panicked; closing that connection");
+                Flow::Close
+            });
+        if flow == Flow::Wait {
+            // Before measuring: an idle connection's empty buffers go back
+            // to the pool and stop counting against the worker's budget.
+            conn.session.release_idle(ctx);
+        }
+        let after = conn.session.output().footprint();
+        ctx.output_changed(before, after);
+        match flow {
+            Flow::Wait => {}
+            Flow::Yield => self.ready.push_back(key),
+            Flow::Close => self.close(key),
+        }
+    }
+
+    fn close_idle(&mut self) {
+        let now = self.ctx.shared.store.clock().now();
+        // As memcached: TCP clients only.
+        let idle: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(c.stream, Stream::Tcp(_)))
+            .filter(|(_, c)| now.saturating_sub(c.last_active) > self.idle_timeout)
+            .map(|(k, _)| k)
+            .collect();
+        for k in idle {
+            self.close(k);
+        }
+    }
+
+    fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut last_idle_check = 0;
+        loop {
+            let timeout = if !self.ready.is_empty() {
+                Some(Duration::ZERO)
+            } else if self.idle_timeout > 0 {
+                Some(Duration::from_secs(1))
+            } else {
+                None
+            };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                eprintln!("worker poll failed: {e}");
+                return;
+            }
+            if self.ctx.shared.stop_requested().is_some() {
+                return;
+            }
+            for ev in events.iter() {
+                let key = ev.token().0;
+                if ev.token() == WAKE {
+                    self.accept_new();
+                    continue;
+                }
+                self.turn.push(key);
+                if self.udp_index(key).is_some() {
+                    continue;
+                }
+                if let Some(conn) = self.conns.get_mut(key) {
+                    if ev.is_read_closed() || ev.is_error() {
+                        conn.peer_closed = true;
+                    }
+                    if ev.is_readable() {
+                        conn.prime(&self.ctx, &mut self.first_hashes);
+                    }
+                }
+            }
+            for hash in self.first_hashes.drain(..) {
+                self.ctx.shared.store.prefetch_item(hash);
+            }
+            let mut turn = std::mem::take(&mut self.turn);
+            for key in turn.drain(..) {
+                self.run_conn(key);
+            }
+            self.turn = turn;
+            // Connections that yielded (or are new) get another turn.
+            for _ in 0..self.ready.len() {
+                if let Some(key) = self.ready.pop_front() {
+                    self.run_conn(key);
+                }
+            }
+            if self.idle_timeout > 0 {
+                let now = self.ctx.shared.store.clock().now();
+                if now != last_idle_check {
+                    last_idle_check = now;
+                    self.close_idle();
+                }
+            }
+        }
+    }
+}
+
+fn connection_gone(shared: &Shared) {
+    shared
+        .global
+        .curr_connections
+        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Starts worker `index`, serving the given UDP sockets besides the
+/// connections it is sent.
+pub fn spawn(
+    index: usize,
+    shared: Arc<Shared>,
+    udp_sockets: Vec<std::net::UdpSocket>,
+) -> io::Result<WorkerHandle> {
+    let poll = Poll::new()?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
+    let mut udp = Vec::with_capacity(udp_sockets.len());
+    for (i, socket) in udp_sockets.into_iter().enumerate() {
+        socket.set_nonblocking(true)?;
+        let mut endpoint = UdpEndpoint::new(UdpSocket::from_std(socket));
+        poll.registry().register(
+            endpoint.socket(),
+            udp_token(i),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        shared.conns.add_server_socket(
+            endpoint.fd(),
+            crate::conns::Kind::Udp {
+                local: endpoint.local(),
+            },
+        );
+        if shared.verbose() > 1 {
+            eprintln!("<{} server listening (udp)", endpoint.fd());
+        }
+        udp.push(endpoint);
+    }
+    let (sender, incoming) = std::sync::mpsc::channel();
+    let settings = &shared.settings;
+    let worker = Worker {
+        idle_timeout: settings.idle_timeout,
+        initial_protocol: match settings.binding_protocol {
+            "ascii" => Protocol::Text,
+            "binary" => Protocol::Binary,
+            _ => Protocol::Negotiating,
+        },
+        ctx: WorkerCtx::new(shared.clone(), index),
+        poll,
+        conns: Slab::with_capacity(64),
+        incoming,
+        // Datagrams may have arrived before the first poll.
+        ready: (0..udp.len()).map(|i| udp_token(i).0).collect(),
+        turn: Vec::with_capacity(1024),
+        first_hashes: Vec::with_capacity(4096),
+        udp,
+    };
+    let cpu = shared.settings.thread_affinity.map(|first| first + index);
+    let thread = std::thread::Builder::new()
+        .name(format!("osmium-worker-{index}"))
+        .spawn(move || {
+            if let Some(cpu) = cpu {
+                super::affinity::pin_to_cpu(cpu);
+            }
+            worker.run()
+        })?;
+    Ok(WorkerHandle {
+        sender,
+        waker,
+        thread,
+    })
+}

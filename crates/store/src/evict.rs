@@ -1,0 +1,156 @@
+//! Eviction and reclamation: walking a claimed segment item by item under
+//! each item's shard lock, to evict it (S3-FIFO: keep what was hit by
+//! copying it into main, drop the rest, remember small's victims in the
+//! ghost) or to reclaim only its expired and flushed items; freeing
+//! segments whose items have all expired; and the memory upkeep the
+//! maintainer runs (huge pages).
+
+use std::sync::atomic::Ordering;
+
+use crate::arena::{Queue, SegmentId};
+use crate::index::{hash_key, Found, Location, Table};
+use crate::item;
+use crate::store::Store;
+use crate::types::Lookup;
+
+/// Items a background walk (`reclaim_step`, `reclaim_expired_segments`)
+/// visits between two yields of the CPU: about 50 µs of work. Walking a
+/// whole segment in one go (a 1 MiB segment of small items is ~9,000 items,
+/// ~1.7 ms) keeps a worker, or the clients, off the core the maintainer
+/// shares with them for that long.
+const WALK_ITEMS_PER_YIELD: usize = 256;
+
+impl Store {
+    /// Empties a segment claimed for eviction (S3-FIFO, see `arena`):
+    /// expired and flushed items are reclaimed; items hit since they were
+    /// written (or last kept) are copied to main, with their frequency
+    /// reset (from small) or decremented (from main); the rest are evicted,
+    /// and keys evicted from small are remembered in the ghost.
+    pub(crate) fn evict_segment(&self, seg: SegmentId) {
+        self.walk_segment(seg, true);
+    }
+
+    /// Walks the items of a claimed, fully written segment. With `evict`,
+    /// every live item is kept (copied) or evicted as above; otherwise only
+    /// expired/flushed ones are unlinked. Returns how many live items
+    /// remain in it.
+    ///
+    /// Without `evict` (the maintainer's walks) it yields the CPU every
+    /// `WALK_ITEMS_PER_YIELD` items, holding no lock then, so that a thread
+    /// waiting for the core runs within ~50 µs. An eviction runs inline in
+    /// a writer's request and does not yield.
+    fn walk_segment(&self, seg: SegmentId, evict: bool) -> usize {
+        let mut live = 0;
+        let queue = self.arena.queue(seg);
+        let used = self.arena.segment(seg).used.load(Ordering::Acquire);
+        let mut offset = 0;
+        let mut visited = 0usize;
+        while offset < used {
+            if !evict {
+                visited += 1;
+                if visited.is_multiple_of(WALK_ITEMS_PER_YIELD) {
+                    std::thread::yield_now();
+                }
+            }
+            let it = self.arena.item(seg, offset);
+            let size = it.size();
+            if !it.is_dead() {
+                let key = it.key();
+                let hash = hash_key(key);
+                let loc = Location { seg, offset };
+                let mut table = self.shard(hash).write();
+                if let Some(found) = table.find_at(&self.arena, key, hash, loc) {
+                    let now = self.clock.now();
+                    let stale = !matches!(self.check(it, loc, now), Lookup::Hit(()));
+                    let fetched = it.is_fetched();
+                    if stale {
+                        let c = &mut table.counters;
+                        c.reclaimed += 1;
+                        c.expired_unfetched += u64::from(!fetched);
+                        self.unlink(&mut table, &found);
+                    } else if !evict {
+                        live += 1;
+                    } else {
+                        let freq = it.freq();
+                        if freq == 0 || !self.keep(&mut table, hash, &found, queue, now) {
+                            let c = &mut table.counters;
+                            c.evictions += 1;
+                            c.evicted_unfetched += u64::from(!fetched);
+                            self.unlink(&mut table, &found);
+                            if queue == Queue::Small {
+                                self.ghost.insert(hash);
+                            }
+                        }
+                    }
+                }
+            }
+            offset += size;
+        }
+        live
+    }
+
+    /// Copies an item the evictor keeps into main (keeping its CAS unique
+    /// and access time). False if there was no room (it is then evicted).
+    fn keep(&self, table: &mut Table, hash: u64, found: &Found, from: Queue, now: u32) -> bool {
+        let it = found.item;
+        let spec = item::ItemSpec {
+            cas: self.explicit(self.cas_of(found.loc, it)),
+            ..it.spec()
+        };
+        let Some(slot) = self.arena.reserve_evictor(spec.size(), now) else {
+            return false;
+        };
+        self.write_item(&slot, &spec, it.key(), &[it.value()], it.state());
+        slot.ptr
+            .set_atime(self.atime_in(slot.seg, self.base_atime(found.loc, it)));
+        if from == Queue::Main {
+            slot.ptr.set_freq(it.freq() - 1);
+        }
+        self.link_counted(table, hash, &slot, Some(found), false);
+        self.arena.finish_write(slot.seg);
+        true
+    }
+
+    /// One step of background maintenance: runs a due delayed flush, and
+    /// walks the `cursor`-th sealed segment, unlinking its expired and
+    /// flushed items. Returns false when there was nothing to walk.
+    pub fn reclaim_step(&self, cursor: usize) -> bool {
+        self.flush_due(self.clock.now());
+        let Some(seg) = self.arena.claim_for_reclaim(cursor) else {
+            return false;
+        };
+        if !self.arena.segment(seg).may_hold_stale() {
+            // Nothing in it can expire and nothing was flushed: a walk
+            // (~1.7 ms for a segment of 64 B items) would find nothing.
+            self.arena.unclaim(seg, usize::MAX);
+            return true;
+        }
+        let live = self.walk_segment(seg, false);
+        self.arena.unclaim(seg, live);
+        true
+    }
+
+    /// TTL-aware bulk reclamation: frees every segment whose items have all
+    /// expired (known from segment headers alone), counting each item as
+    /// reclaimed (and expired_unfetched if it was never fetched). Returns
+    /// how many segments were freed.
+    pub fn reclaim_expired_segments(&self) -> usize {
+        let segs = self.arena.claim_expired(self.clock.now());
+        for &seg in &segs {
+            let live = self.walk_segment(seg, false);
+            self.arena.unclaim(seg, live);
+        }
+        segs.len()
+    }
+
+    /// Backs full regions of item memory with huge pages (see
+    /// `Arena::collapse_sealed`); the maintainer calls it.
+    pub fn collapse_memory(&self, max_regions: usize) -> usize {
+        self.arena.collapse_sealed(max_regions)
+    }
+
+    /// Sealed segments, for pacing the reclaimer.
+    pub fn sealed_segments(&self) -> usize {
+        self.arena.sealed_count()
+    }
+}

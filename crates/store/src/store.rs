@@ -1,0 +1,411 @@
+//! The [`Store`]: its parts, its construction and the plumbing every
+//! operation shares — shard access, item views, liveness checks, linking
+//! and unlinking under a shard lock, CAS uniques, and reserving item
+//! space. The operations themselves are in `read`, `write`, `remove`,
+//! `counter`, `evict`, `flush`, `stats` and `dump`.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::arena::{Arena, Queue, Reserve, SegmentId, Slot};
+use crate::clock::Clock;
+use crate::ghost::Ghost;
+use crate::index::{shard_of, AddrCodec, Found, Location, Table, SHARDS};
+use crate::item::{self, ItemPtr, ItemView};
+use crate::shard::{HeadCounters, Shard, ShardWrite};
+use crate::types::{memcached_item_total, segment_size_for, Lookup, StoreConfig};
+
+/// Longest a caller spins waiting for a busy segment before giving up.
+const RESERVE_RETRIES: usize = 64;
+
+pub struct Store {
+    pub(crate) cfg: StoreConfig,
+    /// Indexed by write head (modulo its length).
+    pub(crate) head_counters: Box<[HeadCounters]>,
+    pub(crate) clock: Clock,
+    pub(crate) arena: Arena,
+    pub(crate) shards: Box<[Shard]>,
+    /// The write head of copies made outside a worker's own writes (touch
+    /// and gat give no head).
+    pub(crate) copy_head: usize,
+    /// Keys recently evicted from the small queue.
+    pub(crate) ghost: Ghost,
+    /// Pending flushes of a flush_all (relative times, 0 = none): see
+    /// `flush_all_after`.
+    pub(crate) flush_at: [AtomicU32; 2],
+    pub(crate) limit_maxbytes: AtomicU64,
+    /// log2(segment size / item alignment): the bits of a location CAS
+    /// below the segment sequence.
+    pub(crate) cas_offset_bits: u32,
+}
+
+impl Store {
+    pub fn new(cfg: StoreConfig) -> Store {
+        let segment_size = segment_size_for(cfg.item_size_max);
+        let max_heads = (cfg.memory_limit / segment_size / 4).max(1);
+        let heads = cfg.write_heads.clamp(1, max_heads);
+        let arena = Arena::new(
+            &cfg.backing,
+            cfg.memory_limit,
+            segment_size,
+            heads,
+            cfg.evictions,
+        );
+        let codec = AddrCodec::new(
+            arena.capacity(),
+            arena.segment_shift(),
+            item::ALIGN.trailing_zeros(),
+        );
+        Store {
+            head_counters: (0..heads).map(|_| HeadCounters::default()).collect(),
+            copy_head: arena.copy_head(),
+            ghost: Ghost::new(cfg.memory_limit / 96),
+            cas_offset_bits: arena.segment_shift() - item::ALIGN.trailing_zeros(),
+            arena,
+            shards: (0..SHARDS).map(|_| Shard::new(codec)).collect(),
+            clock: Clock::new(),
+            flush_at: [AtomicU32::new(0), AtomicU32::new(0)],
+            limit_maxbytes: AtomicU64::new(cfg.memory_limit as u64),
+            cfg,
+        }
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.cfg
+    }
+
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// Would memcached refuse a value of this size as "too large"?
+    pub fn too_large(&self, key_len: usize, flags: u32, value_len: usize) -> bool {
+        memcached_item_total(key_len, flags, value_len, self.cfg.use_cas) > self.cfg.item_size_max
+            || item::ItemSpec {
+                key_len,
+                value_len,
+                flags,
+                exptime_field: true,
+                cas: Some(0),
+                ..Default::default()
+            }
+            .size()
+                > self.arena.segment_size()
+    }
+
+    /// cache_memlimit: true if the new limit was applied.
+    pub fn set_memory_limit(&self, bytes: usize) -> bool {
+        if self.arena.set_limit(bytes) {
+            self.limit_maxbytes.store(bytes as u64, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The CAS unique of the item at `loc` (see `item`): its stored one,
+    /// else its location's. 0 with -C.
+    #[inline]
+    pub(crate) fn cas_of(&self, loc: Location, it: ItemPtr) -> u64 {
+        if !self.cfg.use_cas {
+            return 0;
+        }
+        it.stored_cas().unwrap_or_else(|| {
+            let seq = self.arena.segment(loc.seg).seq.load(Ordering::Relaxed);
+            (seq << self.cas_offset_bits) + (loc.offset / item::ALIGN) as u64 + 1
+        })
+    }
+
+    /// An explicit CAS unique to store, if CAS is on.
+    #[inline]
+    pub(crate) fn explicit(&self, cas: u64) -> Option<u64> {
+        (cas != 0 && self.cfg.use_cas).then_some(cas)
+    }
+
+    /// `now` as an access time of an item in `seg`.
+    #[inline]
+    pub(crate) fn atime_in(&self, seg: SegmentId, now: u32) -> u16 {
+        let base = self.arena.segment(seg).base_time.load(Ordering::Relaxed);
+        now.saturating_sub(base).min(u32::from(u16::MAX)) as u16
+    }
+
+    /// The absolute access time of an item.
+    pub(crate) fn base_atime(&self, loc: Location, it: ItemPtr) -> u32 {
+        self.arena
+            .segment(loc.seg)
+            .base_time
+            .load(Ordering::Relaxed)
+            + u32::from(it.atime())
+    }
+
+    /// Classifies a found item: usable, expired or flushed.
+    #[inline]
+    pub(crate) fn check(&self, it: ItemPtr, loc: Location, now: u32) -> Lookup<()> {
+        self.check_exptime(it.exptime(), loc, now)
+    }
+
+    /// `check` for an item whose expiry is known.
+    #[inline]
+    pub(crate) fn check_exptime(&self, e: u32, loc: Location, now: u32) -> Lookup<()> {
+        let seg = self.arena.segment(loc.seg);
+        if loc.offset < seg.flushed_below.load(Ordering::Relaxed) {
+            return Lookup::Flushed;
+        }
+        if e != 0 && e <= now {
+            Lookup::Expired
+        } else {
+            Lookup::Hit(())
+        }
+    }
+
+    #[inline]
+    pub(crate) fn shard(&self, hash: u64) -> &Shard {
+        &self.shards[shard_of(hash)]
+    }
+
+    /// Unlinks a found entry; the caller holds the shard's write lock.
+    pub(crate) fn unlink(&self, table: &mut Table, found: &Found) {
+        table.remove(found);
+        self.release_item(table, found.item);
+    }
+
+    fn release_item(&self, table: &mut Table, it: ItemPtr) {
+        it.mark_dead();
+        let size = it.size();
+        table.counters.curr_items -= 1;
+        // Wrapping: a shard's bytes can sink below zero when the item was
+        // counted through a head (see HeadCounters); the sum is right.
+        table.counters.bytes = table.counters.bytes.wrapping_sub(size as u64);
+    }
+
+    fn account_link(&self, table: &mut Table, it: ItemPtr, new: bool) {
+        let size = it.size();
+        table.counters.curr_items += 1;
+        table.counters.total_items += u64::from(new);
+        table.counters.bytes = table.counters.bytes.wrapping_add(size as u64);
+    }
+
+    /// After an unlocked check found `key` expired or flushed, unlink it if
+    /// it is still the same item.
+    pub(crate) fn unlink_stale(&self, key: &[u8], hash: u64, loc: Location) {
+        let mut table = self.shard(hash).write();
+        if let Some(f) = table.find_at(&self.arena, key, hash, loc) {
+            let now = self.clock.now();
+            if !matches!(self.check(f.item, f.loc, now), Lookup::Hit(())) {
+                self.unlink(&mut table, &f);
+            }
+        }
+    }
+
+    #[inline]
+    pub(crate) fn view<'a>(&self, loc: Location, it: ItemPtr) -> ItemView<'a> {
+        self.view_with(loc, it, it.meta())
+    }
+
+    /// A view of an item whose header is decoded already.
+    #[inline]
+    pub(crate) fn view_with<'a>(
+        &self,
+        loc: Location,
+        it: ItemPtr,
+        meta: item::ItemMeta,
+    ) -> ItemView<'a> {
+        let seg = self.arena.segment(loc.seg);
+        let cas = if !self.cfg.use_cas {
+            0
+        } else {
+            meta.stored_cas.unwrap_or_else(|| {
+                let seq = seg.seq.load(Ordering::Relaxed);
+                (seq << self.cas_offset_bits) + (loc.offset / item::ALIGN) as u64 + 1
+            })
+        };
+        ItemView {
+            ptr: it,
+            meta,
+            cas,
+            base_time: seg.base_time.load(Ordering::Relaxed),
+            exptime: meta.exptime,
+            lock_free: false,
+            _lock: std::marker::PhantomData,
+        }
+    }
+
+    /// Finds a live entry under a write lock, unlinking it if expired or
+    /// flushed (and saying which).
+    pub(crate) fn find_checked(
+        &self,
+        table: &mut Table,
+        key: &[u8],
+        hash: u64,
+    ) -> Result<Found, Lookup<()>> {
+        let Some(found) = table.find(&self.arena, key, hash) else {
+            return Err(Lookup::Miss);
+        };
+        match self.check(found.item, found.loc, self.clock.now()) {
+            Lookup::Hit(()) => Ok(found),
+            stale => {
+                self.unlink(table, &found);
+                Err(stale)
+            }
+        }
+    }
+
+    /// Finds a live entry under a write lock, unlinking it if stale.
+    pub(crate) fn find_live(&self, table: &mut Table, key: &[u8], hash: u64) -> Option<Found> {
+        self.find_checked(table, key, hash).ok()
+    }
+
+    /// Takes `key`'s shard write lock again after a gap (a reservation) and
+    /// returns it with the entry, if that is still the live item at `loc`.
+    pub(crate) fn relock_at(
+        &self,
+        key: &[u8],
+        hash: u64,
+        loc: Location,
+    ) -> Option<(ShardWrite<'_>, Found)> {
+        let table = self.shard(hash).write();
+        let found = table
+            .find_at(&self.arena, key, hash, loc)
+            .filter(|f| matches!(self.check(f.item, f.loc, self.clock.now()), Lookup::Hit(())))?;
+        Some((table, found))
+    }
+
+    /// Worker `worker`'s write head for a new item: main if the key was
+    /// evicted from small recently (it is in the ghost), else small.
+    #[inline]
+    pub(crate) fn new_item_head(&self, worker: usize, hash: u64) -> usize {
+        let queue = if self.ghost.take(hash) {
+            Queue::Main
+        } else {
+            Queue::Small
+        };
+        self.arena.head(worker, queue)
+    }
+
+    /// Worker `worker`'s write head for a new version of a found item: main
+    /// if the item is in main or was hit, else small.
+    #[inline]
+    pub(crate) fn update_head(&self, worker: usize, f: &Found) -> usize {
+        let queue = if self.arena.queue(f.loc.seg) == Queue::Main || f.item.freq() > 0 {
+            Queue::Main
+        } else {
+            Queue::Small
+        };
+        self.arena.head(worker, queue)
+    }
+
+    /// Reserves item space on arena head `head`, evicting as needed. No
+    /// shard lock may be held.
+    pub(crate) fn reserve(&self, head: usize, size: usize) -> Option<Slot> {
+        let mut busy = 0;
+        loop {
+            match self.arena.reserve(head, size, self.clock.now()) {
+                Reserve::Slot(slot) => return Some(slot),
+                Reserve::Evict(seg) => {
+                    self.evict_segment(seg);
+                    self.arena.recycle(seg);
+                }
+                Reserve::OutOfMemory => {
+                    busy += 1;
+                    if busy > RESERVE_RETRIES {
+                        return None;
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    /// Drops a reserved slot that will not be published (after the shard
+    /// lock it was checked under is released).
+    pub(crate) fn abandon(&self, slot: Slot) {
+        slot.ptr.mark_dead();
+        self.arena.finish_write(slot.seg);
+    }
+
+    /// Writes a new item into a reserved slot, accessed now.
+    pub(crate) fn write_item(
+        &self,
+        slot: &Slot,
+        spec: &item::ItemSpec,
+        key: &[u8],
+        parts: &[&[u8]],
+        state: u8,
+    ) {
+        let atime = self.atime_in(slot.seg, self.clock.now());
+        self.arena.segment(slot.seg).note_expiry(spec.exptime);
+        // SAFETY: the slot was reserved for at least spec.size() bytes and
+        // is owned by this thread until published.
+        unsafe { slot.ptr.init(spec, key, parts, atime, state) };
+    }
+
+    /// Publishes `slot` under `key`, replacing `old` if given. Caller holds
+    /// the shard write lock. Returns the new item's location.
+    pub(crate) fn link(
+        &self,
+        table: &mut Table,
+        hash: u64,
+        slot: &Slot,
+        old: Option<&Found>,
+    ) -> Location {
+        self.link_counted(table, hash, slot, old, true)
+    }
+
+    /// As `link`; `new` is false for a copy that stands for an update
+    /// memcached makes in place (not counted in total_items).
+    pub(crate) fn link_counted(
+        &self,
+        table: &mut Table,
+        hash: u64,
+        slot: &Slot,
+        old: Option<&Found>,
+        new: bool,
+    ) -> Location {
+        let loc = Location {
+            seg: slot.seg,
+            offset: slot.offset,
+        };
+        match old {
+            Some(f) => {
+                table.replace(f, hash, loc);
+                self.release_item(table, f.item);
+            }
+            None => table.insert(&self.arena, hash, loc),
+        }
+        self.account_link(table, slot.ptr, new);
+        loc
+    }
+
+    /// Does publishing `slot` in place of `old` need a stored CAS unique?
+    /// Location uniques grow with the segment sequence, but two write heads
+    /// fill segments side by side, so a new version written through one
+    /// head can sit in an older segment than the version it replaces. A
+    /// key's uniques must grow (a stale-if-older `Cas` compares them), so
+    /// such a version is written again with the unique `old + 1` stored.
+    /// None if no conflict (or the slot stores its unique already, or CAS
+    /// is off).
+    pub(crate) fn cas_conflict(
+        &self,
+        slot: &Slot,
+        stored: bool,
+        old: Option<&Found>,
+    ) -> Option<u64> {
+        let old = old?;
+        if stored || !self.cfg.use_cas {
+            return None;
+        }
+        let old_cas = self.cas_of(old.loc, old.item);
+        (self.slot_cas(slot) <= old_cas).then(|| old_cas.wrapping_add(1))
+    }
+
+    /// The CAS unique a slot's item gets once linked.
+    #[inline]
+    pub(crate) fn slot_cas(&self, slot: &Slot) -> u64 {
+        self.cas_of(
+            Location {
+                seg: slot.seg,
+                offset: slot.offset,
+            },
+            slot.ptr,
+        )
+    }
+}

@@ -1,0 +1,238 @@
+//! The engine's configuration and the arguments and results of its
+//! operations: what callers of [`Store`](crate::Store) build and match on,
+//! in cache terms (which protocol command uses which option is the
+//! server's business; the docs name memcached's commands where that helps
+//! to find the rule an option follows).
+
+use crate::backing::BackingKind;
+
+/// Engine configuration (from the command line).
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// `-m`, in bytes.
+    pub memory_limit: usize,
+    /// `-I`, in bytes.
+    pub item_size_max: usize,
+    /// `!-M`.
+    pub evictions: bool,
+    /// `!-C`.
+    pub use_cas: bool,
+    /// Write heads; one per worker thread.
+    pub write_heads: usize,
+    /// What holds item memory (see [`backing`](crate::backing)).
+    pub backing: BackingKind,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            memory_limit: 64 << 20,
+            item_size_max: 1 << 20,
+            evictions: true,
+            use_cas: true,
+            write_heads: 4,
+            backing: BackingKind::default(),
+        }
+    }
+}
+
+/// Segment size: 1 MiB, or the power of two that holds the largest item
+/// when -I is larger.
+///
+/// Every item memcached accepts is smaller here than memcached's own
+/// `ITEM_ntotal`, which -I bounds, so a segment of -I bytes holds any item.
+pub fn segment_size_for(item_size_max: usize) -> usize {
+    item_size_max.max(1 << 20).next_power_of_two()
+}
+
+/// Bytes memcached would charge for an item (its `ITEM_ntotal`): its size
+/// check decides when a value is "too large", and osmium answers the same.
+pub fn memcached_item_total(key_len: usize, flags: u32, value_len: usize, use_cas: bool) -> usize {
+    48 + key_len + 1 + if flags == 0 { 0 } else { 4 } + value_len + 2 + if use_cas { 8 } else { 0 }
+}
+
+/// Which storage command: how a write treats the key's current item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreMode {
+    /// Store unconditionally.
+    #[default]
+    Set,
+    /// Store only if the key has no live item.
+    Add,
+    /// Store only if the key has a live item.
+    Replace,
+    /// Add the value after the live item's value.
+    Append,
+    /// Add the value before the live item's value.
+    Prepend,
+    /// Store only if the live item's CAS unique is [`Write::cas`].
+    Cas,
+}
+
+/// Outcome of a storage command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreStatus {
+    Stored,
+    NotStored,
+    Exists,
+    NotFound,
+    TooLarge,
+    OutOfMemory,
+}
+
+/// A storage command's arguments. The fields after `cas` are options
+/// beyond the classic commands; `..Default::default()` leaves them off.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Write<'a> {
+    pub mode: StoreMode,
+    pub key: &'a [u8],
+    pub flags: u32,
+    /// Relative expiry (see [`Clock::expiry`](crate::clock::Clock::expiry)),
+    /// 0 = never.
+    pub exptime: u32,
+    pub value: &'a [u8],
+    /// Compare-and-swap unique for `Cas` (and append/prepend, when not 0).
+    pub cas: u64,
+    /// A `Cas` whose unique is older than the item's still stores, keeping
+    /// the old item's expiry, and marks the new item stale (memcached's
+    /// `CAS_STALE`, ms `I`).
+    pub stale_if_older: bool,
+    /// The new item's CAS unique (0 = the next from the counter).
+    pub new_cas: u64,
+    /// The key is binary (the client sent it base64 encoded); the item
+    /// remembers it.
+    pub binary_key: bool,
+    /// Append/prepend only: when the key has no live item, store the data
+    /// as a new item with this expiry instead of failing.
+    pub create_exptime: Option<u32>,
+}
+
+/// What [`Store::fetch`](crate::Store::fetch) does besides reading.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fetch {
+    /// Count the read as a hit (the item becomes fetched, its access time
+    /// and eviction frequency are updated), after the caller's closure ran.
+    pub record_hit: bool,
+    /// Set a new expiry; the view still shows the one before.
+    pub new_exptime: Option<u32>,
+    /// On a miss, create an empty item (a placeholder other clients see
+    /// while the first one recomputes the value).
+    pub create: Option<Placeholder>,
+}
+
+/// The empty item [`Fetch::create`] stores on a miss.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Placeholder {
+    pub exptime: u32,
+    /// Its CAS unique (0 = next from the counter).
+    pub cas: u64,
+    /// The key is binary (see [`Write::binary_key`]).
+    pub binary_key: bool,
+}
+
+/// What [`Store::remove`](crate::Store::remove) does.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Removal {
+    /// Only if the item's CAS unique is this.
+    pub if_cas: Option<u64>,
+    /// Keep the item but mark it stale (a new CAS unique, the token
+    /// cleared) instead of removing it.
+    pub mark_stale: bool,
+    /// With `mark_stale`: a new expiry.
+    pub exptime: Option<u32>,
+    /// The kept item's new CAS unique (0 = next from the counter).
+    pub new_cas: u64,
+    /// Keep the item with an empty value instead of removing it, its
+    /// client flags set to `flags`.
+    pub drop_value: bool,
+    pub flags: u32,
+}
+
+/// Outcome of [`Store::remove`](crate::Store::remove).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoveResult {
+    Removed,
+    /// Marked stale or emptied in place.
+    Kept,
+    Exists,
+    NotFound,
+}
+
+/// What [`Store::counter`](crate::Store::counter) does beyond incr/decr.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CounterUpdate {
+    /// Only if the item's CAS unique is this (0 = no check, as memcached).
+    pub if_cas: u64,
+    /// The new CAS unique (0 = next from the counter).
+    pub new_cas: u64,
+    /// A new expiry, applied when the value is updated in place (as
+    /// memcached, which leaves a replaced item's expiry as it was).
+    pub exptime: Option<u32>,
+    /// On a miss, create the item holding `.0` with expiry `.1`.
+    pub create: Option<(u64, u32)>,
+}
+
+/// Outcome of [`Store::counter`](crate::Store::counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterResult {
+    Done {
+        value: u64,
+        cas: u64,
+        /// The item's expiry before the update (0 if created).
+        exptime: u32,
+        created: bool,
+    },
+    NotFound,
+    NonNumeric,
+    Exists,
+    NotStored,
+    OutOfMemory,
+}
+
+/// Outcome of incr/decr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArithResult {
+    Value(u64),
+    NotFound,
+    NonNumeric,
+    OutOfMemory,
+}
+
+/// Outcome of a lookup; hits carry the caller's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup<R> {
+    Hit(R),
+    Miss,
+    /// Found but expired (memcached's get_expired).
+    Expired,
+    /// Found but invalidated by flush_all (get_flushed).
+    Flushed,
+}
+
+impl Lookup<()> {
+    /// A miss of any kind, as a lookup with another hit type.
+    pub(crate) fn map_hit<R>(self) -> Lookup<R> {
+        match self {
+            Lookup::Hit(()) | Lookup::Miss => Lookup::Miss,
+            Lookup::Expired => Lookup::Expired,
+            Lookup::Flushed => Lookup::Flushed,
+        }
+    }
+}
+
+/// Engine-wide figures for `stats`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoreStats {
+    pub curr_items: u64,
+    pub total_items: u64,
+    pub bytes: u64,
+    pub evictions: u64,
+    pub evicted_unfetched: u64,
+    pub reclaimed: u64,
+    pub expired_unfetched: u64,
+    pub limit_maxbytes: u64,
+    pub segment_size: u64,
+    pub segments_allocated: u64,
+    pub segments_limit: u64,
+    pub index_bytes: u64,
+}
