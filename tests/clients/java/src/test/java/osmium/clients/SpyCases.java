@@ -69,15 +69,32 @@ abstract class SpyCases {
 
   MemcachedClient c;
 
+  /**
+   * A client whose connections are up. spymemcached connects in the background, and with
+   * FailureMode.Cancel an operation given while its server's connection is not yet up is
+   * cancelled at once (a race a loaded machine loses), so this waits until every server is
+   * reachable.
+   */
   static MemcachedClient connect(Protocol protocol, String servers) throws Exception {
-    return new MemcachedClient(
-        new ConnectionFactoryBuilder()
-            .setProtocol(protocol)
-            .setOpTimeout(10_000)
-            .setFailureMode(FailureMode.Cancel)
-            .setDaemon(true)
-            .build(),
-        AddrUtil.getAddresses(servers));
+    List<java.net.InetSocketAddress> addresses = AddrUtil.getAddresses(servers);
+    MemcachedClient client =
+        new MemcachedClient(
+            new ConnectionFactoryBuilder()
+                .setProtocol(protocol)
+                .setOpTimeout(10_000)
+                .setFailureMode(FailureMode.Cancel)
+                .setDaemon(true)
+                .build(),
+            addresses);
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+    while (client.getAvailableServers().size() < addresses.size()) {
+      if (System.nanoTime() > deadline) {
+        client.shutdown();
+        throw new IllegalStateException("spymemcached did not connect to " + servers);
+      }
+      Thread.sleep(5);
+    }
+    return client;
   }
 
   @BeforeAll
