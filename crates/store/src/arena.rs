@@ -417,14 +417,29 @@ impl Arena {
 
     /// Reserves room for a copy the evictor keeps (main queue). Never
     /// evicts: when the evictor head's segment is full it takes the spare;
-    /// None if there is none (the item is then dropped).
+    /// None if there is none, or if readers that could still see the
+    /// spare's old items remain (the item is then dropped). The evictor
+    /// holds a shard's lock here, which a reader keeping its pin may be
+    /// waiting for, so it never waits for readers (see `epoch`).
     pub fn reserve_evictor(&self, size: usize, now: u32) -> Option<Slot> {
         let mut h = self.heads[self.evictor_head()].lock();
         let fits = |h: &WriteHead| h.seg.is_some() && h.offset + size <= self.segment_size;
         if !fits(&h) {
             let spare = {
                 let mut pool = self.pool.lock();
-                pool.spare.take().or_else(|| pool.free.pop())?
+                let (spare, was_spare) = match pool.spare.take() {
+                    Some(seg) => (seg, true),
+                    None => (pool.free.pop()?, false),
+                };
+                if !epoch::is_past(self.segment(spare).retired.load(Ordering::Acquire)) {
+                    if was_spare {
+                        pool.spare = Some(spare);
+                    } else {
+                        pool.free.push(spare);
+                    }
+                    return None;
+                }
+                spare
             };
             if let Some(seg) = h.seg.take() {
                 self.seal(seg);
@@ -459,22 +474,40 @@ impl Arena {
         pool.fifo[self.queue(seg) as usize].push_back(seg);
     }
 
+    /// A segment for write head of `queue`: a free one, a fresh one, or
+    /// (Err) one to evict. Readers are never waited for with the pool's
+    /// lock held (see `epoch`): a reader keeping its pin may be waiting
+    /// for a shard lock whose holder (the evictor) waits for this lock.
     fn take_segment(&self, queue: Queue, now: u32) -> Result<SegmentId, Reserve> {
         let mut pool = self.pool.lock();
         while pool.allocated > pool.limit {
-            // cache_memlimit shrank: release free segments first.
+            // cache_memlimit shrank: release free segments first (those no
+            // reader can still see; the others at a later call).
             match pool.free.pop() {
-                Some(seg) => {
+                Some(seg) if epoch::is_past(self.segment(seg).retired.load(Ordering::Acquire)) => {
                     self.release_memory(seg);
                     pool.released.push(seg);
                     pool.allocated -= 1;
+                }
+                Some(seg) => {
+                    pool.free.push(seg);
+                    break;
                 }
                 None => break,
             }
         }
         if pool.allocated <= pool.limit {
             if let Some(seg) = pool.free.pop() {
+                // Taken off the free list, the segment is this writer's:
+                // wait for its old readers without the lock.
+                let retired = self.segment(seg).retired.load(Ordering::Acquire);
+                if !epoch::waited_out(retired) {
+                    drop(pool);
+                    epoch::wait_past(retired);
+                    pool = self.pool.lock();
+                }
                 self.activate(seg, queue, now);
+                drop(pool);
                 return Ok(seg);
             }
         }

@@ -26,6 +26,20 @@
 //! a full barrier on every running thread of the process. Where the system
 //! call is unavailable, pins issue a full fence themselves instead.
 //!
+//! A reader that hands item memory to a later system call (a connection
+//! gathering several large values into one `writev`) *keeps* its pin
+//! past the lookup's guard ([`keep`]) until it drops the [`Kept`].
+//! Meanwhile its thread runs more lookups, which may wait for a shard's
+//! lock (a contended or stale read) or the arena's pool lock (a due
+//! flush_all). So no thread waits for readers while it holds one of those
+//! locks, or a lock a holder of one of them waits for: the evictor, which
+//! holds a shard's lock and then the evictor head's and the pool's, asks
+//! [`is_past`] before taking its spare segment and drops the item it
+//! wanted to keep rather than wait; a writer taking a free segment waits
+//! for its readers after letting the pool lock go (its own write head
+//! stays locked: no reader and no shard-lock holder waits for a worker's
+//! write head).
+//!
 //! Slots are process-wide (one per thread, claimed on first use and freed
 //! when the thread ends), so every store in the process shares them; a
 //! thread beyond the last slot gets no pin and its GETs take the shard
@@ -38,7 +52,9 @@ use std::sync::OnceLock;
 /// Reader slots (threads that can pin at the same time).
 const SLOTS: usize = 512;
 
-/// A thread's reader slot: 0 when not pinned, else `epoch << 1 | 1`.
+/// A thread's reader slot: 0 when not pinned, else
+/// `epoch << 3 | OUTER? | KEPT? | 1`: OUTER while the guard that pinned is
+/// alive, KEPT while a [`Kept`] is; the slot clears when neither is.
 #[repr(align(128))]
 struct ReaderSlot {
     state: AtomicU64,
@@ -52,6 +68,11 @@ const FREE_SLOT: ReaderSlot = ReaderSlot {
 };
 
 static READERS: [ReaderSlot; SLOTS] = [FREE_SLOT; SLOTS];
+
+const PINNED: u64 = 1;
+const KEPT: u64 = 2;
+const OUTER: u64 = 4;
+const EPOCH_SHIFT: u32 = 3;
 
 /// The global epoch; starts above 0, which means "never retired".
 static EPOCH: AtomicU64 = AtomicU64::new(1);
@@ -133,7 +154,8 @@ pub fn pin() -> Option<Guard> {
         });
     }
     let e = EPOCH.load(Ordering::Acquire);
-    r.state.store(e << 1 | 1, Ordering::Relaxed);
+    r.state
+        .store(e << EPOCH_SHIFT | OUTER | PINNED, Ordering::Relaxed);
     if fast {
         // Ordered against the reads that follow by `wait_past`'s membarrier.
         compiler_fence(Ordering::SeqCst);
@@ -151,9 +173,55 @@ impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
         if self.outer {
-            READERS[self.slot].state.store(0, Ordering::Release);
+            let r = &READERS[self.slot];
+            let s = r.state.load(Ordering::Relaxed);
+            let left = if s & KEPT != 0 { s & !OUTER } else { 0 };
+            r.state.store(left, Ordering::Release);
         }
     }
+}
+
+/// The calling thread's pin, kept past the guard that took it (see the
+/// module comment); unpins when dropped unless that guard is still alive.
+pub struct Kept {
+    slot: usize,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+/// Keeps the calling thread's current pin until the returned [`Kept`]
+/// drops, so memory read under it stays valid after the guard goes. None
+/// when the thread is not pinned or already keeps its pin.
+pub fn keep() -> Option<Kept> {
+    let slot = MY_SLOT.try_with(|s| s.0.get()).ok().flatten()?;
+    let r = &READERS[slot];
+    let s = r.state.load(Ordering::Relaxed);
+    if s == 0 || s & KEPT != 0 {
+        return None;
+    }
+    r.state.store(s | KEPT, Ordering::Relaxed);
+    Some(Kept {
+        slot,
+        _not_send: std::marker::PhantomData,
+    })
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        let r = &READERS[self.slot];
+        let s = r.state.load(Ordering::Relaxed);
+        let left = if s & OUTER != 0 { s & !KEPT } else { 0 };
+        r.state.store(left, Ordering::Release);
+    }
+}
+
+/// Whether the calling thread is pinned (by a guard or a [`Kept`]).
+#[inline]
+pub fn pinned() -> bool {
+    MY_SLOT
+        .try_with(|s| s.0.get())
+        .ok()
+        .flatten()
+        .is_some_and(|slot| READERS[slot].state.load(Ordering::Relaxed) != 0)
 }
 
 /// Marks memory that readers can no longer reach from the index (every
@@ -166,8 +234,26 @@ pub fn retire() -> u64 {
 /// Waits until no reader is pinned at epoch `retired` or before (0 returns
 /// at once). The calling thread's own pin, if any, is not waited for.
 pub fn wait_past(retired: u64) {
+    past(retired, true);
+}
+
+/// Whether no reader is pinned at epoch `retired` or before, without
+/// waiting: for a writer that holds a lock a reader with a kept pin may
+/// want (see the module comment).
+pub fn is_past(retired: u64) -> bool {
+    past(retired, false)
+}
+
+/// Whether epoch `retired` is known to be waited out already (no system
+/// call, no scan).
+#[inline]
+pub fn waited_out(retired: u64) -> bool {
+    retired == 0 || SAFE.load(Ordering::Acquire) >= retired
+}
+
+fn past(retired: u64, wait: bool) -> bool {
     if retired == 0 || SAFE.load(Ordering::Acquire) >= retired {
-        return;
+        return true;
     }
     // Make every reader's slot store visible before we look at the slots.
     if has_membarrier() {
@@ -200,8 +286,11 @@ pub fn wait_past(retired: u64) {
         let mut spins = 0u32;
         loop {
             let s = r.state.load(Ordering::Acquire);
-            if s == 0 || s >> 1 > retired {
+            if s == 0 || s >> EPOCH_SHIFT > retired {
                 break;
+            }
+            if !wait {
+                return false;
             }
             spins += 1;
             if spins < 64 {
@@ -212,6 +301,7 @@ pub fn wait_past(retired: u64) {
         }
     }
     SAFE.fetch_max(retired, Ordering::AcqRel);
+    true
 }
 
 #[cfg(test)]
@@ -258,6 +348,72 @@ mod tests {
         let e2 = retire();
         let t = std::thread::spawn(move || wait_past(e2 - 1));
         t.join().unwrap();
+    }
+
+    #[test]
+    fn a_kept_pin_outlives_its_guard_and_is_waited_for() {
+        assert!(keep().is_none(), "nothing to keep when not pinned");
+        let g = pin().expect("a slot");
+        let slot = g.slot;
+        let kept = keep().expect("pinned");
+        assert!(keep().is_none(), "kept once");
+        drop(g);
+        assert!(pinned(), "the kept pin stays after its guard");
+        let inner = pin().expect("a slot");
+        assert!(!inner.outer, "a pin while kept is nested");
+        drop(inner);
+        assert!(pinned());
+        // A writer retiring now waits for the kept pin.
+        let e = retire();
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        let waiter = std::thread::spawn(move || {
+            wait_past(e);
+            d.store(true, Ordering::SeqCst);
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!done.load(Ordering::SeqCst), "returned while kept");
+        drop(kept);
+        waiter.join().unwrap();
+        assert!(!pinned());
+        assert_eq!(READERS[slot].state.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn is_past_says_whether_a_reader_pinned_before_the_retirement_remains() {
+        let pinned = Arc::new(AtomicBool::new(false));
+        let release = Arc::new(AtomicBool::new(false));
+        let (p, r) = (pinned.clone(), release.clone());
+        let reader = std::thread::spawn(move || {
+            let g = pin().expect("a slot");
+            let kept = keep().expect("pinned");
+            drop(g);
+            p.store(true, Ordering::SeqCst);
+            while !r.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            drop(kept);
+        });
+        while !pinned.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        let e = retire();
+        assert!(!is_past(e), "a kept pin from before the retirement");
+        release.store(true, Ordering::SeqCst);
+        reader.join().unwrap();
+        // (Other tests' readers may be pinned too: wait them out.)
+        wait_past(e);
+        assert!(is_past(e) && waited_out(e));
+    }
+
+    #[test]
+    fn a_kept_pin_dropped_inside_its_guard_leaves_the_guard_pinned() {
+        let g = pin().expect("a slot");
+        let kept = keep().expect("pinned");
+        drop(kept);
+        assert!(pinned(), "the guard still pins");
+        drop(g);
+        assert!(!pinned());
     }
 
     #[test]

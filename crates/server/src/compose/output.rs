@@ -18,6 +18,21 @@
 //! the output drains, so pipelined large GETs are not copied one after
 //! another into the buffer while the client catches up.
 //!
+//! While a connection runs plain GETs, large values are *gathered*
+//! instead ([`Output::gather_values`]): each is recorded where it goes in
+//! the buffer, the thread keeps its epoch pin so their memory stays valid
+//! (`osmium_store::epoch::keep`), and [`Output::write_gathered`] sends the
+//! buffer and all of them in one `writev` before anything else runs (the
+//! session calls it before any other command and when it stops running
+//! requests), as memcached sends a batch of replies in one `sendmsg`:
+//!
+//! ```text
+//!   buf      [VALUE a 0 131072\r\n|\r\nVALUE b 0 131072\r\n|\r\nEND\r\n]
+//!                                ^ at 0                     ^ at 1
+//!   gathered [a's value in item memory] [b's value in item memory]
+//!   writev   buf[..at0], a, buf[at0..at1], b, buf[at1..]
+//! ```
+//!
 //! Over UDP every memcached response is sent as its own datagrams, so a
 //! datagram endpoint's output also records where each response starts
 //! (`marks`, see `udp_marks`).
@@ -28,6 +43,19 @@ use crate::stats::counters::ThreadStats;
 
 /// Values at least this long are written from item memory.
 pub const DIRECT_MIN: usize = 32 * 1024;
+
+/// Most values one `writev` gathers (its iovecs: twice this, plus one).
+const GATHER_VALUES: usize = 32;
+
+/// Gathered values are written once they add up to this many bytes.
+const GATHER_BYTES: usize = 1 << 20;
+
+/// A value to be sent from item memory, inserted at `at` in the buffer.
+struct Gathered {
+    at: usize,
+    ptr: *const u8,
+    len: usize,
+}
 
 /// Stop running more requests while this much output waits to be sent.
 pub const WRITE_HIGH_WATER: usize = 256 * 1024;
@@ -66,6 +94,14 @@ pub struct Output {
     /// until the output drains the next request waits (its large value can
     /// then leave from item memory too, instead of being copied here).
     socket_full: bool,
+    /// Whether large values are gathered (the session runs plain GETs).
+    gathering: bool,
+    /// Values gathered for the next write, in buffer order.
+    gathered: Vec<Gathered>,
+    gathered_bytes: usize,
+    /// Keeps the thread pinned while values are gathered: their memory is
+    /// not rewritten before `write_gathered`.
+    gather_pin: Option<osmium_store::epoch::Kept>,
 }
 
 impl Output {
@@ -84,6 +120,10 @@ impl Output {
             peak: 0,
             wanted: 0,
             socket_full: false,
+            gathering: false,
+            gathered: Vec::new(),
+            gathered_bytes: 0,
+            gather_pin: None,
         }
     }
 
@@ -150,12 +190,22 @@ impl Output {
     /// Drops what was composed from `at` on (a reply replaced by an error).
     #[inline]
     pub fn truncate(&mut self, at: usize) {
-        self.buf.truncate(at.max(self.sent));
+        let at = at.max(self.sent);
+        self.buf.truncate(at);
+        while self.gathered.last().is_some_and(|g| g.at > at) {
+            if let Some(g) = self.gathered.pop() {
+                self.gathered_bytes -= g.len;
+            }
+        }
+        if self.gathered.is_empty() {
+            self.gather_pin = None;
+        }
     }
 
-    /// Output not yet sent.
+    /// Output not yet sent (nothing is gathered outside a session's run).
     #[inline]
     pub fn pending(&self) -> &[u8] {
+        debug_assert!(self.gathered.is_empty());
         &self.buf[self.sent..]
     }
 
@@ -259,9 +309,36 @@ impl Output {
         self.fd >= 0 && self.sent == 0 && len >= DIRECT_MIN && lock_free
     }
 
-    /// Appends `value` and then `trailer`, or (`direct_takes`) writes the
-    /// pending output, `value` and `trailer` to the socket at once and
-    /// keeps only what the socket did not take.
+    /// Allows (true) or ends gathering large values (see the module
+    /// comment); the session allows it only around plain GETs, whose
+    /// lookups take no lock, and writes what was gathered before anything
+    /// else runs.
+    #[inline]
+    pub fn gather_values(&mut self, on: bool) {
+        self.gathering = on && !self.datagram;
+    }
+
+    /// Lets the next request gather large values if it is a plain GET;
+    /// anything else first sends what was gathered, so it runs unpinned
+    /// (it may take locks or wait for readers).
+    #[inline]
+    pub fn gather_for(&mut self, plain_get: bool, stats: &ThreadStats) {
+        if !plain_get {
+            self.write_gathered(stats);
+        }
+        self.gather_values(plain_get);
+    }
+
+    /// Whether values wait in `gathered` (and the thread keeps its pin).
+    #[inline]
+    pub fn has_gathered(&self) -> bool {
+        !self.gathered.is_empty()
+    }
+
+    /// Appends `value` and then `trailer`; or (`direct_takes`) gathers the
+    /// value for the next `write_gathered`; or writes the pending output,
+    /// `value` and `trailer` to the socket at once and keeps only what the
+    /// socket did not take.
     pub fn put_value(
         &mut self,
         value: &[u8],
@@ -274,6 +351,32 @@ impl Output {
             self.buf.extend_from_slice(value);
             self.buf.extend_from_slice(trailer);
             return;
+        }
+        if self.gathering {
+            if self.gather_pin.is_none() {
+                self.gather_pin = osmium_store::epoch::keep();
+            }
+            if self.gather_pin.is_some() {
+                self.gathered.push(Gathered {
+                    at: self.buf.len(),
+                    ptr: value.as_ptr(),
+                    len: value.len(),
+                });
+                self.gathered_bytes += value.len();
+                self.buf.extend_from_slice(trailer);
+                if self.gathered.len() == GATHER_VALUES || self.gathered_bytes >= GATHER_BYTES {
+                    self.write_gathered(stats);
+                }
+                return;
+            }
+        }
+        if self.has_gathered() {
+            self.write_gathered(stats);
+            if !self.direct_takes(value.len(), lock_free) {
+                self.buf.extend_from_slice(value);
+                self.buf.extend_from_slice(trailer);
+                return;
+            }
         }
         let parts = [&self.buf[..], value, trailer];
         let iov = parts.map(|p| libc::iovec {
@@ -311,6 +414,123 @@ impl Output {
             self.buf.extend_from_slice(trailer);
         } else {
             self.buf.extend_from_slice(&trailer[n - value.len()..]);
+        }
+    }
+}
+
+impl Output {
+    /// Sends the pending output with the gathered values in one `writev`,
+    /// copies what the socket did not take into the buffer (in order) and
+    /// lets the thread's pin go.
+    pub fn write_gathered(&mut self, stats: &ThreadStats) {
+        if self.gathered.is_empty() {
+            self.gather_pin = None;
+            return;
+        }
+        let empty = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        let mut iov = [empty; 2 * GATHER_VALUES + 1];
+        let mut count = 0;
+        let mut from = self.sent;
+        for g in &self.gathered {
+            iov[count] = libc::iovec {
+                iov_base: self.buf[from..g.at].as_ptr() as *mut libc::c_void,
+                iov_len: g.at - from,
+            };
+            iov[count + 1] = libc::iovec {
+                iov_base: g.ptr as *mut libc::c_void,
+                iov_len: g.len,
+            };
+            count += 2;
+            from = g.at;
+        }
+        iov[count] = libc::iovec {
+            iov_base: self.buf[from..].as_ptr() as *mut libc::c_void,
+            iov_len: self.buf.len() - from,
+        };
+        count += 1;
+        let total = self.buf.len() - self.sent + self.gathered_bytes;
+        // SAFETY: the iovecs cover the live buffer and the gathered values,
+        // whose item memory is not rewritten while `gather_pin` keeps this
+        // thread pinned; read-only for the call. `fd` is the connection's
+        // open, non-blocking stream.
+        let n = unsafe { libc::writev(self.fd, iov.as_ptr(), count as libc::c_int) };
+        // An error (EAGAIN: the socket is full) writes nothing here; the
+        // next flush meets it again and reports it.
+        let n = usize::try_from(n).unwrap_or(0);
+        self.socket_full = n < total;
+        if n > 0 {
+            stats.bytes_written.add(n as u64);
+            self.wrote_directly = true;
+            self.epoch += 1;
+            self.committed = 0;
+        }
+        if n == total {
+            self.buf.clear();
+            self.sent = 0;
+        } else {
+            self.keep_unwritten(n);
+        }
+        self.gathered.clear();
+        self.gathered_bytes = 0;
+        // Only now may the values' memory be rewritten.
+        self.gather_pin = None;
+    }
+
+    /// Forgets the gathered values unsent (the connection is closing).
+    pub fn discard_gathered(&mut self) {
+        self.gathered.clear();
+        self.gathered_bytes = 0;
+        self.gather_pin = None;
+    }
+
+    /// After a gathered write that sent `n` bytes: the rest of the buffer
+    /// and of the values, in order, from the front of the buffer.
+    fn keep_unwritten(&mut self, n: usize) {
+        let mut skip = n;
+        // The buffer's unsent pieces move to the front (never rightwards:
+        // only bytes before them are dropped), and each value's unsent
+        // part is noted at its new place.
+        let mut w = 0;
+        let mut from = self.sent;
+        let mut keep = 0;
+        for i in 0..=self.gathered.len() {
+            let end = self.gathered.get(i).map_or(self.buf.len(), |g| g.at);
+            let take = skip.min(end - from);
+            skip -= take;
+            self.buf.copy_within(from + take..end, w);
+            w += end - from - take;
+            from = end;
+            if let Some(g) = self.gathered.get(i) {
+                let sent = skip.min(g.len);
+                skip -= sent;
+                if sent < g.len {
+                    self.gathered[keep] = Gathered {
+                        at: w,
+                        // SAFETY: within the value (sent < len).
+                        ptr: unsafe { g.ptr.add(sent) },
+                        len: g.len - sent,
+                    };
+                    keep += 1;
+                }
+            }
+        }
+        self.buf.truncate(w);
+        self.sent = 0;
+        // Then the values' parts go in, front to back (each insertion moves
+        // only buffer bytes).
+        let mut shift = 0;
+        for g in &self.gathered[..keep] {
+            // SAFETY: the value's memory is valid while `gather_pin` holds.
+            let part = unsafe { std::slice::from_raw_parts(g.ptr, g.len) };
+            let at = g.at + shift;
+            let old = self.buf.len();
+            self.buf.resize(old + part.len(), 0);
+            self.buf.copy_within(at..old, at + part.len());
+            self.buf[at..at + part.len()].copy_from_slice(part);
+            shift += part.len();
         }
     }
 }
@@ -397,6 +617,110 @@ mod tests {
         let queued = out.queued();
         out.sent(queued);
         assert!(!out.socket_full(), "drained");
+    }
+
+    /// Gathers `values` (each after a small header, with a trailer) while
+    /// pinned, as a session running GETs does; returns the whole output.
+    fn gather(out: &mut Output, values: &[Vec<u8>], stats: &ThreadStats) -> Vec<u8> {
+        let mut all = Vec::new();
+        out.gather_values(true);
+        for (i, v) in values.iter().enumerate() {
+            let _pin = osmium_store::epoch::pin().expect("a reader slot");
+            let head = format!("VALUE k{i} 0 {}\r\n", v.len());
+            out.buf().extend_from_slice(head.as_bytes());
+            out.put_value(v, b"\r\n", true, stats);
+            all.extend_from_slice(head.as_bytes());
+            all.extend_from_slice(v);
+            all.extend_from_slice(b"\r\n");
+        }
+        out.buf().extend_from_slice(b"END\r\n");
+        all.extend_from_slice(b"END\r\n");
+        all
+    }
+
+    #[test]
+    fn gathered_values_leave_in_one_write_in_order() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let stats = ThreadStats::default();
+        let mut out = Output::stream(a.as_raw_fd());
+        let values: Vec<_> = (0..3)
+            .map(|i| bytes(DIRECT_MIN + 1000 * i, i as u8))
+            .collect();
+        let all = gather(&mut out, &values, &stats);
+        assert!(out.has_gathered());
+        assert!(osmium_store::epoch::pinned(), "kept while gathered");
+        out.write_gathered(&stats);
+        assert!(!out.has_gathered() && !osmium_store::epoch::pinned());
+        let mut got = vec![0u8; stats.bytes_written.get() as usize];
+        b.read_exact(&mut got).unwrap();
+        got.extend_from_slice(out.pending());
+        assert!(got == all);
+    }
+
+    #[test]
+    fn what_a_full_socket_did_not_take_of_gathered_values_is_kept_in_order() {
+        // Rounds of gathered values to a socket read slowly: the peer's
+        // bytes followed by the buffer's are everything, in order.
+        let (a, mut b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let stats = ThreadStats::default();
+        let mut out = Output::stream(a.as_raw_fd());
+        let mut all = Vec::new();
+        let mut got = Vec::new();
+        for round in 0..12u8 {
+            if out.queued() == 0 {
+                let values: Vec<_> = (0..5)
+                    .map(|i| bytes(DIRECT_MIN + 7_919 * usize::from(i + round), i ^ round))
+                    .collect();
+                all.extend_from_slice(&gather(&mut out, &values, &stats));
+                out.write_gathered(&stats);
+                assert!(!out.has_gathered());
+            } else {
+                let mut chunk = [0u8; 50_000];
+                let n = b.read(&mut chunk).unwrap();
+                got.extend_from_slice(&chunk[..n]);
+                // The transport sends the rest as the socket takes it.
+                let pending = out.pending().to_vec();
+                let n = nix_write(&a, &pending);
+                out.sent(n);
+            }
+        }
+        let sent = stats.bytes_written.get() as usize;
+        assert!(out.queued() > 0, "the socket filled up");
+        let pending = out.pending().to_vec();
+        drop(a);
+        b.read_to_end(&mut got).unwrap();
+        got.extend_from_slice(&pending);
+        assert!(sent > 0 && got == all);
+    }
+
+    /// A non-blocking write of `data`: how much the socket took.
+    fn nix_write(a: &UnixStream, data: &[u8]) -> usize {
+        use std::io::Write;
+        let mut a = a;
+        a.write(data).unwrap_or(0)
+    }
+
+    #[test]
+    fn a_truncated_reply_drops_its_gathered_value() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let stats = ThreadStats::default();
+        let mut out = Output::stream(a.as_raw_fd());
+        let values = [bytes(DIRECT_MIN, 1), bytes(DIRECT_MIN, 2)];
+        gather(&mut out, &values[..1], &stats);
+        let kept = out.len();
+        gather(&mut out, &values[1..], &stats);
+        out.truncate(kept);
+        out.write_gathered(&stats);
+        let mut want = format!("VALUE k0 0 {}\r\n", DIRECT_MIN).into_bytes();
+        want.extend_from_slice(&values[0]);
+        want.extend_from_slice(b"\r\nEND\r\n");
+        let mut got = vec![0u8; stats.bytes_written.get() as usize];
+        b.read_exact(&mut got).unwrap();
+        got.extend_from_slice(out.pending());
+        assert!(got == want);
     }
 
     #[test]

@@ -56,6 +56,7 @@ pub fn process(s: &mut Session, ctx: &WorkerCtx) -> Flow {
             return Flow::Wait;
         }
         if s.incoming.is_some() {
+            s.output.gather_for(false, &ctx.stats);
             // A value read into its item: wait until it is all there.
             if s.reading_into_item() {
                 return Flow::Wait;
@@ -206,6 +207,11 @@ fn one(s: &mut Session, ctx: &WorkerCtx, h: &wire::RequestHeader) -> (Step, bool
     };
     let use_cas = ctx.shared.settings.use_cas;
     let req = wire::to_request(h, request, use_cas);
+    s.output.gather_for(
+        matches!(req.command, Command::Get { touch: None, .. }),
+        &ctx.stats,
+    );
+    let out = &mut s.output;
     let Reply::Binary(r) = req.reply else {
         unreachable!("a binary request has a binary reply");
     };

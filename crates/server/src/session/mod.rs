@@ -312,7 +312,7 @@ impl Session {
             a.set_state(State::Parsing);
         }
         self.output.wrote_directly = false;
-        match self.protocol {
+        let flow = match self.protocol {
             Protocol::Binary => binary::process(self, ctx),
             _ if !self.auth.authenticated && ctx.shared.auth.ascii.is_some() => {
                 match login::process(self, ctx) {
@@ -321,7 +321,15 @@ impl Session {
                 }
             }
             _ => text::process(self, ctx),
+        };
+        // Values gathered by the last GETs leave now (see `Output`): the
+        // thread's pin must not outlive this run.
+        self.output.gather_values(false);
+        match flow {
+            Flow::Close => self.output.discard_gathered(),
+            _ => self.output.write_gathered(&ctx.stats),
         }
+        flow
     }
 
     /// Discards swallowed bytes; true when nothing is left to swallow.

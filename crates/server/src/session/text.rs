@@ -53,6 +53,11 @@ pub fn process(s: &mut Session, ctx: &WorkerCtx) -> Flow {
         if !s.swallow_input() {
             return Flow::Wait;
         }
+        if s.output.has_gathered()
+            && (s.dump.is_some() || s.incoming.is_some() || s.streaming.is_some())
+        {
+            s.output.gather_for(false, &ctx.stats);
+        }
         if s.dump.is_some() {
             if let Some(flow) = dump_step(s, ctx) {
                 return flow;
@@ -108,9 +113,13 @@ fn run_line(s: &mut Session, ctx: &WorkerCtx, consumed: usize) -> Option<Flow> {
         eprintln!("<{} {}", s.fd, String::from_utf8_lossy(shown));
     }
     s.ahead.step(ctx.store());
+    let req = parse_line(line, &mut s.keys);
+    s.output.gather_for(
+        matches!(req.command, Command::Get { touch: None, .. }),
+        &ctx.stats,
+    );
     let out = &mut s.output;
     let reply_start = out.len();
-    let req = parse_line(line, &mut s.keys);
     let mut shape = ReplyShape::Single;
     let mut used = consumed;
     match req.command {

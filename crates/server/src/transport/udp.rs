@@ -105,7 +105,6 @@ struct Transmit {
 /// "connection" state.
 pub struct UdpEndpoint {
     socket: UdpSocket,
-    local: Option<SocketAddr>,
     session: Session,
     /// Receive buffer (one datagram).
     datagram: Vec<u8>,
@@ -122,11 +121,9 @@ pub struct UdpEndpoint {
 
 impl UdpEndpoint {
     pub fn new(socket: UdpSocket) -> UdpEndpoint {
-        let local = socket.local_addr().ok();
         let session = Session::datagram(socket.as_raw_fd());
         UdpEndpoint {
             socket,
-            local,
             session,
             datagram: vec![0; UDP_READ_BUFFER_SIZE],
             frame: Vec::with_capacity(UDP_MAX_PAYLOAD_SIZE),
@@ -135,19 +132,6 @@ impl UdpEndpoint {
             transmit: None,
             input_pending: false,
         }
-    }
-
-    pub fn socket(&mut self) -> &mut UdpSocket {
-        &mut self.socket
-    }
-
-    pub fn fd(&self) -> i32 {
-        self.session.fd
-    }
-
-    /// The socket's own address.
-    pub fn local(&self) -> Option<SocketAddr> {
-        self.local
     }
 
     /// Sends what is pending, then reads and answers datagrams until the

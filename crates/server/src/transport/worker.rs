@@ -394,52 +394,55 @@ pub fn spawn(
 ) -> io::Result<WorkerHandle> {
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
-    let mut udp = Vec::with_capacity(udp_sockets.len());
+    let mut udp_sockets_mio = Vec::with_capacity(udp_sockets.len());
     for (i, socket) in udp_sockets.into_iter().enumerate() {
         socket.set_nonblocking(true)?;
-        let mut endpoint = UdpEndpoint::new(UdpSocket::from_std(socket));
+        let mut socket = UdpSocket::from_std(socket);
         poll.registry().register(
-            endpoint.socket(),
+            &mut socket,
             udp_token(i),
             Interest::READABLE | Interest::WRITABLE,
         )?;
         shared.conns.add_server_socket(
-            endpoint.fd(),
+            socket.as_raw_fd(),
             crate::conns::Kind::Udp {
-                local: endpoint.local(),
+                local: socket.local_addr().ok(),
             },
         );
         if shared.verbose() > 1 {
-            eprintln!("<{} server listening (udp)", endpoint.fd());
+            eprintln!("<{} server listening (udp)", socket.as_raw_fd());
         }
-        udp.push(endpoint);
+        udp_sockets_mio.push(socket);
     }
     let (sender, incoming) = std::sync::mpsc::channel();
-    let settings = &shared.settings;
-    let worker = Worker {
-        idle_timeout: settings.idle_timeout,
-        initial_protocol: match settings.binding_protocol {
-            "ascii" => Protocol::Text,
-            "binary" => Protocol::Binary,
-            _ => Protocol::Negotiating,
-        },
-        ctx: WorkerCtx::new(shared.clone(), index),
-        poll,
-        conns: Slab::with_capacity(64),
-        incoming,
-        // Datagrams may have arrived before the first poll.
-        ready: (0..udp.len()).map(|i| udp_token(i).0).collect(),
-        turn: Vec::with_capacity(1024),
-        first_hashes: Vec::with_capacity(4096),
-        udp,
-    };
     let cpu = shared.settings.thread_affinity.map(|first| first + index);
+    // The worker is built on its own thread: its sessions' outputs hold
+    // that thread's epoch pin while they gather values (not `Send`).
     let thread = std::thread::Builder::new()
         .name(format!("osmium-worker-{index}"))
         .spawn(move || {
             if let Some(cpu) = cpu {
                 super::affinity::pin_to_cpu(cpu);
             }
+            let udp: Vec<UdpEndpoint> = udp_sockets_mio.into_iter().map(UdpEndpoint::new).collect();
+            let settings = &shared.settings;
+            let worker = Worker {
+                idle_timeout: settings.idle_timeout,
+                initial_protocol: match settings.binding_protocol {
+                    "ascii" => Protocol::Text,
+                    "binary" => Protocol::Binary,
+                    _ => Protocol::Negotiating,
+                },
+                ctx: WorkerCtx::new(shared.clone(), index),
+                poll,
+                conns: Slab::with_capacity(64),
+                incoming,
+                // Datagrams may have arrived before the first poll.
+                ready: (0..udp.len()).map(|i| udp_token(i).0).collect(),
+                turn: Vec::with_capacity(1024),
+                first_hashes: Vec::with_capacity(4096),
+                udp,
+            };
             worker.run()
         })?;
     Ok(WorkerHandle {

@@ -6,6 +6,7 @@ mod counter;
 mod dump;
 mod evict;
 mod flush;
+mod kept_pins;
 mod read;
 mod remove;
 mod write;
