@@ -235,6 +235,10 @@ pub struct Arena {
     backing: Backing,
 }
 
+/// Longest the evictor waits for the readers of its spare segment (it holds
+/// a shard's lock meanwhile).
+const SPARE_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
 impl Arena {
     /// An arena of `memory_limit` bytes for `workers` worker threads, in
     /// memory of the given kind.
@@ -418,29 +422,32 @@ impl Arena {
     /// Reserves room for a copy the evictor keeps (main queue). Never
     /// evicts: when the evictor head's segment is full it takes the spare;
     /// None if there is none, or if readers that could still see the
-    /// spare's old items remain (the item is then dropped). The evictor
-    /// holds a shard's lock here, which a reader keeping its pin may be
-    /// waiting for, so it never waits for readers (see `epoch`).
+    /// spare's old items remain after `SPARE_WAIT` (the item is then
+    /// dropped). The evictor holds a shard's lock here, which a reader
+    /// keeping its pin may be waiting for, so its wait is bounded (see
+    /// `epoch`).
     pub fn reserve_evictor(&self, size: usize, now: u32) -> Option<Slot> {
         let mut h = self.heads[self.evictor_head()].lock();
         let fits = |h: &WriteHead| h.seg.is_some() && h.offset + size <= self.segment_size;
         if !fits(&h) {
-            let spare = {
+            let (spare, was_spare) = {
                 let mut pool = self.pool.lock();
-                let (spare, was_spare) = match pool.spare.take() {
+                match pool.spare.take() {
                     Some(seg) => (seg, true),
                     None => (pool.free.pop()?, false),
-                };
-                if !epoch::is_past(self.segment(spare).retired.load(Ordering::Acquire)) {
-                    if was_spare {
-                        pool.spare = Some(spare);
-                    } else {
-                        pool.free.push(spare);
-                    }
-                    return None;
                 }
-                spare
             };
+            // Waited for without the pool lock (see `take_segment`).
+            let retired = self.segment(spare).retired.load(Ordering::Acquire);
+            if !epoch::wait_past_within(retired, SPARE_WAIT) {
+                let mut pool = self.pool.lock();
+                if was_spare && pool.spare.is_none() {
+                    pool.spare = Some(spare);
+                } else {
+                    pool.free.push(spare);
+                }
+                return None;
+            }
             if let Some(seg) = h.seg.take() {
                 self.seal(seg);
             }

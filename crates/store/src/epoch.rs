@@ -33,9 +33,9 @@
 //! lock (a contended or stale read) or the arena's pool lock (a due
 //! flush_all). So no thread waits for readers while it holds one of those
 //! locks, or a lock a holder of one of them waits for: the evictor, which
-//! holds a shard's lock and then the evictor head's and the pool's, asks
-//! [`is_past`] before taking its spare segment and drops the item it
-//! wanted to keep rather than wait; a writer taking a free segment waits
+//! holds a shard's lock and then the evictor head's and the pool's, waits
+//! at most 20 ms for its spare segment's readers ([`wait_past_within`])
+//! and else drops the item it wanted to keep; a writer taking a free segment waits
 //! for its readers after letting the pool lock go (its own write head
 //! stays locked: no reader and no shard-lock holder waits for a worker's
 //! write head).
@@ -234,14 +234,28 @@ pub fn retire() -> u64 {
 /// Waits until no reader is pinned at epoch `retired` or before (0 returns
 /// at once). The calling thread's own pin, if any, is not waited for.
 pub fn wait_past(retired: u64) {
-    past(retired, true);
+    past(retired, Wait::Always);
 }
 
 /// Whether no reader is pinned at epoch `retired` or before, without
 /// waiting: for a writer that holds a lock a reader with a kept pin may
 /// want (see the module comment).
 pub fn is_past(retired: u64) -> bool {
-    past(retired, false)
+    past(retired, Wait::Never)
+}
+
+/// Waits as `wait_past`, but at most `limit`; false if a reader pinned at
+/// `retired` or before remains. For a writer holding a lock a reader with
+/// a kept pin may be waiting for: the bound breaks that cycle, and the
+/// usual pins (one lookup, or one connection's run) end well within it.
+pub fn wait_past_within(retired: u64, limit: std::time::Duration) -> bool {
+    past(retired, Wait::Until(std::time::Instant::now() + limit))
+}
+
+enum Wait {
+    Never,
+    Until(std::time::Instant),
+    Always,
 }
 
 /// Whether epoch `retired` is known to be waited out already (no system
@@ -251,7 +265,7 @@ pub fn waited_out(retired: u64) -> bool {
     retired == 0 || SAFE.load(Ordering::Acquire) >= retired
 }
 
-fn past(retired: u64, wait: bool) -> bool {
+fn past(retired: u64, wait: Wait) -> bool {
     if retired == 0 || SAFE.load(Ordering::Acquire) >= retired {
         return true;
     }
@@ -289,8 +303,12 @@ fn past(retired: u64, wait: bool) -> bool {
             if s == 0 || s >> EPOCH_SHIFT > retired {
                 break;
             }
-            if !wait {
-                return false;
+            match wait {
+                Wait::Never => return false,
+                Wait::Until(deadline) if spins >= 64 && std::time::Instant::now() > deadline => {
+                    return false
+                }
+                _ => {}
             }
             spins += 1;
             if spins < 64 {
@@ -334,7 +352,7 @@ mod tests {
             wait_past(e);
             d.store(true, Ordering::SeqCst);
         });
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(10));
         assert!(
             !done.load(Ordering::SeqCst),
             "returned while a reader was pinned"
@@ -371,7 +389,7 @@ mod tests {
             wait_past(e);
             d.store(true, Ordering::SeqCst);
         });
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(10));
         assert!(!done.load(Ordering::SeqCst), "returned while kept");
         drop(kept);
         waiter.join().unwrap();
