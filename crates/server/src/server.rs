@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use osmium_store::{Store, StoreConfig};
+use osmium_store::{BackingKind, Restart, Store, StoreConfig};
 
 use crate::auth::AuthConfig;
 use crate::context::{Shared, StopRequest};
@@ -53,14 +53,20 @@ pub fn run(settings: Settings, auth: AuthConfig) -> io::Result<StopRequest> {
     let udp_endpoints = udp_sockets.len() * settings.threads_per_udp;
     let mut udp_per_worker = listen::deal_udp_sockets(udp_sockets, &settings)?.into_iter();
 
-    let store = Arc::new(Store::new(StoreConfig {
+    let (store, restart) = Store::open(StoreConfig {
         memory_limit: settings.memory_limit,
         item_size_max: settings.item_size_max,
         evictions: settings.evictions,
         use_cas: settings.use_cas,
         write_heads: settings.threads,
-        ..StoreConfig::default()
-    }));
+        backing: match &settings.memory_file {
+            Some(path) => BackingKind::File(path.into()),
+            None => BackingKind::Anonymous,
+        },
+        recovery_threads: settings.threads,
+    })?;
+    report_restart(&restart, settings.memory_file.as_deref());
+    let store = Arc::new(store);
     let shared = Arc::new(Shared::new(settings, store, auth));
     let settings = &shared.settings;
     // memcached counts its listening sockets and per-worker UDP sockets as
@@ -143,12 +149,37 @@ pub fn run(settings: Settings, auth: AuthConfig) -> io::Result<StopRequest> {
     for w in workers {
         let _ = w.thread.join();
     }
+    // With -e: every page written out and the file marked whole (a kill
+    // would have kept the cache too, but only a stop survives a system
+    // crash that follows).
+    if let Err(e) = shared.store.close() {
+        eprintln!("[restart] failed to write the memory file out: {e}");
+    }
     if settings.daemon {
         if let Some(p) = &settings.pidfile {
             let _ = std::fs::remove_file(p);
         }
     }
     Ok(how)
+}
+
+/// Says what became of a memory file's cache at start (memcached prints
+/// its restart lines the same way, on standard error).
+fn report_restart(restart: &Restart, file: Option<&str>) {
+    if let Some(note) = &restart.note {
+        eprintln!("[restart] {note}");
+    }
+    if let (Some(r), Some(file)) = (&restart.recovered, file) {
+        eprintln!(
+            "[restart] {} items back from {file} in {:.1} ms ({} segments, after {}; {} expired or flushed, {} damaged)",
+            r.items,
+            r.elapsed.as_secs_f64() * 1000.0,
+            r.segments,
+            if r.graceful { "a graceful stop" } else { "a crash" },
+            r.stale,
+            r.damaged,
+        );
+    }
 }
 
 fn spawn_maintenance(shared: Arc<Shared>) -> io::Result<()> {
@@ -164,7 +195,7 @@ fn spawn_maintenance(shared: Arc<Shared>) -> io::Result<()> {
                 // so that the clock follows it closely, as memcached's timer.
                 let nap = store.clock().until_next_second();
                 std::thread::sleep(nap.min(Duration::from_millis(100)));
-                store.clock().tick();
+                store.tick_clock();
                 ticks += 1;
                 if !ticks.is_multiple_of(5) {
                     continue;

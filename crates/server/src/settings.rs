@@ -123,7 +123,7 @@ pub struct Cli {
     /// ASCII protocol authentication file: one user:password per line (at most 8)
     #[arg(short = 'Y', long = "auth-file")]
     pub auth_file: Option<String>,
-    /// mmap a file for item memory (restartable cache)
+    /// mmap a file for item memory: the cache survives a restart (even after kill -9)
     #[arg(short = 'e', long = "memory-file")]
     pub memory_file: Option<String>,
     /// enable TLS
@@ -162,6 +162,9 @@ pub struct Settings {
     pub item_size_max: usize,
     pub evictions: bool,
     pub use_cas: bool,
+    /// `-e`: item memory in this file, which outlives the process (a warm
+    /// restart takes its cache over).
+    pub memory_file: Option<String>,
     pub flush_enabled: bool,
     pub shutdown_enabled: bool,
     pub max_connections: usize,
@@ -329,9 +332,6 @@ where
     if cli.ssl {
         return Err("-Z: TLS is not supported yet".into());
     }
-    if cli.memory_file.is_some() {
-        return Err("-e: file-backed item memory (warm restart) is not supported yet".into());
-    }
     let mut binding_protocol = match cli.protocol.as_deref().unwrap_or("auto") {
         "auto" => "auto-negotiate",
         "ascii" => "ascii",
@@ -497,6 +497,7 @@ where
         memory_limit,
         item_size_max,
         evictions: !cli.disable_evictions,
+        memory_file: cli.memory_file.clone(),
         use_cas: !cli.disable_cas,
         flush_enabled: !cli.disable_flush_all,
         shutdown_enabled: cli.enable_shutdown,

@@ -53,22 +53,18 @@
 
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-use crate::backing::{Backing, BackingKind};
+use crate::backing::{Backing, HUGE_PAGE};
 use crate::epoch;
-use crate::item::ItemPtr;
-
-pub type SegmentId = u32;
+use crate::item::{ItemPtr, ItemSpec, STATE_DEAD};
+pub use crate::segment::{
+    Segment, SegmentId, STATE_ACTIVE, STATE_CLAIMED, STATE_FREE, STATE_SEALED,
+};
 
 /// A write head moves to a new segment once its segment is this many
 /// seconds old, so that item access times fit 16 bits.
 const MAX_SEGMENT_AGE: u32 = 60_000;
-
-pub const STATE_FREE: u8 = 0;
-pub const STATE_ACTIVE: u8 = 1;
-pub const STATE_SEALED: u8 = 2;
-pub const STATE_CLAIMED: u8 = 3;
 
 /// The two eviction queues.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,9 +72,6 @@ pub enum Queue {
     Small = 0,
     Main = 1,
 }
-
-/// The size of a transparent huge page (x86-64, arm64 with 4K pages).
-const HUGE_PAGE: usize = 2 << 20;
 
 /// Most segments an arena can ever hold.
 pub const MAX_SEGMENTS: usize = 1 << 20;
@@ -95,77 +88,6 @@ pub fn prefetch(p: *const u8) {
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
-}
-
-/// A segment's control block. Cache-line aligned (two lines, for the
-/// adjacent-line prefetcher), so that writers appending to neighbouring
-/// segments do not share lines.
-#[repr(align(128))]
-pub struct Segment {
-    pub state: AtomicU8,
-    /// The queue it was written for (a `Queue` as u8).
-    pub queue: AtomicU8,
-    /// Bytes allocated from the start of the segment.
-    pub used: AtomicUsize,
-    pub pending: AtomicU32,
-    /// Incremented each time the segment is reused: lets walkers notice.
-    pub generation: AtomicU64,
-    /// Numbers the segment's activations across the arena (0, 1, ...):
-    /// the high half of the CAS uniques of the items written into it.
-    pub seq: AtomicU64,
-    /// Relative time of activation; item access times are relative to it.
-    pub base_time: AtomicU32,
-    /// Items at offsets below this were invalidated by flush_all.
-    pub flushed_below: AtomicUsize,
-    /// The latest expiry (relative time) of any item written into it, and
-    /// whether any never expires: once that time passes and none is
-    /// immortal, every item in it has expired and the reclaimer frees the
-    /// segment whole, without looking at any other.
-    pub max_exptime: AtomicU32,
-    pub immortal: AtomicBool,
-    /// The epoch in which the segment was freed with items in it (0: none
-    /// since it was last written): lock-free readers pinned then may still
-    /// read it, so it is not rewritten (or released) before `epoch::
-    /// wait_past` that epoch.
-    pub retired: AtomicU64,
-}
-
-impl Segment {
-    /// Whether an item in it may be expired or flushed: some item has an
-    /// expiry, or a flush covered part of it.
-    #[inline]
-    pub fn may_hold_stale(&self) -> bool {
-        self.max_exptime.load(Ordering::Acquire) != 0
-            || self.flushed_below.load(Ordering::Acquire) != 0
-    }
-
-    /// Records the expiry of an item written into (or touched in) it.
-    #[inline]
-    pub fn note_expiry(&self, exptime: u32) {
-        if exptime == 0 {
-            if !self.immortal.load(Ordering::Relaxed) {
-                self.immortal.store(true, Ordering::Relaxed);
-            }
-        } else if self.max_exptime.load(Ordering::Relaxed) < exptime {
-            self.max_exptime.fetch_max(exptime, Ordering::Relaxed);
-        }
-    }
-
-    fn new() -> Segment {
-        Segment {
-            state: AtomicU8::new(STATE_FREE),
-            queue: AtomicU8::new(Queue::Small as u8),
-            used: AtomicUsize::new(0),
-            pending: AtomicU32::new(0),
-            generation: AtomicU64::new(0),
-            seq: AtomicU64::new(0),
-            base_time: AtomicU32::new(0),
-            flushed_below: AtomicUsize::new(0),
-            max_exptime: AtomicU32::new(0),
-            immortal: AtomicBool::new(false),
-            retired: AtomicU64::new(0),
-        }
-    }
 }
 
 struct Pool {
@@ -220,7 +142,8 @@ pub struct Arena {
     collapsed: Box<[AtomicBool]>,
     region_segments: usize,
     segment_size: usize,
-    segments: Box<[Segment]>,
+    /// The control blocks, in the backing's mapping (see `segment`).
+    segments: &'static [Segment],
     pool: Mutex<Pool>,
     /// Small heads of the workers, then the main heads, then the evictor
     /// head.
@@ -231,6 +154,8 @@ pub struct Arena {
     main_heads: usize,
     evictions_enabled: bool,
     next_seq: AtomicU64,
+    /// The latest flush_all number applied (see `flush`).
+    flush_epoch: AtomicU32,
     /// The memory holding every segment.
     backing: Backing,
 }
@@ -240,33 +165,41 @@ pub struct Arena {
 const SPARE_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 impl Arena {
-    /// An arena of `memory_limit` bytes for `workers` worker threads, in
-    /// memory of the given kind.
-    pub fn new(
-        kind: &BackingKind,
-        memory_limit: usize,
-        segment_size: usize,
-        workers: usize,
-        evictions: bool,
-    ) -> Arena {
+    /// Segments of `segment_size` bytes an arena for `memory_limit` bytes
+    /// may use (its limit), and how many it can address (its capacity:
+    /// room to grow with cache_memlimit without remapping, and without
+    /// widening index addresses much, see `index`). A memory file holds
+    /// exactly the limit.
+    pub fn geometry(memory_limit: usize, segment_size: usize, file: bool) -> (usize, usize) {
         assert!(segment_size.is_power_of_two());
         let limit = (memory_limit / segment_size).clamp(1, MAX_SEGMENTS);
-        // Room to grow with cache_memlimit without reallocating the table
-        // (and without widening index addresses much: see `index`).
-        let capacity = (limit * 2).clamp((4 << 30) / segment_size, MAX_SEGMENTS);
-        // Segments start on a huge page boundary (see `collapse_sealed`);
-        // the backing maps at least a page past the last one, so a lock-free
-        // reader that decodes a stale location near the end reads an item
-        // header and key without leaving the mapping (see
-        // `index::Table::find_unlocked`).
-        let bytes = capacity * segment_size;
-        let backing = Backing::new(kind, bytes, HUGE_PAGE).unwrap_or_else(|e| {
-            panic!("cannot reserve {bytes} bytes of address space for item memory: {e}")
-        });
+        let capacity = if file {
+            limit
+        } else {
+            (limit * 2).clamp((4 << 30) / segment_size, MAX_SEGMENTS)
+        };
+        (limit, capacity)
+    }
+
+    /// An arena of `memory_limit` bytes for `workers` worker threads over
+    /// `backing` (sized by `geometry`), every segment free. A backing
+    /// whose control blocks hold segments written before (a memory file
+    /// being recovered) is taken over with `recover` instead.
+    pub fn new(backing: Backing, memory_limit: usize, workers: usize, evictions: bool) -> Arena {
+        let layout = *backing.layout();
+        let segment_size = layout.segment_size;
+        let capacity = layout.segments;
+        let limit = (memory_limit / segment_size).clamp(1, capacity);
         let base = backing.base();
+        // SAFETY: the control blocks lie in the backing's mapping, which the
+        // arena owns and unmaps only when it drops (after its last use of
+        // this slice); the slice's 'static lifetime never escapes the arena
+        // (`segment` hands out borrows of `&self`).
+        let segments: &'static [Segment] = unsafe {
+            std::mem::transmute::<&[Segment], &'static [Segment]>(backing.control_blocks())
+        };
         let region_segments = (HUGE_PAGE / segment_size).max(1);
         let regions = capacity.div_ceil(region_segments);
-        let segments: Vec<Segment> = (0..capacity).map(|_| Segment::new()).collect();
         let workers = workers.max(1);
         let main_heads = if limit >= 32 * workers { workers } else { 1 };
         let heads = workers + main_heads + 1;
@@ -275,7 +208,7 @@ impl Arena {
             region_segments,
             base,
             segment_size,
-            segments: segments.into_boxed_slice(),
+            segments,
             pool: Mutex::new(Pool {
                 free: Vec::new(),
                 fifo: [VecDeque::new(), VecDeque::new()],
@@ -297,8 +230,14 @@ impl Arena {
             main_heads,
             evictions_enabled: evictions,
             next_seq: AtomicU64::new(0),
+            flush_epoch: AtomicU32::new(0),
             backing,
         }
+    }
+
+    /// The memory holding the segments.
+    pub fn backing(&self) -> &Backing {
+        &self.backing
     }
 
     pub fn segment_size(&self) -> usize {
@@ -384,9 +323,14 @@ impl Arena {
         unsafe { ItemPtr::from_raw(self.base.add(seg as usize * self.segment_size + offset)) }
     }
 
-    /// Reserves `size` bytes (an item's size) on write head `head` at
-    /// relative time `now`.
-    pub fn reserve(&self, head: usize, size: usize, now: u32) -> Reserve {
+    /// Reserves room for the item `spec` describes on write head `head` at
+    /// relative time `now`, and writes its header there, marked dead (not
+    /// yet committed: see `Store::link`), before the segment's fill mark
+    /// covers it: whatever happens to the process, every item header below
+    /// a segment's `used` is whole, so a recovery can step over items whose
+    /// writers never finished.
+    pub fn reserve(&self, head: usize, spec: &ItemSpec, now: u32) -> Reserve {
+        let size = spec.size();
         debug_assert!(size <= self.segment_size);
         let queue = self.queue_of_head(head);
         let mut h = self.heads[head].lock();
@@ -399,12 +343,12 @@ impl Arena {
                     let offset = h.offset;
                     h.offset += size;
                     s.pending.fetch_add(1, Ordering::AcqRel);
+                    let ptr = self.item(seg, offset);
+                    // SAFETY: the slot's `size` bytes were just handed to us
+                    // under the head's lock; nobody else writes them.
+                    unsafe { ptr.write_header(spec, STATE_DEAD) };
                     s.used.store(h.offset, Ordering::Release);
-                    return Reserve::Slot(Slot {
-                        seg,
-                        offset,
-                        ptr: self.item(seg, offset),
-                    });
+                    return Reserve::Slot(Slot { seg, offset, ptr });
                 }
                 self.seal(seg);
                 h.seg = None;
@@ -426,7 +370,8 @@ impl Arena {
     /// dropped). The evictor holds a shard's lock here, which a reader
     /// keeping its pin may be waiting for, so its wait is bounded (see
     /// `epoch`).
-    pub fn reserve_evictor(&self, size: usize, now: u32) -> Option<Slot> {
+    pub fn reserve_evictor(&self, spec: &ItemSpec, now: u32) -> Option<Slot> {
+        let size = spec.size();
         let mut h = self.heads[self.evictor_head()].lock();
         let fits = |h: &WriteHead| h.seg.is_some() && h.offset + size <= self.segment_size;
         if !fits(&h) {
@@ -460,12 +405,11 @@ impl Arena {
         h.offset += size;
         let s = self.segment(seg);
         s.pending.fetch_add(1, Ordering::AcqRel);
+        let ptr = self.item(seg, offset);
+        // SAFETY: as in `reserve`.
+        unsafe { ptr.write_header(spec, STATE_DEAD) };
         s.used.store(h.offset, Ordering::Release);
-        Some(Slot {
-            seg,
-            offset,
-            ptr: self.item(seg, offset),
-        })
+        Some(Slot { seg, offset, ptr })
     }
 
     /// Marks a slot's item as published (or abandoned).
@@ -595,10 +539,13 @@ impl Arena {
         );
         s.base_time.store(now, Ordering::Release);
         s.flushed_below.store(0, Ordering::Release);
+        // Flushes already applied do not cover items written from now on.
+        s.flush_epoch
+            .fetch_max(self.flush_epoch.load(Ordering::Acquire), Ordering::AcqRel);
         s.max_exptime.store(0, Ordering::Release);
-        s.immortal.store(false, Ordering::Release);
+        s.immortal.store(0, Ordering::Release);
         s.used.store(0, Ordering::Release);
-        s.generation.fetch_add(1, Ordering::AcqRel);
+        s.activations.fetch_add(1, Ordering::AcqRel);
         s.state.store(STATE_ACTIVE, Ordering::Release);
     }
 
@@ -672,7 +619,7 @@ impl Arena {
             let max = s.max_exptime.load(Ordering::Relaxed);
             if max != 0
                 && max <= now
-                && !s.immortal.load(Ordering::Relaxed)
+                && !s.is_immortal()
                 && s.pending.load(Ordering::Acquire) == 0
                 && s.state
                     .compare_exchange(
@@ -724,14 +671,25 @@ impl Arena {
         (pool.allocated, pool.limit)
     }
 
-    /// flush_all: invalidates every item written so far (each segment's
-    /// items below its current fill mark).
-    pub fn flush(&self) {
+    /// flush_all number `epoch`: invalidates every item written so far
+    /// (each segment's items below its current fill mark), in the segments
+    /// no flush of that number covered yet; segments activated from now on
+    /// carry the number (see `Segment::flush_epoch`).
+    pub fn flush(&self, epoch: u32) {
         let pool = self.pool.lock();
+        self.flush_epoch.fetch_max(epoch, Ordering::AcqRel);
         for s in &self.segments[..pool.next_fresh as usize] {
-            s.flushed_below
-                .store(s.used.load(Ordering::Acquire), Ordering::Release);
+            if s.flush_epoch.load(Ordering::Acquire) < epoch {
+                s.flushed_below
+                    .store(s.used.load(Ordering::Acquire), Ordering::Release);
+                s.flush_epoch.fetch_max(epoch, Ordering::AcqRel);
+            }
         }
+    }
+
+    /// The latest flush_all number applied (0: none).
+    pub fn flush_epoch(&self) -> u32 {
+        self.flush_epoch.load(Ordering::Acquire)
     }
 
     /// Backs full regions of sealed segments with transparent huge pages
@@ -779,6 +737,86 @@ impl Arena {
             std::thread::yield_now();
         }
         done
+    }
+
+    /// Takes over the segments a memory file holds (see `recover`): every
+    /// segment that was being written, sealed or walked becomes sealed, in
+    /// its queue's FIFO in the order it was activated; segments that never
+    /// held items are fresh, the others free. A control block that cannot
+    /// be right (a state, queue or fill mark out of range) loses its
+    /// segment's items. Returns the sealed segments, for the index to be
+    /// rebuilt from, and how many control blocks were dropped.
+    pub fn recover(&self) -> (Vec<SegmentId>, usize) {
+        let mut pool = self.pool.lock();
+        let mut sealed: Vec<(u64, SegmentId)> = Vec::new();
+        let mut dropped = 0;
+        let mut max_seq = None;
+        let mut last_used = None;
+        let mut flush_epoch = 0;
+        for (id, s) in self.segments.iter().enumerate() {
+            let id = id as SegmentId;
+            s.pending.store(0, Ordering::Relaxed);
+            s.retired.store(0, Ordering::Relaxed);
+            if s.activations.load(Ordering::Relaxed) == 0 {
+                s.state.store(STATE_FREE, Ordering::Relaxed);
+                continue;
+            }
+            last_used = Some(id);
+            // Uniques never repeat: new activations number after every
+            // one the file remembers.
+            max_seq = max_seq.max(Some(s.seq.load(Ordering::Relaxed)));
+            flush_epoch = flush_epoch.max(s.flush_epoch.load(Ordering::Relaxed));
+            let state = s.state.load(Ordering::Relaxed);
+            let sound = state <= STATE_CLAIMED
+                && s.queue.load(Ordering::Relaxed) <= Queue::Main as u8
+                && s.immortal.load(Ordering::Relaxed) <= 1
+                && s.used.load(Ordering::Relaxed) <= self.segment_size
+                && s.flushed_below.load(Ordering::Relaxed) <= self.segment_size;
+            if !sound {
+                dropped += 1;
+            }
+            if state == STATE_FREE || !sound || s.used.load(Ordering::Relaxed) == 0 {
+                s.state.store(STATE_FREE, Ordering::Relaxed);
+                pool.free.push(id);
+                continue;
+            }
+            s.state.store(STATE_SEALED, Ordering::Relaxed);
+            sealed.push((s.seq.load(Ordering::Relaxed), id));
+        }
+        sealed.sort_unstable();
+        for &(_, id) in &sealed {
+            pool.fifo[self.queue(id) as usize].push_back(id);
+        }
+        // Ids below the last used one that never held items have no memory:
+        // like released ones, they are taken before fresh ones.
+        pool.next_fresh = last_used.map_or(0, |id| id + 1);
+        pool.released = (0..pool.next_fresh)
+            .filter(|&id| self.segment(id).activations.load(Ordering::Relaxed) == 0)
+            .collect();
+        pool.allocated = pool.next_fresh as usize - pool.released.len();
+        self.next_seq
+            .store(max_seq.map_or(0, |s| s + 1), Ordering::Relaxed);
+        self.flush_epoch.store(flush_epoch, Ordering::Relaxed);
+        (sealed.into_iter().map(|(_, id)| id).collect(), dropped)
+    }
+
+    /// After a recovery rebuilt the index: a sealed segment in which no
+    /// item is live goes back to the free list.
+    pub fn free_if_empty(&self, seg: SegmentId, live: usize) {
+        if live == 0 {
+            let s = self.segment(seg);
+            if s.state
+                .compare_exchange(
+                    STATE_SEALED,
+                    STATE_CLAIMED,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+            {
+                self.unclaim(seg, 0);
+            }
+        }
     }
 
     /// Number of segments in the FIFO (for the reclaimer's cursor).

@@ -1,32 +1,53 @@
-//! What holds item memory: the one mapping in which the arena lays out
-//! its segments (segment `i` at `base + i × segment_size`), and the few
-//! things the arena asks of it: its base address, handing a range's pages
-//! back to the system, backing a range with huge pages, and unmapping it
-//! when the store drops.
+//! What holds item memory: one mapping with the segments' control blocks
+//! and the segments themselves (segment `i` at `base + i × segment_size`),
+//! and the few things the arena asks of it: handing a range's pages back
+//! to the system, backing a range with huge pages, writing it all out
+//! (`msync`), and unmapping it when the store drops.
 //!
 //! ```text
-//!   mapping  +------+------------------------------------------+------+
-//!            | pad  | base ... base + len: the arena's segments | tail |
-//!            +------+------------------------------------------+------+
-//!             up to `align`, so that base is aligned       >= one page
+//!  offset 0        4 KiB                                 data_offset (2 MiB multiple)
+//!        +--------+-----------------------------+-----+-----------------------------+------+
+//!        | header | control blocks (128 B each) | pad | segments (segment_size each) | tail |
+//!        +--------+-----------------------------+-----+-----------------------------+------+
+//!         file     see `segment`                       base: 2 MiB aligned           4 KiB
+//!         header
+//!         (memfile)
 //! ```
 //!
-//! The arena's logic never depends on which kind of memory it is: a new
-//! kind (a file, whose segments outlive the process for a warm restart) is
-//! a new [`BackingKind`] and a new [`Backing`] variant that implements the
-//! same operations.
+//! The tail page lets a lock-free reader that decodes a stale location
+//! near the end read an item header and key without leaving the mapping.
 //!
-//! [`BackingKind::Anonymous`] is private anonymous memory reserved with
-//! `MAP_NORESERVE` (address space only): pages become resident when items
-//! are first written into them, and go back to the system with
-//! `madvise(MADV_DONTNEED)` (they then read as zeros), so resident memory
-//! follows the bytes in use, with no allocator header per segment.
+//! Two kinds of memory, the same layout:
+//!
+//! * [`BackingKind::Anonymous`]: private anonymous memory reserved with
+//!   `MAP_NORESERVE` (address space only): pages become resident when
+//!   first written and go back to the system with `MADV_DONTNEED` (they
+//!   then read as zeros). The header page is unused.
+//! * [`BackingKind::File`] (`-e`): a shared mapping of a file, whose pages
+//!   live in the page cache (tmpfs, a disk's file system) or on persistent
+//!   memory (DAX). Everything the server writes into item memory and the
+//!   control blocks is in the file the moment it is written, so it outlives
+//!   the process, whether it stops or is killed; `memfile` reads the file
+//!   back. Pages are handed back with `MADV_REMOVE` (a hole in the file).
+//!   The file is locked (`flock`) while mapped, so two servers never share
+//!   one.
 
+use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+
+use crate::segment::{Segment, CONTROL_BLOCK_SIZE};
 
 /// `madvise` advice: collapse a range into transparent huge pages now
 /// (Linux 6.1; not yet in the libc crate's constants for every target).
 const MADV_COLLAPSE: libc::c_int = 25;
+
+/// The size of a transparent huge page (x86-64, arm64 with 4K pages).
+pub const HUGE_PAGE: usize = 2 << 20;
+/// Bytes of the header page at the start of the mapping.
+pub const HEADER_SIZE: usize = 4096;
+const TAIL: usize = 4096;
 
 /// Which memory holds the items (see [`StoreConfig`](crate::StoreConfig)).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -34,41 +55,129 @@ pub enum BackingKind {
     /// Private anonymous memory: the items live as long as the process.
     #[default]
     Anonymous,
+    /// A file mapped shared (`-e FILE`): the items outlive the process.
+    File(PathBuf),
 }
 
-/// The mapping that holds the arena's segments (see the module comment).
-pub enum Backing {
-    Anonymous(Mapping),
+/// Where the parts of a mapping of `segments` segments of `segment_size`
+/// bytes lie, from its start (the same in memory and in the file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub segments: usize,
+    pub segment_size: usize,
+    /// Offset of the control-block table.
+    pub control_offset: usize,
+    /// Offset of segment 0.
+    pub data_offset: usize,
+    /// Bytes of the whole mapping (and file).
+    pub total: usize,
+}
+
+impl Layout {
+    pub fn new(segments: usize, segment_size: usize) -> Layout {
+        let control_offset = HEADER_SIZE;
+        let data_offset =
+            (control_offset + segments * CONTROL_BLOCK_SIZE).next_multiple_of(HUGE_PAGE);
+        Layout {
+            segments,
+            segment_size,
+            control_offset,
+            data_offset,
+            total: data_offset + segments * segment_size + TAIL,
+        }
+    }
+}
+
+/// The mapping that holds the control blocks and the segments (see the
+/// module comment).
+pub struct Backing {
+    map: Mapping,
+    layout: Layout,
+    /// The mapped file (locked while we hold it), for `-e`.
+    file: Option<File>,
 }
 
 impl Backing {
-    /// Maps `len` bytes of item memory of the given kind at a base aligned
-    /// to `align` (a power of two, at least a page), followed by at least
-    /// one more readable page: a lock-free reader that decodes a stale
-    /// location near the end reads an item header and key there without
-    /// leaving the mapping.
-    pub fn new(kind: &BackingKind, len: usize, align: usize) -> io::Result<Backing> {
-        assert!(align.is_power_of_two());
-        match kind {
-            BackingKind::Anonymous => Mapping::anonymous(len, align).map(Backing::Anonymous),
-        }
+    /// Anonymous memory for `layout`: zeroed (every control block a free
+    /// segment that never held items).
+    pub fn anonymous(layout: Layout) -> io::Result<Backing> {
+        let map = Mapping::reserve(layout.total, HUGE_PAGE)?;
+        Ok(Backing {
+            map,
+            layout,
+            file: None,
+        })
     }
 
-    fn mapping(&self) -> &Mapping {
-        match self {
-            Backing::Anonymous(m) => m,
+    /// Maps `file` (opened read-write, locked by the caller) shared at a
+    /// huge-page aligned address, after making its length `layout.total`
+    /// (new bytes read as zeros).
+    pub fn file(file: File, layout: Layout) -> io::Result<Backing> {
+        file.set_len(layout.total as u64)?;
+        let map = Mapping::reserve(layout.total, HUGE_PAGE)?;
+        // SAFETY: maps the file over the start of our own reservation
+        // (MAP_FIXED replaces exactly those pages of it); the file is at
+        // least `total` bytes long, so no page of the mapping lies past
+        // its end.
+        let addr = unsafe {
+            libc::mmap(
+                map.start as *mut libc::c_void,
+                layout.total,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        debug_assert_eq!(addr as *mut u8, map.start);
+        Ok(Backing {
+            map,
+            layout,
+            file: Some(file),
+        })
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Whether the memory is a file's (it outlives the process).
+    pub fn is_file(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// The header page (see `memfile`).
+    pub fn header(&self) -> *mut u8 {
+        self.map.start
+    }
+
+    /// The control blocks, one per segment.
+    pub fn control_blocks(&self) -> &[Segment] {
+        // SAFETY: the table lies inside the mapping, 128-byte aligned (the
+        // mapping is huge-page aligned and the table starts at a page);
+        // every bit pattern is a valid Segment (integer atomics only), and
+        // the mapping lives as long as `self`.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.map.start.add(self.layout.control_offset) as *const Segment,
+                self.layout.segments,
+            )
         }
     }
 
     /// The first byte of item memory.
     #[inline]
     pub fn base(&self) -> *mut u8 {
-        self.mapping().base
+        // SAFETY: data_offset is inside the mapping.
+        unsafe { self.map.start.add(self.layout.data_offset) }
     }
 
     /// Bytes of item memory from `base`.
     pub fn len(&self) -> usize {
-        self.mapping().len
+        self.layout.segments * self.layout.segment_size
     }
 
     /// Whether there are no bytes of item memory.
@@ -76,9 +185,9 @@ impl Backing {
         self.len() == 0
     }
 
-    /// Hands the pages of `len` bytes from `offset` (whole pages) back to
-    /// the system: they hold no memory until written again, and read as
-    /// zeros until then.
+    /// Hands the pages of `len` bytes of item memory from `offset` (whole
+    /// pages) back to the system: they hold no memory until written again,
+    /// and read as zeros until then.
     ///
     /// # Safety
     /// The range must be inside the item memory (`offset + len <= len()`),
@@ -86,52 +195,68 @@ impl Backing {
     /// anyone can still reach (readers that could hold one have unpinned).
     pub unsafe fn release(&self, offset: usize, len: usize) {
         debug_assert!(offset.checked_add(len).is_some_and(|end| end <= self.len()));
-        match self {
-            Backing::Anonymous(m) => {
-                // SAFETY: the caller guarantees that the range is inside the
-                // mapping and that its contents are not needed; anonymous
-                // pages that are handed back read as zeros.
-                unsafe {
-                    libc::madvise(
-                        m.base.add(offset) as *mut libc::c_void,
-                        len,
-                        libc::MADV_DONTNEED,
-                    );
-                }
-            }
+        let advice = if self.is_file() {
+            libc::MADV_REMOVE
+        } else {
+            libc::MADV_DONTNEED
+        };
+        // SAFETY: the caller guarantees that the range is inside item
+        // memory and that its contents are not needed; pages handed back
+        // read as zeros (anonymous) or are a hole in the file (shared).
+        unsafe {
+            libc::madvise(self.base().add(offset) as *mut libc::c_void, len, advice);
         }
     }
 
-    /// Backs `len` bytes from `offset` (whole huge pages, all resident)
-    /// with transparent huge pages (`madvise(MADV_COLLAPSE)`, Linux 6.1+;
+    /// Backs `len` bytes of item memory from `offset` (whole huge pages,
+    /// all resident) with transparent huge pages (`madvise(MADV_COLLAPSE)`,
+    /// Linux 6.1+, and for a file only where its file system allows it;
     /// elsewhere a no-op). Contents do not change.
     pub fn collapse(&self, offset: usize, len: usize) {
-        let m = self.mapping();
-        assert!(offset.checked_add(len).is_some_and(|end| end <= m.len));
-        match self {
-            Backing::Anonymous(m) => {
-                // SAFETY: the range is inside the mapping (checked above);
-                // collapsing moves its pages into a huge page without
-                // changing their contents, and concurrent accesses wait for
-                // it in the kernel.
-                unsafe {
-                    libc::madvise(m.base.add(offset) as *mut libc::c_void, len, MADV_COLLAPSE);
-                }
-            }
+        assert!(offset.checked_add(len).is_some_and(|end| end <= self.len()));
+        // SAFETY: the range is inside item memory (checked above);
+        // collapsing moves its pages into a huge page without changing
+        // their contents, and concurrent accesses wait for it in the kernel.
+        unsafe {
+            libc::madvise(
+                self.base().add(offset) as *mut libc::c_void,
+                len,
+                MADV_COLLAPSE,
+            );
         }
+    }
+
+    /// Writes every changed page of a file mapping out to the file and
+    /// waits for it (`msync(MS_SYNC)`); nothing for anonymous memory.
+    pub fn sync(&self) -> io::Result<()> {
+        if self.file.is_none() {
+            return Ok(());
+        }
+        // SAFETY: the range is exactly the file's shared mapping.
+        let r = unsafe {
+            libc::msync(
+                self.map.start as *mut libc::c_void,
+                self.layout.total,
+                libc::MS_SYNC,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 }
 
-/// An address range mapped with `mmap`, unmapped when dropped: `len`
-/// bytes of item memory from `base`, inside `map_len` bytes from `addr`.
-pub struct Mapping {
+/// An address range reserved with `mmap` (anonymous, private,
+/// `MAP_NORESERVE`), of which `len` bytes from the `align`-aligned `start`
+/// are used; unmapped whole when dropped.
+struct Mapping {
     addr: *mut u8,
     map_len: usize,
-    base: *mut u8,
-    len: usize,
+    start: *mut u8,
 }
 
-// SAFETY: a Mapping is an address range; it gives out its base address
+// SAFETY: a Mapping is an address range; it gives out its start address
 // and changes pages only through `Backing`'s methods, whose callers keep
 // to the arena's access discipline (see `arena`, `item`, `epoch`).
 unsafe impl Send for Mapping {}
@@ -139,10 +264,8 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    /// `len` bytes of private anonymous memory at an `align`-aligned base,
-    /// reserved with `MAP_NORESERVE`; `align` bytes more are mapped for the
-    /// alignment, of which at least a page follows the item memory.
-    fn anonymous(len: usize, align: usize) -> io::Result<Mapping> {
+    fn reserve(len: usize, align: usize) -> io::Result<Mapping> {
+        assert!(align.is_power_of_two());
         let map_len = len
             .checked_add(align)
             .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -161,20 +284,20 @@ impl Mapping {
         if addr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        let base = (addr as usize).next_multiple_of(align) as *mut u8;
+        let start = (addr as usize).next_multiple_of(align) as *mut u8;
         Ok(Mapping {
             addr: addr as *mut u8,
             map_len,
-            base,
-            len,
+            start,
         })
     }
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `anonymous`; its owner
-        // (the arena) is being dropped, so nothing references it any more.
+        // SAFETY: unmaps exactly the reservation made in `reserve` (with the
+        // file mapped over part of it); its owner is being dropped, so
+        // nothing references it any more.
         unsafe {
             libc::munmap(self.addr as *mut libc::c_void, self.map_len);
         }
@@ -187,10 +310,10 @@ mod tests {
 
     #[test]
     fn anonymous_memory_is_aligned_zeroed_and_released_to_zeros() {
-        let align = 2 << 20;
-        let b = Backing::new(&BackingKind::Anonymous, 4 << 20, align).unwrap();
-        assert_eq!(b.base() as usize % align, 0);
+        let b = Backing::anonymous(Layout::new(4, 1 << 20)).unwrap();
+        assert_eq!(b.base() as usize % HUGE_PAGE, 0);
         assert_eq!(b.len(), 4 << 20);
+        assert_eq!(b.control_blocks().len(), 4);
         // SAFETY: both ranges are inside the mapping, which the test owns;
         // the tail page past `len` is mapped too.
         unsafe {
@@ -205,5 +328,36 @@ mod tests {
         unsafe { b.release(0, 8192) };
         // SAFETY: released anonymous pages stay mapped, reading as zeros.
         assert_eq!(unsafe { b.base().add(4096).read() }, 0);
+    }
+
+    #[test]
+    fn a_file_mapping_keeps_what_was_written() {
+        let dir = std::env::temp_dir().join(format!("osmium-backing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mem");
+        let layout = Layout::new(2, 1 << 20);
+        {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .unwrap();
+            let b = Backing::file(f, layout).unwrap();
+            assert_eq!(b.base() as usize % HUGE_PAGE, 0);
+            // SAFETY: inside item memory, which the test owns.
+            unsafe { b.base().add(12345).write(42) };
+            b.control_blocks()[1]
+                .seq
+                .store(9, std::sync::atomic::Ordering::Relaxed);
+            b.sync().unwrap();
+        }
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), layout.total as u64);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes[layout.data_offset + 12345], 42);
+        let seq_at = layout.control_offset + CONTROL_BLOCK_SIZE + 24;
+        assert_eq!(bytes[seq_at], 9);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

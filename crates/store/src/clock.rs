@@ -19,8 +19,10 @@ pub const ITEM_UPDATE_INTERVAL: u32 = 60;
 pub struct Clock {
     /// Unix time of relative second 0 (wall clock at start minus 62 s).
     process_started: i64,
-    /// When the process started (monotonic).
+    /// When the clock started counting (monotonic), at relative time
+    /// `at_start`.
     started: std::time::Instant,
+    at_start: u32,
     current: AtomicU32,
 }
 
@@ -40,7 +42,32 @@ impl Clock {
         Clock {
             process_started: wall - backdate,
             started: std::time::Instant::now(),
+            at_start: backdate as u32,
             current: AtomicU32::new(backdate as u32),
+        }
+    }
+
+    /// The clock of an earlier run resumed (a warm restart): relative
+    /// second 0 stays at `process_started`, so relative times kept from
+    /// that run (expiries, access times) keep their meaning and the time
+    /// spent stopped counts. Relative time never goes back: if the wall
+    /// clock is behind `last_seen` (the last relative time that run saw),
+    /// the clock resumes there.
+    pub fn resume(process_started: i64, last_seen: u32) -> Clock {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let rel = u32::try_from((wall.as_secs() as i64 - process_started).max(0))
+            .unwrap_or(u32::MAX)
+            .max(last_seen);
+        // Seconds turn over with the wall clock's, as they did before.
+        let into_second = std::time::Duration::from_nanos(u64::from(wall.subsec_nanos()));
+        let now = std::time::Instant::now();
+        Clock {
+            process_started,
+            started: now.checked_sub(into_second).unwrap_or(now),
+            at_start: rel,
+            current: AtomicU32::new(rel),
         }
     }
 
@@ -52,8 +79,7 @@ impl Clock {
 
     /// Re-reads the monotonic clock; called by the maintenance thread.
     pub fn tick(&self) {
-        let backdate = u64::from(ITEM_UPDATE_INTERVAL) + 2;
-        let rel = backdate + self.started.elapsed().as_secs();
+        let rel = u64::from(self.at_start) + self.started.elapsed().as_secs();
         self.current
             .store(u32::try_from(rel).unwrap_or(u32::MAX), Ordering::Relaxed);
     }
@@ -125,5 +151,22 @@ mod tests {
             1,
             "absolute time in the past"
         );
+    }
+
+    #[test]
+    fn a_resumed_clock_counts_the_time_stopped_and_never_goes_back() {
+        let c = Clock::new();
+        let wall = c.unix_now();
+        // An earlier run that started 1000 s before this one.
+        let r = Clock::resume(c.process_started() - 1000, 0);
+        assert!((r.now() as i64 - (c.now() as i64 + 1000)).abs() <= 1);
+        assert!((r.unix_now() - wall).abs() <= 1);
+        r.tick();
+        assert!(r.now() >= c.now() + 999);
+        // The wall clock is behind what the earlier run saw.
+        let behind = Clock::resume(c.process_started(), c.now() + 5000);
+        assert_eq!(behind.now(), c.now() + 5000);
+        behind.tick();
+        assert!(behind.now() >= c.now() + 5000);
     }
 }

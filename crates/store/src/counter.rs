@@ -91,7 +91,7 @@ impl Store {
                     self.update_head(head, &f),
                 )
             };
-            let Some(slot) = self.reserve(lane, spec.size()) else {
+            let Some(slot) = self.reserve(lane, &spec) else {
                 return CounterResult::OutOfMemory;
             };
             let Some((mut table, old)) = self.relock_at(key, hash, old_loc) else {

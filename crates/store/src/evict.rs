@@ -97,7 +97,7 @@ impl Store {
             cas: self.explicit(self.cas_of(found.loc, it)),
             ..it.spec()
         };
-        let Some(slot) = self.arena.reserve_evictor(spec.size(), now) else {
+        let Some(slot) = self.arena.reserve_evictor(&spec, now) else {
             return false;
         };
         self.write_item(&slot, &spec, it.key(), &[it.value()], it.state());

@@ -225,31 +225,22 @@ impl ItemPtr {
         2 - 2 * (self.0 as usize & 1)
     }
 
-    /// Writes a complete item. The caller owns this freshly allocated slot.
+    /// Writes the item's header (everything but its key and value) with
+    /// access time 0 and `state` (the EXT bit is set from `spec`), and
+    /// returns where its key goes.
     ///
     /// # Safety
-    /// The slot must be exclusively owned and `spec.size()` bytes long;
-    /// `value_parts` must add up to at most `spec.value_len` bytes; when
-    /// less, the rest of the value must be written (at `value_ptr`) before
-    /// the item is published.
-    pub unsafe fn init(
-        self,
-        spec: &ItemSpec,
-        key: &[u8],
-        value_parts: &[&[u8]],
-        atime: u16,
-        state: u8,
-    ) {
-        debug_assert_eq!(key.len(), spec.key_len);
+    /// The slot must be exclusively owned and `spec.size()` bytes long.
+    pub unsafe fn write_header(self, spec: &ItemSpec, state: u8) -> *mut u8 {
         let p = self.0;
         let x = spec.ext();
         let state = (state & (STATE_EXT - 1)) | if x != 0 { STATE_EXT } else { 0 };
         // SAFETY: the caller guarantees exclusive ownership of a slot of
         // spec.size() bytes; every write below stays inside it.
         unsafe {
-            (p.add(self.atime_off()) as *mut u16).write(atime);
+            (p.add(self.atime_off()) as *mut u16).write(0);
             p.add(self.state_off()).write(state);
-            p.add(OFF_KLEN).write(key.len() as u8);
+            p.add(OFF_KLEN).write(spec.key_len as u8);
             let mut q = p.add(OFF_VLEN);
             let mut n = spec.value_len;
             while n >= 0x80 {
@@ -275,6 +266,31 @@ impl ItemPtr {
                     q = q.add(8);
                 }
             }
+            q
+        }
+    }
+
+    /// Writes a complete item. The caller owns this freshly allocated slot.
+    ///
+    /// # Safety
+    /// The slot must be exclusively owned and `spec.size()` bytes long;
+    /// `value_parts` must add up to at most `spec.value_len` bytes; when
+    /// less, the rest of the value must be written (at `value_ptr`) before
+    /// the item is published.
+    pub unsafe fn init(
+        self,
+        spec: &ItemSpec,
+        key: &[u8],
+        value_parts: &[&[u8]],
+        atime: u16,
+        state: u8,
+    ) {
+        debug_assert_eq!(key.len(), spec.key_len);
+        // SAFETY: as `write_header`, whose contract the caller's implies;
+        // the key and value parts fit in the rest of the slot.
+        unsafe {
+            let mut q = self.write_header(spec, state);
+            (self.0.add(self.atime_off()) as *mut u16).write(atime);
             std::ptr::copy_nonoverlapping(key.as_ptr(), q, key.len());
             q = q.add(key.len());
             for part in value_parts {
@@ -282,6 +298,46 @@ impl ItemPtr {
                 q = q.add(part.len());
             }
         }
+    }
+
+    /// The item's size if its header is sound and the item fits in `room`
+    /// bytes (a recovery stepping over items it cannot trust: see
+    /// `recover`); None for bytes that are no item header.
+    pub fn checked_size(self, room: usize) -> Option<usize> {
+        if room < HEADER_SIZE {
+            return None;
+        }
+        let key_len = self.byte(OFF_KLEN) as usize;
+        if !(1..=250).contains(&key_len) {
+            return None;
+        }
+        let mut off = OFF_VLEN;
+        let mut value_len = 0usize;
+        let mut shift = 0;
+        loop {
+            if off >= room || shift > 28 {
+                return None;
+            }
+            let b = self.byte(off);
+            off += 1;
+            value_len |= ((b & 0x7f) as usize) << shift;
+            if b & 0x80 == 0 {
+                break;
+            }
+            shift += 7;
+        }
+        if self.state() & STATE_EXT != 0 {
+            if off >= room {
+                return None;
+            }
+            let x = self.byte(off);
+            if x == 0 || x & !(EXT_FLAGS | EXT_EXPTIME | EXT_CAS) != 0 {
+                return None;
+            }
+            off += 1 + ext_fields_len(x);
+        }
+        let size = off.checked_add(key_len)?.checked_add(value_len)?;
+        (size <= room).then_some(size)
     }
 
     #[inline]
@@ -562,6 +618,22 @@ impl ItemPtr {
     #[inline]
     pub fn mark_dead(self) {
         self.state_atomic().fetch_or(STATE_DEAD, Ordering::Relaxed);
+    }
+
+    /// Commits a written item, just before it is linked: items are
+    /// written dead (see `Arena::reserve`), so an item whose writer never
+    /// finished is never taken for a live one by a recovery. The release
+    /// orders every byte of the item before the commit, for a recovery
+    /// that reads the item memory this process leaves behind. Only the
+    /// item's writer touches its state before it is linked, so a plain
+    /// store does.
+    #[inline]
+    pub fn commit(self) {
+        let state = self.state_atomic();
+        state.store(
+            state.load(Ordering::Relaxed) & !STATE_DEAD,
+            Ordering::Release,
+        );
     }
 
     #[inline]

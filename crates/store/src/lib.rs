@@ -6,8 +6,11 @@
 //! * [`arena`]: item memory, fixed-size segments bounded by `-m` in one
 //!   mapping, appended to by write heads, in two FIFOs (S3-FIFO's small and
 //!   main queues), reclaimed a whole segment at a time;
-//! * [`backing`]: the mapping that holds the segments (anonymous memory;
-//!   the place for a file that outlives the process);
+//! * [`segment`]: a segment's control block (kept with the segments);
+//! * [`backing`]: the mapping that holds the control blocks and the
+//!   segments: anonymous memory, or a file that outlives the process;
+//! * [`memfile`]: the memory file's header and whether a start takes its
+//!   cache over (`recover` rebuilds the index from its segments);
 //! * [`index`]: the sharded hash index from key to `(SegmentId, offset)`;
 //! * [`item`]: the item record layout (5-byte header);
 //! * [`ghost`]: keys recently evicted from small;
@@ -51,12 +54,15 @@ pub mod epoch;
 pub mod ghost;
 pub mod index;
 pub mod item;
+pub mod memfile;
+pub mod segment;
 
 mod counter;
 mod dump;
 mod evict;
 mod flush;
 mod read;
+mod recover;
 mod remove;
 mod shard;
 mod stats;
@@ -67,6 +73,7 @@ mod write;
 pub use backing::BackingKind;
 pub use dump::{DumpCursor, DumpEntry};
 pub use item::{ItemView, HEADER_SIZE};
+pub use recover::{Recovered, Restart};
 pub use store::Store;
 pub use types::{
     memcached_item_total, segment_size_for, ArithResult, CounterResult, CounterUpdate, Fetch,

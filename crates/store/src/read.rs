@@ -203,7 +203,7 @@ impl Store {
             };
             let old_loc = found.loc;
             drop(table);
-            let Some(slot) = self.reserve(head, spec.size()) else {
+            let Some(slot) = self.reserve(head, &spec) else {
                 return Lookup::Miss;
             };
             let Some((mut table, old)) = self.relock_at(key, hash, old_loc) else {
@@ -315,7 +315,7 @@ impl Store {
             cas: self.explicit(v.cas),
             ..Default::default()
         };
-        let Some(slot) = self.reserve(self.new_item_head(head, hash), spec.size()) else {
+        let Some(slot) = self.reserve(self.new_item_head(head, hash), &spec) else {
             return missed;
         };
         let state = if v.binary_key {

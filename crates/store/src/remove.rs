@@ -66,7 +66,7 @@ impl Store {
             let old_loc = f.loc;
             let lane = self.update_head(head, &f);
             drop(table);
-            let Some(slot) = self.reserve(lane, spec.size()) else {
+            let Some(slot) = self.reserve(lane, &spec) else {
                 return RemoveResult::NotFound;
             };
             let Some((mut table, f)) = self.relock_at(key, hash, old_loc) else {

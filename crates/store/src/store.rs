@@ -4,13 +4,17 @@
 //! space. The operations themselves are in `read`, `write`, `remove`,
 //! `counter`, `evict`, `flush`, `stats` and `dump`.
 
+use std::io;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::arena::{Arena, Queue, Reserve, SegmentId, Slot};
+use crate::backing::{Backing, BackingKind, Layout};
 use crate::clock::Clock;
 use crate::ghost::Ghost;
 use crate::index::{shard_of, AddrCodec, Found, Location, Table, SHARDS};
 use crate::item::{self, ItemPtr, ItemView};
+use crate::memfile;
+use crate::recover::Restart;
 use crate::shard::{HeadCounters, Shard, ShardWrite};
 use crate::types::{memcached_item_total, segment_size_for, Lookup, StoreConfig};
 
@@ -32,6 +36,9 @@ pub struct Store {
     /// Pending flushes of a flush_all (relative times, 0 = none): see
     /// `flush_all_after`.
     pub(crate) flush_at: [AtomicU32; 2],
+    /// Their numbers, and how many flushes were numbered (see `flush`).
+    pub(crate) flush_epochs: [AtomicU32; 2],
+    pub(crate) flush_count: AtomicU32,
     pub(crate) limit_maxbytes: AtomicU64,
     /// log2(segment size / item alignment): the bits of a location CAS
     /// below the segment sequence.
@@ -39,34 +46,113 @@ pub struct Store {
 }
 
 impl Store {
+    /// A store in anonymous memory (`cfg.backing` must be
+    /// `BackingKind::Anonymous`; see [`Store::open`] for a memory file).
+    /// Panics if the address space cannot be reserved.
     pub fn new(cfg: StoreConfig) -> Store {
+        assert_eq!(
+            cfg.backing,
+            BackingKind::Anonymous,
+            "Store::open opens memory files"
+        );
+        match Store::open(cfg) {
+            Ok((store, _)) => store,
+            Err(e) => panic!("cannot reserve address space for item memory: {e}"),
+        }
+    }
+
+    /// A store in the memory `cfg.backing` names. With a memory file, the
+    /// cache the file holds is taken over (its index rebuilt from its
+    /// segments by `threads` threads, see `recover`) when the file was made
+    /// by a server with the same settings; otherwise the cache starts
+    /// clean, and the [`Restart`] says why.
+    pub fn open(cfg: StoreConfig) -> io::Result<(Store, Restart)> {
         let segment_size = segment_size_for(cfg.item_size_max);
         let max_heads = (cfg.memory_limit / segment_size / 4).max(1);
         let heads = cfg.write_heads.clamp(1, max_heads);
-        let arena = Arena::new(
-            &cfg.backing,
-            cfg.memory_limit,
-            segment_size,
-            heads,
-            cfg.evictions,
-        );
+        let file = match &cfg.backing {
+            BackingKind::Anonymous => None,
+            BackingKind::File(path) => Some(path.clone()),
+        };
+        let (_, capacity) = Arena::geometry(cfg.memory_limit, segment_size, file.is_some());
+        let layout = Layout::new(capacity, segment_size);
+        let fresh_clock = Clock::new();
+        let (backing, resume, note) = match &file {
+            None => (Backing::anonymous(layout)?, None, None),
+            Some(path) => {
+                let settings = memfile::Settings {
+                    memory_limit: cfg.memory_limit,
+                    item_size_max: cfg.item_size_max,
+                    use_cas: cfg.use_cas,
+                };
+                let o = memfile::open(path, &settings, layout, fresh_clock.process_started())?;
+                (o.backing, o.resume, o.note)
+            }
+        };
+        let clock = match &resume {
+            Some(r) => Clock::resume(r.process_started, r.clock),
+            None => fresh_clock,
+        };
+        let arena = Arena::new(backing, cfg.memory_limit, heads, cfg.evictions);
         let codec = AddrCodec::new(
             arena.capacity(),
             arena.segment_shift(),
             item::ALIGN.trailing_zeros(),
         );
-        Store {
+        let threads = cfg.recovery_threads.max(1);
+        let store = Store {
             head_counters: (0..heads).map(|_| HeadCounters::default()).collect(),
             copy_head: arena.copy_head(),
             ghost: Ghost::new(cfg.memory_limit / 96),
             cas_offset_bits: arena.segment_shift() - item::ALIGN.trailing_zeros(),
             arena,
             shards: (0..SHARDS).map(|_| Shard::new(codec)).collect(),
-            clock: Clock::new(),
+            clock,
             flush_at: [AtomicU32::new(0), AtomicU32::new(0)],
+            flush_epochs: [AtomicU32::new(0), AtomicU32::new(0)],
+            flush_count: AtomicU32::new(0),
             limit_maxbytes: AtomicU64::new(cfg.memory_limit as u64),
             cfg,
+        };
+        let mut restart = Restart {
+            note,
+            recovered: None,
+        };
+        if let Some(r) = resume {
+            restart.recovered = Some(store.recover(r, threads));
+        } else if let Some(h) = store.memfile_header() {
+            h.note_clock(store.clock.now());
         }
+        Ok((store, restart))
+    }
+
+    /// The memory file's header, with `-e`.
+    pub(crate) fn memfile_header(&self) -> Option<&memfile::Header> {
+        let backing = self.arena.backing();
+        backing.is_file().then(|| memfile::Header::of(backing))
+    }
+
+    /// Advances the clock (see `Clock::tick`) and, with a memory file,
+    /// records it there. The maintainer calls it.
+    pub fn tick_clock(&self) {
+        self.clock.tick();
+        if let Some(h) = self.memfile_header() {
+            h.note_clock(self.clock.now());
+        }
+    }
+
+    /// A graceful stop: with a memory file, writes every page out
+    /// (`msync`) and records that the file is whole, so that the next start
+    /// takes the cache over even after the system restarted. The caller has
+    /// stopped every thread that writes.
+    pub fn close(&self) -> io::Result<()> {
+        let Some(h) = self.memfile_header() else {
+            return Ok(());
+        };
+        h.note_clock(self.clock.now());
+        self.arena.backing().sync()?;
+        h.mark_closed(self.clock.unix_now());
+        self.arena.backing().sync()
     }
 
     pub fn config(&self) -> &StoreConfig {
@@ -293,12 +379,13 @@ impl Store {
         self.arena.head(worker, queue)
     }
 
-    /// Reserves item space on arena head `head`, evicting as needed. No
-    /// shard lock may be held.
-    pub(crate) fn reserve(&self, head: usize, size: usize) -> Option<Slot> {
+    /// Reserves space for the item `spec` describes on arena head `head`,
+    /// evicting as needed; its header is written, marked dead until the
+    /// item is linked (see `Arena::reserve`). No shard lock may be held.
+    pub(crate) fn reserve(&self, head: usize, spec: &item::ItemSpec) -> Option<Slot> {
         let mut busy = 0;
         loop {
-            match self.arena.reserve(head, size, self.clock.now()) {
+            match self.arena.reserve(head, spec, self.clock.now()) {
                 Reserve::Slot(slot) => return Some(slot),
                 Reserve::Evict(seg) => {
                     self.evict_segment(seg);
@@ -322,7 +409,8 @@ impl Store {
         self.arena.finish_write(slot.seg);
     }
 
-    /// Writes a new item into a reserved slot, accessed now.
+    /// Writes a new item into a slot reserved for `spec`, accessed now,
+    /// dead until it is linked (committed).
     pub(crate) fn write_item(
         &self,
         slot: &Slot,
@@ -335,7 +423,10 @@ impl Store {
         self.arena.segment(slot.seg).note_expiry(spec.exptime);
         // SAFETY: the slot was reserved for at least spec.size() bytes and
         // is owned by this thread until published.
-        unsafe { slot.ptr.init(spec, key, parts, atime, state) };
+        unsafe {
+            slot.ptr
+                .init(spec, key, parts, atime, state | item::STATE_DEAD)
+        };
     }
 
     /// Publishes `slot` under `key`, replacing `old` if given. Caller holds
@@ -364,6 +455,7 @@ impl Store {
             seg: slot.seg,
             offset: slot.offset,
         };
+        slot.ptr.commit();
         match old {
             Some(f) => {
                 table.replace(f, hash, loc);

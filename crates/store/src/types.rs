@@ -21,6 +21,8 @@ pub struct StoreConfig {
     pub write_heads: usize,
     /// What holds item memory (see [`backing`](crate::backing)).
     pub backing: BackingKind,
+    /// Threads that rebuild the index when a memory file is taken over.
+    pub recovery_threads: usize,
 }
 
 impl Default for StoreConfig {
@@ -32,6 +34,7 @@ impl Default for StoreConfig {
             use_cas: true,
             write_heads: 4,
             backing: BackingKind::default(),
+            recovery_threads: 4,
         }
     }
 }

@@ -92,7 +92,7 @@ impl Store {
             exptime_field: w.stale_if_older,
             cas: self.explicit(w.new_cas),
         };
-        let Some(slot) = self.reserve(self.new_item_head(head, hash), spec.size()) else {
+        let Some(slot) = self.reserve(self.new_item_head(head, hash), &spec) else {
             return self.out_of_memory(w);
         };
         self.write_item(&slot, &spec, key, &[value], Self::new_state(w));
@@ -163,8 +163,7 @@ impl Store {
                 if let Some(c) = self.cas_conflict(&slot, spec.cas.is_some(), old.as_ref()) {
                     drop(table);
                     spec.cas = self.explicit(w.new_cas).or(Some(c));
-                    let Some(next) = self.reserve(self.new_item_head(head, hash), spec.size())
-                    else {
+                    let Some(next) = self.reserve(self.new_item_head(head, hash), &spec) else {
                         self.abandon(slot);
                         let (status, cas, _) = self.out_of_memory(w);
                         return (status, cas);
@@ -253,7 +252,7 @@ impl Store {
             exptime_field: false,
             cas: None,
         };
-        let Some(slot) = self.reserve(self.new_item_head(head, hash), spec.size()) else {
+        let Some(slot) = self.reserve(self.new_item_head(head, hash), &spec) else {
             return Err(self.out_of_memory(w).0);
         };
         self.write_item(&slot, &spec, w.key, &[w.value], 0);
@@ -325,10 +324,17 @@ impl Store {
         };
         let now = self.clock.now();
         let accept = |f: &Found| {
-            matches!(
+            let accepted = matches!(
                 self.check_exptime(f.meta.exptime, f.loc, now),
                 Lookup::Hit(())
-            ) && (!self.cfg.use_cas || self.slot_cas(slot) > self.cas_of(f.loc, f.item))
+            ) && (!self.cfg.use_cas
+                || self.slot_cas(slot) > self.cas_of(f.loc, f.item));
+            if accepted {
+                // Committed just before the entry is swapped (if the swap
+                // then fails, the locked path links or abandons it).
+                slot.ptr.commit();
+            }
+            accepted
         };
         // SAFETY: the shard's table lives as long as the store, its version
         // is the shard's, and this thread is pinned.
@@ -380,7 +386,7 @@ impl Store {
             if self.too_large(key.len(), spec.flags, spec.value_len) {
                 return (StoreStatus::NotStored, 0, 0);
             }
-            let Some(slot) = self.reserve(lane, spec.size()) else {
+            let Some(slot) = self.reserve(lane, &spec) else {
                 return (StoreStatus::OutOfMemory, 0, 0);
             };
             let Some((mut table, old)) = self.relock_at(key, hash, old_loc) else {

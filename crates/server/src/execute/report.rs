@@ -286,7 +286,11 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "ssl_kernel_tls", "no");
     stat(out, "ssl_min_version", "tlsv1.2");
     stat(out, "num_napi_ids", "(null)");
-    stat(out, "memory_file", "(null)");
+    stat(
+        out,
+        "memory_file",
+        s.memory_file.as_deref().unwrap_or("(null)"),
+    );
     stat(out, "client_flags_size", 4);
 }
 

@@ -9,6 +9,7 @@ mod flush;
 mod kept_pins;
 mod read;
 mod remove;
+mod restart;
 mod write;
 
 pub(super) use crate::index::{hash_key, shard_of};

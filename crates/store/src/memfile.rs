@@ -1,0 +1,483 @@
+//! The memory file (`-e FILE`): item memory in a file, so that the cache
+//! outlives the process. This module owns the file's header and the
+//! decision, at start, whether the file's contents are taken over (a warm
+//! restart, see `recover`) or the cache starts clean.
+//!
+//! The file has the layout of the mapping (see `backing`): a header page,
+//! the segments' control blocks, the segments. The header, in the first
+//! bytes of the file (little endian, every field an integer atomic):
+//!
+//! ```text
+//!  offset  field              set                     meaning
+//!       0  magic              when the file is made   "osmiumMF"
+//!       8  format             when the file is made   FORMAT (this layout)
+//!      12  control_block_size when the file is made   bytes per control block
+//!      16  segment_size       when the file is made   bytes per segment
+//!      24  segments           when the file is made   segments in the file
+//!      32  memory_limit       when the file is made   -m in bytes
+//!      40  item_size_max      when the file is made   -I in bytes
+//!      48  use_cas            when the file is made   1 unless -C
+//!      56  data_offset        when the file is made   where segment 0 starts
+//!      64  process_started    when the file is made   unix time of relative second 0
+//!      72  checksum           when the file is made   xxh3 of the fields above
+//!      80  open               at each start and stop  1 while a server uses the file
+//!      88  stopped_at         at a graceful stop      unix time
+//!      96  clock              every second            the latest relative time seen
+//!     100  flush_at[2]        at each flush_all       delayed flushes (relative times)
+//!     108  flush_epoch[2]     at each flush_all       their numbers (see `Segment::flush_epoch`)
+//!     120  boot               at each start           hash of the kernel's boot id
+//! ```
+//!
+//! What survives what:
+//!
+//! * **A stop or a crash of the process** (SIGTERM, SIGUSR1, `shutdown`,
+//!   kill -9, an abort, the OOM killer): everything. Item memory and
+//!   control blocks are the file's pages; the kernel keeps every byte the
+//!   process wrote, in the page cache or on persistent memory, whether or
+//!   not it was written back to a disk. A write is acknowledged only after
+//!   its item was written and committed (see `item::ItemPtr::commit`), so
+//!   every acknowledged write is in the file.
+//! * **A crash of the kernel or a power loss**: the page cache is lost. A
+//!   file on tmpfs is gone; a file on a disk holds whatever pages the
+//!   kernel had written back, in no particular order. So after a system
+//!   restart a file that was not closed by a graceful stop (which writes
+//!   every page out with `msync` and records it) is not trusted: the
+//!   cache starts clean. On persistent memory mapped with DAX the pages are
+//!   the memory itself and survive, but the same rule applies, since the
+//!   CPU's caches may not have reached it.
+//!
+//! A file made with other settings (`-m`, `-I`, `-C`), in another format,
+//! with a damaged header or not an osmium memory file at all is reported on
+//! standard error and the cache starts clean (the file is rewritten), as
+//! memcached does with its metadata file; it never makes the server fail
+//! or serve what it cannot vouch for.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+
+use crate::backing::{Backing, Layout, HEADER_SIZE};
+use crate::segment::CONTROL_BLOCK_SIZE;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"osmiumMF");
+/// The layout of header, control blocks and items this build reads and
+/// writes.
+pub const FORMAT: u32 = 1;
+
+/// The header (see the module comment).
+#[repr(C)]
+pub struct Header {
+    magic: AtomicU64,
+    format: AtomicU32,
+    control_block_size: AtomicU32,
+    segment_size: AtomicU64,
+    segments: AtomicU64,
+    memory_limit: AtomicU64,
+    item_size_max: AtomicU64,
+    use_cas: AtomicU64,
+    data_offset: AtomicU64,
+    process_started: AtomicI64,
+    checksum: AtomicU64,
+    open: AtomicU64,
+    stopped_at: AtomicI64,
+    clock: AtomicU32,
+    flush_at: [AtomicU32; 2],
+    flush_epoch: [AtomicU32; 2],
+    _pad: AtomicU32,
+    boot: AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_SIZE);
+
+/// The settings a memory file must have been made with to be taken over.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    pub memory_limit: usize,
+    pub item_size_max: usize,
+    pub use_cas: bool,
+}
+
+/// What an earlier run left for this one to resume.
+#[derive(Clone, Copy, Debug)]
+pub struct Resume {
+    /// Unix time of that run's relative second 0.
+    pub process_started: i64,
+    /// The latest relative time it saw.
+    pub clock: u32,
+    /// Its delayed flushes (time, number; time 0: none). One whose time
+    /// came may have run before the stop: see `Segment::flush_epoch`.
+    pub flushes: [(u32, u32); 2],
+    /// Whether it ended with a graceful stop (else it crashed or was
+    /// killed).
+    pub graceful: bool,
+}
+
+/// An opened memory file: its mapping, and what to resume (None: the
+/// cache starts clean, for the reason in `note` if there was one).
+pub struct Opened {
+    pub backing: Backing,
+    pub resume: Option<Resume>,
+    pub note: Option<String>,
+}
+
+impl Header {
+    /// The header at the start of a memory file's mapping.
+    pub fn of(backing: &Backing) -> &Header {
+        debug_assert!(backing.is_file());
+        // SAFETY: the header page starts the mapping (page aligned), is
+        // HEADER_SIZE bytes, and holds integer atomics only (valid for any
+        // bytes); it lives as long as `backing`.
+        unsafe { &*(backing.header() as *const Header) }
+    }
+
+    fn fixed_checksum(&self) -> u64 {
+        let fields = [
+            self.magic.load(Ordering::Relaxed),
+            u64::from(self.format.load(Ordering::Relaxed)),
+            u64::from(self.control_block_size.load(Ordering::Relaxed)),
+            self.segment_size.load(Ordering::Relaxed),
+            self.segments.load(Ordering::Relaxed),
+            self.memory_limit.load(Ordering::Relaxed),
+            self.item_size_max.load(Ordering::Relaxed),
+            self.use_cas.load(Ordering::Relaxed),
+            self.data_offset.load(Ordering::Relaxed),
+            self.process_started.load(Ordering::Relaxed) as u64,
+        ];
+        let mut bytes = [0u8; 80];
+        for (chunk, v) in bytes.chunks_exact_mut(8).zip(fields) {
+            chunk.copy_from_slice(&v.to_le_bytes());
+        }
+        xxhash_rust::xxh3::xxh3_64(&bytes)
+    }
+
+    /// Why a file with this header cannot be taken over by a server with
+    /// `settings` and `layout`, if it cannot.
+    fn refusal(&self, settings: &Settings, layout: &Layout, file_len: u64) -> Option<String> {
+        if self.magic.load(Ordering::Relaxed) != MAGIC {
+            return Some("not an osmium memory file".into());
+        }
+        let format = self.format.load(Ordering::Relaxed);
+        if format > FORMAT {
+            return Some(format!(
+                "made by a newer osmium (file format {format}, this build reads {FORMAT})"
+            ));
+        }
+        if format < FORMAT {
+            return Some(format!(
+                "made by an older osmium (file format {format}, this build reads {FORMAT})"
+            ));
+        }
+        if self.checksum.load(Ordering::Relaxed) != self.fixed_checksum() {
+            return Some("damaged header".into());
+        }
+        let incompatible = |name: &str, old: u64| {
+            Some(format!(
+                "restart incompatible due to setting for [{name}] [old value: {old}]"
+            ))
+        };
+        let old = self.memory_limit.load(Ordering::Relaxed);
+        if old != settings.memory_limit as u64 {
+            return incompatible("maxbytes", old);
+        }
+        let old = self.item_size_max.load(Ordering::Relaxed);
+        if old != settings.item_size_max as u64 {
+            return incompatible("item_size_max", old);
+        }
+        let old = self.use_cas.load(Ordering::Relaxed);
+        if old != u64::from(settings.use_cas) {
+            return incompatible("use_cas", old);
+        }
+        if u64::from(self.control_block_size.load(Ordering::Relaxed)) != CONTROL_BLOCK_SIZE as u64
+            || self.segment_size.load(Ordering::Relaxed) != layout.segment_size as u64
+            || self.segments.load(Ordering::Relaxed) != layout.segments as u64
+            || self.data_offset.load(Ordering::Relaxed) != layout.data_offset as u64
+        {
+            return Some("its layout differs from this build's for the same settings".into());
+        }
+        if file_len < layout.total as u64 {
+            return Some(format!(
+                "truncated ({file_len} bytes, its header says {})",
+                layout.total
+            ));
+        }
+        if self.open.load(Ordering::Relaxed) != 0 && self.boot.load(Ordering::Relaxed) != boot_id()
+        {
+            return Some(
+                "the system restarted since the server that used it stopped without a graceful \
+                 stop, so not all of its writes may have reached the file"
+                    .into(),
+            );
+        }
+        None
+    }
+
+    /// Writes a new file's header.
+    fn make(&self, settings: &Settings, layout: &Layout, process_started: i64) {
+        self.magic.store(MAGIC, Ordering::Relaxed);
+        self.format.store(FORMAT, Ordering::Relaxed);
+        self.control_block_size
+            .store(CONTROL_BLOCK_SIZE as u32, Ordering::Relaxed);
+        self.segment_size
+            .store(layout.segment_size as u64, Ordering::Relaxed);
+        self.segments
+            .store(layout.segments as u64, Ordering::Relaxed);
+        self.memory_limit
+            .store(settings.memory_limit as u64, Ordering::Relaxed);
+        self.item_size_max
+            .store(settings.item_size_max as u64, Ordering::Relaxed);
+        self.use_cas
+            .store(u64::from(settings.use_cas), Ordering::Relaxed);
+        self.data_offset
+            .store(layout.data_offset as u64, Ordering::Relaxed);
+        self.process_started
+            .store(process_started, Ordering::Relaxed);
+        self.checksum
+            .store(self.fixed_checksum(), Ordering::Relaxed);
+    }
+
+    /// Unix time of relative second 0 of the cache in the file.
+    pub fn process_started(&self) -> i64 {
+        self.process_started.load(Ordering::Relaxed)
+    }
+
+    /// Records the latest relative time (each clock tick).
+    pub fn note_clock(&self, now: u32) {
+        self.clock.store(now, Ordering::Relaxed);
+    }
+
+    /// Records the delayed flushes of a flush_all (time, number), before
+    /// it is answered.
+    pub fn note_flushes(&self, flushes: [(u32, u32); 2]) {
+        for (i, (t, e)) in flushes.into_iter().enumerate() {
+            self.flush_epoch[i].store(e, Ordering::Release);
+            self.flush_at[i].store(t, Ordering::Release);
+        }
+    }
+
+    /// Marks the file in use by this boot's server.
+    fn mark_open(&self) {
+        self.boot.store(boot_id(), Ordering::Relaxed);
+        self.open.store(1, Ordering::Release);
+    }
+
+    /// After a graceful stop wrote every page out: the file is whole
+    /// whatever happens to the system next.
+    pub fn mark_closed(&self, stopped_at: i64) {
+        self.stopped_at.store(stopped_at, Ordering::Relaxed);
+        self.open.store(0, Ordering::Release);
+    }
+}
+
+/// Opens (or makes) the memory file at `path` for a cache of `settings`
+/// laid out as `layout`, with a clock whose relative second 0 is
+/// `process_started` if the cache starts clean.
+pub fn open(
+    path: &Path,
+    settings: &Settings,
+    layout: Layout,
+    process_started: i64,
+) -> io::Result<Opened> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot open memory file {}: {e}", path.display()),
+            )
+        })?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!(
+                "memory file {} is in use by another process: {e}",
+                path.display()
+            ),
+        ));
+    }
+    let len = file.metadata()?.len();
+    let refusal = if len == 0 {
+        None
+    } else {
+        let mut page = HeaderPage([0; HEADER_SIZE / 8]);
+        read_header(&file, &mut page)?;
+        page.header().refusal(settings, &layout, len)
+    };
+    let (resume, note) = if len == 0 {
+        (None, None)
+    } else if let Some(why) = refusal {
+        (
+            None,
+            Some(format!(
+                "{}: {why}, starting with a clean cache",
+                path.display()
+            )),
+        )
+    } else {
+        (Some(()), None)
+    };
+    if resume.is_none() {
+        // Every byte from before goes: control blocks read as never used.
+        file.set_len(0)?;
+    }
+    let backing = Backing::file(file, layout)?;
+    let header = Header::of(&backing);
+    let resume = match resume {
+        None => {
+            header.make(settings, &layout, process_started);
+            None
+        }
+        Some(()) => Some(Resume {
+            process_started: header.process_started(),
+            clock: header.clock.load(Ordering::Relaxed),
+            flushes: [0, 1].map(|i| {
+                (
+                    header.flush_at[i].load(Ordering::Relaxed),
+                    header.flush_epoch[i].load(Ordering::Relaxed),
+                )
+            }),
+            graceful: header.open.load(Ordering::Relaxed) == 0,
+        }),
+    };
+    header.mark_open();
+    Ok(Opened {
+        backing,
+        resume,
+        note,
+    })
+}
+
+/// A header page read from a file (aligned for the header's atomics).
+#[repr(C, align(4096))]
+struct HeaderPage([u64; HEADER_SIZE / 8]);
+
+impl HeaderPage {
+    fn header(&self) -> &Header {
+        // SAFETY: the page is aligned and large enough for a Header, whose
+        // fields are integer atomics, valid for any bytes.
+        unsafe { &*(self.0.as_ptr() as *const Header) }
+    }
+}
+
+fn read_header(file: &File, page: &mut HeaderPage) -> io::Result<()> {
+    // SAFETY: the page is HEADER_SIZE plain bytes we own.
+    let bytes =
+        unsafe { std::slice::from_raw_parts_mut(page.0.as_mut_ptr() as *mut u8, HEADER_SIZE) };
+    let mut done = 0;
+    while done < HEADER_SIZE {
+        match file.read_at(&mut bytes[done..], done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A hash of this boot's id (`/proc/sys/kernel/random/boot_id`): a file
+/// left open by a server of another boot may have lost pages. 0 where the
+/// kernel does not say (every boot then looks the same).
+pub fn boot_id() -> u64 {
+    match std::fs::read("/proc/sys/kernel/random/boot_id") {
+        Ok(id) => xxhash_rust::xxh3::xxh3_64(id.trim_ascii()) | 1,
+        Err(_) => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("osmium-memfile-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("mem")
+    }
+
+    const SETTINGS: Settings = Settings {
+        memory_limit: 4 << 20,
+        item_size_max: 1 << 20,
+        use_cas: true,
+    };
+
+    #[test]
+    fn a_new_file_starts_clean_and_is_taken_over_by_the_next_start() {
+        let path = temp("new");
+        let layout = Layout::new(4, 1 << 20);
+        let o = open(&path, &SETTINGS, layout, 1000).unwrap();
+        assert!(o.resume.is_none() && o.note.is_none());
+        Header::of(&o.backing).note_clock(77);
+        Header::of(&o.backing).note_flushes([(5, 1), (6, 2)]);
+        drop(o);
+        let o = open(&path, &SETTINGS, layout, 2000).unwrap();
+        let r = o.resume.expect("resumed");
+        assert_eq!(r.process_started, 1000);
+        assert_eq!(r.clock, 77);
+        assert_eq!(r.flushes, [(5, 1), (6, 2)]);
+        assert!(!r.graceful, "never closed gracefully");
+        Header::of(&o.backing).mark_closed(123);
+        drop(o);
+        let o = open(&path, &SETTINGS, layout, 3000).unwrap();
+        assert!(o.resume.expect("resumed").graceful);
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_file_of_other_settings_or_a_damaged_header_starts_clean_with_a_note() {
+        let path = temp("refused");
+        let layout = Layout::new(4, 1 << 20);
+        drop(open(&path, &SETTINGS, layout, 1000).unwrap());
+        let other = Settings {
+            memory_limit: 8 << 20,
+            ..SETTINGS
+        };
+        let o = open(&path, &other, Layout::new(8, 1 << 20), 1000).unwrap();
+        assert!(o.resume.is_none());
+        assert!(o
+            .note
+            .as_ref()
+            .unwrap()
+            .contains("[maxbytes] [old value: 4194304]"));
+        drop(o);
+        // The file now has the other settings; damage its header.
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_at(&[0xff], 40).unwrap();
+        drop(f);
+        let o = open(&path, &other, Layout::new(8, 1 << 20), 1000).unwrap();
+        assert!(o.resume.is_none());
+        assert!(o.note.as_ref().unwrap().contains("damaged header"));
+        drop(o);
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_at(&(FORMAT + 1).to_le_bytes(), 8).unwrap();
+        drop(f);
+        let o = open(&path, &other, Layout::new(8, 1 << 20), 1000).unwrap();
+        assert!(o.note.as_ref().unwrap().contains("newer osmium"));
+        drop(o);
+        std::fs::write(&path, b"hello").unwrap();
+        let o = open(&path, &other, Layout::new(8, 1 << 20), 1000).unwrap();
+        assert!(o.note.unwrap().contains("not an osmium memory file"));
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_file_in_use_is_refused() {
+        let path = temp("locked");
+        let layout = Layout::new(4, 1 << 20);
+        let first = open(&path, &SETTINGS, layout, 1000).unwrap();
+        let e = open(&path, &SETTINGS, layout, 1000).err().expect("refused");
+        assert!(e.to_string().contains("in use by another process"), "{e}");
+        drop(first);
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+}

@@ -1,0 +1,119 @@
+//! A segment's control block: what the arena knows about one segment of
+//! item memory besides its items.
+//!
+//! The control blocks lie in a table beside item memory, in the same
+//! mapping (see `backing`): with a memory file they are in the file, so
+//! everything a restart needs to read a segment back (its state, queue,
+//! fill mark, sequence number, base time, flush mark, expiry summary) is
+//! kept by the kernel even when the process is killed, without being
+//! written anywhere else. The layout is fixed (`repr(C)`, 64-bit) and its
+//! size is part of the file's format:
+//!
+//! ```text
+//!  byte 0      1      2         3     4          8        16            24      32          36
+//!      +------+------+---------+-----+----------+--------+-------------+-------+-----------+
+//!      |state |queue |immortal | pad | pending  | used   | activations | seq   | base_time |
+//!      +------+------+---------+-----+----------+--------+-------------+-------+-----------+
+//!  36            40            44              56        64..128
+//!      +-------------+-------------+---------------+---------+---------+
+//!      | max_exptime | flush_epoch | flushed_below | retired | (pad)   |
+//!      +-------------+-------------+---------------+---------+---------+
+//!
+//!  kept across a restart: state, queue, immortal, used, activations, seq,
+//!                         base_time, max_exptime, flush_epoch,
+//!                         flushed_below
+//!  this run's only:       pending, retired (cleared when the file is opened)
+//! ```
+//!
+//! Every field is an integer atomic, so any bytes a damaged file holds are
+//! a valid control block; the recovery checks what it reads before it
+//! trusts it (see `recover`).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+pub type SegmentId = u32;
+
+pub const STATE_FREE: u8 = 0;
+pub const STATE_ACTIVE: u8 = 1;
+pub const STATE_SEALED: u8 = 2;
+pub const STATE_CLAIMED: u8 = 3;
+
+/// Bytes of a control block in the table (two cache lines, for the
+/// adjacent-line prefetcher, so that writers appending to neighbouring
+/// segments do not share lines).
+pub const CONTROL_BLOCK_SIZE: usize = 128;
+
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!("the segment control block layout assumes a 64-bit target");
+
+/// A segment's control block (see the module comment).
+#[repr(C, align(128))]
+pub struct Segment {
+    pub state: AtomicU8,
+    /// The queue it was written for (a `Queue` as u8).
+    pub queue: AtomicU8,
+    /// Whether an item written into it never expires (see
+    /// `max_exptime`): 0 or 1.
+    pub immortal: AtomicU8,
+    _pad0: u8,
+    /// Writers that reserved space in it and have not yet published or
+    /// abandoned their item.
+    pub pending: AtomicU32,
+    /// Bytes allocated from the start of the segment: every item header
+    /// below it is written (see `Arena::reserve`).
+    pub used: AtomicUsize,
+    /// Times the segment was activated: 0 for a segment that never held
+    /// items.
+    pub activations: AtomicU64,
+    /// Numbers the segment's activations across the arena (0, 1, ...):
+    /// the high half of the CAS uniques of the items written into it.
+    pub seq: AtomicU64,
+    /// Relative time of activation; item access times are relative to it.
+    pub base_time: AtomicU32,
+    /// The latest expiry (relative time) of any item written into it, and
+    /// (`immortal`) whether any never expires: once that time passes and
+    /// none is immortal, every item in it has expired and the reclaimer
+    /// frees the segment whole, without looking at any other.
+    pub max_exptime: AtomicU32,
+    /// The last flush_all that covered the segment (numbered by the
+    /// store; a segment activated after a flush carries its number too), so
+    /// that a recovery applies a pending flush only where it did not run.
+    pub flush_epoch: AtomicU32,
+    /// Items at offsets below this were invalidated by flush_all.
+    pub flushed_below: AtomicUsize,
+    /// The epoch in which the segment was freed with items in it (0: none
+    /// since it was last written): lock-free readers pinned then may still
+    /// read it, so it is not rewritten (or released) before `epoch::
+    /// wait_past` that epoch.
+    pub retired: AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<Segment>() == CONTROL_BLOCK_SIZE);
+
+impl Segment {
+    /// Whether an item in it may be expired or flushed: some item has an
+    /// expiry, or a flush covered part of it.
+    #[inline]
+    pub fn may_hold_stale(&self) -> bool {
+        self.max_exptime.load(Ordering::Acquire) != 0
+            || self.flushed_below.load(Ordering::Acquire) != 0
+    }
+
+    /// Whether an item written into it never expires.
+    #[inline]
+    pub fn is_immortal(&self) -> bool {
+        self.immortal.load(Ordering::Relaxed) != 0
+    }
+
+    /// Records the expiry of an item written into (or touched in) it.
+    #[inline]
+    pub fn note_expiry(&self, exptime: u32) {
+        if exptime == 0 {
+            if !self.is_immortal() {
+                self.immortal.store(1, Ordering::Relaxed);
+            }
+        } else if self.max_exptime.load(Ordering::Relaxed) < exptime {
+            self.max_exptime.fetch_max(exptime, Ordering::Relaxed);
+        }
+    }
+}
