@@ -17,7 +17,10 @@
 //!   `--sla` finds the highest rate within a latency SLA; also the meta
 //!   protocol, cache-aside, value-size sweeps and several servers placed
 //!   by ketama ([`load`], [`report`], [`ketama`]);
-//! * `ketama`: prints the server libmemcached's ketama puts each key on.
+//! * `ketama`: prints the server libmemcached's ketama puts each key on;
+//! * `restart`: warm restart from a memory file (`-e`), osmium against
+//!   memcached: restart time and items back after a graceful stop and after
+//!   kill -9 ([`restart`]).
 //!
 //! Servers are started and stopped by [`servers`]; keys and values come
 //! from [`keys`]; control connections are [`conn`]. The storage-only
@@ -33,6 +36,7 @@ mod load;
 mod memory;
 mod plot;
 mod report;
+mod restart;
 mod servers;
 
 use std::path::PathBuf;
@@ -70,6 +74,39 @@ enum Cmd {
     /// Prints which of --targets each key goes to under libmemcached's
     /// ketama (`KEY HOST:PORT` per line).
     Ketama(KetamaArgs),
+    /// Warm restart from a memory file (-e): restart time and items back
+    /// after a graceful stop (SIGUSR1) and after kill -9.
+    Restart(RestartArgs),
+}
+
+#[derive(Args)]
+struct RestartArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Items to load.
+    #[arg(long, default_value_t = 1_000_000)]
+    items: u64,
+    /// Fraction of the items whose value is log-uniform 1 KiB–64 KiB (the
+    /// others: log-uniform 16 B–4 KiB).
+    #[arg(long, default_value_t = 0.01)]
+    large_fraction: f64,
+    /// Seed of the value sizes and bytes (the same items for every server).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Memory limit of each server, MB (`-m`) [default: 2048, or more when
+    /// the items need it].
+    #[arg(short = 'm', long)]
+    memory: Option<u64>,
+    /// Directory of the memory files (`-e DIR/<server>-<pid>.mem`); memcached
+    /// wants tmpfs.
+    #[arg(long, default_value = "/dev/shm")]
+    dir: PathBuf,
+    /// Rounds (each: every server in --servers order, one at a time).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Loader and sweep connections.
+    #[arg(long, default_value_t = 4)]
+    conns: usize,
 }
 
 #[derive(Args)]
@@ -286,6 +323,11 @@ struct Common {
     /// osmium,osmium-b`: two builds compared in one alternated run).
     #[arg(long, value_name = "PATH")]
     osmium_b: Option<PathBuf>,
+    /// More arguments for the `osmium-b` server, split at spaces (e.g.
+    /// `--osmium-b-args "-e /dev/shm/b.mem"` with `--osmium-b` the same
+    /// binary: one build with and without a memory file).
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    osmium_b_args: Option<String>,
     /// The memcached binary [default: the repository's
     /// .oracle/memcached-1.6.45/memcached if built, else /usr/bin/memcached].
     #[arg(long, value_name = "PATH")]
@@ -463,6 +505,13 @@ pub fn mib(bytes: u64) -> f64 {
 fn binaries(c: &Common) -> Result<Binaries, String> {
     let mut bins = Binaries::resolve(c.osmium.clone(), c.memcached.clone());
     bins.osmium_b = c.osmium_b.clone();
+    bins.osmium_b_args = c
+        .osmium_b_args
+        .as_deref()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(String::from)
+        .collect();
     for kind in kinds(c) {
         bins.check(kind)?;
         eprintln!("{kind}: {}", bins.path(kind).display());
@@ -514,6 +563,24 @@ fn run(cli: Cli) -> Result<bool, String> {
     servers::install_signal_handler()?;
     match cli.command {
         Cmd::Floor(_) | Cmd::Ketama(_) => unreachable!("handled above"),
+        Cmd::Restart(a) => {
+            let bins = binaries(&a.common)?;
+            restart::run(
+                &bins,
+                &restart::RestartOpts {
+                    items: a.items,
+                    large_fraction: a.large_fraction,
+                    seed: a.seed,
+                    memory_mb: a.memory,
+                    threads: a.common.threads,
+                    rounds: a.rounds.max(1),
+                    dir: a.dir,
+                    conns: a.conns.max(1),
+                    servers: cache_kinds(&a.common)?,
+                    json: a.common.json,
+                },
+            )
+        }
         Cmd::Load(a) => {
             let w = load::Workload {
                 conns: a.conns.max(1),

@@ -15,6 +15,21 @@ use std::time::{Duration, Instant};
 /// stderr log; the signal handler kills whatever is left here.
 static CHILDREN: Mutex<Vec<(Child, PathBuf)>> = Mutex::new(Vec::new());
 
+/// Files the signal handler removes too (`restart`'s memory files).
+static TEMP_FILES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Has the signal handler remove `path` if a signal stops the run.
+pub fn remove_on_signal(path: &Path) {
+    let mut files = TEMP_FILES.lock().unwrap_or_else(|e| e.into_inner());
+    files.push(path.to_path_buf());
+}
+
+/// Undoes [`remove_on_signal`] (the caller has removed `path` itself).
+pub fn forget_on_signal(path: &Path) {
+    let mut files = TEMP_FILES.lock().unwrap_or_else(|e| e.into_inner());
+    files.retain(|f| f != path);
+}
+
 /// Which server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
@@ -67,6 +82,9 @@ pub struct Binaries {
     pub osmium: PathBuf,
     /// `--osmium-b`, for the `osmium-b` kind.
     pub osmium_b: Option<PathBuf>,
+    /// `--osmium-b-args`: more arguments for the `osmium-b` server (e.g.
+    /// `-e FILE`, to compare one build with and without a memory file).
+    pub osmium_b_args: Vec<String>,
     pub memcached: PathBuf,
     /// This executable (its `floor` subcommand).
     pub floor: PathBuf,
@@ -100,6 +118,7 @@ impl Binaries {
         Binaries {
             osmium,
             osmium_b: None,
+            osmium_b_args: Vec::new(),
             memcached,
             floor,
         }
@@ -154,6 +173,9 @@ pub fn install_signal_handler() -> Result<(), String> {
                 }
                 let n = children.len();
                 children.clear();
+                for f in TEMP_FILES.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                    let _ = std::fs::remove_file(f);
+                }
                 eprintln!("osmium-bench: signal {sig}, stopped {n} server(s)");
                 std::process::exit(128 + sig);
             }
@@ -278,10 +300,14 @@ impl Server {
     ) -> Result<Server, String> {
         bins.check(kind)?;
         let path = bins.path(kind);
+        let mut args = extra.to_vec();
+        if kind == Kind::OsmiumB {
+            args.extend(bins.osmium_b_args.iter().cloned());
+        }
         let mut last_err = String::new();
         for _attempt in 0..3 {
             let port = free_port()?;
-            match Server::try_start(path, kind, port, memory_mb, threads, extra, cpu) {
+            match Server::try_start(path, kind, port, memory_mb, threads, &args, cpu) {
                 Ok(s) => return Ok(s),
                 Err(e) => last_err = e,
             }
@@ -289,7 +315,21 @@ impl Server {
         Err(last_err)
     }
 
-    fn try_start(
+    /// [`Server::start_with`] without the wait: returns as soon as the
+    /// process is spawned (`restart` times the start itself).
+    pub fn spawn(
+        bins: &Binaries,
+        kind: Kind,
+        memory_mb: u64,
+        threads: u32,
+        extra: &[String],
+    ) -> Result<Server, String> {
+        bins.check(kind)?;
+        let port = free_port()?;
+        Server::spawn_at(bins.path(kind), kind, port, memory_mb, threads, extra, None)
+    }
+
+    fn spawn_at(
         path: &Path,
         kind: Kind,
         port: u16,
@@ -345,12 +385,24 @@ impl Server {
             .unwrap_or_else(|e| e.into_inner())
             .push((child, log.clone()));
         // From here on the guard owns the process.
-        let server = Server {
+        Ok(Server {
             kind,
             pid,
             port,
             log,
-        };
+        })
+    }
+
+    fn try_start(
+        path: &Path,
+        kind: Kind,
+        port: u16,
+        memory_mb: u64,
+        threads: u32,
+        extra: &[String],
+        cpu: Option<usize>,
+    ) -> Result<Server, String> {
+        let server = Server::spawn_at(path, kind, port, memory_mb, threads, extra, cpu)?;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             if let Some(status) = server.exited() {
@@ -379,13 +431,58 @@ impl Server {
     }
 
     /// The exit status if the process has exited.
-    fn exited(&self) -> Option<String> {
+    pub fn exited(&self) -> Option<String> {
         let mut children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
         let (child, _) = children.iter_mut().find(|(c, _)| c.id() == self.pid)?;
         match child.try_wait() {
             Ok(Some(status)) => Some(status.to_string()),
             _ => None,
         }
+    }
+
+    /// Sends signal `sig` (e.g. SIGUSR1, SIGKILL) unless the process has
+    /// exited (and been reaped) already, so a reused PID is never hit.
+    pub fn signal(&self, sig: i32) -> Result<(), String> {
+        let mut children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((child, _)) = children.iter_mut().find(|(c, _)| c.id() == self.pid) else {
+            return Err(format!("{} (pid {}) is not running", self.kind, self.pid));
+        };
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("{} (pid {}) exited: {status}", self.kind, self.pid));
+        }
+        // SAFETY: plain system call; the child is not reaped (checked above,
+        // under the lock every reaper takes), so the PID is still its own.
+        if unsafe { libc::kill(self.pid as libc::pid_t, sig) } != 0 {
+            return Err(format!(
+                "signal {sig} to {} (pid {}): {}",
+                self.kind,
+                self.pid,
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for the process to exit; its exit status.
+    pub fn wait_exit(&self, timeout: Duration) -> Result<String, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exited() {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{} (pid {}) did not exit within {timeout:?}",
+                    self.kind, self.pid
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// What the server has written on stderr so far (its log file).
+    pub fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Fails if the server has died (e.g. crashed under load).

@@ -293,6 +293,27 @@ unsafe fn entry_at(p: *const Bucket, slot: usize) -> u64 {
     }
 }
 
+/// The key a probe compares tag matches with: a key in hand, or the key of
+/// an item, read only when a tag matches (a recovery linking items it has
+/// not read yet: see `Table::find_item`).
+trait KeySource<'k>: Copy {
+    fn key(self) -> &'k [u8];
+}
+
+impl<'k> KeySource<'k> for &'k [u8] {
+    #[inline(always)]
+    fn key(self) -> &'k [u8] {
+        self
+    }
+}
+
+impl KeySource<'static> for ItemPtr {
+    #[inline(always)]
+    fn key(self) -> &'static [u8] {
+        ItemPtr::key(self)
+    }
+}
+
 /// A lookup in the `n` buckets at `buckets`: shared by `Table::find` (the
 /// caller holds the shard lock) and `Table::find_unlocked` (it does not,
 /// and validates the result afterwards). Buckets are read a word at a time
@@ -305,12 +326,12 @@ unsafe fn entry_at(p: *const Bucket, slot: usize) -> u64 {
 /// # Safety
 /// `buckets` points at `n ≥ 1` buckets of a live mapping.
 #[inline(always)]
-unsafe fn probe_buckets<const SETTLE: bool>(
+unsafe fn probe_buckets<'k, const SETTLE: bool>(
     buckets: *const Bucket,
     n: usize,
     codec: AddrCodec,
     arena: &Arena,
-    key: &[u8],
+    key: impl KeySource<'k>,
     hash: u64,
 ) -> Option<Found> {
     let home = home_of(hash, n);
@@ -342,7 +363,7 @@ unsafe fn probe_buckets<const SETTLE: bool>(
             }
             let item = arena.item(loc.seg, loc.offset);
             let meta = item.meta();
-            if item.key_is(&meta, key) {
+            if item.key_is(&meta, key.key()) {
                 return Some(Found {
                     bucket: b,
                     slot,
@@ -557,6 +578,15 @@ impl Table {
         unsafe { probe_buckets::<true>(p, n, self.codec, arena, key, hash) }
     }
 
+    /// Finds the entry of the key of item `it` (whose hash is `hash`),
+    /// reading the item's key only if a tag matches.
+    pub fn find_item(&self, arena: &Arena, it: ItemPtr, hash: u64) -> Option<Found> {
+        let n = self.buckets.len();
+        let p = self.buckets.ptr.load(Ordering::Relaxed);
+        // SAFETY: the array holds n buckets, and the caller's lock keeps it.
+        unsafe { probe_buckets::<true>(p, n, self.codec, arena, it, hash) }
+    }
+
     /// The bucket array (length, pointer) and codec of the table at
     /// `table`, read without its lock: the length before the pointer (a
     /// writer publishes them the other way round, see `BucketArray`), so
@@ -757,10 +787,25 @@ impl Table {
         }
     }
 
+    /// Makes room for `entries` entries in all, so that inserting them
+    /// rehashes nothing more: the table is sized for a load of about 80 %
+    /// (a warm restart, which knows how many keys each shard will hold,
+    /// sizes each table once instead of growing it step by step).
+    pub fn reserve(&mut self, arena: &Arena, entries: usize) {
+        let size = (entries * 10).div_ceil(BUCKET_SLOTS * 8);
+        if size > self.buckets.len() {
+            self.grow_to(arena, size);
+        }
+    }
+
     /// Rehashes into a table a quarter larger.
     fn grow(&mut self, arena: &Arena) {
         let n = self.buckets.len();
-        let size = n + (n / 4).max(1);
+        self.grow_to(arena, n + (n / 4).max(1));
+    }
+
+    /// Rehashes into a table of `size` buckets.
+    fn grow_to(&mut self, arena: &Arena, size: usize) {
         let next = map_buckets(size);
         {
             // SAFETY: a fresh mapping of `size` zeroed buckets, not yet
