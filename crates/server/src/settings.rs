@@ -13,6 +13,8 @@ pub const VERSION: &str = "1.6.45";
     name = "osmium",
     disable_help_flag = true,
     disable_version_flag = true,
+    // As memcached (getopt): an option given twice takes its last value.
+    args_override_self = true,
     about = "osmium: a memcached-compatible cache server"
 )]
 pub struct Cli {
@@ -652,6 +654,28 @@ mod tests {
         assert_eq!(s.listen[0].port, 7000);
         assert_eq!(s.listen[1].port, 6000);
         assert!(run(&["-o", "slab_chunk_max=64"]).unwrap().warnings.len() == 1);
+    }
+
+    #[test]
+    fn an_option_given_twice_takes_its_last_value_and_lists_add_up() {
+        let s = run(&[
+            "-t",
+            "4",
+            "-m",
+            "10",
+            "-t",
+            "2",
+            "-o",
+            "idle_timeout=5",
+            "-o",
+            "no_lru_crawler",
+        ])
+        .unwrap();
+        assert_eq!((s.threads, s.memory_limit), (2, 10 << 20));
+        assert_eq!(s.idle_timeout, 5);
+        assert!(!s.lru_crawler);
+        let s = run(&["-l", "127.0.0.1", "-l", "127.0.0.2"]).unwrap();
+        assert_eq!(s.listen.len(), 2);
     }
 
     #[test]
