@@ -64,6 +64,7 @@ pub fn run(settings: Settings, auth: AuthConfig) -> io::Result<StopRequest> {
             None => BackingKind::Anonymous,
         },
         recovery_threads: settings.threads,
+        flash: settings.flash.clone(),
     })?;
     report_restart(&restart, settings.memory_file.as_deref());
     let store = Arc::new(store);

@@ -5,6 +5,7 @@
 //! refused with a clear message rather than silently ignored.
 
 use clap::{ArgAction, Parser};
+use osmium_store::{FlashConfig, FlashPath};
 
 pub const VERSION: &str = "1.6.45";
 
@@ -167,6 +168,8 @@ pub struct Settings {
     /// `-e`: item memory in this file, which outlives the process (a warm
     /// restart takes its cache over).
     pub memory_file: Option<String>,
+    /// The flash tier (`-o ext_path=...` and the other `ext_*` options).
+    pub flash: Option<FlashConfig>,
     pub flush_enabled: bool,
     pub shutdown_enabled: bool,
     pub max_connections: usize,
@@ -265,20 +268,6 @@ const IGNORED_EXTENDED: &[&str] = &[
     "no_drop_privileges",
     "resp_obj_mem_limit",
     "meta_response_old",
-    "ext_path",
-    "ext_page_size",
-    "ext_wbuf_size",
-    "ext_threads",
-    "ext_io_depth",
-    "ext_item_size",
-    "ext_item_age",
-    "ext_low_ttl",
-    "ext_drop_unread",
-    "ext_recache_rate",
-    "ext_compact_under",
-    "ext_drop_under",
-    "ext_max_frag",
-    "ext_max_sleep",
     "ssl_chain_cert",
     "ssl_key",
     "ssl_keyformat",
@@ -292,6 +281,74 @@ const IGNORED_EXTENDED: &[&str] = &[
     "proxy_config",
     "proxy_startfile",
 ];
+
+/// One of memcached's extstore options (`-o ext_*`), with its messages.
+/// Honoured: ext_path (several), ext_page_size and ext_wbuf_size (MB),
+/// ext_item_size, ext_recache_rate (0: nothing read from flash comes back
+/// into RAM), ext_compact_under (free pages kept), ext_drop_unread. Accepted
+/// without effect (osmium's tier has no such knob: README): ext_threads,
+/// ext_io_depth, ext_item_age, ext_low_ttl, ext_drop_under, ext_max_frag,
+/// ext_max_sleep.
+fn extstore_option(f: &mut FlashConfig, name: &str, value: Option<&str>) -> Result<(), String> {
+    let number = |v: Option<&str>| -> Result<u64, String> {
+        let v = v.ok_or_else(|| format!("Missing {name} argument"))?;
+        v.parse()
+            .map_err(|_| format!("could not parse argument to {name}"))
+    };
+    match name {
+        "ext_path" => {
+            let usage = "must supply size to ext_path, ie: ext_path=/f/e:64m (m|g|t|p supported)";
+            let v = value.ok_or("failed to parse ext_path argument")?;
+            let mut parts = v.split(':');
+            let path = parts.next().filter(|p| !p.is_empty()).ok_or(usage)?;
+            let size = parts.next().filter(|s| s.len() >= 2).ok_or(usage)?;
+            let (digits, unit) = size.split_at(size.len() - 1);
+            let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
+                "m" => 1 << 20,
+                "g" => 1 << 30,
+                "t" => 1 << 40,
+                "p" => 1 << 50,
+                _ => return Err(usage.into()),
+            };
+            let n: u64 = digits.parse().map_err(|_| usage.to_string())?;
+            if let Some(bucket) = parts.next() {
+                if ![
+                    "compact",
+                    "lowttl",
+                    "chunked",
+                    "default",
+                    "coldcompact",
+                    "old",
+                ]
+                .contains(&bucket)
+                {
+                    return Err(format!("Unknown extstore bucket: {bucket}"));
+                }
+            }
+            f.paths.push(FlashPath {
+                path: path.into(),
+                size: n * multiplier,
+            });
+        }
+        "ext_page_size" => f.page_size = number(value)? as usize * (1 << 20),
+        "ext_wbuf_size" => f.wbuf_size = number(value)? as usize * (1 << 20),
+        "ext_item_size" => f.item_size_min = number(value)? as usize,
+        "ext_recache_rate" => f.recache = number(value)? > 0,
+        "ext_compact_under" => f.free_pages_min = number(value)? as usize,
+        "ext_drop_unread" => f.drop_unread = true,
+        "ext_threads" | "ext_io_depth" | "ext_item_age" | "ext_low_ttl" | "ext_drop_under"
+        | "ext_max_sleep" => {
+            number(value)?;
+        }
+        "ext_max_frag" => {
+            value
+                .and_then(|v| v.parse::<f64>().ok())
+                .ok_or_else(|| format!("could not parse argument to {name}"))?;
+        }
+        n => return Err(format!("Illegal suboption \"{n}\"")),
+    }
+    Ok(())
+}
 
 pub fn help_text() -> String {
     use clap::CommandFactory;
@@ -440,6 +497,7 @@ where
     let mut lru_crawler = true;
     let mut thread_affinity = None;
     let mut read_buf_mem_limit = 0usize;
+    let mut flash = FlashConfig::default();
     for opt in cli.extended.iter().flat_map(|o| o.split(',')) {
         let opt = opt.trim();
         if opt.is_empty() {
@@ -472,12 +530,14 @@ where
             "lru_crawler" => lru_crawler = true,
             "maxconns_fast" => maxconns_fast = true,
             "no_maxconns_fast" => maxconns_fast = false,
+            n if n.starts_with("ext_") => extstore_option(&mut flash, n, value)?,
             n if IGNORED_EXTENDED.contains(&n) => {
                 warnings.push(format!("-o {n}: accepted but has no effect in osmium"))
             }
             n => return Err(format!("Illegal suboption \"{n}\"")),
         }
     }
+    let flash = (!flash.paths.is_empty()).then_some(flash);
     if cli.growth_factor.is_some() || cli.slab_min_size.is_some() {
         warnings.push("-f/-n: osmium has no slab classes; slab sizing flags have no effect".into());
     }
@@ -500,6 +560,7 @@ where
         item_size_max,
         evictions: !cli.disable_evictions,
         memory_file: cli.memory_file.clone(),
+        flash,
         use_cas: !cli.disable_cas,
         flush_enabled: !cli.disable_flush_all,
         shutdown_enabled: cli.enable_shutdown,

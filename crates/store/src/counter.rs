@@ -37,6 +37,7 @@ impl Store {
     ) -> CounterResult {
         let hash = hash_key(key);
         self.flush_due(self.clock.now());
+        self.promote(key, hash);
         let mut forced = None;
         loop {
             let (value, width, old_loc, spec, in_place, lane) = {

@@ -73,9 +73,12 @@ impl Store {
                     } else {
                         let freq = it.freq();
                         if freq == 0 || !self.keep(&mut table, hash, &found, queue, now) {
-                            let c = &mut table.counters;
-                            c.evictions += 1;
-                            c.evicted_unfetched += u64::from(!fetched);
+                            // To flash if there is a tier, else evicted.
+                            if !self.demote(hash, &found) {
+                                let c = &mut table.counters;
+                                c.evictions += 1;
+                                c.evicted_unfetched += u64::from(!fetched);
+                            }
                             self.unlink(&mut table, &found);
                             if queue == Queue::Small {
                                 self.ghost.insert(hash);

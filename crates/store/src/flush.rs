@@ -26,6 +26,9 @@ impl Store {
                     .is_ok()
             {
                 self.arena.flush(epoch.load(Ordering::Acquire));
+                if let Some(flash) = &self.flash {
+                    flash.flush_all();
+                }
             }
         }
     }
@@ -64,6 +67,9 @@ impl Store {
             (oldest_live, oldest_live + 1)
         } else {
             self.arena.flush(self.next_flush_epoch());
+            if let Some(flash) = &self.flash {
+                flash.flush_all();
+            }
             (0, if oldest_live == now { now + 1 } else { 0 })
         };
         let flushes =

@@ -13,6 +13,9 @@
 //!   cache over (`recover` rebuilds the index from its segments);
 //! * [`index`]: the sharded hash index from key to `(SegmentId, offset)`;
 //! * [`item`]: the item record layout (5-byte header);
+//! * [`flash`]: the flash tier (`-o ext_path`): items the evictor would
+//!   drop, on flash, found through an index of ~12 bytes per item (`tier`
+//!   is the store's side of it);
 //! * [`ghost`]: keys recently evicted from small;
 //! * [`clock`]: memcached's relative clock and exptime rules;
 //! * [`epoch`]: grace periods that let GETs read without locks.
@@ -51,6 +54,7 @@ pub mod arena;
 pub mod backing;
 pub mod clock;
 pub mod epoch;
+pub mod flash;
 pub mod ghost;
 pub mod index;
 pub mod item;
@@ -67,11 +71,13 @@ mod remove;
 mod shard;
 mod stats;
 mod store;
+mod tier;
 mod types;
 mod write;
 
 pub use backing::BackingKind;
 pub use dump::{DumpCursor, DumpEntry};
+pub use flash::{FlashConfig, FlashPath};
 pub use item::{ItemView, HEADER_SIZE};
 pub use recover::{Recovered, Restart};
 pub use store::Store;

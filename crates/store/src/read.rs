@@ -25,6 +25,7 @@ impl Store {
         let now = self.clock.now();
         self.flush_due(now);
         if let Some(exptime) = touch {
+            self.promote(key, hash);
             return self.touched(self.copy_head, key, hash, exptime, true, |v, _| f(v));
         }
         self.lookup(key, hash, now, f)
@@ -112,7 +113,8 @@ impl Store {
         if let Some(pin) = epoch::pin() {
             if let Some(found) = shard.find_optimistic(&self.arena, key, hash) {
                 let Some(found) = found else {
-                    return Lookup::Miss;
+                    drop(pin);
+                    return self.read_flash(key, hash, now, f);
                 };
                 return match self.serve(&found, now, true, f) {
                     Ok(r) => Lookup::Hit(r),
@@ -127,7 +129,8 @@ impl Store {
         }
         let table = shard.read();
         let Some(found) = table.find(&self.arena, key, hash) else {
-            return Lookup::Miss;
+            drop(table);
+            return self.read_flash(key, hash, now, f);
         };
         match self.serve(&found, now, false, f) {
             Ok(r) => Lookup::Hit(r),
@@ -252,6 +255,9 @@ impl Store {
         let now = self.clock.now();
         self.flush_due(now);
         let mut f = Some(f);
+        if fetch.new_exptime.is_some() || fetch.create.is_some() {
+            self.promote(key, hash);
+        }
         let missed = if let Some(exptime) = fetch.new_exptime {
             let lane = self.arena.head(head, Queue::Main);
             let r = self.touched(lane, key, hash, exptime, bump, |v, c| {
@@ -285,7 +291,18 @@ impl Store {
                 (None, None) => None,
             };
             match found {
-                None => Lookup::Miss,
+                None => {
+                    drop(table);
+                    drop(pin);
+                    match self.read_flash(key, hash, now, |v| {
+                        (f.take().expect("called once"))(v, false)
+                    }) {
+                        Lookup::Hit(r) => return Lookup::Hit(r),
+                        Lookup::Miss => Lookup::Miss,
+                        Lookup::Expired => Lookup::Expired,
+                        Lookup::Flushed => Lookup::Flushed,
+                    }
+                }
                 Some(found) => match self.check_exptime(found.meta.exptime, found.loc, now) {
                     Lookup::Hit(()) => {
                         let mut view = self.view_with(found.loc, found.item, found.meta);

@@ -11,6 +11,7 @@ impl Store {
     pub fn delete(&self, key: &[u8]) -> bool {
         let hash = hash_key(key);
         self.flush_due(self.clock.now());
+        self.promote(key, hash);
         let mut table = self.shard(hash).write();
         match self.find_live(&mut table, key, hash) {
             Some(f) => {
@@ -28,6 +29,7 @@ impl Store {
     pub fn remove(&self, head: usize, key: &[u8], d: &Removal) -> RemoveResult {
         let hash = hash_key(key);
         self.flush_due(self.clock.now());
+        self.promote(key, hash);
         let mut forced = None;
         loop {
             let mut table = self.shard(hash).write();

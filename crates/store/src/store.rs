@@ -43,6 +43,8 @@ pub struct Store {
     /// log2(segment size / item alignment): the bits of a location CAS
     /// below the segment sequence.
     pub(crate) cas_offset_bits: u32,
+    /// The flash tier (`-o ext_path`).
+    pub(crate) flash: Option<std::sync::Arc<crate::flash::Flash>>,
 }
 
 impl Store {
@@ -100,7 +102,12 @@ impl Store {
             item::ALIGN.trailing_zeros(),
         );
         let threads = cfg.recovery_threads.max(1);
+        let flash = match &cfg.flash {
+            Some(f) => Some(crate::flash::Flash::open(f.clone())?),
+            None => None,
+        };
         let store = Store {
+            flash,
             head_counters: (0..heads).map(|_| HeadCounters::default()).collect(),
             copy_head: arena.copy_head(),
             ghost: Ghost::new(cfg.memory_limit / 96),
@@ -126,6 +133,11 @@ impl Store {
         Ok((store, restart))
     }
 
+    /// The flash tier, if there is one.
+    pub fn flash(&self) -> Option<&crate::flash::Flash> {
+        self.flash.as_deref()
+    }
+
     /// The memory file's header, with `-e`.
     pub(crate) fn memfile_header(&self) -> Option<&memfile::Header> {
         let backing = self.arena.backing();
@@ -146,6 +158,9 @@ impl Store {
     /// takes the cache over even after the system restarted. The caller has
     /// stopped every thread that writes.
     pub fn close(&self) -> io::Result<()> {
+        if let Some(flash) = &self.flash {
+            flash.shutdown();
+        }
         let Some(h) = self.memfile_header() else {
             return Ok(());
         };
@@ -456,6 +471,10 @@ impl Store {
             offset: slot.offset,
         };
         slot.ptr.commit();
+        if old.is_none() {
+            // The key's item is in RAM now: none on flash.
+            self.forget_flash(hash);
+        }
         match old {
             Some(f) => {
                 table.replace(f, hash, loc);

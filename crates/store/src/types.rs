@@ -23,6 +23,8 @@ pub struct StoreConfig {
     pub backing: BackingKind,
     /// Threads that rebuild the index when a memory file is taken over.
     pub recovery_threads: usize,
+    /// The flash tier, if any (`-o ext_path`).
+    pub flash: Option<crate::flash::FlashConfig>,
 }
 
 impl Default for StoreConfig {
@@ -35,6 +37,7 @@ impl Default for StoreConfig {
             write_heads: 4,
             backing: BackingKind::default(),
             recovery_threads: 4,
+            flash: None,
         }
     }
 }

@@ -49,6 +49,16 @@ impl Store {
     /// As [`Store::store`], also returning the stored value's length (the
     /// new size after an append).
     pub fn store_sized(&self, head: usize, w: &Write<'_>) -> (StoreStatus, u64, usize) {
+        if w.mode != StoreMode::Set && self.flash.is_some() {
+            // add, replace, cas, append, prepend see a key on flash.
+            self.promote(w.key, hash_key(w.key));
+        }
+        self.store_unpromoted(head, w)
+    }
+
+    /// `store_sized` of a key not on flash (or whose flash copy does not
+    /// matter: a SET replaces it).
+    pub(crate) fn store_unpromoted(&self, head: usize, w: &Write<'_>) -> (StoreStatus, u64, usize) {
         let Write {
             mode,
             key,
@@ -74,7 +84,7 @@ impl Store {
                         create_exptime: None,
                         ..*w
                     };
-                    return self.store_sized(head, &add);
+                    return self.store_unpromoted(head, &add);
                 }
             }
             return (r.0, r.1, if r.2 == usize::MAX { 0 } else { r.2 });

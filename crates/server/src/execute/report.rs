@@ -177,6 +177,9 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "evicted_active", 0);
     stat(out, "evictions", e.evictions);
     stat(out, "reclaimed", e.reclaimed);
+    if let Some(f) = sh.store.flash() {
+        flash_stats(f, out);
+    }
     for name in [
         "crawler_reclaimed",
         "crawler_items_checked",
@@ -189,6 +192,79 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     ] {
         stat(out, name, 0);
     }
+}
+
+/// The flash tier's figures, under memcached's `extstore_*` names where
+/// the meaning is the same, and osmium's own after them.
+fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let st = &f.stats;
+    let (pages, free, used) = f.pages();
+    let written = st.bytes_written.load(Relaxed);
+    let stored = st.bytes_stored.load(Relaxed);
+    stat(
+        out,
+        "get_extstore",
+        st.get_hits.load(Relaxed) + st.get_misses.load(Relaxed),
+    );
+    stat(out, "recache_from_extstore", st.recaches.load(Relaxed));
+    stat(out, "miss_from_extstore", st.get_misses.load(Relaxed));
+    stat(out, "badcrc_from_extstore", st.badcrc.load(Relaxed));
+    stat(out, "extstore_compact_lost", st.compact_lost.load(Relaxed));
+    stat(
+        out,
+        "extstore_compact_rescues",
+        st.compact_rescues.load(Relaxed),
+    );
+    stat(
+        out,
+        "extstore_page_reclaims",
+        st.page_reclaims.load(Relaxed),
+    );
+    stat(out, "extstore_pages_free", free);
+    stat(out, "extstore_pages_used", used);
+    stat(
+        out,
+        "extstore_objects_evicted",
+        st.objects_evicted.load(Relaxed),
+    );
+    stat(out, "extstore_objects_read", st.objects_read.load(Relaxed));
+    stat(
+        out,
+        "extstore_objects_written",
+        st.objects_written.load(Relaxed),
+    );
+    stat(out, "extstore_objects_used", f.index.len());
+    stat(
+        out,
+        "extstore_bytes_evicted",
+        st.bytes_evicted.load(Relaxed),
+    );
+    stat(out, "extstore_bytes_written", written);
+    stat(out, "extstore_bytes_read", st.bytes_read.load(Relaxed));
+    stat(out, "extstore_limit_maxbytes", pages * f.config().page_size);
+    // osmium's own: RAM the tier's index takes, bytes given to the tier,
+    // flash bytes written per byte given, waits for the disk, errors.
+    stat(out, "extstore_index_bytes", f.index.memory());
+    stat(out, "extstore_bytes_stored", stored);
+    let amplification = if stored == 0 {
+        0.0
+    } else {
+        written as f64 / stored as f64
+    };
+    stat(
+        out,
+        "extstore_write_amplification",
+        format!("{amplification:.2}"),
+    );
+    stat(out, "extstore_write_waits", st.write_waits.load(Relaxed));
+    stat(out, "extstore_io_errors", st.io_errors.load(Relaxed));
+    stat(out, "extstore_failed", u8::from(!f.is_on()));
+    stat(
+        out,
+        "extstore_direct_io",
+        if f.direct_io() { "yes" } else { "no" },
+    );
 }
 
 /// `stats settings`, in memcached's order.
@@ -292,6 +368,13 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
         s.memory_file.as_deref().unwrap_or("(null)"),
     );
     stat(out, "client_flags_size", 4);
+    if let Some(f) = &s.flash {
+        stat(out, "ext_item_size", f.item_size_min);
+        stat(out, "ext_recache_rate", u32::from(f.recache));
+        stat(out, "ext_wbuf_size", f.wbuf_size / (1 << 20));
+        stat(out, "ext_compact_under", f.free_pages_min);
+        stat(out, "ext_drop_unread", yn(f.drop_unread));
+    }
 }
 
 /// `stats items`: osmium has one item class; reported as class 1 when

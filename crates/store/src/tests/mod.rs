@@ -5,6 +5,7 @@ mod concurrency;
 mod counter;
 mod dump;
 mod evict;
+mod flash;
 mod flush;
 mod kept_pins;
 mod read;

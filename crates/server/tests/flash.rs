@@ -1,0 +1,264 @@
+//! The flash tier (`-o ext_path=FILE:SIZE`) over real sockets: items far
+//! beyond `-m` come back byte for byte in every protocol, other commands
+//! see keys on flash, `flush_all` reaches flash, the `extstore_*` stats,
+//! and bad `ext_path` options stop the server at start with memcached's
+//! messages.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+mod common;
+use common::{start_on_free_port, wait_exit};
+
+const OSMIUM: &str = env!("CARGO_BIN_EXE_osmium");
+
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let d =
+            std::env::temp_dir().join(format!("osmium-flash-test-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(dir: &Dir, extra: &[&str]) -> Server {
+        let ext = format!(
+            "ext_path={}:64m,ext_page_size=4,ext_wbuf_size=1",
+            dir.0.join("flash").display()
+        );
+        let (child, port) = start_on_free_port(|port| {
+            Command::new(OSMIUM)
+                .args([
+                    "-p",
+                    &port.to_string(),
+                    "-U",
+                    "0",
+                    "-l",
+                    "127.0.0.1",
+                    "-m",
+                    "4",
+                    "-t",
+                    "2",
+                ])
+                .args(["-o", &ext])
+                .args(extra)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start osmium")
+        });
+        Server { child, port }
+    }
+
+    fn connect(&self) -> Client {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Client {
+            r: BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Client {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+impl Client {
+    fn send(&mut self, bytes: &[u8]) {
+        self.w.write_all(bytes).unwrap();
+    }
+
+    fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.r.read_line(&mut l).unwrap();
+        l
+    }
+
+    fn set(&mut self, key: &str, flags: u32, v: &[u8]) {
+        let mut req = format!("set {key} {flags} 0 {}\r\n", v.len()).into_bytes();
+        req.extend_from_slice(v);
+        req.extend_from_slice(b"\r\n");
+        self.send(&req);
+        assert_eq!(self.line(), "STORED\r\n", "{key}");
+    }
+
+    /// A text get of `keys`: key -> (flags, value).
+    fn get(&mut self, keys: &[String]) -> Vec<(String, u32, Vec<u8>)> {
+        self.send(format!("get {}\r\n", keys.join(" ")).as_bytes());
+        let mut out = Vec::new();
+        loop {
+            let l = self.line();
+            if l == "END\r\n" {
+                return out;
+            }
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f[0], "VALUE", "{l:?}");
+            let len: usize = f[3].parse().unwrap();
+            let mut v = vec![0; len + 2];
+            self.r.read_exact(&mut v).unwrap();
+            v.truncate(len);
+            out.push((f[1].to_string(), f[2].parse().unwrap(), v));
+        }
+    }
+
+    fn stat(&mut self, name: &str) -> u64 {
+        self.send(b"stats\r\n");
+        let mut found = None;
+        loop {
+            let l = self.line();
+            if l == "END\r\n" {
+                return found.unwrap_or_else(|| panic!("no stat {name}"));
+            }
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.get(1) == Some(&name) {
+                found = f[2].parse().ok();
+            }
+        }
+    }
+}
+
+fn value(i: usize) -> Vec<u8> {
+    let len = 200 + (i * 131) % 3000;
+    (0..len).map(|j| (i * 7 + j) as u8).collect()
+}
+
+#[test]
+fn items_far_beyond_ram_come_back_from_flash_in_every_protocol() {
+    let dir = Dir::new("protocols");
+    let srv = Server::start(&dir, &[]);
+    let mut c = srv.connect();
+    let n = 8_000; // about 13 MB of values into 4 MB of RAM
+    for i in 0..n {
+        c.set(&format!("key{i}"), i as u32, &value(i));
+    }
+    assert!(c.stat("extstore_objects_used") > 1000);
+    assert_eq!(c.stat("evictions"), 0);
+    // Text multi-gets mixing RAM and flash hits, in order.
+    for batch in (0..n).collect::<Vec<_>>().chunks(37) {
+        let keys: Vec<String> = batch.iter().map(|i| format!("key{i}")).collect();
+        let got = c.get(&keys);
+        assert_eq!(got.len(), keys.len());
+        for ((k, flags, v), i) in got.into_iter().zip(batch) {
+            assert_eq!((k, flags, v), (format!("key{i}"), *i as u32, value(*i)));
+        }
+    }
+    assert!(c.stat("get_extstore") > 0);
+    // Meta get and binary GET of keys on flash.
+    let mut m = srv.connect();
+    m.send(b"mg key1 v f\r\n");
+    assert_eq!(m.line(), format!("VA {} f1\r\n", value(1).len()));
+    let mut v = vec![0; value(1).len() + 2];
+    m.r.read_exact(&mut v).unwrap();
+    assert_eq!(&v[..value(1).len()], &value(1)[..]);
+    let key = b"key2";
+    let mut p = vec![0x80, 0x00, 0, key.len() as u8, 0, 0, 0, 0];
+    p.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    p.extend_from_slice(&[0; 12]);
+    p.extend_from_slice(key);
+    let mut b = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+    b.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    b.write_all(&p).unwrap();
+    let mut h = [0u8; 24];
+    b.read_exact(&mut h).unwrap();
+    assert_eq!(u16::from_be_bytes([h[6], h[7]]), 0, "found");
+    let body = u32::from_be_bytes(h[8..12].try_into().unwrap()) as usize;
+    let mut rest = vec![0; body];
+    b.read_exact(&mut rest).unwrap();
+    assert_eq!(&rest[4..], &value(2)[..]);
+    assert_eq!(u32::from_be_bytes(rest[..4].try_into().unwrap()), 2);
+}
+
+#[test]
+fn other_commands_and_flush_all_see_keys_on_flash() {
+    let dir = Dir::new("commands");
+    let srv = Server::start(&dir, &[]);
+    let mut c = srv.connect();
+    c.set("early", 0, b"abc");
+    c.set("count", 0, b"10");
+    c.set("gone", 0, b"x");
+    for i in 0..4_000 {
+        c.set(&format!("filler{i}"), 0, &value(i));
+    }
+    c.send(b"add early 0 0 1\r\nz\r\n");
+    assert_eq!(c.line(), "NOT_STORED\r\n");
+    c.send(b"append early 0 0 3\r\ndef\r\n");
+    assert_eq!(c.line(), "STORED\r\n");
+    c.send(b"incr count 5\r\n");
+    assert_eq!(c.line(), "15\r\n");
+    c.send(b"delete gone\r\n");
+    assert_eq!(c.line(), "DELETED\r\n");
+    let got = c.get(&["early".into(), "gone".into(), "count".into()]);
+    assert_eq!(
+        got,
+        vec![
+            ("early".into(), 0, b"abcdef".to_vec()),
+            ("count".into(), 0, b"15".to_vec())
+        ]
+    );
+    c.send(b"flush_all\r\n");
+    assert_eq!(c.line(), "OK\r\n");
+    assert!(c
+        .get(&["filler1".into(), "filler3999".into(), "early".into()])
+        .is_empty());
+}
+
+#[test]
+fn bad_ext_path_options_stop_the_start_with_memcacheds_messages() {
+    for (opt, message) in [
+        ("ext_path=/tmp/x", "must supply size to ext_path"),
+        ("ext_path=/tmp/x:12q", "must supply size to ext_path"),
+        (
+            "ext_page_size=abc",
+            "could not parse argument to ext_page_size",
+        ),
+        (
+            "ext_path=/nonexistent-dir/flash:64m",
+            "flash file /nonexistent-dir/flash",
+        ),
+    ] {
+        let mut child = Command::new(OSMIUM)
+            .args(["-p", "0", "-U", "0", "-o", opt])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let status = wait_exit(&mut child);
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(!status.success(), "{opt}");
+        assert!(err.contains(message), "{opt}: {err}");
+    }
+}

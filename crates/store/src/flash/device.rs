@@ -1,0 +1,199 @@
+//! The flash files (`-o ext_path=FILE:SIZE`, one or more) as one address
+//! space of pages, and the reads and writes of whole aligned blocks.
+//!
+//! Each file holds `size / page_size` pages; page `p` of the tier is page
+//! `p - first` of the file whose range holds it. Files are opened with
+//! `O_DIRECT` where the file system allows it (a disk's, not tmpfs), so
+//! that flash data does not also sit in the page cache: RAM per flash item
+//! counts the index, not cached blocks. Then every transfer is a multiple
+//! of `BLOCK` bytes at a multiple of `BLOCK`, from memory aligned to it.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+
+/// The unit of every transfer (and the alignment of its memory).
+pub const BLOCK: usize = 4096;
+
+/// One `ext_path`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlashPath {
+    pub path: PathBuf,
+    /// Bytes the tier may use in it.
+    pub size: u64,
+}
+
+struct DeviceFile {
+    file: File,
+    /// First page of the tier in this file.
+    first: usize,
+    pages: usize,
+}
+
+/// Every flash file, as pages.
+pub struct Device {
+    files: Vec<DeviceFile>,
+    page_size: usize,
+    /// Whether the files bypass the page cache.
+    pub direct: bool,
+}
+
+impl Device {
+    /// Opens (creating them) every file in `paths`, each sized to hold its
+    /// pages. Fails with a message naming the file.
+    pub fn open(paths: &[FlashPath], page_size: usize) -> io::Result<Device> {
+        assert!(page_size.is_multiple_of(BLOCK));
+        let mut files = Vec::new();
+        let mut first = 0;
+        let mut direct = true;
+        for p in paths {
+            let pages = (p.size / page_size as u64) as usize;
+            if pages == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "ext_path {}: {} bytes hold no page of {} bytes",
+                        p.path.display(),
+                        p.size,
+                        page_size
+                    ),
+                ));
+            }
+            let (file, is_direct) = open_file(&p.path)?;
+            direct &= is_direct;
+            let want = (pages * page_size) as u64;
+            let len = file.metadata()?.len();
+            if len < want {
+                file.set_len(want)
+                    .map_err(|e| named(&p.path, "cannot size", e))?;
+            }
+            files.push(DeviceFile { file, first, pages });
+            first += pages;
+        }
+        Ok(Device {
+            files,
+            page_size,
+            direct,
+        })
+    }
+
+    /// Pages in all.
+    pub fn pages(&self) -> usize {
+        self.files.iter().map(|f| f.pages).sum()
+    }
+
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    fn locate(&self, page: usize, offset: usize) -> (&File, u64) {
+        let f = self
+            .files
+            .iter()
+            .find(|f| page >= f.first && page < f.first + f.pages)
+            .expect("page in the tier");
+        (&f.file, ((page - f.first) * self.page_size + offset) as u64)
+    }
+
+    /// Writes `buf` (whole blocks, block-aligned memory) at `offset` of
+    /// `page`.
+    pub fn write(&self, page: usize, offset: usize, buf: &[u8]) -> io::Result<()> {
+        debug_assert!(buf.len().is_multiple_of(BLOCK) && offset.is_multiple_of(BLOCK));
+        debug_assert!(offset + buf.len() <= self.page_size);
+        let (file, at) = self.locate(page, offset);
+        file.write_all_at(buf, at)
+    }
+
+    /// Reads `buf.len()` bytes (whole blocks, into block-aligned memory)
+    /// from `offset` of `page`.
+    pub fn read(&self, page: usize, offset: usize, buf: &mut [u8]) -> io::Result<()> {
+        debug_assert!(buf.len().is_multiple_of(BLOCK) && offset.is_multiple_of(BLOCK));
+        let (file, at) = self.locate(page, offset);
+        file.read_exact_at(buf, at)
+    }
+}
+
+fn named(path: &std::path::Path, what: &str, e: io::Error) -> io::Error {
+    io::Error::new(
+        e.kind(),
+        format!("{what} flash file {}: {e}", path.display()),
+    )
+}
+
+/// Opens `path` read-write (created if missing), with `O_DIRECT` where
+/// the file system takes it; the second value says whether it did.
+fn open_file(path: &std::path::Path) -> io::Result<(File, bool)> {
+    let open = |direct: bool| {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(if direct { libc::O_DIRECT } else { 0 })
+            .open(path)
+    };
+    match open(true) {
+        Ok(f) => Ok((f, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => open(false)
+            .map(|f| (f, false))
+            .map_err(|e| named(path, "cannot open", e)),
+        Err(e) => Err(named(path, "cannot open", e)),
+    }
+}
+
+/// Block-aligned memory of a whole number of blocks, zeroed.
+pub struct AlignedBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: an AlignedBuf owns its memory like a Box<[u8]>.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared references only read it.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    pub fn new(len: usize) -> AlignedBuf {
+        let len = len.next_multiple_of(BLOCK).max(BLOCK);
+        let layout = std::alloc::Layout::from_size_align(len, BLOCK).expect("layout");
+        // SAFETY: a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        AlignedBuf { ptr, len }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `len` bytes allocated and initialised (zeroed) in `new`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and we hold the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        let layout = std::alloc::Layout::from_size_align(self.len, BLOCK).expect("layout");
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, layout) };
+    }
+}

@@ -1,0 +1,381 @@
+//! The flash index: key hash → where the key's item lies on flash, about
+//! 12 bytes of RAM per item and no key. Sharded like the RAM index (the
+//! key hash's low 8 bits pick the shard), each shard a table of 64-byte
+//! buckets behind a reader-writer lock.
+//!
+//! ```text
+//!  entry (80 bits, stored as lo: u64 + hi: u16):
+//!   79   78                                  42 41    36 35                 0
+//!  +-----+--------------------------------------+--------+--------------------+
+//!  | hot | hash: 37 bits of the key hash        | class  | addr: 16-byte units|
+//!  +-----+--------------------------------------+--------+--------------------+
+//!   hash = key hash bits 8..45 (bits 0..8 chose the shard); class = the
+//!   record's size class (how much to read, see `record`); addr 0 = none;
+//!   hot = read since it was written (reclaim keeps it, see `Flash`)
+//!
+//!  bucket (64 bytes):
+//!  +----------------------+------------------+-----+-----+----------+
+//!  | lo: [u64; 6] (48 B)  | hi: [u16; 6]     | len | pad | overflow |
+//!  +----------------------+------------------+-----+-----+----------+
+//!   entries 0..len live, packed; overflow counts entries homed here or
+//!   earlier but stored after this bucket (linear probing by bucket)
+//! ```
+//!
+//! An entry holds 37 bits of the key's hash and not the key: two keys whose
+//! hashes agree on those bits and the shard's 8 share one entry (the later
+//! write replaces the earlier, which then misses). A lookup's answer is
+//! confirmed by the key stored on flash, so a shared entry is a miss, never
+//! another key's value. Growing rehashes from the stored hash bits alone
+//! (a key's home bucket is a monotonic function of its top 32 stored bits),
+//! so no key is read back from flash.
+
+use parking_lot::RwLock;
+
+use crate::index::{shard_of, SHARDS};
+
+const SLOTS: usize = 6;
+const INITIAL_BUCKETS: usize = 16;
+/// Grow past this many entries per 10 slots.
+const MAX_LOAD_TENTHS: usize = 9;
+
+const ADDR_BITS: u32 = 36;
+const CLASS_BITS: u32 = 6;
+const HASH_BITS: u32 = 37;
+const HASH_SHIFT: u32 = ADDR_BITS + CLASS_BITS;
+const HOT_BIT: u32 = HASH_SHIFT + HASH_BITS;
+
+/// The largest flash address an entry holds (in 16-byte units: 1 TiB).
+pub const MAX_ADDR: u64 = (1 << ADDR_BITS) - 1;
+
+/// What an entry says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Record address in 16-byte units (never 0).
+    pub addr: u64,
+    /// The record's size class.
+    pub class: u8,
+    /// Read since it was written.
+    pub hot: bool,
+}
+
+#[inline]
+fn stored_hash(hash: u64) -> u64 {
+    (hash >> 8) & ((1 << HASH_BITS) - 1)
+}
+
+#[inline]
+fn pack(h: u64, e: Entry) -> u128 {
+    debug_assert!(e.addr != 0 && e.addr <= MAX_ADDR && u32::from(e.class) < 1 << CLASS_BITS);
+    u128::from(e.addr)
+        | u128::from(e.class) << ADDR_BITS
+        | u128::from(h) << HASH_SHIFT
+        | u128::from(e.hot) << HOT_BIT
+}
+
+#[inline]
+fn unpack(v: u128) -> (u64, Entry) {
+    (
+        (v >> HASH_SHIFT) as u64 & ((1 << HASH_BITS) - 1),
+        Entry {
+            addr: v as u64 & MAX_ADDR,
+            class: (v >> ADDR_BITS) as u8 & ((1 << CLASS_BITS) - 1) as u8,
+            hot: (v >> HOT_BIT) & 1 == 1,
+        },
+    )
+}
+
+/// A key's home bucket among `n`, from its stored hash bits.
+#[inline]
+fn home_of(h: u64, n: usize) -> usize {
+    (((h >> (HASH_BITS - 32)) * n as u64) >> 32) as usize
+}
+
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Default)]
+struct Bucket {
+    lo: [u64; SLOTS],
+    hi: [u16; SLOTS],
+    len: u8,
+    _pad: u8,
+    overflow: u16,
+}
+
+const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
+
+impl Bucket {
+    #[inline]
+    fn get(&self, slot: usize) -> u128 {
+        u128::from(self.lo[slot]) | u128::from(self.hi[slot]) << 64
+    }
+
+    #[inline]
+    fn put(&mut self, slot: usize, v: u128) {
+        self.lo[slot] = v as u64;
+        self.hi[slot] = (v >> 64) as u16;
+    }
+}
+
+/// One shard's table.
+struct Table {
+    buckets: Vec<Bucket>,
+    len: usize,
+}
+
+impl Table {
+    fn new() -> Table {
+        Table {
+            buckets: vec![Bucket::default(); INITIAL_BUCKETS],
+            len: 0,
+        }
+    }
+
+    /// (bucket, slot) of the entry with stored hash `h`.
+    fn position(&self, h: u64) -> Option<(usize, usize)> {
+        let n = self.buckets.len();
+        let mut b = home_of(h, n);
+        for _ in 0..n {
+            let bucket = &self.buckets[b];
+            for slot in 0..bucket.len as usize {
+                if unpack(bucket.get(slot)).0 == h {
+                    return Some((b, slot));
+                }
+            }
+            if bucket.overflow == 0 {
+                return None;
+            }
+            b = if b + 1 == n { 0 } else { b + 1 };
+        }
+        None
+    }
+
+    fn place(buckets: &mut [Bucket], h: u64, v: u128) {
+        let n = buckets.len();
+        let mut b = home_of(h, n);
+        loop {
+            let bucket = &mut buckets[b];
+            if (bucket.len as usize) < SLOTS {
+                let slot = bucket.len as usize;
+                bucket.put(slot, v);
+                bucket.len += 1;
+                return;
+            }
+            bucket.overflow += 1;
+            b = if b + 1 == n { 0 } else { b + 1 };
+        }
+    }
+
+    fn grow(&mut self) {
+        let n = self.buckets.len();
+        let mut next = vec![Bucket::default(); n + (n / 4).max(1)];
+        for bucket in &self.buckets {
+            for slot in 0..bucket.len as usize {
+                let v = bucket.get(slot);
+                Self::place(&mut next, unpack(v).0, v);
+            }
+        }
+        self.buckets = next;
+    }
+
+    fn insert(&mut self, h: u64, e: Entry) {
+        if let Some((b, slot)) = self.position(h) {
+            self.buckets[b].put(slot, pack(h, e));
+            return;
+        }
+        if (self.len + 1) * 10 > self.buckets.len() * SLOTS * MAX_LOAD_TENTHS {
+            self.grow();
+        }
+        Self::place(&mut self.buckets, h, pack(h, e));
+        self.len += 1;
+    }
+
+    fn remove_at(&mut self, b: usize, slot: usize, h: u64) {
+        let n = self.buckets.len();
+        let bucket = &mut self.buckets[b];
+        let last = bucket.len as usize - 1;
+        let moved = bucket.get(last);
+        bucket.put(slot, moved);
+        bucket.put(last, 0);
+        bucket.len -= 1;
+        // The buckets it spilled past no longer hold an entry for it.
+        let mut p = home_of(h, n);
+        while p != b {
+            self.buckets[p].overflow -= 1;
+            p = if p + 1 == n { 0 } else { p + 1 };
+        }
+        self.len -= 1;
+    }
+}
+
+/// The flash index (see the module comment).
+pub struct FlashIndex {
+    shards: Box<[RwLock<Table>]>,
+}
+
+impl Default for FlashIndex {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FlashIndex {
+    pub fn new() -> FlashIndex {
+        FlashIndex {
+            shards: (0..SHARDS).map(|_| RwLock::new(Table::new())).collect(),
+        }
+    }
+
+    #[inline]
+    fn shard(&self, hash: u64) -> &RwLock<Table> {
+        &self.shards[shard_of(hash)]
+    }
+
+    /// The entry of the key with this hash, if any.
+    pub fn get(&self, hash: u64) -> Option<Entry> {
+        let t = self.shard(hash).read();
+        let h = stored_hash(hash);
+        t.position(h)
+            .map(|(b, slot)| unpack(t.buckets[b].get(slot)).1)
+    }
+
+    /// Points the key with this hash at `e` (replacing its entry).
+    pub fn insert(&self, hash: u64, e: Entry) {
+        self.shard(hash).write().insert(stored_hash(hash), e);
+    }
+
+    /// Removes the key's entry; true if it had one.
+    pub fn remove(&self, hash: u64) -> bool {
+        let mut t = self.shard(hash).write();
+        let h = stored_hash(hash);
+        match t.position(h) {
+            Some((b, slot)) => {
+                t.remove_at(b, slot, h);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes the key's entry if it still points at `addr` (a record being
+    /// reclaimed or found damaged); true if it did.
+    pub fn remove_at(&self, hash: u64, addr: u64) -> bool {
+        let mut t = self.shard(hash).write();
+        let h = stored_hash(hash);
+        match t.position(h) {
+            Some((b, slot)) if unpack(t.buckets[b].get(slot)).1.addr == addr => {
+                t.remove_at(b, slot, h);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Moves the key's entry from `from` to `to` (a record rewritten by a
+    /// reclaim) if it still points at `from`; true if it did.
+    pub fn relocate(&self, hash: u64, from: u64, to: Entry) -> bool {
+        let mut t = self.shard(hash).write();
+        let h = stored_hash(hash);
+        match t.position(h) {
+            Some((b, slot)) if unpack(t.buckets[b].get(slot)).1.addr == from => {
+                t.buckets[b].put(slot, pack(h, to));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Marks the key's entry read (if it still points at `addr`).
+    pub fn mark_hot(&self, hash: u64, addr: u64) {
+        let mut t = self.shard(hash).write();
+        let h = stored_hash(hash);
+        if let Some((b, slot)) = t.position(h) {
+            let (_, mut e) = unpack(t.buckets[b].get(slot));
+            if e.addr == addr && !e.hot {
+                e.hot = true;
+                t.buckets[b].put(slot, pack(h, e));
+            }
+        }
+    }
+
+    /// Entries.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.read().len).sum()
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes of RAM the index uses.
+    pub fn memory(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.read().buckets.capacity() * std::mem::size_of::<Bucket>())
+            .sum::<usize>()
+            + self.shards.len() * std::mem::size_of::<RwLock<Table>>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::hash_key;
+
+    fn entry(addr: u64) -> Entry {
+        Entry {
+            addr,
+            class: (addr % 64) as u8,
+            hot: false,
+        }
+    }
+
+    #[test]
+    fn packs_every_field() {
+        let e = Entry {
+            addr: MAX_ADDR,
+            class: 63,
+            hot: true,
+        };
+        let h = (1 << HASH_BITS) - 1;
+        assert_eq!(unpack(pack(h, e)), (h, e));
+        assert_eq!(unpack(pack(5, entry(9))), (5, entry(9)));
+    }
+
+    #[test]
+    fn inserts_finds_replaces_and_removes_through_growth() {
+        let idx = FlashIndex::new();
+        let n = 200_000u64;
+        for i in 1..=n {
+            idx.insert(hash_key(format!("key{i}").as_bytes()), entry(i));
+        }
+        assert_eq!(idx.len(), n as usize);
+        for i in 1..=n {
+            assert_eq!(
+                idx.get(hash_key(format!("key{i}").as_bytes())),
+                Some(entry(i))
+            );
+        }
+        // About 12 bytes per entry.
+        let per = idx.memory() as f64 / n as f64;
+        assert!(per < 16.0, "{per} bytes per entry");
+        for i in (1..=n).step_by(2) {
+            let h = hash_key(format!("key{i}").as_bytes());
+            assert!(idx.remove(h));
+            assert!(!idx.remove(h));
+        }
+        for i in 1..=n {
+            let got = idx.get(hash_key(format!("key{i}").as_bytes()));
+            assert_eq!(got, (i % 2 == 0).then(|| entry(i)), "key{i}");
+        }
+        let h = hash_key(b"key2");
+        idx.insert(h, entry(77));
+        assert_eq!(idx.get(h), Some(entry(77)));
+        assert!(!idx.remove_at(h, 2));
+        assert!(idx.relocate(h, 77, entry(78)));
+        idx.mark_hot(h, 78);
+        assert!(idx.get(h).unwrap().hot);
+        assert!(idx.remove_at(h, 78));
+        assert_eq!(idx.get(h), None);
+        assert_eq!(idx.len(), n as usize / 2 - 1);
+    }
+}

@@ -1,0 +1,709 @@
+//! The flash tier (`-o ext_path=FILE:SIZE`): items the RAM evictor would
+//! drop are written to flash instead, in large sequential writes, and stay
+//! findable through the flash index at about 12 bytes of RAM per item (no
+//! key in RAM: the key is on flash with the item).
+//!
+//! ```text
+//!  RAM evictor ──demote──▶ write buffer (ext_wbuf_size) ──flusher──▶ page of a flash file
+//!        │                    │ (readable until written)               (ext_page_size)
+//!        └── index entry ─────┘ key hash → (address, size class, hot)
+//!  GET that misses RAM ──▶ flash index ──▶ read the record's blocks ──▶ verify checksum and key
+//!                                          (a hot item read twice comes back into RAM)
+//!  pages: free ──▶ head (being appended to) ──▶ sealed, FIFO ──▶ reclaimed when free pages
+//!         run low: each live record that was read since it was written is
+//!         rewritten at the head, the others are dropped (evicted)
+//! ```
+//!
+//! Parts: `device` (the files, as pages; `O_DIRECT` transfers of whole
+//! blocks), `record` (an item on flash behind its checksum), `index` (the
+//! flash index). This module owns the log: the pages and their FIFO, the
+//! write buffers, the flusher thread (writes full buffers and reclaims
+//! pages), reads, flush_all, statistics and failure.
+//!
+//! Concurrency: one mutex over the log's state (pages, buffers); a writer
+//! copies its record into the filling buffer under it, and waits (the
+//! writer keeps up with the disk, it does not drop items) when every
+//! buffer is full and waiting for the flusher. The flusher writes a buffer
+//! without the mutex; until it is written the buffer stays readable. The
+//! index has its own locks, never held together with the log's.
+//!
+//! Failure: an error writing or reading a flash file is counted
+//! (`extstore_io_errors`), logged once, and turns the tier off: the server
+//! goes on RAM-only (`extstore_failed` 1); what the tier held misses.
+
+pub mod device;
+pub mod index;
+pub mod record;
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+pub use device::FlashPath;
+use device::{AlignedBuf, Device, BLOCK};
+use index::{Entry, FlashIndex};
+
+use crate::index::hash_key;
+use crate::item::{ItemPtr, ItemSpec};
+
+/// The tier's settings (memcached's `ext_*` options where they apply).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlashConfig {
+    /// `ext_path` (one or more).
+    pub paths: Vec<FlashPath>,
+    /// `ext_page_size`: bytes of a page, the unit reclaimed at once.
+    pub page_size: usize,
+    /// `ext_wbuf_size`: bytes of a write buffer.
+    pub wbuf_size: usize,
+    /// Write buffers (two: one filling while one is written).
+    pub wbufs: usize,
+    /// `ext_item_size`: values shorter than this are dropped, not flashed.
+    pub item_size_min: usize,
+    /// `ext_drop_unread`: a reclaim drops live items that were not read
+    /// (osmium always does; kept for `stats settings`).
+    pub drop_unread: bool,
+    /// `ext_recache_rate` > 0: an item read from flash a second time comes
+    /// back into RAM.
+    pub recache: bool,
+    /// `ext_compact_under`: reclaim while fewer pages than this are free.
+    pub free_pages_min: usize,
+}
+
+impl Default for FlashConfig {
+    fn default() -> Self {
+        FlashConfig {
+            paths: Vec::new(),
+            page_size: 64 << 20,
+            wbuf_size: 4 << 20,
+            wbufs: 2,
+            item_size_min: 0,
+            drop_unread: true,
+            recache: true,
+            free_pages_min: 0,
+        }
+    }
+}
+
+/// Counters, with memcached's `extstore_*` meanings where they have one.
+#[derive(Default)]
+pub struct FlashStats {
+    pub objects_written: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub objects_read: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub objects_evicted: AtomicU64,
+    pub bytes_evicted: AtomicU64,
+    pub page_reclaims: AtomicU64,
+    pub compact_rescues: AtomicU64,
+    pub compact_lost: AtomicU64,
+    /// Bytes of records given to the tier by the RAM evictor (for write
+    /// amplification: `bytes_written` / this).
+    pub bytes_stored: AtomicU64,
+    pub get_hits: AtomicU64,
+    pub get_misses: AtomicU64,
+    pub recaches: AtomicU64,
+    pub badcrc: AtomicU64,
+    pub io_errors: AtomicU64,
+    /// Writes that waited for the flusher (buffers all full).
+    pub write_waits: AtomicU64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum PageState {
+    Free,
+    Head,
+    Sealed,
+}
+
+#[derive(Clone, Copy)]
+struct Page {
+    state: PageState,
+    /// Numbers the page's turns as head (flush_all compares positions).
+    seq: u64,
+    /// Bytes appended.
+    used: usize,
+    /// Bytes on flash (written by the flusher).
+    written: usize,
+}
+
+/// A buffer of records bound for `page` at `offset` (a block boundary):
+/// `len` bytes of records, at most `cap` (what is left of the page, or the
+/// buffer's size).
+struct Buffer {
+    page: usize,
+    offset: usize,
+    len: usize,
+    cap: usize,
+    data: AlignedBuf,
+}
+
+struct Log {
+    pages: Vec<Page>,
+    fifo: VecDeque<usize>,
+    free: Vec<usize>,
+    head: Option<usize>,
+    next_seq: u64,
+    filling: Option<Buffer>,
+    /// Full buffers, oldest first; the front one may be being written.
+    queued: VecDeque<Arc<Buffer>>,
+    spare: Vec<AlignedBuf>,
+    /// Records at logical positions below this were flushed (flush_all).
+    flushed_below: u64,
+    stop: bool,
+}
+
+/// A record to read: where its blocks are.
+#[derive(Clone, Copy, Debug)]
+pub struct FlashRead {
+    pub hash: u64,
+    pub entry: Entry,
+}
+
+/// The flash tier (see the module comment).
+pub struct Flash {
+    cfg: FlashConfig,
+    device: Device,
+    pub index: FlashIndex,
+    log: Mutex<Log>,
+    /// Wakes the flusher (a buffer queued, pages low, stop).
+    work: Condvar,
+    /// Wakes writers waiting for a buffer or a page.
+    room: Condvar,
+    pub stats: FlashStats,
+    failed: AtomicBool,
+    flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Flash {
+    /// Opens the tier's files and starts its flusher. Fails with a message
+    /// naming the file that could not be used.
+    pub fn open(cfg: FlashConfig) -> io::Result<Arc<Flash>> {
+        let page_size = cfg.page_size.next_multiple_of(BLOCK);
+        let device = Device::open(&cfg.paths, page_size)?;
+        let pages = device.pages();
+        if (pages * page_size / record::ALIGN) as u64 > index::MAX_ADDR {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "ext_path: flash files over 1 TiB in all are not supported",
+            ));
+        }
+        let wbuf = cfg
+            .wbuf_size
+            .clamp(BLOCK, page_size)
+            .next_multiple_of(BLOCK);
+        let free_pages_min = if cfg.free_pages_min == 0 {
+            (pages / 100).max(2).min(pages / 2).max(1)
+        } else {
+            cfg.free_pages_min.min(pages.saturating_sub(1)).max(1)
+        };
+        let cfg = FlashConfig {
+            page_size,
+            wbuf_size: wbuf,
+            free_pages_min,
+            ..cfg
+        };
+        let flash = Arc::new(Flash {
+            log: Mutex::new(Log {
+                pages: vec![
+                    Page {
+                        state: PageState::Free,
+                        seq: 0,
+                        used: 0,
+                        written: 0,
+                    };
+                    pages
+                ],
+                fifo: VecDeque::new(),
+                free: (0..pages).rev().collect(),
+                head: None,
+                next_seq: 1,
+                filling: None,
+                queued: VecDeque::new(),
+                spare: (0..cfg.wbufs.max(2))
+                    .map(|_| AlignedBuf::new(wbuf))
+                    .collect(),
+                flushed_below: 0,
+                stop: false,
+            }),
+            cfg,
+            device,
+            index: FlashIndex::new(),
+            work: Condvar::new(),
+            room: Condvar::new(),
+            stats: FlashStats::default(),
+            failed: AtomicBool::new(false),
+            flusher: Mutex::new(None),
+        });
+        let worker = flash.clone();
+        let handle = std::thread::Builder::new()
+            .name("osmium-flash".into())
+            .spawn(move || worker.flusher_loop())?;
+        *flash.flusher.lock() = Some(handle);
+        Ok(flash)
+    }
+
+    pub fn config(&self) -> &FlashConfig {
+        &self.cfg
+    }
+
+    /// Whether the tier still works (an I/O error turns it off).
+    #[inline]
+    pub fn is_on(&self) -> bool {
+        !self.failed.load(Ordering::Relaxed)
+    }
+
+    /// Whether the files bypass the page cache.
+    pub fn direct_io(&self) -> bool {
+        self.device.direct
+    }
+
+    /// (pages in all, pages free, pages holding records).
+    pub fn pages(&self) -> (usize, usize, usize) {
+        let log = self.log.lock();
+        (
+            log.pages.len(),
+            log.free.len(),
+            log.pages.len() - log.free.len(),
+        )
+    }
+
+    /// Stops the flusher after it wrote every full buffer. Records still in
+    /// the filling buffer are lost (a restart does not keep the tier yet).
+    pub fn shutdown(&self) {
+        self.log.lock().stop = true;
+        self.work.notify_all();
+        self.room.notify_all();
+        if let Some(h) = self.flusher.lock().take() {
+            let _ = h.join();
+        }
+    }
+
+    fn fail(&self, what: &str, e: &io::Error) {
+        self.stats.io_errors.fetch_add(1, Ordering::Relaxed);
+        if !self.failed.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "[extstore] {what} failed: {e}; the flash tier is off, serving from RAM only"
+            );
+        }
+        self.room.notify_all();
+    }
+
+    // ---- writing ----
+
+    /// Writes an item to the tier: the record of `spec` (whose CAS unique
+    /// must be stored, since its location changes), `key`, `value` and
+    /// state bits `state`. Returns its index entry; the caller inserts it
+    /// into the index. Waits for the disk when every buffer is full,
+    /// unless `wait` is false (then, like a failed tier, None).
+    pub fn append(
+        &self,
+        spec: &ItemSpec,
+        key: &[u8],
+        value: &[u8],
+        state: u8,
+        wait: bool,
+    ) -> Option<Entry> {
+        if !self.is_on() {
+            return None;
+        }
+        let size = record::record_size(spec.size());
+        let class = record::class_of(size)?;
+        if size > self.cfg.wbuf_size {
+            return None;
+        }
+        let mut log = self.log.lock();
+        loop {
+            if log.stop || !self.is_on() {
+                return None;
+            }
+            // The record must fit in the head page ...
+            let head_room = log
+                .head
+                .map_or(0, |p| self.cfg.page_size - log.pages[p].used);
+            if head_room < size {
+                // Seal the head; its last buffer goes to the flusher.
+                self.queue_filling(&mut log);
+                if let Some(p) = log.head.take() {
+                    log.pages[p].state = PageState::Sealed;
+                    log.fifo.push_back(p);
+                }
+                let Some(p) = log.free.pop() else {
+                    // Every page holds records: the flusher reclaims.
+                    self.work.notify_one();
+                    if !wait {
+                        return None;
+                    }
+                    self.stats.write_waits.fetch_add(1, Ordering::Relaxed);
+                    self.room.wait(&mut log);
+                    continue;
+                };
+                let seq = log.next_seq;
+                log.next_seq += 1;
+                log.pages[p] = Page {
+                    state: PageState::Head,
+                    seq,
+                    used: 0,
+                    written: 0,
+                };
+                log.head = Some(p);
+                if log.free.len() < self.cfg.free_pages_min {
+                    self.work.notify_one();
+                }
+                continue;
+            }
+            // ... and in the filling buffer.
+            let buf_room = log.filling.as_ref().map_or(0, |b| b.cap - b.len);
+            if buf_room >= size {
+                break;
+            }
+            self.queue_filling(&mut log);
+            let Some(data) = log.spare.pop() else {
+                if !wait {
+                    return None;
+                }
+                self.stats.write_waits.fetch_add(1, Ordering::Relaxed);
+                self.work.notify_one();
+                self.room.wait(&mut log);
+                continue;
+            };
+            // A new buffer at the head's append point, on a block boundary.
+            let page = log.head.expect("a head page");
+            let offset = log.pages[page]
+                .used
+                .next_multiple_of(BLOCK)
+                .min(self.cfg.page_size);
+            log.pages[page].used = offset;
+            let cap = data.len().min(self.cfg.page_size - offset);
+            log.filling = Some(Buffer {
+                page,
+                offset,
+                len: 0,
+                cap,
+                data,
+            });
+        }
+        let page = log.head.expect("a head page");
+        let page_used = log.pages[page].used;
+        let b = log.filling.as_mut().expect("a filling buffer");
+        debug_assert_eq!(b.page, page);
+        debug_assert_eq!(b.offset + b.len, page_used);
+        let at = b.len;
+        let n = record::write(&mut b.data[at..at + size], spec, key, value, state);
+        debug_assert_eq!(n, size);
+        b.len += size;
+        log.pages[page].used += size;
+        let pos = page * self.cfg.page_size + page_used;
+        drop(log);
+        self.stats.objects_written.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .bytes_stored
+            .fetch_add(size as u64, Ordering::Relaxed);
+        Some(Entry {
+            addr: (pos / record::ALIGN) as u64 + 1,
+            class,
+            hot: false,
+        })
+    }
+
+    /// Queues the filling buffer (if it holds records) for the flusher,
+    /// its last block's tail zeroed.
+    fn queue_filling(&self, log: &mut Log) {
+        if let Some(mut b) = log.filling.take() {
+            if b.len == 0 {
+                log.spare.push(b.data);
+            } else {
+                let end = b.len.next_multiple_of(BLOCK);
+                b.data[b.len..end].fill(0);
+                log.queued.push_back(Arc::new(b));
+                self.work.notify_one();
+            }
+        }
+    }
+
+    // ---- reading ----
+
+    /// Where the record of the key with this hash is, if the index has it.
+    pub fn find(&self, hash: u64) -> Option<FlashRead> {
+        if !self.is_on() {
+            return None;
+        }
+        self.index.get(hash).map(|entry| FlashRead { hash, entry })
+    }
+
+    /// The blocks to read for `r`: (page, offset, bytes), whole blocks.
+    fn extent(&self, r: &FlashRead) -> (usize, usize, usize) {
+        let pos = (r.entry.addr as usize - 1) * record::ALIGN;
+        let page = pos / self.cfg.page_size;
+        let offset = pos % self.cfg.page_size;
+        let start = offset - offset % BLOCK;
+        let end = (offset + record::class_bytes(r.entry.class))
+            .min(self.cfg.page_size)
+            .next_multiple_of(BLOCK);
+        (page, start, end - start)
+    }
+
+    /// Reads the record `r` points at into `buf` (grown as needed) and
+    /// returns the item's bytes in it, if the record is whole, holds `key`
+    /// and was not flushed. A record that fails its checksum or holds
+    /// another key is a miss (and its entry goes, if it still points
+    /// there).
+    pub fn read<'b>(
+        &self,
+        r: &FlashRead,
+        key: &[u8],
+        buf: &'b mut Option<AlignedBuf>,
+    ) -> Option<&'b [u8]> {
+        let (page, start, len) = self.extent(r);
+        if buf.as_ref().is_none_or(|b| b.len() < len) {
+            *buf = Some(AlignedBuf::new(len));
+        }
+        let data = &mut buf.as_mut().expect("just made")[..len];
+        let pos_in_page = (r.entry.addr as usize - 1) * record::ALIGN % self.cfg.page_size;
+        // From a buffer still in RAM, else from the file.
+        let flushed_below;
+        {
+            let log = self.log.lock();
+            let p = log.pages[page];
+            flushed_below = log.flushed_below;
+            if p.state == PageState::Free {
+                return None;
+            }
+            let logical = p.seq * self.cfg.page_size as u64 + pos_in_page as u64;
+            if logical < flushed_below {
+                return None;
+            }
+            let in_ram = log
+                .filling
+                .iter()
+                .map(|b| (b.page, b.offset, b.len, &b.data))
+                .chain(
+                    log.queued
+                        .iter()
+                        .map(|b| (b.page, b.offset, b.len, &b.data)),
+                )
+                .find(|&(bp, bo, bl, _)| bp == page && pos_in_page >= bo && pos_in_page < bo + bl);
+            if let Some((_, bo, bl, d)) = in_ram {
+                let from = pos_in_page - bo;
+                let n = (bl - from).min(record::class_bytes(r.entry.class)).min(len);
+                data[..n].copy_from_slice(&d[from..from + n]);
+                drop(log);
+                return self.finish_read(r, key, &buf.as_ref().expect("made")[..n]);
+            }
+            if pos_in_page >= p.written {
+                return None;
+            }
+        }
+        if let Err(e) = self.device.read(page, start, data) {
+            self.fail("reading a flash file", &e);
+            return None;
+        }
+        self.stats
+            .bytes_read
+            .fetch_add(len as u64, Ordering::Relaxed);
+        let from = pos_in_page - start;
+        let bytes = &buf.as_ref().expect("made")[from..len];
+        self.finish_read(r, key, bytes)
+    }
+
+    fn finish_read<'b>(&self, r: &FlashRead, key: &[u8], bytes: &'b [u8]) -> Option<&'b [u8]> {
+        let Some(item) = record::verify(bytes) else {
+            self.stats.badcrc.fetch_add(1, Ordering::Relaxed);
+            self.index.remove_at(r.hash, r.entry.addr);
+            return None;
+        };
+        // SAFETY: a verified record's item bytes are a whole item.
+        let it = unsafe { ItemPtr::from_raw(item.as_ptr() as *mut u8) };
+        if it.key() != key {
+            return None;
+        }
+        self.stats.objects_read.fetch_add(1, Ordering::Relaxed);
+        Some(item)
+    }
+
+    /// flush_all: every record written so far is flushed.
+    pub fn flush_all(&self) {
+        let mut log = self.log.lock();
+        let pos = match log.head {
+            Some(p) => log.pages[p].seq * self.cfg.page_size as u64 + log.pages[p].used as u64,
+            None => log.next_seq * self.cfg.page_size as u64,
+        };
+        log.flushed_below = log.flushed_below.max(pos);
+    }
+
+    // ---- the flusher ----
+
+    fn flusher_loop(self: Arc<Self>) {
+        loop {
+            let job = {
+                let mut log = self.log.lock();
+                loop {
+                    if let Some(b) = log.queued.front() {
+                        break Job::Write(b.clone());
+                    }
+                    if log.stop {
+                        return;
+                    }
+                    if self.is_on() && log.free.len() < self.cfg.free_pages_min {
+                        if let Some(p) = log.fifo.pop_front() {
+                            break Job::Reclaim(p, log.pages[p]);
+                        }
+                    }
+                    self.work.wait(&mut log);
+                }
+            };
+            match job {
+                Job::Write(b) => self.write_buffer(b),
+                Job::Reclaim(p, page) => self.reclaim(p, page),
+            }
+        }
+    }
+
+    /// Writes the buffers queued now (the reclaimer calls it between
+    /// chunks, so writers do not wait for a whole page's reclaim); false if
+    /// there were none.
+    fn write_queued(&self) -> bool {
+        let mut wrote = false;
+        loop {
+            let next = self.log.lock().queued.front().cloned();
+            let Some(b) = next else {
+                return wrote;
+            };
+            self.write_buffer(b);
+            wrote = true;
+        }
+    }
+
+    fn write_buffer(&self, b: Arc<Buffer>) {
+        let len = b.len.next_multiple_of(BLOCK);
+        let result = if self.is_on() {
+            self.device.write(b.page, b.offset, &b.data[..len])
+        } else {
+            Ok(())
+        };
+        match &result {
+            Err(e) => self.fail("writing a flash file", e),
+            Ok(()) => {
+                self.stats
+                    .bytes_written
+                    .fetch_add(len as u64, Ordering::Relaxed);
+            }
+        }
+        let mut log = self.log.lock();
+        let queued = log.queued.pop_front().expect("the buffer written");
+        debug_assert!(Arc::ptr_eq(&queued, &b));
+        drop(queued);
+        let page = &mut log.pages[b.page];
+        page.written = page.written.max(b.offset + b.len);
+        // Readers copy from a queued buffer under the lock and keep no
+        // reference: the flusher's is the last.
+        if let Ok(buf) = Arc::try_unwrap(b) {
+            log.spare.push(buf.data);
+        }
+        drop(log);
+        self.room.notify_all();
+    }
+
+    /// Empties page `p` (taken off the FIFO): rewrites its live records
+    /// that were read since they were written, drops the others, frees it.
+    fn reclaim(&self, p: usize, page: Page) {
+        let mut chunk = AlignedBuf::new(self.cfg.wbuf_size);
+        let end = page.written.min(page.used);
+        let mut pos = 0;
+        while self.is_on() && pos < end {
+            self.write_queued();
+            let start = pos - pos % BLOCK;
+            let len = chunk.len().min(self.cfg.page_size - start);
+            if let Err(e) = self.device.read(p, start, &mut chunk[..len]) {
+                self.fail("reading a flash file", &e);
+                break;
+            }
+            self.stats
+                .bytes_read
+                .fetch_add(len as u64, Ordering::Relaxed);
+            let mut at = pos - start;
+            // The records wholly inside this chunk; the next chunk starts at
+            // the first that is not.
+            while start + at < end && at + record::HEADER <= len {
+                let size = u32::from_le_bytes(chunk[at + 4..at + 8].try_into().expect("4 bytes"));
+                let total = record::record_size(size as usize);
+                if size == 0 || total > chunk.len() {
+                    // Padding (or not a record): on to the next block.
+                    at = (at + 1).next_multiple_of(BLOCK);
+                    continue;
+                }
+                if at + total > len {
+                    break;
+                }
+                let addr = ((p * self.cfg.page_size + start + at) / record::ALIGN) as u64 + 1;
+                match record::verify(&chunk[at..at + total]) {
+                    Some(item) => {
+                        self.reclaim_record(item, addr);
+                        at += total;
+                    }
+                    None => at = (at + 1).next_multiple_of(BLOCK),
+                }
+            }
+            pos = (start + at).max(pos + 1);
+        }
+        let mut log = self.log.lock();
+        log.pages[p] = Page {
+            state: PageState::Free,
+            seq: 0,
+            used: 0,
+            written: 0,
+        };
+        log.free.push(p);
+        drop(log);
+        self.stats.page_reclaims.fetch_add(1, Ordering::Relaxed);
+        self.room.notify_all();
+    }
+
+    fn reclaim_record(&self, item: &[u8], addr: u64) {
+        // SAFETY: a verified record's item bytes are a whole item.
+        let it = unsafe { ItemPtr::from_raw(item.as_ptr() as *mut u8) };
+        let key = it.key();
+        let hash = hash_key(key);
+        let Some(e) = self.index.get(hash) else {
+            return;
+        };
+        if e.addr != addr {
+            return; // superseded or removed
+        }
+        if e.hot {
+            // Rewritten at the head; when the buffers are full, the
+            // reclaimer (the flusher) writes them first.
+            for _ in 0..3 {
+                if let Some(to) = self.append(&it.spec(), key, it.value(), it.state(), false) {
+                    if self.index.relocate(hash, addr, to) {
+                        self.stats.compact_rescues.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return;
+                }
+                if !self.write_queued() {
+                    break;
+                }
+            }
+            self.stats.compact_lost.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.index.remove_at(hash, addr) {
+            self.stats.objects_evicted.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .bytes_evicted
+                .fetch_add(record::record_size(item.len()) as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+enum Job {
+    Write(Arc<Buffer>),
+    Reclaim(usize, Page),
+}
+
+impl Drop for Flash {
+    fn drop(&mut self) {
+        self.log.get_mut().stop = true;
+    }
+}

@@ -1,0 +1,203 @@
+//! The flash tier under the store: items the evictor would drop are on
+//! flash, found by GETs byte for byte; other commands see them; flush_all,
+//! expiry, deletes and damage hold; full flash reclaims oldest first and
+//! keeps what was read.
+
+use super::*;
+use crate::flash::{FlashConfig, FlashPath};
+
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("osmium-flash-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A store of 4 MiB of RAM over `flash_mb` MiB of flash in 1 MiB pages.
+fn flash_store(dir: &TempDir, flash_mb: u64) -> Store {
+    Store::new(StoreConfig {
+        memory_limit: 4 << 20,
+        write_heads: 1,
+        flash: Some(FlashConfig {
+            paths: vec![FlashPath {
+                path: dir.0.join("flash"),
+                size: flash_mb << 20,
+            }],
+            page_size: 1 << 20,
+            wbuf_size: 256 << 10,
+            ..FlashConfig::default()
+        }),
+        ..StoreConfig::default()
+    })
+}
+
+fn value(i: u32, len: usize) -> Vec<u8> {
+    let mut v = format!("v{i}-").into_bytes();
+    v.resize(len, b'a' + (i % 26) as u8);
+    v
+}
+
+fn on_flash(s: &Store) -> usize {
+    s.flash().unwrap().index.len()
+}
+
+#[test]
+fn items_beyond_ram_are_read_back_read_flash_byte_for_byte() {
+    let dir = TempDir::new("read");
+    let s = flash_store(&dir, 64);
+    let n = 20_000u32;
+    for i in 0..n {
+        let len = 100 + (i as usize * 37) % 900;
+        let (st, _) = put(
+            &s,
+            0,
+            StoreMode::Set,
+            format!("k{i}").as_bytes(),
+            i,
+            0,
+            &value(i, len),
+            0,
+        );
+        assert_eq!(st, StoreStatus::Stored);
+    }
+    assert!(on_flash(&s) > n as usize / 2, "{} on flash", on_flash(&s));
+    assert_eq!(s.stats().evictions, 0, "nothing dropped");
+    let mut read_flash = 0;
+    for i in 0..n {
+        let key = format!("k{i}");
+        let len = 100 + (i as usize * 37) % 900;
+        let (v, flags, _) = get(&s, key.as_bytes()).unwrap_or_else(|| panic!("{key} missing"));
+        assert_eq!((v, flags), (value(i, len), i), "{key}");
+        read_flash += usize::from(
+            s.shard(hash_key(key.as_bytes()))
+                .read()
+                .find(&s.arena, key.as_bytes(), hash_key(key.as_bytes()))
+                .is_none(),
+        );
+    }
+    assert!(read_flash > 0);
+    let st = &s.flash().unwrap().stats;
+    assert!(st.objects_written.load(Ordering::Relaxed) > 0);
+    assert!(st.get_hits.load(Ordering::Relaxed) > 0);
+}
+
+#[test]
+fn other_commands_see_a_key_on_flash() {
+    let dir = TempDir::new("commands");
+    let s = flash_store(&dir, 64);
+    put(&s, 0, StoreMode::Set, b"counter", 0, 0, b"41", 0);
+    put(&s, 0, StoreMode::Set, b"text", 0, 0, b"abc", 0);
+    put(&s, 0, StoreMode::Set, b"gone", 0, 0, b"x", 0);
+    // (Not read: an item hit in RAM is kept there longer.)
+    let (_, cas) = put(&s, 0, StoreMode::Set, b"cas", 0, 0, b"c1", 0);
+    // Push them out of RAM.
+    fill(&s, "filler", 10_000, 0, &[b'f'; 1000]);
+    let h = |k: &[u8]| hash_key(k);
+    for k in [&b"counter"[..], b"text", b"gone", b"cas"] {
+        assert!(
+            s.flash().unwrap().index.get(h(k)).is_some(),
+            "{:?} on flash",
+            k
+        );
+    }
+    assert_eq!(
+        set(&s, StoreMode::Add, b"text", b"no", 0),
+        StoreStatus::NotStored
+    );
+    assert_eq!(
+        set(&s, StoreMode::Append, b"text", b"def", 0),
+        StoreStatus::Stored
+    );
+    assert_eq!(get(&s, b"text").unwrap().0, b"abcdef");
+    assert_eq!(s.arith(0, b"counter", true, 1), ArithResult::Value(42));
+    assert!(s.delete(b"gone"));
+    assert_eq!(get(&s, b"gone"), None);
+    assert_eq!(
+        get(&s, b"cas").unwrap().2,
+        cas,
+        "the CAS unique moved with the item"
+    );
+    assert_eq!(
+        set(&s, StoreMode::Cas, b"cas", b"c2", cas),
+        StoreStatus::Stored
+    );
+    assert_eq!(get(&s, b"cas").unwrap().0, b"c2");
+}
+
+#[test]
+fn flush_all_and_expiry_reach_flash() {
+    let dir = TempDir::new("flush");
+    let s = flash_store(&dir, 64);
+    let now = s.clock().now();
+    put(&s, 0, StoreMode::Set, b"short", 0, now + 1, b"s", 0);
+    put(&s, 0, StoreMode::Set, b"long", 0, now + 1000, b"l", 0);
+    fill(&s, "a", 10_000, 0, &[b'a'; 1000]);
+    assert!(s.flash().unwrap().index.get(hash_key(b"short")).is_some());
+    s.clock().advance_for_tests(2);
+    assert_eq!(get(&s, b"short"), None, "expired on flash");
+    assert_eq!(get(&s, b"long").unwrap().0, b"l");
+    s.flush_all(0);
+    assert_eq!(get(&s, b"long"), None, "flushed on flash");
+    assert_eq!(get(&s, b"a10"), None);
+}
+
+#[test]
+fn full_flash_reclaims_oldest_pages_and_keeps_what_was_read() {
+    let dir = TempDir::new("reclaim");
+    let s = flash_store(&dir, 8);
+    put(&s, 0, StoreMode::Set, b"hot", 0, 0, &[b'h'; 500], 0);
+    fill(&s, "a", 12_000, 0, &[b'a'; 500]);
+    assert!(s.flash().unwrap().index.get(hash_key(b"hot")).is_some());
+    // Far more than the 8 MiB of flash, "hot" read now and then (on
+    // flash: a reclaim keeps what was read since it was written).
+    for round in 0..12 {
+        assert!(get(&s, b"hot").is_some(), "round {round}");
+        fill(&s, &format!("b{round}-"), 5_000, 0, &[b'b'; 500]);
+    }
+    let st = &s.flash().unwrap().stats;
+    assert!(st.page_reclaims.load(Ordering::Relaxed) > 0);
+    assert!(st.objects_evicted.load(Ordering::Relaxed) > 0);
+    assert_eq!(
+        get(&s, b"hot").unwrap().0,
+        vec![b'h'; 500],
+        "kept by the reclaims"
+    );
+    assert_eq!(get(&s, b"a1"), None, "the oldest went");
+    let (total, free, _) = s.flash().unwrap().pages();
+    assert!(free < total);
+}
+
+#[test]
+fn a_damaged_record_is_a_miss_never_a_wrong_value() {
+    let dir = TempDir::new("damage");
+    let s = flash_store(&dir, 64);
+    fill(&s, "k", 20_000, 0, &[b'v'; 300]);
+    // Wait for the flusher, then damage every byte of the file's first
+    // page after its first block.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.0.join("flash"))
+        .unwrap();
+    f.write_at(&vec![0x5a; (1 << 20) - 4096], 4096).unwrap();
+    drop(f);
+    let mut missing = 0;
+    for i in 0..20_000 {
+        match get(&s, format!("k{i}").as_bytes()) {
+            Some((v, _, _)) => assert_eq!(v, vec![b'v'; 300]),
+            None => missing += 1,
+        }
+    }
+    assert!(missing > 0, "the damaged page's items miss");
+    assert!(s.flash().unwrap().stats.badcrc.load(Ordering::Relaxed) > 0);
+}

@@ -1,0 +1,188 @@
+//! The store's side of the flash tier (see `flash`): an item the RAM
+//! evictor would drop goes to flash instead (`demote`); a GET that misses
+//! RAM looks on flash (`read_flash`), and an item read there a second time
+//! comes back into RAM; every other command sees a key on flash as
+//! present: the item is brought back into RAM before the command runs
+//! (`promote`); a new RAM item for a key removes the key's flash entry
+//! (`Store::link_counted`), so a key is in one tier at a time (for an
+//! instant in both, during a move: RAM is looked at first).
+
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+
+use crate::flash::device::AlignedBuf;
+use crate::index::Found;
+use crate::item::{self, ItemPtr, ItemSpec, ItemView};
+use crate::store::Store;
+use crate::types::{Lookup, StoreMode, Write};
+
+thread_local! {
+    /// A thread's buffer for flash reads (grown to the largest record it
+    /// read).
+    static READ_BUF: RefCell<Option<AlignedBuf>> = const { RefCell::new(None) };
+}
+
+/// State bits an item keeps on flash.
+const KEPT_STATE: u8 =
+    item::STATE_FETCHED | item::STATE_STALE | item::STATE_TOKEN_SENT | item::STATE_BINARY_KEY;
+
+impl Store {
+    /// Writes `found`'s item to the flash tier and points its key there, in
+    /// place of evicting it; false when the tier takes nothing (off,
+    /// failed, a value under `ext_item_size`). The caller holds the key's
+    /// shard lock and unlinks the RAM item after.
+    pub(crate) fn demote(&self, hash: u64, found: &Found) -> bool {
+        let Some(flash) = &self.flash else {
+            return false;
+        };
+        let it = found.item;
+        if it.value_len() < flash.config().item_size_min {
+            return false;
+        }
+        // The CAS unique moves with the item (in RAM it is its location's).
+        let spec = ItemSpec {
+            cas: Some(self.version_of(found.loc, it)),
+            ..it.spec()
+        };
+        match flash.append(&spec, it.key(), it.value(), it.state() & KEPT_STATE, true) {
+            Some(entry) => {
+                flash.index.insert(hash, entry);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A GET that missed RAM: runs `f` on the item if the flash tier holds
+    /// the key (read into this thread's buffer; `f` must not call back into
+    /// the store).
+    pub(crate) fn read_flash<R>(
+        &self,
+        key: &[u8],
+        hash: u64,
+        now: u32,
+        f: impl FnOnce(ItemView<'_>) -> R,
+    ) -> Lookup<R> {
+        let Some(flash) = &self.flash else {
+            return Lookup::Miss;
+        };
+        let Some(r) = flash.find(hash) else {
+            return Lookup::Miss;
+        };
+        let (result, recache) = READ_BUF.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            let Some(bytes) = flash.read(&r, key, &mut buf) else {
+                flash.stats.get_misses.fetch_add(1, Ordering::Relaxed);
+                return (Lookup::Miss, None);
+            };
+            // SAFETY: a verified record's item bytes are a whole item, in
+            // this thread's buffer until the next read.
+            let it = unsafe { ItemPtr::from_raw(bytes.as_ptr() as *mut u8) };
+            let meta = it.meta();
+            if meta.exptime != 0 && meta.exptime <= now {
+                flash.index.remove_at(r.hash, r.entry.addr);
+                return (Lookup::Expired, None);
+            }
+            flash.stats.get_hits.fetch_add(1, Ordering::Relaxed);
+            it.set_state(item::STATE_FETCHED);
+            let view = ItemView {
+                ptr: it,
+                meta,
+                cas: if self.cfg.use_cas {
+                    meta.stored_cas.unwrap_or(0)
+                } else {
+                    0
+                },
+                base_time: now,
+                exptime: meta.exptime,
+                lock_free: false,
+                _lock: std::marker::PhantomData,
+            };
+            let out = f(view);
+            // Read twice since it was written: back into RAM.
+            let recache = (r.entry.hot && flash.config().recache).then(|| {
+                (
+                    ItemSpec {
+                        cas: meta.stored_cas,
+                        ..it.spec()
+                    },
+                    it.value().to_vec(),
+                    it.state() & KEPT_STATE,
+                )
+            });
+            if recache.is_none() {
+                flash.index.mark_hot(r.hash, r.entry.addr);
+            }
+            (Lookup::Hit(out), recache)
+        });
+        if let Some((spec, value, state)) = recache {
+            self.back_to_ram(key, &spec, &value, state);
+            flash.stats.recaches.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// Stores an item read from flash in RAM again (unless the key got a
+    /// RAM item meanwhile); linking it removes its flash entry.
+    fn back_to_ram(&self, key: &[u8], spec: &ItemSpec, value: &[u8], state: u8) {
+        let w = Write {
+            mode: StoreMode::Add,
+            key,
+            flags: spec.flags,
+            exptime: spec.exptime,
+            value,
+            new_cas: spec.cas.unwrap_or(0),
+            binary_key: state & item::STATE_BINARY_KEY != 0,
+            ..Write::default()
+        };
+        self.store_unpromoted(self.copy_head, &w);
+    }
+
+    /// Before a command that reads or changes `key`'s item in place of a
+    /// plain GET or SET (add, replace, cas, append, prepend, incr, decr,
+    /// touch, delete, the meta commands' variants): if the key is on flash
+    /// and not in RAM, brings its item back into RAM, so that the command
+    /// sees it as memcached's would. The read blocks this thread.
+    pub(crate) fn promote(&self, key: &[u8], hash: u64) {
+        let Some(flash) = &self.flash else {
+            return;
+        };
+        let Some(r) = flash.find(hash) else {
+            return;
+        };
+        if self
+            .shard(hash)
+            .read()
+            .find(&self.arena, key, hash)
+            .is_some()
+        {
+            return;
+        }
+        let now = self.clock.now();
+        let found = READ_BUF.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            let bytes = flash.read(&r, key, &mut buf)?;
+            // SAFETY: as in `read_flash`.
+            let it = unsafe { ItemPtr::from_raw(bytes.as_ptr() as *mut u8) };
+            let spec = it.spec();
+            if spec.exptime != 0 && spec.exptime <= now {
+                return None;
+            }
+            Some((spec, it.value().to_vec(), it.state() & KEPT_STATE))
+        });
+        match found {
+            Some((spec, value, state)) => self.back_to_ram(key, &spec, &value, state),
+            None => {
+                flash.index.remove_at(r.hash, r.entry.addr);
+            }
+        }
+    }
+
+    /// Removes the key's flash entry (a new RAM item for it was linked).
+    #[inline]
+    pub(crate) fn forget_flash(&self, hash: u64) {
+        if let Some(flash) = &self.flash {
+            flash.index.remove(hash);
+        }
+    }
+}
