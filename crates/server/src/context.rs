@@ -129,6 +129,11 @@ pub struct WorkerCtx {
     /// Memory held by this worker's connections' unsent output (see
     /// `Session::must_yield`; written by this worker only, read by `stats`).
     pub queued_output: Arc<AtomicUsize>,
+    /// Flash reads the request that just stopped with `Next::AwaitFlash`
+    /// waits for (the worker takes them).
+    pub flash_wanted: std::cell::RefCell<Vec<osmium_store::flash::FlashRead>>,
+    /// Whether this worker reads flash asynchronously (it has a ring).
+    pub flash_async: std::cell::Cell<bool>,
 }
 
 /// Output a worker lets its connections queue in all before a connection
@@ -144,6 +149,8 @@ impl WorkerCtx {
             pool: BufferPool::new(limit, shared.pools[index].clone()),
             head: index,
             queued_output: shared.output_held[index].clone(),
+            flash_wanted: std::cell::RefCell::new(Vec::new()),
+            flash_async: std::cell::Cell::new(false),
             shared,
         }
     }

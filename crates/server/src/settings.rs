@@ -333,7 +333,7 @@ fn extstore_option(f: &mut FlashConfig, name: &str, value: Option<&str>) -> Resu
         "ext_page_size" => f.page_size = number(value)? as usize * (1 << 20),
         "ext_wbuf_size" => f.wbuf_size = number(value)? as usize * (1 << 20),
         "ext_item_size" => f.item_size_min = number(value)? as usize,
-        "ext_recache_rate" => f.recache = number(value)? > 0,
+        "ext_recache_rate" => f.recache_rate = number(value)?.min(u64::from(u32::MAX)) as u32,
         "ext_compact_under" => f.free_pages_min = number(value)? as usize,
         "ext_drop_unread" => f.drop_unread = true,
         "ext_threads" | "ext_io_depth" | "ext_item_age" | "ext_low_ttl" | "ext_drop_under"
@@ -354,7 +354,7 @@ pub fn help_text() -> String {
     use clap::CommandFactory;
     let mut cmd = Cli::command();
     format!(
-        "osmium {} (memcached protocol {VERSION})\n{}\n\n-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>.\nOther memcached -o options are accepted with a warning.\n",
+        "osmium {} (memcached protocol {VERSION})\n{}\n\n-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_drop_unread.\nOther memcached -o options are accepted with a warning.\n",
         env!("CARGO_PKG_VERSION"),
         cmd.render_help()
     )

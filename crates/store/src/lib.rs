@@ -81,6 +81,7 @@ pub use flash::{FlashConfig, FlashPath};
 pub use item::{ItemView, HEADER_SIZE};
 pub use recover::{Recovered, Restart};
 pub use store::Store;
+pub use tier::FlashFetch;
 pub use types::{
     memcached_item_total, segment_size_for, ArithResult, CounterResult, CounterUpdate, Fetch,
     Lookup, Placeholder, Removal, RemoveResult, StoreConfig, StoreMode, StoreStats, StoreStatus,

@@ -1,16 +1,18 @@
 //! The store's side of the flash tier (see `flash`): an item the RAM
 //! evictor would drop goes to flash instead (`demote`); a GET that misses
-//! RAM looks on flash (`read_flash`), and an item read there a second time
-//! comes back into RAM; every other command sees a key on flash as
+//! RAM looks on flash (`read_flash`), and one in `ext_recache_rate` reads of
+//! items read there before brings the item back into RAM; every other command sees a key on flash as
 //! present: the item is brought back into RAM before the command runs
 //! (`promote`); a new RAM item for a key removes the key's flash entry
 //! (`Store::link_counted`), so a key is in one tier at a time (for an
 //! instant in both, during a move: RAM is looked at first).
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 use crate::flash::device::AlignedBuf;
+use crate::flash::{FlashRead, Source};
 use crate::index::Found;
 use crate::item::{self, ItemPtr, ItemSpec, ItemView};
 use crate::store::Store;
@@ -20,6 +22,40 @@ thread_local! {
     /// A thread's buffer for flash reads (grown to the largest record it
     /// read).
     static READ_BUF: RefCell<Option<AlignedBuf>> = const { RefCell::new(None) };
+    /// Records this thread read ahead of the lookups that need them (see
+    /// `Store::flash_wanted`), oldest first.
+    static READY: RefCell<VecDeque<Ready>> = const { RefCell::new(VecDeque::new()) };
+    /// Reads of hot items on flash, for `ext_recache_rate`.
+    static RECACHE_COUNT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Records read ahead that a thread keeps, at most.
+const READY_MAX: usize = 256;
+
+/// A record read ahead: `len` bytes of `buf` from `skip` are the record of
+/// the key with `hash` at flash address `addr`.
+struct Ready {
+    hash: u64,
+    addr: u64,
+    buf: AlignedBuf,
+    skip: usize,
+    len: usize,
+}
+
+/// Where to read a record the caller reads itself (see
+/// [`Store::flash_source`]).
+pub enum FlashFetch {
+    /// Nothing to read: the record is gone, or was in RAM and is ready.
+    Ready,
+    /// Read `len` bytes at `offset` of `fd` into `buf` (block aligned),
+    /// then hand them over with [`Store::flash_arrived`].
+    Disk {
+        fd: std::os::fd::RawFd,
+        offset: u64,
+        len: usize,
+        skip: usize,
+        buf: AlignedBuf,
+    },
 }
 
 /// State bits an item keeps on flash.
@@ -69,9 +105,14 @@ impl Store {
         let Some(r) = flash.find(hash) else {
             return Lookup::Miss;
         };
+        let ready = take_ready(&r);
         let (result, recache) = READ_BUF.with(|cell| {
             let mut buf = cell.borrow_mut();
-            let Some(bytes) = flash.read(&r, key, &mut buf) else {
+            let read = match &ready {
+                Some(rd) => flash.check(&r, key, &rd.buf[rd.skip..rd.skip + rd.len]),
+                None => flash.read(&r, key, &mut buf),
+            };
+            let Some(bytes) = read else {
                 flash.stats.get_misses.fetch_add(1, Ordering::Relaxed);
                 return (Lookup::Miss, None);
             };
@@ -100,7 +141,15 @@ impl Store {
             };
             let out = f(view);
             // Read twice since it was written: back into RAM.
-            let recache = (r.entry.hot && flash.config().recache).then(|| {
+            let rate = flash.config().recache_rate;
+            let due = r.entry.hot
+                && rate > 0
+                && RECACHE_COUNT.with(|c| {
+                    let n = c.get().wrapping_add(1);
+                    c.set(n);
+                    n % rate == 0
+                });
+            let recache = due.then(|| {
                 (
                     ItemSpec {
                         cas: meta.stored_cas,
@@ -178,6 +227,93 @@ impl Store {
         }
     }
 
+    /// For a GET-family request whose flash reads the caller does itself
+    /// (without blocking): the key's record if the key is on flash, not in
+    /// RAM, and not read ahead already.
+    pub fn flash_wanted(&self, key: &[u8]) -> Option<FlashRead> {
+        let flash = self.flash.as_ref()?;
+        let hash = crate::index::hash_key(key);
+        let r = flash.find(hash)?;
+        if is_ready(&r)
+            || self
+                .shard(hash)
+                .read()
+                .find(&self.arena, key, hash)
+                .is_some()
+        {
+            return None;
+        }
+        Some(r)
+    }
+
+    /// Where to read `r` (see [`FlashFetch`]); a record still in a write
+    /// buffer is made ready at once.
+    pub fn flash_source(&self, r: &FlashRead) -> FlashFetch {
+        let Some(flash) = &self.flash else {
+            return FlashFetch::Ready;
+        };
+        let mut buf = None;
+        match flash.source(r, &mut buf) {
+            Source::Gone => {
+                // Flushed or reclaimed: the entry goes, so that the lookup
+                // that wanted it misses instead of wanting it again.
+                flash.index.remove_at(r.hash, r.entry.addr);
+                FlashFetch::Ready
+            }
+            Source::Ram { len } => {
+                keep_ready(Ready {
+                    hash: r.hash,
+                    addr: r.entry.addr,
+                    buf: buf.expect("copied"),
+                    skip: 0,
+                    len,
+                });
+                FlashFetch::Ready
+            }
+            Source::Disk {
+                fd,
+                offset,
+                len,
+                skip,
+            } => FlashFetch::Disk {
+                fd,
+                offset,
+                len,
+                skip,
+                buf: AlignedBuf::new(len),
+            },
+        }
+    }
+
+    /// A read the caller did for `r` (see [`FlashFetch::Disk`]) finished:
+    /// `Ok(n)` bytes arrived in `buf`, or the read failed. The next lookup
+    /// of the key on this thread uses them.
+    pub fn flash_arrived(
+        &self,
+        r: &FlashRead,
+        buf: AlignedBuf,
+        skip: usize,
+        result: std::io::Result<usize>,
+    ) {
+        let Some(flash) = &self.flash else {
+            return;
+        };
+        match result {
+            Ok(n) if n > skip => {
+                flash.note_read(n);
+                keep_ready(Ready {
+                    hash: r.hash,
+                    addr: r.entry.addr,
+                    buf,
+                    skip,
+                    len: n - skip,
+                });
+            }
+            Ok(_) => {}
+            Err(e) => flash.read_failed(&e),
+        }
+    }
+
     /// Removes the key's flash entry (a new RAM item for it was linked).
     #[inline]
     pub(crate) fn forget_flash(&self, hash: u64) {
@@ -185,4 +321,35 @@ impl Store {
             flash.index.remove(hash);
         }
     }
+}
+
+/// Whether `r`'s record was read ahead on this thread.
+fn is_ready(r: &FlashRead) -> bool {
+    READY.with(|q| {
+        q.borrow()
+            .iter()
+            .any(|x| x.hash == r.hash && x.addr == r.entry.addr)
+    })
+}
+
+/// Takes `r`'s record read ahead on this thread, if any.
+fn take_ready(r: &FlashRead) -> Option<Ready> {
+    READY.with(|q| {
+        let mut q = q.borrow_mut();
+        let i = q
+            .iter()
+            .position(|x| x.hash == r.hash && x.addr == r.entry.addr)?;
+        q.remove(i)
+    })
+}
+
+/// Keeps a record read ahead (dropping the oldest beyond `READY_MAX`).
+fn keep_ready(r: Ready) {
+    READY.with(|q| {
+        let mut q = q.borrow_mut();
+        if q.len() >= READY_MAX {
+            q.pop_front();
+        }
+        q.push_back(r);
+    });
 }

@@ -49,6 +49,10 @@ pub enum Next {
     /// Stream a dump (`lru_crawler metadump`/`mgdump`) before the next
     /// request.
     StartDump(DumpKind),
+    /// Nothing was done: keys of the request are on flash. Their reads
+    /// are in `WorkerCtx::flash_wanted`; run the request again once they
+    /// arrived.
+    AwaitFlash,
 }
 
 /// A request's outcome.
@@ -93,12 +97,22 @@ pub struct ConnView {
     /// Whether replies already queued are waiting (memcached refuses to
     /// start a dump behind them).
     pub output_queued: bool,
+    /// Whether a GET may wait for flash reads done by the worker instead
+    /// of reading them itself (a stream connection of a worker that
+    /// reads asynchronously).
+    pub flash_async: bool,
 }
 
 /// Runs one request whose value (if it has one) is complete: storage
 /// commands and SASL authentication go through `store::complete` and
 /// `execute_sasl` instead.
 pub fn execute(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Output) -> Done {
+    if conn.flash_async && ctx.flash_async.get() && flash_wanted(ctx, &req.command) {
+        return Done {
+            next: Next::AwaitFlash,
+            flush: false,
+        };
+    }
     let reply = &req.reply;
     match req.command {
         Command::Get {
@@ -123,6 +137,33 @@ pub fn execute(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Out
 }
 
 pub use sasl::execute_sasl;
+
+/// Whether a GET-family request (get, gets, binary GET, mg that changes
+/// nothing) has keys on flash not read yet: their reads go to
+/// `ctx.flash_wanted`. Other commands read flash themselves.
+fn flash_wanted(ctx: &WorkerCtx, command: &Command<'_>) -> bool {
+    let store = ctx.store();
+    let mut wanted = ctx.flash_wanted.borrow_mut();
+    let before = wanted.len();
+    match command {
+        Command::Get {
+            keys, touch: None, ..
+        } => {
+            for key in *keys {
+                if let Some(r) = store.flash_wanted(key) {
+                    wanted.push(r);
+                }
+            }
+        }
+        Command::MetaGet(m) if m.ttl.is_none() && m.vivify.is_none() && m.recache.is_none() => {
+            if let Some(r) = store.flash_wanted(m.key) {
+                wanted.push(r);
+            }
+        }
+        _ => {}
+    }
+    wanted.len() > before
+}
 
 /// A text or meta error line (the meta protocol sends errors even with
 /// `q`; the text protocol honours noreply).

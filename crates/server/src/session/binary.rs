@@ -46,6 +46,8 @@ enum Step {
     Close(usize),
     /// Consume; the rest of the value is read into this item.
     Incoming(usize, IncomingStore),
+    /// Nothing consumed: the request waits for flash reads.
+    AwaitFlash,
 }
 
 pub fn process(s: &mut Session, ctx: &WorkerCtx) -> Flow {
@@ -140,6 +142,7 @@ pub fn process(s: &mut Session, ctx: &WorkerCtx) -> Flow {
                 s.input.consume(n);
                 s.incoming = Some(incoming);
             }
+            Step::AwaitFlash => return Flow::Flash,
         }
         if stop {
             // After a quit memcached's UDP connection ends its datagram at
@@ -272,6 +275,7 @@ fn one(s: &mut Session, ctx: &WorkerCtx, h: &wire::RequestHeader) -> (Step, bool
         _ => {
             let done = execute::execute(ctx, conn, &req, out);
             match done.next {
+                Next::AwaitFlash => (Step::AwaitFlash, false),
                 Next::CloseAfterWrite | Next::CloseNow => (Step::Close(prefix), true),
                 _ => (Step::Consume(prefix), done.flush),
             }

@@ -56,6 +56,9 @@ pub enum Flow {
     Yield,
     /// Close now, dropping queued output.
     Close,
+    /// The next request waits for flash reads (`WorkerCtx::flash_wanted`):
+    /// send what is queued, read them, then run it (again).
+    Flash,
 }
 
 /// Requests whose keys' hashes `Ahead` holds: a 16-deep pipeline.
@@ -365,6 +368,7 @@ impl Session {
         ConnView {
             fd: self.fd,
             output_queued: self.output.queued() > 0,
+            flash_async: self.datagram.is_none(),
         }
     }
 

@@ -155,7 +155,9 @@ fn run_line(s: &mut Session, ctx: &WorkerCtx, consumed: usize) -> Option<Flow> {
             s.swallow = discard;
         }
         Command::Get { keys, .. } => {
-            execute::execute(ctx, conn, &req, out);
+            if execute::execute(ctx, conn, &req, out).next == Next::AwaitFlash {
+                return Some(Flow::Flash);
+            }
             shape = ReplyShape::PerKey(keys);
         }
         Command::Noop => {
@@ -174,6 +176,7 @@ fn run_line(s: &mut Session, ctx: &WorkerCtx, consumed: usize) -> Option<Flow> {
             }
             Next::CloseNow => return Some(Flow::Close),
             Next::StartDump(kind) => s.dump = Some(Dump::new(kind)),
+            Next::AwaitFlash => return Some(Flow::Flash),
         },
     }
     let flushed = mark(out, datagram, reply_start, shape);

@@ -3,8 +3,10 @@
 //! acceptor (`listen`) and served by the worker event loops (`worker`);
 //! UDP datagrams are framed by `udp`. Each feeds a `Session`, which knows
 //! no transport. A TLS transport would be one more kind of stream.
+//! `flash_io` is a worker's reads of the flash tier (io_uring).
 
 pub mod affinity;
+pub mod flash_io;
 pub mod listen;
 pub mod stream;
 pub mod udp;

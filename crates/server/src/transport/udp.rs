@@ -226,7 +226,8 @@ impl UdpEndpoint {
                 self.session.drop_input();
                 self.start_transmit(Send::All);
             }
-            Flow::Yield => {
+            // A datagram session reads flash itself (never `Flash`).
+            Flow::Yield | Flow::Flash => {
                 self.start_transmit(Send::All);
                 if self.stop_at_flush() {
                     self.drop_input();

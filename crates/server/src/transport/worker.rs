@@ -41,12 +41,15 @@ use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
+use super::flash_io::FlashIo;
 use super::stream::Stream;
 use super::udp::{Progress, UdpEndpoint};
 use crate::context::{Shared, WorkerCtx};
 use crate::session::{Flow, Protocol, Session};
 
 const WAKE: Token = Token(usize::MAX);
+/// The worker's flash reads finished (`flash_io`).
+const FLASH: Token = Token(usize::MAX >> 1);
 
 /// The token of this worker's UDP endpoint `i` (counted down from WAKE;
 /// connection tokens are slab keys counted up from 0).
@@ -65,6 +68,11 @@ struct Conn {
     stream: Stream,
     session: Session,
     fd: i32,
+    /// Numbers the worker's connections (a flash read finishing for a
+    /// closed connection must not wake the one that reuses its key).
+    id: u64,
+    /// Flash reads the next request waits for.
+    awaiting_flash: usize,
     last_active: u32,
     /// `prime` met the end of the stream or an error.
     hangup: bool,
@@ -139,6 +147,10 @@ impl Conn {
     /// Runs the connection until it must wait for the socket, yields, or
     /// closes.
     fn drive(&mut self, ctx: &WorkerCtx) -> Flow {
+        if self.awaiting_flash > 0 {
+            // Its next request runs once its flash reads are in.
+            return Flow::Wait;
+        }
         loop {
             // Run what is buffered (bounded by -R and the output limits),
             // send the replies in one write, then read more.
@@ -150,6 +162,13 @@ impl Conn {
                     return match self.flush(ctx) {
                         Ok(true) => Flow::Yield,
                         Ok(false) => Flow::Wait,
+                        Err(_) => Flow::Close,
+                    };
+                }
+                Flow::Flash => {
+                    // Replies before the waiting request leave now.
+                    return match self.flush(ctx) {
+                        Ok(_) => Flow::Flash,
                         Err(_) => Flow::Close,
                     };
                 }
@@ -194,6 +213,9 @@ struct Worker {
     idle_timeout: u32,
     /// From `-B`: auto negotiates per connection.
     initial_protocol: Protocol,
+    /// Flash reads (with a flash tier, where io_uring works).
+    flash: Option<FlashIo>,
+    next_conn_id: u64,
 }
 
 impl Worker {
@@ -217,10 +239,13 @@ impl Worker {
             if shared.verbose() > 1 {
                 eprintln!("<{fd} new auto-negotiating client connection");
             }
+            self.next_conn_id += 1;
             entry.insert(Conn {
                 session: Session::stream(fd, self.initial_protocol, Some(activity)),
                 stream,
                 fd,
+                id: self.next_conn_id,
+                awaiting_flash: 0,
                 last_active: now,
                 hangup: false,
                 drained: false,
@@ -295,7 +320,42 @@ impl Worker {
             Flow::Wait => {}
             Flow::Yield => self.ready.push_back(key),
             Flow::Close => self.close(key),
+            Flow::Flash => {
+                let started = match &mut self.flash {
+                    Some(io) => io.start(
+                        &self.ctx.shared.store,
+                        key,
+                        conn.id,
+                        &mut self.ctx.flash_wanted.borrow_mut(),
+                    ),
+                    None => 0,
+                };
+                self.ctx.flash_wanted.borrow_mut().clear();
+                conn.awaiting_flash = started;
+                if started == 0 {
+                    // Everything was in RAM buffers (or gone): run again.
+                    self.ready.push_back(key);
+                }
+            }
         }
+    }
+
+    /// Flash reads finished: their connections run again once all of
+    /// theirs are in.
+    fn flash_done(&mut self) {
+        let Some(io) = &mut self.flash else {
+            return;
+        };
+        let conns = &mut self.conns;
+        let ready = &mut self.ready;
+        io.complete(&self.ctx.shared.store, |key, id| {
+            if let Some(c) = conns.get_mut(key).filter(|c| c.id == id) {
+                c.awaiting_flash = c.awaiting_flash.saturating_sub(1);
+                if c.awaiting_flash == 0 {
+                    ready.push_back(key);
+                }
+            }
+        });
     }
 
     fn close_idle(&mut self) {
@@ -314,6 +374,14 @@ impl Worker {
     }
 
     fn run(mut self) {
+        self.serve();
+        if let Some(io) = &mut self.flash {
+            // No buffer the kernel may still write into is freed.
+            io.drain(&self.ctx.shared.store);
+        }
+    }
+
+    fn serve(&mut self) {
         let mut events = Events::with_capacity(1024);
         let mut last_idle_check = 0;
         loop {
@@ -338,6 +406,10 @@ impl Worker {
                 let key = ev.token().0;
                 if ev.token() == WAKE {
                     self.accept_new();
+                    continue;
+                }
+                if ev.token() == FLASH {
+                    self.flash_done();
                     continue;
                 }
                 self.turn.push(key);
@@ -366,6 +438,9 @@ impl Worker {
                 if let Some(key) = self.ready.pop_front() {
                     self.run_conn(key);
                 }
+            }
+            if let Some(io) = &mut self.flash {
+                io.submit();
             }
             if self.idle_timeout > 0 {
                 let now = self.ctx.shared.store.clock().now();
@@ -426,14 +501,29 @@ pub fn spawn(
             }
             let udp: Vec<UdpEndpoint> = udp_sockets_mio.into_iter().map(UdpEndpoint::new).collect();
             let settings = &shared.settings;
+            let flash = shared.store.flash().and_then(|_| {
+                FlashIo::new(poll.registry(), FLASH)
+                    .map_err(|e| {
+                        if index == 0 {
+                            eprintln!(
+                                "[extstore] io_uring unavailable ({e}): flash reads block their worker"
+                            );
+                        }
+                    })
+                    .ok()
+            });
+            let ctx = WorkerCtx::new(shared.clone(), index);
+            ctx.flash_async.set(flash.is_some());
             let worker = Worker {
+                flash,
+                next_conn_id: 0,
                 idle_timeout: settings.idle_timeout,
                 initial_protocol: match settings.binding_protocol {
                     "ascii" => Protocol::Text,
                     "binary" => Protocol::Binary,
                     _ => Protocol::Negotiating,
                 },
-                ctx: WorkerCtx::new(shared.clone(), index),
+                ctx,
                 poll,
                 conns: Slab::with_capacity(64),
                 incoming,

@@ -96,6 +96,14 @@ impl Device {
         (&f.file, ((page - f.first) * self.page_size + offset) as u64)
     }
 
+    /// The descriptor and file offset of `offset` of `page` (for a read
+    /// the caller submits itself).
+    pub fn position(&self, page: usize, offset: usize) -> (std::os::fd::RawFd, u64) {
+        use std::os::fd::AsRawFd;
+        let (file, at) = self.locate(page, offset);
+        (file.as_raw_fd(), at)
+    }
+
     /// Writes `buf` (whole blocks, block-aligned memory) at `offset` of
     /// `page`.
     pub fn write(&self, page: usize, offset: usize, buf: &[u8]) -> io::Result<()> {

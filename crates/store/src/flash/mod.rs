@@ -65,9 +65,10 @@ pub struct FlashConfig {
     /// `ext_drop_unread`: a reclaim drops live items that were not read
     /// (osmium always does; kept for `stats settings`).
     pub drop_unread: bool,
-    /// `ext_recache_rate` > 0: an item read from flash a second time comes
-    /// back into RAM.
-    pub recache: bool,
+    /// `ext_recache_rate`: one in this many reads of items already read
+    /// once on flash brings the item back into RAM (0: never), as
+    /// memcached recaches one in `ext_recache_rate` flash reads.
+    pub recache_rate: u32,
     /// `ext_compact_under`: reclaim while fewer pages than this are free.
     pub free_pages_min: usize,
 }
@@ -81,7 +82,7 @@ impl Default for FlashConfig {
             wbufs: 2,
             item_size_min: 0,
             drop_unread: true,
-            recache: true,
+            recache_rate: 2000,
             free_pages_min: 0,
         }
     }
@@ -162,6 +163,24 @@ pub struct FlashRead {
     pub entry: Entry,
 }
 
+/// Where a record can be read (see [`Flash::source`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Source {
+    /// Not on flash any more (reclaimed, flushed, never written).
+    Gone,
+    /// Copied from a write buffer: the record's first `len` bytes.
+    Ram { len: usize },
+    /// `len` bytes (whole blocks) at `offset` of file `fd`, the record
+    /// `skip` bytes in; the file may be open with `O_DIRECT`, so the
+    /// memory read into must be block aligned.
+    Disk {
+        fd: std::os::fd::RawFd,
+        offset: u64,
+        len: usize,
+        skip: usize,
+    },
+}
+
 /// The flash tier (see the module comment).
 pub struct Flash {
     cfg: FlashConfig,
@@ -184,6 +203,14 @@ impl Flash {
         let page_size = cfg.page_size.next_multiple_of(BLOCK);
         let device = Device::open(&cfg.paths, page_size)?;
         let pages = device.pages();
+        if pages < 3 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "ext_path: {pages} pages of ext_page_size; the flash tier needs at least 3"
+                ),
+            ));
+        }
         if (pages * page_size / record::ALIGN) as u64 > index::MAX_ADDR {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -194,11 +221,14 @@ impl Flash {
             .wbuf_size
             .clamp(BLOCK, page_size)
             .next_multiple_of(BLOCK);
+        // Reclaim while fewer pages are free (at least 2: writers leave
+        // the last one to the reclaimer's rescues).
         let free_pages_min = if cfg.free_pages_min == 0 {
-            (pages / 100).max(2).min(pages / 2).max(1)
+            (pages / 100).min(pages / 2)
         } else {
-            cfg.free_pages_min.min(pages.saturating_sub(1)).max(1)
-        };
+            cfg.free_pages_min
+        }
+        .clamp(2, pages - 1);
         let cfg = FlashConfig {
             page_size,
             wbuf_size: wbuf,
@@ -330,7 +360,10 @@ impl Flash {
                     log.pages[p].state = PageState::Sealed;
                     log.fifo.push_back(p);
                 }
-                let Some(p) = log.free.pop() else {
+                // The last free page is kept for the reclaimer's rescues.
+                let reserve = if wait { 1 } else { 0 };
+                let page = (log.free.len() > reserve).then(|| log.free.pop()).flatten();
+                let Some(p) = page else {
                     // Every page holds records: the flusher reclaims.
                     self.work.notify_one();
                     if !wait {
@@ -445,70 +478,104 @@ impl Flash {
         (page, start, end - start)
     }
 
+    /// Where the record `r` points at can be read. A record still in a
+    /// write buffer is copied into `buf` (grown as needed) at once.
+    pub fn source(&self, r: &FlashRead, buf: &mut Option<AlignedBuf>) -> Source {
+        let (page, start, len) = self.extent(r);
+        let pos_in_page = (r.entry.addr as usize - 1) * record::ALIGN % self.cfg.page_size;
+        let log = self.log.lock();
+        let p = log.pages[page];
+        if p.state == PageState::Free {
+            return Source::Gone;
+        }
+        let logical = p.seq * self.cfg.page_size as u64 + pos_in_page as u64;
+        if logical < log.flushed_below {
+            return Source::Gone;
+        }
+        let in_ram = log
+            .filling
+            .iter()
+            .map(|b| (b.page, b.offset, b.len, &b.data))
+            .chain(
+                log.queued
+                    .iter()
+                    .map(|b| (b.page, b.offset, b.len, &b.data)),
+            )
+            .find(|&(bp, bo, bl, _)| bp == page && pos_in_page >= bo && pos_in_page < bo + bl);
+        if let Some((_, bo, bl, d)) = in_ram {
+            let from = pos_in_page - bo;
+            let n = (bl - from).min(record::class_bytes(r.entry.class));
+            if buf.as_ref().is_none_or(|b| b.len() < n) {
+                *buf = Some(AlignedBuf::new(n));
+            }
+            buf.as_mut().expect("just made")[..n].copy_from_slice(&d[from..from + n]);
+            return Source::Ram { len: n };
+        }
+        if pos_in_page >= p.written {
+            return Source::Gone;
+        }
+        let (fd, offset) = self.device.position(page, start);
+        Source::Disk {
+            fd,
+            offset,
+            len,
+            skip: pos_in_page - start,
+        }
+    }
+
     /// Reads the record `r` points at into `buf` (grown as needed) and
     /// returns the item's bytes in it, if the record is whole, holds `key`
     /// and was not flushed. A record that fails its checksum or holds
     /// another key is a miss (and its entry goes, if it still points
-    /// there).
+    /// there). Blocks this thread on a disk read.
     pub fn read<'b>(
         &self,
         r: &FlashRead,
         key: &[u8],
         buf: &'b mut Option<AlignedBuf>,
     ) -> Option<&'b [u8]> {
-        let (page, start, len) = self.extent(r);
-        if buf.as_ref().is_none_or(|b| b.len() < len) {
-            *buf = Some(AlignedBuf::new(len));
-        }
-        let data = &mut buf.as_mut().expect("just made")[..len];
-        let pos_in_page = (r.entry.addr as usize - 1) * record::ALIGN % self.cfg.page_size;
-        // From a buffer still in RAM, else from the file.
-        let flushed_below;
-        {
-            let log = self.log.lock();
-            let p = log.pages[page];
-            flushed_below = log.flushed_below;
-            if p.state == PageState::Free {
-                return None;
+        match self.source(r, buf) {
+            Source::Gone => {
+                self.index.remove_at(r.hash, r.entry.addr);
+                None
             }
-            let logical = p.seq * self.cfg.page_size as u64 + pos_in_page as u64;
-            if logical < flushed_below {
-                return None;
-            }
-            let in_ram = log
-                .filling
-                .iter()
-                .map(|b| (b.page, b.offset, b.len, &b.data))
-                .chain(
-                    log.queued
-                        .iter()
-                        .map(|b| (b.page, b.offset, b.len, &b.data)),
-                )
-                .find(|&(bp, bo, bl, _)| bp == page && pos_in_page >= bo && pos_in_page < bo + bl);
-            if let Some((_, bo, bl, d)) = in_ram {
-                let from = pos_in_page - bo;
-                let n = (bl - from).min(record::class_bytes(r.entry.class)).min(len);
-                data[..n].copy_from_slice(&d[from..from + n]);
-                drop(log);
-                return self.finish_read(r, key, &buf.as_ref().expect("made")[..n]);
-            }
-            if pos_in_page >= p.written {
-                return None;
+            Source::Ram { len } => self.check(r, key, &buf.as_ref().expect("filled")[..len]),
+            Source::Disk {
+                fd: _,
+                offset: _,
+                len,
+                skip,
+            } => {
+                if buf.as_ref().is_none_or(|b| b.len() < len) {
+                    *buf = Some(AlignedBuf::new(len));
+                }
+                let (page, start, _) = self.extent(r);
+                let data = &mut buf.as_mut().expect("just made")[..len];
+                if let Err(e) = self.device.read(page, start, data) {
+                    self.fail("reading a flash file", &e);
+                    return None;
+                }
+                self.note_read(len);
+                self.check(r, key, &buf.as_ref().expect("made")[skip..len])
             }
         }
-        if let Err(e) = self.device.read(page, start, data) {
-            self.fail("reading a flash file", &e);
-            return None;
-        }
+    }
+
+    /// Counts `len` bytes read from the files.
+    pub fn note_read(&self, len: usize) {
         self.stats
             .bytes_read
             .fetch_add(len as u64, Ordering::Relaxed);
-        let from = pos_in_page - start;
-        let bytes = &buf.as_ref().expect("made")[from..len];
-        self.finish_read(r, key, bytes)
     }
 
-    fn finish_read<'b>(&self, r: &FlashRead, key: &[u8], bytes: &'b [u8]) -> Option<&'b [u8]> {
+    /// A read of a flash file failed (done by the caller).
+    pub fn read_failed(&self, e: &io::Error) {
+        self.fail("reading a flash file", e);
+    }
+
+    /// The item of the record read for `r` (`bytes` from the record's
+    /// first byte), if it is whole and holds `key`.
+    pub fn check<'b>(&self, r: &FlashRead, key: &[u8], bytes: &'b [u8]) -> Option<&'b [u8]> {
         let Some(item) = record::verify(bytes) else {
             self.stats.badcrc.fetch_add(1, Ordering::Relaxed);
             self.index.remove_at(r.hash, r.entry.addr);
