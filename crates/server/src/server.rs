@@ -170,6 +170,22 @@ fn report_restart(restart: &Restart, file: Option<&str>) {
     if let Some(note) = &restart.note {
         eprintln!("[restart] {note}");
     }
+    if let Some(f) = &restart.flash {
+        if let Some(note) = &f.note {
+            eprintln!("[restart] {note}");
+        }
+        if f.taken_over {
+            eprintln!(
+                "[restart] {} items back on flash (after {})",
+                f.items,
+                if f.crashed {
+                    "a crash"
+                } else {
+                    "a graceful stop"
+                }
+            );
+        }
+    }
     if let (Some(r), Some(file)) = (&restart.recovered, file) {
         eprintln!(
             "[restart] {} items back from {file} in {:.1} ms ({} segments, after {}; {} expired or flushed, {} damaged)",

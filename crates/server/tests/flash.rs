@@ -262,3 +262,45 @@ fn bad_ext_path_options_stop_the_start_with_memcacheds_messages() {
         assert!(err.contains(message), "{opt}: {err}");
     }
 }
+
+#[test]
+fn with_a_memory_file_items_on_flash_survive_kill_9_and_a_graceful_stop() {
+    let dir = Dir::new("restart");
+    let mem = dir.0.join("cache.mem");
+    let mem_arg = mem.to_str().unwrap().to_string();
+    let n = 6_000;
+    let mut srv = Server::start(&dir, &["-e", &mem_arg]);
+    {
+        let mut c = srv.connect();
+        for i in 0..n {
+            c.set(&format!("key{i}"), i as u32, &value(i));
+        }
+        c.send(b"delete key7\r\n");
+        assert_eq!(c.line(), "DELETED\r\n");
+        assert!(c.stat("extstore_objects_used") > 1000);
+    }
+    for stop in ["kill -9", "SIGUSR1"] {
+        if stop == "kill -9" {
+            let _ = srv.child.kill();
+            let _ = srv.child.wait();
+        } else {
+            // SAFETY: kill on our own child's pid.
+            unsafe { libc::kill(srv.child.id() as i32, libc::SIGUSR1) };
+            assert!(wait_exit(&mut srv.child).success());
+        }
+        drop(srv);
+        srv = Server::start(&dir, &["-e", &mem_arg]);
+        let mut c = srv.connect();
+        let keys: Vec<String> = (0..n).map(|i| format!("key{i}")).collect();
+        let mut got = Vec::new();
+        for batch in keys.chunks(50) {
+            got.extend(c.get(batch));
+        }
+        let expected: Vec<(String, u32, Vec<u8>)> = (0..n)
+            .filter(|&i| i != 7)
+            .map(|i| (format!("key{i}"), i as u32, value(i)))
+            .collect();
+        assert_eq!(got.len(), expected.len(), "after {stop}");
+        assert!(got == expected, "after {stop}: values differ");
+    }
+}

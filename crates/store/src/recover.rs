@@ -52,6 +52,8 @@ pub struct Restart {
     pub note: Option<String>,
     /// What was taken over, if anything.
     pub recovered: Option<Recovered>,
+    /// What the flash tier took over, with a flash tier.
+    pub flash: Option<crate::flash::Resumed>,
 }
 
 /// What a warm restart took over.

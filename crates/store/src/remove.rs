@@ -16,6 +16,10 @@ impl Store {
         match self.find_live(&mut table, key, hash) {
             Some(f) => {
                 self.unlink(&mut table, &f);
+                drop(table);
+                // (A kill between a demotion's two steps can leave a key in
+                // both tiers: a delete removes both.)
+                self.forget_flash(hash);
                 true
             }
             None => false,
@@ -41,6 +45,8 @@ impl Store {
             }
             if !d.drop_value && !d.mark_stale {
                 self.unlink(&mut table, &f);
+                drop(table);
+                self.forget_flash(hash);
                 return RemoveResult::Removed;
             }
             let old = f.item.spec();

@@ -102,9 +102,19 @@ impl Store {
             item::ALIGN.trailing_zeros(),
         );
         let threads = cfg.recovery_threads.max(1);
-        let flash = match &cfg.flash {
-            Some(f) => Some(crate::flash::Flash::open(f.clone())?),
-            None => None,
+        // With a memory file, the flash tier's metadata lives beside it
+        // (FILE.flash) and outlives the process too.
+        let (flash, flash_resumed) = match &cfg.flash {
+            Some(f) => {
+                let meta_path = file.as_ref().map(|p| {
+                    let mut name = p.as_os_str().to_owned();
+                    name.push(".flash");
+                    std::path::PathBuf::from(name)
+                });
+                let (flash, resumed) = crate::flash::Flash::open(f.clone(), meta_path.as_deref())?;
+                (Some(flash), Some(resumed))
+            }
+            None => (None, None),
         };
         let store = Store {
             flash,
@@ -124,6 +134,7 @@ impl Store {
         let mut restart = Restart {
             note,
             recovered: None,
+            flash: flash_resumed,
         };
         if let Some(r) = resume {
             restart.recovered = Some(store.recover(r, threads));

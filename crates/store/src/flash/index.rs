@@ -21,6 +21,14 @@
 //!   earlier but stored after this bucket (linear probing by bucket)
 //! ```
 //!
+//! The tables live in the tier's metadata mapping (`meta`): with a memory
+//! file they are in `FILE.flash` and outlive the process. A table that
+//! grows is written whole elsewhere, then its shard's descriptor is
+//! switched with one store; an entry changes with stores to its bucket only
+//! (moves and counts included), so after a crash a table is whole except
+//! for what the write in progress was changing: `repair` rebuilds every
+//! table, dropping duplicates and entries that point nowhere.
+//!
 //! An entry holds 37 bits of the key's hash and not the key: two keys whose
 //! hashes agree on those bits and the shard's 8 share one entry (the later
 //! write replaces the earlier, which then misses). A lookup's answer is
@@ -29,8 +37,12 @@
 //! (a key's home bucket is a monotonic function of its top 32 stored bits),
 //! so no key is read back from flash.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use parking_lot::RwLock;
 
+use super::meta::Meta;
 use crate::index::{shard_of, SHARDS};
 
 const SLOTS: usize = 6;
@@ -115,27 +127,87 @@ impl Bucket {
     }
 }
 
-/// One shard's table.
+/// One shard's table: `n` buckets at `offset` of the metadata mapping.
 struct Table {
-    buckets: Vec<Bucket>,
+    shard: usize,
+    offset: usize,
+    n: usize,
+    ptr: *mut Bucket,
     len: usize,
 }
 
+// SAFETY: the buckets are memory of the metadata mapping that only this
+// table (behind its shard's lock) touches.
+unsafe impl Send for Table {}
+// SAFETY: as above.
+unsafe impl Sync for Table {}
+
+/// A table descriptor: (offset / 4 KiB) << 24 | buckets.
+fn descriptor(offset: usize, n: usize) -> u64 {
+    debug_assert!(n < 1 << 24 && offset.is_multiple_of(4096));
+    ((offset / 4096) as u64) << 24 | n as u64
+}
+
 impl Table {
-    fn new() -> Table {
-        Table {
-            buckets: vec![Bucket::default(); INITIAL_BUCKETS],
+    /// A new table of `n` empty buckets for `shard` (not yet published);
+    /// None when the metadata's address space is used up.
+    fn create(meta: &Meta, shard: usize, n: usize) -> Option<Table> {
+        let offset = meta.alloc(n * std::mem::size_of::<Bucket>())?;
+        Some(Table {
+            shard,
+            offset,
+            n,
+            ptr: meta.at(offset) as *mut Bucket,
             len: 0,
+        })
+    }
+
+    /// The table the header describes for `shard`, if any.
+    fn attach(meta: &Meta, shard: usize) -> Option<Table> {
+        let d = meta.header().tables[shard].load(Ordering::Acquire);
+        if d == 0 {
+            return None;
         }
+        let offset = (d >> 24) as usize * 4096;
+        let n = (d & ((1 << 24) - 1)) as usize;
+        let mut t = Table {
+            shard,
+            offset,
+            n,
+            ptr: meta.at(offset) as *mut Bucket,
+            len: 0,
+        };
+        t.len = t
+            .buckets()
+            .iter()
+            .map(|b| usize::from(b.len.min(SLOTS as u8)))
+            .sum();
+        Some(t)
+    }
+
+    fn publish(&self, meta: &Meta) {
+        meta.header().tables[self.shard].store(descriptor(self.offset, self.n), Ordering::Release);
+    }
+
+    fn buckets(&self) -> &[Bucket] {
+        // SAFETY: `n` buckets at `ptr`, inside the mapping, used only
+        // through this table.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.n) }
+    }
+
+    fn buckets_mut(&mut self) -> &mut [Bucket] {
+        // SAFETY: as above, and `&mut self` is the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.n) }
     }
 
     /// (bucket, slot) of the entry with stored hash `h`.
     fn position(&self, h: u64) -> Option<(usize, usize)> {
-        let n = self.buckets.len();
+        let buckets = self.buckets();
+        let n = buckets.len();
         let mut b = home_of(h, n);
         for _ in 0..n {
-            let bucket = &self.buckets[b];
-            for slot in 0..bucket.len as usize {
+            let bucket = &buckets[b];
+            for slot in 0..(bucket.len as usize).min(SLOTS) {
                 if unpack(bucket.get(slot)).0 == h {
                     return Some((b, slot));
                 }
@@ -164,33 +236,50 @@ impl Table {
         }
     }
 
-    fn grow(&mut self) {
-        let n = self.buckets.len();
-        let mut next = vec![Bucket::default(); n + (n / 4).max(1)];
-        for bucket in &self.buckets {
-            for slot in 0..bucket.len as usize {
+    /// Moves every entry that `keep` accepts into a new table of `n`
+    /// buckets, published in place of this one (whose memory goes back).
+    fn rebuild(&mut self, meta: &Meta, n: usize, mut keep: impl FnMut(u128) -> bool) -> bool {
+        let Some(mut next) = Table::create(meta, self.shard, n) else {
+            return false;
+        };
+        let mut len = 0;
+        for bucket in self.buckets() {
+            for slot in 0..(bucket.len as usize).min(SLOTS) {
                 let v = bucket.get(slot);
-                Self::place(&mut next, unpack(v).0, v);
+                if v != 0 && keep(v) {
+                    Self::place(next.buckets_mut(), unpack(v).0, v);
+                    len += 1;
+                }
             }
         }
-        self.buckets = next;
+        next.len = len;
+        next.publish(meta);
+        let old = std::mem::replace(self, next);
+        meta.free(old.offset, old.n * std::mem::size_of::<Bucket>());
+        true
     }
 
-    fn insert(&mut self, h: u64, e: Entry) {
+    /// False when the table was full and could not grow.
+    fn insert(&mut self, meta: &Meta, h: u64, e: Entry) -> bool {
         if let Some((b, slot)) = self.position(h) {
-            self.buckets[b].put(slot, pack(h, e));
-            return;
+            self.buckets_mut()[b].put(slot, pack(h, e));
+            return true;
         }
-        if (self.len + 1) * 10 > self.buckets.len() * SLOTS * MAX_LOAD_TENTHS {
-            self.grow();
+        if (self.len + 1) * 10 > self.n * SLOTS * MAX_LOAD_TENTHS {
+            let n = self.n + (self.n / 4).max(1);
+            if n >= 1 << 24 || !self.rebuild(meta, n, |_| true) {
+                return false;
+            }
         }
-        Self::place(&mut self.buckets, h, pack(h, e));
+        Self::place(self.buckets_mut(), h, pack(h, e));
         self.len += 1;
+        true
     }
 
     fn remove_at(&mut self, b: usize, slot: usize, h: u64) {
-        let n = self.buckets.len();
-        let bucket = &mut self.buckets[b];
+        let buckets = self.buckets_mut();
+        let n = buckets.len();
+        let bucket = &mut buckets[b];
         let last = bucket.len as usize - 1;
         let moved = bucket.get(last);
         bucket.put(slot, moved);
@@ -199,7 +288,7 @@ impl Table {
         // The buckets it spilled past no longer hold an entry for it.
         let mut p = home_of(h, n);
         while p != b {
-            self.buckets[p].overflow -= 1;
+            buckets[p].overflow -= 1;
             p = if p + 1 == n { 0 } else { p + 1 };
         }
         self.len -= 1;
@@ -208,19 +297,55 @@ impl Table {
 
 /// The flash index (see the module comment).
 pub struct FlashIndex {
+    meta: Arc<Meta>,
     shards: Box<[RwLock<Table>]>,
 }
 
-impl Default for FlashIndex {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl FlashIndex {
-    pub fn new() -> FlashIndex {
-        FlashIndex {
-            shards: (0..SHARDS).map(|_| RwLock::new(Table::new())).collect(),
+    /// The index whose tables `meta` holds (taken over when it has them),
+    /// else empty. None when the metadata has no room for a table.
+    pub fn new(meta: Arc<Meta>) -> Option<FlashIndex> {
+        let shards = (0..SHARDS)
+            .map(|i| {
+                let t = match Table::attach(&meta, i) {
+                    Some(t) => t,
+                    None => {
+                        let t = Table::create(&meta, i, INITIAL_BUCKETS)?;
+                        t.publish(&meta);
+                        t
+                    }
+                };
+                Some(RwLock::new(t))
+            })
+            .collect::<Option<_>>()?;
+        Some(FlashIndex { meta, shards })
+    }
+
+    /// After a restart: rebuilds every table from its entries, so that
+    /// every bucket's counts are right, keeping only entries `valid`
+    /// accepts and, of entries with the same stored hash, the one `newer`
+    /// prefers.
+    pub fn repair(&self, valid: impl Fn(&Entry) -> bool, newer: impl Fn(&Entry, &Entry) -> bool) {
+        for shard in self.shards.iter() {
+            let mut t = shard.write();
+            let mut best: std::collections::HashMap<u64, u128> = std::collections::HashMap::new();
+            for bucket in t.buckets() {
+                for slot in 0..(bucket.len as usize).min(SLOTS) {
+                    let v = bucket.get(slot);
+                    let (h, e) = unpack(v);
+                    if v == 0 || e.addr == 0 || !valid(&e) {
+                        continue;
+                    }
+                    let better = best.get(&h).is_none_or(|&w| newer(&e, &unpack(w).1));
+                    if better {
+                        best.insert(h, v);
+                    }
+                }
+            }
+            let n = t.n.max(INITIAL_BUCKETS);
+            let keep: std::collections::HashSet<u128> = best.into_values().collect();
+            let meta = self.meta.clone();
+            t.rebuild(&meta, n, |v| keep.contains(&v));
         }
     }
 
@@ -234,12 +359,15 @@ impl FlashIndex {
         let t = self.shard(hash).read();
         let h = stored_hash(hash);
         t.position(h)
-            .map(|(b, slot)| unpack(t.buckets[b].get(slot)).1)
+            .map(|(b, slot)| unpack(t.buckets()[b].get(slot)).1)
     }
 
-    /// Points the key with this hash at `e` (replacing its entry).
-    pub fn insert(&self, hash: u64, e: Entry) {
-        self.shard(hash).write().insert(stored_hash(hash), e);
+    /// Points the key with this hash at `e` (replacing its entry); false
+    /// when the index is out of room (the item is not kept).
+    pub fn insert(&self, hash: u64, e: Entry) -> bool {
+        self.shard(hash)
+            .write()
+            .insert(&self.meta, stored_hash(hash), e)
     }
 
     /// Removes the key's entry; true if it had one.
@@ -261,7 +389,7 @@ impl FlashIndex {
         let mut t = self.shard(hash).write();
         let h = stored_hash(hash);
         match t.position(h) {
-            Some((b, slot)) if unpack(t.buckets[b].get(slot)).1.addr == addr => {
+            Some((b, slot)) if unpack(t.buckets()[b].get(slot)).1.addr == addr => {
                 t.remove_at(b, slot, h);
                 true
             }
@@ -275,8 +403,8 @@ impl FlashIndex {
         let mut t = self.shard(hash).write();
         let h = stored_hash(hash);
         match t.position(h) {
-            Some((b, slot)) if unpack(t.buckets[b].get(slot)).1.addr == from => {
-                t.buckets[b].put(slot, pack(h, to));
+            Some((b, slot)) if unpack(t.buckets()[b].get(slot)).1.addr == from => {
+                t.buckets_mut()[b].put(slot, pack(h, to));
                 true
             }
             _ => false,
@@ -288,10 +416,10 @@ impl FlashIndex {
         let mut t = self.shard(hash).write();
         let h = stored_hash(hash);
         if let Some((b, slot)) = t.position(h) {
-            let (_, mut e) = unpack(t.buckets[b].get(slot));
+            let (_, mut e) = unpack(t.buckets()[b].get(slot));
             if e.addr == addr && !e.hot {
                 e.hot = true;
-                t.buckets[b].put(slot, pack(h, e));
+                t.buckets_mut()[b].put(slot, pack(h, e));
             }
         }
     }
@@ -310,7 +438,7 @@ impl FlashIndex {
     pub fn memory(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.read().buckets.capacity() * std::mem::size_of::<Bucket>())
+            .map(|s| s.read().n * std::mem::size_of::<Bucket>())
             .sum::<usize>()
             + self.shards.len() * std::mem::size_of::<RwLock<Table>>()
     }
@@ -341,9 +469,14 @@ mod tests {
         assert_eq!(unpack(pack(5, entry(9))), (5, entry(9)));
     }
 
+    fn index() -> FlashIndex {
+        let meta = Meta::open(None, 1, 4, 2, 4096, 1 << 30).unwrap().meta;
+        FlashIndex::new(Arc::new(meta)).unwrap()
+    }
+
     #[test]
     fn inserts_finds_replaces_and_removes_through_growth() {
-        let idx = FlashIndex::new();
+        let idx = index();
         let n = 200_000u64;
         for i in 1..=n {
             idx.insert(hash_key(format!("key{i}").as_bytes()), entry(i));

@@ -33,6 +33,7 @@
 
 pub mod device;
 pub mod index;
+pub mod meta;
 pub mod record;
 
 use std::collections::VecDeque;
@@ -45,6 +46,7 @@ use parking_lot::{Condvar, Mutex};
 pub use device::FlashPath;
 use device::{AlignedBuf, Device, BLOCK};
 use index::{Entry, FlashIndex};
+use meta::{Meta, PageRecord, MAX_WBUFS, WBUF_FILLING, WBUF_FREE, WBUF_QUEUED};
 
 use crate::index::hash_key;
 use crate::item::{ItemPtr, ItemSpec};
@@ -114,9 +116,9 @@ pub struct FlashStats {
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum PageState {
-    Free,
-    Head,
-    Sealed,
+    Free = 0,
+    Head = 1,
+    Sealed = 2,
 }
 
 #[derive(Clone, Copy)]
@@ -132,13 +134,14 @@ struct Page {
 
 /// A buffer of records bound for `page` at `offset` (a block boundary):
 /// `len` bytes of records, at most `cap` (what is left of the page, or the
-/// buffer's size).
+/// buffer's size), in write buffer `slot` of the metadata.
+#[derive(Clone, Copy, Debug)]
 struct Buffer {
     page: usize,
     offset: usize,
     len: usize,
     cap: usize,
-    data: AlignedBuf,
+    slot: usize,
 }
 
 struct Log {
@@ -149,11 +152,25 @@ struct Log {
     next_seq: u64,
     filling: Option<Buffer>,
     /// Full buffers, oldest first; the front one may be being written.
-    queued: VecDeque<Arc<Buffer>>,
-    spare: Vec<AlignedBuf>,
+    queued: VecDeque<Buffer>,
+    /// Write buffer slots free.
+    spare: Vec<usize>,
     /// Records at logical positions below this were flushed (flush_all).
     flushed_below: u64,
     stop: bool,
+}
+
+/// What opening the tier took over from an earlier run.
+#[derive(Debug, Default)]
+pub struct Resumed {
+    /// The metadata of an earlier run was taken over.
+    pub taken_over: bool,
+    /// That run ended without a stop (its index was repaired).
+    pub crashed: bool,
+    /// Why existing metadata was not taken over.
+    pub note: Option<String>,
+    /// Items found on flash.
+    pub items: usize,
 }
 
 /// A record to read: where its blocks are.
@@ -186,6 +203,8 @@ pub struct Flash {
     cfg: FlashConfig,
     device: Device,
     pub index: FlashIndex,
+    /// Where the pages' records and the index's tables live.
+    meta: Arc<Meta>,
     log: Mutex<Log>,
     /// Wakes the flusher (a buffer queued, pages low, stop).
     work: Condvar,
@@ -197,9 +216,14 @@ pub struct Flash {
 }
 
 impl Flash {
-    /// Opens the tier's files and starts its flusher. Fails with a message
-    /// naming the file that could not be used.
-    pub fn open(cfg: FlashConfig) -> io::Result<Arc<Flash>> {
+    /// Opens the tier's files and starts its flusher; with `meta_path`
+    /// (beside a memory file) its metadata lives in that file, and what an
+    /// earlier run left there is taken over. Fails with a message naming
+    /// the file that could not be used.
+    pub fn open(
+        cfg: FlashConfig,
+        meta_path: Option<&std::path::Path>,
+    ) -> io::Result<(Arc<Flash>, Resumed)> {
         let page_size = cfg.page_size.next_multiple_of(BLOCK);
         let device = Device::open(&cfg.paths, page_size)?;
         let pages = device.pages();
@@ -235,32 +259,94 @@ impl Flash {
             free_pages_min,
             ..cfg
         };
+        // The tier's identity: its files, their sizes and the page size.
+        let fingerprint = {
+            let mut id = format!("{page_size} {wbuf} {}", cfg.wbufs.clamp(2, MAX_WBUFS));
+            for p in &cfg.paths {
+                id.push_str(&format!("|{}:{}", p.path.display(), p.size));
+            }
+            xxhash_rust::xxh3::xxh3_64(id.as_bytes())
+        };
+        // Address space for the index's tables: enough for records of 64
+        // bytes filling the tier, through every growth.
+        let reserve = (pages * page_size / 64 * 16 * 5).max(64 << 20);
+        let wbufs = cfg.wbufs.clamp(2, MAX_WBUFS);
+        let opened = Meta::open(meta_path, fingerprint, pages, wbufs, wbuf, reserve)?;
+        let meta = Arc::new(opened.meta);
+        let index = FlashIndex::new(meta.clone())
+            .ok_or_else(|| io::Error::other("ext_path: no address space for the flash index"))?;
+        let mut log_pages = vec![
+            Page {
+                state: PageState::Free,
+                seq: 0,
+                used: 0,
+                written: 0,
+            };
+            pages
+        ];
+        let mut fifo: Vec<(u64, usize)> = Vec::new();
+        let mut free = Vec::new();
+        if opened.resumed {
+            // SAFETY: the log is not built yet: nothing else uses them.
+            let records = unsafe { meta.page_records() };
+            for (p, r) in records.iter().enumerate() {
+                let written = (r.written as usize).min(page_size);
+                if r.state == PageState::Free as u64 {
+                    continue;
+                }
+                // A page that was being filled is sealed where its last
+                // write ended.
+                log_pages[p] = Page {
+                    state: PageState::Sealed,
+                    seq: r.seq,
+                    used: written,
+                    written,
+                };
+                fifo.push((r.seq, p));
+            }
+        }
+        fifo.sort_unstable();
+        for p in (0..pages).rev() {
+            if log_pages[p].state == PageState::Free {
+                free.push(p);
+            }
+        }
+        let resumed = Resumed {
+            taken_over: opened.resumed,
+            crashed: opened.crashed,
+            note: opened.note,
+            items: 0,
+        };
+        let h = meta.header();
+        let next_seq = if opened.resumed {
+            h.next_seq
+                .load(Ordering::Relaxed)
+                .max(fifo.last().map_or(0, |&(s, _)| s) + 1)
+        } else {
+            1
+        };
+        let flushed_below = if opened.resumed {
+            h.flushed_below.load(Ordering::Relaxed)
+        } else {
+            0
+        };
         let flash = Arc::new(Flash {
             log: Mutex::new(Log {
-                pages: vec![
-                    Page {
-                        state: PageState::Free,
-                        seq: 0,
-                        used: 0,
-                        written: 0,
-                    };
-                    pages
-                ],
-                fifo: VecDeque::new(),
-                free: (0..pages).rev().collect(),
+                pages: log_pages,
+                fifo: fifo.into_iter().map(|(_, p)| p).collect(),
+                free,
                 head: None,
-                next_seq: 1,
+                next_seq,
                 filling: None,
                 queued: VecDeque::new(),
-                spare: (0..cfg.wbufs.max(2))
-                    .map(|_| AlignedBuf::new(wbuf))
-                    .collect(),
-                flushed_below: 0,
+                spare: (0..wbufs).collect(),
+                flushed_below,
                 stop: false,
             }),
             cfg,
             device,
-            index: FlashIndex::new(),
+            index,
+            meta,
             work: Condvar::new(),
             room: Condvar::new(),
             stats: FlashStats::default(),
@@ -272,7 +358,104 @@ impl Flash {
             .name("osmium-flash".into())
             .spawn(move || worker.flusher_loop())?;
         *flash.flusher.lock() = Some(handle);
-        Ok(flash)
+        let mut resumed = resumed;
+        if resumed.taken_over {
+            flash.write_left_buffers(wbufs);
+            flash.persist_all();
+            if resumed.crashed {
+                // Entries of records that never reached flash, of pages
+                // reclaimed, or left twice by the write the kill cut
+                // short go: the newest of a key's entries stays.
+                let log = flash.log.lock();
+                let pages = log.pages.clone();
+                drop(log);
+                let page_size = flash.cfg.page_size;
+                let locate = |e: &Entry| {
+                    let pos = (e.addr as usize - 1) * record::ALIGN;
+                    (pos / page_size, pos % page_size)
+                };
+                flash.index.repair(
+                    |e| {
+                        let (p, off) = locate(e);
+                        pages
+                            .get(p)
+                            .is_some_and(|pg| pg.state != PageState::Free && off < pg.written)
+                    },
+                    |a, b| {
+                        let pos = |e: &Entry| {
+                            let (p, off) = locate(e);
+                            pages[p].seq * page_size as u64 + off as u64
+                        };
+                        pos(a) > pos(b)
+                    },
+                );
+            }
+            resumed.items = flash.index.len();
+        }
+        Ok((flash, resumed))
+    }
+
+    /// Writes out the records an earlier run left in its write buffers
+    /// (a kill before the flusher wrote them), so that they count.
+    fn write_left_buffers(&self, wbufs: usize) {
+        let mut log = self.log.lock();
+        for slot in 0..wbufs {
+            let d = &self.meta.header().wbufs[slot];
+            let state = d[0].load(Ordering::Acquire);
+            let (page, offset, len) = (
+                d[1].load(Ordering::Relaxed) as usize,
+                d[2].load(Ordering::Relaxed) as usize,
+                d[3].load(Ordering::Relaxed) as usize,
+            );
+            if (state == WBUF_FILLING || state == WBUF_QUEUED)
+                && len > 0
+                && page < log.pages.len()
+                && offset + len <= self.cfg.page_size
+                && offset.is_multiple_of(BLOCK)
+                && len <= self.cfg.wbuf_size
+            {
+                let end = len.next_multiple_of(BLOCK);
+                // SAFETY: no other user yet.
+                let data = unsafe { self.wbuf(slot) };
+                data[len..end].fill(0);
+                match self.device.write(page, offset, &data[..end]) {
+                    Ok(()) => {
+                        let p = &mut log.pages[page];
+                        if p.state != PageState::Free {
+                            p.written = p.written.max(offset + len);
+                            p.used = p.used.max(p.written);
+                        }
+                    }
+                    Err(e) => self.fail("writing a flash file", &e),
+                }
+            }
+            self.note_wbuf(slot, WBUF_FREE, 0, 0, 0);
+        }
+    }
+
+    /// Copies every page's state into the metadata.
+    fn persist_all(&self) {
+        let log = self.log.lock();
+        for p in 0..log.pages.len() {
+            self.persist_page(&log, p);
+        }
+        let h = self.meta.header();
+        h.next_seq.store(log.next_seq, Ordering::Relaxed);
+        h.flushed_below.store(log.flushed_below, Ordering::Relaxed);
+    }
+
+    /// Records page `p`'s state, sequence and written bytes in the
+    /// metadata (the caller holds the log).
+    fn persist_page(&self, log: &Log, p: usize) {
+        let page = log.pages[p];
+        // SAFETY: the log's lock is held: no other access.
+        let records = unsafe { self.meta.page_records() };
+        records[p] = PageRecord {
+            state: page.state as u64,
+            seq: page.seq,
+            used: page.used as u64,
+            written: page.written as u64,
+        };
     }
 
     pub fn config(&self) -> &FlashConfig {
@@ -300,15 +483,22 @@ impl Flash {
         )
     }
 
-    /// Stops the flusher after it wrote every full buffer. Records still in
-    /// the filling buffer are lost (a restart does not keep the tier yet).
+    /// A graceful stop: the filling buffer is queued, the flusher writes
+    /// every queued buffer and stops, and the metadata is written out and
+    /// marked whole.
     pub fn shutdown(&self) {
-        self.log.lock().stop = true;
+        {
+            let mut log = self.log.lock();
+            self.queue_filling(&mut log);
+            log.stop = true;
+        }
         self.work.notify_all();
         self.room.notify_all();
         if let Some(h) = self.flusher.lock().take() {
             let _ = h.join();
         }
+        self.write_queued();
+        self.meta.close();
     }
 
     fn fail(&self, what: &str, e: &io::Error) {
@@ -359,6 +549,7 @@ impl Flash {
                 if let Some(p) = log.head.take() {
                     log.pages[p].state = PageState::Sealed;
                     log.fifo.push_back(p);
+                    self.persist_page(&log, p);
                 }
                 // The last free page is kept for the reclaimer's rescues.
                 let reserve = if wait { 1 } else { 0 };
@@ -375,12 +566,17 @@ impl Flash {
                 };
                 let seq = log.next_seq;
                 log.next_seq += 1;
+                self.meta
+                    .header()
+                    .next_seq
+                    .store(log.next_seq, Ordering::Relaxed);
                 log.pages[p] = Page {
                     state: PageState::Head,
                     seq,
                     used: 0,
                     written: 0,
                 };
+                self.persist_page(&log, p);
                 log.head = Some(p);
                 if log.free.len() < self.cfg.free_pages_min {
                     self.work.notify_one();
@@ -393,7 +589,7 @@ impl Flash {
                 break;
             }
             self.queue_filling(&mut log);
-            let Some(data) = log.spare.pop() else {
+            let Some(slot) = log.spare.pop() else {
                 if !wait {
                     return None;
                 }
@@ -409,14 +605,15 @@ impl Flash {
                 .next_multiple_of(BLOCK)
                 .min(self.cfg.page_size);
             log.pages[page].used = offset;
-            let cap = data.len().min(self.cfg.page_size - offset);
+            let cap = self.cfg.wbuf_size.min(self.cfg.page_size - offset);
             log.filling = Some(Buffer {
                 page,
                 offset,
                 len: 0,
                 cap,
-                data,
+                slot,
             });
+            self.note_wbuf(slot, WBUF_FILLING, page, offset, 0);
         }
         let page = log.head.expect("a head page");
         let page_used = log.pages[page].used;
@@ -424,9 +621,16 @@ impl Flash {
         debug_assert_eq!(b.page, page);
         debug_assert_eq!(b.offset + b.len, page_used);
         let at = b.len;
-        let n = record::write(&mut b.data[at..at + size], spec, key, value, state);
+        let slot = b.slot;
+        // SAFETY: the filling buffer is written under the log's lock only.
+        let data = unsafe { self.wbuf(slot) };
+        let n = record::write(&mut data[at..at + size], spec, key, value, state);
         debug_assert_eq!(n, size);
+        let b = log.filling.as_mut().expect("a filling buffer");
         b.len += size;
+        let len = b.len;
+        // After the record's bytes: a restart writes out what this counts.
+        self.meta.header().wbufs[slot][3].store(len as u64, Ordering::Release);
         log.pages[page].used += size;
         let pos = page * self.cfg.page_size + page_used;
         drop(log);
@@ -444,16 +648,40 @@ impl Flash {
     /// Queues the filling buffer (if it holds records) for the flusher,
     /// its last block's tail zeroed.
     fn queue_filling(&self, log: &mut Log) {
-        if let Some(mut b) = log.filling.take() {
+        if let Some(b) = log.filling.take() {
             if b.len == 0 {
-                log.spare.push(b.data);
+                self.note_wbuf(b.slot, WBUF_FREE, 0, 0, 0);
+                log.spare.push(b.slot);
             } else {
                 let end = b.len.next_multiple_of(BLOCK);
-                b.data[b.len..end].fill(0);
-                log.queued.push_back(Arc::new(b));
+                // SAFETY: under the log's lock, before the flusher sees it.
+                unsafe { self.wbuf(b.slot)[b.len..end].fill(0) };
+                self.meta.header().wbufs[b.slot][0].store(WBUF_QUEUED, Ordering::Release);
+                log.queued.push_back(b);
                 self.work.notify_one();
             }
         }
+    }
+
+    /// Write buffer `slot`.
+    ///
+    /// # Safety
+    /// A filling buffer is written under the log's lock only; a queued one
+    /// is read only (by readers under the lock, by the flusher).
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn wbuf(&self, slot: usize) -> &mut [u8] {
+        // SAFETY: `wbuf_size` bytes of the metadata mapping, per the
+        // caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.meta.wbuf(slot), self.cfg.wbuf_size) }
+    }
+
+    /// Records write buffer `slot`'s descriptor in the metadata.
+    fn note_wbuf(&self, slot: usize, state: u64, page: usize, offset: usize, len: usize) {
+        let d = &self.meta.header().wbufs[slot];
+        d[1].store(page as u64, Ordering::Relaxed);
+        d[2].store(offset as u64, Ordering::Relaxed);
+        d[3].store(len as u64, Ordering::Relaxed);
+        d[0].store(state, Ordering::Release);
     }
 
     // ---- reading ----
@@ -495,14 +723,18 @@ impl Flash {
         let in_ram = log
             .filling
             .iter()
-            .map(|b| (b.page, b.offset, b.len, &b.data))
-            .chain(
-                log.queued
-                    .iter()
-                    .map(|b| (b.page, b.offset, b.len, &b.data)),
-            )
-            .find(|&(bp, bo, bl, _)| bp == page && pos_in_page >= bo && pos_in_page < bo + bl);
-        if let Some((_, bo, bl, d)) = in_ram {
+            .chain(log.queued.iter())
+            .find(|b| b.page == page && pos_in_page >= b.offset && pos_in_page < b.offset + b.len)
+            .copied();
+        if let Some(Buffer {
+            offset: bo,
+            len: bl,
+            slot,
+            ..
+        }) = in_ram
+        {
+            // SAFETY: under the log's lock: read only.
+            let d = unsafe { self.wbuf(slot) };
             let from = pos_in_page - bo;
             let n = (bl - from).min(record::class_bytes(r.entry.class));
             if buf.as_ref().is_none_or(|b| b.len() < n) {
@@ -598,6 +830,11 @@ impl Flash {
             None => log.next_seq * self.cfg.page_size as u64,
         };
         log.flushed_below = log.flushed_below.max(pos);
+        // Recorded before flush_all is answered.
+        self.meta
+            .header()
+            .flushed_below
+            .store(log.flushed_below, Ordering::Release);
     }
 
     // ---- the flusher ----
@@ -607,8 +844,8 @@ impl Flash {
             let job = {
                 let mut log = self.log.lock();
                 loop {
-                    if let Some(b) = log.queued.front() {
-                        break Job::Write(b.clone());
+                    if let Some(&b) = log.queued.front() {
+                        break Job::Write(b);
                     }
                     if log.stop {
                         return;
@@ -634,7 +871,7 @@ impl Flash {
     fn write_queued(&self) -> bool {
         let mut wrote = false;
         loop {
-            let next = self.log.lock().queued.front().cloned();
+            let next = self.log.lock().queued.front().copied();
             let Some(b) = next else {
                 return wrote;
             };
@@ -643,10 +880,12 @@ impl Flash {
         }
     }
 
-    fn write_buffer(&self, b: Arc<Buffer>) {
+    fn write_buffer(&self, b: Buffer) {
         let len = b.len.next_multiple_of(BLOCK);
         let result = if self.is_on() {
-            self.device.write(b.page, b.offset, &b.data[..len])
+            // SAFETY: a queued buffer is not written by anyone.
+            let data = unsafe { self.wbuf(b.slot) };
+            self.device.write(b.page, b.offset, &data[..len])
         } else {
             Ok(())
         };
@@ -660,15 +899,15 @@ impl Flash {
         }
         let mut log = self.log.lock();
         let queued = log.queued.pop_front().expect("the buffer written");
-        debug_assert!(Arc::ptr_eq(&queued, &b));
-        drop(queued);
+        debug_assert_eq!(queued.slot, b.slot);
         let page = &mut log.pages[b.page];
         page.written = page.written.max(b.offset + b.len);
-        // Readers copy from a queued buffer under the lock and keep no
-        // reference: the flusher's is the last.
-        if let Ok(buf) = Arc::try_unwrap(b) {
-            log.spare.push(buf.data);
+        // Only once the records are on flash does a restart count them.
+        if result.is_ok() {
+            self.persist_page(&log, b.page);
         }
+        self.note_wbuf(b.slot, WBUF_FREE, 0, 0, 0);
+        log.spare.push(b.slot);
         drop(log);
         self.room.notify_all();
     }
@@ -722,6 +961,7 @@ impl Flash {
             used: 0,
             written: 0,
         };
+        self.persist_page(&log, p);
         log.free.push(p);
         drop(log);
         self.stats.page_reclaims.fetch_add(1, Ordering::Relaxed);
@@ -765,7 +1005,7 @@ impl Flash {
 }
 
 enum Job {
-    Write(Arc<Buffer>),
+    Write(Buffer),
     Reclaim(usize, Page),
 }
 
