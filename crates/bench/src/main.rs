@@ -20,13 +20,17 @@
 //! * `ketama`: prints the server libmemcached's ketama puts each key on;
 //! * `restart`: warm restart from a memory file (`-e`), osmium against
 //!   memcached: restart time and items back after a graceful stop and after
-//!   kill -9 ([`restart`]).
+//!   kill -9 ([`restart`]);
+//! * `flash`: the flash tier (`-o ext_path=FILE:SIZE`) against memcached's
+//!   extstore: items kept and RAM per item, cache-aside miss ratio, GETs
+//!   served from flash, per value size ([`flash`]).
 //!
 //! Servers are started and stopped by [`servers`]; keys and values come
 //! from [`keys`]; control connections are [`conn`]. The storage-only
 //! criterion benchmarks are `benches/storage.rs`.
 
 mod conn;
+mod flash;
 mod floor;
 mod floor_uring;
 mod hitratio;
@@ -77,6 +81,104 @@ enum Cmd {
     /// Warm restart from a memory file (-e): restart time and items back
     /// after a graceful stop (SIGUSR1) and after kill -9.
     Restart(RestartArgs),
+    /// Flash tier against memcached's extstore (`-o ext_path=FILE:SIZE`):
+    /// items kept and RAM per item, cache-aside miss ratio, GETs served
+    /// from flash (throughput, latency, CPU), per value size.
+    Flash(Box<FlashArgs>),
+}
+
+#[derive(Args)]
+struct FlashArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Modes, comma separated (run in this order: density, hitratio,
+    /// reads, sizes).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "density,hitratio,reads,sizes"
+    )]
+    mode: Vec<flash::Mode>,
+    /// Memory limit of every server, MB (`-m`).
+    #[arg(short = 'm', long, default_value_t = 64)]
+    memory: u64,
+    /// Size of every server's flash file, memcached's syntax (a whole
+    /// number and M, G or T, binary units).
+    #[arg(long, default_value = "8G")]
+    flash_size: String,
+    /// Directory of the flash files, on a disk (not tmpfs) [default: a
+    /// fresh directory under /tmp, removed at the end].
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// More `-o` options for every server with flash, comma separated
+    /// (e.g. `ext_item_size=64,ext_threads=2`).
+    #[arg(long, value_delimiter = ',')]
+    ext_opts: Vec<String>,
+    /// Rounds (the server order alternates; medians are reported).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// Item data of density, hitratio and reads, as a multiple of -m.
+    #[arg(long, default_value_t = 40.0)]
+    data_ratio: f64,
+    /// Item data of every size of `sizes`, as a multiple of -m.
+    #[arg(long, default_value_t = 8.0)]
+    sizes_ratio: f64,
+    /// Value sizes of density and sizes, bytes [default: density
+    /// 100,1024,4096; sizes 64 B to 1 MiB, doubling].
+    #[arg(long, value_delimiter = ',')]
+    value_sizes: Vec<usize>,
+    /// Pace of every load, MB/s of item data (0: as fast as the server
+    /// takes it).
+    #[arg(long, default_value_t = 40.0)]
+    load_mbps: f64,
+    /// Connections of the density sweep.
+    #[arg(long, default_value_t = 4)]
+    sweep_conns: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// hitratio: keys requested, uniform, zipf:S or hotspot:FRACTION:SHARE.
+    #[arg(long, default_value = "zipf:0.99")]
+    dist: load::KeyDist,
+    /// hitratio: smallest value (sizes log-uniform, one per key).
+    #[arg(long, default_value_t = 100)]
+    min_value: usize,
+    /// hitratio: largest value.
+    #[arg(long, default_value_t = 4096)]
+    max_value: usize,
+    /// hitratio: gets of the warm-up (not measured).
+    #[arg(long, default_value_t = 5_000_000)]
+    warmup_requests: u64,
+    /// hitratio: gets measured.
+    #[arg(long, default_value_t = 5_000_000)]
+    requests: u64,
+    /// hitratio: connections, one thread each.
+    #[arg(long, default_value_t = 4)]
+    hitratio_conns: usize,
+    /// hitratio: gets per pipelined batch.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// hitratio: gets per second in all, paced per batch (0: as fast as
+    /// the server answers).
+    #[arg(long, default_value_t = 100_000.0)]
+    hitratio_rate: f64,
+    /// reads: value size.
+    #[arg(long, default_value_t = 4096)]
+    read_value_size: usize,
+    /// reads, sizes: connections (depth 1 each).
+    #[arg(long, default_value_t = 16)]
+    read_conns: usize,
+    /// reads, sizes: measured seconds per run.
+    #[arg(long, default_value_t = 3.0)]
+    duration: f64,
+    /// reads, sizes: unmeasured seconds before each run (after the page
+    /// cache is dropped).
+    #[arg(long, default_value_t = 0.0)]
+    read_warmup: f64,
+    /// reads, sizes: how the flash file's page cache is dropped before
+    /// each run.
+    #[arg(long, value_enum, default_value_t = flash::DropCache::Auto)]
+    drop_cache: flash::DropCache,
 }
 
 #[derive(Args)]
@@ -563,6 +665,52 @@ fn run(cli: Cli) -> Result<bool, String> {
     servers::install_signal_handler()?;
     match cli.command {
         Cmd::Floor(_) | Cmd::Ketama(_) => unreachable!("handled above"),
+        Cmd::Flash(a) => {
+            let bins = binaries(&a.common)?;
+            let flash_bytes = flash::parse_flash_size(&a.flash_size)?;
+            let sizes = |default: Vec<usize>| {
+                if a.value_sizes.is_empty() {
+                    default
+                } else {
+                    a.value_sizes.clone()
+                }
+            };
+            flash::run(
+                &bins,
+                &flash::FlashOpts {
+                    modes: a.mode.clone(),
+                    servers: cache_kinds(&a.common)?,
+                    threads: a.common.threads,
+                    memory_mb: a.memory,
+                    flash_size: a.flash_size.clone(),
+                    flash_bytes,
+                    dir: a.dir.clone(),
+                    ext_opts: a.ext_opts.clone(),
+                    rounds: a.rounds,
+                    data_ratio: a.data_ratio,
+                    sizes_ratio: a.sizes_ratio,
+                    density_sizes: sizes(vec![100, 1024, 4096]),
+                    sweep_sizes: sizes(load::sweep_sizes()),
+                    load_mbps: a.load_mbps.max(0.0),
+                    sweep_conns: a.sweep_conns.max(1),
+                    seed: a.seed,
+                    dist: a.dist,
+                    min_value: a.min_value,
+                    max_value: a.max_value,
+                    warmup_requests: a.warmup_requests,
+                    requests: a.requests,
+                    hr_conns: a.hitratio_conns.max(1),
+                    batch: a.batch.max(1),
+                    hr_rate: a.hitratio_rate.max(0.0),
+                    read_size: a.read_value_size,
+                    read_conns: a.read_conns.max(1),
+                    duration: a.duration,
+                    warmup: a.read_warmup,
+                    drop_cache: a.drop_cache,
+                    json: a.common.json,
+                },
+            )
+        }
         Cmd::Restart(a) => {
             let bins = binaries(&a.common)?;
             restart::run(
