@@ -111,7 +111,11 @@ impl Store {
                     name.push(".flash");
                     std::path::PathBuf::from(name)
                 });
-                let (flash, resumed) = crate::flash::Flash::open(f.clone(), meta_path.as_deref())?;
+                let f = crate::flash::FlashConfig {
+                    item_size_max: cfg.item_size_max,
+                    ..f.clone()
+                };
+                let (flash, resumed) = crate::flash::Flash::open(f, meta_path.as_deref())?;
                 (Some(flash), Some(resumed))
             }
             None => (None, None),

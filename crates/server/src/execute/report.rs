@@ -371,7 +371,7 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     if let Some(f) = &s.flash {
         stat(out, "ext_item_size", f.item_size_min);
         stat(out, "ext_recache_rate", f.recache_rate);
-        stat(out, "ext_wbuf_size", f.wbuf_size / (1 << 20));
+        stat(out, "ext_wbuf_size", f.wbuf_size);
         stat(out, "ext_compact_under", f.free_pages_min);
         stat(out, "ext_drop_unread", yn(f.drop_unread));
     }

@@ -58,7 +58,7 @@ pub struct FlashConfig {
     pub paths: Vec<FlashPath>,
     /// `ext_page_size`: bytes of a page, the unit reclaimed at once.
     pub page_size: usize,
-    /// `ext_wbuf_size`: bytes of a write buffer.
+    /// `ext_wbuf_size`: bytes of a write buffer (default 512 KiB).
     pub wbuf_size: usize,
     /// Write buffers (two: one filling while one is written).
     pub wbufs: usize,
@@ -73,6 +73,8 @@ pub struct FlashConfig {
     pub recache_rate: u32,
     /// `ext_compact_under`: reclaim while fewer pages than this are free.
     pub free_pages_min: usize,
+    /// The largest item (`-I`): a write buffer holds at least one.
+    pub item_size_max: usize,
 }
 
 impl Default for FlashConfig {
@@ -80,12 +82,15 @@ impl Default for FlashConfig {
         FlashConfig {
             paths: Vec::new(),
             page_size: 64 << 20,
-            wbuf_size: 4 << 20,
+            // memcached's default is 4 MiB; two 512 KiB buffers keep the
+            // tier's fixed RAM at 1 MiB and still write in large chunks.
+            wbuf_size: 512 << 10,
             wbufs: 2,
             item_size_min: 0,
             drop_unread: true,
             recache_rate: 2000,
             free_pages_min: 0,
+            item_size_max: 1 << 20,
         }
     }
 }
@@ -241,8 +246,11 @@ impl Flash {
                 "ext_path: flash files over 1 TiB in all are not supported",
             ));
         }
+        // A write buffer holds the largest record (an item of -I).
+        let largest = record::record_size(cfg.item_size_max + 64);
         let wbuf = cfg
             .wbuf_size
+            .max(largest)
             .clamp(BLOCK, page_size)
             .next_multiple_of(BLOCK);
         // Reclaim while fewer pages are free (at least 2: writers leave
