@@ -242,6 +242,9 @@ fn bad_ext_path_options_stop_the_start_with_memcacheds_messages() {
             "ext_path=/nonexistent-dir/flash:64m",
             "flash file /nonexistent-dir/flash",
         ),
+        // A directory, and a file system that takes no file.
+        ("ext_path=/:64m", "cannot open flash file /"),
+        ("ext_path=/proc/osmium-flash:64m", "cannot open flash file"),
     ] {
         let mut child = Command::new(OSMIUM)
             .args(["-p", "0", "-U", "0", "-o", opt])
@@ -261,6 +264,109 @@ fn bad_ext_path_options_stop_the_start_with_memcacheds_messages() {
         assert!(!status.success(), "{opt}");
         assert!(err.contains(message), "{opt}: {err}");
     }
+}
+
+/// A flash file the disk cannot hold stops the start (its space is
+/// reserved then, so the tier never finds the disk full later). tmpfs
+/// refuses at once a file larger than itself.
+#[test]
+fn a_flash_file_larger_than_its_disk_stops_the_start() {
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        println!("SKIP: no /dev/shm");
+        return;
+    }
+    let path = shm.join(format!("osmium-flash-full-{}", std::process::id()));
+    let mut child = Command::new(OSMIUM)
+        .args(["-p", "0", "-U", "0", "-o"])
+        .arg(format!("ext_path={}:100000g", path.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_exit(&mut child);
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(!status.success());
+    assert!(
+        err.contains("cannot size flash file") && err.contains("No space left"),
+        "{err}"
+    );
+}
+
+/// Reads every key in batches: each one is a miss or exactly its value,
+/// never another; returns the hits.
+fn hits_never_wrong(c: &mut Client, n: usize) -> usize {
+    let keys: Vec<String> = (0..n).map(|i| format!("key{i}")).collect();
+    let mut hits = 0;
+    for batch in keys.chunks(50) {
+        for (k, flags, v) in c.get(batch) {
+            let i: usize = k[3..].parse().unwrap();
+            assert_eq!((flags, &v), (i as u32, &value(i)), "{k}");
+            hits += 1;
+        }
+    }
+    hits
+}
+
+/// A flash file damaged under the running server (overwritten, then cut
+/// short) turns hits into misses, never into wrong values; a failing file
+/// turns the tier off with a log line and `extstore_failed 1`, and the
+/// server goes on from RAM.
+#[test]
+fn a_damaged_then_truncated_flash_file_gives_misses_never_wrong_values() {
+    let dir = Dir::new("faults");
+    let srv = Server::start(&dir, &[]);
+    let mut c = srv.connect();
+    let n = 6_000;
+    for i in 0..n {
+        c.set(&format!("key{i}"), i as u32, &value(i));
+    }
+    assert!(c.stat("extstore_objects_used") > 1000);
+    assert_eq!(hits_never_wrong(&mut c, n), n);
+
+    // Overwrite the first 6 MiB of the file (its first pages) in place.
+    let flash = dir.0.join("flash");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&flash)
+            .unwrap();
+        f.write_all_at(&vec![0x5a; 6 << 20], 0).unwrap();
+        f.sync_all().unwrap();
+    }
+    let hits = hits_never_wrong(&mut c, n);
+    assert!(hits < n, "no record was damaged");
+    assert!(c.stat("badcrc_from_extstore") > 0 || c.stat("extstore_io_errors") > 0);
+    assert_eq!(c.stat("extstore_failed"), 0, "a bad record is a miss");
+
+    // Cut the file short: reads fail, the tier goes off, RAM serves on.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&flash)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    hits_never_wrong(&mut c, n);
+    assert_eq!(c.stat("extstore_failed"), 1);
+    assert!(c.stat("extstore_io_errors") > 0);
+    for i in 0..200 {
+        c.set(&format!("new{i}"), 1, b"fresh");
+    }
+    let keys: Vec<String> = (0..200).map(|i| format!("new{i}")).collect();
+    assert_eq!(c.get(&keys).len(), 200);
+    drop(c);
+    let mut again = srv.connect();
+    again.send(b"version\r\n");
+    assert!(again.line().starts_with("VERSION "));
 }
 
 #[test]

@@ -45,6 +45,8 @@ struct InFlight {
     read: FlashRead,
     buf: AlignedBuf,
     skip: usize,
+    /// Bytes asked for: fewer is a failing (e.g. truncated) file.
+    len: usize,
 }
 
 pub struct FlashIo {
@@ -111,6 +113,7 @@ impl FlashIo {
                 read,
                 buf,
                 skip,
+                len,
             });
             let entry = opcode::Read::new(types::Fd(fd), ptr, len as u32)
                 .offset(offset)
@@ -156,10 +159,17 @@ impl FlashIo {
             let Some(f) = self.in_flight.try_remove(slot) else {
                 continue;
             };
-            let result = if result >= 0 {
-                Ok(result as usize)
-            } else {
+            let result = if result < 0 {
                 Err(io::Error::from_raw_os_error(-result))
+            } else if (result as usize) < f.len {
+                // The tier only reads what it wrote, inside its pages:
+                // less means the file is shorter than the tier made it.
+                Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("read {result} of {} bytes", f.len),
+                ))
+            } else {
+                Ok(result as usize)
             };
             store.flash_arrived(&f.read, f.buf, f.skip, result);
             done(f.conn, f.conn_id);

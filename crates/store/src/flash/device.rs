@@ -65,8 +65,7 @@ impl Device {
             let want = (pages * page_size) as u64;
             let len = file.metadata()?.len();
             if len < want {
-                file.set_len(want)
-                    .map_err(|e| named(&p.path, "cannot size", e))?;
+                reserve(&file, len, want).map_err(|e| named(&p.path, "cannot size", e))?;
             }
             files.push(DeviceFile { file, first, pages });
             first += pages;
@@ -127,6 +126,31 @@ fn named(path: &std::path::Path, what: &str, e: io::Error) -> io::Error {
         e.kind(),
         format!("{what} flash file {}: {e}", path.display()),
     )
+}
+
+/// Grows `file` from `len` to `want` bytes with the space reserved on the
+/// file system (`fallocate`), so that a disk too small for the tier stops
+/// the start instead of failing writes later; a file system without
+/// `fallocate` gets a sparse file.
+fn reserve(file: &File, len: u64, want: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fallocate on our own open descriptor; no memory is passed.
+    let r = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            0,
+            len as libc::off_t,
+            (want - len) as libc::off_t,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => file.set_len(want),
+        _ => Err(e),
+    }
 }
 
 /// Opens `path` read-write (created if missing), with `O_DIRECT` where
