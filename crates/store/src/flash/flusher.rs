@@ -1,0 +1,180 @@
+//! The tier's flusher thread: writes the write buffers queued full to
+//! their pages and reclaims the oldest page when the tier is full,
+//! rewriting its live records that were read since written (the rest of
+//! the page's items leave the tier).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::*;
+
+impl Flash {
+    pub(super) fn flusher_loop(self: Arc<Self>) {
+        loop {
+            let job = {
+                let mut log = self.log.lock();
+                loop {
+                    if let Some(&b) = log.queued.front() {
+                        break Job::Write(b);
+                    }
+                    if log.stop {
+                        return;
+                    }
+                    if self.is_on() && log.free.len() < self.cfg.free_pages_min {
+                        if let Some(p) = log.fifo.pop_front() {
+                            break Job::Reclaim(p, log.pages[p]);
+                        }
+                    }
+                    self.work.wait(&mut log);
+                }
+            };
+            match job {
+                Job::Write(b) => self.write_buffer(b),
+                Job::Reclaim(p, page) => self.reclaim(p, page),
+            }
+        }
+    }
+
+    /// Writes the buffers queued now (the reclaimer calls it between
+    /// chunks, so writers do not wait for a whole page's reclaim); false if
+    /// there were none.
+    pub(super) fn write_queued(&self) -> bool {
+        let mut wrote = false;
+        loop {
+            let next = self.log.lock().queued.front().copied();
+            let Some(b) = next else {
+                return wrote;
+            };
+            self.write_buffer(b);
+            wrote = true;
+        }
+    }
+
+    fn write_buffer(&self, b: Buffer) {
+        let len = b.len.next_multiple_of(BLOCK);
+        let result = if self.is_on() {
+            // SAFETY: a queued buffer is not written by anyone.
+            let data = unsafe { self.wbuf(b.slot) };
+            self.device.write(b.page, b.offset, &data[..len])
+        } else {
+            Ok(())
+        };
+        match &result {
+            Err(e) => self.fail("writing a flash file", e),
+            Ok(()) => {
+                self.stats
+                    .bytes_written
+                    .fetch_add(len as u64, Ordering::Relaxed);
+            }
+        }
+        let mut log = self.log.lock();
+        let queued = log.queued.pop_front().expect("the buffer written");
+        debug_assert_eq!(queued.slot, b.slot);
+        let page = &mut log.pages[b.page];
+        page.written = page.written.max(b.offset + b.len);
+        // Only once the records are on flash does a restart count them.
+        if result.is_ok() {
+            self.persist_page(&log, b.page);
+        }
+        self.note_wbuf(b.slot, WBUF_FREE, 0, 0, 0);
+        log.spare.push(b.slot);
+        drop(log);
+        self.room.notify_all();
+    }
+
+    /// Empties page `p` (taken off the FIFO): rewrites its live records
+    /// that were read since they were written, drops the others, frees it.
+    fn reclaim(&self, p: usize, page: Page) {
+        let mut chunk = AlignedBuf::new(self.cfg.wbuf_size);
+        let end = page.written.min(page.used);
+        let mut pos = 0;
+        while self.is_on() && pos < end {
+            self.write_queued();
+            let start = pos - pos % BLOCK;
+            let len = chunk.len().min(self.cfg.page_size - start);
+            if let Err(e) = self.device.read(p, start, &mut chunk[..len]) {
+                self.fail("reading a flash file", &e);
+                break;
+            }
+            self.stats
+                .bytes_read
+                .fetch_add(len as u64, Ordering::Relaxed);
+            let mut at = pos - start;
+            // The records wholly inside this chunk; the next chunk starts at
+            // the first that is not.
+            while start + at < end && at + record::HEADER <= len {
+                let size = u32::from_le_bytes(chunk[at + 4..at + 8].try_into().expect("4 bytes"));
+                let total = record::record_size(size as usize);
+                if size == 0 || total > chunk.len() {
+                    // Padding (or not a record): on to the next block.
+                    at = (at + 1).next_multiple_of(BLOCK);
+                    continue;
+                }
+                if at + total > len {
+                    break;
+                }
+                let addr = ((p * self.cfg.page_size + start + at) / record::ALIGN) as u64 + 1;
+                match record::verify(&chunk[at..at + total]) {
+                    Some(item) => {
+                        self.reclaim_record(item, addr);
+                        at += total;
+                    }
+                    None => at = (at + 1).next_multiple_of(BLOCK),
+                }
+            }
+            pos = (start + at).max(pos + 1);
+        }
+        let mut log = self.log.lock();
+        log.pages[p] = Page {
+            state: PageState::Free,
+            seq: 0,
+            used: 0,
+            written: 0,
+        };
+        self.persist_page(&log, p);
+        log.free.push(p);
+        drop(log);
+        self.stats.page_reclaims.fetch_add(1, Ordering::Relaxed);
+        self.room.notify_all();
+    }
+
+    fn reclaim_record(&self, item: &[u8], addr: u64) {
+        // SAFETY: a verified record's item bytes are a whole item.
+        let it = unsafe { ItemPtr::from_raw(item.as_ptr() as *mut u8) };
+        let key = it.key();
+        let hash = hash_key(key);
+        let Some(e) = self.index.get(hash) else {
+            return;
+        };
+        if e.addr != addr {
+            return; // superseded or removed
+        }
+        if e.hot {
+            // Rewritten at the head; when the buffers are full, the
+            // reclaimer (the flusher) writes them first.
+            for _ in 0..3 {
+                if let Some(to) = self.append(&it.spec(), key, it.value(), it.state(), false) {
+                    if self.index.relocate(hash, addr, to) {
+                        self.stats.compact_rescues.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return;
+                }
+                if !self.write_queued() {
+                    break;
+                }
+            }
+            self.stats.compact_lost.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.index.remove_at(hash, addr) {
+            self.stats.objects_evicted.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .bytes_evicted
+                .fetch_add(record::record_size(item.len()) as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+enum Job {
+    Write(Buffer),
+    Reclaim(usize, Page),
+}
