@@ -29,6 +29,7 @@
 //! from [`keys`]; control connections are [`conn`]. The storage-only
 //! criterion benchmarks are `benches/storage.rs`.
 
+mod cluster;
 mod conn;
 mod flash;
 mod floor;
@@ -39,6 +40,7 @@ mod keys;
 mod load;
 mod memory;
 mod plot;
+mod process;
 mod report;
 mod restart;
 mod servers;
@@ -85,6 +87,10 @@ enum Cmd {
     /// items kept and RAM per item, cache-aside miss ratio, GETs served
     /// from flash (throughput, latency, CPU), per value size.
     Flash(Box<FlashArgs>),
+    /// osmium-proxy against nutcracker (proxy CPU per request), the cost
+    /// of a replicated write (async, sync), and the SLA of a three-server
+    /// ring behind osmium-proxy against memcached behind nutcracker.
+    Cluster(Box<cluster::ClusterArgs>),
 }
 
 #[derive(Args)]
@@ -711,6 +717,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 },
             )
         }
+        Cmd::Cluster(a) => cluster::run(&a).map(|()| true),
         Cmd::Restart(a) => {
             let bins = binaries(&a.common)?;
             restart::run(

@@ -15,6 +15,41 @@ use std::time::{Duration, Instant};
 /// stderr log; the signal handler kills whatever is left here.
 static CHILDREN: Mutex<Vec<(Child, PathBuf)>> = Mutex::new(Vec::new());
 
+/// Hands `child` (its stderr in `log`) to the signal handler's list: a
+/// process started elsewhere ([`crate::process::Process`]).
+pub fn track(child: Child, log: PathBuf) {
+    CHILDREN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((child, log));
+}
+
+/// Takes process `pid` off the list, kills it (if it still runs) and
+/// reaps it.
+pub fn kill_tracked(pid: u32) {
+    let child = {
+        let mut children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
+        children
+            .iter()
+            .position(|(c, _)| c.id() == pid)
+            .map(|i| children.swap_remove(i))
+    };
+    if let Some((mut child, _)) = child {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// Whether tracked process `pid` has exited (reaping it), with its status.
+pub fn tracked_exit(pid: u32) -> Option<String> {
+    let mut children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
+    let (child, _) = children.iter_mut().find(|(c, _)| c.id() == pid)?;
+    match child.try_wait() {
+        Ok(Some(status)) => Some(status.to_string()),
+        _ => None,
+    }
+}
+
 /// Files the signal handler removes too (`restart`'s memory files).
 static TEMP_FILES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
@@ -247,7 +282,7 @@ pub fn cpus_allowed_list(pid: u32) -> Option<String> {
 }
 
 /// A port that was free a moment ago on 127.0.0.1.
-fn free_port() -> Result<u16, String> {
+pub fn free_port() -> Result<u16, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
     l.local_addr()
         .map(|a| a.port())

@@ -1,0 +1,464 @@
+//! `cluster`: osmium's cluster parts against what the field runs today,
+//! in one run, alternated:
+//!
+//! * `proxy`: osmium-proxy against nutcracker (twemproxy), the same
+//!   nutcracker YAML (`distribution: ketama`) in front of the same three
+//!   osmium servers: the proxy's own CPU per request (from `/proc`), text,
+//!   at depth 1 and 16;
+//! * `replication`: what a replicated write costs: SETs to a server with
+//!   `--replicate-to` a second one, `--replication async` and `sync`,
+//!   against an unreplicated server (the writer's CPU and the replica's,
+//!   per write, and the latency a client sees);
+//! * `sla`: seed 002's metric, the highest GET rate with 99.5 % of requests
+//!   within 1 ms (random and hot keys, Overall = 0.8 × random + 0.2 × hot),
+//!   for three osmium servers replicating in a ring behind osmium-proxy
+//!   against three memcached 1.6.45 servers behind nutcracker.
+//!
+//! ```text
+//!   generator ──▶ proxy (osmium-proxy | nutcracker) ──▶ server 0, 1, 2
+//!                   (its CPU measured)                    (ring: 0 → 1 → 2 → 0)
+//! ```
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::load::{self, KeyDist, Protocol, SlaOpts, Targets, Workload};
+use crate::process::Process;
+use crate::servers::{free_port, Binaries};
+
+/// What `cluster` measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Proxy,
+    Replication,
+    Sla,
+}
+
+#[derive(clap::Args)]
+pub struct ClusterArgs {
+    /// Modes, comma separated, run in this order.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "proxy,replication,sla"
+    )]
+    mode: Vec<Mode>,
+    /// The osmium binary [default: osmium beside this executable].
+    #[arg(long, value_name = "PATH")]
+    osmium: Option<PathBuf>,
+    /// The osmium-proxy binary [default: osmium-proxy beside this
+    /// executable].
+    #[arg(long, value_name = "PATH")]
+    proxy: Option<PathBuf>,
+    /// nutcracker (twemproxy) [default: `nutcracker` on PATH; Debian's
+    /// package].
+    #[arg(long, value_name = "PATH", default_value = "nutcracker")]
+    nutcracker: PathBuf,
+    /// memcached, for `sla` [default: the repository's 1.6.45 oracle].
+    #[arg(long, value_name = "PATH")]
+    memcached: Option<PathBuf>,
+    /// Rounds of every comparison (the order alternates; medians).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Measured seconds of a run.
+    #[arg(long, default_value_t = 4.0)]
+    duration: f64,
+    /// `-t` of every server.
+    #[arg(long, default_value_t = 2)]
+    threads: u32,
+    /// `-m` of every server, MB.
+    #[arg(long, default_value_t = 256)]
+    memory: u64,
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    #[arg(long, default_value_t = 64)]
+    value_size: usize,
+    /// Client connections.
+    #[arg(long, default_value_t = 8)]
+    conns: usize,
+    /// Depths of `proxy` and `replication`.
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    depths: Vec<usize>,
+}
+
+/// Runs the modes asked for, printing a table per mode.
+pub fn run(a: &ClusterArgs) -> Result<(), String> {
+    let bins = Binaries::resolve(a.osmium.clone(), a.memcached.clone());
+    let proxy = a.proxy.clone().unwrap_or_else(|| {
+        std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|d| d.join("osmium-proxy")))
+            .unwrap_or_else(|| PathBuf::from("target/release/osmium-proxy"))
+    });
+    for mode in &a.mode {
+        match mode {
+            Mode::Proxy => proxies(a, &bins, &proxy)?,
+            Mode::Replication => replication(a, &bins)?,
+            Mode::Sla => sla(a, &bins, &proxy)?,
+        }
+    }
+    Ok(())
+}
+
+fn workload(a: &ClusterArgs, depth: usize, get_ratio: f64) -> Workload {
+    Workload {
+        conns: a.conns.max(1),
+        threads: 1,
+        depth: depth.max(1),
+        duration: Duration::from_secs_f64(a.duration.max(0.5)),
+        warmup: Duration::from_secs(1),
+        keys: a.keys.max(1),
+        key_size: 16,
+        value_size: a.value_size,
+        get_ratio,
+        protocol: Protocol::Text,
+        seed: 1,
+        dist: KeyDist::Uniform,
+        rate: None,
+        quantile: 0.995,
+        cache_aside: false,
+        busy_poll: true,
+    }
+}
+
+/// An osmium or memcached server on `port` with `extra` arguments.
+fn server(
+    bins: &Binaries,
+    memcached: bool,
+    port: u16,
+    a: &ClusterArgs,
+    extra: &[String],
+) -> Result<Process, String> {
+    let path = if memcached {
+        &bins.memcached
+    } else {
+        &bins.osmium
+    };
+    let mut cmd = Command::new(path);
+    cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+        .args(["-m", &a.memory.to_string(), "-t", &a.threads.to_string()]);
+    if memcached && crate::servers::running_as_root() {
+        cmd.args(["-u", "root"]);
+    }
+    cmd.args(extra);
+    Process::start(if memcached { "memcached" } else { "osmium" }, cmd, port)
+}
+
+/// Three servers; with `ring`, each started `--replicate-to` the next.
+fn three(
+    bins: &Binaries,
+    memcached: bool,
+    ring: bool,
+    a: &ClusterArgs,
+) -> Result<Vec<Process>, String> {
+    let ports = [free_port()?, free_port()?, free_port()?];
+    let mut out = Vec::new();
+    for i in 0..3 {
+        let extra: Vec<String> = if ring {
+            vec![
+                "--replicate-to".into(),
+                format!("127.0.0.1:{}", ports[(i + 1) % 3]),
+            ]
+        } else {
+            Vec::new()
+        };
+        out.push(server(bins, memcached, ports[i], a, &extra)?);
+    }
+    Ok(out)
+}
+
+/// A nutcracker YAML pool listening on `port` over `servers`.
+fn yaml(port: u16, servers: &[Process]) -> String {
+    let mut y = format!(
+        "bench:\n  listen: 127.0.0.1:{port}\n  hash: fnv1a_64\n  distribution: ketama\n  \
+         timeout: 2000\n  auto_eject_hosts: false\n  server_retry_timeout: 2000\n  \
+         server_failure_limit: 2\n  servers:\n"
+    );
+    for s in servers {
+        y.push_str(&format!("   - 127.0.0.1:{}:1\n", s.port));
+    }
+    y
+}
+
+/// nutcracker or osmium-proxy with `yaml`.
+fn start_proxy(
+    nutcracker: bool,
+    path: &std::path::Path,
+    yaml_text: &str,
+    port: u16,
+) -> Result<Process, String> {
+    let name = if nutcracker {
+        "nutcracker"
+    } else {
+        "osmium-proxy"
+    };
+    let file = std::env::temp_dir().join(format!(
+        "osmium-bench-{}-{name}-{port}.yml",
+        std::process::id()
+    ));
+    std::fs::write(&file, yaml_text).map_err(|e| format!("writing {}: {e}", file.display()))?;
+    crate::servers::remove_on_signal(&file);
+    let mut cmd = Command::new(path);
+    cmd.arg("-c").arg(&file);
+    if nutcracker {
+        // Its stats port, away from the default 22222 another one may hold.
+        cmd.args(["-s", &free_port()?.to_string(), "-a", "127.0.0.1"]);
+    }
+    Process::start(name, cmd, port)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// One measured run's figures.
+#[derive(Clone, Copy, Default)]
+struct Figures {
+    ops: f64,
+    p50: f64,
+    p99: f64,
+    p999: f64,
+    cpu: f64,
+    /// Other processes' CPU per request (the replica, the servers).
+    other_cpu: f64,
+}
+
+/// Runs `w` against `addr`, charging the CPU of `pid` and of `others`.
+fn measure(
+    addr: std::net::SocketAddr,
+    pid: u32,
+    others: &[u32],
+    w: &Workload,
+) -> Result<Figures, String> {
+    let before: Vec<Duration> = others
+        .iter()
+        .map(|&p| load::cpu_time(p))
+        .collect::<Result<_, _>>()?;
+    let t = Targets::one(addr, Some(pid));
+    let out = load::run(&t, w)?;
+    let after: Vec<Duration> = others
+        .iter()
+        .map(|&p| load::cpu_time(p))
+        .collect::<Result<_, _>>()?;
+    let other: Duration = after.iter().zip(&before).map(|(a, b)| *a - *b).sum();
+    // The others ran through the warm-up too: charge them per request of
+    // the whole run, warm-up included, at the measured rate.
+    let whole = out.ops_per_sec() * (w.duration + w.warmup).as_secs_f64();
+    Ok(Figures {
+        ops: out.ops_per_sec(),
+        p50: out.p50_us,
+        p99: out.p99_us,
+        p999: out.p999_us,
+        cpu: out.cpu_us_per_req.unwrap_or(f64::NAN),
+        other_cpu: if others.is_empty() {
+            0.0
+        } else {
+            other.as_secs_f64() * 1e6 / whole
+        },
+    })
+}
+
+fn med(runs: &[Figures]) -> Figures {
+    let m = |f: fn(&Figures) -> f64| median(runs.iter().map(f).collect());
+    Figures {
+        ops: m(|f| f.ops),
+        p50: m(|f| f.p50),
+        p99: m(|f| f.p99),
+        p999: m(|f| f.p999),
+        cpu: m(|f| f.cpu),
+        other_cpu: m(|f| f.other_cpu),
+    }
+}
+
+fn proxies(a: &ClusterArgs, bins: &Binaries, proxy: &std::path::Path) -> Result<(), String> {
+    let backends = three(bins, false, false, a)?;
+    let (np, op) = (free_port()?, free_port()?);
+    let nut = start_proxy(true, &a.nutcracker, &yaml(np, &backends), np)?;
+    let osm = start_proxy(false, proxy, &yaml(op, &backends), op)?;
+    let pre = workload(a, 1, 1.0);
+    load::preload(&Targets::one(osm.addr(), None), &pre)?;
+    println!(
+        "cluster proxy: {} connections, text GETs of {} keys ({} B values), 3 osmium servers -t {} behind each proxy (same YAML: ketama, fnv1a_64); proxy CPU from /proc; median of {} rounds",
+        a.conns, a.keys, a.value_size, a.threads, a.rounds
+    );
+    println!(" depth proxy          ops/s   p50 us   p99 us  p99.9 us  proxy cpu us/req  servers us/req  cpu/nutcracker");
+    for &depth in &a.depths {
+        let w = workload(a, depth, 1.0);
+        let pids: Vec<u32> = backends.iter().map(|b| b.pid).collect();
+        let (mut n_runs, mut o_runs) = (Vec::new(), Vec::new());
+        for round in 0..a.rounds.max(1) {
+            let order: [bool; 2] = if round % 2 == 0 {
+                [true, false]
+            } else {
+                [false, true]
+            };
+            for is_nut in order {
+                let p = if is_nut { &nut } else { &osm };
+                let f = measure(p.addr(), p.pid, &pids, &w)?;
+                p.check_alive()?;
+                eprintln!(
+                    "cluster proxy: depth {depth} round {} {:>12}: {:>9.0} ops/s p99 {:>8.1} us cpu {:>6.2} us/req",
+                    round + 1,
+                    p.name,
+                    f.ops,
+                    f.p99,
+                    f.cpu
+                );
+                if is_nut {
+                    n_runs.push(f)
+                } else {
+                    o_runs.push(f)
+                }
+            }
+        }
+        let (n, o) = (med(&n_runs), med(&o_runs));
+        for (name, f) in [("nutcracker", n), ("osmium-proxy", o)] {
+            println!(
+                "{depth:>6} {name:<12} {:>9.0} {:>8.1} {:>8.1} {:>9.1} {:>17.2} {:>15.2} {:>15.3}",
+                f.ops,
+                f.p50,
+                f.p99,
+                f.p999,
+                f.cpu,
+                f.other_cpu,
+                f.cpu / n.cpu
+            );
+        }
+    }
+    println!();
+    Ok(())
+}
+
+fn replication(a: &ClusterArgs, bins: &Binaries) -> Result<(), String> {
+    let variants = ["none", "async", "sync"];
+    let mut pairs = Vec::new();
+    for v in variants {
+        let rp = free_port()?;
+        let replica = server(bins, false, rp, a, &[])?;
+        let extra: Vec<String> = if v == "none" {
+            Vec::new()
+        } else {
+            vec![
+                "--replicate-to".into(),
+                format!("127.0.0.1:{rp}"),
+                "--replication".into(),
+                v.into(),
+            ]
+        };
+        let writer = server(bins, false, free_port()?, a, &extra)?;
+        pairs.push((v, writer, replica));
+    }
+    println!(
+        "cluster replication: {} connections, text SETs of {} keys ({} B values) to a server -t {}, replicating to a second one (none: not replicating); median of {} rounds",
+        a.conns, a.keys, a.value_size, a.threads, a.rounds
+    );
+    println!(" depth replication    ops/s   p50 us   p99 us  p99.9 us  writer us/write  replica us/write  total  total/none");
+    for &depth in &a.depths {
+        let w = workload(a, depth, 0.0);
+        let mut runs: Vec<Vec<Figures>> = vec![Vec::new(); variants.len()];
+        for round in 0..a.rounds.max(1) {
+            let mut order: Vec<usize> = (0..variants.len()).collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for i in order {
+                let (v, writer, replica) = &pairs[i];
+                let others = if *v == "none" {
+                    Vec::new()
+                } else {
+                    vec![replica.pid]
+                };
+                let f = measure(writer.addr(), writer.pid, &others, &w)?;
+                writer.check_alive()?;
+                replica.check_alive()?;
+                eprintln!(
+                    "cluster replication: depth {depth} round {} {v:>5}: {:>9.0} ops/s p99 {:>8.1} us writer {:>6.2} replica {:>6.2} us/write",
+                    round + 1,
+                    f.ops,
+                    f.p99,
+                    f.cpu,
+                    f.other_cpu
+                );
+                runs[i].push(f);
+            }
+        }
+        let none = med(&runs[0]);
+        for (i, v) in variants.iter().enumerate() {
+            let f = med(&runs[i]);
+            let total = f.cpu + f.other_cpu;
+            println!(
+                "{depth:>6} {v:<11} {:>9.0} {:>8.1} {:>8.1} {:>9.1} {:>16.2} {:>17.2} {:>6.2} {:>11.3}",
+                f.ops, f.p50, f.p99, f.p999, f.cpu, f.other_cpu, total, total / none.cpu
+            );
+        }
+    }
+    println!();
+    Ok(())
+}
+
+fn sla(a: &ClusterArgs, bins: &Binaries, proxy: &std::path::Path) -> Result<(), String> {
+    let ring = three(bins, false, true, a)?;
+    let mc = three(bins, true, false, a)?;
+    let (op, np) = (free_port()?, free_port()?);
+    let osm = start_proxy(false, proxy, &yaml(op, &ring), op)?;
+    let nut = start_proxy(true, &a.nutcracker, &yaml(np, &mc), np)?;
+    let w = workload(a, 1, 1.0);
+    let opts = SlaOpts {
+        bound_us: 1000.0,
+        hot: "hotspot:0.001:0.9".parse()?,
+        steps: 7,
+        step_duration: Duration::from_secs(2),
+        retries: 1,
+    };
+    for p in [&osm, &nut] {
+        load::preload(&Targets::one(p.addr(), None), &w)?;
+    }
+    println!(
+        "cluster sla: GETs, {} connections, {} keys ({} B values); 3 osmium servers -t {} in a replication ring behind osmium-proxy against 3 memcached 1.6.45 -t {} behind nutcracker; 99.5 % within 1 ms; median of {} rounds",
+        a.conns, a.keys, a.value_size, a.threads, a.threads, a.rounds
+    );
+    let mut results: [Vec<(f64, f64)>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..a.rounds.max(1) {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let p = if i == 0 { &osm } else { &nut };
+            let t = Targets::one(p.addr(), None);
+            let random = load::sla_rate(&t, &w, &opts)?.rate;
+            let hot_w = Workload {
+                dist: opts.hot,
+                ..w.clone()
+            };
+            let hot = load::sla_rate(&t, &hot_w, &opts)?.rate;
+            p.check_alive()?;
+            eprintln!(
+                "cluster sla: round {} {}: random {random:.0} hot {hot:.0}",
+                round + 1,
+                p.name
+            );
+            results[i].push((random, hot));
+        }
+    }
+    println!(" cluster                          random/s     hot/s   Overall  Overall ratio");
+    let overall = |r: &[(f64, f64)]| {
+        let random = median(r.iter().map(|x| x.0).collect());
+        let hot = median(r.iter().map(|x| x.1).collect());
+        (random, hot, 0.8 * random + 0.2 * hot)
+    };
+    let (_, _, base) = overall(&results[1]);
+    for (i, name) in ["osmium ring + osmium-proxy", "memcached + nutcracker"]
+        .iter()
+        .enumerate()
+    {
+        let (r, h, o) = overall(&results[i]);
+        println!("{name:<32} {r:>9.0} {h:>9.0} {o:>9.0} {:>14.3}", o / base);
+    }
+    println!();
+    Ok(())
+}
