@@ -152,10 +152,12 @@ run_step() {
 # libmemcached-dev (with pylibmc from tests/requirements.txt) is also what
 # crates/bench/tests/load.rs uses to check `load --targets` ketama placement
 # against a real libmemcached client (that test prints SKIP without it).
+# nutcracker (twemproxy) is what tests/cluster runs in front of osmium and
+# memcached servers, beside osmium-proxy.
 # memcached itself is not installed: the suites run the oracle built from
 # tests/oracle/ (scripts/build-memcached.sh installs its own build
 # dependencies, libsasl2-modules for SASL PLAIN among them).
-APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential)
+APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker)
 
 # The oracle: built unless it is there already (the script checks), or the
 # memcached named by MEMCACHED_BIN.

@@ -1,0 +1,122 @@
+"""Proxies in front of servers, for the cluster suites: nutcracker (Debian's
+`nutcracker`, twemproxy 0.5.0) or osmium-proxy, reading the same nutcracker
+YAML, on a free loopback port, stopped by PID.
+
+`OSMIUM_PROXY_BIN` overrides target/release/osmium-proxy; `NUTCRACKER_BIN`
+the `nutcracker` on PATH. A missing one skips its tests, and fails them under
+CI=true (or OSMIUM_REQUIRED=1 for osmium-proxy).
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from support import servers
+
+OSMIUM_PROXY_BIN = os.environ.get(
+    "OSMIUM_PROXY_BIN", os.path.join(servers.ROOT, "target", "release", "osmium-proxy"))
+
+
+def nutcracker_bin():
+    return os.environ.get("NUTCRACKER_BIN") or shutil.which("nutcracker") or (
+        "/usr/sbin/nutcracker" if os.path.exists("/usr/sbin/nutcracker") else None)
+
+
+def require(kind):
+    """The binary of proxy `kind`, or a skip (a failure under CI=true)."""
+    if kind == "nutcracker":
+        path = nutcracker_bin()
+        why = "nutcracker is not installed (apt-get install nutcracker)"
+        strict = os.environ.get("CI") == "true"
+    else:
+        path = OSMIUM_PROXY_BIN
+        why = f"osmium-proxy not found at {path} (cargo build --release --workspace)"
+        strict = os.environ.get("CI") == "true" or os.environ.get("OSMIUM_REQUIRED")
+    if path and os.path.isfile(path) and os.access(path, os.X_OK):
+        return path
+    if strict:
+        pytest.fail(why, pytrace=False)
+    pytest.skip(why)
+
+
+def pool_yaml(port, backends, names=True, weights=None, extra="", hash="md5"):
+    """One pool named `cluster` on 127.0.0.1:`port` over `backends` (Server
+    objects), ketama over `hash` (md5: nutcracker's fnv1a_64, its default, puts keys that
+    differ in their last bytes next to each other on the continuum); servers named s0, s1, ... (so placement
+    does not depend on their ports) unless names=False."""
+    lines = [
+        "cluster:",
+        f"  listen: 127.0.0.1:{port}",
+        f"  hash: {hash}",
+        "  distribution: ketama",
+        "  timeout: 2000",
+        "  server_retry_timeout: 1000",
+        "  server_failure_limit: 1",
+    ]
+    if extra:
+        lines += ["  " + line for line in extra.strip().splitlines()]
+    lines.append("  servers:")
+    for i, b in enumerate(backends):
+        weight = weights[i] if weights else 1
+        name = f" s{i}" if names else ""
+        lines.append(f"   - 127.0.0.1:{b.port}:{weight}{name}")
+    return "\n".join(lines) + "\n"
+
+
+class Proxy:
+    """nutcracker or osmium-proxy running the pool of `yaml` (whose listen
+    port is `port`)."""
+
+    def __init__(self, kind, yaml, port):
+        self.kind = kind
+        self.port = port
+        binary = require(kind)
+        self.dir = tempfile.mkdtemp(prefix=f"osmium-{kind}-")
+        self.conf = os.path.join(self.dir, "pool.yml")
+        with open(self.conf, "w") as f:
+            f.write(yaml)
+        cmd = [binary, "-c", self.conf]
+        if kind == "nutcracker":
+            cmd += ["-s", str(servers.free_port()), "-a", "127.0.0.1",
+                    "-o", os.path.join(self.dir, "nutcracker.log")]
+        self.cmd = cmd
+        self.log = open(os.path.join(self.dir, "stderr"), "wb")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=self.log)
+        self.pid = self.proc.pid
+        deadline = time.time() + 10
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{cmd} exited with {self.proc.returncode}: {self.stderr()}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                if time.time() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"{cmd} did not accept connections within 10 s")
+                time.sleep(0.02)
+
+    @property
+    def address(self):
+        return ("127.0.0.1", self.port)
+
+    def stderr(self):
+        with open(os.path.join(self.dir, "stderr"), errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.kill(self.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
