@@ -105,21 +105,37 @@ pub fn md5(key: &[u8]) -> u32 {
     md5_word(key, 0)
 }
 
-/// CRC-16/ARC (reflected 0x8005, initial 0), nutcracker's `crc16tab`.
+/// nutcracker 0.5.0's `crc16`: the CRC-16/XMODEM table (0x1021, MSB
+/// first, initial 0), but kept in a `uint32_t` that is never masked, so
+/// the bits shifted past 16 stay in the hash.
 pub fn crc16(key: &[u8]) -> u32 {
-    let mut crc: u16 = 0;
+    let mut crc: u32 = 0;
     for &b in key {
-        crc ^= b as u16;
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0xa001
-            } else {
-                crc >> 1
-            };
-        }
+        crc = (crc << 8) ^ XMODEM[(((crc >> 8) ^ b as u32) & 0xff) as usize] as u32;
     }
-    crc as u32
+    crc
 }
+
+/// The CRC-16/XMODEM table.
+const XMODEM: [u16; 256] = {
+    let mut t = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = (i as u16) << 8;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 0x8000 != 0 {
+                (c << 1) ^ 0x1021
+            } else {
+                c << 1
+            };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
 
 /// The standard CRC-32 (reflected 0x04c11db7) of `key`.
 fn crc32_ieee(key: &[u8]) -> u32 {
