@@ -226,6 +226,7 @@ impl Pool {
 
     /// Sends `wire` to server `s`; its reply (or failure) comes back as a
     /// [`Delivery`] to `dest`.
+    #[allow(clippy::too_many_arguments)]
     pub fn send(
         &mut self,
         registry: &Registry,
@@ -372,7 +373,7 @@ impl Pool {
                     });
                 }
                 Ok(None) => break,
-                Err(()) => {
+                Err(reply::Desync) => {
                     desync = true;
                     break;
                 }

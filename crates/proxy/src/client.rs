@@ -180,7 +180,7 @@ fn shown(quiet: Quiet, mut bytes: Vec<u8>) -> Vec<u8> {
         Quiet::Meta(hidden) => {
             let code = bytes.get(..2).unwrap_or(&[]);
             let after = bytes.get(2).copied();
-            if hidden.iter().any(|h| *h == code) && matches!(after, Some(b' ' | b'\r' | b'\n')) {
+            if hidden.contains(&code) && matches!(after, Some(b' ' | b'\r' | b'\n')) {
                 Vec::new()
             } else {
                 bytes

@@ -231,15 +231,15 @@ fn parse_pool(name: String, body: serde_yaml::Mapping) -> Result<PoolConfig, Str
             };
             for item in list {
                 let line = scalar(&item).ok_or_else(|| err("has a non-scalar server"))?;
-                servers.push(parse_server(&line).map_err(|why| err(why))?);
+                servers.push(parse_server(&line).map_err(err)?);
             }
             continue;
         }
         let v = scalar(&value).ok_or_else(|| err("must be a scalar"))?;
         let num = || number(&v).ok_or_else(|| err("is not a number"));
-        let boolean = || parse_bool(&v).map_err(|why| err(why));
+        let boolean = || parse_bool(&v).map_err(err);
         match key.as_str() {
-            "listen" => listen = Some(parse_listen(&v).map_err(|why| err(why))?),
+            "listen" => listen = Some(parse_listen(&v).map_err(err)?),
             "hash" => {
                 hash = Some(HashKind::from_name(&v).ok_or_else(|| err("is not a valid hash"))?)
             }

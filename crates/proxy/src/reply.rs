@@ -31,9 +31,13 @@ fn number(t: Option<&[u8]>) -> Option<usize> {
     std::str::from_utf8(t?).ok()?.parse().ok()
 }
 
+/// A reply that cannot be framed: the connection is out of step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Desync;
+
 /// The length of the complete reply at the front of `buf`; `Ok(None)`
 /// while incomplete; `Err` when it cannot be framed.
-pub fn reply_len(buf: &[u8], expect: Expect) -> Result<Option<usize>, ()> {
+pub fn reply_len(buf: &[u8], expect: Expect) -> Result<Option<usize>, Desync> {
     match expect {
         Expect::Line => Ok(line_end(buf, 0)),
         Expect::Binary => {
@@ -41,7 +45,7 @@ pub fn reply_len(buf: &[u8], expect: Expect) -> Result<Option<usize>, ()> {
                 return Ok(None);
             }
             if buf[0] != 0x81 {
-                return Err(());
+                return Err(Desync);
             }
             let body = u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize;
             Ok((buf.len() >= 24 + body).then_some(24 + body))
@@ -53,7 +57,7 @@ pub fn reply_len(buf: &[u8], expect: Expect) -> Result<Option<usize>, ()> {
             if !buf.starts_with(b"VA ") {
                 return Ok(Some(end));
             }
-            let size = number(token(&buf[..end], 1)).ok_or(())?;
+            let size = number(token(&buf[..end], 1)).ok_or(Desync)?;
             let total = end + size + 2;
             Ok((buf.len() >= total).then_some(total))
         }
@@ -68,7 +72,7 @@ pub fn reply_len(buf: &[u8], expect: Expect) -> Result<Option<usize>, ()> {
                     return Ok(Some(end));
                 }
                 if expect == Expect::Values && line.starts_with(b"VALUE ") {
-                    let size = number(token(line, 3)).ok_or(())?;
+                    let size = number(token(line, 3)).ok_or(Desync)?;
                     at = end + size + 2;
                     if buf.len() < at {
                         return Ok(None);
@@ -79,7 +83,7 @@ pub fn reply_len(buf: &[u8], expect: Expect) -> Result<Option<usize>, ()> {
                     // An error line instead of the reply.
                     return Ok(Some(end));
                 } else {
-                    return Err(());
+                    return Err(Desync);
                 }
             }
         }
