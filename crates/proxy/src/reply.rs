@@ -130,7 +130,11 @@ mod tests {
     #[test]
     fn frames_each_shape() {
         let get = b"VALUE a 0 3\r\nEND\r\nEND\r\n";
-        assert_eq!(reply_len(get, Expect::Values), Ok(Some(18)));
+        assert_eq!(
+            reply_len(get, Expect::Values),
+            Ok(Some(23)),
+            "a value that reads END"
+        );
         assert_eq!(reply_len(b"VALUE a 0 3\r\nab", Expect::Values), Ok(None));
         assert_eq!(
             reply_len(b"SERVER_ERROR x\r\n", Expect::Values),
