@@ -1,0 +1,525 @@
+//! A pool's servers at run time: their persistent pipelined connections
+//! (requests written in order, replies matched to them in order;
+//! `server_connections` for text and meta, as many for binary, since a
+//! memcached connection keeps the protocol of its first byte), their
+//! health (consecutive failures, ejection, the retry probe and the
+//! replication catch-up check), and routing a key to a live server by the
+//! pool's failover mode.
+//!
+//! Health of a server, with `auto_eject_hosts`:
+//!
+//! ```text
+//!  Up ──(server_failure_limit failures)──▶ Ejected ──(server_retry_timeout)──▶ Probing
+//!   ▲                                        ▲                                  │ stats
+//!   │                                        └────────(probe fails)─────────────┤
+//!   └──(no replication_catchup, or done)────────────────────────────────────────┤
+//!                               CatchingUp ◀──(replication_catchup not done)────┘
+//!                                  └──(100 ms)──▶ Probing
+//! ```
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::time::{Duration, Instant};
+
+use mio::{Registry, Token};
+
+use crate::config::{Distribution, Failover, PoolConfig};
+use crate::reply::{self, Expect};
+use crate::ring::Ring;
+use crate::stream::Stream;
+
+/// How often a catching-up server is asked again.
+pub const CATCHUP_RECHECK: Duration = Duration::from_millis(100);
+/// The probe's own timeout when the pool has none.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Where a reply goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dest {
+    /// Part `part` of reply slot `seq` of client `key` (generation `id`).
+    Client {
+        key: usize,
+        id: u64,
+        seq: u64,
+        part: usize,
+    },
+    /// The health probe of the server (answered inside the pool).
+    Probe,
+}
+
+/// A reply (or failure) for a client.
+#[derive(Debug)]
+pub struct Delivery {
+    pub dest: Dest,
+    pub result: Result<Vec<u8>, String>,
+}
+
+#[derive(Debug)]
+struct Pending {
+    dest: Dest,
+    expect: Expect,
+    deadline: Option<Instant>,
+}
+
+/// One connection to a server.
+#[derive(Debug, Default)]
+pub struct Conn {
+    stream: Option<Stream>,
+    connected: bool,
+    out: Vec<u8>,
+    inbuf: Vec<u8>,
+    pending: VecDeque<Pending>,
+}
+
+/// A server's health.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Health {
+    Up,
+    Ejected { retry_at: Instant },
+    Probing,
+    CatchingUp { next_probe: Instant },
+}
+
+/// One server of a pool.
+#[derive(Debug)]
+pub struct Server {
+    pub conns: Vec<Conn>,
+    next: usize,
+    pub failures: u32,
+    pub health: Health,
+}
+
+/// A pool: its configuration, placement and servers.
+#[derive(Debug)]
+pub struct Pool {
+    pub cfg: PoolConfig,
+    pub ring: Ring,
+    pub servers: Vec<Server>,
+    /// The first token of this pool's server connections.
+    token_base: usize,
+}
+
+fn strerror(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => "Connection refused".into(),
+        io::ErrorKind::ConnectionReset => "Connection reset by peer".into(),
+        io::ErrorKind::TimedOut => "Connection timed out".into(),
+        _ => {
+            let s = e.to_string();
+            s.split(" (os error").next().unwrap_or(&s).to_string()
+        }
+    }
+}
+
+impl Pool {
+    pub fn new(cfg: PoolConfig, token_base: usize) -> Pool {
+        let ring = Ring::new(&cfg);
+        let servers = cfg
+            .servers
+            .iter()
+            .map(|_| Server {
+                conns: (0..2 * cfg.server_connections)
+                    .map(|_| Conn::default())
+                    .collect(),
+                next: 0,
+                failures: 0,
+                health: Health::Up,
+            })
+            .collect();
+        Pool {
+            cfg,
+            ring,
+            servers,
+            token_base,
+        }
+    }
+
+    /// How many tokens the pool's server connections take.
+    pub fn token_count(&self) -> usize {
+        self.servers.len() * self.per_server()
+    }
+
+    fn per_server(&self) -> usize {
+        2 * self.cfg.server_connections as usize
+    }
+
+    fn token(&self, server: usize, conn: usize) -> Token {
+        Token(self.token_base + server * self.per_server() + conn)
+    }
+
+    /// The server and connection of a token of this pool.
+    pub fn conn_of(&self, token: Token) -> Option<(usize, usize)> {
+        let i = token.0.checked_sub(self.token_base)?;
+        (i < self.token_count()).then(|| (i / self.per_server(), i % self.per_server()))
+    }
+
+    fn up(&self, i: usize) -> bool {
+        !self.cfg.auto_eject_hosts || self.servers[i].health == Health::Up
+    }
+
+    /// Whether server `i` takes requests now.
+    pub fn is_up(&self, i: usize) -> bool {
+        self.up(i)
+    }
+
+    /// The server a request for `key` goes to now; `None` when none is live.
+    pub fn route(&self, key: &[u8]) -> Option<usize> {
+        if self.cfg.distribution == Distribution::Random {
+            return self.ring.live_server_of(key);
+        }
+        if !self.cfg.auto_eject_hosts {
+            return Some(self.ring.server_of(key));
+        }
+        match self.cfg.failover {
+            Failover::Rehash => self.ring.live_server_of(key),
+            Failover::Replica => {
+                let home = self.ring.server_of(key);
+                let n = self.servers.len();
+                (0..n).map(|k| (home + k) % n).find(|&i| self.up(i))
+            }
+        }
+    }
+
+    fn rebuild(&mut self) {
+        let live: Vec<bool> = (0..self.servers.len()).map(|i| self.up(i)).collect();
+        self.ring.set_live(&live);
+    }
+
+    /// Opens every connection (`preconnect`).
+    pub fn preconnect(&mut self, registry: &Registry, now: Instant, out: &mut Vec<Delivery>) {
+        for s in 0..self.servers.len() {
+            for c in 0..self.servers[s].conns.len() {
+                self.ensure_connected(registry, s, c, now, out);
+            }
+        }
+    }
+
+    fn ensure_connected(
+        &mut self,
+        registry: &Registry,
+        s: usize,
+        c: usize,
+        now: Instant,
+        out: &mut Vec<Delivery>,
+    ) -> bool {
+        if self.servers[s].conns[c].stream.is_some() {
+            return true;
+        }
+        let token = self.token(s, c);
+        match Stream::connect(&self.cfg.servers[s].addr).and_then(|mut st| {
+            st.register(registry, token)?;
+            Ok(st)
+        }) {
+            Ok(st) => {
+                let conn = &mut self.servers[s].conns[c];
+                conn.stream = Some(st);
+                conn.connected = false;
+                true
+            }
+            Err(e) => {
+                tracing::debug!("connect to {} failed: {e}", self.cfg.servers[s].addr);
+                self.fail_conn(registry, s, c, &strerror(&e), now, out);
+                false
+            }
+        }
+    }
+
+    /// Sends `wire` to server `s`; its reply (or failure) comes back as a
+    /// [`Delivery`] to `dest`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn send(
+        &mut self,
+        registry: &Registry,
+        s: usize,
+        wire: &[u8],
+        expect: Expect,
+        dest: Dest,
+        now: Instant,
+        out: &mut Vec<Delivery>,
+    ) {
+        let c = if dest == Dest::Probe {
+            0
+        } else {
+            // Text connections first, then as many binary ones.
+            let per = self.cfg.server_connections as usize;
+            let server = &mut self.servers[s];
+            server.next = (server.next + 1) % per;
+            server.next + if expect == Expect::Binary { per } else { 0 }
+        };
+        if !self.ensure_connected(registry, s, c, now, out) {
+            if dest != Dest::Probe {
+                out.push(Delivery {
+                    dest,
+                    result: Err("Connection refused".into()),
+                });
+            }
+            return;
+        }
+        let timeout = if dest == Dest::Probe {
+            Some(self.cfg.timeout.unwrap_or(PROBE_TIMEOUT))
+        } else {
+            self.cfg.timeout
+        };
+        let conn = &mut self.servers[s].conns[c];
+        conn.out.extend_from_slice(wire);
+        conn.pending.push_back(Pending {
+            dest,
+            expect,
+            deadline: timeout.map(|t| now + t),
+        });
+        self.flush(registry, s, c, now, out);
+    }
+
+    fn flush(
+        &mut self,
+        registry: &Registry,
+        s: usize,
+        c: usize,
+        now: Instant,
+        out: &mut Vec<Delivery>,
+    ) {
+        let conn = &mut self.servers[s].conns[c];
+        if !conn.connected || conn.out.is_empty() {
+            return;
+        }
+        let Some(stream) = conn.stream.as_mut() else {
+            return;
+        };
+        let mut written = 0;
+        let mut error = None;
+        while written < conn.out.len() {
+            match stream.write(&conn.out[written..]) {
+                Ok(0) => {
+                    error = Some("Connection reset by peer".to_string());
+                    break;
+                }
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    error = Some(strerror(&e));
+                    break;
+                }
+            }
+        }
+        conn.out.drain(..written);
+        if let Some(why) = error {
+            self.fail_conn(registry, s, c, &why, now, out);
+        }
+    }
+
+    /// A readiness event on connection `c` of server `s`.
+    pub fn ready(
+        &mut self,
+        registry: &Registry,
+        s: usize,
+        c: usize,
+        now: Instant,
+        out: &mut Vec<Delivery>,
+    ) {
+        let conn = &mut self.servers[s].conns[c];
+        let Some(stream) = conn.stream.as_mut() else {
+            return;
+        };
+        if !conn.connected {
+            match stream.connected() {
+                Ok(true) => conn.connected = true,
+                Ok(false) => return,
+                Err(e) => {
+                    self.fail_conn(registry, s, c, &strerror(&e), now, out);
+                    return;
+                }
+            }
+        }
+        self.flush(registry, s, c, now, out);
+        let conn = &mut self.servers[s].conns[c];
+        let Some(stream) = conn.stream.as_mut() else {
+            return;
+        };
+        let mut error = None;
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            match stream.read(&mut chunk) {
+                Ok(0) => {
+                    error = Some("Connection reset by peer".to_string());
+                    break;
+                }
+                Ok(n) => conn.inbuf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    error = Some(strerror(&e));
+                    break;
+                }
+            }
+        }
+        // Replies that arrived, in request order.
+        let mut at = 0;
+        let mut desync = false;
+        let mut probe = None;
+        while let Some(p) = conn.pending.front() {
+            match reply::reply_len(&conn.inbuf[at..], p.expect) {
+                Ok(Some(len)) => {
+                    let p = conn.pending.pop_front().unwrap();
+                    let bytes = conn.inbuf[at..at + len].to_vec();
+                    at += len;
+                    if p.dest == Dest::Probe {
+                        probe = Some(bytes);
+                        continue;
+                    }
+                    out.push(Delivery {
+                        dest: p.dest,
+                        result: Ok(bytes),
+                    });
+                }
+                Ok(None) => break,
+                Err(reply::Desync) => {
+                    desync = true;
+                    break;
+                }
+            }
+        }
+        conn.inbuf.drain(..at);
+        if conn.pending.is_empty() && !conn.inbuf.is_empty() {
+            desync = true;
+        }
+        if at > 0 && self.servers[s].health == Health::Up {
+            self.servers[s].failures = 0;
+        }
+        if let Some(stats) = probe {
+            self.probe_answer(s, &stats, now);
+        }
+        if desync {
+            error = Some("Protocol error".into());
+        }
+        if let Some(why) = error {
+            self.fail_conn(registry, s, c, &why, now, out);
+        }
+    }
+
+    /// Closes connection `c` of server `s`: its requests fail with `why`,
+    /// and the server has one more failure.
+    pub fn fail_conn(
+        &mut self,
+        registry: &Registry,
+        s: usize,
+        c: usize,
+        why: &str,
+        now: Instant,
+        out: &mut Vec<Delivery>,
+    ) {
+        let conn = &mut self.servers[s].conns[c];
+        if let Some(mut st) = conn.stream.take() {
+            st.deregister(registry);
+        }
+        conn.connected = false;
+        conn.out.clear();
+        conn.inbuf.clear();
+        for p in conn.pending.drain(..).filter(|p| p.dest != Dest::Probe) {
+            out.push(Delivery {
+                dest: p.dest,
+                result: Err(why.to_string()),
+            });
+        }
+        let addr = self.cfg.servers[s].addr.to_string();
+        let server = &mut self.servers[s];
+        server.failures += 1;
+        tracing::debug!("server {addr}: {why} (failure {})", server.failures);
+        if !self.cfg.auto_eject_hosts {
+            return;
+        }
+        let eject = match server.health {
+            Health::Up => server.failures >= self.cfg.server_failure_limit,
+            Health::Probing | Health::CatchingUp { .. } => true,
+            Health::Ejected { .. } => false,
+        };
+        if eject {
+            if server.health == Health::Up {
+                tracing::info!("ejecting server {addr} of pool {}: {why}", self.cfg.name);
+            }
+            server.health = Health::Ejected {
+                retry_at: now + self.cfg.server_retry_timeout,
+            };
+            self.rebuild();
+        }
+    }
+
+    /// The answer to a probe of server `s`.
+    fn probe_answer(&mut self, s: usize, stats: &[u8], now: Instant) {
+        if self.servers[s].health != Health::Probing {
+            return;
+        }
+        let catchup = reply::stat(stats, "replication_catchup");
+        let behind =
+            self.cfg.failover == Failover::Replica && catchup.is_some_and(|v| v != b"done");
+        let server = &mut self.servers[s];
+        if behind {
+            server.health = Health::CatchingUp {
+                next_probe: now + CATCHUP_RECHECK,
+            };
+        } else {
+            tracing::info!(
+                "server {} of pool {} is back",
+                self.cfg.servers[s].addr,
+                self.cfg.name
+            );
+            server.health = Health::Up;
+            server.failures = 0;
+            self.rebuild();
+        }
+    }
+
+    /// Timers: requests past their deadline fail their connection
+    /// (`Connection timed out`); ejected servers due for a retry, and
+    /// catching-up servers due for a check, are probed.
+    pub fn tick(&mut self, registry: &Registry, now: Instant, out: &mut Vec<Delivery>) {
+        for s in 0..self.servers.len() {
+            for c in 0..self.servers[s].conns.len() {
+                let late = self.servers[s].conns[c]
+                    .pending
+                    .front()
+                    .and_then(|p| p.deadline)
+                    .is_some_and(|d| d <= now);
+                if late {
+                    self.fail_conn(registry, s, c, "Connection timed out", now, out);
+                }
+            }
+            let due = match self.servers[s].health {
+                Health::Ejected { retry_at } => retry_at <= now,
+                Health::CatchingUp { next_probe } => next_probe <= now,
+                _ => false,
+            };
+            if due {
+                self.servers[s].health = Health::Probing;
+                self.send(
+                    registry,
+                    s,
+                    b"stats\r\n",
+                    Expect::Stats,
+                    Dest::Probe,
+                    now,
+                    out,
+                );
+            }
+        }
+    }
+
+    /// The earliest timer of the pool.
+    pub fn next_timer(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut add = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
+        for s in &self.servers {
+            match s.health {
+                Health::Ejected { retry_at } => add(retry_at),
+                Health::CatchingUp { next_probe } => add(next_probe),
+                _ => {}
+            }
+            for c in &s.conns {
+                if let Some(d) = c.pending.front().and_then(|p| p.deadline) {
+                    add(d);
+                }
+            }
+        }
+        t
+    }
+}

@@ -1,0 +1,243 @@
+//! A client connection: its read buffer, and its reply slots, one per
+//! request in request order. A slot fills as its parts come back from the
+//! servers (one part per server a request went to) and is then turned into
+//! the client's reply: quiet replies dropped, binary opcodes given back,
+//! a multi-key get merged in key order with one `END`, failures written as
+//! `SERVER_ERROR <why>` (text) or status 0x0084 with the reason (binary).
+//! Replies leave strictly in slot order.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read, Write};
+
+use crate::reply;
+use crate::request::{binary_reply, Quiet, Style, ST_INTERNAL};
+use crate::stream::Stream;
+
+/// How a slot's parts become the reply.
+#[derive(Debug)]
+pub enum Merge {
+    /// One part, shown according to `Quiet`.
+    Single(Quiet),
+    /// A text multi-get: each key and the part it went to.
+    MultiGet(Vec<(Vec<u8>, usize)>),
+    /// The same request to every server: the first failure, else the
+    /// first reply that is not a success, else the first reply.
+    Broadcast(Quiet),
+}
+
+#[derive(Debug)]
+pub struct Slot {
+    style: Style,
+    merge: Merge,
+    parts: Vec<Option<Result<Vec<u8>, String>>>,
+    left: usize,
+    ready: Option<Vec<u8>>,
+}
+
+/// One client.
+#[derive(Debug)]
+pub struct Client {
+    pub stream: Stream,
+    pub pool: usize,
+    /// Generation, so replies for a closed client's slot are dropped.
+    pub id: u64,
+    /// `Some(true)` once the first byte said binary.
+    pub binary: Option<bool>,
+    pub inbuf: Vec<u8>,
+    out: Vec<u8>,
+    slots: VecDeque<Slot>,
+    first_seq: u64,
+    /// No more requests are read (quit, EOF, framing error).
+    pub closing: bool,
+    /// `quit` (or a framing error) seen: what follows is dropped.
+    pub quit: bool,
+}
+
+impl Client {
+    pub fn new(stream: Stream, pool: usize, id: u64) -> Client {
+        Client {
+            stream,
+            pool,
+            id,
+            binary: None,
+            inbuf: Vec::new(),
+            out: Vec::new(),
+            slots: VecDeque::new(),
+            first_seq: 0,
+            closing: false,
+            quit: false,
+        }
+    }
+
+    /// Requests waiting for replies.
+    pub fn waiting(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// A slot already answered.
+    pub fn push_ready(&mut self, bytes: Vec<u8>) {
+        self.slots.push_back(Slot {
+            style: Style::Text,
+            merge: Merge::Single(Quiet::No),
+            parts: Vec::new(),
+            left: 0,
+            ready: Some(bytes),
+        });
+    }
+
+    /// A slot waiting for `parts` replies; its sequence number.
+    pub fn push_waiting(&mut self, style: Style, merge: Merge, parts: usize) -> u64 {
+        self.slots.push_back(Slot {
+            style,
+            merge,
+            parts: (0..parts).map(|_| None).collect(),
+            left: parts,
+            ready: None,
+        });
+        self.first_seq + self.slots.len() as u64 - 1
+    }
+
+    /// Part `part` of slot `seq` came back.
+    pub fn deliver(&mut self, seq: u64, part: usize, result: Result<Vec<u8>, String>) {
+        let Some(i) = seq.checked_sub(self.first_seq) else {
+            return;
+        };
+        let Some(slot) = self.slots.get_mut(i as usize) else {
+            return;
+        };
+        if slot.parts[part].is_some() {
+            return;
+        }
+        slot.parts[part] = Some(result);
+        slot.left -= 1;
+        if slot.left == 0 {
+            slot.ready = Some(finish(slot));
+        }
+    }
+
+    /// Moves the answered slots at the front to the output and writes what
+    /// the socket takes. `Err` when the client is gone.
+    pub fn flush(&mut self) -> io::Result<()> {
+        while self.slots.front().is_some_and(|s| s.ready.is_some()) {
+            let slot = self.slots.pop_front().unwrap();
+            self.first_seq += 1;
+            self.out.extend_from_slice(&slot.ready.unwrap());
+        }
+        let mut written = 0;
+        while written < self.out.len() {
+            match self.stream.write(&self.out[written..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.out.drain(..written);
+        Ok(())
+    }
+
+    /// Whether everything owed has been written.
+    pub fn drained(&self) -> bool {
+        self.slots.is_empty() && self.out.is_empty()
+    }
+
+    /// Unsent output, to hold back reading from a client that does not read.
+    pub fn backlog(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Reads what the socket has; `Ok(false)` at end of stream.
+    pub fn read(&mut self) -> io::Result<bool> {
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Ok(false),
+                Ok(n) => self.inbuf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// A failure as the client's protocol says it.
+pub fn error_reply(style: Style, why: &str) -> Vec<u8> {
+    match style {
+        Style::Text => format!("SERVER_ERROR {why}\r\n").into_bytes(),
+        Style::Binary { opcode, opaque } => {
+            binary_reply(opcode, opaque, ST_INTERNAL, why.as_bytes())
+        }
+    }
+}
+
+/// Applies what the client asked not to see to one reply.
+fn shown(quiet: Quiet, mut bytes: Vec<u8>) -> Vec<u8> {
+    match quiet {
+        Quiet::No => bytes,
+        Quiet::All => Vec::new(),
+        Quiet::Meta(hidden) => {
+            let code = bytes.get(..2).unwrap_or(&[]);
+            let after = bytes.get(2).copied();
+            if hidden.contains(&code) && matches!(after, Some(b' ' | b'\r' | b'\n')) {
+                Vec::new()
+            } else {
+                bytes
+            }
+        }
+        Quiet::Binary {
+            opcode,
+            hidden_status,
+        } => {
+            if bytes.len() >= 24 {
+                let status = u16::from_be_bytes([bytes[6], bytes[7]]);
+                if status == hidden_status {
+                    return Vec::new();
+                }
+                bytes[1] = opcode;
+            }
+            bytes
+        }
+    }
+}
+
+fn is_success(bytes: &[u8]) -> bool {
+    bytes == b"OK\r\n" || (bytes.len() >= 24 && bytes[0] == 0x81 && bytes[6..8] == [0, 0])
+}
+
+fn finish(slot: &mut Slot) -> Vec<u8> {
+    let parts: Vec<Result<Vec<u8>, String>> =
+        slot.parts.iter_mut().map(|p| p.take().unwrap()).collect();
+    if let Some(Err(why)) = parts.iter().find(|p| p.is_err()) {
+        return match slot.merge {
+            Merge::Single(Quiet::All) | Merge::Broadcast(Quiet::All) => Vec::new(),
+            _ => error_reply(slot.style, why),
+        };
+    }
+    let mut parts: Vec<Vec<u8>> = parts.into_iter().map(Result::unwrap).collect();
+    match &slot.merge {
+        Merge::Single(quiet) => shown(*quiet, parts.pop().unwrap_or_default()),
+        Merge::Broadcast(quiet) => {
+            let pick = parts.iter().position(|p| !is_success(p)).unwrap_or(0);
+            shown(*quiet, parts.swap_remove(pick))
+        }
+        Merge::MultiGet(keys) => {
+            let mut found = Vec::with_capacity(parts.len());
+            for p in &parts {
+                match reply::values(p) {
+                    Some(v) => found.push(v.into_iter().collect::<HashMap<_, _>>()),
+                    None => return p.clone(),
+                }
+            }
+            let mut out = Vec::new();
+            for (key, part) in keys {
+                if let Some(block) = found[*part].get(key.as_slice()) {
+                    out.extend_from_slice(block);
+                }
+            }
+            out.extend_from_slice(b"END\r\n");
+            out
+        }
+    }
+}

@@ -1,0 +1,503 @@
+//! Client request framing: the next complete request in a client's read
+//! buffer, text, meta or binary, turned into what the proxy does with it
+//! ([`Action`]): forward to the server of one key, split a multi-key get
+//! over servers, send to every server, or answer here.
+//!
+//! Forwarded requests never carry `noreply`, meta `q` or a binary quiet
+//! opcode: the proxy strips them and drops the reply the client asked not
+//! to see ([`Quiet`]), so every forwarded request gets exactly one reply
+//! and replies stay matched to requests. A command refused here has its
+//! data block swallowed, never forwarded.
+
+use crate::reply::Expect;
+
+/// memcached's longest key.
+pub const KEY_MAX: usize = 250;
+/// The longest request line accepted (a multi-get of many keys).
+pub const LINE_MAX: usize = 1 << 20;
+
+/// Which replies the client asked not to see.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quiet {
+    /// Every reply is shown.
+    No,
+    /// Text `noreply`: nothing is shown.
+    All,
+    /// Meta `q`: replies starting with one of these codes are dropped.
+    Meta(&'static [&'static [u8]]),
+    /// A binary quiet opcode: a reply with this status is dropped; shown
+    /// replies get the client's opcode back.
+    Binary { opcode: u8, hidden_status: u16 },
+}
+
+/// How a client connection speaks, for replies made here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Style {
+    Text,
+    Binary { opcode: u8, opaque: u32 },
+}
+
+/// What to do with one request.
+#[derive(Debug)]
+pub enum Action {
+    /// Send `wire` to the server of `key`.
+    Forward {
+        key: Vec<u8>,
+        wire: Vec<u8>,
+        expect: Expect,
+        quiet: Quiet,
+    },
+    /// A text get of several keys: `prefix` is `get`, `gets`, `gat <t>` or
+    /// `gats <t>`.
+    MultiGet { prefix: Vec<u8>, keys: Vec<Vec<u8>> },
+    /// Send `wire` to every server; one reply.
+    Broadcast {
+        wire: Vec<u8>,
+        expect: Expect,
+        quiet: Quiet,
+    },
+    /// Answer with these bytes (nothing when empty).
+    Local(Vec<u8>),
+    /// Close once earlier replies are out, after these bytes.
+    Quit(Vec<u8>),
+    /// The stream cannot be framed: close it.
+    Fatal,
+}
+
+/// One framed request.
+#[derive(Debug)]
+pub struct Framed {
+    /// Bytes of the read buffer it took.
+    pub len: usize,
+    pub action: Action,
+    pub style: Style,
+}
+
+/// The next request in `buf`, if complete.
+pub fn frame(buf: &[u8], binary: bool) -> Option<Framed> {
+    if binary {
+        frame_binary(buf)
+    } else {
+        frame_text(buf)
+    }
+}
+
+fn text(len: usize, action: Action) -> Option<Framed> {
+    Some(Framed {
+        len,
+        action,
+        style: Style::Text,
+    })
+}
+
+fn local(len: usize, reply: &str) -> Option<Framed> {
+    text(len, Action::Local(reply.as_bytes().to_vec()))
+}
+
+const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format\r\n";
+
+fn parse_u64(t: &[u8]) -> Option<u64> {
+    if t.is_empty() || t.len() > 20 || !t.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(t).ok()?.parse().ok()
+}
+
+/// The line with `noreply` left out, as it is forwarded, and whether it
+/// was there.
+fn strip_noreply(tokens: &[&[u8]]) -> (Vec<u8>, bool) {
+    let noreply = tokens.len() > 2 && *tokens.last().unwrap() == b"noreply";
+    let keep = if noreply {
+        &tokens[..tokens.len() - 1]
+    } else {
+        tokens
+    };
+    (join(keep), noreply)
+}
+
+fn join(tokens: &[&[u8]]) -> Vec<u8> {
+    let mut line = Vec::with_capacity(tokens.iter().map(|t| t.len() + 1).sum::<usize>() + 2);
+    for (i, t) in tokens.iter().enumerate() {
+        if i > 0 {
+            line.push(b' ');
+        }
+        line.extend_from_slice(t);
+    }
+    line.extend_from_slice(b"\r\n");
+    line
+}
+
+fn quiet_if(noreply: bool) -> Quiet {
+    if noreply {
+        Quiet::All
+    } else {
+        Quiet::No
+    }
+}
+
+fn frame_text(buf: &[u8]) -> Option<Framed> {
+    let Some(nl) = memchr::memchr(b'\n', buf) else {
+        if buf.len() > LINE_MAX {
+            return text(buf.len(), Action::Fatal);
+        }
+        return None;
+    };
+    let line_len = nl + 1;
+    let line = &buf[..nl];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let tokens: Vec<&[u8]> = line
+        .split(|&b| b == b' ')
+        .filter(|t| !t.is_empty())
+        .collect();
+    let Some(&cmd) = tokens.first() else {
+        return local(line_len, "ERROR\r\n");
+    };
+    let key_ok = |k: &[u8]| k.len() <= KEY_MAX;
+    match cmd {
+        b"get" | b"gets" | b"gat" | b"gats" => {
+            let first = if cmd.starts_with(b"gat") { 2 } else { 1 };
+            if tokens.len() <= first {
+                return local(line_len, "ERROR\r\n");
+            }
+            if first == 2 && parse_i64(tokens[1]).is_none() {
+                return local(line_len, "CLIENT_ERROR invalid exptime argument\r\n");
+            }
+            let keys = &tokens[first..];
+            if !keys.iter().all(|k| key_ok(k)) {
+                return local(line_len, BAD_FORMAT);
+            }
+            if keys.len() == 1 {
+                return text(
+                    line_len,
+                    Action::Forward {
+                        key: keys[0].to_vec(),
+                        wire: join(&tokens),
+                        expect: Expect::Values,
+                        quiet: Quiet::No,
+                    },
+                );
+            }
+            let mut prefix = join(&tokens[..first]);
+            prefix.truncate(prefix.len() - 2);
+            text(
+                line_len,
+                Action::MultiGet {
+                    prefix,
+                    keys: keys.iter().map(|k| k.to_vec()).collect(),
+                },
+            )
+        }
+        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
+            let want = if cmd == b"cas" { 6 } else { 5 };
+            if tokens.len() != want && tokens.len() != want + 1 {
+                return local(line_len, "ERROR\r\n");
+            }
+            let Some(bytes) = parse_u64(tokens[4]).filter(|&b| b < (1 << 31)) else {
+                return local(line_len, BAD_FORMAT);
+            };
+            let total = line_len + bytes as usize + 2;
+            if buf.len() < total {
+                return None;
+            }
+            let data = &buf[line_len..total];
+            let valid = key_ok(tokens[1])
+                && parse_u64(tokens[2]).is_some_and(|f| f <= u32::MAX as u64)
+                && parse_i64(tokens[3]).is_some()
+                && (want == 5 || parse_u64(tokens[5]).is_some());
+            if !valid {
+                // Refused at the command line: the data block is swallowed.
+                return local(total, BAD_FORMAT);
+            }
+            if !data.ends_with(b"\r\n") {
+                return local(total, "CLIENT_ERROR bad data chunk\r\n");
+            }
+            let (mut wire, noreply) = strip_noreply(&tokens);
+            wire.extend_from_slice(data);
+            forward(total, tokens[1], wire, Expect::Line, quiet_if(noreply))
+        }
+        b"delete" | b"incr" | b"decr" | b"touch" => {
+            if tokens.len() < 2 || !key_ok(tokens[1]) {
+                return local(line_len, BAD_FORMAT);
+            }
+            let (wire, noreply) = strip_noreply(&tokens);
+            forward(line_len, tokens[1], wire, Expect::Line, quiet_if(noreply))
+        }
+        b"mg" | b"ms" | b"md" | b"ma" | b"me" => frame_meta(buf, line_len, &tokens),
+        b"mn" => local(line_len, "MN\r\n"),
+        b"version" => local(
+            line_len,
+            concat!("VERSION osmium-proxy-", env!("CARGO_PKG_VERSION"), "\r\n"),
+        ),
+        b"quit" => text(line_len, Action::Quit(Vec::new())),
+        b"flush_all" => {
+            let (wire, noreply) = strip_noreply(&tokens);
+            text(
+                line_len,
+                Action::Broadcast {
+                    wire,
+                    expect: Expect::Line,
+                    quiet: quiet_if(noreply),
+                },
+            )
+        }
+        b"verbosity" => local(line_len, "OK\r\n"),
+        b"stats" => local(
+            line_len,
+            "SERVER_ERROR stats are not served by osmium-proxy: ask the servers\r\n",
+        ),
+        _ => local(line_len, "ERROR\r\n"),
+    }
+}
+
+fn parse_i64(t: &[u8]) -> Option<i64> {
+    std::str::from_utf8(t).ok()?.parse().ok()
+}
+
+fn forward(len: usize, key: &[u8], wire: Vec<u8>, expect: Expect, quiet: Quiet) -> Option<Framed> {
+    text(
+        len,
+        Action::Forward {
+            key: key.to_vec(),
+            wire,
+            expect,
+            quiet,
+        },
+    )
+}
+
+/// `mg`, `ms`, `md`, `ma`, `me`: the key is the second token (base64 with
+/// the `b` flag: the decoded key is what is hashed); `q` is stripped.
+fn frame_meta(buf: &[u8], line_len: usize, tokens: &[&[u8]]) -> Option<Framed> {
+    let cmd = tokens[0];
+    if tokens.len() < 2 {
+        return local(line_len, "CLIENT_ERROR bad command line format\r\n");
+    }
+    let mut total = line_len;
+    let mut data: &[u8] = &[];
+    let flags_from = if cmd == b"ms" { 3 } else { 2 };
+    if cmd == b"ms" {
+        let Some(len) = tokens
+            .get(2)
+            .and_then(|t| parse_u64(t))
+            .filter(|&b| b < (1 << 31))
+        else {
+            return local(line_len, "CLIENT_ERROR bad data chunk\r\n");
+        };
+        total = line_len + len as usize + 2;
+        if buf.len() < total {
+            return None;
+        }
+        data = &buf[line_len..total];
+        if !data.ends_with(b"\r\n") {
+            return local(total, "CLIENT_ERROR bad data chunk\r\n");
+        }
+    }
+    if tokens[1].len() > KEY_MAX {
+        return local(total, "CLIENT_ERROR bad command line format\r\n");
+    }
+    let flags = tokens.get(flags_from..).unwrap_or(&[]);
+    let quiet = flags.iter().any(|f| *f == b"q");
+    let mut key = tokens[1].to_vec();
+    if flags.iter().any(|f| *f == b"b") {
+        let mut out = vec![0; key.len()];
+        match osmium_protocol::base64::base64_decode(&key, &mut out) {
+            Some(n) => {
+                out.truncate(n);
+                key = out;
+            }
+            None => return local(total, "CLIENT_ERROR error decoding key\r\n"),
+        }
+    }
+    let mut kept: Vec<&[u8]> = tokens[..flags_from.min(tokens.len())].to_vec();
+    kept.extend(flags.iter().copied().filter(|t| *t != b"q"));
+    let mut wire = join(&kept);
+    wire.extend_from_slice(data);
+    let hidden: &'static [&'static [u8]] = match cmd {
+        b"mg" => &[b"EN"],
+        b"ms" | b"md" => &[b"HD"],
+        b"ma" => &[b"HD", b"VA"],
+        _ => &[],
+    };
+    let expect = if cmd == b"mg" || cmd == b"ma" {
+        Expect::MetaValue
+    } else {
+        Expect::Line
+    };
+    let quiet = if quiet {
+        Quiet::Meta(hidden)
+    } else {
+        Quiet::No
+    };
+    forward(total, &key, wire, expect, quiet)
+}
+
+/// Binary request magic and header size.
+pub const BIN_REQ: u8 = 0x80;
+pub const BIN_RES: u8 = 0x81;
+pub const BIN_HEADER: usize = 24;
+
+/// A binary response header (and body) made here.
+pub fn binary_reply(opcode: u8, opaque: u32, status: u16, body: &[u8]) -> Vec<u8> {
+    let mut r = vec![0u8; BIN_HEADER];
+    r[0] = BIN_RES;
+    r[1] = opcode;
+    r[6..8].copy_from_slice(&status.to_be_bytes());
+    r[8..12].copy_from_slice(&(body.len() as u32).to_be_bytes());
+    r[12..16].copy_from_slice(&opaque.to_be_bytes());
+    r.extend_from_slice(body);
+    r
+}
+
+/// Binary status codes.
+pub const ST_KEY_ENOENT: u16 = 0x0001;
+pub const ST_UNKNOWN: u16 = 0x0081;
+pub const ST_NOT_SUPPORTED: u16 = 0x0083;
+pub const ST_INTERNAL: u16 = 0x0084;
+
+/// The loud opcode of a quiet one, and which status the quiet one hides.
+fn unquiet(opcode: u8) -> Option<(u8, u16)> {
+    Some(match opcode {
+        0x09 => (0x00, ST_KEY_ENOENT), // GETQ
+        0x0d => (0x0c, ST_KEY_ENOENT), // GETKQ
+        0x1e => (0x1d, ST_KEY_ENOENT), // GATQ
+        0x24 => (0x23, ST_KEY_ENOENT), // GATKQ
+        0x11 => (0x01, 0),             // SETQ
+        0x12 => (0x02, 0),             // ADDQ
+        0x13 => (0x03, 0),             // REPLACEQ
+        0x14 => (0x04, 0),             // DELETEQ
+        0x15 => (0x05, 0),             // INCRQ
+        0x16 => (0x06, 0),             // DECRQ
+        0x19 => (0x0e, 0),             // APPENDQ
+        0x1a => (0x0f, 0),             // PREPENDQ
+        0x18 => (0x08, 0),             // FLUSHQ
+        _ => return None,
+    })
+}
+
+fn frame_binary(buf: &[u8]) -> Option<Framed> {
+    if buf.len() < BIN_HEADER {
+        return None;
+    }
+    let opcode = buf[1];
+    let opaque = u32::from_be_bytes([buf[12], buf[13], buf[14], buf[15]]);
+    let style = Style::Binary { opcode, opaque };
+    if buf[0] != BIN_REQ {
+        return Some(Framed {
+            len: buf.len(),
+            action: Action::Fatal,
+            style,
+        });
+    }
+    let key_len = u16::from_be_bytes([buf[2], buf[3]]) as usize;
+    let extras = buf[4] as usize;
+    let body = u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize;
+    let len = BIN_HEADER + body;
+    if buf.len() < len {
+        return None;
+    }
+    let done = |action| Some(Framed { len, action, style });
+    if key_len + extras > body {
+        return done(Action::Fatal);
+    }
+    let (loud, quiet) = match unquiet(opcode) {
+        Some((loud, hidden_status)) => (
+            loud,
+            Quiet::Binary {
+                opcode,
+                hidden_status,
+            },
+        ),
+        None => (opcode, Quiet::No),
+    };
+    let mut wire = buf[..len].to_vec();
+    wire[1] = loud;
+    match loud {
+        0x00..=0x06 | 0x0c | 0x0e | 0x0f | 0x1c | 0x1d | 0x23 => {
+            let key = buf[BIN_HEADER + extras..BIN_HEADER + extras + key_len].to_vec();
+            if key.len() > KEY_MAX {
+                return done(Action::Local(binary_reply(
+                    opcode,
+                    opaque,
+                    0x0004,
+                    b"Invalid arguments",
+                )));
+            }
+            done(Action::Forward {
+                key,
+                wire,
+                expect: Expect::Binary,
+                quiet,
+            })
+        }
+        0x08 => done(Action::Broadcast {
+            wire,
+            expect: Expect::Binary,
+            quiet,
+        }),
+        0x0a => done(Action::Local(binary_reply(opcode, opaque, 0, b""))),
+        0x0b => done(Action::Local(binary_reply(
+            opcode,
+            opaque,
+            0,
+            concat!("osmium-proxy-", env!("CARGO_PKG_VERSION")).as_bytes(),
+        ))),
+        0x07 => done(Action::Quit(binary_reply(opcode, opaque, 0, b""))),
+        0x17 => done(Action::Quit(Vec::new())),
+        0x10 | 0x1b => done(Action::Local(binary_reply(
+            opcode,
+            opaque,
+            ST_NOT_SUPPORTED,
+            b"Not supported by osmium-proxy",
+        ))),
+        _ => done(Action::Local(binary_reply(
+            opcode,
+            opaque,
+            ST_UNKNOWN,
+            b"Unknown command",
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn noreply_and_q_are_stripped() {
+        let f = frame(b"set k 1 2 3 noreply\r\nabc\r\nget", false).unwrap();
+        assert_eq!(f.len, 26);
+        let Action::Forward { wire, quiet, .. } = f.action else {
+            panic!()
+        };
+        assert_eq!(wire, b"set k 1 2 3\r\nabc\r\n");
+        assert_eq!(quiet, Quiet::All);
+        let f = frame(b"mg q q v k\r\n", false).unwrap();
+        let Action::Forward { wire, .. } = f.action else {
+            panic!()
+        };
+        assert_eq!(wire, b"mg q v k\r\n", "the key q stays");
+    }
+
+    #[test]
+    fn refused_storage_swallows_its_block() {
+        let long = "x".repeat(251);
+        let req = format!("set {long} 0 0 3\r\nget\r\nmn\r\n");
+        let f = frame(req.as_bytes(), false).unwrap();
+        assert_eq!(f.len, req.len() - 4, "the block `get\\r\\n` is swallowed");
+        assert!(matches!(f.action, Action::Local(_)));
+        assert!(
+            frame(b"set k 0 0 10\r\nabc", false).is_none(),
+            "waits for the block"
+        );
+    }
+
+    #[test]
+    fn multi_get_keeps_its_keys() {
+        let f = frame(b"gat 10 a b c\r\n", false).unwrap();
+        let Action::MultiGet { prefix, keys } = f.action else {
+            panic!()
+        };
+        assert_eq!(prefix, b"gat 10");
+        assert_eq!(keys.len(), 3);
+    }
+}

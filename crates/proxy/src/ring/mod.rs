@@ -1,0 +1,200 @@
+//! Key placement: which of a pool's servers a key belongs to, by the
+//! pool's `hash`, `hash_tag` and `distribution`. [`Ring::server_of`] is
+//! the placement over every configured server (where a key lives while
+//! all are up); [`Ring::live_server_of`] the placement over the live ones
+//! only, which `failover: rehash` uses as nutcracker does.
+//!
+//! `nutcracker`: nutcracker 0.5.0's ketama and modula; `libmemcached`:
+//! libmemcached's ketama (also what osmium-bench's `--targets` uses).
+
+pub mod libmemcached;
+pub mod nutcracker;
+
+use std::cell::Cell;
+
+use crate::config::{Addr, Distribution, PoolConfig};
+use crate::hash::HashKind;
+
+/// One placement table over some of the pool's servers.
+#[derive(Clone, Debug)]
+enum Table {
+    Ketama(nutcracker::Ketama),
+    Modula(nutcracker::Modula),
+    /// The servers a random pick chooses from.
+    Random(Vec<usize>),
+    /// libmemcached's continuum, and the pool index of each of its servers.
+    Libmemcached(libmemcached::Continuum, Vec<usize>),
+}
+
+/// A pool's placement.
+#[derive(Debug)]
+pub struct Ring {
+    distribution: Distribution,
+    hash: HashKind,
+    hash_tag: Option<[u8; 2]>,
+    /// `(name, weight, host, port)` per server, in `servers:` order.
+    servers: Vec<(String, u32, String, u16)>,
+    /// Indexes in nutcracker's server order: by name, shorter names first.
+    nutcracker_order: Vec<usize>,
+    all: Table,
+    live: Table,
+    rng: Cell<u64>,
+}
+
+impl Ring {
+    /// The placement of `pool` with every server up.
+    pub fn new(pool: &PoolConfig) -> Ring {
+        let servers: Vec<(String, u32, String, u16)> = pool
+            .servers
+            .iter()
+            .map(|s| {
+                let (host, port) = match &s.addr {
+                    Addr::Tcp { host, port } => (host.clone(), *port),
+                    Addr::Unix(p) => (p.display().to_string(), 0),
+                };
+                (s.name.clone(), s.weight, host, port)
+            })
+            .collect();
+        let mut nutcracker_order: Vec<usize> = (0..servers.len()).collect();
+        nutcracker_order.sort_by(|&a, &b| {
+            let (x, y) = (&servers[a].0, &servers[b].0);
+            x.len()
+                .cmp(&y.len())
+                .then_with(|| x.as_bytes().cmp(y.as_bytes()))
+        });
+        let mut ring = Ring {
+            distribution: pool.distribution,
+            hash: pool.hash,
+            hash_tag: pool.hash_tag,
+            servers,
+            nutcracker_order,
+            all: Table::Random(Vec::new()),
+            live: Table::Random(Vec::new()),
+            rng: Cell::new(0x9e37_79b9_7f4a_7c15 ^ std::process::id() as u64),
+        };
+        let everyone = vec![true; ring.servers.len()];
+        ring.all = ring.table(&everyone);
+        ring.live = ring.all.clone();
+        ring
+    }
+
+    /// How many servers the pool has.
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Whether the pool has no servers (never, once configured).
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    fn table(&self, live: &[bool]) -> Table {
+        let up = |i: &usize| live[*i];
+        match self.distribution {
+            Distribution::Ketama => {
+                let list: Vec<(usize, &str, u32)> = self
+                    .nutcracker_order
+                    .iter()
+                    .filter(|i| live[**i])
+                    .map(|&i| (i, self.servers[i].0.as_str(), self.servers[i].1))
+                    .collect();
+                Table::Ketama(nutcracker::Ketama::new(&list))
+            }
+            Distribution::Modula => {
+                let list: Vec<(usize, u32)> = self
+                    .nutcracker_order
+                    .iter()
+                    .filter(|i| live[**i])
+                    .map(|&i| (i, self.servers[i].1))
+                    .collect();
+                Table::Modula(nutcracker::Modula::new(&list))
+            }
+            Distribution::Random => Table::Random((0..self.servers.len()).filter(up).collect()),
+            Distribution::Libmemcached | Distribution::LibmemcachedWeighted => {
+                let index: Vec<usize> = (0..self.servers.len()).filter(up).collect();
+                let c = if self.distribution == Distribution::Libmemcached {
+                    let list: Vec<(String, u16)> = index
+                        .iter()
+                        .map(|&i| (self.servers[i].2.clone(), self.servers[i].3))
+                        .collect();
+                    libmemcached::Continuum::new(&list, libmemcached::KeyHash::OneAtATime)
+                } else {
+                    let list: Vec<(String, u16, u32)> = index
+                        .iter()
+                        .map(|&i| {
+                            let s = &self.servers[i];
+                            (s.2.clone(), s.3, s.1)
+                        })
+                        .collect();
+                    libmemcached::Continuum::weighted_by(&list)
+                };
+                Table::Libmemcached(c, index)
+            }
+        }
+    }
+
+    /// The part of `key` that is hashed: between the hash tag's two
+    /// characters when both are there with something between them.
+    pub fn tagged<'k>(&self, key: &'k [u8]) -> &'k [u8] {
+        let Some([open, close]) = self.hash_tag else {
+            return key;
+        };
+        let Some(start) = key.iter().position(|&b| b == open) else {
+            return key;
+        };
+        match key[start + 1..].iter().position(|&b| b == close) {
+            Some(len) if len > 0 => &key[start + 1..start + 1 + len],
+            _ => key,
+        }
+    }
+
+    /// The hash nutcracker dispatches `key` with (0 for one server or an
+    /// empty key).
+    pub fn key_hash(&self, key: &[u8]) -> u32 {
+        let key = self.tagged(key);
+        if self.servers.len() == 1 || key.is_empty() {
+            return 0;
+        }
+        self.hash.hash(key)
+    }
+
+    fn dispatch(&self, table: &Table, key: &[u8]) -> Option<usize> {
+        match table {
+            Table::Ketama(k) => k.dispatch(self.key_hash(key)),
+            Table::Modula(m) => m.dispatch(self.key_hash(key)),
+            Table::Random(list) => {
+                if list.is_empty() {
+                    return None;
+                }
+                // xorshift64*: any spread will do.
+                let mut x = self.rng.get();
+                x ^= x >> 12;
+                x ^= x << 25;
+                x ^= x >> 27;
+                self.rng.set(x);
+                Some(list[(x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % list.len()])
+            }
+            Table::Libmemcached(c, index) => {
+                if index.is_empty() {
+                    return None;
+                }
+                Some(index[c.server_of(self.tagged(key))])
+            }
+        }
+    }
+
+    /// The server `key` goes to with every server up.
+    pub fn server_of(&self, key: &[u8]) -> usize {
+        self.dispatch(&self.all, key).unwrap_or(0)
+    }
+
+    /// Rebuilds the placement over the live servers (`live[i]`).
+    pub fn set_live(&mut self, live: &[bool]) {
+        self.live = self.table(live);
+    }
+
+    /// The server `key` goes to over the live servers; `None` when none is.
+    pub fn live_server_of(&self, key: &[u8]) -> Option<usize> {
+        self.dispatch(&self.live, key)
+    }
+}

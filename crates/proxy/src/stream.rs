@@ -1,0 +1,158 @@
+//! The sockets the proxy uses: a TCP or unix stream (clients and servers)
+//! and a TCP or unix listener (a pool's `listen:`).
+
+use std::io::{self, Read, Write};
+use std::net::ToSocketAddrs;
+
+use mio::event::Source;
+use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use mio::{Interest, Registry, Token};
+
+use crate::config::{Addr, Listen};
+
+/// A connected stream.
+#[derive(Debug)]
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    /// Starts connecting to `addr` (completes in the event loop).
+    pub fn connect(addr: &Addr) -> io::Result<Stream> {
+        match addr {
+            Addr::Tcp { host, port } => {
+                let sa = (host.as_str(), *port)
+                    .to_socket_addrs()?
+                    .next()
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
+                let s = TcpStream::connect(sa)?;
+                Ok(Stream::Tcp(s))
+            }
+            Addr::Unix(p) => Ok(Stream::Unix(UnixStream::connect(p)?)),
+        }
+    }
+
+    /// A connect's outcome: `Ok(true)` connected, `Ok(false)` not yet.
+    pub fn connected(&self) -> io::Result<bool> {
+        let (err, peer) = match self {
+            Stream::Tcp(s) => (s.take_error()?, s.peer_addr().map(|_| ())),
+            Stream::Unix(s) => (s.take_error()?, s.peer_addr().map(|_| ())),
+        };
+        if let Some(e) = err {
+            return Err(e);
+        }
+        match peer {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn register(&mut self, r: &Registry, t: Token) -> io::Result<()> {
+        let i = Interest::READABLE | Interest::WRITABLE;
+        match self {
+            Stream::Tcp(s) => {
+                s.set_nodelay(true).ok();
+                s.register(r, t, i)
+            }
+            Stream::Unix(s) => s.register(r, t, i),
+        }
+    }
+
+    pub fn deregister(&mut self, r: &Registry) {
+        let _ = match self {
+            Stream::Tcp(s) => s.deregister(r),
+            Stream::Unix(s) => s.deregister(r),
+        };
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A pool's listening socket.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, std::path::PathBuf),
+}
+
+impl Listener {
+    /// Binds `listen` with `backlog`.
+    pub fn bind(listen: &Listen, backlog: u32) -> io::Result<Listener> {
+        match &listen.addr {
+            Addr::Tcp { host, port } => {
+                let sa = (host.as_str(), *port)
+                    .to_socket_addrs()?
+                    .next()
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
+                let sock = socket2::Socket::new(
+                    socket2::Domain::for_address(sa),
+                    socket2::Type::STREAM,
+                    None,
+                )?;
+                sock.set_reuse_address(true)?;
+                sock.bind(&sa.into())?;
+                sock.listen(backlog.min(i32::MAX as u32) as i32)?;
+                sock.set_nonblocking(true)?;
+                let std: std::net::TcpListener = sock.into();
+                Ok(Listener::Tcp(TcpListener::from_std(std)))
+            }
+            Addr::Unix(path) => {
+                if std::fs::symlink_metadata(path)
+                    .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+                {
+                    std::fs::remove_file(path)?;
+                }
+                let l = UnixListener::bind(path)?;
+                if let Some(perm) = listen.perm {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(path, std::fs::Permissions::from_mode(perm))?;
+                }
+                Ok(Listener::Unix(l, path.clone()))
+            }
+        }
+    }
+
+    pub fn register(&mut self, r: &Registry, t: Token) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.register(r, t, Interest::READABLE),
+            Listener::Unix(l, _) => l.register(r, t, Interest::READABLE),
+        }
+    }
+
+    /// The next waiting client.
+    pub fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Tcp(l) => l.accept().map(|(s, _)| Stream::Tcp(s)),
+            Listener::Unix(l, _) => l.accept().map(|(s, _)| Stream::Unix(s)),
+        }
+    }
+
+    /// The bound TCP address (tests bind port 0 elsewhere; this reports).
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            Listener::Tcp(l) => l.local_addr().ok(),
+            Listener::Unix(..) => None,
+        }
+    }
+}

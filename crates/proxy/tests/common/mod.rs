@@ -1,0 +1,255 @@
+//! What the proxy's socket tests share: backends (memcached, or osmium),
+//! the osmium-proxy binary and nutcracker as child processes on free
+//! loopback ports, stopped by PID; pipelined writes; and reading which
+//! keys a backend holds (`lru_crawler metadump all`).
+#![allow(dead_code)] // each test crate uses a different subset
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_listening(port: u16, child: &mut Child, what: &str) {
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            if let Some(e) = child.stderr.as_mut() {
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!("{what} exited ({status}): {err}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{what} not listening"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The cache server the backends run: `MEMCACHED_BIN`, else the
+/// repository's memcached oracle, else osmium (`OSMIUM_BIN` or
+/// target/release/osmium). Both answer `lru_crawler metadump all`.
+pub fn backend_bin() -> PathBuf {
+    if let Some(b) = std::env::var_os("MEMCACHED_BIN").filter(|b| !b.is_empty()) {
+        return PathBuf::from(b);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let oracle = root.join(".oracle/memcached-1.6.45/memcached");
+    if oracle.is_file() {
+        return oracle;
+    }
+    if let Some(b) = std::env::var_os("OSMIUM_BIN").filter(|b| !b.is_empty()) {
+        return PathBuf::from(b);
+    }
+    let osmium = root.join("target/release/osmium");
+    assert!(
+        osmium.is_file(),
+        "no backend server: build memcached (scripts/build-memcached.sh) or osmium \
+         (cargo build --release -p osmium-server), or set MEMCACHED_BIN / OSMIUM_BIN"
+    );
+    osmium
+}
+
+/// A child process stopped (by PID) when dropped.
+pub struct Proc {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Proc {
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A backend cache server on `port` (0: a free one).
+pub fn backend(port: u16) -> Proc {
+    let port = if port == 0 { free_port() } else { port };
+    let mut cmd = Command::new(backend_bin());
+    cmd.args([
+        "-p",
+        &port.to_string(),
+        "-l",
+        "127.0.0.1",
+        "-U",
+        "0",
+        "-m",
+        "256",
+    ]);
+    if unsafe_is_root() {
+        cmd.args(["-u", "root"]);
+    }
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start backend");
+    wait_listening(port, &mut child, "backend");
+    Proc { child, port }
+}
+
+fn unsafe_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .is_some_and(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Writes `yaml` to a temporary file; its path.
+pub fn write_conf(name: &str, yaml: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("osmium-proxy-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+/// osmium-proxy with `yaml`, listening on `port`.
+pub fn proxy(yaml: &str, port: u16) -> Proc {
+    let conf = write_conf(&format!("proxy-{port}.yml"), yaml);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_osmium-proxy"))
+        .args(["-c", conf.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start osmium-proxy");
+    wait_listening(port, &mut child, "osmium-proxy");
+    Proc { child, port }
+}
+
+/// nutcracker on PATH; `None` (after a SKIP line) when it is not
+/// installed, a failure under `CI=true`.
+pub fn nutcracker_bin() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/sbin")])
+            .map(|d| d.join("nutcracker"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        let why = "nutcracker is not installed (apt-get install -y nutcracker, Debian 12: 0.5.0)";
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{why} (CI=true: a missing nutcracker is a failure)"
+        );
+        eprintln!("SKIP nutcracker: {why}");
+    }
+    found
+}
+
+/// nutcracker with `yaml`, listening on `port`.
+pub fn nutcracker(bin: &Path, yaml: &str, port: u16) -> Proc {
+    let conf = write_conf(&format!("nutcracker-{port}.yml"), yaml);
+    let stats = free_port();
+    let mut child = Command::new(bin)
+        .args([
+            "-c",
+            conf.to_str().unwrap(),
+            "-a",
+            "127.0.0.1",
+            "-s",
+            &stats.to_string(),
+        ])
+        .args(["-o", "/dev/null"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start nutcracker");
+    wait_listening(port, &mut child, "nutcracker");
+    Proc { child, port }
+}
+
+pub fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+/// Sends `request` and reads until the reply ends with `end`.
+pub fn roundtrip(port: u16, request: &[u8], end: &[u8]) -> Vec<u8> {
+    let mut s = connect(port);
+    s.write_all(request).unwrap();
+    read_until(&mut s, end)
+}
+
+pub fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    while !got.ends_with(end) {
+        let n = s.read(&mut buf).expect("read reply");
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
+/// Stores every key (value `v`) through `port`, pipelined, checking each
+/// `STORED`.
+pub fn set_all(port: u16, keys: &[String]) {
+    let mut s = connect(port);
+    let mut w = s.try_clone().unwrap();
+    let keys2: Vec<String> = keys.to_vec();
+    let writer = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        for chunk in keys2.chunks(1000) {
+            buf.clear();
+            for k in chunk {
+                buf.extend_from_slice(format!("set {k} 0 0 1\r\nv\r\n").as_bytes());
+            }
+            w.write_all(&buf).unwrap();
+        }
+    });
+    let mut r = BufReader::new(&mut s);
+    let mut line = String::new();
+    for k in keys {
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        assert_eq!(line, "STORED\r\n", "set {k}");
+    }
+    writer.join().unwrap();
+}
+
+/// The keys a backend holds.
+pub fn keys_of(port: u16) -> Vec<String> {
+    let mut s = connect(port);
+    s.write_all(b"lru_crawler metadump all\r\n").unwrap();
+    let mut r = BufReader::new(s);
+    let mut keys = Vec::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line).unwrap() == 0 || line == "END\r\n" {
+            return keys;
+        }
+        if let Some(k) = line.strip_prefix("key=") {
+            keys.push(k.split(' ').next().unwrap().to_string());
+        }
+    }
+}
+
+/// Empties a backend.
+pub fn flush(port: u16) {
+    assert_eq!(roundtrip(port, b"flush_all\r\n", b"\r\n"), b"OK\r\n");
+}
