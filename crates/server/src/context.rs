@@ -147,8 +147,9 @@ pub struct WorkerCtx {
     /// Sync mode: the acknowledgements the requests just run wait for.
     repl_wait: std::cell::RefCell<Wait>,
     repl_pending: std::cell::Cell<bool>,
-    /// `replica_follow` asked for the connection to become a feed.
-    pub handover: std::cell::Cell<bool>,
+    /// `replica_follow <seconds>` asked for the connection to become a
+    /// feed (kept that long once synced).
+    pub handover: std::cell::Cell<Option<u64>>,
 }
 
 /// Output a worker lets its connections queue in all before a connection
@@ -173,7 +174,7 @@ impl WorkerCtx {
             peer: std::cell::Cell::new(PEER_NONE),
             repl_wait: std::cell::RefCell::new(Wait::default()),
             repl_pending: std::cell::Cell::new(false),
-            handover: std::cell::Cell::new(false),
+            handover: std::cell::Cell::new(None),
             shared,
         }
     }

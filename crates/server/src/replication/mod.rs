@@ -55,7 +55,8 @@ pub struct Replication {
     feeds: Vec<Arc<Link>>,
     /// Per target: its follow link delivered `replica_synced`.
     synced: Vec<AtomicBool>,
-    follow: Duration,
+    /// `--replica-follow-seconds`, asked of the targets when pulling.
+    follow: u64,
     store: Arc<Store>,
     /// How this server names itself in `replica_link`.
     name: String,
@@ -87,7 +88,7 @@ impl Replication {
                 .iter()
                 .map(|_| AtomicBool::new(false))
                 .collect(),
-            follow: Duration::from_secs(settings.replica_follow_seconds),
+            follow: settings.replica_follow_seconds,
             store,
             name: format!("osmium-{}-{}", std::process::id(), settings.port),
             wakers: OnceLock::new(),
@@ -185,7 +186,7 @@ impl Replication {
     /// A `replica_follow` connection, taken from its worker: serve it as a
     /// feed (full copy, `replica_synced`, then this server's writes).
     /// False when every feed slot is taken (the connection is dropped).
-    pub fn start_feed(self: &Arc<Self>, stream: TcpStream) -> bool {
+    pub fn start_feed(self: &Arc<Self>, stream: TcpStream, follow: u64) -> bool {
         let Some(slot) = self.feeds.iter().find(|f| {
             f.active
                 .compare_exchange(false, true, Relaxed, Relaxed)
@@ -196,7 +197,7 @@ impl Replication {
         let _ = stream.set_nonblocking(false);
         // Without targets no write is queued: the copy is all it gets.
         let follow = if self.is_on() {
-            self.follow
+            Duration::from_secs(follow)
         } else {
             Duration::ZERO
         };

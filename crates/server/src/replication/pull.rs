@@ -25,7 +25,8 @@ pub fn run(repl: &Replication, i: usize) {
     while !repl.stopping() && !repl.synced[i].load(Relaxed) {
         if let Ok(mut stream) = super::link::connect_to(&addr) {
             let _ = stream.set_nodelay(true);
-            if stream.write_all(b"replica_follow\r\n").is_ok() && answered_ok(&mut stream) {
+            let ask = format!("replica_follow {}\r\n", repl.follow);
+            if stream.write_all(ask.as_bytes()).is_ok() && answered_ok(&mut stream) {
                 if let Some(handoff) = repl.handoff.get() {
                     if handoff(stream, PEER_FOLLOW + i as u8) {
                         return;

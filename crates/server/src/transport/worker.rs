@@ -357,10 +357,12 @@ impl Worker {
                 eprintln!("connection handler panicked; closing that connection");
                 Flow::Close
             });
-        if ctx.handover.replace(false) && flow != Flow::Close {
+        if let Some(follow) = ctx.handover.take() {
             // replica_follow.
             ctx.peer.set(PEER_NONE);
-            return self.hand_over(key);
+            if flow != Flow::Close {
+                return self.hand_over(key, follow);
+            }
         }
         if repl {
             conn.peer = ctx.peer.replace(PEER_NONE);
@@ -401,7 +403,7 @@ impl Worker {
 
     /// A `replica_follow` connection leaves the worker: replication serves
     /// it as a feed of this server's writes.
-    fn hand_over(&mut self, key: usize) {
+    fn hand_over(&mut self, key: usize, follow: u64) {
         let Some(mut conn) = self.conns.try_remove(key) else {
             return;
         };
@@ -414,7 +416,9 @@ impl Worker {
         connection_gone(shared);
         if let Stream::Tcp(tcp) = conn.stream {
             let fd = std::os::fd::OwnedFd::from(tcp);
-            shared.replication.start_feed(std::net::TcpStream::from(fd));
+            shared
+                .replication
+                .start_feed(std::net::TcpStream::from(fd), follow);
         }
     }
 
