@@ -12,6 +12,7 @@ use osmium_store::Store;
 use crate::auth::AuthConfig;
 use crate::buffers::{BufferPool, PublishedPoolStats};
 use crate::conns::Registry;
+use crate::replication::{Replication, Wait, PEER_NONE};
 use crate::settings::Settings;
 use crate::stats::counters::{GlobalStats, ThreadStats, Totals};
 use crate::stats::prefix::PrefixStats;
@@ -49,6 +50,8 @@ pub struct Shared {
     stop: AtomicU8,
     /// Wakes the acceptor's event loop (a stop request).
     pub acceptor_waker: OnceLock<Arc<Waker>>,
+    /// Replication (`--replicate-to`; without it, only follow links).
+    pub replication: Arc<Replication>,
 }
 
 impl Shared {
@@ -62,7 +65,9 @@ impl Shared {
         let output_held = (0..settings.threads)
             .map(|_| Arc::new(AtomicUsize::new(0)))
             .collect();
+        let replication = Replication::new(&settings, store.clone());
         Shared {
+            replication,
             verbosity: AtomicU32::new(settings.verbose),
             prefix: PrefixStats::new(settings.prefix_delimiter, settings.detail_enabled),
             settings,
@@ -134,6 +139,17 @@ pub struct WorkerCtx {
     pub flash_wanted: std::cell::RefCell<Vec<osmium_store::flash::FlashRead>>,
     /// Whether this worker reads flash asynchronously (it has a ring).
     pub flash_async: std::cell::Cell<bool>,
+    /// `Shared::replication` when it is on.
+    pub repl: Option<Arc<Replication>>,
+    /// What the connection being run is to replication (`PEER_*`): its
+    /// writes are queued only from a client (`PEER_NONE`).
+    pub peer: std::cell::Cell<u8>,
+    /// Sync mode: the acknowledgements the requests just run wait for.
+    repl_wait: std::cell::RefCell<Wait>,
+    repl_pending: std::cell::Cell<bool>,
+    /// `replica_follow <seconds>` asked for the connection to become a
+    /// feed (kept that long once synced).
+    pub handover: std::cell::Cell<Option<u64>>,
 }
 
 /// Output a worker lets its connections queue in all before a connection
@@ -151,6 +167,14 @@ impl WorkerCtx {
             queued_output: shared.output_held[index].clone(),
             flash_wanted: std::cell::RefCell::new(Vec::new()),
             flash_async: std::cell::Cell::new(false),
+            repl: shared
+                .replication
+                .is_on()
+                .then(|| shared.replication.clone()),
+            peer: std::cell::Cell::new(PEER_NONE),
+            repl_wait: std::cell::RefCell::new(Wait::default()),
+            repl_pending: std::cell::Cell::new(false),
+            handover: std::cell::Cell::new(None),
             shared,
         }
     }
@@ -158,6 +182,43 @@ impl WorkerCtx {
     #[inline]
     pub fn store(&self) -> &Store {
         &self.shared.store
+    }
+
+    /// A write of `key` was applied: queue it for replication (client
+    /// connections only).
+    #[inline]
+    pub fn replicate_key(&self, key: &[u8]) {
+        if let Some(r) = &self.repl {
+            if self.peer.get() == PEER_NONE && r.written_key(key, &mut self.repl_wait.borrow_mut())
+            {
+                self.repl_pending.set(true);
+            }
+        }
+    }
+
+    /// A flush_all was applied.
+    pub fn replicate_flush(&self, delay: i64) {
+        if let Some(r) = &self.repl {
+            if self.peer.get() == PEER_NONE
+                && r.written_flush(delay, &mut self.repl_wait.borrow_mut())
+            {
+                self.repl_pending.set(true);
+            }
+        }
+    }
+
+    /// Sync mode: adds what the requests just run wait for to `into`;
+    /// false when they wait for nothing.
+    #[inline]
+    pub fn take_repl_wait(&self, into: &mut Wait) -> bool {
+        if !self.repl_pending.replace(false) {
+            return false;
+        }
+        let mut w = self.repl_wait.borrow_mut();
+        for (into, w) in into.iter_mut().zip(w.iter_mut()) {
+            *into = (*into).max(std::mem::take(w));
+        }
+        true
     }
 
     /// Memory this worker's connections hold in unsent replies.

@@ -21,6 +21,7 @@ mod conns;
 mod context;
 mod execute;
 mod process;
+mod replication;
 mod server;
 mod session;
 mod settings;

@@ -87,6 +87,7 @@ pub fn run(settings: Settings, auth: AuthConfig) -> io::Result<StopRequest> {
         .collect::<io::Result<_>>()?;
 
     spawn_maintenance(shared.clone())?;
+    start_replication(&shared.replication, &shared, &workers);
 
     let mut poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
@@ -143,6 +144,7 @@ pub fn run(settings: Settings, auth: AuthConfig) -> io::Result<StopRequest> {
         StopRequest::Exit if shared.verbose() > 0 => eprintln!("Exiting normally"),
         StopRequest::Exit => {}
     }
+    shared.replication.stop();
     // Workers see the stop request and return.
     for w in &workers {
         let _ = w.waker.wake();
@@ -162,6 +164,41 @@ pub fn run(settings: Settings, auth: AuthConfig) -> io::Result<StopRequest> {
         }
     }
     Ok(how)
+}
+
+/// Starts replication's links and pulls; a pulled connection goes to the
+/// workers round-robin, as an accepted one.
+fn start_replication(
+    r: &Arc<crate::replication::Replication>,
+    shared: &Arc<Shared>,
+    workers: &[WorkerHandle],
+) {
+    let wakers: Vec<Arc<Waker>> = workers.iter().map(|w| w.waker.clone()).collect();
+    let targets: Vec<_> = workers
+        .iter()
+        .map(|w| (w.sender.clone(), w.waker.clone()))
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let shared = shared.clone();
+    let handoff = move |stream: std::net::TcpStream, peer: u8| -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        if stream.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let stream = worker::NewConn {
+            stream: crate::transport::stream::Stream::Tcp(mio::net::TcpStream::from_std(stream)),
+            peer,
+        };
+        let (sender, waker) = &targets[next.fetch_add(1, Relaxed) % targets.len()];
+        shared.global.curr_connections.fetch_add(1, Relaxed);
+        if sender.send(stream).is_err() {
+            shared.global.curr_connections.fetch_sub(1, Relaxed);
+            return false;
+        }
+        let _ = waker.wake();
+        true
+    };
+    r.start(wakers, Box::new(handoff));
 }
 
 /// Says what became of a memory file's cache at start (memcached prints

@@ -135,7 +135,25 @@ pub struct Cli {
     /// comma separated list of extended options
     #[arg(short = 'o', long = "extended")]
     pub extended: Vec<String>,
+    /// forward every client write to this server (HOST:PORT, repeatable)
+    #[arg(long = "replicate-to", value_name = "HOST:PORT")]
+    pub replicate_to: Vec<String>,
+    /// async: writes are answered at once; sync: after every reachable
+    /// target acknowledged them
+    #[arg(
+        long = "replication",
+        value_name = "async|sync",
+        default_value = "async"
+    )]
+    pub replication: String,
+    /// seconds a follow link (the catch-up pull from a target) stays open
+    /// once synced
+    #[arg(long = "replica-follow-seconds", default_value_t = 60)]
+    pub replica_follow_seconds: u64,
 }
+
+/// The most `--replicate-to` targets.
+pub const MAX_REPLICA_TARGETS: usize = 4;
 
 /// Where to listen.
 #[derive(Debug, Clone)]
@@ -208,6 +226,12 @@ pub struct Settings {
     pub dump_enabled: bool,
     /// `-o read_buf_mem_limit`, in bytes (0: no limit).
     pub read_buf_mem_limit: usize,
+    /// `--replicate-to`: the replication targets, in order.
+    pub replicate_to: Vec<String>,
+    /// `--replication sync`.
+    pub replication_sync: bool,
+    /// `--replica-follow-seconds`.
+    pub replica_follow_seconds: u64,
     pub warnings: Vec<String>,
 }
 
@@ -550,6 +574,23 @@ where
         None => (b':', false),
     };
 
+    let replication_sync = match cli.replication.as_str() {
+        "async" => false,
+        "sync" => true,
+        other => return Err(format!("--replication must be async or sync, not {other}")),
+    };
+    for t in &cli.replicate_to {
+        if split_host_port(t).ok().and_then(|(_, p)| p).is_none() {
+            return Err(format!("--replicate-to needs HOST:PORT, not {t}"));
+        }
+    }
+    if cli.replicate_to.len() > MAX_REPLICA_TARGETS {
+        return Err(format!(
+            "at most {} --replicate-to targets",
+            MAX_REPLICA_TARGETS
+        ));
+    }
+
     Ok(Action::Run(Box::new(Settings {
         port,
         udp_port: cli.udp_port,
@@ -588,6 +629,9 @@ where
         detail_enabled,
         dump_enabled: !cli.disable_dumping,
         read_buf_mem_limit,
+        replicate_to: cli.replicate_to,
+        replication_sync,
+        replica_follow_seconds: cli.replica_follow_seconds,
         warnings,
     })))
 }

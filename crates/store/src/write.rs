@@ -36,6 +36,11 @@ impl Incoming {
     pub fn value_len(&self) -> usize {
         self.spec.value_len
     }
+
+    /// Its key (written when the item was reserved).
+    pub fn key(&self) -> &[u8] {
+        self.slot.ptr.key()
+    }
 }
 
 impl Store {

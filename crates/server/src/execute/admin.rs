@@ -114,6 +114,10 @@ pub fn admin(ctx: &WorkerCtx, req: &Request<'_>, out: &mut Output) -> Done {
             text::line(out, noreply, msg);
             Done::CONTINUE
         }
+        (Command::Admin { tokens }, _) if tokens.get(0).starts_with(b"replica_") => {
+            replica_command(ctx, tokens, out);
+            Done::CONTINUE
+        }
         (Command::Admin { tokens }, _) => {
             tuning::tuning(ctx, tokens, noreply, out);
             Done::CONTINUE
@@ -124,5 +128,43 @@ pub fn admin(ctx: &WorkerCtx, req: &Request<'_>, out: &mut Output) -> Done {
         }
         (Command::Close, _) => Done::then(Next::CloseNow),
         _ => Done::CONTINUE,
+    }
+}
+
+/// The replication links' private commands (see `replication`):
+/// `replica_link <name>` marks this connection as a peer's target link
+/// (its writes are applied, not forwarded) and is answered `OK`;
+/// `replica_follow [seconds]` turns this connection into a feed of this
+/// server's writes (after a full copy, for that long; default
+/// `--replica-follow-seconds`); `replica_synced` ends a full copy on this
+/// server's follow link. They change nothing but the connection that
+/// sends them.
+fn replica_command(
+    ctx: &WorkerCtx,
+    tokens: osmium_protocol::request::Tokens<'_>,
+    out: &mut Output,
+) {
+    use crate::replication::{PEER_LINK, PEER_NONE};
+    match tokens.get(0) {
+        b"replica_link" => {
+            if ctx.peer.get() == PEER_NONE {
+                ctx.peer.set(PEER_LINK);
+            }
+            text::line(out, false, "OK");
+        }
+        b"replica_follow" if ctx.peer.get() == PEER_NONE => {
+            let secs = std::str::from_utf8(tokens.get(1)).ok();
+            let secs = secs.and_then(|s| s.parse().ok());
+            ctx.handover.set(Some(
+                secs.unwrap_or(ctx.shared.settings.replica_follow_seconds),
+            ));
+        }
+        b"replica_follow" => text::line(out, false, "CLIENT_ERROR already a replication link"),
+        b"replica_synced" => {
+            if let Some(r) = &ctx.repl {
+                r.synced_from(ctx.peer.get());
+            }
+        }
+        _ => text::line(out, false, "ERROR"),
     }
 }

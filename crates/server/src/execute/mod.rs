@@ -113,6 +113,16 @@ pub fn execute(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Out
             flush: false,
         };
     }
+    let done = run(ctx, conn, req, out);
+    if ctx.repl.is_some() {
+        replicate(ctx, &req.command);
+    }
+    done
+}
+
+/// Runs one request (see [`execute`]).
+#[inline]
+fn run(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Output) -> Done {
     let reply = &req.reply;
     match req.command {
         Command::Get {
@@ -137,6 +147,32 @@ pub fn execute(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Out
 }
 
 pub use sasl::execute_sasl;
+
+/// After a request ran: the keys it may have changed go to replication
+/// (their state is read when sent, so one that did not change costs a
+/// redundant command, never a wrong one). Storage commands are queued by
+/// `store`.
+fn replicate(ctx: &WorkerCtx, command: &Command<'_>) {
+    match command {
+        Command::Get {
+            keys,
+            touch: Some(_),
+            ..
+        } => {
+            for key in *keys {
+                ctx.replicate_key(key);
+            }
+        }
+        Command::Touch { key, .. } => ctx.replicate_key(key),
+        Command::MetaGet(m) if m.ttl.is_some() || m.vivify.is_some() => ctx.replicate_key(m.key),
+        Command::Delete(d) => ctx.replicate_key(d.key),
+        Command::Arith(a) => ctx.replicate_key(a.key),
+        Command::FlushAll { delay: Some(delay) } if ctx.shared.settings.flush_enabled => {
+            ctx.replicate_flush(*delay)
+        }
+        _ => {}
+    }
+}
 
 /// Whether a GET-family request (get, gets, binary GET, mg that changes
 /// nothing) has keys on flash not read yet: their reads go to

@@ -108,6 +108,7 @@ pub fn admit(ctx: &WorkerCtx, s: &Store<'_>, reply: &Reply<'_>, out: &mut Output
         }
         if drops_on_refusal(s, reply) {
             store.delete(s.key);
+            ctx.replicate_key(s.key);
         }
         return Admit::Refused { discard };
     }
@@ -143,6 +144,7 @@ pub fn complete(
     }
     let w = write(ctx, s, &block[..vlen]);
     let (status, cas, size) = ctx.store().store_sized(ctx.head, &w);
+    ctx.replicate_key(s.key);
     store_reply(
         ctx,
         s.mode,
@@ -348,6 +350,7 @@ pub fn begin_incoming(
             },
         }),
         Err(status) => {
+            ctx.replicate_key(s.key);
             let _ = store_reply(ctx, s.mode, s.key, s.binary_key, reply, status, 0, 0, out);
             None
         }
@@ -373,7 +376,20 @@ pub fn finish_incoming(
         return Done::CONTINUE;
     }
     let size = incoming.item.value_len();
+    // The key, for replication, before the item is handed over.
+    let mut key = [0u8; 256];
+    let key_len = if ctx.repl.is_some() {
+        let k = incoming.item.key();
+        let n = k.len().min(key.len());
+        key[..n].copy_from_slice(&k[..n]);
+        n
+    } else {
+        0
+    };
     let (status, cas) = store.finish_incoming(ctx.head, incoming.item);
+    if key_len > 0 {
+        ctx.replicate_key(&key[..key_len]);
+    }
     match incoming.reply {
         IncomingReply::Text { noreply } => {
             let reply = Reply::Text { noreply };

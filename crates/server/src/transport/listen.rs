@@ -231,7 +231,10 @@ pub fn dispatch(
         .fetch_max(curr as u64 + 1, Ordering::Relaxed);
     let w = &workers[*next % workers.len()];
     *next = next.wrapping_add(1);
-    if w.sender.send(stream).is_ok() {
+    if w.sender
+        .send(super::worker::NewConn { stream, peer: 0 })
+        .is_ok()
+    {
         let _ = w.waker.wake();
     } else {
         global.curr_connections.fetch_sub(1, Ordering::Relaxed);

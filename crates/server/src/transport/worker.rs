@@ -45,6 +45,7 @@ use super::flash_io::FlashIo;
 use super::stream::Stream;
 use super::udp::{Progress, UdpEndpoint};
 use crate::context::{Shared, WorkerCtx};
+use crate::replication::{Wait, PEER_FOLLOW, PEER_NONE};
 use crate::session::{Flow, Protocol, Session};
 
 const WAKE: Token = Token(usize::MAX);
@@ -57,9 +58,20 @@ fn udp_token(i: usize) -> Token {
     Token(usize::MAX - 1 - i)
 }
 
+/// A connection handed to a worker: a client's, or (replication's
+/// catch-up pull) a peer's (`replication::PEER_*`).
+pub struct NewConn {
+    pub stream: Stream,
+    pub peer: u8,
+}
+
+/// How long a worker holding sync-mode replies waits before it looks at
+/// the links again without a wake-up.
+const REPL_RECHECK: Duration = Duration::from_millis(20);
+
 /// The acceptor's handle on a worker.
 pub struct WorkerHandle {
-    pub sender: Sender<Stream>,
+    pub sender: Sender<NewConn>,
     pub waker: Arc<Waker>,
     pub thread: std::thread::JoinHandle<()>,
 }
@@ -81,6 +93,11 @@ struct Conn {
     drained: bool,
     /// An event said the peer shut its side (EPOLLRDHUP) or failed.
     peer_closed: bool,
+    /// What the connection is to replication (`replication::PEER_*`).
+    peer: u8,
+    /// Sync replication: its replies wait for these acknowledgements.
+    repl_held: bool,
+    repl_wait: Wait,
 }
 
 impl Conn {
@@ -147,14 +164,26 @@ impl Conn {
     /// Runs the connection until it must wait for the socket, yields, or
     /// closes.
     fn drive(&mut self, ctx: &WorkerCtx) -> Flow {
-        if self.awaiting_flash > 0 {
-            // Its next request runs once its flash reads are in.
+        if self.awaiting_flash > 0 || self.repl_held {
+            // Its next request runs once its flash reads are in (or its
+            // replies wait for the replicas).
             return Flow::Wait;
         }
         loop {
             // Run what is buffered (bounded by -R and the output limits),
             // send the replies in one write, then read more.
-            match self.session.process(ctx) {
+            let flow = self.session.process(ctx);
+            if ctx.take_repl_wait(&mut self.repl_wait) && flow != Flow::Close {
+                // Sync replication: the replies leave once the replicas
+                // acknowledged the writes.
+                self.repl_held = true;
+                return if flow == Flow::Flash {
+                    Flow::Flash
+                } else {
+                    Flow::Wait
+                };
+            }
+            match flow {
                 Flow::Close => return Flow::Close,
                 Flow::Yield => {
                     // Let other connections run; if the socket is full, the
@@ -200,7 +229,9 @@ struct Worker {
     ctx: WorkerCtx,
     poll: Poll,
     conns: Slab<Conn>,
-    incoming: Receiver<Stream>,
+    incoming: Receiver<NewConn>,
+    /// Connections whose replies wait for sync replication: (key, id).
+    repl_waiting: Vec<(usize, u64)>,
     /// This worker's clones of the UDP sockets.
     udp: Vec<UdpEndpoint>,
     /// Tokens (slab keys or UDP tokens) to run again without an event.
@@ -220,7 +251,7 @@ struct Worker {
 
 impl Worker {
     fn accept_new(&mut self) {
-        while let Ok(mut stream) = self.incoming.try_recv() {
+        while let Ok(NewConn { mut stream, peer }) = self.incoming.try_recv() {
             let shared = &self.ctx.shared;
             let now = shared.store.clock().now();
             let entry = self.conns.vacant_entry();
@@ -250,6 +281,9 @@ impl Worker {
                 hangup: false,
                 drained: false,
                 peer_closed: false,
+                peer,
+                repl_held: false,
+                repl_wait: Wait::default(),
             });
             // Data may already be waiting.
             self.ready.push_back(token.0);
@@ -264,6 +298,11 @@ impl Worker {
             let _ = self.poll.registry().deregister(&mut conn.stream);
             let shared = &self.ctx.shared;
             shared.conns.remove(conn.fd);
+            if let Some(r) = &self.ctx.repl {
+                if conn.peer >= PEER_FOLLOW {
+                    r.follow_closed(conn.peer);
+                }
+            }
             if shared.verbose() > 1 {
                 eprintln!("<{} connection closed.", conn.fd);
             }
@@ -286,6 +325,11 @@ impl Worker {
                     endpoint.reset();
                     Progress::MoreWork
                 });
+        if self.ctx.repl.is_some() {
+            // Datagrams are answered at once, and are never peers.
+            self.ctx.peer.set(PEER_NONE);
+            self.ctx.take_repl_wait(&mut Wait::default());
+        }
         if progress == Progress::MoreWork {
             self.ready.push_back(udp_token(i).0);
         }
@@ -304,11 +348,28 @@ impl Worker {
         // A bug hit by one connection's input must not take down the other
         // connections of this worker: contain it and drop that connection.
         let ctx = &self.ctx;
+        let repl = ctx.repl.is_some();
+        if repl {
+            ctx.peer.set(conn.peer);
+        }
         let flow = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.drive(ctx)))
             .unwrap_or_else(|_| {
                 eprintln!("connection handler panicked; closing that connection");
                 Flow::Close
             });
+        if let Some(follow) = ctx.handover.take() {
+            // replica_follow.
+            ctx.peer.set(PEER_NONE);
+            if flow != Flow::Close {
+                return self.hand_over(key, follow);
+            }
+        }
+        if repl {
+            conn.peer = ctx.peer.replace(PEER_NONE);
+            if conn.repl_held && !self.repl_waiting.iter().any(|&(k, _)| k == key) {
+                self.repl_waiting.push((key, conn.id));
+            }
+        }
         if flow == Flow::Wait {
             // Before measuring: an idle connection's empty buffers go back
             // to the pool and stop counting against the worker's budget.
@@ -338,6 +399,52 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// A `replica_follow` connection leaves the worker: replication serves
+    /// it as a feed of this server's writes.
+    fn hand_over(&mut self, key: usize, follow: u64) {
+        let Some(mut conn) = self.conns.try_remove(key) else {
+            return;
+        };
+        let queued = conn.session.output().footprint();
+        self.ctx.output_changed(queued, 0);
+        conn.session.close(&self.ctx);
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        let shared = &self.ctx.shared;
+        shared.conns.remove(conn.fd);
+        connection_gone(shared);
+        if let Stream::Tcp(tcp) = conn.stream {
+            let fd = std::os::fd::OwnedFd::from(tcp);
+            shared
+                .replication
+                .start_feed(std::net::TcpStream::from(fd), follow);
+        }
+    }
+
+    /// Sync replication: connections whose writes every reachable target
+    /// acknowledged send their replies.
+    fn repl_acknowledged(&mut self) {
+        let Some(r) = &self.ctx.repl else {
+            return;
+        };
+        let conns = &mut self.conns;
+        let ready = &mut self.ready;
+        self.repl_waiting.retain(|&(key, id)| {
+            let Some(c) = conns.get_mut(key).filter(|c| c.id == id) else {
+                return false;
+            };
+            if !c.repl_held {
+                return false;
+            }
+            if r.acknowledged(&c.repl_wait) {
+                c.repl_held = false;
+                c.repl_wait = Wait::default();
+                ready.push_back(key);
+                return false;
+            }
+            true
+        });
     }
 
     /// Flash reads finished: their connections run again once all of
@@ -387,6 +494,8 @@ impl Worker {
         loop {
             let timeout = if !self.ready.is_empty() {
                 Some(Duration::ZERO)
+            } else if !self.repl_waiting.is_empty() {
+                Some(REPL_RECHECK)
             } else if self.idle_timeout > 0 {
                 Some(Duration::from_secs(1))
             } else {
@@ -424,6 +533,9 @@ impl Worker {
                         conn.prime(&self.ctx, &mut self.first_hashes);
                     }
                 }
+            }
+            if !self.repl_waiting.is_empty() {
+                self.repl_acknowledged();
             }
             for hash in self.first_hashes.drain(..) {
                 self.ctx.shared.store.prefetch_item(hash);
@@ -527,6 +639,7 @@ pub fn spawn(
                 poll,
                 conns: Slab::with_capacity(64),
                 incoming,
+                repl_waiting: Vec::new(),
                 // Datagrams may have arrived before the first poll.
                 ready: (0..udp.len()).map(|i| udp_token(i).0).collect(),
                 turn: Vec::with_capacity(1024),

@@ -1,0 +1,396 @@
+//! One downstream link and the threads that feed it: a *target*
+//! (`--replicate-to`, reconnected for ever) or a *feed* (a follow link a
+//! restarted server opened with `replica_follow`, one connection).
+//!
+//! ```text
+//!   connect ─▶ replica_link <name>      (targets only: marks the connection on the replica)
+//!   (a feed answers the follower's replica_follow with OK first)
+//!           ─▶ queue opened, full copy: an ms per live item ─▶ mn
+//!           ─▶ replica_synced            (feeds only)
+//!           ─▶ batches: the queued keys' current state (ms / md / flush_all), then mn
+//!   reader thread: MN acknowledges everything before it (acked = that batch's
+//!   sequence number); any other line but OK, HD, NF is an error (counted, logged)
+//!   down (refused, reset, no MN within ACK_TIMEOUT): queue closed, workers woken,
+//!   reconnect after RETRY_MIN..RETRY_MAX
+//! ```
+
+use std::collections::{HashSet, VecDeque};
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use osmium_store::DumpCursor;
+
+use super::encode;
+use super::queue::{records, DirtyQueue, Record};
+use super::Replication;
+
+/// A batch not acknowledged within this long takes the link down.
+pub const ACK_TIMEOUT: Duration = Duration::from_secs(1);
+const RETRY_MIN: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+/// Output written to the socket once this much is buffered.
+const WRITE_CHUNK: usize = 64 << 10;
+/// How long the sender waits for keys before it checks its timers.
+const POLL: Duration = Duration::from_millis(50);
+
+/// A downstream link's queue and figures (`stats`: `replica_N_*`).
+#[derive(Default)]
+pub struct Link {
+    /// `HOST:PORT` of a target, the peer's address of a feed.
+    pub addr: Mutex<String>,
+    pub queue: DirtyQueue,
+    /// Connected, and the full copy started.
+    pub up: AtomicBool,
+    /// A feed slot in use.
+    pub active: AtomicBool,
+    /// The sequence number of the last batch sent and acknowledged.
+    pub sent_seq: AtomicU64,
+    pub acked: AtomicU64,
+    /// Commands sent (ms, md, flush_all).
+    pub sent: AtomicU64,
+    pub errors: AtomicU64,
+    pub full_copies: AtomicU64,
+    pub reconnects: AtomicU64,
+    /// The last batch's round trip.
+    pub lag_us: AtomicU64,
+}
+
+impl Link {
+    /// Whether a sync-mode write with sequence number `seq` may be
+    /// answered: acknowledged, or the link is down.
+    #[inline]
+    pub fn covers(&self, seq: u64) -> bool {
+        seq == 0 || !self.up.load(Relaxed) || self.acked.load(Relaxed) >= seq
+    }
+}
+
+/// A target's sender: connects, serves the connection, reconnects.
+pub fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
+    let mut retry = RETRY_MIN;
+    let mut connected_before = false;
+    let mut logged_down = false;
+    while !repl.stopping() {
+        let stream = connect_to(&addr);
+        let reason = match stream {
+            Ok(stream) => {
+                if connected_before {
+                    link.reconnects.fetch_add(1, Relaxed);
+                }
+                connected_before = true;
+                retry = RETRY_MIN;
+                if logged_down {
+                    eprintln!("[replication] link to {addr} up");
+                    logged_down = false;
+                }
+                let name = format!("replica_link {}\r\n", repl.name);
+                serve(&repl, &link, stream, Some(name.as_bytes()), None)
+            }
+            Err(e) => e,
+        };
+        if !logged_down {
+            eprintln!(
+                "[replication] link to {addr} down ({reason}): writes are acknowledged without it"
+            );
+            logged_down = true;
+        }
+        std::thread::sleep(retry);
+        retry = (retry * 2).min(RETRY_MAX);
+    }
+}
+
+/// A feed's sender: one connection, closed `follow` after it is synced.
+pub fn run_feed(repl: Arc<Replication>, link: Arc<Link>, stream: TcpStream, follow: Duration) {
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    *link.addr.lock().unwrap_or_else(|e| e.into_inner()) = peer.clone();
+    let reason = serve(&repl, &link, stream, Some(b"OK\r\n"), Some(follow));
+    if repl.verbose() {
+        eprintln!("[replication] follow link to {peer} closed ({reason})");
+    }
+    link.active.store(false, Relaxed);
+}
+
+pub fn connect_to(addr: &str) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+    for a in addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&a, ACK_TIMEOUT) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// What the reader and the writer of one connection share.
+struct Conn {
+    /// Batches sent and not yet acknowledged: (sequence number, sent at).
+    inflight: Mutex<VecDeque<(u64, Instant)>>,
+    broken: AtomicBool,
+}
+
+/// Serves one connection until it fails; returns why.
+fn serve(
+    repl: &Arc<Replication>,
+    link: &Arc<Link>,
+    mut stream: TcpStream,
+    hello: Option<&[u8]>,
+    follow: Option<Duration>,
+) -> io::Error {
+    let conn = Arc::new(Conn {
+        inflight: Mutex::new(VecDeque::new()),
+        broken: AtomicBool::new(false),
+    });
+    let reader = match setup(&mut stream, hello) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let reader = {
+        let (repl, link, conn) = (repl.clone(), link.clone(), conn.clone());
+        std::thread::Builder::new()
+            .name("osmium-repl-ack".into())
+            .spawn(move || read_acks(&repl, &link, &conn, reader))
+    };
+    let reason = match reader {
+        Ok(reader) => {
+            let r = stream_writes(repl, link, &conn, &mut stream, follow);
+            conn.broken.store(true, Relaxed);
+            let _ = stream.shutdown(Shutdown::Both);
+            let _ = reader.join();
+            r
+        }
+        Err(e) => e,
+    };
+    link.up.store(false, Relaxed);
+    link.queue.close();
+    repl.wake_workers();
+    reason
+}
+
+fn setup(stream: &mut TcpStream, hello: Option<&[u8]>) -> io::Result<TcpStream> {
+    stream.set_nodelay(true)?;
+    stream.set_write_timeout(Some(ACK_TIMEOUT * 2))?;
+    if let Some(hello) = hello {
+        stream.write_all(hello)?;
+    }
+    let reader = stream.try_clone()?;
+    reader.set_read_timeout(Some(Duration::from_millis(200)))?;
+    Ok(reader)
+}
+
+/// The writer: full copy, then batches, until the connection fails (or
+/// a feed's time is up).
+fn stream_writes(
+    repl: &Replication,
+    link: &Link,
+    conn: &Conn,
+    stream: &mut TcpStream,
+    follow: Option<Duration>,
+) -> io::Error {
+    let mut out = Vec::with_capacity(WRITE_CHUNK * 2);
+    let mut batch = Vec::new();
+    let mut synced_at: Option<Instant> = None;
+    let mut copy_due = true;
+    loop {
+        if copy_due {
+            copy_due = false;
+            link.up.store(true, Relaxed);
+            let seq = link.queue.open();
+            if let Err(e) = full_copy(repl, link, stream, &mut out) {
+                return e;
+            }
+            if let Err(e) = end_batch(conn, link, stream, &mut out, seq) {
+                return e;
+            }
+            link.full_copies.fetch_add(1, Relaxed);
+            if follow.is_some() && synced_at.is_none() {
+                if let Err(e) = stream.write_all(b"replica_synced\r\n") {
+                    return e;
+                }
+                synced_at = Some(Instant::now());
+            }
+        }
+        let taken = link.queue.take(&mut batch, POLL);
+        if conn.broken.load(Relaxed) {
+            return io::Error::new(io::ErrorKind::ConnectionReset, "connection lost");
+        }
+        if repl.stopping() {
+            return io::Error::other("stopping");
+        }
+        let oldest = conn
+            .inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .front()
+            .map(|&(_, sent)| sent);
+        if oldest.is_some_and(|sent| sent.elapsed() > ACK_TIMEOUT) {
+            return io::Error::new(io::ErrorKind::TimedOut, "no MN within 1 s");
+        }
+        if let (Some(follow), Some(at)) = (follow, synced_at) {
+            // Closed once everything sent was applied.
+            if at.elapsed() >= follow && oldest.is_none() {
+                return io::Error::other("follow time over");
+            }
+        }
+        if taken.resync {
+            copy_due = true;
+            continue;
+        }
+        if taken.records == 0 {
+            continue;
+        }
+        if let Err(e) = send_batch(repl, link, stream, &mut out, &batch) {
+            return e;
+        }
+        if let Err(e) = end_batch(conn, link, stream, &mut out, taken.seq) {
+            return e;
+        }
+    }
+}
+
+/// Writes every live item's state.
+fn full_copy(
+    repl: &Replication,
+    link: &Link,
+    stream: &mut TcpStream,
+    out: &mut Vec<u8>,
+) -> io::Result<()> {
+    let store = &*repl.store;
+    let mut cursor = DumpCursor::default();
+    let mut keys: Vec<u8> = Vec::new();
+    loop {
+        keys.clear();
+        let more = store.dump_step(&mut cursor, |e| {
+            if let Ok(len) = u8::try_from(e.key.len()) {
+                keys.push(len);
+                keys.extend_from_slice(e.key);
+            }
+        });
+        for r in records(&keys) {
+            if let Record::Key(key) = r {
+                encode::key_state(store, key, out);
+                link.sent.fetch_add(1, Relaxed);
+            }
+            if out.len() >= WRITE_CHUNK {
+                stream.write_all(out)?;
+                out.clear();
+            }
+        }
+        if !more {
+            return Ok(());
+        }
+        if repl.stopping() {
+            return Err(io::Error::other("stopping"));
+        }
+    }
+}
+
+/// Writes one taken batch: each key once per stretch between flushes.
+fn send_batch(
+    repl: &Replication,
+    link: &Link,
+    stream: &mut TcpStream,
+    out: &mut Vec<u8>,
+    batch: &[u8],
+) -> io::Result<()> {
+    let store = &*repl.store;
+    let mut seen: HashSet<&[u8]> = HashSet::new();
+    for r in records(batch) {
+        match r {
+            Record::Key(key) => {
+                if !seen.insert(key) {
+                    continue;
+                }
+                encode::key_state(store, key, out);
+            }
+            Record::Flush(delay) => {
+                seen.clear();
+                encode::flush(delay, out);
+            }
+        }
+        link.sent.fetch_add(1, Relaxed);
+        if out.len() >= WRITE_CHUNK {
+            stream.write_all(out)?;
+            out.clear();
+        }
+    }
+    Ok(())
+}
+
+/// Ends a batch with `mn`: its MN acknowledges sequence number `seq`.
+fn end_batch(
+    conn: &Conn,
+    link: &Link,
+    stream: &mut TcpStream,
+    out: &mut Vec<u8>,
+    seq: u64,
+) -> io::Result<()> {
+    out.extend_from_slice(b"mn\r\n");
+    conn.inflight
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push_back((seq, Instant::now()));
+    let r = stream.write_all(out);
+    out.clear();
+    link.sent_seq.store(seq, Relaxed);
+    r
+}
+
+/// The reader: MN lines acknowledge batches; other lines are errors of
+/// quiet commands.
+fn read_acks(repl: &Replication, link: &Link, conn: &Conn, stream: TcpStream) {
+    let mut reader = BufReader::new(stream);
+    let mut line = Vec::new();
+    let mut logged = 0u32;
+    while !conn.broken.load(Relaxed) {
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) => break,
+            Ok(_) if line.ends_with(b"\n") => {}
+            Ok(_) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(_) => break,
+        }
+        let text = line.trim_ascii_end();
+        match text {
+            b"MN" => {
+                let front = conn
+                    .inflight
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .pop_front();
+                if let Some((seq, sent)) = front {
+                    link.lag_us
+                        .store(sent.elapsed().as_micros() as u64, Relaxed);
+                    link.acked.fetch_max(seq, Relaxed);
+                    repl.wake_workers();
+                }
+            }
+            b"OK" | b"HD" | b"NF" | b"" => {}
+            other => {
+                link.errors.fetch_add(1, Relaxed);
+                if logged < 10 {
+                    logged += 1;
+                    eprintln!(
+                        "[replication] {} answered: {}",
+                        link.addr.lock().unwrap_or_else(|e| e.into_inner()),
+                        String::from_utf8_lossy(other)
+                    );
+                }
+            }
+        }
+        line.clear();
+    }
+    conn.broken.store(true, Relaxed);
+    link.queue.poke();
+}

@@ -1,0 +1,281 @@
+//! Server-side ring replication (`--replicate-to HOST:PORT`,
+//! `--replication async|sync`): what the executor tells it, the links'
+//! threads, the catch-up pull, and its stats.
+//!
+//! ```text
+//!   execute ──key written──▶ Link.queue (per target, keys only) ──sender thread──▶ target
+//!                                           reads the key's *current* state: ms ... E<cas> q / md q
+//!   worker (sync mode) holds the replies until every reachable target's MN covers the write
+//!   start: pull (replica_follow) from each target: its full copy arrives as a peer connection
+//! ```
+//!
+//! Workers ship no values: the sender reads each key when it sends it, so
+//! a replica converges to the primary's latest state whatever order the
+//! workers queued their keys in, and a full copy followed by the queue
+//! needs no snapshot (`link`). Writes that arrive on a peer connection
+//! (`replica_link`, a follow link) are applied and not queued, so a ring
+//! A→B→C→A does not loop. See "Replication" in docs/ARCHITECTURE.md.
+
+mod encode;
+mod link;
+mod pull;
+mod queue;
+
+use std::fmt::Write as _;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use mio::Waker;
+use osmium_store::Store;
+
+use crate::settings::{Settings, MAX_REPLICA_TARGETS};
+use link::Link;
+
+/// The most follow links served at once.
+const FEED_SLOTS: usize = 4;
+
+/// What a connection is to replication (`WorkerCtx::peer`).
+pub const PEER_NONE: u8 = 0;
+/// A target link of another server (`replica_link`).
+pub const PEER_LINK: u8 = 1;
+/// This server's follow link to target `i` is `PEER_FOLLOW + i`.
+pub const PEER_FOLLOW: u8 = 2;
+
+/// The sequence numbers a sync-mode write waits for, per target (0: none).
+pub type Wait = [u64; MAX_REPLICA_TARGETS];
+
+/// Hands a pulled connection to a worker as a peer (`PEER_FOLLOW + i`).
+pub type Handoff = Box<dyn Fn(TcpStream, u8) -> bool + Send + Sync>;
+
+pub struct Replication {
+    pub sync: bool,
+    targets: Vec<Arc<Link>>,
+    feeds: Vec<Arc<Link>>,
+    /// Per target: its follow link delivered `replica_synced`.
+    synced: Vec<AtomicBool>,
+    /// `--replica-follow-seconds`, asked of the targets when pulling.
+    follow: u64,
+    store: Arc<Store>,
+    /// How this server names itself in `replica_link`.
+    name: String,
+    wakers: OnceLock<Vec<Arc<Waker>>>,
+    handoff: OnceLock<Handoff>,
+    stop: AtomicBool,
+    verbose: AtomicU8,
+}
+
+impl Replication {
+    /// Without `--replicate-to` it has no targets and is not told of
+    /// writes (`is_on`): it only serves follow links a full copy.
+    pub fn new(settings: &Settings, store: Arc<Store>) -> Arc<Replication> {
+        let targets = settings
+            .replicate_to
+            .iter()
+            .map(|a| {
+                let l = Link::default();
+                *l.addr.lock().unwrap_or_else(|e| e.into_inner()) = a.clone();
+                Arc::new(l)
+            })
+            .collect();
+        Arc::new(Replication {
+            sync: settings.replication_sync,
+            targets,
+            feeds: (0..FEED_SLOTS).map(|_| Arc::default()).collect(),
+            synced: settings
+                .replicate_to
+                .iter()
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+            follow: settings.replica_follow_seconds,
+            store,
+            name: format!("osmium-{}-{}", std::process::id(), settings.port),
+            wakers: OnceLock::new(),
+            handoff: OnceLock::new(),
+            stop: AtomicBool::new(false),
+            verbose: AtomicU8::new(settings.verbose.min(2) as u8),
+        })
+    }
+
+    /// Whether writes are replicated (`--replicate-to` given).
+    pub fn is_on(&self) -> bool {
+        !self.targets.is_empty()
+    }
+
+    /// Starts the target senders and the catch-up pulls; `wakers` wake
+    /// the workers (sync-mode acknowledgements), `handoff` gives a pulled
+    /// connection to one.
+    pub fn start(self: &Arc<Self>, wakers: Vec<Arc<Waker>>, handoff: Handoff) {
+        let _ = self.wakers.set(wakers);
+        let _ = self.handoff.set(handoff);
+        for (i, link) in self.targets.iter().enumerate() {
+            let addr = link.addr.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let (repl, link) = (self.clone(), link.clone());
+            let _ = std::thread::Builder::new()
+                .name(format!("osmium-repl-{i}"))
+                .spawn(move || link::run_target(repl, link, addr));
+            self.pull(i);
+        }
+    }
+
+    /// Stops reconnecting (the server is stopping).
+    pub fn stop(&self) {
+        self.stop.store(true, Relaxed);
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Relaxed)
+    }
+
+    fn verbose(&self) -> bool {
+        self.verbose.load(Relaxed) > 0
+    }
+
+    /// A client wrote `key` (after the store applied it): queue it on
+    /// every link; the sequence numbers to wait for go to `wait` in sync
+    /// mode.
+    #[inline]
+    pub fn written_key(&self, key: &[u8], wait: &mut Wait) -> bool {
+        if key.is_empty() || key.len() > 255 {
+            return false;
+        }
+        self.written(wait, |q| q.push_key(key))
+    }
+
+    /// A client's flush_all.
+    pub fn written_flush(&self, delay: i64, wait: &mut Wait) -> bool {
+        self.written(wait, |q| q.push_flush(delay))
+    }
+
+    #[inline]
+    fn written(&self, wait: &mut Wait, push: impl Fn(&queue::DirtyQueue) -> Option<u64>) -> bool {
+        let mut waits = false;
+        for (i, t) in self.targets.iter().enumerate() {
+            if let Some(seq) = push(&t.queue) {
+                if self.sync {
+                    wait[i] = seq;
+                    waits = true;
+                }
+            }
+        }
+        for f in &self.feeds {
+            if f.active.load(Relaxed) {
+                push(&f.queue);
+            }
+        }
+        waits
+    }
+
+    /// Whether every target covers a write that waits for `wait`.
+    pub fn acknowledged(&self, wait: &Wait) -> bool {
+        self.targets.iter().zip(wait).all(|(t, &seq)| t.covers(seq))
+    }
+
+    fn wake_workers(&self) {
+        if !self.sync {
+            return;
+        }
+        if let Some(w) = self.wakers.get() {
+            for w in w {
+                let _ = w.wake();
+            }
+        }
+    }
+
+    /// A `replica_follow` connection, taken from its worker: serve it as a
+    /// feed (full copy, `replica_synced`, then this server's writes).
+    /// False when every feed slot is taken (the connection is dropped).
+    pub fn start_feed(self: &Arc<Self>, stream: TcpStream, follow: u64) -> bool {
+        let Some(slot) = self.feeds.iter().find(|f| {
+            f.active
+                .compare_exchange(false, true, Relaxed, Relaxed)
+                .is_ok()
+        }) else {
+            return false;
+        };
+        let _ = stream.set_nonblocking(false);
+        // Without targets no write is queued: the copy is all it gets.
+        let follow = if self.is_on() {
+            Duration::from_secs(follow)
+        } else {
+            Duration::ZERO
+        };
+        let (repl, link) = (self.clone(), slot.clone());
+        std::thread::Builder::new()
+            .name("osmium-repl-feed".into())
+            .spawn(move || link::run_feed(repl, link, stream, follow))
+            .is_ok()
+    }
+
+    /// The follow link of target `i` delivered its full copy.
+    pub fn synced_from(&self, peer: u8) {
+        if let Some(s) = peer
+            .checked_sub(PEER_FOLLOW)
+            .and_then(|i| self.synced.get(i as usize))
+        {
+            if !s.swap(true, Relaxed) && self.verbose() {
+                eprintln!("[replication] caught up from target {}", peer - PEER_FOLLOW);
+            }
+        }
+    }
+
+    /// A follow link closed: pull again if it had not synced.
+    pub fn follow_closed(self: &Arc<Self>, peer: u8) {
+        if let Some(i) = peer.checked_sub(PEER_FOLLOW).map(usize::from) {
+            if self.synced.get(i).is_some_and(|s| !s.load(Relaxed)) && !self.stopping() {
+                self.pull(i);
+            }
+        }
+    }
+
+    fn pull(self: &Arc<Self>, i: usize) {
+        let repl = self.clone();
+        let _ = std::thread::Builder::new()
+            .name(format!("osmium-pull-{i}"))
+            .spawn(move || pull::run(&repl, i));
+    }
+
+    /// `replication_mode`, `replication_catchup`, `replica_N_*`.
+    pub fn stats(&self, out: &mut Vec<u8>) {
+        let mut s = String::new();
+        if !self.is_on() {
+            out.extend_from_slice(b"STAT replication_mode off\r\nSTAT replication_catchup off\r\n");
+            return;
+        }
+        let mode = if self.sync { "sync" } else { "async" };
+        let _ = write!(s, "STAT replication_mode {mode}\r\n");
+        let done = self.synced.iter().all(|s| s.load(Relaxed));
+        let catchup = if done { "done" } else { "pulling" };
+        let _ = write!(s, "STAT replication_catchup {catchup}\r\n");
+        for (i, t) in self.targets.iter().enumerate() {
+            let (backlog, seq) = t.queue.backlog();
+            let up = t.up.load(Relaxed);
+            let acked = t.acked.load(Relaxed);
+            let _ = write!(
+                s,
+                "STAT replica_{i}_addr {}\r\n\
+                 STAT replica_{i}_link {}\r\n\
+                 STAT replica_{i}_backlog {backlog}\r\n\
+                 STAT replica_{i}_seq_lag {}\r\n\
+                 STAT replica_{i}_lag_us {}\r\n\
+                 STAT replica_{i}_sent {}\r\n\
+                 STAT replica_{i}_acked {acked}\r\n\
+                 STAT replica_{i}_errors {}\r\n\
+                 STAT replica_{i}_full_copies {}\r\n\
+                 STAT replica_{i}_reconnects {}\r\n",
+                t.addr.lock().unwrap_or_else(|e| e.into_inner()),
+                if up { "up" } else { "down" },
+                if up { seq.saturating_sub(acked) } else { 0 },
+                t.lag_us.load(Relaxed),
+                t.sent.load(Relaxed),
+                t.errors.load(Relaxed),
+                t.full_copies.load(Relaxed),
+                t.reconnects.load(Relaxed),
+            );
+        }
+        let feeds = self.feeds.iter().filter(|f| f.active.load(Relaxed)).count();
+        let _ = write!(s, "STAT replica_follow_links {feeds}\r\n");
+        out.extend_from_slice(s.as_bytes());
+    }
+}
