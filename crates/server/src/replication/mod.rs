@@ -236,11 +236,12 @@ impl Replication {
             .spawn(move || pull::run(&repl, i));
     }
 
-    /// `replication_mode`, `replication_catchup`, `replica_N_*`.
+    /// `replication_mode`, `replication_catchup`, `replica_N_*`; nothing
+    /// without `--replicate-to` (`stats` stays memcached's, and a proxy
+    /// reads a missing `replication_catchup` as caught up).
     pub fn stats(&self, out: &mut Vec<u8>) {
         let mut s = String::new();
         if !self.is_on() {
-            out.extend_from_slice(b"STAT replication_mode off\r\nSTAT replication_catchup off\r\n");
             return;
         }
         let mode = if self.sync { "sync" } else { "async" };
