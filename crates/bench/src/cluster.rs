@@ -173,7 +173,7 @@ fn three(
 fn yaml(port: u16, servers: &[Process]) -> String {
     let mut y = format!(
         "bench:\n  listen: 127.0.0.1:{port}\n  hash: fnv1a_64\n  distribution: ketama\n  \
-         timeout: 2000\n  auto_eject_hosts: false\n  server_retry_timeout: 2000\n  \
+         timeout: 30000\n  auto_eject_hosts: false\n  server_retry_timeout: 2000\n  \
          server_failure_limit: 2\n  servers:\n"
     );
     for s in servers {
