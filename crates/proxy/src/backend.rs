@@ -69,6 +69,8 @@ pub struct Conn {
     out: Vec<u8>,
     inbuf: Vec<u8>,
     pending: VecDeque<Pending>,
+    /// In the pool's `dirty` list: written at the end of the turn.
+    queued: bool,
 }
 
 /// A server's health.
@@ -97,6 +99,10 @@ pub struct Pool {
     pub servers: Vec<Server>,
     /// The first token of this pool's server connections.
     token_base: usize,
+    /// Connections given requests this turn, written by
+    /// [`Pool::flush_queued`] so that a turn's requests for one
+    /// connection leave in one write.
+    dirty: Vec<(usize, usize)>,
 }
 
 fn strerror(e: &io::Error) -> String {
@@ -131,6 +137,7 @@ impl Pool {
             ring,
             servers,
             token_base,
+            dirty: Vec::new(),
         }
     }
 
@@ -224,8 +231,8 @@ impl Pool {
         }
     }
 
-    /// Sends `wire` to server `s`; its reply (or failure) comes back as a
-    /// [`Delivery`] to `dest`.
+    /// Queues `wire` for server `s` (written by [`Pool::flush_queued`]);
+    /// its reply (or failure) comes back as a [`Delivery`] to `dest`.
     #[allow(clippy::too_many_arguments)]
     pub fn send(
         &mut self,
@@ -267,7 +274,23 @@ impl Pool {
             expect,
             deadline: timeout.map(|t| now + t),
         });
-        self.flush(registry, s, c, now, out);
+        if !conn.queued {
+            conn.queued = true;
+            self.dirty.push((s, c));
+        }
+    }
+
+    /// Writes every connection given requests since the last call.
+    pub fn flush_queued(&mut self, registry: &Registry, now: Instant, out: &mut Vec<Delivery>) {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        for &(s, c) in &dirty {
+            self.servers[s].conns[c].queued = false;
+            self.flush(registry, s, c, now, out);
+        }
+        dirty.clear();
+        if self.dirty.is_empty() {
+            self.dirty = dirty;
+        }
     }
 
     fn flush(

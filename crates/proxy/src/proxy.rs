@@ -78,6 +78,7 @@ impl Proxy {
     pub fn run(mut self, stop: Arc<AtomicBool>) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         let mut deliveries = Vec::new();
+        let mut touched = Vec::new();
         let now = Instant::now();
         for pool in &mut self.pools {
             if pool.cfg.preconnect {
@@ -101,7 +102,6 @@ impl Proxy {
                 Err(e) => return Err(e),
             }
             let now = Instant::now();
-            let mut touched = Vec::new();
             for ev in events.iter() {
                 let t = ev.token().0;
                 if t < SERVER_BASE {
@@ -125,16 +125,23 @@ impl Proxy {
                 pool.tick(registry, now, &mut deliveries);
             }
             self.deliver(&mut deliveries, &mut touched);
-            touched.sort_unstable();
-            touched.dedup();
-            for key in touched {
-                self.settle(key, now, &mut deliveries);
-            }
-            // Settling may have sent more requests that failed at once.
-            let mut again = Vec::new();
-            self.deliver(&mut deliveries, &mut again);
-            for key in again {
-                self.settle(key, now, &mut deliveries);
+            // Settling may send more requests (a client held back), and
+            // writing the turn's requests may fail some at once: repeat
+            // until no client has anything new.
+            loop {
+                touched.sort_unstable();
+                touched.dedup();
+                for key in std::mem::take(&mut touched) {
+                    self.settle(key, now, &mut deliveries);
+                }
+                let registry = self.poll.registry();
+                for pool in &mut self.pools {
+                    pool.flush_queued(registry, now, &mut deliveries);
+                }
+                self.deliver(&mut deliveries, &mut touched);
+                if touched.is_empty() {
+                    break;
+                }
             }
         }
         for l in &self.listeners {
