@@ -6,7 +6,8 @@
 //! write, and on its own while the replica is down; a replica restarted
 //! empty gets a full copy; a restarted server pulls from its target and
 //! reports `replication_catchup done`; kill -9 of a sync replica under load
-//! loses no acknowledged write.
+//! loses no acknowledged write; a full copy includes the items only on
+//! flash.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -464,4 +465,52 @@ fn kill_a_sync_replica_under_load_loses_no_acknowledged_write() {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+#[test]
+fn a_full_copy_includes_items_only_on_flash() {
+    let (pa, pb) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("osmium-repl-flash-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ext = format!(
+        "ext_path={}:64m,ext_page_size=4,ext_wbuf_size=1",
+        dir.join("flash").display()
+    );
+    let value = |i: usize| -> Vec<u8> {
+        let len = 200 + (i * 131) % 3000;
+        (0..len).map(|j| (i * 7 + j) as u8).collect()
+    };
+    // The target is down while the items are written: only the full copy
+    // at its start can bring them, most of them from flash.
+    let a = Node::start(pa, &with(to(pb), &["-m", "4", "-o", &ext]));
+    let mut ca = a.client();
+    let n = 6_000;
+    for i in 0..n {
+        let v = value(i);
+        let mut req = format!("set f{i} {i} 0 {}\r\n", v.len()).into_bytes();
+        req.extend_from_slice(&v);
+        req.extend_from_slice(b"\r\n");
+        assert_eq!(ca.call(&req), "STORED");
+    }
+    let on_flash: u64 = ca.stat("extstore_objects_used").parse().unwrap();
+    assert!(on_flash > 1000, "{on_flash} items on flash");
+    let b = Node::start(pb, &[]);
+    let mut cb = b.client();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cb.stat("curr_items").parse::<usize>().unwrap_or(0) < n {
+        assert!(
+            Instant::now() < deadline,
+            "full copy: {} of {n}",
+            cb.stat("curr_items")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for i in 0..n {
+        let item = cb
+            .mg(&format!("f{i}"))
+            .unwrap_or_else(|| panic!("f{i} missing"));
+        assert_eq!((item.flags, item.value), (i as u32, value(i)), "f{i}");
+    }
+    drop(a);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -252,7 +252,7 @@ fn stream_writes(
     }
 }
 
-/// Writes every live item's state.
+/// Writes every live item's state: RAM's, then the flash tier's.
 fn full_copy(
     repl: &Replication,
     link: &Link,
@@ -268,6 +268,37 @@ fn full_copy(
             if let Ok(len) = u8::try_from(e.key.len()) {
                 keys.push(len);
                 keys.extend_from_slice(e.key);
+            }
+        });
+        for r in records(&keys) {
+            if let Record::Key(key) = r {
+                encode::key_state(store, key, out);
+                link.sent.fetch_add(1, Relaxed);
+            }
+            if out.len() >= WRITE_CHUNK {
+                stream.write_all(out)?;
+                out.clear();
+            }
+        }
+        if !more {
+            break;
+        }
+        if repl.stopping() {
+            return Err(io::Error::other("stopping"));
+        }
+    }
+    // Then the keys only the flash tier holds (their state is read back
+    // from flash like any other key's).
+    let Some(flash) = store.flash() else {
+        return Ok(());
+    };
+    let mut walk = flash.walk();
+    loop {
+        keys.clear();
+        let more = flash.walk_step(&mut walk, |key| {
+            if let Ok(len) = u8::try_from(key.len()) {
+                keys.push(len);
+                keys.extend_from_slice(key);
             }
         });
         for r in records(&keys) {

@@ -17,7 +17,8 @@
 //! Parts: `device` (the files, as pages; `O_DIRECT` transfers of whole
 //! blocks), `record` (an item on flash behind its checksum), `index` (the
 //! flash index), `meta` (the metadata mapping), `flusher` (the thread
-//! that writes full buffers and reclaims pages). This module owns the log:
+//! that writes full buffers and reclaims pages), `walk` (every live key on
+//! flash, for a full copy). This module owns the log:
 //! the pages and their FIFO, the write buffers, reads, flush_all,
 //! statistics and failure.
 //!
@@ -37,6 +38,7 @@ mod flusher;
 pub mod index;
 pub mod meta;
 pub mod record;
+mod walk;
 
 use std::collections::VecDeque;
 use std::io;
@@ -49,6 +51,7 @@ pub use device::FlashPath;
 use device::{AlignedBuf, Device, BLOCK};
 use index::{Entry, FlashIndex};
 use meta::{Meta, PageRecord, MAX_WBUFS, WBUF_FILLING, WBUF_FREE, WBUF_QUEUED};
+pub use walk::FlashWalk;
 
 use crate::index::hash_key;
 use crate::item::{ItemPtr, ItemSpec};

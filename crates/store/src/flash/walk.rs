@@ -1,0 +1,119 @@
+//! Walking the keys held on flash, for a copy of the whole cache (a
+//! replication link's full copy): the records still in the filling write
+//! buffer go to the flusher first, then every page holding records is read
+//! in log order, a chunk at a time, and each record that its key's index
+//! entry still points at is reported (older records of a key, and records
+//! of deleted or flushed keys, are not).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::*;
+
+/// Where a walk of the tier is (see [`Flash::walk_step`]).
+pub struct FlashWalk {
+    /// The pages to read, oldest first: (page, its seq when the walk
+    /// began, bytes written then).
+    pages: Vec<(usize, u64, usize)>,
+    next: usize,
+    pos: usize,
+    chunk: Option<AlignedBuf>,
+}
+
+impl Flash {
+    /// Starts a walk: waits until every record appended so far is on
+    /// flash (the filling buffer is queued for the flusher), then notes
+    /// the pages that hold records.
+    pub fn walk(&self) -> FlashWalk {
+        let mut log = self.log.lock();
+        self.queue_filling(&mut log);
+        while !log.queued.is_empty() && self.is_on() {
+            self.work.notify_one();
+            self.room.wait_for(&mut log, Duration::from_millis(50));
+        }
+        let mut pages: Vec<(usize, u64, usize)> = log
+            .pages
+            .iter()
+            .enumerate()
+            .filter(|(_, pg)| pg.state != PageState::Free && pg.written > 0)
+            .map(|(p, pg)| (p, pg.seq, pg.written.min(pg.used)))
+            .collect();
+        pages.sort_by_key(|&(_, seq, _)| seq);
+        FlashWalk {
+            pages,
+            next: 0,
+            pos: 0,
+            chunk: None,
+        }
+    }
+
+    /// Reads the next chunk of the walk and calls `f` with the key of each
+    /// live record in it; false once the walk is over (or the tier
+    /// failed). A page reclaimed since the walk began is skipped: its live
+    /// records were rewritten at the head, past the walk's pages, and what
+    /// changes from here on reaches a copy by other means (a replication
+    /// link streams every key written after its copy began).
+    pub fn walk_step(&self, w: &mut FlashWalk, mut f: impl FnMut(&[u8])) -> bool {
+        loop {
+            if !self.is_on() {
+                return false;
+            }
+            let Some(&(p, seq, end)) = w.pages.get(w.next) else {
+                return false;
+            };
+            let same = {
+                let log = self.log.lock();
+                log.pages[p].seq == seq && log.pages[p].state != PageState::Free
+            };
+            if !same || w.pos >= end {
+                w.next += 1;
+                w.pos = 0;
+                continue;
+            }
+            let chunk = w
+                .chunk
+                .get_or_insert_with(|| AlignedBuf::new(self.cfg.wbuf_size));
+            let start = w.pos - w.pos % BLOCK;
+            let len = chunk.len().min(self.cfg.page_size - start);
+            if let Err(e) = self.device.read(p, start, &mut chunk[..len]) {
+                self.fail("reading a flash file", &e);
+                return false;
+            }
+            self.stats
+                .bytes_read
+                .fetch_add(len as u64, Ordering::Relaxed);
+            let mut at = w.pos - start;
+            while start + at < end && at + record::HEADER <= len {
+                let size = u32::from_le_bytes(chunk[at + 4..at + 8].try_into().expect("4 bytes"));
+                let total = record::record_size(size as usize);
+                if size == 0 || total > chunk.len() {
+                    at = (at + 1).next_multiple_of(BLOCK);
+                    continue;
+                }
+                if at + total > len {
+                    break;
+                }
+                let addr = ((p * self.cfg.page_size + start + at) / record::ALIGN) as u64 + 1;
+                match record::verify(&chunk[at..at + total]) {
+                    Some(item) => {
+                        // SAFETY: a verified record's item bytes are a
+                        // whole item.
+                        let it = unsafe { ItemPtr::from_raw(item.as_ptr() as *mut u8) };
+                        let key = it.key();
+                        if self
+                            .index
+                            .get(hash_key(key))
+                            .is_some_and(|e| e.addr == addr)
+                        {
+                            f(key);
+                        }
+                        at += total;
+                    }
+                    None => at = (at + 1).next_multiple_of(BLOCK),
+                }
+            }
+            w.pos = (start + at).max(w.pos + 1);
+            return true;
+        }
+    }
+}
