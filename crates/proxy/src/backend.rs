@@ -18,12 +18,13 @@
 //! ```
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
 use mio::{Registry, Token};
 
 use crate::config::{Distribution, Failover, PoolConfig};
+use crate::inbuf::InBuf;
 use crate::reply::{self, Expect};
 use crate::ring::Ring;
 use crate::stream::Stream;
@@ -67,7 +68,7 @@ pub struct Conn {
     stream: Option<Stream>,
     connected: bool,
     out: Vec<u8>,
-    inbuf: Vec<u8>,
+    inbuf: InBuf,
     pending: VecDeque<Pending>,
     /// In the pool's `dirty` list: written at the end of the turn.
     queued: bool,
@@ -331,12 +332,15 @@ impl Pool {
         }
     }
 
-    /// A readiness event on connection `c` of server `s`.
+    /// A readiness event on connection `c` of server `s` (`to_end`: the
+    /// server shut down its side, read to end of stream).
+    #[allow(clippy::too_many_arguments)]
     pub fn ready(
         &mut self,
         registry: &Registry,
         s: usize,
         c: usize,
+        to_end: bool,
         now: Instant,
         out: &mut Vec<Delivery>,
     ) {
@@ -359,32 +363,20 @@ impl Pool {
         let Some(stream) = conn.stream.as_mut() else {
             return;
         };
-        let mut error = None;
-        let mut chunk = [0u8; 64 * 1024];
-        loop {
-            match stream.read(&mut chunk) {
-                Ok(0) => {
-                    error = Some("Connection reset by peer".to_string());
-                    break;
-                }
-                Ok(n) => conn.inbuf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    error = Some(strerror(&e));
-                    break;
-                }
-            }
-        }
+        let mut error = match conn.inbuf.fill(stream, to_end) {
+            Ok(true) => None,
+            Ok(false) => Some("Connection reset by peer".to_string()),
+            Err(e) => Some(strerror(&e)),
+        };
         // Replies that arrived, in request order.
         let mut at = 0;
         let mut desync = false;
         let mut probe = None;
         while let Some(p) = conn.pending.front() {
-            match reply::reply_len(&conn.inbuf[at..], p.expect) {
+            match reply::reply_len(&conn.inbuf.bytes()[at..], p.expect) {
                 Ok(Some(len)) => {
                     let p = conn.pending.pop_front().unwrap();
-                    let bytes = conn.inbuf[at..at + len].to_vec();
+                    let bytes = conn.inbuf.bytes()[at..at + len].to_vec();
                     at += len;
                     if p.dest == Dest::Probe {
                         probe = Some(bytes);
@@ -402,7 +394,7 @@ impl Pool {
                 }
             }
         }
-        conn.inbuf.drain(..at);
+        conn.inbuf.consume(at);
         if conn.pending.is_empty() && !conn.inbuf.is_empty() {
             desync = true;
         }

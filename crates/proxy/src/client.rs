@@ -7,8 +7,9 @@
 //! Replies leave strictly in slot order.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 
+use crate::inbuf::InBuf;
 use crate::reply;
 use crate::request::{binary_reply, Quiet, Style, ST_INTERNAL};
 use crate::stream::Stream;
@@ -43,7 +44,7 @@ pub struct Client {
     pub id: u64,
     /// `Some(true)` once the first byte said binary.
     pub binary: Option<bool>,
-    pub inbuf: Vec<u8>,
+    pub inbuf: InBuf,
     out: Vec<u8>,
     slots: VecDeque<Slot>,
     first_seq: u64,
@@ -60,7 +61,7 @@ impl Client {
             pool,
             id,
             binary: None,
-            inbuf: Vec::new(),
+            inbuf: InBuf::default(),
             out: Vec::new(),
             slots: VecDeque::new(),
             first_seq: 0,
@@ -147,18 +148,10 @@ impl Client {
         self.out.len()
     }
 
-    /// Reads what the socket has; `Ok(false)` at end of stream.
-    pub fn read(&mut self) -> io::Result<bool> {
-        let mut chunk = [0u8; 64 * 1024];
-        loop {
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return Ok(false),
-                Ok(n) => self.inbuf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
+    /// Reads what the socket has (to its end when `to_end`, see
+    /// [`InBuf::fill`]); `Ok(false)` at end of stream.
+    pub fn read(&mut self, to_end: bool) -> io::Result<bool> {
+        self.inbuf.fill(&mut self.stream, to_end)
     }
 }
 

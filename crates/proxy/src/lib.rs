@@ -3,14 +3,16 @@
 //! exactly as nutcracker 0.5.0 or libmemcached do (`hash`, `ring`), and
 //! serves text, meta and binary clients over persistent pipelined server
 //! connections (`proxy`, `client`, `request`, `reply`, `backend`,
-//! `stream`). When a server fails, its keys go to its replica (the next
-//! server of the pool) until it is back and caught up, or are re-spread
-//! over the live servers as nutcracker does (`failover: rehash`).
+//! `inbuf`, `stream`). When a server fails, its keys go to its replica
+//! (the next server of the pool) until it is back and caught up, or are
+//! re-spread over the live servers as nutcracker does (`failover:
+//! rehash`).
 
 pub mod backend;
 pub mod client;
 pub mod config;
 pub mod hash;
+pub mod inbuf;
 pub mod proxy;
 pub mod reply;
 pub mod request;

@@ -110,13 +110,15 @@ impl Proxy {
                     let registry = self.poll.registry();
                     for pool in &mut self.pools {
                         if let Some((s, c)) = pool.conn_of(Token(t)) {
-                            pool.ready(registry, s, c, now, &mut deliveries);
+                            let to_end = ev.is_read_closed() || ev.is_error();
+                            pool.ready(registry, s, c, to_end, now, &mut deliveries);
                             break;
                         }
                     }
                 } else {
                     let key = t - CLIENT_BASE;
-                    self.client_ready(key, now, &mut deliveries);
+                    let to_end = ev.is_read_closed() || ev.is_error();
+                    self.client_ready(key, to_end, now, &mut deliveries);
                     touched.push(key);
                 }
             }
@@ -193,12 +195,13 @@ impl Proxy {
     }
 
     /// A readiness event on client `key`: reads and serves its requests.
-    fn client_ready(&mut self, key: usize, now: Instant, out: &mut Vec<Delivery>) {
+    /// `to_end`: the client shut down its side (read to end of stream).
+    fn client_ready(&mut self, key: usize, to_end: bool, now: Instant, out: &mut Vec<Delivery>) {
         let Some(c) = self.clients.get_mut(key) else {
             return;
         };
         if !c.closing {
-            match c.read() {
+            match c.read(to_end) {
                 Ok(true) => {}
                 Ok(false) | Err(_) => c.closing = true,
             }
@@ -215,7 +218,7 @@ impl Proxy {
         let pool = &mut self.pools[c.pool];
         let mut at = 0;
         while c.backlog() < OUT_HIGH_WATER && !c.quit {
-            let buf = &c.inbuf[at..];
+            let buf = &c.inbuf.bytes()[at..];
             if buf.is_empty() {
                 break;
             }
@@ -229,7 +232,7 @@ impl Proxy {
         if c.quit {
             at = c.inbuf.len();
         }
-        c.inbuf.drain(..at);
+        c.inbuf.consume(at);
     }
 
     /// Writes a client's finished replies; closes it when it is done.
