@@ -88,10 +88,16 @@ impl Client {
 
     /// A slot waiting for `parts` replies; its sequence number.
     pub fn push_waiting(&mut self, style: Style, merge: Merge, parts: usize) -> u64 {
+        // A single reply is finished as it comes (see `deliver`): no parts.
+        let kept = if matches!(merge, Merge::Single(_)) {
+            0
+        } else {
+            parts
+        };
         self.slots.push_back(Slot {
             style,
             merge,
-            parts: (0..parts).map(|_| None).collect(),
+            parts: (0..kept).map(|_| None).collect(),
             left: parts,
             ready: None,
         });
@@ -106,6 +112,13 @@ impl Client {
         let Some(slot) = self.slots.get_mut(i as usize) else {
             return;
         };
+        if let Merge::Single(quiet) = slot.merge {
+            if slot.ready.is_none() {
+                slot.left = 0;
+                slot.ready = Some(single(slot.style, quiet, result));
+            }
+            return;
+        }
         if slot.parts[part].is_some() {
             return;
         }
@@ -199,6 +212,16 @@ fn is_success(bytes: &[u8]) -> bool {
     bytes == b"OK\r\n" || (bytes.len() >= 24 && bytes[0] == 0x81 && bytes[6..8] == [0, 0])
 }
 
+/// The reply of a one-part slot.
+fn single(style: Style, quiet: Quiet, result: Result<Vec<u8>, String>) -> Vec<u8> {
+    match result {
+        Ok(bytes) => shown(quiet, bytes),
+        Err(_) if quiet == Quiet::All => Vec::new(),
+        Err(why) => error_reply(style, &why),
+    }
+}
+
+/// The reply of a slot of several parts, all come back.
 fn finish(slot: &mut Slot) -> Vec<u8> {
     let parts: Vec<Result<Vec<u8>, String>> =
         slot.parts.iter_mut().map(|p| p.take().unwrap()).collect();
