@@ -79,6 +79,7 @@ impl Proxy {
         let mut events = Events::with_capacity(1024);
         let mut deliveries = Vec::new();
         let mut touched = Vec::new();
+        let mut settling = Vec::new();
         let now = Instant::now();
         for pool in &mut self.pools {
             if pool.cfg.preconnect {
@@ -133,9 +134,11 @@ impl Proxy {
             loop {
                 touched.sort_unstable();
                 touched.dedup();
-                for key in std::mem::take(&mut touched) {
+                std::mem::swap(&mut touched, &mut settling);
+                for &key in &settling {
                     self.settle(key, now, &mut deliveries);
                 }
+                settling.clear();
                 let registry = self.poll.registry();
                 for pool in &mut self.pools {
                     pool.flush_queued(registry, now, &mut deliveries);
@@ -216,9 +219,12 @@ impl Proxy {
             return;
         };
         let pool = &mut self.pools[c.pool];
+        // Framed requests borrow the read buffer: it is set aside while
+        // they are dispatched.
+        let mut inbuf = std::mem::take(&mut c.inbuf);
         let mut at = 0;
         while c.backlog() < OUT_HIGH_WATER && !c.quit {
-            let buf = &c.inbuf.bytes()[at..];
+            let buf = &inbuf.bytes()[at..];
             if buf.is_empty() {
                 break;
             }
@@ -230,9 +236,10 @@ impl Proxy {
             dispatch(pool, registry, c, key, f.action, f.style, now, out);
         }
         if c.quit {
-            at = c.inbuf.len();
+            at = inbuf.len();
         }
-        c.inbuf.consume(at);
+        inbuf.consume(at);
+        c.inbuf = inbuf;
     }
 
     /// Writes a client's finished replies; closes it when it is done.
@@ -269,7 +276,7 @@ fn dispatch(
     registry: &Registry,
     c: &mut Client,
     key: usize,
-    action: Action,
+    action: Action<'_>,
     style: Style,
     now: Instant,
     out: &mut Vec<Delivery>,
@@ -311,7 +318,7 @@ fn dispatch(
             let mut per: Vec<(usize, Vec<u8>)> = Vec::new();
             let mut slots = Vec::with_capacity(keys.len());
             for k in keys {
-                let Some(s) = pool.route(&k) else {
+                let Some(s) = pool.route(k) else {
                     c.push_ready(no_server());
                     return;
                 };
@@ -323,8 +330,8 @@ fn dispatch(
                     }
                 };
                 per[part].1.push(b' ');
-                per[part].1.extend_from_slice(&k);
-                slots.push((k, part));
+                per[part].1.extend_from_slice(k);
+                slots.push((k.to_vec(), part));
             }
             let seq = c.push_waiting(style, Merge::MultiGet(slots), per.len());
             for (part, (s, mut wire)) in per.into_iter().enumerate() {

@@ -9,6 +9,9 @@
 //! and replies stay matched to requests. A command refused here has its
 //! data block swallowed, never forwarded.
 
+use std::borrow::Cow;
+use std::ops::Deref;
+
 use crate::reply::Expect;
 
 /// memcached's longest key.
@@ -37,19 +40,23 @@ pub enum Style {
     Binary { opcode: u8, opaque: u32 },
 }
 
-/// What to do with one request.
+/// What to do with one request. Borrowed bytes are the client's read
+/// buffer: a request forwarded as it came is not copied.
 #[derive(Debug)]
-pub enum Action {
+pub enum Action<'a> {
     /// Send `wire` to the server of `key`.
     Forward {
-        key: Vec<u8>,
-        wire: Vec<u8>,
+        key: Cow<'a, [u8]>,
+        wire: Cow<'a, [u8]>,
         expect: Expect,
         quiet: Quiet,
     },
     /// A text get of several keys: `prefix` is `get`, `gets`, `gat <t>` or
     /// `gats <t>`.
-    MultiGet { prefix: Vec<u8>, keys: Vec<Vec<u8>> },
+    MultiGet {
+        prefix: Vec<u8>,
+        keys: Vec<&'a [u8]>,
+    },
     /// Send `wire` to every server; one reply.
     Broadcast {
         wire: Vec<u8>,
@@ -66,15 +73,15 @@ pub enum Action {
 
 /// One framed request.
 #[derive(Debug)]
-pub struct Framed {
+pub struct Framed<'a> {
     /// Bytes of the read buffer it took.
     pub len: usize,
-    pub action: Action,
+    pub action: Action<'a>,
     pub style: Style,
 }
 
 /// The next request in `buf`, if complete.
-pub fn frame(buf: &[u8], binary: bool) -> Option<Framed> {
+pub fn frame(buf: &[u8], binary: bool) -> Option<Framed<'_>> {
     if binary {
         frame_binary(buf)
     } else {
@@ -82,7 +89,7 @@ pub fn frame(buf: &[u8], binary: bool) -> Option<Framed> {
     }
 }
 
-fn text(len: usize, action: Action) -> Option<Framed> {
+fn text(len: usize, action: Action<'_>) -> Option<Framed<'_>> {
     Some(Framed {
         len,
         action,
@@ -90,7 +97,7 @@ fn text(len: usize, action: Action) -> Option<Framed> {
     })
 }
 
-fn local(len: usize, reply: &str) -> Option<Framed> {
+fn local(len: usize, reply: &str) -> Option<Framed<'static>> {
     text(len, Action::Local(reply.as_bytes().to_vec()))
 }
 
@@ -103,16 +110,71 @@ fn parse_u64(t: &[u8]) -> Option<u64> {
     std::str::from_utf8(t).ok()?.parse().ok()
 }
 
-/// The line with `noreply` left out, as it is forwarded, and whether it
-/// was there.
-fn strip_noreply(tokens: &[&[u8]]) -> (Vec<u8>, bool) {
-    let noreply = tokens.len() > 2 && *tokens.last().unwrap() == b"noreply";
-    let keep = if noreply {
-        &tokens[..tokens.len() - 1]
-    } else {
-        tokens
-    };
-    (join(keep), noreply)
+/// How many tokens of a line are kept without allocating.
+const INLINE: usize = 8;
+
+/// A command line's space-separated tokens (a slice of them, through
+/// `Deref`); the first [`INLINE`] are kept without allocating.
+struct Tokens<'a> {
+    inline: [&'a [u8]; INLINE],
+    n: usize,
+    spill: Vec<&'a [u8]>,
+}
+
+impl<'a> Tokens<'a> {
+    fn split(line: &'a [u8]) -> Tokens<'a> {
+        let mut t = Tokens {
+            inline: [&[]; INLINE],
+            n: 0,
+            spill: Vec::new(),
+        };
+        for tok in line.split(|&b| b == b' ').filter(|t| !t.is_empty()) {
+            if t.n < INLINE {
+                t.inline[t.n] = tok;
+                t.n += 1;
+            } else {
+                if t.spill.is_empty() {
+                    t.spill.extend_from_slice(&t.inline);
+                }
+                t.spill.push(tok);
+            }
+        }
+        t
+    }
+}
+
+impl<'a> Deref for Tokens<'a> {
+    type Target = [&'a [u8]];
+    fn deref(&self) -> &[&'a [u8]] {
+        if self.spill.is_empty() {
+            &self.inline[..self.n]
+        } else {
+            &self.spill
+        }
+    }
+}
+
+/// Whether a command line (`raw`, with its line end) is its tokens joined
+/// by single spaces and ended by `\r\n`: forwarded unchanged, it is what
+/// [`join`] would make.
+fn canonical(raw: &[u8], tokens: &[&[u8]]) -> bool {
+    raw.ends_with(b"\r\n") && raw.len() == tokens.iter().map(|t| t.len() + 1).sum::<usize>() + 1
+}
+
+/// Whether a storage or key command line ends in `noreply`.
+fn has_noreply(tokens: &[&[u8]]) -> bool {
+    tokens.len() > 2 && *tokens.last().unwrap() == b"noreply"
+}
+
+/// The forwarded request: `buf[..total]` as it came when its line is
+/// canonical and nothing is stripped, else `kept` joined and `data`.
+fn wire<'a>(buf: &'a [u8], total: usize, same: bool, kept: &[&[u8]], data: &[u8]) -> Cow<'a, [u8]> {
+    if same {
+        return Cow::Borrowed(&buf[..total]);
+    }
+    let mut w = join(kept);
+    w.extend_from_slice(data);
+    Cow::Owned(w)
 }
 
 fn join(tokens: &[&[u8]]) -> Vec<u8> {
@@ -135,7 +197,7 @@ fn quiet_if(noreply: bool) -> Quiet {
     }
 }
 
-fn frame_text(buf: &[u8]) -> Option<Framed> {
+fn frame_text(buf: &[u8]) -> Option<Framed<'_>> {
     let Some(nl) = memchr::memchr(b'\n', buf) else {
         if buf.len() > LINE_MAX {
             return text(buf.len(), Action::Fatal);
@@ -145,10 +207,8 @@ fn frame_text(buf: &[u8]) -> Option<Framed> {
     let line_len = nl + 1;
     let line = &buf[..nl];
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let tokens: Vec<&[u8]> = line
-        .split(|&b| b == b' ')
-        .filter(|t| !t.is_empty())
-        .collect();
+    let tokens = Tokens::split(line);
+    let canon = canonical(&buf[..line_len], &tokens);
     let Some(&cmd) = tokens.first() else {
         return local(line_len, "ERROR\r\n");
     };
@@ -170,8 +230,8 @@ fn frame_text(buf: &[u8]) -> Option<Framed> {
                 return text(
                     line_len,
                     Action::Forward {
-                        key: keys[0].to_vec(),
-                        wire: join(&tokens),
+                        key: Cow::Borrowed(keys[0]),
+                        wire: wire(buf, line_len, canon, &tokens, &[]),
                         expect: Expect::Values,
                         quiet: Quiet::No,
                     },
@@ -183,7 +243,7 @@ fn frame_text(buf: &[u8]) -> Option<Framed> {
                 line_len,
                 Action::MultiGet {
                     prefix,
-                    keys: keys.iter().map(|k| k.to_vec()).collect(),
+                    keys: keys.to_vec(),
                 },
             )
         }
@@ -211,18 +271,21 @@ fn frame_text(buf: &[u8]) -> Option<Framed> {
             if !data.ends_with(b"\r\n") {
                 return local(total, "CLIENT_ERROR bad data chunk\r\n");
             }
-            let (mut wire, noreply) = strip_noreply(&tokens);
-            wire.extend_from_slice(data);
+            let noreply = has_noreply(&tokens);
+            let kept = &tokens[..tokens.len() - noreply as usize];
+            let wire = wire(buf, total, canon && !noreply, kept, data);
             forward(total, tokens[1], wire, Expect::Line, quiet_if(noreply))
         }
         b"delete" | b"incr" | b"decr" | b"touch" => {
             if tokens.len() < 2 || !key_ok(tokens[1]) {
                 return local(line_len, BAD_FORMAT);
             }
-            let (wire, noreply) = strip_noreply(&tokens);
+            let noreply = has_noreply(&tokens);
+            let kept = &tokens[..tokens.len() - noreply as usize];
+            let wire = wire(buf, line_len, canon && !noreply, kept, &[]);
             forward(line_len, tokens[1], wire, Expect::Line, quiet_if(noreply))
         }
-        b"mg" | b"ms" | b"md" | b"ma" | b"me" => frame_meta(buf, line_len, &tokens),
+        b"mg" | b"ms" | b"md" | b"ma" | b"me" => frame_meta(buf, line_len, canon, &tokens),
         b"mn" => local(line_len, "MN\r\n"),
         b"version" => local(
             line_len,
@@ -230,11 +293,11 @@ fn frame_text(buf: &[u8]) -> Option<Framed> {
         ),
         b"quit" => text(line_len, Action::Quit(Vec::new())),
         b"flush_all" => {
-            let (wire, noreply) = strip_noreply(&tokens);
+            let noreply = has_noreply(&tokens);
             text(
                 line_len,
                 Action::Broadcast {
-                    wire,
+                    wire: join(&tokens[..tokens.len() - noreply as usize]),
                     expect: Expect::Line,
                     quiet: quiet_if(noreply),
                 },
@@ -253,11 +316,17 @@ fn parse_i64(t: &[u8]) -> Option<i64> {
     std::str::from_utf8(t).ok()?.parse().ok()
 }
 
-fn forward(len: usize, key: &[u8], wire: Vec<u8>, expect: Expect, quiet: Quiet) -> Option<Framed> {
+fn forward<'a>(
+    len: usize,
+    key: &'a [u8],
+    wire: Cow<'a, [u8]>,
+    expect: Expect,
+    quiet: Quiet,
+) -> Option<Framed<'a>> {
     text(
         len,
         Action::Forward {
-            key: key.to_vec(),
+            key: Cow::Borrowed(key),
             wire,
             expect,
             quiet,
@@ -267,7 +336,12 @@ fn forward(len: usize, key: &[u8], wire: Vec<u8>, expect: Expect, quiet: Quiet) 
 
 /// `mg`, `ms`, `md`, `ma`, `me`: the key is the second token (base64 with
 /// the `b` flag: the decoded key is what is hashed); `q` is stripped.
-fn frame_meta(buf: &[u8], line_len: usize, tokens: &[&[u8]]) -> Option<Framed> {
+fn frame_meta<'a>(
+    buf: &'a [u8],
+    line_len: usize,
+    canon: bool,
+    tokens: &[&'a [u8]],
+) -> Option<Framed<'a>> {
     let cmd = tokens[0];
     if tokens.len() < 2 {
         return local(line_len, "CLIENT_ERROR bad command line format\r\n");
@@ -297,21 +371,26 @@ fn frame_meta(buf: &[u8], line_len: usize, tokens: &[&[u8]]) -> Option<Framed> {
     }
     let flags = tokens.get(flags_from..).unwrap_or(&[]);
     let quiet = flags.iter().any(|f| *f == b"q");
-    let mut key = tokens[1].to_vec();
+    let mut key = Cow::Borrowed(tokens[1]);
     if flags.iter().any(|f| *f == b"b") {
         let mut out = vec![0; key.len()];
         match osmium_protocol::base64::base64_decode(&key, &mut out) {
             Some(n) => {
                 out.truncate(n);
-                key = out;
+                key = Cow::Owned(out);
             }
             None => return local(total, "CLIENT_ERROR error decoding key\r\n"),
         }
     }
-    let mut kept: Vec<&[u8]> = tokens[..flags_from.min(tokens.len())].to_vec();
-    kept.extend(flags.iter().copied().filter(|t| *t != b"q"));
-    let mut wire = join(&kept);
-    wire.extend_from_slice(data);
+    let wire = if canon && !quiet {
+        Cow::Borrowed(&buf[..total])
+    } else {
+        let mut kept: Vec<&[u8]> = tokens[..flags_from.min(tokens.len())].to_vec();
+        kept.extend(flags.iter().copied().filter(|t| *t != b"q"));
+        let mut wire = join(&kept);
+        wire.extend_from_slice(data);
+        Cow::Owned(wire)
+    };
     let hidden: &'static [&'static [u8]] = match cmd {
         b"mg" => &[b"EN"],
         b"ms" | b"md" => &[b"HD"],
@@ -328,7 +407,15 @@ fn frame_meta(buf: &[u8], line_len: usize, tokens: &[&[u8]]) -> Option<Framed> {
     } else {
         Quiet::No
     };
-    forward(total, &key, wire, expect, quiet)
+    text(
+        total,
+        Action::Forward {
+            key,
+            wire,
+            expect,
+            quiet,
+        },
+    )
 }
 
 /// Binary request magic and header size.
@@ -374,7 +461,7 @@ fn unquiet(opcode: u8) -> Option<(u8, u16)> {
     })
 }
 
-fn frame_binary(buf: &[u8]) -> Option<Framed> {
+fn frame_binary(buf: &[u8]) -> Option<Framed<'_>> {
     if buf.len() < BIN_HEADER {
         return None;
     }
@@ -409,11 +496,16 @@ fn frame_binary(buf: &[u8]) -> Option<Framed> {
         ),
         None => (opcode, Quiet::No),
     };
-    let mut wire = buf[..len].to_vec();
-    wire[1] = loud;
+    let wire = if loud == opcode {
+        Cow::Borrowed(&buf[..len])
+    } else {
+        let mut w = buf[..len].to_vec();
+        w[1] = loud;
+        Cow::Owned(w)
+    };
     match loud {
         0x00..=0x06 | 0x0c | 0x0e | 0x0f | 0x1c | 0x1d | 0x23 => {
-            let key = buf[BIN_HEADER + extras..BIN_HEADER + extras + key_len].to_vec();
+            let key = Cow::Borrowed(&buf[BIN_HEADER + extras..BIN_HEADER + extras + key_len]);
             if key.len() > KEY_MAX {
                 return done(Action::Local(binary_reply(
                     opcode,
@@ -430,7 +522,7 @@ fn frame_binary(buf: &[u8]) -> Option<Framed> {
             })
         }
         0x08 => done(Action::Broadcast {
-            wire,
+            wire: wire.into_owned(),
             expect: Expect::Binary,
             quiet,
         }),
@@ -469,13 +561,46 @@ mod tests {
         let Action::Forward { wire, quiet, .. } = f.action else {
             panic!()
         };
-        assert_eq!(wire, b"set k 1 2 3\r\nabc\r\n");
+        assert_eq!(&*wire, b"set k 1 2 3\r\nabc\r\n");
         assert_eq!(quiet, Quiet::All);
         let f = frame(b"mg q q v k\r\n", false).unwrap();
         let Action::Forward { wire, .. } = f.action else {
             panic!()
         };
-        assert_eq!(wire, b"mg q v k\r\n", "the key q stays");
+        assert_eq!(&*wire, b"mg q v k\r\n", "the key q stays");
+    }
+
+    #[test]
+    fn a_canonical_request_is_forwarded_as_it_came() {
+        for (req, want, borrowed) in [
+            (&b"get k\r\n"[..], &b"get k\r\n"[..], true),
+            (b"get  k \r\n", b"get k\r\n", false),
+            (b"get k\n", b"get k\r\n", false),
+            (b"set k 0 0 1\r\nv\r\n", b"set k 0 0 1\r\nv\r\n", true),
+            (
+                b"set k 0 0 1 noreply\r\nv\r\n",
+                b"set k 0 0 1\r\nv\r\n",
+                false,
+            ),
+            (b"delete k\r\n", b"delete k\r\n", true),
+            (b"mg k v t\r\n", b"mg k v t\r\n", true),
+            (b"mg k q v\r\n", b"mg k v\r\n", false),
+            (b"ms k 1 T0\r\nv\r\n", b"ms k 1 T0\r\nv\r\n", true),
+            (
+                b"mg k v t f h l c s O1 N30\r\n",
+                b"mg k v t f h l c s O1 N30\r\n",
+                true,
+            ),
+        ] {
+            let f = frame(req, false).unwrap();
+            assert_eq!(f.len, req.len());
+            let Action::Forward { wire, key, .. } = f.action else {
+                panic!()
+            };
+            assert_eq!(&*wire, want, "{}", String::from_utf8_lossy(req));
+            assert_eq!(matches!(wire, Cow::Borrowed(_)), borrowed);
+            assert_eq!(&*key, b"k");
+        }
     }
 
     #[test]
