@@ -195,34 +195,51 @@ fn libmemcached_distributions_match_pylibmc() {
         .iter()
         .map(|b| format!("127.0.0.1:{}", b.port))
         .collect();
-    for (dist, behaviors) in [
-        ("libmemcached", r#"{"ketama": True}"#),
-        ("libmemcached_weighted", r#"{"ketama_weighted": True}"#),
+    for (dist, behaviors, weights) in [
+        ("libmemcached", r#"{"ketama": True}"#, [1, 1, 1]),
+        // A weight above 1 turns libmemcached's weighted ketama on.
+        ("libmemcached", r#"{"ketama": True}"#, [1, 2, 3]),
+        (
+            "libmemcached_weighted",
+            r#"{"ketama_weighted": True}"#,
+            [1, 1, 1],
+        ),
+        (
+            "libmemcached_weighted",
+            r#"{"ketama_weighted": True}"#,
+            [1, 2, 3],
+        ),
     ] {
-        let servers: Vec<String> = list.iter().map(|s| format!("{s}:1")).collect();
+        let servers: Vec<String> = list
+            .iter()
+            .zip(weights)
+            .map(|(s, w)| format!("{s}:{w}"))
+            .collect();
         let body = format!("  distribution: {dist}\n");
         let yaml = pool_yaml(1, &body, &servers);
         let ring = Ring::new(&Config::parse(&yaml).unwrap().pools[0]);
-        let prefix = format!("py-{dist}-");
-        let n = 20_000;
+        let label = format!("{dist}-{}{}{}", weights[0], weights[1], weights[2]);
+        let prefix = format!("py-{label}-");
+        let n = 100_000;
         let script = format!(
             "import sys, pylibmc\n\
              c = pylibmc.Client(sys.argv[1].split(','), behaviors={behaviors})\n\
              for i in range({n}):\n    assert c.set('{prefix}%d' % i, 'v')\n"
         );
-        if pylibmc(&script, &[list.join(",")]).is_none() {
+        // pylibmc takes "host:port:weight".
+        if pylibmc(&script, &[servers.join(",")]).is_none() {
             return;
         }
         let keys: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
         let held = holders(&backends, &prefix);
         assert_eq!(held.len(), n);
         for k in &keys {
-            assert_eq!(held[k], ring.server_of(k.as_bytes()), "{dist}: {k}");
+            assert_eq!(held[k], ring.server_of(k.as_bytes()), "{label}: {k}");
         }
         // And osmium-proxy itself writes them there.
         let port = free_port();
         let _px = proxy(&pool_yaml(port, &body, &servers), port);
-        let prefix = format!("pyx-{dist}-");
+        let prefix = format!("pyx-{label}-");
         let keys: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
         check(&backends, &ring, port, &prefix, &keys, "osmium-proxy", dist);
     }

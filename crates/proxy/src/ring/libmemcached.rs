@@ -102,6 +102,14 @@ impl Continuum {
     /// server's share of the total weight, × 40 × the number of servers,
     /// rounded down (in `f32`, as libmemcached), digests of 4 points each.
     pub fn weighted_by(servers: &[(String, u16, u32)]) -> Continuum {
+        Continuum::weighted_with(servers, KeyHash::Md5)
+    }
+
+    /// [`Continuum::weighted_by`]'s points with keys hashed by `hash`:
+    /// libmemcached's plain ketama (`MEMCACHED_BEHAVIOR_KETAMA`, keys by
+    /// the client's hash, one-at-a-time by default) once a server has a
+    /// weight above 1, which turns the weighted continuum on by itself.
+    pub fn weighted_with(servers: &[(String, u16, u32)], hash: KeyHash) -> Continuum {
         let total: u32 = servers.iter().map(|s| s.2).sum();
         let mut points = Vec::with_capacity(servers.len() * POINTS_PER_SERVER_WEIGHTED);
         for (i, (host, port, weight)) in servers.iter().enumerate() {
@@ -119,10 +127,7 @@ impl Continuum {
             }
         }
         points.sort_unstable();
-        Continuum {
-            points,
-            hash: KeyHash::Md5,
-        }
+        Continuum { points, hash }
     }
 
     /// The index of the server `key` goes to (0 when there is one server

@@ -112,7 +112,19 @@ impl Ring {
             Distribution::Random => Table::Random((0..self.servers.len()).filter(up).collect()),
             Distribution::Libmemcached | Distribution::LibmemcachedWeighted => {
                 let index: Vec<usize> = (0..self.servers.len()).filter(up).collect();
-                let c = if self.distribution == Distribution::Libmemcached {
+                // libmemcached turns weighted ketama on by itself as soon
+                // as a server is given a weight above 1 (`server_add`:
+                // `ketama.weighted = true`).
+                let weighted = self.distribution == Distribution::LibmemcachedWeighted
+                    || self.servers.iter().any(|s| s.1 > 1);
+                // Keys: MD5 with `ketama_weighted`, else the client's
+                // default hash (one-at-a-time) even on a weighted continuum.
+                let key_hash = if self.distribution == Distribution::LibmemcachedWeighted {
+                    libmemcached::KeyHash::Md5
+                } else {
+                    libmemcached::KeyHash::OneAtATime
+                };
+                let c = if !weighted {
                     let list: Vec<(String, u16)> = index
                         .iter()
                         .map(|&i| (self.servers[i].2.clone(), self.servers[i].3))
@@ -126,7 +138,7 @@ impl Ring {
                             (s.2.clone(), s.3, s.1)
                         })
                         .collect();
-                    libmemcached::Continuum::weighted_by(&list)
+                    libmemcached::Continuum::weighted_with(&list, key_hash)
                 };
                 Table::Libmemcached(c, index)
             }
