@@ -79,7 +79,6 @@ pub use backing::BackingKind;
 pub use dump::{DumpCursor, DumpEntry};
 pub use flash::{FlashConfig, FlashPath};
 pub use item::{ItemView, HEADER_SIZE};
-pub use recover::{Recovered, Restart};
 pub use store::Store;
 pub use tier::FlashFetch;
 pub use types::{
@@ -87,6 +86,7 @@ pub use types::{
     Lookup, Placeholder, Removal, RemoveResult, StoreConfig, StoreMode, StoreStats, StoreStatus,
     Write,
 };
+pub use types::{Recovered, Restart};
 pub use write::Incoming;
 
 #[cfg(test)]

@@ -36,44 +36,14 @@
 //! a state the client may see.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::arena::SegmentId;
 use crate::index::{hash_key, shard_of, Location, SHARDS};
 use crate::item::{self, ItemPtr};
 use crate::memfile::Resume;
 use crate::store::Store;
-use crate::types::Lookup;
-
-/// What opening the store found (see [`Store::open`]).
-#[derive(Debug, Default)]
-pub struct Restart {
-    /// Why a memory file's cache was not taken over, if it was not.
-    pub note: Option<String>,
-    /// What was taken over, if anything.
-    pub recovered: Option<Recovered>,
-    /// What the flash tier took over, with a flash tier.
-    pub flash: Option<crate::flash::Resumed>,
-}
-
-/// What a warm restart took over.
-#[derive(Debug, Default, Clone)]
-pub struct Recovered {
-    /// Whether the last run ended with a graceful stop (else it crashed).
-    pub graceful: bool,
-    /// Items linked back into the index.
-    pub items: u64,
-    /// Items found expired or flushed (dropped).
-    pub stale: u64,
-    /// Items dropped because another version of their key was later.
-    pub superseded: u64,
-    /// Segments scanned.
-    pub segments: usize,
-    /// Segments or item headers that could not be right (damage), dropped.
-    pub damaged: u64,
-    /// Time taken to rebuild the index.
-    pub elapsed: Duration,
-}
+use crate::types::{Lookup, Recovered};
 
 impl Store {
     /// Takes over the cache of a memory file (see the module comment).

@@ -14,8 +14,8 @@ use crate::ghost::Ghost;
 use crate::index::{shard_of, AddrCodec, Found, Location, Table, SHARDS};
 use crate::item::{self, ItemPtr, ItemView};
 use crate::memfile;
-use crate::recover::Restart;
 use crate::shard::{HeadCounters, Shard, ShardWrite};
+use crate::types::Restart;
 use crate::types::{memcached_item_total, segment_size_for, Lookup, StoreConfig};
 
 /// Longest a caller spins waiting for a busy segment before giving up.

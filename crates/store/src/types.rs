@@ -4,6 +4,8 @@
 //! server's business; the docs name memcached's commands where that helps
 //! to find the rule an option follows).
 
+use std::time::Duration;
+
 use crate::backing::BackingKind;
 
 /// Engine configuration (from the command line).
@@ -241,4 +243,34 @@ pub struct StoreStats {
     pub segments_allocated: u64,
     pub segments_limit: u64,
     pub index_bytes: u64,
+}
+
+/// What opening the store found (see [`Store::open`](crate::Store::open)).
+#[derive(Debug, Default)]
+pub struct Restart {
+    /// Why a memory file's cache was not taken over, if it was not.
+    pub note: Option<String>,
+    /// What was taken over, if anything.
+    pub recovered: Option<Recovered>,
+    /// What the flash tier took over, with a flash tier.
+    pub flash: Option<crate::flash::Resumed>,
+}
+
+/// What a warm restart took over.
+#[derive(Debug, Default, Clone)]
+pub struct Recovered {
+    /// Whether the last run ended with a graceful stop (else it crashed).
+    pub graceful: bool,
+    /// Items linked back into the index.
+    pub items: u64,
+    /// Items found expired or flushed (dropped).
+    pub stale: u64,
+    /// Items dropped because another version of their key was later.
+    pub superseded: u64,
+    /// Segments scanned.
+    pub segments: usize,
+    /// Segments or item headers that could not be right (damage), dropped.
+    pub damaged: u64,
+    /// Time taken to rebuild the index.
+    pub elapsed: Duration,
 }
