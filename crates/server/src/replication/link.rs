@@ -252,6 +252,27 @@ fn stream_writes(
     }
 }
 
+/// Writes the current state of each key in `keys` (length-prefixed).
+fn send_states(
+    store: &osmium_store::Store,
+    link: &Link,
+    stream: &mut TcpStream,
+    out: &mut Vec<u8>,
+    keys: &[u8],
+) -> io::Result<()> {
+    for r in records(keys) {
+        if let Record::Key(key) = r {
+            encode::key_state(store, key, out);
+            link.sent.fetch_add(1, Relaxed);
+        }
+        if out.len() >= WRITE_CHUNK {
+            stream.write_all(out)?;
+            out.clear();
+        }
+    }
+    Ok(())
+}
+
 /// Writes every live item's state: RAM's, then the flash tier's.
 fn full_copy(
     repl: &Replication,
@@ -270,16 +291,7 @@ fn full_copy(
                 keys.extend_from_slice(e.key);
             }
         });
-        for r in records(&keys) {
-            if let Record::Key(key) = r {
-                encode::key_state(store, key, out);
-                link.sent.fetch_add(1, Relaxed);
-            }
-            if out.len() >= WRITE_CHUNK {
-                stream.write_all(out)?;
-                out.clear();
-            }
-        }
+        send_states(store, link, stream, out, &keys)?;
         if !more {
             break;
         }
@@ -301,16 +313,7 @@ fn full_copy(
                 keys.extend_from_slice(key);
             }
         });
-        for r in records(&keys) {
-            if let Record::Key(key) = r {
-                encode::key_state(store, key, out);
-                link.sent.fetch_add(1, Relaxed);
-            }
-            if out.len() >= WRITE_CHUNK {
-                stream.write_all(out)?;
-                out.clear();
-            }
-        }
+        send_states(store, link, stream, out, &keys)?;
         if !more {
             return Ok(());
         }

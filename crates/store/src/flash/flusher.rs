@@ -99,29 +99,13 @@ impl Flash {
             self.stats
                 .bytes_read
                 .fetch_add(len as u64, Ordering::Relaxed);
-            let mut at = pos - start;
             // The records wholly inside this chunk; the next chunk starts at
             // the first that is not.
-            while start + at < end && at + record::HEADER <= len {
-                let size = u32::from_le_bytes(chunk[at + 4..at + 8].try_into().expect("4 bytes"));
-                let total = record::record_size(size as usize);
-                if size == 0 || total > chunk.len() {
-                    // Padding (or not a record): on to the next block.
-                    at = (at + 1).next_multiple_of(BLOCK);
-                    continue;
-                }
-                if at + total > len {
-                    break;
-                }
-                let addr = ((p * self.cfg.page_size + start + at) / record::ALIGN) as u64 + 1;
-                match record::verify(&chunk[at..at + total]) {
-                    Some(item) => {
-                        self.reclaim_record(item, addr);
-                        at += total;
-                    }
-                    None => at = (at + 1).next_multiple_of(BLOCK),
-                }
-            }
+            let page_base = p * self.cfg.page_size + start;
+            let at = record::scan(&chunk, len, start, pos - start, end, BLOCK, |at, item| {
+                let addr = ((page_base + at) / record::ALIGN) as u64 + 1;
+                self.reclaim_record(item, addr);
+            });
             pos = (start + at).max(pos + 1);
         }
         let mut log = self.log.lock();

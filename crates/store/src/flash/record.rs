@@ -89,6 +89,43 @@ pub fn verify(bytes: &[u8]) -> Option<&[u8]> {
     (it.checked_size(size) == Some(size)).then_some(item)
 }
 
+/// The whole, verified records in `chunk[..len]` (read from page offset
+/// `start`) from chunk offset `at` on and below page offset `end`:
+/// `f(chunk offset, item bytes)` for each; padding and anything that does
+/// not verify are skipped to the next `block`. Returns the chunk offset
+/// where the next chunk's read should start (the first record not wholly
+/// inside this one).
+pub fn scan(
+    chunk: &[u8],
+    len: usize,
+    start: usize,
+    mut at: usize,
+    end: usize,
+    block: usize,
+    mut f: impl FnMut(usize, &[u8]),
+) -> usize {
+    while start + at < end && at + HEADER <= len {
+        let size = u32::from_le_bytes(chunk[at + 4..at + 8].try_into().expect("4 bytes"));
+        let total = record_size(size as usize);
+        if size == 0 || total > chunk.len() {
+            // Padding (or not a record): on to the next block.
+            at = (at + 1).next_multiple_of(block);
+            continue;
+        }
+        if at + total > len {
+            break;
+        }
+        match verify(&chunk[at..at + total]) {
+            Some(item) => {
+                f(at, item);
+                at += total;
+            }
+            None => at = (at + 1).next_multiple_of(block),
+        }
+    }
+    at
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

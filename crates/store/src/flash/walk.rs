@@ -82,36 +82,20 @@ impl Flash {
             self.stats
                 .bytes_read
                 .fetch_add(len as u64, Ordering::Relaxed);
-            let mut at = w.pos - start;
-            while start + at < end && at + record::HEADER <= len {
-                let size = u32::from_le_bytes(chunk[at + 4..at + 8].try_into().expect("4 bytes"));
-                let total = record::record_size(size as usize);
-                if size == 0 || total > chunk.len() {
-                    at = (at + 1).next_multiple_of(BLOCK);
-                    continue;
+            let page_base = p * self.cfg.page_size + start;
+            let at = record::scan(chunk, len, start, w.pos - start, end, BLOCK, |at, item| {
+                let addr = ((page_base + at) / record::ALIGN) as u64 + 1;
+                // SAFETY: a verified record's item bytes are a whole item.
+                let it = unsafe { ItemPtr::from_raw(item.as_ptr() as *mut u8) };
+                let key = it.key();
+                if self
+                    .index
+                    .get(hash_key(key))
+                    .is_some_and(|e| e.addr == addr)
+                {
+                    f(key);
                 }
-                if at + total > len {
-                    break;
-                }
-                let addr = ((p * self.cfg.page_size + start + at) / record::ALIGN) as u64 + 1;
-                match record::verify(&chunk[at..at + total]) {
-                    Some(item) => {
-                        // SAFETY: a verified record's item bytes are a
-                        // whole item.
-                        let it = unsafe { ItemPtr::from_raw(item.as_ptr() as *mut u8) };
-                        let key = it.key();
-                        if self
-                            .index
-                            .get(hash_key(key))
-                            .is_some_and(|e| e.addr == addr)
-                        {
-                            f(key);
-                        }
-                        at += total;
-                    }
-                    None => at = (at + 1).next_multiple_of(BLOCK),
-                }
-            }
+            });
             w.pos = (start + at).max(w.pos + 1);
             return true;
         }
