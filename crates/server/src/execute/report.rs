@@ -327,21 +327,16 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "flush_enabled", yn(s.flush_enabled));
     stat(out, "dump_enabled", yn(s.dump_enabled));
     stat(out, "hash_algorithm", "xxh3");
-    stat(
-        out,
-        "replicate_to",
-        if s.replicate_to.is_empty() {
-            "NULL".to_string()
-        } else {
-            s.replicate_to.join(",")
-        },
-    );
-    stat(
-        out,
-        "replication",
-        if s.replication_sync { "sync" } else { "async" },
-    );
-    stat(out, "replica_follow_seconds", s.replica_follow_seconds);
+    // osmium's own, only with replication on (memcached's list otherwise).
+    if !s.replicate_to.is_empty() {
+        stat(out, "replicate_to", s.replicate_to.join(","));
+        stat(
+            out,
+            "replication",
+            if s.replication_sync { "sync" } else { "async" },
+        );
+        stat(out, "replica_follow_seconds", s.replica_follow_seconds);
+    }
     stat(out, "lru_maintainer_thread", "no");
     stat(out, "lru_segmented", "no");
     stat(out, "hot_lru_pct", 20);
