@@ -229,6 +229,27 @@ fn other_commands_and_flush_all_see_keys_on_flash() {
         .is_empty());
 }
 
+/// Starts osmium with `-o option` (no listener) and waits for it to exit:
+/// whether it exited successfully, and what it wrote on stderr.
+fn start_with_option(option: &str) -> (bool, String) {
+    let mut child = Command::new(OSMIUM)
+        .args(["-p", "0", "-U", "0", "-o", option])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_exit(&mut child);
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status.success(), err)
+}
+
 #[test]
 fn bad_ext_path_options_stop_the_start_with_memcacheds_messages() {
     for (opt, message) in [
@@ -246,22 +267,8 @@ fn bad_ext_path_options_stop_the_start_with_memcacheds_messages() {
         ("ext_path=/:64m", "cannot open flash file /"),
         ("ext_path=/proc/osmium-flash:64m", "cannot open flash file"),
     ] {
-        let mut child = Command::new(OSMIUM)
-            .args(["-p", "0", "-U", "0", "-o", opt])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let status = wait_exit(&mut child);
-        let mut err = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        assert!(!status.success(), "{opt}");
+        let (started, err) = start_with_option(opt);
+        assert!(!started, "{opt}");
         assert!(err.contains(message), "{opt}: {err}");
     }
 }
@@ -277,24 +284,9 @@ fn a_flash_file_larger_than_its_disk_stops_the_start() {
         return;
     }
     let path = shm.join(format!("osmium-flash-full-{}", std::process::id()));
-    let mut child = Command::new(OSMIUM)
-        .args(["-p", "0", "-U", "0", "-o"])
-        .arg(format!("ext_path={}:100000g", path.display()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = wait_exit(&mut child);
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let (started, err) = start_with_option(&format!("ext_path={}:100000g", path.display()));
     let _ = std::fs::remove_file(&path);
-    assert!(!status.success());
+    assert!(!started);
     assert!(
         err.contains("cannot size flash file") && err.contains("No space left"),
         "{err}"

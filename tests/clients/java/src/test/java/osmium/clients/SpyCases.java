@@ -77,20 +77,26 @@ abstract class SpyCases {
    */
   static MemcachedClient connect(Protocol protocol, String servers) throws Exception {
     List<java.net.InetSocketAddress> addresses = AddrUtil.getAddresses(servers);
-    MemcachedClient client =
-        new MemcachedClient(
-            new ConnectionFactoryBuilder()
-                .setProtocol(protocol)
-                .setOpTimeout(10_000)
-                .setFailureMode(FailureMode.Cancel)
-                .setDaemon(true)
-                .build(),
-            addresses);
+    return connected(
+        new ConnectionFactoryBuilder()
+            .setProtocol(protocol)
+            .setOpTimeout(10_000)
+            .setFailureMode(FailureMode.Cancel)
+            .setDaemon(true)
+            .build(),
+        addresses);
+  }
+
+  /** A client of `factory` over `addresses`, once every server is reachable (see connect). */
+  static MemcachedClient connected(
+      net.spy.memcached.ConnectionFactory factory, List<java.net.InetSocketAddress> addresses)
+      throws Exception {
+    MemcachedClient client = new MemcachedClient(factory, addresses);
     long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
     while (client.getAvailableServers().size() < addresses.size()) {
       if (System.nanoTime() > deadline) {
         client.shutdown();
-        throw new IllegalStateException("spymemcached did not connect to " + servers);
+        throw new IllegalStateException("spymemcached did not connect to " + addresses);
       }
       Thread.sleep(5);
     }

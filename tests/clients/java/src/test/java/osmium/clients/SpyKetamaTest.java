@@ -29,26 +29,16 @@ import org.junit.jupiter.api.Test;
 class SpyKetamaTest {
   static MemcachedClient ketama(Protocol protocol, List<InetSocketAddress> addresses)
       throws Exception {
-    MemcachedClient client =
-        new MemcachedClient(
-            new ConnectionFactoryBuilder()
-                .setProtocol(protocol)
-                .setLocatorType(Locator.CONSISTENT)
-                .setHashAlg(DefaultHashAlgorithm.KETAMA_HASH)
-                .setOpTimeout(10_000)
-                .setFailureMode(FailureMode.Cancel)
-                .setDaemon(true)
-                .build(),
-            addresses);
-    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-    while (client.getAvailableServers().size() < addresses.size()) {
-      if (System.nanoTime() > deadline) {
-        client.shutdown();
-        throw new IllegalStateException("spymemcached did not connect to " + addresses);
-      }
-      Thread.sleep(5);
-    }
-    return client;
+    return SpyCases.connected(
+        new ConnectionFactoryBuilder()
+            .setProtocol(protocol)
+            .setLocatorType(Locator.CONSISTENT)
+            .setHashAlg(DefaultHashAlgorithm.KETAMA_HASH)
+            .setOpTimeout(10_000)
+            .setFailureMode(FailureMode.Cancel)
+            .setDaemon(true)
+            .build(),
+        addresses);
   }
 
   void placesEveryKeyWhereItsLocatorSays(Protocol protocol) throws Exception {
