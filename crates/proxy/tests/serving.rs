@@ -1,7 +1,8 @@
 //! osmium-proxy in front of three backends: text multi-gets across
 //! servers merged in key order, meta with `q`, binary pipelines with quiet
 //! gets, noreply, replies in request order under pipelining; failover to
-//! the replica and back; the configuration check (`-t`).
+//! the replica and back; a hung server's `timeout:` (against nutcracker
+//! too); the configuration check (`-t`).
 
 mod common;
 
@@ -350,4 +351,89 @@ fn test_conf_checks_like_nutcracker() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("osmium-proxy"));
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to a process by PID.
+fn signal(pid: u32, signal: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{signal} {pid}");
+}
+
+/// A server that hangs (SIGSTOP: connected, never answering) costs its
+/// keys `timeout:` and `SERVER_ERROR Connection timed out`, as nutcracker
+/// answers; the other servers' keys are answered meanwhile, on the same
+/// client connection, and the hung server's keys work again once it
+/// resumes.
+#[test]
+fn a_hung_server_times_out_like_nutcracker() {
+    let b: Vec<Proc> = (0..3).map(|_| backend(0)).collect();
+    let hung = 0;
+    let mut proxies = Vec::new();
+    let port = free_port();
+    let y = yaml(port, &b.iter().collect::<Vec<_>>(), "").replace("timeout: 1000", "timeout: 300");
+    proxies.push(("osmium-proxy", proxy(&y, port)));
+    if let Some(bin) = nutcracker_bin() {
+        let port = free_port();
+        let y =
+            yaml(port, &b.iter().collect::<Vec<_>>(), "").replace("timeout: 1000", "timeout: 300");
+        proxies.push(("nutcracker", nutcracker(&bin, &y, port)));
+    }
+    let ring = Ring::new(&Config::parse(&y).unwrap().pools[0]);
+    let key_on = |server: usize, tag: &str| {
+        (0..)
+            .map(|i| format!("{tag}{i}"))
+            .find(|k| ring.server_of(k.as_bytes()) == server)
+            .unwrap()
+    };
+    let (stuck, fine) = (key_on(hung, "h"), key_on(1, "f"));
+    for (_, p) in &proxies {
+        set_until_stored(p.port, &stuck, "1");
+        set_until_stored(p.port, &fine, "2");
+    }
+    signal(b[hung].child.id(), "STOP");
+    let result = std::panic::catch_unwind(|| {
+        for (who, p) in &proxies {
+            let mut s = connect(p.port);
+            let start = Instant::now();
+            s.write_all(format!("get {stuck}\r\n").as_bytes()).unwrap();
+            let r = read_until(&mut s, b"\r\n");
+            let waited = start.elapsed();
+            assert_eq!(
+                String::from_utf8_lossy(&r),
+                "SERVER_ERROR Connection timed out\r\n",
+                "{who}"
+            );
+            assert!(waited >= Duration::from_millis(250), "{who}: {waited:?}");
+            s.write_all(format!("get {fine}\r\n").as_bytes()).unwrap();
+            let r = read_until(&mut s, b"END\r\n");
+            assert_eq!(
+                String::from_utf8_lossy(&r),
+                format!("VALUE {fine} 0 1\r\n2\r\nEND\r\n"),
+                "{who}"
+            );
+        }
+    });
+    signal(b[hung].child.id(), "CONT");
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    for (who, p) in &proxies {
+        let start = Instant::now();
+        loop {
+            let r = roundtrip(p.port, format!("get {stuck}\r\n").as_bytes(), b"\r\n");
+            if r.starts_with(b"VALUE") {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{who}: {:?}",
+                String::from_utf8_lossy(&r)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
