@@ -60,6 +60,10 @@ struct Pending {
     dest: Dest,
     expect: Expect,
     deadline: Option<Instant>,
+    /// A plain read that goes to the server's replica if this connection
+    /// fails: where its bytes are in the connection's `journal` (absolute
+    /// offset, length).
+    retry: Option<(u64, usize)>,
 }
 
 /// One connection to a server.
@@ -72,6 +76,40 @@ pub struct Conn {
     pending: VecDeque<Pending>,
     /// In the pool's `dirty` list: written at the end of the turn.
     queued: bool,
+    /// The bytes of the pending plain reads, in sending order, kept to be
+    /// sent to the replica if the connection fails (`failover: replica`).
+    journal: Vec<u8>,
+    /// The absolute offset of `journal[0]`.
+    journal_base: u64,
+    /// How many pending requests have bytes in the journal.
+    journaled: usize,
+}
+
+impl Conn {
+    /// Keeps `wire` for a retry; its place.
+    fn journal(&mut self, wire: &[u8]) -> (u64, usize) {
+        let at = self.journal_base + self.journal.len() as u64;
+        self.journal.extend_from_slice(wire);
+        self.journaled += 1;
+        (at, wire.len())
+    }
+
+    /// A journaled request was answered: its bytes, and all before them,
+    /// are no longer needed.
+    fn answered(&mut self, (at, len): (u64, usize)) {
+        self.journaled -= 1;
+        let done = (at - self.journal_base) as usize + len;
+        if self.journaled == 0 || (done >= 4096 && 2 * done >= self.journal.len()) {
+            self.journal.drain(..done);
+            self.journal_base += done as u64;
+        }
+    }
+
+    /// The bytes of a journaled request.
+    fn journaled_wire(&self, (at, len): (u64, usize)) -> &[u8] {
+        let from = (at - self.journal_base) as usize;
+        &self.journal[from..from + len]
+    }
 }
 
 /// A server's health.
@@ -245,6 +283,58 @@ impl Pool {
         now: Instant,
         out: &mut Vec<Delivery>,
     ) {
+        let may_retry =
+            dest != Dest::Probe && self.retries_reads() && crate::request::is_plain_read(wire);
+        self.send_once(registry, s, wire, expect, dest, now, out, may_retry);
+    }
+
+    /// Whether a plain read that meets a failed connection goes to the
+    /// server's replica (the next live server of the ring order) instead
+    /// of failing: with `auto_eject_hosts` and `failover: replica`.
+    fn retries_reads(&self) -> bool {
+        self.cfg.auto_eject_hosts
+            && self.cfg.failover == Failover::Replica
+            && self.servers.len() > 1
+    }
+
+    /// Sends a read that failed on server `failed` to its replica, once.
+    #[allow(clippy::too_many_arguments)]
+    fn retry_on_replica(
+        &mut self,
+        registry: &Registry,
+        failed: usize,
+        wire: &[u8],
+        expect: Expect,
+        dest: Dest,
+        why: &str,
+        now: Instant,
+        out: &mut Vec<Delivery>,
+    ) {
+        let n = self.servers.len();
+        match (1..n).map(|k| (failed + k) % n).find(|&i| self.up(i)) {
+            Some(replica) => {
+                tracing::debug!("read retried on server {replica}: {why}");
+                self.send_once(registry, replica, wire, expect, dest, now, out, false);
+            }
+            None => out.push(Delivery {
+                dest,
+                result: Err(why.to_string()),
+            }),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_once(
+        &mut self,
+        registry: &Registry,
+        s: usize,
+        wire: &[u8],
+        expect: Expect,
+        dest: Dest,
+        now: Instant,
+        out: &mut Vec<Delivery>,
+        may_retry: bool,
+    ) {
         let c = if dest == Dest::Probe {
             0
         } else {
@@ -255,10 +345,13 @@ impl Pool {
             server.next + if expect == Expect::Binary { per } else { 0 }
         };
         if !self.ensure_connected(registry, s, c, now, out) {
-            if dest != Dest::Probe {
+            let why = "Connection refused";
+            if may_retry {
+                self.retry_on_replica(registry, s, wire, expect, dest, why, now, out);
+            } else if dest != Dest::Probe {
                 out.push(Delivery {
                     dest,
-                    result: Err("Connection refused".into()),
+                    result: Err(why.into()),
                 });
             }
             return;
@@ -270,10 +363,12 @@ impl Pool {
         };
         let conn = &mut self.servers[s].conns[c];
         conn.out.extend_from_slice(wire);
+        let retry = may_retry.then(|| conn.journal(wire));
         conn.pending.push_back(Pending {
             dest,
             expect,
             deadline: timeout.map(|t| now + t),
+            retry,
         });
         if !conn.queued {
             conn.queued = true;
@@ -378,6 +473,9 @@ impl Pool {
                     let p = conn.pending.pop_front().unwrap();
                     let bytes = conn.inbuf.bytes()[at..at + len].to_vec();
                     at += len;
+                    if let Some(place) = p.retry {
+                        conn.answered(place);
+                    }
                     if p.dest == Dest::Probe {
                         probe = Some(bytes);
                         continue;
@@ -430,12 +528,24 @@ impl Pool {
         conn.connected = false;
         conn.out.clear();
         conn.inbuf.clear();
-        for p in conn.pending.drain(..).filter(|p| p.dest != Dest::Probe) {
-            out.push(Delivery {
-                dest: p.dest,
-                result: Err(why.to_string()),
-            });
+        // Plain reads go to the replica (after the health update below,
+        // so that a server ejected now is not chosen again).
+        let mut retries = Vec::new();
+        let pending = std::mem::take(&mut conn.pending);
+        for p in pending.into_iter().filter(|p| p.dest != Dest::Probe) {
+            match p.retry {
+                Some(place) => {
+                    retries.push((conn.journaled_wire(place).to_vec(), p.expect, p.dest));
+                }
+                None => out.push(Delivery {
+                    dest: p.dest,
+                    result: Err(why.to_string()),
+                }),
+            }
         }
+        conn.journal_base += conn.journal.len() as u64;
+        conn.journal.clear();
+        conn.journaled = 0;
         let addr = self.cfg.servers[s].addr.to_string();
         let server = &mut self.servers[s];
         server.failures += 1;
@@ -456,6 +566,9 @@ impl Pool {
                 retry_at: now + self.cfg.server_retry_timeout,
             };
             self.rebuild();
+        }
+        for (wire, expect, dest) in retries {
+            self.retry_on_replica(registry, s, &wire, expect, dest, why, now, out);
         }
     }
 

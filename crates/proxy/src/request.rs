@@ -418,6 +418,26 @@ fn frame_meta<'a>(
     )
 }
 
+/// Whether a forwarded request only reads (`get`, `gets`, an `mg` that
+/// neither touches nor vivifies, binary GET and GETK): one that can be
+/// sent again, to another server, without changing what any server holds.
+pub fn is_plain_read(wire: &[u8]) -> bool {
+    if wire.first() == Some(&BIN_REQ) {
+        return wire.len() >= BIN_HEADER && matches!(wire[1], 0x00 | 0x0c);
+    }
+    if wire.starts_with(b"get ") || wire.starts_with(b"gets ") {
+        return true;
+    }
+    let Some(rest) = wire.strip_prefix(b"mg ") else {
+        return false;
+    };
+    let line = &rest[..memchr::memchr(b'\n', rest).unwrap_or(rest.len())];
+    !line
+        .split(|&b| b == b' ' || b == b'\r')
+        .skip(1)
+        .any(|flag| matches!(flag.first(), Some(b'T' | b'N')))
+}
+
 /// Binary request magic and header size.
 pub const BIN_REQ: u8 = 0x80;
 pub const BIN_RES: u8 = 0x81;
@@ -624,5 +644,34 @@ mod tests {
         };
         assert_eq!(prefix, b"gat 10");
         assert_eq!(keys.len(), 3);
+    }
+
+    #[test]
+    fn plain_reads_are_the_ones_that_change_nothing() {
+        for read in [
+            &b"get a\r\n"[..],
+            b"gets a b\r\n",
+            b"mg a v f t\r\n",
+            b"mg a\r\n",
+        ] {
+            assert!(is_plain_read(read), "{}", String::from_utf8_lossy(read));
+        }
+        for write in [
+            &b"gat 10 a\r\n"[..],
+            b"mg a v T30\r\n",
+            b"mg a N30 v\r\n",
+            b"ms a 1\r\nx\r\n",
+            b"set a 0 0 1\r\nx\r\n",
+            b"getx\r\n",
+        ] {
+            assert!(!is_plain_read(write), "{}", String::from_utf8_lossy(write));
+        }
+        let mut bin = [0u8; 24];
+        bin[0] = BIN_REQ;
+        assert!(is_plain_read(&bin));
+        bin[1] = 0x0c;
+        assert!(is_plain_read(&bin));
+        bin[1] = 0x01;
+        assert!(!is_plain_read(&bin));
     }
 }

@@ -437,3 +437,96 @@ fn a_hung_server_times_out_like_nutcracker() {
         }
     }
 }
+
+/// With `failover: replica`, a plain read that meets a failed server
+/// (reset by a kill, or timed out on a hung server) is answered by the
+/// replica, the first time already; a write is never sent twice: it gets
+/// the error.
+#[test]
+fn reads_a_failing_server_loses_are_answered_by_its_replica() {
+    let mut b: Vec<Proc> = (0..3).map(|_| backend(0)).collect();
+    let port = free_port();
+    let y = yaml(
+        port,
+        &b.iter().collect::<Vec<_>>(),
+        "  auto_eject_hosts: true\n  server_failure_limit: 3\n  server_retry_timeout: 30000\n",
+    )
+    .replace("timeout: 1000", "timeout: 300");
+    let _px = proxy(&y, port);
+    let ring = Ring::new(&Config::parse(&y).unwrap().pools[0]);
+    let key_on = |server: usize, tag: &str| {
+        (0..)
+            .map(|i| format!("{tag}{i}"))
+            .find(|k| ring.server_of(k.as_bytes()) == server)
+            .unwrap()
+    };
+    let put = |port: u16, key: &str, value: &str| {
+        let r = roundtrip(
+            port,
+            format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes(),
+            b"\r\n",
+        );
+        assert_eq!(r, b"STORED\r\n");
+    };
+    let get = |s: &mut std::net::TcpStream, key: &str| {
+        s.write_all(format!("get {key}\r\n").as_bytes()).unwrap();
+        let text = read_until(s, b"END\r\n");
+        s.write_all(format!("mg {key} v\r\n").as_bytes()).unwrap();
+        let mut meta = read_until(s, b"\r\n");
+        if meta.starts_with(b"VA") && meta.iter().filter(|&&b| b == b'\n').count() < 2 {
+            meta.extend(read_until(s, b"\r\n"));
+        }
+        (
+            String::from_utf8_lossy(&text).into_owned(),
+            String::from_utf8_lossy(&meta).into_owned(),
+        )
+    };
+    // A hung server: reads time out there and are answered by the next.
+    let (h, k) = (key_on(0, "h"), key_on(1, "k"));
+    put(b[0].port, &h, "home");
+    put(b[1].port, &h, "replica");
+    put(b[1].port, &k, "home");
+    put(b[2].port, &k, "replica");
+    let mut s = connect(port);
+    assert_eq!(
+        get(&mut s, &h).0,
+        format!("VALUE {h} 0 4\r\nhome\r\nEND\r\n")
+    );
+    signal(b[0].child.id(), "STOP");
+    let result = std::panic::catch_unwind(|| {
+        let mut s = connect(port);
+        let (text, meta) = get(&mut s, &h);
+        assert_eq!(text, format!("VALUE {h} 0 7\r\nreplica\r\nEND\r\n"));
+        assert_eq!(meta, "VA 7\r\nreplica\r\n");
+        s.write_all(format!("set {h} 0 0 1\r\nx\r\n").as_bytes())
+            .unwrap();
+        assert_eq!(
+            read_until(&mut s, b"\r\n"),
+            b"SERVER_ERROR Connection timed out\r\n"
+        );
+    });
+    signal(b[0].child.id(), "CONT");
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    // A killed server: the reads on its open connection are reset, the
+    // ones after are refused; the replica answers both.
+    let mut s = connect(port);
+    assert_eq!(
+        get(&mut s, &k).0,
+        format!("VALUE {k} 0 4\r\nhome\r\nEND\r\n")
+    );
+    b[1].stop();
+    for _ in 0..5 {
+        let (text, meta) = get(&mut s, &k);
+        assert_eq!(text, format!("VALUE {k} 0 7\r\nreplica\r\nEND\r\n"));
+        assert_eq!(meta, "VA 7\r\nreplica\r\n");
+    }
+    // A multi-get over the dead server and a live one.
+    let other = key_on(2, "o");
+    put(b[2].port, &other, "two");
+    s.write_all(format!("gets {k} {other}\r\n").as_bytes())
+        .unwrap();
+    let r = String::from_utf8(read_until(&mut s, b"END\r\n")).unwrap();
+    assert!(r.contains("replica") && r.contains("two"), "{r}");
+}
