@@ -24,6 +24,14 @@ fn yaml(port: u16, backends: &[&Proc], extra: &str) -> String {
     y
 }
 
+/// The first key `<tag><i>` the ring places on `server`.
+fn key_on(ring: &Ring, server: usize, tag: &str) -> String {
+    (0..)
+        .map(|i| format!("{tag}{i}"))
+        .find(|k| ring.server_of(k.as_bytes()) == server)
+        .unwrap()
+}
+
 fn direct_get(port: u16, key: &str) -> Option<String> {
     let r = roundtrip(port, format!("get {key}\r\n").as_bytes(), b"END\r\n");
     let r = String::from_utf8(r).unwrap();
@@ -191,12 +199,7 @@ fn a_dead_servers_keys_go_to_its_replica_and_come_back() {
     );
     let _px = proxy(&y, port);
     let ring = Ring::new(&Config::parse(&y).unwrap().pools[0]);
-    let key_on = |server: usize, tag: &str| {
-        (0..)
-            .map(|i| format!("{tag}{i}"))
-            .find(|k| ring.server_of(k.as_bytes()) == server)
-            .unwrap()
-    };
+    let key_on = |server: usize, tag: &str| key_on(&ring, server, tag);
     // Server 1 dies: its keys go to server 2 (the next in the list).
     let k1 = key_on(1, "a");
     let dead_port = b[1].port;
@@ -246,10 +249,7 @@ fn a_returning_server_waits_until_it_has_caught_up() {
     );
     let _px = proxy(&y, port);
     let ring = Ring::new(&Config::parse(&y).unwrap().pools[0]);
-    let k = (0..)
-        .map(|i| format!("f{i}"))
-        .find(|k| ring.server_of(k.as_bytes()) == 0)
-        .unwrap();
+    let k = key_on(&ring, 0, "f");
     // The fake is not up yet: its keys go to the real server.
     set_until_stored(port, &k, "1");
     assert_eq!(direct_get(real.port, &k).as_deref(), Some("1"));
@@ -383,12 +383,7 @@ fn a_hung_server_times_out_like_nutcracker() {
         proxies.push(("nutcracker", nutcracker(&bin, &y, port)));
     }
     let ring = Ring::new(&Config::parse(&y).unwrap().pools[0]);
-    let key_on = |server: usize, tag: &str| {
-        (0..)
-            .map(|i| format!("{tag}{i}"))
-            .find(|k| ring.server_of(k.as_bytes()) == server)
-            .unwrap()
-    };
+    let key_on = |server: usize, tag: &str| key_on(&ring, server, tag);
     let (stuck, fine) = (key_on(hung, "h"), key_on(1, "f"));
     for (_, p) in &proxies {
         set_until_stored(p.port, &stuck, "1");
@@ -454,12 +449,7 @@ fn reads_a_failing_server_loses_are_answered_by_its_replica() {
     .replace("timeout: 1000", "timeout: 300");
     let _px = proxy(&y, port);
     let ring = Ring::new(&Config::parse(&y).unwrap().pools[0]);
-    let key_on = |server: usize, tag: &str| {
-        (0..)
-            .map(|i| format!("{tag}{i}"))
-            .find(|k| ring.server_of(k.as_bytes()) == server)
-            .unwrap()
-    };
+    let key_on = |server: usize, tag: &str| key_on(&ring, server, tag);
     let put = |port: u16, key: &str, value: &str| {
         let r = roundtrip(
             port,
