@@ -6,6 +6,8 @@
 //!   connect ─▶ replica_link <name>      (targets only: marks the connection on the replica)
 //!   (a feed answers the follower's replica_follow with OK first)
 //!           ─▶ queue opened, full copy: an ms per live item ─▶ mn
+//!              (after a connect, the writes queued meanwhile go between
+//!              its chunks as batches of their own, each with its mn)
 //!           ─▶ replica_synced            (feeds only)
 //!           ─▶ batches: the queued keys' current state (ms / md / flush_all), then mn
 //!   reader thread: MN acknowledges everything before it (acked = that batch's
@@ -195,14 +197,36 @@ fn stream_writes(
     let mut batch = Vec::new();
     let mut synced_at: Option<Instant> = None;
     let mut copy_due = true;
+    // The copy made on connecting sends the writes made meanwhile between
+    // its chunks, so a sync write waits for a chunk, not for the whole
+    // copy: the queue was closed before, so no write waits for a sequence
+    // number only the copy covers. A copy made because the queue
+    // overflowed (writes waiting for records it dropped) does not.
+    let mut interleave = true;
     loop {
         if copy_due {
             copy_due = false;
-            link.up.store(true, Relaxed);
+            // Queue first, then up: a write that sees the link up (and
+            // waits for it) is queued after the copy began.
             let seq = link.queue.open();
-            if let Err(e) = full_copy(repl, link, stream, &mut out) {
+            link.up.store(true, Relaxed);
+            let mut copy = CopyState {
+                conn,
+                batch: &mut batch,
+                interleave,
+                overflowed: false,
+            };
+            if let Err(e) = full_copy(repl, link, stream, &mut out, &mut copy) {
                 return e;
             }
+            if copy.overflowed {
+                // Records dropped during the copy: copy again, without
+                // acknowledging anything before it ends.
+                interleave = false;
+                copy_due = true;
+                continue;
+            }
+            interleave = false;
             if let Err(e) = end_batch(conn, link, stream, &mut out, seq) {
                 return e;
             }
@@ -238,6 +262,7 @@ fn stream_writes(
         }
         if taken.resync {
             copy_due = true;
+            interleave = false;
             continue;
         }
         if taken.records == 0 {
@@ -273,12 +298,48 @@ fn send_states(
     Ok(())
 }
 
+/// A full copy's connection and whether writes go between its chunks.
+struct CopyState<'a> {
+    conn: &'a Conn,
+    batch: &'a mut Vec<u8>,
+    interleave: bool,
+    /// The queue overflowed during the copy.
+    overflowed: bool,
+}
+
+impl CopyState<'_> {
+    /// Between two chunks of a copy: the writes queued meanwhile, as a
+    /// batch of their own (acknowledged by its MN as usual).
+    fn writes_between(
+        &mut self,
+        repl: &Replication,
+        link: &Link,
+        stream: &mut TcpStream,
+        out: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        if !self.interleave || self.overflowed {
+            return Ok(());
+        }
+        let taken = link.queue.take_now(self.batch);
+        if taken.resync {
+            self.overflowed = true;
+            return Ok(());
+        }
+        if taken.records == 0 {
+            return Ok(());
+        }
+        send_batch(repl, link, stream, out, self.batch)?;
+        end_batch(self.conn, link, stream, out, taken.seq)
+    }
+}
+
 /// Writes every live item's state: RAM's, then the flash tier's.
 fn full_copy(
     repl: &Replication,
     link: &Link,
     stream: &mut TcpStream,
     out: &mut Vec<u8>,
+    copy: &mut CopyState<'_>,
 ) -> io::Result<()> {
     let store = &*repl.store;
     let mut cursor = DumpCursor::default();
@@ -292,6 +353,7 @@ fn full_copy(
             }
         });
         send_states(store, link, stream, out, &keys)?;
+        copy.writes_between(repl, link, stream, out)?;
         if !more {
             break;
         }
@@ -314,6 +376,7 @@ fn full_copy(
             }
         });
         send_states(store, link, stream, out, &keys)?;
+        copy.writes_between(repl, link, stream, out)?;
         if !more {
             return Ok(());
         }

@@ -136,7 +136,7 @@ impl DirtyQueue {
     pub fn take(&self, into: &mut Vec<u8>, wait: Duration) -> Taken {
         into.clear();
         let mut q = self.lock();
-        if q.queued == 0 && !q.overflowed {
+        if q.queued == 0 && !q.overflowed && !wait.is_zero() {
             q.sleeping = true;
             q = self
                 .cond
@@ -153,6 +153,11 @@ impl DirtyQueue {
         };
         q.queued = 0;
         taken
+    }
+
+    /// Like [`DirtyQueue::take`], without waiting.
+    pub fn take_now(&self, into: &mut Vec<u8>) -> Taken {
+        self.take(into, Duration::ZERO)
     }
 
     /// Wakes a sender waiting in `take`.
