@@ -412,12 +412,17 @@ fn sync_writes_during_a_full_copy_are_on_the_replica_when_answered() {
     for k in 0..200 {
         let req = format!("set w{k} 0 0 1\r\nx\r\n");
         assert_eq!(ca.call(req.as_bytes()), "STORED");
-        assert!(cb.mg(&format!("w{k}")).is_some(), "w{k} not on B when answered");
+        assert!(
+            cb.mg(&format!("w{k}")).is_some(),
+            "w{k} not on B when answered"
+        );
         if cb.stat("curr_items").parse::<usize>().unwrap() < ITEMS {
             during_copy += 1;
         }
     }
-    wait("the copy", || cb.stat("curr_items") == (ITEMS + 200).to_string());
+    wait("the copy", || {
+        cb.stat("curr_items") == (ITEMS + 200).to_string()
+    });
     // How many were answered before the copy ended depends on the machine's
     // speed: reported, not asserted (the latency is in BENCHMARKS.md).
     eprintln!("sync writes answered during the full copy: {during_copy} of 200");
