@@ -12,7 +12,9 @@
 //! * `sla`: seed 002's metric, the highest GET rate with 99.5 % of requests
 //!   within 1 ms (random and hot keys, Overall = 0.8 × random + 0.2 × hot),
 //!   for three osmium servers replicating in a ring behind osmium-proxy
-//!   against three memcached 1.6.45 servers behind nutcracker.
+//!   against three memcached 1.6.45 servers behind nutcracker;
+//! * `copy`: what sync writes wait while a returning replica gets its full
+//!   copy (`replica_copy`).
 //!
 //! ```text
 //!   generator ──▶ proxy (osmium-proxy | nutcracker) ──▶ server 0, 1, 2
@@ -33,11 +35,12 @@ pub enum Mode {
     Proxy,
     Replication,
     Sla,
+    Copy,
 }
 
 #[derive(clap::Args)]
 pub struct ClusterArgs {
-    /// Modes, comma separated, run in this order.
+    /// Modes, comma separated, run in this order (`copy` only when asked).
     #[arg(
         long,
         value_enum,
@@ -61,26 +64,29 @@ pub struct ClusterArgs {
     memcached: Option<PathBuf>,
     /// Rounds of every comparison (the order alternates; medians).
     #[arg(long, default_value_t = 3)]
-    rounds: usize,
+    pub rounds: usize,
     /// Measured seconds of a run.
     #[arg(long, default_value_t = 4.0)]
     duration: f64,
     /// `-t` of every server.
     #[arg(long, default_value_t = 2)]
-    threads: u32,
+    pub threads: u32,
     /// `-m` of every server, MB.
     #[arg(long, default_value_t = 256)]
-    memory: u64,
+    pub memory: u64,
     #[arg(long, default_value_t = 100_000)]
     keys: u64,
     #[arg(long, default_value_t = 64)]
-    value_size: usize,
+    pub value_size: usize,
     /// Client connections.
     #[arg(long, default_value_t = 8)]
     conns: usize,
     /// Depths of `proxy` and `replication`.
     #[arg(long, value_delimiter = ',', default_value = "1,16")]
     depths: Vec<usize>,
+    /// Items the writer holds when its replica returns (`copy`).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub copy_items: u64,
 }
 
 /// Runs the modes asked for, printing a table per mode.
@@ -97,6 +103,7 @@ pub fn run(a: &ClusterArgs) -> Result<(), String> {
             Mode::Proxy => proxies(a, &bins, &proxy)?,
             Mode::Replication => replication(a, &bins)?,
             Mode::Sla => sla(a, &bins, &proxy)?,
+            Mode::Copy => crate::replica_copy::run(a, &bins)?,
         }
     }
     Ok(())
@@ -124,7 +131,7 @@ fn workload(a: &ClusterArgs, depth: usize, get_ratio: f64) -> Workload {
 }
 
 /// An osmium or memcached server on `port` with `extra` arguments.
-fn server(
+pub(crate) fn server(
     bins: &Binaries,
     memcached: bool,
     port: u16,

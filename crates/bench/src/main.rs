@@ -41,6 +41,7 @@ mod load;
 mod memory;
 mod plot;
 mod process;
+mod replica_copy;
 mod report;
 mod restart;
 mod servers;
