@@ -36,7 +36,7 @@ struct Args {
     /// Test the configuration for syntax errors and exit (0: valid).
     #[arg(short = 't', long = "test-conf")]
     test_conf: bool,
-    /// Log level: 0 warnings, 1 info, 2+ debug (nutcracker's -v N).
+    /// Log level: 0 warnings, 1-5 info, 6+ debug (nutcracker's -v N).
     #[arg(short = 'v', long = "verbose", default_value_t = 0)]
     verbose: u8,
     /// Run in the background: the command returns once the proxy is
