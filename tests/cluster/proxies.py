@@ -80,10 +80,12 @@ class Proxy:
         self.conf = os.path.join(self.dir, "pool.yml")
         with open(self.conf, "w") as f:
             f.write(yaml)
-        cmd = [binary, "-c", self.conf]
+        # Both serve a stats port: each on its own free loopback port (the
+        # default 0.0.0.0:22222 would be shared by every proxy of a run).
+        self.stats_port = servers.free_port()
+        cmd = [binary, "-c", self.conf, "-s", str(self.stats_port), "-a", "127.0.0.1"]
         if kind == "nutcracker":
-            cmd += ["-s", str(servers.free_port()), "-a", "127.0.0.1",
-                    "-o", os.path.join(self.dir, "nutcracker.log")]
+            cmd += ["-o", os.path.join(self.dir, "nutcracker.log")]
         self.cmd = cmd
         self.log = open(os.path.join(self.dir, "stderr"), "wb")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -209,10 +209,9 @@ fn start_proxy(
     crate::servers::remove_on_signal(&file);
     let mut cmd = Command::new(path);
     cmd.arg("-c").arg(&file);
-    if nutcracker {
-        // Its stats port, away from the default 22222 another one may hold.
-        cmd.args(["-s", &free_port()?.to_string(), "-a", "127.0.0.1"]);
-    }
+    // Both serve a stats port: away from the default 0.0.0.0:22222 another
+    // proxy may hold.
+    cmd.args(["-s", &free_port()?.to_string(), "-a", "127.0.0.1"]);
     Process::start(name, cmd, port)
 }
 

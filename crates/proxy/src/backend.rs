@@ -4,7 +4,9 @@
 //! memcached connection keeps the protocol of its first byte), their
 //! health (consecutive failures, ejection, the retry probe and the
 //! replication catch-up check), and routing a key to a live server by the
-//! pool's failover mode.
+//! pool's failover mode. The stats port's server counters and
+//! `server_ejects` are counted here; the queues are read from the
+//! connections' pending requests when the port is asked.
 //!
 //! Health of a server, with `auto_eject_hosts`:
 //!
@@ -27,6 +29,7 @@ use crate::config::{Distribution, Failover, PoolConfig};
 use crate::inbuf::InBuf;
 use crate::reply::{self, Expect};
 use crate::ring::Ring;
+use crate::stats::{now_usec, PoolStats, Queues, ServerStats};
 use crate::stream::Stream;
 
 /// How often a catching-up server is asked again.
@@ -64,6 +67,20 @@ struct Pending {
     /// fails: where its bytes are in the connection's `journal` (absolute
     /// offset, length).
     retry: Option<(u64, usize)>,
+    /// Where the request's bytes end in the connection's output (bytes
+    /// queued since it opened), and how many they are: the request is
+    /// fully written once `written_bytes` reaches `end`.
+    end: u64,
+    len: usize,
+}
+
+/// How a server connection ended (nutcracker's `server_eof`,
+/// `server_timedout`, `server_err`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closed {
+    Eof,
+    TimedOut,
+    Error,
 }
 
 /// One connection to a server.
@@ -83,6 +100,9 @@ pub struct Conn {
     journal_base: u64,
     /// How many pending requests have bytes in the journal.
     journaled: usize,
+    /// Bytes queued for the server, and written to it.
+    queued_bytes: u64,
+    written_bytes: u64,
 }
 
 impl Conn {
@@ -128,6 +148,7 @@ pub struct Server {
     next: usize,
     pub failures: u32,
     pub health: Health,
+    pub stats: ServerStats,
 }
 
 /// A pool: its configuration, placement and servers.
@@ -142,6 +163,10 @@ pub struct Pool {
     /// [`Pool::flush_queued`] so that a turn's requests for one
     /// connection leave in one write.
     dirty: Vec<(usize, usize)>,
+    pub stats: PoolStats,
+    /// Server connections opened (connects started), for the stats
+    /// port's `total_connections`.
+    pub conns_opened: u64,
 }
 
 fn strerror(e: &io::Error) -> String {
@@ -169,6 +194,7 @@ impl Pool {
                 next: 0,
                 failures: 0,
                 health: Health::Up,
+                stats: ServerStats::default(),
             })
             .collect();
         Pool {
@@ -177,7 +203,33 @@ impl Pool {
             servers,
             token_base,
             dirty: Vec::new(),
+            stats: PoolStats::default(),
+            conns_opened: 0,
         }
+    }
+
+    /// Server connections open now (connecting ones too).
+    pub fn open_conns(&self) -> u64 {
+        let open = self.servers.iter().flat_map(|s| &s.conns);
+        open.filter(|c| c.stream.is_some()).count() as u64
+    }
+
+    /// Server `s`'s client requests not yet fully written and those
+    /// awaiting their reply (the health probe is not counted).
+    pub fn queues(&self, s: usize) -> Queues {
+        let mut q = Queues::default();
+        for conn in &self.servers[s].conns {
+            for p in conn.pending.iter().filter(|p| p.dest != Dest::Probe) {
+                if p.end > conn.written_bytes {
+                    q.in_queue += 1;
+                    q.in_queue_bytes += p.len as u64;
+                } else {
+                    q.out_queue += 1;
+                    q.out_queue_bytes += p.len as u64;
+                }
+            }
+        }
+        q
     }
 
     /// How many tokens the pool's server connections take.
@@ -252,6 +304,7 @@ impl Pool {
             return true;
         }
         let token = self.token(s, c);
+        self.conns_opened += 1;
         match Stream::connect(&self.cfg.servers[s].addr).and_then(|mut st| {
             st.register(registry, token)?;
             Ok(st)
@@ -264,7 +317,8 @@ impl Pool {
             }
             Err(e) => {
                 tracing::debug!("connect to {} failed: {e}", self.cfg.servers[s].addr);
-                self.fail_conn(registry, s, c, &strerror(&e), now, out);
+                let why = strerror(&e);
+                self.fail_conn(registry, s, c, Closed::Error, &why, now, out);
                 false
             }
         }
@@ -361,14 +415,22 @@ impl Pool {
         } else {
             self.cfg.timeout
         };
-        let conn = &mut self.servers[s].conns[c];
+        let server = &mut self.servers[s];
+        if dest != Dest::Probe {
+            server.stats.requests += 1;
+            server.stats.request_bytes += wire.len() as u64;
+        }
+        let conn = &mut server.conns[c];
         conn.out.extend_from_slice(wire);
+        conn.queued_bytes += wire.len() as u64;
         let retry = may_retry.then(|| conn.journal(wire));
         conn.pending.push_back(Pending {
             dest,
             expect,
             deadline: timeout.map(|t| now + t),
             retry,
+            end: conn.queued_bytes,
+            len: wire.len(),
         });
         if !conn.queued {
             conn.queued = true;
@@ -422,8 +484,9 @@ impl Pool {
             }
         }
         conn.out.drain(..written);
+        conn.written_bytes += written as u64;
         if let Some(why) = error {
-            self.fail_conn(registry, s, c, &why, now, out);
+            self.fail_conn(registry, s, c, Closed::Error, &why, now, out);
         }
     }
 
@@ -445,23 +508,28 @@ impl Pool {
         };
         if !conn.connected {
             match stream.connected() {
-                Ok(true) => conn.connected = true,
+                Ok(true) => {
+                    conn.connected = true;
+                    self.servers[s].stats.server_connections += 1;
+                }
                 Ok(false) => return,
                 Err(e) => {
-                    self.fail_conn(registry, s, c, &strerror(&e), now, out);
+                    let why = strerror(&e);
+                    self.fail_conn(registry, s, c, Closed::Error, &why, now, out);
                     return;
                 }
             }
         }
         self.flush(registry, s, c, now, out);
-        let conn = &mut self.servers[s].conns[c];
+        let server = &mut self.servers[s];
+        let conn = &mut server.conns[c];
         let Some(stream) = conn.stream.as_mut() else {
             return;
         };
         let mut error = match conn.inbuf.fill(stream, to_end) {
             Ok(true) => None,
-            Ok(false) => Some("Connection reset by peer".to_string()),
-            Err(e) => Some(strerror(&e)),
+            Ok(false) => Some((Closed::Eof, "Connection reset by peer".to_string())),
+            Err(e) => Some((Closed::Error, strerror(&e))),
         };
         // Replies that arrived, in request order.
         let mut at = 0;
@@ -480,6 +548,8 @@ impl Pool {
                         probe = Some(bytes);
                         continue;
                     }
+                    server.stats.responses += 1;
+                    server.stats.response_bytes += len as u64;
                     out.push(Delivery {
                         dest: p.dest,
                         result: Ok(bytes),
@@ -503,30 +573,43 @@ impl Pool {
             self.probe_answer(s, &stats, now);
         }
         if desync {
-            error = Some("Protocol error".into());
+            error = Some((Closed::Error, "Protocol error".into()));
         }
-        if let Some(why) = error {
-            self.fail_conn(registry, s, c, &why, now, out);
+        if let Some((kind, why)) = error {
+            self.fail_conn(registry, s, c, kind, &why, now, out);
         }
     }
 
-    /// Closes connection `c` of server `s`: its requests fail with `why`,
-    /// and the server has one more failure.
+    /// Closes connection `c` of server `s` (ended as `kind`): its requests
+    /// fail with `why`, and the server has one more failure.
+    #[allow(clippy::too_many_arguments)]
     pub fn fail_conn(
         &mut self,
         registry: &Registry,
         s: usize,
         c: usize,
+        kind: Closed,
         why: &str,
         now: Instant,
         out: &mut Vec<Delivery>,
     ) {
-        let conn = &mut self.servers[s].conns[c];
+        let server = &mut self.servers[s];
+        let stats = &mut server.stats;
+        match kind {
+            Closed::Eof => stats.server_eof += 1,
+            Closed::TimedOut => stats.server_timedout += 1,
+            Closed::Error => stats.server_err += 1,
+        }
+        let conn = &mut server.conns[c];
+        if conn.connected {
+            stats.server_connections = stats.server_connections.saturating_sub(1);
+        }
         if let Some(mut st) = conn.stream.take() {
             st.deregister(registry);
         }
         conn.connected = false;
         conn.out.clear();
+        conn.written_bytes = conn.queued_bytes;
         conn.inbuf.clear();
         // Plain reads go to the replica (after the health update below,
         // so that a server ejected now is not chosen again).
@@ -565,6 +648,8 @@ impl Pool {
             server.health = Health::Ejected {
                 retry_at: now + self.cfg.server_retry_timeout,
             };
+            server.stats.server_ejected_at = now_usec();
+            self.stats.server_ejects += 1;
             self.rebuild();
         }
         for (wire, expect, dest) in retries {
@@ -609,7 +694,8 @@ impl Pool {
                     .and_then(|p| p.deadline)
                     .is_some_and(|d| d <= now);
                 if late {
-                    self.fail_conn(registry, s, c, "Connection timed out", now, out);
+                    let why = "Connection timed out";
+                    self.fail_conn(registry, s, c, Closed::TimedOut, why, now, out);
                 }
             }
             let due = match self.servers[s].health {

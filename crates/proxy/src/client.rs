@@ -52,6 +52,9 @@ pub struct Client {
     pub closing: bool,
     /// `quit` (or a framing error) seen: what follows is dropped.
     pub quit: bool,
+    /// The client ended the connection (end of stream, `quit`): its close
+    /// counts as `client_eof`, any other as `client_err`.
+    pub eof: bool,
 }
 
 impl Client {
@@ -67,6 +70,7 @@ impl Client {
             first_seq: 0,
             closing: false,
             quit: false,
+            eof: false,
         }
     }
 
@@ -104,29 +108,35 @@ impl Client {
         self.first_seq + self.slots.len() as u64 - 1
     }
 
-    /// Part `part` of slot `seq` came back.
-    pub fn deliver(&mut self, seq: u64, part: usize, result: Result<Vec<u8>, String>) {
+    /// Part `part` of slot `seq` came back. `true` when this finished the
+    /// slot with an error reply (nutcracker's `forward_error`).
+    pub fn deliver(&mut self, seq: u64, part: usize, result: Result<Vec<u8>, String>) -> bool {
         let Some(i) = seq.checked_sub(self.first_seq) else {
-            return;
+            return false;
         };
         let Some(slot) = self.slots.get_mut(i as usize) else {
-            return;
+            return false;
         };
         if let Merge::Single(quiet) = slot.merge {
-            if slot.ready.is_none() {
-                slot.left = 0;
-                slot.ready = Some(single(slot.style, quiet, result));
+            if slot.ready.is_some() {
+                return false;
             }
-            return;
+            slot.left = 0;
+            let (bytes, failed) = single(slot.style, quiet, result);
+            slot.ready = Some(bytes);
+            return failed;
         }
         if slot.parts[part].is_some() {
-            return;
+            return false;
         }
         slot.parts[part] = Some(result);
         slot.left -= 1;
-        if slot.left == 0 {
-            slot.ready = Some(finish(slot));
+        if slot.left > 0 {
+            return false;
         }
+        let (bytes, failed) = finish(slot);
+        slot.ready = Some(bytes);
+        failed
     }
 
     /// Moves the answered slots at the front to the output and writes what
@@ -212,26 +222,34 @@ fn is_success(bytes: &[u8]) -> bool {
     bytes == b"OK\r\n" || (bytes.len() >= 24 && bytes[0] == 0x81 && bytes[6..8] == [0, 0])
 }
 
-/// The reply of a one-part slot.
-fn single(style: Style, quiet: Quiet, result: Result<Vec<u8>, String>) -> Vec<u8> {
+/// The reply of a one-part slot, and whether it is an error reply.
+fn single(style: Style, quiet: Quiet, result: Result<Vec<u8>, String>) -> (Vec<u8>, bool) {
     match result {
-        Ok(bytes) => shown(quiet, bytes),
-        Err(_) if quiet == Quiet::All => Vec::new(),
-        Err(why) => error_reply(style, &why),
+        Ok(bytes) => (shown(quiet, bytes), false),
+        Err(_) if quiet == Quiet::All => (Vec::new(), false),
+        Err(why) => (error_reply(style, &why), true),
     }
 }
 
-/// The reply of a slot of several parts, all come back.
-fn finish(slot: &mut Slot) -> Vec<u8> {
+/// The reply of a slot of several parts, all come back, and whether it is
+/// an error reply.
+fn finish(slot: &mut Slot) -> (Vec<u8>, bool) {
     let parts: Vec<Result<Vec<u8>, String>> =
         slot.parts.iter_mut().map(|p| p.take().unwrap()).collect();
     if let Some(Err(why)) = parts.iter().find(|p| p.is_err()) {
         return match slot.merge {
-            Merge::Single(Quiet::All) | Merge::Broadcast(Quiet::All) => Vec::new(),
-            _ => error_reply(slot.style, why),
+            Merge::Single(Quiet::All) | Merge::Broadcast(Quiet::All) => (Vec::new(), false),
+            _ => (error_reply(slot.style, why), true),
         };
     }
-    let mut parts: Vec<Vec<u8>> = parts.into_iter().map(Result::unwrap).collect();
+    (
+        merged(slot, parts.into_iter().map(Result::unwrap).collect()),
+        false,
+    )
+}
+
+/// The reply of a slot whose parts all came back without failure.
+fn merged(slot: &Slot, mut parts: Vec<Vec<u8>>) -> Vec<u8> {
     match &slot.merge {
         Merge::Single(quiet) => shown(*quiet, parts.pop().unwrap_or_default()),
         Merge::Broadcast(quiet) => {

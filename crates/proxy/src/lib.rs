@@ -6,7 +6,8 @@
 //! `inbuf`, `stream`). When a server fails, its keys go to its replica
 //! (the next server of the pool) until it is back and caught up, or are
 //! re-spread over the live servers as nutcracker does (`failover:
-//! rehash`).
+//! rehash`). nutcracker's stats port is served by the same event loop
+//! (`stats`).
 
 pub mod backend;
 pub mod client;
@@ -17,6 +18,7 @@ pub mod proxy;
 pub mod reply;
 pub mod request;
 pub mod ring;
+pub mod stats;
 pub mod stream;
 
 pub use config::Config;

@@ -4,6 +4,9 @@
 //! and goes to the server(s) its keys route to (`backend`); replies coming
 //! back fill the slots, which leave in request order. Timers (request
 //! timeouts, ejected servers' retries, catch-up checks) run every turn.
+//! The stats port (`stats`) is served by the same loop, from its own
+//! token range; the client-side counters (connections, `forward_error`,
+//! `fragments`) are counted here.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,10 +20,15 @@ use crate::backend::{Delivery, Dest, Pool};
 use crate::client::{error_reply, Client, Merge};
 use crate::config::Config;
 use crate::request::{self, Action, Style};
+use crate::stats::{self, Header, StatsPort};
 use crate::stream::Listener;
 
 /// Tokens below this are listeners (one per pool).
+const STATS_BASE: usize = 1 << 19;
+/// Tokens from `STATS_BASE` are the stats port's listener and readers;
+/// from here, server connections.
 const SERVER_BASE: usize = 1 << 20;
+const _: () = assert!(STATS_BASE + StatsPort::token_span() <= SERVER_BASE);
 /// Tokens from here are clients (slab key + base).
 const CLIENT_BASE: usize = 1 << 40;
 /// A client whose unsent replies reach this is not read until they drain.
@@ -35,12 +43,33 @@ pub struct Proxy {
     listeners: Vec<Listener>,
     clients: Slab<Client>,
     next_id: u64,
+    stats_port: StatsPort,
+    /// The host's name, the stats' `source`.
+    source: String,
+    started: Instant,
+    /// Listeners bound and clients accepted (server connections are
+    /// counted by their pools), for `total_connections`.
+    opened: u64,
 }
 
 impl Proxy {
-    /// Binds every pool's listener (an error names the pool).
-    pub fn bind(config: Config) -> io::Result<Proxy> {
+    /// Binds the stats port on `stats_addr:stats_port`, then every pool's
+    /// listener (an error names what could not be bound).
+    pub fn bind(config: Config, stats_addr: &str, stats_port: u16) -> io::Result<Proxy> {
         let poll = Poll::new()?;
+        let mut stats_port = StatsPort::bind(stats_addr, stats_port).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot listen for stats on {stats_addr}:{stats_port}: {e}"),
+            )
+        })?;
+        stats_port.register(poll.registry(), STATS_BASE)?;
+        if config.pools.len() >= STATS_BASE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "too many pools",
+            ));
+        }
         let mut pools = Vec::new();
         let mut listeners = Vec::new();
         let mut base = SERVER_BASE;
@@ -62,16 +91,43 @@ impl Proxy {
         }
         Ok(Proxy {
             poll,
+            opened: listeners.len() as u64,
             pools,
             listeners,
             clients: Slab::new(),
             next_id: 1,
+            stats_port,
+            source: stats::hostname(),
+            started: Instant::now(),
         })
     }
 
     /// The TCP address pool `i` listens on.
     pub fn local_addr(&self, i: usize) -> Option<std::net::SocketAddr> {
         self.listeners[i].local_addr()
+    }
+
+    /// The address the stats port listens on.
+    pub fn stats_addr(&self) -> Option<std::net::SocketAddr> {
+        self.stats_port.local_addr()
+    }
+
+    /// A readiness event on one of the stats port's tokens.
+    fn stats_ready(&mut self, token: usize) {
+        let Proxy {
+            poll,
+            pools,
+            listeners,
+            clients,
+            stats_port,
+            source,
+            started,
+            opened,
+            ..
+        } = self;
+        stats_port.ready(poll.registry(), token, || {
+            stats_doc(source, *started, *opened, listeners, clients, pools)
+        });
     }
 
     /// Serves until `stop` is set.
@@ -105,8 +161,10 @@ impl Proxy {
             let now = Instant::now();
             for ev in events.iter() {
                 let t = ev.token().0;
-                if t < SERVER_BASE {
+                if t < STATS_BASE {
                     self.accept(t);
+                } else if t < SERVER_BASE {
+                    self.stats_ready(t);
                 } else if t < CLIENT_BASE {
                     let registry = self.poll.registry();
                     for pool in &mut self.pools {
@@ -166,12 +224,16 @@ impl Proxy {
                     let entry = self.clients.vacant_entry();
                     let key = entry.key();
                     let mut client = Client::new(stream, pool, id);
+                    self.opened += 1;
                     if client
                         .stream
                         .register(self.poll.registry(), Token(CLIENT_BASE + key))
                         .is_ok()
                     {
                         entry.insert(client);
+                        self.pools[pool].stats.client_connections += 1;
+                    } else {
+                        self.pools[pool].stats.client_err += 1;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -188,7 +250,9 @@ impl Proxy {
             match d.dest {
                 Dest::Client { key, id, seq, part } => {
                     if let Some(c) = self.clients.get_mut(key).filter(|c| c.id == id) {
-                        c.deliver(seq, part, d.result);
+                        if c.deliver(seq, part, d.result) {
+                            self.pools[c.pool].stats.forward_error += 1;
+                        }
                         touched.push(key);
                     }
                 }
@@ -206,7 +270,11 @@ impl Proxy {
         if !c.closing {
             match c.read(to_end) {
                 Ok(true) => {}
-                Ok(false) | Err(_) => c.closing = true,
+                Ok(false) => {
+                    c.closing = true;
+                    c.eof = true;
+                }
+                Err(_) => c.closing = true,
             }
         }
         self.serve(key, now, out);
@@ -266,6 +334,13 @@ impl Proxy {
     fn close(&mut self, key: usize) {
         let mut c = self.clients.remove(key);
         c.stream.deregister(self.poll.registry());
+        let stats = &mut self.pools[c.pool].stats;
+        stats.client_connections = stats.client_connections.saturating_sub(1);
+        if c.eof {
+            stats.client_eof += 1;
+        } else {
+            stats.client_err += 1;
+        }
     }
 }
 
@@ -282,13 +357,18 @@ fn dispatch(
     out: &mut Vec<Delivery>,
 ) {
     let id = c.id;
-    let no_server = || error_reply(style, "no server is available");
+    // Answered at once: no live server (nutcracker's forward_error).
+    let no_server = |pool: &mut Pool| {
+        pool.stats.forward_error += 1;
+        error_reply(style, "no server is available")
+    };
     match action {
         Action::Local(bytes) => c.push_ready(bytes),
         Action::Quit(bytes) => {
             c.push_ready(bytes);
             c.quit = true;
             c.closing = true;
+            c.eof = true;
         }
         Action::Fatal => {
             c.push_ready(Vec::new());
@@ -301,7 +381,7 @@ fn dispatch(
             expect,
             quiet,
         } => match pool.route(&k) {
-            None => c.push_ready(no_server()),
+            None => c.push_ready(no_server(pool)),
             Some(s) => {
                 let seq = c.push_waiting(style, Merge::Single(quiet), 1);
                 let dest = Dest::Client {
@@ -319,7 +399,7 @@ fn dispatch(
             let mut slots = Vec::with_capacity(keys.len());
             for k in keys {
                 let Some(s) = pool.route(k) else {
-                    c.push_ready(no_server());
+                    c.push_ready(no_server(pool));
                     return;
                 };
                 let part = match per.iter().position(|(x, _)| *x == s) {
@@ -332,6 +412,9 @@ fn dispatch(
                 per[part].1.push(b' ');
                 per[part].1.extend_from_slice(k);
                 slots.push((k.to_vec(), part));
+            }
+            if per.len() > 1 {
+                pool.stats.fragments += per.len() as u64;
             }
             let seq = c.push_waiting(style, Merge::MultiGet(slots), per.len());
             for (part, (s, mut wire)) in per.into_iter().enumerate() {
@@ -355,7 +438,7 @@ fn dispatch(
         } => {
             let live: Vec<usize> = (0..pool.servers.len()).filter(|&s| pool.is_up(s)).collect();
             if live.is_empty() {
-                c.push_ready(no_server());
+                c.push_ready(no_server(pool));
                 return;
             }
             let seq = c.push_waiting(style, Merge::Broadcast(quiet), live.len());
@@ -365,4 +448,25 @@ fn dispatch(
             }
         }
     }
+}
+
+/// The stats port's document for the proxy's state now.
+fn stats_doc(
+    source: &str,
+    started: Instant,
+    opened: u64,
+    listeners: &[Listener],
+    clients: &Slab<Client>,
+    pools: &[Pool],
+) -> Vec<u8> {
+    let servers_opened: u64 = pools.iter().map(|p| p.conns_opened).sum();
+    let servers_open: u64 = pools.iter().map(Pool::open_conns).sum();
+    let head = Header {
+        source,
+        uptime: started.elapsed().as_secs(),
+        timestamp: stats::now_secs(),
+        total_connections: opened + servers_opened,
+        curr_connections: (listeners.len() + clients.len()) as u64 + servers_open,
+    };
+    stats::render(&head, pools)
 }

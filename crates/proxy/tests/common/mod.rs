@@ -65,6 +65,8 @@ pub fn backend_bin() -> PathBuf {
 pub struct Proc {
     pub child: Child,
     pub port: u16,
+    /// A proxy's stats port (0 for a backend).
+    pub stats: u16,
 }
 
 impl Proc {
@@ -103,7 +105,11 @@ pub fn backend(port: u16) -> Proc {
         .spawn()
         .expect("start backend");
     wait_listening(port, &mut child, "backend");
-    Proc { child, port }
+    Proc {
+        child,
+        port,
+        stats: 0,
+    }
 }
 
 fn unsafe_is_root() -> bool {
@@ -125,17 +131,26 @@ pub fn write_conf(name: &str, yaml: &str) -> PathBuf {
     path
 }
 
-/// osmium-proxy with `yaml`, listening on `port`.
+/// osmium-proxy with `yaml`, listening on `port`, its stats port on a
+/// free loopback port.
 pub fn proxy(yaml: &str, port: u16) -> Proc {
+    proxy_with(yaml, port, &[])
+}
+
+/// [`proxy`] with more arguments.
+pub fn proxy_with(yaml: &str, port: u16, extra: &[&str]) -> Proc {
     let conf = write_conf(&format!("proxy-{port}.yml"), yaml);
+    let stats = free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_osmium-proxy"))
         .args(["-c", conf.to_str().unwrap()])
+        .args(["-a", "127.0.0.1", "-s", &stats.to_string()])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start osmium-proxy");
     wait_listening(port, &mut child, "osmium-proxy");
-    Proc { child, port }
+    Proc { child, port, stats }
 }
 
 /// nutcracker on PATH; `None` (after a SKIP line) when it is not
@@ -160,6 +175,11 @@ pub fn nutcracker_bin() -> Option<PathBuf> {
 
 /// nutcracker with `yaml`, listening on `port`.
 pub fn nutcracker(bin: &Path, yaml: &str, port: u16) -> Proc {
+    nutcracker_with(bin, yaml, port, &[])
+}
+
+/// [`nutcracker`] with more arguments.
+pub fn nutcracker_with(bin: &Path, yaml: &str, port: u16, extra: &[&str]) -> Proc {
     let conf = write_conf(&format!("nutcracker-{port}.yml"), yaml);
     let stats = free_port();
     let mut child = Command::new(bin)
@@ -172,12 +192,21 @@ pub fn nutcracker(bin: &Path, yaml: &str, port: u16) -> Proc {
             &stats.to_string(),
         ])
         .args(["-o", "/dev/null"])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start nutcracker");
     wait_listening(port, &mut child, "nutcracker");
-    Proc { child, port }
+    Proc { child, port, stats }
+}
+
+/// The stats port's document: everything it sends before closing.
+pub fn stats_doc(port: u16) -> String {
+    let mut s = connect(port);
+    let mut doc = Vec::new();
+    s.read_to_end(&mut doc).expect("read stats");
+    String::from_utf8(doc).expect("stats are UTF-8")
 }
 
 pub fn connect(port: u16) -> TcpStream {

@@ -1,0 +1,503 @@
+//! nutcracker's stats port: the per-pool and per-server counters (plain
+//! integers counted on the event loop thread, no allocation per request),
+//! the description `-D` prints, the JSON document rendered when the port
+//! is asked (byte for byte nutcracker 0.5.0's layout), and the port's
+//! listener and connections (each gets one document, written without
+//! blocking, then is closed).
+//!
+//! Unlike nutcracker, which publishes figures aggregated every
+//! `--stats-interval` ms, the figures are the current ones at the moment
+//! a connection is accepted.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Interest, Registry, Token};
+use slab::Slab;
+
+use crate::backend::Pool;
+
+/// The `service` nutcracker reports, kept so that tools checking it work.
+pub const SERVICE: &str = "nutcracker";
+
+/// The `version` reported: osmium-proxy's own.
+pub const VERSION: &str = concat!("osmium-proxy-", env!("CARGO_PKG_VERSION"));
+
+/// Stats connections served at once; more are closed unanswered.
+const MAX_CONNS: usize = 1024;
+
+/// A pool's counters (nutcracker's pool stats).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Client connections closed by the client (end of stream, `quit`).
+    pub client_eof: u64,
+    /// Client connections closed on an error (reset, framing error).
+    pub client_err: u64,
+    /// Client connections open now.
+    pub client_connections: u64,
+    /// Times a server of the pool was ejected.
+    pub server_ejects: u64,
+    /// Requests answered with an error because forwarding failed.
+    pub forward_error: u64,
+    /// Parts made by splitting a multi-key request over several servers.
+    pub fragments: u64,
+}
+
+/// A server's counters (nutcracker's server stats, less the queues, which
+/// are read from the connections when rendering: see [`Queues`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Connections the server closed (end of stream).
+    pub server_eof: u64,
+    /// Connections closed on an error (refused, reset, out of step).
+    pub server_err: u64,
+    /// Connections closed because a request timed out.
+    pub server_timedout: u64,
+    /// Connections established and open now.
+    pub server_connections: u64,
+    /// When the server was last ejected, in µs since the epoch (0: never).
+    pub server_ejected_at: u64,
+    pub requests: u64,
+    pub request_bytes: u64,
+    pub responses: u64,
+    pub response_bytes: u64,
+}
+
+/// A server's queues now: requests not yet fully written to it (`in`)
+/// and written ones awaiting their reply (`out`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Queues {
+    pub in_queue: u64,
+    pub in_queue_bytes: u64,
+    pub out_queue: u64,
+    pub out_queue_bytes: u64,
+}
+
+/// The pool stats, in nutcracker's order, with their descriptions.
+pub const POOL_STATS: [(&str, &str); 6] = [
+    ("client_eof", "# eof on client connections"),
+    ("client_err", "# errors on client connections"),
+    ("client_connections", "# active client connections"),
+    ("server_ejects", "# times backend server was ejected"),
+    (
+        "forward_error",
+        "# requests answered with an error because forwarding failed",
+    ),
+    (
+        "fragments",
+        "# fragments created from a multi-vector request (parts of a multi-key get split over several servers)",
+    ),
+];
+
+/// The server stats, in nutcracker's order, with their descriptions.
+pub const SERVER_STATS: [(&str, &str); 13] = [
+    ("server_eof", "# eof on server connections"),
+    ("server_err", "# errors on server connections"),
+    ("server_timedout", "# timeouts on server connections"),
+    ("server_connections", "# active server connections"),
+    (
+        "server_ejected_at",
+        "timestamp when server was ejected in usec since epoch",
+    ),
+    ("requests", "# requests"),
+    ("request_bytes", "total request bytes"),
+    ("responses", "# responses"),
+    ("response_bytes", "total response bytes"),
+    (
+        "in_queue",
+        "# requests in incoming queue (not yet fully written to the server)",
+    ),
+    ("in_queue_bytes", "current request bytes in incoming queue"),
+    (
+        "out_queue",
+        "# requests in outgoing queue (written, awaiting the reply)",
+    ),
+    ("out_queue_bytes", "current request bytes in outgoing queue"),
+];
+
+/// What `-D` prints: nutcracker's description, adapted.
+pub fn describe() -> String {
+    let mut s = format!(
+        "This is {VERSION}\n\
+         stats port: one JSON document per connection, figures current when asked\n\
+         (\"service\":\"{SERVICE}\", \"version\":\"{VERSION}\")\n\npool stats:\n"
+    );
+    for (name, desc) in POOL_STATS {
+        s.push_str(&format!("  {name:<20}\"{desc}\"\n"));
+    }
+    s.push_str("\nserver stats:\n");
+    for (name, desc) in SERVER_STATS {
+        s.push_str(&format!("  {name:<20}\"{desc}\"\n"));
+    }
+    s
+}
+
+/// Microseconds since the epoch now.
+pub fn now_usec() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Seconds since the epoch now.
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The host's name (`source`), as nutcracker's `gethostname`.
+pub fn hostname() -> String {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .map(|s| s.trim().to_string())
+        .find(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// The document's first fields.
+#[derive(Clone, Debug)]
+pub struct Header<'a> {
+    pub source: &'a str,
+    pub uptime: u64,
+    pub timestamp: u64,
+    /// Listeners, clients and server connections ever opened.
+    pub total_connections: u64,
+    /// Listeners, clients and server connections open now.
+    pub curr_connections: u64,
+}
+
+/// nutcracker's buffer-building steps (`nc_stats.c`), so that the bytes
+/// are its bytes: `"key":value, ` pairs, `"name": {` nestings closed by
+/// rewriting the last two bytes, and `}` plus a newline at the end.
+struct Doc {
+    buf: Vec<u8>,
+}
+
+impl Doc {
+    fn key(&mut self, key: &str) {
+        self.buf.push(b'"');
+        for c in key.chars() {
+            match c {
+                '"' => self.buf.extend_from_slice(b"\\\""),
+                '\\' => self.buf.extend_from_slice(b"\\\\"),
+                c if (c as u32) < 0x20 => {
+                    self.buf
+                        .extend_from_slice(format!("\\u{:04x}", c as u32).as_bytes());
+                }
+                c => {
+                    let mut b = [0u8; 4];
+                    self.buf.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
+                }
+            }
+        }
+        self.buf.push(b'"');
+    }
+
+    fn string(&mut self, key: &str, value: &str) {
+        self.key(key);
+        self.buf.push(b':');
+        self.key(value);
+        self.buf.extend_from_slice(b", ");
+    }
+
+    fn num(&mut self, key: &str, value: u64) {
+        self.key(key);
+        self.buf.push(b':');
+        self.buf.extend_from_slice(value.to_string().as_bytes());
+        self.buf.extend_from_slice(b", ");
+    }
+
+    fn begin(&mut self, key: &str) {
+        self.key(key);
+        self.buf.extend_from_slice(b": {");
+    }
+
+    fn end(&mut self) {
+        let n = self.buf.len();
+        if n >= 2 && self.buf[n - 2] == b',' {
+            self.buf[n - 2] = b'}';
+            self.buf[n - 1] = b',';
+        } else if n >= 2 && self.buf[n - 2] == b'}' {
+            self.buf[n - 1] = b'}';
+            self.buf.push(b',');
+        } else {
+            self.buf.extend_from_slice(b"},");
+        }
+    }
+
+    /// The closing `}` over the last `,` (after the last pool's `},`), and
+    /// a newline.
+    fn finish(mut self) -> Vec<u8> {
+        if self.buf.ends_with(b", ") {
+            self.buf.truncate(self.buf.len() - 2);
+        } else if self.buf.ends_with(b",") {
+            self.buf.pop();
+        }
+        self.buf.extend_from_slice(b"}\n");
+        self.buf
+    }
+}
+
+/// nutcracker's order of names: shorter first, then by bytes.
+fn by_name<'a, T>(items: impl Iterator<Item = (&'a str, T)>) -> Vec<(&'a str, T)> {
+    let mut v: Vec<(&str, T)> = items.collect();
+    v.sort_by(|a, b| {
+        a.0.len()
+            .cmp(&b.0.len())
+            .then_with(|| a.0.as_bytes().cmp(b.0.as_bytes()))
+    });
+    v
+}
+
+/// The JSON document for `pools` (pools and their servers in nutcracker's
+/// order: by name, shorter names first).
+pub fn render(head: &Header<'_>, pools: &[Pool]) -> Vec<u8> {
+    let mut d = Doc {
+        buf: Vec::with_capacity(512 + pools.len() * 1024),
+    };
+    d.buf.push(b'{');
+    d.string("service", SERVICE);
+    d.string("source", head.source);
+    d.string("version", VERSION);
+    d.num("uptime", head.uptime);
+    d.num("timestamp", head.timestamp);
+    d.num("total_connections", head.total_connections);
+    d.num("curr_connections", head.curr_connections);
+    for (name, pool) in by_name(pools.iter().map(|p| (p.cfg.name.as_str(), p))) {
+        d.begin(name);
+        let st = &pool.stats;
+        let values = [
+            st.client_eof,
+            st.client_err,
+            st.client_connections,
+            st.server_ejects,
+            st.forward_error,
+            st.fragments,
+        ];
+        for ((key, _), v) in POOL_STATS.iter().zip(values) {
+            d.num(key, v);
+        }
+        let servers = pool.cfg.servers.iter().enumerate();
+        for (name, s) in by_name(servers.map(|(i, s)| (s.name.as_str(), i))) {
+            d.begin(name);
+            let st = &pool.servers[s].stats;
+            let q = pool.queues(s);
+            let values = [
+                st.server_eof,
+                st.server_err,
+                st.server_timedout,
+                st.server_connections,
+                st.server_ejected_at,
+                st.requests,
+                st.request_bytes,
+                st.responses,
+                st.response_bytes,
+                q.in_queue,
+                q.in_queue_bytes,
+                q.out_queue,
+                q.out_queue_bytes,
+            ];
+            for ((key, _), v) in SERVER_STATS.iter().zip(values) {
+                d.num(key, v);
+            }
+            d.end();
+        }
+        d.end();
+    }
+    d.finish()
+}
+
+/// One stats connection: its document and how much of it is written.
+#[derive(Debug)]
+struct StatsConn {
+    stream: TcpStream,
+    doc: Vec<u8>,
+    at: usize,
+}
+
+impl StatsConn {
+    /// Writes what the socket takes; `true` when done (all written, or the
+    /// reader is gone).
+    fn write(&mut self) -> bool {
+        while self.at < self.doc.len() {
+            match self.stream.write(&self.doc[self.at..]) {
+                Ok(0) => return true,
+                Ok(n) => self.at += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return true,
+            }
+        }
+        // What the reader sent (an HTTP request line, say) is read before
+        // closing, so that the close does not reset the connection.
+        let mut sink = [0u8; 4096];
+        for _ in 0..16 {
+            match self.stream.read(&mut sink) {
+                Ok(n) if n > 0 => {}
+                _ => break,
+            }
+        }
+        true
+    }
+}
+
+/// The stats port: its listener (token `base`) and connections (tokens
+/// from `base + 1`).
+#[derive(Debug)]
+pub struct StatsPort {
+    listener: TcpListener,
+    conns: Slab<StatsConn>,
+    base: usize,
+}
+
+impl StatsPort {
+    /// Binds `addr:port` (address reuse on, as nutcracker).
+    pub fn bind(addr: &str, port: u16) -> io::Result<StatsPort> {
+        let sa = (addr, port)
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
+        let sock = socket2::Socket::new(
+            socket2::Domain::for_address(sa),
+            socket2::Type::STREAM,
+            None,
+        )?;
+        sock.set_reuse_address(true)?;
+        sock.bind(&sa.into())?;
+        sock.listen(128)?;
+        sock.set_nonblocking(true)?;
+        let std: std::net::TcpListener = sock.into();
+        Ok(StatsPort {
+            listener: TcpListener::from_std(std),
+            conns: Slab::new(),
+            base: 0,
+        })
+    }
+
+    /// Registers the listener as `base`; connections take the tokens
+    /// after it, up to `base + 1 + MAX_CONNS`.
+    pub fn register(&mut self, registry: &Registry, base: usize) -> io::Result<()> {
+        self.base = base;
+        registry.register(&mut self.listener, Token(base), Interest::READABLE)
+    }
+
+    /// The tokens the port uses.
+    pub const fn token_span() -> usize {
+        MAX_CONNS + 1
+    }
+
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    /// A readiness event on one of the port's tokens: accepts waiting
+    /// readers (each gets `doc()`), or writes more of a connection's
+    /// document.
+    pub fn ready(&mut self, registry: &Registry, token: usize, mut doc: impl FnMut() -> Vec<u8>) {
+        if token == self.base {
+            self.accept(registry, &mut doc);
+            return;
+        }
+        let key = token - self.base - 1;
+        let done = self.conns.get_mut(key).is_some_and(StatsConn::write);
+        if done {
+            let mut c = self.conns.remove(key);
+            let _ = registry.deregister(&mut c.stream);
+        }
+    }
+
+    fn accept(&mut self, registry: &Registry, doc: &mut impl FnMut() -> Vec<u8>) {
+        loop {
+            let stream = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!("stats accept: {e}");
+                    return;
+                }
+            };
+            if self.conns.len() >= MAX_CONNS {
+                tracing::warn!("stats: {MAX_CONNS} readers already, one closed unanswered");
+                continue;
+            }
+            let mut c = StatsConn {
+                stream,
+                doc: doc(),
+                at: 0,
+            };
+            if c.write() {
+                continue;
+            }
+            // The rest goes out on writable events.
+            let entry = self.conns.vacant_entry();
+            let token = Token(self.base + 1 + entry.key());
+            if registry
+                .register(&mut c.stream, token, Interest::WRITABLE)
+                .is_ok()
+            {
+                entry.insert(c);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nesting_closes_as_nutcracker_does() {
+        let mut d = Doc { buf: vec![b'{'] };
+        d.string("service", "nutcracker");
+        d.num("uptime", 5);
+        d.begin("alpha");
+        d.num("client_eof", 0);
+        d.begin("two");
+        d.num("server_eof", 1);
+        d.end();
+        d.begin("127.0.0.1:11299");
+        d.num("server_eof", 2);
+        d.end();
+        d.end();
+        d.begin("beta");
+        d.num("client_eof", 3);
+        d.end();
+        let out = String::from_utf8(d.finish()).unwrap();
+        assert_eq!(
+            out,
+            "{\"service\":\"nutcracker\", \"uptime\":5, \"alpha\": {\"client_eof\":0, \
+             \"two\": {\"server_eof\":1},\"127.0.0.1:11299\": {\"server_eof\":2}},\
+             \"beta\": {\"client_eof\":3}}\n"
+        );
+    }
+
+    #[test]
+    fn names_are_escaped() {
+        let mut d = Doc { buf: vec![b'{'] };
+        d.num("a\"b\\c\u{1}", 1);
+        assert_eq!(
+            String::from_utf8(d.finish()).unwrap(),
+            "{\"a\\\"b\\\\c\\u0001\":1}\n"
+        );
+    }
+
+    #[test]
+    fn names_sort_shorter_first() {
+        let v = by_name(["zz", "aaa", "mm", "b"].into_iter().map(|n| (n, ())));
+        let names: Vec<&str> = v.into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["b", "mm", "zz", "aaa"]);
+    }
+
+    #[test]
+    fn describe_lists_every_stat() {
+        let d = describe();
+        for (name, _) in POOL_STATS.iter().chain(SERVER_STATS.iter()) {
+            assert!(d.contains(name), "{name}");
+        }
+    }
+}
