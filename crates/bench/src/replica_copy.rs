@@ -39,7 +39,8 @@ fn line(r: &mut BufReader<TcpStream>) -> Result<String, String> {
 /// One `stats` value of the server on `port`.
 fn stat(port: u16, name: &str) -> Result<u64, String> {
     let v = stat_text(port, name)?;
-    v.parse().map_err(|_| format!("STAT {name} {v}: not a number"))
+    v.parse()
+        .map_err(|_| format!("STAT {name} {v}: not a number"))
 }
 
 fn stat_text(port: u16, name: &str) -> Result<String, String> {

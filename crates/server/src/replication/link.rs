@@ -37,6 +37,14 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 const WRITE_CHUNK: usize = 64 << 10;
 /// How long the sender waits for keys before it checks its timers.
 const POLL: Duration = Duration::from_millis(50);
+/// A full copy ends a stretch with `mn` every this many bytes ...
+const COPY_MARK: usize = 64 << 10;
+/// ... and goes on only while at most this many `mn` are unanswered: the
+/// copy runs at most about `COPY_AHEAD * COPY_MARK` bytes ahead of the
+/// replica, so a write sent between two stretches is applied (and, in
+/// sync mode, answered) after that much, not after whatever the socket
+/// buffers hold.
+const COPY_AHEAD: usize = 2;
 
 /// A downstream link's queue and figures (`stats`: `replica_N_*`).
 #[derive(Default)]
@@ -215,6 +223,7 @@ fn stream_writes(
                 batch: &mut batch,
                 interleave,
                 overflowed: false,
+                since_mark: 0,
             };
             if let Err(e) = full_copy(repl, link, stream, &mut out, &mut copy) {
                 return e;
@@ -284,10 +293,13 @@ fn send_states(
     stream: &mut TcpStream,
     out: &mut Vec<u8>,
     keys: &[u8],
-) -> io::Result<()> {
+) -> io::Result<usize> {
+    let mut bytes = 0;
     for r in records(keys) {
         if let Record::Key(key) = r {
+            let before = out.len();
             encode::key_state(store, key, out);
+            bytes += out.len() - before;
             link.sent.fetch_add(1, Relaxed);
         }
         if out.len() >= WRITE_CHUNK {
@@ -295,7 +307,7 @@ fn send_states(
             out.clear();
         }
     }
-    Ok(())
+    Ok(bytes)
 }
 
 /// A full copy's connection and whether writes go between its chunks.
@@ -305,31 +317,66 @@ struct CopyState<'a> {
     interleave: bool,
     /// The queue overflowed during the copy.
     overflowed: bool,
+    /// Bytes of the copy sent since its last `mn`.
+    since_mark: usize,
 }
 
 impl CopyState<'_> {
-    /// Between two chunks of a copy: the writes queued meanwhile, as a
-    /// batch of their own (acknowledged by its MN as usual).
-    fn writes_between(
+    /// Between two chunks of a copy (`sent` bytes in the last): the
+    /// writes queued meanwhile, as a batch of their own (acknowledged by
+    /// its MN as usual); every `COPY_MARK` bytes an `mn`, and a wait while
+    /// more than `COPY_AHEAD` are unanswered.
+    fn between_chunks(
         &mut self,
         repl: &Replication,
         link: &Link,
         stream: &mut TcpStream,
         out: &mut Vec<u8>,
+        sent: usize,
     ) -> io::Result<()> {
-        if !self.interleave || self.overflowed {
-            return Ok(());
+        self.since_mark += sent;
+        if self.interleave && !self.overflowed {
+            let taken = link.queue.take_now(self.batch);
+            if taken.resync {
+                self.overflowed = true;
+            } else if taken.records > 0 {
+                send_batch(repl, link, stream, out, self.batch)?;
+                end_batch(self.conn, link, stream, out, taken.seq)?;
+                self.since_mark = 0;
+            }
         }
-        let taken = link.queue.take_now(self.batch);
-        if taken.resync {
-            self.overflowed = true;
-            return Ok(());
+        if self.since_mark >= COPY_MARK {
+            // Sequence number 0: acknowledges no write.
+            end_batch(self.conn, link, stream, out, 0)?;
+            self.since_mark = 0;
         }
-        if taken.records == 0 {
-            return Ok(());
+        self.wait_for_replica(repl)
+    }
+
+    /// Waits while more than `COPY_AHEAD` `mn` are unanswered.
+    fn wait_for_replica(&self, repl: &Replication) -> io::Result<()> {
+        loop {
+            let oldest = {
+                let inflight = self.conn.inflight.lock().unwrap_or_else(|e| e.into_inner());
+                if inflight.len() <= COPY_AHEAD {
+                    return Ok(());
+                }
+                inflight.front().map(|&(_, sent)| sent)
+            };
+            if self.conn.broken.load(Relaxed) {
+                return Err(io::Error::new(
+                    io::ErrorKind::ConnectionReset,
+                    "connection lost",
+                ));
+            }
+            if repl.stopping() {
+                return Err(io::Error::other("stopping"));
+            }
+            if oldest.is_some_and(|sent| sent.elapsed() > ACK_TIMEOUT) {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "no MN within 1 s"));
+            }
+            std::thread::sleep(Duration::from_micros(50));
         }
-        send_batch(repl, link, stream, out, self.batch)?;
-        end_batch(self.conn, link, stream, out, taken.seq)
     }
 }
 
@@ -352,8 +399,8 @@ fn full_copy(
                 keys.extend_from_slice(e.key);
             }
         });
-        send_states(store, link, stream, out, &keys)?;
-        copy.writes_between(repl, link, stream, out)?;
+        let sent = send_states(store, link, stream, out, &keys)?;
+        copy.between_chunks(repl, link, stream, out, sent)?;
         if !more {
             break;
         }
@@ -375,8 +422,8 @@ fn full_copy(
                 keys.extend_from_slice(key);
             }
         });
-        send_states(store, link, stream, out, &keys)?;
-        copy.writes_between(repl, link, stream, out)?;
+        let sent = send_states(store, link, stream, out, &keys)?;
+        copy.between_chunks(repl, link, stream, out, sent)?;
         if !more {
             return Ok(());
         }
@@ -433,7 +480,7 @@ fn end_batch(
         .push_back((seq, Instant::now()));
     let r = stream.write_all(out);
     out.clear();
-    link.sent_seq.store(seq, Relaxed);
+    link.sent_seq.fetch_max(seq, Relaxed);
     r
 }
 
