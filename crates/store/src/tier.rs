@@ -27,10 +27,51 @@ thread_local! {
     static READY: RefCell<VecDeque<Ready>> = const { RefCell::new(VecDeque::new()) };
     /// Reads of hot items on flash, for `ext_recache_rate`.
     static RECACHE_COUNT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// Buffers of reads ahead whose records were used, for the next
+    /// reads: a new buffer is new memory the kernel must fault in and zero
+    /// (most of a large read's CPU), a spare one is not.
+    static SPARE: RefCell<Vec<AlignedBuf>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Records read ahead that a thread keeps, at most.
 const READY_MAX: usize = 256;
+/// Spare read buffers a thread keeps, at most, and their bytes at most.
+const SPARE_MAX: usize = 32;
+const SPARE_BYTES: usize = 16 << 20;
+
+/// A buffer of at least `len` bytes for a read: the smallest spare that
+/// holds it, else a new one.
+fn spare_buf(len: usize) -> AlignedBuf {
+    SPARE.with(|s| {
+        let mut s = s.borrow_mut();
+        let fit = (0..s.len())
+            .filter(|&i| s[i].len() >= len)
+            .min_by_key(|&i| s[i].len());
+        match fit {
+            Some(i) => s.swap_remove(i),
+            None => AlignedBuf::new(len),
+        }
+    })
+}
+
+/// Keeps a read buffer for later reads, within `SPARE_MAX` buffers and
+/// `SPARE_BYTES` (the smallest go first when over; one that does not fit
+/// is freed).
+fn give_back(buf: AlignedBuf) {
+    SPARE.with(|s| {
+        let mut s = s.borrow_mut();
+        let held: usize = s.iter().map(|b| b.len()).sum();
+        if buf.len() > SPARE_BYTES {
+            return;
+        }
+        s.push(buf);
+        let mut held = held + s.last().map_or(0, |b| b.len());
+        while s.len() > SPARE_MAX || held > SPARE_BYTES {
+            let smallest = (0..s.len()).min_by_key(|&i| s[i].len()).expect("not empty");
+            held -= s.swap_remove(smallest).len();
+        }
+    });
+}
 
 /// A record read ahead: `len` bytes of `buf` from `skip` are the record of
 /// the key with `hash` at flash address `addr`.
@@ -164,6 +205,9 @@ impl Store {
             }
             (Lookup::Hit(out), recache)
         });
+        if let Some(rd) = ready {
+            give_back(rd.buf);
+        }
         if let Some((spec, value, state)) = recache {
             self.back_to_ram(key, &spec, &value, state);
             flash.stats.recaches.fetch_add(1, Ordering::Relaxed);
@@ -280,7 +324,7 @@ impl Store {
                 offset,
                 len,
                 skip,
-                buf: AlignedBuf::new(len),
+                buf: spare_buf(len),
             },
         }
     }
@@ -309,8 +353,11 @@ impl Store {
                     len: n - skip,
                 });
             }
-            Ok(_) => {}
-            Err(e) => flash.read_failed(&e),
+            Ok(_) => give_back(buf),
+            Err(e) => {
+                give_back(buf);
+                flash.read_failed(&e);
+            }
         }
     }
 
@@ -348,8 +395,51 @@ fn keep_ready(r: Ready) {
     READY.with(|q| {
         let mut q = q.borrow_mut();
         if q.len() >= READY_MAX {
-            q.pop_front();
+            if let Some(old) = q.pop_front() {
+                give_back(old.buf);
+            }
         }
         q.push_back(r);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spare_lens() -> Vec<usize> {
+        SPARE.with(|s| {
+            let mut v: Vec<usize> = s.borrow().iter().map(|b| b.len()).collect();
+            v.sort_unstable();
+            v
+        })
+    }
+
+    #[test]
+    fn spare_buffers_are_reused_and_bounded() {
+        // A buffer given back is the one a read of its size gets again.
+        let b = spare_buf(10_000);
+        let ptr = b.as_ptr();
+        give_back(b);
+        let again = spare_buf(9_000);
+        assert_eq!(again.as_ptr(), ptr, "the smallest spare that holds it");
+        give_back(again);
+        // At most SPARE_MAX buffers: the smallest go first.
+        for i in 0..SPARE_MAX + 8 {
+            give_back(AlignedBuf::new(4096 * (i + 1)));
+        }
+        let lens = spare_lens();
+        assert!(lens.len() <= SPARE_MAX, "{}", lens.len());
+        assert!(lens.iter().sum::<usize>() <= SPARE_BYTES);
+        assert!(!lens.contains(&4096), "the smallest went first");
+        // At most SPARE_BYTES: big ones push small ones out, one over the
+        // limit by itself is freed.
+        for _ in 0..40 {
+            give_back(AlignedBuf::new(1 << 20));
+        }
+        give_back(AlignedBuf::new(SPARE_BYTES + 4096));
+        let lens = spare_lens();
+        assert!(lens.iter().sum::<usize>() <= SPARE_BYTES, "{lens:?}");
+        assert!(lens.iter().all(|&l| l <= SPARE_BYTES));
+    }
 }
