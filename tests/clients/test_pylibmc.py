@@ -7,6 +7,10 @@ import pytest
 
 from .helpers import ALL_BYTES, CORE_STATS, TRICKY, VERSION_RE, raw_get
 
+# Also run through nutcracker and osmium-proxy in front of three servers
+# (conftest.py); tests marked `direct` need the server itself.
+THROUGH_PROXIES = True
+
 
 def make_client(srv, **behaviors):
     b = {"cas": True, "tcp_nodelay": True}
@@ -271,6 +275,7 @@ def test_serialisation_flags(server, mc, value, flags):
     assert raw_get(server.address, "pl_serde")[0] == flags
 
 
+@pytest.mark.proxies("osmium-proxy")  # nutcracker refuses flush_all
 def test_flush_all(mc):
     mc.set_multi({f"pl_flush_{i}": b"x" for i in range(10)})
     assert mc.flush_all() is True
@@ -303,6 +308,7 @@ def test_stats(fresh_server):
     c.disconnect_all()
 
 
+@pytest.mark.direct  # reads a server's stats
 def test_version(mc):
     [(_name, stats)] = mc.get_stats()
     assert VERSION_RE.match(stats["version"].decode()), stats["version"]

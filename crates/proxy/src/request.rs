@@ -287,9 +287,14 @@ fn frame_text(buf: &[u8]) -> Option<Framed<'_>> {
         }
         b"mg" | b"ms" | b"md" | b"ma" | b"me" => frame_meta(buf, line_len, canon, &tokens),
         b"mn" => local(line_len, "MN\r\n"),
-        b"version" => local(
+        // As nutcracker: a server answers (placed like an empty key), so
+        // clients that check the version see the servers'.
+        b"version" => forward(
             line_len,
-            concat!("VERSION osmium-proxy-", env!("CARGO_PKG_VERSION"), "\r\n"),
+            b"",
+            Cow::Borrowed(b"version\r\n"),
+            Expect::Line,
+            Quiet::No,
         ),
         b"quit" => text(line_len, Action::Quit(Vec::new())),
         b"flush_all" => {
@@ -547,12 +552,12 @@ fn frame_binary(buf: &[u8]) -> Option<Framed<'_>> {
             quiet,
         }),
         0x0a => done(Action::Local(binary_reply(opcode, opaque, 0, b""))),
-        0x0b => done(Action::Local(binary_reply(
-            opcode,
-            opaque,
-            0,
-            concat!("osmium-proxy-", env!("CARGO_PKG_VERSION")).as_bytes(),
-        ))),
+        0x0b => done(Action::Forward {
+            key: Cow::Borrowed(b""),
+            wire,
+            expect: Expect::Binary,
+            quiet,
+        }),
         0x07 => done(Action::Quit(binary_reply(opcode, opaque, 0, b""))),
         0x17 => done(Action::Quit(Vec::new())),
         0x10 | 0x1b => done(Action::Local(binary_reply(
