@@ -55,7 +55,9 @@ def stat(addr, name):
 
 
 def client(addr):
-    return Client(addr, connect_timeout=1, timeout=1, default_noreply=False)
+    # Well above the proxy's `timeout` (400 ms), after which it sends a read
+    # to the replica: a read is unanswered only if that fails too.
+    return Client(addr, connect_timeout=3, timeout=3, default_noreply=False)
 
 
 class Load:
