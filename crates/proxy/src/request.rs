@@ -309,9 +309,14 @@ fn frame_text(buf: &[u8]) -> Option<Framed<'_>> {
             )
         }
         b"verbosity" => local(line_len, "OK\r\n"),
-        b"stats" => local(
+        // Refused, and the connection closed after the error, as nutcracker
+        // closes it: a client reading STAT lines until END does not wait
+        // for ever. The proxy's own figures are on its stats port.
+        b"stats" => text(
             line_len,
-            "SERVER_ERROR stats are not served by osmium-proxy: ask the servers\r\n",
+            Action::Quit(
+                b"SERVER_ERROR stats are not served by osmium-proxy: ask the servers\r\n".to_vec(),
+            ),
         ),
         _ => local(line_len, "ERROR\r\n"),
     }

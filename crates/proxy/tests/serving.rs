@@ -144,9 +144,23 @@ fn text_meta_and_binary_through_the_proxy() {
     want.push((0x0a, 3));
     assert_eq!(opaques, want);
 
-    // Local answers.
-    assert!(roundtrip(port, b"version\r\n", b"\r\n").starts_with(b"VERSION "));
+    // Local answers; `version` is a server's.
+    assert_eq!(
+        roundtrip(port, b"version\r\n", b"\r\n"),
+        b"VERSION 1.6.45\r\n"
+    );
     assert_eq!(roundtrip(port, b"bogus\r\n", b"\r\n"), b"ERROR\r\n");
+    // `stats` is refused and the connection closed (as nutcracker closes
+    // it): the request after it is not answered.
+    {
+        use std::io::Read;
+        let mut s = connect(port);
+        s.write_all(b"stats\r\nget a\r\n").unwrap();
+        let mut all = Vec::new();
+        s.read_to_end(&mut all).unwrap();
+        assert!(all.starts_with(b"SERVER_ERROR ") && all.ends_with(b"\r\n"));
+        assert_eq!(all.iter().filter(|&&b| b == b'\n').count(), 1, "{all:?}");
+    }
     // A refused storage command's block is swallowed, not run.
     let long = "k".repeat(300);
     let r = roundtrip(
