@@ -64,20 +64,20 @@ pub struct ClusterArgs {
     memcached: Option<PathBuf>,
     /// Rounds of every comparison (the order alternates; medians).
     #[arg(long, default_value_t = 3)]
-    pub rounds: usize,
+    rounds: usize,
     /// Measured seconds of a run.
     #[arg(long, default_value_t = 4.0)]
     duration: f64,
     /// `-t` of every server.
     #[arg(long, default_value_t = 2)]
-    pub threads: u32,
+    threads: u32,
     /// `-m` of every server, MB.
     #[arg(long, default_value_t = 256)]
-    pub memory: u64,
+    memory: u64,
     #[arg(long, default_value_t = 100_000)]
     keys: u64,
     #[arg(long, default_value_t = 64)]
-    pub value_size: usize,
+    value_size: usize,
     /// Client connections.
     #[arg(long, default_value_t = 8)]
     conns: usize,
@@ -86,7 +86,7 @@ pub struct ClusterArgs {
     depths: Vec<usize>,
     /// Items the writer holds when its replica returns (`copy`).
     #[arg(long, default_value_t = 1_000_000)]
-    pub copy_items: u64,
+    copy_items: u64,
 }
 
 /// Runs the modes asked for, printing a table per mode.
@@ -103,7 +103,12 @@ pub fn run(a: &ClusterArgs) -> Result<(), String> {
             Mode::Proxy => proxies(a, &bins, &proxy)?,
             Mode::Replication => replication(a, &bins)?,
             Mode::Sla => sla(a, &bins, &proxy)?,
-            Mode::Copy => crate::replica_copy::run(a, &bins)?,
+            Mode::Copy => crate::replica_copy::run(&crate::replica_copy::CopyRun {
+                rounds: a.rounds,
+                items: a.copy_items,
+                value_size: a.value_size,
+                start: &|port, extra| server(&bins, false, port, a, extra),
+            })?,
         }
     }
     Ok(())
@@ -131,7 +136,7 @@ fn workload(a: &ClusterArgs, depth: usize, get_ratio: f64) -> Workload {
 }
 
 /// An osmium or memcached server on `port` with `extra` arguments.
-pub(crate) fn server(
+fn server(
     bins: &Binaries,
     memcached: bool,
     port: u16,

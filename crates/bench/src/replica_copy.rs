@@ -18,8 +18,20 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use crate::cluster::{server, ClusterArgs};
-use crate::servers::{free_port, Binaries};
+use crate::process::Process;
+use crate::servers::free_port;
+
+/// Starts an osmium server on a port with more arguments.
+pub type StartServer<'a> = &'a dyn Fn(u16, &[String]) -> Result<Process, String>;
+
+/// What to measure, and how to start an osmium server on a port with more
+/// arguments (the caller's settings: `-m`, `-t`, the binary).
+pub struct CopyRun<'a> {
+    pub rounds: usize,
+    pub items: u64,
+    pub value_size: usize,
+    pub start: StartServer<'a>,
+}
 
 fn connect(port: u16) -> Result<(TcpStream, BufReader<TcpStream>), String> {
     let s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
@@ -61,8 +73,8 @@ fn stat_text(port: u16, name: &str) -> Result<String, String> {
 }
 
 /// Runs the copy measurement once per round; prints a table.
-pub fn run(a: &ClusterArgs, bins: &Binaries) -> Result<(), String> {
-    let items = a.copy_items;
+pub fn run(a: &CopyRun<'_>) -> Result<(), String> {
+    let items = a.items;
     println!(
         "cluster copy: a sync writer holding {items} items of {} B while its replica is down; the replica starts empty and gets the full copy while one client writes back to back",
         a.value_size
@@ -76,7 +88,7 @@ pub fn run(a: &ClusterArgs, bins: &Binaries) -> Result<(), String> {
             .map(|s| s.to_string())
             .chain(["--replication".to_string(), "sync".to_string()])
             .collect();
-        let writer = server(bins, false, wp, a, &extra)?;
+        let writer = (a.start)(wp, &extra)?;
         let (mut w, mut r) = connect(wp)?;
         let value = vec![b'v'; a.value_size];
         let mut load = Vec::with_capacity(1 << 20);
@@ -96,7 +108,7 @@ pub fn run(a: &ClusterArgs, bins: &Binaries) -> Result<(), String> {
             return Err(format!("loading the writer: {l}"));
         }
         let held = stat(wp, "curr_items")?;
-        let replica = server(bins, false, rp, a, &[])?;
+        let replica = (a.start)(rp, &[])?;
         // The writer reconnects on its own schedule: timing starts when
         // it says the link is up (the copy under way).
         while stat_text(wp, "replica_0_link")? != "up" {

@@ -26,10 +26,10 @@ use std::time::{Duration, Instant};
 use mio::{Registry, Token};
 
 use crate::config::{Distribution, Failover, PoolConfig};
+use crate::counters::{now_usec, PoolStats, Queues, ServerStats};
 use crate::inbuf::InBuf;
 use crate::reply::{self, Expect};
 use crate::ring::Ring;
-use crate::stats::{now_usec, PoolStats, Queues, ServerStats};
 use crate::stream::Stream;
 
 /// How often a catching-up server is asked again.

@@ -12,6 +12,7 @@
 pub mod backend;
 pub mod client;
 pub mod config;
+pub mod counters;
 pub mod hash;
 pub mod inbuf;
 pub mod proxy;

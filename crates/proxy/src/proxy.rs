@@ -464,7 +464,7 @@ fn stats_doc(
     let head = Header {
         source,
         uptime: started.elapsed().as_secs(),
-        timestamp: stats::now_secs(),
+        timestamp: crate::counters::now_secs(),
         total_connections: opened + servers_opened,
         curr_connections: (listeners.len() + clients.len()) as u64 + servers_open,
     };

@@ -1,6 +1,5 @@
-//! nutcracker's stats port: the per-pool and per-server counters (plain
-//! integers counted on the event loop thread, no allocation per request),
-//! the description `-D` prints, the JSON document rendered when the port
+//! nutcracker's stats port: the description `-D` prints of the counters
+//! (`counters`), the JSON document rendered when the port
 //! is asked (byte for byte nutcracker 0.5.0's layout), and the port's
 //! listener and connections (each gets one document, written without
 //! blocking, then is closed).
@@ -11,7 +10,6 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Registry, Token};
@@ -27,53 +25,6 @@ pub const VERSION: &str = concat!("osmium-proxy-", env!("CARGO_PKG_VERSION"));
 
 /// Stats connections served at once; more are closed unanswered.
 const MAX_CONNS: usize = 1024;
-
-/// A pool's counters (nutcracker's pool stats).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PoolStats {
-    /// Client connections closed by the client (end of stream, `quit`).
-    pub client_eof: u64,
-    /// Client connections closed on an error (reset, framing error).
-    pub client_err: u64,
-    /// Client connections open now.
-    pub client_connections: u64,
-    /// Times a server of the pool was ejected.
-    pub server_ejects: u64,
-    /// Requests answered with an error because forwarding failed.
-    pub forward_error: u64,
-    /// Parts made by splitting a multi-key request over several servers.
-    pub fragments: u64,
-}
-
-/// A server's counters (nutcracker's server stats, less the queues, which
-/// are read from the connections when rendering: see [`Queues`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ServerStats {
-    /// Connections the server closed (end of stream).
-    pub server_eof: u64,
-    /// Connections closed on an error (refused, reset, out of step).
-    pub server_err: u64,
-    /// Connections closed because a request timed out.
-    pub server_timedout: u64,
-    /// Connections established and open now.
-    pub server_connections: u64,
-    /// When the server was last ejected, in µs since the epoch (0: never).
-    pub server_ejected_at: u64,
-    pub requests: u64,
-    pub request_bytes: u64,
-    pub responses: u64,
-    pub response_bytes: u64,
-}
-
-/// A server's queues now: requests not yet fully written to it (`in`)
-/// and written ones awaiting their reply (`out`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Queues {
-    pub in_queue: u64,
-    pub in_queue_bytes: u64,
-    pub out_queue: u64,
-    pub out_queue_bytes: u64,
-}
 
 /// The pool stats, in nutcracker's order, with their descriptions.
 pub const POOL_STATS: [(&str, &str); 6] = [
@@ -132,20 +83,6 @@ pub fn describe() -> String {
         s.push_str(&format!("  {name:<20}\"{desc}\"\n"));
     }
     s
-}
-
-/// Microseconds since the epoch now.
-pub fn now_usec() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
-}
-
-/// Seconds since the epoch now.
-pub fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// The host's name (`source`), as nutcracker's `gethostname`.
