@@ -9,7 +9,7 @@
 //! a connection is accepted.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Registry, Token};
@@ -294,22 +294,8 @@ pub struct StatsPort {
 impl StatsPort {
     /// Binds `addr:port` (address reuse on, as nutcracker).
     pub fn bind(addr: &str, port: u16) -> io::Result<StatsPort> {
-        let sa = (addr, port)
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
-        let sock = socket2::Socket::new(
-            socket2::Domain::for_address(sa),
-            socket2::Type::STREAM,
-            None,
-        )?;
-        sock.set_reuse_address(true)?;
-        sock.bind(&sa.into())?;
-        sock.listen(128)?;
-        sock.set_nonblocking(true)?;
-        let std: std::net::TcpListener = sock.into();
         Ok(StatsPort {
-            listener: TcpListener::from_std(std),
+            listener: crate::stream::tcp_listener(addr, port, 128)?,
             conns: Slab::new(),
             base: 0,
         })

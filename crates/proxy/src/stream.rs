@@ -100,23 +100,7 @@ impl Listener {
     /// Binds `listen` with `backlog`.
     pub fn bind(listen: &Listen, backlog: u32) -> io::Result<Listener> {
         match &listen.addr {
-            Addr::Tcp { host, port } => {
-                let sa = (host.as_str(), *port)
-                    .to_socket_addrs()?
-                    .next()
-                    .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
-                let sock = socket2::Socket::new(
-                    socket2::Domain::for_address(sa),
-                    socket2::Type::STREAM,
-                    None,
-                )?;
-                sock.set_reuse_address(true)?;
-                sock.bind(&sa.into())?;
-                sock.listen(backlog.min(i32::MAX as u32) as i32)?;
-                sock.set_nonblocking(true)?;
-                let std: std::net::TcpListener = sock.into();
-                Ok(Listener::Tcp(TcpListener::from_std(std)))
-            }
+            Addr::Tcp { host, port } => Ok(Listener::Tcp(tcp_listener(host, *port, backlog)?)),
             Addr::Unix(path) => {
                 if std::fs::symlink_metadata(path)
                     .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
@@ -155,4 +139,24 @@ impl Listener {
             Listener::Unix(..) => None,
         }
     }
+}
+
+/// A non-blocking TCP listener on `host:port` (address reuse on, as
+/// nutcracker's) with `backlog`.
+pub fn tcp_listener(host: &str, port: u16, backlog: u32) -> io::Result<TcpListener> {
+    let sa = (host, port)
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(sa),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    sock.set_reuse_address(true)?;
+    sock.bind(&sa.into())?;
+    sock.listen(backlog.min(i32::MAX as u32) as i32)?;
+    sock.set_nonblocking(true)?;
+    let std: std::net::TcpListener = sock.into();
+    Ok(TcpListener::from_std(std))
 }
