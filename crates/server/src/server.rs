@@ -6,6 +6,8 @@
 //! Threads:
 //! * main: the acceptor (listening sockets, `-c`, dealing connections);
 //! * `osmium-worker-N` (`-t`): one event loop each (`transport::worker`);
+//! * `osmium-clean`: compacts mostly dead segments ahead of the writers'
+//!   need (`Store::clean_ahead`), woken when free segments run low;
 //! * `osmium-maint`: ticks the clock every 100 ms; every 500 ms backs full
 //!   regions of item memory with huge pages, frees wholly expired segments,
 //!   walks a few others for expired items, and hands freed buffer memory
@@ -65,6 +67,7 @@ pub fn run(settings: Settings, auth: AuthConfig) -> io::Result<StopRequest> {
         },
         recovery_threads: settings.threads,
         flash: settings.flash.clone(),
+        clean: settings.clean,
     })?;
     report_restart(&restart, settings.memory_file.as_deref());
     let store = Arc::new(store);
@@ -87,6 +90,7 @@ pub fn run(settings: Settings, auth: AuthConfig) -> io::Result<StopRequest> {
         .collect::<io::Result<_>>()?;
 
     spawn_maintenance(shared.clone())?;
+    let cleaner = spawn_cleaner(shared.clone())?;
     start_replication(&shared.replication, &shared, &workers);
 
     let mut poll = Poll::new()?;
@@ -151,6 +155,11 @@ pub fn run(settings: Settings, auth: AuthConfig) -> io::Result<StopRequest> {
     }
     for w in workers {
         let _ = w.thread.join();
+    }
+    // Nothing moves items while the memory file is written out.
+    if let Some(c) = cleaner {
+        shared.store.wake_cleaner();
+        let _ = c.join();
     }
     // With -e: every page written out and the file marked whole (a kill
     // would have kept the cache too, but only a stop survives a system
@@ -234,6 +243,26 @@ fn report_restart(restart: &Restart, file: Option<&str>) {
             r.damaged,
         );
     }
+}
+
+/// Starts the background cleaner (`osmium-clean`), which compacts mostly
+/// dead segments ahead of the writers' need (`Store::clean_ahead`), woken
+/// when free segments run low; None with `-o no_compact_background`.
+fn spawn_cleaner(shared: Arc<Shared>) -> io::Result<Option<std::thread::JoinHandle<()>>> {
+    if !shared.settings.clean.background {
+        return Ok(None);
+    }
+    let handle = std::thread::Builder::new()
+        .name("osmium-clean".into())
+        .spawn(move || {
+            let store = &shared.store;
+            while shared.stop_requested().is_none() {
+                if !store.clean_ahead() {
+                    store.wait_for_cleaning(Duration::from_millis(100));
+                }
+            }
+        })?;
+    Ok(Some(handle))
 }
 
 fn spawn_maintenance(shared: Arc<Shared>) -> io::Result<()> {

@@ -204,6 +204,11 @@ pub struct Settings {
     pub maxconns_fast: bool,
     pub hashpower_init: u32,
     pub lru_crawler: bool,
+    /// `-o compact_policy=greedy|cost_benefit`, `-o
+    /// compact_threshold=<percent>`, `-o compact_reserve=<percent>`, `-o
+    /// no_compact_background`: how the engine gets dead space back (see
+    /// `osmium_store::CleanConfig`).
+    pub clean: osmium_store::CleanConfig,
     /// `-o thread_affinity=N` (osmium's own, after the ThreadAffinity
     /// memcached builds of seed 002): worker i runs only on CPU
     /// (N + i) mod the CPUs this process may use. None: no pinning.
@@ -309,10 +314,10 @@ const IGNORED_EXTENDED: &[&str] = &[
 /// One of memcached's extstore options (`-o ext_*`), with its messages.
 /// Honoured: ext_path (several), ext_page_size and ext_wbuf_size (MB),
 /// ext_item_size, ext_recache_rate (0: nothing read from flash comes back
-/// into RAM), ext_compact_under (free pages kept), ext_drop_unread. Accepted
+/// into RAM), ext_compact_under (free pages kept), ext_max_frag (pages
+/// less full than this are compacted first), ext_drop_unread. Accepted
 /// without effect (osmium's tier has no such knob: README): ext_threads,
-/// ext_io_depth, ext_item_age, ext_low_ttl, ext_drop_under, ext_max_frag,
-/// ext_max_sleep.
+/// ext_io_depth, ext_item_age, ext_low_ttl, ext_drop_under, ext_max_sleep.
 fn extstore_option(f: &mut FlashConfig, name: &str, value: Option<&str>) -> Result<(), String> {
     let number = |v: Option<&str>| -> Result<u64, String> {
         let v = v.ok_or_else(|| format!("Missing {name} argument"))?;
@@ -365,9 +370,10 @@ fn extstore_option(f: &mut FlashConfig, name: &str, value: Option<&str>) -> Resu
             number(value)?;
         }
         "ext_max_frag" => {
-            value
+            let frag = value
                 .and_then(|v| v.parse::<f64>().ok())
                 .ok_or_else(|| format!("could not parse argument to {name}"))?;
+            f.max_frag_percent = (frag.clamp(0.0, 1.0) * 100.0).round() as u32;
         }
         n => return Err(format!("Illegal suboption \"{n}\"")),
     }
@@ -378,7 +384,7 @@ pub fn help_text() -> String {
     use clap::CommandFactory;
     let mut cmd = Cli::command();
     format!(
-        "osmium {} (memcached protocol {VERSION})\n{}\n\n-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_drop_unread.\nOther memcached -o options are accepted with a warning.\n",
+        "osmium {} (memcached protocol {VERSION})\n{}\n\n-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background.\nOther memcached -o options are accepted with a warning.\n",
         env!("CARGO_PKG_VERSION"),
         cmd.render_help()
     )
@@ -522,6 +528,7 @@ where
     let mut thread_affinity = None;
     let mut read_buf_mem_limit = 0usize;
     let mut flash = FlashConfig::default();
+    let mut clean = osmium_store::CleanConfig::default();
     for opt in cli.extended.iter().flat_map(|o| o.split(',')) {
         let opt = opt.trim();
         if opt.is_empty() {
@@ -550,6 +557,26 @@ where
                     .ok_or("could not parse argument to read_buf_mem_limit")?;
                 read_buf_mem_limit = mb as usize * (1 << 20);
             }
+            "compact_policy" => {
+                clean.policy = match value {
+                    Some("greedy") => osmium_store::CleanPolicy::Greedy,
+                    Some("cost_benefit") => osmium_store::CleanPolicy::CostBenefit,
+                    _ => return Err("-o compact_policy: greedy or cost_benefit".into()),
+                }
+            }
+            "compact_threshold" => {
+                clean.threshold_percent = number(value)?;
+                if clean.threshold_percent > 100 {
+                    return Err("-o compact_threshold: a percent, 0 to 100".into());
+                }
+            }
+            "compact_reserve" => {
+                clean.reserve_percent = number(value)?;
+                if clean.reserve_percent > 50 {
+                    return Err("-o compact_reserve: a percent, 0 to 50".into());
+                }
+            }
+            "no_compact_background" => clean.background = false,
             "no_lru_crawler" => lru_crawler = false,
             "lru_crawler" => lru_crawler = true,
             "maxconns_fast" => maxconns_fast = true,
@@ -619,6 +646,7 @@ where
         maxconns_fast,
         hashpower_init,
         lru_crawler,
+        clean,
         thread_affinity,
         binding_protocol,
         sasl: cli.sasl,

@@ -13,6 +13,12 @@
 //! acknowledged flush_all over keys written only before it, kills the
 //! server 100-900 ms into the load, restarts it on the same file and
 //! checks every key; the rounds go on from what was found.
+//!
+//! The second test runs the same rounds in a cache a few times bigger than
+//! its live data (`-m 32 -M`): the writes fill it with overwritten and
+//! deleted items, so segments are being compacted (live items moved,
+//! mostly dead segments freed) when the kill comes; with `-M` nothing may
+//! be evicted either, so every acknowledged write must come back.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -78,11 +84,11 @@ struct Server {
 }
 
 impl Server {
-    fn start(file: &Path) -> Server {
+    fn start(file: &Path, memory_mb: u32) -> Server {
         let (child, port) = start_on_free_port(|port| {
             Command::new(env!("CARGO_BIN_EXE_osmium"))
                 .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-                .args(["-m", "1024", "-t", "2", "-M", "-I", "1m"])
+                .args(["-m", &memory_mb.to_string(), "-t", "2", "-M", "-I", "1m"])
                 .arg("-e")
                 .arg(file)
                 .stdin(Stdio::null())
@@ -119,13 +125,13 @@ impl Drop for Server {
 struct Scratch(PathBuf);
 
 impl Scratch {
-    fn new() -> Scratch {
+    fn new(name: &str) -> Scratch {
         let base = if Path::new("/dev/shm").is_dir() {
             PathBuf::from("/dev/shm")
         } else {
             std::env::temp_dir()
         };
-        let dir = base.join(format!("osmium-crash-{}", std::process::id()));
+        let dir = base.join(format!("osmium-crash-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
     }
@@ -363,12 +369,45 @@ fn write_load(
 
 #[test]
 fn every_acknowledged_write_delete_and_flush_survives_kill_9() {
-    let scratch = Scratch::new();
+    kill_9_rounds(1024, "cache");
+}
+
+#[test]
+fn kill_9_during_compaction_loses_nothing() {
+    let compacted = kill_9_rounds(32, "compact");
+    assert!(
+        compacted >= ROUNDS as u64,
+        "only {compacted} segments compacted in {ROUNDS} rounds"
+    );
+}
+
+/// `segments_compacted` of a running server.
+fn segments_compacted(server: &Server) -> u64 {
+    let mut c = Client::new(server.connect(), Protocol::Text);
+    c.w.write_all(b"stats\r\n").unwrap();
+    let mut n = 0;
+    loop {
+        let l = c.line().unwrap();
+        if l == "END\r\n" {
+            return n;
+        }
+        if let Some(v) = l.strip_prefix("STAT segments_compacted ") {
+            n = v.trim().parse().unwrap();
+        }
+    }
+}
+
+/// The kill -9 rounds (see the module comment) on a server of
+/// `memory_mb`; returns how many segments it compacted just before the
+/// kills, in all rounds.
+fn kill_9_rounds(memory_mb: u32, name: &str) -> u64 {
+    let scratch = Scratch::new(name);
     let file = scratch.0.join("cache.mem");
     let model: Arc<Mutex<HashMap<String, KeyModel>>> = Arc::default();
     let versions = Arc::new(Mutex::new(0u64));
     let mut rng = Rng(0x5eed ^ u64::from(std::process::id()));
-    let mut server = Server::start(&file);
+    let mut server = Server::start(&file, memory_mb);
+    let mut compacted = 0;
     let mut all_keys: Vec<String> = (0..WRITERS)
         .flat_map(|w| (0..KEYS_PER_WRITER).map(move |k| format!("w{w}k{k}")))
         .collect();
@@ -405,13 +444,15 @@ fn every_acknowledged_write_delete_and_flush_survives_kill_9() {
             })
             .collect();
         std::thread::sleep(Duration::from_millis(100 + rng.below(800)));
+        compacted += segments_compacted(&server);
+        std::thread::sleep(Duration::from_millis(rng.below(20)));
         server.kill9();
         stop.store(true, Ordering::Relaxed);
         for w in writers {
             w.join().unwrap();
         }
         drop(server);
-        server = Server::start(&file);
+        server = Server::start(&file, memory_mb);
         let mut keys = all_keys.clone();
         keys.extend(flushed.iter().cloned());
         let found = read_all(&server, &keys);
@@ -442,10 +483,12 @@ fn every_acknowledged_write_delete_and_flush_survives_kill_9() {
         all_keys.sort();
     }
     eprintln!(
-        "{ROUNDS} kill -9 rounds, {checked} key checks, {} writes, {:.1} s",
+        "-m {memory_mb}: {ROUNDS} kill -9 rounds, {checked} key checks, {} writes, \
+         {compacted} segments compacted, {:.1} s",
         versions.lock().unwrap(),
         started.elapsed().as_secs_f64()
     );
+    compacted
 }
 
 fn describe(s: &State) -> String {

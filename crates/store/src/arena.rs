@@ -62,6 +62,9 @@ pub use crate::segment::{
     Segment, SegmentId, STATE_ACTIVE, STATE_CLAIMED, STATE_FREE, STATE_SEALED,
 };
 
+mod cleaning;
+pub use cleaning::{CleanPolicy, CleanScan};
+
 /// A write head moves to a new segment once its segment is this many
 /// seconds old, so that item access times fit 16 bits.
 const MAX_SEGMENT_AGE: u32 = 60_000;
@@ -126,11 +129,9 @@ pub struct Slot {
 pub enum Reserve {
     /// Got a slot.
     Slot(Slot),
-    /// The pool is exhausted: this sealed segment was claimed for eviction;
-    /// the caller must evict its items, then call `recycle`, then retry.
-    Evict(SegmentId),
-    /// Nothing can be freed (evictions disabled, or every segment busy).
-    OutOfMemory,
+    /// Every segment holds items: the caller makes room (compacts or
+    /// evicts a segment, see `Store::make_room`), then retries.
+    Full,
 }
 
 pub struct Arena {
@@ -146,7 +147,7 @@ pub struct Arena {
     segments: &'static [Segment],
     pool: Mutex<Pool>,
     /// Small heads of the workers, then the main heads, then the evictor
-    /// head.
+    /// head, then the compactor's heads (small, main).
     heads: Box<[Mutex<WriteHead>]>,
     workers: usize,
     /// One main head per worker, or (in a small arena, where every
@@ -202,7 +203,7 @@ impl Arena {
         let regions = capacity.div_ceil(region_segments);
         let workers = workers.max(1);
         let main_heads = if limit >= 32 * workers { workers } else { 1 };
-        let heads = workers + main_heads + 1;
+        let heads = workers + main_heads + 3;
         Arena {
             collapsed: (0..regions).map(|_| AtomicBool::new(false)).collect(),
             region_segments,
@@ -263,6 +264,11 @@ impl Arena {
         }
     }
 
+    /// Write heads in all (workers', the evictor's, the compactor's).
+    pub fn head_count(&self) -> usize {
+        self.heads.len()
+    }
+
     /// The head of copies made outside a worker's writes (main queue).
     pub fn copy_head(&self) -> usize {
         self.workers
@@ -272,8 +278,13 @@ impl Arena {
         self.workers + self.main_heads
     }
 
+    /// The head the compactor copies a `queue` segment's items through.
+    fn compactor_head(&self, queue: Queue) -> usize {
+        self.workers + self.main_heads + 1 + queue as usize
+    }
+
     fn queue_of_head(&self, head: usize) -> Queue {
-        if head < self.workers {
+        if head < self.workers || head == self.compactor_head(Queue::Small) {
             Queue::Small
         } else {
             Queue::Main
@@ -396,7 +407,11 @@ impl Arena {
             if let Some(seg) = h.seg.take() {
                 self.seal(seg);
             }
+            // Under the pool's lock, as every activation (a flush_all
+            // marks segments under it).
+            let pool = self.pool.lock();
             self.activate(spare, Queue::Main, now);
+            drop(pool);
             h.seg = Some(spare);
             h.offset = 0;
         }
@@ -462,12 +477,9 @@ impl Arena {
                 return Ok(seg);
             }
         }
-        // The last segment under the limit becomes the evictor's spare.
-        if self.evictions_enabled
-            && pool.spare.is_none()
-            && pool.limit >= 2
-            && pool.allocated + 1 == pool.limit
-        {
+        // The last segment under the limit becomes the spare of the
+        // evictor and the compactor (see the module comment).
+        if pool.spare.is_none() && pool.limit >= 2 && pool.allocated + 1 == pool.limit {
             if let Some(seg) = self.fresh_id(&mut pool) {
                 pool.allocated += 1;
                 pool.spare = Some(seg);
@@ -480,19 +492,20 @@ impl Arena {
                 return Ok(seg);
             }
         }
-        // Evict: the oldest of small if small is over its share (or main is
-        // empty), else the oldest of main. (No per-segment live counts are
-        // kept: updating them from every overwrite would make the writers
-        // of different threads share cache lines. A segment whose items are
-        // all dead is cheap to walk.)
+        Err(Reserve::Full)
+    }
+
+    /// Claims the segment S3-FIFO evicts next: the oldest of small if
+    /// small is over its share (or main is empty), else the oldest of
+    /// main; a segment being written or walked is passed over (a
+    /// compactor's destination in the way is sealed first, when the
+    /// compactor is not using it). The caller evicts its items and
+    /// `recycle`s it. None with evictions off or nothing eligible.
+    pub fn claim_eviction_victim(&self) -> Option<SegmentId> {
         if !self.evictions_enabled {
-            return Err(Reserve::OutOfMemory);
+            return None;
         }
-        let eligible = |seg: SegmentId| {
-            let s = self.segment(seg);
-            s.state.load(Ordering::Acquire) == STATE_SEALED
-                && s.pending.load(Ordering::Acquire) == 0
-        };
+        let mut pool = self.pool.lock();
         let small_share = (pool.limit / 10).max(1);
         let order = if pool.fifo[0].len() > small_share || pool.fifo[1].is_empty() {
             [0, 1]
@@ -501,19 +514,23 @@ impl Arena {
         };
         let mut pick = None;
         for q in order {
-            if let Some(pos) = pool.fifo[q].iter().position(|&seg| eligible(seg)) {
+            let found = pool.fifo[q].iter().position(|&seg| {
+                self.seal_idle_destination(seg);
+                let s = self.segment(seg);
+                s.state.load(Ordering::Acquire) == STATE_SEALED
+                    && s.pending.load(Ordering::Acquire) == 0
+            });
+            if let Some(pos) = found {
                 pick = Some((q, pos));
                 break;
             }
         }
-        let Some((q, pos)) = pick else {
-            return Err(Reserve::OutOfMemory);
-        };
+        let (q, pos) = pick?;
         let seg = pool.fifo[q].remove(pos).expect("fifo position");
         self.segment(seg)
             .state
             .store(STATE_CLAIMED, Ordering::Release);
-        Err(Reserve::Evict(seg))
+        Some(seg)
     }
 
     /// A segment id whose memory is not in use: a released one, else one
@@ -530,6 +547,12 @@ impl Arena {
     }
 
     fn activate(&self, seg: SegmentId, queue: Queue, now: u32) {
+        self.activate_at(seg, queue, now);
+    }
+
+    /// Activates `seg` for `queue` with item access times counted from
+    /// `base_time`.
+    fn activate_at(&self, seg: SegmentId, queue: Queue, base_time: u32) {
         let s = self.segment(seg);
         epoch::wait_past(s.retired.swap(0, Ordering::AcqRel));
         s.queue.store(queue as u8, Ordering::Relaxed);
@@ -537,7 +560,8 @@ impl Arena {
             self.next_seq.fetch_add(1, Ordering::Relaxed),
             Ordering::Release,
         );
-        s.base_time.store(now, Ordering::Release);
+        s.live_bytes.store(0, Ordering::Relaxed);
+        s.base_time.store(base_time, Ordering::Release);
         s.flushed_below.store(0, Ordering::Release);
         // Flushes already applied do not cover items written from now on.
         s.flush_epoch
@@ -757,6 +781,8 @@ impl Arena {
             let id = id as SegmentId;
             s.pending.store(0, Ordering::Relaxed);
             s.retired.store(0, Ordering::Relaxed);
+            // Recounted as the index is rebuilt.
+            s.live_bytes.store(0, Ordering::Relaxed);
             if s.activations.load(Ordering::Relaxed) == 0 {
                 s.state.store(STATE_FREE, Ordering::Relaxed);
                 continue;

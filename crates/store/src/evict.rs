@@ -27,7 +27,12 @@ impl Store {
     /// reset (from small) or decremented (from main); the rest are evicted,
     /// and keys evicted from small are remembered in the ghost.
     pub(crate) fn evict_segment(&self, seg: SegmentId) {
+        let dead = self.arena.segment(seg).dead();
         self.walk_segment(seg, true);
+        let c = &self.clean_stats;
+        c.segments_evicted.fetch_add(1, Ordering::Relaxed);
+        c.dead_bytes_reclaimed
+            .fetch_add(dead as u64, Ordering::Relaxed);
     }
 
     /// Walks the items of a claimed, fully written segment. With `evict`,
@@ -60,6 +65,8 @@ impl Store {
                 let loc = Location { seg, offset };
                 let mut table = self.shard(hash).write();
                 if let Some(found) = table.find_at(&self.arena, key, hash, loc) {
+                    // Read before the check: see `keep`.
+                    let flushes = self.arena.flush_epoch();
                     let now = self.clock.now();
                     let stale = !matches!(self.check(it, loc, now), Lookup::Hit(()));
                     let fetched = it.is_fetched();
@@ -72,12 +79,15 @@ impl Store {
                         live += 1;
                     } else {
                         let freq = it.freq();
-                        if freq == 0 || !self.keep(&mut table, hash, &found, queue, now) {
+                        if freq == 0 || !self.keep(&mut table, hash, &found, queue, now, flushes) {
                             // To flash if there is a tier, else evicted.
                             if !self.demote(hash, &found) {
                                 let c = &mut table.counters;
                                 c.evictions += 1;
                                 c.evicted_unfetched += u64::from(!fetched);
+                                self.clean_stats
+                                    .evicted_live_bytes
+                                    .fetch_add(size as u64, Ordering::Relaxed);
                             }
                             self.unlink(&mut table, &found);
                             if queue == Queue::Small {
@@ -94,7 +104,17 @@ impl Store {
 
     /// Copies an item the evictor keeps into main (keeping its CAS unique
     /// and access time). False if there was no room (it is then evicted).
-    fn keep(&self, table: &mut Table, hash: u64, found: &Found, from: Queue, now: u32) -> bool {
+    /// `flushes` is the arena's flush number read before the item was
+    /// checked.
+    fn keep(
+        &self,
+        table: &mut Table,
+        hash: u64,
+        found: &Found,
+        from: Queue,
+        now: u32,
+        flushes: u32,
+    ) -> bool {
         let it = found.item;
         let spec = item::ItemSpec {
             cas: self.explicit(self.cas_of(found.loc, it)),
@@ -109,7 +129,15 @@ impl Store {
         if from == Queue::Main {
             slot.ptr.set_freq(it.freq() - 1);
         }
-        self.link_counted(table, hash, &slot, Some(found), false);
+        let new = self.link_counted(table, hash, &slot, Some(found), false);
+        if self.arena.flush_epoch() != flushes {
+            // A flush_all ran since the item was checked (it marks
+            // segments without shard locks): the copy goes, as the item
+            // would have.
+            if let Some(f) = table.find_at(&self.arena, it.key(), hash, new) {
+                self.unlink(table, &f);
+            }
+        }
         self.arena.finish_write(slot.seg);
         true
     }

@@ -26,6 +26,8 @@
 //! of its own: `read` (get, get_many, fetch, touch, prefetch hints),
 //! `write` (the storage commands and items received in pieces), `remove`,
 //! `counter` (incr/decr), `evict` (eviction and reclamation walks),
+//! `compact` (getting dead space back: compaction, and when to compact
+//! rather than evict),
 //! `flush` (flush_all), `stats` and `dump` (visiting every live item's
 //! metadata in batches, for the dump commands). Their arguments and
 //! results, in cache terms, are in `types` and re-exported here.
@@ -61,6 +63,7 @@ pub mod item;
 pub mod memfile;
 pub mod segment;
 
+mod compact;
 mod counter;
 mod dump;
 mod evict;
@@ -75,7 +78,9 @@ mod tier;
 mod types;
 mod write;
 
+pub use arena::CleanPolicy;
 pub use backing::BackingKind;
+pub use compact::CleanConfig;
 pub use dump::{DumpCursor, DumpEntry};
 pub use flash::{FlashConfig, FlashPath};
 pub use item::{ItemView, HEADER_SIZE};

@@ -225,6 +225,9 @@ impl Store {
             Some(other) => {
                 table.replace(&other, hash, loc);
                 other.item.mark_dead();
+                let other_size = other.item.size();
+                self.arena.segment(other.loc.seg).sub_live(other_size);
+                self.arena.segment(loc.seg).add_live(size as usize);
                 let c = &mut table.counters;
                 c.curr_items -= 1;
                 c.bytes = c.bytes.wrapping_sub(other.item.size() as u64);
@@ -233,6 +236,7 @@ impl Store {
             }
             None => {
                 table.insert(&self.arena, hash, loc);
+                self.arena.segment(loc.seg).add_live(size as usize);
                 count_recovered(&mut table.counters, size);
                 Relink::Linked
             }

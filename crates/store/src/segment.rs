@@ -14,16 +14,23 @@
 //!      +------+------+---------+-----+----------+--------+-------------+-------+-----------+
 //!      |state |queue |immortal | pad | pending  | used   | activations | seq   | base_time |
 //!      +------+------+---------+-----+----------+--------+-------------+-------+-----------+
-//!  36            40            44              56        64..128
-//!      +-------------+-------------+---------------+---------+---------+
-//!      | max_exptime | flush_epoch | flushed_below | retired | (pad)   |
-//!      +-------------+-------------+---------------+---------+---------+
+//!  36            40            44              56        64           72..128
+//!      +-------------+-------------+---------------+---------+------------+-------+
+//!      | max_exptime | flush_epoch | flushed_below | retired | live_bytes | (pad) |
+//!      +-------------+-------------+---------------+---------+------------+-------+
 //!
 //!  kept across a restart: state, queue, immortal, used, activations, seq,
 //!                         base_time, max_exptime, flush_epoch,
 //!                         flushed_below
-//!  this run's only:       pending, retired (cleared when the file is opened)
+//!  this run's only:       pending, retired (cleared when the file is opened),
+//!                         live_bytes (recounted by the recovery's scan)
 //! ```
+//!
+//! `live_bytes` is on the block's second cache line: writers append to
+//! their own segment (first line: `pending`, `used`), while the bytes of
+//! the items they replace are taken off other segments' second lines.
+//! `used - live_bytes` is the segment's dead space (overwritten, deleted
+//! and abandoned items), which the compactor reclaims (see `compact`).
 //!
 //! Every field is an integer atomic, so any bytes a damaged file holds are
 //! a valid control block; the recovery checks what it reads before it
@@ -86,11 +93,43 @@ pub struct Segment {
     /// read it, so it is not rewritten (or released) before `epoch::
     /// wait_past` that epoch.
     pub retired: AtomicU64,
+    /// Bytes of the items in it that the index links to: added when an
+    /// item is linked, taken off when it is unlinked or replaced.
+    pub live_bytes: AtomicU64,
+    _pad1: [u64; 7],
 }
 
 const _: () = assert!(std::mem::size_of::<Segment>() == CONTROL_BLOCK_SIZE);
 
 impl Segment {
+    /// Bytes of linked items.
+    #[inline]
+    pub fn live(&self) -> usize {
+        self.live_bytes.load(Ordering::Relaxed) as usize
+    }
+
+    /// Bytes written into it that no item the index links to holds any
+    /// more (overwritten, deleted, abandoned). Racy: an estimate while
+    /// writers work, exact once the segment is sealed and quiet.
+    #[inline]
+    pub fn dead(&self) -> usize {
+        self.used
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.live())
+    }
+
+    /// An item of `size` bytes in it was linked.
+    #[inline]
+    pub fn add_live(&self, size: usize) {
+        self.live_bytes.fetch_add(size as u64, Ordering::Relaxed);
+    }
+
+    /// An item of `size` bytes in it was unlinked.
+    #[inline]
+    pub fn sub_live(&self, size: usize) {
+        self.live_bytes.fetch_sub(size as u64, Ordering::Relaxed);
+    }
+
     /// Whether an item in it may be expired or flushed: some item has an
     /// expiry, or a flush covered part of it.
     #[inline]

@@ -28,7 +28,22 @@ impl Store {
             total.total_items += h.total_items.load(Ordering::Relaxed);
         }
         let (allocated, limit) = self.arena.usage();
+        let scan = self
+            .arena
+            .scan(crate::arena::CleanPolicy::Greedy, usize::MAX, 0);
+        let c = &self.clean_stats;
         StoreStats {
+            live_bytes: scan.live as u64,
+            dead_bytes: scan.dead as u64,
+            segments_free: self.arena.free_segments() as u64,
+            segments_compacted: c.segments_compacted.load(Ordering::Relaxed),
+            compact_items_moved: c.items_moved.load(Ordering::Relaxed),
+            compact_bytes_copied: c.bytes_copied.load(Ordering::Relaxed),
+            compact_writer_runs: c.writer_compactions.load(Ordering::Relaxed),
+            compact_aborted: c.aborted.load(Ordering::Relaxed),
+            segments_evicted: c.segments_evicted.load(Ordering::Relaxed),
+            evicted_live_bytes: c.evicted_live_bytes.load(Ordering::Relaxed),
+            reclaimed_dead_bytes: c.dead_bytes_reclaimed.load(Ordering::Relaxed),
             curr_items: total.curr_items,
             total_items: total.total_items,
             // Shards and heads are read one after the other: a sum caught
@@ -63,6 +78,19 @@ impl Store {
         }
         for h in self.head_counters.iter() {
             h.total_items.store(0, Ordering::Relaxed);
+        }
+        let c = &self.clean_stats;
+        for n in [
+            &c.segments_compacted,
+            &c.items_moved,
+            &c.bytes_copied,
+            &c.writer_compactions,
+            &c.aborted,
+            &c.segments_evicted,
+            &c.evicted_live_bytes,
+            &c.dead_bytes_reclaimed,
+        ] {
+            n.store(0, Ordering::Relaxed);
         }
     }
 }

@@ -45,6 +45,15 @@ pub struct Store {
     pub(crate) cas_offset_bits: u32,
     /// The flash tier (`-o ext_path`).
     pub(crate) flash: Option<std::sync::Arc<crate::flash::Flash>>,
+    /// Taken by whoever compacts or evicts a segment (see `compact`).
+    pub(crate) cleaner: parking_lot::Mutex<()>,
+    pub(crate) clean_stats: crate::compact::CleanStats,
+    /// The compaction's notes of the live items it moves (kept from one
+    /// compaction to the next; compactions take turns under `cleaner`).
+    pub(crate) compact_plan: parking_lot::Mutex<Vec<(u32, u64)>>,
+    /// Set (and signalled) when writers find free segments low: wakes the
+    /// background cleaner.
+    pub(crate) clean_wanted: (parking_lot::Mutex<bool>, parking_lot::Condvar),
 }
 
 impl Store {
@@ -133,6 +142,10 @@ impl Store {
             flush_epochs: [AtomicU32::new(0), AtomicU32::new(0)],
             flush_count: AtomicU32::new(0),
             limit_maxbytes: AtomicU64::new(cfg.memory_limit as u64),
+            cleaner: parking_lot::Mutex::new(()),
+            clean_stats: Default::default(),
+            compact_plan: Default::default(),
+            clean_wanted: Default::default(),
             cfg,
         };
         let mut restart = Restart {
@@ -281,20 +294,25 @@ impl Store {
     /// Unlinks a found entry; the caller holds the shard's write lock.
     pub(crate) fn unlink(&self, table: &mut Table, found: &Found) {
         table.remove(found);
-        self.release_item(table, found.item);
+        self.release_item(table, found);
     }
 
-    fn release_item(&self, table: &mut Table, it: ItemPtr) {
+    /// Marks an item the index no longer links to dead and takes it off
+    /// the counts (the shard's, and its segment's live bytes).
+    fn release_item(&self, table: &mut Table, found: &Found) {
+        let it = found.item;
         it.mark_dead();
         let size = it.size();
+        self.arena.segment(found.loc.seg).sub_live(size);
         table.counters.curr_items -= 1;
         // Wrapping: a shard's bytes can sink below zero when the item was
         // counted through a head (see HeadCounters); the sum is right.
         table.counters.bytes = table.counters.bytes.wrapping_sub(size as u64);
     }
 
-    fn account_link(&self, table: &mut Table, it: ItemPtr, new: bool) {
+    fn account_link(&self, table: &mut Table, seg: SegmentId, it: ItemPtr, new: bool) {
         let size = it.size();
+        self.arena.segment(seg).add_live(size);
         table.counters.curr_items += 1;
         table.counters.total_items += u64::from(new);
         table.counters.bytes = table.counters.bytes.wrapping_add(size as u64);
@@ -410,23 +428,28 @@ impl Store {
     }
 
     /// Reserves space for the item `spec` describes on arena head `head`,
-    /// evicting as needed; its header is written, marked dead until the
+    /// compacting or evicting as needed (`make_room`); its header is written, marked dead until the
     /// item is linked (see `Arena::reserve`). No shard lock may be held.
     pub(crate) fn reserve(&self, head: usize, spec: &item::ItemSpec) -> Option<Slot> {
         let mut busy = 0;
         loop {
             match self.arena.reserve(head, spec, self.clock.now()) {
-                Reserve::Slot(slot) => return Some(slot),
-                Reserve::Evict(seg) => {
-                    self.evict_segment(seg);
-                    self.arena.recycle(seg);
-                }
-                Reserve::OutOfMemory => {
-                    busy += 1;
-                    if busy > RESERVE_RETRIES {
-                        return None;
+                Reserve::Slot(slot) => {
+                    if slot.offset == 0 {
+                        // A new segment was taken: the background cleaner
+                        // may have to free more.
+                        self.note_segment_taken();
                     }
-                    std::thread::yield_now();
+                    return Some(slot);
+                }
+                Reserve::Full => {
+                    if !self.make_room() {
+                        busy += 1;
+                        if busy > RESERVE_RETRIES {
+                            return None;
+                        }
+                        std::thread::yield_now();
+                    }
                 }
             }
         }
@@ -493,11 +516,11 @@ impl Store {
         match old {
             Some(f) => {
                 table.replace(f, hash, loc);
-                self.release_item(table, f.item);
+                self.release_item(table, f);
             }
             None => table.insert(&self.arena, hash, loc),
         }
-        self.account_link(table, slot.ptr, new);
+        self.account_link(table, slot.seg, slot.ptr, new);
         loc
     }
 

@@ -27,6 +27,8 @@ pub struct StoreConfig {
     pub recovery_threads: usize,
     /// The flash tier, if any (`-o ext_path`).
     pub flash: Option<crate::flash::FlashConfig>,
+    /// How dead space is cleaned (`-o compact_*`).
+    pub clean: crate::compact::CleanConfig,
 }
 
 impl Default for StoreConfig {
@@ -40,6 +42,7 @@ impl Default for StoreConfig {
             backing: BackingKind::default(),
             recovery_threads: 4,
             flash: None,
+            clean: crate::compact::CleanConfig::default(),
         }
     }
 }
@@ -243,6 +246,31 @@ pub struct StoreStats {
     pub segments_allocated: u64,
     pub segments_limit: u64,
     pub index_bytes: u64,
+    /// Bytes of the items the index links to, by their segments' counts
+    /// (`bytes` is the same figure from the shards' counts).
+    pub live_bytes: u64,
+    /// Bytes written into segments that no linked item holds any more:
+    /// overwritten, deleted and abandoned items not yet reclaimed.
+    pub dead_bytes: u64,
+    /// Segments free for the writers (free list, never used under the
+    /// limit).
+    pub segments_free: u64,
+    /// Segments emptied by compaction (their live items moved, none
+    /// evicted), items moved and bytes copied doing it.
+    pub segments_compacted: u64,
+    pub compact_items_moved: u64,
+    pub compact_bytes_copied: u64,
+    /// Compactions run by a writer that found no free segment (the rest
+    /// ran in the background cleaner), and compactions given up.
+    pub compact_writer_runs: u64,
+    pub compact_aborted: u64,
+    /// Segments emptied by eviction, and the bytes of the live items
+    /// evicted from them (`evictions` counts those items).
+    pub segments_evicted: u64,
+    pub evicted_live_bytes: u64,
+    /// Dead bytes freed with the segments that held them, by compaction
+    /// or eviction.
+    pub reclaimed_dead_bytes: u64,
 }
 
 /// What opening the store found (see [`Store::open`](crate::Store::open)).

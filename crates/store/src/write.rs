@@ -118,7 +118,7 @@ impl Store {
     /// Prefetches what a write of a key with this hash will lock and read
     /// in the index: its shard's first line and its home bucket.
     #[inline]
-    fn prefetch_index(&self, hash: u64) {
+    pub(crate) fn prefetch_index(&self, hash: u64) {
         let shard = self.shard(hash);
         arena::prefetch(shard as *const Shard as *const u8);
         // SAFETY: the shard's table lives as long as the store.
@@ -368,8 +368,11 @@ impl Store {
         };
         // Still pinned: the old item's memory is not reused yet.
         old.item.mark_dead();
+        let (new_size, old_size) = (slot.ptr.size(), old.item.size());
+        self.arena.segment(slot.seg).add_live(new_size);
+        self.arena.segment(old.loc.seg).sub_live(old_size);
         let c = &self.head_counters[head % self.head_counters.len()];
-        let delta = (slot.ptr.size() as u64).wrapping_sub(old.item.size() as u64);
+        let delta = (new_size as u64).wrapping_sub(old_size as u64);
         c.bytes.fetch_add(delta, Ordering::Relaxed);
         c.total_items.fetch_add(1, Ordering::Relaxed);
         true

@@ -177,6 +177,19 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "evicted_active", 0);
     stat(out, "evictions", e.evictions);
     stat(out, "reclaimed", e.reclaimed);
+    // osmium's segments: live and dead bytes, compaction, and evictions
+    // of live items apart from reclaims of dead ones.
+    stat(out, "live_bytes", e.live_bytes);
+    stat(out, "dead_bytes", e.dead_bytes);
+    stat(out, "segments_free", e.segments_free);
+    stat(out, "segments_compacted", e.segments_compacted);
+    stat(out, "compact_items_moved", e.compact_items_moved);
+    stat(out, "compact_bytes_copied", e.compact_bytes_copied);
+    stat(out, "compact_writer_runs", e.compact_writer_runs);
+    stat(out, "compact_aborted", e.compact_aborted);
+    stat(out, "segments_evicted", e.segments_evicted);
+    stat(out, "evicted_live_bytes", e.evicted_live_bytes);
+    stat(out, "reclaimed_dead_bytes", e.reclaimed_dead_bytes);
     if let Some(f) = sh.store.flash() {
         flash_stats(f, out);
     }
@@ -248,6 +261,15 @@ fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
     // osmium's own: RAM the tier's index takes, bytes given to the tier,
     // flash bytes written per byte given, waits for the disk, errors.
     stat(out, "extstore_index_bytes", f.index.memory());
+    let (live, dead) = f.live_dead_bytes();
+    stat(out, "extstore_live_bytes", live);
+    stat(out, "extstore_dead_bytes", dead);
+    stat(
+        out,
+        "extstore_pages_compacted",
+        st.pages_compacted.load(Relaxed),
+    );
+    stat(out, "extstore_compact_kept", st.compact_kept.load(Relaxed));
     stat(out, "extstore_bytes_stored", stored);
     let amplification = if stored == 0 {
         0.0
@@ -385,8 +407,22 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
         stat(out, "ext_recache_rate", f.recache_rate);
         stat(out, "ext_wbuf_size", f.wbuf_size);
         stat(out, "ext_compact_under", f.free_pages_min);
+        stat(
+            out,
+            "ext_max_frag",
+            format!("{:.2}", f64::from(f.max_frag_percent) / 100.0),
+        );
         stat(out, "ext_drop_unread", yn(f.drop_unread));
     }
+    // osmium's own: how dead space is cleaned.
+    let policy = match s.clean.policy {
+        osmium_store::CleanPolicy::Greedy => "greedy",
+        osmium_store::CleanPolicy::CostBenefit => "cost_benefit",
+    };
+    stat(out, "compact_policy", policy);
+    stat(out, "compact_threshold", s.clean.threshold_percent);
+    stat(out, "compact_reserve", s.clean.reserve_percent);
+    stat(out, "compact_background", yn(s.clean.background));
 }
 
 /// `stats items`: osmium has one item class; reported as class 1 when

@@ -21,8 +21,12 @@ impl Flash {
                         return;
                     }
                     if self.is_on() && log.free.len() < self.cfg.free_pages_min {
+                        if let Some(at) = self.most_fragmented(&log) {
+                            let p = log.fifo.remove(at).expect("a fifo position");
+                            break Job::Reclaim(p, log.pages[p], true);
+                        }
                         if let Some(p) = log.fifo.pop_front() {
-                            break Job::Reclaim(p, log.pages[p]);
+                            break Job::Reclaim(p, log.pages[p], false);
                         }
                     }
                     self.work.wait(&mut log);
@@ -30,9 +34,32 @@ impl Flash {
             };
             match job {
                 Job::Write(b) => self.write_buffer(b),
-                Job::Reclaim(p, page) => self.reclaim(p, page),
+                Job::Reclaim(p, page, compact) => self.reclaim(p, page, compact),
             }
         }
+    }
+
+    /// The FIFO position of the sealed page with the fewest live bytes,
+    /// if they fill less than `max_frag` of it (a page wholly below the
+    /// last flush_all holds none). memcached's extstore picks its page to
+    /// compact the same way.
+    fn most_fragmented(&self, log: &Log) -> Option<usize> {
+        let page_size = self.cfg.page_size;
+        let limit = page_size / 100 * self.cfg.max_frag_percent as usize;
+        let mut best: Option<(usize, usize)> = None;
+        for (at, &p) in log.fifo.iter().enumerate() {
+            let page = &log.pages[p];
+            let end = page.seq * page_size as u64 + page.used as u64;
+            let live = if end <= log.flushed_below {
+                0
+            } else {
+                self.live_part(p, page)
+            };
+            if live < limit && best.is_none_or(|(_, l)| live < l) {
+                best = Some((at, live));
+            }
+        }
+        best.map(|(at, _)| at)
     }
 
     /// Writes the buffers queued now (the reclaimer calls it between
@@ -83,8 +110,11 @@ impl Flash {
     }
 
     /// Empties page `p` (taken off the FIFO): rewrites its live records
-    /// that were read since they were written, drops the others, frees it.
-    fn reclaim(&self, p: usize, page: Page) {
+    /// that were read since they were written (every live record with
+    /// `compact`), drops the others, frees it.
+    fn reclaim(&self, p: usize, page: Page, compact: bool) {
+        let flushed_below = self.log.lock().flushed_below;
+        let page_pos = page.seq * self.cfg.page_size as u64;
         let mut chunk = AlignedBuf::new(self.cfg.wbuf_size);
         let end = page.written.min(page.used);
         let mut pos = 0;
@@ -104,7 +134,10 @@ impl Flash {
             let page_base = p * self.cfg.page_size + start;
             let at = record::scan(&chunk, len, start, pos - start, end, BLOCK, |at, item| {
                 let addr = ((page_base + at) / record::ALIGN) as u64 + 1;
-                self.reclaim_record(item, addr);
+                // A record below the last flush_all is gone: rewritten,
+                // it would come back.
+                let flushed = page_pos + ((start + at) as u64) < flushed_below;
+                self.reclaim_record(item, addr, compact, flushed);
             });
             pos = (start + at).max(pos + 1);
         }
@@ -114,15 +147,20 @@ impl Flash {
             seq: 0,
             used: 0,
             written: 0,
+            class_bytes: 0,
         };
         self.persist_page(&log, p);
         log.free.push(p);
         drop(log);
-        self.stats.page_reclaims.fetch_add(1, Ordering::Relaxed);
+        if compact {
+            self.stats.pages_compacted.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.stats.page_reclaims.fetch_add(1, Ordering::Relaxed);
+        }
         self.room.notify_all();
     }
 
-    fn reclaim_record(&self, item: &[u8], addr: u64) {
+    fn reclaim_record(&self, item: &[u8], addr: u64, compact: bool, flushed: bool) {
         // SAFETY: a verified record's item bytes are a whole item.
         let it = unsafe { ItemPtr::from_raw(item.as_ptr() as *mut u8) };
         let key = it.key();
@@ -133,13 +171,24 @@ impl Flash {
         if e.addr != addr {
             return; // superseded or removed
         }
-        if e.hot {
+        if (e.hot || compact) && !flushed {
             // Rewritten at the head; when the buffers are full, the
             // reclaimer (the flusher) writes them first.
             for _ in 0..3 {
                 if let Some(to) = self.append(&it.spec(), key, it.value(), it.state(), false) {
+                    // A compaction keeps what the entry knew (read since
+                    // written); a reclaim's rescue starts it over.
+                    let to = index::Entry {
+                        hot: compact && e.hot,
+                        ..to
+                    };
                     if self.index.relocate(hash, addr, to) {
-                        self.stats.compact_rescues.fetch_add(1, Ordering::Relaxed);
+                        let kept = if compact {
+                            &self.stats.compact_kept
+                        } else {
+                            &self.stats.compact_rescues
+                        };
+                        kept.fetch_add(1, Ordering::Relaxed);
                     }
                     return;
                 }
@@ -160,5 +209,6 @@ impl Flash {
 
 enum Job {
     Write(Buffer),
-    Reclaim(usize, Page),
+    /// Empty a page: compact it (true) or reclaim it (false).
+    Reclaim(usize, Page, bool),
 }

@@ -29,6 +29,11 @@
 //! for what the write in progress was changing: `repair` rebuilds every
 //! table, dropping duplicates and entries that point nowhere.
 //!
+//! Beside the tables (in RAM only, counted again at start), each page's
+//! live bytes: the size classes of the entries pointing into it, kept as
+//! entries come and go, so the flusher knows which pages are mostly dead
+//! (see `Flash`).
+//!
 //! An entry holds 37 bits of the key's hash and not the key: two keys whose
 //! hashes agree on those bits and the shard's 8 share one entry (the later
 //! write replaces the earlier, which then misses). A lookup's answer is
@@ -37,7 +42,7 @@
 //! (a key's home bucket is a monotonic function of its top 32 stored bits),
 //! so no key is read back from flash.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -302,6 +307,18 @@ impl Table {
 pub struct FlashIndex {
     meta: Arc<Meta>,
     shards: Box<[RwLock<Table>]>,
+    /// Bytes of live records on each page, by their entries' size classes
+    /// (see `track_pages`); empty until asked for.
+    page_live: Box<[AtomicU64]>,
+    /// A page's size in 16-byte address units.
+    page_units: u64,
+}
+
+/// The bytes an entry's record takes, as far as the index knows: its size
+/// class's (at most a fifth more than the record).
+#[inline]
+fn entry_bytes(e: &Entry) -> u64 {
+    super::record::class_bytes(e.class) as u64
 }
 
 impl FlashIndex {
@@ -321,7 +338,59 @@ impl FlashIndex {
                 Some(RwLock::new(t))
             })
             .collect::<Option<_>>()?;
-        Some(FlashIndex { meta, shards })
+        Some(FlashIndex {
+            meta,
+            shards,
+            page_live: Box::new([]),
+            page_units: 1,
+        })
+    }
+
+    /// Counts live bytes per page from now on, for `pages` pages of
+    /// `page_size` bytes, starting from the entries the index holds.
+    pub fn track_pages(&mut self, page_size: usize, pages: usize) {
+        self.page_units = (page_size / super::record::ALIGN) as u64;
+        self.page_live = (0..pages).map(|_| AtomicU64::new(0)).collect();
+        self.recount_pages();
+    }
+
+    /// Counts every page's live bytes again from the entries.
+    fn recount_pages(&self) {
+        for n in self.page_live.iter() {
+            n.store(0, Ordering::Relaxed);
+        }
+        for shard in self.shards.iter() {
+            let t = shard.read();
+            for bucket in t.buckets() {
+                for slot in 0..(bucket.len as usize).min(SLOTS) {
+                    let (_, e) = unpack(bucket.get(slot));
+                    if e.addr != 0 {
+                        self.note(Some(&e), true);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds (or takes off) an entry's bytes to its page's count.
+    #[inline]
+    fn note(&self, e: Option<&Entry>, add: bool) {
+        let Some(e) = e else { return };
+        let page = ((e.addr - 1) / self.page_units) as usize;
+        if let Some(n) = self.page_live.get(page) {
+            if add {
+                n.fetch_add(entry_bytes(e), Ordering::Relaxed);
+            } else {
+                n.fetch_sub(entry_bytes(e), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Bytes of live records on page `p` (by size class).
+    pub fn page_live(&self, p: usize) -> usize {
+        self.page_live
+            .get(p)
+            .map_or(0, |n| n.load(Ordering::Relaxed) as usize)
     }
 
     /// After a restart: rebuilds every table from its entries, so that
@@ -350,6 +419,7 @@ impl FlashIndex {
             let meta = self.meta.clone();
             t.rebuild(&meta, n, |v| keep.contains(&v));
         }
+        self.recount_pages();
     }
 
     #[inline]
@@ -368,9 +438,17 @@ impl FlashIndex {
     /// Points the key with this hash at `e` (replacing its entry); false
     /// when the index is out of room (the item is not kept).
     pub fn insert(&self, hash: u64, e: Entry) -> bool {
-        self.shard(hash)
-            .write()
-            .insert(&self.meta, stored_hash(hash), e)
+        let mut t = self.shard(hash).write();
+        let h = stored_hash(hash);
+        let old = t
+            .position(h)
+            .map(|(b, slot)| unpack(t.buckets()[b].get(slot)).1);
+        if !t.insert(&self.meta, h, e) {
+            return false;
+        }
+        self.note(old.as_ref(), false);
+        self.note(Some(&e), true);
+        true
     }
 
     /// Removes the key's entry; true if it had one.
@@ -379,7 +457,9 @@ impl FlashIndex {
         let h = stored_hash(hash);
         match t.position(h) {
             Some((b, slot)) => {
+                let (_, e) = unpack(t.buckets()[b].get(slot));
                 t.remove_at(b, slot, h);
+                self.note(Some(&e), false);
                 true
             }
             None => false,
@@ -393,7 +473,9 @@ impl FlashIndex {
         let h = stored_hash(hash);
         match t.position(h) {
             Some((b, slot)) if unpack(t.buckets()[b].get(slot)).1.addr == addr => {
+                let (_, e) = unpack(t.buckets()[b].get(slot));
                 t.remove_at(b, slot, h);
+                self.note(Some(&e), false);
                 true
             }
             _ => false,
@@ -407,7 +489,10 @@ impl FlashIndex {
         let h = stored_hash(hash);
         match t.position(h) {
             Some((b, slot)) if unpack(t.buckets()[b].get(slot)).1.addr == from => {
+                let (_, e) = unpack(t.buckets()[b].get(slot));
                 t.buckets_mut()[b].put(slot, pack(h, to));
+                self.note(Some(&e), false);
+                self.note(Some(&to), true);
                 true
             }
             _ => false,

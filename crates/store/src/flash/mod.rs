@@ -9,9 +9,11 @@
 //!        └── index entry ─────┘ key hash → (address, size class, hot)
 //!  GET that misses RAM ──▶ flash index ──▶ read the record's blocks ──▶ verify checksum and key
 //!                                          (a hot item read twice comes back into RAM)
-//!  pages: free ──▶ head (being appended to) ──▶ sealed, FIFO ──▶ reclaimed when free pages
-//!         run low: each live record that was read since it was written is
-//!         rewritten at the head, the others are dropped (evicted)
+//!  pages: free ──▶ head (being appended to) ──▶ sealed, FIFO ──▶ when free pages run low:
+//!         the most fragmented page whose live records fill less than ext_max_frag of it is
+//!         compacted (every live record rewritten at the head); else the oldest page is
+//!         reclaimed: each live record read since it was written is rewritten at the
+//!         head, the others are dropped (evicted)
 //! ```
 //!
 //! Parts: `device` (the files, as pages; `O_DIRECT` transfers of whole
@@ -78,6 +80,11 @@ pub struct FlashConfig {
     pub recache_rate: u32,
     /// `ext_compact_under`: reclaim while fewer pages than this are free.
     pub free_pages_min: usize,
+    /// `ext_max_frag` as a percent: a page whose live records fill less
+    /// than this much of it is compacted (its live records rewritten, none
+    /// dropped), the most fragmented first, before the oldest page is
+    /// reclaimed; memcached's meaning and default (0.80).
+    pub max_frag_percent: u32,
     /// The largest item (`-I`): a write buffer holds at least one.
     pub item_size_max: usize,
 }
@@ -95,6 +102,7 @@ impl Default for FlashConfig {
             drop_unread: true,
             recache_rate: 2000,
             free_pages_min: 0,
+            max_frag_percent: 80,
             item_size_max: 1 << 20,
         }
     }
@@ -112,6 +120,10 @@ pub struct FlashStats {
     pub page_reclaims: AtomicU64,
     pub compact_rescues: AtomicU64,
     pub compact_lost: AtomicU64,
+    /// Pages compacted (every live record rewritten), and the records
+    /// they kept.
+    pub pages_compacted: AtomicU64,
+    pub compact_kept: AtomicU64,
     /// Bytes of records given to the tier by the RAM evictor (for write
     /// amplification: `bytes_written` / this).
     pub bytes_stored: AtomicU64,
@@ -140,6 +152,11 @@ struct Page {
     used: usize,
     /// Bytes on flash (written by the flusher).
     written: usize,
+    /// The size classes' bytes of every record appended (the flash index
+    /// counts its live records' the same way, so live ÷ this is the part
+    /// still live; after a restart, the live part when it was taken
+    /// over).
+    class_bytes: usize,
 }
 
 /// A buffer of records bound for `page` at `offset` (a block boundary):
@@ -286,14 +303,16 @@ impl Flash {
         let wbufs = cfg.wbufs.clamp(2, MAX_WBUFS);
         let opened = Meta::open(meta_path, fingerprint, pages, wbufs, wbuf, reserve)?;
         let meta = Arc::new(opened.meta);
-        let index = FlashIndex::new(meta.clone())
+        let mut index = FlashIndex::new(meta.clone())
             .ok_or_else(|| io::Error::other("ext_path: no address space for the flash index"))?;
+        index.track_pages(page_size, pages);
         let mut log_pages = vec![
             Page {
                 state: PageState::Free,
                 seq: 0,
                 used: 0,
                 written: 0,
+                class_bytes: 0,
             };
             pages
         ];
@@ -314,6 +333,7 @@ impl Flash {
                     seq: r.seq,
                     used: written,
                     written,
+                    class_bytes: 0,
                 };
                 fifo.push((r.seq, p));
             }
@@ -404,6 +424,11 @@ impl Flash {
                 );
             }
             resumed.items = flash.index.len();
+            // What was appended before is not known: taken as all live.
+            let mut log = flash.log.lock();
+            for (p, page) in log.pages.iter_mut().enumerate() {
+                page.class_bytes = flash.index.page_live(p);
+            }
         }
         Ok((flash, resumed))
     }
@@ -484,6 +509,34 @@ impl Flash {
     /// Whether the files bypass the page cache.
     pub fn direct_io(&self) -> bool {
         self.device.direct
+    }
+
+    /// Bytes of live records on the pages, and bytes written to them that
+    /// no entry points at any more (overwritten, deleted, flushed), by the
+    /// entries' size classes (an estimate: a class is up to a fifth larger
+    /// than its record).
+    pub fn live_dead_bytes(&self) -> (usize, usize) {
+        let log = self.log.lock();
+        let (mut live, mut dead) = (0, 0);
+        for (p, page) in log.pages.iter().enumerate() {
+            if page.state == PageState::Free {
+                continue;
+            }
+            let l = self.live_part(p, page);
+            live += l;
+            dead += page.used - l;
+        }
+        (live, dead)
+    }
+
+    /// The bytes of page `p` still live: its used bytes × its records'
+    /// live part (both counted in size classes' bytes, see `Page`).
+    fn live_part(&self, p: usize, page: &Page) -> usize {
+        let live = self.index.page_live(p);
+        if page.class_bytes == 0 || live >= page.class_bytes {
+            return if live == 0 { 0 } else { page.used };
+        }
+        (page.used as u128 * live as u128 / page.class_bytes as u128) as usize
     }
 
     /// (pages in all, pages free, pages holding records).
@@ -588,6 +641,7 @@ impl Flash {
                     seq,
                     used: 0,
                     written: 0,
+                    class_bytes: 0,
                 };
                 self.persist_page(&log, p);
                 log.head = Some(p);
@@ -645,6 +699,7 @@ impl Flash {
         // After the record's bytes: a restart writes out what this counts.
         self.meta.header().wbufs[slot][3].store(len as u64, Ordering::Release);
         log.pages[page].used += size;
+        log.pages[page].class_bytes += record::class_bytes(class);
         let pos = page * self.cfg.page_size + page_used;
         drop(log);
         self.stats.objects_written.fetch_add(1, Ordering::Relaxed);

@@ -48,9 +48,10 @@ fn parallel_writers_and_readers() {
 
 #[test]
 fn eviction_copies_under_concurrent_readers_and_writers() {
-    // A small store (8 segments) under 4 threads sharing keys: evictions
-    // copy hit items while others read, overwrite, touch and delete them.
-    // Every value read must be whole and belong to its key.
+    // A small store (8 segments) under 4 threads sharing keys, more than
+    // fit: evictions copy hit items (and compactions move live ones)
+    // while others read, overwrite, touch and delete them. Every value
+    // read must be whole and belong to its key.
     let s = shared_store(8 << 20, 4);
     preload_numbered(&s, 500);
     let threads: Vec<_> = (0..4usize)
@@ -59,7 +60,7 @@ fn eviction_copies_under_concurrent_readers_and_writers() {
             std::thread::spawn(move || {
                 let mut hits = 0u32;
                 for i in 0..60_000u32 {
-                    let k = (i.wrapping_mul(2_654_435_761) >> 8) % 20_000;
+                    let k = (i.wrapping_mul(2_654_435_761) >> 8) % 50_000;
                     let key = format!("key{k}");
                     let body = format!("{key}:{}", "y".repeat((k % 300) as usize));
                     match i % 10 {

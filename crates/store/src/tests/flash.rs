@@ -177,6 +177,62 @@ fn full_flash_reclaims_oldest_pages_and_keeps_what_was_read() {
 }
 
 #[test]
+fn mostly_dead_pages_are_compacted_and_their_live_items_kept() {
+    // 16 MiB of flash under 4 MiB of RAM. Cold keys go to flash first and
+    // are never read again; then 12,000 keys (6 MB, more than RAM holds)
+    // are overwritten round after round, so their flash copies die. The
+    // pages they filled are compacted, most fragmented first, keeping the
+    // tenth of those keys written once; the cold keys' page, still live,
+    // is not reclaimed (a reclaim would drop them all: none was read).
+    let dir = TempDir::new("compact");
+    let s = flash_store(&dir, 16);
+    fill(&s, "cold", 1_500, 0, &[b'c'; 500]);
+    for round in 0..12u32 {
+        for i in 0..12_000u32 {
+            if round > 0 && i % 10 == 0 {
+                // Written once: live records among dead ones, never read.
+                continue;
+            }
+            let key = format!("churn{i}");
+            let v = value(round * 100_000 + i, 500);
+            let (st, _) = put(&s, 0, StoreMode::Set, key.as_bytes(), 0, 0, &v, 0);
+            assert_eq!(st, StoreStatus::Stored);
+        }
+    }
+    let f = s.flash().unwrap();
+    let st = &f.stats;
+    assert!(
+        st.pages_compacted.load(Ordering::Relaxed) > 0,
+        "pages compacted"
+    );
+    assert!(st.compact_kept.load(Ordering::Relaxed) > 0);
+    let (live, dead) = f.live_dead_bytes();
+    assert!(live > 0 && live + dead <= 16 << 20, "{live} {dead}");
+    let lost = (0..1_500)
+        .filter(|i| get(&s, format!("cold{i}").as_bytes()).map(|g| g.0) != Some(vec![b'c'; 500]))
+        .count();
+    assert_eq!(
+        lost,
+        0,
+        "cold keys lost; reclaims {} compacted {} kept {} evicted {} ram evictions {}",
+        st.page_reclaims.load(Ordering::Relaxed),
+        st.pages_compacted.load(Ordering::Relaxed),
+        st.compact_kept.load(Ordering::Relaxed),
+        st.objects_evicted.load(Ordering::Relaxed),
+        s.stats().evictions
+    );
+    for i in 0..12_000u32 {
+        let key = format!("churn{i}");
+        let round = if i % 10 == 0 { 0 } else { 11 };
+        assert_eq!(
+            get(&s, key.as_bytes()).map(|g| g.0),
+            Some(value(round * 100_000 + i, 500)),
+            "{key}"
+        );
+    }
+}
+
+#[test]
 fn a_damaged_record_is_a_miss_never_a_wrong_value() {
     let dir = TempDir::new("damage");
     let s = flash_store(&dir, 64);

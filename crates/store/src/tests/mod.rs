@@ -1,6 +1,7 @@
 //! Unit tests of the engine's semantics, eviction and concurrency, one
 //! module per concern; the helpers here build stores and items.
 
+mod compact;
 mod concurrency;
 mod counter;
 mod dump;
