@@ -100,6 +100,10 @@ pub struct ChurnArgs {
     /// bytes, at least 8).
     #[arg(long, default_value = "80:16-100,19:100-4096,1:4096-204800")]
     mix: SizeMix,
+    /// (a), (c): pace of the load, MB/s of values in all (0: as fast as
+    /// the server takes it).
+    #[arg(long, default_value_t = 0.0)]
+    load_mbps: f64,
     /// (a): churn connections (one thread each); key i belongs to
     /// connection i mod this; the load uses as many.
     #[arg(long, default_value_t = 4)]
@@ -464,6 +468,7 @@ pub fn run(a: &ChurnArgs) -> Result<bool, String> {
                 &env,
                 &fits::Opts {
                     memory_mb: a.memory.unwrap_or(if a.flash { 256 } else { 2048 }),
+                    load_mbps: a.load_mbps.max(0.0),
                     keys: a.keys,
                     mix: a.mix.clone(),
                     conns: a.churn_conns.max(1),
@@ -491,6 +496,7 @@ pub fn run(a: &ChurnArgs) -> Result<bool, String> {
                 &env,
                 &cpu::Opts {
                     memory_mb: a.memory_c,
+                    load_mbps: a.load_mbps.max(0.0),
                     keys: a.keys_c,
                     mix: a.mix.capped(a.max_value_c),
                     delete_ratio: a.delete_ratio.clamp(0.0, 1.0),

@@ -30,6 +30,8 @@ use crate::{median, mib};
 
 pub struct Opts {
     pub memory_mb: u64,
+    /// Pace of the load, MB/s of values (0: unpaced).
+    pub load_mbps: f64,
     pub keys: Option<u64>,
     /// The (a) mix, capped.
     pub mix: SizeMix,
@@ -221,7 +223,7 @@ fn run_one(
     let tag = format!("churn (c): {kind} round {round}");
     let mut parts = Partition::split(keys, o.set_conns as u64, env.seed, &o.mix);
     let t = Instant::now();
-    let load_errors = partition::load_all(&mut parts, addr)?;
+    let load_errors = partition::load_all(&mut parts, addr, o.load_mbps)?;
     let load_secs = t.elapsed().as_secs_f64();
     let churn = |parts: &mut [Partition], depth: usize, secs: f64, timed: bool, salt: u64| {
         let cfg = ChurnCfg {
@@ -444,6 +446,7 @@ pub fn run(env: &Env, o: &Opts) -> Result<(bool, Value), String> {
         "mode": "c",
         "memory_mb": o.memory_mb,
         "keys": keys,
+        "load_mbps": o.load_mbps,
         "mix": o.mix.to_string(),
         "mean_value": o.mix.mean(),
         "delete_ratio": o.delete_ratio,

@@ -21,8 +21,15 @@ use crate::flash::fmt_opt;
 use crate::servers::Kind;
 use crate::{median, mib};
 
+/// What to compare with flash on.
+pub const FLASH_NOTE: &str =
+    "with flash: servers need not count items on flash in curr_items (compare `fl objs`); \
+the items kept are the verify's `ok` (a key found on either tier counts)";
+
 pub struct Opts {
     pub memory_mb: u64,
+    /// Pace of the load, MB/s of values (0: unpaced).
+    pub load_mbps: f64,
     pub keys: u64,
     pub mix: SizeMix,
     pub conns: usize,
@@ -100,7 +107,7 @@ fn run_one(env: &Env, o: &Opts, kind: Kind, round: usize) -> Result<(Run, String
     let mut parts = Partition::split(o.keys, o.conns as u64, env.seed, &o.mix);
 
     let t = Instant::now();
-    let load_errors = partition::load_all(&mut parts, addr)?;
+    let load_errors = partition::load_all(&mut parts, addr, o.load_mbps)?;
     let load_secs = t.elapsed().as_secs_f64();
     server.check_alive()?;
     let load_bytes: u64 = parts.iter().map(|p| p.live_bytes).sum();
@@ -227,6 +234,7 @@ pub fn run(env: &Env, o: &Opts) -> Result<(bool, Value), String> {
         "mode": "a",
         "memory_mb": o.memory_mb,
         "keys": o.keys,
+        "load_mbps": o.load_mbps,
         "mix": o.mix.to_string(),
         "mean_value": o.mix.mean(),
         "conns": o.conns,
@@ -339,6 +347,9 @@ fn print_table(env: &Env, o: &Opts, runs: &[Run], cmdlines: &[(usize, Kind, Stri
     }
     println!();
     println!("{}", stats::legend(flash));
+    if flash {
+        println!("{FLASH_NOTE}");
+    }
     println!();
     summary(env, runs);
 }

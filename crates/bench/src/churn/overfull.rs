@@ -274,13 +274,18 @@ impl Run {
         self.measured.misses as f64 / self.measured.gets.max(1) as f64
     }
 
+    /// Mean `curr_items` of the samples of the measured phase.
     fn items_avg(&self) -> f64 {
         let v: Vec<u64> = self
             .samples
             .iter()
             .filter_map(|s| num(&s.stats, "curr_items"))
             .collect();
-        v.iter().sum::<u64>() as f64 / v.len().max(1) as f64
+        if v.is_empty() {
+            // A phase shorter than a second: the end's count.
+            return num0(&self.after, "curr_items") as f64;
+        }
+        v.iter().sum::<u64>() as f64 / v.len() as f64
     }
 
     fn requests(&self) -> u64 {

@@ -12,7 +12,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
@@ -230,9 +230,12 @@ impl Partition {
         }
     }
 
-    /// Sets every key of the partition once, pipelined; the set errors.
-    pub fn load(&mut self, addr: SocketAddr) -> Result<Errors, String> {
+    /// Sets every key of the partition once, pipelined, paced to `mbps`
+    /// MB/s of values (0: unpaced); the set errors.
+    pub fn load(&mut self, addr: SocketAddr, mbps: f64) -> Result<Errors, String> {
         let mut c = Client::connect(addr)?;
+        let start = Instant::now();
+        let mut sent = 0usize;
         let mut errors = Errors::default();
         let mut batch: Vec<(usize, u32)> = Vec::with_capacity(LOAD_BATCH);
         let n = self.stored.len();
@@ -240,6 +243,7 @@ impl Partition {
             let v = self.queue_set(&mut c, j);
             batch.push((j, v));
             if batch.len() >= LOAD_BATCH || c.queued() >= WRITE_BYTES || j + 1 == n {
+                sent += c.queued();
                 c.flush()?;
                 for &(j, v) in &batch {
                     match c.read_store()? {
@@ -251,6 +255,10 @@ impl Partition {
                     }
                 }
                 batch.clear();
+                if mbps > 0.0 {
+                    let due = start + Duration::from_secs_f64(sent as f64 / (mbps * 1e6));
+                    std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                }
             }
         }
         Ok(errors)
@@ -417,10 +425,12 @@ pub fn verify_all(parts: &mut [Partition], addr: SocketAddr) -> Result<Verify, S
     Ok(out)
 }
 
-/// Loads every partition, in parallel; the set errors.
-pub fn load_all(parts: &mut [Partition], addr: SocketAddr) -> Result<Errors, String> {
+/// Loads every partition, in parallel, `mbps` MB/s in all (0: unpaced);
+/// the set errors.
+pub fn load_all(parts: &mut [Partition], addr: SocketAddr, mbps: f64) -> Result<Errors, String> {
     let mut out = Errors::default();
-    for e in each(parts, |p| p.load(addr))? {
+    let each_mbps = mbps / parts.len().max(1) as f64;
+    for e in each(parts, |p| p.load(addr, each_mbps))? {
         out.add(&e);
     }
     Ok(out)

@@ -73,11 +73,12 @@ pub fn legend(flash: bool) -> String {
     )
 }
 
-/// A stat as a table cell: bytes in MiB, others as reported, `-` absent.
+/// A stat as a table cell: bytes (a name with `bytes` in it) in MiB,
+/// others as reported, `-` when absent.
 pub fn cell(stats: &Stats, name: &str) -> String {
     match stats.get(name) {
         None => "-".into(),
-        Some(v) if name.ends_with("bytes") || name.ends_with("bytes_used") => v
+        Some(v) if name.contains("bytes") => v
             .parse::<u64>()
             .map_or_else(|_| v.clone(), |b| format!("{:.1}", crate::mib(b))),
         Some(v) => v.clone(),
