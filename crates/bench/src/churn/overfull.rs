@@ -424,10 +424,10 @@ fn run_one(
         num0(&before, "curr_items"),
         num0(&before, "evictions")
     );
-    if num0(&before, "evictions") == 0 {
+    if num0(&before, "evictions") + num0(&before, "extstore_objects_written") == 0 {
         eprintln!(
-            "{tag}: WARNING: nothing was evicted during the warm-up: the cache was not full yet, \
-             so the measured phase is not its steady state (raise --warmup-b)"
+            "{tag}: WARNING: nothing was evicted (or written to flash) during the warm-up: the \
+             cache was not full yet, so the measured phase is not its steady state (raise --warmup-b)"
         );
     }
     let cpu0 = crate::load::cpu_time(server.pid)?;
