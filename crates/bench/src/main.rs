@@ -23,12 +23,15 @@
 //!   kill -9 ([`restart`]);
 //! * `flash`: the flash tier (`-o ext_path=FILE:SIZE`) against memcached's
 //!   extstore: items kept and RAM per item, cache-aside miss ratio, GETs
-//!   served from flash, per value size ([`flash`]).
+//!   served from flash, per value size ([`flash`]);
+//! * `churn`: overwrites with new sizes and deletes: live items kept,
+//!   miss ratio and CPU per request while the engine cleans ([`churn`]).
 //!
 //! Servers are started and stopped by [`servers`]; keys and values come
 //! from [`keys`]; control connections are [`conn`]. The storage-only
 //! criterion benchmarks are `benches/storage.rs`.
 
+mod churn;
 mod cluster;
 mod conn;
 mod flash;
@@ -92,6 +95,9 @@ enum Cmd {
     /// of a replicated write (async, sync), and the SLA of a three-server
     /// ring behind osmium-proxy against memcached behind nutcracker.
     Cluster(Box<cluster::ClusterArgs>),
+    /// Churn (overwrites with new sizes, deletes): live items kept and
+    /// evictions, miss ratio over-full, CPU per SET/GET while cleaning.
+    Churn(Box<churn::ChurnArgs>),
 }
 
 #[derive(Args)]
@@ -719,6 +725,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             )
         }
         Cmd::Cluster(a) => cluster::run(&a).map(|()| true),
+        Cmd::Churn(a) => churn::run(&a),
         Cmd::Restart(a) => {
             let bins = binaries(&a.common)?;
             restart::run(

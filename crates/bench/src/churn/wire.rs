@@ -1,0 +1,188 @@
+//! The pipelined text-protocol client of `churn`: one blocking TCP
+//! connection that queues `set`/`delete`/`get` commands of `c:<id>` keys
+//! (values from [`super::append_value`]) into one payload, sends it in one
+//! write, and reads the replies in order, one call per command. Every
+//! command asks for its reply (no `noreply`), so the client always knows
+//! what the server did; a reply that is not the command's (e.g.
+//! `SERVER_ERROR out of memory`) comes back as [`Reply::Error`].
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use super::{append_value, push_key};
+
+/// The reply to one command.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reply {
+    Stored,
+    Deleted,
+    NotFound,
+    /// A get's value (in [`Client::value`]).
+    Hit,
+    Miss,
+    /// Any other line (without its CRLF).
+    Error(String),
+}
+
+pub struct Client {
+    writer: TcpStream,
+    reader: BufReader<TcpStream>,
+    payload: Vec<u8>,
+    line: Vec<u8>,
+    /// The value of the last [`Reply::Hit`].
+    pub value: Vec<u8>,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Result<Client, String> {
+        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+            .map_err(|e| format!("connecting to {addr}: {e}"))?;
+        s.set_nodelay(true).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(120)))
+            .map_err(|e| e.to_string())?;
+        let reader = BufReader::with_capacity(1 << 17, s.try_clone().map_err(|e| e.to_string())?);
+        Ok(Client {
+            writer: s,
+            reader,
+            payload: Vec::with_capacity(1 << 16),
+            line: Vec::new(),
+            value: Vec::new(),
+        })
+    }
+
+    /// Queues `set c:<id> 0 0 <size>` with the value of `version`.
+    pub fn set(&mut self, id: u64, version: u32, size: usize) {
+        self.payload.extend_from_slice(b"set ");
+        push_key(&mut self.payload, id);
+        self.payload.extend_from_slice(b" 0 0 ");
+        self.payload
+            .extend_from_slice(itoa::Buffer::new().format(size).as_bytes());
+        self.payload.extend_from_slice(b"\r\n");
+        append_value(&mut self.payload, id, version, size);
+        self.payload.extend_from_slice(b"\r\n");
+    }
+
+    /// Queues `delete c:<id>`.
+    pub fn delete(&mut self, id: u64) {
+        self.payload.extend_from_slice(b"delete ");
+        push_key(&mut self.payload, id);
+        self.payload.extend_from_slice(b"\r\n");
+    }
+
+    /// Queues `get c:<id>`.
+    pub fn get(&mut self, id: u64) {
+        self.payload.extend_from_slice(b"get ");
+        push_key(&mut self.payload, id);
+        self.payload.extend_from_slice(b"\r\n");
+    }
+
+    /// Bytes queued and not sent yet.
+    pub fn queued(&self) -> usize {
+        self.payload.len()
+    }
+
+    /// Sends what is queued, in one write.
+    pub fn flush(&mut self) -> Result<(), String> {
+        let r = self.writer.write_all(&self.payload);
+        self.payload.clear();
+        r.map_err(|e| format!("sending: {e}"))
+    }
+
+    fn read_line(&mut self) -> Result<(), String> {
+        self.line.clear();
+        let n = self
+            .reader
+            .read_until(b'\n', &mut self.line)
+            .map_err(|e| format!("reading a reply: {e}"))?;
+        if n == 0 {
+            return Err("the server closed the connection".into());
+        }
+        if self.line.ends_with(b"\r\n") {
+            self.line.truncate(self.line.len() - 2);
+        }
+        Ok(())
+    }
+
+    fn error(&self) -> Reply {
+        Reply::Error(String::from_utf8_lossy(&self.line).into_owned())
+    }
+
+    /// The reply to a `set`.
+    pub fn read_store(&mut self) -> Result<Reply, String> {
+        self.read_line()?;
+        Ok(if self.line == b"STORED" {
+            Reply::Stored
+        } else {
+            self.error()
+        })
+    }
+
+    /// The reply to a `delete`.
+    pub fn read_delete(&mut self) -> Result<Reply, String> {
+        self.read_line()?;
+        Ok(match &self.line[..] {
+            b"DELETED" => Reply::Deleted,
+            b"NOT_FOUND" => Reply::NotFound,
+            _ => self.error(),
+        })
+    }
+
+    /// The reply to a `get` of one key: its value goes to [`Client::value`].
+    pub fn read_get(&mut self) -> Result<Reply, String> {
+        self.read_line()?;
+        if self.line == b"END" {
+            return Ok(Reply::Miss);
+        }
+        let Some(rest) = self.line.strip_prefix(b"VALUE ") else {
+            return Ok(self.error());
+        };
+        // VALUE <key> <flags> <bytes> [<cas>]
+        let len: usize = rest
+            .split(|&b| b == b' ')
+            .nth(2)
+            .and_then(|f| std::str::from_utf8(f).ok()?.parse().ok())
+            .ok_or_else(|| format!("bad VALUE line {:?}", String::from_utf8_lossy(&self.line)))?;
+        self.value.resize(len + 2, 0);
+        self.reader
+            .read_exact(&mut self.value)
+            .map_err(|e| format!("reading a value: {e}"))?;
+        if &self.value[len..] != b"\r\n" {
+            return Err("a value not followed by CRLF".into());
+        }
+        self.value.truncate(len);
+        self.read_line()?;
+        if self.line != b"END" {
+            return Err(format!(
+                "{:?} after a get's value instead of END",
+                String::from_utf8_lossy(&self.line)
+            ));
+        }
+        Ok(Reply::Hit)
+    }
+}
+
+/// Counts of unexpected replies, with the first few for the report.
+#[derive(Clone, Debug, Default)]
+pub struct Errors {
+    pub count: u64,
+    pub sample: Vec<String>,
+}
+
+impl Errors {
+    pub fn note(&mut self, line: String) {
+        self.count += 1;
+        if self.sample.len() < 3 {
+            self.sample.push(line);
+        }
+    }
+
+    pub fn add(&mut self, o: &Errors) {
+        self.count += o.count;
+        for s in &o.sample {
+            if self.sample.len() < 3 {
+                self.sample.push(s.clone());
+            }
+        }
+    }
+}
