@@ -180,6 +180,10 @@ pub struct ChurnArgs {
     /// GET phase.
     #[arg(long, default_value_t = 20_000.0)]
     background_set_rate: f64,
+    /// (c): keys the GET phase reads, live keys written again just before
+    /// it (0: every live key).
+    #[arg(long, default_value_t = 100_000)]
+    get_keys_c: usize,
 }
 
 /// Value sizes: ranges, each drawn uniformly, picked by weight.
@@ -506,6 +510,7 @@ pub fn run(a: &ChurnArgs) -> Result<bool, String> {
                     set_conns: a.set_conns.max(1),
                     get_conns: a.get_conns.max(1),
                     background_rate: a.background_set_rate.max(0.0),
+                    get_keys: a.get_keys_c,
                 },
             )?,
         };

@@ -34,7 +34,18 @@ use common::start_on_free_port;
 
 const ROUNDS: usize = 6;
 const WRITERS: usize = 4;
-const KEYS_PER_WRITER: usize = 300;
+
+/// The server and the load of one kind of round.
+#[derive(Clone, Copy)]
+struct Setup {
+    name: &'static str,
+    memory_mb: u32,
+    /// `-M`: nothing may be evicted.
+    no_evictions: bool,
+    /// A flash tier of this many MiB in 1 MiB pages.
+    flash_mb: Option<u32>,
+    keys_per_writer: usize,
+}
 
 /// splitmix64: a small seeded generator (the test needs no crate for it).
 struct Rng(u64);
@@ -76,6 +87,9 @@ struct KeyModel {
     acked: State,
     /// What the request in flight (sent, not answered) would leave.
     in_flight: Option<State>,
+    /// Every request and its answer, and the flush_alls (for the message
+    /// of a failure).
+    history: Vec<String>,
 }
 
 struct Server {
@@ -84,12 +98,22 @@ struct Server {
 }
 
 impl Server {
-    fn start(file: &Path, memory_mb: u32) -> Server {
+    fn start(file: &Path, setup: &Setup) -> Server {
         let (child, port) = start_on_free_port(|port| {
-            Command::new(env!("CARGO_BIN_EXE_osmium"))
-                .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-                .args(["-m", &memory_mb.to_string(), "-t", "2", "-M", "-I", "1m"])
-                .arg("-e")
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_osmium"));
+            cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+                .args(["-m", &setup.memory_mb.to_string(), "-t", "2", "-I", "1m"]);
+            if setup.no_evictions {
+                cmd.arg("-M");
+            }
+            if let Some(mb) = setup.flash_mb {
+                let flash = file.with_extension("ext");
+                cmd.arg("-o").arg(format!(
+                    "ext_path={}:{mb}m,ext_page_size=1",
+                    flash.display()
+                ));
+            }
+            cmd.arg("-e")
                 .arg(file)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -294,6 +318,7 @@ fn read_all(server: &Server, keys: &[String]) -> HashMap<String, Vec<u8>> {
 /// is gone.
 fn write_load(
     server_port: u16,
+    keys: usize,
     writer: usize,
     rng_seed: u64,
     model: Arc<Mutex<HashMap<String, KeyModel>>>,
@@ -314,7 +339,7 @@ fn write_load(
     let mut c = Client::new(s, protocol);
     let mut rng = Rng(rng_seed);
     while !stop.load(Ordering::Relaxed) {
-        let key = format!("w{writer}k{}", rng.below(KEYS_PER_WRITER as u64));
+        let key = format!("w{writer}k{}", rng.below(keys as u64));
         let version = {
             let mut v = versions.lock().unwrap();
             *v += 1;
@@ -355,6 +380,8 @@ fn write_load(
         };
         let mut m = model.lock().unwrap();
         let k = m.get_mut(&key).unwrap();
+        let answer = result.as_ref().map(|s| s.as_ref().map(|v| v.len()));
+        k.history.push(format!("v{version} op{op} -> {answer:?}"));
         match result {
             Ok(state) => {
                 k.acked = state;
@@ -369,47 +396,86 @@ fn write_load(
 
 #[test]
 fn every_acknowledged_write_delete_and_flush_survives_kill_9() {
-    kill_9_rounds(1024, "cache");
+    kill_9_rounds(Setup {
+        name: "cache",
+        memory_mb: 1024,
+        no_evictions: true,
+        flash_mb: None,
+        keys_per_writer: 300,
+    });
 }
 
 #[test]
 fn kill_9_during_compaction_loses_nothing() {
-    let compacted = kill_9_rounds(32, "compact");
+    let compacted = kill_9_rounds(Setup {
+        name: "compact",
+        memory_mb: 32,
+        no_evictions: true,
+        flash_mb: None,
+        keys_per_writer: 300,
+    });
     assert!(
-        compacted >= ROUNDS as u64,
-        "only {compacted} segments compacted in {ROUNDS} rounds"
+        compacted["segments_compacted"] >= ROUNDS as u64,
+        "only {compacted:?} in {ROUNDS} rounds"
     );
 }
 
-/// `segments_compacted` of a running server.
-fn segments_compacted(server: &Server) -> u64 {
+#[test]
+fn kill_9_during_flash_compaction_loses_nothing() {
+    // 16 MiB of RAM, 64 MiB of flash in 1 MiB pages, about 40 MB of live
+    // values: items go to flash, their copies there die as they are
+    // overwritten, and mostly dead pages are compacted; nothing is
+    // dropped while the flash has room.
+    let compacted = kill_9_rounds(Setup {
+        name: "flash",
+        memory_mb: 16,
+        no_evictions: false,
+        flash_mb: Some(64),
+        keys_per_writer: 1500,
+    });
+    assert!(
+        compacted["extstore_pages_compacted"] > 0,
+        "{compacted:?} in {ROUNDS} rounds"
+    );
+}
+
+/// The compaction counters of a running server.
+fn compaction_stats(server: &Server) -> HashMap<&'static str, u64> {
     let mut c = Client::new(server.connect(), Protocol::Text);
     c.w.write_all(b"stats\r\n").unwrap();
-    let mut n = 0;
+    let mut out = HashMap::new();
     loop {
         let l = c.line().unwrap();
         if l == "END\r\n" {
-            return n;
+            return out;
         }
-        if let Some(v) = l.strip_prefix("STAT segments_compacted ") {
-            n = v.trim().parse().unwrap();
+        for name in [
+            "segments_compacted",
+            "extstore_pages_compacted",
+            "evictions",
+            "extstore_page_reclaims",
+        ] {
+            if let Some(v) = l.strip_prefix(&format!("STAT {name} ")) {
+                out.insert(name, v.trim().parse().unwrap());
+            }
         }
     }
 }
 
-/// The kill -9 rounds (see the module comment) on a server of
-/// `memory_mb`; returns how many segments it compacted just before the
-/// kills, in all rounds.
-fn kill_9_rounds(memory_mb: u32, name: &str) -> u64 {
-    let scratch = Scratch::new(name);
+/// The kill -9 rounds (see the module comment) on a server set up as
+/// `setup`; returns its compaction counters just before the kills, summed
+/// over the rounds.
+fn kill_9_rounds(setup: Setup) -> HashMap<&'static str, u64> {
+    let scratch = Scratch::new(setup.name);
     let file = scratch.0.join("cache.mem");
     let model: Arc<Mutex<HashMap<String, KeyModel>>> = Arc::default();
     let versions = Arc::new(Mutex::new(0u64));
     let mut rng = Rng(0x5eed ^ u64::from(std::process::id()));
-    let mut server = Server::start(&file, memory_mb);
-    let mut compacted = 0;
+    let mut server = Server::start(&file, &setup);
+    let mut compacted: HashMap<&'static str, u64> = HashMap::new();
+    let keys = setup.keys_per_writer;
     let mut all_keys: Vec<String> = (0..WRITERS)
-        .flat_map(|w| (0..KEYS_PER_WRITER).map(move |k| format!("w{w}k{k}")))
+        .flat_map(|w| (0..keys).map(move |k| format!("w{w}k{k}")))
         .collect();
     let started = Instant::now();
     let mut checked = 0usize;
@@ -431,8 +497,10 @@ fn kill_9_rounds(memory_mb: u32, name: &str) -> u64 {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let mut m = model.lock().unwrap();
+            let v = *versions.lock().unwrap();
             for k in m.values_mut() {
                 k.acked = None;
+                k.history.push(format!("flush_all at v{v}"));
             }
         }
         let stop = Arc::new(AtomicBool::new(false));
@@ -440,11 +508,13 @@ fn kill_9_rounds(memory_mb: u32, name: &str) -> u64 {
             .map(|w| {
                 let (model, versions, stop) = (model.clone(), versions.clone(), stop.clone());
                 let (port, seed) = (server.port, rng.next());
-                std::thread::spawn(move || write_load(port, w, seed, model, versions, stop))
+                std::thread::spawn(move || write_load(port, keys, w, seed, model, versions, stop))
             })
             .collect();
         std::thread::sleep(Duration::from_millis(100 + rng.below(800)));
-        compacted += segments_compacted(&server);
+        for (name, n) in compaction_stats(&server) {
+            *compacted.entry(name).or_default() += n;
+        }
         std::thread::sleep(Duration::from_millis(rng.below(20)));
         server.kill9();
         stop.store(true, Ordering::Relaxed);
@@ -452,7 +522,7 @@ fn kill_9_rounds(memory_mb: u32, name: &str) -> u64 {
             w.join().unwrap();
         }
         drop(server);
-        server = Server::start(&file, memory_mb);
+        server = Server::start(&file, &setup);
         let mut keys = all_keys.clone();
         keys.extend(flushed.iter().cloned());
         let found = read_all(&server, &keys);
@@ -470,10 +540,11 @@ fn kill_9_rounds(memory_mb: u32, name: &str) -> u64 {
             let allowed_in_flight = k.in_flight.as_ref().is_some_and(|s| *s == got);
             assert!(
                 allowed_acked || allowed_in_flight,
-                "round {round}: {key} is {} after kill -9; acknowledged {}, in flight {}",
+                "round {round}: {key} is {} after kill -9; acknowledged {}, in flight {}; history {:?}",
                 describe(&got),
                 describe(&k.acked),
                 k.in_flight.as_ref().map_or("nothing".into(), describe),
+                k.history,
             );
             // Go on from what the server has.
             k.acked = got;
@@ -483,8 +554,8 @@ fn kill_9_rounds(memory_mb: u32, name: &str) -> u64 {
         all_keys.sort();
     }
     eprintln!(
-        "-m {memory_mb}: {ROUNDS} kill -9 rounds, {checked} key checks, {} writes, \
-         {compacted} segments compacted, {:.1} s",
+        "{}: {ROUNDS} kill -9 rounds, {checked} key checks, {} writes, {compacted:?}, {:.1} s",
+        setup.name,
         versions.lock().unwrap(),
         started.elapsed().as_secs_f64()
     );

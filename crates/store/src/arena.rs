@@ -17,13 +17,20 @@
 //! one for main (in a small arena they share one for main, since every
 //! half-filled segment costs); a new item goes to small unless its key is
 //! in the ghost (see `Store`).
-//! When memory is full the oldest segment of small is evicted if small is
-//! over its share, else the oldest of main. The evictor (`Store::
-//! evict_segment`) copies the victim's items that were hit into main
-//! through the evictor head, and drops the rest: a one-time scan passes
-//! through small without displacing main. The evictor head always has
-//! room for one victim's items: when its segment fills it takes the
-//! *spare*, which the next recycled victim replaces.
+//! When every segment holds items, a writer makes room (`Store::
+//! make_room`): it compacts a mostly dead segment (see `cleaning`: its
+//! live items are copied, none is dropped) or, when the live items fill
+//! memory, evicts: the oldest segment of small if small is over its
+//! share, else the oldest of main. The evictor (`Store::evict_segment`)
+//! copies the victim's items that were hit into main through the evictor
+//! head, and drops the rest: a one-time scan passes through small without
+//! displacing main. The evictor head and the compactor's heads always
+//! have room for one victim's items: when their segment fills they take
+//! the *spare*, which the next emptied victim replaces.
+//!
+//! Each segment counts the bytes of its items the index links to
+//! (`Segment::live_bytes`), so `used - live` is its dead space: what
+//! overwrites, deletes and abandoned writes left in it.
 //!
 //! All segments live in one mapping reserved at start for the arena's
 //! capacity (see `backing`: anonymous memory that is address space only
@@ -35,8 +42,9 @@
 //! warm restart).
 //!
 //! A segment is FREE (on the free list), ACTIVE (owned by one write head,
-//! being appended to), SEALED (full, in the FIFO, oldest first) or CLAIMED
-//! (a walker — the evictor or the expiry reclaimer — is reading it). Items
+//! being appended to; a compactor's destination is in its FIFO already),
+//! SEALED (full, in the FIFO, oldest first) or CLAIMED (a walker — the
+//! evictor, the compactor or the expiry reclaimer — is reading it). Items
 //! are addressed by `(SegmentId, offset)`; nothing in item memory points at
 //! anything else, so the segments can later be file-backed (warm restart) or
 //! partly on flash.
@@ -44,8 +52,8 @@
 //! Allocation takes the write head's mutex only (a small-queue head per
 //! worker thread, so new items do not contend); a head that fills its segment seals
 //! it and takes a new one from the pool: free list, then fresh memory while
-//! under the limit, then a victim, whose live items the caller evicts (see
-//! `Store::evict_segment`).
+//! under the limit; else (`Reserve::Full`) the caller makes room, as above,
+//! and asks again.
 //!
 //! `pending` counts writers that allocated in a segment but have not yet
 //! published their item; a segment is only walked once it is sealed and

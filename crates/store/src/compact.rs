@@ -20,16 +20,17 @@
 //!   `threshold` dead -> compact it (yielding every 256 items)
 //!
 //!   a writer with no segment to take (make_room):
-//!     live + reserve < -m            -> compact the deadest segment
+//!     dead bytes >= reserve          -> compact the deadest segment
 //!     deadest is >= threshold dead   -> compact it
 //!     otherwise                      -> evict (S3-FIFO)
 //! ```
 //!
-//! So no live item is evicted while the live bytes are below the limit
-//! less the reserve (the segments the write heads and the spare hold, plus
-//! `reserve_percent` of the limit), and in a cache that is over full,
-//! segments are compacted rather than evicted only when they are mostly
-//! dead. Compactions and evictions of writers and of the background
+//! The reserve is two segments and `reserve_percent` of the limit. So no
+//! live item is evicted while the live bytes are below the limit less the
+//! reserve, less the unfilled tails of the write heads' segments and the
+//! spare; and in a cache that is over full, where the dead bytes stay
+//! under the reserve, a segment is compacted rather than evicted only
+//! when it is mostly dead. Compactions and evictions of writers and of the background
 //! cleaner take turns (the cleaner lock), so the spare segment that both
 //! need is always there for one of them.
 //!
@@ -121,6 +122,8 @@ impl Store {
     /// A writer found no segment to take: compacts or evicts one (see
     /// the module comment). False when nothing could be done now.
     pub(crate) fn make_room(&self) -> bool {
+        // A segment reused below does not wait for this thread's own pin.
+        debug_assert!(!crate::epoch::keeps(), "making room with a kept pin");
         let _turn = self.cleaner.lock();
         if self.arena.free_segments() > 0 {
             // Another cleaner made room while this one waited.
@@ -132,7 +135,9 @@ impl Store {
             seg_size >> MIN_DEAD_SHIFT,
             self.clock.now(),
         );
-        let keep_live = scan.live + self.clean_reserve() < scan.limit || !self.cfg.evictions;
+        // Every segment holds items (or is a head's, or the spare): what
+        // is not live is dead, or the heads' unfilled tails.
+        let keep_live = scan.dead >= self.clean_reserve() || !self.cfg.evictions;
         let worth = scan.best_dead * 100 >= seg_size * self.cfg.clean.threshold_percent as usize;
         if let Some(victim) = scan.best.filter(|_| keep_live || worth) {
             if self.arena.claim_for_compaction(victim) {
@@ -152,15 +157,16 @@ impl Store {
         false
     }
 
-    /// Bytes live items may not fill before eviction starts: the
-    /// segments write heads and the spare hold (two more: the compactor
-    /// needs a whole dead segment's worth to free one), plus
-    /// `reserve_percent` of the limit.
+    /// Dead bytes that make a writer compact rather than evict, whatever
+    /// the cost: two segments' worth (compacting frees a whole segment
+    /// only once a victim's dead bytes and the destination's room add up
+    /// to one) and `reserve_percent` of the limit. So no live item is
+    /// evicted while the live bytes are below the limit less that, less
+    /// the unfilled tails of the write heads' segments and the spare.
     pub(crate) fn clean_reserve(&self) -> usize {
         let (_, limit) = self.arena.usage();
         let seg_size = self.arena.segment_size();
-        (self.arena.head_count() + 3) * seg_size
-            + limit * seg_size / 100 * self.cfg.clean.reserve_percent as usize
+        2 * seg_size + limit * seg_size / 100 * self.cfg.clean.reserve_percent as usize
     }
 
     /// Free segments the background cleaner keeps ahead of the writers:

@@ -214,6 +214,19 @@ impl Drop for Kept {
     }
 }
 
+/// Whether the calling thread keeps its pin (a [`Kept`] is alive): memory
+/// read under it is still in use, so the thread must not write anything
+/// that could reuse a segment (`wait_past` does not wait for the calling
+/// thread's own pin).
+#[inline]
+pub fn keeps() -> bool {
+    MY_SLOT
+        .try_with(|s| s.0.get())
+        .ok()
+        .flatten()
+        .is_some_and(|slot| READERS[slot].state.load(Ordering::Relaxed) & KEPT != 0)
+}
+
 /// Whether the calling thread is pinned (by a guard or a [`Kept`]).
 #[inline]
 pub fn pinned() -> bool {

@@ -81,7 +81,7 @@ impl Store {
                         let freq = it.freq();
                         if freq == 0 || !self.keep(&mut table, hash, &found, queue, now, flushes) {
                             // To flash if there is a tier, else evicted.
-                            if !self.demote(hash, &found) {
+                            if !self.demote(hash, &found, flushes) {
                                 let c = &mut table.counters;
                                 c.evictions += 1;
                                 c.evicted_unfetched += u64::from(!fetched);

@@ -22,7 +22,12 @@ impl Store {
                 self.forget_flash(hash);
                 true
             }
-            None => false,
+            // The evictor may have moved the key to flash since `promote`
+            // looked (it was still in RAM then): it is deleted there.
+            None => {
+                drop(table);
+                self.forget_flash(hash)
+            }
         }
     }
 
@@ -35,9 +40,23 @@ impl Store {
         self.flush_due(self.clock.now());
         self.promote(key, hash);
         let mut forced = None;
+        let mut looked_again = false;
         loop {
             let mut table = self.shard(hash).write();
             let Some(f) = self.find_live(&mut table, key, hash) else {
+                drop(table);
+                // As in `delete`: the key may have gone to flash since
+                // `promote`; a plain removal removes it there, anything
+                // else looks again.
+                if self.flash_has(hash) && !looked_again {
+                    if !d.drop_value && !d.mark_stale && d.if_cas.is_none() {
+                        self.forget_flash(hash);
+                        return RemoveResult::Removed;
+                    }
+                    self.promote(key, hash);
+                    looked_again = true;
+                    continue;
+                }
                 return RemoveResult::NotFound;
             };
             if d.if_cas.is_some_and(|c| c != self.cas_of(f.loc, f.item)) {

@@ -107,8 +107,9 @@ impl Store {
     /// Writes `found`'s item to the flash tier and points its key there, in
     /// place of evicting it; false when the tier takes nothing (off,
     /// failed, a value under `ext_item_size`). The caller holds the key's
-    /// shard lock and unlinks the RAM item after.
-    pub(crate) fn demote(&self, hash: u64, found: &Found) -> bool {
+    /// shard lock and unlinks the RAM item after; `flushes` is the arena's
+    /// flush number read before it checked the item.
+    pub(crate) fn demote(&self, hash: u64, found: &Found, flushes: u32) -> bool {
         let Some(flash) = &self.flash else {
             return false;
         };
@@ -121,9 +122,22 @@ impl Store {
             cas: Some(self.version_of(found.loc, it)),
             ..it.spec()
         };
-        match flash.append(&spec, it.key(), it.value(), it.state() & KEPT_STATE, true) {
+        match flash.append(
+            &spec,
+            it.key(),
+            it.value(),
+            it.state() & KEPT_STATE,
+            true,
+            None,
+        ) {
             Some(entry) => {
                 flash.index.insert(hash, entry);
+                if self.arena.flush_epoch() != flushes {
+                    // A flush_all ran since the item was checked: the copy
+                    // may be past the flush's mark on flash. It goes, as
+                    // the item would have.
+                    flash.index.remove_at(hash, entry.addr);
+                }
                 true
             }
             None => false,
@@ -181,10 +195,14 @@ impl Store {
                 _lock: std::marker::PhantomData,
             };
             let out = f(view);
-            // Read twice since it was written: back into RAM.
+            // Read twice since it was written: back into RAM. Not while
+            // this thread keeps its pin for values it has not sent yet: the
+            // write could make room by reusing a segment, and the reuse
+            // does not wait for the writer's own pin.
             let rate = flash.config().recache_rate;
             let due = r.entry.hot
                 && rate > 0
+                && !crate::epoch::keeps()
                 && RECACHE_COUNT.with(|c| {
                     let n = c.get().wrapping_add(1);
                     c.set(n);
@@ -363,10 +381,19 @@ impl Store {
 
     /// Removes the key's flash entry (a new RAM item for it was linked).
     #[inline]
-    pub(crate) fn forget_flash(&self, hash: u64) {
-        if let Some(flash) = &self.flash {
-            flash.index.remove(hash);
+    /// Removes the key's flash entry, if any; true if it had one.
+    pub(crate) fn forget_flash(&self, hash: u64) -> bool {
+        match &self.flash {
+            Some(flash) => flash.index.remove(hash),
+            None => false,
         }
+    }
+
+    /// Whether the flash tier has an entry for the key.
+    pub(crate) fn flash_has(&self, hash: u64) -> bool {
+        self.flash
+            .as_ref()
+            .is_some_and(|f| f.index.get(hash).is_some())
     }
 }
 

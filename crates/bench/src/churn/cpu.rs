@@ -3,9 +3,11 @@
 //! warm-up so the engine is in its steady churning state, then per depth
 //! of `--depths` a SET phase (`--set-conns` connections churning their key
 //! partitions: overwrites with new sizes and deletes) and a GET phase
-//! (`--get-conns` connections getting random keys live at its start while
-//! one more connection overwrites them at `--background-set-rate`, paced,
-//! so cleaning keeps running). Per phase: ops/s, server CPU per op (the
+//! (`--get-conns` connections getting random keys of `--get-keys-c` live
+//! keys written again just before it (0: of every live key), while one
+//! more connection overwrites random live keys at
+//! `--background-set-rate`, paced, so cleaning keeps running; reading keys
+//! just written, a build that evicts live keys is measured on hits too). Per phase: ops/s, server CPU per op (the
 //! /proc CPU delta ÷ ops; in the GET phase ÷ (gets + background sets)) and
 //! latency percentiles (per request, from its batch's write to its reply).
 //! Medians over rounds, and each figure's ratio to the first server.
@@ -42,6 +44,10 @@ pub struct Opts {
     pub set_conns: usize,
     pub get_conns: usize,
     pub background_rate: f64,
+    /// Keys the GET phase reads: this many live keys, written again just
+    /// before it (so a server that lost live keys to eviction is measured
+    /// on hits as well); 0: every live key.
+    pub get_keys: usize,
 }
 
 /// Keys whose live data is 70 % of `-m` at the mix's mean value, the key
@@ -154,6 +160,27 @@ fn get_worker(
         }
     }
     Ok((gets, misses, wrong, errors, hist))
+}
+
+/// Writes every key of `ids` once more (pipelined, new sizes from `mix`),
+/// before a GET phase reads them.
+fn rewrite(addr: SocketAddr, ids: &[u64], mix: &SizeMix, seed: u64) -> Result<(), String> {
+    let mut c = Client::connect(addr)?;
+    // Versions of their own (the top two bits), as the background writer.
+    let mut version = 0xC000_0000u32;
+    for chunk in ids.chunks(64) {
+        for &id in chunk {
+            version = version.wrapping_add(1) | 0xC000_0000;
+            c.set(id, version, mix.draw(write_hash(seed, id, version)));
+        }
+        c.flush()?;
+        for _ in chunk {
+            if let r @ Reply::Error(_) = c.read_store()? {
+                return Err(format!("rewrite before the GET phase: {r:?}"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The background writer of the GET phase: overwrites of random `ids`
@@ -274,11 +301,21 @@ fn run_one(
         server.check_alive()?;
 
         let ids: Vec<u64> = parts.iter().flat_map(|p| p.live_ids()).collect();
+        let read_ids = if o.get_keys == 0 || o.get_keys >= ids.len() {
+            ids.clone()
+        } else {
+            let mut rng = SmallRng::seed_from_u64(env.seed ^ 0x6e7 ^ i as u64);
+            let hot: Vec<u64> = (0..o.get_keys)
+                .map(|_| ids[rng.gen_range(0..ids.len())])
+                .collect();
+            rewrite(addr, &hot, &o.mix, env.seed ^ 0x4e7 ^ i as u64)?;
+            hot
+        };
         let stop = AtomicBool::new(false);
         let cpu0 = crate::load::cpu_time(pid)?;
         let t = Instant::now();
         let until = t + Duration::from_secs_f64(o.phase_seconds);
-        let (ids, stop) = (&ids, &stop);
+        let (ids, read_ids, stop) = (&ids, &read_ids, &stop);
         let (gets, bg) = std::thread::scope(|s| {
             let bg = s.spawn(move || {
                 background(
@@ -293,7 +330,13 @@ fn run_one(
             let hs: Vec<_> = (0..o.get_conns as u64)
                 .map(|g| {
                     s.spawn(move || {
-                        get_worker(addr, ids, depth, until, env.seed ^ (g << 16) ^ i as u64)
+                        get_worker(
+                            addr,
+                            read_ids,
+                            depth,
+                            until,
+                            env.seed ^ (g << 16) ^ i as u64,
+                        )
                     })
                 })
                 .collect();
@@ -455,6 +498,7 @@ pub fn run(env: &Env, o: &Opts) -> Result<(bool, Value), String> {
         "phase_seconds": o.phase_seconds,
         "set_conns": o.set_conns,
         "get_conns": o.get_conns,
+        "get_keys": o.get_keys,
         "background_set_rate": o.background_rate,
         "latency": "per request, from its batch's write to its reply",
         "cmdlines": cmdlines_json(&cmdlines),

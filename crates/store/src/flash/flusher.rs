@@ -113,7 +113,6 @@ impl Flash {
     /// that were read since they were written (every live record with
     /// `compact`), drops the others, frees it.
     fn reclaim(&self, p: usize, page: Page, compact: bool) {
-        let flushed_below = self.log.lock().flushed_below;
         let page_pos = page.seq * self.cfg.page_size as u64;
         let mut chunk = AlignedBuf::new(self.cfg.wbuf_size);
         let end = page.written.min(page.used);
@@ -134,10 +133,7 @@ impl Flash {
             let page_base = p * self.cfg.page_size + start;
             let at = record::scan(&chunk, len, start, pos - start, end, BLOCK, |at, item| {
                 let addr = ((page_base + at) / record::ALIGN) as u64 + 1;
-                // A record below the last flush_all is gone: rewritten,
-                // it would come back.
-                let flushed = page_pos + ((start + at) as u64) < flushed_below;
-                self.reclaim_record(item, addr, compact, flushed);
+                self.reclaim_record(item, addr, compact, page_pos + (start + at) as u64);
             });
             pos = (start + at).max(pos + 1);
         }
@@ -160,7 +156,8 @@ impl Flash {
         self.room.notify_all();
     }
 
-    fn reclaim_record(&self, item: &[u8], addr: u64, compact: bool, flushed: bool) {
+    /// One record of a page being emptied, at log position `origin`.
+    fn reclaim_record(&self, item: &[u8], addr: u64, compact: bool, origin: u64) {
         // SAFETY: a verified record's item bytes are a whole item.
         let it = unsafe { ItemPtr::from_raw(item.as_ptr() as *mut u8) };
         let key = it.key();
@@ -171,11 +168,17 @@ impl Flash {
         if e.addr != addr {
             return; // superseded or removed
         }
-        if (e.hot || compact) && !flushed {
+        // A record below the last flush_all is gone: rewritten, it would
+        // come back. (`append` checks it again under the log's lock, so a
+        // flush_all that comes while the page is emptied is not missed.)
+        let flushed = || origin < self.log.lock().flushed_below;
+        if (e.hot || compact) && !flushed() {
             // Rewritten at the head; when the buffers are full, the
             // reclaimer (the flusher) writes them first.
             for _ in 0..3 {
-                if let Some(to) = self.append(&it.spec(), key, it.value(), it.state(), false) {
+                let spec = it.spec();
+                let copy = self.append(&spec, key, it.value(), it.state(), false, Some(origin));
+                if let Some(to) = copy {
                     // A compaction keeps what the entry knew (read since
                     // written); a reclaim's rescue starts it over.
                     let to = index::Entry {
@@ -192,11 +195,13 @@ impl Flash {
                     }
                     return;
                 }
-                if !self.write_queued() {
+                if flushed() || !self.write_queued() {
                     break;
                 }
             }
-            self.stats.compact_lost.fetch_add(1, Ordering::Relaxed);
+            if !flushed() {
+                self.stats.compact_lost.fetch_add(1, Ordering::Relaxed);
+            }
         }
         if self.index.remove_at(hash, addr) {
             self.stats.objects_evicted.fetch_add(1, Ordering::Relaxed);

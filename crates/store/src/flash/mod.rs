@@ -154,8 +154,7 @@ struct Page {
     written: usize,
     /// The size classes' bytes of every record appended (the flash index
     /// counts its live records' the same way, so live ÷ this is the part
-    /// still live; after a restart, the live part when it was taken
-    /// over).
+    /// still live; after a restart, the bytes used).
     class_bytes: usize,
 }
 
@@ -386,11 +385,6 @@ impl Flash {
             failed: AtomicBool::new(false),
             flusher: Mutex::new(None),
         });
-        let worker = flash.clone();
-        let handle = std::thread::Builder::new()
-            .name("osmium-flash".into())
-            .spawn(move || worker.flusher_loop())?;
-        *flash.flusher.lock() = Some(handle);
         let mut resumed = resumed;
         if resumed.taken_over {
             flash.write_left_buffers(wbufs);
@@ -424,12 +418,25 @@ impl Flash {
                 );
             }
             resumed.items = flash.index.len();
-            // What was appended before is not known: taken as all live.
+            // What was appended before is not known: taken as the bytes
+            // used, as if every record were as big as its size class (so
+            // a page's live part reads up to a fifth high until it is
+            // rewritten), rather than as all live, which would leave no
+            // page to compact and make the next reclaims drop live items.
             let mut log = flash.log.lock();
             for (p, page) in log.pages.iter_mut().enumerate() {
-                page.class_bytes = flash.index.page_live(p);
+                page.class_bytes = page.used.max(flash.index.page_live(p));
             }
         }
+        // Only now: a flusher started before the records a killed run left
+        // in its write buffers were written out, and the index repaired,
+        // could empty a page those records belong to (or move entries the
+        // repair is rebuilding), and lose them.
+        let worker = flash.clone();
+        let handle = std::thread::Builder::new()
+            .name("osmium-flash".into())
+            .spawn(move || worker.flusher_loop())?;
+        *flash.flusher.lock() = Some(handle);
         Ok((flash, resumed))
     }
 
@@ -583,7 +590,9 @@ impl Flash {
     /// must be stored, since its location changes), `key`, `value` and
     /// state bits `state`. Returns its index entry; the caller inserts it
     /// into the index. Waits for the disk when every buffer is full,
-    /// unless `wait` is false (then, like a failed tier, None).
+    /// unless `wait` is false (then, like a failed tier, None). A record
+    /// rewritten from log position `origin` is not written (None) once a
+    /// flush_all covers that position.
     pub fn append(
         &self,
         spec: &ItemSpec,
@@ -591,6 +600,7 @@ impl Flash {
         value: &[u8],
         state: u8,
         wait: bool,
+        origin: Option<u64>,
     ) -> Option<Entry> {
         if !self.is_on() {
             return None;
@@ -603,6 +613,10 @@ impl Flash {
         let mut log = self.log.lock();
         loop {
             if log.stop || !self.is_on() {
+                return None;
+            }
+            if origin.is_some_and(|pos| pos < log.flushed_below) {
+                // A rewrite of a record a flush_all covered.
                 return None;
             }
             // The record must fit in the head page ...
