@@ -790,6 +790,37 @@ mod tests {
     }
 
     #[test]
+    fn compaction_options() {
+        let s = run(&[]).unwrap();
+        assert_eq!(s.clean, osmium_store::CleanConfig::default());
+        let s = run(&[
+            "-o",
+            "compact_policy=cost_benefit,compact_threshold=40",
+            "-o",
+            "compact_reserve=5,no_compact_background,ext_max_frag=0.5",
+            "-o",
+            "ext_path=/tmp/x:64m",
+        ])
+        .unwrap();
+        assert_eq!(s.clean.policy, osmium_store::CleanPolicy::CostBenefit);
+        assert_eq!(
+            (s.clean.threshold_percent, s.clean.reserve_percent),
+            (40, 5)
+        );
+        assert!(!s.clean.background);
+        assert_eq!(s.flash.unwrap().max_frag_percent, 50);
+        for bad in [
+            "compact_policy=lru",
+            "compact_policy",
+            "compact_threshold=101",
+            "compact_threshold=x",
+            "compact_reserve=51",
+        ] {
+            assert!(run(&["-o", bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn an_option_given_twice_takes_its_last_value_and_lists_add_up() {
         let s = run(&[
             "-t",

@@ -167,6 +167,62 @@ fn eviction_keeps_accepting_writes() {
     assert!(evictions > 0);
 }
 
+/// `STAT <name> <value>` of a `stats` reply, as a number.
+fn stat_of(stats: &str, name: &str) -> u64 {
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+        .unwrap_or_else(|| panic!("no {name} in {stats}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn overwrites_are_compacted_not_evicted() {
+    // 800 keys of 10 KB (8 MB) in -m 32, overwritten 15 times over with
+    // new sizes (120 MB written): the dead versions are compacted away;
+    // no live key is evicted; stats tell live from dead.
+    let srv = Server::start(&["-m", "32", "-t", "2"]);
+    let mut c = srv.connect();
+    for round in 0..15 {
+        let mut req = Vec::new();
+        for i in 0..800 {
+            let len = 9_000 + (i * 7 + round * 131) % 2_000;
+            req.extend_from_slice(format!("set c{i} {round} 0 {len} noreply\r\n").as_bytes());
+            req.extend(std::iter::repeat_n(b'a' + round as u8, len));
+            req.extend_from_slice(b"\r\n");
+        }
+        req.extend_from_slice(b"mn\r\n");
+        assert_eq!(roundtrip(&mut c, &req, b"MN\r\n"), b"MN\r\n");
+    }
+    let stats = String::from_utf8(roundtrip(&mut c, b"stats\r\n", b"END\r\n")).unwrap();
+    assert_eq!(stat_of(&stats, "curr_items"), 800, "{stats}");
+    assert_eq!(stat_of(&stats, "evictions"), 0, "{stats}");
+    assert!(stat_of(&stats, "segments_compacted") > 0, "{stats}");
+    assert!(stat_of(&stats, "reclaimed_dead_bytes") > 0, "{stats}");
+    assert_eq!(stat_of(&stats, "evicted_live_bytes"), 0, "{stats}");
+    assert_eq!(
+        stat_of(&stats, "live_bytes"),
+        stat_of(&stats, "bytes"),
+        "{stats}"
+    );
+    let dead = stat_of(&stats, "dead_bytes");
+    assert!(dead < 32 << 20, "{stats}");
+    for i in [0, 399, 799] {
+        let len = 9_000 + (i * 7 + 14 * 131) % 2_000;
+        let got = roundtrip(&mut c, format!("get c{i}\r\n").as_bytes(), b"END\r\n");
+        let mut want = format!("VALUE c{i} 14 {len}\r\n").into_bytes();
+        want.extend(std::iter::repeat_n(b'a' + 14, len));
+        want.extend_from_slice(b"\r\nEND\r\n");
+        assert_eq!(got, want, "c{i}");
+    }
+    let settings = String::from_utf8(roundtrip(&mut c, b"stats settings\r\n", b"END\r\n")).unwrap();
+    assert!(
+        settings.contains("STAT compact_policy greedy\r\n"),
+        "{settings}"
+    );
+}
+
 #[test]
 fn no_evictions_flag_reports_out_of_memory() {
     let srv = Server::start(&["-m", "2", "-M"]);
