@@ -33,6 +33,19 @@ pub fn tune_allocator() {
 /// Sets the open-file limit to what `-c` connections need, as memcached
 /// does at start; the error message is memcached's (the caller exits with
 /// EX_OSERR).
+/// Gives the calling thread a lower CPU priority (a nice value above the
+/// process's): the background cleaner, which should run when the workers
+/// leave a core idle, and yield it as soon as a worker wants it. Best
+/// effort: an error leaves the priority as it was.
+pub fn lower_this_thread(nice: i32) {
+    // SAFETY: gettid and setpriority take and return plain integers; on
+    // Linux a thread id as PRIO_PROCESS's `who` names that thread only.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice);
+    }
+}
+
 pub fn raise_file_limit(settings: &Settings) -> Result<(), String> {
     let want = settings.max_connections as u64 + reserved_fds(settings);
     let mut lim = libc::rlimit {

@@ -32,6 +32,9 @@ use crate::transport::worker::{self, WorkerHandle};
 
 const WAKE: Token = Token(usize::MAX);
 
+/// The background cleaner's nice value (the workers run at 0).
+const CLEANER_NICE: i32 = 10;
+
 /// Runs the server until it is asked to stop; returns how.
 pub fn run(settings: Settings, auth: AuthConfig) -> io::Result<StopRequest> {
     for w in &settings.warnings {
@@ -255,6 +258,10 @@ fn spawn_cleaner(shared: Arc<Shared>) -> io::Result<Option<std::thread::JoinHand
     let handle = std::thread::Builder::new()
         .name("osmium-clean".into())
         .spawn(move || {
+            // Below the workers: on a machine whose cores they keep busy,
+            // a compaction waits for an idle moment (or a writer does it
+            // when it must) rather than delay their requests.
+            process::lower_this_thread(CLEANER_NICE);
             let store = &shared.store;
             while shared.stop_requested().is_none() {
                 if !store.clean_ahead() {

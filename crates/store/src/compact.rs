@@ -109,6 +109,17 @@ pub(crate) struct CleanStats {
     pub(crate) evicted_live_bytes: AtomicU64,
 }
 
+/// What `make_room` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Room {
+    /// A segment was freed (or another cleaner freed one).
+    Made,
+    /// Nothing now; perhaps once writers and walkers are done.
+    Busy,
+    /// Nothing can be freed: out of memory.
+    None,
+}
+
 /// What `move_item` did.
 enum Moved {
     Copied(usize),
@@ -120,14 +131,14 @@ enum Moved {
 
 impl Store {
     /// A writer found no segment to take: compacts or evicts one (see
-    /// the module comment). False when nothing could be done now.
-    pub(crate) fn make_room(&self) -> bool {
+    /// the module comment).
+    pub(crate) fn make_room(&self) -> Room {
         // A segment reused below does not wait for this thread's own pin.
         debug_assert!(!crate::epoch::keeps(), "making room with a kept pin");
         let _turn = self.cleaner.lock();
         if self.arena.free_segments() > 0 {
             // Another cleaner made room while this one waited.
-            return true;
+            return Room::Made;
         }
         let seg_size = self.arena.segment_size();
         let scan = self.arena.scan(
@@ -145,16 +156,23 @@ impl Store {
                     .writer_compactions
                     .fetch_add(1, Ordering::Relaxed);
                 if self.compact_segment(victim, false) {
-                    return true;
+                    return Room::Made;
                 }
             }
         }
         if let Some(victim) = self.arena.claim_eviction_victim() {
             self.evict_segment(victim);
             self.arena.recycle(victim);
-            return true;
+            return Room::Made;
         }
-        false
+        if self.cfg.evictions || scan.dead >= seg_size {
+            // Segments being written or walked may be evictable, or dead
+            // space compactable, in a moment.
+            Room::Busy
+        } else {
+            // -M, full of live items: out of memory.
+            Room::None
+        }
     }
 
     /// Dead bytes that make a writer compact rather than evict, whatever

@@ -442,15 +442,17 @@ impl Store {
                     }
                     return Some(slot);
                 }
-                Reserve::Full => {
-                    if !self.make_room() {
+                Reserve::Full => match self.make_room() {
+                    crate::compact::Room::Made => {}
+                    crate::compact::Room::None => return None,
+                    crate::compact::Room::Busy => {
                         busy += 1;
                         if busy > RESERVE_RETRIES {
                             return None;
                         }
                         std::thread::yield_now();
                     }
-                }
+                },
             }
         }
     }
