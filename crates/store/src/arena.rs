@@ -71,7 +71,7 @@ pub use crate::segment::{
 };
 
 mod cleaning;
-pub use cleaning::{CleanPolicy, CleanScan};
+pub use cleaning::{CleanPolicy, CleanScan, CleanStats, Room};
 
 /// A write head moves to a new segment once its segment is this many
 /// seconds old, so that item access times fit 16 bits.
@@ -359,15 +359,7 @@ impl Arena {
                 // Item access times are 16-bit offsets from the base time.
                 let young = now.wrapping_sub(s.base_time.load(Ordering::Relaxed)) < MAX_SEGMENT_AGE;
                 if h.offset + size <= self.segment_size && young {
-                    let offset = h.offset;
-                    h.offset += size;
-                    s.pending.fetch_add(1, Ordering::AcqRel);
-                    let ptr = self.item(seg, offset);
-                    // SAFETY: the slot's `size` bytes were just handed to us
-                    // under the head's lock; nobody else writes them.
-                    unsafe { ptr.write_header(spec, STATE_DEAD) };
-                    s.used.store(h.offset, Ordering::Release);
-                    return Reserve::Slot(Slot { seg, offset, ptr });
+                    return Reserve::Slot(self.take_slot(&mut h, spec));
                 }
                 self.seal(seg);
                 h.seg = None;
@@ -423,16 +415,25 @@ impl Arena {
             h.seg = Some(spare);
             h.offset = 0;
         }
-        let seg = h.seg.expect("evictor segment");
+        Some(self.take_slot(&mut h, spec))
+    }
+
+    /// Hands out the next `spec.size()` bytes of the head's segment (which
+    /// has room for them): the item's header is written there, marked
+    /// dead, before the segment's fill mark covers it (see `reserve`).
+    #[inline]
+    fn take_slot(&self, h: &mut WriteHead, spec: &ItemSpec) -> Slot {
+        let seg = h.seg.expect("a head with a segment");
         let offset = h.offset;
-        h.offset += size;
+        h.offset += spec.size();
         let s = self.segment(seg);
         s.pending.fetch_add(1, Ordering::AcqRel);
         let ptr = self.item(seg, offset);
-        // SAFETY: as in `reserve`.
+        // SAFETY: the slot's bytes were just handed to us under the head's
+        // lock (the caller holds it); nobody else writes them.
         unsafe { ptr.write_header(spec, STATE_DEAD) };
         s.used.store(h.offset, Ordering::Release);
-        Some(Slot { seg, offset, ptr })
+        Slot { seg, offset, ptr }
     }
 
     /// Marks a slot's item as published (or abandoned).

@@ -41,9 +41,9 @@
 //! marking the original dead leaves two live versions with the same CAS
 //! unique and the same contents; a recovery keeps one.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
-use crate::arena::{CleanPolicy, Queue, SegmentId};
+use crate::arena::{Queue, Room, SegmentId};
 use crate::index::{hash_key, Location};
 use crate::item::{self, ItemPtr};
 use crate::store::Store;
@@ -62,63 +62,6 @@ const MOVES_AHEAD: usize = 8;
 /// Least dead bytes, as a fraction of a segment (1/64), that make a
 /// segment worth compacting at all.
 const MIN_DEAD_SHIFT: u32 = 6;
-
-/// How the cleaner works (`-o compact_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CleanConfig {
-    /// How segments are ranked.
-    pub policy: CleanPolicy,
-    /// Percent of a segment that must be dead before the background
-    /// cleaner compacts it, or before a writer compacts it rather than
-    /// evict, in a cache whose live items fill it.
-    pub threshold_percent: u32,
-    /// Percent of the limit, on top of the segments the write heads and
-    /// the spare hold, that live items may not fill before eviction
-    /// starts.
-    pub reserve_percent: u32,
-    /// Whether the server runs a background cleaner (`clean_ahead`).
-    pub background: bool,
-}
-
-impl Default for CleanConfig {
-    fn default() -> Self {
-        CleanConfig {
-            policy: CleanPolicy::Greedy,
-            threshold_percent: 25,
-            reserve_percent: 2,
-            background: true,
-        }
-    }
-}
-
-/// The cleaner's counters (see `StoreStats`).
-#[derive(Default)]
-pub(crate) struct CleanStats {
-    pub(crate) segments_compacted: AtomicU64,
-    pub(crate) items_moved: AtomicU64,
-    pub(crate) bytes_copied: AtomicU64,
-    /// Compactions a writer ran because it found no segment.
-    pub(crate) writer_compactions: AtomicU64,
-    /// Compactions given up (no destination room).
-    pub(crate) aborted: AtomicU64,
-    pub(crate) segments_evicted: AtomicU64,
-    /// Dead bytes freed with the segments that held them (compacted or
-    /// evicted).
-    pub(crate) dead_bytes_reclaimed: AtomicU64,
-    /// Bytes of the live items evicted.
-    pub(crate) evicted_live_bytes: AtomicU64,
-}
-
-/// What `make_room` did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Room {
-    /// A segment was freed (or another cleaner freed one).
-    Made,
-    /// Nothing now; perhaps once writers and walkers are done.
-    Busy,
-    /// Nothing can be freed: out of memory.
-    None,
-}
 
 /// What `move_item` did.
 enum Moved {

@@ -80,16 +80,15 @@ mod write;
 
 pub use arena::CleanPolicy;
 pub use backing::BackingKind;
-pub use compact::CleanConfig;
 pub use dump::{DumpCursor, DumpEntry};
 pub use flash::{FlashConfig, FlashPath};
 pub use item::{ItemView, HEADER_SIZE};
 pub use store::Store;
 pub use tier::FlashFetch;
 pub use types::{
-    memcached_item_total, segment_size_for, ArithResult, CounterResult, CounterUpdate, Fetch,
-    Lookup, Placeholder, Removal, RemoveResult, StoreConfig, StoreMode, StoreStats, StoreStatus,
-    Write,
+    memcached_item_total, segment_size_for, ArithResult, CleanConfig, CounterResult, CounterUpdate,
+    Fetch, Lookup, Placeholder, Removal, RemoveResult, StoreConfig, StoreMode, StoreStats,
+    StoreStatus, Write,
 };
 pub use types::{Recovered, Restart};
 pub use write::Incoming;

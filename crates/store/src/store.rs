@@ -7,7 +7,7 @@
 use std::io;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::arena::{Arena, Queue, Reserve, SegmentId, Slot};
+use crate::arena::{Arena, Queue, Reserve, Room, SegmentId, Slot};
 use crate::backing::{Backing, BackingKind, Layout};
 use crate::clock::Clock;
 use crate::ghost::Ghost;
@@ -47,7 +47,7 @@ pub struct Store {
     pub(crate) flash: Option<std::sync::Arc<crate::flash::Flash>>,
     /// Taken by whoever compacts or evicts a segment (see `compact`).
     pub(crate) cleaner: parking_lot::Mutex<()>,
-    pub(crate) clean_stats: crate::compact::CleanStats,
+    pub(crate) clean_stats: crate::arena::CleanStats,
     /// The compaction's notes of the live items it moves (kept from one
     /// compaction to the next; compactions take turns under `cleaner`).
     pub(crate) compact_plan: parking_lot::Mutex<Vec<(u32, u64)>>,
@@ -443,9 +443,9 @@ impl Store {
                     return Some(slot);
                 }
                 Reserve::Full => match self.make_room() {
-                    crate::compact::Room::Made => {}
-                    crate::compact::Room::None => return None,
-                    crate::compact::Room::Busy => {
+                    Room::Made => {}
+                    Room::None => return None,
+                    Room::Busy => {
                         busy += 1;
                         if busy > RESERVE_RETRIES {
                             return None;

@@ -28,7 +28,7 @@ pub struct StoreConfig {
     /// The flash tier, if any (`-o ext_path`).
     pub flash: Option<crate::flash::FlashConfig>,
     /// How dead space is cleaned (`-o compact_*`).
-    pub clean: crate::compact::CleanConfig,
+    pub clean: CleanConfig,
 }
 
 impl Default for StoreConfig {
@@ -42,7 +42,35 @@ impl Default for StoreConfig {
             backing: BackingKind::default(),
             recovery_threads: 4,
             flash: None,
-            clean: crate::compact::CleanConfig::default(),
+            clean: CleanConfig::default(),
+        }
+    }
+}
+
+/// How the cleaner works (`-o compact_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CleanConfig {
+    /// How segments are ranked.
+    pub policy: crate::arena::CleanPolicy,
+    /// Percent of a segment that must be dead before the background
+    /// cleaner compacts it, or before a writer compacts it rather than
+    /// evict, in a cache whose live items fill it.
+    pub threshold_percent: u32,
+    /// Percent of the limit, on top of the segments the write heads and
+    /// the spare hold, that live items may not fill before eviction
+    /// starts.
+    pub reserve_percent: u32,
+    /// Whether the server runs a background cleaner (`clean_ahead`).
+    pub background: bool,
+}
+
+impl Default for CleanConfig {
+    fn default() -> Self {
+        CleanConfig {
+            policy: crate::arena::CleanPolicy::Greedy,
+            threshold_percent: 25,
+            reserve_percent: 2,
+            background: true,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! What the arena offers the cleaner (`Store::make_room`, `compact`): a
 //! scan of every segment's live and dead bytes that names the best segment
 //! to compact, claiming it, the compactor's destination heads, and giving
-//! the emptied segment back.
+//! the emptied segment back; and the cleaner's counters and outcomes.
 //!
 //! The compactor copies a victim's live items through one of two heads of
 //! its own, one per queue, so items stay in the queue they were in. A
@@ -21,6 +21,8 @@
 //! victim's (no earlier than 32,768 s before now), so the access times of
 //! the items moved keep their meaning.
 
+use std::sync::atomic::AtomicU64;
+
 use super::*;
 
 /// The oldest a destination's base time may be, in seconds before now:
@@ -28,6 +30,35 @@ use super::*;
 /// access times up to nine hours old and can be hit for nine hours more
 /// before theirs saturate.
 const DESTINATION_PAST: u32 = 32_768;
+
+/// The cleaner's counters (see `StoreStats`).
+#[derive(Default)]
+pub struct CleanStats {
+    pub segments_compacted: AtomicU64,
+    pub items_moved: AtomicU64,
+    pub bytes_copied: AtomicU64,
+    /// Compactions a writer ran because it found no segment.
+    pub writer_compactions: AtomicU64,
+    /// Compactions given up (no destination room).
+    pub aborted: AtomicU64,
+    pub segments_evicted: AtomicU64,
+    /// Dead bytes freed with the segments that held them (compacted or
+    /// evicted).
+    pub dead_bytes_reclaimed: AtomicU64,
+    /// Bytes of the live items evicted.
+    pub evicted_live_bytes: AtomicU64,
+}
+
+/// What `make_room` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Room {
+    /// A segment was freed (or another cleaner freed one).
+    Made,
+    /// Nothing now; perhaps once writers and walkers are done.
+    Busy,
+    /// Nothing can be freed: out of memory.
+    None,
+}
 
 /// How the cleaner ranks segments to compact.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -188,16 +219,7 @@ impl Arena {
             h.seg = Some(seg);
             h.offset = 0;
         }
-        let seg = h.seg.expect("compactor destination");
-        let offset = h.offset;
-        h.offset += size;
-        let s = self.segment(seg);
-        s.pending.fetch_add(1, Ordering::AcqRel);
-        let ptr = self.item(seg, offset);
-        // SAFETY: as in `reserve`.
-        unsafe { ptr.write_header(spec, STATE_DEAD) };
-        s.used.store(h.offset, Ordering::Release);
-        Some(Slot { seg, offset, ptr })
+        Some(self.take_slot(&mut h, spec))
     }
 
     /// Gives back a segment the compactor emptied: off its FIFO, and to
