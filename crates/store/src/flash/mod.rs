@@ -124,8 +124,9 @@ pub struct FlashStats {
     /// they kept.
     pub pages_compacted: AtomicU64,
     pub compact_kept: AtomicU64,
-    /// Bytes of records given to the tier by the RAM evictor (for write
-    /// amplification: `bytes_written` / this).
+    /// Bytes of records given to the tier by the RAM evictor, not counting
+    /// the rewrites of reclaims and compactions (for write amplification:
+    /// `bytes_written` / this).
     pub bytes_stored: AtomicU64,
     pub get_hits: AtomicU64,
     pub get_misses: AtomicU64,
@@ -717,9 +718,13 @@ impl Flash {
         let pos = page * self.cfg.page_size + page_used;
         drop(log);
         self.stats.objects_written.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .bytes_stored
-            .fetch_add(size as u64, Ordering::Relaxed);
+        if origin.is_none() {
+            // Given to the tier (a rewrite of a record is not: it is what
+            // the write amplification counts).
+            self.stats
+                .bytes_stored
+                .fetch_add(size as u64, Ordering::Relaxed);
+        }
         Some(Entry {
             addr: (pos / record::ALIGN) as u64 + 1,
             class,
