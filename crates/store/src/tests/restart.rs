@@ -230,8 +230,11 @@ fn flush_all_holds_across_a_restart_and_a_pending_one_still_applies() {
             b"b",
             "a flush that ran is not run again"
         );
-        // A delayed flush pending at the stop.
-        s.flush_all(2);
+        // A delayed flush pending at the stop (it runs at the start of
+        // memcached's `oldest_live` second, the deadline less one: 4 to 5
+        // s from now, well after this stop and the next start, even on a
+        // loaded machine that takes a second to write the file out).
+        s.flush_all(6);
         put(&s, 0, StoreMode::Set, b"doomed", 0, 0, b"c", 0);
         s.close().unwrap();
     }
@@ -239,7 +242,7 @@ fn flush_all_holds_across_a_restart_and_a_pending_one_still_applies() {
         let (s, _) = open(&file, 8 << 20);
         assert_eq!(get(&s, b"doomed").unwrap().0, b"c", "not yet");
     }
-    std::thread::sleep(std::time::Duration::from_millis(3100));
+    std::thread::sleep(std::time::Duration::from_millis(6100));
     let (s, _) = open(&file, 8 << 20);
     assert_eq!(get(&s, b"doomed"), None, "the pending flush applied");
     assert_eq!(get(&s, b"after"), None);
