@@ -1102,6 +1102,21 @@ def reply_cas_values(reply):
     return list(_text_cas_values(reply.data))
 
 
+# Stats osmium reports that memcached 1.6.45 has no name for: how its
+# segments hold live and dead bytes and how they are cleaned (`stats`), and
+# the cleaner's settings (`stats settings`). In cases with a `stats:` line
+# these lines are left out of every server's reply (memcached never sends
+# them), so names and order are compared over memcached's own stats.
+# Exact names, not patterns: a new stat is added here on purpose.
+OSMIUM_OWN_STATS = frozenset(name.encode() for name in (
+    "live_bytes", "dead_bytes", "segments_free", "segments_compacted",
+    "compact_items_moved", "compact_bytes_copied", "compact_writer_runs",
+    "compact_aborted", "segments_evicted", "evicted_live_bytes",
+    "reclaimed_dead_bytes",
+    "compact_policy", "compact_threshold", "compact_reserve", "compact_background",
+))
+
+
 def _stat_keep_value(case, name):
     mode, pats = case.stats
     name = name.decode("latin-1")
@@ -1135,6 +1150,8 @@ def _norm_text(case, data, casmap):
                 seg = b"VERSION <version>\r\n"
             elif case.stats is not None:
                 sm = _STAT_RE.match(seg)
+                if sm and sm.group(1) in OSMIUM_OWN_STATS:
+                    continue
                 if sm and not _stat_keep_value(case, sm.group(1)):
                     seg = b"STAT " + sm.group(1) + b" <v>\r\n"
         parts.append(seg)
@@ -1157,6 +1174,8 @@ def _norm_binary(case, data, casmap):
         bl_s = b"%d" % bl
         if el + kl <= bl:
             extras, key, value = body[:el], body[el:el + kl], body[el + kl:]
+            if op == 0x10 and case.stats is not None and key in OSMIUM_OWN_STATS:
+                continue
             if op == 0x0b and status == 0:
                 value, bl_s = b"<version>", b"<n>"
             elif op == 0x10 and kl and case.stats is not None and not _stat_keep_value(case, key):
