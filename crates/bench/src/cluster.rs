@@ -132,6 +132,7 @@ fn workload(a: &ClusterArgs, depth: usize, get_ratio: f64) -> Workload {
         quantile: 0.995,
         cache_aside: false,
         busy_poll: true,
+        deferred_sends: false,
     }
 }
 

@@ -91,6 +91,11 @@ pub struct Workload {
     /// timerfd between sends, so requests leave on schedule and replies are
     /// read as they land, without the generator's own wake-up latency.
     pub busy_poll: bool,
+    /// Closed loop: a connection's next requests are sent after every
+    /// reply of the poll is read, as libevent's bufferevents send
+    /// (memtier_benchmark, memaslap): a generator that writes in bursts.
+    /// Without it each connection sends as soon as its reply is in.
+    pub deferred_sends: bool,
 }
 
 /// How keys are drawn from `0..keys`.
@@ -586,6 +591,9 @@ fn generate(
     }
     let mut events = Events::with_capacity(256);
     let mut chunk = vec![0u8; 1 << 16];
+    // `deferred_sends`: the connections whose next batch goes out after
+    // this poll's events.
+    let mut due: Vec<usize> = Vec::with_capacity(n);
     // Open loop: epoll's timeout is whole milliseconds, far coarser than
     // the gaps between requests, so a timerfd wakes the loop when the next
     // request is due.
@@ -715,9 +723,18 @@ fn generate(
                 write_out(stream).map_err(|e| format!("sending: {e}"))?;
             }
             if !open && conn.pending == 0 {
-                next_batch(conn, targets, w, &sampler, &mut rng, &value);
-                conn.write_all()?;
+                if w.deferred_sends {
+                    due.push(c);
+                } else {
+                    next_batch(conn, targets, w, &sampler, &mut rng, &value);
+                    conn.write_all()?;
+                }
             }
+        }
+        for c in due.drain(..) {
+            let conn = &mut conns[c];
+            next_batch(conn, targets, w, &sampler, &mut rng, &value);
+            conn.write_all()?;
         }
     }
     // Open loop: requests of the window never answered count as answered

@@ -350,6 +350,12 @@ struct LoadArgs {
     /// sends leave on schedule, without the generator's wake-up latency).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     busy_poll: bool,
+    /// Closed loop: send a connection's next requests only after every
+    /// reply of the generator's poll is read, as libevent's bufferevents
+    /// do (memtier_benchmark, memaslap), instead of as soon as its reply
+    /// is in: the generator writes in bursts.
+    #[arg(long)]
+    deferred_sends: bool,
     /// Memory limit of each server, MB (`-m`, with --vs).
     #[arg(long, default_value_t = 1024)]
     memory: u64,
@@ -762,6 +768,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 quantile: a.sla_fraction.clamp(0.0, 1.0),
                 cache_aside: a.cache_aside,
                 busy_poll: a.busy_poll,
+                deferred_sends: a.deferred_sends,
             };
             let preload = a.preload && !a.cache_aside;
             let sla = load::SlaOpts {

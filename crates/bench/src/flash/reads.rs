@@ -184,6 +184,7 @@ fn workload(o: &FlashOpts, value_size: usize, keys: u64) -> Workload {
         quantile: 0.999,
         cache_aside: false,
         busy_poll: false,
+        deferred_sends: false,
     }
 }
 
