@@ -2,14 +2,13 @@
 //! network benchmarks, which compare osmium with genuine memcached started by
 //! this tool in the same run on loopback ports:
 //!
-//! * `memory`: resident memory growth per item over a load ([`memory`]);
-//! * `retained`: items kept when the load does not fit in `-m` ([`memory`]);
+//! * `memory`, `retained`: RSS growth per item over a load; items kept when
+//!   the load does not fit in `-m` ([`memory`]);
 //! * `hitratio`: cache-aside miss ratio under zipf, with and without
 //!   one-time scans ([`hitratio`]);
-//! * `floor`: runs the floor server, which answers every get with the same
-//!   value and caches nothing: the network stack's own cost (issue 5,
-//!   [`floor`]); `--io-uring` runs the same answers on an io_uring loop
-//!   ([`floor_uring`]);
+//! * `floor`: the floor server, every get answered with the same value,
+//!   nothing cached: the network stack's own cost (issue 5, [`floor`]);
+//!   `--io-uring` runs the same answers on an io_uring loop ([`floor_uring`]);
 //! * `load`: a load generator, closed loop (connections × threads ×
 //!   pipeline depth) or open loop at a fixed rate (`--rate`), reporting
 //!   ops/s, latency percentiles and the server's CPU time per request;
@@ -17,21 +16,21 @@
 //!   `--sla` finds the highest rate within a latency SLA; also the meta
 //!   protocol, cache-aside, value-size sweeps and several servers placed
 //!   by ketama ([`load`], [`report`], [`ketama`]);
+//! * `closed`: a closed-loop sweep of connection counts ([`closed`]);
 //! * `ketama`: prints the server libmemcached's ketama puts each key on;
-//! * `restart`: warm restart from a memory file (`-e`), osmium against
-//!   memcached: restart time and items back after a graceful stop and after
-//!   kill -9 ([`restart`]);
+//! * `restart`: warm restart from a memory file (`-e`): restart time and
+//!   items back after a graceful stop and after kill -9 ([`restart`]);
 //! * `flash`: the flash tier (`-o ext_path=FILE:SIZE`) against memcached's
 //!   extstore: items kept and RAM per item, cache-aside miss ratio, GETs
 //!   served from flash, per value size ([`flash`]);
 //! * `churn`: overwrites with new sizes and deletes: live items kept,
 //!   miss ratio and CPU per request while the engine cleans ([`churn`]).
 //!
-//! Servers are started and stopped by [`servers`]; keys and values come
-//! from [`keys`]; control connections are [`conn`]. The storage-only
-//! criterion benchmarks are `benches/storage.rs`.
+//! Servers: [`servers`]; keys and values: [`keys`]; control connections:
+//! [`conn`]; the storage-only criterion benchmarks: `benches/storage.rs`.
 
 mod churn;
+mod closed;
 mod cluster;
 mod conn;
 mod flash;
@@ -98,6 +97,7 @@ enum Cmd {
     /// Churn (overwrites with new sizes, deletes): live items kept and
     /// evictions, miss ratio over-full, CPU per SET/GET while cleaning.
     Churn(Box<churn::ChurnArgs>),
+    Closed(Box<closed::ClosedArgs>), // its help is ClosedArgs' doc comment
 }
 
 #[derive(Args)]
@@ -732,6 +732,7 @@ fn run(cli: Cli) -> Result<bool, String> {
         }
         Cmd::Cluster(a) => cluster::run(&a).map(|()| true),
         Cmd::Churn(a) => churn::run(&a),
+        Cmd::Closed(a) => closed::run(&a),
         Cmd::Restart(a) => {
             let bins = binaries(&a.common)?;
             restart::run(

@@ -5,7 +5,10 @@
 //!   HDR histogram, on a log scale of the tail (0, 90, 99, 99.9, 99.99,
 //!   99.999: x = log10(1 / (1 − q))) and log-scaled microseconds;
 //! * [`rates`]: achieved throughput and p99 latency against the offered
-//!   rate of an open-loop `--rates` sweep, a line per server.
+//!   rate of an open-loop `--rates` sweep, a line per server;
+//! * [`closed_loop`]: throughput, and p50 and p99 latency, against the
+//!   connection count of an `osmium-bench closed` sweep, a colour per
+//!   server.
 
 use std::path::Path;
 
@@ -24,6 +27,13 @@ pub struct CdfSeries<'a> {
 pub struct RateSeries<'a> {
     pub name: &'a str,
     pub points: Vec<(f64, f64, f64)>,
+}
+
+/// One server's figures at each connection count of a closed-loop sweep:
+/// (connections, ops/s, p50 µs, p99 µs).
+pub struct ConnSeries<'a> {
+    pub name: &'a str,
+    pub points: Vec<(f64, f64, f64, f64)>,
 }
 
 /// The deepest percentile drawn: 99.999 (x = 5).
@@ -206,6 +216,179 @@ pub fn rates(path: &Path, title: &str, series: &[RateSeries]) -> Result<(), Stri
     root.present().map_err(err)
 }
 
+/// The powers of two from `lo` to `hi`, the ticks of a log2 connection
+/// axis; just `lo` when there is none between them.
+fn powers_of_two(lo: f64, hi: f64) -> Vec<f64> {
+    let first = lo.max(1.0).log2().ceil() as i32;
+    let last = hi.max(1.0).log2().floor() as i32;
+    if first > last {
+        return vec![lo];
+    }
+    (first..=last).map(|e| 2f64.powi(e)).collect()
+}
+
+/// 1, 2, 5 times the powers of ten from `lo` to `hi`, the ticks of a log
+/// latency axis; just `lo` when there is none between them.
+fn one_two_five(lo: f64, hi: f64) -> Vec<f64> {
+    let mut ticks = Vec::new();
+    let first = lo.max(1e-3).log10().floor() as i32;
+    let last = hi.max(1e-3).log10().floor() as i32;
+    for exponent in first..=last {
+        for step in [1.0, 2.0, 5.0] {
+            let t = step * 10f64.powi(exponent);
+            if (lo..=hi).contains(&t) {
+                ticks.push(t);
+            }
+        }
+    }
+    if ticks.is_empty() {
+        ticks.push(lo);
+    }
+    ticks
+}
+
+/// Writes ops/s (top) and latency (bottom, log scale: p50 solid, p99
+/// dashed) against connections (log2 scale) to `path` (SVG), a colour per
+/// series. Points with a figure that is not finite are left out.
+pub fn closed_loop(path: &Path, title: &str, series: &[ConnSeries]) -> Result<(), String> {
+    let finite = |p: &&(f64, f64, f64, f64)| {
+        p.0 > 0.0 && p.1.is_finite() && p.2.is_finite() && p.3.is_finite()
+    };
+    let curves: Vec<Vec<(f64, f64, f64, f64)>> = series
+        .iter()
+        .map(|s| s.points.iter().filter(finite).copied().collect())
+        .collect();
+    let all = || curves.iter().flatten();
+    let (min_conns, max_conns) = all().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
+        (lo.min(p.0), hi.max(p.0))
+    });
+    if min_conns > max_conns {
+        return Err("plot: no connection count to draw".into());
+    }
+    let max_ops = all().fold(1.0f64, |m, p| m.max(p.1));
+    let (lo, hi) = all().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
+        (lo.min(p.2).min(p.3), hi.max(p.2).max(p.3))
+    });
+    let (lo, hi) = (lo.max(0.01), hi.max(0.01));
+    let x_range = || {
+        ((min_conns / 1.25)..(max_conns * 1.25))
+            .log_scale()
+            .with_key_points(powers_of_two(min_conns, max_conns))
+    };
+    let root = SVGBackend::new(path, (900, 900)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root.titled(title, ("sans-serif", 20)).map_err(err)?;
+    let (top, bottom) = root.split_vertically(430);
+    let mut chart = ChartBuilder::on(&top)
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(x_range(), 0.0..max_ops * 1.1)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("connections")
+        .y_desc("throughput (ops/s)")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(err)?;
+    for (i, (s, points)) in series.iter().zip(&curves).enumerate() {
+        let c = color(i);
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().map(|p| (p.0, p.1)),
+                c.stroke_width(2),
+            ))
+            .map_err(err)?
+            .label(s.name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|p| Circle::new((p.0, p.1), 3, c.filled())),
+            )
+            .map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    let mut chart = ChartBuilder::on(&bottom)
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(
+            x_range(),
+            ((lo * 0.8)..(hi * 1.25))
+                .log_scale()
+                .with_key_points(one_two_five(lo * 0.8, hi * 1.25)),
+        )
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("connections")
+        .y_desc("latency (us): p50 solid, p99 dashed")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y}"))
+        .draw()
+        .map_err(err)?;
+    for (i, (s, points)) in series.iter().zip(&curves).enumerate() {
+        let c = color(i);
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().map(|p| (p.0, p.2)),
+                c.stroke_width(2),
+            ))
+            .map_err(err)?
+            .label(format!("{} p50", s.name))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart
+            .draw_series(DashedLineSeries::new(
+                points.iter().map(|p| (p.0, p.3)),
+                6,
+                4,
+                c.stroke_width(2),
+            ))
+            .map_err(err)?
+            .label(format!("{} p99", s.name))
+            .legend(move |(x, y)| {
+                plotters::element::DashedPathElement::new(
+                    vec![(x, y), (x + 20, y)],
+                    6,
+                    4,
+                    c.stroke_width(2),
+                )
+            });
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|p| Circle::new((p.0, p.2), 3, c.filled())),
+            )
+            .map_err(err)?;
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|p| TriangleMarker::new((p.0, p.3), 4, c.filled())),
+            )
+            .map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,6 +435,43 @@ mod tests {
         }];
         rates(&r, "t", &series).unwrap();
         assert!(std::fs::read_to_string(&r).unwrap().contains("offered"));
+        let closed = dir.join("closed.svg");
+        let series = [
+            ConnSeries {
+                name: "memcached",
+                points: vec![(1.0, 20_000.0, 40.0, 90.0), (64.0, 150_000.0, 400.0, 900.0)],
+            },
+            ConnSeries {
+                name: "osmium",
+                points: vec![(1.0, 21_000.0, 38.0, 85.0), (64.0, f64::NAN, 1.0, 1.0)],
+            },
+        ];
+        closed_loop(&closed, "t", &series).unwrap();
+        let svg = std::fs::read_to_string(&closed).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("connections"),
+            "{svg}"
+        );
+        assert!(svg.contains("osmium p99") && svg.contains("memcached p50"));
+        // The x ticks are the powers of two from 1 to 64.
+        assert!(svg.contains("\n64\n") && svg.contains("\n32\n"));
+        // The latency ticks are 1-2-5 steps.
+        assert!(svg.contains("\n50\n") && svg.contains("\n500\n"));
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn connection_ticks_are_powers_of_two() {
+        assert_eq!(
+            powers_of_two(1.0, 64.0),
+            [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+        );
+        assert_eq!(powers_of_two(3.0, 5.0), [4.0]);
+        assert_eq!(powers_of_two(3.0, 3.0), [3.0]);
+        assert_eq!(
+            one_two_five(30.0, 1125.0),
+            [50.0, 100.0, 200.0, 500.0, 1000.0]
+        );
+        assert_eq!(one_two_five(6.0, 9.0), [6.0]);
     }
 }

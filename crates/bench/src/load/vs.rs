@@ -144,7 +144,7 @@ impl Group {
 /// Starts `o.instances` servers of every kind in `kinds` for workload `w`
 /// and preloads those that store (all but the floor) when `o.preload`,
 /// each key on its ketama server.
-pub(super) fn start_servers(
+pub(crate) fn start_servers(
     bins: &crate::servers::Binaries,
     kinds: &[crate::servers::Kind],
     w: &Workload,
@@ -177,8 +177,13 @@ pub(super) fn start_servers(
 }
 
 /// Runs `w` on every group in turn for `rounds` rounds, alternating the
-/// order; every group's medians, in `groups`' order.
-fn measure(groups: &[Group], w: &Workload, rounds: usize) -> Result<Vec<Summary>, String> {
+/// order; every group's medians, in `groups`' order. Each run's figures
+/// go to stderr as a progress line.
+pub(crate) fn measure(
+    groups: &[Group],
+    w: &Workload,
+    rounds: usize,
+) -> Result<Vec<Summary>, String> {
     let mut results: Vec<Vec<Outcome>> = vec![Vec::new(); groups.len()];
     for round in 0..rounds {
         let mut order: Vec<usize> = (0..groups.len()).collect();
