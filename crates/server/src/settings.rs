@@ -213,6 +213,12 @@ pub struct Settings {
     /// memcached builds of seed 002): worker i runs only on CPU
     /// (N + i) mod the CPUs this process may use. None: no pinning.
     pub thread_affinity: Option<usize>,
+    /// `-o idle_spin=<microseconds>` (osmium's own): how long at most a
+    /// worker with nothing to do polls before it sleeps
+    /// (`transport::idle_spin`); 0 never. By default
+    /// `DEFAULT_IDLE_SPIN_US` when every worker can have a CPU of its own
+    /// (`-t` no more than the CPUs this process may use), else 0.
+    pub idle_spin_us: u32,
     pub binding_protocol: &'static str,
     /// -S: SASL authentication for the binary protocol.
     pub sasl: bool,
@@ -245,6 +251,24 @@ pub enum Action {
     Run(Box<Settings>),
     /// Print this and exit 0 (-h, -V, -i).
     Print(String),
+}
+
+/// `-o idle_spin` by default, where it is on (microseconds): longer than
+/// the wake-up of an idle vCPU plus a client's turn-around, so that a
+/// closed-loop client's next request finds the worker still polling.
+pub const DEFAULT_IDLE_SPIN_US: u32 = 100;
+/// The longest `-o idle_spin` taken (microseconds).
+const MAX_IDLE_SPIN_US: u32 = 10_000;
+
+/// Idle polling by default: on while every worker can have a CPU of its
+/// own, so that a polling worker never keeps another from running.
+fn default_idle_spin(threads: usize) -> u32 {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if threads <= cpus {
+        DEFAULT_IDLE_SPIN_US
+    } else {
+        0
+    }
 }
 
 fn parse_size(s: &str) -> Option<usize> {
@@ -384,7 +408,7 @@ pub fn help_text() -> String {
     use clap::CommandFactory;
     let mut cmd = Cli::command();
     format!(
-        "osmium {} (memcached protocol {VERSION})\n{}\n\n-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background.\nOther memcached -o options are accepted with a warning.\n",
+        "osmium {} (memcached protocol {VERSION})\n{}\n\n-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background.\nOther memcached -o options are accepted with a warning.\n",
         env!("CARGO_PKG_VERSION"),
         cmd.render_help()
     )
@@ -526,6 +550,7 @@ where
     let mut hashpower_init = 0;
     let mut lru_crawler = true;
     let mut thread_affinity = None;
+    let mut idle_spin_us = None;
     let mut read_buf_mem_limit = 0usize;
     let mut flash = FlashConfig::default();
     let mut clean = osmium_store::CleanConfig::default();
@@ -551,6 +576,7 @@ where
                 }
             }
             "thread_affinity" => thread_affinity = Some(number(value)? as usize),
+            "idle_spin" => idle_spin_us = Some(number(value)?.min(MAX_IDLE_SPIN_US)),
             "read_buf_mem_limit" => {
                 let mb = value
                     .and_then(|v| v.parse::<u32>().ok())
@@ -648,6 +674,7 @@ where
         lru_crawler,
         clean,
         thread_affinity,
+        idle_spin_us: idle_spin_us.unwrap_or_else(|| default_idle_spin(cli.threads)),
         binding_protocol,
         sasl: cli.sasl,
         sasl_pwdb,
@@ -840,6 +867,26 @@ mod tests {
         assert!(!s.lru_crawler);
         let s = run(&["-l", "127.0.0.1", "-l", "127.0.0.2"]).unwrap();
         assert_eq!(s.listen.len(), 2);
+    }
+
+    #[test]
+    fn idle_spin_is_on_by_default_only_where_workers_have_a_cpu_each() {
+        let cpus = std::thread::available_parallelism().unwrap().get();
+        let t = |n: usize| run(&["-t", &n.to_string()]).unwrap().idle_spin_us;
+        assert_eq!(t(cpus), DEFAULT_IDLE_SPIN_US);
+        assert_eq!(t(cpus + 1), 0);
+        assert_eq!(run(&["-o", "idle_spin=0"]).unwrap().idle_spin_us, 0);
+        assert_eq!(
+            run(&["-t", "64", "-o", "idle_spin=30"])
+                .unwrap()
+                .idle_spin_us,
+            30
+        );
+        assert_eq!(
+            run(&["-o", "idle_spin=99999999"]).unwrap().idle_spin_us,
+            MAX_IDLE_SPIN_US
+        );
+        assert!(run(&["-o", "idle_spin"]).is_err());
     }
 
     #[test]

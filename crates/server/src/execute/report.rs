@@ -423,6 +423,7 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "compact_threshold", s.clean.threshold_percent);
     stat(out, "compact_reserve", s.clean.reserve_percent);
     stat(out, "compact_background", yn(s.clean.background));
+    stat(out, "idle_spin", s.idle_spin_us);
 }
 
 /// `stats items`: osmium has one item class; reported as class 1 when

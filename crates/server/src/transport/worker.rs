@@ -25,6 +25,10 @@
 //! event has said the peer shut its side (EPOLLRDHUP): the FIN may have come
 //! with the data just read, and no later event would report it.
 //!
+//! When a turn is over and no connection is ready, the worker polls for a
+//! short, adaptive while before it sleeps in `epoll_wait` (`idle_spin`):
+//! a closed-loop client's next request then finds it running.
+//!
 //! A connection holds buffers only while it has input or output (see
 //! `buffers`); after each drive the idle ones go back to the worker's pool.
 //! With `-o idle_timeout` a connection that ran no request for that many
@@ -42,6 +46,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
 use super::flash_io::FlashIo;
+use super::idle_spin::IdleSpin;
 use super::stream::Stream;
 use super::udp::{Progress, UdpEndpoint};
 use crate::context::{Shared, WorkerCtx};
@@ -247,6 +252,8 @@ struct Worker {
     /// Flash reads (with a flash tier, where io_uring works).
     flash: Option<FlashIo>,
     next_conn_id: u64,
+    /// How long the worker polls before it sleeps (`-o idle_spin`).
+    idle_spin: IdleSpin,
 }
 
 impl Worker {
@@ -501,7 +508,7 @@ impl Worker {
             } else {
                 None
             };
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
+            if let Err(e) = self.idle_spin.wait(&mut self.poll, &mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
@@ -629,6 +636,7 @@ pub fn spawn(
             let worker = Worker {
                 flash,
                 next_conn_id: 0,
+                idle_spin: IdleSpin::new(Duration::from_micros(settings.idle_spin_us.into())),
                 idle_timeout: settings.idle_timeout,
                 initial_protocol: match settings.binding_protocol {
                     "ascii" => Protocol::Text,

@@ -1,0 +1,173 @@
+//! A worker's wait for its next events: it polls without sleeping for a
+//! short, adaptive while before it blocks in `epoll_wait`.
+//!
+//! A closed-loop client at low concurrency sends its next request a few
+//! tens of microseconds after the last reply left. A worker that blocks at
+//! once pays a sleep and a wake-up for each request: on a virtual machine
+//! the wake-up of an idle vCPU alone takes tens of microseconds (an
+//! inter-processor interrupt and a halt exit), more than the request's own
+//! work, and it is paid again by every request of the next turn. Polling
+//! for a while first catches the next request while the worker still runs:
+//! lower latency and, since a wake-up costs more CPU than a short poll,
+//! no more CPU per request.
+//!
+//! The budget adapts to the gaps between turns, so an idle or slow-paced
+//! server does not burn a core:
+//!
+//! - events that came while polling: the budget stays;
+//! - a block that ended within `max` (the poll stopped too early): the
+//!   budget grows to cover that gap, with a quarter more;
+//! - a block longer than `max` (spinning would not have caught it): the
+//!   budget halves, down to nothing; a budget of nothing is tried at
+//!   `max` again every `PROBE_EVERY` blocks (without polling, a client's
+//!   gap includes the worker's wake-up and can look longer than `max`
+//!   when polling would keep it short).
+//!
+//! So a busy worker rarely polls at all (events are waiting at the end of
+//! each turn), a closed-loop one polls about as long as its clients take
+//! to answer, and one whose clients pause longer than `max` stops
+//! polling after a few turns and sleeps as before.
+//!
+//! `max` is `-o idle_spin=<microseconds>`; 0 never polls. By default it is
+//! on only where every worker can have a CPU of its own (see
+//! `settings::Settings::idle_spin_us`): a polling worker must not keep
+//! another worker of the same server from running.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use mio::{Events, Poll};
+
+/// Blocked waits after which a budget that fell to nothing is tried at
+/// `max` again.
+const PROBE_EVERY: u32 = 64;
+
+/// A worker's polling budget.
+pub struct IdleSpin {
+    /// The longest poll before blocking; zero: never poll.
+    max: Duration,
+    /// The current budget, at most `max`.
+    budget: Duration,
+    /// Blocked waits left before a budget of nothing is tried at `max`.
+    probe_in: u32,
+}
+
+impl IdleSpin {
+    pub fn new(max: Duration) -> IdleSpin {
+        IdleSpin {
+            max,
+            budget: max,
+            probe_in: PROBE_EVERY,
+        }
+    }
+
+    /// Waits for events as `poll.poll(events, timeout)` does; polls for up
+    /// to the budget first unless `timeout` is zero (work is waiting).
+    pub fn wait(
+        &mut self,
+        poll: &mut Poll,
+        events: &mut Events,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
+        if self.max.is_zero() || timeout == Some(Duration::ZERO) {
+            return poll.poll(events, timeout);
+        }
+        let start = Instant::now();
+        if !self.budget.is_zero() {
+            let until = start + self.budget;
+            loop {
+                poll.poll(events, Some(Duration::ZERO))?;
+                if !events.is_empty() {
+                    return Ok(());
+                }
+                if Instant::now() >= until {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let result = poll.poll(events, timeout);
+        self.blocked_for(start.elapsed());
+        result
+    }
+
+    /// Adapts the budget after a wait that had to block and ended after
+    /// `gap` (from the start of the wait).
+    fn blocked_for(&mut self, gap: Duration) {
+        if gap <= self.max {
+            self.budget = (gap + gap / 4).min(self.max);
+        } else if !self.budget.is_zero() {
+            let half = self.budget / 2;
+            self.budget = if half < Duration::from_micros(1) {
+                Duration::ZERO
+            } else {
+                half
+            };
+            self.probe_in = PROBE_EVERY;
+        } else {
+            // Without polling, the gap a closed-loop client leaves is its
+            // round trip plus the worker's wake-up, which may be over
+            // `max` when polling would have kept it under: try again now
+            // and then.
+            self.probe_in -= 1;
+            if self.probe_in == 0 {
+                self.budget = self.max;
+                self.probe_in = PROBE_EVERY;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: Duration = Duration::from_micros(50);
+
+    #[test]
+    fn a_gap_within_max_sets_the_budget_to_cover_it() {
+        let mut s = IdleSpin::new(MAX);
+        s.budget = Duration::from_micros(4);
+        s.blocked_for(Duration::from_micros(20));
+        assert_eq!(s.budget, Duration::from_micros(25));
+        s.blocked_for(Duration::from_micros(48));
+        assert_eq!(s.budget, MAX);
+    }
+
+    #[test]
+    fn long_gaps_halve_the_budget_down_to_nothing() {
+        let mut s = IdleSpin::new(MAX);
+        let mut steps = 0;
+        while !s.budget.is_zero() {
+            s.blocked_for(Duration::from_millis(5));
+            steps += 1;
+            assert!(steps < 10, "{:?}", s.budget);
+        }
+        // A short gap again brings polling back.
+        s.blocked_for(Duration::from_micros(8));
+        assert_eq!(s.budget, Duration::from_micros(10));
+    }
+
+    #[test]
+    fn a_budget_of_nothing_is_tried_again_now_and_then() {
+        let mut s = IdleSpin::new(MAX);
+        s.budget = Duration::ZERO;
+        for _ in 0..PROBE_EVERY - 1 {
+            s.blocked_for(Duration::from_millis(1));
+            assert!(s.budget.is_zero());
+        }
+        s.blocked_for(Duration::from_millis(1));
+        assert_eq!(s.budget, MAX);
+    }
+
+    #[test]
+    fn zero_max_never_polls() {
+        let mut poll = Poll::new().unwrap();
+        let mut events = Events::with_capacity(4);
+        let mut s = IdleSpin::new(Duration::ZERO);
+        s.wait(&mut poll, &mut events, Some(Duration::from_millis(1)))
+            .unwrap();
+        assert!(events.is_empty());
+        assert!(s.budget.is_zero());
+    }
+}
