@@ -23,6 +23,13 @@
 //!   gap includes the worker's wake-up and can look longer than `max`
 //!   when polling would keep it short).
 //!
+//! A poll that lost its CPU (two polls far apart in time: another thread,
+//! of this server or of another program, was given the CPU) stops polling
+//! for `PROBE_EVERY` blocked waits, twice as many each time it happens
+//! again within `CALM` of the last time: on a shared CPU a polling worker would take time from its
+//! neighbours and, having used its share, wait behind them when a request
+//! comes.
+//!
 //! So a busy worker rarely polls at all (events are waiting at the end of
 //! each turn), a closed-loop one polls about as long as its clients take
 //! to answer, and one whose clients pause longer than `max` stops
@@ -41,6 +48,14 @@ use mio::{Events, Poll};
 /// Blocked waits after which a budget that fell to nothing is tried at
 /// `max` again.
 const PROBE_EVERY: u32 = 64;
+/// The longest back-off after polls that were preempted, in blocked waits.
+const MAX_BACKOFF: u32 = 64 * 1024;
+/// A gap this long between two polls of one wait means the worker lost its
+/// CPU while polling: another thread wanted it.
+const PREEMPTED: Duration = Duration::from_micros(250);
+/// After this long without a preempted poll the back-off starts again
+/// from `PROBE_EVERY`.
+const CALM: Duration = Duration::from_secs(10);
 
 /// A worker's polling budget.
 pub struct IdleSpin {
@@ -50,6 +65,15 @@ pub struct IdleSpin {
     budget: Duration,
     /// Blocked waits left before a budget of nothing is tried at `max`.
     probe_in: u32,
+    /// Blocked waits without polling after the next preempted poll:
+    /// doubles with every preempted poll, back to `PROBE_EVERY` once
+    /// `CALM` has passed without one.
+    backoff: u32,
+    /// When a poll was last preempted.
+    last_preempted: Option<Instant>,
+    /// The budget is nothing because a poll was preempted (not because the
+    /// gaps were long): only the probe brings polling back.
+    held_off: bool,
 }
 
 impl IdleSpin {
@@ -58,6 +82,9 @@ impl IdleSpin {
             max,
             budget: max,
             probe_in: PROBE_EVERY,
+            backoff: PROBE_EVERY,
+            held_off: false,
+            last_preempted: None,
         }
     }
 
@@ -75,12 +102,22 @@ impl IdleSpin {
         let start = Instant::now();
         if !self.budget.is_zero() {
             let until = start + self.budget;
+            let mut last = start;
             loop {
                 poll.poll(events, Some(Duration::ZERO))?;
+                let now = Instant::now();
+                if now - last > PREEMPTED {
+                    self.preempted(now);
+                    if !events.is_empty() {
+                        return Ok(());
+                    }
+                    break;
+                }
+                last = now;
                 if !events.is_empty() {
                     return Ok(());
                 }
-                if Instant::now() >= until {
+                if now >= until {
                     break;
                 }
                 std::hint::spin_loop();
@@ -91,29 +128,52 @@ impl IdleSpin {
         result
     }
 
+    /// The worker lost its CPU while polling: another thread (of this
+    /// server or another program) wants it, and polling would keep taking
+    /// it. Stop for a while, longer each time it happens again.
+    fn preempted(&mut self, now: Instant) {
+        if self
+            .last_preempted
+            .is_some_and(|t| now.saturating_duration_since(t) > CALM)
+        {
+            self.backoff = PROBE_EVERY;
+        }
+        self.last_preempted = Some(now);
+        self.budget = Duration::ZERO;
+        self.held_off = true;
+        self.probe_in = self.backoff;
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+    }
+
     /// Adapts the budget after a wait that had to block and ended after
     /// `gap` (from the start of the wait).
     fn blocked_for(&mut self, gap: Duration) {
-        if gap <= self.max {
-            self.budget = (gap + gap / 4).min(self.max);
-        } else if !self.budget.is_zero() {
-            let half = self.budget / 2;
-            self.budget = if half < Duration::from_micros(1) {
-                Duration::ZERO
+        if !self.budget.is_zero() {
+            if gap <= self.max {
+                self.budget = (gap + gap / 4).min(self.max);
             } else {
-                half
-            };
-            self.probe_in = PROBE_EVERY;
-        } else {
-            // Without polling, the gap a closed-loop client leaves is its
-            // round trip plus the worker's wake-up, which may be over
-            // `max` when polling would have kept it under: try again now
-            // and then.
-            self.probe_in -= 1;
-            if self.probe_in == 0 {
-                self.budget = self.max;
-                self.probe_in = PROBE_EVERY;
+                let half = self.budget / 2;
+                self.budget = if half < Duration::from_micros(1) {
+                    self.probe_in = PROBE_EVERY;
+                    Duration::ZERO
+                } else {
+                    half
+                };
             }
+            return;
+        }
+        if gap <= self.max && !self.held_off {
+            self.budget = gap + gap / 4;
+            return;
+        }
+        // Not polling: without it, the gap a closed-loop client leaves is
+        // its round trip plus the worker's wake-up, which may be over
+        // `max` when polling would keep it under; try again now and then.
+        self.probe_in = self.probe_in.saturating_sub(1);
+        if self.probe_in == 0 {
+            self.budget = self.max;
+            self.held_off = false;
+            self.probe_in = PROBE_EVERY;
         }
     }
 }
@@ -158,6 +218,28 @@ mod tests {
         }
         s.blocked_for(Duration::from_millis(1));
         assert_eq!(s.budget, MAX);
+    }
+
+    #[test]
+    fn preempted_polls_back_off_longer_each_time() {
+        let mut s = IdleSpin::new(MAX);
+        let t = Instant::now();
+        s.preempted(t);
+        assert!(s.budget.is_zero());
+        assert_eq!(s.probe_in, PROBE_EVERY);
+        for _ in 0..PROBE_EVERY {
+            s.blocked_for(Duration::from_micros(10));
+        }
+        assert_eq!(s.budget, MAX);
+        s.preempted(t);
+        assert_eq!(s.probe_in, 2 * PROBE_EVERY);
+        for _ in 0..40 {
+            s.preempted(t);
+        }
+        assert_eq!(s.probe_in, MAX_BACKOFF);
+        // A calm stretch starts the back-off again.
+        s.preempted(t + CALM + Duration::from_secs(1));
+        assert_eq!(s.probe_in, PROBE_EVERY);
     }
 
     #[test]
