@@ -23,8 +23,10 @@
 //!   gap includes the worker's wake-up and can look longer than `max`
 //!   when polling would keep it short).
 //!
-//! A poll that lost its CPU (two polls far apart in time: another thread,
-//! of this server or of another program, was given the CPU) stops polling
+//! A poll that lost its CPU (two polls far apart in time, and the thread
+//! switched out involuntarily: another thread, of this server or of
+//! another program, was given the CPU; a gap without a switch is the
+//! hypervisor taking the vCPU, and is let be) stops polling
 //! for `PROBE_EVERY` blocked waits, twice as many each time it happens
 //! again within `CALM` of the last time: on a shared CPU a polling worker would take time from its
 //! neighbours and, having used its share, wait behind them when a request
@@ -71,6 +73,8 @@ pub struct IdleSpin {
     backoff: u32,
     /// When a poll was last preempted.
     last_preempted: Option<Instant>,
+    /// This thread's involuntary context switches, as last read.
+    involuntary_switches: i64,
     /// The budget is nothing because a poll was preempted (not because the
     /// gaps were long): only the probe brings polling back.
     held_off: bool,
@@ -85,6 +89,7 @@ impl IdleSpin {
             backoff: PROBE_EVERY,
             held_off: false,
             last_preempted: None,
+            involuntary_switches: involuntary_switches(),
         }
     }
 
@@ -106,7 +111,7 @@ impl IdleSpin {
             loop {
                 poll.poll(events, Some(Duration::ZERO))?;
                 let now = Instant::now();
-                if now - last > PREEMPTED {
+                if now - last > PREEMPTED && self.lost_cpu_to_a_thread() {
                     self.preempted(now);
                     if !events.is_empty() {
                         return Ok(());
@@ -126,6 +131,16 @@ impl IdleSpin {
         let result = poll.poll(events, timeout);
         self.blocked_for(start.elapsed());
         result
+    }
+
+    /// Whether this thread was switched out involuntarily since the last
+    /// call: a gap between polls without that is the hypervisor taking the
+    /// vCPU, which no thread here can give way to.
+    fn lost_cpu_to_a_thread(&mut self) -> bool {
+        let switches = involuntary_switches();
+        let lost = switches != self.involuntary_switches;
+        self.involuntary_switches = switches;
+        lost
     }
 
     /// The worker lost its CPU while polling: another thread (of this
@@ -175,6 +190,19 @@ impl IdleSpin {
             self.held_off = false;
             self.probe_in = PROBE_EVERY;
         }
+    }
+}
+
+/// The calling thread's involuntary context switches so far.
+fn involuntary_switches() -> i64 {
+    // SAFETY: an all-zero `rusage` is a valid value of that plain C
+    // struct, and getrusage writes only into the one it is given.
+    unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_THREAD, &mut usage) != 0 {
+            return 0;
+        }
+        usage.ru_nivcsw
     }
 }
 
