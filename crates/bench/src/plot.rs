@@ -71,6 +71,19 @@ fn color(i: usize) -> RGBColor {
     COLORS[i % COLORS.len()]
 }
 
+/// Every chart's legend: upper left, on a translucent white box.
+fn draw_legend<'a, X: Ranged, Y: Ranged>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)
+}
+
 fn err(e: impl std::fmt::Display) -> String {
     format!("plot: {e}")
 }
@@ -113,13 +126,7 @@ pub fn latency_cdf(path: &Path, title: &str, series: &[CdfSeries]) -> Result<(),
             .label(s.name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    draw_legend(&mut chart)?;
     root.present().map_err(err)
 }
 
@@ -176,13 +183,7 @@ pub fn rates(path: &Path, title: &str, series: &[RateSeries]) -> Result<(), Stri
             )
             .map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    draw_legend(&mut chart)?;
     let mut chart = ChartBuilder::on(&bottom)
         .margin(15)
         .x_label_area_size(40)
@@ -311,13 +312,7 @@ pub fn closed_loop(path: &Path, title: &str, series: &[ConnSeries]) -> Result<()
             )
             .map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    draw_legend(&mut chart)?;
     let mut chart = ChartBuilder::on(&bottom)
         .margin(15)
         .x_label_area_size(40)
@@ -379,13 +374,7 @@ pub fn closed_loop(path: &Path, title: &str, series: &[ConnSeries]) -> Result<()
             )
             .map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    draw_legend(&mut chart)?;
     root.present().map_err(err)
 }
 
