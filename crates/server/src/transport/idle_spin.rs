@@ -15,8 +15,8 @@
 //! server does not burn a core:
 //!
 //! - events that came while polling: the budget stays;
-//! - a block that ended within `max` (the poll stopped too early): the
-//!   budget grows to cover that gap, with a quarter more;
+//! - a block that ended within `max` (polling that long would have caught
+//!   it): the budget becomes that gap and a quarter more;
 //! - a block longer than `max` (spinning would not have caught it): the
 //!   budget halves, down to nothing; a budget of nothing is tried at
 //!   `max` again every `PROBE_EVERY` blocks (without polling, a client's
