@@ -23,7 +23,8 @@
 //! connection then holds a socket per server.
 //!
 //! SLA (`--sla`, [`sla_rate`]): the highest open-loop rate at which a
-//! quantile (99.5 %) of requests finish within a bound (1 ms), by bisection,
+//! quantile (99.5 %) of requests finish within a bound (1 ms), growing the
+//! rate until a step fails and then bisecting,
 //! for random and for hot keys; Overall = 0.8 × random + 0.2 × hot.
 //!
 //! The server's CPU time comes from `/proc/<pid>/stat` (user + system, all

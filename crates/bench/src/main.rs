@@ -392,7 +392,7 @@ struct LoadArgs {
     /// Hot-key distribution of --sla.
     #[arg(long, default_value = "hotspot:0.001:0.9")]
     hot: load::KeyDist,
-    /// Bisection steps of --sla.
+    /// Steps of each --sla search (more when its growth needed them).
     #[arg(long, default_value_t = 7)]
     sla_steps: usize,
     /// Measured seconds per --sla step.

@@ -21,13 +21,13 @@ pub struct SlaOpts {
 }
 
 /// The SLA rate of one distribution on `addr`: estimates capacity with a
-/// short closed-loop run (depth 1), then bisects the open-loop rate between
-/// 0 and 3 × capacity (an open loop pipelines, so it can pass more than the
-/// closed loop's capacity). A rate passes when its quantile latency is within
-/// the bound and the generator kept up with it (achieved ≥ 95 % of it), in
-/// its first run or in one of `retries` more (this shared VM pauses now and
-/// then for tens of milliseconds, which alone puts a 2 s step over 1 ms at
-/// the 99.5th percentile, at any rate).
+/// short closed-loop run (depth 1), then searches the open-loop rate from
+/// 1.5 × capacity (an open loop pipelines, so it can pass more than the
+/// closed loop's capacity) with [`search_rate`]. A rate passes when its
+/// quantile latency is within the bound and the generator kept up with it
+/// (achieved ≥ 95 % of it), in its first run or in one of `retries` more
+/// (this shared VM pauses now and then for tens of milliseconds, which
+/// alone puts a 2 s step over 1 ms at the 99.5th percentile, at any rate).
 /// Returns the highest passing rate and that run's outcome.
 pub fn sla_rate(targets: &Targets, w: &Workload, o: &SlaOpts) -> Result<SlaSearch, String> {
     let probe = Workload {
@@ -42,11 +42,9 @@ pub fn sla_rate(targets: &Targets, w: &Workload, o: &SlaOpts) -> Result<SlaSearc
         ..targets.clone()
     };
     let capacity = run(&no_cpu, &probe)?.ops_per_sec();
-    let (mut lo, mut hi) = (0.0f64, capacity * 3.0);
-    let mut best = None;
+    let mut best: Option<(f64, Outcome)> = None;
     let mut steps = Vec::new();
-    for _ in 0..o.steps.max(1) {
-        let rate = (lo + hi) / 2.0;
+    let found = search_rate(capacity * 1.5, o.steps, |rate| {
         let step = Workload {
             rate: Some(rate),
             duration: o.step_duration,
@@ -71,19 +69,63 @@ pub fn sla_rate(targets: &Targets, w: &Workload, o: &SlaOpts) -> Result<SlaSearc
             tries += 1;
         };
         steps.push((rate, out.ops_per_sec(), out.p99_us));
-        if pass {
-            lo = rate;
-            best = Some(out);
-        } else {
-            hi = rate;
+        if pass && best.as_ref().is_none_or(|(r, _)| rate > *r) {
+            best = Some((rate, out));
         }
-    }
+        Ok(pass)
+    })?;
     steps.sort_by(|a, b| a.0.total_cmp(&b.0));
     Ok(SlaSearch {
-        rate: if best.is_some() { lo } else { 0.0 },
-        best,
+        rate: found,
+        best: best.map(|(_, out)| out),
         steps,
     })
+}
+
+/// Growth steps [`search_rate`] takes at most before it gives up looking
+/// for a failing rate (1.5^8 ≈ 26 × the first rate).
+const MAX_GROWTH_STEPS: usize = 8;
+/// Bisection steps [`search_rate`] takes at least once it has a failing
+/// rate above a passing one.
+const MIN_BISECTION_STEPS: usize = 3;
+
+/// Searches for the highest rate that `passes`, from `first`: while every
+/// rate has passed, the next is 1.5 × the last (so a fast server is not
+/// capped by a range guessed in advance); once one fails, bisects between
+/// the highest pass and the lowest failure. Takes `steps` steps in all,
+/// or more when the growth used them up: then `MIN_BISECTION_STEPS` after
+/// the first failure. Returns the highest passing rate, 0 if none passed.
+pub fn search_rate(
+    first: f64,
+    steps: usize,
+    mut passes: impl FnMut(f64) -> Result<bool, String>,
+) -> Result<f64, String> {
+    let (mut lo, mut hi) = (0.0f64, None::<f64>);
+    let mut rate = first;
+    let mut taken = 0;
+    // Steps taken since the first failure.
+    let mut bisecting = 0;
+    loop {
+        if passes(rate)? {
+            lo = lo.max(rate);
+        } else {
+            hi = Some(hi.map_or(rate, |h| h.min(rate)));
+        }
+        taken += 1;
+        match hi {
+            None if taken > MAX_GROWTH_STEPS => return Ok(lo),
+            None => rate *= 1.5,
+            Some(h) => {
+                if taken >= steps.max(1)
+                    && bisecting >= MIN_BISECTION_STEPS.min(steps.saturating_sub(1))
+                {
+                    return Ok(lo);
+                }
+                bisecting += 1;
+                rate = (lo + h) / 2.0;
+            }
+        }
+    }
 }
 
 /// What [`sla_rate`] found.
@@ -251,4 +293,59 @@ pub fn run_sla(
         );
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs [`search_rate`] against a server that passes every rate up to
+    /// `limit`; returns the result and the rates tried.
+    fn search(first: f64, steps: usize, limit: f64) -> (f64, Vec<f64>) {
+        let mut tried = Vec::new();
+        let found = search_rate(first, steps, |rate| {
+            tried.push(rate);
+            Ok(rate <= limit)
+        })
+        .unwrap();
+        (found, tried)
+    }
+
+    #[test]
+    fn a_failing_first_rate_bisects_below_it_in_the_steps_given() {
+        let (found, tried) = search(1000.0, 7, 400.0);
+        assert_eq!(tried.len(), 7);
+        assert_eq!(tried[1], 500.0);
+        assert!(found <= 400.0 && found > 400.0 - 1000.0 / 64.0, "{found}");
+    }
+
+    #[test]
+    fn passing_rates_grow_past_the_first_until_one_fails() {
+        let (found, tried) = search(1000.0, 7, 3000.0);
+        assert_eq!(&tried[..4], &[1000.0, 1500.0, 2250.0, 3375.0]);
+        assert_eq!(tried.len(), 7);
+        assert!(found <= 3000.0 && found > 2900.0, "{found}");
+    }
+
+    #[test]
+    fn a_failure_late_in_the_growth_still_gets_bisection_steps() {
+        let limit = 1000.0 * 1.5f64.powi(6) * 1.2;
+        let (found, tried) = search(1000.0, 7, limit);
+        assert_eq!(tried.len(), 8 + MIN_BISECTION_STEPS);
+        assert!(found <= limit && found > 0.9 * limit, "{found}");
+    }
+
+    #[test]
+    fn growth_stops_when_nothing_fails() {
+        let (found, tried) = search(1000.0, 7, f64::INFINITY);
+        assert_eq!(tried.len(), MAX_GROWTH_STEPS + 1);
+        assert_eq!(found, *tried.last().unwrap());
+    }
+
+    #[test]
+    fn nothing_passing_is_zero() {
+        let (found, tried) = search(1000.0, 5, 0.0);
+        assert_eq!(tried.len(), 5);
+        assert_eq!(found, 0.0);
+    }
 }

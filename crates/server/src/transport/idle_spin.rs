@@ -32,10 +32,15 @@
 //! neighbours and, having used its share, wait behind them when a request
 //! comes.
 //!
-//! So a busy worker rarely polls at all (events are waiting at the end of
-//! each turn), a closed-loop one polls about as long as its clients take
-//! to answer, and one whose clients pause longer than `max` stops
-//! polling after a few turns and sleeps as before.
+//! A worker that spent more than `LOAD_BUSY` of the last `LOAD_WINDOW` in
+//! its turns does not poll until a window where it was busy less than
+//! `LOAD_RESUME`: near saturation a sleeping worker wakes to a batch of
+//! requests, cheaper per request than the one or two a poll catches, and
+//! the latency there is queueing, which polling does not shorten.
+//!
+//! So a busy worker does not poll at all, a closed-loop one polls about as
+//! long as its clients take to answer, and one whose clients pause longer
+//! than `max` stops polling after a few turns and sleeps as before.
 //!
 //! `max` is `-o idle_spin=<microseconds>`; 0 never polls. By default it is
 //! on only where every worker can have a CPU of its own (see
@@ -58,6 +63,13 @@ const PREEMPTED: Duration = Duration::from_micros(250);
 /// After this long without a preempted poll the back-off starts again
 /// from `PROBE_EVERY`.
 const CALM: Duration = Duration::from_secs(10);
+/// The window over which a worker's share of time spent in its turns is
+/// measured.
+const LOAD_WINDOW: Duration = Duration::from_millis(2);
+/// A worker busy in its turns for more than this share of a window stops
+/// polling until a window where it is busy less than `LOAD_RESUME`.
+const LOAD_BUSY: f64 = 0.6;
+const LOAD_RESUME: f64 = 0.4;
 
 /// A worker's polling budget.
 pub struct IdleSpin {
@@ -78,6 +90,14 @@ pub struct IdleSpin {
     /// The budget is nothing because a poll was preempted (not because the
     /// gaps were long): only the probe brings polling back.
     held_off: bool,
+    /// The worker is busy in its turns most of the time: it does not poll.
+    loaded: bool,
+    /// When the current load window started.
+    window_start: Instant,
+    /// Time spent in turns (outside `wait`) in the current window.
+    window_busy: Duration,
+    /// When the last wait returned: the turn since then is busy time.
+    turn_start: Instant,
 }
 
 impl IdleSpin {
@@ -90,6 +110,10 @@ impl IdleSpin {
             held_off: false,
             last_preempted: None,
             involuntary_switches: involuntary_switches(),
+            loaded: false,
+            window_start: Instant::now(),
+            window_busy: Duration::ZERO,
+            turn_start: Instant::now(),
         }
     }
 
@@ -101,11 +125,17 @@ impl IdleSpin {
         events: &mut Events,
         timeout: Option<Duration>,
     ) -> io::Result<()> {
-        if self.max.is_zero() || timeout == Some(Duration::ZERO) {
+        if self.max.is_zero() {
             return poll.poll(events, timeout);
         }
         let start = Instant::now();
-        if !self.budget.is_zero() {
+        self.turn_ended(start);
+        if timeout == Some(Duration::ZERO) {
+            let result = poll.poll(events, timeout);
+            self.turn_start = Instant::now();
+            return result;
+        }
+        if !self.budget.is_zero() && !self.loaded {
             let until = start + self.budget;
             let mut last = start;
             loop {
@@ -114,12 +144,14 @@ impl IdleSpin {
                 if now - last > PREEMPTED && self.lost_cpu_to_a_thread() {
                     self.preempted(now);
                     if !events.is_empty() {
+                        self.turn_start = now;
                         return Ok(());
                     }
                     break;
                 }
                 last = now;
                 if !events.is_empty() {
+                    self.turn_start = now;
                     return Ok(());
                 }
                 if now >= until {
@@ -129,8 +161,35 @@ impl IdleSpin {
             }
         }
         let result = poll.poll(events, timeout);
-        self.blocked_for(start.elapsed());
+        self.turn_start = Instant::now();
+        if !self.loaded {
+            self.blocked_for(self.turn_start - start);
+        }
         result
+    }
+
+    /// Counts the turn that ends at `now` and, at the end of a load
+    /// window, decides whether the worker is too busy to poll.
+    ///
+    /// Near saturation, a worker that sleeps wakes to a batch of requests
+    /// (its own wake-up is the time they gather in), and a batch costs
+    /// less per request than the one or two a poll catches: polling there
+    /// lowers the rate the worker can serve. Latency at that load is its
+    /// queueing, which polling does not shorten.
+    fn turn_ended(&mut self, now: Instant) {
+        self.window_busy += now.saturating_duration_since(self.turn_start);
+        let window = now.saturating_duration_since(self.window_start);
+        if window < LOAD_WINDOW {
+            return;
+        }
+        let busy = self.window_busy.as_secs_f64() / window.as_secs_f64();
+        if busy > LOAD_BUSY {
+            self.loaded = true;
+        } else if busy < LOAD_RESUME {
+            self.loaded = false;
+        }
+        self.window_start = now;
+        self.window_busy = Duration::ZERO;
     }
 
     /// Whether this thread was switched out involuntarily since the last
@@ -268,6 +327,37 @@ mod tests {
         // A calm stretch starts the back-off again.
         s.preempted(t + CALM + Duration::from_secs(1));
         assert_eq!(s.probe_in, PROBE_EVERY);
+    }
+
+    #[test]
+    fn a_busy_worker_stops_polling_until_it_is_mostly_idle() {
+        let mut s = IdleSpin::new(MAX);
+        let t0 = s.window_start;
+        // Turns of 90 µs between waits of 10 µs.
+        let mut now = t0;
+        for _ in 0..40 {
+            s.turn_start = now;
+            now += Duration::from_micros(90);
+            s.turn_ended(now);
+            now += Duration::from_micros(10);
+        }
+        assert!(s.loaded);
+        // Half busy: between the two thresholds, it stays as it is.
+        for _ in 0..80 {
+            s.turn_start = now;
+            now += Duration::from_micros(25);
+            s.turn_ended(now);
+            now += Duration::from_micros(25);
+        }
+        assert!(s.loaded);
+        // Mostly idle: it polls again.
+        for _ in 0..40 {
+            s.turn_start = now;
+            now += Duration::from_micros(10);
+            s.turn_ended(now);
+            now += Duration::from_micros(90);
+        }
+        assert!(!s.loaded);
     }
 
     #[test]
