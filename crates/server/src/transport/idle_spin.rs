@@ -26,11 +26,14 @@
 //! A poll that lost its CPU (two polls far apart in time, and the thread
 //! switched out involuntarily: another thread, of this server or of
 //! another program, was given the CPU; a gap without a switch is the
-//! hypervisor taking the vCPU, and is let be) stops polling
-//! for `PROBE_EVERY` blocked waits, twice as many each time it happens
-//! again within `CALM` of the last time: on a shared CPU a polling worker would take time from its
-//! neighbours and, having used its share, wait behind them when a request
-//! comes.
+//! hypervisor taking the vCPU, and is let be) ends that poll. Lost again
+//! within `CONTENDED`, the CPU is contended: polling stops for
+//! `PROBE_EVERY` blocked waits, twice as many each time it happens again
+//! within `CALM` of the last time: on a shared CPU a polling worker would
+//! take time from its neighbours and, having used its share, wait behind
+//! them when a request comes. A lone loss (the server's maintenance
+//! thread, which wakes every 100 ms, on a pinned server's one CPU) is not
+//! contention.
 //!
 //! A worker that spent more than `LOAD_BUSY` of the last `LOAD_WINDOW` in
 //! its turns does not poll until a window where it was busy less than
@@ -60,6 +63,10 @@ const MAX_BACKOFF: u32 = 64 * 1024;
 /// A gap this long between two polls of one wait means the worker lost its
 /// CPU while polling: another thread wanted it.
 const PREEMPTED: Duration = Duration::from_micros(250);
+/// A poll preempted within this long of the last preempted one means the
+/// CPU is contended: polling stops for a while. A lone preemption (the
+/// server's maintenance thread wakes every 100 ms) only ends its poll.
+const CONTENDED: Duration = Duration::from_millis(50);
 /// After this long without a preempted poll the back-off starts again
 /// from `PROBE_EVERY`.
 const CALM: Duration = Duration::from_secs(10);
@@ -206,13 +213,18 @@ impl IdleSpin {
     /// server or another program) wants it, and polling would keep taking
     /// it. Stop for a while, longer each time it happens again.
     fn preempted(&mut self, now: Instant) {
-        if self
+        let since = self
             .last_preempted
-            .is_some_and(|t| now.saturating_duration_since(t) > CALM)
-        {
+            .map(|t| now.saturating_duration_since(t));
+        self.last_preempted = Some(now);
+        if since.is_some_and(|since| since > CALM) {
             self.backoff = PROBE_EVERY;
         }
-        self.last_preempted = Some(now);
+        if since.is_none_or(|since| since > CONTENDED) {
+            // A lone preemption (the server's own housekeeping, a
+            // daemon's tick) ends this poll only.
+            return;
+        }
         self.budget = Duration::ZERO;
         self.held_off = true;
         self.probe_in = self.backoff;
@@ -311,22 +323,44 @@ mod tests {
     fn preempted_polls_back_off_longer_each_time() {
         let mut s = IdleSpin::new(MAX);
         let t = Instant::now();
+        let ms = Duration::from_millis(1);
+        // A lone preemption ends its poll only.
         s.preempted(t);
+        assert_eq!(s.budget, MAX);
+        // Another soon after: the CPU is contended.
+        s.preempted(t + ms);
         assert!(s.budget.is_zero());
         assert_eq!(s.probe_in, PROBE_EVERY);
         for _ in 0..PROBE_EVERY {
             s.blocked_for(Duration::from_micros(10));
         }
         assert_eq!(s.budget, MAX);
-        s.preempted(t);
+        s.preempted(t + 2 * ms);
         assert_eq!(s.probe_in, 2 * PROBE_EVERY);
         for _ in 0..40 {
-            s.preempted(t);
+            s.preempted(t + 2 * ms);
         }
         assert_eq!(s.probe_in, MAX_BACKOFF);
-        // A calm stretch starts the back-off again.
-        s.preempted(t + CALM + Duration::from_secs(1));
+        // After a calm stretch the back-off starts again.
+        let later = t + CALM + Duration::from_secs(1);
+        s.budget = MAX;
+        s.held_off = false;
+        s.preempted(later);
+        assert_eq!(s.budget, MAX);
+        s.preempted(later + ms);
+        assert!(s.budget.is_zero());
         assert_eq!(s.probe_in, PROBE_EVERY);
+    }
+
+    #[test]
+    fn preemptions_far_apart_do_not_stop_polling() {
+        let mut s = IdleSpin::new(MAX);
+        let t = Instant::now();
+        for i in 0..50 {
+            s.preempted(t + i * Duration::from_millis(100));
+            assert_eq!(s.budget, MAX);
+            assert!(!s.held_off);
+        }
     }
 
     #[test]
