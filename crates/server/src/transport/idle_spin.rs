@@ -35,6 +35,14 @@
 //! thread, which wakes every 100 ms, on a pinned server's one CPU) is not
 //! contention.
 //!
+//! A worker that waited for its CPU (runnable while another thread ran,
+//! the kernel's `schedstat`) for more than `CONTENDED_SHARE` of the last
+//! `LOAD_WINDOW` does not poll until a window under `UNCONTENDED_SHARE`:
+//! a neighbour that runs in short slices preempts a poll rarely enough to
+//! pass the rule above, yet a polling worker uses up its share of the CPU
+//! and a request that comes while the neighbour runs waits for the
+//! neighbour's slice.
+//!
 //! A worker that spent more than `LOAD_BUSY` of the last `LOAD_WINDOW` in
 //! its turns does not poll until a window where it was busy less than
 //! `LOAD_RESUME`: near saturation a sleeping worker wakes to a batch of
@@ -77,6 +85,11 @@ const LOAD_WINDOW: Duration = Duration::from_millis(2);
 /// polling until a window where it is busy less than `LOAD_RESUME`.
 const LOAD_BUSY: f64 = 0.6;
 const LOAD_RESUME: f64 = 0.4;
+/// A worker that waited for its CPU (runnable, while another thread ran)
+/// for more than this share of a load window does not poll until a window
+/// where it waited less than `UNCONTENDED`.
+const CONTENDED_SHARE: f64 = 0.05;
+const UNCONTENDED_SHARE: f64 = 0.01;
 
 /// A worker's polling budget.
 pub struct IdleSpin {
@@ -99,6 +112,10 @@ pub struct IdleSpin {
     held_off: bool,
     /// The worker is busy in its turns most of the time: it does not poll.
     loaded: bool,
+    /// The worker's CPU is wanted by other threads: it does not poll.
+    contended: bool,
+    /// How long this thread has waited for a CPU, from the kernel.
+    run_queue: RunQueueWait,
     /// When the current load window started.
     window_start: Instant,
     /// Time spent in turns (outside `wait`) in the current window.
@@ -118,6 +135,8 @@ impl IdleSpin {
             last_preempted: None,
             involuntary_switches: involuntary_switches(),
             loaded: false,
+            contended: false,
+            run_queue: RunQueueWait::default(),
             window_start: Instant::now(),
             window_busy: Duration::ZERO,
             turn_start: Instant::now(),
@@ -142,7 +161,7 @@ impl IdleSpin {
             self.turn_start = Instant::now();
             return result;
         }
-        if !self.budget.is_zero() && !self.loaded {
+        if !self.budget.is_zero() && !self.loaded && !self.contended {
             let until = start + self.budget;
             let mut last = start;
             loop {
@@ -169,7 +188,7 @@ impl IdleSpin {
         }
         let result = poll.poll(events, timeout);
         self.turn_start = Instant::now();
-        if !self.loaded {
+        if !self.loaded && !self.contended {
             self.blocked_for(self.turn_start - start);
         }
         result
@@ -195,8 +214,26 @@ impl IdleSpin {
         } else if busy < LOAD_RESUME {
             self.loaded = false;
         }
+        if let Some(waited) = self.run_queue.since_last() {
+            self.contended_for(waited, window);
+        }
         self.window_start = now;
         self.window_busy = Duration::ZERO;
+    }
+
+    /// Decides from the time the worker waited for its CPU in a window
+    /// whether the CPU is contended. A polling worker that shares its CPU
+    /// uses up its share of it: the scheduler then lets the neighbour run
+    /// on when a request comes, and the request waits (up to the
+    /// neighbour's slice, milliseconds) where a worker that slept would
+    /// have been run at once.
+    fn contended_for(&mut self, waited: Duration, window: Duration) {
+        let share = waited.as_secs_f64() / window.as_secs_f64();
+        if share > CONTENDED_SHARE {
+            self.contended = true;
+        } else if share < UNCONTENDED_SHARE {
+            self.contended = false;
+        }
     }
 
     /// Whether this thread was switched out involuntarily since the last
@@ -262,6 +299,55 @@ impl IdleSpin {
             self.probe_in = PROBE_EVERY;
         }
     }
+}
+
+/// The calling thread's time spent runnable but waiting for a CPU, from
+/// `/proc/thread-self/schedstat` (its second field, nanoseconds), opened
+/// on first use by the thread that reads it.
+#[derive(Default)]
+struct RunQueueWait {
+    /// The open file; None before the first read or where it cannot be
+    /// read (then contention shows only as preempted polls).
+    file: Option<std::fs::File>,
+    /// The first read was tried.
+    opened: bool,
+    /// The total at the last read.
+    last_ns: u64,
+}
+
+impl RunQueueWait {
+    /// The time waited since the last call; None on the first call or if
+    /// the kernel does not say.
+    fn since_last(&mut self) -> Option<Duration> {
+        if !self.opened {
+            self.opened = true;
+            self.file = std::fs::File::open("/proc/thread-self/schedstat").ok();
+            self.last_ns = self.read()?;
+            return None;
+        }
+        let now = self.read()?;
+        let waited = now.saturating_sub(self.last_ns);
+        self.last_ns = now;
+        Some(Duration::from_nanos(waited))
+    }
+
+    fn read(&mut self) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 96];
+        let n = self.file.as_ref()?.read_at(&mut buf, 0).ok()?;
+        parse_run_delay(&buf[..n])
+    }
+}
+
+/// The second field of a schedstat line (`<on cpu ns> <waiting ns>
+/// <timeslices>`).
+fn parse_run_delay(line: &[u8]) -> Option<u64> {
+    std::str::from_utf8(line)
+        .ok()?
+        .split_ascii_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// The calling thread's involuntary context switches so far.
@@ -392,6 +478,32 @@ mod tests {
             now += Duration::from_micros(90);
         }
         assert!(!s.loaded);
+    }
+
+    #[test]
+    fn waiting_for_the_cpu_stops_polling_until_it_is_free() {
+        let mut s = IdleSpin::new(MAX);
+        let window = Duration::from_millis(2);
+        s.contended_for(Duration::from_micros(300), window);
+        assert!(s.contended);
+        // Between the two thresholds: as it was.
+        s.contended_for(Duration::from_micros(50), window);
+        assert!(s.contended);
+        s.contended_for(Duration::from_micros(10), window);
+        assert!(!s.contended);
+    }
+
+    #[test]
+    fn the_run_queue_wait_is_the_second_schedstat_field() {
+        assert_eq!(parse_run_delay(b"43261328 25860482 116\n"), Some(25860482));
+        assert_eq!(parse_run_delay(b"43261328"), None);
+        assert_eq!(parse_run_delay(b""), None);
+        // This kernel's own, for this thread.
+        let mut wait = RunQueueWait::default();
+        assert_eq!(wait.since_last(), None);
+        if wait.file.is_some() {
+            assert!(wait.since_last().is_some());
+        }
     }
 
     #[test]
