@@ -122,9 +122,12 @@ fn unsafe_is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// Writes `yaml` to a temporary file; its path.
+/// Writes `yaml` to a file under Cargo's scratch directory for tests
+/// (`target/tmp`, not the machine's `/tmp`, where every run would leave
+/// its files); its path.
 pub fn write_conf(name: &str, yaml: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("osmium-proxy-tests-{}", std::process::id()));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("osmium-proxy-tests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, yaml).unwrap();
