@@ -157,9 +157,9 @@ impl IdleSpin {
         let start = Instant::now();
         self.turn_ended(start);
         if timeout == Some(Duration::ZERO) {
-            let result = poll.poll(events, timeout);
-            self.turn_start = Instant::now();
-            return result;
+            // Work is waiting: the turn goes on (this poll counts as busy).
+            self.turn_start = start;
+            return poll.poll(events, timeout);
         }
         if !self.budget.is_zero() && !self.loaded && !self.contended {
             let until = start + self.budget;
@@ -449,34 +449,28 @@ mod tests {
         }
     }
 
+    /// Runs `count` turns of `busy` microseconds, each followed by a wait
+    /// of `idle`, from `now`.
+    fn turns(s: &mut IdleSpin, now: &mut Instant, busy: u64, idle: u64, count: usize) {
+        for _ in 0..count {
+            s.turn_start = *now;
+            *now += Duration::from_micros(busy);
+            s.turn_ended(*now);
+            *now += Duration::from_micros(idle);
+        }
+    }
+
     #[test]
     fn a_busy_worker_stops_polling_until_it_is_mostly_idle() {
         let mut s = IdleSpin::new(MAX);
-        let t0 = s.window_start;
-        // Turns of 90 µs between waits of 10 µs.
-        let mut now = t0;
-        for _ in 0..40 {
-            s.turn_start = now;
-            now += Duration::from_micros(90);
-            s.turn_ended(now);
-            now += Duration::from_micros(10);
-        }
+        let mut now = s.window_start;
+        turns(&mut s, &mut now, 90, 10, 40);
         assert!(s.loaded);
         // Half busy: between the two thresholds, it stays as it is.
-        for _ in 0..80 {
-            s.turn_start = now;
-            now += Duration::from_micros(25);
-            s.turn_ended(now);
-            now += Duration::from_micros(25);
-        }
+        turns(&mut s, &mut now, 25, 25, 80);
         assert!(s.loaded);
         // Mostly idle: it polls again.
-        for _ in 0..40 {
-            s.turn_start = now;
-            now += Duration::from_micros(10);
-            s.turn_ended(now);
-            now += Duration::from_micros(90);
-        }
+        turns(&mut s, &mut now, 10, 90, 40);
         assert!(!s.loaded);
     }
 
