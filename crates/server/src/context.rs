@@ -16,6 +16,7 @@ use crate::replication::{Replication, Wait, PEER_NONE};
 use crate::settings::Settings;
 use crate::stats::counters::{GlobalStats, ThreadStats, Totals};
 use crate::stats::prefix::PrefixStats;
+use crate::tls_context::TlsContext;
 
 /// How the server was asked to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,10 +53,17 @@ pub struct Shared {
     pub acceptor_waker: OnceLock<Arc<Waker>>,
     /// Replication (`--replicate-to`; without it, only follow links).
     pub replication: Arc<Replication>,
+    /// `-Z`: the certificates and TLS counters.
+    pub tls: Option<Arc<TlsContext>>,
 }
 
 impl Shared {
-    pub fn new(settings: Settings, store: Arc<Store>, auth: AuthConfig) -> Shared {
+    pub fn new(
+        settings: Settings,
+        store: Arc<Store>,
+        auth: AuthConfig,
+        tls: Option<Arc<TlsContext>>,
+    ) -> Shared {
         let threads = (0..settings.threads)
             .map(|_| Arc::new(ThreadStats::default()))
             .collect();
@@ -67,6 +75,7 @@ impl Shared {
             .collect();
         let replication = Replication::new(&settings, store.clone());
         Shared {
+            tls,
             replication,
             verbosity: AtomicU32::new(settings.verbose),
             prefix: PrefixStats::new(settings.prefix_delimiter, settings.detail_enabled),

@@ -26,6 +26,7 @@ mod server;
 mod session;
 mod settings;
 mod stats;
+mod tls_context;
 mod transport;
 
 use settings::Action;
@@ -35,7 +36,7 @@ fn main() {
         Ok(a) => a,
         Err(msg) => {
             eprintln!("{}", msg.trim_end());
-            std::process::exit(64); // EX_USAGE, as memcached
+            std::process::exit(settings::exit_code(&msg)); // EX_USAGE mostly, as memcached
         }
     };
     let settings = match action {
@@ -52,12 +53,23 @@ fn main() {
             std::process::exit(1); // EXIT_FAILURE, as memcached
         }
     };
+    let tls = if settings.tls.enabled {
+        match tls_context::TlsContext::new(&settings.tls, settings.verbose > 0) {
+            Ok(c) => Some(std::sync::Arc::new(c)),
+            Err(msg) => {
+                eprintln!("{msg}");
+                std::process::exit(64); // EX_USAGE, as memcached's ssl_init
+            }
+        }
+    } else {
+        None
+    };
     process::tune_allocator();
     if let Err(msg) = process::raise_file_limit(&settings) {
         eprintln!("{msg}");
         std::process::exit(71); // EX_OSERR, as memcached
     }
-    if let Err(e) = server::run(settings, auth) {
+    if let Err(e) = server::run(settings, auth, tls) {
         eprintln!("failed to start: {e}");
         std::process::exit(71); // EX_OSERR
     }

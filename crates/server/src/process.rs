@@ -1,8 +1,8 @@
 //! The process around the server: daemonizing (`-d`, `-P`), dropping
 //! root (`-u`), core dumps (`-r`), locked memory (`-k`), the open-file
 //! limit `-c` needs, and the signals memcached answers: SIGTERM and
-//! SIGINT stop, SIGUSR1 stops gracefully, SIGHUP is ignored (memcached
-//! reloads TLS certificates on it).
+//! SIGINT stop, SIGUSR1 stops gracefully, SIGHUP loads the TLS
+//! certificates again (as memcached).
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,6 +74,8 @@ pub fn raise_file_limit(settings: &Settings) -> Result<(), String> {
 pub struct Signals {
     pub exit: Arc<AtomicBool>,
     pub graceful: Arc<AtomicBool>,
+    /// SIGHUP arrived since last asked (`take_hangup`).
+    hangup: Arc<AtomicBool>,
 }
 
 impl Signals {
@@ -87,9 +89,19 @@ impl Signals {
             signal_hook::flag::register(sig, exit.clone())?;
         }
         signal_hook::flag::register(SIGUSR1, graceful.clone())?;
-        // Handled, so it no longer kills; nothing to reload without TLS.
-        signal_hook::flag::register(SIGHUP, Arc::new(AtomicBool::new(false)))?;
-        Ok(Signals { exit, graceful })
+        // Handled, so it no longer kills: the TLS certificates reload.
+        let hangup = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(SIGHUP, hangup.clone())?;
+        Ok(Signals {
+            exit,
+            graceful,
+            hangup,
+        })
+    }
+
+    /// Whether SIGHUP arrived since the last call.
+    pub fn take_hangup(&self) -> bool {
+        self.hangup.swap(false, Ordering::Relaxed)
     }
 
     /// The stop a signal asked for, if any.

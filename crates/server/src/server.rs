@@ -28,6 +28,7 @@ use crate::context::{Shared, StopRequest};
 use crate::process::{self, Signals};
 use crate::settings::Settings;
 use crate::transport::listen::{self, dispatch};
+use crate::tls_context::TlsContext;
 use crate::transport::worker::{self, WorkerHandle};
 
 const WAKE: Token = Token(usize::MAX);
@@ -36,13 +37,17 @@ const WAKE: Token = Token(usize::MAX);
 const CLEANER_NICE: i32 = 10;
 
 /// Runs the server until it is asked to stop; returns how.
-pub fn run(settings: Settings, auth: AuthConfig) -> io::Result<StopRequest> {
+pub fn run(
+    settings: Settings,
+    auth: AuthConfig,
+    tls: Option<Arc<TlsContext>>,
+) -> io::Result<StopRequest> {
     for w in &settings.warnings {
         eprintln!("{w}");
     }
     let signals = Signals::install()?;
     // Bind first so that a bad address fails before daemonizing.
-    let mut listeners = listen::bind_tcp(&settings)?;
+    let mut listeners = listen::bind_tcp(&settings, tls.as_ref())?;
     let udp_sockets = listen::bind_udp(&settings)?;
     if settings.daemon {
         process::daemonize(&settings)?;
@@ -74,7 +79,7 @@ pub fn run(settings: Settings, auth: AuthConfig) -> io::Result<StopRequest> {
     })?;
     report_restart(&restart, settings.memory_file.as_deref());
     let store = Arc::new(store);
-    let shared = Arc::new(Shared::new(settings, store, auth));
+    let shared = Arc::new(Shared::new(settings, store, auth, tls));
     let settings = &shared.settings;
     // memcached counts its listening sockets and per-worker UDP sockets as
     // connections too.
@@ -114,6 +119,13 @@ pub fn run(settings: Settings, auth: AuthConfig) -> io::Result<StopRequest> {
         if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(100))) {
             if e.kind() != io::ErrorKind::Interrupted {
                 return Err(e);
+            }
+        }
+        if signals.take_hangup() {
+            if let Some(tls) = &shared.tls {
+                if let Err(e) = tls.refresh() {
+                    eprintln!("Could not reload TLS certificates on SIGHUP: {e}");
+                }
             }
         }
         if let Some(how) = signals.requested() {

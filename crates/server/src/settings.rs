@@ -4,8 +4,11 @@
 //! service files keep working; flags for features that are not built yet are
 //! refused with a clear message rather than silently ignored.
 
+pub mod tls;
+
 use clap::{ArgAction, Parser};
 use osmium_store::{FlashConfig, FlashPath};
+use tls::{ListenerTls, TlsSettings};
 
 pub const VERSION: &str = "1.6.45";
 
@@ -164,6 +167,9 @@ pub struct ListenAddr {
     /// `-l host:port` gave a port; it is then used for UDP too, as
     /// memcached does.
     pub explicit_port: bool,
+    /// TLS on this listener (`-Z`, or the entry's `notls:`/`btls:`/`mtls:`
+    /// prefix).
+    pub tls: ListenerTls,
 }
 
 /// Validated settings the server runs with.
@@ -243,6 +249,8 @@ pub struct Settings {
     pub replication_sync: bool,
     /// `--replica-follow-seconds`.
     pub replica_follow_seconds: u64,
+    /// `-Z` and the `-o ssl_*` options.
+    pub tls: TlsSettings,
     pub warnings: Vec<String>,
 }
 
@@ -321,16 +329,6 @@ const IGNORED_EXTENDED: &[&str] = &[
     "no_drop_privileges",
     "resp_obj_mem_limit",
     "meta_response_old",
-    "ssl_chain_cert",
-    "ssl_key",
-    "ssl_keyformat",
-    "ssl_verify_mode",
-    "ssl_ciphers",
-    "ssl_ca_cert",
-    "ssl_wbuf_size",
-    "ssl_session_cache",
-    "ssl_kernel_tls",
-    "ssl_min_version",
     "proxy_config",
     "proxy_startfile",
 ];
@@ -441,10 +439,6 @@ where
     if cli.auth_file.is_some() && cli.udp_port != 0 {
         return Err("Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into());
     }
-    // Features that later work will add: refuse rather than ignore.
-    if cli.ssl {
-        return Err("-Z: TLS is not supported yet".into());
-    }
     let mut binding_protocol = match cli.protocol.as_deref().unwrap_or("auto") {
         "auto" => "auto-negotiate",
         "ascii" => "ascii",
@@ -522,6 +516,9 @@ where
         None if cli.udp_port != 0 => cli.udp_port,
         None => 11211,
     };
+    if cli.ssl && port == 0 {
+        return Err("ERROR: You cannot enable SSL without a TCP port.".into());
+    }
 
     let mut listen = Vec::new();
     for spec in cli.listen.iter().flat_map(|l| l.split(',')) {
@@ -529,11 +526,13 @@ where
         if spec.is_empty() {
             continue;
         }
+        let (tls, spec) = tls::listener_prefix(spec, cli.ssl)?;
         let (host, explicit) = split_host_port(spec)?;
         listen.push(ListenAddr {
             host,
             port: explicit.unwrap_or(port),
             explicit_port: explicit.is_some(),
+            tls,
         });
     }
     let threads_per_udp = if listen.len() > 1 { 1 } else { cli.threads };
@@ -542,6 +541,11 @@ where
             host: "127.0.0.1".into(),
             port,
             explicit_port: false,
+            tls: if cli.ssl {
+                ListenerTls::Default
+            } else {
+                ListenerTls::Off
+            },
         });
     }
 
@@ -554,6 +558,10 @@ where
     let mut read_buf_mem_limit = 0usize;
     let mut flash = FlashConfig::default();
     let mut clean = osmium_store::CleanConfig::default();
+    let mut tls = TlsSettings {
+        enabled: cli.ssl,
+        ..TlsSettings::default()
+    };
     for opt in cli.extended.iter().flat_map(|o| o.split(',')) {
         let opt = opt.trim();
         if opt.is_empty() {
@@ -608,6 +616,7 @@ where
             "maxconns_fast" => maxconns_fast = true,
             "no_maxconns_fast" => maxconns_fast = false,
             n if n.starts_with("ext_") => extstore_option(&mut flash, n, value)?,
+            n if n.starts_with("ssl_") && tls.option(n, value).map_err(|e| e.message)? => {}
             n if IGNORED_EXTENDED.contains(&n) => {
                 warnings.push(format!("-o {n}: accepted but has no effect in osmium"))
             }
@@ -687,8 +696,23 @@ where
         replicate_to: cli.replicate_to,
         replication_sync,
         replica_follow_seconds: cli.replica_follow_seconds,
+        tls,
         warnings,
     })))
+}
+
+/// memcached's exit code for a refusal of its command line: `EX_USAGE`
+/// (64) for most, 1 for an invalid `ssl_verify_mode` or `ssl_min_version`
+/// (memcached returns from `main`), `EX_OSERR` (71) for a TLS listener
+/// prefix without `-Z` (memcached fails to open that listener).
+pub fn exit_code(message: &str) -> i32 {
+    if message.starts_with("Invalid ssl_") {
+        1
+    } else if message.contains("failed to listen on one of interface(s)") {
+        71
+    } else {
+        64
+    }
 }
 
 /// Splits `-l` forms: `[v6]:port`, `v4:port`, `host`, or a bare v6

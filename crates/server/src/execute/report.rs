@@ -31,6 +31,11 @@ pub fn reset(sh: &Shared) {
     }
     sh.global.total_connections.store(0, Ordering::Relaxed);
     sh.global.rejected_connections.store(0, Ordering::Relaxed);
+    if let Some(tls) = &sh.tls {
+        for c in [&tls.handshake_errors, &tls.proto_errors, &tls.new_sessions] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
     sh.store.reset_stats();
     sh.prefix.clear();
 }
@@ -163,11 +168,19 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
         "log_watcher_skipped",
         "log_watcher_sent",
         "log_watchers",
-        "unexpected_napi_ids",
-        "round_robin_fallback",
     ] {
         stat(out, name, 0);
     }
+    if let Some(tls) = &sh.tls {
+        if tls.session_cache() {
+            stat(out, "ssl_new_sessions", tls.new_sessions.load(Ordering::Relaxed));
+        }
+        stat(out, "ssl_handshake_errors", tls.handshake_errors.load(Ordering::Relaxed));
+        stat(out, "ssl_proto_errors", tls.proto_errors.load(Ordering::Relaxed));
+        stat(out, "time_since_server_cert_refresh", tls.since_refresh());
+    }
+    stat(out, "unexpected_napi_ids", 0);
+    stat(out, "round_robin_fallback", 0);
     stat(out, "bytes", e.bytes);
     stat(out, "curr_items", e.curr_items);
     stat(out, "total_items", e.total_items);
@@ -212,51 +225,50 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
 /// The flash tier's figures, under memcached's `extstore_*` names where
 /// the meaning is the same, and osmium's own after them.
 fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
-    use std::sync::atomic::Ordering::Relaxed;
     let st = &f.stats;
     let (pages, free, used) = f.pages();
-    let written = st.bytes_written.load(Relaxed);
-    let stored = st.bytes_stored.load(Relaxed);
+    let written = st.bytes_written.load(Ordering::Relaxed);
+    let stored = st.bytes_stored.load(Ordering::Relaxed);
     stat(
         out,
         "get_extstore",
-        st.get_hits.load(Relaxed) + st.get_misses.load(Relaxed),
+        st.get_hits.load(Ordering::Relaxed) + st.get_misses.load(Ordering::Relaxed),
     );
-    stat(out, "recache_from_extstore", st.recaches.load(Relaxed));
-    stat(out, "miss_from_extstore", st.get_misses.load(Relaxed));
-    stat(out, "badcrc_from_extstore", st.badcrc.load(Relaxed));
-    stat(out, "extstore_compact_lost", st.compact_lost.load(Relaxed));
+    stat(out, "recache_from_extstore", st.recaches.load(Ordering::Relaxed));
+    stat(out, "miss_from_extstore", st.get_misses.load(Ordering::Relaxed));
+    stat(out, "badcrc_from_extstore", st.badcrc.load(Ordering::Relaxed));
+    stat(out, "extstore_compact_lost", st.compact_lost.load(Ordering::Relaxed));
     stat(
         out,
         "extstore_compact_rescues",
-        st.compact_rescues.load(Relaxed),
+        st.compact_rescues.load(Ordering::Relaxed),
     );
     stat(
         out,
         "extstore_page_reclaims",
-        st.page_reclaims.load(Relaxed),
+        st.page_reclaims.load(Ordering::Relaxed),
     );
     stat(out, "extstore_pages_free", free);
     stat(out, "extstore_pages_used", used);
     stat(
         out,
         "extstore_objects_evicted",
-        st.objects_evicted.load(Relaxed),
+        st.objects_evicted.load(Ordering::Relaxed),
     );
-    stat(out, "extstore_objects_read", st.objects_read.load(Relaxed));
+    stat(out, "extstore_objects_read", st.objects_read.load(Ordering::Relaxed));
     stat(
         out,
         "extstore_objects_written",
-        st.objects_written.load(Relaxed),
+        st.objects_written.load(Ordering::Relaxed),
     );
     stat(out, "extstore_objects_used", f.index.len());
     stat(
         out,
         "extstore_bytes_evicted",
-        st.bytes_evicted.load(Relaxed),
+        st.bytes_evicted.load(Ordering::Relaxed),
     );
     stat(out, "extstore_bytes_written", written);
-    stat(out, "extstore_bytes_read", st.bytes_read.load(Relaxed));
+    stat(out, "extstore_bytes_read", st.bytes_read.load(Ordering::Relaxed));
     stat(out, "extstore_limit_maxbytes", pages * f.config().page_size);
     // osmium's own: RAM the tier's index takes, bytes given to the tier,
     // flash bytes written per byte given, waits for the disk, errors.
@@ -267,9 +279,9 @@ fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
     stat(
         out,
         "extstore_pages_compacted",
-        st.pages_compacted.load(Relaxed),
+        st.pages_compacted.load(Ordering::Relaxed),
     );
-    stat(out, "extstore_compact_kept", st.compact_kept.load(Relaxed));
+    stat(out, "extstore_compact_kept", st.compact_kept.load(Ordering::Relaxed));
     stat(out, "extstore_bytes_stored", stored);
     let amplification = if stored == 0 {
         0.0
@@ -281,8 +293,8 @@ fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
         "extstore_write_amplification",
         format!("{amplification:.2}"),
     );
-    stat(out, "extstore_write_waits", st.write_waits.load(Relaxed));
-    stat(out, "extstore_io_errors", st.io_errors.load(Relaxed));
+    stat(out, "extstore_write_waits", st.write_waits.load(Ordering::Relaxed));
+    stat(out, "extstore_io_errors", st.io_errors.load(Ordering::Relaxed));
     stat(out, "extstore_failed", u8::from(!f.is_on()));
     stat(
         out,
@@ -384,17 +396,20 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "ext_max_frag", "0.80");
     stat(out, "slab_automove_freeratio", "0.010");
     stat(out, "ext_drop_unread", "no");
-    stat(out, "ssl_enabled", "no");
-    stat(out, "ssl_chain_cert", "(null)");
-    stat(out, "ssl_key", "(null)");
-    stat(out, "ssl_verify_mode", 0);
-    stat(out, "ssl_keyformat", 1);
-    stat(out, "ssl_ciphers", "NULL");
-    stat(out, "ssl_ca_cert", "NULL");
-    stat(out, "ssl_wbuf_size", 16384);
-    stat(out, "ssl_session_cache", "no");
-    stat(out, "ssl_kernel_tls", "no");
-    stat(out, "ssl_min_version", "tlsv1.2");
+    let t = &s.tls;
+    stat(out, "ssl_enabled", yn(t.enabled));
+    // memcached prints a missing path with glibc's "(null)" and a missing
+    // cipher list or CA as "NULL".
+    stat(out, "ssl_chain_cert", t.chain_cert.as_deref().unwrap_or("(null)"));
+    stat(out, "ssl_key", t.key.as_deref().unwrap_or("(null)"));
+    stat(out, "ssl_verify_mode", t.verify_mode.openssl_flags());
+    stat(out, "ssl_keyformat", t.keyformat);
+    stat(out, "ssl_ciphers", t.ciphers.as_deref().unwrap_or("NULL"));
+    stat(out, "ssl_ca_cert", t.ca_cert.as_deref().unwrap_or("NULL"));
+    stat(out, "ssl_wbuf_size", t.wbuf_size);
+    stat(out, "ssl_session_cache", yn(t.session_cache));
+    stat(out, "ssl_kernel_tls", yn(t.kernel_tls));
+    stat(out, "ssl_min_version", crate::settings::tls::version_text(t.min_version));
     stat(out, "num_napi_ids", "(null)");
     stat(
         out,

@@ -2,8 +2,8 @@
 //! as memcached answers them (arguments checked the same way) without
 //! effect: `slabs reassign` (slab reassignment is off), `slabs automove`,
 //! `lru tune|mode|temp_ttl` (no LRU maintainer thread), `extstore ...`
-//! (settings for a flash tier), `watch` (no log watchers yet) and
-//! `refresh_certs` (no TLS).
+//! (settings for a flash tier) and `watch` (no log watchers yet); and
+//! `refresh_certs`, which loads the TLS certificates again.
 
 use osmium_protocol::ascii::prefix_matches;
 use osmium_protocol::request::Tokens;
@@ -25,7 +25,7 @@ fn f64_arg(t: &Tokens<'_>, i: usize) -> Option<f64> {
     s.parse().ok()
 }
 
-pub fn tuning(_ctx: &WorkerCtx, t: Tokens<'_>, noreply: bool, out: &mut Output) {
+pub fn tuning(ctx: &WorkerCtx, t: Tokens<'_>, noreply: bool, out: &mut Output) {
     let n = t.count();
     let sub = t.get(1);
     let msg = match t.get(0) {
@@ -61,9 +61,24 @@ pub fn tuning(_ctx: &WorkerCtx, t: Tokens<'_>, noreply: bool, out: &mut Output) 
         b"lru" => "ERROR",
         b"extstore" => extstore(&t),
         b"watch" => "CLIENT_ERROR watch commands not allowed",
+        b"refresh_certs" => return refresh_certs(ctx, noreply, out),
         _ => "ERROR",
     };
     text::line(out, noreply, msg);
+}
+
+/// `refresh_certs`: `OK`, or memcached's error line (the certificates in
+/// use then stay).
+fn refresh_certs(ctx: &WorkerCtx, noreply: bool, out: &mut Output) {
+    let result = match &ctx.shared.tls {
+        None => Err("Error TLS not enabled".to_string()),
+        Some(tls) => tls.refresh(),
+    };
+    match result {
+        Ok(()) => text::line(out, noreply, "OK"),
+        // memcached writes the error whatever noreply says.
+        Err(e) => text::line(out, false, &e),
+    }
 }
 
 fn slabs_automove(t: &Tokens<'_>) -> &'static str {

@@ -146,6 +146,12 @@ pub struct Session {
 
 impl Session {
     /// A stream connection's session.
+    /// Replies leave only through the transport's `write` (TLS must
+    /// encrypt them): no value is written from item memory directly.
+    pub fn no_direct_writes(&mut self) {
+        self.output = Output::stream(-1);
+    }
+
     pub fn stream(fd: i32, protocol: Protocol, activity: Option<Arc<Activity>>) -> Session {
         Session {
             fd,

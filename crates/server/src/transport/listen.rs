@@ -4,25 +4,32 @@
 //! as memcached), or with `-s` a unix-domain socket instead of both. The
 //! acceptor (the main thread) accepts, enforces `-c` (refusing with
 //! `ERROR Too many open connections`), and deals connections to the
-//! workers round-robin.
+//! workers round-robin. A TLS listener (`-Z`, `btls:`, `mtls:`) wraps
+//! each accepted socket in a TLS session whose handshake its worker runs.
 
 use std::io::{self, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use mio::event::Source;
 use mio::net::{TcpListener, UnixListener};
 use mio::{Interest, Registry, Token};
 
 use super::stream::Stream;
+use super::tls::TlsStream;
+use crate::tls_context::TlsContext;
 use super::worker::WorkerHandle;
 use crate::conns::Kind;
+use crate::settings::tls::ListenerTls;
 use crate::settings::Settings;
 use crate::stats::counters::GlobalStats;
 
 /// A listening socket of the acceptor.
 pub enum Listener {
     Tcp(TcpListener),
+    /// TCP whose connections speak TLS (how, per the listener's kind).
+    Tls(TcpListener, ListenerTls, Arc<TlsContext>),
     Unix(UnixListener),
 }
 
@@ -33,6 +40,11 @@ impl Listener {
                 let _ = s.set_nodelay(true);
                 Stream::Tcp(s)
             }),
+            Listener::Tls(l, mode, ctx) => {
+                let (s, _) = l.accept()?;
+                let _ = s.set_nodelay(true);
+                Ok(Stream::Tls(Box::new(TlsStream::accept(s, ctx, *mode)?)))
+            }
             Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
         }
     }
@@ -40,6 +52,10 @@ impl Listener {
     pub fn describe(&self) -> String {
         match self {
             Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            Listener::Tls(l, _, _) => l
+                .local_addr()
+                .map(|a| format!("{a} (TLS)"))
+                .unwrap_or_default(),
             Listener::Unix(l) => l
                 .local_addr()
                 .ok()
@@ -52,19 +68,19 @@ impl Listener {
 impl Source for Listener {
     fn register(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
         match self {
-            Listener::Tcp(l) => l.register(r, t, i),
+            Listener::Tcp(l) | Listener::Tls(l, _, _) => l.register(r, t, i),
             Listener::Unix(l) => l.register(r, t, i),
         }
     }
     fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
         match self {
-            Listener::Tcp(l) => l.reregister(r, t, i),
+            Listener::Tcp(l) | Listener::Tls(l, _, _) => l.reregister(r, t, i),
             Listener::Unix(l) => l.reregister(r, t, i),
         }
     }
     fn deregister(&mut self, r: &Registry) -> io::Result<()> {
         match self {
-            Listener::Tcp(l) => l.deregister(r),
+            Listener::Tcp(l) | Listener::Tls(l, _, _) => l.deregister(r),
             Listener::Unix(l) => l.deregister(r),
         }
     }
@@ -78,8 +94,9 @@ fn resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
     Ok(addrs)
 }
 
-/// TCP listeners on every `-l` address (none with `-p 0` or `-s`).
-pub fn bind_tcp(settings: &Settings) -> io::Result<Vec<Listener>> {
+/// TCP listeners on every `-l` address (none with `-p 0` or `-s`), TLS
+/// ones where the address asks for it.
+pub fn bind_tcp(settings: &Settings, tls: Option<&Arc<TlsContext>>) -> io::Result<Vec<Listener>> {
     let mut listeners = Vec::new();
     if settings.port == 0 || settings.unix_socket.is_some() {
         return Ok(listeners);
@@ -95,7 +112,11 @@ pub fn bind_tcp(settings: &Settings) -> io::Result<Vec<Listener>> {
             sock.bind(&addr.into())?;
             sock.listen(settings.backlog)?;
             sock.set_nonblocking(true)?;
-            listeners.push(Listener::Tcp(TcpListener::from_std(sock.into())));
+            let listener = TcpListener::from_std(sock.into());
+            listeners.push(match (l.tls, tls) {
+                (ListenerTls::Off, _) | (_, None) => Listener::Tcp(listener),
+                (mode, Some(ctx)) => Listener::Tls(listener, mode, ctx.clone()),
+            });
         }
     }
     Ok(listeners)
@@ -192,7 +213,7 @@ impl Listener {
     /// What `stats conns` shows of it.
     pub fn kind(&self) -> Kind {
         match self {
-            Listener::Tcp(l) => Kind::ListenTcp {
+            Listener::Tcp(l) | Listener::Tls(l, _, _) => Kind::ListenTcp {
                 local: l.local_addr().ok(),
             },
             Listener::Unix(_) => Kind::ListenUnix,
@@ -202,7 +223,7 @@ impl Listener {
     pub fn fd(&self) -> i32 {
         use std::os::fd::AsRawFd;
         match self {
-            Listener::Tcp(l) => l.as_raw_fd(),
+            Listener::Tcp(l) | Listener::Tls(l, _, _) => l.as_raw_fd(),
             Listener::Unix(l) => l.as_raw_fd(),
         }
     }

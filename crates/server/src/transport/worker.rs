@@ -121,7 +121,8 @@ impl Conn {
                 Err(e) => return Err(e),
             }
         }
-        Ok(true)
+        // TLS records the socket has not taken yet.
+        self.stream.flush_transport()
     }
 
     /// Reads once. Ok(Some(n)) bytes read, Ok(None) would block, Err on EOF,
@@ -278,8 +279,12 @@ impl Worker {
                 eprintln!("<{fd} new auto-negotiating client connection");
             }
             self.next_conn_id += 1;
+            let mut session = Session::stream(fd, self.initial_protocol, Some(activity));
+            if !stream.takes_direct_writes() {
+                session.no_direct_writes();
+            }
             entry.insert(Conn {
-                session: Session::stream(fd, self.initial_protocol, Some(activity)),
+                session,
                 stream,
                 fd,
                 id: self.next_conn_id,
@@ -302,6 +307,7 @@ impl Worker {
             let queued = conn.session.output().footprint();
             self.ctx.output_changed(queued, 0);
             conn.session.close(&self.ctx);
+            conn.stream.close();
             let _ = self.poll.registry().deregister(&mut conn.stream);
             let shared = &self.ctx.shared;
             shared.conns.remove(conn.fd);
@@ -478,7 +484,7 @@ impl Worker {
         let idle: Vec<usize> = self
             .conns
             .iter()
-            .filter(|(_, c)| matches!(c.stream, Stream::Tcp(_)))
+            .filter(|(_, c)| c.stream.is_tcp())
             .filter(|(_, c)| now.saturating_sub(c.last_active) > self.idle_timeout)
             .map(|(k, _)| k)
             .collect();

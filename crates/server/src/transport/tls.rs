@@ -1,0 +1,163 @@
+//! A TLS client connection: a rustls server session over a non-blocking
+//! TCP socket, read and written as a plain stream by the worker.
+//!
+//! ```text
+//!   socket ─read_tls─▶ records ─process_new_packets─▶ plaintext ─read─▶ session
+//!   socket ◀─write_tls─ records ◀──────encrypt─────── plaintext ◀─write─ output
+//! ```
+//!
+//! The worker's epoll is edge-triggered, so a read reports `WouldBlock`
+//! only when rustls holds no plaintext and the socket none either; and
+//! records rustls has not sent yet (handshake replies, encrypted output
+//! the socket did not take) count as unsent output ([`TlsStream::flush_records`]),
+//! so the connection waits for a writable event until they are out.
+//! A handshake that fails or a record that does not decrypt is counted
+//! (`ssl_handshake_errors` while handshaking, `ssl_proto_errors` after,
+//! as memcached) and ends the connection; rustls's alert is sent first.
+
+use std::io::{self, Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use mio::net::TcpStream;
+use rustls::ServerConnection;
+
+use crate::tls_context::{count_error, TlsContext};
+use crate::settings::tls::ListenerTls;
+
+/// Most TLS bytes rustls keeps unsent before a write waits for the socket.
+const SEND_LIMIT: usize = 64 * 1024;
+
+pub struct TlsStream {
+    pub sock: TcpStream,
+    conn: ServerConnection,
+    ctx: Arc<TlsContext>,
+    /// Client certificates on this listener are verified against
+    /// `ssl_ca_cert`.
+    verifies_clients: bool,
+    /// The handshake finished (counted once).
+    established: bool,
+}
+
+impl TlsStream {
+    /// A new connection on a `mode` listener, its handshake not begun.
+    pub fn accept(sock: TcpStream, ctx: &Arc<TlsContext>, mode: ListenerTls) -> io::Result<Self> {
+        let mut conn = ServerConnection::new(ctx.config(mode)).map_err(io::Error::other)?;
+        conn.set_buffer_limit(Some(SEND_LIMIT));
+        Ok(TlsStream {
+            sock,
+            conn,
+            ctx: ctx.clone(),
+            verifies_clients: ctx.verifies_clients(mode),
+            established: false,
+        })
+    }
+
+    /// Whether the client presented a certificate that was verified
+    /// against `ssl_ca_cert` (a proven client: a replication peer may be
+    /// one).
+    pub fn client_verified(&self) -> bool {
+        self.established && self.verifies_clients && self.conn.peer_certificates().is_some()
+    }
+
+    /// Sends the records rustls holds. Ok(true): none left; Ok(false):
+    /// the socket is full.
+    pub fn flush_records(&mut self) -> io::Result<bool> {
+        while self.conn.wants_write() {
+            match self.conn.write_tls(&mut self.sock) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Reads records from the socket and decrypts them. Ok(false): the
+    /// peer closed its side.
+    fn take_records(&mut self) -> io::Result<bool> {
+        loop {
+            match self.conn.read_tls(&mut self.sock) {
+                Ok(0) => return Ok(false),
+                Ok(_) => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let handshaking = self.conn.is_handshaking();
+        if let Err(e) = self.conn.process_new_packets() {
+            count_error(&self.ctx, handshaking);
+            if self.ctx.verbose {
+                eprintln!("TLS error: {e}");
+            }
+            // rustls queued its alert.
+            let _ = self.flush_records();
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+        if !self.established && !self.conn.is_handshaking() {
+            self.established = true;
+            if self.ctx.session_cache()
+                && self.conn.handshake_kind() != Some(rustls::HandshakeKind::Resumed)
+            {
+                self.ctx.new_sessions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        // Handshake replies (and alerts) leave as soon as they are made.
+        self.flush_records()?;
+        Ok(true)
+    }
+
+    /// Says goodbye (`close_notify`) if the socket takes it now.
+    pub fn close(&mut self) {
+        if self.established {
+            self.conn.send_close_notify();
+            let _ = self.flush_records();
+        }
+    }
+}
+
+impl Read for TlsStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // Records a full socket kept back go first (a writable event may
+        // have brought the connection here).
+        self.flush_records()?;
+        loop {
+            match self.conn.reader().read(buf) {
+                // Ok(0): the peer's close_notify.
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            if !self.take_records()? {
+                return Ok(0);
+            }
+        }
+    }
+}
+
+impl Write for TlsStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if !self.flush_records()? {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let take = buf.len().min(self.ctx.wbuf_size());
+        let n = self.conn.writer().write(&buf[..take])?;
+        if n == 0 && take > 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        // What the socket does not take now waits in rustls: the caller's
+        // flush sees it through `flush_records`.
+        self.flush_records()?;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.flush_records()? {
+            Ok(())
+        } else {
+            Err(io::ErrorKind::WouldBlock.into())
+        }
+    }
+}
