@@ -154,10 +154,12 @@ run_step() {
 # against a real libmemcached client (that test prints SKIP without it).
 # nutcracker (twemproxy) is what tests/cluster runs in front of osmium and
 # memcached servers, beside osmium-proxy.
+# openssl (the command) makes the certificates of tests/tls and the
+# conformance suite run over TLS.
 # memcached itself is not installed: the suites run the oracle built from
 # tests/oracle/ (scripts/build-memcached.sh installs its own build
 # dependencies, libsasl2-modules for SASL PLAIN among them).
-APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker)
+APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker openssl)
 
 # The oracle: built unless it is there already (the script checks), or the
 # memcached named by MEMCACHED_BIN.
