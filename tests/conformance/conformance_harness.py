@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # tests/ -> import support.servers
 from support import servers  # noqa: E402
+from support.tls import ThreadSafeTlsSocket  # noqa: E402
 
 CASES_DIR = os.path.join(HERE, "cases")
 
@@ -602,9 +603,24 @@ def _chunks(payload, opts):
     return [payload] if payload else []
 
 
+# Servers of a TLS pool: their port and the client context to reach them.
+TLS_PORTS = {}
+
+
+def _connect(address, timeout):
+    """A client socket to a server: TLS when the server is one of a TLS
+    pool's (the conformance suite run over TLS)."""
+    sock = socket.create_connection(address, timeout=timeout)
+    ctx = TLS_PORTS.get(address[1])
+    if ctx is not None:
+        # The exchange sends from one thread while it reads in another.
+        sock = ThreadSafeTlsSocket(sock, ctx)
+    return sock
+
+
 class Connection:
     def __init__(self, address, proto=None):
-        self.sock = socket.create_connection(address, timeout=5)
+        self.sock = _connect(address, timeout=5)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.closed = False
         # 'text' or 'binary': fixed by the server's -B, else decided by the
@@ -864,7 +880,7 @@ class TickWatcher:
                     break
             try:
                 if sock is None:
-                    sock = socket.create_connection(self.address, timeout=3)
+                    sock = _connect(self.address, timeout=3)
                 t = self._stat_time(sock)
             except OSError:
                 if sock:
@@ -1362,9 +1378,12 @@ def osmium_missing():
 
 
 class Pool:
-    """One server per (kind slot, flag set, group), started lazily."""
+    """One server per (kind slot, flag set, group), started lazily; with
+    `certs` (support.tls.Certs), every server speaks TLS (`-Z`) and the
+    cases run over it."""
 
-    def __init__(self, target):
+    def __init__(self, target, certs=None):
+        self.certs = certs
         self.target = target
         self.kinds = target_kinds(target)
         self.servers = {}
@@ -1378,8 +1397,11 @@ class Pool:
                 started = []
                 try:
                     for kind in self.kinds:
-                        srv = servers.Server(kind, list(key[0]),
+                        tls = self.certs.server_args(ca=False) if self.certs else []
+                        srv = servers.Server(kind, list(key[0]) + tls,
                                              udp_port="auto" if key[1].endswith("+udp") else None)
+                        if self.certs:
+                            TLS_PORTS[srv.port] = self.certs.client_context()
                         srv._drain = _Drained(srv)
                         srv.tick_watcher = TickWatcher(srv.address)
                         started.append(srv)

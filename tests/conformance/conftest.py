@@ -4,6 +4,7 @@ import os
 import pytest
 
 import conformance_harness as H
+from support.tls import Certs
 
 
 def pytest_addoption(parser):
@@ -44,31 +45,47 @@ def pytest_collection_modifyitems(config, items):
 
 
 class Session:
-    def __init__(self, config):
+    """The servers of a run: one pool per transport (plain TCP, and TLS with
+    certificates made for the run)."""
+
+    def __init__(self, config, tmp_dir):
         self.target = _target(config)
-        self.pool = H.Pool(self.target)
+        self.tmp_dir = tmp_dir
+        self.pools = {}
         self.selected = getattr(config, "_conformance_selected", [])
-        self._batch = None
+        self._batch = {}
 
-    def results(self, case):
+    def pool(self, transport):
+        if transport not in self.pools:
+            certs = Certs(self.tmp_dir) if transport == "tls" else None
+            self.pools[transport] = H.Pool(self.target, certs)
+        return self.pools[transport]
+
+    def results(self, case, transport="tcp"):
+        pool = self.pool(transport)
         if case.has_sleep:
-            if self._batch is None:
-                sleepers = [c for c in self.selected if c.has_sleep and not self.skipped(c)]
-                self._batch = H.run_cases_concurrently(self.pool, sleepers)
-            if case.name in self._batch:
-                return self._batch[case.name]
-        return H.run_case(self.pool, case)
+            if transport not in self._batch:
+                # Each case once (it is selected once per transport).
+                unique = {c.name: c for c in self.selected}.values()
+                sleepers = [c for c in unique if c.has_sleep and not self.skipped(c, transport)]
+                self._batch[transport] = H.run_cases_concurrently(pool, sleepers)
+            if case.name in self._batch[transport]:
+                return self._batch[transport][case.name]
+        return H.run_case(pool, case)
 
-    def skipped(self, case):
+    def skipped(self, case, transport="tcp"):
         if case.skip:
             return case.skip
         if case.skip_both and self.target == "both":
             return case.skip_both
+        if transport == "tls" and case.uses_udp:
+            return "UDP is plaintext with -Z, as in memcached"
         return None
 
 
 @pytest.fixture(scope="session")
-def conformance(request):
-    s = Session(request.config)
+def conformance(request, tmp_path_factory):
+    s = Session(request.config, tmp_path_factory.mktemp("conformance-tls"))
     yield s
-    s.pool.stop_all()
+    for pool in s.pools.values():
+        pool.stop_all()

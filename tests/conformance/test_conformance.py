@@ -1,14 +1,22 @@
-"""Replay every case in cases/*.txt against memcached and osmium; see README.md."""
+"""Replay every case in cases/*.txt against memcached and osmium, over plain
+TCP and over TLS (`-Z`); see README.md."""
+import os
+
 import pytest
 
 import conformance_harness as H
 
 CASES = H.load_cases()
 
+# CONFORMANCE_TRANSPORTS=tcp (or tls) runs one only.
+TRANSPORTS = [t.strip() for t in os.environ.get("CONFORMANCE_TRANSPORTS", "tcp,tls").split(",")
+              if t.strip()]
 
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_exchange(case, conformance):
-    reason = conformance.skipped(case)
+def test_exchange(case, transport, conformance):
+    reason = conformance.skipped(case, transport)
     if reason:
         pytest.skip(f"{case.name}: {reason}")
     if "memcached" in H.target_kinds(conformance.target):
@@ -19,6 +27,6 @@ def test_exchange(case, conformance):
             pytest.fail(f"osmium binary not found or not executable at {missing}: build it "
                         f"(cargo build --release --workspace) or set OSMIUM_BIN; to validate the cases against "
                         f"memcached alone use CONFORMANCE_TARGET=memcached-self", pytrace=False)
-    msg = H.check(case, conformance.target, conformance.results(case))
+    msg = H.check(case, conformance.target, conformance.results(case, transport))
     if msg:
         pytest.fail(msg, pytrace=False)
