@@ -26,6 +26,7 @@ use osmium_store::{BackingKind, Restart, Store, StoreConfig};
 use crate::auth::AuthConfig;
 use crate::context::{Shared, StopRequest};
 use crate::process::{self, Signals};
+use crate::replication::auth::Secret;
 use crate::settings::Settings;
 use crate::transport::listen::{self, dispatch};
 use crate::transport::worker::{self, WorkerHandle};
@@ -36,7 +37,11 @@ const WAKE: Token = Token(usize::MAX);
 const CLEANER_NICE: i32 = 10;
 
 /// Runs the server until it is asked to stop; returns how.
-pub fn run(settings: Settings, auth: AuthConfig) -> io::Result<StopRequest> {
+pub fn run(
+    settings: Settings,
+    auth: AuthConfig,
+    secret: Option<Secret>,
+) -> io::Result<StopRequest> {
     for w in &settings.warnings {
         eprintln!("{w}");
     }
@@ -74,7 +79,7 @@ pub fn run(settings: Settings, auth: AuthConfig) -> io::Result<StopRequest> {
     })?;
     report_restart(&restart, settings.memory_file.as_deref());
     let store = Arc::new(store);
-    let shared = Arc::new(Shared::new(settings, store, auth));
+    let shared = Arc::new(Shared::new(settings, store, auth, secret));
     let settings = &shared.settings;
     // memcached counts its listening sockets and per-worker UDP sockets as
     // connections too.

@@ -359,6 +359,10 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
         );
         stat(out, "replica_follow_seconds", s.replica_follow_seconds);
     }
+    // Whether a secret is set, never the secret.
+    if !s.replicate_to.is_empty() || s.replication_secret.is_some() {
+        stat(out, "replication_secret", yn(s.replication_secret.is_some()));
+    }
     stat(out, "lru_maintainer_thread", "no");
     stat(out, "lru_segmented", "no");
     stat(out, "hot_lru_pct", 20);
