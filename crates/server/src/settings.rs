@@ -651,9 +651,11 @@ where
     }
     // Until the links speak TLS, the secret is their only authentication.
     if !cli.replicate_to.is_empty() && cli.replication_secret.is_none() {
-        return Err("--replicate-to needs --replication-secret FILE: replication links are \
+        return Err(
+            "--replicate-to needs --replication-secret FILE: replication links are \
                     authenticated (both ends must hold the same secret)"
-            .into());
+                .into(),
+        );
     }
 
     Ok(Action::Run(Box::new(Settings {

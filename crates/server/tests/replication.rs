@@ -10,7 +10,6 @@
 //! loses no acknowledged write; a full copy includes the items only on
 //! flash.
 
-
 use std::time::{Duration, Instant};
 
 mod common;

@@ -361,7 +361,11 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     }
     // Whether a secret is set, never the secret.
     if !s.replicate_to.is_empty() || s.replication_secret.is_some() {
-        stat(out, "replication_secret", yn(s.replication_secret.is_some()));
+        stat(
+            out,
+            "replication_secret",
+            yn(s.replication_secret.is_some()),
+        );
     }
     stat(out, "lru_maintainer_thread", "no");
     stat(out, "lru_segmented", "no");

@@ -70,7 +70,8 @@ impl Secret {
     /// refuses a private key).
     pub fn load(path: &str) -> Result<Secret, String> {
         let why = |what: String| format!("--replication-secret {path}: {what}");
-        let mut file = std::fs::File::open(path).map_err(|e| why(format!("cannot read it: {e}")))?;
+        let mut file =
+            std::fs::File::open(path).map_err(|e| why(format!("cannot read it: {e}")))?;
         let meta = file
             .metadata()
             .map_err(|e| why(format!("cannot read it: {e}")))?;
@@ -243,7 +244,10 @@ pub enum HandshakeError {
 impl HandshakeError {
     /// Whether the other end was met and failed (or refused) the proof.
     pub fn is_auth_failure(&self) -> bool {
-        matches!(self, HandshakeError::BadServerProof | HandshakeError::ProofRefused(_))
+        matches!(
+            self,
+            HandshakeError::BadServerProof | HandshakeError::ProofRefused(_)
+        )
     }
 }
 
@@ -284,7 +288,10 @@ impl From<HandshakeError> for io::Error {
 /// The connecting end's exchange, right after connecting: proves the
 /// server holds `secret`, then that this end does. Reads byte by byte, so
 /// nothing the server sends after `OK` is taken from the stream.
-pub fn client_handshake<S: Read + Write>(stream: &mut S, secret: &Secret) -> Result<(), HandshakeError> {
+pub fn client_handshake<S: Read + Write>(
+    stream: &mut S,
+    secret: &Secret,
+) -> Result<(), HandshakeError> {
     let client = nonce()?;
     stream.write_all(format!("replica_auth {}\r\n", to_hex(&client)).as_bytes())?;
     let line = read_line(stream)?;
@@ -327,7 +334,10 @@ fn read_line<S: Read>(stream: &mut S) -> io::Result<String> {
             Err(e) => return Err(e),
         }
     }
-    Err(io::Error::new(io::ErrorKind::InvalidData, "answer line too long"))
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        "answer line too long",
+    ))
 }
 
 #[cfg(test)]
@@ -395,7 +405,10 @@ mod tests {
         let server = from_hex::<NONCE_LEN>(f[1].as_bytes()).unwrap();
         let proof = from_hex::<PROOF_LEN>(f[2].as_bytes()).unwrap();
         let server_ok = secret.verify(SERVER_LABEL, client, &server, &proof);
-        (server_ok, to_hex(secret.proof(CLIENT_LABEL, client, &server).as_ref()))
+        (
+            server_ok,
+            to_hex(secret.proof(CLIENT_LABEL, client, &server).as_ref()),
+        )
     }
 
     #[test]
@@ -405,7 +418,10 @@ mod tests {
         let mut a = PeerAuth::default();
         assert_eq!(a.prove(&s, b"00"), Proof::NoChallenge);
         assert_eq!(a.challenge(&s, b"xyz").unwrap(), None);
-        let line = a.challenge(&s, to_hex(&client).as_bytes()).unwrap().unwrap();
+        let line = a
+            .challenge(&s, to_hex(&client).as_bytes())
+            .unwrap()
+            .unwrap();
         let (server_ok, proof) = answer(&s, &client, &line);
         assert!(server_ok);
         assert!(!a.is_authenticated());
@@ -416,7 +432,10 @@ mod tests {
 
         // The same proof against a new challenge (a new server nonce).
         let mut b = PeerAuth::default();
-        let line2 = b.challenge(&s, to_hex(&client).as_bytes()).unwrap().unwrap();
+        let line2 = b
+            .challenge(&s, to_hex(&client).as_bytes())
+            .unwrap()
+            .unwrap();
         assert_ne!(line, line2);
         assert_eq!(b.prove(&s, proof.as_bytes()), Proof::Wrong);
         assert_eq!(b.prove(&s, proof.as_bytes()), Proof::NoChallenge);
@@ -424,7 +443,10 @@ mod tests {
 
         // Another secret: the server's proof does not check, nor the client's.
         let other = Secret::new(b"other");
-        let line3 = b.challenge(&s, to_hex(&client).as_bytes()).unwrap().unwrap();
+        let line3 = b
+            .challenge(&s, to_hex(&client).as_bytes())
+            .unwrap()
+            .unwrap();
         let (server_ok, proof) = answer(&other, &client, &line3);
         assert!(!server_ok);
         assert_eq!(b.prove(&s, proof.as_bytes()), Proof::Wrong);
@@ -463,7 +485,11 @@ mod tests {
                 let (cmd, arg) = line.split_once(' ').unwrap();
                 let reply = match cmd {
                     "replica_auth" => {
-                        let mut l = self.auth.challenge(self.secret, arg.as_bytes()).unwrap().unwrap();
+                        let mut l = self
+                            .auth
+                            .challenge(self.secret, arg.as_bytes())
+                            .unwrap()
+                            .unwrap();
                         if self.tamper {
                             l.pop();
                             l.push('0');

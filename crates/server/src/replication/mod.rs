@@ -290,16 +290,16 @@ impl Replication {
     }
 
     /// `replication_mode`, `replication_catchup`, `replica_N_*`,
-    /// `replica_follow_links`, `replica_auth_failures`; nothing without
-    /// `--replicate-to` (`stats` stays memcached's, and a proxy reads a
-    /// missing `replication_catchup` as caught up) but
-    /// `replica_auth_failures` when a secret is set.
+    /// `replica_follow_links`, `replica_auth_failures`. Without
+    /// `--replicate-to` only the last two, and only with a secret (which
+    /// lets the server serve follow links): else `stats` stays
+    /// memcached's. A proxy reads a missing `replication_catchup` as
+    /// caught up.
     pub fn stats(&self, out: &mut Vec<u8>) {
         let mut s = String::new();
         if !self.is_on() {
             if self.secret.is_some() {
-                let n = self.auth_failures.load(Relaxed);
-                let _ = write!(s, "STAT replica_auth_failures {n}\r\n");
+                self.link_stats(&mut s);
                 out.extend_from_slice(s.as_bytes());
             }
             return;
@@ -335,10 +335,15 @@ impl Replication {
                 t.reconnects.load(Relaxed),
             );
         }
+        self.link_stats(&mut s);
+        out.extend_from_slice(s.as_bytes());
+    }
+
+    /// `replica_follow_links`, `replica_auth_failures`.
+    fn link_stats(&self, s: &mut String) {
         let feeds = self.feeds.iter().filter(|f| f.active.load(Relaxed)).count();
         let _ = write!(s, "STAT replica_follow_links {feeds}\r\n");
         let failures = self.auth_failures.load(Relaxed);
         let _ = write!(s, "STAT replica_auth_failures {failures}\r\n");
-        out.extend_from_slice(s.as_bytes());
     }
 }

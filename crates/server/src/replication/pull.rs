@@ -29,7 +29,10 @@ pub fn run(repl: &Replication, i: usize) {
         let refused = match stream {
             Ok(mut stream) => {
                 let ask = format!("replica_follow {}\r\n", repl.follow);
-                match stream.write_all(ask.as_bytes()).map(|()| answer(&mut stream)) {
+                match stream
+                    .write_all(ask.as_bytes())
+                    .map(|()| answer(&mut stream))
+                {
                     Ok(Ok(())) => {
                         if let Some(handoff) = repl.handoff.get() {
                             if handoff(stream, PEER_FOLLOW + i as u8) {
@@ -39,7 +42,9 @@ pub fn run(repl: &Replication, i: usize) {
                         None
                     }
                     // `-X` there: "ERROR metadump not allowed".
-                    Ok(Err(Some(line))) => Some(format!("it answered replica_follow with {line:?}")),
+                    Ok(Err(Some(line))) => {
+                        Some(format!("it answered replica_follow with {line:?}"))
+                    }
                     _ => None,
                 }
             }

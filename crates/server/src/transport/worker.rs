@@ -399,10 +399,8 @@ impl Worker {
             conn.peer = ctx.peer.replace(PEER_NONE);
             conn.peer_auth = ctx.peer_auth.take();
         }
-        if repl {
-            if conn.repl_held && !self.repl_waiting.iter().any(|&(k, _)| k == key) {
-                self.repl_waiting.push((key, conn.id));
-            }
+        if repl && conn.repl_held && !self.repl_waiting.iter().any(|&(k, _)| k == key) {
+            self.repl_waiting.push((key, conn.id));
         }
         if flow == Flow::Wait {
             // Before measuring: an idle connection's empty buffers go back
