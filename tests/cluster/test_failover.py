@@ -14,10 +14,12 @@ Server i is started `--replicate-to` server i+1 (the last to the first), the
 order of the proxy's `servers:` list, which is all osmium-proxy needs to send a
 dead server's keys to the server holding their copies.
 """
+import atexit
 import os
 import random
 import signal
 import socket
+import tempfile
 import threading
 import time
 
@@ -33,9 +35,24 @@ WRITERS = 3
 READERS = 2
 
 
+def replication_secret():
+    """The ring's shared secret: a file readable by its owner only (the
+    servers refuse any other), made once per run."""
+    global _SECRET
+    if _SECRET is None:
+        fd, _SECRET = tempfile.mkstemp(prefix="osmium-replication-secret-")
+        os.write(fd, os.urandom(32).hex().encode() + b"\n")
+        os.close(fd)  # mkstemp makes it mode 0600
+        atexit.register(os.unlink, _SECRET)
+    return _SECRET
+
+
+_SECRET = None
+
+
 def ring_args(ports, i, mode):
     return ["-m", "64", "-t", "2", "--replicate-to", f"127.0.0.1:{ports[(i + 1) % len(ports)]}",
-            "--replication", mode]
+            "--replication", mode, "--replication-secret", replication_secret()]
 
 
 def stat(addr, name):

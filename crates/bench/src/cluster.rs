@@ -98,20 +98,26 @@ pub fn run(a: &ClusterArgs) -> Result<(), String> {
             .and_then(|exe| exe.parent().map(|d| d.join("osmium-proxy")))
             .unwrap_or_else(|| PathBuf::from("target/release/osmium-proxy"))
     });
-    for mode in &a.mode {
-        match mode {
-            Mode::Proxy => proxies(a, &bins, &proxy)?,
-            Mode::Replication => replication(a, &bins)?,
-            Mode::Sla => sla(a, &bins, &proxy)?,
-            Mode::Copy => crate::replica_copy::run(&crate::replica_copy::CopyRun {
-                rounds: a.rounds,
-                items: a.copy_items,
-                value_size: a.value_size,
-                start: &|port, extra| server(&bins, false, port, a, extra),
-            })?,
-        }
+    let result = a.mode.iter().try_for_each(|mode| match mode {
+        Mode::Proxy => proxies(a, &bins, &proxy),
+        Mode::Replication => replication(a, &bins),
+        Mode::Sla => sla(a, &bins, &proxy),
+        Mode::Copy => crate::replica_copy::run(&crate::replica_copy::CopyRun {
+            rounds: a.rounds,
+            items: a.copy_items,
+            value_size: a.value_size,
+            start: &|port, extra| {
+                let mut args = secret_args()?;
+                args.extend_from_slice(extra);
+                server(&bins, false, port, a, &args)
+            },
+        }),
+    });
+    if let Some(Ok(path)) = SECRET.get() {
+        let _ = std::fs::remove_file(path);
+        crate::servers::forget_on_signal(path);
     }
-    Ok(())
+    result
 }
 
 fn workload(a: &ClusterArgs, depth: usize, get_ratio: f64) -> Workload {
@@ -159,6 +165,47 @@ fn server(
     Process::start(if memcached { "memcached" } else { "osmium" }, cmd, port)
 }
 
+/// Where the run's replication secret is, once made.
+static SECRET: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+
+/// `--replication-secret FILE` with the run's secret: replication links
+/// are authenticated, so every osmium that replicates, or is replicated
+/// to, holds the same secret (a file readable by its owner only: osmium
+/// refuses any other). Made at the first use, removed at the end of `run`.
+fn secret_args() -> Result<Vec<String>, String> {
+    let path = replication_secret()?;
+    Ok(vec![
+        "--replication-secret".into(),
+        path.display().to_string(),
+    ])
+}
+
+fn replication_secret() -> Result<PathBuf, String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    SECRET
+        .get_or_init(|| {
+            let path = std::env::temp_dir().join(format!(
+                "osmium-bench-{}-replication-secret",
+                std::process::id()
+            ));
+            let hex: String = rand::random::<[u8; 32]>()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .and_then(|mut f| f.write_all(format!("{hex}\n").as_bytes()))
+                .map_err(|e| format!("writing {}: {e}", path.display()))?;
+            crate::servers::remove_on_signal(&path);
+            Ok(path)
+        })
+        .clone()
+}
+
 /// Three servers; with `ring`, each started `--replicate-to` the next.
 fn three(
     bins: &Binaries,
@@ -170,10 +217,10 @@ fn three(
     let mut out = Vec::new();
     for i in 0..3 {
         let extra: Vec<String> = if ring {
-            vec![
-                "--replicate-to".into(),
-                format!("127.0.0.1:{}", ports[(i + 1) % 3]),
-            ]
+            let mut extra = secret_args()?;
+            extra.push("--replicate-to".into());
+            extra.push(format!("127.0.0.1:{}", ports[(i + 1) % 3]));
+            extra
         } else {
             Vec::new()
         };
@@ -353,17 +400,18 @@ fn replication(a: &ClusterArgs, bins: &Binaries) -> Result<(), String> {
     let mut pairs = Vec::new();
     for v in variants {
         let rp = free_port()?;
-        let replica = server(bins, false, rp, a, &[])?;
-        let extra: Vec<String> = if v == "none" {
-            Vec::new()
-        } else {
-            vec![
+        // Both hold the secret in every variant, so that only the
+        // replication differs.
+        let replica = server(bins, false, rp, a, &secret_args()?)?;
+        let mut extra = secret_args()?;
+        if v != "none" {
+            extra.extend([
                 "--replicate-to".into(),
                 format!("127.0.0.1:{rp}"),
                 "--replication".into(),
                 v.into(),
-            ]
-        };
+            ]);
+        }
         let writer = server(bins, false, free_port()?, a, &extra)?;
         pairs.push((v, writer, replica));
     }

@@ -113,6 +113,17 @@ impl Registry {
         self.lock().remove(&fd);
     }
 
+    /// Who is at the other end of client `fd`, for a log line.
+    pub fn remote(&self, fd: i32) -> String {
+        match self.lock().get(&fd).map(|e| e.kind) {
+            Some(Kind::Tcp {
+                remote: Some(a), ..
+            }) => a.to_string(),
+            Some(Kind::Unix) => "a unix-socket client".into(),
+            _ => format!("connection {fd}"),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i32, Entry>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -12,6 +12,7 @@ use osmium_store::Store;
 use crate::auth::AuthConfig;
 use crate::buffers::{BufferPool, PublishedPoolStats};
 use crate::conns::Registry;
+use crate::replication::auth::{PeerAuth, Secret};
 use crate::replication::{Replication, Wait, PEER_NONE};
 use crate::settings::Settings;
 use crate::stats::counters::{GlobalStats, ThreadStats, Totals};
@@ -63,6 +64,7 @@ impl Shared {
         store: Arc<Store>,
         auth: AuthConfig,
         tls: Option<Arc<TlsContext>>,
+        secret: Option<Secret>,
     ) -> Shared {
         let threads = (0..settings.threads)
             .map(|_| Arc::new(ThreadStats::default()))
@@ -73,7 +75,7 @@ impl Shared {
         let output_held = (0..settings.threads)
             .map(|_| Arc::new(AtomicUsize::new(0)))
             .collect();
-        let replication = Replication::new(&settings, store.clone());
+        let replication = Replication::new(&settings, store.clone(), secret);
         Shared {
             tls,
             replication,
@@ -153,6 +155,14 @@ pub struct WorkerCtx {
     /// What the connection being run is to replication (`PEER_*`): its
     /// writes are queued only from a client (`PEER_NONE`).
     pub peer: std::cell::Cell<u8>,
+    /// Where the connection being run stands in proving it is a peer
+    /// (`replication::auth`): the connection's own state, lent while it
+    /// runs (`peers` only).
+    pub peer_auth: std::cell::RefCell<PeerAuth>,
+    /// A replication secret is set, or TLS verifies client certificates
+    /// (a verified one proves a peer): `peer` and `peer_auth` are the
+    /// connection's, swapped in and out around each run.
+    pub peers: bool,
     /// Sync mode: the acknowledgements the requests just run wait for.
     repl_wait: std::cell::RefCell<Wait>,
     repl_pending: std::cell::Cell<bool>,
@@ -181,6 +191,9 @@ impl WorkerCtx {
                 .is_on()
                 .then(|| shared.replication.clone()),
             peer: std::cell::Cell::new(PEER_NONE),
+            peer_auth: std::cell::RefCell::new(PeerAuth::default()),
+            peers: shared.replication.secret().is_some()
+                || shared.tls.as_ref().is_some_and(|t| t.verifies_any_client()),
             repl_wait: std::cell::RefCell::new(Wait::default()),
             repl_pending: std::cell::Cell::new(false),
             handover: std::cell::Cell::new(None),

@@ -10,7 +10,8 @@
 //! ```
 //!
 //! `main` parses memcached's command line (`settings`), checks what must be
-//! refused at start (authentication files, `-c` above the open-file limit),
+//! refused at start (authentication files, the replication secret, `-c`
+//! above the open-file limit),
 //! and runs the server (`server`) until a signal or `shutdown` stops it.
 //! See `docs/ARCHITECTURE.md` for where each stage lives.
 
@@ -64,12 +65,24 @@ fn main() {
     } else {
         None
     };
+    // Replication's secret file: unreadable, empty or open to others is a
+    // usage error (memcached's status for a bad command line).
+    let secret = match settings.replication_secret.as_deref() {
+        Some(path) => match replication::auth::Secret::load(path) {
+            Ok(s) => Some(s),
+            Err(msg) => {
+                eprintln!("{msg}");
+                std::process::exit(64); // EX_USAGE
+            }
+        },
+        None => None,
+    };
     process::tune_allocator();
     if let Err(msg) = process::raise_file_limit(&settings) {
         eprintln!("{msg}");
         std::process::exit(71); // EX_OSERR, as memcached
     }
-    if let Err(e) = server::run(settings, auth, tls) {
+    if let Err(e) = server::run(settings, auth, tls, secret) {
         eprintln!("failed to start: {e}");
         std::process::exit(71); // EX_OSERR
     }

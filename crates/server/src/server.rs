@@ -26,9 +26,10 @@ use osmium_store::{BackingKind, Restart, Store, StoreConfig};
 use crate::auth::AuthConfig;
 use crate::context::{Shared, StopRequest};
 use crate::process::{self, Signals};
+use crate::replication::auth::Secret;
 use crate::settings::Settings;
-use crate::transport::listen::{self, dispatch};
 use crate::tls_context::TlsContext;
+use crate::transport::listen::{self, dispatch};
 use crate::transport::worker::{self, WorkerHandle};
 
 const WAKE: Token = Token(usize::MAX);
@@ -41,6 +42,7 @@ pub fn run(
     settings: Settings,
     auth: AuthConfig,
     tls: Option<Arc<TlsContext>>,
+    secret: Option<Secret>,
 ) -> io::Result<StopRequest> {
     for w in &settings.warnings {
         eprintln!("{w}");
@@ -79,7 +81,7 @@ pub fn run(
     })?;
     report_restart(&restart, settings.memory_file.as_deref());
     let store = Arc::new(store);
-    let shared = Arc::new(Shared::new(settings, store, auth, tls));
+    let shared = Arc::new(Shared::new(settings, store, auth, tls, secret));
     let settings = &shared.settings;
     // memcached counts its listening sockets and per-worker UDP sockets as
     // connections too.

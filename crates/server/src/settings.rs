@@ -153,6 +153,10 @@ pub struct Cli {
     /// once synced
     #[arg(long = "replica-follow-seconds", default_value_t = 60)]
     pub replica_follow_seconds: u64,
+    /// the replication links' shared secret: both ends of a link must hold
+    /// the same (mode 600; required with --replicate-to)
+    #[arg(long = "replication-secret", value_name = "FILE")]
+    pub replication_secret: Option<String>,
 }
 
 /// The most `--replicate-to` targets.
@@ -251,6 +255,8 @@ pub struct Settings {
     pub replica_follow_seconds: u64,
     /// `-Z` and the `-o ssl_*` options.
     pub tls: TlsSettings,
+    /// `--replication-secret`: the file's path (`main` reads it).
+    pub replication_secret: Option<String>,
     pub warnings: Vec<String>,
 }
 
@@ -652,6 +658,14 @@ where
             MAX_REPLICA_TARGETS
         ));
     }
+    // Until the links speak TLS, the secret is their only authentication.
+    if !cli.replicate_to.is_empty() && cli.replication_secret.is_none() {
+        return Err(
+            "--replicate-to needs --replication-secret FILE: replication links are \
+                    authenticated (both ends must hold the same secret)"
+                .into(),
+        );
+    }
 
     Ok(Action::Run(Box::new(Settings {
         port,
@@ -697,6 +711,7 @@ where
         replication_sync,
         replica_follow_seconds: cli.replica_follow_seconds,
         tls,
+        replication_secret: cli.replication_secret,
         warnings,
     })))
 }
@@ -794,6 +809,14 @@ mod tests {
         assert_eq!(s.max_connections, 1024);
         assert_eq!(s.listen[0].host, "127.0.0.1");
         assert_eq!(s.listen[0].port, 11211);
+    }
+
+    #[test]
+    fn replication_needs_a_secret() {
+        let e = run(&["--replicate-to", "h:1"]).err().unwrap();
+        assert!(e.contains("--replication-secret"), "{e}");
+        let s = run(&["--replicate-to", "h:1", "--replication-secret", "/k"]).unwrap();
+        assert_eq!(s.replication_secret.as_deref(), Some("/k"));
     }
 
     #[test]

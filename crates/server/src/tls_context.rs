@@ -91,7 +91,12 @@ impl TlsContext {
     /// line memcached answers (`Error loading ...`, without `\r\n`); the
     /// configurations in use are then unchanged.
     pub fn refresh(&self) -> Result<(), String> {
-        let configs = load(&self.settings, &self.provider, &self.sessions, &self.tickets)?;
+        let configs = load(
+            &self.settings,
+            &self.provider,
+            &self.sessions,
+            &self.tickets,
+        )?;
         *self.configs.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(configs);
         *self.last_refresh.write().unwrap_or_else(|e| e.into_inner()) = Instant::now();
         Ok(())
@@ -128,6 +133,12 @@ impl TlsContext {
         }
     }
 
+    /// Whether any listener may verify a client certificate (then a
+    /// verified one makes its connection a replication peer).
+    pub fn verifies_any_client(&self) -> bool {
+        self.settings.ca_cert.is_some()
+    }
+
     /// Whether connections of `mode` verify client certificates against
     /// `ssl_ca_cert` (a connection that presented one is then a proven
     /// client).
@@ -139,7 +150,6 @@ impl TlsContext {
                 ListenerTls::NoPeer | ListenerTls::Off => false,
             }
     }
-
 }
 
 /// Loads the certificate chain, key and CA and builds the configurations.
@@ -166,9 +176,11 @@ fn load(
     let key = load_key(key_path, s.keyformat)
         .map_err(|e| format!("Error loading the key: {key_path} : {e}"))?;
     let roots = match &s.ca_cert {
-        Some(path) => Some(Arc::new(load_roots(path).map_err(|e| {
-            format!("Error loading the CA certificate: {path} : {e}")
-        })?)),
+        Some(path) => {
+            Some(Arc::new(load_roots(path).map_err(|e| {
+                format!("Error loading the CA certificate: {path} : {e}")
+            })?))
+        }
         None => None,
     };
     let build = |verifier: Arc<dyn ClientCertVerifier>| -> Result<Arc<ServerConfig>, String> {
@@ -198,8 +210,7 @@ fn load(
                 provider: provider.clone(),
             }));
         };
-        let b =
-            WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone());
+        let b = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone());
         let b = if mode.requires_cert() {
             b
         } else {

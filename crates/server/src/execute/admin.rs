@@ -1,14 +1,15 @@
 //! Commands about the server rather than items: flush_all, version,
 //! verbosity, quit, noop (mn, binary NOOP), shutdown, cache_memlimit, the
-//! errors and closes a parser decided on, and memcached's slab/LRU/extstore
-//! tuning commands (`tuning`).
+//! errors and closes a parser decided on, memcached's slab/LRU/extstore
+//! tuning commands (`tuning`) and replication's private commands
+//! (`replica`).
 
 use std::sync::atomic::Ordering;
 
 use osmium_protocol::binary::status;
 use osmium_protocol::request::{Command, Reply, Request, ShutdownMode};
 
-use super::{tuning, Done, Next};
+use super::{replica, tuning, ConnView, Done, Next};
 use crate::compose::output::Output;
 use crate::compose::{binary, text};
 use crate::context::{StopRequest, WorkerCtx};
@@ -17,7 +18,7 @@ use crate::settings::VERSION;
 /// memcached's highest verbosity level.
 const MAX_VERBOSITY: u32 = 2;
 
-pub fn admin(ctx: &WorkerCtx, req: &Request<'_>, out: &mut Output) -> Done {
+pub fn admin(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Output) -> Done {
     let shared = &ctx.shared;
     let noreply = matches!(req.reply, Reply::Text { noreply: true });
     match (req.command, &req.reply) {
@@ -115,8 +116,7 @@ pub fn admin(ctx: &WorkerCtx, req: &Request<'_>, out: &mut Output) -> Done {
             Done::CONTINUE
         }
         (Command::Admin { tokens }, _) if tokens.get(0).starts_with(b"replica_") => {
-            replica_command(ctx, tokens, out);
-            Done::CONTINUE
+            replica::command(ctx, conn, tokens, noreply, out)
         }
         (Command::Admin { tokens }, _) => {
             tuning::tuning(ctx, tokens, noreply, out);
@@ -128,43 +128,5 @@ pub fn admin(ctx: &WorkerCtx, req: &Request<'_>, out: &mut Output) -> Done {
         }
         (Command::Close, _) => Done::then(Next::CloseNow),
         _ => Done::CONTINUE,
-    }
-}
-
-/// The replication links' private commands (see `replication`):
-/// `replica_link <name>` marks this connection as a peer's target link
-/// (its writes are applied, not forwarded) and is answered `OK`;
-/// `replica_follow [seconds]` turns this connection into a feed of this
-/// server's writes (after a full copy, for that long; default
-/// `--replica-follow-seconds`); `replica_synced` ends a full copy on this
-/// server's follow link. They change nothing but the connection that
-/// sends them.
-fn replica_command(
-    ctx: &WorkerCtx,
-    tokens: osmium_protocol::request::Tokens<'_>,
-    out: &mut Output,
-) {
-    use crate::replication::{PEER_LINK, PEER_NONE};
-    match tokens.get(0) {
-        b"replica_link" => {
-            if ctx.peer.get() == PEER_NONE {
-                ctx.peer.set(PEER_LINK);
-            }
-            text::line(out, false, "OK");
-        }
-        b"replica_follow" if ctx.peer.get() == PEER_NONE => {
-            let secs = std::str::from_utf8(tokens.get(1)).ok();
-            let secs = secs.and_then(|s| s.parse().ok());
-            ctx.handover.set(Some(
-                secs.unwrap_or(ctx.shared.settings.replica_follow_seconds),
-            ));
-        }
-        b"replica_follow" => text::line(out, false, "CLIENT_ERROR already a replication link"),
-        b"replica_synced" => {
-            if let Some(r) = &ctx.repl {
-                r.synced_from(ctx.peer.get());
-            }
-        }
-        _ => text::line(out, false, "ERROR"),
     }
 }

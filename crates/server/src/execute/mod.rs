@@ -22,6 +22,7 @@ mod delete;
 mod dump;
 mod get;
 mod meta_get;
+mod replica;
 mod report;
 pub mod sasl;
 mod stats;
@@ -142,7 +143,7 @@ fn run(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Output) -> 
             // Completed by the session once their value is in.
             Done::CONTINUE
         }
-        _ => admin::admin(ctx, req, out),
+        _ => admin::admin(ctx, conn, req, out),
     }
 }
 

@@ -173,10 +173,22 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     }
     if let Some(tls) = &sh.tls {
         if tls.session_cache() {
-            stat(out, "ssl_new_sessions", tls.new_sessions.load(Ordering::Relaxed));
+            stat(
+                out,
+                "ssl_new_sessions",
+                tls.new_sessions.load(Ordering::Relaxed),
+            );
         }
-        stat(out, "ssl_handshake_errors", tls.handshake_errors.load(Ordering::Relaxed));
-        stat(out, "ssl_proto_errors", tls.proto_errors.load(Ordering::Relaxed));
+        stat(
+            out,
+            "ssl_handshake_errors",
+            tls.handshake_errors.load(Ordering::Relaxed),
+        );
+        stat(
+            out,
+            "ssl_proto_errors",
+            tls.proto_errors.load(Ordering::Relaxed),
+        );
         stat(out, "time_since_server_cert_refresh", tls.since_refresh());
     }
     stat(out, "unexpected_napi_ids", 0);
@@ -234,10 +246,26 @@ fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
         "get_extstore",
         st.get_hits.load(Ordering::Relaxed) + st.get_misses.load(Ordering::Relaxed),
     );
-    stat(out, "recache_from_extstore", st.recaches.load(Ordering::Relaxed));
-    stat(out, "miss_from_extstore", st.get_misses.load(Ordering::Relaxed));
-    stat(out, "badcrc_from_extstore", st.badcrc.load(Ordering::Relaxed));
-    stat(out, "extstore_compact_lost", st.compact_lost.load(Ordering::Relaxed));
+    stat(
+        out,
+        "recache_from_extstore",
+        st.recaches.load(Ordering::Relaxed),
+    );
+    stat(
+        out,
+        "miss_from_extstore",
+        st.get_misses.load(Ordering::Relaxed),
+    );
+    stat(
+        out,
+        "badcrc_from_extstore",
+        st.badcrc.load(Ordering::Relaxed),
+    );
+    stat(
+        out,
+        "extstore_compact_lost",
+        st.compact_lost.load(Ordering::Relaxed),
+    );
     stat(
         out,
         "extstore_compact_rescues",
@@ -255,7 +283,11 @@ fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
         "extstore_objects_evicted",
         st.objects_evicted.load(Ordering::Relaxed),
     );
-    stat(out, "extstore_objects_read", st.objects_read.load(Ordering::Relaxed));
+    stat(
+        out,
+        "extstore_objects_read",
+        st.objects_read.load(Ordering::Relaxed),
+    );
     stat(
         out,
         "extstore_objects_written",
@@ -268,7 +300,11 @@ fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
         st.bytes_evicted.load(Ordering::Relaxed),
     );
     stat(out, "extstore_bytes_written", written);
-    stat(out, "extstore_bytes_read", st.bytes_read.load(Ordering::Relaxed));
+    stat(
+        out,
+        "extstore_bytes_read",
+        st.bytes_read.load(Ordering::Relaxed),
+    );
     stat(out, "extstore_limit_maxbytes", pages * f.config().page_size);
     // osmium's own: RAM the tier's index takes, bytes given to the tier,
     // flash bytes written per byte given, waits for the disk, errors.
@@ -281,7 +317,11 @@ fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
         "extstore_pages_compacted",
         st.pages_compacted.load(Ordering::Relaxed),
     );
-    stat(out, "extstore_compact_kept", st.compact_kept.load(Ordering::Relaxed));
+    stat(
+        out,
+        "extstore_compact_kept",
+        st.compact_kept.load(Ordering::Relaxed),
+    );
     stat(out, "extstore_bytes_stored", stored);
     let amplification = if stored == 0 {
         0.0
@@ -293,8 +333,16 @@ fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
         "extstore_write_amplification",
         format!("{amplification:.2}"),
     );
-    stat(out, "extstore_write_waits", st.write_waits.load(Ordering::Relaxed));
-    stat(out, "extstore_io_errors", st.io_errors.load(Ordering::Relaxed));
+    stat(
+        out,
+        "extstore_write_waits",
+        st.write_waits.load(Ordering::Relaxed),
+    );
+    stat(
+        out,
+        "extstore_io_errors",
+        st.io_errors.load(Ordering::Relaxed),
+    );
     stat(out, "extstore_failed", u8::from(!f.is_on()));
     stat(
         out,
@@ -371,6 +419,14 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
         );
         stat(out, "replica_follow_seconds", s.replica_follow_seconds);
     }
+    // Whether a secret is set, never the secret.
+    if !s.replicate_to.is_empty() || s.replication_secret.is_some() {
+        stat(
+            out,
+            "replication_secret",
+            yn(s.replication_secret.is_some()),
+        );
+    }
     stat(out, "lru_maintainer_thread", "no");
     stat(out, "lru_segmented", "no");
     stat(out, "hot_lru_pct", 20);
@@ -400,7 +456,11 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "ssl_enabled", yn(t.enabled));
     // memcached prints a missing path with glibc's "(null)" and a missing
     // cipher list or CA as "NULL".
-    stat(out, "ssl_chain_cert", t.chain_cert.as_deref().unwrap_or("(null)"));
+    stat(
+        out,
+        "ssl_chain_cert",
+        t.chain_cert.as_deref().unwrap_or("(null)"),
+    );
     stat(out, "ssl_key", t.key.as_deref().unwrap_or("(null)"));
     stat(out, "ssl_verify_mode", t.verify_mode.openssl_flags());
     stat(out, "ssl_keyformat", t.keyformat);
@@ -409,7 +469,11 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "ssl_wbuf_size", t.wbuf_size);
     stat(out, "ssl_session_cache", yn(t.session_cache));
     stat(out, "ssl_kernel_tls", yn(t.kernel_tls));
-    stat(out, "ssl_min_version", crate::settings::tls::version_text(t.min_version));
+    stat(
+        out,
+        "ssl_min_version",
+        crate::settings::tls::version_text(t.min_version),
+    );
     stat(out, "num_napi_ids", "(null)");
     stat(
         out,

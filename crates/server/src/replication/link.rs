@@ -3,7 +3,8 @@
 //! restarted server opened with `replica_follow`, one connection).
 //!
 //! ```text
-//!   connect ─▶ replica_link <name>      (targets only: marks the connection on the replica)
+//!   connect ─▶ replica_auth ... replica_proof (targets only: both ends prove the secret, `auth`)
+//!           ─▶ replica_link <name>      (targets only: marks the connection on the replica)
 //!   (a feed answers the follower's replica_follow with OK first)
 //!           ─▶ queue opened, full copy: an ms per live item ─▶ mn
 //!              (after a connect, the writes queued meanwhile go between
@@ -83,7 +84,7 @@ pub fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
     let mut connected_before = false;
     let mut logged_down = false;
     while !repl.stopping() {
-        let stream = connect_to(&addr);
+        let stream = connect_to(&addr).and_then(|s| repl.authenticate(s, &addr));
         let reason = match stream {
             Ok(stream) => {
                 if connected_before {

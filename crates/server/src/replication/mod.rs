@@ -14,8 +14,11 @@
 //! workers queued their keys in, and a full copy followed by the queue
 //! needs no snapshot (`link`). Writes that arrive on a peer connection
 //! (`replica_link`, a follow link) are applied and not queued, so a ring
-//! A→B→C→A does not loop. See "Replication" in docs/ARCHITECTURE.md.
+//! A→B→C→A does not loop. Both ends of every link prove they hold the
+//! `--replication-secret` first (`auth`). See "Replication" in
+//! docs/ARCHITECTURE.md.
 
+pub mod auth;
 mod encode;
 mod link;
 mod pull;
@@ -23,7 +26,7 @@ mod queue;
 
 use std::fmt::Write as _;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -31,6 +34,7 @@ use mio::Waker;
 use osmium_store::Store;
 
 use crate::settings::{Settings, MAX_REPLICA_TARGETS};
+use auth::Secret;
 use link::Link;
 
 /// The most follow links served at once.
@@ -64,12 +68,19 @@ pub struct Replication {
     handoff: OnceLock<Handoff>,
     stop: AtomicBool,
     verbose: AtomicU8,
+    /// `--replication-secret` (required with `--replicate-to`): without
+    /// one, every private replication command is refused.
+    secret: Option<Secret>,
+    /// Failed exchanges (`replica_auth_failures`): a peer's proof refused
+    /// here, or a server of ours that failed to prove itself.
+    auth_failures: AtomicU64,
 }
 
 impl Replication {
     /// Without `--replicate-to` it has no targets and is not told of
-    /// writes (`is_on`): it only serves follow links a full copy.
-    pub fn new(settings: &Settings, store: Arc<Store>) -> Arc<Replication> {
+    /// writes (`is_on`): it only serves follow links a full copy (with a
+    /// secret to check them by).
+    pub fn new(settings: &Settings, store: Arc<Store>, secret: Option<Secret>) -> Arc<Replication> {
         let targets = settings
             .replicate_to
             .iter()
@@ -95,7 +106,24 @@ impl Replication {
             handoff: OnceLock::new(),
             stop: AtomicBool::new(false),
             verbose: AtomicU8::new(settings.verbose.min(2) as u8),
+            secret,
+            auth_failures: AtomicU64::new(0),
         })
+    }
+
+    /// The shared secret peers prove they hold (`auth`).
+    pub fn secret(&self) -> Option<&Secret> {
+        self.secret.as_ref()
+    }
+
+    /// An exchange failed (`what` says how and with whom): counted, and
+    /// logged while there are few (the first ten, then at every power of
+    /// two), so that a flood of bad proofs cannot flood stderr.
+    pub fn auth_failed(&self, what: &str) {
+        let n = self.auth_failures.fetch_add(1, Relaxed) + 1;
+        if n <= 10 || n.is_power_of_two() {
+            eprintln!("[replication] authentication failed: {what} ({n} so far)");
+        }
     }
 
     /// Whether writes are replicated (`--replicate-to` given).
@@ -236,12 +264,44 @@ impl Replication {
             .spawn(move || pull::run(&repl, i));
     }
 
-    /// `replication_mode`, `replication_catchup`, `replica_N_*`; nothing
-    /// without `--replicate-to` (`stats` stays memcached's, and a proxy
-    /// reads a missing `replication_catchup` as caught up).
+    /// Runs the exchange (`auth`) on a connection just made to `addr`: the
+    /// server there proves it holds the secret, then this one. A failure
+    /// of either proof is counted and logged; the caller treats any error
+    /// as a failed connection.
+    fn authenticate(&self, mut stream: TcpStream, addr: &str) -> std::io::Result<TcpStream> {
+        let Some(secret) = self.secret() else {
+            return Err(std::io::Error::other("no --replication-secret"));
+        };
+        let _ = stream.set_nodelay(true);
+        stream.set_read_timeout(Some(link::ACK_TIMEOUT * 2))?;
+        stream.set_write_timeout(Some(link::ACK_TIMEOUT * 2))?;
+        match auth::client_handshake(&mut stream, secret) {
+            Ok(()) => {
+                stream.set_read_timeout(None)?;
+                Ok(stream)
+            }
+            Err(e) => {
+                if e.is_auth_failure() {
+                    self.auth_failed(&format!("{addr}: {e}"));
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// `replication_mode`, `replication_catchup`, `replica_N_*`,
+    /// `replica_follow_links`, `replica_auth_failures`. Without
+    /// `--replicate-to` only the last two, and only with a secret (which
+    /// lets the server serve follow links): else `stats` stays
+    /// memcached's. A proxy reads a missing `replication_catchup` as
+    /// caught up.
     pub fn stats(&self, out: &mut Vec<u8>) {
         let mut s = String::new();
         if !self.is_on() {
+            if self.secret.is_some() {
+                self.link_stats(&mut s);
+                out.extend_from_slice(s.as_bytes());
+            }
             return;
         }
         let mode = if self.sync { "sync" } else { "async" };
@@ -275,8 +335,15 @@ impl Replication {
                 t.reconnects.load(Relaxed),
             );
         }
+        self.link_stats(&mut s);
+        out.extend_from_slice(s.as_bytes());
+    }
+
+    /// `replica_follow_links`, `replica_auth_failures`.
+    fn link_stats(&self, s: &mut String) {
         let feeds = self.feeds.iter().filter(|f| f.active.load(Relaxed)).count();
         let _ = write!(s, "STAT replica_follow_links {feeds}\r\n");
-        out.extend_from_slice(s.as_bytes());
+        let failures = self.auth_failures.load(Relaxed);
+        let _ = write!(s, "STAT replica_auth_failures {failures}\r\n");
     }
 }

@@ -18,12 +18,12 @@ use mio::{Interest, Registry, Token};
 
 use super::stream::Stream;
 use super::tls::TlsStream;
-use crate::tls_context::TlsContext;
 use super::worker::WorkerHandle;
 use crate::conns::Kind;
 use crate::settings::tls::ListenerTls;
 use crate::settings::Settings;
 use crate::stats::counters::GlobalStats;
+use crate::tls_context::TlsContext;
 
 /// A listening socket of the acceptor.
 pub enum Listener {

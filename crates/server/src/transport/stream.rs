@@ -61,6 +61,12 @@ impl Stream {
         !matches!(self, Stream::Tls(_))
     }
 
+    /// Whether a TLS client presented a certificate verified against
+    /// `ssl_ca_cert`.
+    pub fn client_verified(&self) -> bool {
+        matches!(self, Stream::Tls(s) if s.client_verified())
+    }
+
     /// Ends the connection's session politely (TLS `close_notify`).
     pub fn close(&mut self) {
         if let Stream::Tls(s) = self {

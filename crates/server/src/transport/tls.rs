@@ -22,8 +22,8 @@ use std::sync::Arc;
 use mio::net::TcpStream;
 use rustls::ServerConnection;
 
-use crate::tls_context::{count_error, TlsContext};
 use crate::settings::tls::ListenerTls;
+use crate::tls_context::{count_error, TlsContext};
 
 /// Most TLS bytes rustls keeps unsent before a write waits for the socket.
 const SEND_LIMIT: usize = 64 * 1024;

@@ -50,6 +50,7 @@ use super::idle_spin::IdleSpin;
 use super::stream::Stream;
 use super::udp::{Progress, UdpEndpoint};
 use crate::context::{Shared, WorkerCtx};
+use crate::replication::auth::PeerAuth;
 use crate::replication::{Wait, PEER_FOLLOW, PEER_NONE};
 use crate::session::{Flow, Protocol, Session};
 
@@ -100,12 +101,22 @@ struct Conn {
     peer_closed: bool,
     /// What the connection is to replication (`replication::PEER_*`).
     peer: u8,
+    /// Whether it proved it is a peer, or is proving it
+    /// (`replication::auth`).
+    peer_auth: PeerAuth,
     /// Sync replication: its replies wait for these acknowledgements.
     repl_held: bool,
     repl_wait: Wait,
 }
 
 impl Conn {
+    /// The transport vouches for this connection as a replication peer
+    /// (this server's own follow link; a verified TLS client certificate):
+    /// the private replication commands run on it without the exchange.
+    pub fn set_peer_authenticated(&mut self) {
+        self.peer_auth.set_authenticated();
+    }
+
     /// Writes queued output. Ok(true) when all of it is out.
     fn flush(&mut self, ctx: &WorkerCtx) -> io::Result<bool> {
         let out = self.session.output();
@@ -176,6 +187,12 @@ impl Conn {
             return Flow::Wait;
         }
         loop {
+            if ctx.peers && self.stream.client_verified() {
+                // A client certificate verified against ssl_ca_cert proves
+                // a replication peer (`ctx.peer_auth` is this connection's
+                // while it runs).
+                ctx.peer_auth.borrow_mut().set_authenticated();
+            }
             // Run what is buffered (bounded by -R and the output limits),
             // send the replies in one write, then read more.
             let flow = self.session.process(ctx);
@@ -283,7 +300,7 @@ impl Worker {
             if !stream.takes_direct_writes() {
                 session.no_direct_writes();
             }
-            entry.insert(Conn {
+            let conn = entry.insert(Conn {
                 session,
                 stream,
                 fd,
@@ -294,9 +311,15 @@ impl Worker {
                 drained: false,
                 peer_closed: false,
                 peer,
+                peer_auth: PeerAuth::default(),
                 repl_held: false,
                 repl_wait: Wait::default(),
             });
+            if peer != PEER_NONE {
+                // This server's follow link: it authenticated the target
+                // when it connected (`replication::pull`).
+                conn.set_peer_authenticated();
+            }
             // Data may already be waiting.
             self.ready.push_back(token.0);
         }
@@ -338,9 +361,14 @@ impl Worker {
                     endpoint.reset();
                     Progress::MoreWork
                 });
-        if self.ctx.repl.is_some() {
-            // Datagrams are answered at once, and are never peers.
+        if self.ctx.peers {
+            // Datagrams are never peers: nothing a datagram started is
+            // kept.
             self.ctx.peer.set(PEER_NONE);
+            self.ctx.peer_auth.take();
+        }
+        if self.ctx.repl.is_some() {
+            // Datagrams are answered at once.
             self.ctx.take_repl_wait(&mut Wait::default());
         }
         if progress == Progress::MoreWork {
@@ -362,8 +390,9 @@ impl Worker {
         // connections of this worker: contain it and drop that connection.
         let ctx = &self.ctx;
         let repl = ctx.repl.is_some();
-        if repl {
+        if ctx.peers {
             ctx.peer.set(conn.peer);
+            ctx.peer_auth.replace(std::mem::take(&mut conn.peer_auth));
         }
         let flow = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.drive(ctx)))
             .unwrap_or_else(|_| {
@@ -373,15 +402,17 @@ impl Worker {
         if let Some(follow) = ctx.handover.take() {
             // replica_follow.
             ctx.peer.set(PEER_NONE);
+            ctx.peer_auth.take();
             if flow != Flow::Close {
                 return self.hand_over(key, follow);
             }
         }
-        if repl {
+        if ctx.peers {
             conn.peer = ctx.peer.replace(PEER_NONE);
-            if conn.repl_held && !self.repl_waiting.iter().any(|&(k, _)| k == key) {
-                self.repl_waiting.push((key, conn.id));
-            }
+            conn.peer_auth = ctx.peer_auth.take();
+        }
+        if repl && conn.repl_held && !self.repl_waiting.iter().any(|&(k, _)| k == key) {
+            self.repl_waiting.push((key, conn.id));
         }
         if flow == Flow::Wait {
             // Before measuring: an idle connection's empty buffers go back
