@@ -10,7 +10,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 mod common;
@@ -34,16 +34,14 @@ struct Server {
 impl Server {
     fn start(kind: &'static str, bin: &PathBuf, args: &[&str]) -> Server {
         let (child, port) = start_on_free_port(|port| {
-            let mut cmd = Command::new(bin);
-            cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+            common::server_command(bin)
+                .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
                 .args(args)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::piped());
-            if kind == "memcached" {
-                cmd.args(["-u", "root"]);
-            }
-            cmd.spawn().expect("start server")
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start server")
         });
         Server { child, port, kind }
     }
@@ -242,15 +240,13 @@ fn signals_stop_the_server_as_memcached_does() {
 fn a_connection_limit_above_the_open_file_limit_is_refused_at_start() {
     for (kind, bin) in servers() {
         // More than the kernel allows any process (fs.nr_open), root or not.
-        let mut cmd = Command::new(&bin);
-        cmd.args(["-p", "0", "-U", "0", "-l", "127.0.0.1", "-c", "2000000"])
+        let out = common::server_command(&bin)
+            .args(["-p", "0", "-U", "0", "-l", "127.0.0.1", "-c", "2000000"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        if kind == "memcached" {
-            cmd.args(["-u", "root"]);
-        }
-        let out = cmd.output().unwrap();
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(71), "{kind}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(

@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
@@ -29,7 +29,7 @@ struct Node {
 
 impl Node {
     fn start(port: u16, args: &[String]) -> Node {
-        let child = Command::new(OSMIUM)
+        let child = common::osmium_command(OSMIUM)
             .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
             .args(["-t", "2", "-m", "64"])
             .args(args)
