@@ -67,7 +67,7 @@ def main():
     bench = "target/release/osmium-bench"
     port = free_port()
     cmd = {
-        "osmium": ["target/release/osmium", "-t", "1", "-m", "1024", "-U", "0"],
+        "osmium": ["target/release/osmium", "-u", "root", "-t", "1", "-m", "1024", "-U", "0"],
         "memcached": ["/usr/bin/memcached", "-u", "root", "-t", "1", "-m", "1024", "-U", "0"],
         "floor": [bench, "floor"],
     }[a.server] + ["-p", str(port)] + ([] if a.server == "floor" else ["-l", "127.0.0.1"])

@@ -14,7 +14,7 @@ bench=target/release/osmium-bench
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 case $kind in
   floor) $bench floor -p "$port" >/dev/null 2>&1 & ;;
-  osmium) target/release/osmium -t 1 -m 1024 -U 0 -p "$port" -l 127.0.0.1 >/dev/null 2>&1 & ;;
+  osmium) target/release/osmium -u root -t 1 -m 1024 -U 0 -p "$port" -l 127.0.0.1 >/dev/null 2>&1 & ;;
   memcached) /usr/bin/memcached -u root -t 1 -m 1024 -U 0 -p "$port" -l 127.0.0.1 >/dev/null 2>&1 & ;;
   *) echo "unknown server $kind" >&2; exit 2 ;;
 esac

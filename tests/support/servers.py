@@ -94,8 +94,8 @@ class Server:
         binary = require_memcached() if kind == "memcached" else OSMIUM_BIN
         udp_args = [] if "-U" in self.args else ["-U", str(udp_port or 0)]
         cmd = [binary, "-p", str(self.port)] + udp_args + ["-l", "127.0.0.1"] + self.args
-        if kind == "memcached" and os.geteuid() == 0 and "-u" not in self.args:
-            cmd += ["-u", "root"]  # memcached refuses to run as root without -u
+        if os.geteuid() == 0 and "-u" not in self.args:
+            cmd += ["-u", "root"]  # both servers refuse to run as root without -u
         self.cmd = cmd
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, env=env)

@@ -158,7 +158,8 @@ fn server(
     let mut cmd = Command::new(path);
     cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
         .args(["-m", &a.memory.to_string(), "-t", &a.threads.to_string()]);
-    if memcached && crate::servers::running_as_root() {
+    // Both servers refuse to run as root without `-u`.
+    if crate::servers::running_as_root() {
         cmd.args(["-u", "root"]);
     }
     cmd.args(extra);

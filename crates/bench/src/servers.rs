@@ -299,7 +299,7 @@ pub struct Server {
 
 impl Server {
     /// Starts `kind` with `-p <port> -U 0 -l 127.0.0.1 -m <memory_mb> -t
-    /// <threads>` (plus `-u root` for memcached when running as root) and
+    /// <threads>` (plus `-u root` when running as root) and
     /// waits until it accepts a TCP connection. Retries on a new port if the
     /// process dies at once (e.g. the port was taken in between).
     pub fn start(
@@ -393,7 +393,8 @@ impl Server {
             cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
                 .args(["-m", &memory_mb.to_string(), "-t", &threads.to_string()]);
         }
-        if kind == Kind::Memcached && running_as_root() {
+        // memcached and osmium both refuse to run as root without `-u`.
+        if !kind.is_floor() && running_as_root() {
             cmd.args(["-u", "root"]);
         }
         cmd.args(extra);

@@ -18,9 +18,10 @@ struct Server {
 }
 
 impl Server {
-    /// `binary -p <free port> -l 127.0.0.1 -U 0 <extra>` (+ `-u root` for
-    /// memcached, the server `name`d so), once it accepts connections.
-    fn start(name: &str, binary: &PathBuf, extra: &[&str]) -> Server {
+    /// `binary -p <free port> -l 127.0.0.1 -U 0 -u root <extra>`, once it
+    /// accepts connections. (Both servers refuse to run as root without
+    /// `-u`; anyone else's `-u` is ignored.)
+    fn start(binary: &PathBuf, extra: &[&str]) -> Server {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -28,12 +29,10 @@ impl Server {
             .port();
         let mut cmd = Command::new(binary);
         cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
+            .args(["-u", "root"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null());
-        if name == "memcached" {
-            cmd.args(["-u", "root"]);
-        }
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("start {binary:?}: {e}"));
@@ -104,7 +103,7 @@ fn load(server: &Server, extra: &[&str]) -> String {
 #[test]
 fn meta_protocol_gets_and_sets_parse_on_real_servers() {
     for (name, binary) in cache_servers() {
-        let server = Server::start(name, &binary, &[]);
+        let server = Server::start(&binary, &[]);
         // Preloaded: every mg hits (VA + data), pipelined 8 deep.
         let text = load(
             &server,
@@ -138,7 +137,7 @@ fn cache_aside_fills_every_missed_key() {
     // time a connection asks for it and is set right after, so it misses
     // at most once per connection (2) and every miss is followed by a fill.
     for (name, binary) in cache_servers() {
-        let server = Server::start(name, &binary, &[]);
+        let server = Server::start(&binary, &[]);
         // A key size per protocol: each run starts from keys never stored.
         for (protocol, key_size) in [("text", "12"), ("meta", "13"), ("binary", "14")] {
             let text = load(
@@ -276,7 +275,7 @@ fn ketama_places_keys_where_libmemcached_does() {
     // that holds each. Then `load --targets` preloads its keys and pylibmc
     // must find every one of them.
     for (name, binary) in cache_servers() {
-        let servers: Vec<Server> = (0..3).map(|_| Server::start(name, &binary, &[])).collect();
+        let servers: Vec<Server> = (0..3).map(|_| Server::start(&binary, &[])).collect();
         let addrs: Vec<String> = servers.iter().map(Server::addr).collect();
         let list = addrs.join(",");
         for (flavour, behaviors) in FLAVOURS {

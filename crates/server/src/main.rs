@@ -10,8 +10,8 @@
 //! ```
 //!
 //! `main` parses memcached's command line (`settings`), checks what must be
-//! refused at start (authentication files, the replication secret, `-c`
-//! above the open-file limit),
+//! refused at start (`-c` above the open-file limit, root without `-u`,
+//! authentication files, TLS certificates, the replication secret),
 //! and runs the server (`server`) until a signal or `shutdown` stops it.
 //! See `docs/ARCHITECTURE.md` for where each stage lives.
 
@@ -47,6 +47,17 @@ fn main() {
         }
         Action::Run(s) => *s,
     };
+    // In memcached's order: the open-file limit, then root without `-u`,
+    // then the authentication files; then TLS and the replication secret.
+    process::tune_allocator();
+    if let Err(msg) = process::raise_file_limit(&settings) {
+        eprintln!("{msg}");
+        std::process::exit(71); // EX_OSERR, as memcached
+    }
+    if let Err(msg) = process::refuse_root_without_user(&settings) {
+        eprintln!("{msg}");
+        std::process::exit(64); // EX_USAGE, as memcached
+    }
     let auth = match auth::AuthConfig::load(&settings) {
         Ok(a) => a,
         Err(msg) => {
@@ -77,11 +88,6 @@ fn main() {
         },
         None => None,
     };
-    process::tune_allocator();
-    if let Err(msg) = process::raise_file_limit(&settings) {
-        eprintln!("{msg}");
-        std::process::exit(71); // EX_OSERR, as memcached
-    }
     if let Err(e) = server::run(settings, auth, tls, secret) {
         eprintln!("failed to start: {e}");
         std::process::exit(71); // EX_OSERR

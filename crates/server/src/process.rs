@@ -30,9 +30,6 @@ pub fn tune_allocator() {
     }
 }
 
-/// Sets the open-file limit to what `-c` connections need, as memcached
-/// does at start; the error message is memcached's (the caller exits with
-/// EX_OSERR).
 /// Gives the calling thread a lower CPU priority (a nice value above the
 /// process's): the background cleaner, which should run when the workers
 /// leave a core idle, and yield it as soon as a worker wants it. Best
@@ -46,6 +43,9 @@ pub fn lower_this_thread(nice: i32) {
     }
 }
 
+/// Sets the open-file limit to what `-c` connections need, as memcached
+/// does at start; the error message is memcached's (the caller exits with
+/// EX_OSERR).
 pub fn raise_file_limit(settings: &Settings) -> Result<(), String> {
     let want = settings.max_connections as u64 + reserved_fds(settings);
     let mut lim = libc::rlimit {
@@ -144,10 +144,30 @@ pub fn daemonize(settings: &Settings) -> io::Result<()> {
     Ok(())
 }
 
+/// Is the real or the effective user id root? (memcached's test before
+/// `-u`.)
+fn running_as_root() -> bool {
+    // SAFETY: getuid and geteuid have no preconditions and cannot fail.
+    unsafe { libc::getuid() == 0 || libc::geteuid() == 0 }
+}
+
+/// memcached's refusal to run as root unless `-u` names a user (`-u root`
+/// to stay root). The error message is memcached's; the caller exits with
+/// EX_USAGE. memcached checks this after raising the open-file limit and
+/// before reading the authentication files or opening any socket.
+pub fn refuse_root_without_user(settings: &Settings) -> Result<(), String> {
+    let named = settings.user.as_deref().is_some_and(|u| !u.is_empty());
+    if running_as_root() && !named {
+        return Err("must add '-u root' to start as root".into());
+    }
+    Ok(())
+}
+
+/// Becomes `user` when started as root (real or effective uid 0); does
+/// nothing otherwise, as memcached ignores `-u` then.
 pub fn drop_privileges(user: &str) -> io::Result<()> {
-    // SAFETY: getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        return Ok(()); // only meaningful when started as root
+    if !running_as_root() {
+        return Ok(());
     }
     let name = std::ffi::CString::new(user).map_err(io::Error::other)?;
     // SAFETY: getpwnam returns a pointer into static storage or null; we

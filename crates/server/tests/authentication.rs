@@ -5,7 +5,6 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 use std::time::Duration;
 
 mod binary_wire;
@@ -115,7 +114,7 @@ fn sasl_password_file_from_the_environment() {
 fn sasl_and_auth_file_option_errors() {
     let bin = env!("CARGO_BIN_EXE_osmium");
     let run = |args: &[&str]| {
-        Command::new(bin)
+        common::osmium_command(bin)
             .args(["-p", "0", "-U", "0"])
             .args(args)
             .env_remove("MEMCACHED_SASL_PWDB")

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -100,7 +100,7 @@ struct Server {
 impl Server {
     fn start(file: &Path, setup: &Setup) -> Server {
         let (child, port) = start_on_free_port(|port| {
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_osmium"));
+            let mut cmd = common::osmium_command(env!("CARGO_BIN_EXE_osmium"));
             cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
                 .args(["-m", &setup.memory_mb.to_string(), "-t", "2", "-I", "1m"]);
             if setup.no_evictions {

@@ -27,13 +27,9 @@ struct Server {
 }
 
 impl Server {
-    fn start(kind: &str, bin: &PathBuf) -> Server {
+    fn start(bin: &PathBuf) -> Server {
         let (child, port) = start_on_free_port(|port| {
-            let mut cmd = if kind == "memcached" {
-                common::memcached_command(bin)
-            } else {
-                Command::new(bin)
-            };
+            let mut cmd = common::server_command(bin);
             cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -88,7 +84,7 @@ fn fill(c: &mut TcpStream, n: usize) {
 #[test]
 fn metadump_and_mgdump_list_every_live_item() {
     for (kind, bin) in servers() {
-        let srv = Server::start(kind, &bin);
+        let srv = Server::start(&bin);
         let mut c = srv.connect();
         fill(&mut c, 300);
         c.write_all(b"lru_crawler metadump all\r\n").unwrap();
@@ -157,7 +153,7 @@ fn metadump_and_mgdump_list_every_live_item() {
 #[test]
 fn cachedump_lists_items_with_text_keys() {
     for (kind, bin) in servers() {
-        let srv = Server::start(kind, &bin);
+        let srv = Server::start(&bin);
         let mut c = srv.connect();
         fill(&mut c, 50);
         c.write_all(b"stats cachedump 1 0\r\n").unwrap();
@@ -206,7 +202,7 @@ fn memcdump_lists_the_keys() {
         return;
     }
     for (kind, bin) in servers() {
-        let srv = Server::start(kind, &bin);
+        let srv = Server::start(&bin);
         let mut c = srv.connect();
         fill(&mut c, 200);
         let out = Command::new("memcdump")

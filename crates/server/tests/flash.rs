@@ -7,7 +7,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 mod common;
@@ -44,7 +44,7 @@ impl Server {
             dir.0.join("flash").display()
         );
         let (child, port) = start_on_free_port(|port| {
-            Command::new(OSMIUM)
+            common::osmium_command(OSMIUM)
                 .args([
                     "-p",
                     &port.to_string(),
@@ -232,7 +232,7 @@ fn other_commands_and_flush_all_see_keys_on_flash() {
 /// Starts osmium with `-o option` (no listener) and waits for it to exit:
 /// whether it exited successfully, and what it wrote on stderr.
 fn start_with_option(option: &str) -> (bool, String) {
-    let mut child = Command::new(OSMIUM)
+    let mut child = common::osmium_command(OSMIUM)
         .args(["-p", "0", "-U", "0", "-o", option])
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -4,13 +4,13 @@
 //! is skipped, and under `CI=true` that is a failure): a refused storage
 //! command's data block is never run as commands, keys are bytes up to a
 //! space (a NUL included), the signals memcached answers, `-c` above the
-//! open-file limit, `-o idle_timeout`, `-o read_buf_mem_limit`, and `stats
-//! conns` listing every connection.
+//! open-file limit, root without `-u` refused, `-o idle_timeout`, `-o
+//! read_buf_mem_limit`, and `stats conns` listing every connection.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 mod common;
@@ -34,16 +34,14 @@ struct Server {
 impl Server {
     fn start(kind: &'static str, bin: &PathBuf, args: &[&str]) -> Server {
         let (child, port) = start_on_free_port(|port| {
-            let mut cmd = Command::new(bin);
-            cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+            common::server_command(bin)
+                .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
                 .args(args)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::piped());
-            if kind == "memcached" {
-                cmd.args(["-u", "root"]);
-            }
-            cmd.spawn().expect("start server")
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start server")
         });
         Server { child, port, kind }
     }
@@ -242,20 +240,87 @@ fn signals_stop_the_server_as_memcached_does() {
 fn a_connection_limit_above_the_open_file_limit_is_refused_at_start() {
     for (kind, bin) in servers() {
         // More than the kernel allows any process (fs.nr_open), root or not.
-        let mut cmd = Command::new(&bin);
-        cmd.args(["-p", "0", "-U", "0", "-l", "127.0.0.1", "-c", "2000000"])
+        let out = common::server_command(&bin)
+            .args(["-p", "0", "-U", "0", "-l", "127.0.0.1", "-c", "2000000"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        if kind == "memcached" {
-            cmd.args(["-u", "root"]);
-        }
-        let out = cmd.output().unwrap();
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(71), "{kind}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             err.contains("failed to set rlimit for open files"),
             "{kind}: {err:?}"
+        );
+    }
+}
+
+/// memcached's refusal, word for word.
+const ROOT_REFUSAL: &str = "must add '-u root' to start as root\n";
+
+#[test]
+fn root_without_a_user_is_refused_before_any_socket_opens() {
+    let root = common::running_as_root();
+    if !root {
+        eprintln!("SKIP the refusal half: not running as root (-u matters only to root)");
+    }
+    let dir = std::env::temp_dir();
+    let id = std::process::id();
+    for (kind, bin) in servers() {
+        if root {
+            // The TCP port is taken: a server that bound it before refusing
+            // would fail to listen instead. The unix socket must not appear;
+            // the authentication file is read only after the refusal.
+            let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = taken.local_addr().unwrap().port().to_string();
+            let sock = dir.join(format!("osmium-root-refusal-{id}-{kind}.sock"));
+            let authfile = dir.join(format!("osmium-root-refusal-{id}-{kind}.missing"));
+            let _ = std::fs::remove_file(&sock);
+            let sock = sock.to_str().unwrap();
+            let authfile = authfile.to_str().unwrap();
+            for extra in [
+                &[][..],
+                &["-u", ""],
+                &["-Y", authfile],
+                &["-s", sock],
+                &["-d"],
+            ] {
+                let out = std::process::Command::new(&bin)
+                    .args(["-p", &port, "-U", "0", "-l", "127.0.0.1"])
+                    .args(extra)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .output()
+                    .unwrap();
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert_eq!(out.status.code(), Some(64), "{kind} {extra:?}: {err:?}");
+                assert_eq!(err, ROOT_REFUSAL, "{kind} {extra:?}");
+                assert!(
+                    !std::path::Path::new(sock).exists(),
+                    "{kind} {extra:?}: made {sock}"
+                );
+            }
+            drop(taken);
+        }
+        // `-u root` keeps root (and is ignored by anyone else): it serves.
+        let (child, port) = start_on_free_port(|port| {
+            std::process::Command::new(&bin)
+                .args(["-u", "root", "-p", &port.to_string(), "-U", "0"])
+                .args(["-l", "127.0.0.1"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start server")
+        });
+        let srv = Server { child, port, kind };
+        let mut c = srv.connect();
+        assert_eq!(
+            roundtrip(&mut c, b"version\r\n", b"\r\n")[..8],
+            *b"VERSION ",
+            "{kind}"
         );
     }
 }

@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 mod common;
-use common::{memcached_bin, memcached_command, start_on_free_port};
+use common::{memcached_bin, memcached_command, osmium_command, start_on_free_port};
 
 struct Server {
     child: Child,
@@ -52,7 +52,7 @@ fn servers() -> Vec<Server> {
         all.push(start("memcached", || memcached_command(&bin)));
     }
     all.push(start("osmium", || {
-        Command::new(env!("CARGO_BIN_EXE_osmium"))
+        osmium_command(env!("CARGO_BIN_EXE_osmium"))
     }));
     all
 }

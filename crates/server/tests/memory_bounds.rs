@@ -8,7 +8,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
@@ -29,7 +29,7 @@ struct Server {
 impl Server {
     fn start(args: &[&str]) -> Server {
         let (child, port) = start_on_free_port(|port| {
-            Command::new(env!("CARGO_BIN_EXE_osmium"))
+            common::osmium_command(env!("CARGO_BIN_EXE_osmium"))
                 .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
                 .args(["-m", &MEMORY_MB.to_string(), "-c", "12000"])
                 .args(args)

@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 mod common;
@@ -92,7 +92,7 @@ fn start(kind: &'static str) -> ServerProc {
         if kind == "memcached" {
             memcached_command(&memcached_bin().expect("memcached binary"))
         } else {
-            Command::new(env!("CARGO_BIN_EXE_osmium"))
+            common::osmium_command(env!("CARGO_BIN_EXE_osmium"))
         }
     };
     let (child, port) = start_on_free_port(|port| {

@@ -19,7 +19,7 @@ struct Server {
 impl Server {
     fn start(args: &[&str]) -> Server {
         let (child, port) = start_on_free_port(|port| {
-            Command::new(env!("CARGO_BIN_EXE_osmium"))
+            common::osmium_command(env!("CARGO_BIN_EXE_osmium"))
                 .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
                 .args(args)
                 .stdin(Stdio::null())

@@ -48,14 +48,29 @@ pub fn memcached_bin() -> Option<PathBuf> {
     None
 }
 
-/// `memcached` plus `-u root` when running as root (memcached refuses to
-/// run as root without it).
-pub fn memcached_command(bin: &Path) -> Command {
+/// Is this process's effective uid 0? (The owner of /proc/self.)
+pub fn running_as_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+}
+
+/// A server binary (`osmium` or `memcached`) plus `-u root` when running
+/// as root: both refuse to run as root without `-u`.
+pub fn server_command(bin: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut cmd = Command::new(bin);
-    if std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0) {
+    if running_as_root() {
         cmd.args(["-u", "root"]);
     }
     cmd
+}
+
+/// `memcached` plus `-u root` when running as root (`server_command`).
+pub fn memcached_command(bin: &Path) -> Command {
+    server_command(bin)
+}
+
+/// `osmium` plus `-u root` when running as root (`server_command`).
+pub fn osmium_command(bin: impl AsRef<std::ffi::OsStr>) -> Command {
+    server_command(bin)
 }
 
 /// The server a test runs against: osmium or genuine memcached.
@@ -94,10 +109,10 @@ pub fn run_against(target: Target, test: fn()) {
 }
 
 /// A command for the current target's binary: `osmium` (the path of the
-/// osmium binary) or memcached (`memcached_command`).
+/// osmium binary; `osmium_command`) or memcached (`memcached_command`).
 pub fn target_command(osmium: &str) -> Command {
     match target() {
-        Target::Osmium => Command::new(osmium),
+        Target::Osmium => osmium_command(osmium),
         Target::Memcached => memcached_command(&memcached_bin().expect("memcached binary")),
     }
 }

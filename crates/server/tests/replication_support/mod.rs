@@ -94,7 +94,7 @@ pub fn secret_args(file: &str) -> Vec<String> {
 /// An osmium command on `port` with the tests' usual flags and `args`;
 /// its standard error goes to `log`.
 fn command(port: u16, args: &[String], log: &PathBuf) -> Command {
-    let mut cmd = Command::new(OSMIUM);
+    let mut cmd = crate::common::osmium_command(OSMIUM);
     cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
         .args(["-t", "2", "-m", "64"])
         .args(args)
