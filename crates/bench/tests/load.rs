@@ -22,6 +22,18 @@ impl Server {
     /// accepts connections. (Both servers refuse to run as root without
     /// `-u`; anyone else's `-u` is ignored.)
     fn start(binary: &PathBuf, extra: &[&str]) -> Server {
+        // A port free a moment ago may be taken by a server another test
+        // starts at the same time: then this one exits and the port answers
+        // for the other; try again on another port.
+        for _ in 0..5 {
+            if let Some(server) = Server::try_start(binary, extra) {
+                return server;
+            }
+        }
+        panic!("{binary:?} did not start on a free port in 5 tries");
+    }
+
+    fn try_start(binary: &PathBuf, extra: &[&str]) -> Option<Server> {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -32,17 +44,28 @@ impl Server {
             .args(["-u", "root"])
             .args(extra)
             .stdin(Stdio::null())
-            .stdout(Stdio::null());
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("start {binary:?}: {e}"));
-        let server = Server { child, port };
+        let mut server = Server { child, port };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        loop {
+            if server.child.try_wait().ok().flatten().is_some() {
+                return None; // it exited: the port was taken
+            }
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                // Still ours once it answers?
+                std::thread::sleep(Duration::from_millis(50));
+                if server.child.try_wait().ok().flatten().is_some() {
+                    return None;
+                }
+                return Some(server);
+            }
             assert!(Instant::now() < deadline, "{binary:?} did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
-        server
     }
 
     fn addr(&self) -> String {
