@@ -4,10 +4,12 @@
 //! service files keep working; flags for features that are not built yet are
 //! refused with a clear message rather than silently ignored.
 
+mod ignored;
 pub mod tls;
 
 use clap::{ArgAction, Parser};
 use osmium_store::{FlashConfig, FlashPath};
+use ignored::IGNORED_EXTENDED;
 use tls::{ListenerTls, TlsSettings};
 
 pub const VERSION: &str = "1.6.45";
@@ -295,49 +297,6 @@ fn parse_size(s: &str) -> Option<usize> {
     };
     num.parse::<usize>().ok()?.checked_mul(mult)
 }
-
-/// memcached's -o options that osmium accepts but does not act on.
-const IGNORED_EXTENDED: &[&str] = &[
-    "tail_repair_time",
-    "hash_algorithm",
-    "lru_crawler_sleep",
-    "lru_crawler_tocrawl",
-    "no_lru_maintainer",
-    "lru_maintainer",
-    "hot_lru_pct",
-    "warm_lru_pct",
-    "hot_max_factor",
-    "warm_max_factor",
-    "temporary_ttl",
-    "slab_chunk_max",
-    "watcher_logbuf_size",
-    "worker_logbuf_size",
-    "track_sizes",
-    "no_hashexpand",
-    "modern",
-    "no_modern",
-    "sock_cookie_id",
-    "slab_reassign",
-    "no_slab_reassign",
-    "slab_automove",
-    "no_slab_automove",
-    "slab_automove_ratio",
-    "slab_automove_window",
-    "slab_automove_freeratio",
-    "lru_segmented",
-    "no_lru_segmented",
-    "inline_ascii_resp",
-    "no_inline_ascii_resp",
-    "maxconns_fast",
-    "no_maxconns_fast",
-    "napi_ids",
-    "drop_privileges",
-    "no_drop_privileges",
-    "resp_obj_mem_limit",
-    "meta_response_old",
-    "proxy_config",
-    "proxy_startfile",
-];
 
 /// One of memcached's extstore options (`-o ext_*`), with its messages.
 /// Honoured: ext_path (several), ext_page_size and ext_wbuf_size (MB),
