@@ -8,8 +8,8 @@ mod ignored;
 pub mod tls;
 
 use clap::{ArgAction, Parser};
-use osmium_store::{FlashConfig, FlashPath};
 use ignored::IGNORED_EXTENDED;
+use osmium_store::{FlashConfig, FlashPath};
 use tls::{ListenerTls, TlsSettings};
 
 pub const VERSION: &str = "1.6.45";
