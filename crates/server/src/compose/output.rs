@@ -23,9 +23,11 @@
 //! and leave in one write, as memcached sends a batch of replies in one
 //! `sendmsg`; a value queued by any other request is due at once. The
 //! session hands the queue to the transport after a request that made it
-//! due, before any request that is not a plain GET (which may take locks
-//! or wait for readers, so it must run unpinned), and when it stops
-//! running requests: values are referenced only during a session's run.
+//! due (only its whole batches then leave, [`Output::sendable`]: the rest
+//! stays gathered, so batches run across requests), before any request
+//! that is not a plain GET (which may take locks or wait for readers, so
+//! it must run unpinned), and when it stops running requests: values are
+//! referenced only during a session's run.
 //!
 //! The transport sends what the connection takes ([`Output::pieces`]) and
 //! reports it ([`Output::sent_queue`]): only what it did not take of the
@@ -126,6 +128,8 @@ pub struct Output {
     ref_bytes: usize,
     /// The queue is to be sent before the next request runs.
     due: bool,
+    /// The transport is to send the queue's whole batches only.
+    batches_only: bool,
     /// Keeps the thread pinned while values are referenced: their memory
     /// is not rewritten before the transport sent (or copied) them.
     pin: Option<osmium_store::epoch::Kept>,
@@ -150,6 +154,7 @@ impl Output {
             refs: Vec::new(),
             ref_bytes: 0,
             due: false,
+            batches_only: false,
             pin: None,
         }
     }
@@ -368,6 +373,48 @@ impl Output {
         self.due
     }
 
+    /// Before a send of a due queue: while gathering, only whole batches
+    /// are to leave (see [`Output::sendable`]).
+    #[inline]
+    pub fn send_due_batches(&mut self) {
+        self.batches_only = self.gathering;
+    }
+
+    /// Bytes of the queue the transport is to send now: all of it, or
+    /// (after `send_due_batches`) its whole batches: `GATHER_VALUES`
+    /// values, or values reaching `GATHER_BYTES`, each with the buffer up
+    /// to the next value.
+    pub fn sendable(&self) -> usize {
+        if self.batches_only {
+            self.whole_batches().0
+        } else {
+            self.queued_with_values()
+        }
+    }
+
+    /// The bytes of the queue's whole batches, how many values they hold,
+    /// and where in the buffer they end.
+    fn whole_batches(&self) -> (usize, usize, usize) {
+        let mut whole = (0, 0, self.sent);
+        let mut bytes = 0;
+        let mut from = self.sent;
+        let (mut values, mut value_bytes) = (0, 0);
+        for (i, g) in self.refs.iter().enumerate() {
+            bytes += g.at - from + g.len;
+            from = g.at;
+            values += 1;
+            value_bytes += g.len;
+            if values == GATHER_VALUES || value_bytes >= GATHER_BYTES {
+                let end = self.next_ref_at(g.at);
+                bytes += end - from;
+                from = end;
+                whole = (bytes, i + 1, end);
+                (values, value_bytes) = (0, 0);
+            }
+        }
+        whole
+    }
+
     /// Appends `value` and then `trailer`; or (`direct_takes`) queues a
     /// reference to `value`, whose memory the thread's pin keeps, and
     /// appends `trailer`. The transport sends it (see [`Output::due`]).
@@ -461,8 +508,16 @@ impl Output {
     }
 
     /// After the transport sent `n` bytes of the queue: the rest, values
-    /// included, is kept in the buffer in order, and the pin goes.
+    /// included, is kept in the buffer in order, and the pin goes; or,
+    /// when the whole batches asked for all left, the rest stays queued.
     pub fn sent_queue(&mut self, n: usize) {
+        if std::mem::take(&mut self.batches_only) && !self.refs.is_empty() {
+            let (bytes, values, end) = self.whole_batches();
+            if n == bytes && values < self.refs.len() {
+                self.sent_batches(values, end);
+                return;
+            }
+        }
         if self.refs.is_empty() {
             if n > 0 {
                 self.sent(n);
@@ -490,6 +545,25 @@ impl Output {
         self.due = false;
         // Only now may the values' memory be rewritten.
         self.pin = None;
+    }
+
+    /// The first `values` values and the buffer up to `end` left: the
+    /// rest of the queue moves to the front of the buffer, its values
+    /// still referenced.
+    fn sent_batches(&mut self, values: usize, end: usize) {
+        self.socket_full = false;
+        self.wrote_directly = true;
+        self.epoch += 1;
+        self.committed = 0;
+        for g in self.refs.drain(..values) {
+            self.ref_bytes -= g.len;
+        }
+        self.buf.drain(..end);
+        self.sent = 0;
+        for g in &mut self.refs {
+            g.at -= end;
+        }
+        self.due = self.refs.len() >= GATHER_VALUES || self.ref_bytes >= GATHER_BYTES;
     }
 
     /// Forgets the referenced values unsent (the connection is closing).
@@ -774,6 +848,45 @@ mod tests {
         want.extend_from_slice(&all);
         assert!(whole == want);
         out.discard_refs();
+    }
+
+    #[test]
+    fn a_due_batch_leaves_and_the_rest_stays_gathered_for_the_next() {
+        // As a pipeline of multi-gets: each request's values past the
+        // batch wait for the next request's, so batches run across them.
+        // (A blocking socket read by another thread takes every write.)
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            b.read_to_end(&mut got).unwrap();
+            got
+        });
+        let stats = ThreadStats::default();
+        let mut out = Output::stream();
+        let size = GATHER_BYTES / 16;
+        let first: Vec<_> = (0..20).map(|i| bytes(size, i)).collect();
+        let mut all = gather(&mut out, &first, &stats);
+        assert!(out.due());
+        out.send_due_batches();
+        // 16 values make a batch, which ends where the 17th value goes.
+        let head = |i: usize| format!("VALUE k{i} 0 {size}\r\n").len();
+        let batch = (0..16).map(|i| head(i) + size + 2).sum::<usize>() + head(16);
+        assert_eq!(out.sendable(), batch);
+        assert!(Pair(&a).send(&mut out, &stats).unwrap());
+        assert_eq!(stats.bytes_written.get() as usize, batch);
+        assert!(out.has_refs() && !out.due() && osmium_store::epoch::pinned());
+        let second: Vec<_> = (20..34).map(|i| bytes(size, i)).collect();
+        all.extend_from_slice(&gather(&mut out, &second, &stats));
+        assert!(out.due(), "4 + 14 values");
+        out.send_due_batches();
+        assert!(Pair(&a).send(&mut out, &stats).unwrap());
+        assert!(out.has_refs(), "2 values wait");
+        // The run ends: everything leaves.
+        assert!(Pair(&a).send(&mut out, &stats).unwrap());
+        assert!(!out.has_refs() && !osmium_store::epoch::pinned());
+        assert_eq!(out.queued(), 0);
+        drop(a);
+        assert!(reader.join().unwrap() == all);
     }
 
     /// What `gather` returns for `values`.

@@ -361,11 +361,12 @@ impl Session {
     }
 
     /// After a request: the values it queued leave now if they are due
-    /// (see `Output::due`).
+    /// (see `Output::due`); while gathering, only whole batches.
     #[inline]
     fn send_due<S: Sink>(&mut self, sink: &mut S, stats: &ThreadStats) {
         if self.output.due() {
-            send_values(&mut self.output, sink, stats);
+            self.output.send_due_batches();
+            let _ = sink.send(&mut self.output, stats);
         }
     }
 

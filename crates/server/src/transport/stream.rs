@@ -115,7 +115,8 @@ impl Sink for Stream {
 /// A plain stream socket takes an output's queue: the buffer alone with
 /// `write`s while the socket takes them; values, with the buffer around
 /// them, in one `writev` per gathered batch (`Output::pieces`), until the
-/// socket takes less than offered. Ok(true) when everything left.
+/// socket takes less than offered or what is to leave now
+/// (`Output::sendable`) left. Ok(true) when all of that left.
 pub fn send_plain<W: Write>(
     sock: &mut W,
     out: &mut Output,
@@ -136,14 +137,12 @@ pub fn send_plain<W: Write>(
         }
         return Ok(true);
     }
+    let total = out.sendable();
     let mut done = 0;
     let mut failed = None;
     let mut iov = [IoSlice::new(&[]); GATHER_PIECES];
-    loop {
-        let (count, bytes) = out.pieces(done, usize::MAX, &mut iov);
-        if count == 0 {
-            break;
-        }
+    while done < total {
+        let (count, bytes) = out.pieces(done, total - done, &mut iov);
         match sock.write_vectored(&iov[..count]) {
             Ok(n) => {
                 done += n;
@@ -161,7 +160,7 @@ pub fn send_plain<W: Write>(
         }
     }
     stats.bytes_written.add(done as u64);
-    let all = done == out.queued_with_values();
+    let all = done == total;
     out.sent_queue(done);
     match failed {
         Some(e) => Err(e),

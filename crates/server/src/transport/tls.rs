@@ -121,11 +121,12 @@ impl TlsStream {
         Ok(true)
     }
 
-    /// Feeds `out`'s queue to rustls and sends the records while the
-    /// socket takes them; reports what rustls took to `out` (which keeps
-    /// the rest). Ok(true) when nothing is left, records included.
+    /// Feeds `out`'s queue (what is to leave now, `Output::sendable`) to
+    /// rustls and sends the records while the socket takes them; reports
+    /// what rustls took to `out` (which keeps the rest). Ok(true) when all
+    /// of it left, records included.
     pub fn send(&mut self, out: &mut Output, stats: &ThreadStats) -> io::Result<bool> {
-        let total = out.queued_with_values();
+        let total = out.sendable();
         let chunk = self.ctx.wbuf_size().max(1);
         let mut done = 0;
         let mut iov = [IoSlice::new(&[]); GATHER_PIECES];
@@ -135,7 +136,7 @@ impl TlsStream {
                 if done == total {
                     break self.flush_records();
                 }
-                let (count, offered) = out.pieces(done, chunk, &mut iov);
+                let (count, offered) = out.pieces(done, chunk.min(total - done), &mut iov);
                 let n = match self.conn.writer().write_vectored(&iov[..count]) {
                     Ok(n) => n,
                     Err(e) => break Err(e),
