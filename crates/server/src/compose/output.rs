@@ -68,9 +68,11 @@ pub const GATHER_PIECES: usize = 2 * GATHER_VALUES + 1;
 /// Gathered values are written once they add up to this many bytes.
 const GATHER_BYTES: usize = 1 << 20;
 
-/// A value to be sent from item memory, inserted at `at` in the buffer.
+/// A value to be sent from item memory, inserted at `at` in the buffer;
+/// its trailer ends at `end`.
 struct ValueRef {
     at: usize,
+    end: usize,
     ptr: *const u8,
     len: usize,
 }
@@ -382,8 +384,8 @@ impl Output {
 
     /// Bytes of the queue the transport is to send now: all of it, or
     /// (after `send_due_batches`) its whole batches: `GATHER_VALUES`
-    /// values, or values reaching `GATHER_BYTES`, each with the buffer up
-    /// to the next value.
+    /// values, or values reaching `GATHER_BYTES`, up to the last one's
+    /// trailer (as when the batch was written the moment it was full).
     pub fn sendable(&self) -> usize {
         if self.batches_only {
             self.whole_batches().0
@@ -405,10 +407,9 @@ impl Output {
             values += 1;
             value_bytes += g.len;
             if values == GATHER_VALUES || value_bytes >= GATHER_BYTES {
-                let end = self.next_ref_at(g.at);
-                bytes += end - from;
-                from = end;
-                whole = (bytes, i + 1, end);
+                bytes += g.end - from;
+                from = g.end;
+                whole = (bytes, i + 1, g.end);
                 (values, value_bytes) = (0, 0);
             }
         }
@@ -431,13 +432,15 @@ impl Output {
                 self.pin = osmium_store::epoch::keep();
             }
             if self.pin.is_some() {
+                let at = self.buf.len();
+                self.buf.extend_from_slice(trailer);
                 self.refs.push(ValueRef {
-                    at: self.buf.len(),
+                    at,
+                    end: self.buf.len(),
                     ptr: value.as_ptr(),
                     len: value.len(),
                 });
                 self.ref_bytes += value.len();
-                self.buf.extend_from_slice(trailer);
                 self.due |= !self.gathering
                     || self.refs.len() >= GATHER_VALUES
                     || self.ref_bytes >= GATHER_BYTES;
@@ -452,7 +455,7 @@ impl Output {
     /// Fills `iov` with the queue's pieces from `skip` bytes in, in order,
     /// for one write: at most `max` bytes (the last piece cut short), and
     /// values up to `GATHER_VALUES` of them or until they reach
-    /// `GATHER_BYTES`. Returns how many pieces and their bytes; (0, 0)
+    /// `GATHER_BYTES` (then up to that value's trailer). Returns how many pieces and their bytes; (0, 0)
     /// when nothing is left.
     pub fn pieces<'a>(
         &'a self,
@@ -489,22 +492,13 @@ impl Output {
                 return fill.done();
             }
             if values == GATHER_VALUES || value_bytes >= GATHER_BYTES {
-                // The buffer up to the next value rides along.
-                fill.add(&self.buf[from..self.next_ref_at(g.at)]);
+                // The batch ends with this value's trailer.
+                fill.add(&self.buf[from..g.end]);
                 return fill.done();
             }
         }
         fill.add(&self.buf[from..]);
         fill.done()
-    }
-
-    /// Where the buffer's piece after the value at `at` ends.
-    fn next_ref_at(&self, at: usize) -> usize {
-        self.refs
-            .iter()
-            .map(|g| g.at)
-            .find(|&a| a > at)
-            .unwrap_or(self.buf.len())
     }
 
     /// After the transport sent `n` bytes of the queue: the rest, values
@@ -562,6 +556,7 @@ impl Output {
         self.sent = 0;
         for g in &mut self.refs {
             g.at -= end;
+            g.end -= end;
         }
         self.due = self.refs.len() >= GATHER_VALUES || self.ref_bytes >= GATHER_BYTES;
     }
@@ -597,6 +592,7 @@ impl Output {
                 if sent < g.len {
                     self.refs[keep] = ValueRef {
                         at: w,
+                        end: w,
                         // SAFETY: within the value (sent < len).
                         ptr: unsafe { g.ptr.add(sent) },
                         len: g.len - sent,
@@ -820,17 +816,14 @@ mod tests {
         assert!(!out.due());
         let all = gather(&mut out, &values[GATHER_VALUES - 1..], &stats);
         assert!(out.due(), "GATHER_VALUES reached");
-        // One write takes GATHER_VALUES values and the buffer up to the
-        // next one.
+        // One write takes GATHER_VALUES values, the last one's trailer
+        // included.
         let mut iov = [IoSlice::new(&[]); GATHER_PIECES];
         let (count, bytes) = out.pieces(0, usize::MAX, &mut iov);
         assert_eq!(count, 2 * GATHER_VALUES + 1);
         let head = |i: usize| format!("VALUE k{i} 0 {DIRECT_MIN}\r\n").len();
         let heads: usize = (0..GATHER_VALUES - 1).map(head).sum::<usize>() + head(0);
-        assert_eq!(
-            bytes,
-            heads + GATHER_VALUES * (DIRECT_MIN + 2) + 5 + head(1)
-        );
+        assert_eq!(bytes, heads + GATHER_VALUES * (DIRECT_MIN + 2) + 5);
         // A write cut at `max` in the middle of a value, then the rest.
         let (_, first) = out.pieces(0, 1000, &mut iov);
         assert_eq!(first, 1000);
@@ -868,9 +861,9 @@ mod tests {
         let mut all = gather(&mut out, &first, &stats);
         assert!(out.due());
         out.send_due_batches();
-        // 16 values make a batch, which ends where the 17th value goes.
+        // 16 values make a batch, which ends with the 16th's trailer.
         let head = |i: usize| format!("VALUE k{i} 0 {size}\r\n").len();
-        let batch = (0..16).map(|i| head(i) + size + 2).sum::<usize>() + head(16);
+        let batch = (0..16).map(|i| head(i) + size + 2).sum::<usize>();
         assert_eq!(out.sendable(), batch);
         assert!(Pair(&a).send(&mut out, &stats).unwrap());
         assert_eq!(stats.bytes_written.get() as usize, batch);
