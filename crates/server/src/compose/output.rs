@@ -455,14 +455,30 @@ impl Output {
     /// Fills `iov` with the queue's pieces from `skip` bytes in, in order,
     /// for one write: at most `max` bytes (the last piece cut short), and
     /// values up to `GATHER_VALUES` of them or until they reach
-    /// `GATHER_BYTES` (then up to that value's trailer). Returns how many pieces and their bytes; (0, 0)
-    /// when nothing is left.
+    /// `GATHER_BYTES` (then up to that value's trailer). Returns how many
+    /// pieces and their bytes; (0, 0) when nothing is left.
     pub fn pieces<'a>(
         &'a self,
         skip: usize,
         max: usize,
-        iov: &mut [IoSlice<'a>; GATHER_PIECES],
+        iov: &mut [IoSlice<'a>],
     ) -> (usize, usize) {
+        let total = self.queued_with_values();
+        if skip == 0 && max >= total && iov.len() > 2 * self.refs.len() && self.one_write() {
+            // The common case, all of the queue in one write.
+            let mut from = self.sent;
+            for (g, pair) in self.refs.iter().zip(iov.chunks_exact_mut(2)) {
+                // SAFETY: the value's memory stays valid while `pin` holds,
+                // and `pin` is held while any value is referenced.
+                let value = unsafe { std::slice::from_raw_parts(g.ptr, g.len) };
+                pair[0] = IoSlice::new(&self.buf[from..g.at]);
+                pair[1] = IoSlice::new(value);
+                from = g.at;
+            }
+            let count = 2 * self.refs.len();
+            iov[count] = IoSlice::new(&self.buf[from..]);
+            return (count + 1, total);
+        }
         let mut fill = Fill {
             iov,
             count: 0,
@@ -479,8 +495,7 @@ impl Output {
             }
             from = g.at;
             let skipped = fill.skip;
-            // SAFETY: the value's memory stays valid while `pin` holds, and
-            // `pin` is held while any value is referenced.
+            // SAFETY: as above.
             let value = unsafe { std::slice::from_raw_parts(g.ptr, g.len) };
             let more = fill.add(value);
             if skipped < g.len {
@@ -499,6 +514,29 @@ impl Output {
         }
         fill.add(&self.buf[from..]);
         fill.done()
+    }
+
+    /// Whether the whole queue is one batch: no value before the last
+    /// reaches the gather limits, and nothing follows the last one's
+    /// trailer if it does.
+    #[inline]
+    fn one_write(&self) -> bool {
+        let Some(last) = self.refs.last() else {
+            return true;
+        };
+        let values = self.refs.len();
+        if values < GATHER_VALUES && self.ref_bytes < GATHER_BYTES {
+            return true;
+        }
+        values <= GATHER_VALUES
+            && self.ref_bytes - last.len < GATHER_BYTES
+            && last.end == self.buf.len()
+    }
+
+    /// How many values are referenced.
+    #[inline]
+    pub fn ref_count(&self) -> usize {
+        self.refs.len()
     }
 
     /// After the transport sent `n` bytes of the queue: the rest, values
@@ -621,7 +659,7 @@ impl Output {
 
 /// `Output::pieces` filling a write's slices.
 struct Fill<'a, 'b> {
-    iov: &'b mut [IoSlice<'a>; GATHER_PIECES],
+    iov: &'b mut [IoSlice<'a>],
     count: usize,
     bytes: usize,
     /// Bytes of the queue already sent, still to pass over.
@@ -638,7 +676,7 @@ impl<'a> Fill<'a, '_> {
         self.skip -= passed;
         let piece = &piece[passed..];
         let piece = &piece[..piece.len().min(self.max - self.bytes)];
-        if !piece.is_empty() && self.count < GATHER_PIECES {
+        if !piece.is_empty() && self.count < self.iov.len() {
             self.iov[self.count] = IoSlice::new(piece);
             self.count += 1;
             self.bytes += piece.len();

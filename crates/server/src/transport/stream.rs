@@ -137,10 +137,27 @@ pub fn send_plain<W: Write>(
         }
         return Ok(true);
     }
+    if out.ref_count() <= FEW_VALUES {
+        writev_queue::<W, { 2 * FEW_VALUES + 1 }>(sock, out, stats)
+    } else {
+        writev_queue::<W, GATHER_PIECES>(sock, out, stats)
+    }
+}
+
+/// Most values whose queue is written from a small array of slices (a
+/// GET or two; a deep pipeline's batch takes the large one).
+const FEW_VALUES: usize = 3;
+
+/// `send_plain` of a queue with values, `N` slices a `writev`.
+fn writev_queue<W: Write, const N: usize>(
+    sock: &mut W,
+    out: &mut Output,
+    stats: &ThreadStats,
+) -> io::Result<bool> {
     let total = out.sendable();
     let mut done = 0;
     let mut failed = None;
-    let mut iov = [IoSlice::new(&[]); GATHER_PIECES];
+    let mut iov = [IoSlice::new(&[]); N];
     while done < total {
         let (count, bytes) = out.pieces(done, total - done, &mut iov);
         match sock.write_vectored(&iov[..count]) {
