@@ -379,7 +379,7 @@ impl Output {
     /// are to leave (see [`Output::sendable`]).
     #[inline]
     pub fn send_due_batches(&mut self) {
-        self.batches_only = self.gathering;
+        self.batches_only = self.gathering && !self.refs.is_empty();
     }
 
     /// Bytes of the queue the transport is to send now: all of it, or
@@ -545,7 +545,7 @@ impl Output {
     pub fn sent_queue(&mut self, n: usize) {
         if std::mem::take(&mut self.batches_only) && !self.refs.is_empty() {
             let (bytes, values, end) = self.whole_batches();
-            if n == bytes && values < self.refs.len() {
+            if n == bytes && 0 < values && values < self.refs.len() {
                 self.sent_batches(values, end);
                 return;
             }

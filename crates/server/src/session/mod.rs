@@ -357,6 +357,7 @@ impl Session {
             Flow::Close => self.output.discard_refs(),
             _ => send_values(&mut self.output, sink, &ctx.stats),
         }
+        debug_assert!(!self.output.has_refs(), "values referenced past a run");
         flow
     }
 
