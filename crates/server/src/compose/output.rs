@@ -36,9 +36,9 @@
 //! full ([`Output::socket_full`]): the session runs no further request
 //! until the output drains, so pipelined large GETs are not copied one
 //! after another into the buffer while the client catches up. Plain
-//! stream sockets send the queue with one `writev`, TLS feeds the same
-//! pieces to rustls (`transport::tls`), which copies them once, into
-//! records.
+//! stream sockets send the queue with one `writev` a batch
+//! (`transport::stream`); TLS feeds the same pieces to rustls
+//! (`transport::tls`), which copies them once, into records.
 //!
 //! Invariants: the queue is sent in order; replies before `committed`
 //! (a flush point) are never dropped by a failing get; truncating a reply
