@@ -154,8 +154,8 @@ run_step() {
 # against a real libmemcached client (that test prints SKIP without it).
 # nutcracker (twemproxy) is what tests/cluster runs in front of osmium and
 # memcached servers, beside osmium-proxy.
-# openssl (the command) makes the certificates of tests/tls and the
-# conformance suite run over TLS.
+# openssl (the command) makes the certificates of tests/tls, of the
+# conformance suite run over TLS, and of crates/server/tests/replication_tls.rs.
 # memcached itself is not installed: the suites run the oracle built from
 # tests/oracle/ (scripts/build-memcached.sh installs its own build
 # dependencies, libsasl2-modules for SASL PLAIN among them).
