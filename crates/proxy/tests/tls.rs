@@ -449,6 +449,13 @@ fn tls_to_osmium_servers_with_and_without_client_certificates() {
     let y = pool("btls", a, &ports, "", &tls_servers(false))
         + &pool("mtls", b, &mtls, "", &tls_servers(true))
         + &pool("nocert", n, &mtls[..1], "", &tls_servers(false));
+    // The name verified: the certificate's DNS name instead of the IP
+    // address, or one it does not carry.
+    let (d, w) = (free_port(), free_port());
+    let named = |name: &str| format!("{}      server_name: {name}\n", tls_servers(false));
+    let y = y
+        + &pool("dns", d, &ports, "", &named("localhost"))
+        + &pool("wrong", w, &ports, "", &named("other.example"));
     let mut px = proxy(&y, a);
     let mut s = connect(a);
     exercise(&mut s, "btls");
@@ -460,11 +467,19 @@ fn tls_to_osmium_servers_with_and_without_client_certificates() {
     // Without a client certificate an mtls: listener refuses the proxy.
     let r = ask(&mut connect(n), b"get btls:1\r\n", b"\r\n");
     assert!(r.starts_with("SERVER_ERROR "), "{r}");
+    let r = ask(&mut connect(d), b"get btls:11\r\n", b"END\r\n");
+    assert_eq!(r, "VALUE btls:11 11 5\r\nv0011\r\nEND\r\n");
+    let r = ask(&mut connect(w), b"get btls:11\r\n", b"\r\n");
+    assert!(r.starts_with("SERVER_ERROR "), "{r}");
     assert!(
         px.child.try_wait().unwrap().is_none(),
         "the proxy is running"
     );
-    let _ = stderr_of(&mut px);
+    let log = stderr_of(&mut px);
+    assert!(
+        log.contains("not valid for name \"other.example\""),
+        "{log}"
+    );
 }
 
 #[test]
