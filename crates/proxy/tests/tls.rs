@@ -340,6 +340,33 @@ fn exercise(s: &mut (impl Read + Write), tag: &str) {
     assert_eq!(ask(s, req.as_bytes(), b"END\r\n"), want);
 }
 
+/// 20 MB of pipelined sets, then a 2 MB multi-get: many TLS records
+/// each way, sockets full on both sides of the proxy.
+fn bulk(s: &mut (impl Read + Write)) {
+    let value: String = (0..10_000)
+        .map(|i| (b'A' + (i % 26) as u8) as char)
+        .collect();
+    let mut req = String::new();
+    for i in 0..2000 {
+        req.push_str(&format!("set bulk:{i} 0 0 {}\r\n{value}\r\n", value.len()));
+    }
+    req.push_str("mn\r\n");
+    let want = format!("{}MN\r\n", "STORED\r\n".repeat(2000));
+    assert!(ask(s, req.as_bytes(), b"MN\r\n") == want, "2000 sets");
+    let keys: Vec<String> = (0..200).map(|i| format!("bulk:{}", i * 7)).collect();
+    let r = ask(
+        s,
+        format!("get {}\r\n", keys.join(" ")).as_bytes(),
+        b"END\r\n",
+    );
+    let mut want = String::new();
+    for k in &keys {
+        want.push_str(&format!("VALUE {k} 0 {}\r\n{value}\r\n", value.len()));
+    }
+    want.push_str("END\r\n");
+    assert!(r == want, "a 2 MB multi-get ({} bytes back)", r.len());
+}
+
 /// What a refused client gets after sending a request: no reply, then
 /// the end of the connection (reading fails, or ends).
 fn assert_refused(s: &mut (impl Read + Write), what: &str) {
@@ -505,6 +532,7 @@ fn tls_on_both_sides_with_client_certificates_required() {
     let mut px = proxy(&y, a);
     let mut s = c.client(a, Some("client"));
     exercise(&mut s, "both");
+    bulk(&mut s);
 
     // Required: no certificate, or one from another CA, is refused.
     assert_refused(&mut c.client(a, None), "a client without a certificate");
