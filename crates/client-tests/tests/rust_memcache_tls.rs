@@ -26,11 +26,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 #[path = "../../server/tests/common/mod.rs"]
 mod common;
+use common::certs::Certs;
 use common::{
     listens_on, memcached_bin, memcached_command, osmium_command, start_on_free_port, wait_until,
 };
@@ -68,119 +69,6 @@ fn osmium_bin() -> PathBuf {
     bin
 }
 
-/// Test certificates in a directory of their own, removed on drop.
-struct Certs {
-    dir: PathBuf,
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("running `openssl` (apt install openssl): {e}"));
-    assert!(
-        out.status.success(),
-        "openssl {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-impl Certs {
-    fn new(name: &str) -> Certs {
-        let dir =
-            std::env::temp_dir().join(format!("osmium-rust-tls-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let certs = Certs { dir };
-        let d = certs.dir.as_path();
-        openssl(
-            d,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.pem",
-                "-days",
-                "30",
-                "-subj",
-                "/CN=osmium-test-ca",
-            ],
-        );
-        certs.signed(
-            "server",
-            "localhost",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
-        );
-        certs.signed("client", "rust-client", "extendedKeyUsage=clientAuth\n");
-        certs
-    }
-
-    /// `name.pem` and `name.key`, signed by the CA, with these extensions.
-    fn signed(&self, name: &str, cn: &str, ext: &str) {
-        let d = self.dir.as_path();
-        let (key, csr, pem, extfile) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.pem"),
-            format!("{name}.ext"),
-        );
-        let subj = format!("/CN={cn}");
-        openssl(
-            d,
-            &[
-                "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj",
-                &subj,
-            ],
-        );
-        std::fs::write(
-            d.join(&extfile),
-            format!("basicConstraints=CA:FALSE\n{ext}"),
-        )
-        .unwrap();
-        openssl(
-            d,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &pem,
-                "-days",
-                "30",
-                "-extfile",
-                &extfile,
-            ],
-        );
-    }
-
-    fn path(&self, file: &str) -> String {
-        self.dir
-            .join(file)
-            .to_str()
-            .expect("a UTF-8 temp path")
-            .into()
-    }
-}
-
-impl Drop for Certs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// One server process with `-Z` on `port` and an `mtls:` listener on
 /// `mtls_port`, killed and reaped on drop.
 struct ServerProc {
@@ -212,12 +100,7 @@ fn kinds() -> Vec<&'static str> {
 }
 
 fn start(kind: &'static str, certs: &Certs) -> ServerProc {
-    let tls = format!(
-        "ssl_chain_cert={},ssl_key={},ssl_ca_cert={}",
-        certs.path("server.pem"),
-        certs.path("server.key"),
-        certs.path("ca.pem")
-    );
+    let tls = certs.server_args(&[]);
     let mut mtls_port = 0;
     let (child, port) = start_on_free_port(|port| {
         mtls_port = common::free_port();
@@ -228,7 +111,8 @@ fn start(kind: &'static str, certs: &Certs) -> ServerProc {
         };
         cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
             .args(["-l", &format!("mtls:127.0.0.1:{mtls_port}")])
-            .args(["-m", "64", "-t", "2", "-Z", "-o", &tls])
+            .args(["-m", "64", "-t", "2"])
+            .args(&tls)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
