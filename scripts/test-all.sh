@@ -154,12 +154,15 @@ run_step() {
 # against a real libmemcached client (that test prints SKIP without it).
 # nutcracker (twemproxy) is what tests/cluster runs in front of osmium and
 # memcached servers, beside osmium-proxy.
-# openssl (the command) makes the certificates of tests/tls and the
-# conformance suite run over TLS.
+# openssl (the command) makes the certificates of tests/tls, of the
+# conformance suite run over TLS, and of crates/server/tests/replication_tls.rs.
 # memcached itself is not installed: the suites run the oracle built from
 # tests/oracle/ (scripts/build-memcached.sh installs its own build
 # dependencies, libsasl2-modules for SASL PLAIN among them).
-APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker openssl)
+# libssl-dev (with pkg-config) builds openssl-sys for the Rust `memcache`
+# crate's TLS in crates/client-tests (a test-only crate: the osmium binary
+# links no OpenSSL).
+APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker openssl libssl-dev)
 
 # The oracle: built unless it is there already (the script checks), or the
 # memcached named by MEMCACHED_BIN.
@@ -332,10 +335,17 @@ fuzz_step() {
         "${fuzz[@]}" build "${san[@]}" || return 1
     fi
 
-    local t
+    local t corpus
     for t in $targets; do
         note "fuzzing $t for ${FUZZ_SECONDS}s"
-        "${fuzz[@]}" run "${san[@]}" "$t" -- \
+        # A target's committed seeds (fuzz/seeds/TARGET) are read beside its
+        # corpus (fuzz/corpus/TARGET, not committed), where new inputs go.
+        corpus=()
+        if [ -d "fuzz/seeds/$t" ]; then
+            mkdir -p "fuzz/corpus/$t"
+            corpus=("fuzz/corpus/$t" "fuzz/seeds/$t")
+        fi
+        "${fuzz[@]}" run "${san[@]}" "$t" "${corpus[@]}" -- \
             -max_total_time="$FUZZ_SECONDS" -timeout=10 -print_final_stats=1 || {
             echo "fuzz target $t FAILED; reproducer (if any) in fuzz/artifacts/$t/"
             return 1

@@ -4,7 +4,10 @@
 //! memcached connection keeps the protocol of its first byte), their
 //! health (consecutive failures, ejection, the retry probe and the
 //! replication catch-up check), and routing a key to a live server by the
-//! pool's failover mode. The stats port's server counters and
+//! pool's failover mode. With `tls.servers`, every connection is a TLS
+//! session verifying the server's certificate: one that does not verify
+//! fails its connection like a refused connect (a failure of the server,
+//! towards its ejection). The stats port's server counters and
 //! `server_ejects` are counted here; the queues are read from the
 //! connections' pending requests when the port is asked.
 //!
@@ -31,6 +34,7 @@ use crate::inbuf::InBuf;
 use crate::reply::{self, Expect};
 use crate::ring::Ring;
 use crate::stream::Stream;
+use crate::tls::{ServersContext, TlsStream};
 
 /// How often a catching-up server is asked again.
 pub const CATCHUP_RECHECK: Duration = Duration::from_millis(100);
@@ -167,6 +171,8 @@ pub struct Pool {
     /// Server connections opened (connects started), for the stats
     /// port's `total_connections`.
     pub conns_opened: u64,
+    /// TLS to the servers (`tls.servers`).
+    tls: Option<ServersContext>,
 }
 
 fn strerror(e: &io::Error) -> String {
@@ -182,7 +188,7 @@ fn strerror(e: &io::Error) -> String {
 }
 
 impl Pool {
-    pub fn new(cfg: PoolConfig, token_base: usize) -> Pool {
+    pub fn new(cfg: PoolConfig, token_base: usize, tls: Option<ServersContext>) -> Pool {
         let ring = Ring::new(&cfg);
         let servers = cfg
             .servers
@@ -205,6 +211,7 @@ impl Pool {
             dirty: Vec::new(),
             stats: PoolStats::default(),
             conns_opened: 0,
+            tls,
         }
     }
 
@@ -305,7 +312,7 @@ impl Pool {
         }
         let token = self.token(s, c);
         self.conns_opened += 1;
-        match Stream::connect(&self.cfg.servers[s].addr).and_then(|mut st| {
+        match self.open(s).and_then(|mut st| {
             st.register(registry, token)?;
             Ok(st)
         }) {
@@ -322,6 +329,19 @@ impl Pool {
                 false
             }
         }
+    }
+
+    /// Starts a connection to server `s`: TLS over it with `tls.servers`.
+    fn open(&self, s: usize) -> io::Result<Stream> {
+        let addr = &self.cfg.servers[s].addr;
+        let sock = Stream::connect(addr)?;
+        let Some(tls) = &self.tls else {
+            return Ok(sock);
+        };
+        let peer = format!("server {addr} of pool {}", self.cfg.name);
+        let name = tls.names[s].clone();
+        let t = TlsStream::connect(sock, tls.config.clone(), name, peer)?;
+        Ok(Stream::Tls(Box::new(t)))
     }
 
     /// Queues `wire` for server `s` (written by [`Pool::flush_queued`]);
@@ -575,8 +595,11 @@ impl Pool {
         if desync {
             error = Some((Closed::Error, "Protocol error".into()));
         }
-        if let Some((kind, why)) = error {
-            self.fail_conn(registry, s, c, kind, &why, now, out);
+        match error {
+            Some((kind, why)) => self.fail_conn(registry, s, c, kind, &why, now, out),
+            // A TLS session takes requests once its handshake is done,
+            // which reading may just have finished.
+            None => self.flush(registry, s, c, now, out),
         }
     }
 

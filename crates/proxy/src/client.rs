@@ -158,12 +158,17 @@ impl Client {
             }
         }
         self.out.drain(..written);
-        Ok(())
+        // TLS records the socket did not take go when it is writable again.
+        match self.stream.flush() {
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+            _ => Ok(()),
+        }
     }
 
-    /// Whether everything owed has been written.
+    /// Whether everything owed has been written (a TLS stream's records
+    /// too).
     pub fn drained(&self) -> bool {
-        self.slots.is_empty() && self.out.is_empty()
+        self.slots.is_empty() && self.out.is_empty() && !self.stream.unsent()
     }
 
     /// Unsent output, to hold back reading from a client that does not read.

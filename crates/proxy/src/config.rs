@@ -4,8 +4,9 @@
 //! directives, bad numbers, booleans other than `true`/`false`, server
 //! lines that are not `host:port:weight [name]` or `/path:weight [name]`,
 //! duplicate server names, duplicate listen addresses, are errors. Redis
-//! pools are refused. osmium's own keys: `failover: replica|rehash`, and
-//! the `libmemcached` / `libmemcached_weighted` distributions.
+//! pools are refused. osmium's own keys: `failover: replica|rehash`, the
+//! `libmemcached` / `libmemcached_weighted` distributions, and `tls:` (a
+//! mapping, read by `tls::config`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use std::time::Duration;
 use serde_yaml::Value;
 
 use crate::hash::HashKind;
+use crate::tls::TlsConfig;
 
 /// How keys are spread over a pool's servers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +114,8 @@ pub struct PoolConfig {
     pub failover: Failover,
     /// In the order of the file.
     pub servers: Vec<ServerConfig>,
+    /// `tls:` (both sides off when absent).
+    pub tls: TlsConfig,
 }
 
 /// The whole file.
@@ -217,6 +221,7 @@ fn parse_pool(name: String, body: serde_yaml::Mapping) -> Result<PoolConfig, Str
     let mut connections = None;
     let mut failover = None;
     let mut servers = Vec::new();
+    let mut tls = TlsConfig::default();
     for (key, value) in body {
         let key =
             scalar(&key).ok_or_else(|| format!("conf: pool '{name}' has a non-scalar key"))?;
@@ -233,6 +238,10 @@ fn parse_pool(name: String, body: serde_yaml::Mapping) -> Result<PoolConfig, Str
                 let line = scalar(&item).ok_or_else(|| err("has a non-scalar server"))?;
                 servers.push(parse_server(&line).map_err(err)?);
             }
+            continue;
+        }
+        if key == "tls" {
+            tls = crate::tls::config::parse(&name, &value)?;
             continue;
         }
         let v = scalar(&value).ok_or_else(|| err("must be a scalar"))?;
@@ -321,6 +330,7 @@ fn parse_pool(name: String, body: serde_yaml::Mapping) -> Result<PoolConfig, Str
         server_connections: connections.unwrap_or(1),
         failover: failover.unwrap_or(Failover::Replica),
         servers,
+        tls,
     })
 }
 
@@ -433,5 +443,16 @@ mod tests {
         assert!(bad("127.0.0.1:11211:1", "127.0.0.1:11211:0").contains("zero weight"));
         assert!(bad("auto_eject_hosts: true", "auto_eject_hosts: yes").contains("true"));
         assert!(bad(":11212:1 two", ":11211:1").contains("same name"));
+        let tls = |t: &str| Config::parse(&format!("{SAMPLE}  tls:\n{t}"));
+        let e = tls("    listen: {cert: a, key: b, verify: x}\n").unwrap_err();
+        assert!(e.contains("pool 'alpha'") && e.contains("\"tls.listen.verify\" is unknown"));
+        assert!(tls("    servers: {ca: c}\n").unwrap().pools[0]
+            .tls
+            .servers
+            .is_some());
+        assert_eq!(
+            Config::parse(SAMPLE).unwrap().pools[0].tls,
+            TlsConfig::default()
+        );
     }
 }

@@ -7,7 +7,8 @@
 //! (the next server of the pool) until it is back and caught up, or are
 //! re-spread over the live servers as nutcracker does (`failover:
 //! rehash`). nutcracker's stats port is served by the same event loop
-//! (`stats`).
+//! (`stats`). A pool may speak TLS to its clients and to its servers
+//! (`tls`).
 
 pub mod backend;
 pub mod client;
@@ -21,6 +22,7 @@ pub mod request;
 pub mod ring;
 pub mod stats;
 pub mod stream;
+pub mod tls;
 
 pub use config::Config;
 pub use proxy::Proxy;

@@ -1,6 +1,7 @@
 //! The `osmium-proxy` command: nutcracker 0.5.0's command line (`-c`,
 //! `-t`, `-v`, `-o`, `-s`, `-a`, `-i`, `-p`, `-m`, `-D`, `-d`, `-V`),
-//! then the event loop until SIGINT or SIGTERM.
+//! then the event loop until SIGINT or SIGTERM. `-t` also loads the
+//! certificates and keys the pools' `tls:` names.
 //!
 //! `-d` starts the same binary again, detached (its own process group,
 //! standard streams on /dev/null), and waits until that child has bound
@@ -125,6 +126,13 @@ fn main() -> ExitCode {
         }
     };
     if args.test_conf {
+        // The files `tls:` names are read and checked too.
+        if let Err(e) = osmium_proxy::tls::check(&config) {
+            return start.fail(&format!(
+                "osmium-proxy: configuration file '{}' is invalid\n{e}",
+                args.conf.display()
+            ));
+        }
         println!(
             "osmium-proxy: configuration file '{}' syntax is ok",
             args.conf.display()

@@ -6,7 +6,8 @@
 //! timeouts, ejected servers' retries, catch-up checks) run every turn.
 //! The stats port (`stats`) is served by the same loop, from its own
 //! token range; the client-side counters (connections, `forward_error`,
-//! `fragments`) are counted here.
+//! `fragments`) are counted here. A client of a TLS pool is a TLS session
+//! from its accept (`tls`).
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +22,8 @@ use crate::client::{error_reply, Client, Merge};
 use crate::config::Config;
 use crate::request::{self, Action, Style};
 use crate::stats::{self, Header, StatsPort};
-use crate::stream::Listener;
+use crate::stream::{Listener, Stream};
+use crate::tls::TlsStream;
 
 /// Tokens below this are listeners (one per pool).
 const STATS_BASE: usize = 1 << 19;
@@ -41,6 +43,8 @@ pub struct Proxy {
     poll: Poll,
     pools: Vec<Pool>,
     listeners: Vec<Listener>,
+    /// Each listener's TLS (`tls.listen`).
+    listen_tls: Vec<Option<Arc<rustls::ServerConfig>>>,
     clients: Slab<Client>,
     next_id: u64,
     stats_port: StatsPort,
@@ -53,9 +57,17 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Binds the stats port on `stats_addr:stats_port`, then every pool's
-    /// listener (an error names what could not be bound).
+    /// Builds every pool's TLS (its files read), then binds the stats port
+    /// on `stats_addr:stats_port`, then every pool's listener (an error
+    /// names what could not be loaded or bound).
     pub fn bind(config: Config, stats_addr: &str, stats_port: u16) -> io::Result<Proxy> {
+        let mut tls = Vec::with_capacity(config.pools.len());
+        for pool in &config.pools {
+            tls.push(
+                crate::tls::build(pool)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+            );
+        }
         let poll = Poll::new()?;
         let mut stats_port = StatsPort::bind(stats_addr, stats_port).map_err(|e| {
             io::Error::new(
@@ -72,8 +84,9 @@ impl Proxy {
         }
         let mut pools = Vec::new();
         let mut listeners = Vec::new();
+        let mut listen_tls = Vec::new();
         let mut base = SERVER_BASE;
-        for (i, cfg) in config.pools.into_iter().enumerate() {
+        for ((i, cfg), tls) in config.pools.into_iter().enumerate().zip(tls) {
             let mut l = Listener::bind(&cfg.listen, cfg.backlog).map_err(|e| {
                 io::Error::new(
                     e.kind(),
@@ -85,7 +98,8 @@ impl Proxy {
             })?;
             l.register(poll.registry(), Token(i))?;
             listeners.push(l);
-            let pool = Pool::new(cfg, base);
+            listen_tls.push(tls.listen);
+            let pool = Pool::new(cfg, base, tls.servers);
             base += pool.token_count();
             pools.push(pool);
         }
@@ -94,6 +108,7 @@ impl Proxy {
             opened: listeners.len() as u64,
             pools,
             listeners,
+            listen_tls,
             clients: Slab::new(),
             next_id: 1,
             stats_port,
@@ -219,6 +234,24 @@ impl Proxy {
         loop {
             match self.listeners[pool].accept() {
                 Ok(stream) => {
+                    let stream = match &self.listen_tls[pool] {
+                        None => stream,
+                        Some(config) => {
+                            let peer = format!(
+                                "client {} of pool {}",
+                                stream.peer(),
+                                self.pools[pool].cfg.name
+                            );
+                            match TlsStream::accept(stream, config.clone(), peer) {
+                                Ok(t) => Stream::Tls(Box::new(t)),
+                                Err(e) => {
+                                    tracing::warn!("accept: {e}");
+                                    self.pools[pool].stats.client_err += 1;
+                                    continue;
+                                }
+                            }
+                        }
+                    };
                     let id = self.next_id;
                     self.next_id += 1;
                     let entry = self.clients.vacant_entry();
@@ -333,6 +366,7 @@ impl Proxy {
 
     fn close(&mut self, key: usize) {
         let mut c = self.clients.remove(key);
+        c.stream.close();
         c.stream.deregister(self.poll.registry());
         let stats = &mut self.pools[c.pool].stats;
         stats.client_connections = stats.client_connections.saturating_sub(1);

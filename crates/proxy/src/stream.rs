@@ -1,5 +1,6 @@
-//! The sockets the proxy uses: a TCP or unix stream (clients and servers)
-//! and a TCP or unix listener (a pool's `listen:`).
+//! The sockets the proxy uses: a TCP or unix stream (clients and servers),
+//! plain or TLS (`tls::TlsStream` over a plain one), and a TCP or unix
+//! listener (a pool's `listen:`).
 
 use std::io::{self, Read, Write};
 use std::net::ToSocketAddrs;
@@ -9,12 +10,15 @@ use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::{Interest, Registry, Token};
 
 use crate::config::{Addr, Listen};
+use crate::tls::TlsStream;
 
 /// A connected stream.
 #[derive(Debug)]
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// TLS over a plain stream.
+    Tls(Box<TlsStream>),
 }
 
 impl Stream {
@@ -33,11 +37,13 @@ impl Stream {
         }
     }
 
-    /// A connect's outcome: `Ok(true)` connected, `Ok(false)` not yet.
+    /// A connect's outcome: `Ok(true)` connected, `Ok(false)` not yet
+    /// (a TLS stream's handshake goes on after this).
     pub fn connected(&self) -> io::Result<bool> {
         let (err, peer) = match self {
             Stream::Tcp(s) => (s.take_error()?, s.peer_addr().map(|_| ())),
             Stream::Unix(s) => (s.take_error()?, s.peer_addr().map(|_| ())),
+            Stream::Tls(t) => return t.sock.connected(),
         };
         if let Some(e) = err {
             return Err(e);
@@ -57,6 +63,7 @@ impl Stream {
                 s.register(r, t, i)
             }
             Stream::Unix(s) => s.register(r, t, i),
+            Stream::Tls(s) => s.sock.register(r, t),
         }
     }
 
@@ -64,7 +71,37 @@ impl Stream {
         let _ = match self {
             Stream::Tcp(s) => s.deregister(r),
             Stream::Unix(s) => s.deregister(r),
+            Stream::Tls(s) => {
+                s.sock.deregister(r);
+                Ok(())
+            }
         };
+    }
+
+    /// Whether output written is still held back (TLS records the socket
+    /// has not taken yet).
+    pub fn unsent(&self) -> bool {
+        match self {
+            Stream::Tls(s) => s.unsent(),
+            _ => false,
+        }
+    }
+
+    /// Ends a TLS session with `close_notify` (best effort; nothing for a
+    /// plain stream).
+    pub fn close(&mut self) {
+        if let Stream::Tls(s) = self {
+            s.close();
+        }
+    }
+
+    /// The peer, for the log.
+    pub fn peer(&self) -> String {
+        match self {
+            Stream::Tcp(s) => s.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string()),
+            Stream::Unix(_) => "unix socket".into(),
+            Stream::Tls(s) => s.sock.peer(),
+        }
     }
 }
 
@@ -73,6 +110,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
         }
     }
 }
@@ -82,10 +120,15 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
         }
     }
+    /// Sends what a TLS stream holds back, as far as the socket takes it.
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        match self {
+            Stream::Tls(s) => s.flush(),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -75,7 +75,7 @@ impl Shared {
         let output_held = (0..settings.threads)
             .map(|_| Arc::new(AtomicUsize::new(0)))
             .collect();
-        let replication = Replication::new(&settings, store.clone(), secret);
+        let replication = Replication::new(&settings, store.clone(), secret, tls.clone());
         Shared {
             tls,
             replication,

@@ -27,6 +27,7 @@ use crate::auth::AuthConfig;
 use crate::context::{Shared, StopRequest};
 use crate::process::{self, Signals};
 use crate::replication::auth::Secret;
+use crate::replication::stream::LinkStream;
 use crate::settings::Settings;
 use crate::tls_context::TlsContext;
 use crate::transport::listen::{self, dispatch};
@@ -206,15 +207,27 @@ fn start_replication(
         .collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let shared = shared.clone();
-    let handoff = move |stream: std::net::TcpStream, peer: u8| -> bool {
+    let handoff = move |stream: LinkStream, peer: u8| -> bool {
+        use crate::transport::stream::Stream;
         use std::sync::atomic::Ordering::Relaxed;
-        if stream.set_nonblocking(true).is_err() {
+        if stream.tcp().set_nonblocking(true).is_err() {
             return false;
         }
-        let stream = worker::NewConn {
-            stream: crate::transport::stream::Stream::Tcp(mio::net::TcpStream::from_std(stream)),
-            peer,
+        let stream = match stream {
+            LinkStream::Plain(tcp) => Stream::Tcp(mio::net::TcpStream::from_std(tcp)),
+            // The follow link over TLS: its session goes on in the worker.
+            LinkStream::Tls(tcp, session) => match (*session, &shared.tls) {
+                (rustls::Connection::Client(session), Some(ctx)) => Stream::Tls(Box::new(
+                    crate::transport::tls::TlsStream::established_client(
+                        mio::net::TcpStream::from_std(tcp),
+                        session,
+                        ctx,
+                    ),
+                )),
+                _ => return false,
+            },
         };
+        let stream = worker::NewConn { stream, peer };
         let (sender, waker) = &targets[next.fetch_add(1, Relaxed) % targets.len()];
         shared.global.curr_connections.fetch_add(1, Relaxed);
         if sender.send(stream).is_err() {

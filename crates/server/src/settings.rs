@@ -617,14 +617,11 @@ where
             MAX_REPLICA_TARGETS
         ));
     }
-    // Until the links speak TLS, the secret is their only authentication.
-    if !cli.replicate_to.is_empty() && cli.replication_secret.is_none() {
-        return Err(
-            "--replicate-to needs --replication-secret FILE: replication links are \
-                    authenticated (both ends must hold the same secret)"
-                .into(),
-        );
-    }
+    // How replication's links authenticate both ends (settings/tls.rs).
+    let modes: Vec<ListenerTls> = listen.iter().map(|l| l.tls).collect();
+    let replicates = !cli.replicate_to.is_empty();
+    let secret = cli.replication_secret.is_some();
+    warnings.extend(tls::replication_rule(&tls, &modes, replicates, secret)?);
 
     Ok(Action::Run(Box::new(Settings {
         port,

@@ -1,6 +1,7 @@
 //! The server's TLS configuration (`-Z`): rustls server configurations
 //! built from the `-o ssl_*` settings (one per listener kind: `-Z`'s
-//! verify mode, `btls:` no client certificate, `mtls:` one required),
+//! verify mode, `btls:` no client certificate, `mtls:` one required) and
+//! the client configuration of replication's links (with `ssl_ca_cert`),
 //! swapped whole when `refresh_certs` or SIGHUP loads the certificates
 //! again, and the counters `stats` shows.
 //!
@@ -14,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
+use rustls::client::Resumption;
 use rustls::crypto::aws_lc_rs as provider;
 use rustls::crypto::CryptoProvider;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
@@ -22,8 +24,8 @@ use rustls::server::{
     WebPkiClientVerifier,
 };
 use rustls::{
-    CipherSuite, DigitallySignedStruct, DistinguishedName, Error, RootCertStore, ServerConfig,
-    SignatureScheme, SupportedCipherSuite,
+    CipherSuite, ClientConfig, DigitallySignedStruct, DistinguishedName, Error, RootCertStore,
+    ServerConfig, SignatureScheme, SupportedCipherSuite,
 };
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
@@ -39,6 +41,10 @@ struct Configs {
     default: Arc<ServerConfig>,
     no_peer: Arc<ServerConfig>,
     peer: Arc<ServerConfig>,
+    /// Replication's outgoing links (`replication::stream`): this server's
+    /// certificate as the client's, the target's verified against
+    /// `ssl_ca_cert`; none without one.
+    client: Option<Arc<ClientConfig>>,
 }
 
 /// TLS for the server's listeners, shared by the acceptor and the workers.
@@ -133,6 +139,13 @@ impl TlsContext {
         }
     }
 
+    /// The configuration of a replication link to another server: None
+    /// without `ssl_ca_cert` (links must verify the server they reach).
+    pub fn client_config(&self) -> Option<Arc<ClientConfig>> {
+        let c = self.configs.read().unwrap_or_else(|e| e.into_inner());
+        c.client.clone()
+    }
+
     /// Whether any listener may verify a client certificate (then a
     /// verified one makes its connection a replication peer).
     pub fn verifies_any_client(&self) -> bool {
@@ -183,12 +196,12 @@ fn load(
         }
         None => None,
     };
+    let versions: &[&'static rustls::SupportedProtocolVersion] = if s.min_version >= 3 {
+        &[&rustls::version::TLS13]
+    } else {
+        &[&rustls::version::TLS12, &rustls::version::TLS13]
+    };
     let build = |verifier: Arc<dyn ClientCertVerifier>| -> Result<Arc<ServerConfig>, String> {
-        let versions: &[&'static rustls::SupportedProtocolVersion] = if s.min_version >= 3 {
-            &[&rustls::version::TLS13]
-        } else {
-            &[&rustls::version::TLS12, &rustls::version::TLS13]
-        };
         let mut config = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(versions)
             .map_err(|e| format!("Error setting the TLS versions: {e}"))?
@@ -219,10 +232,26 @@ fn load(
         b.build()
             .map_err(|e| format!("Error loading the CA certificate: {e}"))
     };
+    // Replication links: every handshake a full one (a resumed session
+    // would skip verifying the target against a reloaded CA).
+    let client = match &roots {
+        Some(roots) => {
+            let mut config = ClientConfig::builder_with_provider(provider.clone())
+                .with_protocol_versions(versions)
+                .map_err(|e| format!("Error setting the TLS versions: {e}"))?
+                .with_root_certificates(roots.clone())
+                .with_client_auth_cert(certs.clone(), key.clone_key())
+                .map_err(|e| format!("Error validating the certificate: {e}"))?;
+            config.resumption = Resumption::disabled();
+            Some(Arc::new(config))
+        }
+        None => None,
+    };
     Ok(Configs {
         default: build(verifier(s.verify_mode)?)?,
         no_peer: build(verifier(VerifyMode::None)?)?,
         peer: build(verifier(VerifyMode::Require)?)?,
+        client,
     })
 }
 

@@ -1,7 +1,8 @@
 // gomemcache (github.com/bradfitz/gomemcache, text protocol) against the
 // server named by MEMCACHED_SERVERS (host:port). tests/clients/test_go.py runs
-// this suite once against genuine memcached and once against osmium; every
-// expectation is what memcached 1.6 answers.
+// this suite once against genuine memcached and once against osmium, in
+// plaintext and again over TLS (tls_test.go); every expectation is what
+// memcached 1.6 answers.
 //
 // Each test uses its own key prefix (plus one per run, see pk) so the suite
 // can share a server with other suites. gomemcache has no stats call, so stats are not covered here.
@@ -50,6 +51,7 @@ func client(t *testing.T) *memcache.Client {
 	t.Helper()
 	c := memcache.New(server(t))
 	c.Timeout = 10 * time.Second
+	useTLS(c, suiteTLS(t)) // over TLS when MEMCACHED_TLS_CA is set (tls_test.go)
 	t.Cleanup(func() { c.Close() })
 	return c
 }

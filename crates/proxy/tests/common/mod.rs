@@ -19,7 +19,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-fn wait_listening(port: u16, child: &mut Child, what: &str) {
+pub fn wait_listening(port: u16, child: &mut Child, what: &str) {
     let start = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         if let Ok(Some(status)) = child.try_wait() {
@@ -112,7 +112,7 @@ pub fn backend(port: u16) -> Proc {
     }
 }
 
-fn unsafe_is_root() -> bool {
+pub fn unsafe_is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .map(|s| {
             s.lines()

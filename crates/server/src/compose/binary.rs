@@ -1,6 +1,7 @@
 //! Reply encoders of the binary protocol (protocol-binary.txt): response
 //! packets echoing the request's opcode and opaque, memcached's error
-//! texts, and a hit's packet built straight from item memory.
+//! texts, and a hit's packet built straight from item memory; [`outcome`]
+//! says a request's [`Outcome`] as memcached's binary protocol does.
 //!
 //! ```text
 //!   81 <op> <keylen> <extlen=4> 00 <status=0> <bodylen> <opaque> <cas>
@@ -8,10 +9,12 @@
 //! ```
 
 use osmium_protocol::binary::{self as wire, status};
-use osmium_protocol::request::BinaryReply;
-use osmium_store::ItemView;
+use osmium_protocol::request::{BinaryReply, StoreMode};
+use osmium_store::{ItemView, RemoveResult, StoreStatus};
 
+use crate::compose::outcome::{Auth, Counted, Outcome, Status, Stored};
 use crate::compose::output::Output;
+use crate::settings::VERSION;
 use crate::stats::counters::ThreadStats;
 
 /// A success with an optional body (no extras, no key), unless quiet.
@@ -112,4 +115,99 @@ pub fn stats(out: &mut Output, opaque: u32, text: &[u8]) {
         wire::put_stat(buf, opaque, &stat[..space], value);
     }
     wire::put_stat(buf, opaque, &[], &[]);
+}
+
+/// Says `o` as memcached's binary protocol does; true when memcached sends
+/// it at once (an error status).
+#[inline]
+pub fn outcome(out: &mut Output, r: &BinaryReply, o: &Outcome<'_>) -> bool {
+    match *o {
+        Outcome::Stored(s) => return stored(out, r, &s),
+        Outcome::Deleted { result, .. } => match result {
+            RemoveResult::Removed | RemoveResult::Kept => ok(out, r, 0, &[]),
+            RemoveResult::Exists => error(out, r, status::KEY_EXISTS),
+            RemoveResult::NotFound => error(out, r, status::KEY_NOT_FOUND),
+        },
+        Outcome::Counter(c) => match c.result {
+            Counted::Value { value, cas, .. } => ok(out, r, cas, &value.to_be_bytes()),
+            Counted::NonNumeric => error(out, r, status::NON_NUMERIC_VALUE),
+            Counted::Exists => error(out, r, status::KEY_EXISTS),
+            Counted::NotStored => error(out, r, status::ITEM_NOT_STORED),
+            Counted::NotFound => error(out, r, status::KEY_NOT_FOUND),
+            Counted::OutOfMemory => out_of_memory(out, r, b"Out of memory incrementing value"),
+            Counted::CreateOutOfMemory => {
+                out_of_memory(out, r, b"Out of memory allocating new item")
+            }
+        },
+        Outcome::Status(s) | Outcome::Loud(s) => match s {
+            Status::Ok => ok(out, r, 0, &[]),
+            // memcached answers a refused flush with "auth failure".
+            Status::FlushNotAllowed => error(out, r, status::AUTH_ERROR),
+            Status::TooLarge => error(out, r, status::VALUE_TOO_LARGE),
+            Status::NotFound => error(out, r, status::KEY_NOT_FOUND),
+            _ => error(out, r, status::UNKNOWN_COMMAND),
+        },
+        Outcome::Message(_) | Outcome::LoudMessage(_) => error(out, r, status::UNKNOWN_COMMAND),
+        Outcome::Version => always(out, r, 0, VERSION.as_bytes()),
+        Outcome::Verbosity | Outcome::Noop => always(out, r, 0, &[]),
+        Outcome::Quit => ok(out, r, 0, &[]),
+        Outcome::Stats(rows) => stats(out, r.opaque, rows),
+        Outcome::PrefixDump(report) => {
+            wire::put_stat(out.buf(), r.opaque, b"detailed", report);
+            stats(out, r.opaque, &[]);
+        }
+        Outcome::Auth(a) => match a {
+            Auth::Mechanisms => always(out, r, 0, crate::auth::SASL_MECHANISMS),
+            Auth::Authenticated => always(out, r, 0, b"Authenticated"),
+            Auth::Continue => status_only(out, r, status::AUTH_CONTINUE),
+            Auth::Failed => error(out, r, status::AUTH_ERROR),
+            Auth::Disabled => error(out, r, status::UNKNOWN_COMMAND),
+            Auth::MechanismTooLong => error(out, r, status::INVALID_ARGUMENTS),
+            Auth::TooLarge => error(out, r, status::OUT_OF_MEMORY),
+        },
+    }
+    sent_at_once(o)
+}
+
+/// Whether memcached writes this reply at once: every status but success.
+fn sent_at_once(o: &Outcome<'_>) -> bool {
+    match *o {
+        Outcome::Deleted { result, .. } => {
+            !matches!(result, RemoveResult::Removed | RemoveResult::Kept)
+        }
+        Outcome::Counter(c) => !matches!(c.result, Counted::Value { .. }),
+        Outcome::Status(s) | Outcome::Loud(s) => s != Status::Ok,
+        Outcome::Message(_) | Outcome::LoudMessage(_) => true,
+        Outcome::Auth(a) => !matches!(a, Auth::Mechanisms | Auth::Authenticated),
+        _ => false,
+    }
+}
+
+/// A storage command's reply (SET/ADD/REPLACE, APPEND/PREPEND); true for
+/// an error.
+#[inline]
+fn stored(out: &mut Output, r: &BinaryReply, s: &Stored<'_>) -> bool {
+    let concat = matches!(s.mode, StoreMode::Append | StoreMode::Prepend);
+    let code = match s.status {
+        StoreStatus::Stored => {
+            ok(out, r, s.cas, &[]);
+            return false;
+        }
+        StoreStatus::Exists => status::KEY_EXISTS,
+        StoreStatus::NotFound => status::KEY_NOT_FOUND,
+        _ if concat => status::ITEM_NOT_STORED,
+        StoreStatus::NotStored => match s.mode {
+            StoreMode::Add => status::KEY_EXISTS,
+            StoreMode::Replace => status::KEY_NOT_FOUND,
+            _ => status::ITEM_NOT_STORED,
+        },
+        StoreStatus::TooLarge => status::VALUE_TOO_LARGE,
+        StoreStatus::OutOfMemory => {
+            // memcached fails the allocation before reading the value.
+            out_of_memory(out, r, b"Out of memory allocating item");
+            return true;
+        }
+    };
+    error(out, r, code);
+    true
 }

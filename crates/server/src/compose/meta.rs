@@ -7,12 +7,17 @@
 //!   HD kZm9v b\r\n                            (a base64 key comes back encoded, then " b")
 //! ```
 //!
-//! `q` hides only the nominal reply; errors are always sent.
+//! `q` hides only the nominal reply; errors are always sent. [`outcome`]
+//! says a request's [`Outcome`] so; what meta has no words of its own for
+//! (errors, `stats`, `version`) is said as the text protocol says it.
 
 use osmium_protocol::base64::base64_encode;
 use osmium_protocol::request::MetaReply;
+use osmium_store::{RemoveResult, StoreStatus};
 
+use crate::compose::outcome::{Counted, Counter, Outcome, Status, Stored};
 use crate::compose::output::Output;
+use crate::compose::text;
 
 /// Longest `O` token memcached returns, the `O` included
 /// (`MFLAG_MAX_OPAQUE_LENGTH`, compared with the whole token's length).
@@ -97,4 +102,131 @@ pub fn finish(out: &mut Output, start: usize, quiet: bool) {
     } else {
         out.buf().extend_from_slice(b"\r\n");
     }
+}
+
+/// Whether a reply to `m` cannot be written: memcached refuses a request
+/// whose `O` token is longer than it returns, some before running it.
+pub fn unwritable(m: &MetaReply<'_>) -> bool {
+    m.flags()
+        .any(|t| t[0] == b'O' && t.len() > MAX_OPAQUE_TOKEN)
+}
+
+/// Says `o` as the meta protocol does.
+#[inline]
+pub fn outcome(out: &mut Output, m: &MetaReply<'_>, o: &Outcome<'_>) {
+    match *o {
+        Outcome::Stored(s) => stored(out, m, &s),
+        Outcome::Deleted { result, key } => deleted(out, m, result, key),
+        Outcome::Counter(c) => counter(out, m, &c),
+        // Errors ignore `q`.
+        _ => text::outcome(out, false, o),
+    }
+}
+
+/// An ms's reply: its status and return flags.
+fn stored(out: &mut Output, m: &MetaReply<'_>, s: &Stored<'_>) {
+    let code: &[u8] = match s.status {
+        StoreStatus::Stored => b"HD",
+        StoreStatus::Exists => b"EX",
+        StoreStatus::NotFound => b"NF",
+        StoreStatus::NotStored => b"NS",
+        StoreStatus::TooLarge => {
+            return text::line(out, false, text::status_line(Status::TooLarge))
+        }
+        StoreStatus::OutOfMemory => {
+            return text::line(out, false, text::status_line(Status::NoMemory))
+        }
+    };
+    let start = out.len();
+    let ok = s.status == StoreStatus::Stored;
+    let buf = out.buf();
+    buf.extend_from_slice(code);
+    for tok in m.flags() {
+        match tok[0] {
+            b'O' => {
+                flag_opaque(buf, tok);
+            }
+            b'k' => flag_key(buf, s.key, s.binary_key),
+            b'c' => flag_number(buf, b'c', if ok { s.cas } else { 0 }),
+            b's' => flag_number(buf, b's', s.size),
+            _ => {}
+        }
+    }
+    finish(out, start, ok && m.quiet);
+}
+
+/// An md's reply: `HD`, `EX` or `NF` with the `O` and `k` flags.
+fn deleted(out: &mut Output, m: &MetaReply<'_>, result: RemoveResult, key: &[u8]) {
+    let code: &[u8] = match result {
+        RemoveResult::Removed | RemoveResult::Kept => b"HD",
+        RemoveResult::Exists => b"EX",
+        RemoveResult::NotFound => b"NF",
+    };
+    let start = out.len();
+    out.buf().extend_from_slice(code);
+    if !opaque_and_key(out.buf(), m, key) {
+        return error(out, start, OPAQUE_TOO_LONG);
+    }
+    finish(out, start, m.quiet && code == b"HD");
+}
+
+/// An ma's reply: `HD` (or `VA <len>` with `v`) and its flags, then the
+/// value; `NF`, `EX`, `NS` with the `O` and `k` flags (never hidden by
+/// `q`).
+fn counter(out: &mut Output, m: &MetaReply<'_>, c: &Counter<'_>) {
+    let start = out.len();
+    let (value, cas, exptime, created) = match c.result {
+        Counted::Value {
+            value,
+            cas,
+            exptime,
+            created,
+        } => (value, cas, exptime, created),
+        Counted::NonNumeric => {
+            return text::line(out, false, text::status_line(Status::NonNumeric))
+        }
+        Counted::OutOfMemory | Counted::CreateOutOfMemory => {
+            return text::line(out, false, text::status_line(Status::CounterNoMemory))
+        }
+        other => {
+            let code: &[u8] = match other {
+                Counted::NotFound => b"NF",
+                Counted::Exists => b"EX",
+                _ => b"NS",
+            };
+            out.buf().extend_from_slice(code);
+            if !opaque_and_key(out.buf(), m, c.key) {
+                return error(out, start, OPAQUE_TOO_LONG);
+            }
+            out.buf().extend_from_slice(b"\r\n");
+            return;
+        }
+    };
+    let value_wanted = m.flags().any(|t| t[0] == b'v');
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(value).as_bytes();
+    let buf = out.buf();
+    if value_wanted {
+        buf.extend_from_slice(b"VA ");
+        number(buf, digits.len());
+    } else {
+        buf.extend_from_slice(b"HD");
+    }
+    let mut shown_exptime = exptime;
+    for tok in m.flags() {
+        match tok[0] {
+            b'c' => flag_number(buf, b'c', cas),
+            b't' => flag_ttl(buf, shown_exptime, c.now),
+            b'T' => shown_exptime = c.ttl.unwrap_or(0),
+            b'N' if created => shown_exptime = c.vivify.unwrap_or(0),
+            b'O' if !flag_opaque(buf, tok) => return error(out, start, OPAQUE_TOO_LONG),
+            b'k' => flag_key(buf, c.key, m.binary_key),
+            _ => {}
+        }
+    }
+    if value_wanted {
+        buf.extend_from_slice(b"\r\n");
+        buf.extend_from_slice(digits);
+    }
+    finish(out, start, m.quiet);
 }

@@ -1,12 +1,118 @@
 //! Reply encoders of the classic text protocol: status lines (suppressed
 //! by noreply, as memcached's `out_string`), numbers, and a hit's
-//! `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n` block.
+//! `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n` block; and
+//! [`outcome`], which says any request's [`Outcome`] in memcached's text
+//! (the meta composer uses it too for what meta has no words of its own
+//! for, such as errors).
 
 use osmium_protocol::encode;
-use osmium_store::ItemView;
+use osmium_store::{ItemView, RemoveResult, StoreStatus};
 
+use crate::compose::outcome::{Counted, Outcome, Status};
 use crate::compose::output::Output;
+use crate::settings::VERSION;
 use crate::stats::counters::ThreadStats;
+
+/// memcached's line for each fixed answer.
+pub fn status_line(s: Status) -> &'static str {
+    match s {
+        Status::Ok => "OK",
+        Status::Error => "ERROR",
+        Status::Reset => "RESET",
+        Status::NotFound => "NOT_FOUND",
+        Status::TooLarge => "SERVER_ERROR object too large for cache",
+        Status::NoMemory => "SERVER_ERROR out of memory storing object",
+        Status::BadChunk => "CLIENT_ERROR bad data chunk",
+        Status::OpaqueTooLong => "CLIENT_ERROR opaque token too long",
+        Status::NonNumeric => "CLIENT_ERROR cannot increment or decrement non-numeric value",
+        Status::CounterNoMemory => "SERVER_ERROR out of memory",
+        Status::FlushNotAllowed => "CLIENT_ERROR flush_all not allowed",
+        Status::InvalidExptime => "CLIENT_ERROR invalid exptime argument",
+        Status::ShutdownDisabled => "SERVER_ERROR: shutdown not enabled",
+        Status::InvalidShutdownMode => "CLIENT_ERROR invalid shutdown mode",
+        Status::MemlimitTooSmall => "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m",
+        Status::MemlimitNotBytes => "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes",
+        Status::MemlimitFailed => "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust",
+        Status::SlabReassignDisabled => "CLIENT_ERROR slab reassignment disabled",
+        Status::HotWarmPercents => "ERROR hot and warm pcts must not exceed 80",
+        Status::AgeFactors => "ERROR hot/warm age factors must be greater than 0",
+        Status::WatchNotAllowed => "CLIENT_ERROR watch commands not allowed",
+        Status::BadFormat => "CLIENT_ERROR bad command line format",
+        Status::BadCommandLine => "CLIENT_ERROR bad command line",
+        Status::AutomoveWindow => "CLIENT_ERROR automove window too low or too high",
+        Status::TlsNotEnabled => "Error TLS not enabled",
+        Status::DetailNotAllowed => "CLIENT_ERROR stats detail not allowed",
+        Status::DetailUsage => "CLIENT_ERROR usage: stats detail on|off|dump",
+        Status::CrawlerDisabled => "CLIENT_ERROR lru crawler disabled",
+        Status::KeyDumpNotAllowed => "ERROR key dump not allowed",
+        Status::MetadumpNotAllowed => "ERROR metadump not allowed",
+        Status::PipelinedMgdump => "ERROR cannot pipeline other commands before mgdump",
+        Status::PipelinedMetadump => "ERROR cannot pipeline other commands before metadump",
+        Status::BadClass => "BADCLASS invalid class id",
+        Status::SleepTooLong => "CLIENT_ERROR sleep must be one second or less",
+        Status::CachedumpNotAllowed => "CLIENT_ERROR stats cachedump not allowed",
+        Status::IllegalSlabId => "CLIENT_ERROR Illegal slab id",
+    }
+}
+
+/// A storage verdict's line.
+#[inline]
+fn stored_line(status: StoreStatus) -> &'static str {
+    match status {
+        StoreStatus::Stored => "STORED",
+        StoreStatus::NotStored => "NOT_STORED",
+        StoreStatus::Exists => "EXISTS",
+        StoreStatus::NotFound => "NOT_FOUND",
+        StoreStatus::TooLarge => status_line(Status::TooLarge),
+        StoreStatus::OutOfMemory => status_line(Status::NoMemory),
+    }
+}
+
+/// Says `o` in the text protocol (`noreply` silences all but what
+/// memcached sends regardless).
+#[inline]
+pub fn outcome(out: &mut Output, noreply: bool, o: &Outcome<'_>) {
+    match *o {
+        Outcome::Auth(_) => {}
+        Outcome::Status(s) => line(out, noreply, status_line(s)),
+        Outcome::Loud(s) => line(out, false, status_line(s)),
+        Outcome::Message(m) => line(out, noreply, m),
+        Outcome::LoudMessage(m) => line(out, false, m),
+        Outcome::Stored(s) => line(out, noreply, stored_line(s.status)),
+        Outcome::Deleted { result, .. } => {
+            let msg = match result {
+                RemoveResult::Removed | RemoveResult::Kept => "DELETED",
+                RemoveResult::Exists => "EXISTS",
+                RemoveResult::NotFound => "NOT_FOUND",
+            };
+            line(out, noreply, msg);
+        }
+        Outcome::Counter(c) => match c.result {
+            Counted::Value { value, .. } => number(out, noreply, value),
+            Counted::NotFound | Counted::Exists | Counted::NotStored => {
+                line(out, noreply, "NOT_FOUND")
+            }
+            Counted::NonNumeric => line(out, noreply, status_line(Status::NonNumeric)),
+            Counted::OutOfMemory | Counted::CreateOutOfMemory => {
+                line(out, noreply, status_line(Status::CounterNoMemory))
+            }
+        },
+        Outcome::Version => {
+            let buf = out.buf();
+            buf.extend_from_slice(b"VERSION ");
+            buf.extend_from_slice(VERSION.as_bytes());
+            buf.extend_from_slice(b"\r\n");
+        }
+        Outcome::Verbosity => line(out, noreply, "OK"),
+        Outcome::Noop => out.buf().extend_from_slice(b"MN\r\n"),
+        Outcome::Quit => {}
+        Outcome::Stats(rows) => {
+            out.buf().extend_from_slice(rows);
+            end(out);
+        }
+        Outcome::PrefixDump(report) => out.buf().extend_from_slice(report),
+    }
+}
 
 /// A status or error line, unless noreply.
 #[inline]

@@ -6,127 +6,102 @@
 
 use std::sync::atomic::Ordering;
 
-use osmium_protocol::binary::status;
 use osmium_protocol::request::{Command, Reply, Request, ShutdownMode};
 
-use super::{replica, tuning, ConnView, Done, Next};
+use super::{answer, replica, tuning, ConnView, Done, Next};
+use crate::compose::outcome::{Outcome, Status};
 use crate::compose::output::Output;
-use crate::compose::{binary, text};
 use crate::context::{StopRequest, WorkerCtx};
-use crate::settings::VERSION;
 
 /// memcached's highest verbosity level.
 const MAX_VERBOSITY: u32 = 2;
 
 pub fn admin(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Output) -> Done {
     let shared = &ctx.shared;
-    let noreply = matches!(req.reply, Reply::Text { noreply: true });
-    match (req.command, &req.reply) {
-        (Command::FlushAll { delay }, reply) => {
+    let reply = &req.reply;
+    let say = |out: &mut Output, o: Outcome<'_>| answer(out, reply, o);
+    match req.command {
+        Command::FlushAll { delay } => {
             ctx.stats.flush_cmds.incr();
             if !shared.settings.flush_enabled {
-                return match reply {
-                    // memcached answers a refused binary flush with "auth
-                    // failure".
-                    Reply::Binary(r) => {
-                        binary::error(out, r, status::AUTH_ERROR);
-                        Done::FLUSH
-                    }
-                    _ => {
-                        text::line(out, noreply, "CLIENT_ERROR flush_all not allowed");
-                        Done::CONTINUE
-                    }
-                };
+                return say(out, Outcome::Status(Status::FlushNotAllowed));
             }
             let Some(delay) = delay else {
-                text::line(out, noreply, "CLIENT_ERROR invalid exptime argument");
-                return Done::CONTINUE;
+                return say(out, Outcome::Status(Status::InvalidExptime));
             };
             ctx.store().flush_all_after(delay);
-            match reply {
-                Reply::Binary(r) => binary::ok(out, r, 0, &[]),
-                _ => text::line(out, noreply, "OK"),
-            }
-            Done::CONTINUE
+            say(out, Outcome::Status(Status::Ok))
         }
-        (Command::Version, Reply::Binary(r)) => {
-            binary::always(out, r, 0, VERSION.as_bytes());
-            Done::CONTINUE
-        }
-        (Command::Version, _) => {
-            let buf = out.buf();
-            buf.extend_from_slice(b"VERSION ");
-            buf.extend_from_slice(VERSION.as_bytes());
-            buf.extend_from_slice(b"\r\n");
-            Done::CONTINUE
-        }
-        (Command::Verbosity { level }, reply) => {
+        Command::Version => say(out, Outcome::Version),
+        Command::Verbosity { level } => {
             shared
                 .verbosity
                 .store(level.min(MAX_VERBOSITY), Ordering::Relaxed);
-            match reply {
-                Reply::Binary(r) => binary::always(out, r, 0, &[]),
-                _ => text::line(out, noreply, "OK"),
-            }
-            Done::CONTINUE
+            say(out, Outcome::Verbosity)
         }
-        (Command::Quit, Reply::Binary(r)) => {
-            binary::ok(out, r, 0, &[]);
+        Command::Quit => {
+            let _ = say(out, Outcome::Quit);
             Done::then(Next::CloseAfterWrite)
         }
-        (Command::Quit, _) => Done::then(Next::CloseAfterWrite),
-        (Command::Noop, Reply::Binary(r)) => {
-            binary::always(out, r, 0, &[]);
+        Command::Noop => {
+            let _ = say(out, Outcome::Noop);
             Done::FLUSH
         }
-        (Command::Noop, _) => {
-            out.buf().extend_from_slice(b"MN\r\n");
-            Done::FLUSH
-        }
-        (Command::Shutdown { mode }, _) => {
+        Command::Shutdown { mode } => {
             if !shared.settings.shutdown_enabled {
-                text::line(out, noreply, "SERVER_ERROR: shutdown not enabled");
-                return Done::CONTINUE;
+                return say(out, Outcome::Status(Status::ShutdownDisabled));
             }
             let how = match mode {
                 ShutdownMode::Immediate => StopRequest::Exit,
                 ShutdownMode::Graceful => StopRequest::Graceful,
                 ShutdownMode::Invalid => {
-                    text::line(out, noreply, "CLIENT_ERROR invalid shutdown mode");
-                    return Done::CONTINUE;
+                    return say(out, Outcome::Status(Status::InvalidShutdownMode));
                 }
             };
             shared.request_stop(how);
             Done::then(Next::CloseNow)
         }
-        (Command::CacheMemlimit { megabytes }, _) => {
-            let msg = if megabytes < 8 {
-                "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"
+        Command::CacheMemlimit { megabytes } => {
+            let status = if megabytes < 8 {
+                Status::MemlimitTooSmall
             } else if megabytes > 1_000_000_000 {
-                "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"
+                Status::MemlimitNotBytes
             } else if ctx.store().set_memory_limit(megabytes as usize * (1 << 20)) {
                 if shared.verbose() > 0 {
                     eprintln!("maxbytes adjusted to {megabytes}m");
                 }
-                "OK"
+                Status::Ok
             } else {
-                "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust"
+                Status::MemlimitFailed
             };
-            text::line(out, noreply, msg);
-            Done::CONTINUE
+            say(out, Outcome::Status(status))
         }
-        (Command::Admin { tokens }, _) if tokens.get(0).starts_with(b"replica_") => {
+        Command::Admin { tokens } if tokens.get(0).starts_with(b"replica_") => {
+            let noreply = matches!(reply, Reply::Text { noreply: true });
             replica::command(ctx, conn, tokens, noreply, out)
         }
-        (Command::Admin { tokens }, _) => {
-            tuning::tuning(ctx, tokens, noreply, out);
+        Command::Admin { tokens } => {
+            let refreshed;
+            let outcome = match tuning::tuning(ctx, tokens) {
+                tuning::Answer::Status(s) => Outcome::Status(s),
+                tuning::Answer::Loud(s) => Outcome::Loud(s),
+                tuning::Answer::Refreshed(r) => {
+                    refreshed = r;
+                    match &refreshed {
+                        Ok(()) => Outcome::Status(Status::Ok),
+                        // memcached writes the error whatever noreply says.
+                        Err(e) => Outcome::LoudMessage(e),
+                    }
+                }
+            };
+            let _ = say(out, outcome);
             Done::CONTINUE
         }
-        (Command::Error { message, .. }, reply) => {
-            super::error_line(out, reply, message);
+        Command::Error { message, .. } => {
+            let _ = say(out, Outcome::Message(message));
             Done::CONTINUE
         }
-        (Command::Close, _) => Done::then(Next::CloseNow),
+        Command::Close => Done::then(Next::CloseNow),
         _ => Done::CONTINUE,
     }
 }

@@ -6,17 +6,13 @@
 //! A stored value is read as a number by memcached's rules (see the
 //! store's counter module); 64-bit increments wrap, decrements stop at 0.
 
-use osmium_protocol::binary::status;
-use osmium_protocol::request::{Arith, BinaryReply, MetaReply, Reply};
+use osmium_protocol::request::{Arith, MetaReply, Reply};
 use osmium_store::{ArithResult, CounterResult, CounterUpdate, StoreStatus, Write};
 
-use super::Done;
-use crate::compose::meta::{self, flag_key, flag_number, flag_opaque, flag_ttl, OPAQUE_TOO_LONG};
+use super::{answer, Done};
+use crate::compose::outcome::{Counted, Counter, Outcome};
 use crate::compose::output::Output;
-use crate::compose::{binary, text};
 use crate::context::WorkerCtx;
-
-const NON_NUMERIC: &str = "CLIENT_ERROR cannot increment or decrement non-numeric value";
 
 fn count_hit(ctx: &WorkerCtx, incr: bool) {
     if incr {
@@ -34,81 +30,115 @@ fn count_miss(ctx: &WorkerCtx, incr: bool) {
     }
 }
 
-pub fn arith(ctx: &WorkerCtx, a: &Arith<'_>, reply: &Reply<'_>, out: &mut Output) -> Done {
-    match reply {
-        Reply::Text { noreply } => {
-            match ctx.store().arith(ctx.head, a.key, a.incr, a.delta) {
-                ArithResult::Value(v) => {
-                    count_hit(ctx, a.incr);
-                    text::number(out, *noreply, v);
-                }
-                ArithResult::NotFound => {
-                    count_miss(ctx, a.incr);
-                    text::line(out, *noreply, "NOT_FOUND");
-                }
-                ArithResult::NonNumeric => text::line(out, *noreply, NON_NUMERIC),
-                ArithResult::OutOfMemory => text::line(out, *noreply, "SERVER_ERROR out of memory"),
-            }
-            Done::CONTINUE
-        }
-        Reply::Binary(r) => binary_arith(ctx, a, r, out),
-        Reply::Meta(m) => meta_arith(ctx, a, m, out),
+/// The store's verdict as an outcome.
+fn counted(r: CounterResult) -> Counted {
+    match r {
+        CounterResult::Done {
+            value,
+            cas,
+            exptime,
+            created,
+        } => Counted::Value {
+            value,
+            cas,
+            exptime,
+            created,
+        },
+        CounterResult::NotFound => Counted::NotFound,
+        CounterResult::NonNumeric => Counted::NonNumeric,
+        CounterResult::Exists => Counted::Exists,
+        CounterResult::NotStored => Counted::NotStored,
+        CounterResult::OutOfMemory => Counted::OutOfMemory,
     }
 }
 
-fn binary_arith(ctx: &WorkerCtx, a: &Arith<'_>, r: &BinaryReply, out: &mut Output) -> Done {
+/// Runs the counter command as memcached runs it for the request's
+/// protocol (`process_arithmetic_command`, `process_bin_update`,
+/// `process_marithmetic_cmd` differ in what they do, not only in what they
+/// say), and has its outcome said.
+pub fn arith(ctx: &WorkerCtx, a: &Arith<'_>, reply: &Reply<'_>, out: &mut Output) -> Done {
+    let mut counter = Counter {
+        result: Counted::NotFound,
+        key: a.key,
+        ttl: None,
+        vivify: None,
+        now: 0,
+    };
+    counter.result = match reply {
+        Reply::Text { .. } => text_arith(ctx, a),
+        Reply::Binary(_) => binary_arith(ctx, a),
+        Reply::Meta(m) => meta_arith(ctx, a, m, &mut counter),
+    };
+    answer(out, reply, Outcome::Counter(counter))
+}
+
+fn text_arith(ctx: &WorkerCtx, a: &Arith<'_>) -> Counted {
+    match ctx.store().arith(ctx.head, a.key, a.incr, a.delta) {
+        ArithResult::Value(value) => {
+            count_hit(ctx, a.incr);
+            Counted::Value {
+                value,
+                cas: 0,
+                exptime: 0,
+                created: false,
+            }
+        }
+        ArithResult::NotFound => {
+            count_miss(ctx, a.incr);
+            Counted::NotFound
+        }
+        ArithResult::NonNumeric => Counted::NonNumeric,
+        ArithResult::OutOfMemory => Counted::OutOfMemory,
+    }
+}
+
+/// Binary INCREMENT/DECREMENT: a missing counter is created by an add
+/// unless the expiry says not to.
+fn binary_arith(ctx: &WorkerCtx, a: &Arith<'_>) -> Counted {
     let store = ctx.store();
     let only_if = CounterUpdate {
         if_cas: a.if_cas,
         ..CounterUpdate::default()
     };
     match store.counter(ctx.head, a.key, a.incr, a.delta, &only_if) {
-        CounterResult::Done { value, cas, .. } => {
+        CounterResult::NotFound => {}
+        done @ CounterResult::Done { .. } => {
             count_hit(ctx, a.incr);
-            binary::ok(out, r, cas, &value.to_be_bytes());
-            return Done::CONTINUE;
+            return counted(done);
         }
-        CounterResult::NonNumeric => binary::error(out, r, status::NON_NUMERIC_VALUE),
-        CounterResult::Exists => binary::error(out, r, status::KEY_EXISTS),
-        CounterResult::NotStored => binary::error(out, r, status::ITEM_NOT_STORED),
-        CounterResult::OutOfMemory => {
-            binary::out_of_memory(out, r, b"Out of memory incrementing value")
-        }
-        CounterResult::NotFound => match a.create {
-            Some((initial, exptime)) => {
-                let mut digits = itoa::Buffer::new();
-                let (result, cas) = store.store(
-                    ctx.head,
-                    &Write {
-                        mode: osmium_store::StoreMode::Add,
-                        key: a.key,
-                        flags: 0,
-                        exptime: store.clock().realtime(exptime),
-                        value: digits.format(initial).as_bytes(),
-                        ..Write::default()
-                    },
-                );
-                match result {
-                    StoreStatus::Stored => {
-                        binary::ok(out, r, cas, &initial.to_be_bytes());
-                        return Done::CONTINUE;
-                    }
-                    StoreStatus::OutOfMemory | StoreStatus::TooLarge => {
-                        binary::out_of_memory(out, r, b"Out of memory allocating new item")
-                    }
-                    _ => binary::error(out, r, status::ITEM_NOT_STORED),
-                }
-            }
-            None => {
-                count_miss(ctx, a.incr);
-                binary::error(out, r, status::KEY_NOT_FOUND);
-            }
-        },
+        other => return counted(other),
     }
-    Done::FLUSH
+    let Some((initial, exptime)) = a.create else {
+        count_miss(ctx, a.incr);
+        return Counted::NotFound;
+    };
+    let mut digits = itoa::Buffer::new();
+    let (result, cas) = store.store(
+        ctx.head,
+        &Write {
+            mode: osmium_store::StoreMode::Add,
+            key: a.key,
+            flags: 0,
+            exptime: store.clock().realtime(exptime),
+            value: digits.format(initial).as_bytes(),
+            ..Write::default()
+        },
+    );
+    match result {
+        StoreStatus::Stored => Counted::Value {
+            value: initial,
+            cas,
+            exptime: 0,
+            created: true,
+        },
+        StoreStatus::OutOfMemory | StoreStatus::TooLarge => Counted::CreateOutOfMemory,
+        _ => Counted::NotStored,
+    }
 }
 
-fn meta_arith(ctx: &WorkerCtx, a: &Arith<'_>, m: &MetaReply<'_>, out: &mut Output) -> Done {
+/// ma: the TTL, vivify expiry and clock its reply's flags show go into
+/// `c`.
+fn meta_arith(ctx: &WorkerCtx, a: &Arith<'_>, m: &MetaReply<'_>, c: &mut Counter<'_>) -> Counted {
     let store = ctx.store();
     let clock = store.clock();
     let ttl = a.exptime.map(|t| clock.realtime(t));
@@ -128,73 +158,14 @@ fn meta_arith(ctx: &WorkerCtx, a: &Arith<'_>, m: &MetaReply<'_>, out: &mut Outpu
         exptime: ttl,
         create: a.create.map(|(initial, _)| (initial, created_exptime)),
     };
-    let start = out.len();
-    let value_wanted = m.flags().any(|t| t[0] == b'v');
-    match store.counter(ctx.head, a.key, a.incr, a.delta, &update) {
-        CounterResult::Done {
-            value,
-            cas,
-            exptime,
-            created,
-        } => {
-            if !created {
-                count_hit(ctx, a.incr);
-            }
-            let mut digits = itoa::Buffer::new();
-            let text = digits.format(value).as_bytes();
-            let buf = out.buf();
-            if value_wanted {
-                buf.extend_from_slice(b"VA ");
-                meta::number(buf, text.len());
-            } else {
-                buf.extend_from_slice(b"HD");
-            }
-            let now = clock.now();
-            let mut shown_exptime = exptime;
-            let mut bad_opaque = false;
-            for tok in m.flags() {
-                match tok[0] {
-                    b'c' => flag_number(buf, b'c', cas),
-                    b't' => flag_ttl(buf, shown_exptime, now),
-                    b'T' => shown_exptime = ttl.unwrap_or(0),
-                    b'N' if created => shown_exptime = viv.unwrap_or(0),
-                    b'O' if !flag_opaque(buf, tok) => {
-                        bad_opaque = true;
-                        break;
-                    }
-                    b'k' => flag_key(buf, a.key, m.binary_key),
-                    _ => {}
-                }
-            }
-            if bad_opaque {
-                meta::error(out, start, OPAQUE_TOO_LONG);
-                return Done::CONTINUE;
-            }
-            let buf = out.buf();
-            if value_wanted {
-                buf.extend_from_slice(b"\r\n");
-                buf.extend_from_slice(text);
-            }
-            meta::finish(out, start, m.quiet);
-        }
-        CounterResult::NonNumeric => text::line(out, false, NON_NUMERIC),
-        CounterResult::OutOfMemory => text::line(out, false, "SERVER_ERROR out of memory"),
-        other => {
-            let code: &[u8] = match other {
-                CounterResult::NotFound => {
-                    count_miss(ctx, a.incr);
-                    b"NF"
-                }
-                CounterResult::Exists => b"EX",
-                _ => b"NS",
-            };
-            out.buf().extend_from_slice(code);
-            if !meta::opaque_and_key(out.buf(), m, a.key) {
-                meta::error(out, start, OPAQUE_TOO_LONG);
-                return Done::CONTINUE;
-            }
-            out.buf().extend_from_slice(b"\r\n");
-        }
+    let result = store.counter(ctx.head, a.key, a.incr, a.delta, &update);
+    match result {
+        CounterResult::Done { created: false, .. } => count_hit(ctx, a.incr),
+        CounterResult::NotFound => count_miss(ctx, a.incr),
+        _ => {}
     }
-    Done::CONTINUE
+    c.ttl = ttl;
+    c.vivify = viv;
+    c.now = clock.now();
+    counted(result)
 }

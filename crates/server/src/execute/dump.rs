@@ -1,13 +1,7 @@
 //! The key dumps operators' tools use: `lru_crawler metadump` (one line of
 //! metadata per item), `lru_crawler mgdump` (one `mg <key>` per item) and
-//! `stats cachedump` (memcdump's source), in memcached's formats:
-//!
-//! ```text
-//!   OK                    (a crawler dump starts so)
-//!   key=<uri-encoded key> exp=<unix time|-1> la=<unix time> cas=<n> fetch=<yes|no> cls=<id> size=<bytes> flags=<n>\n
-//!   mg <key>\r\n          mg <base64 key> b\r\n
-//!   ITEM <key> [<bytes> b; <unix exptime|0> s]\r\n
-//! ```
+//! `stats cachedump` (memcdump's source); their formats are written by
+//! `compose::dump`.
 //!
 //! A crawler dump streams: the session asks [`Dump::step`] for the next
 //! segment's items only once the connection's output has drained, so a
@@ -18,22 +12,18 @@
 //! left out as memcached leaves them out.
 
 use osmium_protocol::ascii::prefix_matches;
-use osmium_protocol::base64::base64_encode;
-use osmium_protocol::encode;
 use osmium_protocol::request::Tokens;
 use osmium_store::{DumpCursor, DumpEntry};
 
 use super::meta_get::item_class;
-use super::{ConnView, Done, Next};
-use crate::compose::meta::number;
+use super::{ConnView, Next};
+use crate::compose::dump as format;
+use crate::compose::outcome::Status;
 use crate::compose::output::Output;
-use crate::compose::text;
 use crate::context::WorkerCtx;
 
 /// memcached's largest slab class id plus one.
 const MAX_CLASSES: u32 = 64;
-/// memcached's limit on a cachedump reply.
-const CACHEDUMP_LIMIT: usize = 2 << 20;
 
 /// Which dump, of which classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,65 +55,18 @@ impl Dump {
         let use_cas = store.config().use_cas;
         let started = store.clock().process_started();
         let kind = self.kind;
-        let buf = out.buf();
         let more = store.dump_step(&mut self.cursor, |e: &DumpEntry<'_>| {
             let cls = item_class(e.key.len(), e.flags, e.value_len, use_cas);
             if kind.classes & (1u64 << cls.min(63)) == 0 {
                 return;
             }
-            if kind.mg {
-                buf.extend_from_slice(b"mg ");
-                if e.binary_key {
-                    base64_encode(e.key, buf);
-                    buf.extend_from_slice(b" b\r\n");
-                } else {
-                    buf.extend_from_slice(e.key);
-                    buf.extend_from_slice(b"\r\n");
-                }
-                return;
-            }
-            buf.extend_from_slice(b"key=");
-            uri_encode(e.key, buf);
-            buf.extend_from_slice(b" exp=");
-            if e.exptime == 0 {
-                buf.extend_from_slice(b"-1");
-            } else {
-                number(buf, i64::from(e.exptime) + started);
-            }
-            buf.extend_from_slice(b" la=");
-            number(buf, i64::from(e.atime) + started);
-            buf.extend_from_slice(b" cas=");
-            number(buf, e.cas);
-            buf.extend_from_slice(if e.fetched {
-                b" fetch=yes cls="
-            } else {
-                b" fetch=no cls="
-            });
-            number(buf, cls);
-            buf.extend_from_slice(b" size=");
-            number(buf, e.total_size);
-            buf.extend_from_slice(b" flags=");
-            number(buf, e.flags);
-            buf.extend_from_slice(b" \n");
+            format::crawler_item(out, kind.mg, e, cls, started);
         });
         if more {
             return false;
         }
-        buf.extend_from_slice(if kind.mg { b"EN\r\n" } else { b"END\r\n" });
+        format::crawler_end(out, kind.mg);
         true
-    }
-}
-
-/// memcached's `uriencode`: alphanumerics and `-._~` as they are, every
-/// other byte as `%XX`.
-fn uri_encode(key: &[u8], out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in key {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b);
-        } else {
-            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-        }
     }
 }
 
@@ -144,104 +87,85 @@ fn classes(arg: &[u8]) -> Option<u64> {
     (set != 0).then_some(set)
 }
 
-/// `lru_crawler <crawl|metadump|mgdump|tocrawl|sleep|enable|disable> ...`.
-pub fn lru_crawler(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>, out: &mut Output) -> Done {
+/// `lru_crawler <crawl|metadump|mgdump|tocrawl|sleep|enable|disable> ...`:
+/// its answer (sent whatever noreply says) and what the connection does
+/// next.
+pub fn lru_crawler(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>) -> (Status, Next) {
     let settings = &ctx.shared.settings;
     let n = t.count();
     let sub = t.get(1);
-    let line = |out: &mut Output, msg: &str| text::line(out, false, msg);
+    let answer = |s: Status| (s, Next::Continue);
     if n == 3
         && (prefix_matches(sub, b"crawl")
             || prefix_matches(sub, b"metadump")
             || prefix_matches(sub, b"mgdump"))
     {
         if !settings.lru_crawler {
-            line(out, "CLIENT_ERROR lru crawler disabled");
-            return Done::CONTINUE;
+            return answer(Status::CrawlerDisabled);
         }
         let crawl = prefix_matches(sub, b"crawl");
         let mg = !crawl && !prefix_matches(sub, b"metadump");
         if !crawl && !settings.dump_enabled {
-            line(
-                out,
-                if mg {
-                    "ERROR key dump not allowed"
-                } else {
-                    "ERROR metadump not allowed"
-                },
-            );
-            return Done::CONTINUE;
+            return answer(if mg {
+                Status::KeyDumpNotAllowed
+            } else {
+                Status::MetadumpNotAllowed
+            });
         }
         if !crawl && conn.output_queued {
-            line(
-                out,
-                if mg {
-                    "ERROR cannot pipeline other commands before mgdump"
-                } else {
-                    "ERROR cannot pipeline other commands before metadump"
-                },
-            );
-            return Done::CONTINUE;
+            return answer(if mg {
+                Status::PipelinedMgdump
+            } else {
+                Status::PipelinedMetadump
+            });
         }
         let Some(classes) = classes(t.get(2)) else {
-            line(out, "BADCLASS invalid class id");
-            return Done::CONTINUE;
+            return answer(Status::BadClass);
         };
         if crawl {
             // The maintenance thread reclaims expired items all the time;
             // a crawl request runs one pass over the fully expired
             // segments now.
             ctx.store().reclaim_expired_segments();
-            line(out, "OK");
-            return Done::CONTINUE;
+            return answer(Status::Ok);
         }
         // memcached's crawler answers OK, then streams the items.
-        line(out, "OK");
-        return Done::then(Next::StartDump(DumpKind { mg, classes }));
+        return (Status::Ok, Next::StartDump(DumpKind { mg, classes }));
     }
     if n == 3 && (prefix_matches(sub, b"tocrawl") || prefix_matches(sub, b"sleep")) {
         let value = osmium_protocol::ascii::numbers::tokto_u32(t.get(2));
-        match value {
-            None => line(out, "CLIENT_ERROR bad command line format"),
-            Some(v) if prefix_matches(sub, b"sleep") && v > 1_000_000 => {
-                line(out, "CLIENT_ERROR sleep must be one second or less")
-            }
-            Some(_) => line(out, "OK"),
-        }
-        return Done::CONTINUE;
+        return answer(match value {
+            None => Status::BadFormat,
+            Some(v) if prefix_matches(sub, b"sleep") && v > 1_000_000 => Status::SleepTooLong,
+            Some(_) => Status::Ok,
+        });
     }
     if n == 2 && (prefix_matches(sub, b"enable") || prefix_matches(sub, b"disable")) {
-        line(out, "OK");
-        return Done::CONTINUE;
+        return answer(Status::Ok);
     }
-    line(out, "ERROR");
-    Done::CONTINUE
+    answer(Status::Error)
 }
 
-/// `stats cachedump <class> <limit>`.
-pub fn cachedump(ctx: &WorkerCtx, t: &Tokens<'_>, out: &mut Output) {
-    let buf = out.buf();
+/// `stats cachedump <class> <limit>`: the items are written (by
+/// `compose::dump`), or the refusal returned.
+pub fn cachedump(ctx: &WorkerCtx, t: &Tokens<'_>, out: &mut Output) -> Result<(), Status> {
     if !ctx.shared.settings.dump_enabled {
-        encode::line(buf, b"CLIENT_ERROR stats cachedump not allowed");
-        return;
+        return Err(Status::CachedumpNotAllowed);
     }
     if t.count() < 4 {
-        encode::line(buf, b"CLIENT_ERROR bad command line");
-        return;
+        return Err(Status::BadCommandLine);
     }
     let number = osmium_protocol::ascii::numbers::tokto_u32;
     let (Some(id), Some(limit)) = (number(t.get(2)), number(t.get(3))) else {
-        encode::line(buf, b"CLIENT_ERROR bad command line format");
-        return;
+        return Err(Status::BadFormat);
     };
     if id >= MAX_CLASSES {
-        encode::line(buf, b"CLIENT_ERROR Illegal slab id");
-        return;
+        return Err(Status::IllegalSlabId);
     }
     let store = ctx.store();
     let started = store.clock().process_started();
     if id == 1 {
-        let start = buf.len();
+        let start = out.len();
         let mut shown = 0u32;
         let mut cursor = DumpCursor::default();
         let mut full = false;
@@ -252,46 +176,26 @@ pub fn cachedump(ctx: &WorkerCtx, t: &Tokens<'_>, out: &mut Output) {
                 }
                 // memcached copies the key as a C string.
                 let key = e.key.split(|&b| b == 0).next().unwrap_or_default();
-                let mut line = Vec::with_capacity(key.len() + 40);
-                line.extend_from_slice(b"ITEM ");
-                line.extend_from_slice(key);
-                line.extend_from_slice(b" [");
-                number_into(&mut line, e.value_len as u64);
-                line.extend_from_slice(b" b; ");
                 let exp = if e.exptime == 0 {
                     0
                 } else {
                     i64::from(e.exptime) + started
                 };
-                number_into(&mut line, exp as u64);
-                line.extend_from_slice(b" s]\r\n");
-                if buf.len() - start + line.len() + 6 > CACHEDUMP_LIMIT {
+                if !format::cachedump_item(out, start, key, e.value_len, exp) {
                     full = true;
                     return;
                 }
-                buf.extend_from_slice(&line);
                 shown += 1;
             })
         {}
     }
-    buf.extend_from_slice(b"END\r\n");
-}
-
-fn number_into(out: &mut Vec<u8>, n: u64) {
-    let mut b = itoa::Buffer::new();
-    out.extend_from_slice(b.format(n).as_bytes());
+    format::cachedump_end(out);
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_are_uri_encoded_as_memcached_does() {
-        let mut out = Vec::new();
-        uri_encode(b"a-b.c_d~e f/g%\x00", &mut out);
-        assert_eq!(out, b"a-b.c_d~e%20f%2Fg%25%00");
-    }
 
     #[test]
     fn crawler_class_lists() {

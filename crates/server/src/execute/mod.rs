@@ -1,12 +1,17 @@
 //! The executor: runs a protocol-neutral [`Request`] against the store,
-//! counts its stats, and has its reply written by the encoder of the
-//! protocol it came in.
+//! counts its stats, and decides its [`Outcome`], which the composer of the
+//! protocol it came in says in memcached's bytes (`compose::write`).
+//! Execute never writes reply bytes itself.
 //!
 //! ```text
 //!   session ──Request──▶ execute ──▶ store (the cache)
 //!                           │
-//!                           └──outcome──▶ compose::{text, meta, binary} ──▶ Output
+//!                           └──Outcome──▶ compose::{text, meta, binary} ──▶ Output
 //! ```
+//!
+//! (The retrievals, `get` and `meta_get`, still write their hits
+//! through the composers' value encoders, which stream values from item
+//! memory.)
 //!
 //! Every command of every protocol passes through [`execute`] (and, for a
 //! storage command, `store::admit` before its value arrives and
@@ -31,8 +36,11 @@ mod tuning;
 
 use osmium_protocol::request::{Command, Reply, Request};
 
+use crate::compose::outcome::Outcome;
 use crate::compose::output::Output;
 use crate::context::WorkerCtx;
+
+pub use crate::compose::error_line;
 
 pub use dump::{Dump, DumpKind};
 pub use get::text_keys;
@@ -137,7 +145,14 @@ fn run(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Output) -> 
         Command::Delete(ref d) => delete::delete(ctx, d, reply, out),
         Command::Arith(ref a) => arith::arith(ctx, a, reply, out),
         Command::Stats { group, tokens } => stats::stats(ctx, conn, group, tokens, reply, out),
-        Command::LruCrawler { tokens } => dump::lru_crawler(ctx, conn, tokens, out),
+        Command::LruCrawler { tokens } => {
+            let (status, next) = dump::lru_crawler(ctx, conn, tokens);
+            let _ = crate::compose::write(out, reply, &Outcome::Loud(status));
+            match next {
+                Next::Continue => Done::CONTINUE,
+                next => Done::then(next),
+            }
+        }
         Command::SaslListMechs => sasl::list_mechs(ctx, reply, out),
         Command::Store(_) | Command::SaslAuth { .. } => {
             // Completed by the session once their value is in.
@@ -202,11 +217,9 @@ fn flash_wanted(ctx: &WorkerCtx, command: &Command<'_>) -> bool {
     wanted.len() > before
 }
 
-/// A text or meta error line (the meta protocol sends errors even with
-/// `q`; the text protocol honours noreply).
-pub fn error_line(out: &mut Output, reply: &Reply<'_>, msg: &str) {
-    match reply {
-        Reply::Text { noreply } => crate::compose::text::line(out, *noreply, msg),
-        _ => crate::compose::text::line(out, false, msg),
-    }
+/// Has the request's composer say `o`: memcached sends a binary error at
+/// once.
+#[inline]
+fn answer(out: &mut Output, reply: &Reply<'_>, o: Outcome<'_>) -> Done {
+    Done::flush_if(crate::compose::write(out, reply, &o))
 }

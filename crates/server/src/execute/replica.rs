@@ -44,7 +44,7 @@ pub fn command(
             };
             exchange(ctx, conn, secret, tokens, out);
         }
-        _ if !ctx.peer_auth.borrow().is_authenticated() => return unknown(tokens, noreply, out),
+        _ if !repl.is_peer(&ctx.peer_auth.borrow()) => return unknown(tokens, noreply, out),
         b"replica_link" => {
             if ctx.peer.get() == PEER_NONE {
                 ctx.peer.set(PEER_LINK);

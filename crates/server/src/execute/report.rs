@@ -555,6 +555,11 @@ pub fn items(sh: &Shared, out: &mut Vec<u8>) {
     }
 }
 
+/// `stats sizes`: off, as memcached's without `-o track_sizes`.
+pub fn sizes(out: &mut Vec<u8>) {
+    stat(out, "sizes_status", "disabled");
+}
+
 /// `stats slabs`: the segment arena reported as one slab class.
 pub fn slabs(sh: &Shared, out: &mut Vec<u8>) {
     let e = sh.store.stats();

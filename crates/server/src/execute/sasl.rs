@@ -2,27 +2,31 @@
 //! memcached with Cyrus SASL's PLAIN answers them (see `auth` for the
 //! password check). A connection's exchange state lives in its session.
 
-use osmium_protocol::binary::{status, SASL_MECHANISM_MAX_LENGTH};
+use osmium_protocol::binary::SASL_MECHANISM_MAX_LENGTH;
 use osmium_protocol::request::{BinaryReply, Reply};
 
-use super::Done;
+use super::{answer, Done};
 use crate::auth::{self, SaslOutcome};
 use crate::compose::binary;
+use crate::compose::outcome::{Auth, Outcome};
 use crate::compose::output::Output;
 use crate::context::WorkerCtx;
 
 pub use crate::auth::SaslState;
 
+/// Has the binary composer say a SASL step (the commands exist only in the
+/// binary protocol).
+fn say(out: &mut Output, r: &BinaryReply, a: Auth) -> Done {
+    Done::flush_if(binary::outcome(out, r, &Outcome::Auth(a)))
+}
+
 pub fn list_mechs(ctx: &WorkerCtx, reply: &Reply<'_>, out: &mut Output) -> Done {
-    let Reply::Binary(r) = reply else {
-        return Done::CONTINUE;
+    let step = if ctx.shared.auth.sasl_enabled() {
+        Auth::Mechanisms
+    } else {
+        Auth::Disabled
     };
-    if !ctx.shared.auth.sasl_enabled() {
-        binary::error(out, r, status::UNKNOWN_COMMAND);
-        return Done::FLUSH;
-    }
-    binary::always(out, r, 0, auth::SASL_MECHANISMS);
-    Done::CONTINUE
+    answer(out, reply, Outcome::Auth(step))
 }
 
 /// Before an AUTH/STEP's data arrives: false when it was answered and its
@@ -35,16 +39,16 @@ pub fn admit_sasl(
     r: &BinaryReply,
     out: &mut Output,
 ) -> bool {
-    let code = if !ctx.shared.auth.sasl_enabled() {
-        status::UNKNOWN_COMMAND
+    let refusal = if !ctx.shared.auth.sasl_enabled() {
+        Auth::Disabled
     } else if mechanism.len() > SASL_MECHANISM_MAX_LENGTH {
-        status::INVALID_ARGUMENTS
+        Auth::MechanismTooLong
     } else if ctx.store().too_large(mechanism.len(), 0, value_len) {
-        status::OUT_OF_MEMORY
+        Auth::TooLarge
     } else {
         return true;
     };
-    binary::error(out, r, code);
+    let _ = say(out, r, refusal);
     false
 }
 
@@ -74,21 +78,17 @@ pub fn execute_sasl(
         mechanism,
         data,
     );
-    match outcome {
+    let said = match outcome {
         SaslOutcome::Authenticated => {
             stats.auth_cmds.incr();
-            binary::always(out, r, 0, b"Authenticated");
-            Done::CONTINUE
+            Auth::Authenticated
         }
-        SaslOutcome::Continue => {
-            binary::status_only(out, r, status::AUTH_CONTINUE);
-            Done::FLUSH
-        }
+        SaslOutcome::Continue => Auth::Continue,
         SaslOutcome::Failed => {
             stats.auth_cmds.incr();
             stats.auth_errors.incr();
-            binary::error(out, r, status::AUTH_ERROR);
-            Done::FLUSH
+            Auth::Failed
         }
-    }
+    };
+    say(out, r, said)
 }

@@ -10,14 +10,12 @@
 //! as one packet per `STAT name value` line.
 
 use osmium_protocol::ascii::prefix_matches;
-use osmium_protocol::binary::{opcode, status};
-use osmium_protocol::encode::{self, stat};
 use osmium_protocol::request::{Reply, Tokens};
 
 use super::report;
-use super::{dump, ConnView, Done};
+use super::{answer, dump, ConnView, Done};
+use crate::compose::outcome::{Outcome, Status};
 use crate::compose::output::Output;
-use crate::compose::{binary, text};
 use crate::context::WorkerCtx;
 
 pub fn stats(
@@ -28,106 +26,131 @@ pub fn stats(
     reply: &Reply<'_>,
     out: &mut Output,
 ) -> Done {
-    if let Reply::Binary(r) = reply {
-        return binary_stats(ctx, group.unwrap_or_default(), r.opaque, out);
+    // memcached matches a binary STAT's groups its own way.
+    let binary = matches!(reply, Reply::Binary(_));
+    let mut rows = Vec::new();
+    let outcome = if binary {
+        binary_stats(ctx, group.unwrap_or_default(), &mut rows)
+    } else {
+        text_stats(ctx, conn, group, tokens, &mut rows, out)
+    };
+    match outcome {
+        Some(o) => answer(out, reply, o.with(&rows)),
+        None => Done::CONTINUE,
     }
+}
+
+/// What a stats group answers: its rows (gathered in the caller's
+/// buffer), the prefix report, or a fixed answer.
+enum Answer {
+    Rows,
+    PrefixDump,
+    Said(Outcome<'static>),
+}
+
+impl Answer {
+    fn with(self, rows: &[u8]) -> Outcome<'_> {
+        match self {
+            Answer::Rows => Outcome::Stats(rows),
+            Answer::PrefixDump => Outcome::PrefixDump(rows),
+            Answer::Said(o) => o,
+        }
+    }
+}
+
+/// `stats [group ...]`, as memcached's `process_stat`; None when the reply
+/// was written (`stats cachedump`).
+fn text_stats(
+    ctx: &WorkerCtx,
+    conn: ConnView,
+    group: Option<&[u8]>,
+    tokens: Tokens<'_>,
+    rows: &mut Vec<u8>,
+    out: &mut Output,
+) -> Option<Answer> {
     let sh = &*ctx.shared;
     let n = tokens.count();
+    let loud = |s: Status| Some(Answer::Said(Outcome::Loud(s)));
     let Some(sub) = group.filter(|_| n > 1) else {
-        report::general(sh, out.buf());
-        text::end(out);
-        return Done::CONTINUE;
+        report::general(sh, rows);
+        return Some(Answer::Rows);
     };
-    let buf = out.buf();
     if prefix_matches(sub, b"reset") {
         report::reset(sh);
-        encode::line(buf, b"RESET");
+        loud(Status::Reset)
     } else if prefix_matches(sub, b"detail") {
         if !sh.settings.dump_enabled {
-            encode::line(buf, b"CLIENT_ERROR stats detail not allowed");
-            return Done::CONTINUE;
+            return loud(Status::DetailNotAllowed);
         }
         // With no argument memcached looks at token 0 ("stats").
         let arg = tokens.get(if n < 3 { 0 } else { 2 });
         if prefix_matches(arg, b"on") {
             sh.prefix.set_enabled(true);
-            encode::line(buf, b"OK");
+            loud(Status::Ok)
         } else if prefix_matches(arg, b"off") {
             sh.prefix.set_enabled(false);
-            encode::line(buf, b"OK");
+            loud(Status::Ok)
         } else if prefix_matches(arg, b"dump") {
-            sh.prefix.dump(buf);
+            sh.prefix.dump(rows);
+            Some(Answer::PrefixDump)
         } else {
-            encode::line(buf, b"CLIENT_ERROR usage: stats detail on|off|dump");
+            loud(Status::DetailUsage)
         }
     } else if prefix_matches(sub, b"settings") {
-        report::settings(sh, buf);
-        text::end(out);
+        report::settings(sh, rows);
+        Some(Answer::Rows)
     } else if prefix_matches(sub, b"cachedump") {
-        dump::cachedump(ctx, &tokens, out);
+        match dump::cachedump(ctx, &tokens, out) {
+            Ok(()) => None,
+            Err(s) => loud(s),
+        }
     } else if prefix_matches(sub, b"conns") {
         let now = ctx.store().clock().now();
         sh.conns
-            .write_stats(now, conn.fd, sh.settings.unix_socket.as_deref(), buf);
-        text::end(out);
+            .write_stats(now, conn.fd, sh.settings.unix_socket.as_deref(), rows);
+        Some(Answer::Rows)
     } else if prefix_matches(sub, b"extstore") {
         // No flash tier: no pages to describe.
-        text::end(out);
+        Some(Answer::Rows)
     } else {
         match sub {
-            b"items" => report::items(sh, buf),
-            b"slabs" => report::slabs(sh, buf),
-            b"sizes" => stat(buf, "sizes_status", "disabled"),
-            _ => {
-                encode::line(buf, b"ERROR");
-                return Done::CONTINUE;
-            }
+            b"items" => report::items(sh, rows),
+            b"slabs" => report::slabs(sh, rows),
+            b"sizes" => report::sizes(rows),
+            _ => return loud(Status::Error),
         }
-        text::end(out);
+        Some(Answer::Rows)
     }
-    Done::CONTINUE
 }
 
-/// Binary STAT with `group` as its key.
-fn binary_stats(ctx: &WorkerCtx, group: &[u8], opaque: u32, out: &mut Output) -> Done {
+/// Binary STAT with `group` as its key, as memcached's `process_bin_stat`.
+fn binary_stats(ctx: &WorkerCtx, group: &[u8], rows: &mut Vec<u8>) -> Option<Answer> {
     let sh = &*ctx.shared;
-    let r = osmium_protocol::request::BinaryReply {
-        opcode: opcode::STAT,
-        opaque,
-        quiet: false,
-        with_key: false,
-    };
-    let mut text = Vec::new();
+    let not_found = Some(Answer::Said(Outcome::Status(Status::NotFound)));
     if group.is_empty() {
-        report::general(sh, &mut text);
+        report::general(sh, rows);
     } else if group.starts_with(b"reset") {
         report::reset(sh);
     } else if group.starts_with(b"settings") {
-        report::settings(sh, &mut text);
+        report::settings(sh, rows);
     } else if let Some(detail) = group.strip_prefix(b"detail") {
         if detail.starts_with(b" dump") {
-            let mut dump = Vec::new();
-            sh.prefix.dump(&mut dump);
-            osmium_protocol::binary::put_stat(out.buf(), opaque, b"detailed", &dump);
+            sh.prefix.dump(rows);
+            return Some(Answer::PrefixDump);
         } else if detail.starts_with(b" on") {
             sh.prefix.set_enabled(true);
         } else if detail.starts_with(b" off") {
             sh.prefix.set_enabled(false);
         } else {
-            binary::error(out, &r, status::KEY_NOT_FOUND);
-            return Done::FLUSH;
+            return not_found;
         }
     } else {
         match group {
-            b"items" => report::items(sh, &mut text),
-            b"slabs" => report::slabs(sh, &mut text),
-            b"sizes" => text.extend_from_slice(b"STAT sizes_status disabled\r\n"),
-            _ => {
-                binary::error(out, &r, status::KEY_NOT_FOUND);
-                return Done::FLUSH;
-            }
+            b"items" => report::items(sh, rows),
+            b"slabs" => report::slabs(sh, rows),
+            b"sizes" => report::sizes(rows),
+            _ => return not_found,
         }
     }
-    binary::stats(out, opaque, &text);
-    Done::CONTINUE
+    Some(Answer::Rows)
 }

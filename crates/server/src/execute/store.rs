@@ -7,7 +7,8 @@
 //!    and a refused set drops the key's current value (memcached would
 //!    rather lose it than serve stale data);
 //! 2. [`complete`], once the value (and its `\r\n`) is in: the store's
-//!    verdict becomes `STORED`, `HD c123`, a binary status...
+//!    verdict becomes an [`Outcome::Stored`], which the request's composer
+//!    says (`STORED`, `HD c123`, a binary status...).
 //!
 //! A large value that has not arrived with its command is instead read
 //! straight into its item ([`begin_incoming`], [`finish_incoming`]): the
@@ -15,19 +16,14 @@
 //! item before reading the data, so running out of memory is answered
 //! then.
 
-use osmium_protocol::binary::{opcode, status};
-use osmium_protocol::request::{BinaryReply, MetaReply, Reply, Store, StoreMode};
+use osmium_protocol::binary::opcode;
+use osmium_protocol::request::{BinaryReply, Reply, Store, StoreMode};
 use osmium_store::{Incoming, StoreStatus, Write};
 
-use super::Done;
-use crate::compose::meta::{self, flag_key, flag_number, flag_opaque, OPAQUE_TOO_LONG};
+use super::{answer, Done};
+use crate::compose::outcome::{Outcome, Status, Stored};
 use crate::compose::output::Output;
-use crate::compose::{binary, text};
 use crate::context::WorkerCtx;
-
-const TOO_LARGE: &str = "SERVER_ERROR object too large for cache";
-const NO_MEMORY: &str = "SERVER_ERROR out of memory storing object";
-const BAD_CHUNK: &str = "CLIENT_ERROR bad data chunk";
 
 /// Data blocks of at least this many bytes that have not all arrived with
 /// their command are read straight into their item.
@@ -101,25 +97,17 @@ pub fn admit(ctx: &WorkerCtx, s: &Store<'_>, reply: &Reply<'_>, out: &mut Output
             prefix.record_set(s.key);
         }
         ctx.stats.store_too_large.incr();
-        match reply {
-            Reply::Text { noreply } => text::line(out, *noreply, TOO_LARGE),
-            Reply::Meta(_) => text::line(out, false, TOO_LARGE),
-            Reply::Binary(r) => binary::error(out, r, status::VALUE_TOO_LARGE),
-        }
+        let _ = answer(out, reply, Outcome::Status(Status::TooLarge));
         if drops_on_refusal(s, reply) {
             store.delete(s.key);
             ctx.replicate_key(s.key);
         }
         return Admit::Refused { discard };
     }
-    if let Reply::Meta(m) = reply {
-        // memcached checks the opaque once the item is allocated.
-        if m.flags()
-            .any(|t| t[0] == b'O' && t.len() > meta::MAX_OPAQUE_TOKEN)
-        {
-            text::line(out, false, OPAQUE_TOO_LONG);
-            return Admit::Refused { discard };
-        }
+    // memcached checks a meta opaque once the item is allocated.
+    if crate::compose::unwritable(reply) {
+        let _ = answer(out, reply, Outcome::Status(Status::OpaqueTooLong));
+        return Admit::Refused { discard };
     }
     Admit::Accept
 }
@@ -139,8 +127,7 @@ pub fn complete(
     }
     let vlen = s.value_len;
     if terminator_len(reply) == 2 && block.get(vlen..vlen + 2) != Some(b"\r\n") {
-        bad_chunk(out, reply);
-        return Done::CONTINUE;
+        return answer(out, reply, Outcome::Status(Status::BadChunk));
     }
     let w = write(ctx, s, &block[..vlen]);
     let (status, cas, size) = ctx.store().store_sized(ctx.head, &w);
@@ -158,15 +145,9 @@ pub fn complete(
     )
 }
 
-fn bad_chunk(out: &mut Output, reply: &Reply<'_>) {
-    match reply {
-        Reply::Text { noreply } => text::line(out, *noreply, BAD_CHUNK),
-        _ => text::line(out, false, BAD_CHUNK),
-    }
-}
-
-/// A storage command's reply and its stats.
+/// A storage command's outcome, counted in its stats, and said.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 fn store_reply(
     ctx: &WorkerCtx,
     mode: StoreMode,
@@ -188,101 +169,15 @@ fn store_reply(
         StoreStatus::OutOfMemory => stats.store_no_memory.incr(),
         _ => {}
     }
-    match reply {
-        Reply::Text { noreply } => {
-            let msg = match status {
-                StoreStatus::Stored => "STORED",
-                StoreStatus::NotStored => "NOT_STORED",
-                StoreStatus::Exists => "EXISTS",
-                StoreStatus::NotFound => "NOT_FOUND",
-                StoreStatus::TooLarge => TOO_LARGE,
-                StoreStatus::OutOfMemory => NO_MEMORY,
-            };
-            text::line(out, *noreply, msg);
-            Done::CONTINUE
-        }
-        Reply::Meta(m) => {
-            meta_set_reply(m, key, binary_key, status, cas, size, out);
-            Done::CONTINUE
-        }
-        Reply::Binary(r) => binary_store_reply(mode, r, status, cas, out),
-    }
-}
-
-/// An ms's reply: its status and return flags.
-fn meta_set_reply(
-    m: &MetaReply<'_>,
-    key: &[u8],
-    binary_key: bool,
-    status: StoreStatus,
-    cas: u64,
-    size: usize,
-    out: &mut Output,
-) {
-    let code: &[u8] = match status {
-        StoreStatus::Stored => b"HD",
-        StoreStatus::Exists => b"EX",
-        StoreStatus::NotFound => b"NF",
-        StoreStatus::NotStored => b"NS",
-        StoreStatus::TooLarge => {
-            text::line(out, false, TOO_LARGE);
-            return;
-        }
-        StoreStatus::OutOfMemory => {
-            text::line(out, false, NO_MEMORY);
-            return;
-        }
+    let stored = Stored {
+        status,
+        mode,
+        key,
+        binary_key,
+        cas,
+        size,
     };
-    let start = out.len();
-    let stored = status == StoreStatus::Stored;
-    let buf = out.buf();
-    buf.extend_from_slice(code);
-    for tok in m.flags() {
-        match tok[0] {
-            b'O' => {
-                flag_opaque(buf, tok);
-            }
-            b'k' => flag_key(buf, key, binary_key),
-            b'c' => flag_number(buf, b'c', if stored { cas } else { 0 }),
-            b's' => flag_number(buf, b's', size),
-            _ => {}
-        }
-    }
-    meta::finish(out, start, stored && m.quiet);
-}
-
-/// A binary storage reply (SET/ADD/REPLACE, APPEND/PREPEND); errors are
-/// written at once by memcached.
-fn binary_store_reply(
-    mode: StoreMode,
-    r: &BinaryReply,
-    result: StoreStatus,
-    cas: u64,
-    out: &mut Output,
-) -> Done {
-    let concat = matches!(mode, StoreMode::Append | StoreMode::Prepend);
-    let code = match result {
-        StoreStatus::Stored => {
-            binary::ok(out, r, cas, &[]);
-            return Done::CONTINUE;
-        }
-        StoreStatus::Exists => status::KEY_EXISTS,
-        StoreStatus::NotFound => status::KEY_NOT_FOUND,
-        _ if concat => status::ITEM_NOT_STORED,
-        StoreStatus::NotStored => match mode {
-            StoreMode::Add => status::KEY_EXISTS,
-            StoreMode::Replace => status::KEY_NOT_FOUND,
-            _ => status::ITEM_NOT_STORED,
-        },
-        StoreStatus::TooLarge => status::VALUE_TOO_LARGE,
-        StoreStatus::OutOfMemory => {
-            // memcached fails the allocation before reading the value.
-            binary::out_of_memory(out, r, b"Out of memory allocating item");
-            return Done::FLUSH;
-        }
-    };
-    binary::error(out, r, code);
-    Done::FLUSH
+    answer(out, reply, Outcome::Stored(stored))
 }
 
 /// A storage command whose value is being read into its item.
@@ -367,76 +262,39 @@ pub fn finish_incoming(
 ) -> Done {
     ctx.stats.set_cmds.incr();
     let store = ctx.store();
-    if !terminated {
-        store.abandon_incoming(incoming.item);
-        match incoming.reply {
-            IncomingReply::Text { noreply } => text::line(out, noreply, BAD_CHUNK),
-            _ => text::line(out, false, BAD_CHUNK),
+    let IncomingStore { item, mode, reply } = incoming;
+    // The request's reply as it arrived (an ms line parsed again: its
+    // flags, key and whether the key is binary).
+    let mut keys = osmium_protocol::request::KeyBuffer::new();
+    let (reply, key, binary_key): (Reply<'_>, &[u8], bool) = match &reply {
+        IncomingReply::Text { noreply } => (Reply::Text { noreply: *noreply }, &[], false),
+        IncomingReply::Binary(r) => (Reply::Binary(*r), &[], false),
+        IncomingReply::Meta { line } => {
+            let req = osmium_protocol::ascii::parse_line(line, &mut keys);
+            match req.command {
+                osmium_protocol::request::Command::Store(s) => (req.reply, s.key, s.binary_key),
+                _ => (req.reply, &[], false),
+            }
         }
-        return Done::CONTINUE;
+    };
+    if !terminated {
+        store.abandon_incoming(item);
+        return answer(out, &reply, Outcome::Status(Status::BadChunk));
     }
-    let size = incoming.item.value_len();
+    let size = item.value_len();
     // The key, for replication, before the item is handed over.
-    let mut key = [0u8; 256];
-    let key_len = if ctx.repl.is_some() {
-        let k = incoming.item.key();
-        let n = k.len().min(key.len());
-        key[..n].copy_from_slice(&k[..n]);
+    let mut repl_key = [0u8; 256];
+    let repl_key_len = if ctx.repl.is_some() {
+        let k = item.key();
+        let n = k.len().min(repl_key.len());
+        repl_key[..n].copy_from_slice(&k[..n]);
         n
     } else {
         0
     };
-    let (status, cas) = store.finish_incoming(ctx.head, incoming.item);
-    if key_len > 0 {
-        ctx.replicate_key(&key[..key_len]);
+    let (status, cas) = store.finish_incoming(ctx.head, item);
+    if repl_key_len > 0 {
+        ctx.replicate_key(&repl_key[..repl_key_len]);
     }
-    match incoming.reply {
-        IncomingReply::Text { noreply } => {
-            let reply = Reply::Text { noreply };
-            store_reply(
-                ctx,
-                incoming.mode,
-                &[],
-                false,
-                &reply,
-                status,
-                cas,
-                size,
-                out,
-            )
-        }
-        IncomingReply::Binary(r) => {
-            let reply = Reply::Binary(r);
-            store_reply(
-                ctx,
-                incoming.mode,
-                &[],
-                false,
-                &reply,
-                status,
-                cas,
-                size,
-                out,
-            )
-        }
-        IncomingReply::Meta { line } => {
-            // The line parsed as this request when it arrived.
-            let mut keys = osmium_protocol::request::KeyBuffer::new();
-            let req = osmium_protocol::ascii::parse_line(&line, &mut keys);
-            match (req.command, req.reply) {
-                (osmium_protocol::request::Command::Store(s), reply) => store_reply(
-                    ctx,
-                    incoming.mode,
-                    s.key,
-                    s.binary_key,
-                    &reply,
-                    status,
-                    cas,
-                    size,
-                    out,
-                ),
-                _ => Done::CONTINUE,
-            }
-        }
-    }
+    store_reply(ctx, mode, key, binary_key, &reply, status, cas, size, out)
 }

@@ -3,14 +3,23 @@
 //! effect: `slabs reassign` (slab reassignment is off), `slabs automove`,
 //! `lru tune|mode|temp_ttl` (no LRU maintainer thread), `extstore ...`
 //! (settings for a flash tier) and `watch` (no log watchers yet); and
-//! `refresh_certs`, which loads the TLS certificates again.
+//! `refresh_certs`, which loads the TLS certificates again. Each answers
+//! with a fixed [`Status`].
 
 use osmium_protocol::ascii::prefix_matches;
 use osmium_protocol::request::Tokens;
 
-use crate::compose::output::Output;
-use crate::compose::text;
+use crate::compose::outcome::Status;
 use crate::context::WorkerCtx;
+
+/// A tuning command's answer.
+pub enum Answer {
+    Status(Status),
+    /// Sent whatever noreply says (memcached's `refresh_certs` errors).
+    Loud(Status),
+    /// `refresh_certs`: done, or why not (memcached's text).
+    Refreshed(Result<(), String>),
+}
 
 fn u32_arg(t: &Tokens<'_>, i: usize) -> Option<u32> {
     osmium_protocol::ascii::numbers::tokto_u32(t.get(i))
@@ -25,17 +34,17 @@ fn f64_arg(t: &Tokens<'_>, i: usize) -> Option<f64> {
     s.parse().ok()
 }
 
-pub fn tuning(ctx: &WorkerCtx, t: Tokens<'_>, noreply: bool, out: &mut Output) {
+pub fn tuning(ctx: &WorkerCtx, t: Tokens<'_>) -> Answer {
     let n = t.count();
     let sub = t.get(1);
-    let msg = match t.get(0) {
+    let status = match t.get(0) {
         b"slabs" => {
             if n == 4 && prefix_matches(sub, b"reassign") {
-                "CLIENT_ERROR slab reassignment disabled"
+                Status::SlabReassignDisabled
             } else if n >= 3 && prefix_matches(sub, b"automove") {
                 slabs_automove(&t)
             } else {
-                "ERROR"
+                Status::Error
             }
         }
         b"lru" if prefix_matches(sub, b"tune") && n >= 6 => {
@@ -47,74 +56,69 @@ pub fn tuning(ctx: &WorkerCtx, t: Tokens<'_>, noreply: bool, out: &mut Output) {
             ) {
                 (Some(hot), Some(warm), Some(hot_factor), Some(factor)) => {
                     if hot.saturating_add(warm) > 80 {
-                        "ERROR hot and warm pcts must not exceed 80"
+                        Status::HotWarmPercents
                     } else if factor <= 0.0 || hot_factor <= 0.0 {
-                        "ERROR hot/warm age factors must be greater than 0"
+                        Status::AgeFactors
                     } else {
-                        "OK"
+                        Status::Ok
                     }
                 }
-                _ => "ERROR",
+                _ => Status::Error,
             }
         }
         // `lru mode` and `lru temp_ttl` need memcached's LRU maintainer thread.
-        b"lru" => "ERROR",
+        b"lru" => Status::Error,
         b"extstore" => extstore(&t),
-        b"watch" => "CLIENT_ERROR watch commands not allowed",
-        b"refresh_certs" => return refresh_certs(ctx, noreply, out),
-        _ => "ERROR",
+        b"watch" => Status::WatchNotAllowed,
+        b"refresh_certs" => return refresh_certs(ctx),
+        _ => Status::Error,
     };
-    text::line(out, noreply, msg);
+    Answer::Status(status)
 }
 
-/// `refresh_certs`: `OK`, or memcached's error line (the certificates in
-/// use then stay).
-fn refresh_certs(ctx: &WorkerCtx, noreply: bool, out: &mut Output) {
-    let result = match &ctx.shared.tls {
-        None => Err("Error TLS not enabled".to_string()),
-        Some(tls) => tls.refresh(),
-    };
-    match result {
-        Ok(()) => text::line(out, noreply, "OK"),
-        // memcached writes the error whatever noreply says.
-        Err(e) => text::line(out, false, &e),
+/// `refresh_certs`: done, or memcached's error (the certificates in use
+/// then stay).
+fn refresh_certs(ctx: &WorkerCtx) -> Answer {
+    match &ctx.shared.tls {
+        None => Answer::Loud(Status::TlsNotEnabled),
+        Some(tls) => Answer::Refreshed(tls.refresh()),
     }
 }
 
-fn slabs_automove(t: &Tokens<'_>) -> &'static str {
+fn slabs_automove(t: &Tokens<'_>) -> Status {
     let sub = t.get(2);
     let n = t.count();
     if sub.is_empty() {
-        return "CLIENT_ERROR bad command line format";
+        return Status::BadFormat;
     }
     if prefix_matches(sub, b"ratio") || prefix_matches(sub, b"freeratio") {
         if n < 4 || f64_arg(t, 3).is_none() {
-            return "ERROR";
+            return Status::Error;
         }
     } else if prefix_matches(sub, b"window") {
         match u32_arg(t, 3) {
             Some(w) if n >= 4 => {
                 if !(3..=1800).contains(&w) {
-                    return "CLIENT_ERROR automove window too low or too high";
+                    return Status::AutomoveWindow;
                 }
             }
-            _ => return "CLIENT_ERROR bad command line format",
+            _ => return Status::BadFormat,
         }
     } else {
         match u32_arg(t, 2) {
             Some(0..=2) => {}
-            Some(_) => return "ERROR",
-            None => return "CLIENT_ERROR bad command line format",
+            Some(_) => return Status::Error,
+            None => return Status::BadFormat,
         }
     }
-    "OK"
+    Status::Ok
 }
 
-fn extstore(t: &Tokens<'_>) -> &'static str {
+fn extstore(t: &Tokens<'_>) -> Status {
     let sub = t.get(1);
     let n = t.count();
     if n < 3 || sub.is_empty() {
-        return "ERROR";
+        return Status::Error;
     }
     // memcached tries the names in this order, each matching any prefix.
     let ok = if prefix_matches(sub, b"free_memchunks") && n > 3 {
@@ -141,8 +145,8 @@ fn extstore(t: &Tokens<'_>) -> &'static str {
         }
     };
     if ok {
-        "OK"
+        Status::Ok
     } else {
-        "ERROR"
+        Status::Error
     }
 }

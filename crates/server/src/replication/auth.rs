@@ -26,15 +26,18 @@
 //!
 //! A private replication command (`replica_link`, `replica_follow`,
 //! `replica_synced`) runs only on a connection that proved it is a peer
-//! (or that the transport marked as one: `PeerAuth::set_authenticated`,
-//! for a verified TLS client certificate); anywhere else it is answered
+//! (`Replication::is_peer`: with `-Z` a TLS client certificate verified
+//! against `ssl_ca_cert`, which the transport records with
+//! `PeerAuth::set_cert_verified`, and the exchange too if there is a
+//! secret; without `-Z` the exchange); anywhere else it is answered
 //! `ERROR`, as memcached answers a command it does not know. A server
 //! without a secret answers `replica_auth` so too.
 //!
-//! What this does not do: the stream after the exchange is plain text. An
-//! attacker on the path can read it, or relay an exchange between two
-//! servers and then alter what passes; on a network that is not trusted
-//! the links need TLS.
+//! What this does not do alone: without `-Z` the stream after the
+//! exchange is plain text. An attacker on the path can read it, or relay
+//! an exchange between two servers and then alter what passes; on a
+//! network that is not trusted run the servers with `-Z` (the links are
+//! then TLS, the exchange inside it).
 //!
 //! The state of an exchange lives with its connection (`PeerAuth`, kept by
 //! the worker's `Conn` and lent to the executor while the connection
@@ -165,11 +168,17 @@ struct Challenge {
     server: [u8; NONCE_LEN],
 }
 
-/// One connection's side of the exchange (the server's).
+/// One connection's side of the exchange (the server's), and what else
+/// vouches for it.
 #[derive(Default)]
 pub struct PeerAuth {
     pending: Option<Box<Challenge>>,
-    authenticated: bool,
+    /// It proved it holds the secret.
+    proven: bool,
+    /// Its TLS client certificate verified against `ssl_ca_cert`.
+    cert: bool,
+    /// This server's own follow link (it verified the other end).
+    own: bool,
 }
 
 /// How a `replica_proof` ended.
@@ -182,15 +191,30 @@ pub enum Proof {
 }
 
 impl PeerAuth {
-    /// Whether the connection proved it is a peer.
-    pub fn is_authenticated(&self) -> bool {
-        self.authenticated
+    /// Whether the connection proved it holds the secret.
+    pub fn proved_secret(&self) -> bool {
+        self.proven
     }
 
-    /// The transport vouches for the connection (a verified TLS client
-    /// certificate; the pulled end of this server's own follow link).
-    pub fn set_authenticated(&mut self) {
-        self.authenticated = true;
+    /// Whether its TLS client certificate verified against `ssl_ca_cert`.
+    pub fn cert_verified(&self) -> bool {
+        self.cert
+    }
+
+    /// Whether it is the pulled end of this server's own follow link.
+    pub fn is_own_link(&self) -> bool {
+        self.own
+    }
+
+    /// The transport verified the connection's TLS client certificate.
+    pub fn set_cert_verified(&mut self) {
+        self.cert = true;
+    }
+
+    /// This server opened the connection itself, to a target it verified
+    /// (`replication::pull`).
+    pub fn set_own_link(&mut self) {
+        self.own = true;
     }
 
     /// `replica_auth <client nonce>`: the `REPLICA_CHALLENGE` line to
@@ -220,7 +244,7 @@ impl PeerAuth {
         let good = from_hex::<PROOF_LEN>(proof_hex)
             .is_some_and(|p| secret.verify(CLIENT_LABEL, &c.client, &c.server, &p));
         if good {
-            self.authenticated = true;
+            self.proven = true;
             Proof::Accepted
         } else {
             Proof::Wrong
@@ -318,8 +342,9 @@ pub fn client_handshake<S: Read + Write>(
     }
 }
 
-/// One answer line, without its `\r\n`, read byte by byte.
-fn read_line<S: Read>(stream: &mut S) -> io::Result<String> {
+/// One answer line, without its `\r\n`, read byte by byte (nothing
+/// after it is taken from the stream).
+pub fn read_line<S: Read>(stream: &mut S) -> io::Result<String> {
     let mut line = Vec::new();
     let mut byte = [0u8];
     while line.len() < MAX_LINE {
@@ -424,9 +449,9 @@ mod tests {
             .unwrap();
         let (server_ok, proof) = answer(&s, &client, &line);
         assert!(server_ok);
-        assert!(!a.is_authenticated());
+        assert!(!a.proved_secret());
         assert_eq!(a.prove(&s, proof.as_bytes()), Proof::Accepted);
-        assert!(a.is_authenticated());
+        assert!(a.proved_secret());
         // Used up.
         assert_eq!(a.prove(&s, proof.as_bytes()), Proof::NoChallenge);
 
@@ -439,7 +464,7 @@ mod tests {
         assert_ne!(line, line2);
         assert_eq!(b.prove(&s, proof.as_bytes()), Proof::Wrong);
         assert_eq!(b.prove(&s, proof.as_bytes()), Proof::NoChallenge);
-        assert!(!b.is_authenticated());
+        assert!(!b.proved_secret());
 
         // Another secret: the server's proof does not check, nor the client's.
         let other = Secret::new(b"other");
@@ -451,8 +476,10 @@ mod tests {
         assert!(!server_ok);
         assert_eq!(b.prove(&s, proof.as_bytes()), Proof::Wrong);
         let mut c = PeerAuth::default();
-        c.set_authenticated();
-        assert!(c.is_authenticated());
+        c.set_cert_verified();
+        assert!(c.cert_verified() && !c.proved_secret() && !c.is_own_link());
+        c.set_own_link();
+        assert!(c.is_own_link());
     }
 
     /// A scripted server: what it answers to each line the client sends.
@@ -527,7 +554,7 @@ mod tests {
         let s = Secret::new(b"shared");
         let mut ok = scripted(&s, false);
         client_handshake(&mut ok, &s).unwrap();
-        assert!(ok.auth.is_authenticated());
+        assert!(ok.auth.proved_secret());
 
         // A server with another secret: caught at its challenge, and this
         // end's proof never sent.

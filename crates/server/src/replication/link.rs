@@ -3,8 +3,11 @@
 //! restarted server opened with `replica_follow`, one connection).
 //!
 //! ```text
-//!   connect ─▶ replica_auth ... replica_proof (targets only: both ends prove the secret, `auth`)
-//!           ─▶ replica_link <name>      (targets only: marks the connection on the replica)
+//!   connect ─▶ TLS handshake with -Z (both certificates verified, `stream`)
+//!           ─▶ replica_auth ... replica_proof (with a secret: both ends prove it, `auth`)
+//!           ─▶ replica_link <name> ◀─ OK (targets only: marks the connection on the
+//!              replica; anything else: it does not take this server as a peer,
+//!              nothing is sent, counted as a failed proof, retried)
 //!   (a feed answers the follower's replica_follow with OK first)
 //!           ─▶ queue opened, full copy: an ms per live item ─▶ mn
 //!              (after a connect, the writes queued meanwhile go between
@@ -19,7 +22,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::io::{self, BufRead, BufReader, Write};
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -28,6 +31,7 @@ use osmium_store::DumpCursor;
 
 use super::encode;
 use super::queue::{records, DirtyQueue, Record};
+use super::stream::{LinkReader, LinkStream, LinkWriter};
 use super::Replication;
 
 /// A batch not acknowledged within this long takes the link down.
@@ -84,7 +88,10 @@ pub fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
     let mut connected_before = false;
     let mut logged_down = false;
     while !repl.stopping() {
-        let stream = connect_to(&addr).and_then(|s| repl.authenticate(s, &addr));
+        let stream = repl.connect(&addr).and_then(|mut s| {
+            introduce(&repl, &addr, &mut s)?;
+            Ok(s)
+        });
         let reason = match stream {
             Ok(stream) => {
                 if connected_before {
@@ -96,8 +103,7 @@ pub fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
                     eprintln!("[replication] link to {addr} up");
                     logged_down = false;
                 }
-                let name = format!("replica_link {}\r\n", repl.name);
-                serve(&repl, &link, stream, Some(name.as_bytes()), None)
+                serve(&repl, &link, stream, None, None)
             }
             Err(e) => e,
         };
@@ -112,9 +118,35 @@ pub fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
     }
 }
 
+/// `replica_link <name>` on a new target connection, and its answer: `OK`
+/// from a server that takes this one as a peer. Anything else (`ERROR`:
+/// over TLS it did not verify this server's client certificate, say) is a
+/// failed proof, counted and logged, and nothing is sent.
+fn introduce(repl: &Replication, addr: &str, stream: &mut LinkStream) -> io::Result<()> {
+    let ask = format!("replica_link {}\r\n", repl.name);
+    let answer = stream
+        .write_all(ask.as_bytes())
+        .and_then(|()| super::auth::read_line(stream))
+        .map_err(|e| repl.tls_failed(addr, e))?;
+    if answer == "OK" {
+        return Ok(());
+    }
+    let why = format!(
+        "it answered replica_link with {answer:?}: it does not take this server as a peer{}",
+        if stream.is_tls() {
+            " (does it verify client certificates: ssl_verify_mode or an mtls: listener?)"
+        } else {
+            ""
+        }
+    );
+    repl.auth_failed(&format!("{addr}: {why}"));
+    Err(io::Error::new(io::ErrorKind::PermissionDenied, why))
+}
+
 /// A feed's sender: one connection, closed `follow` after it is synced.
-pub fn run_feed(repl: Arc<Replication>, link: Arc<Link>, stream: TcpStream, follow: Duration) {
+pub fn run_feed(repl: Arc<Replication>, link: Arc<Link>, stream: LinkStream, follow: Duration) {
     let peer = stream
+        .tcp()
         .peer_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
@@ -148,7 +180,7 @@ struct Conn {
 fn serve(
     repl: &Arc<Replication>,
     link: &Arc<Link>,
-    mut stream: TcpStream,
+    stream: LinkStream,
     hello: Option<&[u8]>,
     follow: Option<Duration>,
 ) -> io::Error {
@@ -156,8 +188,8 @@ fn serve(
         inflight: Mutex::new(VecDeque::new()),
         broken: AtomicBool::new(false),
     });
-    let reader = match setup(&mut stream, hello) {
-        Ok(r) => r,
+    let (mut stream, reader) = match setup(stream, hello) {
+        Ok(halves) => halves,
         Err(e) => return e,
     };
     let reader = {
@@ -170,7 +202,7 @@ fn serve(
         Ok(reader) => {
             let r = stream_writes(repl, link, &conn, &mut stream, follow);
             conn.broken.store(true, Relaxed);
-            let _ = stream.shutdown(Shutdown::Both);
+            stream.shutdown();
             let _ = reader.join();
             r
         }
@@ -182,15 +214,17 @@ fn serve(
     reason
 }
 
-fn setup(stream: &mut TcpStream, hello: Option<&[u8]>) -> io::Result<TcpStream> {
-    stream.set_nodelay(true)?;
-    stream.set_write_timeout(Some(ACK_TIMEOUT * 2))?;
+fn setup(stream: LinkStream, hello: Option<&[u8]>) -> io::Result<(LinkWriter, LinkReader)> {
+    stream.tcp().set_nodelay(true)?;
+    stream.tcp().set_write_timeout(Some(ACK_TIMEOUT * 2))?;
+    let (mut writer, reader) = stream.split()?;
     if let Some(hello) = hello {
-        stream.write_all(hello)?;
+        writer.write_all(hello)?;
     }
-    let reader = stream.try_clone()?;
-    reader.set_read_timeout(Some(Duration::from_millis(200)))?;
-    Ok(reader)
+    reader
+        .tcp()
+        .set_read_timeout(Some(Duration::from_millis(200)))?;
+    Ok((writer, reader))
 }
 
 /// The writer: full copy, then batches, until the connection fails (or
@@ -199,7 +233,7 @@ fn stream_writes(
     repl: &Replication,
     link: &Link,
     conn: &Conn,
-    stream: &mut TcpStream,
+    stream: &mut LinkWriter,
     follow: Option<Duration>,
 ) -> io::Error {
     let mut out = Vec::with_capacity(WRITE_CHUNK * 2);
@@ -291,7 +325,7 @@ fn stream_writes(
 fn send_states(
     store: &osmium_store::Store,
     link: &Link,
-    stream: &mut TcpStream,
+    stream: &mut LinkWriter,
     out: &mut Vec<u8>,
     keys: &[u8],
 ) -> io::Result<usize> {
@@ -331,7 +365,7 @@ impl CopyState<'_> {
         &mut self,
         repl: &Replication,
         link: &Link,
-        stream: &mut TcpStream,
+        stream: &mut LinkWriter,
         out: &mut Vec<u8>,
         sent: usize,
     ) -> io::Result<()> {
@@ -385,7 +419,7 @@ impl CopyState<'_> {
 fn full_copy(
     repl: &Replication,
     link: &Link,
-    stream: &mut TcpStream,
+    stream: &mut LinkWriter,
     out: &mut Vec<u8>,
     copy: &mut CopyState<'_>,
 ) -> io::Result<()> {
@@ -438,7 +472,7 @@ fn full_copy(
 fn send_batch(
     repl: &Replication,
     link: &Link,
-    stream: &mut TcpStream,
+    stream: &mut LinkWriter,
     out: &mut Vec<u8>,
     batch: &[u8],
 ) -> io::Result<()> {
@@ -470,7 +504,7 @@ fn send_batch(
 fn end_batch(
     conn: &Conn,
     link: &Link,
-    stream: &mut TcpStream,
+    stream: &mut LinkWriter,
     out: &mut Vec<u8>,
     seq: u64,
 ) -> io::Result<()> {
@@ -487,7 +521,7 @@ fn end_batch(
 
 /// The reader: MN lines acknowledge batches; other lines are errors of
 /// quiet commands.
-fn read_acks(repl: &Replication, link: &Link, conn: &Conn, stream: TcpStream) {
+fn read_acks(repl: &Replication, link: &Link, conn: &Conn, stream: LinkReader) {
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
     let mut logged = 0u32;

@@ -14,18 +14,29 @@
 //! workers queued their keys in, and a full copy followed by the queue
 //! needs no snapshot (`link`). Writes that arrive on a peer connection
 //! (`replica_link`, a follow link) are applied and not queued, so a ring
-//! A→B→C→A does not loop. Both ends of every link prove they hold the
-//! `--replication-secret` first (`auth`). See "Replication" in
-//! docs/ARCHITECTURE.md.
+//! A→B→C→A does not loop. Both ends of every link prove who they are
+//! before anything else: with `-Z` the link is TLS and each end's
+//! certificate is verified against `ssl_ca_cert` (`stream`), and with a
+//! `--replication-secret` both prove they hold it (`auth`); without `-Z`
+//! the secret is required. See "Replication" in docs/ARCHITECTURE.md.
+//!
+//! Who is a peer, on the accepting end (`is_peer`):
+//!
+//! ```text
+//!                    TLS client certificate verified   exchange (secret) done
+//!   -Z, no secret             required                        —
+//!   -Z, secret                required                     required
+//!   no -Z, secret               —                          required
+//! ```
 
 pub mod auth;
 mod encode;
 mod link;
 mod pull;
 mod queue;
+pub mod stream;
 
 use std::fmt::Write as _;
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -34,8 +45,10 @@ use mio::Waker;
 use osmium_store::Store;
 
 use crate::settings::{Settings, MAX_REPLICA_TARGETS};
-use auth::Secret;
+use crate::tls_context::TlsContext;
+use auth::{PeerAuth, Secret};
 use link::Link;
+use stream::LinkStream;
 
 /// The most follow links served at once.
 const FEED_SLOTS: usize = 4;
@@ -51,7 +64,7 @@ pub const PEER_FOLLOW: u8 = 2;
 pub type Wait = [u64; MAX_REPLICA_TARGETS];
 
 /// Hands a pulled connection to a worker as a peer (`PEER_FOLLOW + i`).
-pub type Handoff = Box<dyn Fn(TcpStream, u8) -> bool + Send + Sync>;
+pub type Handoff = Box<dyn Fn(LinkStream, u8) -> bool + Send + Sync>;
 
 pub struct Replication {
     pub sync: bool,
@@ -68,19 +81,31 @@ pub struct Replication {
     handoff: OnceLock<Handoff>,
     stop: AtomicBool,
     verbose: AtomicU8,
-    /// `--replication-secret` (required with `--replicate-to`): without
-    /// one, every private replication command is refused.
+    /// `--replication-secret` (required with `--replicate-to` unless
+    /// `-Z`): without one and without `-Z`, every private replication
+    /// command is refused.
     secret: Option<Secret>,
+    /// `-Z`: every link is TLS, both ends' certificates verified.
+    tls: Option<Arc<TlsContext>>,
     /// Failed exchanges (`replica_auth_failures`): a peer's proof refused
-    /// here, or a server of ours that failed to prove itself.
+    /// here, or a server of ours that failed to prove itself (its
+    /// certificate, or its proof of the secret).
     auth_failures: AtomicU64,
+    /// Outgoing TLS handshakes that failed, for any reason
+    /// (`replica_ssl_handshake_errors`).
+    ssl_failures: AtomicU64,
 }
 
 impl Replication {
     /// Without `--replicate-to` it has no targets and is not told of
     /// writes (`is_on`): it only serves follow links a full copy (with a
     /// secret to check them by).
-    pub fn new(settings: &Settings, store: Arc<Store>, secret: Option<Secret>) -> Arc<Replication> {
+    pub fn new(
+        settings: &Settings,
+        store: Arc<Store>,
+        secret: Option<Secret>,
+        tls: Option<Arc<TlsContext>>,
+    ) -> Arc<Replication> {
         let targets = settings
             .replicate_to
             .iter()
@@ -107,13 +132,29 @@ impl Replication {
             stop: AtomicBool::new(false),
             verbose: AtomicU8::new(settings.verbose.min(2) as u8),
             secret,
+            tls,
             auth_failures: AtomicU64::new(0),
+            ssl_failures: AtomicU64::new(0),
         })
     }
 
     /// The shared secret peers prove they hold (`auth`).
     pub fn secret(&self) -> Option<&Secret> {
         self.secret.as_ref()
+    }
+
+    /// Whether a connection may run the private commands (the table in
+    /// the module comment).
+    pub fn is_peer(&self, auth: &PeerAuth) -> bool {
+        if auth.is_own_link() {
+            return true;
+        }
+        match (&self.tls, &self.secret) {
+            (Some(_), None) => auth.cert_verified(),
+            (Some(_), Some(_)) => auth.cert_verified() && auth.proved_secret(),
+            (None, Some(_)) => auth.proved_secret(),
+            (None, None) => false,
+        }
     }
 
     /// An exchange failed (`what` says how and with whom): counted, and
@@ -214,7 +255,7 @@ impl Replication {
     /// A `replica_follow` connection, taken from its worker: serve it as a
     /// feed (full copy, `replica_synced`, then this server's writes).
     /// False when every feed slot is taken (the connection is dropped).
-    pub fn start_feed(self: &Arc<Self>, stream: TcpStream, follow: u64) -> bool {
+    pub fn start_feed(self: &Arc<Self>, stream: LinkStream, follow: u64) -> bool {
         let Some(slot) = self.feeds.iter().find(|f| {
             f.active
                 .compare_exchange(false, true, Relaxed, Relaxed)
@@ -222,7 +263,7 @@ impl Replication {
         }) else {
             return false;
         };
-        let _ = stream.set_nonblocking(false);
+        let _ = stream.tcp().set_nonblocking(false);
         // Without targets no write is queued: the copy is all it gets.
         let follow = if self.is_on() {
             Duration::from_secs(follow)
@@ -264,29 +305,64 @@ impl Replication {
             .spawn(move || pull::run(&repl, i));
     }
 
-    /// Runs the exchange (`auth`) on a connection just made to `addr`: the
-    /// server there proves it holds the secret, then this one. A failure
-    /// of either proof is counted and logged; the caller treats any error
-    /// as a failed connection.
-    fn authenticate(&self, mut stream: TcpStream, addr: &str) -> std::io::Result<TcpStream> {
-        let Some(secret) = self.secret() else {
-            return Err(std::io::Error::other("no --replication-secret"));
-        };
-        let _ = stream.set_nodelay(true);
-        stream.set_read_timeout(Some(link::ACK_TIMEOUT * 2))?;
-        stream.set_write_timeout(Some(link::ACK_TIMEOUT * 2))?;
-        match auth::client_handshake(&mut stream, secret) {
-            Ok(()) => {
-                stream.set_read_timeout(None)?;
-                Ok(stream)
+    /// A connection to `addr` that proved it reaches a server of ours:
+    /// with `-Z`, TLS whose handshake verified the server's certificate
+    /// (and sent this server's); with a secret, then the exchange (`auth`:
+    /// the server proves it holds the secret, then this one). A failed
+    /// proof is counted and logged; the caller treats any error as a
+    /// failed connection.
+    fn connect(&self, addr: &str) -> std::io::Result<LinkStream> {
+        let tcp = link::connect_to(addr)?;
+        let _ = tcp.set_nodelay(true);
+        tcp.set_read_timeout(Some(link::ACK_TIMEOUT * 2))?;
+        tcp.set_write_timeout(Some(link::ACK_TIMEOUT * 2))?;
+        let mut stream = match &self.tls {
+            None => LinkStream::Plain(tcp),
+            Some(tls) => {
+                let Some(config) = tls.client_config() else {
+                    return Err(std::io::Error::other("-Z without ssl_ca_cert"));
+                };
+                let name = stream::server_name(addr)?;
+                stream::tls_client(tcp, config, name).map_err(|e| self.tls_failed(addr, e))?
             }
-            Err(e) => {
+        };
+        if let Some(secret) = self.secret() {
+            if let Err(e) = auth::client_handshake(&mut stream, secret) {
                 if e.is_auth_failure() {
                     self.auth_failed(&format!("{addr}: {e}"));
                 }
-                Err(e.into())
+                let e = std::io::Error::from(e);
+                return Err(self.tls_failed(addr, e));
             }
         }
+        stream.tcp().set_read_timeout(None)?;
+        Ok(stream)
+    }
+
+    /// Counts an error of a link's TLS session (`e`, returned): a failed
+    /// handshake in `replica_ssl_handshake_errors`, and, when it says a
+    /// certificate was refused (the server's here, or this server's
+    /// there), in `replica_auth_failures` too, logged.
+    fn tls_failed(&self, addr: &str, e: std::io::Error) -> std::io::Error {
+        let Some(err) = stream::tls_error(&e) else {
+            return e;
+        };
+        self.ssl_failures.fetch_add(1, Relaxed);
+        let refused = match err {
+            rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => {
+                Some("its TLS certificate did not verify against ssl_ca_cert")
+            }
+            rustls::Error::AlertReceived(_) => Some("it refused this server's TLS certificate"),
+            _ => None,
+        };
+        if let Some(what) = refused {
+            self.auth_failed(&format!("{addr}: {what} ({err})"));
+            return std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("{what} ({err})"),
+            );
+        }
+        e
     }
 
     /// `replication_mode`, `replication_catchup`, `replica_N_*`,
@@ -339,11 +415,16 @@ impl Replication {
         out.extend_from_slice(s.as_bytes());
     }
 
-    /// `replica_follow_links`, `replica_auth_failures`.
+    /// `replica_follow_links`, `replica_auth_failures`, and with `-Z`
+    /// `replica_ssl_handshake_errors`.
     fn link_stats(&self, s: &mut String) {
         let feeds = self.feeds.iter().filter(|f| f.active.load(Relaxed)).count();
         let _ = write!(s, "STAT replica_follow_links {feeds}\r\n");
         let failures = self.auth_failures.load(Relaxed);
         let _ = write!(s, "STAT replica_auth_failures {failures}\r\n");
+        if self.tls.is_some() {
+            let ssl = self.ssl_failures.load(Relaxed);
+            let _ = write!(s, "STAT replica_ssl_handshake_errors {ssl}\r\n");
+        }
     }
 }

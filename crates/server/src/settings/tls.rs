@@ -1,7 +1,8 @@
 //! The TLS settings: `-Z` and memcached's `-o ssl_*` options, parsed with
 //! memcached 1.6.45's syntax, defaults and error messages, and the
-//! per-listener `notls:` / `btls:` / `mtls:` prefixes of `-l`. What they
-//! build (the rustls configuration) lives in `transport::tls`.
+//! per-listener `notls:` / `btls:` / `mtls:` prefixes of `-l`, and what
+//! `-Z` asks of replication (`replication_rule`). What they build (the
+//! rustls configurations) lives in `tls_context`.
 
 /// `-o ssl_verify_mode`: how client certificates are asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,6 +212,55 @@ pub fn listener_prefix(spec: &str, tls_enabled: bool) -> Result<(ListenerTls, &s
     Ok((default, spec))
 }
 
+/// What replication needs to start, by whether `-Z` is on: the links
+/// must authenticate both ends. Without `-Z`, `--replicate-to` needs the
+/// secret (the links' only proof). With `-Z` every link is TLS and each
+/// end's certificate is verified against `ssl_ca_cert`, so a server that
+/// replicates (`--replicate-to`) or serves peers (`--replication-secret`)
+/// needs one; the secret is then optional (when given, a peer needs both).
+/// Ok(Some(warning)): with `-Z` no listener asks for client certificates,
+/// so this server can accept no link.
+pub fn replication_rule(
+    tls: &TlsSettings,
+    listeners: &[ListenerTls],
+    replicates: bool,
+    secret: bool,
+) -> Result<Option<String>, String> {
+    if !tls.enabled {
+        if replicates && !secret {
+            return Err(
+                "--replicate-to needs --replication-secret FILE: replication links are \
+                        authenticated (both ends must hold the same secret), or -Z with \
+                        ssl_ca_cert (TLS links, both certificates verified)"
+                    .into(),
+            );
+        }
+        return Ok(None);
+    }
+    if !(replicates || secret) {
+        return Ok(None);
+    }
+    if tls.ca_cert.is_none() {
+        return Err(
+            "with -Z, replication links are TLS and verify the certificate of each end \
+                    against ssl_ca_cert: --replicate-to and --replication-secret need \
+                    -o ssl_ca_cert=FILE"
+                .into(),
+        );
+    }
+    let asks = listeners.iter().any(|l| match l {
+        ListenerTls::Peer => true,
+        ListenerTls::Default => tls.verify_mode != VerifyMode::None,
+        ListenerTls::NoPeer | ListenerTls::Off => false,
+    });
+    Ok((!asks).then(|| {
+        "WARNING: with -Z a replication peer shows a client certificate verified against \
+         ssl_ca_cert, and no listener asks for one (ssl_verify_mode=0, no mtls: listener): \
+         this server accepts no replication link"
+            .into()
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,6 +283,31 @@ mod tests {
         assert_eq!(e.message, "Missing ssl_chain_cert argument");
         let e = s.option("ssl_keyformat", Some("pem")).unwrap_err();
         assert_eq!(e.message, "could not parse argument to ssl_keyformat");
+    }
+
+    #[test]
+    fn replication_needs_both_ends_verified() {
+        let off = TlsSettings::default();
+        let d = [ListenerTls::Default];
+        assert!(replication_rule(&off, &d, true, false)
+            .unwrap_err()
+            .contains("--replication-secret"));
+        assert_eq!(replication_rule(&off, &d, true, true), Ok(None));
+        let mut z = TlsSettings {
+            enabled: true,
+            ..TlsSettings::default()
+        };
+        assert_eq!(replication_rule(&z, &d, false, false), Ok(None));
+        for (replicates, secret) in [(true, false), (true, true), (false, true)] {
+            let e = replication_rule(&z, &d, replicates, secret).unwrap_err();
+            assert!(e.contains("need -o ssl_ca_cert=FILE"), "{e}");
+        }
+        z.ca_cert = Some("ca.pem".into());
+        assert!(replication_rule(&z, &d, true, false).unwrap().is_some());
+        let mtls = [ListenerTls::Default, ListenerTls::Peer];
+        assert_eq!(replication_rule(&z, &mtls, true, false), Ok(None));
+        z.verify_mode = VerifyMode::Request;
+        assert_eq!(replication_rule(&z, &d, true, false), Ok(None));
     }
 
     #[test]

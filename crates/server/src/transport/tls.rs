@@ -1,5 +1,7 @@
 //! A TLS client connection: a rustls server session over a non-blocking
-//! TCP socket, read and written as a plain stream by the worker.
+//! TCP socket, read and written as a plain stream by the worker (or, for
+//! replication's follow link, the client session this server opened to
+//! its target, handed to a worker once established).
 //!
 //! ```text
 //!   socket ─read_tls─▶ records ─process_new_packets─▶ plaintext ─read─▶ session
@@ -30,7 +32,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use mio::net::TcpStream;
-use rustls::ServerConnection;
+use rustls::{ClientConnection, Connection, ServerConnection};
 
 use crate::compose::output::{Output, GATHER_PIECES};
 use crate::settings::tls::ListenerTls;
@@ -42,7 +44,7 @@ const SEND_LIMIT: usize = 64 * 1024;
 
 pub struct TlsStream {
     pub sock: TcpStream,
-    conn: ServerConnection,
+    conn: Connection,
     ctx: Arc<TlsContext>,
     /// Client certificates on this listener are verified against
     /// `ssl_ca_cert`.
@@ -58,11 +60,34 @@ impl TlsStream {
         conn.set_buffer_limit(Some(SEND_LIMIT));
         Ok(TlsStream {
             sock,
-            conn,
+            conn: Connection::Server(conn),
             ctx: ctx.clone(),
             verifies_clients: ctx.verifies_clients(mode),
             established: false,
         })
+    }
+
+    /// A replication follow link this server opened (its handshake done,
+    /// the target verified; plaintext already decrypted stays readable).
+    pub fn established_client(
+        sock: TcpStream,
+        mut conn: ClientConnection,
+        ctx: &Arc<TlsContext>,
+    ) -> Self {
+        conn.set_buffer_limit(Some(SEND_LIMIT));
+        TlsStream {
+            sock,
+            conn: Connection::Client(conn),
+            ctx: ctx.clone(),
+            verifies_clients: false,
+            established: true,
+        }
+    }
+
+    /// The socket and the TLS session, for replication to go on with
+    /// (`replica_follow`).
+    pub fn into_parts(self) -> (TcpStream, Connection) {
+        (self.sock, self.conn)
     }
 
     /// Whether the client presented a certificate that was verified

@@ -52,6 +52,7 @@ use super::udp::{Progress, UdpEndpoint};
 use crate::compose::output::Sink;
 use crate::context::{Shared, WorkerCtx};
 use crate::replication::auth::PeerAuth;
+use crate::replication::stream::LinkStream;
 use crate::replication::{Wait, PEER_FOLLOW, PEER_NONE};
 use crate::session::{Flow, Protocol, Session};
 
@@ -111,11 +112,10 @@ struct Conn {
 }
 
 impl Conn {
-    /// The transport vouches for this connection as a replication peer
-    /// (this server's own follow link; a verified TLS client certificate):
-    /// the private replication commands run on it without the exchange.
+    /// This server's own follow link: the private replication commands
+    /// run on it without further proof (it verified the other end).
     pub fn set_peer_authenticated(&mut self) {
-        self.peer_auth.set_authenticated();
+        self.peer_auth.set_own_link();
     }
 
     /// Writes queued output (and, for TLS, the records rustls holds).
@@ -176,10 +176,10 @@ impl Conn {
         }
         loop {
             if ctx.peers && self.stream.client_verified() {
-                // A client certificate verified against ssl_ca_cert proves
-                // a replication peer (`ctx.peer_auth` is this connection's
-                // while it runs).
-                ctx.peer_auth.borrow_mut().set_authenticated();
+                // A client certificate verified against ssl_ca_cert: what a
+                // replication peer must show over TLS (`ctx.peer_auth` is
+                // this connection's while it runs).
+                ctx.peer_auth.borrow_mut().set_cert_verified();
             }
             // Run what is buffered (bounded by -R and the output limits),
             // send the replies in one write, then read more.
@@ -443,12 +443,19 @@ impl Worker {
         let shared = &self.ctx.shared;
         shared.conns.remove(conn.fd);
         connection_gone(shared);
-        if let Stream::Tcp(tcp) = conn.stream {
-            let fd = std::os::fd::OwnedFd::from(tcp);
-            shared
-                .replication
-                .start_feed(std::net::TcpStream::from(fd), follow);
-        }
+        let std_tcp =
+            |tcp: mio::net::TcpStream| std::net::TcpStream::from(std::os::fd::OwnedFd::from(tcp));
+        // A TLS connection goes on through its session: the feed's writer
+        // and reader share it (`replication::stream`).
+        let stream = match conn.stream {
+            Stream::Tcp(tcp) => LinkStream::Plain(std_tcp(tcp)),
+            Stream::Tls(tls) => {
+                let (tcp, session) = tls.into_parts();
+                LinkStream::Tls(std_tcp(tcp), Box::new(session))
+            }
+            Stream::Unix(_) => return,
+        };
+        shared.replication.start_feed(stream, follow);
     }
 
     /// Sync replication: connections whose writes every reachable target

@@ -1,9 +1,12 @@
 //! Helpers shared by the integration tests that start real server
 //! processes: a free loopback port, waiting for a condition, waiting for a
-//! process to exit, which memcached to compare against. (Each test file
+//! process to exit, which memcached to compare against, test certificates
+//! made with `openssl` (`certs`). (Each test file
 //! keeps its own launcher, since each starts servers differently: TCP, UDP,
 //! unix socket, memcached or osmium.)
 #![allow(dead_code)] // each test crate uses a different subset
+
+pub mod certs;
 
 use std::cell::Cell;
 use std::net::{TcpListener, UdpSocket};

@@ -1,8 +1,16 @@
 //! Servers and clients for the replication tests: a `Node` is an osmium
 //! process on a loopback port (by default holding the tests' replication
 //! secret, a mode 0600 file under Cargo's target tmp directory), a
-//! `Client` a text-protocol connection to one.
+//! `Client` a text-protocol connection to one (over TLS to a node started
+//! with `-Z`: `tls`), `exchange` a peer's proof of the secret. `scenarios` holds the tests run both plain and over
+//! TLS.
 #![allow(dead_code)] // each test crate uses a different subset
+
+mod exchange;
+pub mod scenarios;
+pub mod tls;
+#[allow(unused_imports)] // replication.rs runs no exchange
+pub use exchange::*;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -11,7 +19,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::common::listens_on;
@@ -123,6 +131,8 @@ pub struct Node {
     pub port: u16,
     /// Where its standard error goes (removed with it).
     log: PathBuf,
+    /// Its clients speak TLS with this (a node started with `-Z`).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Node {
@@ -138,7 +148,12 @@ impl Node {
         let log = scratch_path("server.log");
         let child = command(port, args, &log).spawn().expect("start osmium");
         let pid = child.id();
-        let node = Node { child, port, log };
+        let node = Node {
+            child,
+            port,
+            log,
+            tls: None,
+        };
         wait("server listens", || listens_on(pid, port));
         node
     }
@@ -153,13 +168,17 @@ impl Node {
         let _ = self.child.wait();
     }
 
+    /// Its clients speak TLS with `config`.
+    pub fn over_tls(mut self, config: Arc<rustls::ClientConfig>) -> Node {
+        self.tls = Some(config);
+        self
+    }
+
+    /// A connection, TLS if the node's clients speak it.
     pub fn client(&self) -> Client {
-        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.set_nodelay(true).unwrap();
-        Client {
-            r: BufReader::new(s.try_clone().unwrap()),
-            w: s,
+        match &self.tls {
+            Some(config) => tls_client(self.port, config.clone()),
+            None => plain_client(self.port),
         }
     }
 }
@@ -188,9 +207,56 @@ pub fn wait(what: &str, mut ok: impl FnMut() -> bool) {
     }
 }
 
+/// A plain-text connection to `port` on 127.0.0.1.
+pub fn plain_client(port: u16) -> Client {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_nodelay(true).unwrap();
+    Client::new(Wire::Plain(Arc::new(s)))
+}
+
+/// A TLS connection to `port` on 127.0.0.1 with `config`, its handshake
+/// done (a refused one panics; see `tls::handshake`).
+pub fn tls_client(port: u16, config: Arc<rustls::ClientConfig>) -> Client {
+    let tls = tls::handshake(port, config).expect("TLS handshake");
+    Client::new(Wire::Tls(Arc::new(Mutex::new(tls))))
+}
+
+/// A client's connection: the reading and the writing end share it.
+#[derive(Clone)]
+pub enum Wire {
+    Plain(Arc<TcpStream>),
+    Tls(Arc<Mutex<tls::TlsConn>>),
+}
+
+impl Read for Wire {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Wire::Plain(s) => (&**s).read(buf),
+            Wire::Tls(s) => s.lock().unwrap().read(buf),
+        }
+    }
+}
+
+impl Write for Wire {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Wire::Plain(s) => (&**s).write(buf),
+            Wire::Tls(s) => s.lock().unwrap().write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Wire::Plain(s) => (&**s).flush(),
+            Wire::Tls(s) => s.lock().unwrap().flush(),
+        }
+    }
+}
+
 pub struct Client {
-    pub r: BufReader<TcpStream>,
-    pub w: TcpStream,
+    pub r: BufReader<Wire>,
+    pub w: Wire,
 }
 
 /// An item as `mg <key> v f t c` shows it.
@@ -203,6 +269,13 @@ pub struct Item {
 }
 
 impl Client {
+    pub fn new(wire: Wire) -> Client {
+        Client {
+            r: BufReader::new(wire.clone()),
+            w: wire,
+        }
+    }
+
     pub fn send(&mut self, b: &[u8]) {
         self.w.write_all(b).unwrap();
     }

@@ -1,0 +1,301 @@
+//! A replication connection as the links' threads use it: plain TCP, or
+//! TLS over TCP (`-Z`), opened here (`connect`) or taken from a worker
+//! (`replica_follow`), and its two halves once a link runs.
+//!
+//! ```text
+//!   connect:  TCP ─▶ TLS handshake (this server's certificate as the client's,
+//!             the target's verified against ssl_ca_cert for the host given)
+//!   LinkStream (one thread: the exchange, replica_link / replica_follow and their answers)
+//!      └─split─▶ LinkWriter (the sender thread)  ─┐  one TLS session under a lock:
+//!                LinkReader (the ack thread)     ─┘  encrypt / decrypt inside it,
+//!                                                    the socket's send / recv outside
+//! ```
+//!
+//! Only the writer sends on the socket, so records leave in the order
+//! they were made; what the reader's side of the session must send (a
+//! key update's answer) leaves with the writer's next write.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, TcpStream};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rustls::{ClientConfig, ClientConnection, Connection};
+use rustls_pki_types::ServerName;
+
+/// Bytes read from the socket at a time by a TLS reader.
+const READ_CHUNK: usize = 16 << 10;
+
+/// One replication connection, used by one thread until `split`.
+pub enum LinkStream {
+    Plain(TcpStream),
+    Tls(TcpStream, Box<Connection>),
+}
+
+/// The name a target's certificate must hold: the host of `HOST:PORT` as
+/// given (an IP address is checked against the certificate's IP address
+/// entries, a name against its DNS names).
+pub fn server_name(addr: &str) -> io::Result<ServerName<'static>> {
+    let host = match addr.strip_prefix('[') {
+        Some(rest) => rest.split_once(']').map_or(rest, |(h, _)| h),
+        None => addr.rsplit_once(':').map_or(addr, |(h, _)| h),
+    };
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(ServerName::IpAddress(ip.into()));
+    }
+    ServerName::try_from(host.to_string()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{host} is not a host name a certificate can hold"),
+        )
+    })
+}
+
+/// TLS on a connected socket (its timeouts set): the handshake, which
+/// verifies the target before a byte of data is sent. Err: the socket's
+/// error, or InvalidData holding rustls's (`tls_error`).
+pub fn tls_client(
+    mut sock: TcpStream,
+    config: Arc<ClientConfig>,
+    name: ServerName<'static>,
+) -> io::Result<LinkStream> {
+    let mut conn = ClientConnection::new(config, name).map_err(io::Error::other)?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock)?;
+    }
+    Ok(LinkStream::Tls(sock, Box::new(Connection::Client(conn))))
+}
+
+/// The TLS error inside an I/O error, if it is one.
+pub fn tls_error(e: &io::Error) -> Option<&rustls::Error> {
+    e.get_ref()?.downcast_ref::<rustls::Error>()
+}
+
+fn invalid(e: rustls::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+impl LinkStream {
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            LinkStream::Plain(s) | LinkStream::Tls(s, _) => s,
+        }
+    }
+
+    pub fn is_tls(&self) -> bool {
+        matches!(self, LinkStream::Tls(..))
+    }
+
+    /// The writer and the reader of a running link (the reader's socket is
+    /// a clone of the writer's).
+    pub fn split(self) -> io::Result<(LinkWriter, LinkReader)> {
+        let (sock, tls) = match self {
+            LinkStream::Plain(s) => (s, None),
+            LinkStream::Tls(s, conn) => (s, Some(Arc::new(Mutex::new(*conn)))),
+        };
+        let reader = LinkReader {
+            sock: sock.try_clone()?,
+            tls: tls.clone(),
+            raw: Vec::new(),
+            pos: 0,
+        };
+        let writer = LinkWriter {
+            sock,
+            tls,
+            records: Vec::new(),
+        };
+        Ok((writer, reader))
+    }
+}
+
+/// Sends every record the session holds.
+fn send_records(conn: &mut Connection, sock: &mut TcpStream) -> io::Result<()> {
+    while conn.wants_write() {
+        conn.write_tls(sock)?;
+    }
+    Ok(())
+}
+
+impl Read for LinkStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let (sock, conn) = match self {
+            LinkStream::Plain(s) => return s.read(buf),
+            LinkStream::Tls(s, c) => (s, c),
+        };
+        loop {
+            match conn.reader().read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            send_records(conn, sock)?;
+            // 0 (the peer closed): the reader says how, next turn.
+            conn.read_tls(sock)?;
+            conn.process_new_packets().map_err(invalid)?;
+        }
+    }
+}
+
+impl Write for LinkStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            LinkStream::Plain(s) => s.write(buf),
+            LinkStream::Tls(sock, conn) => {
+                let n = conn.writer().write(buf)?;
+                send_records(conn, sock)?;
+                Ok(n)
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            LinkStream::Plain(s) => s.flush(),
+            LinkStream::Tls(sock, conn) => send_records(conn, sock),
+        }
+    }
+}
+
+fn lock(tls: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    tls.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The sending half of a running link.
+pub struct LinkWriter {
+    sock: TcpStream,
+    tls: Option<Arc<Mutex<Connection>>>,
+    /// Records made under the lock, sent after it.
+    records: Vec<u8>,
+}
+
+impl LinkWriter {
+    /// Ends the connection (a TLS `close_notify` first, if the socket takes
+    /// it); the reader's blocked read returns.
+    pub fn shutdown(&mut self) {
+        if let Some(tls) = &self.tls {
+            lock(tls).send_close_notify();
+            let _ = self.flush();
+        }
+        let _ = self.sock.shutdown(Shutdown::Both);
+    }
+}
+
+impl Write for LinkWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let Some(tls) = &self.tls else {
+            return self.sock.write(buf);
+        };
+        let n = {
+            let mut conn = lock(tls);
+            let n = conn.writer().write(buf)?;
+            while conn.wants_write() {
+                conn.write_tls(&mut self.records)?;
+            }
+            n
+        };
+        let sent = self.sock.write_all(&self.records);
+        self.records.clear();
+        sent.map(|()| n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let Some(tls) = &self.tls else {
+            return self.sock.flush();
+        };
+        {
+            let mut conn = lock(tls);
+            while conn.wants_write() {
+                conn.write_tls(&mut self.records)?;
+            }
+        }
+        let sent = self.sock.write_all(&self.records);
+        self.records.clear();
+        sent
+    }
+}
+
+/// The receiving half of a running link. Its socket's read timeout
+/// surfaces as `WouldBlock` / `TimedOut`, as a plain socket's.
+pub struct LinkReader {
+    sock: TcpStream,
+    tls: Option<Arc<Mutex<Connection>>>,
+    /// Bytes from the socket not yet given to the session: `raw[pos..]`.
+    raw: Vec<u8>,
+    pos: usize,
+}
+
+impl LinkReader {
+    pub fn tcp(&self) -> &TcpStream {
+        &self.sock
+    }
+}
+
+impl Read for LinkReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(tls) = &self.tls else {
+            return self.sock.read(buf);
+        };
+        loop {
+            {
+                let mut conn = lock(tls);
+                match conn.reader().read(buf) {
+                    // Ok(0): the peer's close_notify.
+                    Ok(n) => return Ok(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+                // The plaintext is read before more records go in, so the
+                // session's buffer never fills.
+                if self.pos < self.raw.len() {
+                    let mut rest = &self.raw[self.pos..];
+                    let n = conn.read_tls(&mut rest)?;
+                    if n == 0 {
+                        return Err(io::ErrorKind::InvalidData.into());
+                    }
+                    self.pos += n;
+                    conn.process_new_packets().map_err(invalid)?;
+                    continue;
+                }
+            }
+            self.raw.resize(READ_CHUNK, 0);
+            self.pos = 0;
+            let n = match self.sock.read(&mut self.raw) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.raw.clear();
+                    return Err(e);
+                }
+            };
+            self.raw.truncate(n);
+            if n == 0 {
+                // The end of the stream: the session's reader says whether
+                // it was a clean close.
+                let mut conn = lock(tls);
+                conn.read_tls(&mut io::empty())?;
+                return match conn.reader().read(buf) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+                    r => r,
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_name_checked_is_the_host_as_given() {
+        let ip = |s: &str| match server_name(s).unwrap() {
+            ServerName::IpAddress(a) => IpAddr::from(a).to_string(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(ip("127.0.0.1:11211"), "127.0.0.1");
+        assert_eq!(ip("[::1]:11211"), "::1");
+        match server_name("cache-2.example.net:11211").unwrap() {
+            ServerName::DnsName(d) => assert_eq!(d.as_ref(), "cache-2.example.net"),
+            other => panic!("{other:?}"),
+        }
+        assert!(server_name("bad_name!:1").is_err());
+    }
+}

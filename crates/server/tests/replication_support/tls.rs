@@ -1,0 +1,222 @@
+//! TLS for the replication tests: certificates made with the `openssl`
+//! command at test time (as `tests/support/tls.py` makes them), the flags
+//! of a node started with `-Z`, and rustls clients.
+//!
+//! - `ca`: the CA every node trusts (`ssl_ca_cert`);
+//! - `node`: a node's certificate, signed by `ca`, for `IP:127.0.0.1` and
+//!   `DNS:localhost`, for both server and client use (a node presents it
+//!   as the client certificate of its links);
+//! - `client`: a client certificate signed by `ca` (a peer's credential);
+//! - `other-ca`, `other-node`: a second CA no node trusts, and a node
+//!   certificate it signed.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+
+/// A client's TLS connection.
+pub type TlsConn = StreamOwned<ClientConnection, TcpStream>;
+
+/// The certificates of this test process, made once.
+pub struct Certs {
+    dir: PathBuf,
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let ok = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("the openssl command")
+        .success();
+    assert!(ok, "openssl {args:?}");
+}
+
+/// A self-signed CA `name`.
+fn ca(dir: &Path, name: &str) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.pem"),
+            "-days",
+            "30",
+            "-subj",
+            &format!("/CN=osmium-test-{name}"),
+        ],
+    );
+}
+
+/// A certificate `name` signed by CA `ca` with the extensions `ext`.
+fn signed(dir: &Path, ca: &str, name: &str, ext: &str) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            &format!("/CN={name}"),
+        ],
+    );
+    std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            &format!("{ca}.pem"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.pem"),
+            "-days",
+            "30",
+            "-extfile",
+            &format!("{name}.ext"),
+        ],
+    );
+}
+
+const NODE_EXT: &str = "basicConstraints=CA:FALSE\n\
+    subjectAltName=IP:127.0.0.1,DNS:localhost\n\
+    extendedKeyUsage=serverAuth,clientAuth\n";
+const CLIENT_EXT: &str = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
+
+impl Certs {
+    pub fn get() -> &'static Certs {
+        static CERTS: OnceLock<Certs> = OnceLock::new();
+        CERTS.get_or_init(|| {
+            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+                .join("replication")
+                .join(format!("certs-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            ca(&dir, "ca");
+            signed(&dir, "ca", "node", NODE_EXT);
+            signed(&dir, "ca", "client", CLIENT_EXT);
+            ca(&dir, "other-ca");
+            signed(&dir, "other-ca", "other-node", NODE_EXT);
+            signed(&dir, "other-ca", "other-client", CLIENT_EXT);
+            Certs { dir }
+        })
+    }
+
+    pub fn path(&self, file: &str) -> String {
+        self.dir.join(file).display().to_string()
+    }
+
+    /// `-Z` with certificate `cert` (`node`, `other-node`), trusting CA
+    /// `ca` (None: no ssl_ca_cert), and more `-o` options.
+    pub fn server_args(&self, cert: &str, ca: Option<&str>, more: &[&str]) -> Vec<String> {
+        let mut o = vec![
+            format!("ssl_chain_cert={}", self.path(&format!("{cert}.pem"))),
+            format!("ssl_key={}", self.path(&format!("{cert}.key"))),
+        ];
+        if let Some(ca) = ca {
+            o.push(format!("ssl_ca_cert={}", self.path(&format!("{ca}.pem"))));
+        }
+        o.extend(more.iter().map(|s| s.to_string()));
+        vec!["-Z".into(), "-o".into(), o.join(",")]
+    }
+
+    /// The usual node: `node`'s certificate, trusting `ca`, asking clients
+    /// for a certificate (`ssl_verify_mode=1`: a peer shows one).
+    pub fn node_args(&self) -> Vec<String> {
+        self.server_args("node", Some("ca"), &["ssl_verify_mode=1"])
+    }
+
+    /// A client trusting CA `ca`, presenting certificate `cert` if given.
+    pub fn client_config(&self, ca: &str, cert: Option<&str>) -> Arc<ClientConfig> {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut roots = RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(self.path(&format!("{ca}.pem"))).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let b = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        let config = match cert {
+            Some(cert) => {
+                let chain = CertificateDer::pem_file_iter(self.path(&format!("{cert}.pem")))
+                    .unwrap()
+                    .collect::<Result<Vec<_>, _>>()
+                    .unwrap();
+                let key = PrivateKeyDer::from_pem_file(self.path(&format!("{cert}.key"))).unwrap();
+                b.with_client_auth_cert(chain, key).unwrap()
+            }
+            None => b.with_no_client_auth(),
+        };
+        Arc::new(config)
+    }
+
+    /// A client of the nodes: trusts `ca`, no certificate of its own.
+    pub fn client(&self) -> Arc<ClientConfig> {
+        self.client_config("ca", None)
+    }
+}
+
+/// A TLS connection to `port` on 127.0.0.1 whose handshake finished on
+/// this side (Err: the handshake's error).
+pub fn handshake(port: u16, config: Arc<ClientConfig>) -> std::io::Result<TlsConn> {
+    let sock = TcpStream::connect(("127.0.0.1", port))?;
+    sock.set_nodelay(true)?;
+    sock.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let name = ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+    let conn = ClientConnection::new(config, name).map_err(std::io::Error::other)?;
+    let mut tls = StreamOwned::new(conn, sock);
+    while tls.conn.is_handshaking() {
+        tls.conn.complete_io(&mut tls.sock)?;
+    }
+    Ok(tls)
+}
+
+/// Whether the server at `port` refuses a TLS client with `config`. Over
+/// TLS 1.3 a server refuses a client's certificate after the client's
+/// side of the handshake: the alert comes instead of `version`'s answer.
+pub fn refused(port: u16, config: Arc<ClientConfig>) -> bool {
+    let Ok(mut tls) = handshake(port, config) else {
+        return true;
+    };
+    if tls.write_all(b"version\r\n").is_err() {
+        return true;
+    }
+    let mut line = [0u8; 8];
+    match tls.read_exact(&mut line) {
+        Ok(()) => {
+            assert_eq!(&line, b"VERSION ");
+            false
+        }
+        Err(_) => true,
+    }
+}
