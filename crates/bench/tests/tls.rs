@@ -30,7 +30,13 @@ fn servers() -> Option<(String, Vec<String>)> {
     Some((names.join(","), args))
 }
 
+/// One bench run at a time: servers of parallel runs take free ports
+/// from the same pool, and a run whose server lost its port to another's
+/// would handshake with the other's certificate.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn run(base: &[&str], servers: &(String, Vec<String>)) -> Vec<serde_json::Value> {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut args: Vec<&str> = base.to_vec();
     args.extend(["--servers", &servers.0, "--threads", "1", "--json"]);
     args.extend(servers.1.iter().map(String::as_str));
