@@ -19,7 +19,9 @@
 //! and tickets (rustls `Tls12Resumption::SessionIdOrTickets`). Both
 //! servers issue tickets by default (memcached through OpenSSL, osmium
 //! through rustls's ticketer); `--session-cache` starts both with `-o
-//! ssl_session_cache` (their session-ID caches) as well.
+//! ssl_session_cache` (their session-ID caches) as well, and
+//! `--tls12-resumption ids` has the client offer TLS 1.2 session IDs only
+//! (no tickets), so that the ID caches are what resumes.
 
 pub mod certs;
 pub mod sock;
@@ -33,7 +35,7 @@ use clap::{Args, Subcommand};
 use rustls::{ClientConfig, ClientConnection, HandshakeKind};
 
 use crate::servers::{Kind, Server};
-use certs::{Certs, KeyType, Version};
+use certs::{Certs, KeyType, Tls12Resume, Version};
 
 /// TLS costs: handshakes per core-second, RAM per idle TLS connection
 /// (osmium against memcached -Z, same certificates, alternating rounds).
@@ -68,6 +70,11 @@ struct TlsCommon {
     /// session-ID cache; tickets are on either way).
     #[arg(long)]
     session_cache: bool,
+    /// How the client resumes TLS 1.2 sessions: `tickets` (a ticket when
+    /// the server issued one, else the session ID) or `ids` (the session
+    /// ID only, which needs --session-cache to resume).
+    #[arg(long, value_enum, default_value_t = Tls12Resume::Tickets)]
+    tls12_resumption: Tls12Resume,
 }
 
 #[derive(Args)]
@@ -171,7 +178,7 @@ impl LoadTls {
             a.tls_version.name()
         );
         Ok(LoadTls {
-            client: Some(certs.client_config(a.tls_version, true)?),
+            client: Some(certs.client_config(a.tls_version, Some(Tls12Resume::Tickets))?),
             server_args: certs.server_args(false),
             _certs: Some(certs),
         })
@@ -237,7 +244,8 @@ fn handshakes(h: &HandshakeArgs) -> Result<bool, String> {
                 let s = &servers[i];
                 // A client store of its own per run: one server's tickets
                 // mean nothing to the other.
-                let config = certs.client_config(t.tls_version, resume)?;
+                let config =
+                    certs.client_config(t.tls_version, resume.then_some(t.tls12_resumption))?;
                 let o = handshake_run(s, &config, h.clients.max(1), warmup, duration)?;
                 s.check_alive()?;
                 eprintln!(
@@ -263,10 +271,11 @@ fn handshakes(h: &HandshakeArgs) -> Result<bool, String> {
         certs.key_type.name(),
         h.clients,
         t.common.threads,
-        if t.session_cache {
-            ", -o ssl_session_cache"
-        } else {
-            ""
+        match (t.session_cache, t.tls12_resumption) {
+            (true, Tls12Resume::Ids) => ", -o ssl_session_cache, TLS 1.2 resumed by session ID only",
+            (true, Tls12Resume::Tickets) => ", -o ssl_session_cache",
+            (false, Tls12Resume::Ids) => ", TLS 1.2 resumed by session ID only",
+            (false, Tls12Resume::Tickets) => "",
         },
         h.rounds.max(1),
         duration.as_secs_f64()
@@ -474,7 +483,7 @@ fn idle(a: &IdleArgs) -> Result<bool, String> {
     let bins = crate::binaries(&t.common)?;
     let kinds = crate::cache_kinds(&t.common)?;
     let certs = Certs::make(t.key_type)?;
-    let config = certs.client_config(t.tls_version, false)?;
+    let config = certs.client_config(t.tls_version, None)?;
     let mut variants: Vec<(Kind, bool)> = kinds.iter().map(|&k| (k, true)).collect();
     if a.plain {
         variants.extend(kinds.iter().map(|&k| (k, false)));

@@ -60,6 +60,18 @@ impl Version {
     }
 }
 
+/// How a resuming client resumes TLS 1.2 sessions (TLS 1.3 always uses
+/// tickets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Tls12Resume {
+    /// A ticket when the server issued one, else the session ID (rustls
+    /// `SessionIdOrTickets`).
+    Tickets,
+    /// The session ID only (rustls `SessionIdOnly`): resumes only from a
+    /// server's session-ID cache (`-o ssl_session_cache`).
+    Ids,
+}
+
 /// The certificates of one run, in a directory of their own.
 pub struct Certs {
     dir: PathBuf,
@@ -176,13 +188,13 @@ impl Certs {
     }
 
     /// A rustls client (aws-lc-rs) trusting the CA, offering `version`;
-    /// `resume`: it keeps sessions (TLS 1.3 tickets; TLS 1.2 session IDs
-    /// and tickets) and offers them again; without, every handshake is a
-    /// full one.
+    /// with `resume` it keeps sessions (TLS 1.3 tickets; TLS 1.2 as
+    /// `resume` says) and offers them again; without, every handshake is
+    /// a full one.
     pub fn client_config(
         &self,
         version: Version,
-        resume: bool,
+        resume: Option<Tls12Resume>,
     ) -> Result<Arc<ClientConfig>, String> {
         client_config(&self.ca, version, resume)
     }
@@ -191,10 +203,14 @@ impl Certs {
 /// A rustls client trusting the CA certificates of `ca` (PEM), offering
 /// `version`, resuming sessions.
 pub fn client_config_for_ca(ca: &Path, version: Version) -> Result<Arc<ClientConfig>, String> {
-    client_config(ca, version, true)
+    client_config(ca, version, Some(Tls12Resume::Tickets))
 }
 
-fn client_config(ca: &Path, version: Version, resume: bool) -> Result<Arc<ClientConfig>, String> {
+fn client_config(
+    ca: &Path,
+    version: Version,
+    resume: Option<Tls12Resume>,
+) -> Result<Arc<ClientConfig>, String> {
     let mut roots = RootCertStore::empty();
     for cert in
         CertificateDer::pem_file_iter(ca).map_err(|e| format!("reading {}: {e}", ca.display()))?
@@ -214,10 +230,12 @@ fn client_config(ca: &Path, version: Version, resume: bool) -> Result<Arc<Client
         .map_err(|e| format!("TLS versions: {e}"))?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.resumption = if resume {
-        Resumption::in_memory_sessions(1024).tls12_resumption(Tls12Resumption::SessionIdOrTickets)
-    } else {
-        Resumption::disabled()
+    config.resumption = match resume {
+        Some(how) => Resumption::in_memory_sessions(1024).tls12_resumption(match how {
+            Tls12Resume::Tickets => Tls12Resumption::SessionIdOrTickets,
+            Tls12Resume::Ids => Tls12Resumption::SessionIdOnly,
+        }),
+        None => Resumption::disabled(),
     };
     Ok(Arc::new(config))
 }
