@@ -738,7 +738,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             )
         }
         Cmd::Load(a) => {
-            let tls = tls::LoadTls::setup(&a.tls, &kinds(&a.common))?;
+            let tls = tls::LoadTls::setup(&a.tls, &kinds(&a.common), a.vs)?;
             let w = load::Workload {
                 conns: a.conns.max(1),
                 threads: a.gen_threads.max(1),

@@ -139,8 +139,8 @@ pub struct LoadTlsArgs {
     /// TLS version the client offers with --tls.
     #[arg(long, value_enum, default_value_t = Version::Any, requires = "tls")]
     tls_version: Version,
-    /// CA certificate to trust (PEM) when --tls loads a running server
-    /// (--addr) [default: none; needs --vs].
+    /// The CA certificate (PEM) of a running server (--addr, --targets)
+    /// loaded with --tls; --vs makes its own certificates instead.
     #[arg(long, value_name = "PATH", requires = "tls")]
     tls_ca: Option<std::path::PathBuf>,
 }
@@ -157,11 +157,20 @@ pub struct LoadTls {
 impl LoadTls {
     /// Certificates and the client configuration for `load --tls` (nothing
     /// without --tls).
-    pub fn setup(a: &LoadTlsArgs, kinds: &[Kind]) -> Result<LoadTls, String> {
+    pub fn setup(a: &LoadTlsArgs, kinds: &[Kind], vs: bool) -> Result<LoadTls, String> {
         if !a.tls {
             return Ok(LoadTls::default());
         }
-        if kinds.iter().any(|k| k.is_floor()) {
+        match (vs, &a.tls_ca) {
+            (true, Some(_)) => {
+                return Err("--tls-ca is for a running server (--addr): --vs makes its own".into())
+            }
+            (false, None) => {
+                return Err("--tls on a running server needs --tls-ca (its CA certificate)".into())
+            }
+            _ => {}
+        }
+        if vs && kinds.iter().any(|k| k.is_floor()) {
             return Err("the floor server has no TLS: leave it out of --servers with --tls".into());
         }
         if let Some(ca) = &a.tls_ca {
