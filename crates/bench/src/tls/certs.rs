@@ -72,6 +72,17 @@ pub enum Tls12Resume {
     Ids,
 }
 
+/// The files [`Certs::make`] writes.
+const FILES: [&str; 7] = [
+    "ca.key",
+    "ca.pem",
+    "ca.srl",
+    "server.key",
+    "server.csr",
+    "server.ext",
+    "server.pem",
+];
+
 /// The certificates of one run, in a directory of their own.
 pub struct Certs {
     dir: PathBuf,
@@ -108,7 +119,10 @@ impl Certs {
             SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        crate::servers::remove_on_signal(&dir.join("server.key"));
+        // A signal stopping the run removes the files (the keys above all).
+        for f in FILES {
+            crate::servers::remove_on_signal(&dir.join(f));
+        }
         let certs = Certs {
             ca: dir.join("ca.pem"),
             cert: dir.join("server.pem"),
@@ -242,7 +256,9 @@ fn client_config(
 
 impl Drop for Certs {
     fn drop(&mut self) {
-        crate::servers::forget_on_signal(&self.key);
+        for f in FILES {
+            crate::servers::forget_on_signal(&self.dir.join(f));
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
