@@ -218,6 +218,7 @@ pub fn run(a: &ClosedArgs) -> Result<bool, String> {
         cache_aside: false,
         busy_poll: true,
         deferred_sends: a.deferred_sends,
+        tls: None,
     };
     let mut pin: Option<Pin> = None;
     let mut sweeps = Vec::new();
@@ -291,6 +292,7 @@ fn run_configuration(
         plot: None,
         instances: 1,
         pin,
+        server_args: Vec::new(),
     };
     eprintln!("{}: {keys} keys, starting the servers", config.label());
     let groups = load::start_servers(bins, kinds, &w, &opts)?;
@@ -553,6 +555,7 @@ mod tests {
             cache_aside: false,
             busy_poll: true,
             deferred_sends: false,
+            tls: None,
         };
         let rows = json_rows(&sweep, &base);
         assert_eq!(rows.len(), 6);

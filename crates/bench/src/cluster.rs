@@ -139,6 +139,7 @@ fn workload(a: &ClusterArgs, depth: usize, get_ratio: f64) -> Workload {
         cache_aside: false,
         busy_poll: true,
         deferred_sends: false,
+        tls: None,
     }
 }
 

@@ -411,3 +411,26 @@ mod tests {
         assert_eq!(answer(&req[..10], b"vvv", &mut out), 0);
     }
 }
+
+// The options of `floor`.
+#[derive(clap::Args)]
+pub struct FloorArgs {
+    /// TCP port on 127.0.0.1 (0: any free port; the bound address is
+    /// printed as `listening on <addr>`).
+    #[arg(short = 'p', long, default_value_t = 0)]
+    pub port: u16,
+    /// Bytes of the value every get returns.
+    #[arg(long, default_value_t = 64)]
+    pub value_size: usize,
+    /// An io_uring loop instead of epoll (same answers).
+    #[arg(long)]
+    pub io_uring: bool,
+    /// With --io-uring: a kernel thread polls the submission queue
+    /// (IORING_SETUP_SQPOLL; it burns a core while busy).
+    #[arg(long, requires = "io_uring")]
+    pub sqpoll: bool,
+    /// With --io-uring: one multishot recv per connection into a provided
+    /// buffer ring instead of a recv per read.
+    #[arg(long, requires = "io_uring")]
+    pub recv_multishot: bool,
+}

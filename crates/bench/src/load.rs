@@ -46,7 +46,6 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -97,6 +96,8 @@ pub struct Workload {
     /// (memtier_benchmark, memaslap): a generator that writes in bursts.
     /// Without it each connection sends as soon as its reply is in.
     pub deferred_sends: bool,
+    /// Connect with TLS (`load --tls`): the rustls client configuration.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 /// How keys are drawn from `0..keys`.
@@ -301,8 +302,7 @@ pub fn preload(targets: &Targets, w: &Workload) -> Result<(), String> {
     let mut reply = vec![0u8; 1 << 16];
     let chunk = ((4 << 20) / (w.value_size + 64)).clamp(1, 500);
     for (server, &addr) in targets.addrs.iter().enumerate() {
-        let mut s =
-            std::net::TcpStream::connect(addr).map_err(|e| format!("connecting to {addr}: {e}"))?;
+        let mut s = crate::tls::sock::connect_blocking(addr, w.tls.as_ref())?;
         let mut ids = (0..w.keys).filter(|&i| {
             targets.addrs.len() == 1
                 || targets.server_of(keys::Key::new(b'k', i, w.key_size).as_bytes()) == server
@@ -361,7 +361,7 @@ struct InFlight {
 
 /// One socket of a connection: to one server of the targets.
 struct Stream {
-    socket: TcpStream,
+    socket: crate::tls::sock::Sock,
     out: Vec<u8>,
     sent: usize,
     input: Vec<u8>,
@@ -562,14 +562,10 @@ fn generate(
     for i in 0..n {
         let mut streams = Vec::with_capacity(servers);
         for (s, &addr) in targets.addrs.iter().enumerate() {
-            let std = std::net::TcpStream::connect(addr)
-                .map_err(|e| format!("connecting to {addr}: {e}"))?;
-            std.set_nodelay(true).map_err(|e| e.to_string())?;
-            std.set_nonblocking(true).map_err(|e| e.to_string())?;
-            let mut socket = TcpStream::from_std(std);
+            let mut socket = crate::tls::sock::Sock::connect(addr, w.tls.as_ref())?;
             poll.registry()
                 .register(
-                    &mut socket,
+                    &mut socket.tcp,
                     Token(i * servers + s),
                     Interest::READABLE | Interest::WRITABLE,
                 )
@@ -890,6 +886,10 @@ fn next_batch(
 }
 
 fn write_out(stream: &mut Stream) -> io::Result<()> {
+    // TLS records the socket did not take go first.
+    if !stream.socket.flush_tls()? {
+        return Ok(());
+    }
     while stream.sent < stream.out.len() {
         match stream.socket.write(&stream.out[stream.sent..]) {
             Ok(n) => stream.sent += n,

@@ -24,7 +24,10 @@
 //!   extstore: items kept and RAM per item, cache-aside miss ratio, GETs
 //!   served from flash, per value size ([`flash`]);
 //! * `churn`: overwrites with new sizes and deletes: live items kept,
-//!   miss ratio and CPU per request while the engine cleans ([`churn`]).
+//!   miss ratio and CPU per request while the engine cleans ([`churn`]);
+//! * `tls`: against memcached `-Z`, full and resumed handshakes per
+//!   core-second and the RAM of an idle TLS connection; `load --tls` runs
+//!   the load generator over TLS ([`tls`]).
 //!
 //! Servers: [`servers`]; keys and values: [`keys`]; control connections:
 //! [`conn`]; the storage-only criterion benchmarks: `benches/storage.rs`.
@@ -47,6 +50,7 @@ mod replica_copy;
 mod report;
 mod restart;
 mod servers;
+mod tls;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -75,7 +79,7 @@ enum Cmd {
     Hitratio(HitRatioArgs),
     /// Runs the floor server on 127.0.0.1 (every get answered with the same
     /// value, nothing cached) until killed.
-    Floor(FloorArgs),
+    Floor(floor::FloorArgs),
     /// Load: ops/s, latency percentiles, server CPU per request (closed
     /// loop, or open loop with --rate); --vs compares servers, --sla finds
     /// the highest rate within the SLA.
@@ -98,6 +102,7 @@ enum Cmd {
     /// evictions, miss ratio over-full, CPU per SET/GET while cleaning.
     Churn(Box<churn::ChurnArgs>),
     Closed(Box<closed::ClosedArgs>), // its help is ClosedArgs' doc comment
+    Tls(Box<tls::TlsArgs>),          // its help is TlsArgs' doc comment
 }
 
 #[derive(Args)]
@@ -274,6 +279,8 @@ fn load_targets(a: &LoadArgs) -> Result<load::Targets, String> {
 struct LoadArgs {
     #[command(flatten)]
     common: Common,
+    #[command(flatten)]
+    tls: tls::LoadTlsArgs,
     /// Start the servers of --servers (add `floor` for the floor server)
     /// and compare them, alternating runs; without it, load --addr.
     #[arg(long)]
@@ -409,28 +416,6 @@ struct LoadArgs {
     /// must not decide the search; both servers get the same retries).
     #[arg(long, default_value_t = 1)]
     sla_retries: usize,
-}
-
-#[derive(Args)]
-struct FloorArgs {
-    /// TCP port on 127.0.0.1 (0: any free port; the bound address is
-    /// printed as `listening on <addr>`).
-    #[arg(short = 'p', long, default_value_t = 0)]
-    port: u16,
-    /// Bytes of the value every get returns.
-    #[arg(long, default_value_t = 64)]
-    value_size: usize,
-    /// An io_uring loop instead of epoll (same answers).
-    #[arg(long)]
-    io_uring: bool,
-    /// With --io-uring: a kernel thread polls the submission queue
-    /// (IORING_SETUP_SQPOLL; it burns a core while busy).
-    #[arg(long, requires = "io_uring")]
-    sqpoll: bool,
-    /// With --io-uring: one multishot recv per connection into a provided
-    /// buffer ring instead of a recv per read.
-    #[arg(long, requires = "io_uring")]
-    recv_multishot: bool,
 }
 
 /// Options every subcommand has.
@@ -733,6 +718,7 @@ fn run(cli: Cli) -> Result<bool, String> {
         Cmd::Cluster(a) => cluster::run(&a).map(|()| true),
         Cmd::Churn(a) => churn::run(&a),
         Cmd::Closed(a) => closed::run(&a),
+        Cmd::Tls(a) => tls::run(&a),
         Cmd::Restart(a) => {
             let bins = binaries(&a.common)?;
             restart::run(
@@ -752,6 +738,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             )
         }
         Cmd::Load(a) => {
+            let tls = tls::LoadTls::setup(&a.tls, &kinds(&a.common), a.vs)?;
             let w = load::Workload {
                 conns: a.conns.max(1),
                 threads: a.gen_threads.max(1),
@@ -770,6 +757,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 cache_aside: a.cache_aside,
                 busy_poll: a.busy_poll,
                 deferred_sends: a.deferred_sends,
+                tls: tls.client.clone(),
             };
             let preload = a.preload && !a.cache_aside;
             let sla = load::SlaOpts {
@@ -798,6 +786,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 json: a.common.json,
                 plot: a.plot.clone(),
                 instances: a.instances.max(1),
+                server_args: tls.server_args.clone(),
             };
             let sizes = if a.sweep {
                 load::sweep_sizes()

@@ -185,6 +185,7 @@ fn workload(o: &FlashOpts, value_size: usize, keys: u64) -> Workload {
         cache_aside: false,
         busy_poll: false,
         deferred_sends: false,
+        tls: None,
     }
 }
 

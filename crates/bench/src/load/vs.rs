@@ -22,6 +22,9 @@ pub struct VsOpts {
     pub instances: usize,
     /// `--pin`: every server on one CPU, the generator on another.
     pub pin: Option<Pin>,
+    /// More arguments for memcached and osmium (not the floor server):
+    /// `-Z` and the certificates of `--tls`.
+    pub server_args: Vec<String>,
 }
 
 /// `--pin`: the CPU every server process runs on (all of its threads) and
@@ -155,7 +158,10 @@ pub(crate) fn start_servers(
     for &kind in kinds {
         let mut servers = Vec::new();
         for _ in 0..o.instances.max(1) {
-            let args = server_args(kind, w);
+            let mut args = server_args(kind, w);
+            if !kind.is_floor() {
+                args.extend(o.server_args.iter().cloned());
+            }
             let cpu = o.pin.map(|p| p.server);
             let server = Server::start_on(bins, kind, o.memory_mb, o.threads, &args, cpu)?;
             if cpu.is_some() {
@@ -273,8 +279,9 @@ fn describe(w: &Workload, o: &VsOpts, values: &str) -> String {
         String::new()
     };
     format!(
-        "{} connections, {} generator thread(s), depth {}, {:.0}% gets{}, {values} values, {:?} protocol; servers -t {} -m {}{instances}{}; median of {} round(s)",
+        "{} connections{}, {} generator thread(s), depth {}, {:.0}% gets{}, {values} values, {:?} protocol; servers -t {} -m {}{instances}{}; median of {} round(s)",
         w.conns,
+        if w.tls.is_some() { " over TLS" } else { "" },
         w.threads,
         w.depth,
         w.get_ratio * 100.0,

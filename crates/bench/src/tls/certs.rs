@@ -1,0 +1,269 @@
+//! Test certificates for the TLS benchmarks, made at bench time with the
+//! `openssl` command in a temporary directory (removed on drop): a CA and
+//! a server certificate it signs for `localhost` and 127.0.0.1, both
+//! ECDSA P-256 or both RSA-2048; and the rustls client configurations
+//! that trust that CA.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use rustls::client::{Resumption, Tls12Resumption};
+use rustls::crypto::aws_lc_rs;
+use rustls::{ClientConfig, RootCertStore};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
+
+/// The key type of the server certificate (and of its CA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum KeyType {
+    /// ECDSA on P-256.
+    EcdsaP256,
+    /// RSA, 2048 bits (what memcached users typically deploy).
+    Rsa2048,
+}
+
+impl KeyType {
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyType::EcdsaP256 => "ECDSA P-256",
+            KeyType::Rsa2048 => "RSA-2048",
+        }
+    }
+
+    fn newkey(self) -> &'static [&'static str] {
+        match self {
+            KeyType::EcdsaP256 => &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
+            KeyType::Rsa2048 => &["-newkey", "rsa:2048"],
+        }
+    }
+}
+
+/// The TLS versions a client offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Version {
+    #[value(name = "1.2")]
+    V12,
+    #[value(name = "1.3")]
+    V13,
+    /// Both (the server picks 1.3).
+    Any,
+}
+
+impl Version {
+    pub fn name(self) -> &'static str {
+        match self {
+            Version::V12 => "TLS 1.2",
+            Version::V13 => "TLS 1.3",
+            Version::Any => "TLS 1.2/1.3",
+        }
+    }
+}
+
+/// How a resuming client resumes TLS 1.2 sessions (TLS 1.3 always uses
+/// tickets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Tls12Resume {
+    /// A ticket when the server issued one, else the session ID (rustls
+    /// `SessionIdOrTickets`).
+    Tickets,
+    /// The session ID only (rustls `SessionIdOnly`): resumes only from a
+    /// server's session-ID cache (`-o ssl_session_cache`).
+    Ids,
+}
+
+/// The files [`Certs::make`] writes.
+const FILES: [&str; 7] = [
+    "ca.key",
+    "ca.pem",
+    "ca.srl",
+    "server.key",
+    "server.csr",
+    "server.ext",
+    "server.pem",
+];
+
+/// The certificates of one run, in a directory of their own.
+pub struct Certs {
+    dir: PathBuf,
+    pub key_type: KeyType,
+    ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+fn openssl(dir: &Path, args: &[&str]) -> Result<(), String> {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .map_err(|e| format!("running openssl (is it installed?): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "openssl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+impl Certs {
+    /// A CA and a server certificate of `key_type` in a new temporary
+    /// directory.
+    pub fn make(key_type: KeyType) -> Result<Certs, String> {
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "osmium-bench-tls-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        // A signal stopping the run removes the files (the keys above all).
+        for f in FILES {
+            crate::servers::remove_on_signal(&dir.join(f));
+        }
+        let certs = Certs {
+            ca: dir.join("ca.pem"),
+            cert: dir.join("server.pem"),
+            key: dir.join("server.key"),
+            dir,
+            key_type,
+        };
+        let d = &certs.dir;
+        let nk = key_type.newkey();
+        let mut ca = vec!["req", "-x509"];
+        ca.extend_from_slice(nk);
+        ca.extend_from_slice(&[
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "30",
+            "-subj",
+            "/CN=osmium-bench-ca",
+        ]);
+        openssl(d, &ca)?;
+        let mut req = vec!["req"];
+        req.extend_from_slice(nk);
+        req.extend_from_slice(&[
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ]);
+        openssl(d, &req)?;
+        std::fs::write(
+            d.join("server.ext"),
+            "basicConstraints=CA:FALSE\nsubjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        )
+        .map_err(|e| format!("writing server.ext: {e}"))?;
+        openssl(
+            d,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "server.pem",
+                "-days",
+                "30",
+                "-extfile",
+                "server.ext",
+            ],
+        )?;
+        Ok(certs)
+    }
+
+    /// What memcached and osmium are started with: `-Z` and these
+    /// certificates, plus `ssl_session_cache` (the server's session-ID
+    /// cache) when asked.
+    pub fn server_args(&self, session_cache: bool) -> Vec<String> {
+        let mut o = format!(
+            "ssl_chain_cert={},ssl_key={}",
+            self.cert.display(),
+            self.key.display()
+        );
+        if session_cache {
+            o.push_str(",ssl_session_cache");
+        }
+        vec!["-Z".into(), "-o".into(), o]
+    }
+
+    /// A rustls client (aws-lc-rs) trusting the CA, offering `version`;
+    /// with `resume` it keeps sessions (TLS 1.3 tickets; TLS 1.2 as
+    /// `resume` says) and offers them again; without, every handshake is
+    /// a full one.
+    pub fn client_config(
+        &self,
+        version: Version,
+        resume: Option<Tls12Resume>,
+    ) -> Result<Arc<ClientConfig>, String> {
+        client_config(&self.ca, version, resume)
+    }
+}
+
+/// A rustls client trusting the CA certificates of `ca` (PEM), offering
+/// `version`, resuming sessions.
+pub fn client_config_for_ca(ca: &Path, version: Version) -> Result<Arc<ClientConfig>, String> {
+    client_config(ca, version, Some(Tls12Resume::Tickets))
+}
+
+fn client_config(
+    ca: &Path,
+    version: Version,
+    resume: Option<Tls12Resume>,
+) -> Result<Arc<ClientConfig>, String> {
+    let mut roots = RootCertStore::empty();
+    for cert in
+        CertificateDer::pem_file_iter(ca).map_err(|e| format!("reading {}: {e}", ca.display()))?
+    {
+        let cert = cert.map_err(|e| format!("reading {}: {e}", ca.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("the CA certificate: {e}"))?;
+    }
+    let versions: &[&'static rustls::SupportedProtocolVersion] = match version {
+        Version::V12 => &[&rustls::version::TLS12],
+        Version::V13 => &[&rustls::version::TLS13],
+        Version::Any => &[&rustls::version::TLS13, &rustls::version::TLS12],
+    };
+    let mut config = ClientConfig::builder_with_provider(Arc::new(aws_lc_rs::default_provider()))
+        .with_protocol_versions(versions)
+        .map_err(|e| format!("TLS versions: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.resumption = match resume {
+        Some(how) => Resumption::in_memory_sessions(1024).tls12_resumption(match how {
+            Tls12Resume::Tickets => Tls12Resumption::SessionIdOrTickets,
+            Tls12Resume::Ids => Tls12Resumption::SessionIdOnly,
+        }),
+        None => Resumption::disabled(),
+    };
+    Ok(Arc::new(config))
+}
+
+impl Drop for Certs {
+    fn drop(&mut self) {
+        for f in FILES {
+            crate::servers::forget_on_signal(&self.dir.join(f));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The name every benchmark client verifies the server certificate for.
+pub fn server_name() -> rustls_pki_types::ServerName<'static> {
+    rustls_pki_types::ServerName::try_from("localhost").expect("a valid DNS name")
+}
