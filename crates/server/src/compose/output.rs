@@ -1,58 +1,78 @@
-//! A connection's output: the replies composed and not yet sent, in a
-//! write buffer lent by the worker's pool while there are any.
+//! A connection's output: the replies composed and not yet sent, queued
+//! as bytes in a write buffer (lent by the worker's pool while there are
+//! any) and values referenced where they lie in item memory. The output
+//! never writes: the transport takes the queue ([`Sink`]).
 //!
 //! ```text
-//!   buf [....sent....|=====pending=====]
-//!                    sent              len
+//!   buf  [....sent....|VALUE a 0 131072\r\n|\r\nVALUE b 0 131072\r\n|\r\nEND\r\n]
+//!                     sent               ^ at 0                     ^ at 1      len
+//!   refs [a's value in item memory] [b's value in item memory]
+//!   the queue: buf[sent..at0], a, buf[at0..at1], b, buf[at1..]
 //! ```
 //!
-//! Reply encoders append to [`Output::buf`]; the transport sends
-//! [`Output::pending`] and reports [`Output::sent`]. A value of
-//! `DIRECT_MIN` bytes or more may instead leave straight from item memory
-//! ([`Output::put_value`]: one `writev` of the pending bytes, the value
-//! where it lies and the reply's end), while the request still holds the
-//! item; only what the socket does not take is copied. That needs a stream
-//! socket and pending output that starts at the front of the buffer. A
-//! direct write the socket did not take whole marks the socket full
-//! ([`Output::socket_full`]): the session runs no further request until
-//! the output drains, so pipelined large GETs are not copied one after
-//! another into the buffer while the client catches up.
+//! Reply encoders append to [`Output::buf`]. A value of `DIRECT_MIN` bytes
+//! or more ([`Output::put_value`]) is not copied: it is recorded where it
+//! goes in the buffer, and the thread keeps its epoch pin
+//! (`osmium_store::epoch::keep`) so the value's memory is not rewritten
+//! until the transport has sent it. That needs a stream and pending output
+//! that starts at the front of the buffer, and an item read without a
+//! shard lock.
 //!
-//! While a connection runs plain GETs, large values are *gathered*
-//! instead ([`Output::gather_values`]): each is recorded where it goes in
-//! the buffer, the thread keeps its epoch pin so their memory stays valid
-//! (`osmium_store::epoch::keep`), and [`Output::write_gathered`] sends the
-//! buffer and all of them in one `writev` before anything else runs (the
-//! session calls it before any other command and when it stops running
-//! requests), as memcached sends a batch of replies in one `sendmsg`:
+//! While a connection runs plain GETs, values accumulate (are *gathered*)
+//! until `GATHER_VALUES` of them or `GATHER_BYTES` wait ([`Output::due`]),
+//! and leave in one write, as memcached sends a batch of replies in one
+//! `sendmsg`; a value queued by any other request is due at once. The
+//! session hands the queue to the transport after a request that made it
+//! due (only its whole batches then leave, [`Output::sendable`]: the rest
+//! stays gathered, so batches run across requests), before any request
+//! that is not a plain GET (which may take locks or wait for readers, so
+//! it must run unpinned), and when it stops running requests: values are
+//! referenced only during a session's run.
 //!
-//! ```text
-//!   buf      [VALUE a 0 131072\r\n|\r\nVALUE b 0 131072\r\n|\r\nEND\r\n]
-//!                                ^ at 0                     ^ at 1
-//!   gathered [a's value in item memory] [b's value in item memory]
-//!   writev   buf[..at0], a, buf[at0..at1], b, buf[at1..]
-//! ```
+//! The transport sends what the connection takes ([`Output::pieces`]) and
+//! reports it ([`Output::sent_queue`]): only what it did not take of the
+//! values is then copied into the buffer, in order, and the pin goes. A
+//! write of values that left part of the queue behind marks the socket
+//! full ([`Output::socket_full`]): the session runs no further request
+//! until the output drains, so pipelined large GETs are not copied one
+//! after another into the buffer while the client catches up. Plain
+//! stream sockets send the queue with one `writev` a batch
+//! (`transport::stream`); TLS feeds the same pieces to rustls
+//! (`transport::tls`), which copies them once, into records.
+//!
+//! Invariants: the queue is sent in order; replies before `committed`
+//! (a flush point) are never dropped by a failing get; truncating a reply
+//! drops the values queued in it; the buffer goes back to the pool once
+//! everything left, and a large buffer shrinks once most of it was sent.
 //!
 //! Over UDP every memcached response is sent as its own datagrams, so a
-//! datagram endpoint's output also records where each response starts
-//! (`marks`, see `udp_marks`).
+//! datagram endpoint's output never references values and records where
+//! each response starts (`marks`, see `udp_marks`).
+
+use std::io::{self, IoSlice};
 
 use crate::buffers::{BufferPool, NoBuffer};
 use crate::compose::udp_marks::ResponseMark;
 use crate::stats::counters::ThreadStats;
 
-/// Values at least this long are written from item memory.
+/// Values at least this long are sent from item memory.
 pub const DIRECT_MIN: usize = 32 * 1024;
 
-/// Most values one `writev` gathers (its iovecs: twice this, plus one).
-const GATHER_VALUES: usize = 32;
+/// Most values one write gathers.
+pub const GATHER_VALUES: usize = 32;
+
+/// Pieces one write of the queue may have: every gathered value between
+/// two slices of the buffer.
+pub const GATHER_PIECES: usize = 2 * GATHER_VALUES + 1;
 
 /// Gathered values are written once they add up to this many bytes.
 const GATHER_BYTES: usize = 1 << 20;
 
-/// A value to be sent from item memory, inserted at `at` in the buffer.
-struct Gathered {
+/// A value to be sent from item memory, inserted at `at` in the buffer;
+/// its trailer ends at `end`.
+struct ValueRef {
     at: usize,
+    end: usize,
     ptr: *const u8,
     len: usize,
 }
@@ -65,19 +85,26 @@ pub const WRITE_HIGH_WATER: usize = 256 * 1024;
 /// memory than its unsent replies need.
 const SHRINK_OVER: usize = 64 * 1024;
 
+/// A transport that takes an output's queue.
+pub trait Sink {
+    /// Sends as much of `out`'s queue as the connection takes now, then
+    /// reports it with [`Output::sent_queue`] (or [`Output::sent`]), so no
+    /// value stays referenced. Ok(true) when everything left.
+    fn send(&mut self, out: &mut Output, stats: &ThreadStats) -> io::Result<bool>;
+}
+
 pub struct Output {
     buf: Vec<u8>,
     /// Capacity `buf` had when taken from the pool (what the pool counts).
     lent: usize,
     sent: usize,
-    /// The stream's descriptor for direct writes, or -1 (UDP, tests).
-    fd: i32,
-    /// A direct write happened since this was last cleared: positions kept
-    /// in the buffer are no longer valid.
+    /// Bytes left during this run with values: positions kept in the
+    /// buffer are no longer valid.
     pub wrote_directly: bool,
     /// UDP: where each memcached response starts in `buf`.
     pub marks: Vec<ResponseMark>,
-    /// A datagram endpoint's output (owns its buffer, never pooled).
+    /// A datagram endpoint's output (owns its buffer, never pooled, never
+    /// references values).
     datagram: bool,
     /// Counts the times bytes left: offsets into the buffer kept across a
     /// change of it are stale.
@@ -90,28 +117,33 @@ pub struct Output {
     /// large one when the last replies needed it.
     peak: usize,
     wanted: usize,
-    /// A direct write left part of a value behind: the socket is full, and
-    /// until the output drains the next request waits (its large value can
-    /// then leave from item memory too, instead of being copied here).
+    /// A write of values left part of the queue behind: the socket is
+    /// full, and until the output drains the next request waits (its large
+    /// value can then leave from item memory too, instead of being copied
+    /// here).
     socket_full: bool,
-    /// Whether large values are gathered (the session runs plain GETs).
+    /// Whether values are gathered (the session runs plain GETs) rather
+    /// than due as soon as queued.
     gathering: bool,
-    /// Values gathered for the next write, in buffer order.
-    gathered: Vec<Gathered>,
-    gathered_bytes: usize,
-    /// Keeps the thread pinned while values are gathered: their memory is
-    /// not rewritten before `write_gathered`.
-    gather_pin: Option<osmium_store::epoch::Kept>,
+    /// The queue's values, in buffer order.
+    refs: Vec<ValueRef>,
+    ref_bytes: usize,
+    /// The queue is to be sent before the next request runs.
+    due: bool,
+    /// The transport is to send the queue's whole batches only.
+    batches_only: bool,
+    /// Keeps the thread pinned while values are referenced: their memory
+    /// is not rewritten before the transport sent (or copied) them.
+    pin: Option<osmium_store::epoch::Kept>,
 }
 
 impl Output {
-    /// The output of a stream connection on descriptor `fd`.
-    pub fn stream(fd: i32) -> Output {
+    /// The output of a stream connection.
+    pub fn stream() -> Output {
         Output {
             buf: Vec::new(),
             lent: 0,
             sent: 0,
-            fd,
             wrote_directly: false,
             marks: Vec::new(),
             datagram: false,
@@ -121,17 +153,19 @@ impl Output {
             wanted: 0,
             socket_full: false,
             gathering: false,
-            gathered: Vec::new(),
-            gathered_bytes: 0,
-            gather_pin: None,
+            refs: Vec::new(),
+            ref_bytes: 0,
+            due: false,
+            batches_only: false,
+            pin: None,
         }
     }
 
-    /// The output of a datagram endpoint: no direct writes, response marks.
+    /// The output of a datagram endpoint: values copied, response marks.
     pub fn datagram() -> Output {
         Output {
             datagram: true,
-            ..Output::stream(-1)
+            ..Output::stream()
         }
     }
 
@@ -159,6 +193,7 @@ impl Output {
 
     /// Gives the write buffer back, dropping unsent output.
     pub fn release(&mut self, pool: &BufferPool) {
+        self.discard_refs();
         self.sent = self.buf.len();
         self.release_if_empty(pool);
     }
@@ -169,8 +204,8 @@ impl Output {
         &mut self.buf
     }
 
-    /// Everything composed so far, sent or not (positions are offsets in
-    /// this).
+    /// Everything composed so far, sent or not, without the referenced
+    /// values (positions are offsets in this).
     #[inline]
     pub fn composed(&self) -> &[u8] {
         &self.buf
@@ -187,32 +222,41 @@ impl Output {
         self.buf.is_empty()
     }
 
-    /// Drops what was composed from `at` on (a reply replaced by an error).
+    /// Drops what was composed from `at` on (a reply replaced by an
+    /// error), the values queued in it too.
     #[inline]
     pub fn truncate(&mut self, at: usize) {
         let at = at.max(self.sent);
         self.buf.truncate(at);
-        while self.gathered.last().is_some_and(|g| g.at > at) {
-            if let Some(g) = self.gathered.pop() {
-                self.gathered_bytes -= g.len;
+        while self.refs.last().is_some_and(|g| g.at > at) {
+            if let Some(g) = self.refs.pop() {
+                self.ref_bytes -= g.len;
             }
         }
-        if self.gathered.is_empty() {
-            self.gather_pin = None;
+        if self.refs.is_empty() {
+            self.pin = None;
+            self.due = false;
         }
     }
 
-    /// Output not yet sent (nothing is gathered outside a session's run).
+    /// The buffer's unsent bytes: all of the queue when no value is
+    /// referenced (always so outside a session's run).
     #[inline]
     pub fn pending(&self) -> &[u8] {
-        debug_assert!(self.gathered.is_empty());
+        debug_assert!(self.refs.is_empty());
         &self.buf[self.sent..]
     }
 
-    /// Bytes waiting to be sent.
+    /// Bytes of the buffer waiting to be sent.
     #[inline]
     pub fn queued(&self) -> usize {
         self.buf.len() - self.sent
+    }
+
+    /// Bytes of the whole queue: the buffer's and the values'.
+    #[inline]
+    pub fn queued_with_values(&self) -> usize {
+        self.queued() + self.ref_bytes
     }
 
     /// Whether this is a datagram endpoint's output.
@@ -286,6 +330,7 @@ impl Output {
 
     /// Drops everything (a datagram endpoint starting over).
     pub fn clear(&mut self) {
+        self.discard_refs();
         self.socket_full = false;
         self.buf.clear();
         self.sent = 0;
@@ -293,178 +338,232 @@ impl Output {
         self.marks.clear();
     }
 
-    /// Whether a direct write found the socket full and its output has not
-    /// drained since.
+    /// Whether a write of values found the socket full and the output has
+    /// not drained since.
     #[inline]
     pub fn socket_full(&self) -> bool {
         self.socket_full
     }
 
-    /// Whether a value of `len` bytes would be written directly: a stream
-    /// whose pending output starts at the front of its buffer, a large
-    /// value, and an item held without a shard lock (`lock_free`) so the
-    /// system call delays no other thread.
+    /// Whether a value of `len` bytes would be referenced rather than
+    /// copied: a stream whose pending output starts at the front of its
+    /// buffer, a large value, and an item held without a shard lock
+    /// (`lock_free`), which is what the epoch pin protects.
     #[inline]
     pub fn direct_takes(&self, len: usize, lock_free: bool) -> bool {
-        self.fd >= 0 && self.sent == 0 && len >= DIRECT_MIN && lock_free
+        !self.datagram && self.sent == 0 && len >= DIRECT_MIN && lock_free
     }
 
-    /// Allows (true) or ends gathering large values (see the module
-    /// comment); the session allows it only around plain GETs, whose
-    /// lookups take no lock, and writes what was gathered before anything
-    /// else runs.
+    /// Allows (true) or ends gathering values (see the module comment);
+    /// the session allows it only around plain GETs, whose lookups take no
+    /// lock.
     #[inline]
     pub fn gather_values(&mut self, on: bool) {
         self.gathering = on && !self.datagram;
     }
 
-    /// Lets the next request gather large values if it is a plain GET;
-    /// anything else first sends what was gathered, so it runs unpinned
-    /// (it may take locks or wait for readers).
+    /// Whether values are referenced (the thread keeps its pin): the
+    /// transport must send the queue, not just `pending`.
     #[inline]
-    pub fn gather_for(&mut self, plain_get: bool, stats: &ThreadStats) {
-        if !plain_get {
-            self.write_gathered(stats);
+    pub fn has_refs(&self) -> bool {
+        !self.refs.is_empty()
+    }
+
+    /// Whether the queue is to be sent before the next request runs.
+    #[inline]
+    pub fn due(&self) -> bool {
+        self.due
+    }
+
+    /// Before a send of a due queue: while gathering, only whole batches
+    /// are to leave (see [`Output::sendable`]).
+    #[inline]
+    pub fn send_due_batches(&mut self) {
+        self.batches_only = self.gathering && !self.refs.is_empty();
+    }
+
+    /// Bytes of the queue the transport is to send now: all of it, or
+    /// (after `send_due_batches`) its whole batches: `GATHER_VALUES`
+    /// values, or values reaching `GATHER_BYTES`, up to the last one's
+    /// trailer (as when the batch was written the moment it was full).
+    pub fn sendable(&self) -> usize {
+        if self.batches_only {
+            self.whole_batches().0
+        } else {
+            self.queued_with_values()
         }
-        self.gather_values(plain_get);
     }
 
-    /// Whether values wait in `gathered` (and the thread keeps its pin).
+    /// The bytes of the queue's whole batches, how many values they hold,
+    /// and where in the buffer they end.
+    fn whole_batches(&self) -> (usize, usize, usize) {
+        let mut whole = (0, 0, self.sent);
+        let mut bytes = 0;
+        let mut from = self.sent;
+        let (mut values, mut value_bytes) = (0, 0);
+        for (i, g) in self.refs.iter().enumerate() {
+            bytes += g.at - from + g.len;
+            from = g.at;
+            values += 1;
+            value_bytes += g.len;
+            if values == GATHER_VALUES || value_bytes >= GATHER_BYTES {
+                bytes += g.end - from;
+                from = g.end;
+                whole = (bytes, i + 1, g.end);
+                (values, value_bytes) = (0, 0);
+            }
+        }
+        whole
+    }
+
+    /// Appends `value` and then `trailer`; or (`direct_takes`) queues a
+    /// reference to `value`, whose memory the thread's pin keeps, and
+    /// appends `trailer`. The transport sends it (see [`Output::due`]).
     #[inline]
-    pub fn has_gathered(&self) -> bool {
-        !self.gathered.is_empty()
-    }
-
-    /// Appends `value` and then `trailer`; or (`direct_takes`) gathers the
-    /// value for the next `write_gathered`; or writes the pending output,
-    /// `value` and `trailer` to the socket at once and keeps only what the
-    /// socket did not take.
     pub fn put_value(
         &mut self,
         value: &[u8],
         trailer: &[u8],
         lock_free: bool,
-        stats: &ThreadStats,
+        _stats: &ThreadStats,
     ) {
-        if !self.direct_takes(value.len(), lock_free) {
-            self.buf.reserve(value.len() + trailer.len());
-            self.buf.extend_from_slice(value);
-            self.buf.extend_from_slice(trailer);
-            return;
-        }
-        if self.gathering {
-            if self.gather_pin.is_none() {
-                self.gather_pin = osmium_store::epoch::keep();
+        if self.direct_takes(value.len(), lock_free) {
+            if self.pin.is_none() {
+                self.pin = osmium_store::epoch::keep();
             }
-            if self.gather_pin.is_some() {
-                self.gathered.push(Gathered {
-                    at: self.buf.len(),
+            if self.pin.is_some() {
+                let at = self.buf.len();
+                self.buf.extend_from_slice(trailer);
+                self.refs.push(ValueRef {
+                    at,
+                    end: self.buf.len(),
                     ptr: value.as_ptr(),
                     len: value.len(),
                 });
-                self.gathered_bytes += value.len();
-                self.buf.extend_from_slice(trailer);
-                if self.gathered.len() == GATHER_VALUES || self.gathered_bytes >= GATHER_BYTES {
-                    self.write_gathered(stats);
-                }
+                self.ref_bytes += value.len();
+                self.due |= !self.gathering
+                    || self.refs.len() >= GATHER_VALUES
+                    || self.ref_bytes >= GATHER_BYTES;
                 return;
             }
         }
-        if self.has_gathered() {
-            self.write_gathered(stats);
-            if !self.direct_takes(value.len(), lock_free) {
-                self.buf.extend_from_slice(value);
-                self.buf.extend_from_slice(trailer);
-                return;
-            }
-        }
-        let parts = [&self.buf[..], value, trailer];
-        let iov = parts.map(|p| libc::iovec {
-            iov_base: p.as_ptr() as *mut libc::c_void,
-            iov_len: p.len(),
-        });
-        // SAFETY: three iovecs over live slices (the output buffer, the
-        // item's value, which the caller holds, and the trailer), read-only
-        // for the call; `fd` is the connection's open, non-blocking stream.
-        let n = unsafe { libc::writev(self.fd, iov.as_ptr(), iov.len() as libc::c_int) };
-        // An error (EAGAIN: the socket is full) writes nothing here; the
-        // next flush meets it again and reports it.
-        let mut n = usize::try_from(n).unwrap_or(0);
-        self.socket_full = n < self.buf.len() + value.len() + trailer.len();
-        if n == 0 {
-            self.buf.extend_from_slice(value);
-            self.buf.extend_from_slice(trailer);
-            return;
-        }
-        stats.bytes_written.add(n as u64);
-        self.wrote_directly = true;
-        self.epoch += 1;
-        // What was queued before the value has left.
-        self.committed = 0;
-        if n < self.buf.len() {
-            self.buf.drain(..n);
-            self.buf.extend_from_slice(value);
-            self.buf.extend_from_slice(trailer);
-            return;
-        }
-        n -= self.buf.len();
-        self.buf.clear();
-        if n < value.len() {
-            self.buf.extend_from_slice(&value[n..]);
-            self.buf.extend_from_slice(trailer);
-        } else {
-            self.buf.extend_from_slice(&trailer[n - value.len()..]);
-        }
+        self.buf.reserve(value.len() + trailer.len());
+        self.buf.extend_from_slice(value);
+        self.buf.extend_from_slice(trailer);
     }
-}
 
-impl Output {
-    /// Sends the pending output with the gathered values in one `writev`,
-    /// copies what the socket did not take into the buffer (in order) and
-    /// lets the thread's pin go.
-    pub fn write_gathered(&mut self, stats: &ThreadStats) {
-        if self.gathered.is_empty() {
-            self.gather_pin = None;
+    /// Fills `iov` with the queue's pieces from `skip` bytes in, in order,
+    /// for one write: at most `max` bytes (the last piece cut short), and
+    /// values up to `GATHER_VALUES` of them or until they reach
+    /// `GATHER_BYTES` (then up to that value's trailer). Returns how many
+    /// pieces and their bytes; (0, 0) when nothing is left.
+    pub fn pieces<'a>(
+        &'a self,
+        skip: usize,
+        max: usize,
+        iov: &mut [IoSlice<'a>],
+    ) -> (usize, usize) {
+        let total = self.queued_with_values();
+        if skip == 0 && max >= total && iov.len() > 2 * self.refs.len() && self.one_write() {
+            // The common case, all of the queue in one write.
+            let mut from = self.sent;
+            for (g, pair) in self.refs.iter().zip(iov.chunks_exact_mut(2)) {
+                // SAFETY: the value's memory stays valid while `pin` holds,
+                // and `pin` is held while any value is referenced.
+                let value = unsafe { std::slice::from_raw_parts(g.ptr, g.len) };
+                pair[0] = IoSlice::new(&self.buf[from..g.at]);
+                pair[1] = IoSlice::new(value);
+                from = g.at;
+            }
+            let count = 2 * self.refs.len();
+            iov[count] = IoSlice::new(&self.buf[from..]);
+            return (count + 1, total);
+        }
+        let mut fill = Fill {
+            iov,
+            count: 0,
+            bytes: 0,
+            skip,
+            max,
+        };
+        let mut values = 0;
+        let mut value_bytes = 0;
+        let mut from = self.sent;
+        for g in &self.refs {
+            if !fill.add(&self.buf[from..g.at]) {
+                return fill.done();
+            }
+            from = g.at;
+            let skipped = fill.skip;
+            // SAFETY: as above.
+            let value = unsafe { std::slice::from_raw_parts(g.ptr, g.len) };
+            let more = fill.add(value);
+            if skipped < g.len {
+                // Some of this value is in the write.
+                values += 1;
+                value_bytes += g.len - skipped;
+            }
+            if !more {
+                return fill.done();
+            }
+            if values == GATHER_VALUES || value_bytes >= GATHER_BYTES {
+                // The batch ends with this value's trailer.
+                fill.add(&self.buf[from..g.end]);
+                return fill.done();
+            }
+        }
+        fill.add(&self.buf[from..]);
+        fill.done()
+    }
+
+    /// Whether the whole queue is one batch: no value before the last
+    /// reaches the gather limits, and nothing follows the last one's
+    /// trailer if it does.
+    #[inline]
+    fn one_write(&self) -> bool {
+        let Some(last) = self.refs.last() else {
+            return true;
+        };
+        let values = self.refs.len();
+        if values < GATHER_VALUES && self.ref_bytes < GATHER_BYTES {
+            return true;
+        }
+        values <= GATHER_VALUES
+            && self.ref_bytes - last.len < GATHER_BYTES
+            && last.end == self.buf.len()
+    }
+
+    /// How many values are referenced.
+    #[inline]
+    pub fn ref_count(&self) -> usize {
+        self.refs.len()
+    }
+
+    /// After the transport sent `n` bytes of the queue: the rest, values
+    /// included, is kept in the buffer in order, and the pin goes; or,
+    /// when the whole batches asked for all left, the rest stays queued.
+    pub fn sent_queue(&mut self, n: usize) {
+        if std::mem::take(&mut self.batches_only) && !self.refs.is_empty() {
+            let (bytes, values, end) = self.whole_batches();
+            if n == bytes && 0 < values && values < self.refs.len() {
+                self.sent_batches(values, end);
+                return;
+            }
+        }
+        if self.refs.is_empty() {
+            if n > 0 {
+                self.sent(n);
+            }
+            self.pin = None;
+            self.due = false;
             return;
         }
-        let empty = libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        };
-        let mut iov = [empty; 2 * GATHER_VALUES + 1];
-        let mut count = 0;
-        let mut from = self.sent;
-        for g in &self.gathered {
-            iov[count] = libc::iovec {
-                iov_base: self.buf[from..g.at].as_ptr() as *mut libc::c_void,
-                iov_len: g.at - from,
-            };
-            iov[count + 1] = libc::iovec {
-                iov_base: g.ptr as *mut libc::c_void,
-                iov_len: g.len,
-            };
-            count += 2;
-            from = g.at;
-        }
-        iov[count] = libc::iovec {
-            iov_base: self.buf[from..].as_ptr() as *mut libc::c_void,
-            iov_len: self.buf.len() - from,
-        };
-        count += 1;
-        let total = self.buf.len() - self.sent + self.gathered_bytes;
-        // SAFETY: the iovecs cover the live buffer and the gathered values,
-        // whose item memory is not rewritten while `gather_pin` keeps this
-        // thread pinned; read-only for the call. `fd` is the connection's
-        // open, non-blocking stream.
-        let n = unsafe { libc::writev(self.fd, iov.as_ptr(), count as libc::c_int) };
-        // An error (EAGAIN: the socket is full) writes nothing here; the
-        // next flush meets it again and reports it.
-        let n = usize::try_from(n).unwrap_or(0);
+        let total = self.queued_with_values();
         self.socket_full = n < total;
         if n > 0 {
-            stats.bytes_written.add(n as u64);
             self.wrote_directly = true;
             self.epoch += 1;
+            // What was queued has left, or moves.
             self.committed = 0;
         }
         if n == total {
@@ -473,20 +572,42 @@ impl Output {
         } else {
             self.keep_unwritten(n);
         }
-        self.gathered.clear();
-        self.gathered_bytes = 0;
+        self.refs.clear();
+        self.ref_bytes = 0;
+        self.due = false;
         // Only now may the values' memory be rewritten.
-        self.gather_pin = None;
+        self.pin = None;
     }
 
-    /// Forgets the gathered values unsent (the connection is closing).
-    pub fn discard_gathered(&mut self) {
-        self.gathered.clear();
-        self.gathered_bytes = 0;
-        self.gather_pin = None;
+    /// The first `values` values and the buffer up to `end` left: the
+    /// rest of the queue moves to the front of the buffer, its values
+    /// still referenced.
+    fn sent_batches(&mut self, values: usize, end: usize) {
+        self.socket_full = false;
+        self.wrote_directly = true;
+        self.epoch += 1;
+        self.committed = 0;
+        for g in self.refs.drain(..values) {
+            self.ref_bytes -= g.len;
+        }
+        self.buf.drain(..end);
+        self.sent = 0;
+        for g in &mut self.refs {
+            g.at -= end;
+            g.end -= end;
+        }
+        self.due = self.refs.len() >= GATHER_VALUES || self.ref_bytes >= GATHER_BYTES;
     }
 
-    /// After a gathered write that sent `n` bytes: the rest of the buffer
+    /// Forgets the referenced values unsent (the connection is closing).
+    pub fn discard_refs(&mut self) {
+        self.refs.clear();
+        self.ref_bytes = 0;
+        self.due = false;
+        self.pin = None;
+    }
+
+    /// After a write of values that sent `n` bytes: the rest of the buffer
     /// and of the values, in order, from the front of the buffer.
     fn keep_unwritten(&mut self, n: usize) {
         let mut skip = n;
@@ -496,19 +617,20 @@ impl Output {
         let mut w = 0;
         let mut from = self.sent;
         let mut keep = 0;
-        for i in 0..=self.gathered.len() {
-            let end = self.gathered.get(i).map_or(self.buf.len(), |g| g.at);
+        for i in 0..=self.refs.len() {
+            let end = self.refs.get(i).map_or(self.buf.len(), |g| g.at);
             let take = skip.min(end - from);
             skip -= take;
             self.buf.copy_within(from + take..end, w);
             w += end - from - take;
             from = end;
-            if let Some(g) = self.gathered.get(i) {
+            if let Some(g) = self.refs.get(i) {
                 let sent = skip.min(g.len);
                 skip -= sent;
                 if sent < g.len {
-                    self.gathered[keep] = Gathered {
+                    self.refs[keep] = ValueRef {
                         at: w,
+                        end: w,
                         // SAFETY: within the value (sent < len).
                         ptr: unsafe { g.ptr.add(sent) },
                         len: g.len - sent,
@@ -522,8 +644,8 @@ impl Output {
         // Then the values' parts go in, front to back (each insertion moves
         // only buffer bytes).
         let mut shift = 0;
-        for g in &self.gathered[..keep] {
-            // SAFETY: the value's memory is valid while `gather_pin` holds.
+        for g in &self.refs[..keep] {
+            // SAFETY: the value's memory is valid while `pin` holds.
             let part = unsafe { std::slice::from_raw_parts(g.ptr, g.len) };
             let at = g.at + shift;
             let old = self.buf.len();
@@ -535,204 +657,38 @@ impl Output {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Read;
-    use std::os::fd::AsRawFd;
-    use std::os::unix::net::UnixStream;
+/// `Output::pieces` filling a write's slices.
+struct Fill<'a, 'b> {
+    iov: &'b mut [IoSlice<'a>],
+    count: usize,
+    bytes: usize,
+    /// Bytes of the queue already sent, still to pass over.
+    skip: usize,
+    max: usize,
+}
 
-    fn bytes(len: usize, seed: u8) -> Vec<u8> {
-        (0..len)
-            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-            .collect()
-    }
-
-    #[test]
-    fn what_the_socket_and_the_buffer_hold_is_the_output_in_order() {
-        // Values go to a socket nobody reads until it is full; from then
-        // on they are copied, except what the reader's small reads make
-        // room for. The peer's bytes followed by the buffer's must be
-        // everything appended, in order.
-        let (a, mut b) = UnixStream::pair().unwrap();
-        a.set_nonblocking(true).unwrap();
-        let stats = ThreadStats::default();
-        let mut out = Output::stream(a.as_raw_fd());
-        out.buf().extend_from_slice(b"queued before\r\n");
-        let mut all = out.pending().to_vec();
-        let mut got = Vec::new();
-        let mut wrote = 0;
-        for i in 0..60u8 {
-            let value = bytes(DIRECT_MIN + 9_000 * usize::from(i), i);
-            out.put_value(&value, b"\r\n", true, &stats);
-            all.extend_from_slice(&value);
-            all.extend_from_slice(b"\r\n");
-            wrote += usize::from(std::mem::take(&mut out.wrote_directly));
-            out.put_value(b"small", b"\r\n", true, &stats);
-            all.extend_from_slice(b"small\r\n");
-            if out.queued() > 0 {
-                let mut chunk = [0u8; 20_000];
-                let n = b.read(&mut chunk).unwrap();
-                got.extend_from_slice(&chunk[..n]);
-            }
+impl<'a> Fill<'a, '_> {
+    /// Adds what of `piece` is not skipped, up to `max`; false once the
+    /// write is full.
+    #[inline]
+    fn add(&mut self, piece: &'a [u8]) -> bool {
+        let passed = self.skip.min(piece.len());
+        self.skip -= passed;
+        let piece = &piece[passed..];
+        let piece = &piece[..piece.len().min(self.max - self.bytes)];
+        if !piece.is_empty() && self.count < self.iov.len() {
+            self.iov[self.count] = IoSlice::new(piece);
+            self.count += 1;
+            self.bytes += piece.len();
         }
-        assert!(wrote > 0, "some values were written directly");
-        assert!(out.queued() > 0, "the socket filled up");
-        let sent = stats.bytes_written.get() as usize;
-        drop(a);
-        b.read_to_end(&mut got).unwrap();
-        assert_eq!(got.len(), sent);
-        got.extend_from_slice(out.pending());
-        assert!(got == all);
+        self.bytes < self.max
     }
 
-    #[test]
-    fn only_streams_with_unsent_front_and_lock_free_items_write_directly() {
-        let (a, _b) = UnixStream::pair().unwrap();
-        let out = Output::stream(a.as_raw_fd());
-        assert!(out.direct_takes(DIRECT_MIN, true));
-        assert!(!out.direct_takes(DIRECT_MIN, false));
-        assert!(!out.direct_takes(DIRECT_MIN - 1, true));
-        assert!(!Output::datagram().direct_takes(DIRECT_MIN, true));
-        let mut partly = Output::stream(a.as_raw_fd());
-        partly.buf().extend_from_slice(b"abc");
-        partly.sent(1);
-        assert!(!partly.direct_takes(DIRECT_MIN, true));
-    }
-
-    #[test]
-    fn a_value_the_socket_did_not_take_whole_marks_it_full_until_drained() {
-        let (a, mut b) = UnixStream::pair().unwrap();
-        a.set_nonblocking(true).unwrap();
-        let stats = ThreadStats::default();
-        let mut out = Output::stream(a.as_raw_fd());
-        let small = bytes(DIRECT_MIN, 1);
-        out.put_value(&small, b"\r\n", true, &stats);
-        assert!(!out.socket_full(), "a value the socket took whole");
-        let mut got = vec![0u8; small.len() + 2];
-        b.read_exact(&mut got).unwrap();
-        let huge = bytes(16 << 20, 2);
-        out.put_value(&huge, b"\r\n", true, &stats);
-        assert!(out.socket_full() && out.queued() > 0);
-        let queued = out.queued();
-        out.sent(queued);
-        assert!(!out.socket_full(), "drained");
-    }
-
-    /// Gathers `values` (each after a small header, with a trailer) while
-    /// pinned, as a session running GETs does; returns the whole output.
-    fn gather(out: &mut Output, values: &[Vec<u8>], stats: &ThreadStats) -> Vec<u8> {
-        let mut all = Vec::new();
-        out.gather_values(true);
-        for (i, v) in values.iter().enumerate() {
-            let _pin = osmium_store::epoch::pin().expect("a reader slot");
-            let head = format!("VALUE k{i} 0 {}\r\n", v.len());
-            out.buf().extend_from_slice(head.as_bytes());
-            out.put_value(v, b"\r\n", true, stats);
-            all.extend_from_slice(head.as_bytes());
-            all.extend_from_slice(v);
-            all.extend_from_slice(b"\r\n");
-        }
-        out.buf().extend_from_slice(b"END\r\n");
-        all.extend_from_slice(b"END\r\n");
-        all
-    }
-
-    #[test]
-    fn gathered_values_leave_in_one_write_in_order() {
-        let (a, mut b) = UnixStream::pair().unwrap();
-        a.set_nonblocking(true).unwrap();
-        let stats = ThreadStats::default();
-        let mut out = Output::stream(a.as_raw_fd());
-        let values: Vec<_> = (0..3)
-            .map(|i| bytes(DIRECT_MIN + 1000 * i, i as u8))
-            .collect();
-        let all = gather(&mut out, &values, &stats);
-        assert!(out.has_gathered());
-        assert!(osmium_store::epoch::pinned(), "kept while gathered");
-        out.write_gathered(&stats);
-        assert!(!out.has_gathered() && !osmium_store::epoch::pinned());
-        let mut got = vec![0u8; stats.bytes_written.get() as usize];
-        b.read_exact(&mut got).unwrap();
-        got.extend_from_slice(out.pending());
-        assert!(got == all);
-    }
-
-    #[test]
-    fn what_a_full_socket_did_not_take_of_gathered_values_is_kept_in_order() {
-        // Rounds of gathered values to a socket read slowly: the peer's
-        // bytes followed by the buffer's are everything, in order.
-        let (a, mut b) = UnixStream::pair().unwrap();
-        a.set_nonblocking(true).unwrap();
-        let stats = ThreadStats::default();
-        let mut out = Output::stream(a.as_raw_fd());
-        let mut all = Vec::new();
-        let mut got = Vec::new();
-        for round in 0..12u8 {
-            if out.queued() == 0 {
-                let values: Vec<_> = (0..5)
-                    .map(|i| bytes(DIRECT_MIN + 7_919 * usize::from(i + round), i ^ round))
-                    .collect();
-                all.extend_from_slice(&gather(&mut out, &values, &stats));
-                out.write_gathered(&stats);
-                assert!(!out.has_gathered());
-            } else {
-                let mut chunk = [0u8; 50_000];
-                let n = b.read(&mut chunk).unwrap();
-                got.extend_from_slice(&chunk[..n]);
-                // The transport sends the rest as the socket takes it.
-                let pending = out.pending().to_vec();
-                let n = nix_write(&a, &pending);
-                out.sent(n);
-            }
-        }
-        let sent = stats.bytes_written.get() as usize;
-        assert!(out.queued() > 0, "the socket filled up");
-        let pending = out.pending().to_vec();
-        drop(a);
-        b.read_to_end(&mut got).unwrap();
-        got.extend_from_slice(&pending);
-        assert!(sent > 0 && got == all);
-    }
-
-    /// A non-blocking write of `data`: how much the socket took.
-    fn nix_write(a: &UnixStream, data: &[u8]) -> usize {
-        use std::io::Write;
-        let mut a = a;
-        a.write(data).unwrap_or(0)
-    }
-
-    #[test]
-    fn a_truncated_reply_drops_its_gathered_value() {
-        let (a, mut b) = UnixStream::pair().unwrap();
-        a.set_nonblocking(true).unwrap();
-        let stats = ThreadStats::default();
-        let mut out = Output::stream(a.as_raw_fd());
-        let values = [bytes(DIRECT_MIN, 1), bytes(DIRECT_MIN, 2)];
-        gather(&mut out, &values[..1], &stats);
-        let kept = out.len();
-        gather(&mut out, &values[1..], &stats);
-        out.truncate(kept);
-        out.write_gathered(&stats);
-        let mut want = format!("VALUE k0 0 {}\r\n", DIRECT_MIN).into_bytes();
-        want.extend_from_slice(&values[0]);
-        want.extend_from_slice(b"\r\nEND\r\n");
-        let mut got = vec![0u8; stats.bytes_written.get() as usize];
-        b.read_exact(&mut got).unwrap();
-        got.extend_from_slice(out.pending());
-        assert!(got == want);
-    }
-
-    #[test]
-    fn buffers_go_back_to_the_pool_when_sent() {
-        let pool = BufferPool::new(0, Default::default());
-        let mut out = Output::stream(-1);
-        out.acquire(&pool).unwrap();
-        out.buf().extend_from_slice(b"END\r\n");
-        out.release_if_empty(&pool);
-        assert!(out.buf.capacity() > 0, "still pending");
-        out.sent(5);
-        out.release_if_empty(&pool);
-        assert_eq!(out.buf.capacity(), 0);
+    fn done(self) -> (usize, usize) {
+        (self.count, self.bytes)
     }
 }
+
+#[cfg(test)]
+#[path = "output_tests.rs"]
+mod tests;

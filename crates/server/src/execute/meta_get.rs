@@ -114,7 +114,8 @@ pub fn meta_get(ctx: &WorkerCtx, m: &MetaGet<'_>, reply: &Reply<'_>, out: &mut O
         buf.extend_from_slice(b"\r\n");
         if send_value {
             // The value ends the reply: nothing after this point truncates
-            // it, so it may go to the socket directly.
+            // it, so it may be queued from item memory (sent right after
+            // this request).
             out.put_value(it.value(), b"\r\n", it.lock_free(), &ctx.stats);
         }
     });

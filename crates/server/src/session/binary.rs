@@ -24,8 +24,9 @@
 use osmium_protocol::binary::{self as wire, status, Decoded, Scan, HEADER_LEN};
 use osmium_protocol::request::{BinaryReply, Command, Reply};
 
-use super::{Flow, Session};
+use super::{gather_for, Flow, Session};
 use crate::compose::binary as compose;
+use crate::compose::output::Sink;
 use crate::compose::udp_marks::ResponseMark;
 use crate::context::WorkerCtx;
 use crate::execute::store::{self, Admit, IncomingStore, INCOMING_MIN};
@@ -50,7 +51,7 @@ enum Step {
     AwaitFlash,
 }
 
-pub fn process(s: &mut Session, ctx: &WorkerCtx) -> Flow {
+pub fn process<S: Sink>(s: &mut Session, ctx: &WorkerCtx, sink: &mut S) -> Flow {
     let mut committed = s.output.len();
     let mut done = 0;
     loop {
@@ -58,7 +59,7 @@ pub fn process(s: &mut Session, ctx: &WorkerCtx) -> Flow {
             return Flow::Wait;
         }
         if s.incoming.is_some() {
-            s.output.gather_for(false, &ctx.stats);
+            gather_for(&mut s.output, false, sink, &ctx.stats);
             // A value read into its item: wait until it is all there.
             if s.reading_into_item() {
                 return Flow::Wait;
@@ -104,7 +105,8 @@ pub fn process(s: &mut Session, ctx: &WorkerCtx) -> Flow {
         done += 1;
         s.ahead.step(ctx.store());
         let reply_start = s.output.len();
-        let (step, flushes) = one(s, ctx, &header);
+        let (step, flushes) = one(s, ctx, &header, sink);
+        s.send_due(sink, &ctx.stats);
         if std::mem::take(&mut s.output.wrote_directly) {
             // Everything before this reply has left, and the rest of the
             // reply (its value was last) must follow whatever comes next.
@@ -154,7 +156,12 @@ pub fn process(s: &mut Session, ctx: &WorkerCtx) -> Flow {
 
 /// Runs one request whose header, extras and key are buffered; the step to
 /// take and whether memcached writes the queued replies at once.
-fn one(s: &mut Session, ctx: &WorkerCtx, h: &wire::RequestHeader) -> (Step, bool) {
+fn one<S: Sink>(
+    s: &mut Session,
+    ctx: &WorkerCtx,
+    h: &wire::RequestHeader,
+    sink: &mut S,
+) -> (Step, bool) {
     let conn = s.conn_view();
     let datagram = s.datagram.is_some();
     let input = s.input.input();
@@ -210,8 +217,10 @@ fn one(s: &mut Session, ctx: &WorkerCtx, h: &wire::RequestHeader) -> (Step, bool
     };
     let use_cas = ctx.shared.settings.use_cas;
     let req = wire::to_request(h, request, use_cas);
-    s.output.gather_for(
+    gather_for(
+        &mut s.output,
         matches!(req.command, Command::Get { touch: None, .. }),
+        sink,
         &ctx.stats,
     );
     let out = &mut s.output;

@@ -2,7 +2,9 @@
 //! state that lives between them. A session does not know where its bytes
 //! come from: the transports (TCP, unix sockets, UDP datagrams) feed it
 //! through [`Session::read_target`] / [`Session::received`] (or
-//! [`Session::set_datagram`]) and send [`Session::output`].
+//! [`Session::set_datagram`]) and send [`Session::output`]; while it runs
+//! requests, it hands the output's queue of values in item memory to the
+//! transport's [`Sink`] whenever they must leave (see `Output`).
 //!
 //! ```text
 //!   transport ──bytes──▶ ReadBuffer ──frames──▶ parse ──Request──▶ execute ──▶ Output ──bytes──▶ transport
@@ -31,11 +33,12 @@ use osmium_protocol::binary::REQUEST_MAGIC;
 use osmium_protocol::request::KeyBuffer;
 
 use crate::buffers::{NoBuffer, ReadBuffer};
-use crate::compose::output::{Output, WRITE_HIGH_WATER};
+use crate::compose::output::{Output, Sink, WRITE_HIGH_WATER};
 use crate::conns::{Activity, State};
 use crate::context::{WorkerCtx, WORKER_OUTPUT_BUDGET};
 use crate::execute::store::IncomingStore;
 use crate::execute::{AuthState, ConnView, Dump};
+use crate::stats::counters::ThreadStats;
 
 /// Which wire protocol a session speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +111,27 @@ impl Ahead {
     }
 }
 
+/// Sends the values queued in `out` with what precedes them (what the
+/// connection does not take is copied and the pin goes). A failed write
+/// is met again, and reported, by the transport's next flush.
+#[inline]
+fn send_values<S: Sink>(out: &mut Output, sink: &mut S, stats: &ThreadStats) {
+    if out.has_refs() {
+        let _ = sink.send(out, stats);
+    }
+}
+
+/// Before a request: a plain GET may gather values (see `Output`);
+/// anything else first sends the values queued, so it runs unpinned (it
+/// may take locks or wait for readers).
+#[inline]
+fn gather_for<S: Sink>(out: &mut Output, plain_get: bool, sink: &mut S, stats: &ThreadStats) {
+    if !plain_get {
+        send_values(out, sink, stats);
+    }
+    out.gather_values(plain_get);
+}
+
 /// A datagram endpoint's session state (see `transport::udp`).
 #[derive(Debug, Default)]
 pub struct DatagramState {
@@ -146,18 +170,12 @@ pub struct Session {
 
 impl Session {
     /// A stream connection's session.
-    /// Replies leave only through the transport's `write` (TLS must
-    /// encrypt them): no value is written from item memory directly.
-    pub fn no_direct_writes(&mut self) {
-        self.output = Output::stream(-1);
-    }
-
     pub fn stream(fd: i32, protocol: Protocol, activity: Option<Arc<Activity>>) -> Session {
         Session {
             fd,
             protocol,
             input: ReadBuffer::default(),
-            output: Output::stream(fd),
+            output: Output::stream(),
             swallow: 0,
             need: 0,
             incoming: None,
@@ -287,8 +305,9 @@ impl Session {
         self.output.release(&ctx.pool);
     }
 
-    /// Runs the buffered requests, up to `-R` of them.
-    pub fn process(&mut self, ctx: &WorkerCtx) -> Flow {
+    /// Runs the buffered requests, up to `-R` of them; values queued in
+    /// the output leave through `sink` before it returns.
+    pub fn process<S: Sink>(&mut self, ctx: &WorkerCtx, sink: &mut S) -> Flow {
         if self.close_after_write {
             // quit was seen: nothing after it runs.
             return Flow::Wait;
@@ -322,23 +341,34 @@ impl Session {
         }
         self.output.wrote_directly = false;
         let flow = match self.protocol {
-            Protocol::Binary => binary::process(self, ctx),
+            Protocol::Binary => binary::process(self, ctx, sink),
             _ if !self.auth.authenticated && ctx.shared.auth.ascii.is_some() => {
                 match login::process(self, ctx) {
                     Some(flow) => flow,
-                    None => text::process(self, ctx),
+                    None => text::process(self, ctx, sink),
                 }
             }
-            _ => text::process(self, ctx),
+            _ => text::process(self, ctx, sink),
         };
         // Values gathered by the last GETs leave now (see `Output`): the
         // thread's pin must not outlive this run.
         self.output.gather_values(false);
         match flow {
-            Flow::Close => self.output.discard_gathered(),
-            _ => self.output.write_gathered(&ctx.stats),
+            Flow::Close => self.output.discard_refs(),
+            _ => send_values(&mut self.output, sink, &ctx.stats),
         }
+        debug_assert!(!self.output.has_refs(), "values referenced past a run");
         flow
+    }
+
+    /// After a request: the values it queued leave now if they are due
+    /// (see `Output::due`); while gathering, only whole batches.
+    #[inline]
+    fn send_due<S: Sink>(&mut self, sink: &mut S, stats: &ThreadStats) {
+        if self.output.due() {
+            self.output.send_due_batches();
+            let _ = sink.send(&mut self.output, stats);
+        }
     }
 
     /// Discards swallowed bytes; true when nothing is left to swallow.

@@ -21,8 +21,8 @@
 use osmium_protocol::ascii::{frame, parse_line, partial_get, Frame};
 use osmium_protocol::request::{Command, Keys, KEY_MAX_LENGTH};
 
-use super::{Flow, Session};
-use crate::compose::output::Output;
+use super::{gather_for, Flow, Session};
+use crate::compose::output::{Output, Sink};
 use crate::compose::text as compose_text;
 use crate::compose::udp_marks::{mark_replies, ReplyShape};
 use crate::context::WorkerCtx;
@@ -47,16 +47,16 @@ pub struct StreamingGet {
     failed: bool,
 }
 
-pub fn process(s: &mut Session, ctx: &WorkerCtx) -> Flow {
+pub fn process<S: Sink>(s: &mut Session, ctx: &WorkerCtx, sink: &mut S) -> Flow {
     let mut done = 0;
     loop {
         if !s.swallow_input() {
             return Flow::Wait;
         }
-        if s.output.has_gathered()
+        if s.output.has_refs()
             && (s.dump.is_some() || s.incoming.is_some() || s.streaming.is_some())
         {
-            s.output.gather_for(false, &ctx.stats);
+            gather_for(&mut s.output, false, sink, &ctx.stats);
         }
         if s.dump.is_some() {
             if let Some(flow) = dump_step(s, ctx) {
@@ -93,7 +93,9 @@ pub fn process(s: &mut Session, ctx: &WorkerCtx) -> Flow {
             Frame::Close => return Flow::Close,
         };
         done += 1;
-        if let Some(flow) = run_line(s, ctx, consumed) {
+        let stop = run_line(s, ctx, consumed, sink);
+        s.send_due(sink, &ctx.stats);
+        if let Some(flow) = stop {
             return flow;
         }
     }
@@ -101,7 +103,12 @@ pub fn process(s: &mut Session, ctx: &WorkerCtx) -> Flow {
 
 /// Parses and runs the line of `consumed` bytes at the front of the
 /// input; Some(flow) to stop.
-fn run_line(s: &mut Session, ctx: &WorkerCtx, consumed: usize) -> Option<Flow> {
+fn run_line<S: Sink>(
+    s: &mut Session,
+    ctx: &WorkerCtx,
+    consumed: usize,
+    sink: &mut S,
+) -> Option<Flow> {
     let conn = s.conn_view();
     let datagram = s.datagram.is_some();
     let stop_at_flush = s.datagram.as_ref().is_some_and(|d| d.stop_at_flush);
@@ -114,8 +121,10 @@ fn run_line(s: &mut Session, ctx: &WorkerCtx, consumed: usize) -> Option<Flow> {
     }
     s.ahead.step(ctx.store());
     let req = parse_line(line, &mut s.keys);
-    s.output.gather_for(
+    gather_for(
+        &mut s.output,
         matches!(req.command, Command::Get { touch: None, .. }),
+        sink,
         &ctx.stats,
     );
     let out = &mut s.output;

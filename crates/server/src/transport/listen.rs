@@ -7,7 +7,7 @@
 //! workers round-robin. A TLS listener (`-Z`, `btls:`, `mtls:`) wraps
 //! each accepted socket in a TLS session whose handshake its worker runs.
 
-use std::io::{self, Write};
+use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -241,7 +241,7 @@ pub fn dispatch(
     let curr = global.curr_connections.load(Ordering::Relaxed) as usize;
     if curr >= settings.max_connections {
         // memcached's maxconns_fast refusal.
-        let _ = stream.write(b"ERROR Too many open connections\r\n");
+        stream.refuse(b"ERROR Too many open connections\r\n");
         global.rejected_connections.fetch_add(1, Ordering::Relaxed);
         return;
     }

@@ -1,7 +1,14 @@
 //! A client's stream socket, TCP, TLS over TCP or unix-domain, behind one
 //! type the worker reads, writes and polls.
+//!
+//! Each takes a session's output queue (`compose::output`: buffer bytes
+//! and values in item memory) as its [`Sink`]: a plain socket (TCP, unix)
+//! sends the buffer alone with `write`, and values with the buffer around
+//! them in one `writev` per gathered batch ([`send_plain`]); TLS feeds the
+//! same pieces to rustls (`tls`). Either way only what the connection did
+//! not take of the values is copied into the buffer.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::AsRawFd;
 
 use mio::event::Source;
@@ -9,7 +16,9 @@ use mio::net::{TcpStream, UnixStream};
 use mio::{Interest, Registry, Token};
 
 use super::tls::TlsStream;
+use crate::compose::output::{Output, Sink, GATHER_PIECES};
 use crate::conns::Kind;
+use crate::stats::counters::ThreadStats;
 
 /// An accepted stream connection.
 pub enum Stream {
@@ -46,25 +55,20 @@ impl Stream {
         matches!(self, Stream::Tcp(_) | Stream::Tls(_))
     }
 
-    /// Sends what the transport itself still holds (TLS records). Ok(true)
-    /// when nothing is left.
-    pub fn flush_transport(&mut self) -> io::Result<bool> {
-        match self {
-            Stream::Tls(s) => s.flush_records(),
-            _ => Ok(true),
-        }
-    }
-
-    /// Whether a direct `writev` of values from item memory may bypass
-    /// `write` (not through TLS, which must encrypt them).
-    pub fn takes_direct_writes(&self) -> bool {
-        !matches!(self, Stream::Tls(_))
-    }
-
     /// Whether a TLS client presented a certificate verified against
     /// `ssl_ca_cert`.
     pub fn client_verified(&self) -> bool {
         matches!(self, Stream::Tls(s) if s.client_verified())
+    }
+
+    /// Writes a refusal line to a connection that is not served (a TLS
+    /// one, which has not shaken hands, gets nothing).
+    pub fn refuse(&mut self, line: &[u8]) {
+        let _ = match self {
+            Stream::Tcp(s) => s.write(line),
+            Stream::Tls(_) => Ok(0),
+            Stream::Unix(s) => s.write(line),
+        };
     }
 
     /// Ends the connection's session politely (TLS `close_notify`).
@@ -95,20 +99,89 @@ impl Read for Stream {
     }
 }
 
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+impl Sink for Stream {
+    /// Sends the queue; for TLS, the records rustls holds too. Ok(true)
+    /// when nothing is left.
+    #[inline]
+    fn send(&mut self, out: &mut Output, stats: &ThreadStats) -> io::Result<bool> {
         match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Tls(s) => s.write(buf),
-            Stream::Unix(s) => s.write(buf),
+            Stream::Tcp(s) => send_plain(s, out, stats),
+            Stream::Tls(s) => s.send(out, stats),
+            Stream::Unix(s) => send_plain(s, out, stats),
         }
     }
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.flush(),
-            Stream::Tls(s) => s.flush(),
-            Stream::Unix(s) => s.flush(),
+}
+
+/// A plain stream socket takes an output's queue: the buffer alone with
+/// `write`s while the socket takes them; values, with the buffer around
+/// them, in one `writev` per gathered batch (`Output::pieces`), until the
+/// socket takes less than offered or what is to leave now
+/// (`Output::sendable`) left. Ok(true) when all of that left.
+pub fn send_plain<W: Write>(
+    sock: &mut W,
+    out: &mut Output,
+    stats: &ThreadStats,
+) -> io::Result<bool> {
+    if !out.has_refs() {
+        while out.queued() > 0 {
+            match sock.write(out.pending()) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    out.sent(n);
+                    stats.bytes_written.add(n as u64);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
         }
+        return Ok(true);
+    }
+    if out.ref_count() <= FEW_VALUES {
+        writev_queue::<W, { 2 * FEW_VALUES + 1 }>(sock, out, stats)
+    } else {
+        writev_queue::<W, GATHER_PIECES>(sock, out, stats)
+    }
+}
+
+/// Most values whose queue is written from a small array of slices (a
+/// GET or two; a deep pipeline's batch takes the large one).
+const FEW_VALUES: usize = 3;
+
+/// `send_plain` of a queue with values, `N` slices a `writev`.
+fn writev_queue<W: Write, const N: usize>(
+    sock: &mut W,
+    out: &mut Output,
+    stats: &ThreadStats,
+) -> io::Result<bool> {
+    let total = out.sendable();
+    let mut done = 0;
+    let mut failed = None;
+    let mut iov = [IoSlice::new(&[]); N];
+    while done < total {
+        let (count, bytes) = out.pieces(done, total - done, &mut iov);
+        match sock.write_vectored(&iov[..count]) {
+            Ok(n) => {
+                done += n;
+                if n < bytes {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // The socket is full: what it did not take is kept.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    stats.bytes_written.add(done as u64);
+    let all = done == total;
+    out.sent_queue(done);
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(all),
     }
 }
 

@@ -46,6 +46,10 @@
 //! too-long key drops the replies since the last flush point. `quit` drops the rest of its datagram and, like
 //! memcached's never-cleared `close_after_write`, makes every later flush
 //! point or `-R` yield on this endpoint end its datagram too.
+//!
+//! A datagram endpoint's output copies every value into its buffer (it
+//! never queues values in item memory), and the replies are framed from
+//! that buffer as above: the session's [`Sink`] here has nothing to send.
 
 use std::io;
 use std::net::SocketAddr;
@@ -54,9 +58,11 @@ use std::os::fd::AsRawFd;
 use mio::net::UdpSocket;
 use osmium_protocol::binary::REQUEST_MAGIC;
 
+use crate::compose::output::{Output, Sink};
 use crate::compose::udp_marks::{mark_binary_replies, ResponseMark};
 use crate::context::WorkerCtx;
 use crate::session::{Flow, Protocol, Session};
+use crate::stats::counters::ThreadStats;
 
 /// Bytes of the frame header.
 pub const UDP_HEADER_SIZE: usize = 8;
@@ -84,6 +90,18 @@ enum Send {
     All,
     /// Those up to the last flush point; the others wait.
     Flushed,
+}
+
+/// The session's sink on a datagram endpoint: its output never references
+/// values (`Output::datagram`), so there is never a queue to take; the
+/// replies are framed once the batch is done.
+struct Framed;
+
+impl Sink for Framed {
+    fn send(&mut self, out: &mut Output, _stats: &ThreadStats) -> io::Result<bool> {
+        out.sent_queue(0);
+        Ok(false)
+    }
 }
 
 /// Where sending a batch of replies stands.
@@ -212,7 +230,7 @@ impl UdpEndpoint {
     /// replies and to the rest of the datagram.
     fn run_batch(&mut self, ctx: &WorkerCtx) {
         self.input_pending = false;
-        let mut flow = self.session.process(ctx);
+        let mut flow = self.session.process(ctx, &mut Framed);
         if ctx.shared.stop_requested().is_some() {
             // `shutdown` closes the "connection" as memcached does.
             flow = Flow::Close;

@@ -35,7 +35,7 @@
 //! seconds is closed.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -49,6 +49,7 @@ use super::flash_io::FlashIo;
 use super::idle_spin::IdleSpin;
 use super::stream::Stream;
 use super::udp::{Progress, UdpEndpoint};
+use crate::compose::output::Sink;
 use crate::context::{Shared, WorkerCtx};
 use crate::replication::auth::PeerAuth;
 use crate::replication::stream::LinkStream;
@@ -117,23 +118,10 @@ impl Conn {
         self.peer_auth.set_own_link();
     }
 
-    /// Writes queued output. Ok(true) when all of it is out.
+    /// Writes queued output (and, for TLS, the records rustls holds).
+    /// Ok(true) when all of it is out.
     fn flush(&mut self, ctx: &WorkerCtx) -> io::Result<bool> {
-        let out = self.session.output();
-        while !out.pending().is_empty() {
-            match self.stream.write(out.pending()) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => {
-                    out.sent(n);
-                    ctx.stats.bytes_written.add(n as u64);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        // TLS records the socket has not taken yet.
-        self.stream.flush_transport()
+        self.stream.send(self.session.output(), &ctx.stats)
     }
 
     /// Reads once. Ok(Some(n)) bytes read, Ok(None) would block, Err on EOF,
@@ -195,7 +183,7 @@ impl Conn {
             }
             // Run what is buffered (bounded by -R and the output limits),
             // send the replies in one write, then read more.
-            let flow = self.session.process(ctx);
+            let flow = self.session.process(ctx, &mut self.stream);
             if ctx.take_repl_wait(&mut self.repl_wait) && flow != Flow::Close {
                 // Sync replication: the replies leave once the replicas
                 // acknowledged the writes.
@@ -296,10 +284,7 @@ impl Worker {
                 eprintln!("<{fd} new auto-negotiating client connection");
             }
             self.next_conn_id += 1;
-            let mut session = Session::stream(fd, self.initial_protocol, Some(activity));
-            if !stream.takes_direct_writes() {
-                session.no_direct_writes();
-            }
+            let session = Session::stream(fd, self.initial_protocol, Some(activity));
             let conn = entry.insert(Conn {
                 session,
                 stream,
