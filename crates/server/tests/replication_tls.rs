@@ -109,10 +109,12 @@ fn a_restarted_server_pulls_from_its_target_over_tls() {
             assert_eq!(item.unwrap().value, big.as_bytes(), "p{k}");
         }
     }
-    // The follow link closes after its copy (B has no targets): the
-    // second, after the first A's.
+    // The follow links close: the first A's when it was killed, the
+    // second A's once its follow time is over after the copy (B has no
+    // targets of its own).
     wait("follow link closed", || {
-        b.stderr().matches("(follow time over)").count() == 2
+        let log = b.stderr();
+        log.matches("follow link to").count() == 2 && log.contains("(follow time over)")
     });
     assert!(!cb.stats().contains_key("replica_follow_links"));
     assert_eq!(stat_u64(&mut ca, "replica_ssl_handshake_errors"), 0);
