@@ -1,8 +1,9 @@
 //! Transports: where a connection's bytes come from and go to. Stream
 //! connections (TCP, TLS over TCP, unix-domain sockets: `stream`) are
 //! accepted by the acceptor (`listen`) and served by the worker event
-//! loops (`worker`); TLS is `tls` (a connection; the server's certificates
-//! are `crate::tls_context`); UDP datagrams are framed by `udp`.
+//! loops (`worker`); TLS is `tls` (a connection's record layer; its output
+//! leaves through `tls_send`; the server's certificates are
+//! `crate::tls_context`); UDP datagrams are framed by `udp`.
 //! Each feeds a `Session`, which knows no transport.
 //! `flash_io` is a worker's reads of the flash tier (io_uring);
 //! `idle_spin` how long a worker polls before it sleeps.
@@ -13,5 +14,6 @@ pub mod idle_spin;
 pub mod listen;
 pub mod stream;
 pub mod tls;
+mod tls_send;
 pub mod udp;
 pub mod worker;

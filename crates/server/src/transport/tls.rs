@@ -10,7 +10,7 @@
 //!
 //! The session's output queue (buffer bytes and values in item memory,
 //! see `compose::output`) is fed to rustls piece by piece
-//! ([`TlsStream::send`]), at most `ssl_wbuf_size` bytes a call, so a large
+//! (`TlsStream::send`, in `tls_send`), at most `ssl_wbuf_size` bytes a call, so a large
 //! value goes from item memory straight into records, copied once, by
 //! the encryption. rustls takes plaintext until the records it holds reach
 //! `SEND_LIMIT`; they are then written to the socket and feeding goes on
@@ -27,16 +27,14 @@
 //! (`ssl_handshake_errors` while handshaking, `ssl_proto_errors` after,
 //! as memcached) and ends the connection; rustls's alert is sent first.
 
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, Read};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use mio::net::TcpStream;
 use rustls::{ClientConnection, Connection, ServerConnection};
 
-use crate::compose::output::{Output, GATHER_PIECES};
 use crate::settings::tls::ListenerTls;
-use crate::stats::counters::ThreadStats;
 use crate::tls_context::{count_error, TlsContext};
 
 /// Most TLS bytes rustls keeps unsent before a write waits for the socket.
@@ -44,8 +42,8 @@ const SEND_LIMIT: usize = 64 * 1024;
 
 pub struct TlsStream {
     pub sock: TcpStream,
-    conn: Connection,
-    ctx: Arc<TlsContext>,
+    pub(super) conn: Connection,
+    pub(super) ctx: Arc<TlsContext>,
     /// Client certificates on this listener are verified against
     /// `ssl_ca_cert`.
     verifies_clients: bool,
@@ -144,45 +142,6 @@ impl TlsStream {
         // Handshake replies (and alerts) leave as soon as they are made.
         self.flush_records()?;
         Ok(true)
-    }
-
-    /// Feeds `out`'s queue (what is to leave now, `Output::sendable`) to
-    /// rustls and sends the records while the socket takes them; reports
-    /// what rustls took to `out` (which keeps the rest). Ok(true) when all
-    /// of it left, records included.
-    pub fn send(&mut self, out: &mut Output, stats: &ThreadStats) -> io::Result<bool> {
-        let total = out.sendable();
-        let chunk = self.ctx.wbuf_size().max(1);
-        let mut done = 0;
-        let mut iov = [IoSlice::new(&[]); GATHER_PIECES];
-        // Records a full socket kept back go first.
-        let result = match self.flush_records() {
-            Ok(true) => loop {
-                if done == total {
-                    break self.flush_records();
-                }
-                let (count, offered) = out.pieces(done, chunk.min(total - done), &mut iov);
-                let n = match self.conn.writer().write_vectored(&iov[..count]) {
-                    Ok(n) => n,
-                    Err(e) => break Err(e),
-                };
-                done += n;
-                if n < offered {
-                    // rustls holds all the records it may: they leave
-                    // before it takes more. Taking nothing while it held
-                    // none, it waits for the handshake to finish.
-                    match self.flush_records() {
-                        Ok(true) if n > 0 => {}
-                        Ok(true) => break Ok(false),
-                        other => break other,
-                    }
-                }
-            },
-            other => other,
-        };
-        stats.bytes_written.add(done as u64);
-        out.sent_queue(done);
-        result
     }
 
     /// Says goodbye (`close_notify`) if the socket takes it now.
