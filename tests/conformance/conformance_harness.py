@@ -1400,8 +1400,12 @@ class Pool:
                         tls = self.certs.server_args(ca=False) if self.certs else []
                         srv = servers.Server(kind, list(key[0]) + tls,
                                              udp_port="auto" if key[1].endswith("+udp") else None)
+                        # A port a stopped TLS server had may come back
+                        # to a plain one: the map says what it is now.
                         if self.certs:
                             TLS_PORTS[srv.port] = self.certs.client_context()
+                        else:
+                            TLS_PORTS.pop(srv.port, None)
                         srv._drain = _Drained(srv)
                         srv.tick_watcher = TickWatcher(srv.address)
                         started.append(srv)
@@ -1421,6 +1425,7 @@ class Pool:
                 pair = self.servers.pop(key, [])
             for srv in pair:
                 srv.tick_watcher.stop()
+                TLS_PORTS.pop(srv.port, None)
                 t = threading.Thread(target=srv.stop, daemon=True)
                 t.start()
                 self.stopping.append(t)
@@ -1432,6 +1437,7 @@ class Pool:
         for pair in pairs:
             for srv in pair:
                 srv.tick_watcher.stop()
+                TLS_PORTS.pop(srv.port, None)
         threads = [threading.Thread(target=srv.stop) for pair in pairs for srv in pair]
         for t in threads:
             t.start()
