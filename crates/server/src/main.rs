@@ -20,6 +20,7 @@ mod buffers;
 mod compose;
 mod conns;
 mod context;
+mod daemon;
 mod execute;
 mod process;
 mod replication;
@@ -89,7 +90,8 @@ fn main() {
         None => None,
     };
     if let Err(e) = server::run(settings, auth, tls, secret) {
-        eprintln!("failed to start: {e}");
+        // Under -d the waiting parent prints it and exits with 71 too.
+        daemon::report_failure(&format!("failed to start: {e}"));
         std::process::exit(71); // EX_OSERR
     }
 }

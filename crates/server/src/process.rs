@@ -1,4 +1,5 @@
-//! The process around the server: daemonizing (`-d`, `-P`), dropping
+//! The process around the server (daemonizing and the pid file are
+//! `crate::daemon`): dropping
 //! root (`-u`), core dumps (`-r`), locked memory (`-k`), the open-file
 //! limit `-c` needs, and the signals memcached answers: SIGTERM and
 //! SIGINT stop, SIGUSR1 stops gracefully, SIGHUP loads the TLS
@@ -114,34 +115,6 @@ impl Signals {
             None
         }
     }
-}
-
-pub fn daemonize(settings: &Settings) -> io::Result<()> {
-    // SAFETY: fork before any thread exists; the parent exits at once.
-    match unsafe { libc::fork() } {
-        -1 => return Err(io::Error::last_os_error()),
-        0 => {}
-        _ => std::process::exit(0),
-    }
-    // SAFETY: plain libc calls on our own process and descriptors.
-    unsafe {
-        if libc::setsid() == -1 {
-            return Err(io::Error::last_os_error());
-        }
-        let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if devnull >= 0 {
-            libc::dup2(devnull, 0);
-            libc::dup2(devnull, 1);
-            libc::dup2(devnull, 2);
-            if devnull > 2 {
-                libc::close(devnull);
-            }
-        }
-    }
-    if let Some(path) = &settings.pidfile {
-        std::fs::write(path, format!("{}\n", std::process::id()))?;
-    }
-    Ok(())
 }
 
 /// Is the real or the effective user id root? (memcached's test before

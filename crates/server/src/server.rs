@@ -25,6 +25,7 @@ use osmium_store::{BackingKind, Restart, Store, StoreConfig};
 
 use crate::auth::AuthConfig;
 use crate::context::{Shared, StopRequest};
+use crate::daemon;
 use crate::process::{self, Signals};
 use crate::replication::auth::Secret;
 use crate::replication::stream::LinkStream;
@@ -53,7 +54,10 @@ pub fn run(
     let mut listeners = listen::bind_tcp(&settings, tls.as_ref())?;
     let udp_sockets = listen::bind_udp(&settings)?;
     if settings.daemon {
-        process::daemonize(&settings)?;
+        daemon::daemonize()?;
+    }
+    if let Some(path) = &settings.pidfile {
+        daemon::write_pid_file(path);
     }
     process::apply_process_flags(&settings);
     if let Some(user) = &settings.user {
@@ -115,6 +119,8 @@ pub fn run(
             eprintln!("osmium listening on {}", l.describe());
         }
     }
+
+    daemon::report_ready();
 
     let mut events = Events::with_capacity(256);
     let mut next_worker = 0;
@@ -185,10 +191,8 @@ pub fn run(
     if let Err(e) = shared.store.close() {
         eprintln!("[restart] failed to write the memory file out: {e}");
     }
-    if settings.daemon {
-        if let Some(p) = &settings.pidfile {
-            let _ = std::fs::remove_file(p);
-        }
+    if let Some(path) = &settings.pidfile {
+        daemon::remove_pid_file(path);
     }
     Ok(how)
 }

@@ -1,0 +1,161 @@
+//! Running in the background (`-d`) and the pid file (`-P`).
+//!
+//! `-d` forks before any thread exists. The parent does not exit at once:
+//! it waits on a pipe until the daemon says it is serving (`R`) or why it
+//! could not start (`E` and the message), then exits 0, or prints the
+//! message and exits with the daemon's own exit status, so a service
+//! manager or a shell sees a failed start as one.
+//!
+//! ```text
+//!   parent ──fork──▶ daemon: setsid, stdio to /dev/null, …, listening
+//!     │                 │
+//!     └──read pipe ◀────┴── "R" (ready)  or  "E<message>" then exit(N)
+//!   exit 0            or    print message, waitpid, exit N
+//! ```
+//!
+//! The pid file is written as memcached writes it (a warning when it names
+//! a running process; written to `FILE.tmp` and renamed, so a reader never
+//! sees it empty; a failure is a message, not a stop), with or without
+//! `-d`, after the listeners are bound and before privileges are dropped,
+//! and removed when the server stops.
+
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The daemon's end of the pipe to its waiting parent, or -1.
+static READY_PIPE: AtomicI32 = AtomicI32::new(-1);
+
+/// Forks into the background; returns in the daemon only.
+pub fn daemonize() -> io::Result<()> {
+    let mut fds = [-1i32; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let (read_end, write_end) = (fds[0], fds[1]);
+    // SAFETY: fork before any thread exists.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            // SAFETY: plain libc calls on our own process and descriptors.
+            unsafe {
+                libc::close(read_end);
+                if libc::setsid() == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+                let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                if devnull >= 0 {
+                    libc::dup2(devnull, 0);
+                    libc::dup2(devnull, 1);
+                    libc::dup2(devnull, 2);
+                    if devnull > 2 {
+                        libc::close(devnull);
+                    }
+                }
+            }
+            READY_PIPE.store(write_end, Ordering::Relaxed);
+            Ok(())
+        }
+        child => {
+            // SAFETY: closing our copy of the daemon's end.
+            unsafe { libc::close(write_end) };
+            std::process::exit(wait_for_daemon(read_end, child))
+        }
+    }
+}
+
+/// The parent: what the daemon says, then its fate.
+fn wait_for_daemon(read_end: i32, child: libc::pid_t) -> i32 {
+    let mut said = Vec::new();
+    let mut buf = [0u8; 512];
+    loop {
+        // SAFETY: reading into a local buffer of its length.
+        let n = unsafe { libc::read(read_end, buf.as_mut_ptr().cast(), buf.len()) };
+        if n > 0 {
+            said.extend_from_slice(&buf[..n as usize]);
+            if said.first() == Some(&b'R') {
+                return 0;
+            }
+        } else if n == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            break;
+        }
+    }
+    let message = String::from_utf8_lossy(said.get(1..).unwrap_or_default());
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    let waited = unsafe { libc::waitpid(child, &mut status, 0) };
+    let code = if waited == child && libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        71 // EX_OSERR: killed by a signal, or not ours to wait for
+    };
+    let message = message.trim_end();
+    if message.is_empty() {
+        eprintln!("failed to start: the daemon exited ({code})");
+    } else {
+        eprintln!("{message}");
+    }
+    if code == 0 {
+        71
+    } else {
+        code
+    }
+}
+
+fn tell_parent(bytes: &[u8]) {
+    let fd = READY_PIPE.swap(-1, Ordering::Relaxed);
+    if fd >= 0 {
+        // SAFETY: our end of the pipe, written once and closed.
+        unsafe {
+            libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+            libc::close(fd);
+        }
+    }
+}
+
+/// The daemon serves: its parent exits 0. Nothing without `-d`.
+pub fn report_ready() {
+    tell_parent(b"R");
+}
+
+/// The daemon cannot start: its parent prints `message` (its own stderr
+/// is /dev/null). Without `-d`, prints it here.
+pub fn report_failure(message: &str) {
+    if READY_PIPE.load(Ordering::Relaxed) >= 0 {
+        let mut said = Vec::with_capacity(message.len() + 1);
+        said.push(b'E');
+        said.extend_from_slice(message.as_bytes());
+        tell_parent(&said);
+    } else {
+        eprintln!("{message}");
+    }
+}
+
+/// Writes the pid file as memcached does (see the module comment).
+pub fn write_pid_file(path: &str) {
+    if let Ok(old) = std::fs::read_to_string(path) {
+        if let Ok(pid) = old.trim().parse::<i32>() {
+            // SAFETY: signal 0 only checks that the process exists.
+            if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
+                eprintln!("WARNING: The pid file contained the following (running) pid: {pid}");
+            }
+        }
+    }
+    let tmp = format!("{path}.tmp");
+    let written =
+        std::fs::File::create(&tmp).and_then(|mut f| writeln!(f, "{}", std::process::id()));
+    if let Err(e) = written {
+        eprintln!("Could not open the pid file {tmp} for writing: {e}");
+        return;
+    }
+    if let Err(e) = std::fs::rename(&tmp, path) {
+        eprintln!("Could not rename the pid file from {tmp} to {path}: {e}");
+    }
+}
+
+/// Removes the pid file when the server stops.
+pub fn remove_pid_file(path: &str) {
+    if let Err(e) = std::fs::remove_file(path) {
+        eprintln!("Could not remove the pid file {path}: {e}");
+    }
+}
