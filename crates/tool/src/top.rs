@@ -186,8 +186,15 @@ const COLUMNS: [(&str, u16); 14] = [
 /// A server's cells under `COLUMNS`.
 pub fn cells(v: &View) -> Vec<String> {
     if !v.up {
-        let why = v.error.clone().unwrap_or_default();
-        return vec![v.addr.clone(), format!("down: {why}")];
+        // Why is in the details pane (and in --json's `error`).
+        let state = if v.error.as_deref() == Some("connecting") {
+            "..."
+        } else {
+            "DOWN"
+        };
+        let mut row = vec![v.addr.clone(), state.to_string()];
+        row.resize(COLUMNS.len(), "-".to_string());
+        return row;
     }
     let lat = |f: fn(&Latency) -> f64| or_dash(v.latency, |l| micros(f(&l)));
     let repl = match (v.repl_links, v.repl_lag_us) {
