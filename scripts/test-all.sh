@@ -163,8 +163,10 @@ run_step() {
 # crate's TLS in crates/client-tests (a test-only crate: the osmium binary
 # links no OpenSSL).
 # tmux is the real terminal crates/tool/tests/top.rs runs `osmium-tool top`
-# in (the test skips without it, and fails under CI=true).
-APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker openssl libssl-dev tmux)
+# in; liburi-perl (URI::Escape) lets crates/tool/tests/memcached_tool.rs run
+# memcached's own memcached-tool beside osmium-tool (both tests skip without
+# them, and fail under CI=true).
+APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker openssl libssl-dev tmux liburi-perl)
 
 # The oracle: built unless it is there already (the script checks), or the
 # memcached named by MEMCACHED_BIN.

@@ -10,7 +10,10 @@ use crate::conn::{base64, normalize, uri_decode, Conn};
 
 /// `stats <sub>` as memcached-tool's `stats`/`settings`/`sizes` print it:
 /// a `#addr Field Value` header, then every pair sorted by name, in
-/// columns of the given widths.
+/// columns of the given widths. memcached-tool keeps the `\r` of the
+/// server's line in the value (it `chomp`s the `\n` only), so the value
+/// is padded with it and every line ends in `\r\n`: the same here, byte
+/// for byte.
 pub fn table(addr: &str, sub: &str, out: &mut dyn Write) -> io::Result<()> {
     let addr = normalize(addr);
     let mut conn = Conn::connect(&addr)?;
@@ -19,7 +22,7 @@ pub fn table(addr: &str, sub: &str, out: &mut dyn Write) -> io::Result<()> {
         "" => {
             writeln!(out, "#{addr:<22} {:>5} {:>13}", "Field", "Value")?;
             for (k, v) in &pairs {
-                writeln!(out, "{k:>29} {v:>14}")?;
+                writeln!(out, "{k:>29} {:>14}", format!("{v}\r"))?;
             }
         }
         _ => {
@@ -27,7 +30,7 @@ pub fn table(addr: &str, sub: &str, out: &mut dyn Write) -> io::Result<()> {
             let value = if sub == "sizes" { "Count" } else { "Value" };
             writeln!(out, "#{addr:<17} {label:>5} {value:>11}")?;
             for (k, v) in &pairs {
-                writeln!(out, "{k:>24} {v:>12}")?;
+                writeln!(out, "{k:>24} {:>12}", format!("{v}\r"))?;
             }
         }
     }

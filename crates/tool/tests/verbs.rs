@@ -115,7 +115,8 @@ fn verbs_against(bin: &Path) {
     // The default mode is display.
     assert_eq!(String::from_utf8(stdout(&[&addr])).unwrap(), display);
 
-    // stats / settings: `#addr Field Value`, then sorted pairs.
+    // stats / settings: `#addr Field Value`, then sorted pairs (each value
+    // padded with its `\r`, as memcached-tool; `lines()` drops `\r\n`).
     let stats = String::from_utf8(stdout(&[&addr, "stats"])).unwrap();
     assert_eq!(
         stats.lines().next().unwrap(),
@@ -124,7 +125,7 @@ fn verbs_against(bin: &Path) {
     assert!(
         stats
             .lines()
-            .any(|l| l == format!("{:>29} {:>14}", "curr_items", items.len())),
+            .any(|l| l == format!("{:>29} {:>13}", "curr_items", items.len())),
         "{stats}"
     );
     let names: Vec<&str> = stats
@@ -147,7 +148,7 @@ fn verbs_against(bin: &Path) {
     assert!(
         settings
             .lines()
-            .any(|l| l == format!("{:>24} {:>12}", "maxbytes", 64 << 20)),
+            .any(|l| l == format!("{:>24} {:>11}", "maxbytes", 64 << 20)),
         "{settings}"
     );
 
