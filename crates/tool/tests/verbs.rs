@@ -296,3 +296,32 @@ fn dump_reads_flash_items() {
     }
     eprintln!("flash: {listed} keys listed, {} dumped", dump.len());
 }
+
+/// A key the text protocol cannot carry (stored with `ms <base64> b`) is
+/// read back with `mg <base64> b` and dumped as memcached-tool prints it:
+/// the raw bytes.
+fn binary_key_against(bin: &Path) {
+    let server = start(bin, &[]);
+    let mut s = server.connect();
+    // "sp ace\x01" in base64.
+    assert_eq!(
+        roundtrip(&mut s, b"ms c3AgYWNlAQ== 2 b F7\r\nhi\r\n", b"\r\n"),
+        b"HD\r\n"
+    );
+    let dump = stdout(&[&server.addr(), "dump"]);
+    assert_eq!(dump, b"add sp ace\x01 7 0 2\r\nhi\r\n");
+    let keys = String::from_utf8(stdout(&[&server.addr(), "keys"])).unwrap();
+    assert!(keys.starts_with("key=sp%20ace%01 exp=-1 "), "{keys}");
+}
+
+#[test]
+fn binary_key_osmium() {
+    binary_key_against(&osmium_bin());
+}
+
+#[test]
+fn binary_key_memcached() {
+    if let Some(bin) = memcached_bin() {
+        binary_key_against(&bin);
+    }
+}
