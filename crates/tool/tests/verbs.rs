@@ -165,7 +165,8 @@ fn verbs_against(bin: &Path) {
     assert!(!bad.status.success());
 
     // dump: `add` commands with flags, exptime and the exact value.
-    let dump = parse_dump(&stdout(&[&addr, "dump"]));
+    let raw = stdout(&[&addr, "dump"]);
+    let dump = parse_dump(&raw);
     assert_eq!(dump.len(), items.len());
     for (k, f, e, v) in &items {
         let (flags, exp, value) = &dump[k];
@@ -181,10 +182,8 @@ fn verbs_against(bin: &Path) {
     // The dump replayed into an empty server gives every item back.
     let copy = start(bin, &[]);
     let mut c = copy.connect();
-    let raw = stdout(&[&addr, "dump"]);
     let n = dump.len();
-    let replies = roundtrip(&mut c, &raw, b"\r\n");
-    let mut replies = replies;
+    let mut replies = roundtrip(&mut c, &raw, b"\r\n");
     while replies.windows(8).filter(|w| w == b"STORED\r\n").count() < n {
         replies.extend(roundtrip(&mut c, b"", b"\r\n"));
     }
