@@ -250,12 +250,21 @@ fn top_in_a_terminal_shows_a_pool() {
         pool.display(),
         status.display()
     );
+    // The tmux server ends with its session; its socket file stays.
     struct Kill<'a>(&'a str);
     impl Drop for Kill<'_> {
         fn drop(&mut self) {
             let _ = Command::new("tmux")
                 .args(["-L", self.0, "kill-server"])
                 .output();
+            let uid = std::fs::metadata("/proc/self")
+                .map_or(0, |m| std::os::unix::fs::MetadataExt::uid(&m));
+            let dir = std::env::var_os("TMUX_TMPDIR").unwrap_or_else(|| "/tmp".into());
+            let _ = std::fs::remove_file(
+                std::path::Path::new(&dir)
+                    .join(format!("tmux-{uid}"))
+                    .join(self.0),
+            );
         }
     }
     let _kill = Kill(&socket);

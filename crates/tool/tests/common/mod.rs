@@ -96,20 +96,25 @@ pub fn start(bin: &Path, args: &[&str]) -> Server {
         if running_as_root() {
             cmd.args(["-u", "root"]);
         }
-        let mut child = cmd
+        let child = cmd
             .args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start server");
-        let mut exited = false;
-        wait_until("server did not start", || {
-            exited = child.try_wait().unwrap().is_some();
-            exited || listens_on(child.id(), port)
-        });
-        if !exited {
-            return Server { child, port };
+        // Killed by drop if it never listens.
+        let mut server = Server { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if server.child.try_wait().unwrap().is_some() {
+                break; // the bind lost a race: another port
+            }
+            if listens_on(server.child.id(), port) {
+                return server;
+            }
+            assert!(Instant::now() < deadline, "server did not start");
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
     panic!("server did not start on any of 5 ports");
