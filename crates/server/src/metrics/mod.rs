@@ -1,7 +1,8 @@
 //! The `/metrics` endpoint (`--metrics-addr HOST:PORT`): a listener on a
 //! thread of its own (`osmium-metrics`) that answers `GET /metrics` in the
 //! Prometheus text format 0.0.4, or in OpenMetrics 1.0 when the client's
-//! `Accept` names `application/openmetrics-text`. What it shows is
+//! `Accept` ranks `application/openmetrics-text` first (as Prometheus
+//! does). What it shows is
 //! gathered per scrape by `families` from the same rows the `stats`
 //! commands answer, plus osmium's own histograms and gauges.
 //!
@@ -189,11 +190,32 @@ fn route(req: &httparse::Request<'_, '_>) -> Request {
     if path != "/metrics" {
         return Request::Error(404, "not found: try /metrics\n");
     }
-    let open_metrics = req.headers.iter().any(|h| {
-        h.name.eq_ignore_ascii_case("accept")
-            && String::from_utf8_lossy(h.value).contains("application/openmetrics-text")
-    });
+    let open_metrics = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("accept"))
+        .any(|h| prefers_open_metrics(&String::from_utf8_lossy(h.value)));
     Request::Metrics { open_metrics, head }
+}
+
+/// Whether an `Accept` value ranks OpenMetrics at least as high as the
+/// text format (`q` weights; a range without one weighs 1).
+fn prefers_open_metrics(accept: &str) -> bool {
+    let (mut om, mut text) = (0.0f32, 0.0f32);
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("").to_ascii_lowercase();
+        let q = parts
+            .filter_map(|p| p.strip_prefix("q="))
+            .find_map(|q| q.parse::<f32>().ok())
+            .unwrap_or(1.0);
+        match media.as_str() {
+            "application/openmetrics-text" => om = om.max(q),
+            "text/plain" | "text/*" | "*/*" => text = text.max(q),
+            _ => {}
+        }
+    }
+    om > 0.0 && om >= text
 }
 
 /// One scrape in the chosen format, and its content type.
@@ -257,4 +279,25 @@ fn respond_len(
     conn.flush()?;
     let _ = conn.shutdown(std::net::Shutdown::Write);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefers_open_metrics;
+
+    #[test]
+    fn negotiates_by_weight() {
+        // Prometheus 2.x's scrape header.
+        assert!(prefers_open_metrics(
+            "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+        ));
+        assert!(prefers_open_metrics("application/openmetrics-text"));
+        assert!(!prefers_open_metrics("text/plain"));
+        assert!(!prefers_open_metrics("*/*"));
+        assert!(!prefers_open_metrics(""));
+        assert!(!prefers_open_metrics(
+            "text/plain;version=0.0.4, application/openmetrics-text; q=0.5"
+        ));
+        assert!(!prefers_open_metrics("application/openmetrics-text;q=0"));
+    }
 }
