@@ -5,7 +5,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
 use mio::Waker;
 use osmium_store::Store;
@@ -17,7 +16,7 @@ use crate::replication::auth::{PeerAuth, Secret};
 use crate::replication::{Replication, Wait, PEER_NONE};
 use crate::settings::Settings;
 use crate::stats::counters::{GlobalStats, ThreadStats, Totals};
-use crate::stats::latency::{Cmd, Latency};
+use crate::stats::latency::{self, Cmd, Latency};
 use crate::stats::prefix::PrefixStats;
 use crate::tls_context::TlsContext;
 
@@ -73,6 +72,7 @@ impl Shared {
         let threads = (0..settings.threads)
             .map(|_| Arc::new(ThreadStats::default()))
             .collect();
+        latency::calibrate();
         let latency = (0..settings.threads)
             .map(|_| Arc::new(Latency::default()))
             .collect();
@@ -148,8 +148,8 @@ pub struct WorkerCtx {
     pub stats: Arc<ThreadStats>,
     /// This worker's latency histograms.
     pub latency: Arc<Latency>,
-    /// When the request being run started (see `stats::latency`).
-    lap: std::cell::Cell<Instant>,
+    /// When the request being run started (`stats::latency::now`).
+    lap: std::cell::Cell<u64>,
     /// This worker's write head in the store.
     pub head: usize,
     /// This worker's connection buffers.
@@ -194,7 +194,7 @@ impl WorkerCtx {
         WorkerCtx {
             stats: shared.threads[index].clone(),
             latency: shared.latency[index].clone(),
-            lap: std::cell::Cell::new(Instant::now()),
+            lap: std::cell::Cell::new(0),
             pool: BufferPool::new(limit, shared.pools[index].clone()),
             head: index,
             queued_output: shared.output_held[index].clone(),
@@ -218,16 +218,15 @@ impl WorkerCtx {
     /// A connection's batch of requests starts (one clock read).
     #[inline]
     pub fn lap_start(&self) {
-        self.lap.set(Instant::now());
+        self.lap.set(latency::now());
     }
 
     /// The request of kind `cmd` has run: its time since the batch
     /// started or the request before it ended (one clock read).
     #[inline]
     pub fn lap(&self, cmd: Cmd) {
-        let now = Instant::now();
-        self.latency
-            .command(cmd, now.saturating_duration_since(self.lap.get()));
+        let now = latency::now();
+        self.latency.command(cmd, self.lap.get(), now);
         self.lap.set(now);
     }
 

@@ -912,7 +912,7 @@ fn own(f: &mut Families, sh: &Shared, s: &Rows) {
     let mut flash = HistogramTotals::default();
     for l in &sh.latency {
         l.add_commands_to(&mut commands);
-        l.flash_read.add_to(&mut flash);
+        l.add_flash_to(&mut flash);
     }
     for (cmd, h) in Cmd::ALL.iter().zip(commands) {
         f.histogram(

@@ -25,7 +25,6 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
-use std::time::Instant;
 
 use io_uring::{opcode, types, IoUring};
 use mio::unix::SourceFd;
@@ -36,7 +35,7 @@ use osmium_store::flash::device::AlignedBuf;
 use osmium_store::flash::FlashRead;
 use osmium_store::{FlashFetch, Store};
 
-use crate::stats::latency::Latency;
+use crate::stats::latency::{self, Latency};
 
 const RING_ENTRIES: u32 = 256;
 
@@ -52,7 +51,7 @@ struct InFlight {
     /// Bytes asked for: fewer is a failing (e.g. truncated) file.
     len: usize,
     /// When it was started (its latency, in `osmium_flash_read_duration_seconds`).
-    started: Instant,
+    started: u64,
 }
 
 pub struct FlashIo {
@@ -124,7 +123,7 @@ impl FlashIo {
                 buf,
                 skip,
                 len,
-                started: Instant::now(),
+                started: latency::now(),
             });
             let entry = opcode::Read::new(types::Fd(fd), ptr, len as u32)
                 .offset(offset)
@@ -182,7 +181,7 @@ impl FlashIo {
             } else {
                 Ok(result as usize)
             };
-            self.latency.flash_read.record(f.started.elapsed());
+            self.latency.flash_read(f.started);
             store.flash_arrived(&f.read, f.buf, f.skip, result);
             done(f.conn, f.conn_id);
         }
