@@ -37,12 +37,16 @@ impl Drop for Server {
 /// osmium with `/metrics` on a free port (`how`: "flag" for
 /// `--metrics-addr`, "o" for `-o metrics_addr=`).
 fn start(how: &str) -> Server {
+    start_with(how, &[])
+}
+
+fn start_with(how: &str, extra: &[&str]) -> Server {
     let mut metrics = 0;
     let (child, port) = start_on_free_port(|port| {
         metrics = free_port();
         let addr = format!("127.0.0.1:{metrics}");
         let mut cmd = osmium_command(osmium());
-        cmd.args(["-p", &port.to_string(), "-t", "2"]);
+        cmd.args(["-p", &port.to_string(), "-t", "2"]).args(extra);
         if how == "o" {
             cmd.args(["-o", &format!("metrics_addr={addr}")]);
         } else {
@@ -204,6 +208,57 @@ fn both_formats_and_counters_move() {
     let resp = raw_http(s.metrics, b"HEAD /metrics HTTP/1.1\r\n\r\n");
     let (status, _, body) = split(&resp);
     assert_eq!((status, body.as_str()), (200, ""));
+}
+
+#[test]
+fn flash_tier_figures_and_read_latency() {
+    let dir = std::env::temp_dir().join(format!("osmium-metrics-flash-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ext = format!(
+        "ext_path={}:64m,ext_page_size=4,ext_wbuf_size=1",
+        dir.join("flash").display()
+    );
+    let s = start_with("flag", &["-m", "4", "-U", "0", "-o", &ext]);
+    // 12 MB of 20 KB values into 4 MB of memory: most go to flash.
+    let value = vec![b'v'; 20_000];
+    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    for i in 0..600 {
+        let mut req = format!("set k{i} 0 0 {} noreply\r\n", value.len()).into_bytes();
+        req.extend_from_slice(&value);
+        req.extend_from_slice(b"\r\n");
+        c.write_all(&req).unwrap();
+    }
+    drop(c);
+    wait_until("nothing written to flash", || {
+        text(s.metrics)
+            .get("memcached_extstore_objects_written_total")
+            .is_some_and(|&n| n > 0.0)
+    });
+    for i in 0..600 {
+        let out = memcached(s.port, format!("get k{i}\r\n").as_bytes(), b"END\r\n");
+        assert!(out.len() > 20_000, "k{i} missing");
+    }
+    let m = text(s.metrics);
+    assert!(m["memcached_extstore_objects_read_total"] > 0.0);
+    assert!(m["memcached_extstore_bytes_written_total"] > 0.0);
+    assert!(m["memcached_extstore_bytes_limit"] > 0.0);
+    assert!(m["osmium_flash_live_bytes"] > 0.0);
+    // Reads a worker waited for are timed (all of them where io_uring is
+    // available; none where the kernel refuses it and GETs read flash
+    // themselves).
+    let timed = m["osmium_flash_read_duration_seconds_count"];
+    assert_eq!(
+        m[r#"osmium_flash_read_duration_seconds_bucket{le="+Inf"}"#],
+        timed
+    );
+    eprintln!(
+        "flash reads: {} objects read, {timed} timed",
+        m["memcached_extstore_objects_read_total"]
+    );
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
