@@ -262,6 +262,53 @@ fn flash_tier_figures_and_read_latency() {
 }
 
 #[test]
+fn replication_link_backlog_and_lag() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("osmium-metrics-repl-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("secret");
+    std::fs::write(&secret, b"metrics test secret\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let secret = secret.display().to_string();
+    let b = start_with("flag", &["-U", "0", "--replication-secret", &secret]);
+    let target = format!("127.0.0.1:{}", b.port);
+    let a = start_with(
+        "flag",
+        &[
+            "-U",
+            "0",
+            "--replication-secret",
+            &secret,
+            "--replicate-to",
+            &target,
+        ],
+    );
+    memcached(a.port, b"set r 0 0 1\r\nx\r\n", b"STORED\r\n");
+    let series = |name: &str| format!("{name}{{replica=\"{target}\"}}");
+    wait_until("the write never reached the target", || {
+        let m = text(a.metrics);
+        m.get(&series("osmium_replication_link_up")) == Some(&1.0)
+            && m.get(&series("osmium_replication_sent_total")) >= Some(&1.0)
+    });
+    let m = text(a.metrics);
+    for name in [
+        "osmium_replication_backlog",
+        "osmium_replication_seq_lag",
+        "osmium_replication_lag_seconds",
+        "osmium_replication_errors_total",
+        "osmium_replication_reconnects_total",
+    ] {
+        assert!(m.contains_key(&series(name)), "{name}");
+    }
+    wait_until("the target does not have the write", || {
+        memcached(b.port, b"get r\r\n", b"END\r\n") == b"VALUE r 0 1\r\nx\r\nEND\r\n"
+    });
+    drop((a, b));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn stats_settings_names_the_endpoint() {
     let s = start("o");
     let out = memcached(s.port, b"stats settings\r\n", b"END\r\n");
