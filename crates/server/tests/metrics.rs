@@ -14,6 +14,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
+// Test certificates made with the `openssl` command, and a TLS client.
+#[allow(dead_code)]
+#[path = "replication_support/tls.rs"]
+mod tls;
 use common::{free_port, osmium_command, start_on_free_port, wait_exit, wait_until};
 
 fn osmium() -> String {
@@ -306,6 +310,37 @@ fn replication_link_backlog_and_lag() {
     });
     drop((a, b));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tls_handshakes_and_listener_label() {
+    let certs = tls::Certs::get();
+    let args = certs.server_args("node", None, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let s = start_with("flag", &args);
+    let mut conn = tls::handshake(s.port, certs.client()).unwrap();
+    conn.write_all(b"version\r\n").unwrap();
+    let mut line = [0u8; 8];
+    conn.read_exact(&mut line).unwrap();
+    assert_eq!(&line, b"VERSION ");
+    let listener = format!(
+        "osmium_listener_connections{{listener=\"127.0.0.1:{}\",tls=\"true\"}}",
+        s.port
+    );
+    wait_until("the TLS client is not counted", || {
+        text(s.metrics).get(&listener) == Some(&1.0)
+    });
+    let m = text(s.metrics);
+    assert_eq!(m["osmium_tls_handshakes_total"], 1.0);
+    assert_eq!(m["osmium_tls_handshake_errors_total"], 0.0);
+    // A client that is not TLS fails its handshake.
+    let mut plain = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    plain.write_all(b"version\r\n").unwrap();
+    let _ = plain.read(&mut [0u8; 64]);
+    wait_until("the failed handshake is not counted", || {
+        text(s.metrics).get("osmium_tls_handshake_errors_total") == Some(&1.0)
+    });
+    assert_eq!(text(s.metrics)["osmium_tls_handshakes_total"], 1.0);
 }
 
 #[test]
