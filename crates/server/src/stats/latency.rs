@@ -16,7 +16,10 @@
 //! (the command is timed when it runs whole), and a GET's wait for its
 //! flash reads (timed in the flash histogram; the GET is timed when it
 //! runs again with its records in memory). One clock read per request
-//! plus one per batch.
+//! plus one per batch. (One exception to "no socket I/O": values of
+//! 32 KiB and more that a batch gathers leave with one `writev` when they
+//! reach 32 values or 1 MiB, between two requests; that write counts in
+//! the time of the request after it.)
 //!
 //! The clock ([`now`]): the CPU's time-stamp counter where the kernel
 //! itself keeps time with it (clocksource `tsc`: invariant and in step
