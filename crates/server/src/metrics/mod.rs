@@ -17,7 +17,9 @@
 //! request per connection (`Connection: close`). Nothing here touches
 //! the workers: a scrape reads their counters as `stats` does.
 
+mod exporter;
 mod families;
+mod own;
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
