@@ -166,7 +166,10 @@ run_step() {
 # in; liburi-perl (URI::Escape) lets crates/tool/tests/memcached_tool.rs run
 # memcached's own memcached-tool beside osmium-tool (both tests skip without
 # them, and fail under CI=true).
-APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker openssl libssl-dev tmux liburi-perl)
+# prometheus gives /usr/bin/promtool and /usr/bin/prometheus to
+# crates/server/tests/metrics.rs (`promtool check metrics` on /metrics, a
+# Prometheus server scraping osmium on loopback); about 20 MB to fetch.
+APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker openssl libssl-dev tmux liburi-perl prometheus)
 
 # The oracle: built unless it is there already (the script checks), or the
 # memcached named by MEMCACHED_BIN.

@@ -5,6 +5,7 @@
 //! refused with a clear message rather than silently ignored.
 
 mod ignored;
+mod metrics;
 pub mod tls;
 
 use clap::{ArgAction, Parser};
@@ -159,6 +160,10 @@ pub struct Cli {
     /// the same (mode 600; required with --replicate-to)
     #[arg(long = "replication-secret", value_name = "FILE")]
     pub replication_secret: Option<String>,
+    /// serve Prometheus/OpenMetrics metrics on http://HOST:PORT/metrics
+    /// (off by default; also -o metrics_addr=HOST:PORT)
+    #[arg(long = "metrics-addr", value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
 }
 
 /// The most `--replicate-to` targets.
@@ -259,6 +264,8 @@ pub struct Settings {
     pub tls: TlsSettings,
     /// `--replication-secret`: the file's path (`main` reads it).
     pub replication_secret: Option<String>,
+    /// `--metrics-addr` / `-o metrics_addr`: where `/metrics` listens.
+    pub metrics_addr: Option<String>,
     pub warnings: Vec<String>,
 }
 
@@ -371,7 +378,7 @@ pub fn help_text() -> String {
     use clap::CommandFactory;
     let mut cmd = Cli::command();
     format!(
-        "osmium {} (memcached protocol {VERSION})\n{}\n\n-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background.\nOther memcached -o options are accepted with a warning.\n",
+        "osmium {} (memcached protocol {VERSION})\n{}\n\n-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, metrics_addr=<host:port>.\nOther memcached -o options are accepted with a warning.\n",
         env!("CARGO_PKG_VERSION"),
         cmd.render_help()
     )
@@ -521,6 +528,10 @@ where
     let mut thread_affinity = None;
     let mut idle_spin_us = None;
     let mut read_buf_mem_limit = 0usize;
+    let mut metrics_addr = match cli.metrics_addr.as_deref() {
+        Some(a) => Some(metrics::metrics_addr(Some(a))?),
+        None => None,
+    };
     let mut flash = FlashConfig::default();
     let mut clean = osmium_store::CleanConfig::default();
     let mut tls = TlsSettings {
@@ -575,6 +586,7 @@ where
                     return Err("-o compact_reserve: a percent, 0 to 50".into());
                 }
             }
+            "metrics_addr" => metrics_addr = Some(metrics::metrics_addr(value)?),
             "no_compact_background" => clean.background = false,
             "no_lru_crawler" => lru_crawler = false,
             "lru_crawler" => lru_crawler = true,
@@ -668,6 +680,7 @@ where
         replica_follow_seconds: cli.replica_follow_seconds,
         tls,
         replication_secret: cli.replication_secret,
+        metrics_addr,
         warnings,
     })))
 }

@@ -503,6 +503,12 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "compact_reserve", s.clean.reserve_percent);
     stat(out, "compact_background", yn(s.clean.background));
     stat(out, "idle_spin", s.idle_spin_us);
+    // Where `/metrics` listens (`--metrics-addr`).
+    stat(
+        out,
+        "metrics_addr",
+        s.metrics_addr.as_deref().unwrap_or("NULL"),
+    );
 }
 
 /// `stats items`: osmium has one item class; reported as class 1 when
