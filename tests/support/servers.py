@@ -248,13 +248,13 @@ class Server:
     def __init__(self, kind, args=(), port=None, env=None, udp_port=None):
         self.kind = kind
         self.args = list(args)
-        if udp_port == "auto":
-            udp_port = free_port(socket.SOCK_DGRAM)
         self.udp_port = udp_port
         binary = require_memcached() if kind == "memcached" else OSMIUM_BIN
-        udp_args = [] if "-U" in self.args else ["-U", str(udp_port or 0)]
 
         def argv(p):
+            if udp_port == "auto":  # a new one at each attempt, as the TCP port
+                self.udp_port = free_port(socket.SOCK_DGRAM)
+            udp_args = [] if "-U" in self.args else ["-U", str(self.udp_port or 0)]
             cmd = [binary, "-p", str(p)] + udp_args + ["-l", "127.0.0.1"] + self.args
             if os.geteuid() == 0 and "-u" not in self.args:
                 cmd += ["-u", "root"]  # both servers refuse to run as root without -u
