@@ -109,6 +109,7 @@ class Proxy:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise
         self.pid = self.proc.pid
+        servers.start_check(self.port)
 
     @property
     def address(self):

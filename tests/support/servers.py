@@ -206,6 +206,16 @@ def start_process(argv_for_port, name=None, port=None, same_port=False, log_file
     raise RuntimeError(f"{label} did not start in {attempts} attempts: " + "; ".join(tried))
 
 
+def start_check(port):
+    """One connection opened and closed once a process listens: the
+    readiness check the starters always made, which tests counting
+    connections (total_connections, client_eof) include."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        pass
+
+
 def _said(proc, stderr_path, log_file):
     """What an exited (or killed) process wrote to stderr and its log."""
     said = ""
@@ -266,6 +276,7 @@ class Server:
         self.proc, self.port = start_process(argv, name=kind, port=port, same_port=bool(port),
                                              env=env)
         self.pid = self.proc.pid
+        start_check(self.port)
 
     @property
     def address(self):

@@ -35,6 +35,13 @@ pub fn wait_listening(port: u16, child: &mut Child, what: &str) {
     }
 }
 
+/// One connection opened and closed once a process listens: the
+/// readiness check these starters always made, which the tests' counts of
+/// connections (`total_connections`, `client_eof`) include.
+fn start_check(port: u16) {
+    drop(TcpStream::connect(("127.0.0.1", port)));
+}
+
 /// The cache server the backends run: `MEMCACHED_BIN`, else the
 /// repository's memcached oracle, else osmium (`OSMIUM_BIN` or
 /// target/release/osmium). Both answer `lru_crawler metadump all`.
@@ -107,6 +114,7 @@ pub fn backend(port: u16) -> Proc {
         cmd
     });
     let port = server.port();
+    start_check(port);
     Proc {
         child: server.into_child(),
         port,
@@ -159,6 +167,7 @@ pub fn proxy_with(yaml: &str, port: u16, extra: &[&str]) -> Proc {
             cmd
         });
     let port = server.port();
+    start_check(port);
     Proc {
         child: server.into_child(),
         port,
@@ -237,6 +246,7 @@ pub fn nutcracker_with(bin: &Path, yaml: &str, port: u16, extra: &[&str]) -> Pro
             cmd
         });
     let port = server.port();
+    start_check(port);
     Proc {
         child: server.into_child(),
         port,
