@@ -162,7 +162,11 @@ run_step() {
 # libssl-dev (with pkg-config) builds openssl-sys for the Rust `memcache`
 # crate's TLS in crates/client-tests (a test-only crate: the osmium binary
 # links no OpenSSL).
-APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker openssl libssl-dev)
+# tmux is the real terminal crates/tool/tests/top.rs runs `osmium-tool top`
+# in; liburi-perl (URI::Escape) lets crates/tool/tests/memcached_tool.rs run
+# memcached's own memcached-tool beside osmium-tool (both tests skip without
+# them, and fail under CI=true).
+APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker openssl libssl-dev tmux liburi-perl)
 
 # The oracle: built unless it is there already (the script checks), or the
 # memcached named by MEMCACHED_BIN.
