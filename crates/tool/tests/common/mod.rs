@@ -1,11 +1,11 @@
 //! Starting real servers for osmium-tool's tests: osmium (and genuine
-//! memcached when the oracle is built) on a free loopback port, stopped by
-//! PID when dropped; the `osmium-tool` binary under test.
+//! memcached when the oracle is built) on a free loopback port (through
+//! `osmium-test-harness`), stopped by PID when dropped; the `osmium-tool` binary under test.
 #![allow(dead_code)] // each test uses a subset
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 /// The osmium-tool binary under test.
@@ -84,65 +84,23 @@ impl Drop for Server {
 }
 
 /// Starts `bin` (osmium or memcached, with `-u root` as root) on a free
-/// loopback port with `args`; another port when the bind lost a race.
+/// loopback port with `args`, once that process listens; on another port
+/// when the bind lost a race (`osmium_test_harness::Start`).
 pub fn start(bin: &Path, args: &[&str]) -> Server {
-    for _ in 0..5 {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+    let server = osmium_test_harness::Start::new(&bin.display().to_string()).command(|port| {
         let mut cmd = Command::new(bin);
         if running_as_root() {
             cmd.args(["-u", "root"]);
         }
-        let child = cmd
-            .args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start server");
-        // Killed by drop if it never listens.
-        let mut server = Server { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if server.child.try_wait().unwrap().is_some() {
-                break; // the bind lost a race: another port
-            }
-            if listens_on(server.child.id(), port) {
-                return server;
-            }
-            assert!(Instant::now() < deadline, "server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        cmd.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
+            .args(args);
+        cmd
+    });
+    let port = server.port();
+    Server {
+        child: server.into_child(),
+        port,
     }
-    panic!("server did not start on any of 5 ports");
-}
-
-/// Whether process `pid` holds the LISTEN socket of `port` (so a test
-/// never talks to another test's server that got the same free port).
-fn listens_on(pid: u32, port: u16) -> bool {
-    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
-        return false;
-    };
-    let sockets: Vec<String> = table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let local = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
-            let inode = f.get(9)?;
-            (local == port && *f.get(3)? == "0A").then(|| format!("socket:[{inode}]"))
-        })
-        .collect();
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
-    };
-    fds.flatten().any(|fd| {
-        std::fs::read_link(fd.path())
-            .is_ok_and(|t| sockets.iter().any(|s| t.as_os_str() == s.as_str()))
-    })
 }
 
 /// Polls `ready` every 20 ms for up to 10 s; panics with `what` after.
