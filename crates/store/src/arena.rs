@@ -71,7 +71,9 @@ pub use crate::segment::{
 };
 
 mod cleaning;
+mod queues;
 pub use cleaning::{CleanPolicy, CleanScan, CleanStats, Room};
+pub use queues::QueueFigures;
 
 /// A write head moves to a new segment once its segment is this many
 /// seconds old, so that item access times fit 16 bits.

@@ -135,6 +135,9 @@ pub struct FlashStats {
     pub io_errors: AtomicU64,
     /// Writes that waited for the flusher (buffers all full).
     pub write_waits: AtomicU64,
+    /// Pages taken from the free list to be written (memcached's
+    /// `extstore_page_allocs`).
+    pub page_allocs: AtomicU64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -547,6 +550,24 @@ impl Flash {
         (page.used as u128 * live as u128 / page.class_bytes as u128) as usize
     }
 
+    /// Each page's version (its turn as head, numbered from 1 across the
+    /// tier's life; 0 for a page never written) and live bytes, as
+    /// memcached's `stats extstore` lists its pages.
+    pub fn page_data(&self) -> Vec<(u64, usize)> {
+        let log = self.log.lock();
+        log.pages
+            .iter()
+            .enumerate()
+            .map(|(p, page)| {
+                if page.state == PageState::Free {
+                    (0, 0)
+                } else {
+                    (page.seq, self.live_part(p, page))
+                }
+            })
+            .collect()
+    }
+
     /// (pages in all, pages free, pages holding records).
     pub fn pages(&self) -> (usize, usize, usize) {
         let log = self.log.lock();
@@ -647,6 +668,7 @@ impl Flash {
                 };
                 let seq = log.next_seq;
                 log.next_seq += 1;
+                self.stats.page_allocs.fetch_add(1, Ordering::Relaxed);
                 self.meta
                     .header()
                     .next_seq
