@@ -137,6 +137,10 @@ impl Store {
             main_items: main.items,
             small_oldest: oldest(&small.oldest),
             main_oldest: oldest(&main.oldest),
+            flash_oldest: match &self.flash {
+                Some(f) if f.is_on() => f.oldest_access(),
+                _ => None,
+            },
         }
     }
 

@@ -131,6 +131,7 @@ impl Store {
             None,
         ) {
             Some(entry) => {
+                flash.note_access(entry.addr, self.base_atime(found.loc, it));
                 flash.index.insert(hash, entry);
                 if self.arena.flush_epoch() != flushes {
                     // A flush_all ran since the item was checked: the copy

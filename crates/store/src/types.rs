@@ -323,6 +323,9 @@ pub struct QueueStats {
     /// queue's oldest segments; None for an empty queue.
     pub small_oldest: Option<u32>,
     pub main_oldest: Option<u32>,
+    /// The oldest last access known of the items on the flash tier (as the
+    /// RAM evictor saw them when it moved them there).
+    pub flash_oldest: Option<u32>,
 }
 
 /// What opening the store found (see [`Store::open`](crate::Store::open)).

@@ -557,9 +557,10 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
 /// they were hit) is `warm`, and items on the flash tier count in `cold`
 /// too (memcached keeps their headers in its cold LRU); osmium has no
 /// staging queue like memcached's `hot`, so `number_hot` and `age_hot` are
-/// 0. `age` is the age of the oldest item of either queue, `age_warm` of
-/// main's (the oldest last access among the items of each queue's oldest
-/// segments). The moves are the evictor's keeps: from small to main
+/// 0. `age` is the age of the oldest item of either queue or the flash
+/// tier, `age_warm` of main's (the oldest last access among the items of
+/// each queue's oldest segments; on flash, of each page's items when the
+/// evictor moved them there). The moves are the evictor's keeps: from small to main
 /// (`moves_to_warm`) and within main (`moves_within_lru`). Not measured:
 /// `hits_to_*` (a GET would have to read its segment's queue),
 /// `moves_to_cold` (items enter small directly), and `tailrepairs`,
@@ -580,7 +581,10 @@ pub fn items(sh: &Shared, out: &mut Vec<u8>) {
     n(out, "number_cold", q.small_items + e.flash_items);
     n(out, "age_hot", 0);
     n(out, "age_warm", age(q.main_oldest));
-    n(out, "age", age(q.small_oldest).max(age(q.main_oldest)));
+    let oldest = age(q.small_oldest)
+        .max(age(q.main_oldest))
+        .max(age(q.flash_oldest));
+    n(out, "age", oldest);
     n(out, "mem_requested", e.bytes);
     n(out, "evicted", e.evictions);
     n(out, "evicted_nonzero", e.evicted_nonzero);

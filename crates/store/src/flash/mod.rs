@@ -160,7 +160,14 @@ struct Page {
     /// counts its live records' the same way, so live ÷ this is the part
     /// still live; after a restart, the bytes used).
     class_bytes: usize,
+    /// The oldest last access (relative clock) of the items written to
+    /// it, as the RAM evictor saw them (`NO_ATIME`: none known, as after
+    /// a restart): `stats items`' ages of flash items.
+    oldest_atime: u32,
 }
+
+/// `Page::oldest_atime` of a page with none known.
+const NO_ATIME: u32 = u32::MAX;
 
 /// A buffer of records bound for `page` at `offset` (a block boundary):
 /// `len` bytes of records, at most `cap` (what is left of the page, or the
@@ -316,6 +323,7 @@ impl Flash {
                 used: 0,
                 written: 0,
                 class_bytes: 0,
+                oldest_atime: NO_ATIME,
             };
             pages
         ];
@@ -337,6 +345,7 @@ impl Flash {
                     used: written,
                     written,
                     class_bytes: 0,
+                    oldest_atime: NO_ATIME,
                 };
                 fifo.push((r.seq, p));
             }
@@ -568,6 +577,29 @@ impl Flash {
             .collect()
     }
 
+    /// Notes that the record at `addr` holds an item last accessed at
+    /// `atime` (relative clock).
+    pub fn note_access(&self, addr: u64, atime: u32) {
+        let p = (addr as usize - 1) * record::ALIGN / self.cfg.page_size;
+        let mut log = self.log.lock();
+        if let Some(page) = log.pages.get_mut(p) {
+            if page.state != PageState::Free {
+                page.oldest_atime = page.oldest_atime.min(atime);
+            }
+        }
+    }
+
+    /// The oldest last access known of the items on the pages holding
+    /// records (relative clock), if any is known.
+    pub fn oldest_access(&self) -> Option<u32> {
+        let log = self.log.lock();
+        log.pages
+            .iter()
+            .filter(|p| p.state != PageState::Free && p.oldest_atime != NO_ATIME)
+            .map(|p| p.oldest_atime)
+            .min()
+    }
+
     /// (pages in all, pages free, pages holding records).
     pub fn pages(&self) -> (usize, usize, usize) {
         let log = self.log.lock();
@@ -679,6 +711,7 @@ impl Flash {
                     used: 0,
                     written: 0,
                     class_bytes: 0,
+                    oldest_atime: NO_ATIME,
                 };
                 self.persist_page(&log, p);
                 log.head = Some(p);
