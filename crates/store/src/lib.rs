@@ -67,6 +67,7 @@ mod compact;
 mod counter;
 mod dump;
 mod evict;
+mod fault;
 mod flush;
 mod read;
 mod recover;
