@@ -1,7 +1,8 @@
 //! The memory file's space (`-e FILE`): its blocks are reserved at start
 //! (`fallocate`), so a file system too small for `-m` stops the start with
 //! a message and a non-zero status, at every start, instead of a SIGBUS
-//! when the cache fills; and a SIGBUS on the file later (here: the file cut
+//! when the cache fills (the flash tier's metadata file beside it too);
+//! and a SIGBUS on the file later (here: the file cut
 //! short under the server) is a message and exit status 74, after which
 //! the next start begins with a clean cache instead of meeting it again.
 //!
@@ -91,6 +92,19 @@ fn a_file_system_too_small_for_the_memory_file_is_refused_at_every_start() {
     c.set("k", 0, 0, &vec![b'v'; 100_000]);
     assert_eq!(c.get("k").map(|i| i.value.len()), Some(100_000));
     srv.stop(libc::SIGTERM);
+    // With a flash tier, its metadata (FILE.flash, beside FILE) is reserved
+    // too: 2 write buffers of 4 MB do not fit beside the 10 MB file.
+    let flash_dir = MemDir::new();
+    let ext = format!(
+        "ext_path={}:64m,ext_page_size=8,ext_wbuf_size=4",
+        flash_dir.file().display()
+    );
+    let (code, err) = refused_start(&file, &["-m", "8", "-o", &ext]);
+    assert_eq!(code, Some(71), "{err:?}");
+    assert!(
+        err.contains(".flash: cannot reserve") && err.contains("No space left on device"),
+        "{err:?}"
+    );
 }
 
 #[test]

@@ -129,9 +129,9 @@ impl Store {
             it.state() & KEPT_STATE,
             true,
             None,
+            Some(self.base_atime(found.loc, it)),
         ) {
             Some(entry) => {
-                flash.note_access(entry.addr, self.base_atime(found.loc, it));
                 flash.index.insert(hash, entry);
                 if self.arena.flush_epoch() != flushes {
                     // A flush_all ran since the item was checked: the copy

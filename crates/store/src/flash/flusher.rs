@@ -192,7 +192,16 @@ impl Flash {
             // reclaimer (the flusher) writes them first.
             for _ in 0..3 {
                 let spec = it.spec();
-                let copy = self.append(&spec, key, it.value(), it.state(), false, Some(origin));
+                let atime = (oldest_atime != NO_ATIME).then_some(oldest_atime);
+                let copy = self.append(
+                    &spec,
+                    key,
+                    it.value(),
+                    it.state(),
+                    false,
+                    Some(origin),
+                    atime,
+                );
                 if let Some(to) = copy {
                     // A compaction keeps what the entry knew (read since
                     // written); a reclaim's rescue starts it over.
@@ -200,9 +209,6 @@ impl Flash {
                         hot: compact && e.hot,
                         ..to
                     };
-                    if oldest_atime != NO_ATIME {
-                        self.note_access(to.addr, oldest_atime);
-                    }
                     if self.index.relocate(hash, addr, to) {
                         let kept = if compact {
                             &self.stats.compact_kept

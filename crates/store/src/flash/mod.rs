@@ -577,18 +577,6 @@ impl Flash {
             .collect()
     }
 
-    /// Notes that the record at `addr` holds an item last accessed at
-    /// `atime` (relative clock).
-    pub fn note_access(&self, addr: u64, atime: u32) {
-        let p = (addr as usize - 1) * record::ALIGN / self.cfg.page_size;
-        let mut log = self.log.lock();
-        if let Some(page) = log.pages.get_mut(p) {
-            if page.state != PageState::Free {
-                page.oldest_atime = page.oldest_atime.min(atime);
-            }
-        }
-    }
-
     /// The oldest last access known of the items on the pages holding
     /// records (relative clock), if any is known.
     pub fn oldest_access(&self) -> Option<u32> {
@@ -646,7 +634,9 @@ impl Flash {
     /// into the index. Waits for the disk when every buffer is full,
     /// unless `wait` is false (then, like a failed tier, None). A record
     /// rewritten from log position `origin` is not written (None) once a
-    /// flush_all covers that position.
+    /// flush_all covers that position. `atime`: the item's last access
+    /// (relative clock), if known, for its page's oldest (`stats items`).
+    #[allow(clippy::too_many_arguments)]
     pub fn append(
         &self,
         spec: &ItemSpec,
@@ -655,6 +645,7 @@ impl Flash {
         state: u8,
         wait: bool,
         origin: Option<u64>,
+        atime: Option<u32>,
     ) -> Option<Entry> {
         if !self.is_on() {
             return None;
@@ -770,6 +761,10 @@ impl Flash {
         self.meta.header().wbufs[slot][3].store(len as u64, Ordering::Release);
         log.pages[page].used += size;
         log.pages[page].class_bytes += record::class_bytes(class);
+        if let Some(t) = atime {
+            let oldest = &mut log.pages[page].oldest_atime;
+            *oldest = (*oldest).min(t);
+        }
         let pos = page * self.cfg.page_size + page_used;
         drop(log);
         self.stats.objects_written.fetch_add(1, Ordering::Relaxed);
