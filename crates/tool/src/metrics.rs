@@ -1,14 +1,15 @@
-//! Latency from a server's Prometheus endpoint: a plain HTTP/1.0 `GET
-//! /metrics` to the address `stats settings` names in `metrics_addr`,
-//! the buckets of `osmium_command_duration_seconds{command=...}` read
-//! from the text format, and percentiles computed from the difference of
-//! two scrapes (so they cover the last interval, not the server's life)
+//! Latency from a server's Prometheus endpoint: `GET /metrics` (ureq) from
+//! the address `stats settings` names in `metrics_addr`, the buckets of
+//! `osmium_command_duration_seconds{command=...}` read from the text
+//! format (prometheus-parse), and percentiles computed from the difference
+//! of two scrapes (so they cover the last interval, not the server's life)
 //! the way Prometheus' `histogram_quantile` does.
 
 use std::collections::BTreeMap;
-use std::io::{self, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::io;
 use std::time::Duration;
+
+use prometheus_parse::{Scrape, Value};
 
 /// The histogram whose buckets are read.
 pub const HISTOGRAM: &str = "osmium_command_duration_seconds";
@@ -20,96 +21,38 @@ pub type Buckets = Vec<(f64, f64)>;
 /// Every command's buckets.
 pub type Histograms = BTreeMap<String, Buckets>;
 
-/// Fetches `http://addr/metrics` and returns the body.
+/// Fetches `http://addr/metrics` in the text format 0.0.4 and returns the
+/// body.
 pub fn scrape(addr: &str) -> io::Result<String> {
-    let timeout = Duration::from_secs(3);
-    let sa = addr
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| io::Error::other(format!("{addr}: no address")))?;
-    let mut s = TcpStream::connect_timeout(&sa, timeout)?;
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
-    write!(
-        s,
-        "GET /metrics HTTP/1.0\r\nHost: {addr}\r\nAccept: text/plain;version=0.0.4\r\n\
-         Connection: close\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| io::Error::other("metrics: no HTTP header"))?;
-    let status = head.lines().next().unwrap_or("");
-    if status.split(' ').nth(1) != Some("200") {
-        return Err(io::Error::other(format!("metrics: {status}")));
-    }
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    Ok(if chunked {
-        dechunk(body)
-    } else {
-        body.to_string()
-    })
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(3))
+        .build();
+    let reply = agent
+        .get(&format!("http://{addr}/metrics"))
+        .set("Accept", "text/plain;version=0.0.4")
+        .call()
+        .map_err(|e| io::Error::other(format!("metrics: {e}")))?;
+    reply.into_string()
 }
 
-/// A chunked body's data.
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let size = size.split(';').next().unwrap_or("").trim();
-        let Ok(n) = usize::from_str_radix(size, 16) else {
-            break;
-        };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = rest[n..].strip_prefix("\r\n").unwrap_or(&rest[n..]);
-    }
-    out
-}
-
-/// A label's value in `{a="x",b="y"}` (no escapes inside the values we
-/// read: command names and numbers).
-fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
-    labels.split(',').find_map(|pair| {
-        let (k, v) = pair.split_once('=')?;
-        (k.trim() == name).then(|| v.trim().trim_matches('"'))
-    })
-}
-
-/// The `HISTOGRAM` buckets of a text-format (or OpenMetrics) body.
+/// The `HISTOGRAM` buckets of a text-format body.
 pub fn parse(body: &str) -> Histograms {
-    let prefix = format!("{HISTOGRAM}_bucket{{");
     let mut out: Histograms = BTreeMap::new();
-    for line in body.lines() {
-        let Some(rest) = line.strip_prefix(&prefix) else {
+    let Ok(scrape) = Scrape::parse(body.lines().map(|l| Ok(l.to_string()))) else {
+        return out;
+    };
+    for sample in scrape.samples {
+        let Value::Histogram(counts) = &sample.value else {
             continue;
         };
-        let Some((labels, value)) = rest.split_once('}') else {
+        if sample.metric != HISTOGRAM {
             continue;
-        };
-        let value = value.split_whitespace().next().unwrap_or("");
-        let (Some(command), Some(le)) = (label(labels, "command"), label(labels, "le")) else {
-            continue;
-        };
-        let le = if le == "+Inf" {
-            f64::INFINITY
-        } else {
-            match le.parse() {
-                Ok(v) => v,
-                Err(_) => continue,
-            }
-        };
-        if let Ok(count) = value.parse::<f64>() {
-            out.entry(command.to_string())
-                .or_default()
-                .push((le, count));
         }
+        let Some(command) = sample.labels.get("command") else {
+            continue;
+        };
+        let buckets = out.entry(command.to_string()).or_default();
+        buckets.extend(counts.iter().map(|c| (c.less_than, c.count)));
     }
     for buckets in out.values_mut() {
         buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -210,6 +153,5 @@ osmium_command_duration_seconds_bucket{le=\"+Inf\",command=\"set\"} 10\n";
         assert_eq!(d, vec![(0.001, 2.0), (f64::INFINITY, 4.0)]);
         let m = merge([&d, &now]);
         assert_eq!(m, vec![(0.001, 9.0), (f64::INFINITY, 13.0)]);
-        assert_eq!(dechunk("3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"), "abcde");
     }
 }

@@ -137,6 +137,27 @@ fn once_json_memcached() {
     }
 }
 
+/// With `--metrics-addr`, `stats settings` names the endpoint and the
+/// latency percentiles come from the server's histograms.
+#[test]
+fn once_json_reads_latency_from_the_metrics_endpoint() {
+    let metrics_port = osmium_test_harness::free_port();
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let a = start(&osmium_bin(), &["-m", "32", "--metrics-addr", &metrics]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = traffic(&a, stop.clone());
+    let doc = json(&["top", &a.addr(), "--once", "--json", "--interval", "0.5"]);
+    stop.store(true, Ordering::Relaxed);
+    load.join().unwrap();
+    let s = &doc["servers"][0];
+    let latency = &s["latency_us"]["all"];
+    assert!(latency.is_object(), "latency from {metrics}: {s}");
+    assert!(s["latency_us"]["get"].is_object(), "{s}");
+    let p50 = latency["p50"].as_f64().expect("p50");
+    let p99 = latency["p99"].as_f64().expect("p99");
+    assert!(p50 > 0.0 && p99 >= p50, "{latency}");
+}
+
 /// A down server is reported, not fatal.
 #[test]
 fn once_json_down_server() {
