@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds the Debian package target/debian/osmium_<version>-1_<arch>.deb
+# from an existing release build (`cargo build --release --workspace`):
+# the man pages are written from the binaries' clap definitions
+# (`--generate-man DIR`) into target/release/man, gzipped, then
+# `cargo deb --no-build` packs what crates/server/Cargo.toml's
+# [package.metadata.deb] lists (binaries, unit, conf, man pages, LICENSE
+# as /usr/share/doc/osmium/copyright).
+#
+# Needs cargo-deb: cargo install cargo-deb --locked --version 3.8.0
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+release=target/release
+for b in osmium osmium-proxy osmium-bench; do
+    [ -x "$release/$b" ] || { echo "$release/$b missing: run cargo build --release --workspace first" >&2; exit 1; }
+done
+mkdir -p "$release/man"
+rm -f "$release"/man/*.1 "$release"/man/*.1.gz
+for b in osmium osmium-proxy osmium-bench; do
+    "$release/$b" --generate-man "$release/man"
+done
+# Binaries added later (osmium-tool) get a man page the same way when
+# they take --generate-man.
+for b in osmium-tool; do
+    if [ -x "$release/$b" ] && "$release/$b" --generate-man "$release/man" 2>/dev/null; then :; fi
+done
+gzip -9n "$release"/man/*.1
+cargo deb -p osmium-server --no-build "$@"
+ls -l target/debian/osmium_*.deb
