@@ -42,7 +42,12 @@ pub fn generate_man(args: &[std::ffi::OsString]) -> Option<Result<(), String>> {
     use clap::CommandFactory;
     let cmd = crate::settings::Cli::command()
         .version(crate::settings::OSMIUM_VERSION)
-        .about(crate::settings::version_line())
+        .about("a memcached-compatible cache server")
+        .after_long_help(format!(
+            "{}\n\nVersion: {}.",
+            crate::settings::EXTENDED_HELP.trim_end(),
+            crate::settings::version_line()
+        ))
         .long_about(
             "osmium is a memcached-compatible cache server: it speaks memcached's text, meta \
              and binary protocols and takes memcached's command line. Options may also be read \

@@ -378,6 +378,9 @@ fn extstore_option(f: &mut FlashConfig, name: &str, value: Option<&str>) -> Resu
     Ok(())
 }
 
+/// The `-o` options, after `-h`'s list (and in the man page).
+pub const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background.\nOther memcached -o options are accepted with a warning.\n";
+
 /// `-V`'s line, also the first of `-h`: osmium's version, then the
 /// memcached protocol level it speaks.
 pub fn version_line() -> String {
@@ -388,7 +391,7 @@ pub fn help_text() -> String {
     use clap::CommandFactory;
     let mut cmd = Cli::command();
     format!(
-        "{}\n{}\n\n-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background.\nOther memcached -o options are accepted with a warning.\n",
+        "{}\n{}\n\n{EXTENDED_HELP}",
         version_line(),
         cmd.render_help()
     )
