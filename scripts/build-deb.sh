@@ -26,5 +26,7 @@ for b in osmium-tool; do
     if [ -x "$release/$b" ] && "$release/$b" --generate-man "$release/man" 2>/dev/null; then :; fi
 done
 gzip -9n "$release"/man/*.1
-cargo deb -p osmium-server --no-build "$@"
+# --strip: the release profile keeps line tables (debug = 1) for profiling;
+# the package does not need them.
+cargo deb -p osmium-server --no-build --strip "$@"
 ls -l target/debian/osmium_*.deb

@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from tests.support.servers import ROOT, free_port
+from support.servers import ROOT, free_port
 
 UNIT_DIRS = ("/lib/systemd/system", "/usr/lib/systemd/system")
 BINARIES = ("osmium", "osmium-proxy", "osmium-bench")
