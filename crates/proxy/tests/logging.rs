@@ -3,6 +3,7 @@
 //! colour codes reach a log that is not a terminal.
 
 use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -10,10 +11,17 @@ use common::{backend, connect, free_port, proxy};
 
 #[test]
 fn an_ejection_is_logged_at_the_default_level_without_colour_codes() {
-    // A port nobody listens on: the server there fails at once.
-    let dead = free_port();
     let live = backend(0);
     let port = free_port();
+    // A port nobody listens on, out of the ephemeral range (a free
+    // ephemeral port can be taken meanwhile, or connect to itself): the
+    // server there fails at once.
+    let dead = (1..1024u16)
+        .find(|&p| {
+            TcpStream::connect(("127.0.0.1", p))
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+        })
+        .expect("a privileged port nobody listens on");
     let yaml = format!(
         "p:\n  listen: 127.0.0.1:{port}\n  auto_eject_hosts: true\n  server_failure_limit: 1\n  server_retry_timeout: 60000\n  timeout: 1000\n  servers:\n   - 127.0.0.1:{dead}:1\n   - 127.0.0.1:{}:1\n",
         live.port
@@ -23,13 +31,16 @@ fn an_ejection_is_logged_at_the_default_level_without_colour_codes() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut c = connect(port);
     c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut replies = Vec::new();
     for i in 0..50 {
         if Instant::now() > deadline {
             break;
         }
         let _ = c.write_all(format!("get k{i}\r\n").as_bytes());
         let mut buf = [0u8; 256];
-        if c.read(&mut buf).unwrap_or(0) == 0 {
+        let n = c.read(&mut buf).unwrap_or(0);
+        replies.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        if n == 0 {
             c = connect(port);
             c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
         }
@@ -44,7 +55,8 @@ fn an_ejection_is_logged_at_the_default_level_without_colour_codes() {
         .unwrap();
     assert!(
         log.contains(&format!("ejecting server 127.0.0.1:{dead} of pool p")),
-        "no ejection in the log:\n{log}"
+        "no ejection of {dead} (live {}, proxy {port}) in the log:\n{log}\nreplies: {replies:?}",
+        live.port
     );
     assert!(
         !log.contains("\x1b["),
