@@ -142,6 +142,10 @@ def test_the_package_installs_and_its_unit_runs_the_server(installed):
         uid = next(line.split()[1] for line in open(f"/proc/{proc.pid}/status")
                    if line.startswith("Uid:"))
         assert int(uid) == pwd.getpwnam("osmium").pw_uid, f"runs as uid {uid}"
+        # The conf's -P, in /run/osmium (made by the postinst here, by
+        # tmpfiles.d under systemd).
+        with open("/run/osmium/osmium.pid") as f:
+            assert int(f.read()) == proc.pid
         proc.send_signal(signal.SIGHUP)
         reloading = _notice(sock).split("\n")
         assert reloading[0] == "RELOADING=1", reloading
@@ -151,6 +155,7 @@ def test_the_package_installs_and_its_unit_runs_the_server(installed):
         proc.send_signal(signal.SIGTERM)
         assert _notice(sock).strip() == "STOPPING=1"
         assert proc.wait(timeout=15) == 0, proc.stderr.read().decode(errors="replace")
+        assert not os.path.exists("/run/osmium/osmium.pid"), "the pid file left at the stop"
     finally:
         if proc.poll() is None:
             proc.kill()
