@@ -164,7 +164,9 @@ run_step() {
 # libssl-dev (with pkg-config) builds openssl-sys for the Rust `memcache`
 # crate's TLS in crates/client-tests (a test-only crate: the osmium binary
 # links no OpenSSL).
-APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker openssl libssl-dev)
+# adduser is what the osmium package's postinst makes its user with
+# (tests/package installs the package built by scripts/build-deb.sh).
+APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker openssl libssl-dev adduser)
 
 # The oracle: built unless it is there already (the script checks), or the
 # memcached named by MEMCACHED_BIN.

@@ -47,6 +47,11 @@ def _package():
         _need("installing the package needs root")
     if shutil.which("apt-get") is None:
         _need("apt-get is not available")
+    installed = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "osmium"],
+                               capture_output=True, text=True).stdout
+    if "ok installed" in installed:
+        # This test purges the package at its end: never someone's own.
+        _need("the osmium package is installed on this machine already")
     return debs[-1]
 
 
