@@ -107,7 +107,7 @@ fn strip_time(line: &str) -> Option<&str> {
 }
 
 /// One client's session at -vv: a set whose data comes in a second
-/// packet, a get, an unknown command, then a close. Returns the lines of
+/// packet, a noreply set, gets, an unknown command, then a close. Returns the lines of
 /// the log about that client's descriptor, the descriptor as `FD`.
 fn vv_session(cmd: Command, log: &Path, osmium: bool) -> Vec<String> {
     let port = free_port();
@@ -120,7 +120,8 @@ fn vv_session(cmd: Command, log: &Path, osmium: bool) -> Vec<String> {
     let mut buf = [0u8; 256];
     let n = c.read(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"STORED\r\n");
-    c.write_all(b"get foo\r\nget nope\r\nbogus\r\n").unwrap();
+    c.write_all(b"set n 0 0 1 noreply\r\nx\r\nget foo\r\nget nope\r\nbogus\r\n")
+        .unwrap();
     let mut got = Vec::new();
     while !got.ends_with(b"ERROR\r\n") {
         let n = c.read(&mut buf).unwrap();
@@ -169,6 +170,8 @@ fn vv_logs_each_command_once_and_the_replies_as_memcached_does() {
         "FD: Client using the ascii protocol",
         "<FD set foo 0 0 3",
         ">FD STORED",
+        "<FD set n 0 0 1 noreply",
+        ">FD NOREPLY STORED",
         "<FD get foo",
         ">FD sending key foo",
         ">FD END",

@@ -123,6 +123,9 @@ fn run_line<S: Sink>(
     s.ahead.step(ctx.store());
     let req = parse_line(line, &mut s.keys);
     let log_replies = logged.then(|| verbose::replies(&req.command, &req.reply));
+    if logged {
+        s.output.unsent_verdict = None;
+    }
     gather_for(
         &mut s.output,
         matches!(req.command, Command::Get { touch: None, .. }),
@@ -193,11 +196,9 @@ fn run_line<S: Sink>(
     }
     // (Checked again: `verbosity` may just have lowered it.)
     if let Some(kind) = log_replies.filter(|_| ctx.shared.verbose() > 1) {
-        verbose::replies_sent(
-            s.fd,
-            kind,
-            out.composed().get(reply_start..).unwrap_or_default(),
-        );
+        let unsent = out.unsent_verdict.take();
+        let reply = out.composed().get(reply_start..).unwrap_or_default();
+        verbose::replies_sent(s.fd, kind, reply, unsent);
     }
     let flushed = mark(out, datagram, reply_start, shape);
     s.input.consume(used);
@@ -236,10 +237,12 @@ fn finish_incoming(s: &mut Session, ctx: &WorkerCtx, done: &mut usize) -> Option
     s.input.consume(2);
     if let Some(incoming) = s.incoming.take() {
         let start = s.output.len();
+        s.output.unsent_verdict = None;
         store::finish_incoming(ctx, incoming, terminated, &mut s.output);
         if std::mem::take(&mut s.log_incoming) {
+            let unsent = s.output.unsent_verdict.take();
             let reply = s.output.composed().get(start..).unwrap_or_default();
-            verbose::replies_sent(s.fd, verbose::Replies::Lines, reply);
+            verbose::replies_sent(s.fd, verbose::Replies::Lines, reply, unsent);
         }
     }
     None

@@ -2,7 +2,8 @@
 //! `<FD LINE` for each command line received (once, when it runs), and
 //! `>FD REPLY` for the replies memcached writes through its `out_string`
 //! (storage verdicts, errors, `VERSION`, `OK`, `MN`), `>FD sending key K`
-//! for each hit of a get and `>FD END` at its end. Commands memcached
+//! for each hit of a get and `>FD END` at its end; a storage verdict
+//! noreply kept from the client is `>FD NOREPLY STORED`. Commands memcached
 //! answers without `out_string` (touch, delete, incr/decr, meta commands
 //! other than mn, stats) log no reply, as there. Callers check the
 //! verbosity first, so none of this runs unless `-vv` is on.
@@ -46,10 +47,16 @@ pub fn command(fd: i32, line: &[u8]) {
     tracing::debug!("<{} {}", fd, String::from_utf8_lossy(shown));
 }
 
-/// Logs the replies in `bytes` (what the command added to the output).
-pub fn replies_sent(fd: i32, kind: Replies, bytes: &[u8]) {
+/// Logs the replies in `bytes` (what the command added to the output);
+/// `unsent`: the storage verdict noreply kept from the client.
+pub fn replies_sent(fd: i32, kind: Replies, bytes: &[u8], unsent: Option<&str>) {
     match kind {
         Replies::Silent => {}
+        Replies::Lines if bytes.is_empty() => {
+            if let Some(verdict) = unsent {
+                tracing::debug!(">{} NOREPLY {}", fd, verdict);
+            }
+        }
         Replies::Lines => {
             for line in lines(bytes) {
                 tracing::debug!(">{} {}", fd, String::from_utf8_lossy(line));
