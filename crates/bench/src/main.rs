@@ -43,6 +43,7 @@ mod hitratio;
 mod ketama;
 mod keys;
 mod load;
+mod man;
 mod memory;
 mod plot;
 mod process;
@@ -974,20 +975,8 @@ fn run(cli: Cli) -> Result<bool, String> {
 /// server returned wrong data or lost items it should have kept, 2 on an
 /// error (a server would not start, died, or a connection failed).
 fn main() -> ExitCode {
-    // `--generate-man DIR` (packaging; not in `-h`): DIR/osmium-bench.1.
-    let argv: Vec<_> = std::env::args_os().collect();
-    if argv.len() == 3 && argv[1] == "--generate-man" {
-        let path = PathBuf::from(&argv[2]).join("osmium-bench.1");
-        let cmd = <Cli as clap::CommandFactory>::command();
-        return match std::fs::File::create(&path)
-            .and_then(|mut f| clap_mangen::Man::new(cmd).render(&mut f))
-        {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("osmium-bench: {}: {e}", path.display());
-                ExitCode::from(2)
-            }
-        };
+    if let Some(code) = man::generate::<Cli>() {
+        return code;
     }
     match run(Cli::parse()) {
         Ok(true) => ExitCode::SUCCESS,
