@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Debian package target/debian/osmium_<version>-1_<arch>.deb
 # from an existing release build (`cargo build --release --workspace`):
-# the man pages are written from the binaries' clap definitions
+# the man pages of osmium, osmium-proxy and osmium-bench are written from
+# their clap definitions
 # (`--generate-man DIR`) into target/release/man, gzipped, then
 # `cargo deb --no-build` packs what crates/server/Cargo.toml's
 # [package.metadata.deb] lists (binaries, unit, conf, man pages, LICENSE
@@ -12,18 +13,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 release=target/release
-for b in osmium osmium-proxy osmium-bench; do
+for b in osmium osmium-proxy osmium-bench osmium-tool; do
     [ -x "$release/$b" ] || { echo "$release/$b missing: run cargo build --release --workspace first" >&2; exit 1; }
 done
 mkdir -p "$release/man"
 rm -f "$release"/man/*.1 "$release"/man/*.1.gz
 for b in osmium osmium-proxy osmium-bench; do
     "$release/$b" --generate-man "$release/man"
-done
-# Binaries added later (osmium-tool) get a man page the same way when
-# they take --generate-man.
-for b in osmium-tool; do
-    if [ -x "$release/$b" ] && "$release/$b" --generate-man "$release/man" 2>/dev/null; then :; fi
 done
 gzip -9n "$release"/man/*.1
 # --strip: the release profile keeps line tables (debug = 1) for profiling;

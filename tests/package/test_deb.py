@@ -28,7 +28,8 @@ import pytest
 from support.servers import ROOT, free_port
 
 UNIT_DIRS = ("/lib/systemd/system", "/usr/lib/systemd/system")
-BINARIES = ("osmium", "osmium-proxy", "osmium-bench")
+BINARIES = ("osmium", "osmium-proxy", "osmium-bench", "osmium-tool")
+MAN_PAGES = ("osmium", "osmium-proxy", "osmium-bench")
 
 
 def _need(what):
@@ -102,7 +103,7 @@ def test_the_package_installs_and_its_unit_runs_the_server(installed):
     unit = open(_unit_path()).read()
     conf = open("/etc/osmium/osmium.conf").read()
     assert "-u osmium" in conf.splitlines()
-    for b in BINARIES:
+    for b in MAN_PAGES:
         page = f"/usr/share/man/man1/{b}.1.gz"
         with gzip.open(page, "rt") as f:
             text = f.read()

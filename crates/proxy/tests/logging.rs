@@ -27,6 +27,8 @@ fn an_ejection_is_logged_at_the_default_level_without_colour_codes() {
         live.port
     );
     let mut px = proxy(&yaml, port);
+    // (Moved to another port if that one was taken meanwhile.)
+    let port = px.port;
     // Keys spread over both servers: some reach the dead one.
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut c = connect(port);

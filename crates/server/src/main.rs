@@ -24,6 +24,7 @@ mod context;
 mod daemon;
 mod execute;
 mod log;
+mod metrics;
 mod process;
 mod replication;
 mod server;

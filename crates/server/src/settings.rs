@@ -6,6 +6,7 @@
 
 mod config_file;
 mod ignored;
+mod metrics;
 pub mod tls;
 
 use clap::{ArgAction, Parser};
@@ -168,6 +169,10 @@ pub struct Cli {
     /// line, `# comments`, `logfile PATH`); later options win
     #[arg(long = "config-file", value_name = "FILE")]
     pub config_file: Option<String>,
+    /// serve Prometheus/OpenMetrics metrics on http://HOST:PORT/metrics
+    /// (off by default; also -o metrics_addr=HOST:PORT)
+    #[arg(long = "metrics-addr", value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
 }
 
 /// The most `--replicate-to` targets.
@@ -270,6 +275,8 @@ pub struct Settings {
     pub replication_secret: Option<String>,
     /// The config file's `logfile PATH`: stderr is appended there.
     pub logfile: Option<String>,
+    /// `--metrics-addr` / `-o metrics_addr`: where `/metrics` listens.
+    pub metrics_addr: Option<String>,
     pub warnings: Vec<String>,
 }
 
@@ -379,7 +386,7 @@ fn extstore_option(f: &mut FlashConfig, name: &str, value: Option<&str>) -> Resu
 }
 
 /// The `-o` options, after `-h`'s list (and in the man page).
-pub const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background.\nOther memcached -o options are accepted with a warning.\n";
+pub const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, metrics_addr=<host:port>.\nOther memcached -o options are accepted with a warning.\n";
 
 /// `-V`'s line, also the first of `-h`: osmium's version, then the
 /// memcached protocol level it speaks.
@@ -542,6 +549,10 @@ where
     let mut thread_affinity = None;
     let mut idle_spin_us = None;
     let mut read_buf_mem_limit = 0usize;
+    let mut metrics_addr = match cli.metrics_addr.as_deref() {
+        Some(a) => Some(metrics::metrics_addr(Some(a))?),
+        None => None,
+    };
     let mut flash = FlashConfig::default();
     let mut clean = osmium_store::CleanConfig::default();
     let mut tls = TlsSettings {
@@ -596,6 +607,7 @@ where
                     return Err("-o compact_reserve: a percent, 0 to 50".into());
                 }
             }
+            "metrics_addr" => metrics_addr = Some(metrics::metrics_addr(value)?),
             "no_compact_background" => clean.background = false,
             "no_lru_crawler" => lru_crawler = false,
             "lru_crawler" => lru_crawler = true,
@@ -690,6 +702,7 @@ where
         tls,
         replication_secret: cli.replication_secret,
         logfile: expanded.logfile,
+        metrics_addr,
         warnings,
     })))
 }

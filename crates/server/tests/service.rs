@@ -11,7 +11,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 mod common;
-use common::{free_port, listens_on, memcached_bin, osmium_command, server_command, wait_until};
+use common::{
+    free_port, listens_on, memcached_bin, osmium_command, server_command, start_on_free_port,
+    wait_until,
+};
 
 const PROTOCOL: &str = "1.6.45";
 
@@ -43,21 +46,19 @@ fn stop(child: &mut Child) {
     common::wait_exit(child);
 }
 
-/// Starts `cmd` (a server on `port`) with stderr into `log`.
-fn start_logged(mut cmd: Command, port: u16, log: &Path) -> Child {
-    let file = std::fs::File::create(log).unwrap();
-    let mut child = cmd
-        .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(file)
-        .spawn()
-        .unwrap();
-    wait_until("listening", || {
-        assert!(child.try_wait().unwrap().is_none(), "the server exited");
-        listens_on(child.id(), port)
-    });
-    child
+/// Starts `make()` (a server) on a free port with stderr into `log`
+/// (started again on another port if that one was taken meanwhile).
+fn start_logged(make: impl Fn() -> Command, log: &Path) -> (Child, u16) {
+    start_on_free_port(|port| {
+        let file = std::fs::File::create(log).unwrap();
+        make()
+            .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .unwrap()
+    })
 }
 
 #[test]
@@ -76,9 +77,8 @@ fn version_flag_and_help_say_osmium_and_the_protocol_level() {
 
 #[test]
 fn stats_say_both_versions_and_the_wire_version_stays_memcached() {
-    let port = free_port();
     let log = temp_path("stats.log");
-    let mut child = start_logged(osmium_command(osmium()), port, &log);
+    let (mut child, port) = start_logged(|| osmium_command(osmium()), &log);
     let stats = request(port, b"stats\r\n", b"END\r\n");
     let want = format!(
         "STAT version {PROTOCOL}\r\nSTAT osmium_version {}\r\n",
@@ -109,9 +109,8 @@ fn strip_time(line: &str) -> Option<&str> {
 /// One client's session at -vv: a set whose data comes in a second
 /// packet, a noreply set, gets, an unknown command, then a close. Returns the lines of
 /// the log about that client's descriptor, the descriptor as `FD`.
-fn vv_session(cmd: Command, log: &Path, osmium: bool) -> Vec<String> {
-    let port = free_port();
-    let mut child = start_logged(cmd, port, log);
+fn vv_session(make: impl Fn() -> Command, log: &Path, osmium: bool) -> Vec<String> {
+    let (mut child, port) = start_logged(make, log);
     let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     c.write_all(b"set foo 0 0 3\r\n").unwrap();
@@ -162,9 +161,12 @@ fn vv_session(cmd: Command, log: &Path, osmium: bool) -> Vec<String> {
 #[test]
 fn vv_logs_each_command_once_and_the_replies_as_memcached_does() {
     let log = temp_path("vv.log");
-    let mut cmd = osmium_command(osmium());
-    cmd.arg("-vv");
-    let got = vv_session(cmd, &log, true);
+    let vv = || {
+        let mut cmd = osmium_command(osmium());
+        cmd.arg("-vv");
+        cmd
+    };
+    let got = vv_session(vv, &log, true);
     let want = [
         "<FD new auto-negotiating client connection",
         "FD: Client using the ascii protocol",
@@ -184,10 +186,13 @@ fn vv_logs_each_command_once_and_the_replies_as_memcached_does() {
     assert_eq!(got, want);
     // Side by side with genuine memcached: the same lines, less the time.
     if let Some(mc) = memcached_bin() {
-        let mut cmd = server_command(mc);
-        cmd.arg("-vv");
+        let vv = || {
+            let mut cmd = server_command(&mc);
+            cmd.arg("-vv");
+            cmd
+        };
         let log_mc = temp_path("vv-memcached.log");
-        assert_eq!(vv_session(cmd, &log_mc, false), want);
+        assert_eq!(vv_session(vv, &log_mc, false), want);
         let _ = std::fs::remove_file(log_mc);
     }
     let _ = std::fs::remove_file(log);
@@ -207,15 +212,16 @@ fn systemd_is_told_ready_reloading_and_stopping() {
     let sock = UnixDatagram::bind(&path).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let port = free_port();
-    let mut child = osmium_command(osmium())
-        .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-        .env("NOTIFY_SOCKET", &path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (mut child, port) = start_on_free_port(|port| {
+        osmium_command(osmium())
+            .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+            .env("NOTIFY_SOCKET", &path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    });
     assert_eq!(next_notice(&sock).trim_end(), "READY=1");
     // Ready means serving.
     assert_eq!(

@@ -28,6 +28,7 @@ use crate::compose::udp_marks::{mark_replies, ReplyShape};
 use crate::context::WorkerCtx;
 use crate::execute::store::{self, Admit};
 use crate::execute::{self, Dump, Next};
+use crate::stats::latency::Cmd;
 
 /// A get line this long without its end is served as it arrives.
 pub const STREAM_AFTER: usize = 16 * 1024;
@@ -126,6 +127,7 @@ fn run_line<S: Sink>(
     if logged {
         s.output.unsent_verdict = None;
     }
+    let cmd = Cmd::of(&req);
     gather_for(
         &mut s.output,
         matches!(req.command, Command::Get { touch: None, .. }),
@@ -153,6 +155,7 @@ fn run_line<S: Sink>(
                     s.log_incoming = log_replies.is_some();
                     s.need = 0;
                     s.input.consume(consumed + take);
+                    ctx.lap(cmd);
                     return None;
                 }
                 let total = consumed + st.value_len + 2;
@@ -187,6 +190,7 @@ fn run_line<S: Sink>(
                 mark(out, datagram, reply_start, ReplyShape::Empty);
                 s.input.consume(consumed);
                 s.close_after_write = true;
+                ctx.lap(cmd);
                 return Some(Flow::Wait);
             }
             Next::CloseNow => return Some(Flow::Close),
@@ -200,6 +204,7 @@ fn run_line<S: Sink>(
         let reply = out.composed().get(reply_start..).unwrap_or_default();
         verbose::replies_sent(s.fd, kind, reply, unsent);
     }
+    ctx.lap(cmd);
     let flushed = mark(out, datagram, reply_start, shape);
     s.input.consume(used);
     (flushed && stop_at_flush).then_some(Flow::Wait)
