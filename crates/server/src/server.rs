@@ -30,6 +30,7 @@ use crate::daemon;
 use crate::process::{self, Signals};
 use crate::replication::auth::Secret;
 use crate::replication::stream::LinkStream;
+use crate::service;
 use crate::settings::Settings;
 use crate::tls_context::TlsContext;
 use crate::transport::listen::{self, dispatch};
@@ -48,7 +49,7 @@ pub fn run(
     secret: Option<Secret>,
 ) -> io::Result<StopRequest> {
     for w in &settings.warnings {
-        eprintln!("{w}");
+        tracing::warn!("{w}");
     }
     let signals = Signals::install()?;
     // Bind first so that a bad address fails before daemonizing.
@@ -122,11 +123,21 @@ pub fn run(
     }
     if shared.verbose() > 0 {
         for l in &listeners {
-            eprintln!("osmium listening on {}", l.describe());
+            tracing::info!("osmium listening on {}", l.describe());
+        }
+    }
+    if shared.verbose() > 1 {
+        for l in &listeners {
+            tracing::debug!(
+                "<{} server listening ({})",
+                l.fd(),
+                settings.binding_protocol
+            );
         }
     }
 
     daemon::report_ready();
+    service::ready();
 
     let mut events = Events::with_capacity(256);
     let mut next_worker = 0;
@@ -137,11 +148,13 @@ pub fn run(
             }
         }
         if signals.take_hangup() {
+            service::reloading();
             if let Some(tls) = &shared.tls {
                 if let Err(e) = tls.refresh() {
-                    eprintln!("Could not reload TLS certificates on SIGHUP: {e}");
+                    tracing::warn!("Could not reload TLS certificates on SIGHUP: {e}");
                 }
             }
+            service::ready();
         }
         if let Some(how) = signals.requested() {
             shared.request_stop(how);
@@ -164,7 +177,7 @@ pub fn run(
                     Err(e) => {
                         // EMFILE and friends: back off briefly.
                         if shared.verbose() > 0 {
-                            eprintln!("accept failed: {e}");
+                            tracing::info!("accept failed: {e}");
                         }
                         std::thread::sleep(Duration::from_millis(10));
                         break;
@@ -173,9 +186,10 @@ pub fn run(
             }
         }
     };
+    service::stopping();
     match how {
-        StopRequest::Graceful => eprintln!("Gracefully stopping"),
-        StopRequest::Exit if shared.verbose() > 0 => eprintln!("Exiting normally"),
+        StopRequest::Graceful => tracing::warn!("Gracefully stopping"),
+        StopRequest::Exit if shared.verbose() > 0 => tracing::info!("Exiting normally"),
         StopRequest::Exit => {}
     }
     shared.replication.stop();
@@ -195,7 +209,7 @@ pub fn run(
     // would have kept the cache too, but only a stop survives a system
     // crash that follows).
     if let Err(e) = shared.store.close() {
-        eprintln!("[restart] failed to write the memory file out: {e}");
+        tracing::warn!("[restart] failed to write the memory file out: {e}");
     }
     if let Some(path) = &settings.pidfile {
         daemon::remove_pid_file(path);
@@ -254,14 +268,14 @@ fn start_replication(
 /// its restart lines the same way, on standard error).
 fn report_restart(restart: &Restart, file: Option<&str>) {
     if let Some(note) = &restart.note {
-        eprintln!("[restart] {note}");
+        tracing::warn!("[restart] {note}");
     }
     if let Some(f) = &restart.flash {
         if let Some(note) = &f.note {
-            eprintln!("[restart] {note}");
+            tracing::warn!("[restart] {note}");
         }
         if f.taken_over {
-            eprintln!(
+            tracing::warn!(
                 "[restart] {} items back on flash (after {})",
                 f.items,
                 if f.crashed {
@@ -273,7 +287,7 @@ fn report_restart(restart: &Restart, file: Option<&str>) {
         }
     }
     if let (Some(r), Some(file)) = (&restart.recovered, file) {
-        eprintln!(
+        tracing::warn!(
             "[restart] {} items back from {file} in {:.1} ms ({} segments, after {}; {} expired or flushed, {} damaged)",
             r.items,
             r.elapsed.as_secs_f64() * 1000.0,

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use osmium_protocol::encode::stat;
 
 use crate::context::Shared;
-use crate::settings::VERSION;
+use crate::settings::{OSMIUM_VERSION, VERSION};
 
 fn rusage() -> (String, String) {
     // SAFETY: rusage is plain data (zeroed is valid) and getrusage fills
@@ -52,6 +52,7 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "uptime", uptime);
     stat(out, "time", clock.unix_now());
     stat(out, "version", VERSION);
+    stat(out, "osmium_version", OSMIUM_VERSION);
     stat(out, "libevent", "osmium-mio");
     stat(out, "pointer_size", 64);
     stat(out, "rusage_user", ru_user);

@@ -100,7 +100,7 @@ pub fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
                 connected_before = true;
                 retry = RETRY_MIN;
                 if logged_down {
-                    eprintln!("[replication] link to {addr} up");
+                    tracing::info!("[replication] link to {addr} up");
                     logged_down = false;
                 }
                 serve(&repl, &link, stream, None, None)
@@ -108,7 +108,7 @@ pub fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
             Err(e) => e,
         };
         if !logged_down {
-            eprintln!(
+            tracing::warn!(
                 "[replication] link to {addr} down ({reason}): writes are acknowledged without it"
             );
             logged_down = true;
@@ -153,7 +153,7 @@ pub fn run_feed(repl: Arc<Replication>, link: Arc<Link>, stream: LinkStream, fol
     *link.addr.lock().unwrap_or_else(|e| e.into_inner()) = peer.clone();
     let reason = serve(&repl, &link, stream, Some(b"OK\r\n"), Some(follow));
     if repl.verbose() {
-        eprintln!("[replication] follow link to {peer} closed ({reason})");
+        tracing::info!("[replication] follow link to {peer} closed ({reason})");
     }
     link.active.store(false, Relaxed);
 }
@@ -560,7 +560,7 @@ fn read_acks(repl: &Replication, link: &Link, conn: &Conn, stream: LinkReader) {
                 link.errors.fetch_add(1, Relaxed);
                 if logged < 10 {
                     logged += 1;
-                    eprintln!(
+                    tracing::warn!(
                         "[replication] {} answered: {}",
                         link.addr.lock().unwrap_or_else(|e| e.into_inner()),
                         String::from_utf8_lossy(other)

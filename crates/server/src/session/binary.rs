@@ -90,7 +90,7 @@ pub fn process<S: Sink>(s: &mut Session, ctx: &WorkerCtx, sink: &mut S) -> Flow 
             }
             Scan::BadMagic(magic) => {
                 if ctx.shared.verbose() > 0 {
-                    eprintln!("Invalid magic:  {magic:x}");
+                    tracing::info!("Invalid magic:  {magic:x}");
                 }
                 if s.datagram.is_some() {
                     // conn_closing: UDP drops the replies since the last flush.
@@ -210,7 +210,7 @@ fn one<S: Sink>(
         }
         Decoded::InvalidArguments | Decoded::BadBodyLength => {
             if ctx.shared.verbose() > 0 {
-                eprintln!("Protocol error (opcode {:02x}), close connection", h.opcode);
+                tracing::info!("Protocol error (opcode {:02x}), close connection", h.opcode);
             }
             compose::error(out, &reply, status::INVALID_ARGUMENTS);
             return (Step::Close(prefix), true);

@@ -148,7 +148,7 @@ impl FlashIo {
             match self.ring.submit() {
                 Ok(_) => self.unsubmitted = 0,
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-                Err(e) => eprintln!("flash reads: io_uring submit failed: {e}"),
+                Err(e) => tracing::warn!("flash reads: io_uring submit failed: {e}"),
             }
         }
     }

@@ -125,7 +125,7 @@ impl TlsStream {
         if let Err(e) = self.conn.process_new_packets() {
             count_error(&self.ctx, handshaking);
             if self.ctx.verbose {
-                eprintln!("TLS error: {e}");
+                tracing::info!("TLS error: {e}");
             }
             // rustls queued its alert.
             let _ = self.flush_records();

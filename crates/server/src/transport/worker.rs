@@ -281,7 +281,7 @@ impl Worker {
             let fd = stream.as_raw_fd();
             let activity = shared.conns.add_client(fd, stream.kind(), now);
             if shared.verbose() > 1 {
-                eprintln!("<{fd} new auto-negotiating client connection");
+                tracing::debug!("<{fd} new auto-negotiating client connection");
             }
             self.next_conn_id += 1;
             let session = Session::stream(fd, self.initial_protocol, Some(activity));
@@ -325,7 +325,7 @@ impl Worker {
                 }
             }
             if shared.verbose() > 1 {
-                eprintln!("<{} connection closed.", conn.fd);
+                tracing::debug!("<{} connection closed.", conn.fd);
             }
             connection_gone(shared);
         }
@@ -342,7 +342,7 @@ impl Worker {
         let progress =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| endpoint.drive(&self.ctx)))
                 .unwrap_or_else(|_| {
-                    eprintln!("UDP request handler panicked; dropping that request");
+                    tracing::warn!("UDP request handler panicked; dropping that request");
                     endpoint.reset();
                     Progress::MoreWork
                 });
@@ -381,7 +381,7 @@ impl Worker {
         }
         let flow = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.drive(ctx)))
             .unwrap_or_else(|_| {
-                eprintln!("connection handler panicked; closing that connection");
+                tracing::warn!("connection handler panicked; closing that connection");
                 Flow::Close
             });
         if let Some(follow) = ctx.handover.take() {
@@ -541,7 +541,7 @@ impl Worker {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
-                eprintln!("worker poll failed: {e}");
+                tracing::warn!("worker poll failed: {e}");
                 return;
             }
             if self.ctx.shared.stop_requested().is_some() {
@@ -633,7 +633,7 @@ pub fn spawn(
             },
         );
         if shared.verbose() > 1 {
-            eprintln!("<{} server listening (udp)", socket.as_raw_fd());
+            tracing::debug!("<{} server listening (udp)", socket.as_raw_fd());
         }
         udp_sockets_mio.push(socket);
     }
@@ -653,7 +653,7 @@ pub fn spawn(
                 FlashIo::new(poll.registry(), FLASH, shared.latency[index].clone())
                     .map_err(|e| {
                         if index == 0 {
-                            eprintln!(
+                            tracing::warn!(
                                 "[extstore] io_uring unavailable ({e}): flash reads block their worker"
                             );
                         }
