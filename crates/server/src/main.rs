@@ -22,6 +22,7 @@ mod conns;
 mod context;
 mod daemon;
 mod execute;
+mod hotkeys;
 mod process;
 mod replication;
 mod server;

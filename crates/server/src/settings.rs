@@ -4,6 +4,7 @@
 //! service files keep working; flags for features that are not built yet are
 //! refused with a clear message rather than silently ignored.
 
+pub mod hotkeys;
 mod ignored;
 pub mod tls;
 
@@ -259,6 +260,8 @@ pub struct Settings {
     pub tls: TlsSettings,
     /// `--replication-secret`: the file's path (`main` reads it).
     pub replication_secret: Option<String>,
+    /// `-o hotkeys_top`, `-o hotkeys_sample`.
+    pub hotkeys: hotkeys::HotkeysSettings,
     pub warnings: Vec<String>,
 }
 
@@ -523,6 +526,7 @@ where
     let mut read_buf_mem_limit = 0usize;
     let mut flash = FlashConfig::default();
     let mut clean = osmium_store::CleanConfig::default();
+    let mut hot = hotkeys::HotkeysSettings::default();
     let mut tls = TlsSettings {
         enabled: cli.ssl,
         ..TlsSettings::default()
@@ -581,6 +585,7 @@ where
             "maxconns_fast" => maxconns_fast = true,
             "no_maxconns_fast" => maxconns_fast = false,
             n if n.starts_with("ext_") => extstore_option(&mut flash, n, value)?,
+            n if n.starts_with("hotkeys_") && hot.option(n, value)? => {}
             n if n.starts_with("ssl_") && tls.option(n, value).map_err(|e| e.message)? => {}
             n if IGNORED_EXTENDED.contains(&n) => {
                 warnings.push(format!("-o {n}: accepted but has no effect in osmium"))
@@ -668,6 +673,7 @@ where
         replica_follow_seconds: cli.replica_follow_seconds,
         tls,
         replication_secret: cli.replication_secret,
+        hotkeys: hot,
         warnings,
     })))
 }

@@ -503,6 +503,8 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "compact_reserve", s.clean.reserve_percent);
     stat(out, "compact_background", yn(s.clean.background));
     stat(out, "idle_spin", s.idle_spin_us);
+    stat(out, "hotkeys_top", s.hotkeys.top);
+    stat(out, "hotkeys_sample", format!("1/{}", s.hotkeys.sample));
 }
 
 /// `stats items`: osmium has one item class; reported as class 1 when
