@@ -3,19 +3,22 @@
 //!
 //! Every worker samples about 1 request in N (`-o hotkeys_sample=1/N`)
 //! and counts the sampled ones in a Space-Saving summary of its own
-//! (Metwally, Agrawal, El Abbadi, ICDT 2005; [`sketch`]). Space-Saving
-//! rather than HeavyKeeper (Gong et al., USENIX ATC 2018): on skewed
-//! loads both find the heavy hitters, and HeavyKeeper needs less memory
-//! for the same accuracy at the tail, but here the sampling, not the
-//! summary, bounds the accuracy (a few hundred slots already count the
+//! (Metwally, Agrawal, El Abbadi, ICDT 2005), with the hashed filter of
+//! Filtered Space-Saving (Homem, Carvalho, 2010) in front ([`sketch`]).
+//! Space-Saving rather than HeavyKeeper (Gong et al., USENIX ATC 2018):
+//! on skewed loads both find the heavy hitters, and HeavyKeeper needs
+//! less memory for the same accuracy at the tail, but here the sampling,
+//! not the summary, bounds the accuracy (a few hundred slots count the
 //! hottest keys of a zipf load within 1 % of what was sampled), and
 //! Space-Saving gives what HeavyKeeper does not: a deterministic
-//! guarantee (every key seen more than total/slots times is tracked, its
-//! count bracketed by `[count - error, count]`), exact per-key side
-//! counters (reads, writes, bytes) in the same slot, and an update of one
-//! table probe plus a heap sift with no probabilistic decay to draw. Its
-//! memory is fixed at start: `max(8 × hotkeys_top, 256)` slots of a
-//! 250-byte key cell per summary, two summaries per worker.
+//! guarantee (a key seen more often than the smallest count is tracked,
+//! its count bracketed by `[count - error, count]`), exact per-key side
+//! counters (reads, writes, bytes) in the same slot, and an update with no
+//! probabilistic decay to draw: one table probe and, for a tracked key, a
+//! heap sift; the filter makes a sample of a rare key (most samples of a
+//! zipf load's tail) one counter increment. Its memory is fixed at
+//! start: `max(8 × hotkeys_top, 256)` slots of a 250-byte key cell per
+//! summary, two summaries per worker (about 80 KiB each by default).
 //!
 //! **Which requests**: reads are get/gets/gat/gats and binary GET/GAT
 //! (every key of a multi-key get), and mg; writes are every storage
@@ -28,17 +31,20 @@
 //! random interval uniform in `[1, 2N - 1]` (mean N, so counts × N are
 //! unbiased rates, and a client that cycles through N keys is not aliased
 //! onto one of them). Between samples a request costs one decrement and a
-//! branch; the sampled one a clock read, a hash, an uncontended lock and a
-//! summary update (no allocation: the key is copied into its slot). With
-//! `hotkeys_top=0` the workers have no sampler at all.
+//! branch; the sampled one a hash, an uncontended lock and a summary
+//! update (no clock read, no allocation: the key is copied into its
+//! slot). With `hotkeys_top=0` the workers have no sampler at all.
 //!
 //! **Window**: time is cut into epochs of [`EPOCH_MS`] (5 s, aligned on
-//! the wall clock so a client can tell which window was reported); each
-//! worker has the summary of the current epoch and of the one before,
-//! the older one dropped when a new epoch starts. Rates are what the two
-//! hold divided by the time since the previous epoch started: a window of
-//! 5 to 10 s ending now, never older. A key nobody asks for any more is
-//! gone from the report within 10 s.
+//! the wall clock so a client can tell which window was reported; the
+//! maintenance thread moves the epoch on, [`HotKeys::tick`], within
+//! milliseconds of the boundary); each worker has the summary of the
+//! current epoch and of the one before, the older one dropped when a new
+//! epoch starts. Rates are what the two hold divided by the time since
+//! the previous epoch started: a window of 5 to 10 s ending now, never
+//! older. A key nobody asks for any more is gone from the report within
+//! 10 s. (Exponential decay was the other way: no hard edge, so a key
+//! would fade but never leave, and every slot would need its own time.)
 //!
 //! **Merged on demand**: [`top`] locks each worker's summaries in turn
 //! (a worker takes its own lock only to count a sample), sums every key
@@ -48,6 +54,7 @@ mod sketch;
 
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -102,6 +109,12 @@ pub struct HotKeys {
     sample: u32,
     /// Wall-clock ms when tracking started (the window starts no earlier).
     started_ms: u64,
+    /// The current epoch (wall-clock ms / `EPOCH_MS`), moved on by
+    /// [`HotKeys::tick`]: what a sample reads instead of a clock.
+    epoch: AtomicU64,
+    /// When the current and the previous epoch began (wall-clock ms, as
+    /// [`HotKeys::tick`] saw it).
+    starts: Mutex<[u64; 2]>,
     workers: Vec<Mutex<Tracker>>,
 }
 
@@ -127,10 +140,13 @@ impl HotKeys {
                 })
             })
             .collect();
+        let now = now_ms();
         Some(Arc::new(HotKeys {
             top,
             sample: sample.max(1),
-            started_ms: now_ms(),
+            started_ms: now,
+            epoch: AtomicU64::new(now / EPOCH_MS),
+            starts: Mutex::new([now, now]),
             workers,
         }))
     }
@@ -140,18 +156,39 @@ impl HotKeys {
         self.top
     }
 
-    /// Counts a sample of worker `worker`.
-    fn count(&self, worker: usize, key: &[u8], add: Counts) {
-        self.count_at(worker, key, add, now_ms());
+    /// Moves to the epoch of the wall clock: called by the maintenance
+    /// thread, which wakes just after every second turns over (and every
+    /// 100 ms), so an epoch starts within milliseconds of its boundary.
+    pub fn tick(&self) {
+        self.tick_at(now_ms());
     }
 
-    fn count_at(&self, worker: usize, key: &[u8], add: Counts, now: u64) {
+    fn tick_at(&self, now: u64) {
+        let epoch = now / EPOCH_MS;
+        let old = self.epoch.load(Ordering::Relaxed);
+        if epoch == old {
+            return;
+        }
+        let mut starts = self.starts.lock().unwrap_or_else(|e| e.into_inner());
+        starts[1] = if epoch == old + 1 {
+            starts[0]
+        } else {
+            // A gap (or a clock set back): the epoch before had nothing.
+            epoch.saturating_sub(1) * EPOCH_MS
+        };
+        starts[0] = now;
+        self.epoch.store(epoch, Ordering::Relaxed);
+    }
+
+    /// Counts a sample of worker `worker`.
+    fn count(&self, worker: usize, key: &[u8], add: Counts) {
         let hash = osmium_store::index::hash_key(key);
+        let epoch = self.epoch.load(Ordering::Relaxed);
         let Some(m) = self.workers.get(worker) else {
             return;
         };
         let mut t = m.lock().unwrap_or_else(|e| e.into_inner());
-        t.advance(now / EPOCH_MS);
+        t.advance(epoch);
         t.current.offer(key, hash, add);
     }
 
@@ -161,7 +198,8 @@ impl HotKeys {
     }
 
     fn hottest_at(&self, n: usize, now: u64) -> Vec<HotKey> {
-        let epoch = now / EPOCH_MS;
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        let previous_start = self.starts.lock().unwrap_or_else(|e| e.into_inner())[1];
         let mut sums: HashMap<Vec<u8>, Counts> = HashMap::new();
         for w in &self.workers {
             let t = w.lock().unwrap_or_else(|e| e.into_inner());
@@ -195,7 +233,7 @@ impl HotKeys {
         // The window: since the previous epoch began, or since tracking
         // did; at least a second (a clock set back shortens nothing
         // below that).
-        let from = (epoch.saturating_sub(1) * EPOCH_MS).max(self.started_ms);
+        let from = previous_start.max(self.started_ms);
         let window = (now.saturating_sub(from) as f64 / 1000.0).max(1.0);
         let scale = f64::from(self.sample) / window;
         keys.into_iter()
@@ -395,24 +433,74 @@ mod tests {
             writes: 0,
             bytes: 100,
         };
-        let put = |w: usize, key: &[u8], at: u64| hot.count_at(w, key, c, at);
-        for i in 0..50 {
-            put(0, b"a", t0 + i * 100); // 50 in the first epoch
-            put(1, b"a", t0 + EPOCH_MS + i * 100); // 50 in the second
+        let put = |w: usize, key: &[u8]| hot.count(w, key, c);
+        hot.tick_at(t0);
+        for _ in 0..50 {
+            put(0, b"a"); // 50 in the first epoch, on worker 0
         }
-        put(0, b"b", t0 + EPOCH_MS + 10);
+        hot.tick_at(t0 + EPOCH_MS);
+        for _ in 0..50 {
+            put(1, b"a"); // 50 in the second, on worker 1
+        }
+        put(0, b"b");
         // 10 s after t0: 100 reads over 10 s.
         let top = hot.hottest_at(10, t0 + 2 * EPOCH_MS - 1);
         assert_eq!(top[0].key, b"a");
         assert!((top[0].reads_per_sec - 10.0).abs() < 0.1, "{top:?}");
         assert!((top[0].bytes_per_sec - 1000.0).abs() < 10.0);
         assert_eq!(top[1].key, b"b");
+        assert_eq!(hot.hottest_at(1, t0 + 2 * EPOCH_MS - 1).len(), 1);
         // An epoch later only the second epoch counts, over 5 to 10 s.
+        hot.tick_at(t0 + 2 * EPOCH_MS);
         let top = hot.hottest_at(10, t0 + 2 * EPOCH_MS + 2_500);
         assert!((top[0].reads_per_sec - 50.0 / 7.5).abs() < 0.1, "{top:?}");
         // Two epochs later: gone.
+        hot.tick_at(t0 + 3 * EPOCH_MS);
         assert!(hot.hottest_at(10, t0 + 3 * EPOCH_MS).is_empty());
-        assert_eq!(hot.hottest_at(1, t0 + 2 * EPOCH_MS - 1).len(), 1);
+        // A clock set back starts over.
+        put(0, b"c");
+        hot.tick_at(t0);
+        assert!(hot.hottest_at(10, t0 + 1).is_empty());
+    }
+
+    /// The hot path's cost per request, sampled updates included:
+    /// `cargo test --release -p osmium-server --bin osmium hotkeys_cost --
+    /// --ignored --nocapture` (BENCHMARKS.md, "Hot keys").
+    #[test]
+    #[ignore]
+    fn hotkeys_cost() {
+        // 1,000,000 distinct 16-byte keys, zipf-like order (rank from a
+        // skewed draw), 20,000,000 requests.
+        let mut rng = Rng::new(7);
+        let keys: Vec<[u8; 16]> = (0..1 << 16)
+            .map(|_| {
+                let u = rng.unit().max(1e-12);
+                let rank = (1_000_000f64.powf(u) as u64).min(999_999);
+                let mut k = *b"k000000000000000";
+                let digits = rank.to_string();
+                k[16 - digits.len()..].copy_from_slice(digits.as_bytes());
+                k
+            })
+            .collect();
+        let n = 20_000_000usize;
+        for sample in [1u32, 8, 16, 64] {
+            let hot = HotKeys::new(DEFAULT_TOP, sample, 1).unwrap();
+            let s = Sampler::new(hot, 0);
+            let t = std::time::Instant::now();
+            for i in 0..n {
+                s.read(std::hint::black_box(&keys[i & 0xffff]), 64);
+            }
+            let with = t.elapsed().as_nanos() as f64 / n as f64;
+            let t = std::time::Instant::now();
+            for i in 0..n {
+                std::hint::black_box(&keys[i & 0xffff]);
+            }
+            let without = t.elapsed().as_nanos() as f64 / n as f64;
+            println!(
+                "hotkeys_sample=1/{sample}: {:.2} ns per request ({with:.2} - {without:.2} loop)",
+                with - without
+            );
+        }
     }
 
     #[test]
