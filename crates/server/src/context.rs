@@ -133,6 +133,15 @@ impl Shared {
         self.verbosity.load(Ordering::Relaxed)
     }
 
+    /// The `n` hottest keys now, hottest first, with their read, write
+    /// and byte rates (none with `-o hotkeys_top=0`): for the metrics
+    /// endpoint (`stats hotkeys` writes its rows through
+    /// `hotkeys::stats_rows`).
+    #[allow(dead_code)]
+    pub fn hot_keys(&self, n: usize) -> Vec<crate::hotkeys::HotKey> {
+        crate::hotkeys::top(self.hotkeys.as_deref(), n)
+    }
+
     /// Every worker's counters, summed.
     pub fn totals(&self) -> Totals {
         let mut t = Totals::default();

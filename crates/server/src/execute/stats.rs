@@ -131,7 +131,7 @@ fn text_stats(
                 } else {
                     None
                 };
-                crate::hotkeys::stats_rows(sh, limit, rows)
+                crate::hotkeys::stats_rows(sh.hotkeys.as_deref(), limit, rows)
             }
             _ => return loud(Status::Error),
         }
@@ -165,7 +165,7 @@ fn binary_stats(ctx: &WorkerCtx, group: &[u8], rows: &mut Vec<u8>) -> Option<Ans
             b"items" => report::items(sh, rows),
             b"slabs" => report::slabs(sh, rows),
             b"sizes" => report::sizes(rows),
-            b"hotkeys" => crate::hotkeys::stats_rows(sh, None, rows),
+            b"hotkeys" => crate::hotkeys::stats_rows(sh.hotkeys.as_deref(), None, rows),
             _ => return not_found,
         }
     }

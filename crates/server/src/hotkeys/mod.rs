@@ -18,7 +18,7 @@
 //! heap sift; the filter makes a sample of a rare key (most samples of a
 //! zipf load's tail) one counter increment. Its memory is fixed at
 //! start: `max(8 × hotkeys_top, 256)` slots of a 250-byte key cell per
-//! summary, two summaries per worker (about 80 KiB each by default).
+//! summary, two summaries per worker (about 90 KiB each by default).
 //!
 //! **Which requests**: reads are get/gets/gat/gats and binary GET/GAT
 //! (every key of a multi-key get), and mg; writes are every storage
@@ -66,7 +66,7 @@ pub const EPOCH_MS: u64 = 5_000;
 /// `-o hotkeys_top` by default.
 pub const DEFAULT_TOP: usize = 32;
 /// `-o hotkeys_sample=1/N` by default (see BENCHMARKS.md, "Hot keys").
-pub const DEFAULT_SAMPLE: u32 = 8;
+pub const DEFAULT_SAMPLE: u32 = 32;
 
 /// A hot key and its rates over the window (requests and bytes per
 /// second, scaled by the sampling).
@@ -247,24 +247,21 @@ impl HotKeys {
     }
 }
 
-/// The `n` hottest keys of the server, hottest first (none when hot keys
-/// are off): for `stats hotkeys` and the metrics endpoint.
-pub fn top(shared: &crate::context::Shared, n: usize) -> Vec<HotKey> {
-    shared
-        .hotkeys
-        .as_ref()
-        .map_or_else(Vec::new, |h| h.hottest(n))
+/// The `n` hottest keys, hottest first (none when hot keys are off):
+/// for `stats hotkeys` and the metrics endpoint (`Shared::hot_keys`).
+pub fn top(hot: Option<&HotKeys>, n: usize) -> Vec<HotKey> {
+    hot.map_or_else(Vec::new, |h| h.hottest(n))
 }
 
 /// `stats hotkeys [N]`: `STAT hotkey <rank> <key> <reads/s> <writes/s>
 /// <bytes/s>` per key, hottest first, at most `hotkeys_top` (or N if
 /// fewer); keys URI-encoded as memcached's `watch` prints them.
-pub fn stats_rows(shared: &crate::context::Shared, n: Option<usize>, out: &mut Vec<u8>) {
-    let Some(h) = &shared.hotkeys else {
+pub fn stats_rows(hot: Option<&HotKeys>, n: Option<usize>, out: &mut Vec<u8>) {
+    let Some(h) = hot else {
         return;
     };
     let n = n.map_or(h.limit(), |n| n.min(h.limit()));
-    for (rank, k) in top(shared, n).iter().enumerate() {
+    for (rank, k) in top(hot, n).iter().enumerate() {
         out.extend_from_slice(b"STAT hotkey ");
         out.extend_from_slice(itoa::Buffer::new().format(rank + 1).as_bytes());
         out.push(b' ');
@@ -483,7 +480,7 @@ mod tests {
             })
             .collect();
         let n = 20_000_000usize;
-        for sample in [1u32, 8, 16, 64] {
+        for sample in [1u32, 8, 16, 32, 64] {
             let hot = HotKeys::new(DEFAULT_TOP, sample, 1).unwrap();
             let s = Sampler::new(hot, 0);
             let t = std::time::Instant::now();
