@@ -27,8 +27,7 @@
 //!   miss ratio and CPU per request while the engine cleans ([`churn`]);
 //! * `tls`: against memcached `-Z`, full and resumed handshakes per
 //!   core-second and the RAM of an idle TLS connection; `load --tls` runs
-//!   the load generator over TLS ([`tls`]).
-//!
+//!   the load generator over TLS ([`tls`]);
 //! * `hotkeys`: the accuracy of osmium's `stats hotkeys` ([`hotkeys`]).
 //!
 //! Servers: [`servers`]; keys and values: [`keys`]; control connections:
