@@ -162,7 +162,14 @@ run_step() {
 # libssl-dev (with pkg-config) builds openssl-sys for the Rust `memcache`
 # crate's TLS in crates/client-tests (a test-only crate: the osmium binary
 # links no OpenSSL).
-APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker openssl libssl-dev)
+# tmux is the real terminal crates/tool/tests/top.rs runs `osmium-tool top`
+# in; liburi-perl (URI::Escape) lets crates/tool/tests/memcached_tool.rs run
+# memcached's own memcached-tool beside osmium-tool (both tests skip without
+# them, and fail under CI=true); tests/exporter runs it too.
+# prometheus gives /usr/bin/promtool and /usr/bin/prometheus to
+# crates/server/tests/metrics.rs (`promtool check metrics` on /metrics, a
+# Prometheus server scraping osmium on loopback); about 20 MB to fetch.
+APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker openssl libssl-dev tmux liburi-perl prometheus)
 
 # The oracle: built unless it is there already (the script checks), or the
 # memcached named by MEMCACHED_BIN.
@@ -248,6 +255,11 @@ install_client_suites() {
         note "go: $(go version); go mod download (tests/clients/go)"
         (cd tests/clients/go && go mod download) ||
             { echo "go mod download failed in tests/clients/go (module proxy reachable? GOPROXY=$(go env GOPROXY))"; return 1; }
+        # memcached_exporter's dependencies (its own source is kept in
+        # tests/exporter/memcached_exporter; tests/exporter builds it).
+        note "go mod download (tests/exporter/memcached_exporter)"
+        (cd tests/exporter/memcached_exporter && go mod download) ||
+            { echo "go mod download failed in tests/exporter/memcached_exporter (module proxy reachable? GOPROXY=$(go env GOPROXY))"; return 1; }
     else
         missing+=(go)
     fi

@@ -7,58 +7,35 @@
 mod common;
 use common::memcached_bin;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
+/// A server on a free loopback port (the harness proves it listens
+/// there, and kills it by PID when dropped).
 struct Server {
-    child: Child,
-    port: u16,
+    process: osmium_test_harness::ServerProcess,
 }
 
 impl Server {
     fn start(binary: &Path) -> Server {
-        for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let mut child = Command::new(binary)
-                .args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
-                .args(["-u", "root"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if child.try_wait().unwrap().is_some() {
-                    break; // the port was taken: another one
-                }
-                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    std::thread::sleep(Duration::from_millis(50));
-                    if child.try_wait().unwrap().is_none() {
-                        return Server { child, port };
-                    }
-                    break;
-                }
-                assert!(Instant::now() < deadline, "{binary:?} did not start");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        panic!("{binary:?} did not start on a free port");
+        let process =
+            osmium_test_harness::Start::new(&binary.display().to_string()).command(|port| {
+                let mut cmd = Command::new(binary);
+                cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
+                    .args(["-u", "root"]);
+                cmd
+            });
+        Server { process }
     }
 
     fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.process.port())
     }
 
     /// Whether `key` is stored.
     fn has(&self, key: &str) -> bool {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        let mut s = TcpStream::connect(("127.0.0.1", self.process.port())).unwrap();
         s.write_all(format!("get {key}\r\n").as_bytes()).unwrap();
         let mut reply = Vec::new();
         let mut buf = [0u8; 4096];
@@ -68,13 +45,6 @@ impl Server {
             reply.extend_from_slice(&buf[..n]);
         }
         reply.starts_with(b"VALUE ")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -23,6 +23,7 @@ mod context;
 mod daemon;
 mod execute;
 mod hotkeys;
+mod metrics;
 mod process;
 mod replication;
 mod server;

@@ -8,6 +8,7 @@
 //! * `osmium-worker-N` (`-t`): one event loop each (`transport::worker`);
 //! * `osmium-clean`: compacts mostly dead segments ahead of the writers'
 //!   need (`Store::clean_ahead`), woken when free segments run low;
+//! * `osmium-metrics` (`--metrics-addr`): serves `/metrics` (`metrics`);
 //! * `osmium-maint`: ticks the clock every 100 ms; every 500 ms backs full
 //!   regions of item memory with huge pages, frees wholly expired segments,
 //!   walks a few others for expired items, and hands freed buffer memory
@@ -53,6 +54,7 @@ pub fn run(
     // Bind first so that a bad address fails before daemonizing.
     let mut listeners = listen::bind_tcp(&settings, tls.as_ref())?;
     let udp_sockets = listen::bind_udp(&settings)?;
+    let metrics_listener = crate::metrics::bind(&settings)?;
     if settings.daemon {
         daemon::daemonize()?;
     }
@@ -94,7 +96,8 @@ pub fn run(
         .global
         .set_server_conns((listeners.len() + udp_endpoints) as u64);
     for l in &listeners {
-        shared.conns.add_server_socket(l.fd(), l.kind());
+        let tls = matches!(l, listen::Listener::Tls(..));
+        shared.conns.add_listener(l.fd(), l.kind(), tls);
     }
 
     let workers: Vec<WorkerHandle> = (0..settings.threads)
@@ -107,6 +110,9 @@ pub fn run(
     spawn_maintenance(shared.clone())?;
     let cleaner = spawn_cleaner(shared.clone())?;
     start_replication(&shared.replication, &shared, &workers);
+    if let Some(l) = metrics_listener {
+        crate::metrics::spawn(l, shared.clone())?;
+    }
 
     let mut poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);

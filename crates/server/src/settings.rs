@@ -6,6 +6,7 @@
 
 pub mod hotkeys;
 mod ignored;
+mod metrics;
 pub mod tls;
 
 use clap::{ArgAction, Parser};
@@ -160,6 +161,10 @@ pub struct Cli {
     /// the same (mode 600; required with --replicate-to)
     #[arg(long = "replication-secret", value_name = "FILE")]
     pub replication_secret: Option<String>,
+    /// serve Prometheus/OpenMetrics metrics on http://HOST:PORT/metrics
+    /// (off by default; also -o metrics_addr=HOST:PORT)
+    #[arg(long = "metrics-addr", value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
 }
 
 /// The most `--replicate-to` targets.
@@ -262,6 +267,8 @@ pub struct Settings {
     pub replication_secret: Option<String>,
     /// `-o hotkeys_top`, `-o hotkeys_sample`.
     pub hotkeys: hotkeys::HotkeysSettings,
+    /// `--metrics-addr` / `-o metrics_addr`: where `/metrics` listens.
+    pub metrics_addr: Option<String>,
     pub warnings: Vec<String>,
 }
 
@@ -374,7 +381,7 @@ pub fn help_text() -> String {
     use clap::CommandFactory;
     let mut cmd = Cli::command();
     format!(
-        "osmium {} (memcached protocol {VERSION})\n{}\n\n-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, hotkeys_top=<keys> (0: off), hotkeys_sample=1/<N>.\nOther memcached -o options are accepted with a warning.\n",
+        "osmium {} (memcached protocol {VERSION})\n{}\n\n-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, hotkeys_top=<keys> (0: off), hotkeys_sample=1/<N>, metrics_addr=<host:port>.\nOther memcached -o options are accepted with a warning.\n",
         env!("CARGO_PKG_VERSION"),
         cmd.render_help()
     )
@@ -524,6 +531,10 @@ where
     let mut thread_affinity = None;
     let mut idle_spin_us = None;
     let mut read_buf_mem_limit = 0usize;
+    let mut metrics_addr = match cli.metrics_addr.as_deref() {
+        Some(a) => Some(metrics::metrics_addr(Some(a))?),
+        None => None,
+    };
     let mut flash = FlashConfig::default();
     let mut clean = osmium_store::CleanConfig::default();
     let mut hot = hotkeys::HotkeysSettings::default();
@@ -579,6 +590,7 @@ where
                     return Err("-o compact_reserve: a percent, 0 to 50".into());
                 }
             }
+            "metrics_addr" => metrics_addr = Some(metrics::metrics_addr(value)?),
             "no_compact_background" => clean.background = false,
             "no_lru_crawler" => lru_crawler = false,
             "lru_crawler" => lru_crawler = true,
@@ -674,6 +686,7 @@ where
         tls,
         replication_secret: cli.replication_secret,
         hotkeys: hot,
+        metrics_addr,
         warnings,
     })))
 }

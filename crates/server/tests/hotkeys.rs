@@ -7,43 +7,32 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{osmium_command, start_on_free_port};
+use common::osmium_command;
 
+/// osmium on a free loopback port (the harness proves it listens there,
+/// and kills it by PID when dropped).
 struct Server {
-    child: Child,
-    port: u16,
+    process: osmium_test_harness::ServerProcess,
 }
 
 impl Server {
     fn start(args: &[&str]) -> Server {
-        let (child, port) = start_on_free_port(|port| {
-            osmium_command(env!("CARGO_BIN_EXE_osmium"))
-                .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-                .args(args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start osmium")
+        let process = osmium_test_harness::Start::new("osmium").command(|port| {
+            let mut cmd = osmium_command(env!("CARGO_BIN_EXE_osmium"));
+            cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+                .args(args);
+            cmd
         });
-        Server { child, port }
+        Server { process }
     }
 
     fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        let s = TcpStream::connect(("127.0.0.1", self.process.port())).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -340,6 +340,7 @@ impl Session {
             a.set_state(State::Parsing);
         }
         self.output.wrote_directly = false;
+        ctx.lap_start();
         let flow = match self.protocol {
             Protocol::Binary => binary::process(self, ctx, sink),
             _ if !self.auth.authenticated && ctx.shared.auth.ascii.is_some() => {

@@ -28,6 +28,7 @@ use crate::compose::udp_marks::{mark_replies, ReplyShape};
 use crate::context::WorkerCtx;
 use crate::execute::store::{self, Admit};
 use crate::execute::{self, Dump, Next};
+use crate::stats::latency::Cmd;
 
 /// A get line this long without its end is served as it arrives.
 pub const STREAM_AFTER: usize = 16 * 1024;
@@ -121,6 +122,7 @@ fn run_line<S: Sink>(
     }
     s.ahead.step(ctx.store());
     let req = parse_line(line, &mut s.keys);
+    let cmd = Cmd::of(&req);
     gather_for(
         &mut s.output,
         matches!(req.command, Command::Get { touch: None, .. }),
@@ -147,6 +149,7 @@ fn run_line<S: Sink>(
                     }
                     s.need = 0;
                     s.input.consume(consumed + take);
+                    ctx.lap(cmd);
                     return None;
                 }
                 let total = consumed + st.value_len + 2;
@@ -181,6 +184,7 @@ fn run_line<S: Sink>(
                 mark(out, datagram, reply_start, ReplyShape::Empty);
                 s.input.consume(consumed);
                 s.close_after_write = true;
+                ctx.lap(cmd);
                 return Some(Flow::Wait);
             }
             Next::CloseNow => return Some(Flow::Close),
@@ -188,6 +192,7 @@ fn run_line<S: Sink>(
             Next::AwaitFlash => return Some(Flow::Flash),
         },
     }
+    ctx.lap(cmd);
     let flushed = mark(out, datagram, reply_start, shape);
     s.input.consume(used);
     (flushed && stop_at_flush).then_some(Flow::Wait)

@@ -133,6 +133,7 @@ impl TlsStream {
         }
         if !self.established && !self.conn.is_handshaking() {
             self.established = true;
+            self.ctx.handshakes.fetch_add(1, Ordering::Relaxed);
             if self.ctx.session_cache()
                 && self.conn.handshake_kind() != Some(rustls::HandshakeKind::Resumed)
             {

@@ -650,7 +650,7 @@ pub fn spawn(
             let udp: Vec<UdpEndpoint> = udp_sockets_mio.into_iter().map(UdpEndpoint::new).collect();
             let settings = &shared.settings;
             let flash = shared.store.flash().and_then(|_| {
-                FlashIo::new(poll.registry(), FLASH)
+                FlashIo::new(poll.registry(), FLASH, shared.latency[index].clone())
                     .map_err(|e| {
                         if index == 0 {
                             eprintln!(
