@@ -219,6 +219,7 @@ pub fn run(a: &ClosedArgs) -> Result<bool, String> {
         busy_poll: true,
         deferred_sends: a.deferred_sends,
         tls: None,
+        key_prefix: Vec::new(),
     };
     let mut pin: Option<Pin> = None;
     let mut sweeps = Vec::new();
@@ -556,6 +557,7 @@ mod tests {
             busy_poll: true,
             deferred_sends: false,
             tls: None,
+            key_prefix: Vec::new(),
         };
         let rows = json_rows(&sweep, &base);
         assert_eq!(rows.len(), 6);

@@ -140,6 +140,7 @@ fn workload(a: &ClusterArgs, depth: usize, get_ratio: f64) -> Workload {
         busy_poll: true,
         deferred_sends: false,
         tls: None,
+        key_prefix: Vec::new(),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Keys and values of the network benchmarks: fixed-width decimal keys
-//! (`k%015d` for 16-byte keys), item-specific values derived from the key
+//! (`k%015d` for 16-byte keys; against a server this tool did not start,
+//! after the prefix `osmium-bench:`), item-specific values derived from the key
 //! (so no two items can share storage), and the fixed pseudo-random
 //! rank → key permutation used by `hitratio`.
 
@@ -56,6 +57,20 @@ impl Key {
         k
     }
 
+    /// `prefix` then the key [`Key::new`] makes (`prefix` and `key_size`
+    /// together at most [`MAX_KEY`]: longer is cut).
+    #[inline]
+    pub fn prefixed(prefix: &[u8], c: u8, n: u64, key_size: usize) -> Key {
+        let p = prefix.len().min(MAX_KEY - key_size.min(MAX_KEY));
+        let mut k = Key {
+            buf: [0; MAX_KEY],
+            len: p + key_size,
+        };
+        k.buf[..p].copy_from_slice(&prefix[..p]);
+        write_key(&mut k.buf[p..p + key_size], c, n);
+        k
+    }
+
     #[inline]
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len]
@@ -106,6 +121,16 @@ mod tests {
         assert!(check_key_size(16, 1_000_000_000_000_000).is_ok());
         assert!(check_key_size(4, 1000).is_ok());
         assert!(check_key_size(4, 1001).is_err());
+    }
+
+    #[test]
+    fn prefixed_keys() {
+        let k = Key::prefixed(b"osmium-bench:", b'k', 42, 16);
+        assert_eq!(k.as_bytes(), b"osmium-bench:k000000000000042");
+        assert_eq!(
+            Key::prefixed(b"", b'k', 42, 16).as_bytes(),
+            Key::new(b'k', 42, 16).as_bytes()
+        );
     }
 
     #[test]

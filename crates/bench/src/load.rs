@@ -98,6 +98,32 @@ pub struct Workload {
     pub deferred_sends: bool,
     /// Connect with TLS (`load --tls`): the rustls client configuration.
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// Put before every key (`load --key-prefix`; by default
+    /// `osmium-bench:` against a server this tool did not start, so an
+    /// operator can find and delete what it wrote).
+    pub key_prefix: Vec<u8>,
+}
+
+impl Workload {
+    /// Checks that every key fits (ids, prefix and all).
+    pub fn check_keys(&self) -> Result<(), String> {
+        keys::check_key_size(self.key_size, self.keys)?;
+        if self.key_prefix.len() + self.key_size > keys::MAX_KEY {
+            return Err(format!(
+                "--key-prefix of {} bytes and --key-size {} make keys over {} bytes",
+                self.key_prefix.len(),
+                self.key_size,
+                keys::MAX_KEY
+            ));
+        }
+        Ok(())
+    }
+
+    /// The key of id `id`.
+    #[inline]
+    pub fn key(&self, id: u64) -> keys::Key {
+        keys::Key::prefixed(&self.key_prefix, b'k', id, self.key_size)
+    }
 }
 
 /// How keys are drawn from `0..keys`.
@@ -296,7 +322,7 @@ impl Targets {
 /// Sets every key once (pipelined, text protocol, each key on its server
 /// of `targets`), so that gets hit. Large values go fewer to a write.
 pub fn preload(targets: &Targets, w: &Workload) -> Result<(), String> {
-    keys::check_key_size(w.key_size, w.keys)?;
+    w.check_keys()?;
     let value = vec![b'v'; w.value_size];
     let mut out = Vec::new();
     let mut reply = vec![0u8; 1 << 16];
@@ -304,14 +330,13 @@ pub fn preload(targets: &Targets, w: &Workload) -> Result<(), String> {
     for (server, &addr) in targets.addrs.iter().enumerate() {
         let mut s = crate::tls::sock::connect_blocking(addr, w.tls.as_ref())?;
         let mut ids = (0..w.keys).filter(|&i| {
-            targets.addrs.len() == 1
-                || targets.server_of(keys::Key::new(b'k', i, w.key_size).as_bytes()) == server
+            targets.addrs.len() == 1 || targets.server_of(w.key(i).as_bytes()) == server
         });
         loop {
             out.clear();
             let mut sent = 0;
             for i in ids.by_ref().take(chunk) {
-                let k = keys::Key::new(b'k', i, w.key_size);
+                let k = w.key(i);
                 out.extend_from_slice(b"set ");
                 out.extend_from_slice(k.as_bytes());
                 out.extend_from_slice(format!(" 0 0 {}\r\n", w.value_size).as_bytes());
@@ -394,7 +419,7 @@ struct Tally {
 /// Runs the workload against `targets`; their PIDs add the servers' CPU
 /// time per request.
 pub fn run(targets: &Targets, w: &Workload) -> Result<Outcome, String> {
-    keys::check_key_size(w.key_size, w.keys)?;
+    w.check_keys()?;
     let threads = w.threads.clamp(1, w.conns.max(1));
     let start = Instant::now() + Duration::from_millis(50);
     let measure_from = start + w.warmup;
@@ -704,7 +729,7 @@ fn generate(
                             stream.out.clear();
                             stream.sent = 0;
                         }
-                        let key = keys::Key::new(b'k', req.id, w.key_size);
+                        let key = w.key(req.id);
                         push_request(&mut stream.out, w.protocol, key.as_bytes(), false, &value);
                         stream.inflight.push_back(InFlight {
                             id: req.id | FILL,
@@ -763,7 +788,7 @@ impl Conn {
         value: &[u8],
         from: Instant,
     ) {
-        let key = keys::Key::new(b'k', id & !FILL, w.key_size);
+        let key = w.key(id & !FILL);
         let stream = &mut self.streams[targets.server_of(key.as_bytes())];
         if stream.sent == stream.out.len() {
             stream.out.clear();

@@ -27,7 +27,8 @@
 //!   miss ratio and CPU per request while the engine cleans ([`churn`]);
 //! * `tls`: against memcached `-Z`, full and resumed handshakes per
 //!   core-second and the RAM of an idle TLS connection; `load --tls` runs
-//!   the load generator over TLS ([`tls`]).
+//!   the load generator over TLS ([`tls`]);
+//! * `hotkeys`: the accuracy of osmium's `stats hotkeys` ([`hotkeys`]).
 //!
 //! Servers: [`servers`]; keys and values: [`keys`]; control connections:
 //! [`conn`]; the storage-only criterion benchmarks: `benches/storage.rs`.
@@ -39,7 +40,9 @@ mod conn;
 mod flash;
 mod floor;
 mod floor_uring;
+mod foreign;
 mod hitratio;
+mod hotkeys;
 mod ketama;
 mod keys;
 mod load;
@@ -104,6 +107,7 @@ enum Cmd {
     Churn(Box<churn::ChurnArgs>),
     Closed(Box<closed::ClosedArgs>), // its help is ClosedArgs' doc comment
     Tls(Box<tls::TlsArgs>),          // its help is TlsArgs' doc comment
+    Hotkeys(Box<hotkeys::HotkeysArgs>), // its help is HotkeysArgs' doc comment
 }
 
 #[derive(Args)]
@@ -282,6 +286,8 @@ struct LoadArgs {
     common: Common,
     #[command(flatten)]
     tls: tls::LoadTlsArgs,
+    #[command(flatten)]
+    foreign: foreign::ForeignArgs,
     /// Start the servers of --servers (add `floor` for the floor server)
     /// and compare them, alternating runs; without it, load --addr.
     #[arg(long)]
@@ -720,6 +726,7 @@ fn run(cli: Cli) -> Result<bool, String> {
         Cmd::Churn(a) => churn::run(&a),
         Cmd::Closed(a) => closed::run(&a),
         Cmd::Tls(a) => tls::run(&a),
+        Cmd::Hotkeys(a) => hotkeys::run(&a),
         Cmd::Restart(a) => {
             let bins = binaries(&a.common)?;
             restart::run(
@@ -759,8 +766,13 @@ fn run(cli: Cli) -> Result<bool, String> {
                 busy_poll: a.busy_poll,
                 deferred_sends: a.deferred_sends,
                 tls: tls.client.clone(),
+                key_prefix: a.foreign.key_prefix(!a.vs),
             };
             let preload = a.preload && !a.cache_aside;
+            if !a.vs && (preload || a.cache_aside || a.get_ratio < 1.0) {
+                let servers = load_targets(&a)?.name();
+                a.foreign.confirm(&servers, w.keys, &w.key_prefix)?;
+            }
             let sla = load::SlaOpts {
                 bound_us: a.sla_bound_us,
                 hot: a.hot,

@@ -311,7 +311,8 @@ fn ketama_places_keys_where_libmemcached_does() {
             assert_eq!(per_server.iter().sum::<i32>(), 200);
             assert!(per_server.iter().all(|&n| n > 0), "{per_server:?}");
         }
-        // load --targets (its preload and its gets) against pylibmc.
+        // load --targets (its preload and its gets) against pylibmc; into
+        // servers it did not start, its keys carry its prefix.
         let mut load_args = vec![
             "load",
             "--targets",
@@ -336,7 +337,7 @@ fn ketama_places_keys_where_libmemcached_does() {
         let found = pylibmc(
             "import sys, pylibmc\n\
              c = pylibmc.Client(sys.argv[1].split(','), behaviors={'ketama': True})\n\
-             keys = ['k%015d' % i for i in range(300)]\n\
+             keys = ['osmium-bench:k%015d' % i for i in range(300)]\n\
              print(len(c.get_multi(keys)))\n",
             std::slice::from_ref(&list),
         )

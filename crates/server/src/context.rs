@@ -1,7 +1,7 @@
 //! What the server's threads share ([`Shared`]: the store, the settings,
 //! the counters, authentication, the socket registry, the stop request)
 //! and what one worker's request handlers see ([`WorkerCtx`]: its own
-//! counters, write head and buffer pool).
+//! counters, write head, buffer pool and hot-key sampler).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -12,6 +12,7 @@ use osmium_store::Store;
 use crate::auth::AuthConfig;
 use crate::buffers::{BufferPool, PublishedPoolStats};
 use crate::conns::Registry;
+use crate::hotkeys::{HotKeys, Sampler};
 use crate::replication::auth::{PeerAuth, Secret};
 use crate::replication::{Replication, Wait, PEER_NONE};
 use crate::settings::Settings;
@@ -59,6 +60,8 @@ pub struct Shared {
     pub replication: Arc<Replication>,
     /// `-Z`: the certificates and TLS counters.
     pub tls: Option<Arc<TlsContext>>,
+    /// Every worker's hot-key summaries (None: `-o hotkeys_top=0`).
+    pub hotkeys: Option<Arc<HotKeys>>,
 }
 
 impl Shared {
@@ -83,8 +86,14 @@ impl Shared {
             .map(|_| Arc::new(AtomicUsize::new(0)))
             .collect();
         let replication = Replication::new(&settings, store.clone(), secret, tls.clone());
+        let hotkeys = HotKeys::new(
+            settings.hotkeys.top,
+            settings.hotkeys.sample,
+            settings.threads,
+        );
         Shared {
             tls,
+            hotkeys,
             replication,
             verbosity: AtomicU32::new(settings.verbose),
             prefix: PrefixStats::new(settings.prefix_delimiter, settings.detail_enabled),
@@ -130,6 +139,14 @@ impl Shared {
     #[inline]
     pub fn verbose(&self) -> u32 {
         self.verbosity.load(Ordering::Relaxed)
+    }
+
+    /// The `n` hottest keys now, hottest first, with their read, write
+    /// and byte rates (none with `-o hotkeys_top=0`): for the metrics
+    /// endpoint (`stats hotkeys` writes its rows through
+    /// `hotkeys::stats_rows`).
+    pub fn hot_keys(&self, n: usize) -> Vec<crate::hotkeys::HotKey> {
+        crate::hotkeys::top(self.hotkeys.as_deref(), n)
     }
 
     /// Every worker's counters, summed.
@@ -181,6 +198,8 @@ pub struct WorkerCtx {
     /// `replica_follow <seconds>` asked for the connection to become a
     /// feed (kept that long once synced).
     pub handover: std::cell::Cell<Option<u64>>,
+    /// This worker's hot-key sampler (None: hot keys off).
+    pub hot: Option<Sampler>,
 }
 
 /// Output a worker lets its connections queue in all before a connection
@@ -211,6 +230,10 @@ impl WorkerCtx {
             repl_wait: std::cell::RefCell::new(Wait::default()),
             repl_pending: std::cell::Cell::new(false),
             handover: std::cell::Cell::new(None),
+            hot: shared
+                .hotkeys
+                .as_ref()
+                .map(|h| Sampler::new(h.clone(), index)),
             shared,
         }
     }
@@ -270,6 +293,22 @@ impl WorkerCtx {
             *into = (*into).max(std::mem::take(w));
         }
         true
+    }
+
+    /// Hot keys: a read of `key` that sent `bytes` of value.
+    #[inline]
+    pub fn hot_read(&self, key: &[u8], bytes: usize) {
+        if let Some(h) = &self.hot {
+            h.read(key, bytes);
+        }
+    }
+
+    /// Hot keys: a write of `key` that received `bytes` of value.
+    #[inline]
+    pub fn hot_write(&self, key: &[u8], bytes: usize) {
+        if let Some(h) = &self.hot {
+            h.write(key, bytes);
+        }
     }
 
     /// Memory this worker's connections hold in unsent replies.

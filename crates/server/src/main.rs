@@ -23,6 +23,7 @@ mod conns;
 mod context;
 mod daemon;
 mod execute;
+mod hotkeys;
 mod log;
 mod metrics;
 mod process;

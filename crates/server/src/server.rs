@@ -337,6 +337,9 @@ fn spawn_maintenance(shared: Arc<Shared>) -> io::Result<()> {
                 let nap = store.clock().until_next_second();
                 std::thread::sleep(nap.min(Duration::from_millis(100)));
                 store.tick_clock();
+                if let Some(h) = &shared.hotkeys {
+                    h.tick();
+                }
                 ticks += 1;
                 if !ticks.is_multiple_of(5) {
                     continue;

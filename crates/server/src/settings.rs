@@ -5,6 +5,7 @@
 //! refused with a clear message rather than silently ignored.
 
 mod config_file;
+pub mod hotkeys;
 mod ignored;
 mod metrics;
 pub mod tls;
@@ -275,6 +276,8 @@ pub struct Settings {
     pub replication_secret: Option<String>,
     /// The config file's `logfile PATH`: stderr is appended there.
     pub logfile: Option<String>,
+    /// `-o hotkeys_top`, `-o hotkeys_sample`.
+    pub hotkeys: hotkeys::HotkeysSettings,
     /// `--metrics-addr` / `-o metrics_addr`: where `/metrics` listens.
     pub metrics_addr: Option<String>,
     pub warnings: Vec<String>,
@@ -386,7 +389,7 @@ fn extstore_option(f: &mut FlashConfig, name: &str, value: Option<&str>) -> Resu
 }
 
 /// The `-o` options, after `-h`'s list (and in the man page).
-pub const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, metrics_addr=<host:port>.\nOther memcached -o options are accepted with a warning.\n";
+pub const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, hotkeys_top=<keys> (0: off), hotkeys_sample=1/<N>, metrics_addr=<host:port>.\nOther memcached -o options are accepted with a warning.\n";
 
 /// `-V`'s line, also the first of `-h`: osmium's version, then the
 /// memcached protocol level it speaks.
@@ -555,6 +558,7 @@ where
     };
     let mut flash = FlashConfig::default();
     let mut clean = osmium_store::CleanConfig::default();
+    let mut hot = hotkeys::HotkeysSettings::default();
     let mut tls = TlsSettings {
         enabled: cli.ssl,
         ..TlsSettings::default()
@@ -614,6 +618,7 @@ where
             "maxconns_fast" => maxconns_fast = true,
             "no_maxconns_fast" => maxconns_fast = false,
             n if n.starts_with("ext_") => extstore_option(&mut flash, n, value)?,
+            n if n.starts_with("hotkeys_") && hot.option(n, value)? => {}
             n if n.starts_with("ssl_") && tls.option(n, value).map_err(|e| e.message)? => {}
             n if IGNORED_EXTENDED.contains(&n) => {
                 warnings.push(format!("-o {n}: accepted but has no effect in osmium"))
@@ -702,6 +707,7 @@ where
         tls,
         replication_secret: cli.replication_secret,
         logfile: expanded.logfile,
+        hotkeys: hot,
         metrics_addr,
         warnings,
     })))

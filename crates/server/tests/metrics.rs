@@ -644,3 +644,35 @@ fn prometheus_scrapes_osmium() {
     let body = query(web, "up");
     assert!(body.contains(r#","1"]"#), "scrape failed: {body}");
 }
+
+/// The hottest keys as gauges, rank and URI-encoded key as labels, the
+/// hottest first; none with hot keys off.
+#[test]
+fn the_hottest_keys_are_gauges() {
+    let s = start_with("flag", &["-o", "hotkeys_sample=1/1"]);
+    let mut cmds = b"set hot 0 0 3\r\nabc\r\nset odd%key 0 0 1\r\nx\r\n".to_vec();
+    for _ in 0..50 {
+        cmds.extend_from_slice(b"get hot\r\n");
+    }
+    for _ in 0..5 {
+        cmds.extend_from_slice(b"get odd%key\r\n");
+    }
+    cmds.extend_from_slice(b"mn\r\n");
+    memcached(s.port, &cmds, b"MN\r\n");
+    let m = text(s.metrics);
+    let hot = m[r#"osmium_hotkey_reads_per_second{rank="1",key="hot"}"#];
+    let odd = m[r#"osmium_hotkey_reads_per_second{rank="2",key="odd%25key"}"#];
+    assert!(hot > 0.0 && (hot / odd - 10.0).abs() < 0.5, "{hot} {odd}");
+    assert!(m[r#"osmium_hotkey_bytes_per_second{rank="1",key="hot"}"#] > 0.0);
+    assert!(m.contains_key(r#"osmium_hotkey_writes_per_second{rank="1",key="hot"}"#));
+
+    let off = start_with("flag", &["-o", "hotkeys_top=0"]);
+    memcached(
+        off.port,
+        b"set hot 0 0 1\r\nx\r\nget hot\r\nmn\r\n",
+        b"MN\r\n",
+    );
+    assert!(!text(off.metrics)
+        .keys()
+        .any(|k| k.starts_with("osmium_hotkey_")));
+}

@@ -186,6 +186,7 @@ fn workload(o: &FlashOpts, value_size: usize, keys: u64) -> Workload {
         busy_poll: false,
         deferred_sends: false,
         tls: None,
+        key_prefix: Vec::new(),
     }
 }
 

@@ -17,6 +17,7 @@ pub fn delete(ctx: &WorkerCtx, d: &Delete<'_>, reply: &Reply<'_>, out: &mut Outp
     if crate::compose::unwritable(reply) {
         return answer(out, reply, Outcome::Status(Status::OpaqueTooLong));
     }
+    ctx.hot_write(d.key, 0);
     let store = ctx.store();
     let stats = &ctx.stats;
     // memcached's rules of each protocol: md is not in the prefix stats,

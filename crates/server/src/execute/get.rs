@@ -154,8 +154,10 @@ pub fn text_keys(
                 }
                 let index = position;
                 position += 1;
+                let mut bytes = 0;
                 let outcome = match r {
                     Lookup::Hit(it) => {
+                        bytes = it.value().len();
                         ended = text::value(out, &it, with_cas, || direct(index), &ctx.stats);
                         Lookup::Hit(())
                     }
@@ -164,6 +166,7 @@ pub fn text_keys(
                     Lookup::Flushed => Lookup::Flushed,
                 };
                 count(ctx, key, false, outcome);
+                ctx.hot_read(key, bytes);
                 true
             });
         }
@@ -174,10 +177,13 @@ pub fn text_keys(
                     too_long = Some(i);
                     break;
                 }
+                let mut bytes = 0;
                 let r = store.get(key, Some(exptime), |it| {
+                    bytes = it.value().len();
                     ended = text::value(out, &it, with_cas, || direct(i), &ctx.stats);
                 });
                 count(ctx, key, true, r);
+                ctx.hot_read(key, bytes);
             }
         }
     }
@@ -199,11 +205,21 @@ fn binary_get(
 ) -> Done {
     let store = ctx.store();
     let exptime = touch.map(|e| store.clock().realtime(e));
+    let mut bytes = 0;
     let found = store.get(key, exptime, |it| {
+        if with_value {
+            bytes = it.value().len();
+        }
         binary::hit(out, r, &it, with_value, &ctx.stats);
     });
     let hit = matches!(found, Lookup::Hit(()));
     count(ctx, key, touch.is_some(), found);
+    if with_value {
+        ctx.hot_read(key, bytes);
+    } else {
+        // TOUCH changes the item.
+        ctx.hot_write(key, 0);
+    }
     if hit {
         return Done::CONTINUE;
     }
@@ -230,6 +246,7 @@ pub fn touch(
             let store = ctx.store();
             let exptime = store.clock().realtime(exptime);
             let r = store.get(key, Some(exptime), |_| ());
+            ctx.hot_write(key, 0);
             let hit = matches!(r, Lookup::Hit(()));
             let stats = &ctx.stats;
             stats.touch_cmds.incr();

@@ -53,6 +53,7 @@ pub fn meta_get(ctx: &WorkerCtx, m: &MetaGet<'_>, reply: &Reply<'_>, out: &mut O
     let start = out.len();
     let mut ttl_set = false;
     let mut bad_opaque = false;
+    let mut sent_bytes = 0;
     let r = store.fetch(ctx.head, m.key, &fetch, |it, created| {
         let buf = out.buf();
         // The expiry as the flags before each token see it.
@@ -116,6 +117,7 @@ pub fn meta_get(ctx: &WorkerCtx, m: &MetaGet<'_>, reply: &Reply<'_>, out: &mut O
             // The value ends the reply: nothing after this point truncates
             // it, so it may be queued from item memory (sent right after
             // this request).
+            sent_bytes = it.value_len();
             out.put_value(it.value(), b"\r\n", it.lock_free(), &ctx.stats);
         }
     });
@@ -123,6 +125,7 @@ pub fn meta_get(ctx: &WorkerCtx, m: &MetaGet<'_>, reply: &Reply<'_>, out: &mut O
         meta::error(out, start, OPAQUE_TOO_LONG);
         return Done::CONTINUE;
     }
+    ctx.hot_read(m.key, sent_bytes);
     match r {
         Lookup::Hit(()) => {
             if ttl_set {

@@ -7,7 +7,8 @@
 //! then items/slabs/sizes exactly), so `stats s` is `stats settings`.
 //! Binary STAT matches "reset", "settings" and "detail ..." as prefixes of
 //! the key and other groups exactly; its reply is the text reply repacked
-//! as one packet per `STAT name value` line.
+//! as one packet per `STAT name value` line. `stats hotkeys` is osmium's
+//! own (`crate::hotkeys`).
 
 use osmium_protocol::ascii::prefix_matches;
 use osmium_protocol::request::{Reply, Tokens};
@@ -117,6 +118,21 @@ fn text_stats(
             b"items" => report::items(sh, rows),
             b"slabs" => report::slabs(sh, rows),
             b"sizes" => report::sizes(rows),
+            // osmium's own: `stats hotkeys [N]`.
+            b"hotkeys" => {
+                let limit = if n > 2 {
+                    match std::str::from_utf8(tokens.get(2))
+                        .ok()
+                        .and_then(|t| t.parse::<usize>().ok())
+                    {
+                        Some(limit) => Some(limit),
+                        None => return loud(Status::Error),
+                    }
+                } else {
+                    None
+                };
+                crate::hotkeys::stats_rows(sh.hotkeys.as_deref(), limit, rows)
+            }
             _ => return loud(Status::Error),
         }
         Some(Answer::Rows)
@@ -149,6 +165,7 @@ fn binary_stats(ctx: &WorkerCtx, group: &[u8], rows: &mut Vec<u8>) -> Option<Ans
             b"items" => report::items(sh, rows),
             b"slabs" => report::slabs(sh, rows),
             b"sizes" => report::sizes(rows),
+            b"hotkeys" => crate::hotkeys::stats_rows(sh.hotkeys.as_deref(), None, rows),
             _ => return not_found,
         }
     }

@@ -129,6 +129,7 @@ pub fn complete(
     if terminator_len(reply) == 2 && block.get(vlen..vlen + 2) != Some(b"\r\n") {
         return answer(out, reply, Outcome::Status(Status::BadChunk));
     }
+    ctx.hot_write(s.key, vlen);
     let w = write(ctx, s, &block[..vlen]);
     let (status, cas, size) = ctx.store().store_sized(ctx.head, &w);
     ctx.replicate_key(s.key);
@@ -282,6 +283,7 @@ pub fn finish_incoming(
         return answer(out, &reply, Outcome::Status(Status::BadChunk));
     }
     let size = item.value_len();
+    ctx.hot_write(item.key(), size);
     // The key, for replication, before the item is handed over.
     let mut repl_key = [0u8; 256];
     let repl_key_len = if ctx.repl.is_some() {

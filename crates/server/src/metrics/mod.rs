@@ -19,6 +19,7 @@
 
 mod exporter;
 mod families;
+mod hot;
 mod own;
 
 use std::io::{self, Read, Write};
@@ -38,7 +39,7 @@ pub use families::Families;
 pub type ExtraGauges = fn(&Shared, &mut Families);
 
 /// The extra sources, in the order they appear.
-pub const EXTRA_GAUGES: &[ExtraGauges] = &[];
+pub const EXTRA_GAUGES: &[ExtraGauges] = &[hot::add];
 
 /// Clients served at once; more are answered 503 at once.
 const MAX_CLIENTS: usize = 8;
