@@ -12,6 +12,7 @@ use osmium_store::Store;
 use crate::auth::AuthConfig;
 use crate::buffers::{BufferPool, PublishedPoolStats};
 use crate::conns::Registry;
+use crate::logger::Logger;
 use crate::replication::auth::{PeerAuth, Secret};
 use crate::replication::{Replication, Wait, PEER_NONE};
 use crate::settings::Settings;
@@ -56,6 +57,8 @@ pub struct Shared {
     pub replication: Arc<Replication>,
     /// `-Z`: the certificates and TLS counters.
     pub tls: Option<Arc<TlsContext>>,
+    /// Log watchers (`watch`).
+    pub logger: Logger,
 }
 
 impl Shared {
@@ -77,6 +80,7 @@ impl Shared {
             .collect();
         let replication = Replication::new(&settings, store.clone(), secret, tls.clone());
         Shared {
+            logger: Logger::new(settings.threads),
             tls,
             replication,
             verbosity: AtomicU32::new(settings.verbose),
@@ -169,6 +173,11 @@ pub struct WorkerCtx {
     /// `replica_follow <seconds>` asked for the connection to become a
     /// feed (kept that long once synced).
     pub handover: std::cell::Cell<Option<u64>>,
+    /// `watch` asked for the connection to become a log watcher of these
+    /// streams.
+    pub watch: std::cell::Cell<Option<u16>>,
+    /// The descriptor of the connection being run (the watchers' `cfd`).
+    pub cfd: std::cell::Cell<i32>,
 }
 
 /// Output a worker lets its connections queue in all before a connection
@@ -197,6 +206,8 @@ impl WorkerCtx {
             repl_wait: std::cell::RefCell::new(Wait::default()),
             repl_pending: std::cell::Cell::new(false),
             handover: std::cell::Cell::new(None),
+            watch: std::cell::Cell::new(None),
+            cfd: std::cell::Cell::new(0),
             shared,
         }
     }

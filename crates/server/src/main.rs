@@ -22,6 +22,7 @@ mod conns;
 mod context;
 mod daemon;
 mod execute;
+mod logger;
 mod process;
 mod replication;
 mod server;

@@ -105,6 +105,8 @@ pub fn run(
         .collect::<io::Result<_>>()?;
 
     spawn_maintenance(shared.clone())?;
+    crate::execute::report_store_events(&shared);
+    crate::logger::spawn(shared.clone())?;
     let cleaner = spawn_cleaner(shared.clone())?;
     start_replication(&shared.replication, &shared, &workers);
 
