@@ -119,12 +119,11 @@ impl Watcher {
     }
 }
 
-/// Starts the dispatcher.
-pub fn spawn(shared: Arc<Shared>) -> io::Result<()> {
+/// Starts the dispatcher; it ends after [`Logger::stop`](super::Logger::stop).
+pub fn spawn(shared: Arc<Shared>) -> io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("osmium-logger".into())
-        .spawn(move || run(&shared))?;
-    Ok(())
+        .spawn(move || run(&shared))
 }
 
 fn run(shared: &Shared) {
@@ -132,8 +131,9 @@ fn run(shared: &Shared) {
     let mut watchers: Vec<Watcher> = Vec::new();
     let mut spare = Vec::new();
     let mut sleep = MIN_SLEEP;
-    while shared.stop_requested().is_none() {
-        {
+    loop {
+        let last_round = logger.stopping.load(Relaxed);
+        if !last_round {
             let mut incoming = lock(&logger.incoming);
             if watchers.is_empty() && incoming.is_empty() {
                 let (g, _) = logger
@@ -215,6 +215,9 @@ fn run(shared: &Shared) {
                 mask |= w.flags;
             }
             logger.set_mask(mask);
+        }
+        if last_round {
+            return;
         }
         sleep = if lines > 0 {
             MIN_SLEEP

@@ -126,6 +126,8 @@ pub struct Logger {
     /// Watchers open (taken or waiting to be).
     watchers: AtomicUsize,
     pub stats: LogStats,
+    /// Set at a stop: the dispatcher sends what it holds and ends.
+    stopping: std::sync::atomic::AtomicBool,
     /// Told the new mask when it changes (the store's events follow it).
     on_mask: OnceLock<MaskHook>,
 }
@@ -156,6 +158,7 @@ impl Logger {
             watchers: AtomicUsize::new(0),
             stats: LogStats::default(),
             on_mask: OnceLock::new(),
+            stopping: Default::default(),
         }
     }
 
@@ -164,6 +167,14 @@ impl Logger {
     #[inline(always)]
     pub fn watching(&self, streams: u16) -> bool {
         self.mask.load(Relaxed) & streams != 0
+    }
+
+    /// Asks the dispatcher to send the lines it holds (what the watchers'
+    /// sockets take at once) and end.
+    pub fn stop(&self) {
+        self.stopping.store(true, Relaxed);
+        let _guard = lock(&self.incoming);
+        self.wake.notify_one();
     }
 
     /// Sets what hears of the watched streams when they change (once).
@@ -252,6 +263,13 @@ impl Logger {
     /// Gives back a place [`Logger::reserve`] took and no watcher used.
     pub fn unreserve(&self) {
         self.watchers.fetch_sub(1, Relaxed);
+    }
+
+    /// A `sysevents` line from a thread that is not a worker.
+    pub fn sysevent(&self, line: std::fmt::Arguments<'_>) {
+        self.log_other(SYSEVENTS, |b| {
+            let _ = b.write_fmt(line);
+        });
     }
 
     /// Makes `stream` (connection `fd`) a watcher of `flags`, in a place
