@@ -384,3 +384,30 @@ def test_log_stats_count_lines(server):
     while stats(server)["log_watchers"] != "0":
         assert time.time() < deadline, "the closed watcher is still counted"
         time.sleep(0.05)
+
+
+def test_a_watcher_over_tls(kind, tmp_path):
+    from support.tls import Certs
+    certs = Certs(tmp_path)
+    with servers.Server(kind, certs.server_args()) as server:
+        ctx = certs.client_context()
+        raw = socket.create_connection(server.address, timeout=5)
+        w = ctx.wrap_socket(raw, server_hostname="localhost")
+        w.sendall(b"watch fetchers\r\n")
+        buf = b""
+        while not buf.startswith(b"OK\r\n"):
+            chunk = w.recv(4096)
+            assert chunk, buf
+            buf += chunk
+        raw_c = socket.create_connection(server.address, timeout=5)
+        with ctx.wrap_socket(raw_c, server_hostname="localhost") as c:
+            c.sendall(b"get tlskey\r\n")
+            assert c.recv(100) == b"END\r\n"
+        buf = buf[4:]
+        while b"\n" not in buf:
+            chunk = w.recv(4096)
+            assert chunk, buf
+            buf += chunk
+        assert norm(buf.decode().split("\n")[0]) == (
+            "ts=T gid=G type=item_get key=tlskey status=not_found clsid=0 cfd=C size=0")
+        w.close()

@@ -46,7 +46,7 @@ pub fn command(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>, out: &mut Output)
         return Done::CONTINUE;
     };
     if out.is_datagram() {
-        text::line(out, false, "WATCHER_FAILED failed to add log watcher");
+        // memcached answers nothing over UDP, and adds no watcher.
         return Done::CONTINUE;
     }
     if !ctx.shared.logger.reserve() {

@@ -359,6 +359,7 @@ impl Worker {
 
     fn run_udp(&mut self, i: usize) {
         let endpoint = &mut self.udp[i];
+        self.ctx.cfd.set(endpoint.fd());
         let progress =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| endpoint.drive(&self.ctx)))
                 .unwrap_or_else(|_| {
