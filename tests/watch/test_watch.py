@@ -411,3 +411,19 @@ def test_a_watcher_over_tls(kind, tmp_path):
         assert norm(buf.decode().split("\n")[0]) == (
             "ts=T gid=G type=item_get key=tlskey status=not_found clsid=0 cfd=C size=0")
         w.close()
+
+
+def test_a_get_of_many_keys_logs_each_key(server):
+    # A get line longer than 16 KiB (osmium serves its keys as they
+    # arrive). A burst may overflow the worker's buffer (memcached's too):
+    # every line is then logged or counted in log_worker_dropped.
+    w = watch(server)
+    keys = [b"key%05d" % i for i in range(2000)]
+    with connect(server) as c:
+        command(c, b"get " + b" ".join(keys) + b"\r\n", b"END\r\n")
+        command(c, b"get last\r\n", b"END\r\n")
+    got = w.until("key=last ", timeout=10)[:-1]
+    logged = [re.search(r" key=(\S+) ", l).group(1).encode() for l in got]
+    assert logged == [k for k in keys if k in set(logged)]
+    assert len(logged) + int(stats(server)["log_worker_dropped"]) == 2000
+    assert len(logged) >= 1000

@@ -10,7 +10,7 @@
 //! that changes nothing (no hit is recorded); every other request pays one
 //! relaxed load of the watched-streams mask ([`before`], [`stored`]).
 
-use osmium_protocol::request::{Command, Reply, Request, StoreMode, Tokens, KEY_MAX_LENGTH};
+use osmium_protocol::request::{Command, Keys, Reply, Request, StoreMode, Tokens, KEY_MAX_LENGTH};
 use osmium_store::{Fetch, Lookup, StoreStatus};
 
 use super::meta_get::item_class;
@@ -62,10 +62,34 @@ pub fn command(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>, out: &mut Output)
 /// inline; the work is not.
 #[inline(always)]
 pub fn before(ctx: &WorkerCtx, req: &Request<'_>) -> Option<Found> {
+    if let (Command::Get { .. }, Reply::Text { .. } | Reply::Meta(_)) = (&req.command, &req.reply) {
+        // Its keys are logged by `text_keys`: a text get checks the mask
+        // once.
+        return None;
+    }
     if ctx.shared.logger.watching(FETCHERS | DELETIONS) {
         looked_up(ctx, req)
     } else {
         None
+    }
+}
+
+/// The `item_get` lines of a get's keys (up to a key too long, where
+/// memcached stops).
+#[inline(always)]
+pub fn get_keys(ctx: &WorkerCtx, keys: Keys<'_>) {
+    if ctx.shared.logger.watching(FETCHERS) {
+        log_keys(ctx, keys);
+    }
+}
+
+#[inline(never)]
+fn log_keys(ctx: &WorkerCtx, keys: Keys<'_>) {
+    for key in keys {
+        if key.len() > KEY_MAX_LENGTH {
+            return;
+        }
+        item_get(ctx, key);
     }
 }
 
@@ -79,12 +103,10 @@ pub struct Found {
 #[inline(never)]
 fn looked_up(ctx: &WorkerCtx, req: &Request<'_>) -> Option<Found> {
     let key = match &req.command {
-        Command::Get { keys, .. } => {
-            for key in *keys {
-                if key.len() <= KEY_MAX_LENGTH {
-                    item_get(ctx, key);
-                }
-            }
+        // A text get's keys are logged by `text_keys` (which also serves
+        // a huge get line's keys as they arrive).
+        Command::Get { keys, .. } if matches!(req.reply, Reply::Binary(_)) => {
+            get_keys(ctx, *keys);
             return None;
         }
         Command::Touch { key, .. } => key,

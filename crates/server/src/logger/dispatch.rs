@@ -167,6 +167,7 @@ fn run(shared: &Shared) {
                     spare.reserve_exact(b.data.capacity());
                 }
                 std::mem::swap(&mut b.data, &mut spare);
+                b.woke = false;
                 let LogBuf {
                     written, dropped, ..
                 } = &mut *b;

@@ -54,8 +54,10 @@ pub const DELETIONS: u16 = 1 << 13;
 
 /// At most this many watchers at once (memcached's `WATCHER_LIMIT`).
 pub const WATCHER_LIMIT: usize = 20;
-/// A producer's buffer (memcached's `worker_logbuf_size` default).
-const PRODUCER_BUF: usize = 64 * 1024;
+/// A producer's buffer, allocated when it first logs. memcached's
+/// `worker_logbuf_size` is 64 KiB of entries not yet rendered; rendered
+/// lines take about 2.5 times as much.
+const PRODUCER_BUF: usize = 256 * 1024;
 /// A watcher's buffer (memcached's `watcher_logbuf_size` default).
 pub const WATCHER_BUF: usize = 256 * 1024;
 /// Room a line may take: a 250-byte key URI-encoded is 750 bytes.
@@ -95,6 +97,8 @@ struct LogBuf {
     data: Vec<u8>,
     written: u64,
     dropped: u64,
+    /// The dispatcher was woken to take this buffer (it is half full).
+    woke: bool,
 }
 
 /// A watcher waiting for the dispatcher to take it.
@@ -150,6 +154,7 @@ impl Logger {
                         data: Vec::new(),
                         written: 0,
                         dropped: 0,
+                        woke: false,
                     })
                 })
                 .collect(),
@@ -243,6 +248,12 @@ impl Logger {
         let len = (line + 1) as u16;
         b.data[start + 10..start + 12].copy_from_slice(&len.to_le_bytes());
         b.written += 1;
+        if b.data.len() > PRODUCER_BUF / 2 && !b.woke {
+            // A burst (a get of thousands of keys): the dispatcher takes
+            // the buffer now rather than at its next round.
+            b.woke = true;
+            self.wake.notify_one();
+        }
     }
 
     /// A line from a thread that is not a worker.
