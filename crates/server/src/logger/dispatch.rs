@@ -110,6 +110,11 @@ impl Watcher {
             *skipped_total += 1;
             return;
         }
+        if self.sent > 0 && self.buf.len() + line.len() + SKIP_ROOM > self.buf.capacity() {
+            // Room at the front: the buffer never grows past its size.
+            self.buf.drain(..self.sent);
+            self.sent = 0;
+        }
         if self.skipped > 0 {
             let _ = writeln!(self.buf, "skipped={}", self.skipped);
             self.skipped = 0;
