@@ -427,3 +427,54 @@ def test_a_get_of_many_keys_logs_each_key(server):
     assert logged == [k for k in keys if k in set(logged)]
     assert len(logged) + int(stats(server)["log_worker_dropped"]) == 2000
     assert len(logged) >= 1000
+
+
+def test_expired_and_flushed_items_are_logged_as_not_found(server):
+    w = watch(server)
+    with connect(server) as c:
+        command(c, b"set e 0 -1 1\r\n1\r\n")
+        command(c, b"set f 0 0 1\r\n1\r\n")
+        command(c, b"flush_all\r\n")
+        command(c, b"get e\r\n")
+        command(c, b"get f\r\n")
+    got = [norm(l) for l in w.lines(4)]
+    assert got[2:] == [
+        "ts=T gid=G type=item_get key=e status=not_found clsid=0 cfd=C size=0",
+        "ts=T gid=G type=item_get key=f status=not_found clsid=0 cfd=C size=0",
+    ]
+
+
+def test_binary_commands_are_logged_as_memcached_logs_them(server):
+    import struct
+
+    def packet(op, key, value=b"", extras=b""):
+        return struct.pack(">BBHBBHIIQ", 0x80, op, len(key), len(extras), 0, 0,
+                           len(extras) + len(key) + len(value), 0, 0) + extras + key + value
+
+    def call(c, data):
+        c.sendall(data)
+        head = b""
+        while len(head) < 24:
+            head += c.recv(24 - len(head))
+        body = struct.unpack(">I", head[8:12])[0]
+        while body:
+            body -= len(c.recv(body))
+
+    w = watch(server, b"fetchers mutations deletions")
+    flags_exp = struct.pack(">II", 0, 0)
+    with connect(server) as c:
+        call(c, packet(0x01, b"bk", b"vv", flags_exp))  # SET
+        call(c, packet(0x00, b"bk"))  # GET
+        call(c, packet(0x02, b"bk", b"x", flags_exp))  # ADD
+        call(c, packet(0x04, b"bk"))  # DELETE: no `deleted` line in memcached
+        call(c, packet(0x00, b"bk"))
+    assert [norm(l) for l in w.lines(6)] == ["ts=T gid=G " + l for l in [
+        "type=item_get key=bk status=not_found clsid=0 cfd=C size=0",
+        "type=item_store key=bk status=stored cmd=set ttl=0 clsid=1 cfd=C size=2",
+        "type=item_get key=bk status=found clsid=1 cfd=C size=2",
+        "type=item_get key=bk status=found clsid=1 cfd=C size=2",
+        "type=item_store key=bk status=not_stored cmd=add ttl=0 clsid=1 cfd=C size=1",
+        "type=item_get key=bk status=found clsid=1 cfd=C size=2",
+    ]]
+    assert "key=bk status=not_found" in w.lines(1)[0]
+    quiet(w)

@@ -4,8 +4,8 @@
 //! memcached logs an `item_get` wherever it looks a key up (`do_item_get`):
 //! every key of a get, and the item a store, delete, incr/decr, touch, mg,
 //! ma or md finds before it acts; then an `item_store` for every storage
-//! command (ms included) and a `deleted` for a delete or md that removed
-//! an item. Here the lookup a watched command makes is one more read of
+//! command (ms included) and a `deleted` for a text delete or md that
+//! removed an item. Here the lookup a watched command makes is one more read of
 //! the item, made only while some watcher asks for fetchers or deletions,
 //! that changes nothing (no hit is recorded); every other request pays one
 //! relaxed load of the watched-streams mask ([`before`], [`stored`]).
@@ -132,6 +132,10 @@ pub fn after(ctx: &WorkerCtx, req: &Request<'_>, found: Option<Found>) {
     let (Some(f), Command::Delete(d)) = (found, &req.command) else {
         return;
     };
+    if matches!(req.reply, Reply::Binary(_)) {
+        // memcached logs no `deleted` for a binary DELETE.
+        return;
+    }
     let logger = &ctx.shared.logger;
     if !logger.watching(DELETIONS) || peek(ctx, d.key).is_some() {
         return;
