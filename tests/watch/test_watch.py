@@ -478,3 +478,12 @@ def test_binary_commands_are_logged_as_memcached_logs_them(server):
     ]]
     assert "key=bk status=not_found" in w.lines(1)[0]
     quiet(w)
+
+
+def test_a_watcher_is_a_connection_in_conn_watch_state(server):
+    w = watch(server)
+    port = w.sock.getsockname()[1]
+    with connect(server) as c:
+        out = command(c, b"stats conns\r\n", b"END\r\n").decode()
+    fd = re.search(rf"STAT (\d+):addr tcp:127\.0\.0\.1:{port}\r\n", out).group(1)
+    assert f"STAT {fd}:state conn_watch\r\n" in out

@@ -496,6 +496,7 @@ impl Worker {
         };
         let queued = conn.session.output().footprint();
         self.ctx.output_changed(queued, 0);
+        conn.session.set_watching();
         conn.session.close(&self.ctx);
         let _ = self.poll.registry().deregister(&mut conn.stream);
         // Still a connection (`stats conns`, `curr_connections`) until
