@@ -16,6 +16,8 @@
 #        cargo fmt --all -- --check
 #        cargo clippy --workspace --all-targets -- -D warnings
 #        cargo build --release --workspace
+#        the Debian package (scripts/build-deb.sh: man pages, cargo deb
+#          --no-build; installed and purged by tests/package)
 #        cargo test --workspace --release
 #        cargo fuzz (each target briefly; only if fuzz/Cargo.toml exists)
 #        python3 -m pytest tests -q
@@ -122,7 +124,7 @@ summary() {
 # run_step "NAME" FUNCTION [ARGS...]: run FUNCTION with its output teed to a
 # log; stop the whole script at the first failure.
 STEP_NO=0
-TOTAL_STEPS=7
+TOTAL_STEPS=8
 run_step() {
     local name=$1; shift
     STEP_NO=$((STEP_NO + 1))
@@ -162,7 +164,16 @@ run_step() {
 # libssl-dev (with pkg-config) builds openssl-sys for the Rust `memcache`
 # crate's TLS in crates/client-tests (a test-only crate: the osmium binary
 # links no OpenSSL).
-APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker openssl libssl-dev)
+# tmux is the real terminal crates/tool/tests/top.rs runs `osmium-tool top`
+# in; liburi-perl (URI::Escape) lets crates/tool/tests/memcached_tool.rs run
+# memcached's own memcached-tool beside osmium-tool (both tests skip without
+# them, and fail under CI=true); tests/exporter runs it too.
+# prometheus gives /usr/bin/promtool and /usr/bin/prometheus to
+# crates/server/tests/metrics.rs (`promtool check metrics` on /metrics, a
+# Prometheus server scraping osmium on loopback); about 20 MB to fetch.
+# adduser is what the osmium package's postinst makes its user with
+# (tests/package installs the package built by scripts/build-deb.sh).
+APT_PACKAGES=(libmemcached-tools libmemcached-dev pkg-config zlib1g-dev build-essential nutcracker openssl libssl-dev tmux liburi-perl prometheus adduser)
 
 # The oracle: built unless it is there already (the script checks), or the
 # memcached named by MEMCACHED_BIN.
@@ -216,6 +227,14 @@ install_deps() {
     if ! cargo clippy --version >/dev/null 2>&1; then
         note "installing clippy"; rustup component add clippy || return 1
     fi
+    # cargo-deb builds the Debian package (step "Debian package"); 3.8.0
+    # builds with Rust 1.95 in about 2.5 min on 2 cores. Without it that
+    # step fails under CI=true and is skipped otherwise.
+    if ! cargo deb --version >/dev/null 2>&1; then
+        note "installing cargo-deb 3.8.0"
+        cargo install cargo-deb --locked --version 3.8.0 ||
+            note "WARNING: cargo-deb could not be installed: the Debian package step fails under CI=true"
+    fi
 
     # --- Python ------------------------------------------------------------
     export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
@@ -248,6 +267,11 @@ install_client_suites() {
         note "go: $(go version); go mod download (tests/clients/go)"
         (cd tests/clients/go && go mod download) ||
             { echo "go mod download failed in tests/clients/go (module proxy reachable? GOPROXY=$(go env GOPROXY))"; return 1; }
+        # memcached_exporter's dependencies (its own source is kept in
+        # tests/exporter/memcached_exporter; tests/exporter builds it).
+        note "go mod download (tests/exporter/memcached_exporter)"
+        (cd tests/exporter/memcached_exporter && go mod download) ||
+            { echo "go mod download failed in tests/exporter/memcached_exporter (module proxy reachable? GOPROXY=$(go env GOPROXY))"; return 1; }
     else
         missing+=(go)
     fi
@@ -278,7 +302,7 @@ install_client_suites() {
 }
 
 # --------------------------------------------------------------------------
-# Steps 2-5: cargo
+# Steps 2-4 and 6: cargo
 # --------------------------------------------------------------------------
 cargo_build_release() {
     cargo build --release --workspace || return 1
@@ -290,7 +314,24 @@ cargo_build_release() {
 }
 
 # --------------------------------------------------------------------------
-# Step 6: fuzz
+# Step 5: the Debian package, from the release build (tests/package installs
+# it with apt-get, runs its unit's ExecStart and purges it)
+# --------------------------------------------------------------------------
+deb_step() {
+    if ! cargo deb --version >/dev/null 2>&1; then
+        if [ "$CI" = true ]; then
+            echo "cargo-deb is not installed (CI=true: a failure): cargo install cargo-deb --locked --version 3.8.0"
+            return 1
+        fi
+        note "cargo-deb is not installed: no package (tests/package skips)"
+        return 99
+    fi
+    note "$(cargo deb --version)"
+    bash scripts/build-deb.sh
+}
+
+# --------------------------------------------------------------------------
+# Step 7: fuzz
 # --------------------------------------------------------------------------
 fuzz_step() {
     if [ ! -f fuzz/Cargo.toml ]; then
@@ -354,7 +395,7 @@ fuzz_step() {
 }
 
 # --------------------------------------------------------------------------
-# Step 7: pytest
+# Step 8: pytest
 # --------------------------------------------------------------------------
 pytest_step() {
     # The osmium binary was just built: a missing binary is an error, not a skip.
@@ -378,6 +419,7 @@ run_step "cargo fmt --all -- --check" cargo fmt --all -- --check
 run_step "cargo clippy --workspace --all-targets -- -D warnings" \
     cargo clippy --workspace --all-targets -- -D warnings
 run_step "cargo build --release --workspace" cargo_build_release
+run_step "Debian package (scripts/build-deb.sh)" deb_step
 run_step "cargo test --workspace --release" cargo test --workspace --release
 run_step "cargo fuzz (${FUZZ_SECONDS}s per target)" fuzz_step
 run_step "python3 -m pytest tests -q" pytest_step

@@ -103,8 +103,8 @@ class ProxiedServers:
             for b in self.backends:
                 b.stop()
             raise
-        self.port = port
-        self.address = ("127.0.0.1", port)
+        self.port = self.proxy.port  # another port if `port` was taken meanwhile
+        self.address = ("127.0.0.1", self.port)
         self.pid = self.proxy.pid
 
     def stop(self):

@@ -8,11 +8,7 @@ CI=true (or OSMIUM_REQUIRED=1 for osmium-proxy).
 """
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import tempfile
-import time
 
 import pytest
 
@@ -68,41 +64,52 @@ def pool_yaml(port, backends, names=True, weights=None, extra="", hash="md5"):
     return "\n".join(lines) + "\n"
 
 
+def listen_moved(yaml, old, new):
+    """`yaml` with a `listen:` line on 127.0.0.1:`old` moved to port `new`."""
+    if old == new:
+        return yaml
+    lines = yaml.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        value = line.strip()
+        if value.startswith("listen:") and value[7:].strip().strip("'\"") == f"127.0.0.1:{old}":
+            lines[i] = line.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}", 1)
+    return "".join(lines)
+
+
 class Proxy:
     """nutcracker or osmium-proxy running the pool of `yaml` (whose listen
-    port is `port`)."""
+    port is `port`). If that port or the stats port was taken meanwhile,
+    it starts again on new ones (servers.start_process; the `listen:` line
+    rewritten): `self.port` is the port it listens on."""
 
     def __init__(self, kind, yaml, port):
         self.kind = kind
-        self.port = port
         binary = require(kind)
         self.dir = tempfile.mkdtemp(prefix=f"osmium-{kind}-")
         self.conf = os.path.join(self.dir, "pool.yml")
-        with open(self.conf, "w") as f:
-            f.write(yaml)
-        # Both serve a stats port: each on its own free loopback port (the
-        # default 0.0.0.0:22222 would be shared by every proxy of a run).
-        self.stats_port = servers.free_port()
-        cmd = [binary, "-c", self.conf, "-s", str(self.stats_port), "-a", "127.0.0.1"]
-        if kind == "nutcracker":
-            cmd += ["-o", os.path.join(self.dir, "nutcracker.log")]
-        self.cmd = cmd
-        self.log = open(os.path.join(self.dir, "stderr"), "wb")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=self.log)
+        nc_log = os.path.join(self.dir, "nutcracker.log") if kind == "nutcracker" else None
+
+        def argv(p):
+            with open(self.conf, "w") as f:
+                f.write(listen_moved(yaml, port, p))
+            # Both serve a stats port: each on its own free loopback port (the
+            # default 0.0.0.0:22222 would be shared by every proxy of a run).
+            self.stats_port = servers.free_port()
+            cmd = [binary, "-c", self.conf, "-s", str(self.stats_port), "-a", "127.0.0.1"]
+            if nc_log:
+                cmd += ["-o", nc_log]
+            self.cmd = cmd
+            return cmd
+
+        try:
+            self.proc, self.port = servers.start_process(
+                argv, name=kind, port=port, log_file=nc_log,
+                stderr=os.path.join(self.dir, "stderr"))
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
         self.pid = self.proc.pid
-        deadline = time.time() + 10
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{cmd} exited with {self.proc.returncode}: {self.stderr()}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if time.time() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"{cmd} did not accept connections within 10 s")
-                time.sleep(0.02)
+        servers.start_check(self.port)
 
     @property
     def address(self):
@@ -113,12 +120,5 @@ class Proxy:
             return f.read()
 
     def stop(self):
-        if self.proc.poll() is None:
-            os.kill(self.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                os.kill(self.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.log.close()
+        servers.stop_process(self.proc)
         shutil.rmtree(self.dir, ignore_errors=True)

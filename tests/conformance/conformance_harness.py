@@ -1120,7 +1120,8 @@ def reply_cas_values(reply):
 
 # Stats osmium reports that memcached 1.6.45 has no name for: how its
 # segments hold live and dead bytes and how they are cleaned (`stats`), and
-# the cleaner's and the workers' idle polling settings (`stats settings`). In cases with a `stats:` line
+# the cleaner's and the workers' idle polling settings and where /metrics
+# listens (`stats settings`). In cases with a `stats:` line
 # these lines are left out of every server's reply (memcached never sends
 # them), so names and order are compared over memcached's own stats.
 # Exact names, not patterns: a new stat is added here on purpose.
@@ -1130,7 +1131,7 @@ OSMIUM_OWN_STATS = frozenset(name.encode() for name in (
     "compact_aborted", "segments_evicted", "evicted_live_bytes",
     "reclaimed_dead_bytes",
     "compact_policy", "compact_threshold", "compact_reserve", "compact_background",
-    "idle_spin",
+    "idle_spin", "metrics_addr", "osmium_version",
 ))
 
 

@@ -43,6 +43,7 @@ mod hitratio;
 mod ketama;
 mod keys;
 mod load;
+mod man;
 mod memory;
 mod plot;
 mod process;
@@ -974,6 +975,9 @@ fn run(cli: Cli) -> Result<bool, String> {
 /// server returned wrong data or lost items it should have kept, 2 on an
 /// error (a server would not start, died, or a connection failed).
 fn main() -> ExitCode {
+    if let Some(code) = man::generate::<Cli>() {
+        return code;
+    }
     match run(Cli::parse()) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {

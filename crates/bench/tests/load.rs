@@ -6,10 +6,9 @@
 
 mod common;
 use common::{bench, memcached_bin};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command};
 
 /// A cache server started by a test, killed (by PID) when dropped.
 struct Server {
@@ -23,48 +22,20 @@ impl Server {
     /// `-u`; anyone else's `-u` is ignored.)
     fn start(binary: &PathBuf, extra: &[&str]) -> Server {
         // A port free a moment ago may be taken by a server another test
-        // starts at the same time: then this one exits and the port answers
-        // for the other; try again on another port.
-        for _ in 0..5 {
-            if let Some(server) = Server::try_start(binary, extra) {
-                return server;
-            }
-        }
-        panic!("{binary:?} did not start on a free port in 5 tries");
-    }
-
-    fn try_start(binary: &PathBuf, extra: &[&str]) -> Option<Server> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut cmd = Command::new(binary);
-        cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
-            .args(["-u", "root"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {binary:?}: {e}"));
-        let mut server = Server { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if server.child.try_wait().ok().flatten().is_some() {
-                return None; // it exited: the port was taken
-            }
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                // Still ours once it answers?
-                std::thread::sleep(Duration::from_millis(50));
-                if server.child.try_wait().ok().flatten().is_some() {
-                    return None;
-                }
-                return Some(server);
-            }
-            assert!(Instant::now() < deadline, "{binary:?} did not start");
-            std::thread::sleep(Duration::from_millis(20));
+        // starts at the same time: the harness proves this process listens
+        // on it, or starts it again on another port.
+        let server =
+            osmium_test_harness::Start::new(&binary.display().to_string()).command(|port| {
+                let mut cmd = Command::new(binary);
+                cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
+                    .args(["-u", "root"])
+                    .args(extra);
+                cmd
+            });
+        let port = server.port();
+        Server {
+            child: server.into_child(),
+            port,
         }
     }
 

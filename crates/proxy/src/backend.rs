@@ -666,7 +666,8 @@ impl Pool {
         };
         if eject {
             if server.health == Health::Up {
-                tracing::info!("ejecting server {addr} of pool {}: {why}", self.cfg.name);
+                // At the default level: an operator wants to know.
+                tracing::warn!("ejecting server {addr} of pool {}: {why}", self.cfg.name);
             }
             server.health = Health::Ejected {
                 retry_at: now + self.cfg.server_retry_timeout,
@@ -694,7 +695,7 @@ impl Pool {
                 next_probe: now + CATCHUP_RECHECK,
             };
         } else {
-            tracing::info!(
+            tracing::warn!(
                 "server {} of pool {} is back",
                 self.cfg.servers[s].addr,
                 self.cfg.name

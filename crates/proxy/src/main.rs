@@ -10,7 +10,7 @@
 //! could not start.
 
 use std::fs::OpenOptions;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
@@ -94,7 +94,31 @@ impl Start {
     }
 }
 
+/// `--generate-man DIR` (a packaging step, not in `-h`): writes
+/// DIR/osmium-proxy.1 from the clap definition.
+fn generate_man() -> Option<ExitCode> {
+    let mut argv = std::env::args_os().skip(1);
+    if argv.next()? != "--generate-man" {
+        return None;
+    }
+    let dir = PathBuf::from(argv.next().unwrap_or_default());
+    let path = dir.join("osmium-proxy.1");
+    let cmd = <Args as clap::CommandFactory>::command();
+    let written =
+        std::fs::File::create(&path).and_then(|mut f| clap_mangen::Man::new(cmd).render(&mut f));
+    Some(match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("osmium-proxy: {}: {e}", path.display());
+            ExitCode::FAILURE
+        }
+    })
+}
+
 fn main() -> ExitCode {
+    if let Some(code) = generate_man() {
+        return code;
+    }
     let args = match Args::try_parse() {
         Ok(a) => a,
         Err(e) => {
@@ -209,7 +233,12 @@ fn init_logging(args: &Args) -> Result<(), String> {
                 })?;
             (BoxMakeWriter::new(Mutex::new(file)), false)
         }
-        None => (BoxMakeWriter::new(std::io::stderr), true),
+        // Colours only for a person reading a terminal, never in a file
+        // or a journal.
+        None => (
+            BoxMakeWriter::new(std::io::stderr),
+            std::io::stderr().is_terminal(),
+        ),
     };
     tracing_subscriber::fmt()
         .with_env_filter(

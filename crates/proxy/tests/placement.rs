@@ -154,11 +154,11 @@ fn keys_go_where_nutcracker_puts_them() {
         let ring = Ring::new(&Config::parse(&yaml).unwrap().pools[0]);
         let prefix = format!("nc-{what}-");
         let keys: Vec<String> = (0..*n).map(|i| format!("{prefix}{i}")).collect();
-        let _nc = nutcracker(&nc, &yaml, nc_port);
+        let nc_proc = nutcracker(&nc, &yaml, nc_port);
         check(
             &backends,
             &ring,
-            nc_port,
+            nc_proc.port,
             &prefix,
             &keys,
             "nutcracker",
@@ -166,13 +166,13 @@ fn keys_go_where_nutcracker_puts_them() {
         );
 
         let px_port = free_port();
-        let _px = proxy(&pool_yaml(px_port, body, servers), px_port);
+        let px = proxy(&pool_yaml(px_port, body, servers), px_port);
         let prefix = format!("px-{what}-");
         let keys: Vec<String> = (0..*n).map(|i| format!("{prefix}{i}")).collect();
         check(
             &backends,
             &ring,
-            px_port,
+            px.port,
             &prefix,
             &keys,
             "osmium-proxy",
@@ -253,9 +253,17 @@ fn libmemcached_distributions_match_pylibmc() {
         }
         // And osmium-proxy itself writes them there.
         let port = free_port();
-        let _px = proxy(&pool_yaml(port, &body, &servers), port);
+        let px = proxy(&pool_yaml(port, &body, &servers), port);
         let prefix = format!("pyx-{label}-");
         let keys: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
-        check(&backends, &ring, port, &prefix, &keys, "osmium-proxy", dist);
+        check(
+            &backends,
+            &ring,
+            px.port,
+            &prefix,
+            &keys,
+            "osmium-proxy",
+            dist,
+        );
     }
 }

@@ -47,6 +47,7 @@ fn text_meta_and_binary_through_the_proxy() {
     let port = free_port();
     let y = yaml(port, &b.iter().collect::<Vec<_>>(), "");
     let _px = proxy(&y, port);
+    let port = _px.port; // another one if `port` was taken meanwhile
     let ring = Ring::new(&Config::parse(&y).unwrap().pools[0]);
 
     // Keys on every server; a multi-get comes back in key order, one END.
@@ -212,6 +213,7 @@ fn a_dead_servers_keys_go_to_its_replica_and_come_back() {
         "  auto_eject_hosts: true\n  server_failure_limit: 1\n  server_retry_timeout: 300\n",
     );
     let _px = proxy(&y, port);
+    let port = _px.port; // another one if `port` was taken meanwhile
     let ring = Ring::new(&Config::parse(&y).unwrap().pools[0]);
     let key_on = |server: usize, tag: &str| key_on(&ring, server, tag);
     // Server 1 dies: its keys go to server 2 (the next in the list).
@@ -262,6 +264,7 @@ fn a_returning_server_waits_until_it_has_caught_up() {
         real.port
     );
     let _px = proxy(&y, port);
+    let port = _px.port; // another one if `port` was taken meanwhile
     let ring = Ring::new(&Config::parse(&y).unwrap().pools[0]);
     let k = key_on(&ring, 0, "f");
     // The fake is not up yet: its keys go to the real server.
@@ -460,6 +463,7 @@ fn reads_a_failing_server_loses_are_answered_by_its_replica() {
         "  auto_eject_hosts: true\n  server_failure_limit: 3\n  server_retry_timeout: 30000\n",
     );
     let _px = proxy(&y, port);
+    let port = _px.port; // another one if `port` was taken meanwhile
     let ring = Ring::new(&Config::parse(&y).unwrap().pools[0]);
     let key_on = |server: usize, tag: &str| key_on(&ring, server, tag);
     let put = |port: u16, key: &str, value: &str| {

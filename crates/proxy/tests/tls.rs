@@ -13,7 +13,7 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -215,21 +215,23 @@ fn memcached_bin() -> Option<PathBuf> {
 }
 
 /// A cache server `bin` listening on `listen` (memcached's `-l` list),
-/// waited for on `port`.
+/// waited for until it listens on `port` (tried again on the same ports
+/// if one was taken: `osmium_test_harness::Start::only_port`).
 fn server(bin: &Path, listen: &str, port: u16, extra: &[String]) -> Proc {
-    let mut cmd = Command::new(bin);
-    cmd.args(["-l", listen, "-U", "0", "-m", "64"]).args(extra);
-    if unsafe_is_root() {
-        cmd.args(["-u", "root"]);
-    }
-    let mut child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start a server");
-    wait_listening(port, &mut child, "server");
+    let server = osmium_test_harness::Start::new("server")
+        .only_port(port)
+        .command(|_| {
+            let mut cmd = Command::new(bin);
+            cmd.args(["-l", listen, "-U", "0", "-m", "64"]).args(extra);
+            if unsafe_is_root() {
+                cmd.args(["-u", "root"]);
+            }
+            cmd
+        });
+    // The connection the start check always made (connection counts).
+    drop(std::net::TcpStream::connect(("127.0.0.1", port)));
     Proc {
-        child,
+        child: server.into_child(),
         port,
         stats: 0,
     }

@@ -77,6 +77,8 @@ impl Activity {
 struct Entry {
     kind: Kind,
     activity: Option<Arc<Activity>>,
+    /// A listening socket whose clients speak TLS.
+    tls: bool,
 }
 
 /// Every open socket, by descriptor.
@@ -88,13 +90,49 @@ pub struct Registry {
 impl Registry {
     /// Records a listening or UDP socket.
     pub fn add_server_socket(&self, fd: i32, kind: Kind) {
+        self.add_listener(fd, kind, false);
+    }
+
+    /// Records a listening socket, `tls` if its clients speak TLS.
+    pub fn add_listener(&self, fd: i32, kind: Kind, tls: bool) {
         self.lock().insert(
             fd,
             Entry {
                 kind,
                 activity: None,
+                tls,
             },
         );
+    }
+
+    /// Open clients per listening socket: (its address, or `unix:<path>`;
+    /// whether it is TLS; how many clients). A TCP client belongs to the
+    /// listener of its local port (and address, unless the listener's is
+    /// a wildcard).
+    pub fn clients_by_listener(&self, socket_path: Option<&str>) -> Vec<(String, bool, u64)> {
+        let entries = self.lock();
+        let mut out = Vec::new();
+        for e in entries.values() {
+            let count = match e.kind {
+                Kind::ListenTcp { local: Some(l) } => entries
+                    .values()
+                    .filter(|c| match c.kind {
+                        Kind::Tcp { local: Some(a), .. } => {
+                            a.port() == l.port() && (l.ip().is_unspecified() || a.ip() == l.ip())
+                        }
+                        _ => false,
+                    })
+                    .count(),
+                Kind::ListenUnix => entries.values().filter(|c| c.kind == Kind::Unix).count(),
+                _ => continue,
+            };
+            let name = match e.kind {
+                Kind::ListenTcp { local: Some(l) } => l.to_string(),
+                _ => format!("unix:{}", socket_path.unwrap_or_default()),
+            };
+            out.push((name, e.tls, count as u64));
+        }
+        out
     }
 
     /// Records a client connection; the worker keeps the returned activity
@@ -107,6 +145,7 @@ impl Registry {
             Entry {
                 kind,
                 activity: Some(activity.clone()),
+                tls: false,
             },
         );
         activity

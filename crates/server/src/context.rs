@@ -17,6 +17,7 @@ use crate::replication::auth::{PeerAuth, Secret};
 use crate::replication::{Replication, Wait, PEER_NONE};
 use crate::settings::Settings;
 use crate::stats::counters::{GlobalStats, ThreadStats, Totals};
+use crate::stats::latency::{self, Cmd, Latency};
 use crate::stats::prefix::PrefixStats;
 use crate::tls_context::TlsContext;
 
@@ -38,6 +39,8 @@ pub struct Shared {
     pub auth: AuthConfig,
     /// One per worker.
     pub threads: Vec<Arc<ThreadStats>>,
+    /// Each worker's latency histograms (`/metrics`).
+    pub latency: Vec<Arc<Latency>>,
     /// Each worker's buffer pool figures.
     pub pools: Vec<Arc<PublishedPoolStats>>,
     /// Memory each worker's connections hold in unsent replies.
@@ -72,6 +75,10 @@ impl Shared {
         let threads = (0..settings.threads)
             .map(|_| Arc::new(ThreadStats::default()))
             .collect();
+        latency::calibrate();
+        let latency = (0..settings.threads)
+            .map(|_| Arc::new(Latency::default()))
+            .collect();
         let pools = (0..settings.threads)
             .map(|_| Arc::new(PublishedPoolStats::default()))
             .collect();
@@ -89,6 +96,7 @@ impl Shared {
             store,
             auth,
             threads,
+            latency,
             pools,
             output_held,
             global: GlobalStats::default(),
@@ -142,6 +150,10 @@ impl Shared {
 pub struct WorkerCtx {
     pub shared: Arc<Shared>,
     pub stats: Arc<ThreadStats>,
+    /// This worker's latency histograms.
+    pub latency: Arc<Latency>,
+    /// When the request being run started (`stats::latency::now`).
+    lap: std::cell::Cell<u64>,
     /// This worker's write head in the store.
     pub head: usize,
     /// This worker's connection buffers.
@@ -190,6 +202,8 @@ impl WorkerCtx {
         let limit = shared.settings.read_buf_mem_limit / shared.settings.threads.max(1);
         WorkerCtx {
             stats: shared.threads[index].clone(),
+            latency: shared.latency[index].clone(),
+            lap: std::cell::Cell::new(0),
             pool: BufferPool::new(limit, shared.pools[index].clone()),
             head: index,
             queued_output: shared.output_held[index].clone(),
@@ -210,6 +224,21 @@ impl WorkerCtx {
             cfd: std::cell::Cell::new(0),
             shared,
         }
+    }
+
+    /// A connection's batch of requests starts (one clock read).
+    #[inline]
+    pub fn lap_start(&self) {
+        self.lap.set(latency::now());
+    }
+
+    /// The request of kind `cmd` has run: its time since the batch
+    /// started or the request before it ended (one clock read).
+    #[inline]
+    pub fn lap(&self, cmd: Cmd) {
+        let now = latency::now();
+        self.latency.command(cmd, self.lap.get(), now);
+        self.lap.set(now);
     }
 
     #[inline]

@@ -20,10 +20,18 @@
 //! and removed when the server stops.
 
 use std::io::{self, Write};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The daemon's end of the pipe to its waiting parent, or -1.
 static READY_PIPE: AtomicI32 = AtomicI32::new(-1);
+
+/// stderr is the config file's `logfile`: the daemon keeps it.
+static KEEP_STDERR: AtomicBool = AtomicBool::new(false);
+
+/// The daemon keeps stderr (a log file) instead of /dev/null.
+pub fn keep_stderr() {
+    KEEP_STDERR.store(true, Ordering::Relaxed);
+}
 
 /// Forks into the background; returns in the daemon only.
 pub fn daemonize() -> io::Result<()> {
@@ -47,7 +55,9 @@ pub fn daemonize() -> io::Result<()> {
                 if devnull >= 0 {
                     libc::dup2(devnull, 0);
                     libc::dup2(devnull, 1);
-                    libc::dup2(devnull, 2);
+                    if !KEEP_STDERR.load(Ordering::Relaxed) {
+                        libc::dup2(devnull, 2);
+                    }
                     if devnull > 2 {
                         libc::close(devnull);
                     }
@@ -137,7 +147,9 @@ pub fn write_pid_file(path: &str) {
         if let Ok(pid) = old.trim().parse::<i32>() {
             // SAFETY: signal 0 only checks that the process exists.
             if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
-                eprintln!("WARNING: The pid file contained the following (running) pid: {pid}");
+                tracing::warn!(
+                    "WARNING: The pid file contained the following (running) pid: {pid}"
+                );
             }
         }
     }
@@ -145,17 +157,17 @@ pub fn write_pid_file(path: &str) {
     let written =
         std::fs::File::create(&tmp).and_then(|mut f| writeln!(f, "{}", std::process::id()));
     if let Err(e) = written {
-        eprintln!("Could not open the pid file {tmp} for writing: {e}");
+        tracing::warn!("Could not open the pid file {tmp} for writing: {e}");
         return;
     }
     if let Err(e) = std::fs::rename(&tmp, path) {
-        eprintln!("Could not rename the pid file from {tmp} to {path}: {e}");
+        tracing::warn!("Could not rename the pid file from {tmp} to {path}: {e}");
     }
 }
 
 /// Removes the pid file when the server stops.
 pub fn remove_pid_file(path: &str) {
     if let Err(e) = std::fs::remove_file(path) {
-        eprintln!("Could not remove the pid file {path}: {e}");
+        tracing::warn!("Could not remove the pid file {path}: {e}");
     }
 }

@@ -9,7 +9,8 @@
 //!                                     osmium-store
 //! ```
 //!
-//! `main` parses memcached's command line (`settings`), checks what must be
+//! `main` parses memcached's command line (`settings`, with a config
+//! file's options), sets up the log (`log`), checks what must be
 //! refused at start (`-c` above the open-file limit, root without `-u`,
 //! authentication files, TLS certificates, the replication secret),
 //! and runs the server (`server`) until a signal or `shutdown` stops it.
@@ -22,10 +23,13 @@ mod conns;
 mod context;
 mod daemon;
 mod execute;
+mod log;
 mod logger;
+mod metrics;
 mod process;
 mod replication;
 mod server;
+mod service;
 mod session;
 mod settings;
 mod stats;
@@ -35,7 +39,15 @@ mod transport;
 use settings::Action;
 
 fn main() {
-    let action = match settings::parse(std::env::args_os()) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(done) = service::generate_man(&args) {
+        if let Err(msg) = done {
+            eprintln!("{msg}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let action = match settings::parse(args) {
         Ok(a) => a,
         Err(msg) => {
             eprintln!("{}", msg.trim_end());
@@ -49,6 +61,10 @@ fn main() {
         }
         Action::Run(s) => *s,
     };
+    if let Err(msg) = log::init(settings.logfile.as_deref()) {
+        eprintln!("{msg}");
+        std::process::exit(71); // EX_OSERR
+    }
     // In memcached's order: the open-file limit, then root without `-u`,
     // then the authentication files; then TLS and the replication secret.
     process::tune_allocator();

@@ -177,13 +177,13 @@ pub fn apply_process_flags(settings: &Settings) {
         };
         // SAFETY: setrlimit reads the struct we pass.
         if unsafe { libc::setrlimit(libc::RLIMIT_CORE, &lim) } != 0 {
-            eprintln!("failed to ensure corefile creation");
+            tracing::warn!("failed to ensure corefile creation");
         }
     }
     if settings.lock_memory {
         // SAFETY: mlockall has no memory-safety preconditions.
         if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
-            eprintln!(
+            tracing::warn!(
                 "warning: -k invalid, mlockall() failed: {}",
                 io::Error::last_os_error()
             );

@@ -8,6 +8,7 @@
 //! * `osmium-worker-N` (`-t`): one event loop each (`transport::worker`);
 //! * `osmium-clean`: compacts mostly dead segments ahead of the writers'
 //!   need (`Store::clean_ahead`), woken when free segments run low;
+//! * `osmium-metrics` (`--metrics-addr`): serves `/metrics` (`metrics`);
 //! * `osmium-maint`: ticks the clock every 100 ms; every 500 ms backs full
 //!   regions of item memory with huge pages, frees wholly expired segments,
 //!   walks a few others for expired items, and hands freed buffer memory
@@ -29,6 +30,7 @@ use crate::daemon;
 use crate::process::{self, Signals};
 use crate::replication::auth::Secret;
 use crate::replication::stream::LinkStream;
+use crate::service;
 use crate::settings::Settings;
 use crate::tls_context::TlsContext;
 use crate::transport::listen::{self, dispatch};
@@ -47,12 +49,13 @@ pub fn run(
     secret: Option<Secret>,
 ) -> io::Result<StopRequest> {
     for w in &settings.warnings {
-        eprintln!("{w}");
+        tracing::warn!("{w}");
     }
     let signals = Signals::install()?;
     // Bind first so that a bad address fails before daemonizing.
     let mut listeners = listen::bind_tcp(&settings, tls.as_ref())?;
     let udp_sockets = listen::bind_udp(&settings)?;
+    let metrics_listener = crate::metrics::bind(&settings)?;
     if settings.daemon {
         daemon::daemonize()?;
     }
@@ -94,7 +97,8 @@ pub fn run(
         .global
         .set_server_conns((listeners.len() + udp_endpoints) as u64);
     for l in &listeners {
-        shared.conns.add_server_socket(l.fd(), l.kind());
+        let tls = matches!(l, listen::Listener::Tls(..));
+        shared.conns.add_listener(l.fd(), l.kind(), tls);
     }
 
     let workers: Vec<WorkerHandle> = (0..settings.threads)
@@ -110,6 +114,9 @@ pub fn run(
     let logger = crate::logger::spawn(shared.clone())?;
     let cleaner = spawn_cleaner(shared.clone())?;
     start_replication(&shared.replication, &shared, &workers);
+    if let Some(l) = metrics_listener {
+        crate::metrics::spawn(l, shared.clone())?;
+    }
 
     let mut poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
@@ -119,11 +126,21 @@ pub fn run(
     }
     if shared.verbose() > 0 {
         for l in &listeners {
-            eprintln!("osmium listening on {}", l.describe());
+            tracing::info!("osmium listening on {}", l.describe());
+        }
+    }
+    if shared.verbose() > 1 {
+        for l in &listeners {
+            tracing::debug!(
+                "<{} server listening ({})",
+                l.fd(),
+                settings.binding_protocol
+            );
         }
     }
 
     daemon::report_ready();
+    service::ready();
 
     let mut events = Events::with_capacity(256);
     let mut next_worker = 0;
@@ -134,11 +151,13 @@ pub fn run(
             }
         }
         if signals.take_hangup() {
+            service::reloading();
             if let Some(tls) = &shared.tls {
                 if let Err(e) = tls.refresh() {
-                    eprintln!("Could not reload TLS certificates on SIGHUP: {e}");
+                    tracing::warn!("Could not reload TLS certificates on SIGHUP: {e}");
                 }
             }
+            service::ready();
         }
         if let Some(how) = signals.requested() {
             shared.request_stop(how);
@@ -161,7 +180,7 @@ pub fn run(
                     Err(e) => {
                         // EMFILE and friends: back off briefly.
                         if shared.verbose() > 0 {
-                            eprintln!("accept failed: {e}");
+                            tracing::info!("accept failed: {e}");
                         }
                         std::thread::sleep(Duration::from_millis(10));
                         break;
@@ -170,9 +189,10 @@ pub fn run(
             }
         }
     };
+    service::stopping();
     match how {
-        StopRequest::Graceful => eprintln!("Gracefully stopping"),
-        StopRequest::Exit if shared.verbose() > 0 => eprintln!("Exiting normally"),
+        StopRequest::Graceful => tracing::warn!("Gracefully stopping"),
+        StopRequest::Exit if shared.verbose() > 0 => tracing::info!("Exiting normally"),
         StopRequest::Exit => {}
     }
     shared.logger.sysevent(format_args!(
@@ -200,7 +220,7 @@ pub fn run(
     // crash that follows).
     let items = shared.store.stats().curr_items;
     match shared.store.close() {
-        Err(e) => eprintln!("[restart] failed to write the memory file out: {e}"),
+        Err(e) => tracing::warn!("[restart] failed to write the memory file out: {e}"),
         Ok(()) if settings.memory_file.is_some() => {
             // The cache the next start takes over (a warm restart).
             shared
@@ -293,14 +313,14 @@ fn report_link_events(shared: &Arc<Shared>) {
 /// its restart lines the same way, on standard error).
 fn report_restart(restart: &Restart, file: Option<&str>) {
     if let Some(note) = &restart.note {
-        eprintln!("[restart] {note}");
+        tracing::warn!("[restart] {note}");
     }
     if let Some(f) = &restart.flash {
         if let Some(note) = &f.note {
-            eprintln!("[restart] {note}");
+            tracing::warn!("[restart] {note}");
         }
         if f.taken_over {
-            eprintln!(
+            tracing::warn!(
                 "[restart] {} items back on flash (after {})",
                 f.items,
                 if f.crashed {
@@ -312,7 +332,7 @@ fn report_restart(restart: &Restart, file: Option<&str>) {
         }
     }
     if let (Some(r), Some(file)) = (&restart.recovered, file) {
-        eprintln!(
+        tracing::warn!(
             "[restart] {} items back from {file} in {:.1} ms ({} segments, after {}; {} expired or flushed, {} damaged)",
             r.items,
             r.elapsed.as_secs_f64() * 1000.0,

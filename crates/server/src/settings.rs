@@ -4,7 +4,9 @@
 //! service files keep working; flags for features that are not built yet are
 //! refused with a clear message rather than silently ignored.
 
+mod config_file;
 mod ignored;
+mod metrics;
 pub mod tls;
 
 use clap::{ArgAction, Parser};
@@ -12,7 +14,11 @@ use ignored::IGNORED_EXTENDED;
 use osmium_store::{FlashConfig, FlashPath};
 use tls::{ListenerTls, TlsSettings};
 
+/// The memcached protocol level osmium speaks (`version` on the wire,
+/// `STAT version`).
 pub const VERSION: &str = "1.6.45";
+/// osmium's own version (`-V`, `-h`, `STAT osmium_version`).
+pub const OSMIUM_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 #[derive(Parser, Debug)]
 #[command(
@@ -159,6 +165,14 @@ pub struct Cli {
     /// the same (mode 600; required with --replicate-to)
     #[arg(long = "replication-secret", value_name = "FILE")]
     pub replication_secret: Option<String>,
+    /// read options from FILE (memcached.conf's format: one option per
+    /// line, `# comments`, `logfile PATH`); later options win
+    #[arg(long = "config-file", value_name = "FILE")]
+    pub config_file: Option<String>,
+    /// serve Prometheus/OpenMetrics metrics on http://HOST:PORT/metrics
+    /// (off by default; also -o metrics_addr=HOST:PORT)
+    #[arg(long = "metrics-addr", value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
 }
 
 /// The most `--replicate-to` targets.
@@ -261,6 +275,10 @@ pub struct Settings {
     pub tls: TlsSettings,
     /// `--replication-secret`: the file's path (`main` reads it).
     pub replication_secret: Option<String>,
+    /// The config file's `logfile PATH`: stderr is appended there.
+    pub logfile: Option<String>,
+    /// `--metrics-addr` / `-o metrics_addr`: where `/metrics` listens.
+    pub metrics_addr: Option<String>,
     pub warnings: Vec<String>,
 }
 
@@ -369,12 +387,21 @@ fn extstore_option(f: &mut FlashConfig, name: &str, value: Option<&str>) -> Resu
     Ok(())
 }
 
+/// The `-o` options, after `-h`'s list (and in the man page).
+pub const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, metrics_addr=<host:port>.\nOther memcached -o options are accepted with a warning.\n";
+
+/// `-V`'s line, also the first of `-h`: osmium's version, then the
+/// memcached protocol level it speaks.
+pub fn version_line() -> String {
+    format!("osmium {OSMIUM_VERSION} (memcached {VERSION} protocol)")
+}
+
 pub fn help_text() -> String {
     use clap::CommandFactory;
     let mut cmd = Cli::command();
     format!(
-        "osmium {} (memcached protocol {VERSION})\n{}\n\n-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background.\nOther memcached -o options are accepted with a warning.\n",
-        env!("CARGO_PKG_VERSION"),
+        "{}\n{}\n\n{EXTENDED_HELP}",
+        version_line(),
         cmd.render_help()
     )
 }
@@ -385,12 +412,13 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
+    let expanded = config_file::expand(args.into_iter().map(Into::into).collect())?;
+    let cli = Cli::try_parse_from(expanded.args).map_err(|e| e.to_string())?;
     if cli.help {
         return Ok(Action::Print(help_text()));
     }
     if cli.version {
-        return Ok(Action::Print(format!("osmium {VERSION}\n")));
+        return Ok(Action::Print(format!("{}\n", version_line())));
     }
     if cli.license {
         return Ok(Action::Print(
@@ -523,6 +551,10 @@ where
     let mut thread_affinity = None;
     let mut idle_spin_us = None;
     let mut read_buf_mem_limit = 0usize;
+    let mut metrics_addr = match cli.metrics_addr.as_deref() {
+        Some(a) => Some(metrics::metrics_addr(Some(a))?),
+        None => None,
+    };
     let mut flash = FlashConfig::default();
     let mut clean = osmium_store::CleanConfig::default();
     let mut tls = TlsSettings {
@@ -577,6 +609,7 @@ where
                     return Err("-o compact_reserve: a percent, 0 to 50".into());
                 }
             }
+            "metrics_addr" => metrics_addr = Some(metrics::metrics_addr(value)?),
             "no_compact_background" => clean.background = false,
             "no_lru_crawler" => lru_crawler = false,
             "lru_crawler" => lru_crawler = true,
@@ -671,16 +704,19 @@ where
         replica_follow_seconds: cli.replica_follow_seconds,
         tls,
         replication_secret: cli.replication_secret,
+        logfile: expanded.logfile,
+        metrics_addr,
         warnings,
     })))
 }
 
 /// memcached's exit code for a refusal of its command line: `EX_USAGE`
 /// (64) for most, 1 for an invalid `ssl_verify_mode` or `ssl_min_version`
-/// (memcached returns from `main`), `EX_OSERR` (71) for a TLS listener
+/// (memcached returns from `main`) and for an option it does not know
+/// (in a config file here), `EX_OSERR` (71) for a TLS listener
 /// prefix without `-Z` (memcached fails to open that listener).
 pub fn exit_code(message: &str) -> i32 {
-    if message.starts_with("Invalid ssl_") {
+    if message.starts_with("Invalid ssl_") || message.ends_with("Illegal argument \"?\"") {
         1
     } else if message.contains("failed to listen on one of interface(s)") {
         71

@@ -60,6 +60,8 @@ pub struct TlsContext {
     pub handshake_errors: AtomicU64,
     pub proto_errors: AtomicU64,
     pub new_sessions: AtomicU64,
+    /// Handshakes that completed (`/metrics`).
+    pub handshakes: AtomicU64,
     /// `-v`: failed handshakes and records are printed.
     pub verbose: bool,
 }
@@ -89,6 +91,7 @@ impl TlsContext {
             handshake_errors: AtomicU64::new(0),
             proto_errors: AtomicU64::new(0),
             new_sessions: AtomicU64::new(0),
+            handshakes: AtomicU64::new(0),
             verbose,
         })
     }

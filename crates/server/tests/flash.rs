@@ -1,8 +1,8 @@
 //! The flash tier (`-o ext_path=FILE:SIZE`) over real sockets: items far
 //! beyond `-m` come back byte for byte in every protocol, other commands
 //! see keys on flash, `flush_all` reaches flash, the `extstore_*` stats,
-//! and bad `ext_path` options stop the server at start with memcached's
-//! messages.
+//! item counts and every dump include the items on flash, and bad
+//! `ext_path` options stop the server at start with memcached's messages.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -227,6 +227,109 @@ fn other_commands_and_flush_all_see_keys_on_flash() {
     assert!(c
         .get(&["filler1".into(), "filler3999".into(), "early".into()])
         .is_empty());
+}
+
+impl Client {
+    /// The lines of a reply ending with `end`, without it.
+    fn lines_until(&mut self, request: &[u8], end: &str) -> Vec<String> {
+        self.send(request);
+        let mut out = Vec::new();
+        loop {
+            let l = self.line();
+            assert!(!l.is_empty(), "connection closed");
+            if l == end {
+                return out;
+            }
+            out.push(l);
+        }
+    }
+
+    fn group_stats(&mut self, group: &str) -> std::collections::HashMap<String, String> {
+        self.lines_until(format!("stats {group}\r\n").as_bytes(), "END\r\n")
+            .iter()
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f[1].to_string(), f[2].to_string())
+            })
+            .collect()
+    }
+}
+
+/// Distinct keys of a metadump's lines (`key=<k> ...`).
+fn metadump_keys(lines: &[String]) -> std::collections::BTreeSet<String> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("key="))
+        .map(|l| l.split(' ').next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn counts_and_dumps_include_the_items_on_flash() {
+    let dir = Dir::new("dumps");
+    let srv = Server::start(&dir, &[]);
+    let mut c = srv.connect();
+    let n = 6_000;
+    for i in 0..n {
+        c.set(&format!("key{i}"), i as u32, &value(i));
+    }
+    let on_flash = c.stat("extstore_objects_used");
+    assert!(on_flash > 1000, "{on_flash}");
+    assert_eq!(c.stat("curr_items"), n as u64);
+    let items = c.group_stats("items");
+    let num = |k: &str| items[k].parse::<u64>().unwrap();
+    assert_eq!(num("items:1:number"), n as u64);
+    assert_eq!(
+        num("items:1:number_hot") + num("items:1:number_warm") + num("items:1:number_cold"),
+        n as u64
+    );
+    // Pages as memcached lists them: the ones holding records have a
+    // version and bytes.
+    let ext = c.group_stats("extstore");
+    let used: Vec<&String> = ext
+        .iter()
+        .filter(|(k, v)| k.ends_with(":bytes") && *v != "0")
+        .map(|(k, _)| k)
+        .collect();
+    assert!(!used.is_empty(), "{ext:?}");
+    for k in used {
+        let version = k.replace(":bytes", ":version");
+        assert_ne!(ext[&version], "0", "{ext:?}");
+    }
+
+    let all: std::collections::BTreeSet<String> = (0..n).map(|i| format!("key{i}")).collect();
+    let meta = c.lines_until(b"lru_crawler metadump all\r\n", "END\r\n");
+    assert_eq!(meta[0], "OK\r\n");
+    assert_eq!(meta.len() - 1, n, "one line per item");
+    assert_eq!(metadump_keys(&meta), all);
+    // A flash item's line has its flags and size like any other.
+    let line = meta.iter().find(|l| l.starts_with("key=key7 ")).unwrap();
+    assert!(line.contains(" flags=7 "), "{line}");
+    let mg = c.lines_until(b"lru_crawler mgdump all\r\n", "EN\r\n");
+    assert_eq!(mg[0], "OK\r\n");
+    let mg: std::collections::BTreeSet<String> = mg[1..]
+        .iter()
+        .map(|l| l.trim_end().strip_prefix("mg ").unwrap().to_string())
+        .collect();
+    assert_eq!(mg, all);
+    let cache = c.lines_until(b"stats cachedump 1 0\r\n", "END\r\n");
+    assert_eq!(cache.len(), n);
+    assert_eq!(
+        c.lines_until(b"stats cachedump 1 10\r\n", "END\r\n").len(),
+        10
+    );
+
+    // Deleted or flushed items on flash are not listed.
+    for i in 0..10 {
+        c.send(format!("delete key{i}\r\n").as_bytes());
+        assert_eq!(c.line(), "DELETED\r\n");
+    }
+    let meta = c.lines_until(b"lru_crawler metadump all\r\n", "END\r\n");
+    assert_eq!(meta.len() - 1, n - 10);
+    c.send(b"flush_all\r\n");
+    assert_eq!(c.line(), "OK\r\n");
+    let meta = c.lines_until(b"lru_crawler metadump all\r\n", "END\r\n");
+    assert_eq!(meta, vec!["OK\r\n".to_string()]);
 }
 
 /// Starts osmium with `-o option` (no listener) and waits for it to exit:

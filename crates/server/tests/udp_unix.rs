@@ -54,7 +54,7 @@ impl Server {
             let mut exited = false;
             wait_until("server did not start", || {
                 exited = child.try_wait().unwrap().is_some();
-                exited || TcpStream::connect(("127.0.0.1", port)).is_ok()
+                exited || common::listens_on(child.id(), port)
             });
             std::thread::sleep(Duration::from_millis(100));
             if !exited && child.try_wait().unwrap().is_none() {

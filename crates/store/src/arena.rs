@@ -71,7 +71,9 @@ pub use crate::segment::{
 };
 
 mod cleaning;
+mod queues;
 pub use cleaning::{CleanPolicy, CleanScan, CleanStats, Room};
+pub use queues::QueueFigures;
 
 /// A write head moves to a new segment once its segment is this many
 /// seconds old, so that item access times fit 16 bits.
@@ -546,7 +548,20 @@ impl Arena {
     /// never used.
     fn fresh_id(&self, pool: &mut Pool) -> Option<SegmentId> {
         match pool.released.pop() {
-            Some(seg) => Some(seg),
+            // A memory file's released segment is a hole in the file: its
+            // blocks are reserved again first (else writing it could meet
+            // a full file system, a SIGBUS).
+            Some(seg) => {
+                if self
+                    .backing
+                    .reserve(seg as usize * self.segment_size, self.segment_size)
+                {
+                    Some(seg)
+                } else {
+                    pool.released.push(seg);
+                    None
+                }
+            }
             None if (pool.next_fresh as usize) < self.segments.len() => {
                 pool.next_fresh += 1;
                 Some(pool.next_fresh - 1)

@@ -208,6 +208,27 @@ impl Backing {
         }
     }
 
+    /// Reserves the file's blocks under `len` bytes of item memory from
+    /// `offset` again after a `release` (a hole punched in the file), so
+    /// that writing them cannot meet a full file system (a SIGBUS); false
+    /// if the file system cannot hold them. Always true for anonymous
+    /// memory, and for a file system without `fallocate`.
+    pub fn reserve(&self, offset: usize, len: usize) -> bool {
+        let Some(file) = &self.file else {
+            return true;
+        };
+        let at = self.layout.data_offset + offset;
+        // SAFETY: fallocate on our own open descriptor, inside the file
+        // (mode 0 never shrinks it); no memory is passed.
+        let r =
+            unsafe { libc::fallocate(file.as_raw_fd(), 0, at as libc::off_t, len as libc::off_t) };
+        r == 0
+            || matches!(
+                io::Error::last_os_error().raw_os_error(),
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+            )
+    }
+
     /// Backs `len` bytes of item memory from `offset` (whole huge pages,
     /// all resident) with transparent huge pages (`madvise(MADV_COLLAPSE)`,
     /// Linux 6.1+, and for a file only where its file system allows it;
@@ -290,6 +311,14 @@ impl Mapping {
             map_len,
             start,
         })
+    }
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        if self.file.is_some() {
+            crate::fault::unwatch(self.map.start);
+        }
     }
 }
 

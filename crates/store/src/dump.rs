@@ -16,6 +16,12 @@
 //! keeping an item (a copy in another segment), a touch or an overwrite
 //! move it in memory but not in hash order.
 //!
+//! Then the keys only the flash tier holds: its pages are read in log
+//! order, a chunk a step (`Flash::walk_records`), and each record its
+//! key's flash entry still points at is visited, unless expired or
+//! flushed. A record keeps no access time: a flash item's `atime` is 0
+//! (the clock's start).
+//!
 //! Guarantees, for a dump that runs while others read and write:
 //!
 //! * a key that is live (stored, not expired, not flushed) from the first
@@ -31,10 +37,14 @@
 //!   unlocked SET may replace the entry meanwhile, and the pin keeps the
 //!   replaced item's memory from being reused before the copy is made; a
 //!   thread that gets no pin slot relies on the lock alone, as lookups
-//!   do).
+//!   do);
+//! * a key moved between RAM and flash during the dump may be visited in
+//!   both (or, brought back to RAM behind the walk, in neither).
 
 use crate::epoch;
+use crate::flash::FlashWalk;
 use crate::index::{hash_key, SHARDS};
+use crate::item::{self, ItemPtr};
 use crate::store::Store;
 use crate::types::{memcached_item_total, Lookup};
 
@@ -54,12 +64,15 @@ pub struct DumpCursor {
     from: u64,
     batch: Vec<Copied>,
     keys: Vec<u8>,
+    /// The walk of the flash tier, once RAM is done.
+    flash: Option<FlashWalk>,
+    flash_done: bool,
 }
 
 impl DumpCursor {
     /// Whether the whole cache has been visited.
     pub fn is_done(&self) -> bool {
-        self.shard >= SHARDS
+        self.shard >= SHARDS && self.flash_done
     }
 }
 
@@ -103,7 +116,7 @@ impl Store {
     /// the last batch returns false already; later steps visit nothing).
     /// See the `dump` module for what a dump guarantees while others read
     /// and write.
-    pub fn dump_step(&self, cursor: &mut DumpCursor, mut f: impl FnMut(&DumpEntry<'_>)) -> bool {
+    pub fn dump_step(&self, cursor: &mut DumpCursor, f: impl FnMut(&DumpEntry<'_>)) -> bool {
         if cursor.is_done() {
             return false;
         }
@@ -111,6 +124,10 @@ impl Store {
         self.flush_due(now);
         cursor.batch.clear();
         cursor.keys.clear();
+        if cursor.shard >= SHARDS {
+            self.dump_flash(cursor, now);
+            return self.dump_batch(cursor, f);
+        }
         let from = cursor.from;
         let to = {
             let table = self.shards[cursor.shard].read();
@@ -149,9 +166,56 @@ impl Store {
         if to >= END {
             cursor.shard += 1;
             cursor.from = 0;
+            if cursor.shard >= SHARDS && !self.flash.as_ref().is_some_and(|f| f.is_on()) {
+                cursor.flash_done = true;
+            }
         } else {
             cursor.from = to;
         }
+        self.dump_batch(cursor, f)
+    }
+
+    /// Copies the next chunk of flash records into the cursor's batch.
+    fn dump_flash(&self, cursor: &mut DumpCursor, now: u32) {
+        let Some(flash) = &self.flash else {
+            cursor.flash_done = true;
+            return;
+        };
+        let walk = cursor.flash.get_or_insert_with(|| flash.walk());
+        let use_cas = self.cfg.use_cas;
+        let (batch, keys) = (&mut cursor.batch, &mut cursor.keys);
+        let more = flash.walk_records(walk, |it: ItemPtr| {
+            let meta = it.meta();
+            if meta.exptime != 0 && meta.exptime <= now {
+                return;
+            }
+            let key = it.key();
+            let start = keys.len();
+            keys.extend_from_slice(key);
+            batch.push(Copied {
+                key: start..keys.len(),
+                binary_key: it.has_state(item::STATE_BINARY_KEY),
+                exptime: meta.exptime,
+                atime: 0,
+                cas: if use_cas {
+                    meta.stored_cas.unwrap_or(0)
+                } else {
+                    0
+                },
+                fetched: it.is_fetched(),
+                flags: it.flags(),
+                value_len: it.value_len(),
+            });
+        });
+        if !more {
+            cursor.flash_done = true;
+            cursor.flash = None;
+        }
+    }
+
+    /// Calls `f` for each item of the cursor's batch; false once the dump
+    /// is over.
+    fn dump_batch(&self, cursor: &mut DumpCursor, mut f: impl FnMut(&DumpEntry<'_>)) -> bool {
         let use_cas = self.cfg.use_cas;
         for c in &cursor.batch {
             let key = &cursor.keys[c.key.clone()];

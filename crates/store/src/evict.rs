@@ -70,10 +70,20 @@ impl Store {
                     let now = self.clock.now();
                     let stale = !matches!(self.check(it, loc, now), Lookup::Hit(()));
                     let fetched = it.is_fetched();
+                    if !evict {
+                        self.clean_stats
+                            .crawler_checked
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
                     if stale {
                         let c = &mut table.counters;
                         c.reclaimed += 1;
                         c.expired_unfetched += u64::from(!fetched);
+                        if !evict {
+                            self.clean_stats
+                                .crawler_reclaimed
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
                         self.unlink(&mut table, &found);
                     } else if !evict {
                         live += 1;
@@ -88,9 +98,18 @@ impl Store {
                                 let c = &mut table.counters;
                                 c.evictions += 1;
                                 c.evicted_unfetched += u64::from(!fetched);
-                                self.clean_stats
-                                    .evicted_live_bytes
+                                let cs = &self.clean_stats;
+                                cs.evicted_live_bytes
                                     .fetch_add(size as u64, Ordering::Relaxed);
+                                if it.exptime() != 0 {
+                                    cs.evicted_nonzero.fetch_add(1, Ordering::Relaxed);
+                                }
+                                if freq != 0 {
+                                    // Hit, but no room to keep it.
+                                    cs.evicted_active.fetch_add(1, Ordering::Relaxed);
+                                }
+                                let idle = now.saturating_sub(self.base_atime(loc, it));
+                                cs.evicted_time.store(idle, Ordering::Relaxed);
                             }
                             self.unlink(&mut table, &found);
                             if queue == Queue::Small {
@@ -150,6 +169,13 @@ impl Store {
             .set_atime(self.atime_in(slot.seg, self.base_atime(found.loc, it)));
         if from == Queue::Main {
             slot.ptr.set_freq(it.freq() - 1);
+            self.clean_stats
+                .kept_in_main
+                .fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.clean_stats
+                .kept_from_small
+                .fetch_add(1, Ordering::Relaxed);
         }
         let new = self.link_counted(table, hash, &slot, Some(found), false);
         if self.arena.flush_epoch() != flushes {

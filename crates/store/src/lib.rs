@@ -68,6 +68,7 @@ mod compact;
 mod counter;
 mod dump;
 mod evict;
+mod fault;
 mod flush;
 mod read;
 mod recover;
@@ -88,8 +89,8 @@ pub use store::Store;
 pub use tier::FlashFetch;
 pub use types::{
     memcached_item_total, segment_size_for, ArithResult, CleanConfig, CounterResult, CounterUpdate,
-    Fetch, Lookup, Placeholder, Removal, RemoveResult, StoreConfig, StoreMode, StoreStats,
-    StoreStatus, Write,
+    Fetch, Lookup, Placeholder, QueueStats, Removal, RemoveResult, StoreConfig, StoreMode,
+    StoreStats, StoreStatus, Write,
 };
 pub use types::{Recovered, Restart};
 pub use write::Incoming;

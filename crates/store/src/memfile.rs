@@ -20,7 +20,8 @@
 //!      56  data_offset        when the file is made   where segment 0 starts
 //!      64  process_started    when the file is made   unix time of relative second 0
 //!      72  checksum           when the file is made   xxh3 of the fields above
-//!      80  open               at each start and stop  1 while a server uses the file
+//!      80  open               at each start and stop  1 while a server uses the file,
+//!                                                     2 after it met a SIGBUS on it (`fault`)
 //!      88  stopped_at         at a graceful stop      unix time
 //!      96  clock              every second            the latest relative time seen
 //!     100  flush_at[2]        at each flush_all       delayed flushes (relative times)
@@ -203,6 +204,13 @@ impl Header {
                 layout.total
             ));
         }
+        if self.open.load(Ordering::Relaxed) == crate::fault::OPEN_IO_ERROR {
+            return Some(
+                "the last server that used it met an I/O error on it (SIGBUS), so its pages \
+                 cannot all be read"
+                    .into(),
+            );
+        }
         if self.open.load(Ordering::Relaxed) != 0 && self.boot.load(Ordering::Relaxed) != boot_id()
         {
             return Some(
@@ -271,6 +279,43 @@ impl Header {
     }
 }
 
+/// Reserves the file's `len` bytes on its file system (`fallocate`; the
+/// blocks already there are kept), so that a file system too small for the
+/// cache stops the start: a page of a shared mapping that the file system
+/// cannot hold is a SIGBUS when it is first written, not an error a write
+/// can return. A file system without `fallocate` gets a sparse file.
+/// A `fresh` file (a clean start) that cannot be whole is emptied again
+/// (fallocate may have allocated part of it); a file taken over is left as
+/// it was.
+fn reserve(file: &File, len: u64, fresh: bool) -> io::Result<()> {
+    // SAFETY: fallocate on our own open descriptor; no memory is passed.
+    let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => file.set_len(len),
+        _ => {
+            if fresh {
+                let _ = file.set_len(0);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Bytes free for us on the file system of `file`, if it says.
+fn free_space(file: &File) -> Option<u64> {
+    // SAFETY: statvfs is plain data (zeroed is valid), filled by fstatvfs
+    // on our own descriptor.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        (libc::fstatvfs(file.as_raw_fd(), &mut st) == 0)
+            .then(|| st.f_bavail as u64 * st.f_frsize as u64)
+    }
+}
+
 /// Opens (or makes) the memory file at `path` for a cache of `settings`
 /// laid out as `layout`, with a clock whose relative second 0 is
 /// `process_started` if the cache starts clean.
@@ -329,6 +374,21 @@ pub fn open(
         // Every byte from before goes: control blocks read as never used.
         file.set_len(0)?;
     }
+    reserve(&file, layout.total as u64, resume.is_none()).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "memory file {}: cannot reserve its {} bytes (-m {} MB and the segments' \
+                 control blocks){}: {e}",
+                path.display(),
+                layout.total,
+                settings.memory_limit >> 20,
+                free_space(&file)
+                    .map(|free| format!(", its file system has {free} bytes free"))
+                    .unwrap_or_default(),
+            ),
+        )
+    })?;
     let backing = Backing::file(file, layout)?;
     let header = Header::of(&backing);
     let resume = match resume {
@@ -349,6 +409,7 @@ pub fn open(
         }),
     };
     header.mark_open();
+    crate::fault::watch(path, backing.header(), backing.layout().total, &header.open);
     Ok(Opened {
         backing,
         resume,

@@ -28,7 +28,11 @@
 //!
 //! `live_bytes` is on the block's second cache line: writers append to
 //! their own segment (first line: `pending`, `used`), while the bytes of
-//! the items they replace are taken off other segments' second lines.
+//! the items they replace are taken off other segments' second lines. It
+//! packs two counts in one word, so that a link or an unlink updates both
+//! with one atomic add: the bytes in the low 32 bits (a segment is at most
+//! 1 GiB) and the number of items in the high 32 (`stats items` sums them
+//! by queue).
 //! `used - live_bytes` is the segment's dead space (overwritten, deleted
 //! and abandoned items), which the compactor reclaims (see `compact`).
 //!
@@ -93,19 +97,30 @@ pub struct Segment {
     /// read it, so it is not rewritten (or released) before `epoch::
     /// wait_past` that epoch.
     pub retired: AtomicU64,
-    /// Bytes of the items in it that the index links to: added when an
-    /// item is linked, taken off when it is unlinked or replaced.
+    /// Bytes (low 32 bits) and number (high 32 bits) of the items in it
+    /// that the index links to: added when an item is linked, taken off
+    /// when it is unlinked or replaced.
     pub live_bytes: AtomicU64,
     _pad1: [u64; 7],
 }
 
 const _: () = assert!(std::mem::size_of::<Segment>() == CONTROL_BLOCK_SIZE);
 
+/// `live_bytes`: the bytes' part, and one item in the count's part.
+const LIVE_BYTES_MASK: u64 = (1 << 32) - 1;
+const ONE_LIVE_ITEM: u64 = 1 << 32;
+
 impl Segment {
     /// Bytes of linked items.
     #[inline]
     pub fn live(&self) -> usize {
-        self.live_bytes.load(Ordering::Relaxed) as usize
+        (self.live_bytes.load(Ordering::Relaxed) & LIVE_BYTES_MASK) as usize
+    }
+
+    /// Number of linked items.
+    #[inline]
+    pub fn live_items(&self) -> u64 {
+        self.live_bytes.load(Ordering::Relaxed) >> 32
     }
 
     /// Bytes written into it that no item the index links to holds any
@@ -121,13 +136,15 @@ impl Segment {
     /// An item of `size` bytes in it was linked.
     #[inline]
     pub fn add_live(&self, size: usize) {
-        self.live_bytes.fetch_add(size as u64, Ordering::Relaxed);
+        self.live_bytes
+            .fetch_add(ONE_LIVE_ITEM + size as u64, Ordering::Relaxed);
     }
 
     /// An item of `size` bytes in it was unlinked.
     #[inline]
     pub fn sub_live(&self, size: usize) {
-        self.live_bytes.fetch_sub(size as u64, Ordering::Relaxed);
+        self.live_bytes
+            .fetch_sub(ONE_LIVE_ITEM + size as u64, Ordering::Relaxed);
     }
 
     /// Whether an item in it may be expired or flushed: some item has an

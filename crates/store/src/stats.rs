@@ -1,11 +1,20 @@
 //! Engine statistics: summing the shards' and write heads' counters into
-//! [`StoreStats`], and resetting the resettable ones.
+//! [`StoreStats`], resetting the resettable ones, and S3-FIFO's queues as
+//! `stats items` shows them ([`QueueStats`]: items per queue, and the
+//! oldest access time of each queue's oldest segments, found by walking
+//! their item headers).
 
 use std::sync::atomic::Ordering;
 
+use crate::arena::SegmentId;
+use crate::epoch;
 use crate::index::ShardCounters;
 use crate::store::Store;
-use crate::types::StoreStats;
+use crate::types::{QueueStats, StoreStats};
+
+/// Segments of a queue walked for its oldest access time: the oldest
+/// segment may hold only recently hit items while the next does not.
+const OLDEST_SEGMENTS_WALKED: usize = 2;
 
 impl Store {
     pub fn stats(&self) -> StoreStats {
@@ -32,7 +41,19 @@ impl Store {
             .arena
             .scan(crate::arena::CleanPolicy::Greedy, usize::MAX, 0);
         let c = &self.clean_stats;
+        let flash_items = match &self.flash {
+            Some(f) if f.is_on() => f.index.len() as u64,
+            _ => 0,
+        };
         StoreStats {
+            flash_items,
+            evicted_nonzero: c.evicted_nonzero.load(Ordering::Relaxed),
+            evicted_active: c.evicted_active.load(Ordering::Relaxed),
+            evicted_time: c.evicted_time.load(Ordering::Relaxed),
+            moves_to_warm: c.kept_from_small.load(Ordering::Relaxed),
+            moves_within_lru: c.kept_in_main.load(Ordering::Relaxed),
+            crawler_items_checked: c.crawler_checked.load(Ordering::Relaxed),
+            crawler_reclaimed: c.crawler_reclaimed.load(Ordering::Relaxed),
             live_bytes: scan.live as u64,
             dead_bytes: scan.dead as u64,
             segments_free: self.arena.free_segments() as u64,
@@ -44,7 +65,7 @@ impl Store {
             segments_evicted: c.segments_evicted.load(Ordering::Relaxed),
             evicted_live_bytes: c.evicted_live_bytes.load(Ordering::Relaxed),
             reclaimed_dead_bytes: c.dead_bytes_reclaimed.load(Ordering::Relaxed),
-            curr_items: total.curr_items,
+            curr_items: total.curr_items + flash_items,
             total_items: total.total_items,
             // Shards and heads are read one after the other: a sum caught
             // between a swap and its count must not show as ~2^64.
@@ -89,8 +110,72 @@ impl Store {
             &c.segments_evicted,
             &c.evicted_live_bytes,
             &c.dead_bytes_reclaimed,
+            &c.evicted_nonzero,
+            &c.evicted_active,
+            &c.kept_from_small,
+            &c.kept_in_main,
+            &c.crawler_checked,
+            &c.crawler_reclaimed,
         ] {
             n.store(0, Ordering::Relaxed);
         }
+        c.evicted_time.store(0, Ordering::Relaxed);
+    }
+
+    /// S3-FIFO's queues: the items each holds in RAM and the oldest last
+    /// access among the items of its oldest segments (a walk of up to
+    /// `OLDEST_SEGMENTS_WALKED` segments' headers per queue).
+    pub fn queues(&self) -> QueueStats {
+        let [small, main] = self.arena.queue_figures(OLDEST_SEGMENTS_WALKED);
+        let oldest = |segs: &[(SegmentId, u64)]| {
+            segs.iter()
+                .filter_map(|&(seg, seq)| self.oldest_access_in(seg, seq))
+                .min()
+        };
+        QueueStats {
+            small_items: small.items,
+            main_items: main.items,
+            small_oldest: oldest(&small.oldest),
+            main_oldest: oldest(&main.oldest),
+            flash_oldest: match &self.flash {
+                Some(f) if f.is_on() => f.oldest_access(),
+                _ => None,
+            },
+        }
+    }
+
+    /// The oldest last access (relative clock) of the live items of `seg`,
+    /// if it is still the activation numbered `seq`. Pinned, so that the
+    /// segment is not reused during the walk (a reuse after the pin waits
+    /// for it; one before it changed `seq`); headers below `used` are whole
+    /// (written before `used` moved), and an item being written is marked
+    /// dead until it is committed.
+    fn oldest_access_in(&self, seg: SegmentId, seq: u64) -> Option<u32> {
+        let _pin = epoch::pin();
+        let s = self.arena.segment(seg);
+        if s.seq.load(Ordering::Acquire) != seq {
+            return None;
+        }
+        let base = s.base_time.load(Ordering::Acquire);
+        let used = s.used.load(Ordering::Acquire);
+        let now = self.clock.now();
+        let mut offset = 0;
+        let mut oldest: Option<u32> = None;
+        while offset < used {
+            let it = self.arena.item(seg, offset);
+            let size = it.size();
+            if size == 0 {
+                break;
+            }
+            if !it.is_dead() {
+                let atime = (base + u32::from(it.atime())).min(now);
+                oldest = Some(oldest.map_or(atime, |o| o.min(atime)));
+            }
+            offset += size;
+        }
+        if s.seq.load(Ordering::Acquire) != seq {
+            return None;
+        }
+        oldest
     }
 }

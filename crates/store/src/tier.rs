@@ -129,6 +129,7 @@ impl Store {
             it.state() & KEPT_STATE,
             true,
             None,
+            Some(self.base_atime(found.loc, it)),
         ) {
             Some(entry) => {
                 flash.index.insert(hash, entry);

@@ -299,6 +299,33 @@ pub struct StoreStats {
     /// Dead bytes freed with the segments that held them, by compaction
     /// or eviction.
     pub reclaimed_dead_bytes: u64,
+    /// Items on the flash tier (counted in `curr_items` too).
+    pub flash_items: u64,
+    /// memcached's `evicted_nonzero`, `evicted_active`, `evicted_time`, `moves_to_warm`,
+    /// `moves_within_lru`, `crawler_items_checked`, `crawler_reclaimed`
+    /// (see `arena::CleanStats`).
+    pub evicted_nonzero: u64,
+    pub evicted_active: u64,
+    pub evicted_time: u32,
+    pub moves_to_warm: u64,
+    pub moves_within_lru: u64,
+    pub crawler_items_checked: u64,
+    pub crawler_reclaimed: u64,
+}
+
+/// S3-FIFO's queues as `stats items` shows them (see [`Store::queues`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct QueueStats {
+    /// Linked items in RAM in small and main.
+    pub small_items: u64,
+    pub main_items: u64,
+    /// The oldest last access (relative clock) of the items in each
+    /// queue's oldest segments; None for an empty queue.
+    pub small_oldest: Option<u32>,
+    pub main_oldest: Option<u32>,
+    /// The oldest last access known of the items on the flash tier (as the
+    /// RAM evictor saw them when it moved them there).
+    pub flash_oldest: Option<u32>,
 }
 
 /// What opening the store found (see [`Store::open`](crate::Store::open)).

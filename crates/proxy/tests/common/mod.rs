@@ -1,22 +1,20 @@
 //! What the proxy's socket tests share: backends (memcached, or osmium),
 //! the osmium-proxy binary and nutcracker as child processes on free
-//! loopback ports, stopped by PID; pipelined writes; and reading which
+//! loopback ports, started again on another port when theirs was taken
+//! meanwhile (`osmium-test-harness`), stopped by PID; pipelined writes; and reading which
 //! keys a backend holds (`lru_crawler metadump all`).
 #![allow(dead_code)] // each test crate uses a different subset
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-/// A free loopback port.
+/// A free loopback port, reserved for about a minute
+/// (`osmium_test_harness::free_port`).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    osmium_test_harness::free_port()
 }
 
 pub fn wait_listening(port: u16, child: &mut Child, what: &str) {
@@ -35,6 +33,13 @@ pub fn wait_listening(port: u16, child: &mut Child, what: &str) {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// One connection opened and closed once a process listens: the
+/// readiness check these starters always made, which the tests' counts of
+/// connections (`total_connections`, `client_eof`) include.
+fn start_check(port: u16) {
+    drop(TcpStream::connect(("127.0.0.1", port)));
 }
 
 /// The cache server the backends run: `MEMCACHED_BIN`, else the
@@ -82,31 +87,36 @@ impl Drop for Proc {
     }
 }
 
-/// A backend cache server on `port` (0: a free one).
+/// A backend cache server on `port` (0: a free one, another one if it
+/// was taken meanwhile; a given port is tried again a few times).
 pub fn backend(port: u16) -> Proc {
-    let port = if port == 0 { free_port() } else { port };
-    let mut cmd = Command::new(backend_bin());
-    cmd.args([
-        "-p",
-        &port.to_string(),
-        "-l",
-        "127.0.0.1",
-        "-U",
-        "0",
-        "-m",
-        "256",
-    ]);
-    if unsafe_is_root() {
-        cmd.args(["-u", "root"]);
-    }
-    let mut child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start backend");
-    wait_listening(port, &mut child, "backend");
+    let start = osmium_test_harness::Start::new("backend");
+    let start = if port == 0 {
+        start
+    } else {
+        start.only_port(port)
+    };
+    let server = start.command(|port| {
+        let mut cmd = Command::new(backend_bin());
+        cmd.args([
+            "-p",
+            &port.to_string(),
+            "-l",
+            "127.0.0.1",
+            "-U",
+            "0",
+            "-m",
+            "256",
+        ]);
+        if unsafe_is_root() {
+            cmd.args(["-u", "root"]);
+        }
+        cmd
+    });
+    let port = server.port();
+    start_check(port);
     Proc {
-        child,
+        child: server.into_child(),
         port,
         stats: 0,
     }
@@ -140,20 +150,47 @@ pub fn proxy(yaml: &str, port: u16) -> Proc {
     proxy_with(yaml, port, &[])
 }
 
-/// [`proxy`] with more arguments.
+/// [`proxy`] with more arguments. If `port` or the stats port was taken
+/// meanwhile, the proxy starts again on new ones (its `listen:` line
+/// rewritten): the port it listens on is the returned `Proc`'s `port`.
 pub fn proxy_with(yaml: &str, port: u16, extra: &[&str]) -> Proc {
-    let conf = write_conf(&format!("proxy-{port}.yml"), yaml);
-    let stats = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_osmium-proxy"))
-        .args(["-c", conf.to_str().unwrap()])
-        .args(["-a", "127.0.0.1", "-s", &stats.to_string()])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start osmium-proxy");
-    wait_listening(port, &mut child, "osmium-proxy");
-    Proc { child, port, stats }
+    let mut stats = 0;
+    let server = osmium_test_harness::Start::new("osmium-proxy")
+        .port(port)
+        .command(|p| {
+            let conf = write_conf(&format!("proxy-{p}.yml"), &listen_moved(yaml, port, p));
+            stats = free_port();
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_osmium-proxy"));
+            cmd.args(["-c", conf.to_str().unwrap()])
+                .args(["-a", "127.0.0.1", "-s", &stats.to_string()])
+                .args(extra);
+            cmd
+        });
+    let port = server.port();
+    start_check(port);
+    Proc {
+        child: server.into_child(),
+        port,
+        stats,
+    }
+}
+
+/// `yaml` with a `listen:` line on 127.0.0.1:`from` moved to port `to`.
+pub fn listen_moved(yaml: &str, from: u16, to: u16) -> String {
+    if from == to {
+        return yaml.to_string();
+    }
+    let old = format!("127.0.0.1:{from}");
+    yaml.split_inclusive('\n')
+        .map(|line| {
+            let value = line.trim_start().strip_prefix("listen:").map(str::trim);
+            if value.is_some_and(|v| v.trim_matches(|c| c == '"' || c == '\'') == old) {
+                line.replacen(&old, &format!("127.0.0.1:{to}"), 1)
+            } else {
+                line.to_string()
+            }
+        })
+        .collect()
 }
 
 /// nutcracker on PATH; `None` (after a SKIP line) when it is not
@@ -181,27 +218,40 @@ pub fn nutcracker(bin: &Path, yaml: &str, port: u16) -> Proc {
     nutcracker_with(bin, yaml, port, &[])
 }
 
-/// [`nutcracker`] with more arguments.
+/// [`nutcracker`] with more arguments. Its log (`-o`, where it says why
+/// it could not start) goes beside its configuration. If `port` or the
+/// stats port was taken meanwhile, it starts again on new ones (its
+/// `listen:` line rewritten): the port it listens on is the returned
+/// `Proc`'s `port`.
 pub fn nutcracker_with(bin: &Path, yaml: &str, port: u16, extra: &[&str]) -> Proc {
-    let conf = write_conf(&format!("nutcracker-{port}.yml"), yaml);
-    let stats = free_port();
-    let mut child = Command::new(bin)
-        .args([
-            "-c",
-            conf.to_str().unwrap(),
-            "-a",
-            "127.0.0.1",
-            "-s",
-            &stats.to_string(),
-        ])
-        .args(["-o", "/dev/null"])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start nutcracker");
-    wait_listening(port, &mut child, "nutcracker");
-    Proc { child, port, stats }
+    let log = write_conf(&format!("nutcracker-{port}.log"), "");
+    let mut stats = 0;
+    let server = osmium_test_harness::Start::new("nutcracker")
+        .port(port)
+        .log_file(log.clone())
+        .command(|p| {
+            let conf = write_conf(&format!("nutcracker-{p}.yml"), &listen_moved(yaml, port, p));
+            stats = free_port();
+            let mut cmd = Command::new(bin);
+            cmd.args([
+                "-c",
+                conf.to_str().unwrap(),
+                "-a",
+                "127.0.0.1",
+                "-s",
+                &stats.to_string(),
+            ])
+            .args(["-o", log.to_str().unwrap()])
+            .args(extra);
+            cmd
+        });
+    let port = server.port();
+    start_check(port);
+    Proc {
+        child: server.into_child(),
+        port,
+        stats,
+    }
 }
 
 /// The stats port's document: everything it sends before closing.

@@ -103,6 +103,9 @@ pub struct Output {
     pub wrote_directly: bool,
     /// UDP: where each memcached response starts in `buf`.
     pub marks: Vec<ResponseMark>,
+    /// The storage verdict noreply kept from the client, for `-vv`'s
+    /// `>FD NOREPLY STORED` (memcached logs what it did not send).
+    pub unsent_verdict: Option<&'static str>,
     /// A datagram endpoint's output (owns its buffer, never pooled, never
     /// references values).
     datagram: bool,
@@ -146,6 +149,7 @@ impl Output {
             sent: 0,
             wrote_directly: false,
             marks: Vec::new(),
+            unsent_verdict: None,
             datagram: false,
             epoch: 0,
             committed: 0,

@@ -78,7 +78,12 @@ pub fn outcome(out: &mut Output, noreply: bool, o: &Outcome<'_>) {
         Outcome::Loud(s) => line(out, false, status_line(s)),
         Outcome::Message(m) => line(out, noreply, m),
         Outcome::LoudMessage(m) => line(out, false, m),
-        Outcome::Stored(s) => line(out, noreply, stored_line(s.status)),
+        Outcome::Stored(s) => {
+            if noreply {
+                out.unsent_verdict = Some(stored_line(s.status));
+            }
+            line(out, noreply, stored_line(s.status))
+        }
         Outcome::Deleted { result, .. } => {
             let msg = match result {
                 RemoveResult::Removed | RemoveResult::Kept => "DELETED",

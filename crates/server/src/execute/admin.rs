@@ -68,7 +68,7 @@ pub fn admin(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Outpu
                 Status::MemlimitNotBytes
             } else if ctx.store().set_memory_limit(megabytes as usize * (1 << 20)) {
                 if shared.verbose() > 0 {
-                    eprintln!("maxbytes adjusted to {megabytes}m");
+                    tracing::info!("maxbytes adjusted to {megabytes}m");
                 }
                 Status::Ok
             } else {

@@ -9,7 +9,8 @@
 //! flushed items are skipped, as memcached's crawler skips them.
 //! `stats cachedump` is bounded like memcached's (2 MB) and lists the whole
 //! cache as class 1, the one class `stats items` reports; binary keys are
-//! left out as memcached leaves them out.
+//! left out as memcached leaves them out. Every dump lists the items on
+//! the flash tier too, after those in RAM.
 
 use osmium_protocol::ascii::prefix_matches;
 use osmium_protocol::request::Tokens;
@@ -186,6 +187,8 @@ pub fn cachedump(ctx: &WorkerCtx, t: &Tokens<'_>, out: &mut Output) -> Result<()
                     return;
                 }
                 shown += 1;
+                // No need to read the rest (flash pages among it).
+                full = limit != 0 && shown >= limit;
             })
         {}
     }

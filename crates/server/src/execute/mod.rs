@@ -28,7 +28,7 @@ mod dump;
 mod get;
 mod meta_get;
 mod replica;
-mod report;
+pub(crate) mod report;
 pub mod sasl;
 mod stats;
 pub mod store;

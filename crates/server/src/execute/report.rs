@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use osmium_protocol::encode::stat;
 
 use crate::context::Shared;
-use crate::settings::VERSION;
+use crate::settings::{OSMIUM_VERSION, VERSION};
 
 fn rusage() -> (String, String) {
     // SAFETY: rusage is plain data (zeroed is valid) and getrusage fills
@@ -52,6 +52,7 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "uptime", uptime);
     stat(out, "time", clock.unix_now());
     stat(out, "version", VERSION);
+    stat(out, "osmium_version", OSMIUM_VERSION);
     stat(out, "libevent", "osmium-mio");
     stat(out, "pointer_size", 64);
     stat(out, "rusage_user", ru_user);
@@ -212,7 +213,7 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "slab_global_page_pool", 0);
     stat(out, "expired_unfetched", e.expired_unfetched);
     stat(out, "evicted_unfetched", e.evicted_unfetched);
-    stat(out, "evicted_active", 0);
+    stat(out, "evicted_active", e.evicted_active);
     stat(out, "evictions", e.evictions);
     stat(out, "reclaimed", e.reclaimed);
     // osmium's segments: live and dead bytes, compaction, and evictions
@@ -231,18 +232,14 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     if let Some(f) = sh.store.flash() {
         flash_stats(f, out);
     }
-    for name in [
-        "crawler_reclaimed",
-        "crawler_items_checked",
-        "lrutail_reflocked",
-        "moves_to_cold",
-        "moves_to_warm",
-        "moves_within_lru",
-        "direct_reclaims",
-        "lru_bumps_dropped",
-    ] {
-        stat(out, name, 0);
-    }
+    stat(out, "crawler_reclaimed", e.crawler_reclaimed);
+    stat(out, "crawler_items_checked", e.crawler_items_checked);
+    stat(out, "lrutail_reflocked", 0);
+    stat(out, "moves_to_cold", 0);
+    stat(out, "moves_to_warm", e.moves_to_warm);
+    stat(out, "moves_within_lru", e.moves_within_lru);
+    stat(out, "direct_reclaims", direct_reclaims(&e));
+    stat(out, "lru_bumps_dropped", 0);
     // osmium's replication (`--replicate-to`).
     sh.replication.stats(out);
 }
@@ -259,6 +256,9 @@ fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
         "get_extstore",
         st.get_hits.load(Ordering::Relaxed) + st.get_misses.load(Ordering::Relaxed),
     );
+    // A flash read is never given up, nor short of buffers.
+    stat(out, "get_aborted_extstore", 0);
+    stat(out, "get_oom_extstore", 0);
     stat(
         out,
         "recache_from_extstore",
@@ -274,6 +274,11 @@ fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
         "badcrc_from_extstore",
         st.badcrc.load(Ordering::Relaxed),
     );
+    let (live, dead) = f.live_dead_bytes();
+    let page_size = f.config().page_size;
+    // memcached's: the share of its slab pages held by items too small
+    // for flash; osmium does not count RAM by item size (not measured).
+    stat(out, "extstore_memory_pressure", "0.00");
     stat(
         out,
         "extstore_compact_lost",
@@ -283,6 +288,23 @@ fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
         out,
         "extstore_compact_rescues",
         st.compact_rescues.load(Ordering::Relaxed),
+    );
+    // memcached splits its rescues by why the item was kept (in its cold
+    // LRU, or too young to drop); osmium keeps what was read.
+    stat(out, "extstore_compact_resc_cold", 0);
+    stat(out, "extstore_compact_resc_old", 0);
+    stat(out, "extstore_compact_skipped", 0);
+    stat(
+        out,
+        "extstore_page_allocs",
+        st.page_allocs.load(Ordering::Relaxed),
+    );
+    // The oldest page taken back when pages run out: memcached's page
+    // eviction (and osmium's reclaim, under its older name below).
+    stat(
+        out,
+        "extstore_page_evictions",
+        st.page_reclaims.load(Ordering::Relaxed),
     );
     stat(
         out,
@@ -318,11 +340,19 @@ fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
         "extstore_bytes_read",
         st.bytes_read.load(Ordering::Relaxed),
     );
-    stat(out, "extstore_limit_maxbytes", pages * f.config().page_size);
+    stat(out, "extstore_bytes_used", live);
+    // memcached's: bytes of the used pages not live (open pages included).
+    stat(
+        out,
+        "extstore_bytes_fragmented",
+        (used * page_size).saturating_sub(live),
+    );
+    stat(out, "extstore_limit_maxbytes", pages * page_size);
+    // Reads are issued by the workers (io_uring) as they come: no queue.
+    stat(out, "extstore_io_queue", 0);
     // osmium's own: RAM the tier's index takes, bytes given to the tier,
     // flash bytes written per byte given, waits for the disk, errors.
     stat(out, "extstore_index_bytes", f.index.memory());
-    let (live, dead) = f.live_dead_bytes();
     stat(out, "extstore_live_bytes", live);
     stat(out, "extstore_dead_bytes", dead);
     stat(
@@ -362,6 +392,21 @@ fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
         "extstore_direct_io",
         if f.direct_io() { "yes" } else { "no" },
     );
+}
+
+/// `stats extstore`: each flash page's version, live bytes and bucket,
+/// as memcached lists its pages (osmium has one bucket, 0); nothing
+/// without a flash tier.
+pub fn extstore(sh: &Shared, out: &mut Vec<u8>) {
+    let Some(f) = sh.store.flash() else {
+        return;
+    };
+    for (p, (version, bytes)) in f.page_data().into_iter().enumerate() {
+        stat(out, &format!("{p}:version"), version);
+        stat(out, &format!("{p}:bytes"), bytes);
+        stat(out, &format!("{p}:bucket"), 0);
+        stat(out, &format!("{p}:free_bucket"), 0);
+    }
 }
 
 /// `stats settings`, in memcached's order.
@@ -516,49 +561,68 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "compact_reserve", s.clean.reserve_percent);
     stat(out, "compact_background", yn(s.clean.background));
     stat(out, "idle_spin", s.idle_spin_us);
+    // Where `/metrics` listens (`--metrics-addr`).
+    stat(
+        out,
+        "metrics_addr",
+        s.metrics_addr.as_deref().unwrap_or("NULL"),
+    );
 }
 
 /// `stats items`: osmium has one item class; reported as class 1 when
 /// it holds items, as memcached reports only non-empty classes.
+///
+/// S3-FIFO's queues stand where memcached shows its LRUs: *small* (new
+/// items, evicted first unless hit) is `cold`, *main* (items kept because
+/// they were hit) is `warm`, and items on the flash tier count in `cold`
+/// too (memcached keeps their headers in its cold LRU); osmium has no
+/// staging queue like memcached's `hot`, so `number_hot` and `age_hot` are
+/// 0. `age` is the age of the oldest item of either queue or the flash
+/// tier, `age_warm` of main's (the oldest last access among the items of
+/// each queue's oldest segments; on flash, of each page's items when the
+/// evictor moved them there). The moves are the evictor's keeps: from small to main
+/// (`moves_to_warm`) and within main (`moves_within_lru`). Not measured:
+/// `hits_to_*` (a GET would have to read its segment's queue),
+/// `moves_to_cold` (items enter small directly), and `tailrepairs`,
+/// `lrutail_reflocked` (osmium counts no references on items).
 pub fn items(sh: &Shared, out: &mut Vec<u8>) {
     let e = sh.store.stats();
     if e.curr_items == 0 {
         return;
     }
+    let q = sh.store.queues();
+    let now = sh.store.clock().now();
+    let age = |oldest: Option<u32>| oldest.map_or(0, |t| u64::from(now.saturating_sub(t)));
+    let t = sh.totals();
     let n = |out: &mut Vec<u8>, name: &str, v: u64| stat(out, &format!("items:1:{name}"), v);
     n(out, "number", e.curr_items);
-    for name in [
-        "number_hot",
-        "number_warm",
-        "number_cold",
-        "age_hot",
-        "age_warm",
-        "age",
-    ] {
-        n(out, name, 0);
-    }
+    n(out, "number_hot", 0);
+    n(out, "number_warm", q.main_items);
+    n(out, "number_cold", q.small_items + e.flash_items);
+    n(out, "age_hot", 0);
+    n(out, "age_warm", age(q.main_oldest));
+    let oldest = age(q.small_oldest)
+        .max(age(q.main_oldest))
+        .max(age(q.flash_oldest));
+    n(out, "age", oldest);
     n(out, "mem_requested", e.bytes);
     n(out, "evicted", e.evictions);
-    for name in [
-        "evicted_nonzero",
-        "evicted_time",
-        "outofmemory",
-        "tailrepairs",
-    ] {
-        n(out, name, 0);
-    }
+    n(out, "evicted_nonzero", e.evicted_nonzero);
+    n(out, "evicted_time", u64::from(e.evicted_time));
+    n(out, "outofmemory", t.store_no_memory);
+    n(out, "tailrepairs", 0);
     n(out, "reclaimed", e.reclaimed);
     n(out, "expired_unfetched", e.expired_unfetched);
     n(out, "evicted_unfetched", e.evicted_unfetched);
+    n(out, "evicted_active", e.evicted_active);
+    n(out, "crawler_reclaimed", e.crawler_reclaimed);
+    n(out, "crawler_items_checked", e.crawler_items_checked);
+    n(out, "lrutail_reflocked", 0);
+    n(out, "moves_to_cold", 0);
+    n(out, "moves_to_warm", e.moves_to_warm);
+    n(out, "moves_within_lru", e.moves_within_lru);
+    n(out, "direct_reclaims", direct_reclaims(&e));
     for name in [
-        "evicted_active",
-        "crawler_reclaimed",
-        "crawler_items_checked",
-        "lrutail_reflocked",
-        "moves_to_cold",
-        "moves_to_warm",
-        "moves_within_lru",
-        "direct_reclaims",
         "hits_to_hot",
         "hits_to_warm",
         "hits_to_cold",
@@ -566,6 +630,12 @@ pub fn items(sh: &Shared, out: &mut Vec<u8>) {
     ] {
         n(out, name, 0);
     }
+}
+
+/// memcached's `direct_reclaims` (a worker freeing memory itself): the
+/// segments writers evicted or compacted when they found none free.
+fn direct_reclaims(e: &osmium_store::StoreStats) -> u64 {
+    e.segments_evicted + e.compact_writer_runs
 }
 
 /// `stats sizes`: off, as memcached's without `-o track_sizes`.

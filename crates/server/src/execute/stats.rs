@@ -110,7 +110,7 @@ fn text_stats(
             .write_stats(now, conn.fd, sh.settings.unix_socket.as_deref(), rows);
         Some(Answer::Rows)
     } else if prefix_matches(sub, b"extstore") {
-        // No flash tier: no pages to describe.
+        report::extstore(sh, rows);
         Some(Answer::Rows)
     } else {
         match sub {

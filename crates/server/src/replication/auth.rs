@@ -518,8 +518,9 @@ mod tests {
                             .unwrap()
                             .unwrap();
                         if self.tamper {
-                            l.pop();
-                            l.push('0');
+                            // Another last digit: one the proof did not end with.
+                            let last = l.pop();
+                            l.push(if last == Some('0') { '1' } else { '0' });
                         }
                         l
                     }

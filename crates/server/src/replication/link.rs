@@ -100,7 +100,7 @@ pub fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
                 connected_before = true;
                 retry = RETRY_MIN;
                 if logged_down {
-                    eprintln!("[replication] link to {addr} up");
+                    tracing::info!("[replication] link to {addr} up");
                     logged_down = false;
                 }
                 repl.link_changed("target", &addr, None);
@@ -116,7 +116,7 @@ pub fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
             }
         };
         if !logged_down {
-            eprintln!(
+            tracing::warn!(
                 "[replication] link to {addr} down ({reason}): writes are acknowledged without it"
             );
             logged_down = true;
@@ -163,7 +163,7 @@ pub fn run_feed(repl: Arc<Replication>, link: Arc<Link>, stream: LinkStream, fol
     let reason = serve(&repl, &link, stream, Some(b"OK\r\n"), Some(follow));
     repl.link_changed("feed", &peer, Some(&reason.to_string()));
     if repl.verbose() {
-        eprintln!("[replication] follow link to {peer} closed ({reason})");
+        tracing::info!("[replication] follow link to {peer} closed ({reason})");
     }
     link.active.store(false, Relaxed);
 }
@@ -570,7 +570,7 @@ fn read_acks(repl: &Replication, link: &Link, conn: &Conn, stream: LinkReader) {
                 link.errors.fetch_add(1, Relaxed);
                 if logged < 10 {
                     logged += 1;
-                    eprintln!(
+                    tracing::warn!(
                         "[replication] {} answered: {}",
                         link.addr.lock().unwrap_or_else(|e| e.into_inner()),
                         String::from_utf8_lossy(other)

@@ -182,7 +182,7 @@ impl Replication {
     pub fn auth_failed(&self, what: &str) {
         let n = self.auth_failures.fetch_add(1, Relaxed) + 1;
         if n <= 10 || n.is_power_of_two() {
-            eprintln!("[replication] authentication failed: {what} ({n} so far)");
+            tracing::warn!("[replication] authentication failed: {what} ({n} so far)");
         }
     }
 
@@ -303,7 +303,7 @@ impl Replication {
             .and_then(|i| self.synced.get(i as usize))
         {
             if !s.swap(true, Relaxed) && self.verbose() {
-                eprintln!("[replication] caught up from target {}", peer - PEER_FOLLOW);
+                tracing::info!("[replication] caught up from target {}", peer - PEER_FOLLOW);
             }
         }
     }

@@ -46,7 +46,7 @@ pub fn run(repl: &Replication, i: usize) {
             }
         };
         if let Some(why) = refused.filter(|_| !logged) {
-            eprintln!("[replication] catch-up pull from {addr} refused: {why}");
+            tracing::warn!("[replication] catch-up pull from {addr} refused: {why}");
             logged = true;
         }
         std::thread::sleep(RETRY);

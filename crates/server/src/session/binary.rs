@@ -31,6 +31,7 @@ use crate::compose::udp_marks::ResponseMark;
 use crate::context::WorkerCtx;
 use crate::execute::store::{self, Admit, IncomingStore, INCOMING_MIN};
 use crate::execute::{self, Next};
+use crate::stats::latency::Cmd;
 
 /// memcached's `ITEM_SIZE_MAX_UPPER_LIMIT`: no body may be longer.
 const BODY_MAX: u32 = 1 << 30;
@@ -89,7 +90,7 @@ pub fn process<S: Sink>(s: &mut Session, ctx: &WorkerCtx, sink: &mut S) -> Flow 
             }
             Scan::BadMagic(magic) => {
                 if ctx.shared.verbose() > 0 {
-                    eprintln!("Invalid magic:  {magic:x}");
+                    tracing::info!("Invalid magic:  {magic:x}");
                 }
                 if s.datagram.is_some() {
                     // conn_closing: UDP drops the replies since the last flush.
@@ -209,7 +210,7 @@ fn one<S: Sink>(
         }
         Decoded::InvalidArguments | Decoded::BadBodyLength => {
             if ctx.shared.verbose() > 0 {
-                eprintln!("Protocol error (opcode {:02x}), close connection", h.opcode);
+                tracing::info!("Protocol error (opcode {:02x}), close connection", h.opcode);
             }
             compose::error(out, &reply, status::INVALID_ARGUMENTS);
             return (Step::Close(prefix), true);
@@ -217,6 +218,7 @@ fn one<S: Sink>(
     };
     let use_cas = ctx.shared.settings.use_cas;
     let req = wire::to_request(h, request, use_cas);
+    let cmd = Cmd::of(&req);
     gather_for(
         &mut s.output,
         matches!(req.command, Command::Get { touch: None, .. }),
@@ -245,6 +247,7 @@ fn one<S: Sink>(
                 }
                 // A large value: the rest of it is read into its item.
                 let first = &input[prefix..];
+                ctx.lap(cmd);
                 return match store::begin_incoming(ctx, &st, &req.reply, first, out) {
                     Some(incoming) => (Step::Incoming(input.len(), incoming), false),
                     None => (
@@ -257,6 +260,7 @@ fn one<S: Sink>(
                 };
             }
             let done = store::complete(ctx, &st, &req.reply, &input[prefix..total], out);
+            ctx.lap(cmd);
             (Step::Consume(total), done.flush)
         }
         Command::SaslAuth {
@@ -283,6 +287,9 @@ fn one<S: Sink>(
         }
         _ => {
             let done = execute::execute(ctx, conn, &req, out);
+            if done.next != Next::AwaitFlash {
+                ctx.lap(cmd);
+            }
             match done.next {
                 Next::AwaitFlash => (Step::AwaitFlash, false),
                 Next::CloseAfterWrite | Next::CloseNow => (Step::Close(prefix), true),

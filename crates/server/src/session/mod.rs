@@ -26,6 +26,7 @@
 mod binary;
 mod login;
 mod text;
+mod verbose;
 
 use std::sync::Arc;
 
@@ -152,6 +153,8 @@ pub struct Session {
     need: usize,
     /// A large data block being read straight into its item.
     incoming: Option<IncomingStore>,
+    /// `-vv`: log the incoming store's reply when it is composed.
+    log_incoming: bool,
     /// A huge get line whose keys are served as they arrive.
     streaming: Option<text::StreamingGet>,
     /// A crawler dump being streamed.
@@ -179,6 +182,7 @@ impl Session {
             swallow: 0,
             need: 0,
             incoming: None,
+            log_incoming: false,
             streaming: None,
             dump: None,
             close_after_write: false,
@@ -333,7 +337,7 @@ impl Session {
                     Protocol::Binary => "binary",
                     _ => "ascii",
                 };
-                eprintln!("{}: Client using the {name} protocol", self.fd);
+                tracing::debug!("{}: Client using the {name} protocol", self.fd);
             }
         }
         if self.output.acquire(&ctx.pool).is_err() {
@@ -347,6 +351,7 @@ impl Session {
             a.set_state(State::Parsing);
         }
         self.output.wrote_directly = false;
+        ctx.lap_start();
         let flow = match self.protocol {
             Protocol::Binary => binary::process(self, ctx, sink),
             _ if !self.auth.authenticated && ctx.shared.auth.ascii.is_some() => {

@@ -21,13 +21,14 @@
 use osmium_protocol::ascii::{frame, parse_line, partial_get, Frame};
 use osmium_protocol::request::{Command, Keys, KEY_MAX_LENGTH};
 
-use super::{gather_for, Flow, Session};
+use super::{gather_for, verbose, Flow, Session};
 use crate::compose::output::{Output, Sink};
 use crate::compose::text as compose_text;
 use crate::compose::udp_marks::{mark_replies, ReplyShape};
 use crate::context::WorkerCtx;
 use crate::execute::store::{self, Admit};
 use crate::execute::{self, Dump, Next};
+use crate::stats::latency::Cmd;
 
 /// A get line this long without its end is served as it arrives.
 pub const STREAM_AFTER: usize = 16 * 1024;
@@ -114,13 +115,19 @@ fn run_line<S: Sink>(
     let stop_at_flush = s.datagram.as_ref().is_some_and(|d| d.stop_at_flush);
     let input = s.input.input();
     let line = &input[..consumed];
-    if ctx.shared.verbose() > 1 {
-        let shown = line.strip_suffix(b"\n").unwrap_or(line);
-        let shown = shown.strip_suffix(b"\r").unwrap_or(shown);
-        eprintln!("<{} {}", s.fd, String::from_utf8_lossy(shown));
+    // A storage line waiting for its data runs again when it came: it
+    // is logged once, the first time.
+    let logged = ctx.shared.verbose() > 1;
+    if logged && s.need == 0 {
+        verbose::command(s.fd, line);
     }
     s.ahead.step(ctx.store());
     let req = parse_line(line, &mut s.keys);
+    let log_replies = logged.then(|| verbose::replies(&req.command, &req.reply));
+    if logged {
+        s.output.unsent_verdict = None;
+    }
+    let cmd = Cmd::of(&req);
     gather_for(
         &mut s.output,
         matches!(req.command, Command::Get { touch: None, .. }),
@@ -145,8 +152,10 @@ fn run_line<S: Sink>(
                         Some(incoming) => s.incoming = Some(incoming),
                         None => s.swallow = st.value_len + 2 - take,
                     }
+                    s.log_incoming = log_replies.is_some();
                     s.need = 0;
                     s.input.consume(consumed + take);
+                    ctx.lap(cmd);
                     return None;
                 }
                 let total = consumed + st.value_len + 2;
@@ -181,6 +190,7 @@ fn run_line<S: Sink>(
                 mark(out, datagram, reply_start, ReplyShape::Empty);
                 s.input.consume(consumed);
                 s.close_after_write = true;
+                ctx.lap(cmd);
                 return Some(Flow::Wait);
             }
             Next::CloseNow => return Some(Flow::Close),
@@ -188,6 +198,13 @@ fn run_line<S: Sink>(
             Next::AwaitFlash => return Some(Flow::Flash),
         },
     }
+    // (Checked again: `verbosity` may just have lowered it.)
+    if let Some(kind) = log_replies.filter(|_| ctx.shared.verbose() > 1) {
+        let unsent = out.unsent_verdict.take();
+        let reply = out.composed().get(reply_start..).unwrap_or_default();
+        verbose::replies_sent(s.fd, kind, reply, unsent);
+    }
+    ctx.lap(cmd);
     let flushed = mark(out, datagram, reply_start, shape);
     s.input.consume(used);
     (flushed && stop_at_flush).then_some(Flow::Wait)
@@ -224,7 +241,14 @@ fn finish_incoming(s: &mut Session, ctx: &WorkerCtx, done: &mut usize) -> Option
     let terminated = &s.input.input()[..2] == b"\r\n";
     s.input.consume(2);
     if let Some(incoming) = s.incoming.take() {
+        let start = s.output.len();
+        s.output.unsent_verdict = None;
         store::finish_incoming(ctx, incoming, terminated, &mut s.output);
+        if std::mem::take(&mut s.log_incoming) {
+            let unsent = s.output.unsent_verdict.take();
+            let reply = s.output.composed().get(start..).unwrap_or_default();
+            verbose::replies_sent(s.fd, verbose::Replies::Lines, reply, unsent);
+        }
     }
     None
 }

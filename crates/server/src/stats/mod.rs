@@ -1,6 +1,9 @@
-//! Statistics: the request counters every worker keeps (`counters`) and
-//! the per-key-prefix figures of `stats detail` (`prefix`). The `stats`
-//! replies built from them are the executor's (`execute::report`).
+//! Statistics: the request counters every worker keeps (`counters`), the
+//! per-key-prefix figures of `stats detail` (`prefix`) and the latency
+//! histograms of `/metrics` (`latency`). The `stats` replies built from
+//! them are the executor's (`execute::report`), and `/metrics` is built
+//! from those replies (`metrics`).
 
 pub mod counters;
+pub mod latency;
 pub mod prefix;

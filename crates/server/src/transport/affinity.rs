@@ -18,7 +18,7 @@ pub fn pin_to_cpu(n: usize) {
         .filter(|&i| got == 0 && unsafe { libc::CPU_ISSET(i, &allowed) })
         .collect();
     if cpus.is_empty() {
-        eprintln!("thread_affinity: cannot read this process's CPUs; not pinning");
+        tracing::warn!("thread_affinity: cannot read this process's CPUs; not pinning");
         return;
     }
     let cpu = cpus[n % cpus.len()];
@@ -30,7 +30,7 @@ pub fn pin_to_cpu(n: usize) {
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
     };
     if r != 0 {
-        eprintln!(
+        tracing::warn!(
             "thread_affinity: pinning to CPU {cpu}: {}",
             io::Error::last_os_error()
         );

@@ -24,6 +24,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
 
 use io_uring::{opcode, types, IoUring};
 use mio::unix::SourceFd;
@@ -33,6 +34,8 @@ use slab::Slab;
 use osmium_store::flash::device::AlignedBuf;
 use osmium_store::flash::FlashRead;
 use osmium_store::{FlashFetch, Store};
+
+use crate::stats::latency::{self, Latency};
 
 const RING_ENTRIES: u32 = 256;
 
@@ -47,6 +50,8 @@ struct InFlight {
     skip: usize,
     /// Bytes asked for: fewer is a failing (e.g. truncated) file.
     len: usize,
+    /// When it was started (its latency, in `osmium_flash_read_duration_seconds`).
+    started: u64,
 }
 
 pub struct FlashIo {
@@ -55,13 +60,16 @@ pub struct FlashIo {
     in_flight: Slab<InFlight>,
     /// Entries pushed since the last `submit`.
     unsubmitted: usize,
+    /// The worker's histograms: each read's time from its start to its
+    /// completion being reaped.
+    latency: Arc<Latency>,
 }
 
 impl FlashIo {
     /// A ring whose completions make `token` readable in `registry`; None
     /// where the kernel refuses io_uring (the GETs then read flash
     /// themselves, blocking their worker).
-    pub fn new(registry: &Registry, token: Token) -> io::Result<FlashIo> {
+    pub fn new(registry: &Registry, token: Token, latency: Arc<Latency>) -> io::Result<FlashIo> {
         let ring = IoUring::new(RING_ENTRIES)?;
         // SAFETY: eventfd has no memory-safety preconditions; the result is
         // checked and owned below.
@@ -82,6 +90,7 @@ impl FlashIo {
             eventfd,
             in_flight: Slab::new(),
             unsubmitted: 0,
+            latency,
         })
     }
 
@@ -114,6 +123,7 @@ impl FlashIo {
                 buf,
                 skip,
                 len,
+                started: latency::now(),
             });
             let entry = opcode::Read::new(types::Fd(fd), ptr, len as u32)
                 .offset(offset)
@@ -138,7 +148,7 @@ impl FlashIo {
             match self.ring.submit() {
                 Ok(_) => self.unsubmitted = 0,
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-                Err(e) => eprintln!("flash reads: io_uring submit failed: {e}"),
+                Err(e) => tracing::warn!("flash reads: io_uring submit failed: {e}"),
             }
         }
     }
@@ -171,6 +181,7 @@ impl FlashIo {
             } else {
                 Ok(result as usize)
             };
+            self.latency.flash_read(f.started);
             store.flash_arrived(&f.read, f.buf, f.skip, result);
             done(f.conn, f.conn_id);
         }

@@ -125,7 +125,7 @@ impl TlsStream {
         if let Err(e) = self.conn.process_new_packets() {
             count_error(&self.ctx, handshaking);
             if self.ctx.verbose {
-                eprintln!("TLS error: {e}");
+                tracing::info!("TLS error: {e}");
             }
             // rustls queued its alert.
             let _ = self.flush_records();
@@ -133,6 +133,7 @@ impl TlsStream {
         }
         if !self.established && !self.conn.is_handshaking() {
             self.established = true;
+            self.ctx.handshakes.fetch_add(1, Ordering::Relaxed);
             if self.ctx.session_cache()
                 && self.conn.handshake_kind() != Some(rustls::HandshakeKind::Resumed)
             {

@@ -397,7 +397,7 @@ impl UdpEndpoint {
                 Err(e) => {
                     // memcached gives up on the reply.
                     if ctx.shared.verbose() > 0 {
-                        eprintln!("Failed to write, and not due to blocking: {e}");
+                        tracing::info!("Failed to write, and not due to blocking: {e}");
                     }
                     tx.response = tx.limit;
                     break;

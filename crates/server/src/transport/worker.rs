@@ -288,7 +288,7 @@ impl Worker {
                 logger::conn_event(&shared.logger, self.ctx.head, "conn_new", kind, None, fd);
             }
             if shared.verbose() > 1 {
-                eprintln!("<{fd} new auto-negotiating client connection");
+                tracing::debug!("<{fd} new auto-negotiating client connection");
             }
             self.next_conn_id += 1;
             let session = Session::stream(fd, self.initial_protocol, Some(activity));
@@ -345,7 +345,7 @@ impl Worker {
                 }
             }
             if shared.verbose() > 1 {
-                eprintln!("<{} connection closed.", conn.fd);
+                tracing::debug!("<{} connection closed.", conn.fd);
             }
             connection_gone(shared);
         }
@@ -363,7 +363,7 @@ impl Worker {
         let progress =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| endpoint.drive(&self.ctx)))
                 .unwrap_or_else(|_| {
-                    eprintln!("UDP request handler panicked; dropping that request");
+                    tracing::warn!("UDP request handler panicked; dropping that request");
                     endpoint.reset();
                     Progress::MoreWork
                 });
@@ -407,7 +407,7 @@ impl Worker {
         }
         let flow = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.drive(ctx)))
             .unwrap_or_else(|_| {
-                eprintln!("connection handler panicked; closing that connection");
+                tracing::warn!("connection handler panicked; closing that connection");
                 Flow::Close
             });
         if let Some(streams) = ctx.watch.take() {
@@ -590,7 +590,7 @@ impl Worker {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
-                eprintln!("worker poll failed: {e}");
+                tracing::warn!("worker poll failed: {e}");
                 return;
             }
             if self.ctx.shared.stop_requested().is_some() {
@@ -682,7 +682,7 @@ pub fn spawn(
             },
         );
         if shared.verbose() > 1 {
-            eprintln!("<{} server listening (udp)", socket.as_raw_fd());
+            tracing::debug!("<{} server listening (udp)", socket.as_raw_fd());
         }
         udp_sockets_mio.push(socket);
     }
@@ -699,10 +699,10 @@ pub fn spawn(
             let udp: Vec<UdpEndpoint> = udp_sockets_mio.into_iter().map(UdpEndpoint::new).collect();
             let settings = &shared.settings;
             let flash = shared.store.flash().and_then(|_| {
-                FlashIo::new(poll.registry(), FLASH)
+                FlashIo::new(poll.registry(), FLASH, shared.latency[index].clone())
                     .map_err(|e| {
                         if index == 0 {
-                            eprintln!(
+                            tracing::warn!(
                                 "[extstore] io_uring unavailable ({e}): flash reads block their worker"
                             );
                         }

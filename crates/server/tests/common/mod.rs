@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests that start real server
-//! processes: a free loopback port, waiting for a condition, waiting for a
-//! process to exit, which memcached to compare against, test certificates
+//! processes: a free loopback port and a start retried when its port was
+//! taken meanwhile (both over the `osmium-test-harness` crate), waiting for
+//! a condition, waiting for a process to exit, which memcached to compare against, test certificates
 //! made with `openssl` (`certs`). (Each test file
 //! keeps its own launcher, since each starts servers differently: TCP, UDP,
 //! unix socket, memcached or osmium.)
@@ -9,7 +10,6 @@
 pub mod certs;
 
 use std::cell::Cell;
-use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -148,15 +148,11 @@ macro_rules! against_both {
 #[allow(unused_imports)]
 pub(crate) use against_both;
 
-/// A loopback port that was free for both TCP and UDP a moment ago.
+/// A loopback port, free for TCP and UDP and reserved for TCP for about a
+/// minute (`osmium_test_harness::free_port`: no other bind or outgoing
+/// connection takes it, a server binds it).
 pub fn free_port() -> u16 {
-    loop {
-        let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = tcp.local_addr().unwrap().port();
-        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
+    osmium_test_harness::free_port_tcp_udp()
 }
 
 /// Starts a server on a free loopback port (`spawn(port)` starts the
@@ -164,52 +160,19 @@ pub fn free_port() -> u16 {
 /// connect alone is not proof: two tests running at once can be given the
 /// same free port, and the one whose server then fails to bind would talk
 /// to the other test's server until that one stops. A server that exits
-/// (a failed bind ends it at once) is started again on another port.
-pub fn start_on_free_port(mut spawn: impl FnMut(u16) -> Child) -> (Child, u16) {
-    for _ in 0..5 {
-        let port = free_port();
-        let mut child = spawn(port);
-        let mut exited = false;
-        wait_until("server did not start", || {
-            exited = child.try_wait().unwrap().is_some();
-            exited || listens_on(child.id(), port)
-        });
-        if !exited {
-            return (child, port);
-        }
-    }
-    panic!("server did not start on any of 5 ports");
+/// saying its address was in use (read from its piped stderr), or saying
+/// nothing readable, is started again on another port; any other exit
+/// panics with its message (`osmium_test_harness::Start::child`).
+pub fn start_on_free_port(spawn: impl FnMut(u16) -> Child) -> (Child, u16) {
+    let server = osmium_test_harness::Start::new("server").child(spawn);
+    let port = server.port();
+    (server.into_child(), port)
 }
 
-/// Whether process `pid` holds a listening IPv4 TCP socket on `port`: a
-/// LISTEN entry of `/proc/net/tcp` with that local port whose socket inode
-/// is one of the process's descriptors.
+/// Whether process `pid` holds a listening IPv4 TCP socket on `port`
+/// (`osmium_test_harness::listens_on`).
 pub fn listens_on(pid: u32, port: u16) -> bool {
-    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
-        return false;
-    };
-    // Fields: sl, local_address (hex addr:port), rem_address, st (0A is
-    // LISTEN), tx:rx queues, tr:when, retrnsmt, uid, timeout, inode.
-    let sockets: Vec<String> = table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let local = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
-            let inode = f.get(9)?;
-            (local == port && *f.get(3)? == "0A").then(|| format!("socket:[{inode}]"))
-        })
-        .collect();
-    if sockets.is_empty() {
-        return false;
-    }
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
-    };
-    fds.flatten().any(|fd| {
-        std::fs::read_link(fd.path())
-            .is_ok_and(|target| sockets.iter().any(|s| target.as_os_str() == s.as_str()))
-    })
+    osmium_test_harness::listens_on(pid, port)
 }
 
 /// Polls `ready` every 20 ms for up to 10 s; panics with `what` after that.

@@ -22,8 +22,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::common::listens_on;
-
 pub const OSMIUM: &str = env!("CARGO_BIN_EXE_osmium");
 
 /// The replication tests' directory under Cargo's target tmp directory.
@@ -143,19 +141,21 @@ impl Node {
         Node::start_bare(port, &all)
     }
 
-    /// A server with `args` only (no secret unless they give one).
+    /// A server with `args` only (no secret unless they give one). Its
+    /// peers name `port`, so a start that finds the port taken is tried
+    /// again on it (`osmium_test_harness::Start::only_port`).
     pub fn start_bare(port: u16, args: &[String]) -> Node {
         let log = scratch_path("server.log");
-        let child = command(port, args, &log).spawn().expect("start osmium");
-        let pid = child.id();
-        let node = Node {
-            child,
+        let server = osmium_test_harness::Start::new("osmium")
+            .only_port(port)
+            .log_file(log.clone())
+            .child(|port| command(port, args, &log).spawn().expect("start osmium"));
+        Node {
+            child: server.into_child(),
             port,
             log,
             tls: None,
-        };
-        wait("server listens", || listens_on(pid, port));
-        node
+        }
     }
 
     /// What it wrote to standard error so far.

@@ -47,6 +47,23 @@ pub struct CleanStats {
     pub dead_bytes_reclaimed: AtomicU64,
     /// Bytes of the live items evicted.
     pub evicted_live_bytes: AtomicU64,
+    /// Evicted items that had an expiry (memcached's `evicted_nonzero`).
+    pub evicted_nonzero: AtomicU64,
+    /// Evicted items that were hit (the evictor had no room to keep them;
+    /// memcached's `evicted_active`).
+    pub evicted_active: AtomicU64,
+    /// Seconds between the last access and the eviction of the last item
+    /// evicted (memcached's `evicted_time`).
+    pub evicted_time: AtomicU32,
+    /// Items the evictor kept because they were hit: copied from small to
+    /// main (memcached's `moves_to_warm`), or within main
+    /// (`moves_within_lru`).
+    pub kept_from_small: AtomicU64,
+    pub kept_in_main: AtomicU64,
+    /// Items the background walks (memcached's LRU crawler) looked at, and
+    /// the expired or flushed ones they reclaimed.
+    pub crawler_checked: AtomicU64,
+    pub crawler_reclaimed: AtomicU64,
 }
 
 /// What `make_room` did.

@@ -142,7 +142,13 @@ impl Flash {
             let page_base = p * self.cfg.page_size + start;
             let at = record::scan(&chunk, len, start, pos - start, end, BLOCK, |at, item| {
                 let addr = ((page_base + at) / record::ALIGN) as u64 + 1;
-                self.reclaim_record(item, addr, compact, page_pos + (start + at) as u64);
+                self.reclaim_record(
+                    item,
+                    addr,
+                    compact,
+                    page_pos + (start + at) as u64,
+                    page.oldest_atime,
+                );
             });
             pos = (start + at).max(pos + 1);
         }
@@ -153,6 +159,7 @@ impl Flash {
             used: 0,
             written: 0,
             class_bytes: 0,
+            oldest_atime: NO_ATIME,
         };
         self.persist_page(&log, p);
         log.free.push(p);
@@ -166,7 +173,15 @@ impl Flash {
     }
 
     /// One record of a page being emptied, at log position `origin`.
-    fn reclaim_record(&self, item: &[u8], addr: u64, compact: bool, origin: u64) {
+    /// `oldest_atime` is its page's (a rewrite carries it to the head).
+    fn reclaim_record(
+        &self,
+        item: &[u8],
+        addr: u64,
+        compact: bool,
+        origin: u64,
+        oldest_atime: u32,
+    ) {
         // SAFETY: a verified record's item bytes are a whole item.
         let it = unsafe { ItemPtr::from_raw(item.as_ptr() as *mut u8) };
         let key = it.key();
@@ -186,7 +201,16 @@ impl Flash {
             // reclaimer (the flusher) writes them first.
             for _ in 0..3 {
                 let spec = it.spec();
-                let copy = self.append(&spec, key, it.value(), it.state(), false, Some(origin));
+                let atime = (oldest_atime != NO_ATIME).then_some(oldest_atime);
+                let copy = self.append(
+                    &spec,
+                    key,
+                    it.value(),
+                    it.state(),
+                    false,
+                    Some(origin),
+                    atime,
+                );
                 if let Some(to) = copy {
                     // A compaction keeps what the entry knew (read since
                     // written); a reclaim's rescue starts it over.

@@ -145,7 +145,7 @@ impl Meta {
                 wbuf_size,
                 alloc: Mutex::new(()),
             };
-            meta.init(fingerprint, fixed);
+            meta.init(fingerprint, fixed)?;
             return Ok(Opened {
                 meta,
                 resumed: false,
@@ -211,7 +211,12 @@ impl Meta {
         };
         if let Some(note) = refusal {
             meta.file.as_ref().expect("a file").set_len(0)?;
-            meta.init(fingerprint, fixed);
+            meta.init(fingerprint, fixed).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("{}: cannot reserve {fixed} bytes: {e}", path.display()),
+                )
+            })?;
             return Ok(Opened {
                 meta,
                 resumed: false,
@@ -232,8 +237,8 @@ impl Meta {
     }
 
     /// A fresh header and empty page records.
-    fn init(&self, fingerprint: u64, fixed: usize) {
-        self.ensure_len(fixed);
+    fn init(&self, fingerprint: u64, fixed: usize) -> io::Result<()> {
+        self.ensure_len(fixed)?;
         let h = self.header();
         h.magic.store(MAGIC, Ordering::Relaxed);
         h.format.store(FORMAT, Ordering::Relaxed);
@@ -250,6 +255,7 @@ impl Meta {
         }
         h.boot.store(crate::memfile::boot_id(), Ordering::Relaxed);
         h.open.store(1, Ordering::Release);
+        Ok(())
     }
 
     fn header_unchecked(&self, len: usize) -> Option<&Header> {
@@ -299,7 +305,9 @@ impl Meta {
         if end > self.reserved {
             return None;
         }
-        self.ensure_len(end);
+        // A table the file system cannot hold is not made (the index does
+        // not grow): its pages would be a SIGBUS when first written.
+        self.ensure_len(end).ok()?;
         h.alloc_end.store(end as u64, Ordering::Release);
         Some(start)
     }
@@ -322,11 +330,33 @@ impl Meta {
         }
     }
 
-    fn ensure_len(&self, len: usize) {
-        if let Some(f) = &self.file {
-            if (f.metadata().map(|m| m.len()).unwrap_or(0) as usize) < len {
-                let _ = f.set_len(len as u64);
-            }
+    /// Makes the file at least `len` bytes, the new bytes' blocks reserved
+    /// on the file system (`fallocate`; a file system without it gets a
+    /// sparse file).
+    fn ensure_len(&self, len: usize) -> io::Result<()> {
+        let Some(f) = &self.file else {
+            return Ok(());
+        };
+        let have = f.metadata()?.len() as usize;
+        if have >= len {
+            return Ok(());
+        }
+        // SAFETY: fallocate on our own open descriptor; no memory is passed.
+        let r = unsafe {
+            libc::fallocate(
+                f.as_raw_fd(),
+                0,
+                have as libc::off_t,
+                (len - have) as libc::off_t,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => f.set_len(len as u64),
+            _ => Err(e),
         }
     }
 

@@ -135,6 +135,9 @@ pub struct FlashStats {
     pub io_errors: AtomicU64,
     /// Writes that waited for the flusher (buffers all full).
     pub write_waits: AtomicU64,
+    /// Pages taken from the free list to be written (memcached's
+    /// `extstore_page_allocs`).
+    pub page_allocs: AtomicU64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -157,7 +160,14 @@ struct Page {
     /// counts its live records' the same way, so live ÷ this is the part
     /// still live; after a restart, the bytes used).
     class_bytes: usize,
+    /// The oldest last access (relative clock) of the items written to
+    /// it, as the RAM evictor saw them (`NO_ATIME`: none known, as after
+    /// a restart): `stats items`' ages of flash items.
+    oldest_atime: u32,
 }
+
+/// `Page::oldest_atime` of a page with none known.
+const NO_ATIME: u32 = u32::MAX;
 
 /// A buffer of records bound for `page` at `offset` (a block boundary):
 /// `len` bytes of records, at most `cap` (what is left of the page, or the
@@ -315,6 +325,7 @@ impl Flash {
                 used: 0,
                 written: 0,
                 class_bytes: 0,
+                oldest_atime: NO_ATIME,
             };
             pages
         ];
@@ -336,6 +347,7 @@ impl Flash {
                     used: written,
                     written,
                     class_bytes: 0,
+                    oldest_atime: NO_ATIME,
                 };
                 fifo.push((r.seq, p));
             }
@@ -550,6 +562,35 @@ impl Flash {
         (page.used as u128 * live as u128 / page.class_bytes as u128) as usize
     }
 
+    /// Each page's version (its turn as head, numbered from 1 across the
+    /// tier's life; 0 for a page never written) and live bytes, as
+    /// memcached's `stats extstore` lists its pages.
+    pub fn page_data(&self) -> Vec<(u64, usize)> {
+        let log = self.log.lock();
+        log.pages
+            .iter()
+            .enumerate()
+            .map(|(p, page)| {
+                if page.state == PageState::Free {
+                    (0, 0)
+                } else {
+                    (page.seq, self.live_part(p, page))
+                }
+            })
+            .collect()
+    }
+
+    /// The oldest last access known of the items on the pages holding
+    /// records (relative clock), if any is known.
+    pub fn oldest_access(&self) -> Option<u32> {
+        let log = self.log.lock();
+        log.pages
+            .iter()
+            .filter(|p| p.state != PageState::Free && p.oldest_atime != NO_ATIME)
+            .map(|p| p.oldest_atime)
+            .min()
+    }
+
     /// (pages in all, pages free, pages holding records).
     pub fn pages(&self) -> (usize, usize, usize) {
         let log = self.log.lock();
@@ -596,7 +637,9 @@ impl Flash {
     /// into the index. Waits for the disk when every buffer is full,
     /// unless `wait` is false (then, like a failed tier, None). A record
     /// rewritten from log position `origin` is not written (None) once a
-    /// flush_all covers that position.
+    /// flush_all covers that position. `atime`: the item's last access
+    /// (relative clock), if known, for its page's oldest (`stats items`).
+    #[allow(clippy::too_many_arguments)]
     pub fn append(
         &self,
         spec: &ItemSpec,
@@ -605,6 +648,7 @@ impl Flash {
         state: u8,
         wait: bool,
         origin: Option<u64>,
+        atime: Option<u32>,
     ) -> Option<Entry> {
         if !self.is_on() {
             return None;
@@ -650,6 +694,7 @@ impl Flash {
                 };
                 let seq = log.next_seq;
                 log.next_seq += 1;
+                self.stats.page_allocs.fetch_add(1, Ordering::Relaxed);
                 self.meta
                     .header()
                     .next_seq
@@ -660,6 +705,7 @@ impl Flash {
                     used: 0,
                     written: 0,
                     class_bytes: 0,
+                    oldest_atime: NO_ATIME,
                 };
                 self.persist_page(&log, p);
                 log.head = Some(p);
@@ -718,6 +764,10 @@ impl Flash {
         self.meta.header().wbufs[slot][3].store(len as u64, Ordering::Release);
         log.pages[page].used += size;
         log.pages[page].class_bytes += record::class_bytes(class);
+        if let Some(t) = atime {
+            let oldest = &mut log.pages[page].oldest_atime;
+            *oldest = (*oldest).min(t);
+        }
         let pos = page * self.cfg.page_size + page_used;
         drop(log);
         self.stats.objects_written.fetch_add(1, Ordering::Relaxed);

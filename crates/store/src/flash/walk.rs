@@ -1,9 +1,9 @@
 //! Walking the keys held on flash, for a copy of the whole cache (a
-//! replication link's full copy): the records still in the filling write
-//! buffer go to the flusher first, then every page holding records is read
-//! in log order, a chunk at a time, and each record that its key's index
-//! entry still points at is reported (older records of a key, and records
-//! of deleted or flushed keys, are not).
+//! replication link's full copy) and the dumps: the records still in the
+//! filling write buffer go to the flusher first, then every page holding
+//! records is read in log order, a chunk at a time, and each record that
+//! its key's index entry still points at is reported (older records of a
+//! key, and records of deleted or flushed keys, are not).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -18,6 +18,16 @@ pub struct FlashWalk {
     next: usize,
     pos: usize,
     chunk: Option<AlignedBuf>,
+}
+
+impl std::fmt::Debug for FlashWalk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlashWalk")
+            .field("pages", &self.pages.len())
+            .field("next", &self.next)
+            .field("pos", &self.pos)
+            .finish()
+    }
 }
 
 impl Flash {
@@ -54,6 +64,12 @@ impl Flash {
     /// changes from here on reaches a copy by other means (a replication
     /// link streams every key written after its copy began).
     pub fn walk_step(&self, w: &mut FlashWalk, mut f: impl FnMut(&[u8])) -> bool {
+        self.walk_records(w, |it| f(it.key()))
+    }
+
+    /// [`walk_step`](Self::walk_step), calling `f` with each live record's
+    /// item (valid during the call only).
+    pub fn walk_records(&self, w: &mut FlashWalk, mut f: impl FnMut(ItemPtr)) -> bool {
         loop {
             if !self.is_on() {
                 return false;
@@ -61,10 +77,14 @@ impl Flash {
             let Some(&(p, seq, end)) = w.pages.get(w.next) else {
                 return false;
             };
-            let same = {
+            let (same, flushed_below) = {
                 let log = self.log.lock();
-                log.pages[p].seq == seq && log.pages[p].state != PageState::Free
+                (
+                    log.pages[p].seq == seq && log.pages[p].state != PageState::Free,
+                    log.flushed_below,
+                )
             };
+            let page_logical = seq * self.cfg.page_size as u64;
             if !same || w.pos >= end {
                 w.next += 1;
                 w.pos = 0;
@@ -87,13 +107,14 @@ impl Flash {
                 let addr = ((page_base + at) / record::ALIGN) as u64 + 1;
                 // SAFETY: a verified record's item bytes are a whole item.
                 let it = unsafe { ItemPtr::from_raw(item.as_ptr() as *mut u8) };
-                let key = it.key();
-                if self
-                    .index
-                    .get(hash_key(key))
-                    .is_some_and(|e| e.addr == addr)
+                let flushed = page_logical + ((start + at) as u64) < flushed_below;
+                if !flushed
+                    && self
+                        .index
+                        .get(hash_key(it.key()))
+                        .is_some_and(|e| e.addr == addr)
                 {
-                    f(key);
+                    f(it);
                 }
             });
             w.pos = (start + at).max(w.pos + 1);

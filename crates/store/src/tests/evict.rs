@@ -158,3 +158,43 @@ fn a_one_segment_cache_keeps_evicting() {
     assert!(get(&s, b"k4999").is_some());
     assert!(s.stats().evictions > 0);
 }
+
+/// `stats items`' figures: items per queue add up to `curr_items`, the
+/// oldest access moves with the clock and with hits, and the evictor's
+/// keeps, evictions with an expiry and the last evicted item's idle time
+/// are counted.
+#[test]
+fn queue_figures_ages_and_eviction_counts() {
+    let s = Store::new(StoreConfig {
+        memory_limit: 4 << 20,
+        ..StoreConfig::default()
+    });
+    let value = vec![b'v'; 1000];
+    fill(&s, "old", 500, 0, &value);
+    let q = s.queues();
+    assert_eq!(q.small_items + q.main_items, 500);
+    let written = q.small_oldest.expect("an oldest item");
+    s.clock().advance_for_tests(7);
+    let now = s.clock().now();
+    assert_eq!(s.queues().small_oldest, Some(written));
+    assert!(now - written >= 7);
+    // Hit half of them, then push everything through small: the hit ones
+    // are kept in main, the others evicted.
+    for i in 0..250 {
+        assert!(get(&s, format!("old{i}").as_bytes()).is_some());
+    }
+    let exp = s.clock().expiry(10_000);
+    fill(&s, "new", 8_000, exp, &value);
+    let st = s.stats();
+    assert!(st.evictions > 0, "{st:?}");
+    assert!(st.moves_to_warm > 0, "{st:?}");
+    assert!(st.evicted_nonzero > 0, "{st:?}");
+    assert!(st.evicted_nonzero <= st.evictions);
+    let q = s.queues();
+    assert_eq!(q.small_items + q.main_items, st.curr_items, "{q:?} {st:?}");
+    assert!(q.main_items > 0, "{q:?}");
+    // The last item evicted was written after the clock moved: idle < 7 s.
+    assert!(st.evicted_time < 7, "{st:?}");
+    s.reset_stats();
+    assert_eq!(s.stats().moves_to_warm, 0);
+}

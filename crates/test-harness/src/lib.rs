@@ -1,0 +1,411 @@
+//! Starting the processes the integration tests run (osmium, memcached,
+//! osmium-proxy, nutcracker) on loopback ports, and stopping them by PID.
+//!
+//! A port picked free can be taken before the server binds it: by another
+//! test's server, by another test's probe, or as the local port of any
+//! outgoing connection. Two defences:
+//! - [`free_port`] reserves the port it returns: it leaves a connection on
+//!   it in TIME_WAIT, so for about a minute the kernel gives that port to no
+//!   `bind(127.0.0.1:0)` and to no outgoing connection, while a server that
+//!   sets `SO_REUSEADDR` (memcached, nutcracker, osmium and osmium-proxy
+//!   all do) binds it at once.
+//! - [`Start`] retries: a process that exits before it listens, saying its
+//!   address was in use (on stderr or in its log file), is started again on
+//!   a new port, a few times. Any other exit fails the start with what the
+//!   process said.
+//!
+//! A start is proven by the process itself holding a listening socket on
+//! the port ([`listens_on`]), not by a connect, which another test's server
+//! on the same port could answer. A [`ServerProcess`] is stopped by its PID
+//! (SIGTERM, then SIGKILL after a timeout) and killed when dropped.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::io::Read;
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// How many times [`Start`] starts a process before it gives up.
+pub const ATTEMPTS: u32 = 5;
+/// How long one start may take to listen.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long [`ServerProcess::stop`] waits after SIGTERM before SIGKILL.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+thread_local! {
+    static FORCED: RefCell<VecDeque<u16>> = const { RefCell::new(VecDeque::new()) };
+    static LAST_ATTEMPTS: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Makes the next [`free_port`] call on this thread return `port`, once:
+/// how a test of the harness hands a start a port it holds itself, to see
+/// the start retried elsewhere.
+pub fn force_next_port(port: u16) {
+    FORCED.with(|f| f.borrow_mut().push_back(port));
+}
+
+/// How many starts the last [`Start`] on this thread took (1: no retry).
+pub fn last_start_attempts() -> u32 {
+    LAST_ATTEMPTS.with(Cell::get)
+}
+
+/// A free loopback TCP port, reserved for about a minute (module comment).
+pub fn free_port() -> u16 {
+    if let Some(port) = FORCED.with(|f| f.borrow_mut().pop_front()) {
+        return port;
+    }
+    loop {
+        if let Some(port) = reserve_port() {
+            return port;
+        }
+    }
+}
+
+/// A free loopback port for TCP (reserved, [`free_port`]) that UDP could
+/// bind too a moment ago.
+pub fn free_port_tcp_udp() -> u16 {
+    loop {
+        let port = free_port();
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// Binds a port, connects to it, accepts and closes the accepted side
+/// first: the side that closes first holds the port in TIME_WAIT.
+fn reserve_port() -> Option<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0").ok()?;
+    let port = listener.local_addr().ok()?.port();
+    let client = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let (accepted, _) = listener.accept().ok()?;
+    drop(accepted);
+    // Wait for the accepted side's FIN before closing ours, so ours is
+    // the passive close and the TIME_WAIT stays on `port`.
+    let _ = client.set_read_timeout(Some(Duration::from_secs(1)));
+    let _ = (&client).read(&mut [0u8; 1]);
+    drop(client);
+    Some(port)
+}
+
+/// Whether process `pid` holds a listening IPv4 TCP socket on `port`: a
+/// LISTEN entry of `/proc/net/tcp` with that local port whose socket inode
+/// is one of the process's descriptors.
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return false;
+    };
+    // Fields: sl, local_address (hex addr:port), rem_address, st (0A is
+    // LISTEN), tx:rx queues, tr:when, retrnsmt, uid, timeout, inode.
+    let sockets: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+            let inode = f.get(9)?;
+            (local == port && *f.get(3)? == "0A").then(|| format!("socket:[{inode}]"))
+        })
+        .collect();
+    if sockets.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| sockets.iter().any(|s| target.as_os_str() == s.as_str()))
+    })
+}
+
+/// Whether a server's message says it could not bind because the address
+/// was taken: memcached ("failed to listen on ...: Address already in
+/// use"), nutcracker ("bind on p 6 to addr ... failed: Address already in
+/// use"), osmium and osmium-proxy ("Address already in use (os error 98)").
+pub fn says_address_in_use(text: &str) -> bool {
+    let text = text.to_ascii_lowercase();
+    [
+        "already in use",
+        "address in use",
+        "eaddrinuse",
+        "os error 98",
+    ]
+    .iter()
+    .any(|s| text.contains(s))
+}
+
+/// How to start one process: its name (for messages), the first port,
+/// where it logs, how many attempts. `command`/`child` start it.
+pub struct Start {
+    name: String,
+    first_port: Option<u16>,
+    same_port: bool,
+    log: Option<PathBuf>,
+    attempts: u32,
+    timeout: Duration,
+}
+
+enum Outcome {
+    Listening,
+    Exited(ExitStatus),
+    TimedOut,
+}
+
+impl Start {
+    pub fn new(name: &str) -> Start {
+        Start {
+            name: name.to_string(),
+            first_port: None,
+            same_port: false,
+            log: None,
+            attempts: ATTEMPTS,
+            timeout: READY_TIMEOUT,
+        }
+    }
+
+    /// The first attempt uses `port`; a retry takes a new free port.
+    pub fn port(mut self, port: u16) -> Start {
+        self.first_port = Some(port);
+        self
+    }
+
+    /// Every attempt uses `port` (a restart where the port is the point),
+    /// 200 ms apart.
+    pub fn only_port(mut self, port: u16) -> Start {
+        self.first_port = Some(port);
+        self.same_port = true;
+        self
+    }
+
+    /// The process also writes its reasons to `path` (nutcracker's `-o`):
+    /// removed before each attempt, read after a failed one.
+    pub fn log_file(mut self, path: PathBuf) -> Start {
+        self.log = Some(path);
+        self
+    }
+
+    pub fn attempts(mut self, attempts: u32) -> Start {
+        self.attempts = attempts.max(1);
+        self
+    }
+
+    pub fn timeout(mut self, timeout: Duration) -> Start {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Starts `command(port)` with stdin and stdout null and stderr piped
+    /// (read when it fails to start; [`ServerProcess::stderr_text`]).
+    pub fn command(self, mut command: impl FnMut(u16) -> Command) -> ServerProcess {
+        let name = self.name.clone();
+        self.child(|port| {
+            command(port)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot run {name}: {e}"))
+        })
+    }
+
+    /// Starts the child `spawn(port)` returns (its stdio as the caller set
+    /// it: a piped stderr is read when the start fails) until one listens.
+    /// An exit that says the address was in use, or says nothing readable,
+    /// is retried; any other exit, or no listener within the timeout,
+    /// panics with what the process said.
+    pub fn child(self, mut spawn: impl FnMut(u16) -> Child) -> ServerProcess {
+        let mut tried = Vec::new();
+        for attempt in 1..=self.attempts {
+            let port = match self.first_port {
+                Some(p) if attempt == 1 || self.same_port => p,
+                _ => free_port(),
+            };
+            if let Some(log) = &self.log {
+                let _ = std::fs::remove_file(log);
+            }
+            let mut child = spawn(port);
+            match wait_listening(&mut child, port, self.timeout) {
+                Outcome::Listening => {
+                    LAST_ATTEMPTS.with(|a| a.set(attempt));
+                    return ServerProcess {
+                        child: Some(child),
+                        port,
+                        name: self.name,
+                        attempts: attempt,
+                    };
+                }
+                Outcome::Exited(status) => {
+                    let said = self.reason(&mut child);
+                    if !(said.trim().is_empty() || says_address_in_use(&said)) {
+                        panic!(
+                            "{} exited ({status}) at start on port {port}: {said}",
+                            self.name
+                        );
+                    }
+                    tried.push(format!("{port}: {status}: {}", said.trim()));
+                    if self.same_port {
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                }
+                Outcome::TimedOut => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let said = self.reason(&mut child);
+                    panic!(
+                        "{} did not listen on port {port} within {:?}: {said}",
+                        self.name, self.timeout
+                    );
+                }
+            }
+        }
+        panic!(
+            "{} did not start in {} attempts ({})",
+            self.name,
+            self.attempts,
+            tried.join("; ")
+        );
+    }
+
+    /// What an exited process said: its piped stderr and its log file.
+    fn reason(&self, child: &mut Child) -> String {
+        let mut said = String::new();
+        if let Some(mut err) = child.stderr.take() {
+            let _ = err.read_to_string(&mut said);
+        }
+        if let Some(log) = &self.log {
+            said.push_str(&std::fs::read_to_string(log).unwrap_or_default());
+        }
+        said
+    }
+}
+
+/// Polls until `child` listens on `port`, exits, or `timeout` passes.
+fn wait_listening(child: &mut Child, port: u16, timeout: Duration) -> Outcome {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Outcome::Exited(status);
+        }
+        if listens_on(child.id(), port) {
+            return Outcome::Listening;
+        }
+        if Instant::now() >= deadline {
+            return Outcome::TimedOut;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A started process listening on `port`; killed (SIGKILL) when dropped.
+pub struct ServerProcess {
+    child: Option<Child>,
+    port: u16,
+    name: String,
+    attempts: u32,
+}
+
+impl ServerProcess {
+    /// Starts `command(port)` on a free port ([`Start::command`]).
+    pub fn start(name: &str, command: impl FnMut(u16) -> Command) -> ServerProcess {
+        Start::new(name).command(command)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many starts it took (1: no retry).
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child_ref().id()
+    }
+
+    fn child_ref(&self) -> &Child {
+        self.child.as_ref().expect("process handed over")
+    }
+
+    pub fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("process handed over")
+    }
+
+    /// The child, which the caller now stops: no kill on drop.
+    pub fn into_child(mut self) -> Child {
+        self.child.take().expect("process handed over")
+    }
+
+    /// SIGTERM, then SIGKILL after [`STOP_TIMEOUT`]; its exit status.
+    pub fn stop(&mut self) -> ExitStatus {
+        stop_child(self.child(), STOP_TIMEOUT)
+    }
+
+    /// SIGKILL, and reaped.
+    pub fn kill(&mut self) {
+        kill_child(self.child());
+    }
+
+    /// What the process wrote to its piped stderr; reads to its end, so
+    /// call it once the process has stopped.
+    pub fn stderr_text(&mut self) -> String {
+        let mut text = String::new();
+        if let Some(err) = self.child().stderr.as_mut() {
+            let _ = err.read_to_string(&mut text);
+        }
+        text
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            kill_child(child);
+        }
+    }
+}
+
+/// Sends `signal` to `pid`; whether it was delivered.
+pub fn signal(pid: u32, signal: i32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    // Callers pass the PID of their own child that has not been reaped, so
+    // the PID names that process (a zombie at worst), never a reused one.
+    unsafe { libc::kill(pid, signal) == 0 }
+}
+
+/// Stops `child` by PID: SIGTERM, then SIGKILL if it still runs after
+/// `timeout`; its exit status.
+pub fn stop_child(child: &mut Child, timeout: Duration) -> ExitStatus {
+    if let Ok(Some(status)) = child.try_wait() {
+        return status;
+    }
+    signal(child.id(), libc::SIGTERM);
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    child.wait().expect("wait for a killed child")
+}
+
+/// SIGKILL and reap, ignoring a child that already exited.
+pub fn kill_child(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[cfg(test)]
+mod tests;

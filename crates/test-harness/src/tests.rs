@@ -1,0 +1,131 @@
+//! The harness against a stand-in server: this test binary run again as
+//! `fake_server` (FAKE_SERVER_PORT set), which binds the port as the real
+//! servers do (`SO_REUSEADDR`, std's listener) or says why it cannot.
+
+use super::*;
+use std::process::Command;
+
+const PORT_VAR: &str = "FAKE_SERVER_PORT";
+const FAIL_VAR: &str = "FAKE_SERVER_FAIL";
+
+/// The stand-in server's body; an ordinary (empty) test otherwise.
+#[test]
+fn fake_server() {
+    let Some(port) = std::env::var(PORT_VAR)
+        .ok()
+        .and_then(|p| p.parse::<u16>().ok())
+    else {
+        return;
+    };
+    if let Ok(why) = std::env::var(FAIL_VAR) {
+        eprintln!("{why}");
+        std::process::exit(64);
+    }
+    match TcpListener::bind(("127.0.0.1", port)) {
+        Ok(_listener) => loop {
+            std::thread::sleep(Duration::from_secs(1));
+        },
+        Err(e) => {
+            eprintln!("failed to listen on port {port}: {e}");
+            std::process::exit(71);
+        }
+    }
+}
+
+fn fake(port: u16) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "tests::fake_server", "--nocapture"])
+        .env(PORT_VAR, port.to_string());
+    cmd
+}
+
+#[test]
+fn a_reserved_port_is_given_to_no_other_bind_but_a_server_binds_it() {
+    let port = free_port();
+    // The kernel's automatic choice skips it...
+    for _ in 0..2000 {
+        let other = TcpListener::bind("127.0.0.1:0").unwrap();
+        assert_ne!(other.local_addr().unwrap().port(), port);
+    }
+    // ...and a server (address reuse on, as std sets it) binds it.
+    let server = TcpListener::bind(("127.0.0.1", port)).expect("bind the reserved port");
+    assert_eq!(server.local_addr().unwrap().port(), port);
+}
+
+#[test]
+fn a_start_whose_port_is_taken_is_retried_on_another() {
+    let holder = TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().port();
+    force_next_port(taken);
+    let mut server = ServerProcess::start("fake server", fake);
+    assert_eq!(
+        server.attempts(),
+        2,
+        "one failed start, then one that listens"
+    );
+    assert_eq!(last_start_attempts(), 2);
+    assert_ne!(server.port(), taken);
+    assert!(listens_on(server.pid(), server.port()));
+    TcpStream::connect(("127.0.0.1", server.port())).expect("connect");
+    let status = server.stop();
+    assert!(!status.success(), "stopped by a signal: {status}");
+}
+
+#[test]
+fn a_start_on_a_given_port_moves_when_that_port_is_taken() {
+    let holder = TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().port();
+    let server = Start::new("fake server").port(taken).command(fake);
+    assert_eq!(server.attempts(), 2);
+    assert_ne!(server.port(), taken);
+}
+
+#[test]
+fn a_start_that_fails_for_another_reason_is_not_retried_and_says_why() {
+    let result = std::panic::catch_unwind(|| {
+        Start::new("fake server").command(|port| {
+            let mut cmd = fake(port);
+            cmd.env(FAIL_VAR, "unknown option -Z");
+            cmd
+        })
+    });
+    let why = *result.err().unwrap().downcast::<String>().unwrap();
+    assert!(why.contains("unknown option -Z"), "{why}");
+    assert!(why.contains("exit status: 64"), "{why}");
+}
+
+#[test]
+fn a_port_held_throughout_fails_after_the_attempts_with_each_reason() {
+    let holder = TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().port();
+    let result = std::panic::catch_unwind(|| {
+        Start::new("fake server")
+            .only_port(taken)
+            .attempts(2)
+            .command(fake)
+    });
+    let why = *result.err().unwrap().downcast::<String>().unwrap();
+    assert!(why.contains("did not start in 2 attempts"), "{why}");
+    assert!(why.contains("Address already in use"), "{why}");
+}
+
+#[test]
+fn dropping_a_server_kills_it() {
+    let server = ServerProcess::start("fake server", fake);
+    let pid = server.pid();
+    drop(server);
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+}
+
+#[test]
+fn the_servers_messages_for_a_taken_port_are_recognised() {
+    for said in [
+        "failed to listen on one of interface(s) 127.0.0.1: Address already in use",
+        "[2026-11-27 19:10:20.055] nc_proxy.c:147 bind on p 6 to addr '127.0.0.1:48263' failed: Address already in use",
+        "failed to start: Address already in use (os error 98)",
+        "osmium-proxy: cannot listen for stats on 0.0.0.0:59179: Address already in use (os error 98)",
+    ] {
+        assert!(says_address_in_use(said), "{said}");
+    }
+    assert!(!says_address_in_use("unknown option -Z"));
+}
