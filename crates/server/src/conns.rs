@@ -43,6 +43,8 @@ pub enum State {
     ReadingValue = 2,
     /// Sending replies the socket did not take yet.
     Writing = 3,
+    /// A log watcher (`watch`).
+    Watching = 4,
 }
 
 impl State {
@@ -51,6 +53,7 @@ impl State {
             1 => "conn_parse_cmd",
             2 => "conn_nread",
             3 => "conn_mwrite",
+            4 => "conn_watch",
             _ => "conn_waiting",
         }
     }

@@ -13,6 +13,7 @@ use crate::auth::AuthConfig;
 use crate::buffers::{BufferPool, PublishedPoolStats};
 use crate::conns::Registry;
 use crate::hotkeys::{HotKeys, Sampler};
+use crate::logger::Logger;
 use crate::replication::auth::{PeerAuth, Secret};
 use crate::replication::{Replication, Wait, PEER_NONE};
 use crate::settings::Settings;
@@ -62,6 +63,8 @@ pub struct Shared {
     pub tls: Option<Arc<TlsContext>>,
     /// Every worker's hot-key summaries (None: `-o hotkeys_top=0`).
     pub hotkeys: Option<Arc<HotKeys>>,
+    /// Log watchers (`watch`).
+    pub logger: Logger,
 }
 
 impl Shared {
@@ -92,6 +95,7 @@ impl Shared {
             settings.threads,
         );
         Shared {
+            logger: Logger::new(settings.threads),
             tls,
             hotkeys,
             replication,
@@ -200,6 +204,11 @@ pub struct WorkerCtx {
     pub handover: std::cell::Cell<Option<u64>>,
     /// This worker's hot-key sampler (None: hot keys off).
     pub hot: Option<Sampler>,
+    /// `watch` asked for the connection to become a log watcher of these
+    /// streams.
+    pub watch: std::cell::Cell<Option<u16>>,
+    /// The descriptor of the connection being run (the watchers' `cfd`).
+    pub cfd: std::cell::Cell<i32>,
 }
 
 /// Output a worker lets its connections queue in all before a connection
@@ -234,6 +243,8 @@ impl WorkerCtx {
                 .hotkeys
                 .as_ref()
                 .map(|h| Sampler::new(h.clone(), index)),
+            watch: std::cell::Cell::new(None),
+            cfd: std::cell::Cell::new(0),
             shared,
         }
     }

@@ -25,6 +25,7 @@ mod daemon;
 mod execute;
 mod hotkeys;
 mod log;
+mod logger;
 mod metrics;
 mod process;
 mod replication;

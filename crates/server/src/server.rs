@@ -109,6 +109,9 @@ pub fn run(
         .collect::<io::Result<_>>()?;
 
     spawn_maintenance(shared.clone())?;
+    crate::execute::report_store_events(&shared);
+    report_link_events(&shared);
+    let logger = crate::logger::spawn(shared.clone())?;
     let cleaner = spawn_cleaner(shared.clone())?;
     start_replication(&shared.replication, &shared, &workers);
     if let Some(l) = metrics_listener {
@@ -192,6 +195,13 @@ pub fn run(
         StopRequest::Exit if shared.verbose() > 0 => tracing::info!("Exiting normally"),
         StopRequest::Exit => {}
     }
+    shared.logger.sysevent(format_args!(
+        "type=shutdown mode={}",
+        match how {
+            StopRequest::Graceful => "graceful",
+            StopRequest::Exit => "exit",
+        }
+    ));
     shared.replication.stop();
     // Workers see the stop request and return.
     for w in &workers {
@@ -208,9 +218,19 @@ pub fn run(
     // With -e: every page written out and the file marked whole (a kill
     // would have kept the cache too, but only a stop survives a system
     // crash that follows).
-    if let Err(e) = shared.store.close() {
-        tracing::warn!("[restart] failed to write the memory file out: {e}");
+    let items = shared.store.stats().curr_items;
+    match shared.store.close() {
+        Err(e) => tracing::warn!("[restart] failed to write the memory file out: {e}"),
+        Ok(()) if settings.memory_file.is_some() => {
+            // The cache the next start takes over (a warm restart).
+            shared
+                .logger
+                .sysevent(format_args!("type=warm_restart state=saved items={items}"));
+        }
+        Ok(()) => {}
     }
+    shared.logger.stop();
+    let _ = logger.join();
     if let Some(path) = &settings.pidfile {
         daemon::remove_pid_file(path);
     }
@@ -262,6 +282,31 @@ fn start_replication(
         true
     };
     r.start(wakers, Box::new(handoff));
+}
+
+/// Replication links going up and down, as `sysevents` lines:
+/// `type=replication_link role=target|feed peer=<address> state=up|down`
+/// (`reason=<why, URI-encoded>` when down).
+fn report_link_events(shared: &Arc<Shared>) {
+    let weak = Arc::downgrade(shared);
+    shared
+        .replication
+        .on_link_change(Box::new(move |role, peer, up, why| {
+            let Some(shared) = weak.upgrade() else {
+                return;
+            };
+            shared.logger.log_other(crate::logger::SYSEVENTS, |b| {
+                b.extend_from_slice(b"type=replication_link role=");
+                b.extend_from_slice(role.as_bytes());
+                b.extend_from_slice(b" peer=");
+                crate::logger::uri_encode(peer.as_bytes(), b);
+                b.extend_from_slice(if up { b" state=up" } else { b" state=down" });
+                if let Some(why) = why {
+                    b.extend_from_slice(b" reason=");
+                    crate::logger::uri_encode(why.as_bytes(), b);
+                }
+            });
+        }));
 }
 
 /// Says what became of a memory file's cache at start (memcached prints

@@ -262,6 +262,8 @@ pub struct Settings {
     /// Not `-X`: `stats cachedump`, `stats detail` and the crawler dumps
     /// are allowed.
     pub dump_enabled: bool,
+    /// `!-W`: log watchers (`watch`) allowed.
+    pub watch_enabled: bool,
     /// `-o read_buf_mem_limit`, in bytes (0: no limit).
     pub read_buf_mem_limit: usize,
     /// `--replicate-to`: the replication targets, in order.
@@ -700,6 +702,7 @@ where
         prefix_delimiter,
         detail_enabled,
         dump_enabled: !cli.disable_dumping,
+        watch_enabled: !cli.disable_watch,
         read_buf_mem_limit,
         replicate_to: cli.replicate_to,
         replication_sync,

@@ -92,6 +92,9 @@ impl Store {
                         if freq == 0 || !self.keep(&mut table, hash, &found, queue, now, flushes) {
                             // To flash if there is a tier, else evicted.
                             if !self.demote(hash, &found, flushes) {
+                                if self.events.wanted(crate::events::EVICTIONS) {
+                                    self.report_eviction(it, found.loc, now);
+                                }
                                 let c = &mut table.counters;
                                 c.evictions += 1;
                                 c.evicted_unfetched += u64::from(!fetched);
@@ -119,6 +122,25 @@ impl Store {
             offset += size;
         }
         live
+    }
+
+    /// Tells the owner of an eviction (`events`).
+    #[cold]
+    fn report_eviction(&self, it: item::ItemPtr, loc: Location, now: u32) {
+        let exptime = it.exptime();
+        let e = crate::events::Evicted {
+            key: it.key(),
+            fetched: it.is_fetched(),
+            ttl: if exptime == 0 {
+                -1
+            } else {
+                i64::from(exptime) - i64::from(now)
+            },
+            last_access: now.saturating_sub(self.base_atime(loc, it)),
+            flags: it.flags(),
+            value_len: it.value_len(),
+        };
+        self.events.emit(&crate::events::Event::Evicted(e));
     }
 
     /// Copies an item the evictor keeps into main (keeping its CAS unique

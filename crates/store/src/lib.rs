@@ -56,6 +56,7 @@ pub mod arena;
 pub mod backing;
 pub mod clock;
 pub mod epoch;
+pub mod events;
 pub mod flash;
 pub mod ghost;
 pub mod index;

@@ -54,6 +54,8 @@ pub struct Store {
     /// Set (and signalled) when writers find free segments low: wakes the
     /// background cleaner.
     pub(crate) clean_wanted: (parking_lot::Mutex<bool>, parking_lot::Condvar),
+    /// What is reported to the owner (`events`).
+    pub(crate) events: crate::events::Events,
 }
 
 impl Store {
@@ -130,6 +132,7 @@ impl Store {
             None => (None, None),
         };
         let store = Store {
+            events: Default::default(),
             flash,
             head_counters: (0..heads).map(|_| HeadCounters::default()).collect(),
             copy_head: arena.copy_head(),
@@ -162,6 +165,24 @@ impl Store {
     }
 
     /// The flash tier, if there is one.
+    /// Sets the hook that hears of the events asked for with
+    /// [`Store::report_events`] (once; later calls are ignored).
+    pub fn set_event_hook(&self, hook: crate::events::Hook) {
+        self.events.set_hook(hook.clone());
+        if let Some(f) = &self.flash {
+            f.events.set_hook(hook);
+        }
+    }
+
+    /// Which events the hook hears of (`events::EVICTIONS`,
+    /// `events::FLASH_WRITES`; 0 for none).
+    pub fn report_events(&self, kinds: u8) {
+        self.events.set_wanted(kinds);
+        if let Some(f) = &self.flash {
+            f.events.set_wanted(kinds);
+        }
+    }
+
     pub fn flash(&self) -> Option<&crate::flash::Flash> {
         self.flash.as_deref()
     }

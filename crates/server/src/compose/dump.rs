@@ -102,7 +102,7 @@ const CACHEDUMP_END: &[u8] = b"END\r\n";
 
 /// memcached's `uriencode`: alphanumerics and `-._~` as they are, every
 /// other byte as `%XX`.
-fn uri_encode(key: &[u8], out: &mut Vec<u8>) {
+pub fn uri_encode(key: &[u8], out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &b in key {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {

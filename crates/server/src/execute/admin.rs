@@ -1,8 +1,8 @@
 //! Commands about the server rather than items: flush_all, version,
 //! verbosity, quit, noop (mn, binary NOOP), shutdown, cache_memlimit, the
 //! errors and closes a parser decided on, memcached's slab/LRU/extstore
-//! tuning commands (`tuning`) and replication's private commands
-//! (`replica`).
+//! tuning commands (`tuning`), `watch` (`watch`) and replication's
+//! private commands (`replica`).
 
 use std::sync::atomic::Ordering;
 
@@ -75,6 +75,9 @@ pub fn admin(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Outpu
                 Status::MemlimitFailed
             };
             say(out, Outcome::Status(status))
+        }
+        Command::Admin { tokens } if tokens.get(0) == b"watch" => {
+            super::watch::command(ctx, conn, tokens, out)
         }
         Command::Admin { tokens } if tokens.get(0).starts_with(b"replica_") => {
             let noreply = matches!(reply, Reply::Text { noreply: true });

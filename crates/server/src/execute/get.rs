@@ -141,6 +141,7 @@ pub fn text_keys(
     out: &mut Output,
     mut direct: impl FnMut(usize) -> text::Direct,
 ) -> Result<bool, usize> {
+    super::watch::get_keys(ctx, keys);
     let store = ctx.store();
     let mut too_long = None;
     let mut position = 0;

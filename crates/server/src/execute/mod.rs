@@ -33,6 +33,7 @@ pub mod sasl;
 mod stats;
 pub mod store;
 mod tuning;
+mod watch;
 
 use osmium_protocol::request::{Command, Reply, Request};
 
@@ -45,6 +46,7 @@ pub use crate::compose::error_line;
 pub use dump::{Dump, DumpKind};
 pub use get::text_keys;
 pub use sasl::{admit_sasl, AuthState};
+pub use watch::report_store_events;
 
 /// What the connection does after a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +124,11 @@ pub fn execute(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Out
             flush: false,
         };
     }
+    let found = watch::before(ctx, req);
     let done = run(ctx, conn, req, out);
+    if found.is_some() {
+        watch::after(ctx, req, found);
+    }
     if ctx.repl.is_some() {
         replicate(ctx, &req.command);
     }

@@ -162,16 +162,29 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     }
     stat(out, "lru_crawler_starts", 0);
     stat(out, "lru_maintainer_juggles", 0);
-    for name in [
-        "malloc_fails",
+    stat(out, "malloc_fails", 0);
+    let log = &sh.logger.stats;
+    stat(
+        out,
         "log_worker_dropped",
+        log.worker_dropped.load(Ordering::Relaxed),
+    );
+    stat(
+        out,
         "log_worker_written",
+        log.worker_written.load(Ordering::Relaxed),
+    );
+    stat(
+        out,
         "log_watcher_skipped",
+        log.watcher_skipped.load(Ordering::Relaxed),
+    );
+    stat(
+        out,
         "log_watcher_sent",
-        "log_watchers",
-    ] {
-        stat(out, name, 0);
-    }
+        log.watcher_sent.load(Ordering::Relaxed),
+    );
+    stat(out, "log_watchers", sh.logger.watcher_count());
     if let Some(tls) = &sh.tls {
         if tls.session_cache() {
             stat(

@@ -20,7 +20,7 @@ use osmium_protocol::binary::opcode;
 use osmium_protocol::request::{BinaryReply, Reply, Store, StoreMode};
 use osmium_store::{Incoming, StoreStatus, Write};
 
-use super::{answer, Done};
+use super::{answer, watch, Done};
 use crate::compose::outcome::{Outcome, Status, Stored};
 use crate::compose::output::Output;
 use crate::context::WorkerCtx;
@@ -131,7 +131,19 @@ pub fn complete(
     }
     ctx.hot_write(s.key, vlen);
     let w = write(ctx, s, &block[..vlen]);
+    watch::storing(ctx, s.key);
     let (status, cas, size) = ctx.store().store_sized(ctx.head, &w);
+    watch::stored(
+        ctx,
+        watch::Stored {
+            key: s.key,
+            mode: s.mode,
+            status,
+            exptime: w.exptime,
+            flags: s.flags,
+            size: if size > 0 { size } else { vlen },
+        },
+    );
     ctx.replicate_key(s.key);
     store_reply(
         ctx,
@@ -185,6 +197,9 @@ fn store_reply(
 pub struct IncomingStore {
     pub item: Incoming,
     mode: StoreMode,
+    /// Its expiry and client flags (for the watchers' `item_store`).
+    exptime: u32,
+    flags: u32,
     reply: IncomingReply,
 }
 
@@ -233,10 +248,13 @@ pub fn begin_incoming(
         prefix.record_set(s.key);
     }
     let w = write(ctx, s, first);
+    watch::storing(ctx, s.key);
     match ctx.store().begin_incoming(ctx.head, &w, s.value_len) {
         Ok(item) => Some(IncomingStore {
             item,
             mode: s.mode,
+            exptime: w.exptime,
+            flags: s.flags,
             reply: match reply {
                 Reply::Text { noreply } => IncomingReply::Text { noreply: *noreply },
                 Reply::Meta(m) => IncomingReply::Meta {
@@ -263,7 +281,13 @@ pub fn finish_incoming(
 ) -> Done {
     ctx.stats.set_cmds.incr();
     let store = ctx.store();
-    let IncomingStore { item, mode, reply } = incoming;
+    let IncomingStore {
+        item,
+        mode,
+        reply,
+        exptime,
+        flags,
+    } = incoming;
     // The request's reply as it arrived (an ms line parsed again: its
     // flags, key and whether the key is binary).
     let mut keys = osmium_protocol::request::KeyBuffer::new();
@@ -286,7 +310,8 @@ pub fn finish_incoming(
     ctx.hot_write(item.key(), size);
     // The key, for replication, before the item is handed over.
     let mut repl_key = [0u8; 256];
-    let repl_key_len = if ctx.repl.is_some() {
+    let logged = ctx.shared.logger.watching(crate::logger::MUTATIONS);
+    let repl_key_len = if ctx.repl.is_some() || logged {
         let k = item.key();
         let n = k.len().min(repl_key.len());
         repl_key[..n].copy_from_slice(&k[..n]);
@@ -297,6 +322,19 @@ pub fn finish_incoming(
     let (status, cas) = store.finish_incoming(ctx.head, item);
     if repl_key_len > 0 {
         ctx.replicate_key(&repl_key[..repl_key_len]);
+    }
+    if logged {
+        watch::stored(
+            ctx,
+            watch::Stored {
+                key: &repl_key[..repl_key_len],
+                mode,
+                status,
+                exptime,
+                flags,
+                size,
+            },
+        );
     }
     store_reply(ctx, mode, key, binary_key, &reply, status, cas, size, out)
 }

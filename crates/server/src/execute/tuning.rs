@@ -2,7 +2,7 @@
 //! as memcached answers them (arguments checked the same way) without
 //! effect: `slabs reassign` (slab reassignment is off), `slabs automove`,
 //! `lru tune|mode|temp_ttl` (no LRU maintainer thread), `extstore ...`
-//! (settings for a flash tier) and `watch` (no log watchers yet); and
+//! (settings for a flash tier); and
 //! `refresh_certs`, which loads the TLS certificates again. Each answers
 //! with a fixed [`Status`].
 
@@ -69,7 +69,6 @@ pub fn tuning(ctx: &WorkerCtx, t: Tokens<'_>) -> Answer {
         // `lru mode` and `lru temp_ttl` need memcached's LRU maintainer thread.
         b"lru" => Status::Error,
         b"extstore" => extstore(&t),
-        b"watch" => Status::WatchNotAllowed,
         b"refresh_certs" => return refresh_certs(ctx),
         _ => Status::Error,
     };

@@ -103,9 +103,17 @@ pub fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
                     tracing::info!("[replication] link to {addr} up");
                     logged_down = false;
                 }
-                serve(&repl, &link, stream, None, None)
+                repl.link_changed("target", &addr, None);
+                let reason = serve(&repl, &link, stream, None, None);
+                repl.link_changed("target", &addr, Some(&reason.to_string()));
+                reason
             }
-            Err(e) => e,
+            Err(e) => {
+                if !logged_down {
+                    repl.link_changed("target", &addr, Some(&e.to_string()));
+                }
+                e
+            }
         };
         if !logged_down {
             tracing::warn!(
@@ -151,7 +159,9 @@ pub fn run_feed(repl: Arc<Replication>, link: Arc<Link>, stream: LinkStream, fol
         .map(|a| a.to_string())
         .unwrap_or_default();
     *link.addr.lock().unwrap_or_else(|e| e.into_inner()) = peer.clone();
+    repl.link_changed("feed", &peer, None);
     let reason = serve(&repl, &link, stream, Some(b"OK\r\n"), Some(follow));
+    repl.link_changed("feed", &peer, Some(&reason.to_string()));
     if repl.verbose() {
         tracing::info!("[replication] follow link to {peer} closed ({reason})");
     }

@@ -94,9 +94,27 @@ pub struct Replication {
     /// Outgoing TLS handshakes that failed, for any reason
     /// (`replica_ssl_handshake_errors`).
     ssl_failures: AtomicU64,
+    /// Told when a link goes up or down (the log watchers' `sysevents`).
+    link_hook: OnceLock<LinkHook>,
 }
 
+/// A link went up or down: (`target` or `feed`, the peer's address, up,
+/// why it went down).
+pub type LinkHook = Box<dyn Fn(&str, &str, bool, Option<&str>) + Send + Sync>;
+
 impl Replication {
+    /// Sets what is told when a link goes up or down (once).
+    pub fn on_link_change(&self, hook: LinkHook) {
+        let _ = self.link_hook.set(hook);
+    }
+
+    /// A link went up, or down (with why).
+    pub(crate) fn link_changed(&self, role: &str, peer: &str, down: Option<&str>) {
+        if let Some(h) = self.link_hook.get() {
+            h(role, peer, down.is_none(), down);
+        }
+    }
+
     /// Without `--replicate-to` it has no targets and is not told of
     /// writes (`is_on`): it only serves follow links a full copy (with a
     /// secret to check them by).
@@ -135,6 +153,7 @@ impl Replication {
             tls,
             auth_failures: AtomicU64::new(0),
             ssl_failures: AtomicU64::new(0),
+            link_hook: OnceLock::new(),
         })
     }
 

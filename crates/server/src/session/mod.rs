@@ -281,6 +281,13 @@ impl Session {
         }
     }
 
+    /// The connection became a log watcher (`stats conns`).
+    pub fn set_watching(&self) {
+        if let Some(a) = &self.activity {
+            a.set_state(State::Watching);
+        }
+    }
+
     /// Gives the session's buffers back to the pool where they are empty
     /// (the transport calls this once it has sent what it could).
     #[inline]

@@ -145,6 +145,18 @@ impl TlsStream {
         Ok(true)
     }
 
+    /// Writes plaintext outside a session's output queue (a log
+    /// watcher's lines): what rustls took, its records sent as far as the
+    /// socket takes them.
+    pub fn write_plain(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if !self.flush_records()? {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let n = io::Write::write(&mut self.conn.writer(), buf)?;
+        self.flush_records()?;
+        Ok(n)
+    }
+
     /// Says goodbye (`close_notify`) if the socket takes it now.
     pub fn close(&mut self) {
         if self.established {

@@ -180,6 +180,11 @@ impl UdpEndpoint {
     }
 
     /// Drops everything in flight after a handler panic.
+    /// The socket's descriptor.
+    pub fn fd(&self) -> i32 {
+        std::os::fd::AsRawFd::as_raw_fd(&self.socket)
+    }
+
     pub fn reset(&mut self) {
         self.discard();
     }

@@ -51,6 +51,7 @@ use super::stream::Stream;
 use super::udp::{Progress, UdpEndpoint};
 use crate::compose::output::Sink;
 use crate::context::{Shared, WorkerCtx};
+use crate::logger;
 use crate::replication::auth::PeerAuth;
 use crate::replication::stream::LinkStream;
 use crate::replication::{Wait, PEER_FOLLOW, PEER_NONE};
@@ -88,6 +89,8 @@ struct Conn {
     stream: Stream,
     session: Session,
     fd: i32,
+    /// Its peer, as accepted (the watchers' `conn_close` lines).
+    kind: crate::conns::Kind,
     /// Numbers the worker's connections (a flash read finishing for a
     /// closed connection must not wake the one that reuses its key).
     id: u64,
@@ -279,7 +282,11 @@ impl Worker {
                 continue;
             }
             let fd = stream.as_raw_fd();
-            let activity = shared.conns.add_client(fd, stream.kind(), now);
+            let kind = stream.kind();
+            let activity = shared.conns.add_client(fd, kind, now);
+            if shared.logger.watching(logger::CONNEVENTS) {
+                logger::conn_event(&shared.logger, self.ctx.head, "conn_new", kind, None, fd);
+            }
             if shared.verbose() > 1 {
                 tracing::debug!("<{fd} new auto-negotiating client connection");
             }
@@ -289,6 +296,7 @@ impl Worker {
                 session,
                 stream,
                 fd,
+                kind,
                 id: self.next_conn_id,
                 awaiting_flash: 0,
                 last_active: now,
@@ -310,8 +318,20 @@ impl Worker {
         }
     }
 
-    fn close(&mut self, key: usize) {
+    fn close(&mut self, key: usize, reason: &str) {
         if let Some(mut conn) = self.conns.try_remove(key) {
+            let shared = &self.ctx.shared;
+            if shared.logger.watching(logger::CONNEVENTS) {
+                let log = &shared.logger;
+                logger::conn_event(
+                    log,
+                    self.ctx.head,
+                    "conn_close",
+                    conn.kind,
+                    Some(reason),
+                    conn.fd,
+                );
+            }
             let queued = conn.session.output().footprint();
             self.ctx.output_changed(queued, 0);
             conn.session.close(&self.ctx);
@@ -339,6 +359,7 @@ impl Worker {
 
     fn run_udp(&mut self, i: usize) {
         let endpoint = &mut self.udp[i];
+        self.ctx.cfd.set(endpoint.fd());
         let progress =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| endpoint.drive(&self.ctx)))
                 .unwrap_or_else(|_| {
@@ -346,6 +367,10 @@ impl Worker {
                     endpoint.reset();
                     Progress::MoreWork
                 });
+        if self.ctx.watch.take().is_some() {
+            // Not reached: `watch` refuses datagrams.
+            self.ctx.shared.logger.unreserve();
+        }
         if self.ctx.peers {
             // Datagrams are never peers: nothing a datagram started is
             // kept.
@@ -370,6 +395,7 @@ impl Worker {
             return;
         };
         conn.last_active = now;
+        self.ctx.cfd.set(conn.fd);
         let before = conn.session.output().footprint();
         // A bug hit by one connection's input must not take down the other
         // connections of this worker: contain it and drop that connection.
@@ -384,6 +410,9 @@ impl Worker {
                 tracing::warn!("connection handler panicked; closing that connection");
                 Flow::Close
             });
+        if let Some(streams) = ctx.watch.take() {
+            return self.hand_over_watcher(key, streams);
+        }
         if let Some(follow) = ctx.handover.take() {
             // replica_follow.
             ctx.peer.set(PEER_NONE);
@@ -409,7 +438,7 @@ impl Worker {
         match flow {
             Flow::Wait => {}
             Flow::Yield => self.ready.push_back(key),
-            Flow::Close => self.close(key),
+            Flow::Close => self.close(key, "normal"),
             Flow::Flash => {
                 let started = match &mut self.flash {
                     Some(io) => io.start(
@@ -456,6 +485,26 @@ impl Worker {
             Stream::Unix(_) => return,
         };
         shared.replication.start_feed(stream, follow);
+    }
+
+    /// A `watch` connection leaves the worker: the logger writes it the
+    /// lines of `streams` (its place among the watchers is taken).
+    fn hand_over_watcher(&mut self, key: usize, streams: u16) {
+        let Some(mut conn) = self.conns.try_remove(key) else {
+            self.ctx.shared.logger.unreserve();
+            return;
+        };
+        let queued = conn.session.output().footprint();
+        self.ctx.output_changed(queued, 0);
+        conn.session.set_watching();
+        conn.session.close(&self.ctx);
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        // Still a connection (`stats conns`, `curr_connections`) until
+        // the logger closes it.
+        self.ctx
+            .shared
+            .logger
+            .add_watcher(conn.stream, conn.fd, streams);
     }
 
     /// Sync replication: connections whose writes every reachable target
@@ -512,7 +561,7 @@ impl Worker {
             .map(|(k, _)| k)
             .collect();
         for k in idle {
-            self.close(k);
+            self.close(k, "idle_timeout");
         }
     }
 

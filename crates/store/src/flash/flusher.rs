@@ -94,6 +94,15 @@ impl Flash {
                     .fetch_add(len as u64, Ordering::Relaxed);
             }
         }
+        if self.events.wanted(crate::events::FLASH_WRITES) {
+            let w = crate::events::FlashWritten {
+                page: b.page,
+                offset: b.offset,
+                bytes: len,
+                failed: result.is_err(),
+            };
+            self.events.emit(&crate::events::Event::FlashWritten(w));
+        }
         let mut log = self.log.lock();
         let queued = log.queued.pop_front().expect("the buffer written");
         debug_assert_eq!(queued.slot, b.slot);

@@ -250,6 +250,8 @@ pub struct Flash {
     pub stats: FlashStats,
     failed: AtomicBool,
     flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// What is reported to the store's owner (`events`).
+    pub(crate) events: crate::events::Events,
 }
 
 impl Flash {
@@ -397,6 +399,7 @@ impl Flash {
             stats: FlashStats::default(),
             failed: AtomicBool::new(false),
             flusher: Mutex::new(None),
+            events: Default::default(),
         });
         let mut resumed = resumed;
         if resumed.taken_over {
