@@ -41,8 +41,29 @@ pub fn stat(out: &mut Vec<u8>, name: &str, value: impl std::fmt::Display) {
     let _ = write!(out, "STAT {name} {value}\r\n");
 }
 
+/// memcached's `uriencode` (util.c), how `watch`, `lru_crawler metadump` and
+/// `stats hotkeys` show keys: ASCII letters, digits and `-._~` stay, every
+/// other byte becomes `%XX` (upper-case hex).
+pub fn uri_encode(key: &[u8], out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in key {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn keys_are_uri_encoded_as_memcached_does() {
+        let mut out = Vec::new();
+        super::uri_encode(b"a-b.c_d~e f/g%\x00", &mut out);
+        assert_eq!(out, b"a-b.c_d~e%20f%2Fg%25%00");
+    }
+
     #[test]
     fn header() {
         let mut out = Vec::new();

@@ -100,27 +100,4 @@ pub fn cachedump_end(out: &mut Output) {
 
 const CACHEDUMP_END: &[u8] = b"END\r\n";
 
-/// memcached's `uriencode`: alphanumerics and `-._~` as they are, every
-/// other byte as `%XX`.
-pub fn uri_encode(key: &[u8], out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in key {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b);
-        } else {
-            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_are_uri_encoded_as_memcached_does() {
-        let mut out = Vec::new();
-        uri_encode(b"a-b.c_d~e f/g%\x00", &mut out);
-        assert_eq!(out, b"a-b.c_d~e%20f%2Fg%25%00");
-    }
-}
+pub use osmium_protocol::encode::uri_encode;

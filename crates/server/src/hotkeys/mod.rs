@@ -272,7 +272,7 @@ pub fn stats_rows(hot: Option<&HotKeys>, n: Option<usize>, out: &mut Vec<u8>) {
         out.extend_from_slice(b"STAT hotkey ");
         out.extend_from_slice(itoa::Buffer::new().format(rank + 1).as_bytes());
         out.push(b' ');
-        uriencode(&k.key, out);
+        uri_encode(&k.key, out);
         let rates = format!(
             " {:.1} {:.1} {:.1}\r\n",
             k.reads_per_sec, k.writes_per_sec, k.bytes_per_sec
@@ -281,18 +281,7 @@ pub fn stats_rows(hot: Option<&HotKeys>, n: Option<usize>, out: &mut Vec<u8>) {
     }
 }
 
-/// memcached's `uriencode` (util.c): ASCII letters, digits and `-._~`
-/// stay, every other byte becomes `%XX` (upper-case hex).
-pub fn uriencode(key: &[u8], out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in key {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b);
-        } else {
-            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-        }
-    }
-}
+pub use osmium_protocol::encode::uri_encode;
 
 /// A worker's sampler: which requests are counted.
 pub struct Sampler {
@@ -399,7 +388,7 @@ mod tests {
 
     fn encoded(key: &[u8]) -> String {
         let mut out = Vec::new();
-        uriencode(key, &mut out);
+        uri_encode(key, &mut out);
         String::from_utf8(out).unwrap()
     }
 

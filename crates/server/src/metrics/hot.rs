@@ -16,7 +16,7 @@ pub fn add(sh: &Shared, f: &mut Families) {
     let mut encoded = Vec::new();
     for (i, hot) in sh.hot_keys(TOP).iter().enumerate() {
         encoded.clear();
-        hotkeys::uriencode(&hot.key, &mut encoded);
+        hotkeys::uri_encode(&hot.key, &mut encoded);
         let key = String::from_utf8_lossy(&encoded).into_owned();
         let rank = (i + 1).to_string();
         let labels = || {
