@@ -419,13 +419,27 @@ def test_a_get_of_many_keys_logs_each_key(server):
     # every line is then logged or counted in log_worker_dropped.
     w = watch(server)
     keys = [b"key%05d" % i for i in range(2000)]
+    lasts = 0
     with connect(server) as c:
         command(c, b"get " + b" ".join(keys) + b"\r\n", b"END\r\n")
-        command(c, b"get last\r\n", b"END\r\n")
+        # The marker, again until it is seen: while the burst drains, the
+        # worker's buffer can still be full and drop it too (memcached's
+        # logger thread empties it in turns).
+        deadline = time.time() + 10
+        while b"key=last " not in w.buf:
+            assert time.time() < deadline, f"no key=last line: {w.buf[-300:]!r}"
+            command(c, b"get last\r\n", b"END\r\n")
+            lasts += 1
+            try:
+                w._fill(lambda: b"key=last " in w.buf, timeout=0.3)
+            except AssertionError:
+                pass
     got = w.until("key=last ", timeout=10)[:-1]
     logged = [re.search(r" key=(\S+) ", l).group(1).encode() for l in got]
     assert logged == [k for k in keys if k in set(logged)]
-    assert len(logged) + int(stats(server)["log_worker_dropped"]) == 2000
+    # Every key logged or counted as dropped (and any marker dropped).
+    dropped = int(stats(server)["log_worker_dropped"])
+    assert 2000 <= len(logged) + dropped <= 2000 + lasts - 1
     assert len(logged) >= 1000
 
 
