@@ -33,6 +33,8 @@
 //! Servers: [`servers`]; keys and values: [`keys`]; control connections:
 //! [`conn`]; the storage-only criterion benchmarks: `benches/storage.rs`.
 
+mod numbers;
+pub use numbers::{median, mib};
 mod churn;
 mod closed;
 mod cluster;
@@ -592,25 +594,6 @@ struct HitRatioArgs {
     key_size: usize,
     #[arg(long, default_value_t = 64)]
     value_size: usize,
-}
-
-/// The median of `v` (mean of the middle two when even); None if empty.
-pub fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
-/// Bytes as MiB.
-pub fn mib(bytes: u64) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
 }
 
 /// The binaries of the requested servers; fails before anything runs if

@@ -15,8 +15,6 @@
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Once;
 
-use crate::backing::HEADER_SIZE;
-
 /// `Header::open` after a SIGBUS: the next start begins clean.
 pub const OPEN_IO_ERROR: u64 = 2;
 
@@ -25,15 +23,23 @@ const EXIT_IO_ERROR: libc::c_int = 74;
 
 static START: AtomicUsize = AtomicUsize::new(0);
 static LEN: AtomicUsize = AtomicUsize::new(0);
+/// Bytes of the header page at the mapping's start (where `open` lives).
+static HEADER_LEN: AtomicUsize = AtomicUsize::new(0);
 static OPEN_FLAG: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
 static MESSAGE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 static MESSAGE_LEN: AtomicUsize = AtomicUsize::new(0);
 static INSTALL: Once = Once::new();
 
 /// Watches the mapping of `len` bytes at `start` (the memory file `path`,
-/// whose header's `open` field is `open`) for SIGBUS, from now until
-/// [`unwatch`].
-pub fn watch(path: &std::path::Path, start: *mut u8, len: usize, open: &AtomicU64) {
+/// whose header of `header_len` bytes holds the `open` field `open`) for
+/// SIGBUS, from now until [`unwatch`].
+pub fn watch(
+    path: &std::path::Path,
+    start: *mut u8,
+    len: usize,
+    header_len: usize,
+    open: &AtomicU64,
+) {
     let message = format!(
         "osmium: I/O error on the memory file {} (SIGBUS: a page of it could not be read, or \
          the file was cut short); stopping. The next start begins with a clean cache.\n",
@@ -52,6 +58,7 @@ pub fn watch(path: &std::path::Path, start: *mut u8, len: usize, open: &AtomicU6
         Ordering::Release,
     );
     LEN.store(len, Ordering::Release);
+    HEADER_LEN.store(header_len, Ordering::Release);
     START.store(start as usize, Ordering::Release);
     INSTALL.call_once(|| {
         // SAFETY: sigaction with a zeroed (valid) struct we fill; the
@@ -89,7 +96,7 @@ extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
         return;
     }
     let open = OPEN_FLAG.load(Ordering::Acquire);
-    if !open.is_null() && addr >= start + HEADER_SIZE {
+    if !open.is_null() && addr >= start + HEADER_LEN.load(Ordering::Acquire) {
         // SAFETY: the header page is mapped (the fault was elsewhere) for
         // as long as START is set.
         unsafe { (*open).store(OPEN_IO_ERROR, Ordering::Release) };

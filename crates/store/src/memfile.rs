@@ -409,7 +409,13 @@ pub fn open(
         }),
     };
     header.mark_open();
-    crate::fault::watch(path, backing.header(), backing.layout().total, &header.open);
+    crate::fault::watch(
+        path,
+        backing.header(),
+        backing.layout().total,
+        HEADER_SIZE,
+        &header.open,
+    );
     Ok(Opened {
         backing,
         resume,

@@ -12,9 +12,6 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
-use super::{exporter, own};
-use crate::context::Shared;
-use crate::execute::report;
 use crate::stats::latency::{HistogramTotals, BOUNDS_NS};
 
 pub(super) type Labels = Vec<(String, String)>;
@@ -138,7 +135,7 @@ pub(super) fn rows(out: &[u8]) -> Vec<(String, String)> {
 
 /// Rows `<class>:<name>` (stats slabs) or `items:<class>:<name>` (stats
 /// items), by class.
-fn per_class(rows: Vec<(String, String)>, prefix: &str) -> BTreeMap<u32, Rows> {
+pub(super) fn per_class(rows: Vec<(String, String)>, prefix: &str) -> BTreeMap<u32, Rows> {
     let mut classes: BTreeMap<u32, Rows> = BTreeMap::new();
     for (k, v) in rows {
         let Some(rest) = k.strip_prefix(prefix) else {
@@ -167,39 +164,6 @@ pub(super) fn no_labels() -> Labels {
 
 pub(super) fn label(k: &str, v: &str) -> Labels {
     vec![(k.to_string(), v.to_string())]
-}
-
-/// Gathers every metric of one scrape.
-pub fn gather(sh: &Shared) -> Families {
-    let mut f = Families::default();
-    let mut out = Vec::new();
-    report::general(sh, &mut out);
-    let general: Rows = rows(&out).into_iter().collect();
-    out.clear();
-    report::settings(sh, &mut out);
-    let settings: Rows = rows(&out).into_iter().collect();
-    out.clear();
-    report::items(sh, &mut out);
-    let items = per_class(rows(&out), "items:");
-    out.clear();
-    report::slabs(sh, &mut out);
-    let slabs = per_class(rows(&out), "");
-
-    f.gauge(
-        "memcached_up",
-        "Could the memcached server be reached.",
-        no_labels(),
-        1.0,
-    );
-    exporter::general(&mut f, &general);
-    exporter::settings(&mut f, &settings);
-    exporter::items(&mut f, &items, !slabs.is_empty());
-    exporter::slabs(&mut f, &slabs);
-    own::add(&mut f, sh, &general);
-    for extra in super::EXTRA_GAUGES {
-        extra(sh, &mut f);
-    }
-    f
 }
 
 #[cfg(test)]

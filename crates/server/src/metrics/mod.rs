@@ -19,6 +19,7 @@
 
 mod exporter;
 mod families;
+mod gather;
 mod hot;
 mod own;
 
@@ -227,7 +228,7 @@ pub fn render(
     open_metrics: bool,
 ) -> (Result<String, std::fmt::Error>, &'static str) {
     let mut registry = prometheus_client::registry::Registry::default();
-    registry.register_collector(Box::new(families::gather(shared)));
+    registry.register_collector(Box::new(gather::gather(shared)));
     let mut body = String::new();
     if open_metrics {
         let r = prometheus_client::encoding::text::encode(&mut body, &registry);
