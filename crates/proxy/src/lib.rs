@@ -16,6 +16,7 @@ pub mod config;
 pub mod counters;
 pub mod hash;
 pub mod inbuf;
+pub mod moves;
 pub mod proxy;
 pub mod reply;
 pub mod request;
