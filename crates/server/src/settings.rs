@@ -168,7 +168,8 @@ pub struct Cli {
     #[arg(long = "replication-secret", value_name = "FILE")]
     pub replication_secret: Option<String>,
     /// read options from FILE (memcached.conf's format: one option per
-    /// line, `# comments`, `logfile PATH`); later options win
+    /// line, `# comments`, `logfile PATH`); later options win; SIGHUP
+    /// reads it again and applies --replicate-to and --replication
     #[arg(long = "config-file", value_name = "FILE")]
     pub config_file: Option<String>,
     /// serve Prometheus/OpenMetrics metrics on http://HOST:PORT/metrics

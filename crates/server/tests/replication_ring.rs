@@ -64,7 +64,7 @@ impl Writer {
                 assert_eq!(line, "STORED");
                 *h.lock().unwrap() = key;
                 n += 1;
-                if n % 64 == 0 {
+                if n & 63 == 0 {
                     std::thread::sleep(Duration::from_millis(2));
                 }
             }
@@ -181,6 +181,20 @@ fn a_ring_gains_a_server_and_loses_it_again() {
     assert_eq!(cc.stat("replication_catchup"), "done");
 }
 
+/// `stats settings`, a line each.
+fn stats_settings(c: &mut Client) -> String {
+    c.send(b"stats settings\r\n");
+    let mut s = String::new();
+    loop {
+        let l = c.line();
+        if l == "END" {
+            return s;
+        }
+        s.push_str(&l);
+        s.push('\n');
+    }
+}
+
 /// The next `config_reload` sysevent a watcher sees.
 fn reload_event(watcher: &mut Client) -> String {
     loop {
@@ -246,6 +260,12 @@ fn a_bad_config_file_changes_nothing_and_fixed_options_are_named() {
     linked(&mut cc, pd);
     assert_eq!(cc.stat("replication_mode"), "sync");
     assert_eq!(cc.stat("limit_maxbytes"), (64u64 << 20).to_string());
+    let settings = stats_settings(&mut cc);
+    assert!(
+        settings.contains(&format!("STAT replicate_to {}\n", addr(pd)))
+            && settings.contains("STAT replication sync\n"),
+        "{settings}"
+    );
     let log = c.stderr();
     assert!(
         log.contains("-m/--memory-limit differs") && log.contains("left as it was"),

@@ -65,6 +65,8 @@ pub const PEER_FOLLOW: u8 = 2;
 /// targets a live change removed can finish closing while the new ones
 /// start (`targets`).
 pub const TARGET_SLOTS: usize = 2 * MAX_REPLICA_TARGETS;
+// `Replication::mask` has a bit per slot.
+const _: () = assert!(TARGET_SLOTS <= 8);
 
 /// The sequence numbers a sync-mode write waits for, per target slot (0:
 /// none).

@@ -46,6 +46,12 @@ impl Replication {
         let _ = self.targets_hook.set(hook);
     }
 
+    /// The current targets, in order.
+    pub fn target_addrs(&self) -> Vec<String> {
+        let order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        order.iter().map(|&i| self.addr_of(i)).collect()
+    }
+
     fn addr_of(&self, slot: usize) -> String {
         self.targets[slot]
             .addr
