@@ -146,6 +146,9 @@ fn a_ring_gains_a_server_and_loses_it_again() {
     let d = Node::start(pd, &to(pa));
     let mut cd = d.client();
     linked(&mut cd, pa);
+    // D's own keys go on to A.
+    assert_eq!(cd.call(b"set d-own 0 0 1\r\nd\r\n"), "STORED");
+    wait("D's key on A", || ca.mg("d-own").is_some());
     let before = writer.count();
     c_conf.write(&conf(pd, ""));
     c.signal("HUP");
@@ -165,13 +168,28 @@ fn a_ring_gains_a_server_and_loses_it_again() {
     let log = c.stderr();
     assert!(log.contains("targets changed (reload)"), "{log}");
 
-    // D leaves: C back to A, which gets what C wrote meanwhile.
+    // D leaves as README says: C replicates to D and A (D's link kept,
+    // A's opened with a full copy), then to A alone.
     let writer = Writer::start(pc, "c2-");
     wait("C's writes", || writer.count() >= 500);
+    c_conf.write(&format!("{}--replicate-to {}\n", conf(pd, ""), addr(pa)));
+    c.signal("HUP");
+    wait("C replicates to D and A", || {
+        let s = cc.stats();
+        let is = |k: &str, v: &str| s.get(k).map(String::as_str) == Some(v);
+        is("replica_0_addr", &addr(pd))
+            && is("replica_0_full_copies", "1")
+            && is("replica_0_reconnects", "0")
+            && is("replica_1_addr", &addr(pa))
+            && is("replica_1_link", "up")
+            && is("replica_1_full_copies", "1")
+    });
+    wait("C's writes with two targets", || writer.count() >= 1000);
     c_conf.write(&conf(pa, ""));
     c.signal("HUP");
     linked(&mut cc, pa);
-    wait("C's writes after D left", || writer.count() >= 1500);
+    assert_eq!(cc.stat("replica_0_reconnects"), "0", "A's link was kept");
+    wait("C's writes after D left", || writer.count() >= 2000);
     let (keys2, hot2) = writer.stop();
     holds_all(&mut ca, "A", &keys, "c-hot", &hot);
     holds_all(&mut ca, "A", &keys2, "c2-hot", &hot2);
