@@ -199,6 +199,23 @@ fn a_ring_gains_a_server_and_loses_it_again() {
     assert_eq!(cc.stat("replication_catchup"), "done");
 }
 
+/// How many target senders (threads `osmium-repl-<slot>`) it runs.
+fn senders(node: &Node) -> usize {
+    let dir = format!("/proc/{}/task", node.pid());
+    std::fs::read_dir(dir)
+        .map(|tasks| {
+            tasks
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|name| {
+                    name.trim()
+                        .strip_prefix("osmium-repl-")
+                        .is_some_and(|n| n.parse::<usize>().is_ok())
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
 /// `stats settings`, a line each.
 fn stats_settings(c: &mut Client) -> String {
     c.send(b"stats settings\r\n");
@@ -240,6 +257,7 @@ fn a_bad_config_file_changes_nothing_and_fixed_options_are_named() {
     let c = Node::start(pc, &file.args());
     let mut cc = c.client();
     linked(&mut cc, pb);
+    assert_eq!(senders(&c), 1);
     let mut watcher = c.client();
     assert_eq!(watcher.call(b"watch sysevents\r\n"), "OK");
 
@@ -277,6 +295,8 @@ fn a_bad_config_file_changes_nothing_and_fixed_options_are_named() {
     c.signal("HUP");
     linked(&mut cc, pd);
     assert_eq!(cc.stat("replication_mode"), "sync");
+    // B's sender ended; D's runs.
+    wait("one sender", || senders(&c) == 1);
     assert_eq!(cc.stat("limit_maxbytes"), (64u64 << 20).to_string());
     let settings = stats_settings(&mut cc);
     assert!(

@@ -197,6 +197,11 @@ impl Node {
         let _ = self.child.wait();
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends it signal `sig` (`HUP`, `STOP`, `CONT`) by its PID.
     pub fn signal(&self, sig: &str) {
         let status = Command::new("kill")
