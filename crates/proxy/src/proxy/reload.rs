@@ -235,7 +235,9 @@ impl Proxy {
         let mut taken: HashMap<usize, Listener> = HashMap::new();
         for b in &bound {
             if let Bound::Take(slot) = b {
-                if let Some(l) = self.pools[*slot].listener.take() {
+                if let Some(mut l) = self.pools[*slot].listener.take() {
+                    // Registered again under its new pool's token below.
+                    l.deregister(registry);
                     taken.insert(*slot, l);
                 }
             }
@@ -261,7 +263,10 @@ impl Proxy {
                     let listener = match b {
                         Bound::Keep => None,
                         Bound::Take(from) => taken.remove(&from),
-                        Bound::New(l) => Some(l),
+                        Bound::New(l) => {
+                            self.opened += 1;
+                            Some(l)
+                        }
                     };
                     if let Some(mut l) = listener {
                         if let Some(old) = served.listener.take() {
@@ -271,7 +276,6 @@ impl Proxy {
                         if l.register(registry, Token(slot)).is_err() {
                             tracing::warn!("pool {}: cannot watch its new listener", cfg.name);
                         }
-                        self.opened += 1;
                         summary
                             .listen
                             .push(format!("{} on {}", cfg.name, cfg.listen.pname));
@@ -285,16 +289,17 @@ impl Proxy {
                         if preconnect {
                             served.pool.preconnect(registry, now, out);
                         }
-                        if r != Reconfigured::default() || served.listener.is_some() {
-                            summary.changed.push((name, r));
-                        }
+                        summary.changed.push((name, r));
                     }
                 }
                 None => {
                     let entry = self.pools.vacant_entry();
                     let slot = entry.key();
                     let mut l = match b {
-                        Bound::New(l) => l,
+                        Bound::New(l) => {
+                            self.opened += 1;
+                            l
+                        }
                         Bound::Take(from) => match taken.remove(&from) {
                             Some(l) => l,
                             None => continue,
@@ -304,7 +309,6 @@ impl Proxy {
                     if l.register(registry, Token(slot)).is_err() {
                         tracing::warn!("pool {}: cannot watch its listener", cfg.name);
                     }
-                    self.opened += 1;
                     summary.added.push(cfg.name.clone());
                     let preconnect = cfg.preconnect;
                     let mut pool = Pool::new(cfg, token_base(slot), tls.servers);
