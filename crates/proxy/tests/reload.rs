@@ -546,3 +546,57 @@ fn placement_and_failover_through_a_reloaded_proxy() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Sets `key` through `port` and says which backend got it.
+fn lands_on(port: u16, backends: &[Proc], key: &str) -> Option<usize> {
+    let r = roundtrip(
+        port,
+        format!("set {key} 0 0 1\r\nv\r\n").as_bytes(),
+        b"\r\n",
+    );
+    assert_eq!(r, b"STORED\r\n", "{key}");
+    backends
+        .iter()
+        .position(|b| direct(b.port, key).as_deref() == Some("v"))
+}
+
+#[test]
+fn listen_addresses_move_swap_and_follow_a_renamed_pool() {
+    let b: Vec<Proc> = (0..2).map(|_| osmium_backend()).collect();
+    let (first, p2, p3) = (free_port(), free_port(), free_port());
+    let px = proxy(
+        &(pool("alpha", first, &b, &[(0, 1)]) + &pool("beta", p2, &b, &[(1, 1)])),
+        first,
+    );
+    let p1 = px.port;
+    let kept = connect(p1);
+    let mut kept_r = BufReader::new(kept.try_clone().unwrap());
+    let mut kept_w = kept;
+
+    // The two pools swap addresses.
+    rewrite_conf(
+        &px,
+        &(pool("alpha", p2, &b, &[(0, 1)]) + &pool("beta", p1, &b, &[(1, 1)])),
+    );
+    reload(&px);
+    assert_eq!(lands_on(p1, &b, "swap-1"), Some(1), "p1 is beta's now");
+    assert_eq!(lands_on(p2, &b, "swap-2"), Some(0), "p2 is alpha's now");
+    // A client of alpha from before still talks to alpha.
+    kept_w.write_all(b"set kept-1 0 0 1\r\nv\r\n").unwrap();
+    assert_eq!(read_line(&mut kept_r).unwrap(), "STORED\r\n");
+    assert_eq!(direct(b[0].port, "kept-1").as_deref(), Some("v"));
+
+    // alpha moves to a new address; beta is renamed gamma (same address).
+    rewrite_conf(
+        &px,
+        &(pool("alpha", p3, &b, &[(0, 1)]) + &pool("gamma", p1, &b, &[(1, 1)])),
+    );
+    let doc = reload(&px);
+    assert_eq!(pools(&doc), ["alpha", "gamma"]);
+    assert!(std::net::TcpStream::connect(("127.0.0.1", p2)).is_err());
+    assert_eq!(lands_on(p3, &b, "moved-1"), Some(0));
+    assert_eq!(lands_on(p1, &b, "renamed-1"), Some(1));
+    kept_w.write_all(b"set kept-2 0 0 1\r\nv\r\n").unwrap();
+    assert_eq!(read_line(&mut kept_r).unwrap(), "STORED\r\n");
+    assert_eq!(direct(b[0].port, "kept-2").as_deref(), Some("v"));
+}
