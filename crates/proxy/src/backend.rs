@@ -844,8 +844,12 @@ impl Pool {
     /// (`Connection timed out`); ejected servers due for a retry, and
     /// catching-up servers due for a check, are probed.
     pub fn tick(&mut self, registry: &Registry, now: Instant, out: &mut Vec<Delivery>) {
-        let slots: Vec<usize> = self.servers.iter().map(|(s, _)| s).collect();
-        for s in slots {
+        // By slot number (every key is below the slab's capacity): no list
+        // of slots is made every turn.
+        for s in 0..self.servers.capacity() {
+            if !self.servers.contains(s) {
+                continue;
+            }
             for c in 0..self.servers[s].conns.len() {
                 let late = self.servers[s].conns[c]
                     .pending
