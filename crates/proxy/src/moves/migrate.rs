@@ -271,6 +271,9 @@ impl Migration {
         for pass in 0..PASSES {
             self.met = 0;
             for o in 0..self.plan.old.servers.len() {
+                if self.plan.progress.cancelled() {
+                    return;
+                }
                 if let Err(e) = self.list(o) {
                     tracing::warn!(
                         "pool {}: migration could not list server {}: {e}",
@@ -336,7 +339,7 @@ impl Migration {
         let mut batch: Vec<(Vec<u8>, usize)> = Vec::with_capacity(BATCH);
         let mut n = 0usize;
         loop {
-            if line.starts_with(b"EN\r\n") {
+            if line.starts_with(b"EN\r\n") || self.plan.progress.cancelled() {
                 break;
             }
             if let Some(key) = dump_key(&line) {

@@ -130,6 +130,8 @@ pub struct Progress {
     /// Set when the migration is over (every old owner listed, every
     /// moved key copied or found gone).
     pub done: AtomicBool,
+    /// Set by the loop when a newer ring change replaces this move.
+    pub cancel: AtomicBool,
 }
 
 impl Progress {
@@ -138,6 +140,9 @@ impl Progress {
     }
     pub fn moved_bytes(&self) -> u64 {
         self.moved_bytes.load(Ordering::Relaxed)
+    }
+    pub fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
     }
     pub fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
