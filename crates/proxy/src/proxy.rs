@@ -276,7 +276,8 @@ impl Proxy {
             self.stats_port.tick(registry, now);
             for (_, s) in &mut self.pools {
                 s.pool.tick(registry, now, &mut deliveries);
-                s.pool.move_tick(registry, &self.waker, now, &mut deliveries, &mut released);
+                s.pool
+                    .move_tick(registry, &self.waker, now, &mut deliveries, &mut released);
                 s.pool.reap(registry);
             }
             for key in released.drain(..) {

@@ -42,7 +42,16 @@ fn server(bin: &Path) -> common::Proc {
     let bin = bin.to_path_buf();
     let s = osmium_test_harness::Start::new("backend").command(move |port| {
         let mut cmd = Command::new(&bin);
-        cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0", "-m", "64"]);
+        cmd.args([
+            "-p",
+            &port.to_string(),
+            "-l",
+            "127.0.0.1",
+            "-U",
+            "0",
+            "-m",
+            "64",
+        ]);
         if common::unsafe_is_root() {
             cmd.args(["-u", "root"]);
         }
@@ -73,7 +82,10 @@ impl Client {
     fn new(port: u16) -> Client {
         let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Client { r: BufReader::new(s) }
+        s.set_nodelay(true).unwrap();
+        Client {
+            r: BufReader::new(s),
+        }
     }
     fn line(&mut self) -> String {
         let mut l = String::new();
@@ -81,16 +93,23 @@ impl Client {
         l
     }
     fn set(&mut self, k: &str, v: &str) {
-        write!(self.r.get_mut(), "set {k} 5 0 {}\r\n{v}\r\n", v.len()).unwrap();
+        let req = format!("set {k} 5 0 {}\r\n{v}\r\n", v.len());
+        self.r.get_mut().write_all(req.as_bytes()).unwrap();
         assert_eq!(self.line(), "STORED\r\n");
     }
     fn delete(&mut self, k: &str) {
-        write!(self.r.get_mut(), "delete {k}\r\n").unwrap();
+        self.r
+            .get_mut()
+            .write_all(format!("delete {k}\r\n").as_bytes())
+            .unwrap();
         let l = self.line();
         assert!(l == "DELETED\r\n" || l == "NOT_FOUND\r\n", "{l}");
     }
     fn get(&mut self, k: &str) -> Option<(u32, String)> {
-        write!(self.r.get_mut(), "get {k}\r\n").unwrap();
+        self.r
+            .get_mut()
+            .write_all(format!("get {k}\r\n").as_bytes())
+            .unwrap();
         let l = self.line();
         if l == "END\r\n" {
             return None;
@@ -148,7 +167,8 @@ fn run(bin: &Path, keys: usize) {
     let stop = Arc::new(AtomicBool::new(false));
     let misses = Arc::new(AtomicU64::new(0));
     let warm = Arc::new(AtomicU64::new(0));
-    let deleted: Arc<Vec<AtomicBool>> = Arc::new((0..keys).map(|_| AtomicBool::new(false)).collect());
+    let deleted: Arc<Vec<AtomicBool>> =
+        Arc::new((0..keys).map(|_| AtomicBool::new(false)).collect());
     let mut writers = Vec::new();
     for w in 0..WRITERS {
         let (old, new, settled) = (old.clone(), new.clone(), settled.clone());
@@ -169,7 +189,11 @@ fn run(bin: &Path, keys: usize) {
                 let i = (x as usize % (keys / WRITERS)) * WRITERS + w;
                 let k = key(i);
                 round += 1;
-                let kind = if round % 5 == 0 { Kind::Delete } else { Kind::Overwrite };
+                let kind = if round % 5 == 0 {
+                    Kind::Delete
+                } else {
+                    Kind::Overwrite
+                };
                 assert_eq!(m.route(k.as_bytes(), kind), Route::New);
                 let owner = new_ring.server_of(k.as_bytes());
                 if kind == Kind::Delete {
@@ -235,10 +259,15 @@ fn run(bin: &Path, keys: usize) {
         .collect();
     let probe = key(*moved.last().unwrap());
     ptx.send(probe.clone().into_bytes()).unwrap();
-    let h = crx.recv_timeout(Duration::from_secs(30)).expect("priority copy answered");
+    let h = crx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("priority copy answered");
     assert_eq!(h, osmium_proxy::moves::key_hash(probe.as_bytes()));
     while !progress.is_done() {
-        assert!(started.elapsed() < Duration::from_secs(120), "migration too slow");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "migration too slow"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     handle.join().unwrap();

@@ -137,9 +137,10 @@ impl Pool {
             Route::Park => MoveRoute::Park,
             Route::Old(i) => {
                 let slot = m.old_order[i];
-                let usable = self.servers.get(slot).is_some_and(|s| {
-                    !self.cfg.auto_eject_hosts || s.health == Health::Up
-                });
+                let usable = self
+                    .servers
+                    .get(slot)
+                    .is_some_and(|s| !self.cfg.auto_eject_hosts || s.health == Health::Up);
                 if usable {
                     self.stats.warm_reads += 1;
                     MoveRoute::Slot(slot)

@@ -52,7 +52,9 @@ pub struct Settled {
 impl Default for Settled {
     fn default() -> Settled {
         Settled {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashSet64::default())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashSet64::default()))
+                .collect(),
         }
     }
 }
