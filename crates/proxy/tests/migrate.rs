@@ -245,6 +245,7 @@ fn run(bin: &Path, keys: usize) {
     let started = Instant::now();
     let handle = spawn(Plan {
         old: old.clone(),
+        skip: vec![false; 2],
         new: new.clone(),
         settled: settled.clone(),
         progress: progress.clone(),

@@ -33,6 +33,10 @@ pub struct Moving {
     mv: Move,
     /// Old ring index → slot of that server.
     old_order: Vec<usize>,
+    /// Old ring index → whether that server is out of reach: removed by
+    /// the reload without a connection open (a placeholder, a server
+    /// already gone). Its keys route as usual and it is not listed.
+    gone: Vec<bool>,
     started: Instant,
     /// Connections with requests queued before the switch, and the byte
     /// mark those requests end at.
@@ -49,6 +53,7 @@ pub struct Moving {
 #[derive(Debug)]
 struct PlanParts {
     old: crate::config::PoolConfig,
+    skip: Vec<bool>,
     priority: Receiver<Vec<u8>>,
     copied: Sender<u64>,
 }
@@ -96,6 +101,15 @@ impl Pool {
                 }
             }
         }
+        let gone: Vec<bool> = change
+            .old_order
+            .iter()
+            .map(|&slot| {
+                self.servers.get(slot).map_or(true, |s| {
+                    s.pos.is_none() && !s.conns.iter().any(|c| c.connected)
+                })
+            })
+            .collect();
         let (ptx, prx) = mpsc::channel();
         let (ctx, crx) = mpsc::channel();
         tracing::info!(
@@ -107,10 +121,12 @@ impl Pool {
         self.moving = Some(Moving {
             mv,
             old_order: change.old_order,
+            gone: gone.clone(),
             started: Instant::now(),
             before,
             plan: Some(PlanParts {
                 old: change.old_cfg,
+                skip: gone,
                 priority: prx,
                 copied: ctx,
             }),
@@ -135,6 +151,7 @@ impl Pool {
         match m.mv.route(key, kind) {
             Route::New => MoveRoute::Usual,
             Route::Park => MoveRoute::Park,
+            Route::Old(i) if m.gone[i] => MoveRoute::Usual,
             Route::Old(i) => {
                 let slot = m.old_order[i];
                 let usable = self
@@ -194,6 +211,7 @@ impl Pool {
                     let parts = m.plan.take().unwrap();
                     let plan = Plan {
                         old: parts.old,
+                        skip: parts.skip,
                         new: self.cfg.clone(),
                         settled: m.mv.settled.clone(),
                         progress: m.progress.clone(),

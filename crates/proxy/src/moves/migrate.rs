@@ -54,6 +54,8 @@ const REALTIME_MAXDELTA: i64 = 60 * 60 * 24 * 30;
 /// What a migration is given.
 pub struct Plan {
     pub old: PoolConfig,
+    /// Old servers not listed (out of reach), by old ring index.
+    pub skip: Vec<bool>,
     pub new: PoolConfig,
     pub settled: Arc<Settled>,
     pub progress: Arc<Progress>,
@@ -273,6 +275,9 @@ impl Migration {
             for o in 0..self.plan.old.servers.len() {
                 if self.plan.progress.cancelled() {
                     return;
+                }
+                if self.plan.skip.get(o).copied().unwrap_or(false) {
+                    continue;
                 }
                 if let Err(e) = self.list(o) {
                     tracing::warn!(
