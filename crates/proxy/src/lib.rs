@@ -9,7 +9,10 @@
 //! rehash`). nutcracker's stats port is served by the same event loop
 //! (`stats`). A pool may speak TLS to its clients and to its servers
 //! (`tls`). The configuration is reloaded while serving, on SIGHUP or an
-//! authorised `reload` on the stats port (`proxy::reload`, `admin`).
+//! authorised `reload` on the stats port (`proxy::reload`, `admin`); a
+//! reload that changes a pool's placement moves the keys that changed
+//! owner warm, served without a miss while a migration copies them
+//! (`moves`).
 
 pub mod admin;
 pub mod backend;
