@@ -82,8 +82,23 @@ impl Pool {
                 .cancel
                 .store(true, std::sync::atomic::Ordering::Relaxed);
             requeue.extend(old.parked.into_values().flatten());
+            self.stats.migrating = 0;
         }
         self.requeue.extend(requeue);
+        let gone: Vec<bool> = change
+            .old_order
+            .iter()
+            .map(|&slot| {
+                self.servers.get(slot).map_or(true, |s| {
+                    s.pos.is_none() && !s.conns.iter().any(|c| c.connected)
+                })
+            })
+            .collect();
+        if gone.iter().all(|&g| g) {
+            // Nothing reachable to move from (a pool started with
+            // placeholder servers, say).
+            return;
+        }
         if self.tls.is_some() {
             tracing::warn!(
                 "pool {name}: warm moves are not done for a pool with TLS to its servers: moved keys miss"
@@ -101,15 +116,6 @@ impl Pool {
                 }
             }
         }
-        let gone: Vec<bool> = change
-            .old_order
-            .iter()
-            .map(|&slot| {
-                self.servers.get(slot).map_or(true, |s| {
-                    s.pos.is_none() && !s.conns.iter().any(|c| c.connected)
-                })
-            })
-            .collect();
         let (ptx, prx) = mpsc::channel();
         let (ctx, crx) = mpsc::channel();
         tracing::info!(
