@@ -323,3 +323,59 @@ fn without_warm_moves_moved_keys_miss() {
     assert_eq!(pool_stat(&doc, "moved_keys"), 0);
     assert_eq!(pool_stat(&doc, "migrating"), 0);
 }
+
+#[test]
+fn a_request_that_needs_the_value_waits_for_its_copy() {
+    let backends: Vec<Proc> = (0..3).map(|_| osmium_backend()).collect();
+    let port = free_port();
+    let two = [0, 1];
+    let y2 = yaml(port, &backends, &two, true);
+    let px = proxy(&y2, port);
+    let port = px.port;
+    let y2 = yaml(port, &backends, &two, true);
+    let three = [0, 1, 2];
+    let y3 = yaml(port, &backends, &three, true);
+    let (o, n) = (owners(&y2, &two), owners(&y3, &three));
+    // Keys moving from s1 to s2.
+    let moving: Vec<usize> = (0..KEYS)
+        .filter(|&i| o[i] == 1 && n[i] == 2)
+        .take(2)
+        .collect();
+    let mut cx = Cx::new(port);
+    for i in 0..200 {
+        cx.set(&key(i), "100");
+    }
+    for &i in &moving {
+        cx.set(&key(i), "100");
+    }
+    // s0 stopped: the migration waits on its listing, so nothing is
+    // copied until it runs again.
+    let s0 = backends[0].child.id();
+    assert!(osmium_test_harness::signal(s0, libc::SIGSTOP));
+    rewrite_conf(&px, &y3);
+    reload(&px);
+    assert_eq!(stat(&px, "migrating"), 1);
+    // A read of an uncopied key is served by its old owner at once.
+    assert_eq!(cx.get(&key(moving[1])).as_deref(), Some("100"));
+    assert!(stat(&px, "warm_reads") >= 1);
+    // An incr waits for the key's copy (a plain reload would answer
+    // NOT_FOUND from the new owner).
+    let mut s = connect(port);
+    s.write_all(format!("incr {} 1\r\n", key(moving[0])).as_bytes())
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let early = s.read(&mut buf);
+    assert!(early.is_err(), "answered before the copy: {early:?}");
+    assert!(osmium_test_harness::signal(s0, libc::SIGCONT));
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let got = read_until(&mut s, b"\r\n");
+    assert_eq!(got, b"101\r\n");
+    move_done(&px);
+    let mut on2 = Cx::new(backends[2].port);
+    assert_eq!(on2.get(&key(moving[0])).as_deref(), Some("101"));
+    assert_eq!(on2.get(&key(moving[1])).as_deref(), Some("100"));
+    let mut on1 = Cx::new(backends[1].port);
+    assert_eq!(on1.get(&key(moving[0])), None, "old copy dropped");
+}
