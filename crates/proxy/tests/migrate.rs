@@ -23,13 +23,6 @@ use osmium_proxy::moves::migrate::{spawn, Plan};
 use osmium_proxy::moves::{Kind, Move, Progress, Route, Settled};
 use osmium_proxy::ring::Ring;
 
-fn osmium_bin() -> PathBuf {
-    if let Some(b) = std::env::var_os("OSMIUM_BIN").filter(|b| !b.is_empty()) {
-        return PathBuf::from(b);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/osmium")
-}
-
 fn memcached_bin() -> Option<PathBuf> {
     if let Some(b) = std::env::var_os("MEMCACHED_BIN").filter(|b| !b.is_empty()) {
         return Some(PathBuf::from(b));
@@ -322,7 +315,7 @@ fn run(bin: &Path, keys: usize) {
 
 #[test]
 fn migration_keeps_latest_writes_against_osmium() {
-    run(&osmium_bin(), 40_000);
+    run(&common::osmium_bin(), 40_000);
 }
 
 #[test]
