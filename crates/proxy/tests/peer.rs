@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -59,7 +59,7 @@ struct Node {
 }
 
 impl Node {
-    fn start(port: u16, secret: &PathBuf, args: &[String]) -> Node {
+    fn start(port: u16, secret: &Path, args: &[String]) -> Node {
         let log = conf_path(&format!("osmium-{port}.log"));
         let server = osmium_test_harness::Start::new("osmium")
             .only_port(port)
@@ -85,7 +85,7 @@ impl Node {
     }
 
     /// A server of the ring, replicating to `target`.
-    fn ring(port: u16, secret: &PathBuf, target: u16) -> Node {
+    fn ring(port: u16, secret: &Path, target: u16) -> Node {
         Node::start(port, secret, &["--replicate-to".into(), addr(target)])
     }
 
@@ -289,7 +289,7 @@ fn proxy_log(port: u16) -> PathBuf {
     conf_path(&format!("proxy-{port}.log"))
 }
 
-fn log_text(path: &PathBuf) -> String {
+fn log_text(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
