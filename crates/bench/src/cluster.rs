@@ -113,8 +113,9 @@ impl ClusterArgs {
     }
 }
 
-/// Runs the modes asked for, printing a table per mode.
-pub fn run(a: &ClusterArgs) -> Result<(), String> {
+/// Runs the modes asked for, printing a table per mode; `false` when a
+/// contender of `resize` lost a key or served an older version.
+pub fn run(a: &ClusterArgs) -> Result<bool, String> {
     let bins = Binaries::resolve(a.osmium.clone(), a.memcached.clone());
     let proxy = a.proxy.clone().unwrap_or_else(|| {
         std::env::current_exe()
@@ -122,6 +123,7 @@ pub fn run(a: &ClusterArgs) -> Result<(), String> {
             .and_then(|exe| exe.parent().map(|d| d.join("osmium-proxy")))
             .unwrap_or_else(|| PathBuf::from("target/release/osmium-proxy"))
     });
+    let mut good = true;
     let result = a.mode.iter().try_for_each(|mode| match mode {
         Mode::Proxy => proxies(a, &bins, &proxy),
         Mode::Replication => replication(a, &bins),
@@ -135,7 +137,8 @@ pub fn run(a: &ClusterArgs) -> Result<(), String> {
             keys: a.keys,
             value_size: a.value_size,
             args: &a.resize,
-        }),
+        })
+        .map(|ok| good &= ok),
         Mode::Copy => crate::replica_copy::run(&crate::replica_copy::CopyRun {
             rounds: a.rounds(),
             items: a.copy_items,
@@ -151,7 +154,7 @@ pub fn run(a: &ClusterArgs) -> Result<(), String> {
         let _ = std::fs::remove_file(path);
         crate::servers::forget_on_signal(path);
     }
-    result
+    result.map(|()| good)
 }
 
 fn workload(a: &ClusterArgs, depth: usize, get_ratio: f64) -> Workload {

@@ -707,7 +707,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 },
             )
         }
-        Cmd::Cluster(a) => cluster::run(&a).map(|()| true),
+        Cmd::Cluster(a) => cluster::run(&a),
         Cmd::Churn(a) => churn::run(&a),
         Cmd::Closed(a) => closed::run(&a),
         Cmd::Tls(a) => tls::run(&a),

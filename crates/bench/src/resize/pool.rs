@@ -13,9 +13,11 @@ use osmium_proxy::{ring::Ring, Config};
 /// The pool's name in the YAML and on the stats port.
 pub const POOL: &str = "resize";
 
-/// The YAML of pool [`POOL`] listening on `listen` over `ports`;
-/// `warm_moves` adds osmium-proxy's key of that name.
-pub fn yaml(listen: u16, ports: &[u16], warm_moves: Option<bool>) -> String {
+/// The YAML of pool [`POOL`] listening on `listen` over `servers`
+/// (port, name): the ring hashes the names, so every run places keys
+/// alike whatever ports it got. `warm_moves` adds osmium-proxy's key of
+/// that name.
+pub fn yaml(listen: u16, servers: &[(u16, &str)], warm_moves: Option<bool>) -> String {
     let mut y = format!(
         "{POOL}:\n  listen: 127.0.0.1:{listen}\n  hash: fnv1a_64\n  distribution: ketama\n  \
          timeout: 2000\n  auto_eject_hosts: false\n  server_retry_timeout: 2000\n  \
@@ -25,8 +27,8 @@ pub fn yaml(listen: u16, ports: &[u16], warm_moves: Option<bool>) -> String {
         y.push_str(&format!("  warm_moves: {w}\n"));
     }
     y.push_str("  servers:\n");
-    for p in ports {
-        y.push_str(&format!("   - 127.0.0.1:{p}:1\n"));
+    for (port, name) in servers {
+        y.push_str(&format!("   - 127.0.0.1:{port}:1 {name}\n"));
     }
     y
 }
@@ -110,13 +112,17 @@ mod tests {
     #[test]
     fn adding_a_server_moves_about_its_share() {
         let key = |id: u64| crate::resize::clients::key(id).as_bytes().to_vec();
-        let four = yaml(1, &[11, 12, 13, 14], Some(true));
-        let five = yaml(1, &[11, 12, 13, 14, 15], Some(true));
+        let s = [(11, "s1"), (12, "s2"), (13, "s3"), (14, "s4"), (15, "s5")];
+        let four = yaml(1, &s[..4], Some(true));
+        let five = yaml(1, &s, Some(true));
         let moved = moved_keys(&four, &five, 10_000, key).unwrap();
         assert!((1_000..3_000).contains(&moved), "{moved}");
         assert_eq!(moved_keys(&four, &four, 10_000, key).unwrap(), 0);
-        let three = yaml(1, &[12, 13, 14, 15], None);
-        let moved = moved_keys(&five, &three, 10_000, key).unwrap();
+        // Names, not ports, place keys.
+        let other_ports = yaml(2, &[(21, "s1"), (22, "s2"), (23, "s3"), (24, "s4")], None);
+        assert_eq!(moved_keys(&four, &other_ports, 10_000, key).unwrap(), 0);
+        let less = yaml(1, &s[1..], None);
+        let moved = moved_keys(&five, &less, 10_000, key).unwrap();
         assert!((1_000..3_000).contains(&moved), "{moved}");
     }
 
