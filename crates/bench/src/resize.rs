@@ -274,10 +274,13 @@ pub fn run(s: &Setup) -> Result<bool, String> {
     Ok(all_good)
 }
 
-/// No wrong or stale value, and with warm moves actually run, no key lost.
+/// No wrong or stale value, and with warm moves actually run (the proxy
+/// moved keys), no key lost.
 fn good(r: &RunResult) -> bool {
-    let warm_ran = r.contender == Contender::Warm && r.changes.iter().all(|c| c.switch_s.is_some());
-    let warm_ran = warm_ran && r.notes.is_empty();
+    let warm_ran = r.contender == Contender::Warm
+        && r.notes.is_empty()
+        && r.changes.iter().all(|c| c.switch_s.is_some())
+        && r.changes.iter().any(|c| c.moved_keys > 0);
     r.wrong == 0
         && r.stale == 0
         && r.check.wrong == 0
@@ -490,6 +493,11 @@ fn drive(
             Ok(mut c) => {
                 c.what = what;
                 c.moved = moved[i];
+                if proxy.warm_moves == Some(true) && c.moved_keys == 0 && c.note.is_none() {
+                    c.note = Some(format!(
+                        "{what}: `warm_moves: true` taken, but the proxy moved no key"
+                    ));
+                }
                 changes.push(c);
             }
             Err(e) => {
@@ -584,8 +592,8 @@ fn apply(
     if c.migration_s.is_none() && applied.is_some() {
         c.note = Some("the migration had not ended by the end of the phase".into());
     }
-    let span = c.migration_s.unwrap_or_else(|| t0.elapsed().as_secs_f64());
-    c.server_cpu_s = servers_cpu(pids) - cpu0 - cpu_rate * span;
+    // Over the same span as the CPU: until the watch ended.
+    c.server_cpu_s = servers_cpu(pids) - cpu0 - cpu_rate * t0.elapsed().as_secs_f64();
     c.moved_keys = last.moved_keys - before.moved_keys.min(last.moved_keys);
     c.moved_bytes = last.moved_bytes - before.moved_bytes.min(last.moved_bytes);
     c.warm_reads = last.warm_reads - before.warm_reads.min(last.warm_reads);
