@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use crate::hash::HashKind;
 use crate::tls::TlsConfig;
@@ -151,7 +151,7 @@ impl Config {
     /// Parses and checks a configuration's text.
     pub fn parse(text: &str) -> Result<Config, String> {
         let root: Value =
-            serde_yaml::from_str(text).map_err(|e| format!("conf: invalid yaml: {e}"))?;
+            serde_norway::from_str(text).map_err(|e| format!("conf: invalid yaml: {e}"))?;
         let Value::Mapping(root) = root else {
             return Err("conf: the configuration must be a mapping of pool names".into());
         };
@@ -211,7 +211,7 @@ fn parse_bool(s: &str) -> Result<bool, &'static str> {
     }
 }
 
-fn parse_pool(name: String, body: serde_yaml::Mapping) -> Result<PoolConfig, String> {
+fn parse_pool(name: String, body: serde_norway::Mapping) -> Result<PoolConfig, String> {
     let mut seen: Vec<String> = Vec::new();
     let mut listen = None;
     let mut hash = None;
