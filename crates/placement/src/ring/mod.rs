@@ -1,19 +1,79 @@
 //! Key placement: which of a pool's servers a key belongs to, by the
-//! pool's `hash`, `hash_tag` and `distribution`. [`Ring::server_of`] is
-//! the placement over every configured server (where a key lives while
-//! all are up); [`Ring::live_server_of`] the placement over the live ones
-//! only, which `failover: rehash` uses as nutcracker does.
+//! pool's `hash`, `hash_tag` and `distribution` ([`PoolSpec`]).
+//! [`Ring::server_of`] is the placement over every configured server
+//! (where a key lives while all are up); [`Ring::live_server_of`] the
+//! placement over the live ones only, which `failover: rehash` uses as
+//! nutcracker does. `moved`: the key-hash ranges whose owner changes
+//! between two rings.
 //!
 //! `nutcracker`: nutcracker 0.5.0's ketama and modula; `libmemcached`:
 //! libmemcached's ketama (also what osmium-bench's `--targets` uses).
 
 pub mod libmemcached;
+
 pub mod nutcracker;
 
 use std::cell::Cell;
 
-use crate::config::{Addr, Distribution, PoolConfig};
 use crate::hash::HashKind;
+
+/// How keys are spread over a pool's servers (a pool's `distribution:`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Distribution {
+    /// nutcracker's ketama (its default).
+    Ketama,
+    /// nutcracker's modula.
+    Modula,
+    /// A random live server per request.
+    Random,
+    /// libmemcached's unweighted ketama (pylibmc `{"ketama": True}`).
+    Libmemcached,
+    /// libmemcached's weighted ketama (pylibmc `{"ketama_weighted": True}`).
+    LibmemcachedWeighted,
+}
+
+impl Distribution {
+    /// The distribution a configuration names, if any.
+    pub fn from_name(name: &str) -> Option<Distribution> {
+        Some(match name {
+            "ketama" => Distribution::Ketama,
+            "modula" => Distribution::Modula,
+            "random" => Distribution::Random,
+            "libmemcached" => Distribution::Libmemcached,
+            "libmemcached_weighted" => Distribution::LibmemcachedWeighted,
+            _ => return None,
+        })
+    }
+}
+
+/// One server as placement sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerSpec {
+    /// The name nutcracker's ketama hashes (and the server's identity
+    /// across two rings: [`moved_ranges`] compares owners by name).
+    pub name: String,
+    pub weight: u32,
+    /// Host (or unix socket path) and port (0 for a unix socket), as
+    /// libmemcached's continuum hashes them.
+    pub host: String,
+    pub port: u16,
+}
+
+/// What a pool's placement depends on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolSpec {
+    pub distribution: Distribution,
+    pub hash: HashKind,
+    pub hash_tag: Option<[u8; 2]>,
+    /// In `servers:` order.
+    pub servers: Vec<ServerSpec>,
+}
+
+impl From<&PoolSpec> for PoolSpec {
+    fn from(spec: &PoolSpec) -> PoolSpec {
+        spec.clone()
+    }
+}
 
 /// One placement table over some of the pool's servers.
 #[derive(Clone, Debug)]
@@ -42,18 +102,15 @@ pub struct Ring {
 }
 
 impl Ring {
-    /// The placement of `pool` with every server up.
-    pub fn new(pool: &PoolConfig) -> Ring {
+    /// The placement of `pool` with every server up (a [`PoolSpec`], or
+    /// anything that converts into one, such as osmium-proxy's pool
+    /// configuration).
+    pub fn new(pool: impl Into<PoolSpec>) -> Ring {
+        let pool: PoolSpec = pool.into();
         let servers: Vec<(String, u32, String, u16)> = pool
             .servers
-            .iter()
-            .map(|s| {
-                let (host, port) = match &s.addr {
-                    Addr::Tcp { host, port } => (host.clone(), *port),
-                    Addr::Unix(p) => (p.display().to_string(), 0),
-                };
-                (s.name.clone(), s.weight, host, port)
-            })
+            .into_iter()
+            .map(|s| (s.name, s.weight, s.host, s.port))
             .collect();
         let mut nutcracker_order: Vec<usize> = (0..servers.len()).collect();
         nutcracker_order.sort_by(|&a, &b| {
