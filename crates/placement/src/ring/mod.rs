@@ -10,13 +10,14 @@
 //! libmemcached's ketama (also what osmium-bench's `--targets` uses).
 
 pub mod libmemcached;
-
+pub mod moved;
 pub mod nutcracker;
 
 use std::cell::Cell;
 
 use crate::hash::HashKind;
 
+pub use moved::{moved_ranges, MovedRange, Moves, NotByRange};
 /// How keys are spread over a pool's servers (a pool's `distribution:`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Distribution {
@@ -205,16 +206,7 @@ impl Ring {
     /// The part of `key` that is hashed: between the hash tag's two
     /// characters when both are there with something between them.
     pub fn tagged<'k>(&self, key: &'k [u8]) -> &'k [u8] {
-        let Some([open, close]) = self.hash_tag else {
-            return key;
-        };
-        let Some(start) = key.iter().position(|&b| b == open) else {
-            return key;
-        };
-        match key[start + 1..].iter().position(|&b| b == close) {
-            Some(len) if len > 0 => &key[start + 1..start + 1 + len],
-            _ => key,
-        }
+        crate::hash::tagged(key, self.hash_tag)
     }
 
     /// The hash nutcracker dispatches `key` with (0 for one server or an
@@ -265,5 +257,72 @@ impl Ring {
     /// The server `key` goes to over the live servers; `None` when none is.
     pub fn live_server_of(&self, key: &[u8]) -> Option<usize> {
         self.dispatch(&self.live, key)
+    }
+
+    /// The name of server `i` (nutcracker's: the `servers:` line's name,
+    /// else its address): a server's identity across two rings.
+    pub fn name(&self, i: usize) -> &str {
+        self.servers.get(i).map_or("", |s| s.0.as_str())
+    }
+
+    /// The name of the server `key` goes to with every server up.
+    pub fn owner_name(&self, key: &[u8]) -> &str {
+        self.name(self.server_of(key))
+    }
+
+    /// The pool's hash tag.
+    pub fn hash_tag(&self) -> Option<[u8; 2]> {
+        self.hash_tag
+    }
+
+    /// The pool's distribution.
+    pub fn distribution(&self) -> Distribution {
+        self.distribution
+    }
+
+    /// The function keys are placed by (applied to their tagged part):
+    /// the pool's `hash` for nutcracker's ketama and modula; for
+    /// libmemcached's continuums the client's key hash (MD5 for
+    /// `libmemcached_weighted`, else one-at-a-time, whatever `hash` says).
+    /// None for `random`, which hashes nothing.
+    pub fn placement_hash(&self) -> Option<HashKind> {
+        match self.distribution {
+            Distribution::Ketama | Distribution::Modula => Some(self.hash),
+            Distribution::Libmemcached => Some(HashKind::OneAtATime),
+            Distribution::LibmemcachedWeighted => Some(HashKind::Md5),
+            Distribution::Random => None,
+        }
+    }
+
+    /// The placement hash of `key` ([`Ring::placement_hash`] of its tagged
+    /// part; 0 for `random`): the value [`Ring::owner_at`] and the moved
+    /// ranges speak of, and the one osmium's range-filtered dump computes.
+    pub fn placement_hash_of(&self, key: &[u8]) -> u32 {
+        self.placement_hash()
+            .map_or(0, |h| h.hash(self.tagged(key)))
+    }
+
+    /// The server (with every server up) of the keys whose placement hash
+    /// is `hash`; None for `random` or an empty pool. For a non-empty key
+    /// of a pool of two servers or more, `server_of(key)` is
+    /// `owner_at(placement_hash_of(key))`; with one server every key is
+    /// that server's.
+    pub fn owner_at(&self, hash: u32) -> Option<usize> {
+        match &self.all {
+            Table::Ketama(k) => k.dispatch(hash),
+            Table::Modula(m) => m.dispatch(hash),
+            Table::Random(_) => None,
+            Table::Libmemcached(c, index) => (!index.is_empty()).then(|| index[c.server_at(hash)]),
+        }
+    }
+
+    /// The values of the continuum's points (sorted, repeats kept) with
+    /// every server up; None for `modula` and `random`, which have none.
+    pub fn point_values(&self) -> Option<Vec<u32>> {
+        match &self.all {
+            Table::Ketama(k) => Some(k.point_values().collect()),
+            Table::Libmemcached(c, _) => Some(c.point_values().collect()),
+            Table::Modula(_) | Table::Random(_) => None,
+        }
     }
 }
