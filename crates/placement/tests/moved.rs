@@ -8,7 +8,8 @@
 use osmium_placement::filter::{filter_commands, DumpFilter, FilterError, Select, MAX_SELECTORS};
 use osmium_placement::hash::HashKind;
 use osmium_placement::ring::{
-    moved_ranges, Distribution, MovedRange, Moves, PoolSpec, Ring, ServerSpec,
+    dump_commands, moved_ranges, owned_spans, Distribution, MovedRange, Moves, PoolSpec, Ring,
+    ServerSpec,
 };
 use proptest::prelude::*;
 
@@ -83,6 +84,15 @@ proptest! {
         let old = Ring::new(spec(dist, hash, tag, &old));
         let new = Ring::new(spec(dist, hash, tag, &new));
         let moved = ranges(moved_ranges(&old, &new));
+        // What each old server is asked to dump, as the server parses it.
+        let asked: Vec<(String, Vec<DumpFilter>)> = old_names(&old)
+            .into_iter()
+            .map(|name| {
+                let lines = dump_commands(&old, &new, &name);
+                let filters = lines.iter().map(|l| parse_line(l)).collect();
+                (name, filters)
+            })
+            .collect();
         for w in moved.windows(2) {
             prop_assert!(w[0].lo <= w[0].hi && w[0].hi < w[1].lo, "{:?}", w);
         }
@@ -100,6 +110,13 @@ proptest! {
             }
             if old.len() > 1 {
                 prop_assert_eq!(old.owner_at(h), Some(old.server_of(key)));
+            }
+            let owned = owned_spans(&old, a).unwrap();
+            prop_assert!(owned.iter().any(|&(lo, hi)| (lo..=hi).contains(&h)));
+            // The key is listed by its old owner's dump exactly when it moves.
+            for (name, filters) in &asked {
+                let listed = filters.iter().filter(|f| f.matches(key)).count();
+                prop_assert_eq!(listed, usize::from(name == a && a != b), "{} by {}", String::from_utf8_lossy(key), name);
             }
         }
     }
@@ -182,6 +199,17 @@ proptest! {
     }
 }
 
+fn old_names(ring: &Ring) -> Vec<String> {
+    (0..ring.len()).map(|i| ring.name(i).to_string()).collect()
+}
+
+/// A dump command line's filter, as the server reads it.
+fn parse_line(line: &str) -> DumpFilter {
+    let tokens: Vec<&str> = line.trim_end_matches("\r\n").split(' ').collect();
+    assert_eq!(&tokens[..3], ["lru_crawler", "mgdump", "hash"]);
+    DumpFilter::parse(tokens[3..].iter().map(|t| t.as_bytes())).unwrap()
+}
+
 /// The share of `keys` random keys whose owner differs between the rings,
 /// and the share `moved_ranges` says moved (they must agree).
 fn moved_share(old: &[(usize, u32)], new: &[(usize, u32)], dist: Distribution) -> f64 {
@@ -234,4 +262,29 @@ fn every_moved_key_of_a_grown_pool_goes_to_the_new_server() {
     }
     let total: usize = NAMES[..4].iter().map(|n| moves.spans_from(n).len()).sum();
     assert_eq!(total, r.len());
+}
+
+#[test]
+fn a_modula_or_rehashed_move_asks_each_old_owner_for_all_its_keys() {
+    let servers = [(0, 1), (1, 3), (2, 2)];
+    let modula = Ring::new(spec(Distribution::Modula, HashKind::Murmur, true, &servers));
+    let ketama = Ring::new(spec(Distribution::Ketama, HashKind::Md5, true, &servers));
+    for (old, new) in [(&modula, &ketama), (&ketama, &modula)] {
+        assert!(moved_ranges(old, new).ranges().is_none());
+        for name in old_names(old) {
+            let filters: Vec<DumpFilter> = dump_commands(old, new, &name)
+                .iter()
+                .map(|l| parse_line(l))
+                .collect();
+            for i in 0..3000 {
+                let key = format!("k:{{{}}}:{i}", i % 101);
+                let listed = filters.iter().filter(|f| f.matches(key.as_bytes())).count();
+                assert_eq!(
+                    listed,
+                    usize::from(old.owner_name(key.as_bytes()) == name),
+                    "{key} {name}"
+                );
+            }
+        }
+    }
 }

@@ -17,7 +17,7 @@ use std::cell::Cell;
 
 use crate::hash::HashKind;
 
-pub use moved::{moved_ranges, MovedRange, Moves, NotByRange};
+pub use moved::{dump_commands, moved_ranges, owned_spans, MovedRange, Moves, NotByRange};
 /// How keys are spread over a pool's servers (a pool's `distribution:`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Distribution {
@@ -88,7 +88,7 @@ enum Table {
 }
 
 /// A pool's placement.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Ring {
     distribution: Distribution,
     hash: HashKind,
@@ -314,6 +314,23 @@ impl Ring {
             Table::Random(_) => None,
             Table::Libmemcached(c, index) => (!index.is_empty()).then(|| index[c.server_at(hash)]),
         }
+    }
+
+    /// For `modula`: the table's length and the entries that are server
+    /// `name`'s (a key is `name`'s when its placement hash modulo the
+    /// length is one of them); None for other distributions.
+    pub fn modula_entries(&self, name: &str) -> Option<(u32, Vec<u32>)> {
+        let Table::Modula(m) = &self.all else {
+            return None;
+        };
+        let picks = m
+            .entries()
+            .iter()
+            .enumerate()
+            .filter(|(_, &s)| self.name(s as usize) == name)
+            .map(|(j, _)| j as u32)
+            .collect();
+        Some((m.entries().len() as u32, picks))
     }
 
     /// The values of the continuum's points (sorted, repeats kept) with

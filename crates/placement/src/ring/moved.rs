@@ -16,6 +16,7 @@
 //! with the filter's `modula=` form, see `crate::filter`).
 
 use super::{Distribution, Ring};
+use crate::filter::{filter_commands, DumpFilter, Select, MAX_SELECTORS, UNFILTERED_MGDUMP};
 
 /// Key hashes `lo..=hi` (placement hashes, [`Ring::placement_hash_of`])
 /// whose owner was `from` and is `to` (server names).
@@ -106,19 +107,7 @@ pub fn moved_ranges(old: &Ring, new: &Ring) -> Moves {
     cuts.extend(more);
     cuts.sort_unstable();
     cuts.dedup();
-    // Segments [lo, cut] for each cut, then [last cut + 1, MAX] (which
-    // wraps to the first points): no point of either ring lies inside one,
-    // so both owners are those of its upper end.
-    let mut segments: Vec<(u32, u32)> = Vec::with_capacity(cuts.len() + 1);
-    let mut lo = Some(0u32);
-    for &cut in &cuts {
-        let Some(from) = lo else { break };
-        segments.push((from, cut));
-        lo = cut.checked_add(1);
-    }
-    if let Some(from) = lo {
-        segments.push((from, u32::MAX));
-    }
+    let segments = segments(&cuts);
     let mut out: Vec<MovedRange> = Vec::new();
     for (lo, hi) in segments {
         let (Some(a), Some(b)) = (old.owner_at(hi), new.owner_at(hi)) else {
@@ -142,6 +131,86 @@ pub fn moved_ranges(old: &Ring, new: &Ring) -> Moves {
         });
     }
     Moves::Ranges(out)
+}
+
+/// The hash space cut after each of `cuts` (sorted, unique): segments
+/// `[lo, cut]`, then `[last cut + 1, MAX]` (which wraps to the first
+/// points). No point lies inside a segment, so on a continuum with these
+/// points (or a subset of them) every hash of a segment has the owner of
+/// its upper end.
+fn segments(cuts: &[u32]) -> Vec<(u32, u32)> {
+    let mut segments: Vec<(u32, u32)> = Vec::with_capacity(cuts.len() + 1);
+    let mut lo = Some(0u32);
+    for &cut in cuts {
+        let Some(from) = lo else { break };
+        segments.push((from, cut));
+        lo = cut.checked_add(1);
+    }
+    if let Some(from) = lo {
+        segments.push((from, u32::MAX));
+    }
+    segments
+}
+
+/// The hash ranges server `name` owns on `ring`'s continuum (merged,
+/// sorted); None when the ring has no continuum (`modula`, `random`).
+pub fn owned_spans(ring: &Ring, name: &str) -> Option<Vec<(u32, u32)>> {
+    let mut cuts = ring.point_values()?;
+    cuts.dedup();
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for (lo, hi) in segments(&cuts) {
+        if ring.owner_at(hi).map(|i| ring.name(i)) != Some(name) {
+            continue;
+        }
+        match out.last_mut() {
+            Some(last) if last.1.checked_add(1) == Some(lo) => last.1 = hi,
+            _ => out.push((lo, hi)),
+        }
+    }
+    Some(out)
+}
+
+/// The `lru_crawler mgdump` lines (each ending `\r\n`) that ask server
+/// `server` (by name) of `old` for the keys that may leave it for `new`:
+/// when the move is by range, the moved ranges it owned (none when it
+/// loses no range: nothing to ask); else every key it owns on `old`: its
+/// ranges of `old`'s continuum, or for a `modula` ring its table entries
+/// (`modula=` filters); for `random`, the unfiltered dump. The range form
+/// lists exactly the keys that left `server`, the others every key it
+/// holds for the pool, so the caller checks each key against both rings.
+/// A server that answers the first line `ERROR` (memcached) is sent
+/// `crate::filter::UNFILTERED_MGDUMP` instead.
+pub fn dump_commands(old: &Ring, new: &Ring, server: &str) -> Vec<String> {
+    let (Some(hash), tag) = (old.placement_hash(), old.hash_tag()) else {
+        return vec![UNFILTERED_MGDUMP.to_string()];
+    };
+    let moves = moved_ranges(old, new);
+    if let Moves::Ranges(_) = moves {
+        return filter_commands(moves.spans_from(server), hash, tag);
+    }
+    if let Some(spans) = owned_spans(old, server) {
+        return filter_commands(spans, hash, tag);
+    }
+    if let Some((n, picks)) = old.modula_entries(server) {
+        if picks.is_empty() || n == 0 {
+            return Vec::new();
+        }
+        return picks
+            .chunks(MAX_SELECTORS)
+            .map(|chunk| {
+                DumpFilter {
+                    hash,
+                    tag,
+                    select: Select::Modula {
+                        n,
+                        picks: chunk.to_vec(),
+                    },
+                }
+                .command()
+            })
+            .collect();
+    }
+    vec![UNFILTERED_MGDUMP.to_string()]
 }
 
 #[cfg(test)]
@@ -200,5 +269,35 @@ mod tests {
             Moves::NotByRange(NotByRange::HashChanged)
         );
         assert_eq!(moved_ranges(&k, &m).ranges(), None);
+    }
+
+    #[test]
+    fn dump_commands_by_distribution() {
+        let k2 = ring(Distribution::Ketama, &["a", "b"]);
+        let k3 = ring(Distribution::Ketama, &["a", "b", "c"]);
+        let a = dump_commands(&k2, &k3, "a");
+        assert_eq!(a.len(), 1);
+        assert!(a[0].starts_with("lru_crawler mgdump hash keyhash=fnv1a_64 ranges="));
+        // A server that gives up nothing is asked for nothing.
+        assert!(dump_commands(&k2, &k2, "a").is_empty());
+        // modula: every entry the old owner has.
+        let m = ring(Distribution::Modula, &["a", "b"]);
+        assert_eq!(
+            dump_commands(&m, &k3, "b"),
+            ["lru_crawler mgdump hash keyhash=fnv1a_64 modula=2:1\r\n"]
+        );
+        let r = ring(Distribution::Random, &["a", "b"]);
+        assert_eq!(dump_commands(&r, &k3, "a"), [UNFILTERED_MGDUMP]);
+        // ketama to modula: every range "a" owned.
+        let owned = owned_spans(&k2, "a").unwrap();
+        let lines = dump_commands(&k2, &m, "a");
+        assert_eq!(
+            lines,
+            filter_commands(owned.clone(), HashKind::Fnv1a64, None)
+        );
+        for h in [0u32, 1 << 20, 1 << 31, u32::MAX] {
+            let mine = owned.iter().any(|&(lo, hi)| (lo..=hi).contains(&h));
+            assert_eq!(mine, k2.owner_at(h) == Some(0), "{h}");
+        }
     }
 }

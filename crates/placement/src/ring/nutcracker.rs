@@ -92,6 +92,11 @@ impl Modula {
         Modula { entries }
     }
 
+    /// The server index of each entry, in order.
+    pub fn entries(&self) -> &[u32] {
+        &self.entries
+    }
+
     /// The server of entry `hash % entries`.
     pub fn dispatch(&self, hash: u32) -> Option<usize> {
         if self.entries.is_empty() {
