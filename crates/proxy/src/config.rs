@@ -5,8 +5,8 @@
 //! lines that are not `host:port:weight [name]` or `/path:weight [name]`,
 //! duplicate server names, duplicate listen addresses, are errors. Redis
 //! pools are refused. osmium's own keys: `failover: replica|rehash`, the
-//! `libmemcached` / `libmemcached_weighted` distributions, and `tls:` (a
-//! mapping, read by `tls::config`).
+//! `libmemcached` / `libmemcached_weighted` distributions, `tls:` (a
+//! mapping, read by `tls::config`), and `warm_moves: true|false`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -71,7 +71,7 @@ pub struct ServerConfig {
 }
 
 /// One pool.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PoolConfig {
     pub name: String,
     pub listen: Listen,
@@ -91,6 +91,11 @@ pub struct PoolConfig {
     pub servers: Vec<ServerConfig>,
     /// `tls:` (both sides off when absent).
     pub tls: TlsConfig,
+    /// osmium's `warm_moves:` (default true): whether a reload that
+    /// changes the ring moves the keys whose owner changed ahead of the
+    /// clients (`false`: they miss on their new owner, as after a
+    /// nutcracker restart).
+    pub warm_moves: bool,
 }
 
 impl From<&PoolConfig> for PoolSpec {
@@ -223,6 +228,7 @@ fn parse_pool(name: String, body: serde_yaml::Mapping) -> Result<PoolConfig, Str
     let mut failure_limit = None;
     let mut connections = None;
     let mut failover = None;
+    let mut warm_moves = None;
     let mut servers = Vec::new();
     let mut tls = TlsConfig::default();
     for (key, value) in body {
@@ -286,6 +292,7 @@ fn parse_pool(name: String, body: serde_yaml::Mapping) -> Result<PoolConfig, Str
             }
             "preconnect" => preconnect = Some(boolean()?),
             "auto_eject_hosts" => auto_eject = Some(boolean()?),
+            "warm_moves" => warm_moves = Some(boolean()?),
             "server_retry_timeout" => retry = Some(Duration::from_millis(num()?)),
             "server_failure_limit" => failure_limit = Some(num()? as u32),
             "server_connections" => {
@@ -334,6 +341,7 @@ fn parse_pool(name: String, body: serde_yaml::Mapping) -> Result<PoolConfig, Str
         failover: failover.unwrap_or(Failover::Replica),
         servers,
         tls,
+        warm_moves: warm_moves.unwrap_or(true),
     })
 }
 

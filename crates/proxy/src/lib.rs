@@ -9,8 +9,10 @@
 //! re-spread over the live servers as nutcracker does (`failover:
 //! rehash`). nutcracker's stats port is served by the same event loop
 //! (`stats`). A pool may speak TLS to its clients and to its servers
-//! (`tls`).
+//! (`tls`). The configuration is reloaded while serving, on SIGHUP or an
+//! authorised `reload` on the stats port (`proxy::reload`, `admin`).
 
+pub mod admin;
 pub mod backend;
 pub mod client;
 pub mod config;
