@@ -14,35 +14,10 @@ use std::time::Duration;
 use serde_norway::Value;
 
 use crate::hash::HashKind;
+use crate::ring::{PoolSpec, ServerSpec};
 use crate::tls::TlsConfig;
 
-/// How keys are spread over a pool's servers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Distribution {
-    /// nutcracker's ketama (its default).
-    Ketama,
-    /// nutcracker's modula.
-    Modula,
-    /// A random live server per request.
-    Random,
-    /// libmemcached's unweighted ketama (pylibmc `{"ketama": True}`).
-    Libmemcached,
-    /// libmemcached's weighted ketama (pylibmc `{"ketama_weighted": True}`).
-    LibmemcachedWeighted,
-}
-
-impl Distribution {
-    fn from_name(name: &str) -> Option<Distribution> {
-        Some(match name {
-            "ketama" => Distribution::Ketama,
-            "modula" => Distribution::Modula,
-            "random" => Distribution::Random,
-            "libmemcached" => Distribution::Libmemcached,
-            "libmemcached_weighted" => Distribution::LibmemcachedWeighted,
-            _ => return None,
-        })
-    }
-}
+pub use crate::ring::Distribution;
 
 /// Where an ejected server's keys go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +96,34 @@ pub struct PoolConfig {
     /// clients (`false`: they miss on their new owner, as after a
     /// nutcracker restart).
     pub warm_moves: bool,
+}
+
+impl From<&PoolConfig> for PoolSpec {
+    /// What the pool's placement depends on: its ring's input.
+    fn from(pool: &PoolConfig) -> PoolSpec {
+        let servers = pool
+            .servers
+            .iter()
+            .map(|s| {
+                let (host, port) = match &s.addr {
+                    Addr::Tcp { host, port } => (host.clone(), *port),
+                    Addr::Unix(p) => (p.display().to_string(), 0),
+                };
+                ServerSpec {
+                    name: s.name.clone(),
+                    weight: s.weight,
+                    host,
+                    port,
+                }
+            })
+            .collect();
+        PoolSpec {
+            distribution: pool.distribution,
+            hash: pool.hash,
+            hash_tag: pool.hash_tag,
+            servers,
+        }
+    }
 }
 
 /// The whole file.

@@ -6,9 +6,9 @@ use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-// The one place the placement is imported from (it may move to its own
-// crate; the proxy keeps re-exporting it).
-use osmium_proxy::{ring::Ring, Config};
+// The YAML as the proxy reads it; its placement from osmium-placement.
+use osmium_placement::ring::Ring;
+use osmium_proxy::Config;
 
 /// The pool's name in the YAML and on the stats port.
 pub const POOL: &str = "resize";
