@@ -12,38 +12,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use crate::hash::HashKind;
+use crate::ring::{PoolSpec, ServerSpec};
 use crate::tls::TlsConfig;
 
-/// How keys are spread over a pool's servers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Distribution {
-    /// nutcracker's ketama (its default).
-    Ketama,
-    /// nutcracker's modula.
-    Modula,
-    /// A random live server per request.
-    Random,
-    /// libmemcached's unweighted ketama (pylibmc `{"ketama": True}`).
-    Libmemcached,
-    /// libmemcached's weighted ketama (pylibmc `{"ketama_weighted": True}`).
-    LibmemcachedWeighted,
-}
-
-impl Distribution {
-    fn from_name(name: &str) -> Option<Distribution> {
-        Some(match name {
-            "ketama" => Distribution::Ketama,
-            "modula" => Distribution::Modula,
-            "random" => Distribution::Random,
-            "libmemcached" => Distribution::Libmemcached,
-            "libmemcached_weighted" => Distribution::LibmemcachedWeighted,
-            _ => return None,
-        })
-    }
-}
+pub use crate::ring::Distribution;
 
 /// Where an ejected server's keys go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +103,34 @@ pub struct PoolConfig {
     pub replication_secret: Option<String>,
 }
 
+impl From<&PoolConfig> for PoolSpec {
+    /// What the pool's placement depends on: its ring's input.
+    fn from(pool: &PoolConfig) -> PoolSpec {
+        let servers = pool
+            .servers
+            .iter()
+            .map(|s| {
+                let (host, port) = match &s.addr {
+                    Addr::Tcp { host, port } => (host.clone(), *port),
+                    Addr::Unix(p) => (p.display().to_string(), 0),
+                };
+                ServerSpec {
+                    name: s.name.clone(),
+                    weight: s.weight,
+                    host,
+                    port,
+                }
+            })
+            .collect();
+        PoolSpec {
+            distribution: pool.distribution,
+            hash: pool.hash,
+            hash_tag: pool.hash_tag,
+            servers,
+        }
+    }
+}
+
 /// The whole file.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -156,7 +159,7 @@ impl Config {
     /// Parses and checks a configuration's text.
     pub fn parse(text: &str) -> Result<Config, String> {
         let root: Value =
-            serde_yaml::from_str(text).map_err(|e| format!("conf: invalid yaml: {e}"))?;
+            serde_norway::from_str(text).map_err(|e| format!("conf: invalid yaml: {e}"))?;
         let Value::Mapping(root) = root else {
             return Err("conf: the configuration must be a mapping of pool names".into());
         };
@@ -216,7 +219,7 @@ fn parse_bool(s: &str) -> Result<bool, &'static str> {
     }
 }
 
-fn parse_pool(name: String, body: serde_yaml::Mapping) -> Result<PoolConfig, String> {
+fn parse_pool(name: String, body: serde_norway::Mapping) -> Result<PoolConfig, String> {
     let mut seen: Vec<String> = Vec::new();
     let mut listen = None;
     let mut hash = None;

@@ -1,6 +1,7 @@
 //! osmium-proxy: a drop-in for twemproxy (nutcracker) in front of
 //! memcached pools. It reads nutcracker's YAML (`config`), places keys
-//! exactly as nutcracker 0.5.0 or libmemcached do (`hash`, `ring`), and
+//! exactly as nutcracker 0.5.0 or libmemcached do (`hash`, `ring`: the
+//! osmium-placement crate, re-exported under these paths), and
 //! serves text, meta and binary clients over persistent pipelined server
 //! connections (`proxy`, `client`, `request`, `reply`, `backend`,
 //! `inbuf`, `stream`). When a server fails, its keys go to its replica
@@ -19,16 +20,16 @@ pub mod backend;
 pub mod client;
 pub mod config;
 pub mod counters;
-pub mod hash;
 pub mod inbuf;
 pub mod peer;
 pub mod proxy;
 pub mod reply;
 pub mod request;
-pub mod ring;
 pub mod stats;
 pub mod stream;
 pub mod tls;
+
+pub use osmium_placement::{hash, ring};
 
 pub use config::Config;
 pub use proxy::Proxy;
