@@ -1,6 +1,7 @@
 //! osmium-proxy: a drop-in for twemproxy (nutcracker) in front of
 //! memcached pools. It reads nutcracker's YAML (`config`), places keys
-//! exactly as nutcracker 0.5.0 or libmemcached do (`hash`, `ring`), and
+//! exactly as nutcracker 0.5.0 or libmemcached do (`hash`, `ring`: the
+//! osmium-placement crate, re-exported under these paths), and
 //! serves text, meta and binary clients over persistent pipelined server
 //! connections (`proxy`, `client`, `request`, `reply`, `backend`,
 //! `inbuf`, `stream`). When a server fails, its keys go to its replica
@@ -12,23 +13,26 @@
 //! authorised `reload` on the stats port (`proxy::reload`, `admin`); a
 //! reload that changes a pool's placement moves the keys that changed
 //! owner warm, served without a miss while a migration copies them
-//! (`moves`).
+//! (`moves`); a reload that changes a replicated pool's ring tells its servers their
+//! new replication targets, over connections that prove the proxy a
+//! replication peer (`peer`).
 
 pub mod admin;
 pub mod backend;
 pub mod client;
 pub mod config;
 pub mod counters;
-pub mod hash;
 pub mod inbuf;
 pub mod moves;
+pub mod peer;
 pub mod proxy;
 pub mod reply;
 pub mod request;
-pub mod ring;
 pub mod stats;
 pub mod stream;
 pub mod tls;
+
+pub use osmium_placement::{hash, ring};
 
 pub use config::Config;
 pub use proxy::Proxy;

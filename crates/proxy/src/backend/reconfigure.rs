@@ -4,7 +4,7 @@
 //! once but keeps its connections until every request queued on them is
 //! answered ([`Pool::reap`] then closes them and frees the slot). The
 //! ring is rebuilt for the new list; when the placement changed, the old
-//! ring goes to [`Pool::ring_changed`], where a warm move would start.
+//! ring goes to [`Pool::ring_changed`], which starts a warm move (`moving`).
 
 use std::collections::HashMap;
 
@@ -92,6 +92,17 @@ impl Pool {
             ));
         }
         Ok(())
+    }
+
+    /// TLS for a peer connection to the server in slot `slot`
+    /// (`peer::connect_peer_with`): the pool's `tls.servers`
+    /// configuration and the server's name; None without `tls.servers`.
+    pub fn peer_tls(&self, slot: usize) -> Option<crate::peer::PeerTls> {
+        let server = self.servers.get(slot)?;
+        Some(crate::peer::PeerTls {
+            config: self.tls.clone()?,
+            name: server.tls_name.clone()?,
+        })
     }
 
     /// Takes the pool's new configuration (same name). Requests already

@@ -212,18 +212,18 @@ pub fn proxy_reloaded(yaml: &str, port: u16, extra: &[&str]) -> Proc {
 
 /// `yaml` with every pool's servers replaced by one placeholder.
 fn placeholder_servers(yaml: &str) -> String {
-    let mut v: serde_yaml::Value = serde_yaml::from_str(yaml).expect("test YAML");
-    if let serde_yaml::Value::Mapping(pools) = &mut v {
+    let mut v: serde_norway::Value = serde_norway::from_str(yaml).expect("test YAML");
+    if let serde_norway::Value::Mapping(pools) = &mut v {
         for (_, pool) in pools.iter_mut() {
-            if let serde_yaml::Value::Mapping(pool) = pool {
+            if let serde_norway::Value::Mapping(pool) = pool {
                 pool.insert(
                     "servers".into(),
-                    serde_yaml::Value::Sequence(vec!["127.0.0.1:9:1 placeholder".into()]),
+                    serde_norway::Value::Sequence(vec!["127.0.0.1:9:1 placeholder".into()]),
                 );
             }
         }
     }
-    serde_yaml::to_string(&v).unwrap()
+    serde_norway::to_string(&v).unwrap()
 }
 
 /// Writes `yaml` over the proxy's configuration file (not reloaded yet).
