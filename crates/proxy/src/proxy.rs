@@ -283,8 +283,8 @@ impl Proxy {
                     .move_tick(registry, &self.waker, now, &mut deliveries, &mut released);
                 s.pool.reap(registry);
             }
-            for key in released.drain(..) {
-                if let Some(c) = self.clients.get_mut(key) {
+            for (key, id) in released.drain(..) {
+                if let Some(c) = self.clients.get_mut(key).filter(|c| c.id == id) {
                     c.parked = c.parked.saturating_sub(1);
                     touched.push(key);
                 }

@@ -192,14 +192,15 @@ impl Pool {
     /// The move's turn: starts the migration once the requests from
     /// before the switch are answered, sends the parked requests whose
     /// keys are copied (their clients are added to `released`), and ends
-    /// the move when the migration is done.
+    /// the move when the migration is done. `released`: the clients (slab key,
+    /// generation) whose parked requests went.
     pub fn move_tick(
         &mut self,
         registry: &Registry,
         waker: &Arc<Waker>,
         now: Instant,
         out: &mut Vec<Delivery>,
-        released: &mut Vec<usize>,
+        released: &mut Vec<(usize, u64)>,
     ) {
         let mut ready = std::mem::take(&mut self.requeue);
         let mut ended = false;
@@ -264,8 +265,8 @@ impl Pool {
             );
         }
         for p in ready {
-            if let Dest::Client { key, .. } = p.dest {
-                released.push(key);
+            if let Dest::Client { key, id, .. } = p.dest {
+                released.push((key, id));
             }
             // Routed again: another change may have come meanwhile.
             match self.move_route(&p.key, Kind::Other) {
