@@ -19,6 +19,9 @@
 #        the Debian package (scripts/build-deb.sh: man pages, cargo deb
 #          --no-build; installed and purged by tests/package)
 #        cargo test --workspace --release
+#        the proxy's placement, serving, stats, TLS and request suites again,
+#          each proxy started on placeholder servers and SIGHUP-reloaded
+#          into its real configuration (OSMIUM_PROXY_TESTS_RELOADED=1)
 #        cargo fuzz (each target briefly; only if fuzz/Cargo.toml exists)
 #        python3 -m pytest tests -q
 #   3. prints a summary of the steps and of the test counts.
@@ -421,6 +424,9 @@ run_step "cargo clippy --workspace --all-targets -- -D warnings" \
 run_step "cargo build --release --workspace" cargo_build_release
 run_step "Debian package (scripts/build-deb.sh)" deb_step
 run_step "cargo test --workspace --release" cargo test --workspace --release
+run_step "proxy suites through a reloaded proxy" \
+    env OSMIUM_PROXY_TESTS_RELOADED=1 cargo test --release -p osmium-proxy \
+    --test placement --test serving --test stats --test tls --test request_props
 run_step "cargo fuzz (${FUZZ_SECONDS}s per target)" fuzz_step
 run_step "python3 -m pytest tests -q" pytest_step
 summary 0

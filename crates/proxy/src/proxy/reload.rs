@@ -37,6 +37,24 @@ enum Bound {
     New(Listener),
 }
 
+/// The longest list a log line names in full.
+const LIST_MAX: usize = 16;
+
+/// `items` joined with `, `; past [`LIST_MAX`], the first ones and how
+/// many more (a pool of thousands of servers must not make a line of
+/// hundreds of kilobytes, which a full stderr pipe would block the loop
+/// on).
+pub(crate) fn short_list(items: &[String]) -> String {
+    if items.len() <= LIST_MAX {
+        return items.join(", ");
+    }
+    format!(
+        "{}, and {} more",
+        items[..LIST_MAX].join(", "),
+        items.len() - LIST_MAX
+    )
+}
+
 /// What one reload did, for its log line.
 #[derive(Default)]
 struct Summary {
@@ -50,24 +68,24 @@ impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut parts = Vec::new();
         if !self.added.is_empty() {
-            parts.push(format!("pools added: {}", self.added.join(", ")));
+            parts.push(format!("pools added: {}", short_list(&self.added)));
         }
         if !self.removed.is_empty() {
-            parts.push(format!("pools removed: {}", self.removed.join(", ")));
+            parts.push(format!("pools removed: {}", short_list(&self.removed)));
         }
         if !self.listen.is_empty() {
-            parts.push(format!("listening anew: {}", self.listen.join(", ")));
+            parts.push(format!("listening anew: {}", short_list(&self.listen)));
         }
         for (name, r) in &self.changed {
             let mut what = Vec::new();
             if !r.added.is_empty() {
-                what.push(format!("servers added: {}", r.added.join(", ")));
+                what.push(format!("servers added: {}", short_list(&r.added)));
             }
             if !r.removed.is_empty() {
-                what.push(format!("servers removed: {}", r.removed.join(", ")));
+                what.push(format!("servers removed: {}", short_list(&r.removed)));
             }
             if !r.reweighted.is_empty() {
-                what.push(format!("weights changed: {}", r.reweighted.join(", ")));
+                what.push(format!("weights changed: {}", short_list(&r.reweighted)));
             }
             if what.is_empty() {
                 what.push(if r.ring_changed {
