@@ -210,6 +210,15 @@ pub fn value_header(line: &[u8]) -> Option<(&[u8], u32, usize, Option<u64>)> {
     Some((key, flags, size, cas))
 }
 
+/// The data length a meta `VA <size> ...` line announces (the line alone,
+/// with or without its line end).
+pub fn meta_value_len(line: &[u8]) -> Option<usize> {
+    if !line.starts_with(b"VA ") {
+        return None;
+    }
+    number(token(line, 1))
+}
+
 /// A meta reply's `VA` data and its flags (the tokens after the size);
 /// `None` when it is not `VA`.
 pub fn meta_value(reply: &[u8]) -> Option<(&[u8], impl Iterator<Item = &[u8]>)> {
