@@ -10,7 +10,9 @@ deployments run it) and osmium-proxy, each routing by ketama (a module opts in
 with THROUGH_PROXIES = True). A test that needs what no proxy forwards (stats)
 or one server's process is marked `direct` and runs against the servers only;
 `proxies("osmium-proxy")` names the proxies a test runs through (nutcracker
-0.5.0 refuses the meta commands and flush_all).
+0.5.0 refuses the meta commands and flush_all). osmium-proxy serves them
+after a reload (SIGHUP, the same file read again), so that the suites also
+check a reloaded proxy.
 
 Environment:
   CLIENT_TEST_SERVERS  comma-separated subset of "memcached,osmium" (default both)
@@ -99,7 +101,11 @@ class ProxiedServers:
                 self.backends.append(start_server("osmium"))
             port = servers.free_port()
             self.proxy = Proxy(proxy_kind, pool_yaml(port, self.backends), port)
+            if proxy_kind == "osmium-proxy":
+                self.proxy.reload()
         except BaseException:
+            if getattr(self, "proxy", None) is not None:
+                self.proxy.stop()
             for b in self.backends:
                 b.stop()
             raise

@@ -6,9 +6,13 @@ YAML, on a free loopback port, stopped by PID.
 the `nutcracker` on PATH. A missing one skips its tests, and fails them under
 CI=true (or OSMIUM_REQUIRED=1 for osmium-proxy).
 """
+import json
 import os
 import shutil
+import signal
+import socket
 import tempfile
+import time
 
 import pytest
 
@@ -118,6 +122,32 @@ class Proxy:
     def stderr(self):
         with open(os.path.join(self.dir, "stderr"), errors="replace") as f:
             return f.read()
+
+    def stats(self):
+        """The stats port's JSON document (everything it sends)."""
+        with socket.create_connection(("127.0.0.1", self.stats_port), timeout=10) as s:
+            doc = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    return json.loads(doc)
+                doc += chunk
+
+    def reload(self):
+        """osmium-proxy only: SIGHUP, then waits until its stats count one
+        more reload applied (every pool object carries the count)."""
+        assert self.kind == "osmium-proxy", "nutcracker does not reload"
+
+        def reloads():
+            pools = [v for v in self.stats().values() if isinstance(v, dict)]
+            return pools[0]["reloads"]
+
+        before = reloads()
+        os.kill(self.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while reloads() <= before:
+            assert time.monotonic() < deadline, f"no reload after SIGHUP: {self.stderr()}"
+            time.sleep(0.02)
 
     def stop(self):
         servers.stop_process(self.proc)

@@ -14,7 +14,10 @@
 //!   for three osmium servers replicating in a ring behind osmium-proxy
 //!   against three memcached 1.6.45 servers behind nutcracker;
 //! * `copy`: what sync writes wait while a returning replica gets its full
-//!   copy (`replica_copy`).
+//!   copy (`replica_copy`);
+//! * `resize`: a pool grown by a server then shrunk by one under a
+//!   cache-aside load, osmium-proxy's reload with and without warm moves
+//!   against a restarted nutcracker ([`crate::resize`]).
 //!
 //! ```text
 //!   generator ──▶ proxy (osmium-proxy | nutcracker) ──▶ server 0, 1, 2
@@ -36,11 +39,13 @@ pub enum Mode {
     Replication,
     Sla,
     Copy,
+    Resize,
 }
 
 #[derive(clap::Args)]
 pub struct ClusterArgs {
-    /// Modes, comma separated, run in this order (`copy` only when asked).
+    /// Modes, comma separated, run in this order (`copy` and `resize` only
+    /// when asked).
     #[arg(
         long,
         value_enum,
@@ -62,9 +67,10 @@ pub struct ClusterArgs {
     /// memcached, for `sla` [default: the repository's 1.6.45 oracle].
     #[arg(long, value_name = "PATH")]
     memcached: Option<PathBuf>,
-    /// Rounds of every comparison (the order alternates; medians).
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
+    /// Rounds of every comparison (the order alternates; medians)
+    /// [default: 3; resize: 1].
+    #[arg(long)]
+    rounds: Option<usize>,
     /// Measured seconds of a run.
     #[arg(long, default_value_t = 4.0)]
     duration: f64,
@@ -74,10 +80,12 @@ pub struct ClusterArgs {
     /// `-m` of every server, MB.
     #[arg(long, default_value_t = 256)]
     memory: u64,
-    #[arg(long, default_value_t = 100_000)]
-    keys: u64,
-    #[arg(long, default_value_t = 64)]
-    value_size: usize,
+    /// Keys [default: 100,000; resize: 200,000, --quick 20,000].
+    #[arg(long)]
+    keys: Option<u64>,
+    /// Value size, bytes [default: 64; resize: 512].
+    #[arg(long)]
+    value_size: Option<usize>,
     /// Client connections.
     #[arg(long, default_value_t = 8)]
     conns: usize,
@@ -87,10 +95,27 @@ pub struct ClusterArgs {
     /// Items the writer holds when its replica returns (`copy`).
     #[arg(long, default_value_t = 1_000_000)]
     copy_items: u64,
+    #[command(flatten)]
+    resize: crate::resize::ResizeArgs,
 }
 
-/// Runs the modes asked for, printing a table per mode.
-pub fn run(a: &ClusterArgs) -> Result<(), String> {
+impl ClusterArgs {
+    fn rounds(&self) -> usize {
+        self.rounds.unwrap_or(3)
+    }
+
+    fn keys(&self) -> u64 {
+        self.keys.unwrap_or(100_000)
+    }
+
+    fn value_size(&self) -> usize {
+        self.value_size.unwrap_or(64)
+    }
+}
+
+/// Runs the modes asked for, printing a table per mode; `false` when a
+/// contender of `resize` lost a key or served an older version.
+pub fn run(a: &ClusterArgs) -> Result<bool, String> {
     let bins = Binaries::resolve(a.osmium.clone(), a.memcached.clone());
     let proxy = a.proxy.clone().unwrap_or_else(|| {
         std::env::current_exe()
@@ -98,14 +123,26 @@ pub fn run(a: &ClusterArgs) -> Result<(), String> {
             .and_then(|exe| exe.parent().map(|d| d.join("osmium-proxy")))
             .unwrap_or_else(|| PathBuf::from("target/release/osmium-proxy"))
     });
+    let mut good = true;
     let result = a.mode.iter().try_for_each(|mode| match mode {
         Mode::Proxy => proxies(a, &bins, &proxy),
         Mode::Replication => replication(a, &bins),
         Mode::Sla => sla(a, &bins, &proxy),
-        Mode::Copy => crate::replica_copy::run(&crate::replica_copy::CopyRun {
-            rounds: a.rounds,
-            items: a.copy_items,
+        Mode::Resize => crate::resize::run(&crate::resize::Setup {
+            bins: &bins,
+            proxy: &proxy,
+            nutcracker: &a.nutcracker,
+            threads: a.threads,
+            rounds: a.rounds.unwrap_or(1),
+            keys: a.keys,
             value_size: a.value_size,
+            args: &a.resize,
+        })
+        .map(|ok| good &= ok),
+        Mode::Copy => crate::replica_copy::run(&crate::replica_copy::CopyRun {
+            rounds: a.rounds(),
+            items: a.copy_items,
+            value_size: a.value_size(),
             start: &|port, extra| {
                 let mut args = secret_args()?;
                 args.extend_from_slice(extra);
@@ -117,7 +154,7 @@ pub fn run(a: &ClusterArgs) -> Result<(), String> {
         let _ = std::fs::remove_file(path);
         crate::servers::forget_on_signal(path);
     }
-    result
+    result.map(|()| good)
 }
 
 fn workload(a: &ClusterArgs, depth: usize, get_ratio: f64) -> Workload {
@@ -127,9 +164,9 @@ fn workload(a: &ClusterArgs, depth: usize, get_ratio: f64) -> Workload {
         depth: depth.max(1),
         duration: Duration::from_secs_f64(a.duration.max(0.5)),
         warmup: Duration::from_secs(1),
-        keys: a.keys.max(1),
+        keys: a.keys().max(1),
         key_size: 16,
-        value_size: a.value_size,
+        value_size: a.value_size(),
         get_ratio,
         protocol: Protocol::Text,
         seed: 1,
@@ -348,14 +385,14 @@ fn proxies(a: &ClusterArgs, bins: &Binaries, proxy: &std::path::Path) -> Result<
     load::preload(&Targets::one(osm.addr(), None), &pre)?;
     println!(
         "cluster proxy: {} connections, text GETs of {} keys ({} B values), 3 osmium servers -t {} behind each proxy (same YAML: ketama, fnv1a_64); proxy CPU from /proc; median of {} rounds",
-        a.conns, a.keys, a.value_size, a.threads, a.rounds
+        a.conns, a.keys(), a.value_size(), a.threads, a.rounds()
     );
     println!(" depth proxy          ops/s   p50 us   p99 us  p99.9 us  proxy cpu us/req  servers us/req  cpu/nutcracker");
     for &depth in &a.depths {
         let w = workload(a, depth, 1.0);
         let pids: Vec<u32> = backends.iter().map(|b| b.pid).collect();
         let (mut n_runs, mut o_runs) = (Vec::new(), Vec::new());
-        for round in 0..a.rounds.max(1) {
+        for round in 0..a.rounds().max(1) {
             let order: [bool; 2] = if round % 2 == 0 {
                 [true, false]
             } else {
@@ -420,13 +457,13 @@ fn replication(a: &ClusterArgs, bins: &Binaries) -> Result<(), String> {
     }
     println!(
         "cluster replication: {} connections, text SETs of {} keys ({} B values) to a server -t {}, replicating to a second one (none: not replicating); median of {} rounds",
-        a.conns, a.keys, a.value_size, a.threads, a.rounds
+        a.conns, a.keys(), a.value_size(), a.threads, a.rounds()
     );
     println!(" depth replication    ops/s   p50 us   p99 us  p99.9 us  writer us/write  replica us/write  total  total/none");
     for &depth in &a.depths {
         let w = workload(a, depth, 0.0);
         let mut runs: Vec<Vec<Figures>> = vec![Vec::new(); variants.len()];
-        for round in 0..a.rounds.max(1) {
+        for round in 0..a.rounds().max(1) {
             let mut order: Vec<usize> = (0..variants.len()).collect();
             if round % 2 == 1 {
                 order.reverse();
@@ -485,10 +522,10 @@ fn sla(a: &ClusterArgs, bins: &Binaries, proxy: &std::path::Path) -> Result<(), 
     }
     println!(
         "cluster sla: GETs, {} connections, {} keys ({} B values); 3 osmium servers -t {} in a replication ring behind osmium-proxy against 3 memcached 1.6.45 -t {} behind nutcracker; 99.5 % within 1 ms; median of {} rounds",
-        a.conns, a.keys, a.value_size, a.threads, a.threads, a.rounds
+        a.conns, a.keys(), a.value_size(), a.threads, a.threads, a.rounds()
     );
     let mut results: [Vec<(f64, f64)>; 2] = [Vec::new(), Vec::new()];
-    for round in 0..a.rounds.max(1) {
+    for round in 0..a.rounds().max(1) {
         let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
         for i in order {
             let p = if i == 0 { &osm } else { &nut };

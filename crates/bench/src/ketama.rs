@@ -1,8 +1,8 @@
 //! The libmemcached ketama flavours `--ketama` names; the placement itself
-//! is osmium-proxy's (`osmium_proxy::ring::libmemcached`), which its
-//! `distribution: libmemcached` uses too.
+//! is osmium-placement's (`osmium_placement::ring::libmemcached`), which
+//! osmium-proxy's `distribution: libmemcached` uses too.
 
-pub use osmium_proxy::ring::libmemcached::{Continuum, KeyHash};
+pub use osmium_placement::ring::libmemcached::{Continuum, KeyHash};
 
 /// Which of libmemcached's ketama flavours (`load --ketama`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

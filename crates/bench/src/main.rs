@@ -54,6 +54,7 @@ mod plot;
 mod process;
 mod replica_copy;
 mod report;
+mod resize;
 mod restart;
 mod servers;
 mod tls;
@@ -101,8 +102,9 @@ enum Cmd {
     /// from flash (throughput, latency, CPU), per value size.
     Flash(Box<FlashArgs>),
     /// osmium-proxy against nutcracker (proxy CPU per request), the cost
-    /// of a replicated write (async, sync), and the SLA of a three-server
-    /// ring behind osmium-proxy against memcached behind nutcracker.
+    /// of a replicated write (async, sync), the SLA of a three-server ring
+    /// behind osmium-proxy against memcached behind nutcracker, and
+    /// growing and shrinking a pool under a cache-aside load (resize).
     Cluster(Box<cluster::ClusterArgs>),
     /// Churn (overwrites with new sizes, deletes): live items kept and
     /// evictions, miss ratio over-full, CPU per SET/GET while cleaning.
@@ -705,7 +707,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 },
             )
         }
-        Cmd::Cluster(a) => cluster::run(&a).map(|()| true),
+        Cmd::Cluster(a) => cluster::run(&a),
         Cmd::Churn(a) => churn::run(&a),
         Cmd::Closed(a) => closed::run(&a),
         Cmd::Tls(a) => tls::run(&a),

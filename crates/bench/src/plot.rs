@@ -8,7 +8,9 @@
 //!   rate of an open-loop `--rates` sweep, a line per server;
 //! * [`closed_loop`]: throughput, and p50 and p99 latency, against the
 //!   connection count of an `osmium-bench closed` sweep, a colour per
-//!   server.
+//!   server;
+//! * [`timeline`]: a figure per second over a run, a line per series, with
+//!   the moments of events marked (`cluster --mode resize`).
 
 use std::path::Path;
 
@@ -378,6 +380,74 @@ pub fn closed_loop(path: &Path, title: &str, series: &[ConnSeries]) -> Result<()
     root.present().map_err(err)
 }
 
+/// One series of a [`timeline`]: (seconds, value) points.
+pub struct TimeSeries<'a> {
+    pub name: &'a str,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Writes `series` against time to `path` (SVG), a line per series, with
+/// a dashed vertical line at every second of `marks`.
+pub fn timeline(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    series: &[TimeSeries],
+    marks: &[f64],
+) -> Result<(), String> {
+    let all = || series.iter().flat_map(|s| s.points.iter());
+    let max_x = all().fold(1.0f64, |m, p| m.max(p.0));
+    let max_y = all()
+        .filter(|p| p.1.is_finite())
+        .fold(1.0f64, |m, p| m.max(p.1));
+    let root = SVGBackend::new(path, (1000, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..max_x * 1.02, 0.0..max_y * 1.1)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc(y_desc)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(err)?;
+    for &m in marks {
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(m, 0.0), (m, max_y * 1.1)],
+                6,
+                4,
+                BLACK.mix(0.5).stroke_width(1),
+            ))
+            .map_err(err)?;
+    }
+    for (i, s) in series.iter().enumerate() {
+        let c = color(i);
+        chart
+            .draw_series(LineSeries::new(
+                s.points.iter().copied().filter(|p| p.1.is_finite()),
+                c.stroke_width(2),
+            ))
+            .map_err(err)?
+            .label(s.name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,6 +506,14 @@ mod tests {
             },
         ];
         closed_loop(&closed, "t", &series).unwrap();
+        let tl = dir.join("timeline.svg");
+        let lines = [TimeSeries {
+            name: "warm",
+            points: vec![(0.5, 10.0), (1.5, 900.0), (2.5, f64::NAN)],
+        }];
+        timeline(&tl, "t", "database reads per second", &lines, &[1.0]).unwrap();
+        let svg = std::fs::read_to_string(&tl).unwrap();
+        assert!(svg.contains("database reads per second") && svg.contains("warm"));
         let svg = std::fs::read_to_string(&closed).unwrap();
         assert!(
             svg.starts_with("<svg") && svg.contains("connections"),

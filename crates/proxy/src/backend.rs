@@ -11,6 +11,13 @@
 //! `server_ejects` are counted here; the queues are read from the
 //! connections' pending requests when the port is asked.
 //!
+//! A server lives in a stable slot of the pool (`servers`, a slab) for as
+//! long as it has connections: its connections' tokens and the replies
+//! queued on them are tied to the slot, not to its place in `servers:`.
+//! A reload (`reconfigure`) keeps the slot of every server it keeps,
+//! gives new servers new slots, and leaves a removed server in its slot,
+//! out of the ring, until every request queued on it is answered.
+//!
 //! Health of a server, with `auto_eject_hosts`:
 //!
 //! ```text
@@ -22,13 +29,21 @@
 //!                                  └──(100 ms)──▶ Probing
 //! ```
 
+mod reconfigure;
+
 use std::collections::VecDeque;
 use std::io::{self, Write};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::{Registry, Token};
+use rustls::ClientConfig;
+use rustls_pki_types::ServerName;
+use slab::Slab;
 
-use crate::config::{Distribution, Failover, PoolConfig};
+pub use reconfigure::{Reconfigured, RingChange};
+
+use crate::config::{Distribution, Failover, PoolConfig, ServerConfig};
 use crate::counters::{now_usec, PoolStats, Queues, ServerStats};
 use crate::inbuf::InBuf;
 use crate::reply::{self, Expect};
@@ -40,6 +55,39 @@ use crate::tls::{ServersContext, TlsStream};
 pub const CATCHUP_RECHECK: Duration = Duration::from_millis(100);
 /// The probe's own timeout when the pool has none.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A server connection's token, from its pool's `token_base`: the
+/// server's slot shifted by `CONN_BITS`, plus the connection's index.
+pub const CONN_BITS: u32 = 24;
+/// Bits of a server's slot in a token.
+pub const SLOT_BITS: u32 = 16;
+/// The tokens one pool's server connections may take.
+pub const POOL_TOKEN_SPAN: usize = 1 << (CONN_BITS + SLOT_BITS);
+/// Server slots of a pool (servers configured and removed ones draining).
+pub const MAX_SLOTS: usize = 1 << SLOT_BITS;
+/// The largest `server_connections` (text and binary connections of a
+/// server fit its slot's tokens).
+pub const MAX_SERVER_CONNECTIONS: u32 = 1 << (CONN_BITS - 2);
+const _: () = assert!(usize::BITS >= 64, "tokens need a 64-bit usize");
+
+/// Whether a pool's configuration fits the token layout.
+pub fn check_limits(cfg: &PoolConfig) -> Result<(), String> {
+    if cfg.servers.len() > MAX_SLOTS / 2 {
+        return Err(format!(
+            "pool '{}': {} servers, at most {} are served",
+            cfg.name,
+            cfg.servers.len(),
+            MAX_SLOTS / 2
+        ));
+    }
+    if cfg.server_connections > MAX_SERVER_CONNECTIONS {
+        return Err(format!(
+            "pool '{}': server_connections {} is more than {MAX_SERVER_CONNECTIONS}",
+            cfg.name, cfg.server_connections
+        ));
+    }
+    Ok(())
+}
 
 /// Where a reply goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,6 +196,18 @@ pub enum Health {
 /// One server of a pool.
 #[derive(Debug)]
 pub struct Server {
+    /// Its line of `servers:` (address, weight, name).
+    pub cfg: ServerConfig,
+    /// Its index in the pool's `servers:` (the ring's index); `None` once
+    /// a reload removed it: it takes no new requests, and its connections
+    /// close once every request queued on them is answered.
+    pub pos: Option<usize>,
+    /// The name its certificate is verified against (`tls.servers`).
+    tls_name: Option<ServerName<'static>>,
+    /// Text connection `j` is `conns[2 * j]`, binary connection `j` is
+    /// `conns[2 * j + 1]`: an index (and its token) does not depend on
+    /// `server_connections`, which a reload may change. Connections past
+    /// `2 * server_connections` take no new requests and close once idle.
     pub conns: Vec<Conn>,
     next: usize,
     pub failures: u32,
@@ -160,10 +220,14 @@ pub struct Server {
 pub struct Pool {
     pub cfg: PoolConfig,
     pub ring: Ring,
-    pub servers: Vec<Server>,
-    /// The first token of this pool's server connections.
+    /// Every server with connections, by slot (see the module's comment).
+    pub servers: Slab<Server>,
+    /// The slot of each server of `cfg.servers` (ring index → slot).
+    pub order: Vec<usize>,
+    /// The first token of this pool's server connections (it takes
+    /// `POOL_TOKEN_SPAN` tokens).
     token_base: usize,
-    /// Connections given requests this turn, written by
+    /// Connections (slot, index) given requests this turn, written by
     /// [`Pool::flush_queued`] so that a turn's requests for one
     /// connection leave in one write.
     dirty: Vec<(usize, usize)>,
@@ -172,7 +236,48 @@ pub struct Pool {
     /// port's `total_connections`.
     pub conns_opened: u64,
     /// TLS to the servers (`tls.servers`).
+    tls: Option<Arc<ClientConfig>>,
+    /// A reload left removed servers or surplus connections to close
+    /// once idle ([`Pool::reap`]).
+    draining: bool,
+}
+
+impl Server {
+    fn new(
+        cfg: ServerConfig,
+        pos: usize,
+        tls_name: Option<ServerName<'static>>,
+        connections: u32,
+    ) -> Server {
+        Server {
+            cfg,
+            pos: Some(pos),
+            tls_name,
+            conns: (0..2 * connections).map(|_| Conn::default()).collect(),
+            next: 0,
+            failures: 0,
+            health: Health::Up,
+            stats: ServerStats::default(),
+        }
+    }
+
+    /// Whether a request is queued on one of its connections (the health
+    /// probe too).
+    fn busy(&self) -> bool {
+        self.conns.iter().any(|c| !c.pending.is_empty())
+    }
+}
+
+/// A pool's TLS to its servers: the client configuration, and each
+/// server's name (in `servers:` order; `None` for all without TLS).
+fn split_tls(
     tls: Option<ServersContext>,
+    servers: usize,
+) -> (Option<Arc<ClientConfig>>, Vec<Option<ServerName<'static>>>) {
+    match tls {
+        Some(t) => (Some(t.config), t.names.into_iter().map(Some).collect()),
+        None => (None, vec![None; servers]),
+    }
 }
 
 fn strerror(e: &io::Error) -> String {
@@ -188,37 +293,49 @@ fn strerror(e: &io::Error) -> String {
 }
 
 impl Pool {
+    /// The pool of `cfg`, its server connections' tokens from
+    /// `token_base` (`POOL_TOKEN_SPAN` of them).
     pub fn new(cfg: PoolConfig, token_base: usize, tls: Option<ServersContext>) -> Pool {
         let ring = Ring::new(&cfg);
-        let servers = cfg
+        let (tls, mut names) = split_tls(tls, cfg.servers.len());
+        let mut servers = Slab::with_capacity(cfg.servers.len());
+        let order = cfg
             .servers
             .iter()
-            .map(|_| Server {
-                conns: (0..2 * cfg.server_connections)
-                    .map(|_| Conn::default())
-                    .collect(),
-                next: 0,
-                failures: 0,
-                health: Health::Up,
-                stats: ServerStats::default(),
+            .enumerate()
+            .map(|(i, s)| {
+                servers.insert(Server::new(
+                    s.clone(),
+                    i,
+                    names[i].take(),
+                    cfg.server_connections,
+                ))
             })
             .collect();
         Pool {
             cfg,
             ring,
             servers,
+            order,
             token_base,
             dirty: Vec::new(),
             stats: PoolStats::default(),
             conns_opened: 0,
             tls,
+            draining: false,
         }
     }
 
     /// Server connections open now (connecting ones too).
     pub fn open_conns(&self) -> u64 {
-        let open = self.servers.iter().flat_map(|s| &s.conns);
+        let open = self.servers.iter().flat_map(|(_, s)| &s.conns);
         open.filter(|c| c.stream.is_some()).count() as u64
+    }
+
+    /// The slots of the configured servers that take requests now, in
+    /// `servers:` order.
+    pub fn live_slots(&self) -> impl Iterator<Item = usize> + '_ {
+        self.order.iter().copied().filter(|&s| self.up(s))
     }
 
     /// Server `s`'s client requests not yet fully written and those
@@ -239,60 +356,64 @@ impl Pool {
         q
     }
 
-    /// How many tokens the pool's server connections take.
-    pub fn token_count(&self) -> usize {
-        self.servers.len() * self.per_server()
-    }
-
-    fn per_server(&self) -> usize {
-        2 * self.cfg.server_connections as usize
-    }
-
     fn token(&self, server: usize, conn: usize) -> Token {
-        Token(self.token_base + server * self.per_server() + conn)
+        Token(self.token_base + (server << CONN_BITS) + conn)
     }
 
-    /// The server and connection of a token of this pool.
+    /// The server (slot) and connection of a token of this pool.
     pub fn conn_of(&self, token: Token) -> Option<(usize, usize)> {
         let i = token.0.checked_sub(self.token_base)?;
-        (i < self.token_count()).then(|| (i / self.per_server(), i % self.per_server()))
+        if i >= POOL_TOKEN_SPAN {
+            return None;
+        }
+        let (s, c) = (i >> CONN_BITS, i & ((1 << CONN_BITS) - 1));
+        let server = self.servers.get(s)?;
+        (c < server.conns.len()).then_some((s, c))
     }
 
-    fn up(&self, i: usize) -> bool {
-        !self.cfg.auto_eject_hosts || self.servers[i].health == Health::Up
+    /// Whether server (slot) `s` takes requests now: configured, and up
+    /// (or the pool does not eject).
+    fn up(&self, s: usize) -> bool {
+        let server = &self.servers[s];
+        server.pos.is_some() && (!self.cfg.auto_eject_hosts || server.health == Health::Up)
     }
 
-    /// Whether server `i` takes requests now.
-    pub fn is_up(&self, i: usize) -> bool {
-        self.up(i)
+    /// Whether server (slot) `s` takes requests now.
+    pub fn is_up(&self, s: usize) -> bool {
+        self.up(s)
     }
 
-    /// The server a request for `key` goes to now; `None` when none is live.
+    /// The server (slot) a request for `key` goes to now; `None` when
+    /// none is live.
     pub fn route(&self, key: &[u8]) -> Option<usize> {
-        if self.cfg.distribution == Distribution::Random {
-            return self.ring.live_server_of(key);
-        }
-        if !self.cfg.auto_eject_hosts {
-            return Some(self.ring.server_of(key));
-        }
-        match self.cfg.failover {
-            Failover::Rehash => self.ring.live_server_of(key),
-            Failover::Replica => {
-                let home = self.ring.server_of(key);
-                let n = self.servers.len();
-                (0..n).map(|k| (home + k) % n).find(|&i| self.up(i))
+        let pos = if self.cfg.distribution == Distribution::Random {
+            self.ring.live_server_of(key)?
+        } else if !self.cfg.auto_eject_hosts {
+            self.ring.server_of(key)
+        } else {
+            match self.cfg.failover {
+                Failover::Rehash => self.ring.live_server_of(key)?,
+                Failover::Replica => {
+                    let home = self.ring.server_of(key);
+                    let n = self.order.len();
+                    (0..n)
+                        .map(|k| (home + k) % n)
+                        .find(|&i| self.up(self.order[i]))?
+                }
             }
-        }
+        };
+        self.order.get(pos).copied()
     }
 
     fn rebuild(&mut self) {
-        let live: Vec<bool> = (0..self.servers.len()).map(|i| self.up(i)).collect();
+        let live: Vec<bool> = self.order.iter().map(|&s| self.up(s)).collect();
         self.ring.set_live(&live);
     }
 
     /// Opens every connection (`preconnect`).
     pub fn preconnect(&mut self, registry: &Registry, now: Instant, out: &mut Vec<Delivery>) {
-        for s in 0..self.servers.len() {
+        for i in 0..self.order.len() {
+            let s = self.order[i];
             for c in 0..self.servers[s].conns.len() {
                 self.ensure_connected(registry, s, c, now, out);
             }
@@ -323,7 +444,7 @@ impl Pool {
                 true
             }
             Err(e) => {
-                tracing::debug!("connect to {} failed: {e}", self.cfg.servers[s].addr);
+                tracing::debug!("connect to {} failed: {e}", self.servers[s].cfg.addr);
                 let why = strerror(&e);
                 self.fail_conn(registry, s, c, Closed::Error, &why, now, out);
                 false
@@ -333,14 +454,14 @@ impl Pool {
 
     /// Starts a connection to server `s`: TLS over it with `tls.servers`.
     fn open(&self, s: usize) -> io::Result<Stream> {
-        let addr = &self.cfg.servers[s].addr;
+        let server = &self.servers[s];
+        let addr = &server.cfg.addr;
         let sock = Stream::connect(addr)?;
-        let Some(tls) = &self.tls else {
+        let (Some(config), Some(name)) = (&self.tls, &server.tls_name) else {
             return Ok(sock);
         };
         let peer = format!("server {addr} of pool {}", self.cfg.name);
-        let name = tls.names[s].clone();
-        let t = TlsStream::connect(sock, tls.config.clone(), name, peer)?;
+        let t = TlsStream::connect(sock, config.clone(), name.clone(), peer)?;
         Ok(Stream::Tls(Box::new(t)))
     }
 
@@ -366,9 +487,7 @@ impl Pool {
     /// server's replica (the next live server of the ring order) instead
     /// of failing: with `auto_eject_hosts` and `failover: replica`.
     fn retries_reads(&self) -> bool {
-        self.cfg.auto_eject_hosts
-            && self.cfg.failover == Failover::Replica
-            && self.servers.len() > 1
+        self.cfg.auto_eject_hosts && self.cfg.failover == Failover::Replica && self.order.len() > 1
     }
 
     /// Sends a read that failed on server `failed` to its replica, once.
@@ -384,8 +503,17 @@ impl Pool {
         now: Instant,
         out: &mut Vec<Delivery>,
     ) {
-        let n = self.servers.len();
-        match (1..n).map(|k| (failed + k) % n).find(|&i| self.up(i)) {
+        // The next live server after it in `servers:` order (the first
+        // live one for a server a reload removed).
+        let n = self.order.len();
+        let (from, skip) = match self.servers.get(failed).and_then(|s| s.pos) {
+            Some(pos) => (pos, 1),
+            None => (0, 0),
+        };
+        let next = (skip..n + skip)
+            .map(|k| self.order[(from + k) % n])
+            .find(|&s| s != failed && self.up(s));
+        match next {
             Some(replica) => {
                 tracing::debug!("read retried on server {replica}: {why}");
                 self.send_once(registry, replica, wire, expect, dest, now, out, false);
@@ -412,11 +540,11 @@ impl Pool {
         let c = if dest == Dest::Probe {
             0
         } else {
-            // Text connections first, then as many binary ones.
+            // Text and binary connections alternate (see `Server::conns`).
             let per = self.cfg.server_connections as usize;
             let server = &mut self.servers[s];
             server.next = (server.next + 1) % per;
-            server.next + if expect == Expect::Binary { per } else { 0 }
+            2 * server.next + usize::from(expect == Expect::Binary)
         };
         if !self.ensure_connected(registry, s, c, now, out) {
             let why = "Connection refused";
@@ -462,8 +590,10 @@ impl Pool {
     pub fn flush_queued(&mut self, registry: &Registry, now: Instant, out: &mut Vec<Delivery>) {
         let mut dirty = std::mem::take(&mut self.dirty);
         for &(s, c) in &dirty {
-            self.servers[s].conns[c].queued = false;
-            self.flush(registry, s, c, now, out);
+            if let Some(conn) = self.servers.get_mut(s).and_then(|x| x.conns.get_mut(c)) {
+                conn.queued = false;
+                self.flush(registry, s, c, now, out);
+            }
         }
         dirty.clear();
         if self.dirty.is_empty() {
@@ -652,11 +782,15 @@ impl Pool {
         conn.journal_base += conn.journal.len() as u64;
         conn.journal.clear();
         conn.journaled = 0;
-        let addr = self.cfg.servers[s].addr.to_string();
         let server = &mut self.servers[s];
+        let addr = server.cfg.addr.to_string();
         server.failures += 1;
         tracing::debug!("server {addr}: {why} (failure {})", server.failures);
-        if !self.cfg.auto_eject_hosts {
+        // A removed server is never ejected: it is no longer in the ring.
+        if !self.cfg.auto_eject_hosts || server.pos.is_none() {
+            for (wire, expect, dest) in retries {
+                self.retry_on_replica(registry, s, &wire, expect, dest, why, now, out);
+            }
             return;
         }
         let eject = match server.health {
@@ -697,7 +831,7 @@ impl Pool {
         } else {
             tracing::warn!(
                 "server {} of pool {} is back",
-                self.cfg.servers[s].addr,
+                server.cfg.addr,
                 self.cfg.name
             );
             server.health = Health::Up;
@@ -710,7 +844,12 @@ impl Pool {
     /// (`Connection timed out`); ejected servers due for a retry, and
     /// catching-up servers due for a check, are probed.
     pub fn tick(&mut self, registry: &Registry, now: Instant, out: &mut Vec<Delivery>) {
-        for s in 0..self.servers.len() {
+        // By slot number (every key is below the slab's capacity): no list
+        // of slots is made every turn.
+        for s in 0..self.servers.capacity() {
+            if !self.servers.contains(s) {
+                continue;
+            }
             for c in 0..self.servers[s].conns.len() {
                 let late = self.servers[s].conns[c]
                     .pending
@@ -722,11 +861,12 @@ impl Pool {
                     self.fail_conn(registry, s, c, Closed::TimedOut, why, now, out);
                 }
             }
-            let due = match self.servers[s].health {
-                Health::Ejected { retry_at } => retry_at <= now,
-                Health::CatchingUp { next_probe } => next_probe <= now,
-                _ => false,
-            };
+            let due = self.servers[s].pos.is_some()
+                && match self.servers[s].health {
+                    Health::Ejected { retry_at } => retry_at <= now,
+                    Health::CatchingUp { next_probe } => next_probe <= now,
+                    _ => false,
+                };
             if due {
                 self.servers[s].health = Health::Probing;
                 self.send(
@@ -746,7 +886,7 @@ impl Pool {
     pub fn next_timer(&self) -> Option<Instant> {
         let mut t: Option<Instant> = None;
         let mut add = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
-        for s in &self.servers {
+        for (_, s) in &self.servers {
             match s.health {
                 Health::Ejected { retry_at } => add(retry_at),
                 Health::CatchingUp { next_probe } => add(next_probe),

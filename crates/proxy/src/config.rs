@@ -5,44 +5,19 @@
 //! lines that are not `host:port:weight [name]` or `/path:weight [name]`,
 //! duplicate server names, duplicate listen addresses, are errors. Redis
 //! pools are refused. osmium's own keys: `failover: replica|rehash`, the
-//! `libmemcached` / `libmemcached_weighted` distributions, and `tls:` (a
-//! mapping, read by `tls::config`).
+//! `libmemcached` / `libmemcached_weighted` distributions, `tls:` (a
+//! mapping, read by `tls::config`), and `warm_moves: true|false`.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use crate::hash::HashKind;
+use crate::ring::{PoolSpec, ServerSpec};
 use crate::tls::TlsConfig;
 
-/// How keys are spread over a pool's servers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Distribution {
-    /// nutcracker's ketama (its default).
-    Ketama,
-    /// nutcracker's modula.
-    Modula,
-    /// A random live server per request.
-    Random,
-    /// libmemcached's unweighted ketama (pylibmc `{"ketama": True}`).
-    Libmemcached,
-    /// libmemcached's weighted ketama (pylibmc `{"ketama_weighted": True}`).
-    LibmemcachedWeighted,
-}
-
-impl Distribution {
-    fn from_name(name: &str) -> Option<Distribution> {
-        Some(match name {
-            "ketama" => Distribution::Ketama,
-            "modula" => Distribution::Modula,
-            "random" => Distribution::Random,
-            "libmemcached" => Distribution::Libmemcached,
-            "libmemcached_weighted" => Distribution::LibmemcachedWeighted,
-            _ => return None,
-        })
-    }
-}
+pub use crate::ring::Distribution;
 
 /// Where an ejected server's keys go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,7 +71,7 @@ pub struct ServerConfig {
 }
 
 /// One pool.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PoolConfig {
     pub name: String,
     pub listen: Listen,
@@ -116,6 +91,39 @@ pub struct PoolConfig {
     pub servers: Vec<ServerConfig>,
     /// `tls:` (both sides off when absent).
     pub tls: TlsConfig,
+    /// osmium's `warm_moves:` (default true): whether a reload that
+    /// changes the ring moves the keys whose owner changed ahead of the
+    /// clients (`false`: they miss on their new owner, as after a
+    /// nutcracker restart).
+    pub warm_moves: bool,
+}
+
+impl From<&PoolConfig> for PoolSpec {
+    /// What the pool's placement depends on: its ring's input.
+    fn from(pool: &PoolConfig) -> PoolSpec {
+        let servers = pool
+            .servers
+            .iter()
+            .map(|s| {
+                let (host, port) = match &s.addr {
+                    Addr::Tcp { host, port } => (host.clone(), *port),
+                    Addr::Unix(p) => (p.display().to_string(), 0),
+                };
+                ServerSpec {
+                    name: s.name.clone(),
+                    weight: s.weight,
+                    host,
+                    port,
+                }
+            })
+            .collect();
+        PoolSpec {
+            distribution: pool.distribution,
+            hash: pool.hash,
+            hash_tag: pool.hash_tag,
+            servers,
+        }
+    }
 }
 
 /// The whole file.
@@ -146,7 +154,7 @@ impl Config {
     /// Parses and checks a configuration's text.
     pub fn parse(text: &str) -> Result<Config, String> {
         let root: Value =
-            serde_yaml::from_str(text).map_err(|e| format!("conf: invalid yaml: {e}"))?;
+            serde_norway::from_str(text).map_err(|e| format!("conf: invalid yaml: {e}"))?;
         let Value::Mapping(root) = root else {
             return Err("conf: the configuration must be a mapping of pool names".into());
         };
@@ -206,7 +214,7 @@ fn parse_bool(s: &str) -> Result<bool, &'static str> {
     }
 }
 
-fn parse_pool(name: String, body: serde_yaml::Mapping) -> Result<PoolConfig, String> {
+fn parse_pool(name: String, body: serde_norway::Mapping) -> Result<PoolConfig, String> {
     let mut seen: Vec<String> = Vec::new();
     let mut listen = None;
     let mut hash = None;
@@ -220,6 +228,7 @@ fn parse_pool(name: String, body: serde_yaml::Mapping) -> Result<PoolConfig, Str
     let mut failure_limit = None;
     let mut connections = None;
     let mut failover = None;
+    let mut warm_moves = None;
     let mut servers = Vec::new();
     let mut tls = TlsConfig::default();
     for (key, value) in body {
@@ -283,6 +292,7 @@ fn parse_pool(name: String, body: serde_yaml::Mapping) -> Result<PoolConfig, Str
             }
             "preconnect" => preconnect = Some(boolean()?),
             "auto_eject_hosts" => auto_eject = Some(boolean()?),
+            "warm_moves" => warm_moves = Some(boolean()?),
             "server_retry_timeout" => retry = Some(Duration::from_millis(num()?)),
             "server_failure_limit" => failure_limit = Some(num()? as u32),
             "server_connections" => {
@@ -331,6 +341,7 @@ fn parse_pool(name: String, body: serde_yaml::Mapping) -> Result<PoolConfig, Str
         failover: failover.unwrap_or(Failover::Replica),
         servers,
         tls,
+        warm_moves: warm_moves.unwrap_or(true),
     })
 }
 

@@ -19,6 +19,16 @@ pub struct PoolStats {
     pub forward_error: u64,
     /// Parts made by splitting a multi-key request over several servers.
     pub fragments: u64,
+    /// osmium's: configuration reloads applied, and refused, since start
+    /// (the proxy's counts, the same in every pool).
+    pub reloads: u64,
+    pub reload_failures: u64,
+    /// osmium's, for warm moves: 1 while a move runs, keys and bytes
+    /// copied to their new owner, reads served by a key's previous owner.
+    pub migrating: u64,
+    pub moved_keys: u64,
+    pub moved_bytes: u64,
+    pub warm_reads: u64,
 }
 
 /// A server's counters (nutcracker's server stats, less the queues, which

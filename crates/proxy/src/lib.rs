@@ -1,6 +1,7 @@
 //! osmium-proxy: a drop-in for twemproxy (nutcracker) in front of
 //! memcached pools. It reads nutcracker's YAML (`config`), places keys
-//! exactly as nutcracker 0.5.0 or libmemcached do (`hash`, `ring`), and
+//! exactly as nutcracker 0.5.0 or libmemcached do (`hash`, `ring`: the
+//! osmium-placement crate, re-exported under these paths), and
 //! serves text, meta and binary clients over persistent pipelined server
 //! connections (`proxy`, `client`, `request`, `reply`, `backend`,
 //! `inbuf`, `stream`). When a server fails, its keys go to its replica
@@ -8,21 +9,23 @@
 //! re-spread over the live servers as nutcracker does (`failover:
 //! rehash`). nutcracker's stats port is served by the same event loop
 //! (`stats`). A pool may speak TLS to its clients and to its servers
-//! (`tls`).
+//! (`tls`). The configuration is reloaded while serving, on SIGHUP or an
+//! authorised `reload` on the stats port (`proxy::reload`, `admin`).
 
+pub mod admin;
 pub mod backend;
 pub mod client;
 pub mod config;
 pub mod counters;
-pub mod hash;
 pub mod inbuf;
 pub mod proxy;
 pub mod reply;
 pub mod request;
-pub mod ring;
 pub mod stats;
 pub mod stream;
 pub mod tls;
+
+pub use osmium_placement::{hash, ring};
 
 pub use config::Config;
 pub use proxy::Proxy;

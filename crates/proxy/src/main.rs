@@ -1,7 +1,9 @@
 //! The `osmium-proxy` command: nutcracker 0.5.0's command line (`-c`,
 //! `-t`, `-v`, `-o`, `-s`, `-a`, `-i`, `-p`, `-m`, `-D`, `-d`, `-V`),
-//! then the event loop until SIGINT or SIGTERM. `-t` also loads the
-//! certificates and keys the pools' `tls:` names.
+//! then the event loop until SIGINT or SIGTERM; SIGHUP reloads the `-c`
+//! file (see `proxy::reload`). `-t` also loads the certificates and keys
+//! the pools' `tls:` names. `--admin-token-file` allows `reload <token>`
+//! on the stats port (`admin`).
 //!
 //! `-d` starts the same binary again, detached (its own process group,
 //! standard streams on /dev/null), and waits until that child has bound
@@ -64,6 +66,10 @@ struct Args {
     /// Write the process id to this file at start; removed at a clean exit.
     #[arg(short = 'p', long = "pid-file", value_name = "FILE")]
     pid_file: Option<PathBuf>,
+    /// Allow `reload <token>` on the stats port, the token being this
+    /// file's one line (mode 0600: readable by its owner only).
+    #[arg(long = "admin-token-file", value_name = "FILE")]
+    admin_token_file: Option<PathBuf>,
     /// nutcracker's mbuf chunk size (512 to 16777216): accepted, no effect.
     #[arg(short = 'm', long = "mbuf-size", default_value_t = 16384,
           value_parser = clap::value_parser!(u32).range(512..=16_777_216))]
@@ -166,16 +172,36 @@ fn main() -> ExitCode {
     if args.daemonize && start.0.is_none() {
         return daemonize();
     }
+    let admin_token = match &args.admin_token_file {
+        Some(path) => match osmium_proxy::admin::Token::load(path) {
+            Ok(t) => Some(t),
+            Err(e) => return start.fail(&format!("osmium-proxy: {e}")),
+        },
+        None => None,
+    };
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
+    let hup = Arc::new(AtomicBool::new(false));
+    let flags = [
+        (signal_hook::consts::SIGINT, &stop),
+        (signal_hook::consts::SIGTERM, &stop),
+        (signal_hook::consts::SIGHUP, &hup),
+    ];
+    for (sig, flag) in flags {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(flag)) {
             return start.fail(&format!("osmium-proxy: cannot handle signal {sig}: {e}"));
         }
     }
-    let proxy = match Proxy::bind(config, &args.stats_addr, args.stats_port) {
+    let mut proxy = match Proxy::bind(config, &args.stats_addr, args.stats_port) {
         Ok(p) => p,
         Err(e) => return start.fail(&format!("osmium-proxy: {e}")),
     };
+    // A reload reads the file again by the path given (relative to the
+    // directory the proxy started in).
+    let conf = std::env::current_dir()
+        .map(|d| d.join(&args.conf))
+        .unwrap_or_else(|_| args.conf.clone());
+    proxy.reload_from(conf, hup);
+    proxy.set_admin_token(admin_token);
     if let Some(path) = &args.pid_file {
         if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
             let msg = format!(

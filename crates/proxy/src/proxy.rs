@@ -8,8 +8,19 @@
 //! token range; the client-side counters (connections, `forward_error`,
 //! `fragments`) are counted here. A client of a TLS pool is a TLS session
 //! from its accept (`tls`).
+//!
+//! Pools live in stable slots (a slab): a pool's listener token is its
+//! slot, its server connections' tokens start at `SERVER_BASE +
+//! slot * POOL_TOKEN_SPAN`, and a client names its pool by slot. A reload
+//! (`reload`: SIGHUP, or `reload <token>` on the stats port) changes
+//! pools in place, adds new ones in new slots, and leaves a removed pool
+//! in its slot, listener closed, until its clients have their replies
+//! and are closed.
+
+mod reload;
 
 use std::io;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +28,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll, Registry, Token};
 use slab::Slab;
 
-use crate::backend::{Delivery, Dest, Pool};
+use crate::backend::{Delivery, Dest, Pool, POOL_TOKEN_SPAN};
 use crate::client::{error_reply, Client, Merge};
 use crate::config::Config;
 use crate::request::{self, Action, Style};
@@ -25,26 +36,47 @@ use crate::stats::{self, Header, StatsPort};
 use crate::stream::{Listener, Stream};
 use crate::tls::TlsStream;
 
-/// Tokens below this are listeners (one per pool).
+/// Tokens below this are listeners (one per pool, the pool's slot).
 const STATS_BASE: usize = 1 << 19;
 /// Tokens from `STATS_BASE` are the stats port's listener and readers;
-/// from here, server connections.
+/// from here, server connections (`POOL_TOKEN_SPAN` per pool slot).
 const SERVER_BASE: usize = 1 << 20;
 const _: () = assert!(STATS_BASE + StatsPort::token_span() <= SERVER_BASE);
 /// Tokens from here are clients (slab key + base).
-const CLIENT_BASE: usize = 1 << 40;
+const CLIENT_BASE: usize = 1 << 62;
+/// Pool slots (listener tokens, and server tokens below `CLIENT_BASE`).
+const MAX_POOLS: usize = STATS_BASE;
+const _: () = assert!(SERVER_BASE + MAX_POOLS * POOL_TOKEN_SPAN <= CLIENT_BASE);
 /// A client whose unsent replies reach this is not read until they drain.
 const OUT_HIGH_WATER: usize = 4 << 20;
 /// The longest the loop sleeps, so the stop flag is seen.
 const MAX_SLEEP: Duration = Duration::from_millis(100);
 
+/// A pool and its listener.
+struct Served {
+    pool: Pool,
+    /// `None` once a reload removed the pool.
+    listener: Option<Listener>,
+    /// The listener's TLS (`tls.listen`).
+    listen_tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+impl Served {
+    fn removed(&self) -> bool {
+        self.listener.is_none()
+    }
+}
+
+/// The first token of the server connections of pool slot `slot`.
+fn token_base(slot: usize) -> usize {
+    SERVER_BASE + slot * POOL_TOKEN_SPAN
+}
+
 /// A running proxy: bound listeners, ready to [`Proxy::run`].
 pub struct Proxy {
     poll: Poll,
-    pools: Vec<Pool>,
-    listeners: Vec<Listener>,
-    /// Each listener's TLS (`tls.listen`).
-    listen_tls: Vec<Option<Arc<rustls::ServerConfig>>>,
+    /// By slot (see the module's comment).
+    pools: Slab<Served>,
     clients: Slab<Client>,
     next_id: u64,
     stats_port: StatsPort,
@@ -54,6 +86,11 @@ pub struct Proxy {
     /// Listeners bound and clients accepted (server connections are
     /// counted by their pools), for `total_connections`.
     opened: u64,
+    /// The file a reload reads (`-c`), and the flag SIGHUP sets.
+    conf: Option<(PathBuf, Arc<AtomicBool>)>,
+    /// Reloads applied and refused since start.
+    reloads: u64,
+    reload_failures: u64,
 }
 
 impl Proxy {
@@ -68,6 +105,10 @@ impl Proxy {
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
             );
         }
+        for pool in &config.pools {
+            crate::backend::check_limits(pool)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        }
         let poll = Poll::new()?;
         let mut stats_port = StatsPort::bind(stats_addr, stats_port).map_err(|e| {
             io::Error::new(
@@ -76,16 +117,13 @@ impl Proxy {
             )
         })?;
         stats_port.register(poll.registry(), STATS_BASE)?;
-        if config.pools.len() >= STATS_BASE {
+        if config.pools.len() >= MAX_POOLS {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "too many pools",
             ));
         }
-        let mut pools = Vec::new();
-        let mut listeners = Vec::new();
-        let mut listen_tls = Vec::new();
-        let mut base = SERVER_BASE;
+        let mut pools = Slab::new();
         for ((i, cfg), tls) in config.pools.into_iter().enumerate().zip(tls) {
             let mut l = Listener::bind(&cfg.listen, cfg.backlog).map_err(|e| {
                 io::Error::new(
@@ -97,29 +135,42 @@ impl Proxy {
                 )
             })?;
             l.register(poll.registry(), Token(i))?;
-            listeners.push(l);
-            listen_tls.push(tls.listen);
-            let pool = Pool::new(cfg, base, tls.servers);
-            base += pool.token_count();
-            pools.push(pool);
+            pools.insert(Served {
+                pool: Pool::new(cfg, token_base(i), tls.servers),
+                listener: Some(l),
+                listen_tls: tls.listen,
+            });
         }
         Ok(Proxy {
             poll,
-            opened: listeners.len() as u64,
+            opened: pools.len() as u64,
             pools,
-            listeners,
-            listen_tls,
             clients: Slab::new(),
             next_id: 1,
             stats_port,
             source: stats::hostname(),
             started: Instant::now(),
+            conf: None,
+            reloads: 0,
+            reload_failures: 0,
         })
     }
 
-    /// The TCP address pool `i` listens on.
+    /// Reloads read `path` (the `-c` file) when `hup` is set (by SIGHUP)
+    /// or the stats port is asked.
+    pub fn reload_from(&mut self, path: PathBuf, hup: Arc<AtomicBool>) {
+        self.conf = Some((path, hup));
+    }
+
+    /// Who may reload from the stats port (`--admin-token-file`).
+    pub fn set_admin_token(&mut self, token: Option<crate::admin::Token>) {
+        self.stats_port.admin.token = token;
+    }
+
+    /// The TCP address pool `i` (in the order of the file at start)
+    /// listens on.
     pub fn local_addr(&self, i: usize) -> Option<std::net::SocketAddr> {
-        self.listeners[i].local_addr()
+        self.pools.get(i)?.listener.as_ref()?.local_addr()
     }
 
     /// The address the stats port listens on.
@@ -132,7 +183,6 @@ impl Proxy {
         let Proxy {
             poll,
             pools,
-            listeners,
             clients,
             stats_port,
             source,
@@ -141,7 +191,7 @@ impl Proxy {
             ..
         } = self;
         stats_port.ready(poll.registry(), token, || {
-            stats_doc(source, *started, *opened, listeners, clients, pools)
+            stats_doc(source, *started, *opened, clients, pools)
         });
     }
 
@@ -152,18 +202,26 @@ impl Proxy {
         let mut touched = Vec::new();
         let mut settling = Vec::new();
         let now = Instant::now();
-        for pool in &mut self.pools {
-            if pool.cfg.preconnect {
-                pool.preconnect(self.poll.registry(), now, &mut deliveries);
+        for (_, s) in &mut self.pools {
+            if s.pool.cfg.preconnect {
+                s.pool
+                    .preconnect(self.poll.registry(), now, &mut deliveries);
             }
         }
         deliveries.clear();
         while !stop.load(Ordering::Relaxed) {
             let now = Instant::now();
+            let hup = self
+                .conf
+                .as_ref()
+                .is_some_and(|(_, hup)| hup.swap(false, Ordering::Relaxed));
+            if hup {
+                let _ = self.reload("SIGHUP", now, &mut deliveries, &mut touched);
+            }
             let sleep = self
                 .pools
                 .iter()
-                .filter_map(Pool::next_timer)
+                .filter_map(|(_, s)| s.pool.next_timer())
                 .min()
                 .map_or(MAX_SLEEP, |t| {
                     t.saturating_duration_since(now).min(MAX_SLEEP)
@@ -182,11 +240,11 @@ impl Proxy {
                     self.stats_ready(t);
                 } else if t < CLIENT_BASE {
                     let registry = self.poll.registry();
-                    for pool in &mut self.pools {
+                    let slot = (t - SERVER_BASE) / POOL_TOKEN_SPAN;
+                    if let Some(pool) = self.pools.get_mut(slot).map(|s| &mut s.pool) {
                         if let Some((s, c)) = pool.conn_of(Token(t)) {
                             let to_end = ev.is_read_closed() || ev.is_error();
                             pool.ready(registry, s, c, to_end, now, &mut deliveries);
-                            break;
                         }
                     }
                 } else {
@@ -196,9 +254,19 @@ impl Proxy {
                     touched.push(key);
                 }
             }
+            for key in self.stats_port.take_reloads() {
+                let answer = match self.reload("the stats port", now, &mut deliveries, &mut touched)
+                {
+                    Ok(()) => "OK reloaded".to_string(),
+                    Err(why) => format!("ERROR {why}"),
+                };
+                self.stats_port.answer(self.poll.registry(), key, &answer);
+            }
             let registry = self.poll.registry();
-            for pool in &mut self.pools {
-                pool.tick(registry, now, &mut deliveries);
+            self.stats_port.tick(registry, now);
+            for (_, s) in &mut self.pools {
+                s.pool.tick(registry, now, &mut deliveries);
+                s.pool.reap(registry);
             }
             self.deliver(&mut deliveries, &mut touched);
             // Settling may send more requests (a client held back), and
@@ -213,17 +281,18 @@ impl Proxy {
                 }
                 settling.clear();
                 let registry = self.poll.registry();
-                for pool in &mut self.pools {
-                    pool.flush_queued(registry, now, &mut deliveries);
+                for (_, s) in &mut self.pools {
+                    s.pool.flush_queued(registry, now, &mut deliveries);
                 }
                 self.deliver(&mut deliveries, &mut touched);
                 if touched.is_empty() {
                     break;
                 }
             }
+            self.forget_removed_pools();
         }
-        for l in &self.listeners {
-            if let Listener::Unix(_, path) = l {
+        for (_, s) in &self.pools {
+            if let Some(Listener::Unix(_, path)) = &s.listener {
                 let _ = std::fs::remove_file(path);
             }
         }
@@ -232,21 +301,27 @@ impl Proxy {
 
     fn accept(&mut self, pool: usize) {
         loop {
-            match self.listeners[pool].accept() {
+            let Some(served) = self.pools.get_mut(pool) else {
+                return;
+            };
+            let Some(listener) = &served.listener else {
+                return;
+            };
+            match listener.accept() {
                 Ok(stream) => {
-                    let stream = match &self.listen_tls[pool] {
+                    let stream = match &served.listen_tls {
                         None => stream,
                         Some(config) => {
                             let peer = format!(
                                 "client {} of pool {}",
                                 stream.peer(),
-                                self.pools[pool].cfg.name
+                                served.pool.cfg.name
                             );
                             match TlsStream::accept(stream, config.clone(), peer) {
                                 Ok(t) => Stream::Tls(Box::new(t)),
                                 Err(e) => {
                                     tracing::warn!("accept: {e}");
-                                    self.pools[pool].stats.client_err += 1;
+                                    served.pool.stats.client_err += 1;
                                     continue;
                                 }
                             }
@@ -264,9 +339,9 @@ impl Proxy {
                         .is_ok()
                     {
                         entry.insert(client);
-                        self.pools[pool].stats.client_connections += 1;
+                        self.pools[pool].pool.stats.client_connections += 1;
                     } else {
-                        self.pools[pool].stats.client_err += 1;
+                        self.pools[pool].pool.stats.client_err += 1;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -284,7 +359,7 @@ impl Proxy {
                 Dest::Client { key, id, seq, part } => {
                     if let Some(c) = self.clients.get_mut(key).filter(|c| c.id == id) {
                         if c.deliver(seq, part, d.result) {
-                            self.pools[c.pool].stats.forward_error += 1;
+                            self.pools[c.pool].pool.stats.forward_error += 1;
                         }
                         touched.push(key);
                     }
@@ -319,7 +394,7 @@ impl Proxy {
         let Some(c) = self.clients.get_mut(key) else {
             return;
         };
-        let pool = &mut self.pools[c.pool];
+        let pool = &mut self.pools[c.pool].pool;
         // Framed requests borrow the read buffer: it is set aside while
         // they are dispatched.
         let mut inbuf = std::mem::take(&mut c.inbuf);
@@ -368,7 +443,7 @@ impl Proxy {
         let mut c = self.clients.remove(key);
         c.stream.close();
         c.stream.deregister(self.poll.registry());
-        let stats = &mut self.pools[c.pool].stats;
+        let stats = &mut self.pools[c.pool].pool.stats;
         stats.client_connections = stats.client_connections.saturating_sub(1);
         if c.eof {
             stats.client_eof += 1;
@@ -470,7 +545,7 @@ fn dispatch(
             expect,
             quiet,
         } => {
-            let live: Vec<usize> = (0..pool.servers.len()).filter(|&s| pool.is_up(s)).collect();
+            let live: Vec<usize> = pool.live_slots().collect();
             if live.is_empty() {
                 c.push_ready(no_server(pool));
                 return;
@@ -489,18 +564,23 @@ fn stats_doc(
     source: &str,
     started: Instant,
     opened: u64,
-    listeners: &[Listener],
     clients: &Slab<Client>,
-    pools: &[Pool],
+    pools: &Slab<Served>,
 ) -> Vec<u8> {
-    let servers_opened: u64 = pools.iter().map(|p| p.conns_opened).sum();
-    let servers_open: u64 = pools.iter().map(Pool::open_conns).sum();
+    let servers_opened: u64 = pools.iter().map(|(_, s)| s.pool.conns_opened).sum();
+    let servers_open: u64 = pools.iter().map(|(_, s)| s.pool.open_conns()).sum();
+    let listeners = pools.iter().filter(|(_, s)| !s.removed()).count();
     let head = Header {
         source,
         uptime: started.elapsed().as_secs(),
         timestamp: crate::counters::now_secs(),
         total_connections: opened + servers_opened,
-        curr_connections: (listeners.len() + clients.len()) as u64 + servers_open,
+        curr_connections: (listeners + clients.len()) as u64 + servers_open,
     };
-    stats::render(&head, pools)
+    let shown: Vec<&Pool> = pools
+        .iter()
+        .filter(|(_, s)| !s.removed())
+        .map(|(_, s)| &s.pool)
+        .collect();
+    stats::render(&head, &shown)
 }

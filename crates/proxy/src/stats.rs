@@ -2,7 +2,8 @@
 //! (`counters`), the JSON document rendered when the port
 //! is asked (byte for byte nutcracker 0.5.0's layout), and the port's
 //! listener and connections (each gets one document, written without
-//! blocking, then is closed).
+//! blocking, then is closed; a connection may send the admin command
+//! `reload <token>` right after connecting, see `admin`).
 //!
 //! Unlike nutcracker, which publishes figures aggregated every
 //! `--stats-interval` ms, the figures are the current ones at the moment
@@ -10,6 +11,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Registry, Token};
@@ -39,6 +41,25 @@ pub const POOL_STATS: [(&str, &str); 6] = [
     (
         "fragments",
         "# fragments created from a multi-vector request (parts of a multi-key get split over several servers)",
+    ),
+];
+
+/// osmium's pool stats, after nutcracker's in each pool's object.
+pub const OSMIUM_POOL_STATS: [(&str, &str); 6] = [
+    ("reloads", "# configuration reloads applied since start"),
+    (
+        "reload_failures",
+        "# configuration reloads refused (the file did not load; the running one kept serving)",
+    ),
+    (
+        "migrating",
+        "1 while keys move to their new owners after a reload",
+    ),
+    ("moved_keys", "# keys copied to their new owner by a move"),
+    ("moved_bytes", "# bytes copied to their new owner by a move"),
+    (
+        "warm_reads",
+        "# reads served by a key's previous owner during a move",
     ),
 ];
 
@@ -76,6 +97,10 @@ pub fn describe() -> String {
          (\"service\":\"{SERVICE}\", \"version\":\"{VERSION}\")\n\npool stats:\n"
     );
     for (name, desc) in POOL_STATS {
+        s.push_str(&format!("  {name:<20}\"{desc}\"\n"));
+    }
+    s.push_str("\nosmium pool stats (after nutcracker's):\n");
+    for (name, desc) in OSMIUM_POOL_STATS {
         s.push_str(&format!("  {name:<20}\"{desc}\"\n"));
     }
     s.push_str("\nserver stats:\n");
@@ -191,8 +216,9 @@ fn by_name<'a, T>(items: impl Iterator<Item = (&'a str, T)>) -> Vec<(&'a str, T)
 }
 
 /// The JSON document for `pools` (pools and their servers in nutcracker's
-/// order: by name, shorter names first).
-pub fn render(head: &Header<'_>, pools: &[Pool]) -> Vec<u8> {
+/// order: by name, shorter names first; osmium's pool stats after
+/// nutcracker's).
+pub fn render(head: &Header<'_>, pools: &[&Pool]) -> Vec<u8> {
     let mut d = Doc {
         buf: Vec::with_capacity(512 + pools.len() * 1024),
     };
@@ -204,7 +230,7 @@ pub fn render(head: &Header<'_>, pools: &[Pool]) -> Vec<u8> {
     d.num("timestamp", head.timestamp);
     d.num("total_connections", head.total_connections);
     d.num("curr_connections", head.curr_connections);
-    for (name, pool) in by_name(pools.iter().map(|p| (p.cfg.name.as_str(), p))) {
+    for (name, pool) in by_name(pools.iter().map(|p| (p.cfg.name.as_str(), *p))) {
         d.begin(name);
         let st = &pool.stats;
         let values = [
@@ -218,8 +244,22 @@ pub fn render(head: &Header<'_>, pools: &[Pool]) -> Vec<u8> {
         for ((key, _), v) in POOL_STATS.iter().zip(values) {
             d.num(key, v);
         }
-        let servers = pool.cfg.servers.iter().enumerate();
-        for (name, s) in by_name(servers.map(|(i, s)| (s.name.as_str(), i))) {
+        let values = [
+            st.reloads,
+            st.reload_failures,
+            st.migrating,
+            st.moved_keys,
+            st.moved_bytes,
+            st.warm_reads,
+        ];
+        for ((key, _), v) in OSMIUM_POOL_STATS.iter().zip(values) {
+            d.num(key, v);
+        }
+        let servers = pool
+            .order
+            .iter()
+            .map(|&s| (pool.servers[s].cfg.name.as_str(), s));
+        for (name, s) in by_name(servers) {
             d.begin(name);
             let st = &pool.servers[s].stats;
             let q = pool.queues(s);
@@ -248,47 +288,134 @@ pub fn render(head: &Header<'_>, pools: &[Pool]) -> Vec<u8> {
     d.finish()
 }
 
-/// One stats connection: its document and how much of it is written.
+/// How long a stats connection stays open after its document, for a
+/// command line (`reload <token>`): an admin tool sends it as soon as it
+/// has connected. A reader that sends nothing sees the end of the
+/// document this much later.
+pub const COMMAND_WAIT: Duration = Duration::from_millis(100);
+
+/// One stats connection: its document (then an answer) and how much of
+/// it is written, and the command line it is sending.
 #[derive(Debug)]
 struct StatsConn {
     stream: TcpStream,
-    doc: Vec<u8>,
+    out: Vec<u8>,
     at: usize,
+    line: Vec<u8>,
+    /// When it closes if no command line has come (set once the document
+    /// is written).
+    until: Option<Instant>,
+    /// A command line came: no more is read.
+    answering: bool,
+    /// Its answer is in `out`: closed once written.
+    answered: bool,
+}
+
+/// What a connection is doing after an event.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Waiting: more to write, or a command line to read.
+    Wait,
+    /// Done: closed.
+    Close,
+    /// It sent `reload` with this token.
+    Reload(Vec<u8>),
 }
 
 impl StatsConn {
-    /// Writes what the socket takes; `true` when done (all written, or the
-    /// reader is gone).
-    fn write(&mut self) -> bool {
-        while self.at < self.doc.len() {
-            match self.stream.write(&self.doc[self.at..]) {
-                Ok(0) => return true,
+    /// Writes what the socket takes; `Ok(true)` when all is written.
+    fn write(&mut self) -> io::Result<bool> {
+        while self.at < self.out.len() {
+            match self.stream.write(&self.out[self.at..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => self.at += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return true,
+                Err(e) => return Err(e),
             }
         }
-        // What the reader sent (an HTTP request line, say) is read before
-        // closing, so that the close does not reset the connection.
+        Ok(true)
+    }
+
+    /// Reads what the reader sent (so that the close does not reset the
+    /// connection); `true` at its end.
+    fn drain(&mut self) -> bool {
         let mut sink = [0u8; 4096];
         for _ in 0..16 {
             match self.stream.read(&mut sink) {
-                Ok(n) if n > 0 => {}
-                _ => break,
+                Ok(0) => return true,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return e.kind() != io::ErrorKind::WouldBlock,
             }
         }
-        true
+        false
+    }
+
+    /// Moves the connection on: writes, then reads a command line.
+    fn step(&mut self, now: Instant) -> Step {
+        match self.write() {
+            Ok(true) => {}
+            Ok(false) => return Step::Wait,
+            Err(_) => return Step::Close,
+        }
+        if self.answering {
+            if self.answered {
+                self.drain();
+                return Step::Close;
+            }
+            return Step::Wait;
+        }
+        let until = *self.until.get_or_insert(now + COMMAND_WAIT);
+        let mut buf = [0u8; 512];
+        loop {
+            match self.stream.read(&mut buf) {
+                Ok(0) => return Step::Close,
+                Ok(n) => {
+                    self.line.extend_from_slice(&buf[..n]);
+                    if let Some(end) = memchr::memchr(b'\n', &self.line) {
+                        let step = match crate::admin::parse(&self.line[..=end]) {
+                            crate::admin::Command::Reload(token) => Step::Reload(token.to_vec()),
+                            crate::admin::Command::Other => {
+                                self.drain();
+                                Step::Close
+                            }
+                        };
+                        self.line.clear();
+                        return step;
+                    }
+                    if self.line.len() > crate::admin::MAX_LINE {
+                        self.drain();
+                        return Step::Close;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Step::Close,
+            }
+        }
+        if now >= until {
+            Step::Close
+        } else {
+            Step::Wait
+        }
     }
 }
 
 /// The stats port: its listener (token `base`) and connections (tokens
-/// from `base + 1`).
+/// from `base + 1`). A connection gets the document at once; a line
+/// `reload <token>` sent on it is answered `OK reloaded` or `ERROR
+/// <why>` (see `admin`), after the document, before the close.
 #[derive(Debug)]
 pub struct StatsPort {
     listener: TcpListener,
     conns: Slab<StatsConn>,
     base: usize,
+    /// Who may reload.
+    pub admin: crate::admin::Admin,
+    /// Connections whose authorised `reload` waits for the proxy
+    /// ([`StatsPort::take_reloads`], [`StatsPort::answer`]).
+    reloads: Vec<usize>,
 }
 
 impl StatsPort {
@@ -298,6 +425,8 @@ impl StatsPort {
             listener: crate::stream::tcp_listener(addr, port, 128)?,
             conns: Slab::new(),
             base: 0,
+            admin: crate::admin::Admin::default(),
+            reloads: Vec::new(),
         })
     }
 
@@ -318,22 +447,78 @@ impl StatsPort {
     }
 
     /// A readiness event on one of the port's tokens: accepts waiting
-    /// readers (each gets `doc()`), or writes more of a connection's
-    /// document.
+    /// readers (each gets `doc()`), or moves a connection on.
     pub fn ready(&mut self, registry: &Registry, token: usize, mut doc: impl FnMut() -> Vec<u8>) {
+        let now = Instant::now();
         if token == self.base {
-            self.accept(registry, &mut doc);
+            self.accept(registry, &mut doc, now);
             return;
         }
-        let key = token - self.base - 1;
-        let done = self.conns.get_mut(key).is_some_and(StatsConn::write);
-        if done {
-            let mut c = self.conns.remove(key);
-            let _ = registry.deregister(&mut c.stream);
+        self.step(registry, token - self.base - 1, now);
+    }
+
+    fn step(&mut self, registry: &Registry, key: usize, now: Instant) {
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        match c.step(now) {
+            Step::Wait => {}
+            Step::Close => self.close(registry, key),
+            Step::Reload(token) => {
+                let c = &mut self.conns[key];
+                c.answering = true;
+                let peer = c
+                    .stream
+                    .peer_addr()
+                    .map_or_else(|_| "?".to_string(), |a| a.to_string());
+                match self.admin.check(&token) {
+                    Ok(()) => self.reloads.push(key),
+                    Err(why) => {
+                        tracing::warn!("stats port: reload from {peer} refused: {why}");
+                        self.answer(registry, key, &format!("ERROR {why}"));
+                    }
+                }
+            }
         }
     }
 
-    fn accept(&mut self, registry: &Registry, doc: &mut impl FnMut() -> Vec<u8>) {
+    /// Closes connections whose wait for a command line is over.
+    pub fn tick(&mut self, registry: &Registry, now: Instant) {
+        let late: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| !c.answering && c.until.is_some_and(|t| t <= now))
+            .map(|(k, _)| k)
+            .collect();
+        for key in late {
+            self.step(registry, key, now);
+        }
+    }
+
+    /// The connections whose authorised `reload` the proxy is to run,
+    /// then [`StatsPort::answer`].
+    pub fn take_reloads(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.reloads)
+    }
+
+    /// Writes `line` (and `\r\n`) as the answer of connection `key`'s
+    /// command; it closes once the answer is written.
+    pub fn answer(&mut self, registry: &Registry, key: usize, line: &str) {
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        c.out.extend_from_slice(line.as_bytes());
+        c.out.extend_from_slice(b"\r\n");
+        c.answered = true;
+        self.step(registry, key, Instant::now());
+    }
+
+    fn close(&mut self, registry: &Registry, key: usize) {
+        let mut c = self.conns.remove(key);
+        let _ = registry.deregister(&mut c.stream);
+    }
+
+    fn accept(&mut self, registry: &Registry, doc: &mut impl FnMut() -> Vec<u8>, now: Instant) {
         loop {
             let stream = match self.listener.accept() {
                 Ok((s, _)) => s,
@@ -350,20 +535,26 @@ impl StatsPort {
             }
             let mut c = StatsConn {
                 stream,
-                doc: doc(),
+                out: doc(),
                 at: 0,
+                line: Vec::new(),
+                until: None,
+                answering: false,
+                answered: false,
             };
-            if c.write() {
-                continue;
-            }
-            // The rest goes out on writable events.
             let entry = self.conns.vacant_entry();
-            let token = Token(self.base + 1 + entry.key());
+            let key = entry.key();
+            let token = Token(self.base + 1 + key);
             if registry
-                .register(&mut c.stream, token, Interest::WRITABLE)
+                .register(
+                    &mut c.stream,
+                    token,
+                    Interest::READABLE | Interest::WRITABLE,
+                )
                 .is_ok()
             {
                 entry.insert(c);
+                self.step(registry, key, now);
             }
         }
     }

@@ -167,6 +167,22 @@ impl Listener {
         }
     }
 
+    pub fn deregister(&mut self, r: &Registry) {
+        let _ = match self {
+            Listener::Tcp(l) => l.deregister(r),
+            Listener::Unix(l, _) => l.deregister(r),
+        };
+    }
+
+    /// Stops listening; a unix socket's file is removed when `unlink`
+    /// (not when a new listener was bound at the same path).
+    pub fn close(mut self, r: &Registry, unlink: bool) {
+        self.deregister(r);
+        if let (Listener::Unix(_, path), true) = (&self, unlink) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
     /// The next waiting client.
     pub fn accept(&self) -> io::Result<Stream> {
         match self {

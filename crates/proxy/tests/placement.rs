@@ -12,43 +12,6 @@ use common::*;
 use osmium_proxy::ring::Ring;
 use osmium_proxy::Config;
 
-/// Which backend (index) holds each of `keys`, read from the backends.
-fn holders(backends: &[Proc], prefix: &str) -> std::collections::HashMap<String, usize> {
-    let mut map = std::collections::HashMap::new();
-    for (i, b) in backends.iter().enumerate() {
-        for k in keys_of(b.port) {
-            if k.starts_with(prefix) {
-                assert!(map.insert(k.clone(), i).is_none(), "{k} on two backends");
-            }
-        }
-    }
-    map
-}
-
-/// [`holders`] for every one of `keys`: `lru_crawler metadump` is no
-/// snapshot (right after a burst of sets it can miss items the LRU
-/// maintainer is moving), so a key it did not list is looked up on each
-/// backend with `mg`.
-fn holders_of_all(
-    backends: &[Proc],
-    prefix: &str,
-    keys: &[String],
-) -> std::collections::HashMap<String, usize> {
-    let mut held = holders(backends, prefix);
-    for k in keys {
-        if held.contains_key(k) {
-            continue;
-        }
-        for (i, b) in backends.iter().enumerate() {
-            let reply = roundtrip(b.port, format!("mg {k}\r\n").as_bytes(), b"\r\n");
-            if reply.starts_with(b"HD") {
-                assert!(held.insert(k.clone(), i).is_none(), "{k} on two backends");
-            }
-        }
-    }
-    held
-}
-
 fn pool_yaml(listen: u16, body: &str, servers: &[String]) -> String {
     let mut y = format!("pool:\n  listen: 127.0.0.1:{listen}\n{body}  servers:\n");
     for s in servers {

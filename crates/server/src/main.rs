@@ -28,6 +28,7 @@ mod log;
 mod logger;
 mod metrics;
 mod process;
+mod reload;
 mod replication;
 mod server;
 mod service;

@@ -111,6 +111,7 @@ pub fn run(
     spawn_maintenance(shared.clone())?;
     crate::execute::report_store_events(&shared);
     report_link_events(&shared);
+    crate::reload::report_target_changes(&shared);
     let logger = crate::logger::spawn(shared.clone())?;
     let cleaner = spawn_cleaner(shared.clone())?;
     start_replication(&shared.replication, &shared, &workers);
@@ -157,6 +158,7 @@ pub fn run(
                     tracing::warn!("Could not reload TLS certificates on SIGHUP: {e}");
                 }
             }
+            crate::reload::config_file(&shared);
             service::ready();
         }
         if let Some(how) = signals.requested() {

@@ -7,6 +7,7 @@
 mod config_file;
 pub mod hotkeys;
 mod ignored;
+pub mod live;
 mod metrics;
 pub mod tls;
 
@@ -167,7 +168,8 @@ pub struct Cli {
     #[arg(long = "replication-secret", value_name = "FILE")]
     pub replication_secret: Option<String>,
     /// read options from FILE (memcached.conf's format: one option per
-    /// line, `# comments`, `logfile PATH`); later options win
+    /// line, `# comments`, `logfile PATH`); later options win; SIGHUP
+    /// reads it again and applies --replicate-to and --replication
     #[arg(long = "config-file", value_name = "FILE")]
     pub config_file: Option<String>,
     /// serve Prometheus/OpenMetrics metrics on http://HOST:PORT/metrics
@@ -282,6 +284,8 @@ pub struct Settings {
     pub hotkeys: hotkeys::HotkeysSettings,
     /// `--metrics-addr` / `-o metrics_addr`: where `/metrics` listens.
     pub metrics_addr: Option<String>,
+    /// The options as parsed (what a reload compares, `live`).
+    pub options: live::Options,
     pub warnings: Vec<String>,
 }
 
@@ -417,6 +421,7 @@ where
 {
     let expanded = config_file::expand(args.into_iter().map(Into::into).collect())?;
     let cli = Cli::try_parse_from(expanded.args).map_err(|e| e.to_string())?;
+    let options = live::capture(&cli, &expanded.logfile);
     if cli.help {
         return Ok(Action::Print(help_text()));
     }
@@ -647,9 +652,7 @@ where
         other => return Err(format!("--replication must be async or sync, not {other}")),
     };
     for t in &cli.replicate_to {
-        if split_host_port(t).ok().and_then(|(_, p)| p).is_none() {
-            return Err(format!("--replicate-to needs HOST:PORT, not {t}"));
-        }
+        check_target(t)?;
     }
     if cli.replicate_to.len() > MAX_REPLICA_TARGETS {
         return Err(format!(
@@ -712,8 +715,17 @@ where
         logfile: expanded.logfile,
         hotkeys: hot,
         metrics_addr,
+        options,
         warnings,
     })))
+}
+
+/// A `--replicate-to` address: `HOST:PORT`.
+pub fn check_target(t: &str) -> Result<(), String> {
+    match split_host_port(t).ok().and_then(|(_, p)| p) {
+        Some(_) => Ok(()),
+        None => Err(format!("--replicate-to needs HOST:PORT, not {t}")),
+    }
 }
 
 /// memcached's exit code for a refusal of its command line: `EX_USAGE`

@@ -45,8 +45,9 @@ pub fn bench(args: &[&str]) -> String {
         .expect("run osmium-bench");
     assert!(
         out.status.success(),
-        "osmium-bench {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+        "osmium-bench {args:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
     );
     String::from_utf8(out.stdout).unwrap()
 }

@@ -21,7 +21,7 @@
 //!     min_version: "1.2"
 //! ```
 
-use serde_yaml::{Mapping, Value};
+use serde_norway::{Mapping, Value};
 
 /// Whether clients of a TLS listener present a certificate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -251,7 +251,7 @@ mod tests {
     use super::*;
 
     fn tls(yaml: &str) -> Result<TlsConfig, String> {
-        parse("p", &serde_yaml::from_str(yaml).unwrap())
+        parse("p", &serde_norway::from_str(yaml).unwrap())
     }
 
     #[test]

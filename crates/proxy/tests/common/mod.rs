@@ -2,7 +2,13 @@
 //! the osmium-proxy binary and nutcracker as child processes on free
 //! loopback ports, started again on another port when theirs was taken
 //! meanwhile (`osmium-test-harness`), stopped by PID; pipelined writes; and reading which
-//! keys a backend holds (`lru_crawler metadump all`).
+//! keys a backend holds (`lru_crawler metadump all`); reloading a
+//! running proxy (SIGHUP) and waiting for its stats to say it did.
+//!
+//! `OSMIUM_PROXY_TESTS_RELOADED=1`: every proxy these helpers start
+//! serves its YAML by a reload (it starts with each pool's servers
+//! replaced by one placeholder, then the file is rewritten and SIGHUP'd),
+//! so that a whole suite runs through a reloaded proxy.
 #![allow(dead_code)] // each test crate uses a different subset
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -136,12 +142,17 @@ pub fn unsafe_is_root() -> bool {
 /// (`target/tmp`, not the machine's `/tmp`, where every run would leave
 /// its files); its path.
 pub fn write_conf(name: &str, yaml: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("osmium-proxy-tests-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
+    let path = conf_path(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, yaml).unwrap();
     path
+}
+
+/// Where [`write_conf`] writes `name`.
+pub fn conf_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("osmium-proxy-tests-{}", std::process::id()))
+        .join(name)
 }
 
 /// osmium-proxy with `yaml`, listening on `port`, its stats port on a
@@ -154,6 +165,14 @@ pub fn proxy(yaml: &str, port: u16) -> Proc {
 /// meanwhile, the proxy starts again on new ones (its `listen:` line
 /// rewritten): the port it listens on is the returned `Proc`'s `port`.
 pub fn proxy_with(yaml: &str, port: u16, extra: &[&str]) -> Proc {
+    if std::env::var("OSMIUM_PROXY_TESTS_RELOADED").as_deref() == Ok("1") {
+        return proxy_reloaded(yaml, port, extra);
+    }
+    proxy_started(yaml, port, extra)
+}
+
+/// osmium-proxy started with `yaml` (see [`proxy_with`]).
+pub fn proxy_started(yaml: &str, port: u16, extra: &[&str]) -> Proc {
     let mut stats = 0;
     let server = osmium_test_harness::Start::new("osmium-proxy")
         .port(port)
@@ -173,6 +192,171 @@ pub fn proxy_with(yaml: &str, port: u16, extra: &[&str]) -> Proc {
         port,
         stats,
     }
+}
+
+/// The configuration file of the proxy listening on `port` (as
+/// [`proxy_with`] writes it).
+pub fn proxy_conf(port: u16) -> PathBuf {
+    conf_path(&format!("proxy-{port}.yml"))
+}
+
+/// osmium-proxy serving `yaml` by a reload: started with each pool's
+/// servers replaced by one placeholder (nothing listens there), then its
+/// file rewritten with `yaml` and SIGHUP'd.
+pub fn proxy_reloaded(yaml: &str, port: u16, extra: &[&str]) -> Proc {
+    let px = proxy_started(&placeholder_servers(yaml), port, extra);
+    rewrite_conf(&px, &listen_moved(yaml, port, px.port));
+    reload(&px);
+    px
+}
+
+/// `yaml` with every pool's servers replaced by one placeholder.
+fn placeholder_servers(yaml: &str) -> String {
+    let mut v: serde_norway::Value = serde_norway::from_str(yaml).expect("test YAML");
+    if let serde_norway::Value::Mapping(pools) = &mut v {
+        for (_, pool) in pools.iter_mut() {
+            if let serde_norway::Value::Mapping(pool) = pool {
+                pool.insert(
+                    "servers".into(),
+                    serde_norway::Value::Sequence(vec!["127.0.0.1:9:1 placeholder".into()]),
+                );
+            }
+        }
+    }
+    serde_norway::to_string(&v).unwrap()
+}
+
+/// Writes `yaml` over the proxy's configuration file (not reloaded yet).
+pub fn rewrite_conf(px: &Proc, yaml: &str) {
+    let path = proxy_conf(px.port);
+    let tmp = path.with_extension("yml.new");
+    std::fs::write(&tmp, yaml).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+}
+
+/// The figure `name` of the first pool in the stats document (the
+/// proxy-wide reload counts are in every pool).
+pub fn pool_stat(doc: &str, name: &str) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(doc).unwrap_or_else(|e| panic!("{e}: {doc}"));
+    v.as_object()
+        .unwrap()
+        .values()
+        .find_map(|p| p.get(name).and_then(|x| x.as_u64()))
+        .unwrap_or_else(|| panic!("no {name}: {doc}"))
+}
+
+/// Sends SIGHUP to the proxy and waits until its stats count one more
+/// reload applied (`ok`) or refused; the stats document then.
+pub fn reload_expect(px: &Proc, ok: bool) -> String {
+    let stat = if ok { "reloads" } else { "reload_failures" };
+    let before = pool_stat(&stats_doc(px.stats), stat);
+    assert!(
+        osmium_test_harness::signal(px.child.id(), libc::SIGHUP),
+        "SIGHUP not delivered"
+    );
+    let start = Instant::now();
+    loop {
+        let doc = stats_doc(px.stats);
+        if pool_stat(&doc, stat) > before {
+            return doc;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no {stat} after SIGHUP: {doc}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// [`reload_expect`] of a reload that applies.
+pub fn reload(px: &Proc) -> String {
+    reload_expect(px, true)
+}
+
+/// The osmium server binary: `OSMIUM_BIN`, else beside osmium-proxy's
+/// (target/debug or target/release).
+pub fn osmium_bin() -> PathBuf {
+    if let Some(b) = std::env::var_os("OSMIUM_BIN").filter(|b| !b.is_empty()) {
+        return PathBuf::from(b);
+    }
+    let beside = PathBuf::from(env!("CARGO_BIN_EXE_osmium-proxy")).with_file_name("osmium");
+    assert!(
+        beside.is_file(),
+        "no osmium binary beside osmium-proxy: cargo build -p osmium-server, or set OSMIUM_BIN"
+    );
+    beside
+}
+
+/// An osmium server on a free loopback port.
+pub fn osmium_backend() -> Proc {
+    osmium_backend_on(0)
+}
+
+/// An osmium server on `port` (0: a free one; a given one is tried again
+/// a few times, for a server that died and returns).
+pub fn osmium_backend_on(port: u16) -> Proc {
+    let start = osmium_test_harness::Start::new("osmium");
+    let start = if port == 0 {
+        start
+    } else {
+        start.only_port(port)
+    };
+    let server = start.command(|port| {
+        let mut cmd = Command::new(osmium_bin());
+        cmd.args([
+            "-p",
+            &port.to_string(),
+            "-l",
+            "127.0.0.1",
+            "-U",
+            "0",
+            "-m",
+            "64",
+        ]);
+        if unsafe_is_root() {
+            cmd.args(["-u", "root"]);
+        }
+        cmd
+    });
+    let port = server.port();
+    start_check(port);
+    Proc {
+        child: server.into_child(),
+        port,
+        stats: 0,
+    }
+}
+
+/// Which backend (index) holds each of `keys` (whose names start with
+/// `prefix`), read from the backends: `lru_crawler metadump` is no
+/// snapshot (right after a burst of sets it can miss items the LRU
+/// maintainer is moving), so a key it did not list is looked up on each
+/// backend with `mg`.
+pub fn holders_of_all(
+    backends: &[Proc],
+    prefix: &str,
+    keys: &[String],
+) -> std::collections::HashMap<String, usize> {
+    let mut held = std::collections::HashMap::new();
+    for (i, b) in backends.iter().enumerate() {
+        for k in keys_of(b.port) {
+            if k.starts_with(prefix) {
+                assert!(held.insert(k.clone(), i).is_none(), "{k} on two backends");
+            }
+        }
+    }
+    for k in keys {
+        if held.contains_key(k) {
+            continue;
+        }
+        for (i, b) in backends.iter().enumerate() {
+            let reply = roundtrip(b.port, format!("mg {k}\r\n").as_bytes(), b"\r\n");
+            if reply.starts_with(b"HD") {
+                assert!(held.insert(k.clone(), i).is_none(), "{k} on two backends");
+            }
+        }
+    }
+    held
 }
 
 /// `yaml` with a `listen:` line on 127.0.0.1:`from` moved to port `to`.

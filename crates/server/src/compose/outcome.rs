@@ -91,6 +91,8 @@ pub enum Status {
     PipelinedMgdump,
     PipelinedMetadump,
     BadClass,
+    /// A crawler dump's key filter that does not parse (osmium's).
+    BadDumpFilter,
     SleepTooLong,
     CachedumpNotAllowed,
     IllegalSlabId,

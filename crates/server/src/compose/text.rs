@@ -49,6 +49,7 @@ pub fn status_line(s: Status) -> &'static str {
         Status::PipelinedMgdump => "ERROR cannot pipeline other commands before mgdump",
         Status::PipelinedMetadump => "ERROR cannot pipeline other commands before metadump",
         Status::BadClass => "BADCLASS invalid class id",
+        Status::BadDumpFilter => "CLIENT_ERROR bad dump filter",
         Status::SleepTooLong => "CLIENT_ERROR sleep must be one second or less",
         Status::CachedumpNotAllowed => "CLIENT_ERROR stats cachedump not allowed",
         Status::IllegalSlabId => "CLIENT_ERROR Illegal slab id",

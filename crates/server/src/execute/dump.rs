@@ -11,7 +11,16 @@
 //! cache as class 1, the one class `stats items` reports; binary keys are
 //! left out as memcached leaves them out. Every dump lists the items on
 //! the flash tier too, after those in RAM.
+//!
+//! osmium's extension: a crawler dump takes an optional key filter after
+//! its classes (`lru_crawler mgdump hash keyhash=fnv1a_64 ranges=0-99,...`,
+//! parsed by `osmium_placement::filter`), and lists only the keys whose
+//! placement hash falls in the ranges. The hash is computed per item on the
+//! copy the store hands out after its lock is released, so a filtered dump
+//! holds no lock longer than an unfiltered one. memcached answers such a
+//! line `ERROR`.
 
+use osmium_placement::filter::DumpFilter;
 use osmium_protocol::ascii::prefix_matches;
 use osmium_protocol::request::Tokens;
 use osmium_store::{DumpCursor, DumpEntry};
@@ -26,13 +35,15 @@ use crate::context::WorkerCtx;
 /// memcached's largest slab class id plus one.
 const MAX_CLASSES: u32 = 64;
 
-/// Which dump, of which classes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which dump, of which classes and keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DumpKind {
     /// `mgdump` (else `metadump`).
     pub mg: bool,
     /// Bit i set: items of slab class i (all bits: every item).
     pub classes: u64,
+    /// Only the keys this filter keeps (none: every key).
+    pub filter: Option<Box<DumpFilter>>,
 }
 
 /// A crawler dump in progress on a connection.
@@ -55,10 +66,14 @@ impl Dump {
         let store = ctx.store();
         let use_cas = store.config().use_cas;
         let started = store.clock().process_started();
-        let kind = self.kind;
+        let kind = &self.kind;
+        let filter = kind.filter.as_deref();
         let more = store.dump_step(&mut self.cursor, |e: &DumpEntry<'_>| {
             let cls = item_class(e.key.len(), e.flags, e.value_len, use_cas);
             if kind.classes & (1u64 << cls.min(63)) == 0 {
+                return;
+            }
+            if filter.is_some_and(|f| !f.matches(e.key)) {
                 return;
             }
             format::crawler_item(out, kind.mg, e, cls, started);
@@ -90,17 +105,14 @@ fn classes(arg: &[u8]) -> Option<u64> {
 
 /// `lru_crawler <crawl|metadump|mgdump|tocrawl|sleep|enable|disable> ...`:
 /// its answer (sent whatever noreply says) and what the connection does
-/// next.
+/// next. `metadump` and `mgdump` take a key filter after the classes.
 pub fn lru_crawler(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>) -> (Status, Next) {
     let settings = &ctx.shared.settings;
     let n = t.count();
     let sub = t.get(1);
     let answer = |s: Status| (s, Next::Continue);
-    if n == 3
-        && (prefix_matches(sub, b"crawl")
-            || prefix_matches(sub, b"metadump")
-            || prefix_matches(sub, b"mgdump"))
-    {
+    let dump = prefix_matches(sub, b"metadump") || prefix_matches(sub, b"mgdump");
+    if (n == 3 && (prefix_matches(sub, b"crawl") || dump)) || (n > 3 && dump) {
         if !settings.lru_crawler {
             return answer(Status::CrawlerDisabled);
         }
@@ -123,6 +135,14 @@ pub fn lru_crawler(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>) -> (Status, N
         let Some(classes) = classes(t.get(2)) else {
             return answer(Status::BadClass);
         };
+        let filter = if n > 3 {
+            match DumpFilter::parse((3..n).map(|i| t.get(i))) {
+                Ok(f) => Some(Box::new(f)),
+                Err(_) => return answer(Status::BadDumpFilter),
+            }
+        } else {
+            None
+        };
         if crawl {
             // The maintenance thread reclaims expired items all the time;
             // a crawl request runs one pass over the fully expired
@@ -131,7 +151,12 @@ pub fn lru_crawler(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>) -> (Status, N
             return answer(Status::Ok);
         }
         // memcached's crawler answers OK, then streams the items.
-        return (Status::Ok, Next::StartDump(DumpKind { mg, classes }));
+        let kind = DumpKind {
+            mg,
+            classes,
+            filter,
+        };
+        return (Status::Ok, Next::StartDump(kind));
     }
     if n == 3 && (prefix_matches(sub, b"tocrawl") || prefix_matches(sub, b"sleep")) {
         let value = osmium_protocol::ascii::numbers::tokto_u32(t.get(2));

@@ -49,7 +49,7 @@ pub use sasl::{admit_sasl, AuthState};
 pub use watch::report_store_events;
 
 /// What the connection does after a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
     Continue,
     /// Send what is queued, then close (quit, a binary protocol error).
@@ -67,7 +67,7 @@ pub enum Next {
 }
 
 /// A request's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Done {
     pub next: Next,
     /// memcached writes the queued replies at once after this request

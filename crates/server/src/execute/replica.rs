@@ -14,9 +14,15 @@
 //!   server's writes (after a full copy, for that long; default
 //!   `--replica-follow-seconds`); refused under `-X` as a dump is, since
 //!   its full copy is one;
-//! - `replica_synced` ends a full copy on this server's follow link.
+//! - `replica_synced` ends a full copy on this server's follow link;
+//! - `replica_targets <HOST:PORT>[,<HOST:PORT>...]` (or `-` for none)
+//!   makes those this server's replication targets, as a reload of
+//!   `--replicate-to` does (`replication::targets`), until the next
+//!   SIGHUP re-reads the config file: `OK`, `CLIENT_ERROR <why>` for a
+//!   bad list, `SERVER_ERROR <why>` when refused.
 //!
-//! They change nothing but the connection that sends them.
+//! All but `replica_targets` change nothing but the connection that sends
+//! them.
 
 use osmium_protocol::request::Tokens;
 
@@ -65,9 +71,40 @@ pub fn command(
         }
         b"replica_follow" => text::line(out, false, "CLIENT_ERROR already a replication link"),
         b"replica_synced" => ctx.shared.replication.synced_from(ctx.peer.get()),
+        b"replica_targets" => set_targets(ctx, tokens, out),
         _ => return unknown(tokens, noreply, out),
     }
     Done::CONTINUE
+}
+
+/// `replica_targets <HOST:PORT>[,<HOST:PORT>...]|-`.
+fn set_targets(ctx: &WorkerCtx, tokens: Tokens<'_>, out: &mut Output) {
+    let list = match (tokens.count(), std::str::from_utf8(tokens.get(1))) {
+        (2, Ok(list)) => list,
+        _ => return text::line(out, false, "CLIENT_ERROR bad command line format"),
+    };
+    let new: Vec<String> = if list == "-" {
+        Vec::new()
+    } else {
+        list.split(',').map(str::to_string).collect()
+    };
+    if let Some(e) = new
+        .iter()
+        .find_map(|t| crate::settings::check_target(t).err())
+    {
+        return text::line(out, false, &format!("CLIENT_ERROR {e}"));
+    }
+    if new.len() > crate::settings::MAX_REPLICA_TARGETS {
+        let e = format!(
+            "CLIENT_ERROR at most {} targets",
+            crate::settings::MAX_REPLICA_TARGETS
+        );
+        return text::line(out, false, &e);
+    }
+    match ctx.shared.replication.set_targets(&new, "command") {
+        Ok(_) => text::line(out, false, "OK"),
+        Err(e) => text::line(out, false, &format!("SERVER_ERROR {e}")),
+    }
 }
 
 /// What memcached does with a command it does not know (the parser's

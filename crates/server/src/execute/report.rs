@@ -467,13 +467,15 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "flush_enabled", yn(s.flush_enabled));
     stat(out, "dump_enabled", yn(s.dump_enabled));
     stat(out, "hash_algorithm", "xxh3");
-    // osmium's own, only with replication on (memcached's list otherwise).
-    if !s.replicate_to.is_empty() {
-        stat(out, "replicate_to", s.replicate_to.join(","));
+    // osmium's own, only with replication on (memcached's list otherwise);
+    // the targets and the mode as a reload left them.
+    let r = &sh.replication;
+    if r.is_on() {
+        stat(out, "replicate_to", r.target_addrs().join(","));
         stat(
             out,
             "replication",
-            if s.replication_sync { "sync" } else { "async" },
+            if r.is_sync() { "sync" } else { "async" },
         );
         stat(out, "replica_follow_seconds", s.replica_follow_seconds);
     }

@@ -61,8 +61,15 @@ pub struct Link {
     pub queue: DirtyQueue,
     /// Connected, and the full copy started.
     pub up: AtomicBool,
-    /// A feed slot in use.
+    /// A feed slot in use; a target slot that is a current target (a
+    /// sender whose target a reload removed sees it false and ends).
     pub active: AtomicBool,
+    /// A target slot's sender thread runs (the slot is not reused before
+    /// it ended).
+    pub running: AtomicBool,
+    /// A target's catch-up pull is over (its follow link delivered
+    /// `replica_synced`, or the target was added or removed live).
+    pub synced: AtomicBool,
     /// The sequence number of the last batch sent and acknowledged.
     pub sent_seq: AtomicU64,
     pub acked: AtomicU64,
@@ -76,6 +83,18 @@ pub struct Link {
 }
 
 impl Link {
+    /// Why this link's sender stops: the server stops, or the target was
+    /// removed.
+    fn ended(&self, repl: &Replication) -> Option<io::Error> {
+        if repl.stopping() {
+            return Some(io::Error::other("stopping"));
+        }
+        if !self.active.load(Relaxed) {
+            return Some(io::Error::other("target removed"));
+        }
+        None
+    }
+
     /// Whether a sync-mode write with sequence number `seq` may be
     /// answered: acknowledged, or the link is down.
     #[inline]
@@ -89,12 +108,16 @@ pub fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
     let mut retry = RETRY_MIN;
     let mut connected_before = false;
     let mut logged_down = false;
-    while !repl.stopping() {
+    while link.ended(&repl).is_none() {
         let stream = repl.connect(&addr).and_then(|mut s| {
             introduce(&repl, &addr, &mut s)?;
             Ok(s)
         });
         let reason = match stream {
+            Ok(stream) if link.ended(&repl).is_some() => {
+                drop(stream);
+                break;
+            }
             Ok(stream) => {
                 if connected_before {
                     link.reconnects.fetch_add(1, Relaxed);
@@ -108,6 +131,9 @@ pub fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
                 repl.link_changed("target", &addr, None);
                 let reason = serve(&repl, &link, stream, None, None);
                 repl.link_changed("target", &addr, Some(&reason.to_string()));
+                if link.ended(&repl).is_some() {
+                    break;
+                }
                 reason
             }
             Err(e) => {
@@ -123,7 +149,11 @@ pub fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
             );
             logged_down = true;
         }
-        std::thread::sleep(retry);
+        // In steps, so that a removed target's sender ends soon.
+        let until = Instant::now() + retry;
+        while Instant::now() < until && link.ended(&repl).is_none() {
+            std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
+        }
         retry = (retry * 2).min(RETRY_MAX);
     }
 }
@@ -298,8 +328,8 @@ fn stream_writes(
         if conn.broken.load(Relaxed) {
             return io::Error::new(io::ErrorKind::ConnectionReset, "connection lost");
         }
-        if repl.stopping() {
-            return io::Error::other("stopping");
+        if let Some(e) = link.ended(repl) {
+            return e;
         }
         let oldest = conn
             .inflight
@@ -397,11 +427,11 @@ impl CopyState<'_> {
             end_batch(self.conn, link, stream, out, 0)?;
             self.since_mark = 0;
         }
-        self.wait_for_replica(repl)
+        self.wait_for_replica(repl, link)
     }
 
     /// Waits while more than `COPY_AHEAD` `mn` are unanswered.
-    fn wait_for_replica(&self, repl: &Replication) -> io::Result<()> {
+    fn wait_for_replica(&self, repl: &Replication, link: &Link) -> io::Result<()> {
         loop {
             let oldest = {
                 let inflight = self.conn.inflight.lock().unwrap_or_else(|e| e.into_inner());
@@ -416,8 +446,8 @@ impl CopyState<'_> {
                     "connection lost",
                 ));
             }
-            if repl.stopping() {
-                return Err(io::Error::other("stopping"));
+            if let Some(e) = link.ended(repl) {
+                return Err(e);
             }
             if oldest.is_some_and(|sent| sent.elapsed() > ACK_TIMEOUT) {
                 return Err(io::Error::new(io::ErrorKind::TimedOut, "no MN within 1 s"));
@@ -451,8 +481,8 @@ fn full_copy(
         if !more {
             break;
         }
-        if repl.stopping() {
-            return Err(io::Error::other("stopping"));
+        if let Some(e) = link.ended(repl) {
+            return Err(e);
         }
     }
     // Then the keys only the flash tier holds (their state is read back
@@ -474,8 +504,8 @@ fn full_copy(
         if !more {
             return Ok(());
         }
-        if repl.stopping() {
-            return Err(io::Error::other("stopping"));
+        if let Some(e) = link.ended(repl) {
+            return Err(e);
         }
     }
 }

@@ -35,10 +35,11 @@ mod link;
 mod pull;
 mod queue;
 pub mod stream;
+pub mod targets;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use mio::Waker;
@@ -60,18 +61,34 @@ pub const PEER_LINK: u8 = 1;
 /// This server's follow link to target `i` is `PEER_FOLLOW + i`.
 pub const PEER_FOLLOW: u8 = 2;
 
-/// The sequence numbers a sync-mode write waits for, per target (0: none).
-pub type Wait = [u64; MAX_REPLICA_TARGETS];
+/// Link slots for targets: twice the most targets, so that the links of
+/// targets a live change removed can finish closing while the new ones
+/// start (`targets`).
+pub const TARGET_SLOTS: usize = 2 * MAX_REPLICA_TARGETS;
+// `Replication::mask` has a bit per slot.
+const _: () = assert!(TARGET_SLOTS <= 8);
+
+/// The sequence numbers a sync-mode write waits for, per target slot (0:
+/// none).
+pub type Wait = [u64; TARGET_SLOTS];
 
 /// Hands a pulled connection to a worker as a peer (`PEER_FOLLOW + i`).
 pub type Handoff = Box<dyn Fn(LinkStream, u8) -> bool + Send + Sync>;
 
 pub struct Replication {
-    pub sync: bool,
+    /// `--replication sync` (changed live by a reload).
+    sync: AtomicBool,
+    /// Started with `--replicate-to`: the workers tell it of writes.
+    on: bool,
+    /// `TARGET_SLOTS` target links; those in `mask` are the current
+    /// targets.
     targets: Vec<Arc<Link>>,
+    /// Bit i: slot i is a current target (one load per write).
+    mask: AtomicU8,
+    /// The current targets' slots, in `--replicate-to` order (`stats`
+    /// numbers them so); held while the targets change.
+    order: Mutex<Vec<usize>>,
     feeds: Vec<Arc<Link>>,
-    /// Per target: its follow link delivered `replica_synced`.
-    synced: Vec<AtomicBool>,
     /// `--replica-follow-seconds`, asked of the targets when pulling.
     follow: u64,
     store: Arc<Store>,
@@ -96,6 +113,8 @@ pub struct Replication {
     ssl_failures: AtomicU64,
     /// Told when a link goes up or down (the log watchers' `sysevents`).
     link_hook: OnceLock<LinkHook>,
+    /// Told when the targets change.
+    targets_hook: OnceLock<targets::TargetHook>,
 }
 
 /// A link went up or down: (`target` or `feed`, the peer's address, up,
@@ -124,24 +143,19 @@ impl Replication {
         secret: Option<Secret>,
         tls: Option<Arc<TlsContext>>,
     ) -> Arc<Replication> {
-        let targets = settings
-            .replicate_to
-            .iter()
-            .map(|a| {
-                let l = Link::default();
-                *l.addr.lock().unwrap_or_else(|e| e.into_inner()) = a.clone();
-                Arc::new(l)
-            })
-            .collect();
+        let targets: Vec<Arc<Link>> = (0..TARGET_SLOTS).map(|_| Arc::default()).collect();
+        let n = settings.replicate_to.len().min(MAX_REPLICA_TARGETS);
+        for (l, a) in targets.iter().zip(&settings.replicate_to[..n]) {
+            *l.addr.lock().unwrap_or_else(|e| e.into_inner()) = a.clone();
+            l.active.store(true, Relaxed);
+        }
         Arc::new(Replication {
-            sync: settings.replication_sync,
+            sync: AtomicBool::new(settings.replication_sync),
+            on: n > 0,
             targets,
+            mask: AtomicU8::new(((1u16 << n) - 1) as u8),
+            order: Mutex::new((0..n).collect()),
             feeds: (0..FEED_SLOTS).map(|_| Arc::default()).collect(),
-            synced: settings
-                .replicate_to
-                .iter()
-                .map(|_| AtomicBool::new(false))
-                .collect(),
             follow: settings.replica_follow_seconds,
             store,
             name: format!("osmium-{}-{}", std::process::id(), settings.port),
@@ -154,6 +168,7 @@ impl Replication {
             auth_failures: AtomicU64::new(0),
             ssl_failures: AtomicU64::new(0),
             link_hook: OnceLock::new(),
+            targets_hook: OnceLock::new(),
         })
     }
 
@@ -186,9 +201,16 @@ impl Replication {
         }
     }
 
-    /// Whether writes are replicated (`--replicate-to` given).
+    /// Whether the workers tell it of writes (`--replicate-to` given at
+    /// start; a reload may change the targets, to none even, but not turn
+    /// replication on).
     pub fn is_on(&self) -> bool {
-        !self.targets.is_empty()
+        self.on
+    }
+
+    /// `--replication sync`.
+    pub fn is_sync(&self) -> bool {
+        self.sync.load(Relaxed)
     }
 
     /// Starts the target senders and the catch-up pulls; `wakers` wake
@@ -197,13 +219,27 @@ impl Replication {
     pub fn start(self: &Arc<Self>, wakers: Vec<Arc<Waker>>, handoff: Handoff) {
         let _ = self.wakers.set(wakers);
         let _ = self.handoff.set(handoff);
-        for (i, link) in self.targets.iter().enumerate() {
-            let addr = link.addr.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            let (repl, link) = (self.clone(), link.clone());
-            let _ = std::thread::Builder::new()
-                .name(format!("osmium-repl-{i}"))
-                .spawn(move || link::run_target(repl, link, addr));
+        let order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        for &i in order.iter() {
+            self.spawn_target(i);
             self.pull(i);
+        }
+    }
+
+    /// Starts the sender of target slot `i` (its `addr` set, `active`).
+    fn spawn_target(self: &Arc<Self>, i: usize) {
+        let link = &self.targets[i];
+        let addr = link.addr.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        link.running.store(true, Relaxed);
+        let (repl, link2) = (self.clone(), link.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("osmium-repl-{i}"))
+            .spawn(move || {
+                link::run_target(repl, link2.clone(), addr);
+                link2.running.store(false, Relaxed);
+            });
+        if spawned.is_err() {
+            link.running.store(false, Relaxed);
         }
     }
 
@@ -239,9 +275,13 @@ impl Replication {
     #[inline]
     fn written(&self, wait: &mut Wait, push: impl Fn(&queue::DirtyQueue) -> Option<u64>) -> bool {
         let mut waits = false;
-        for (i, t) in self.targets.iter().enumerate() {
-            if let Some(seq) = push(&t.queue) {
-                if self.sync {
+        let mut mask = self.mask.load(Relaxed);
+        let sync = mask != 0 && self.sync.load(Relaxed);
+        while mask != 0 {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            if let Some(seq) = push(&self.targets[i].queue) {
+                if sync {
                     wait[i] = seq;
                     waits = true;
                 }
@@ -255,15 +295,21 @@ impl Replication {
         waits
     }
 
-    /// Whether every target covers a write that waits for `wait`.
+    /// Whether every target covers a write that waits for `wait` (in
+    /// async mode, every write: a reload turned sync mode off).
     pub fn acknowledged(&self, wait: &Wait) -> bool {
-        self.targets.iter().zip(wait).all(|(t, &seq)| t.covers(seq))
+        !self.is_sync() || self.targets.iter().zip(wait).all(|(t, &seq)| t.covers(seq))
     }
 
     fn wake_workers(&self) {
-        if !self.sync {
+        if !self.is_sync() {
             return;
         }
+        self.wake_all();
+    }
+
+    /// Wakes every worker (its held replies are checked again).
+    fn wake_all(&self) {
         if let Some(w) = self.wakers.get() {
             for w in w {
                 let _ = w.wake();
@@ -298,11 +344,11 @@ impl Replication {
 
     /// The follow link of target `i` delivered its full copy.
     pub fn synced_from(&self, peer: u8) {
-        if let Some(s) = peer
+        if let Some(t) = peer
             .checked_sub(PEER_FOLLOW)
-            .and_then(|i| self.synced.get(i as usize))
+            .and_then(|i| self.targets.get(i as usize))
         {
-            if !s.swap(true, Relaxed) && self.verbose() {
+            if !t.synced.swap(true, Relaxed) && self.verbose() {
                 tracing::info!("[replication] caught up from target {}", peer - PEER_FOLLOW);
             }
         }
@@ -311,7 +357,7 @@ impl Replication {
     /// A follow link closed: pull again if it had not synced.
     pub fn follow_closed(self: &Arc<Self>, peer: u8) {
         if let Some(i) = peer.checked_sub(PEER_FOLLOW).map(usize::from) {
-            if self.synced.get(i).is_some_and(|s| !s.load(Relaxed)) && !self.stopping() {
+            if self.targets.get(i).is_some_and(|t| !t.synced.load(Relaxed)) && !self.stopping() {
                 self.pull(i);
             }
         }
@@ -399,12 +445,13 @@ impl Replication {
             }
             return;
         }
-        let mode = if self.sync { "sync" } else { "async" };
+        let mode = if self.is_sync() { "sync" } else { "async" };
         let _ = write!(s, "STAT replication_mode {mode}\r\n");
-        let done = self.synced.iter().all(|s| s.load(Relaxed));
+        let order = self.order.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let done = order.iter().all(|&i| self.targets[i].synced.load(Relaxed));
         let catchup = if done { "done" } else { "pulling" };
         let _ = write!(s, "STAT replication_catchup {catchup}\r\n");
-        for (i, t) in self.targets.iter().enumerate() {
+        for (i, t) in order.iter().map(|&slot| &self.targets[slot]).enumerate() {
             let (backlog, seq) = t.queue.backlog();
             let up = t.up.load(Relaxed);
             let acked = t.acked.load(Relaxed);

@@ -19,14 +19,13 @@ use super::{Replication, PEER_FOLLOW};
 const RETRY: Duration = Duration::from_millis(200);
 
 /// Connects to target `i` until it answers, then hands the connection over.
+/// Ends once synced, or when the target is removed (a removal marks it
+/// synced).
 pub fn run(repl: &Replication, i: usize) {
-    let addr = repl.targets[i]
-        .addr
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let link = &repl.targets[i];
+    let addr = link.addr.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut logged = false;
-    while !repl.stopping() && !repl.synced[i].load(Relaxed) {
+    while !repl.stopping() && !link.synced.load(Relaxed) && link.active.load(Relaxed) {
         let stream = repl.connect(&addr);
         let refused = match stream.and_then(|mut s| ask(repl, &mut s).map(|a| (s, a))) {
             Ok((stream, None)) => {

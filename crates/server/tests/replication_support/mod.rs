@@ -76,6 +76,35 @@ impl Drop for SecretFile {
     }
 }
 
+/// A config file (`--config-file`) a test made and rewrites, removed
+/// when dropped.
+pub struct ConfigFile(PathBuf);
+
+impl ConfigFile {
+    pub fn new(content: &str) -> ConfigFile {
+        let f = ConfigFile(scratch_path("osmium.conf"));
+        f.write(content);
+        f
+    }
+
+    /// Replaces its contents (by a rename: a reader sees the old file or
+    /// the new one).
+    pub fn write(&self, content: &str) {
+        write_with_mode(&self.0, content.as_bytes(), 0o644);
+    }
+
+    /// `--config-file <path>`.
+    pub fn args(&self) -> Vec<String> {
+        vec!["--config-file".into(), self.0.display().to_string()]
+    }
+}
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// The secret every `Node::start` server holds.
 pub const SECRET: &[u8] = b"the replication tests' shared secret";
 
@@ -166,6 +195,20 @@ impl Node {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends it signal `sig` (`HUP`, `STOP`, `CONT`) by its PID.
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{sig}"), self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{sig} failed");
     }
 
     /// Its clients speak TLS with `config`.

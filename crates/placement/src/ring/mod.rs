@@ -1,19 +1,80 @@
 //! Key placement: which of a pool's servers a key belongs to, by the
-//! pool's `hash`, `hash_tag` and `distribution`. [`Ring::server_of`] is
-//! the placement over every configured server (where a key lives while
-//! all are up); [`Ring::live_server_of`] the placement over the live ones
-//! only, which `failover: rehash` uses as nutcracker does.
+//! pool's `hash`, `hash_tag` and `distribution` ([`PoolSpec`]).
+//! [`Ring::server_of`] is the placement over every configured server
+//! (where a key lives while all are up); [`Ring::live_server_of`] the
+//! placement over the live ones only, which `failover: rehash` uses as
+//! nutcracker does. `moved`: the key-hash ranges whose owner changes
+//! between two rings.
 //!
 //! `nutcracker`: nutcracker 0.5.0's ketama and modula; `libmemcached`:
 //! libmemcached's ketama (also what osmium-bench's `--targets` uses).
 
 pub mod libmemcached;
+pub mod moved;
 pub mod nutcracker;
 
 use std::cell::Cell;
 
-use crate::config::{Addr, Distribution, PoolConfig};
 use crate::hash::HashKind;
+
+pub use moved::{dump_commands, moved_ranges, owned_spans, MovedRange, Moves, NotByRange};
+/// How keys are spread over a pool's servers (a pool's `distribution:`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Distribution {
+    /// nutcracker's ketama (its default).
+    Ketama,
+    /// nutcracker's modula.
+    Modula,
+    /// A random live server per request.
+    Random,
+    /// libmemcached's unweighted ketama (pylibmc `{"ketama": True}`).
+    Libmemcached,
+    /// libmemcached's weighted ketama (pylibmc `{"ketama_weighted": True}`).
+    LibmemcachedWeighted,
+}
+
+impl Distribution {
+    /// The distribution a configuration names, if any.
+    pub fn from_name(name: &str) -> Option<Distribution> {
+        Some(match name {
+            "ketama" => Distribution::Ketama,
+            "modula" => Distribution::Modula,
+            "random" => Distribution::Random,
+            "libmemcached" => Distribution::Libmemcached,
+            "libmemcached_weighted" => Distribution::LibmemcachedWeighted,
+            _ => return None,
+        })
+    }
+}
+
+/// One server as placement sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerSpec {
+    /// The name nutcracker's ketama hashes (and the server's identity
+    /// across two rings: [`moved_ranges`] compares owners by name).
+    pub name: String,
+    pub weight: u32,
+    /// Host (or unix socket path) and port (0 for a unix socket), as
+    /// libmemcached's continuum hashes them.
+    pub host: String,
+    pub port: u16,
+}
+
+/// What a pool's placement depends on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolSpec {
+    pub distribution: Distribution,
+    pub hash: HashKind,
+    pub hash_tag: Option<[u8; 2]>,
+    /// In `servers:` order.
+    pub servers: Vec<ServerSpec>,
+}
+
+impl From<&PoolSpec> for PoolSpec {
+    fn from(spec: &PoolSpec) -> PoolSpec {
+        spec.clone()
+    }
+}
 
 /// One placement table over some of the pool's servers.
 #[derive(Clone, Debug)]
@@ -27,7 +88,7 @@ enum Table {
 }
 
 /// A pool's placement.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Ring {
     distribution: Distribution,
     hash: HashKind,
@@ -42,18 +103,15 @@ pub struct Ring {
 }
 
 impl Ring {
-    /// The placement of `pool` with every server up.
-    pub fn new(pool: &PoolConfig) -> Ring {
+    /// The placement of `pool` with every server up (a [`PoolSpec`], or
+    /// anything that converts into one, such as osmium-proxy's pool
+    /// configuration).
+    pub fn new(pool: impl Into<PoolSpec>) -> Ring {
+        let pool: PoolSpec = pool.into();
         let servers: Vec<(String, u32, String, u16)> = pool
             .servers
-            .iter()
-            .map(|s| {
-                let (host, port) = match &s.addr {
-                    Addr::Tcp { host, port } => (host.clone(), *port),
-                    Addr::Unix(p) => (p.display().to_string(), 0),
-                };
-                (s.name.clone(), s.weight, host, port)
-            })
+            .into_iter()
+            .map(|s| (s.name, s.weight, s.host, s.port))
             .collect();
         let mut nutcracker_order: Vec<usize> = (0..servers.len()).collect();
         nutcracker_order.sort_by(|&a, &b| {
@@ -148,16 +206,7 @@ impl Ring {
     /// The part of `key` that is hashed: between the hash tag's two
     /// characters when both are there with something between them.
     pub fn tagged<'k>(&self, key: &'k [u8]) -> &'k [u8] {
-        let Some([open, close]) = self.hash_tag else {
-            return key;
-        };
-        let Some(start) = key.iter().position(|&b| b == open) else {
-            return key;
-        };
-        match key[start + 1..].iter().position(|&b| b == close) {
-            Some(len) if len > 0 => &key[start + 1..start + 1 + len],
-            _ => key,
-        }
+        crate::hash::tagged(key, self.hash_tag)
     }
 
     /// The hash nutcracker dispatches `key` with (0 for one server or an
@@ -208,5 +257,89 @@ impl Ring {
     /// The server `key` goes to over the live servers; `None` when none is.
     pub fn live_server_of(&self, key: &[u8]) -> Option<usize> {
         self.dispatch(&self.live, key)
+    }
+
+    /// The name of server `i` (nutcracker's: the `servers:` line's name,
+    /// else its address): a server's identity across two rings.
+    pub fn name(&self, i: usize) -> &str {
+        self.servers.get(i).map_or("", |s| s.0.as_str())
+    }
+
+    /// The name of the server `key` goes to with every server up.
+    pub fn owner_name(&self, key: &[u8]) -> &str {
+        self.name(self.server_of(key))
+    }
+
+    /// The pool's hash tag.
+    pub fn hash_tag(&self) -> Option<[u8; 2]> {
+        self.hash_tag
+    }
+
+    /// The pool's distribution.
+    pub fn distribution(&self) -> Distribution {
+        self.distribution
+    }
+
+    /// The function keys are placed by (applied to their tagged part):
+    /// the pool's `hash` for nutcracker's ketama and modula; for
+    /// libmemcached's continuums the client's key hash (MD5 for
+    /// `libmemcached_weighted`, else one-at-a-time, whatever `hash` says).
+    /// None for `random`, which hashes nothing.
+    pub fn placement_hash(&self) -> Option<HashKind> {
+        match self.distribution {
+            Distribution::Ketama | Distribution::Modula => Some(self.hash),
+            Distribution::Libmemcached => Some(HashKind::OneAtATime),
+            Distribution::LibmemcachedWeighted => Some(HashKind::Md5),
+            Distribution::Random => None,
+        }
+    }
+
+    /// The placement hash of `key` ([`Ring::placement_hash`] of its tagged
+    /// part; 0 for `random`): the value [`Ring::owner_at`] and the moved
+    /// ranges speak of, and the one osmium's range-filtered dump computes.
+    pub fn placement_hash_of(&self, key: &[u8]) -> u32 {
+        self.placement_hash()
+            .map_or(0, |h| h.hash(self.tagged(key)))
+    }
+
+    /// The server (with every server up) of the keys whose placement hash
+    /// is `hash`; None for `random` or an empty pool. For a non-empty key
+    /// of a pool of two servers or more, `server_of(key)` is
+    /// `owner_at(placement_hash_of(key))`; with one server every key is
+    /// that server's.
+    pub fn owner_at(&self, hash: u32) -> Option<usize> {
+        match &self.all {
+            Table::Ketama(k) => k.dispatch(hash),
+            Table::Modula(m) => m.dispatch(hash),
+            Table::Random(_) => None,
+            Table::Libmemcached(c, index) => (!index.is_empty()).then(|| index[c.server_at(hash)]),
+        }
+    }
+
+    /// For `modula`: the table's length and the entries that are server
+    /// `name`'s (a key is `name`'s when its placement hash modulo the
+    /// length is one of them); None for other distributions.
+    pub fn modula_entries(&self, name: &str) -> Option<(u32, Vec<u32>)> {
+        let Table::Modula(m) = &self.all else {
+            return None;
+        };
+        let picks = m
+            .entries()
+            .iter()
+            .enumerate()
+            .filter(|(_, &s)| self.name(s as usize) == name)
+            .map(|(j, _)| j as u32)
+            .collect();
+        Some((m.entries().len() as u32, picks))
+    }
+
+    /// The values of the continuum's points (sorted, repeats kept) with
+    /// every server up; None for `modula` and `random`, which have none.
+    pub fn point_values(&self) -> Option<Vec<u32>> {
+        match &self.all {
+            Table::Ketama(k) => Some(k.point_values().collect()),
+            Table::Libmemcached(c, _) => Some(c.point_values().collect()),
+            Table::Modula(_) | Table::Random(_) => None,
+        }
     }
 }

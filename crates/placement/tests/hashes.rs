@@ -7,7 +7,7 @@
 //! does. (nutcracker's `fnv1a_64` works in 32 bits, which gives the low
 //! half of libhashkit's true 64-bit FNV-1a: the same values.)
 
-use osmium_proxy::hash::*;
+use osmium_placement::hash::*;
 
 const KEYS: [&[u8]; 6] = [
     b"",

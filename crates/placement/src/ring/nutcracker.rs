@@ -61,6 +61,11 @@ impl Ketama {
         self.points.is_empty()
     }
 
+    /// The points' values, in order.
+    pub fn point_values(&self) -> impl Iterator<Item = u32> + '_ {
+        self.points.iter().map(|&(v, _)| v)
+    }
+
     /// The server of the first point ≥ `hash`, wrapping to the first point.
     pub fn dispatch(&self, hash: u32) -> Option<usize> {
         let i = self.points.partition_point(|&(v, _)| v < hash);
@@ -85,6 +90,11 @@ impl Modula {
             entries.extend(std::iter::repeat(index as u32).take(weight as usize));
         }
         Modula { entries }
+    }
+
+    /// The server index of each entry, in order.
+    pub fn entries(&self) -> &[u32] {
+        &self.entries
     }
 
     /// The server of entry `hash % entries`.

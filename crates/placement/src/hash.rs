@@ -75,6 +75,22 @@ impl HashKind {
     }
 }
 
+/// The part of `key` a pool with hash tag `tag` hashes: what lies between
+/// the tag's first opening character and the next closing one, when both
+/// are there with something between them; else the whole key.
+pub fn tagged(key: &[u8], tag: Option<[u8; 2]>) -> &[u8] {
+    let Some([open, close]) = tag else {
+        return key;
+    };
+    let Some(start) = key.iter().position(|&b| b == open) else {
+        return key;
+    };
+    match key[start + 1..].iter().position(|&b| b == close) {
+        Some(len) if len > 0 => &key[start + 1..start + 1 + len],
+        _ => key,
+    }
+}
+
 /// A C `char` widened to 32 bits (sign-extended).
 fn sx(b: u8) -> u32 {
     b as i8 as i32 as u32

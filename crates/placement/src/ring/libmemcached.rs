@@ -136,9 +136,14 @@ impl Continuum {
         self.server_at(self.hash.hash(key))
     }
 
+    /// The points' values, in order.
+    pub fn point_values(&self) -> impl Iterator<Item = u32> + '_ {
+        self.points.iter().map(|&(v, _)| v)
+    }
+
     /// The server of the first point whose value is ≥ `hash`, else (past
-    /// the last point) the first point's.
-    fn server_at(&self, hash: u32) -> usize {
+    /// the last point) the first point's (0 for an empty continuum).
+    pub fn server_at(&self, hash: u32) -> usize {
         let i = self.points.partition_point(|&(v, _)| v < hash);
         match self.points.get(i).or(self.points.first()) {
             Some(&(_, server)) => server as usize,
