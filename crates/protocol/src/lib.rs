@@ -18,13 +18,18 @@
 //!   lives there;
 //! * [`peek`] (in [`client`]): the keys of waiting requests, for
 //!   prefetching before parsing;
-//! * [`encode`]: text reply pieces written into an output buffer.
+//! * [`encode`]: text reply pieces written into an output buffer;
+//! * `replication_auth` (feature `replication-auth`): the replication
+//!   peers' secret exchange, which reads its secret file and drives a
+//!   blocking stream (the one part here that does I/O).
 
 pub mod ascii;
 pub mod base64;
 pub mod binary;
 pub mod client;
 pub mod encode;
+#[cfg(feature = "replication-auth")]
+pub mod replication_auth;
 pub mod request;
 
 pub use client::peek;

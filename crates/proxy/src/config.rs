@@ -6,7 +6,8 @@
 //! duplicate server names, duplicate listen addresses, are errors. Redis
 //! pools are refused. osmium's own keys: `failover: replica|rehash`, the
 //! `libmemcached` / `libmemcached_weighted` distributions, `tls:` (a
-//! mapping, read by `tls::config`), and `warm_moves: true|false`.
+//! mapping, read by `tls::config`), `warm_moves: true|false`, and
+//! `replication_secret: FILE` (read by `peer`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -96,6 +97,10 @@ pub struct PoolConfig {
     /// clients (`false`: they miss on their new owner, as after a
     /// nutcracker restart).
     pub warm_moves: bool,
+    /// osmium's `replication_secret:` (the file's path): the secret of
+    /// the servers' replication ring, with which the proxy proves itself
+    /// their peer (`peer`).
+    pub replication_secret: Option<String>,
 }
 
 impl From<&PoolConfig> for PoolSpec {
@@ -229,6 +234,7 @@ fn parse_pool(name: String, body: serde_norway::Mapping) -> Result<PoolConfig, S
     let mut connections = None;
     let mut failover = None;
     let mut warm_moves = None;
+    let mut replication_secret = None;
     let mut servers = Vec::new();
     let mut tls = TlsConfig::default();
     for (key, value) in body {
@@ -293,6 +299,12 @@ fn parse_pool(name: String, body: serde_norway::Mapping) -> Result<PoolConfig, S
             "preconnect" => preconnect = Some(boolean()?),
             "auto_eject_hosts" => auto_eject = Some(boolean()?),
             "warm_moves" => warm_moves = Some(boolean()?),
+            "replication_secret" => {
+                if v.is_empty() {
+                    return Err(err("is empty (the path of a secret file)"));
+                }
+                replication_secret = Some(v.clone());
+            }
             "server_retry_timeout" => retry = Some(Duration::from_millis(num()?)),
             "server_failure_limit" => failure_limit = Some(num()? as u32),
             "server_connections" => {
@@ -342,6 +354,7 @@ fn parse_pool(name: String, body: serde_norway::Mapping) -> Result<PoolConfig, S
         servers,
         tls,
         warm_moves: warm_moves.unwrap_or(true),
+        replication_secret,
     })
 }
 

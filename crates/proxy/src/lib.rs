@@ -10,7 +10,10 @@
 //! rehash`). nutcracker's stats port is served by the same event loop
 //! (`stats`). A pool may speak TLS to its clients and to its servers
 //! (`tls`). The configuration is reloaded while serving, on SIGHUP or an
-//! authorised `reload` on the stats port (`proxy::reload`, `admin`).
+//! authorised `reload` on the stats port (`proxy::reload`, `admin`); a
+//! reload that changes a replicated pool's ring tells its servers their
+//! new replication targets, over connections that prove the proxy a
+//! replication peer (`peer`).
 
 pub mod admin;
 pub mod backend;
@@ -18,6 +21,7 @@ pub mod client;
 pub mod config;
 pub mod counters;
 pub mod inbuf;
+pub mod peer;
 pub mod proxy;
 pub mod reply;
 pub mod request;

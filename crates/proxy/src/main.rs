@@ -156,8 +156,15 @@ fn main() -> ExitCode {
         }
     };
     if args.test_conf {
-        // The files `tls:` names are read and checked too.
-        if let Err(e) = osmium_proxy::tls::check(&config) {
+        // The files `tls:` and `replication_secret:` name are read and
+        // checked too.
+        let files = osmium_proxy::tls::check(&config).and_then(|()| {
+            config
+                .pools
+                .iter()
+                .try_for_each(|p| osmium_proxy::peer::load_secret(p).map(drop))
+        });
+        if let Err(e) = files {
             return start.fail(&format!(
                 "osmium-proxy: configuration file '{}' is invalid\n{e}",
                 args.conf.display()

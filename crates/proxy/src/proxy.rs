@@ -108,6 +108,9 @@ impl Proxy {
         for pool in &config.pools {
             crate::backend::check_limits(pool)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            // Read again by each reload that needs it.
+            crate::peer::load_secret(pool)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         }
         let poll = Poll::new()?;
         let mut stats_port = StatsPort::bind(stats_addr, stats_port).map_err(|e| {

@@ -6,18 +6,23 @@
 //! ejected, the proxy serves on); clients without a certificate, with an
 //! untrusted one, or speaking plaintext, refused while others are served;
 //! `tls:` settings and files checked by `-t` and at start; memcached 1.6.45
-//! `-Z` as a server. Certificates are made by the `openssl` command.
+//! `-Z` as a server; the proxy as a replication peer over TLS (a client
+//! certificate on an `mtls:` listener, with the secret), by
+//! `connect_peer_with` and by a reload that tells a `tls.servers` pool's
+//! servers their targets. Certificates are made by the `openssl` command.
 
 mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::*;
+use osmium_proxy::peer::{connect_peer_with, PeerTls, Secret};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -140,6 +145,13 @@ impl Certs {
 
     /// A TLS client trusting the test CA, presenting certificate `cert`.
     fn client(&self, port: u16, cert: Option<&str>) -> Tls {
+        let name = ServerName::try_from("127.0.0.1").unwrap();
+        let conn = ClientConnection::new(self.client_config(cert), name).unwrap();
+        StreamOwned::new(conn, connect(port))
+    }
+
+    /// The configuration of [`Certs::client`].
+    fn client_config(&self, cert: Option<&str>) -> Arc<ClientConfig> {
         let mut roots = RootCertStore::empty();
         for c in CertificateDer::pem_file_iter(self.path("ca.pem")).unwrap() {
             roots.add(c.unwrap()).unwrap();
@@ -160,9 +172,7 @@ impl Certs {
             }
             None => b.with_no_client_auth(),
         };
-        let name = ServerName::try_from("127.0.0.1").unwrap();
-        let conn = ClientConnection::new(Arc::new(config), name).unwrap();
-        StreamOwned::new(conn, connect(port))
+        Arc::new(config)
     }
 }
 
@@ -755,4 +765,88 @@ fn memcached_with_tls_as_a_server() {
         "the proxy is running"
     );
     let _ = stderr_of(&mut px);
+}
+
+/// The tests' replication secret, in a mode 0600 file.
+fn secret_file() -> String {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("osmium-proxy-tls-{}", std::process::id()))
+        .join("replication.secret");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, b"tls peers\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn the_proxy_is_a_replication_peer_over_tls() {
+    let c = certs();
+    let secret = secret_file();
+    let mut servers = Vec::new();
+    let mut mtls = Vec::new();
+    for _ in 0..2 {
+        let (p, m) = (free_port(), free_port());
+        let mut args = c.server_args("server", true);
+        args.extend(["--replication-secret".to_string(), secret.clone()]);
+        let listen = format!("127.0.0.1:{p},mtls:127.0.0.1:{m}");
+        servers.push(server(&osmium_bin(), &listen, p, &args));
+        mtls.push(m);
+    }
+    let t = Duration::from_secs(5);
+    let key = Secret::new(b"tls peers");
+    let tls = PeerTls {
+        config: c.client_config(Some("client")),
+        name: ServerName::try_from("127.0.0.1").unwrap(),
+    };
+    // On the mtls: listener, with the client certificate: a peer (its
+    // replica_targets is answered, not ERROR).
+    let mut peer = connect_peer_with(&format!("127.0.0.1:{}", mtls[0]), &key, t, Some(&tls))
+        .expect("a TLS peer");
+    let r = peer.command("replica_targets 127.0.0.1:1").unwrap();
+    assert!(r.contains("started without --replicate-to"), "{r}");
+    // Where no client certificate is verified, the secret alone is not
+    // enough under -Z.
+    let e = connect_peer_with(
+        &format!("127.0.0.1:{}", servers[0].port),
+        &key,
+        t,
+        Some(&tls),
+    )
+    .err()
+    .expect("refused");
+    assert!(e.to_string().contains("replica_link"), "{e}");
+
+    // A reload of a tls.servers pool tells its servers over TLS: they
+    // were started without --replicate-to, so each refuses, as a peer.
+    let port = free_port();
+    let more = format!("  failover: replica\n  replication_secret: {secret}\n");
+    let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("osmium-proxy-tls-{}", std::process::id()))
+        .join("peer-proxy.log");
+    let _ = std::fs::remove_file(&log);
+    let px = proxy_with(
+        &pool("ring", port, &mtls[..1], &more, &tls_servers(true)),
+        port,
+        &["-o", log.to_str().unwrap()],
+    );
+    rewrite_conf(
+        &px,
+        &pool("ring", px.port, &mtls, &more, &tls_servers(true)),
+    );
+    reload(&px);
+    let refused = |from: u16, to: u16| {
+        format!(
+            "could not make server 127.0.0.1:{from} replicate to 127.0.0.1:{to}: it answered \"SERVER_ERROR the server was started without --replicate-to"
+        )
+    };
+    let (first, then) = (refused(mtls[1], mtls[0]), refused(mtls[0], mtls[1]));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains(&first) && text.contains(&then) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -99,7 +99,7 @@ fn main() {
     // Replication's secret file: unreadable, empty or open to others is a
     // usage error (memcached's status for a bad command line).
     let secret = match settings.replication_secret.as_deref() {
-        Some(path) => match replication::auth::Secret::load(path) {
+        Some(path) => match replication::auth::Secret::load(path, "--replication-secret") {
             Ok(s) => Some(s),
             Err(msg) => {
                 eprintln!("{msg}");

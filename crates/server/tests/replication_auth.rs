@@ -9,7 +9,7 @@
 //! start is refused for a secret file open to others, an empty one, and
 //! replication without a secret; two servers replicating in a ring with
 //! the secret replicate. The exchange is written here from its
-//! description (`replication/auth.rs`), with aws-lc-rs's HMAC.
+//! description (`osmium_protocol::replication_auth`), with aws-lc-rs's HMAC.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -92,6 +92,17 @@ impl Pool {
         Ok(())
     }
 
+    /// TLS for a peer connection to the server in slot `slot`
+    /// (`peer::connect_peer_with`): the pool's `tls.servers`
+    /// configuration and the server's name; None without `tls.servers`.
+    pub fn peer_tls(&self, slot: usize) -> Option<crate::peer::PeerTls> {
+        let server = self.servers.get(slot)?;
+        Some(crate::peer::PeerTls {
+            config: self.tls.clone()?,
+            name: server.tls_name.clone()?,
+        })
+    }
+
     /// Takes the pool's new configuration (same name). Requests already
     /// queued keep their server and connection; the ring is rebuilt for
     /// the new list; new connections of a `tls.servers` pool use `tls`.

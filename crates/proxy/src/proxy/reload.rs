@@ -15,6 +15,7 @@
 //!   every reply it is owed, is closed; then the pool is forgotten.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use mio::Token;
@@ -22,6 +23,7 @@ use mio::Token;
 use super::{token_base, Proxy, Served, MAX_POOLS};
 use crate::backend::{check_limits, Delivery, Pool, Reconfigured};
 use crate::config::Config;
+use crate::peer::Secret;
 use crate::stream::Listener;
 use crate::tls::PoolTls;
 
@@ -135,9 +137,11 @@ impl Proxy {
         // Everything that can fail comes first.
         let config = Config::load(path)?;
         let mut tls = Vec::with_capacity(config.pools.len());
+        let mut secrets = Vec::with_capacity(config.pools.len());
         for pool in &config.pools {
             check_limits(pool)?;
             tls.push(crate::tls::build(pool)?);
+            secrets.push(crate::peer::load_secret(pool)?);
         }
         let live: HashMap<String, usize> = self
             .pools
@@ -162,7 +166,7 @@ impl Proxy {
             }
         }
         let bound = self.bind_listeners(&config, &live)?;
-        Ok(self.apply(config, tls, bound, &live, now, out, touched))
+        Ok(self.apply(config, tls, secrets, bound, &live, now, out, touched))
     }
 
     /// A listener for each pool of `config`; nothing kept when one
@@ -218,6 +222,7 @@ impl Proxy {
         &mut self,
         config: Config,
         tls: Vec<PoolTls>,
+        secrets: Vec<Option<Arc<Secret>>>,
         bound: Vec<Bound>,
         live: &HashMap<String, usize>,
         now: Instant,
@@ -256,7 +261,8 @@ impl Proxy {
             }
             summary.removed.push(name.clone());
         }
-        for ((cfg, tls), b) in config.pools.into_iter().zip(tls).zip(bound) {
+        let each = config.pools.into_iter().zip(tls).zip(secrets).zip(bound);
+        for (((cfg, tls), secret), b) in each {
             match live.get(&cfg.name).copied() {
                 Some(slot) => {
                     let served = &mut self.pools[slot];
@@ -283,6 +289,10 @@ impl Proxy {
                     }
                     served.listen_tls = tls.listen;
                     if served.pool.cfg != cfg {
+                        // A replicated ring's servers told their new
+                        // targets (`peer`, off this thread).
+                        let ring = tls.servers.as_ref();
+                        crate::peer::on_reload(&served.pool.cfg, &cfg, secret.as_ref(), ring);
                         let name = cfg.name.clone();
                         let preconnect = cfg.preconnect;
                         let r = served.pool.reconfigure(cfg, tls.servers);

@@ -1,5 +1,5 @@
 //! The exchange of `--replication-secret` as a peer runs it, written from
-//! its description (`replication/auth.rs`) with aws-lc-rs's HMAC.
+//! its description (`osmium_protocol::replication_auth`) with aws-lc-rs's HMAC.
 
 use aws_lc_rs::hmac;
 
