@@ -29,6 +29,7 @@
 //!                                  └──(100 ms)──▶ Probing
 //! ```
 
+mod moving;
 mod reconfigure;
 
 use std::collections::VecDeque;
@@ -41,6 +42,7 @@ use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
 use slab::Slab;
 
+pub use moving::{MoveRoute, Parked};
 pub use reconfigure::{Reconfigured, RingChange};
 
 use crate::config::{Distribution, Failover, PoolConfig, ServerConfig};
@@ -240,6 +242,10 @@ pub struct Pool {
     /// A reload left removed servers or surplus connections to close
     /// once idle ([`Pool::reap`]).
     draining: bool,
+    /// A warm move in progress (`moving`).
+    moving: Option<moving::Moving>,
+    /// Parked requests to send again (a move ended or was replaced).
+    requeue: Vec<Parked>,
 }
 
 impl Server {
@@ -323,6 +329,8 @@ impl Pool {
             conns_opened: 0,
             tls,
             draining: false,
+            moving: None,
+            requeue: Vec::new(),
         }
     }
 

@@ -55,6 +55,9 @@ pub struct Client {
     /// The client ended the connection (end of stream, `quit`): its close
     /// counts as `client_eof`, any other as `client_err`.
     pub eof: bool,
+    /// Requests parked by a warm move: none of the client's later
+    /// requests is sent before they are (its order is kept).
+    pub parked: usize,
 }
 
 impl Client {
@@ -71,6 +74,7 @@ impl Client {
             closing: false,
             quit: false,
             eof: false,
+            parked: 0,
         }
     }
 

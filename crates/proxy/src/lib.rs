@@ -11,7 +11,9 @@
 //! (`stats`). A pool may speak TLS to its clients and to its servers
 //! (`tls`). The configuration is reloaded while serving, on SIGHUP or an
 //! authorised `reload` on the stats port (`proxy::reload`, `admin`); a
-//! reload that changes a replicated pool's ring tells its servers their
+//! reload that changes a pool's placement moves the keys that changed
+//! owner warm, served without a miss while a migration copies them
+//! (`moves`); a reload that changes a replicated pool's ring tells its servers their
 //! new replication targets, over connections that prove the proxy a
 //! replication peer (`peer`).
 
@@ -21,6 +23,7 @@ pub mod client;
 pub mod config;
 pub mod counters;
 pub mod inbuf;
+pub mod moves;
 pub mod peer;
 pub mod proxy;
 pub mod reply;

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll, Registry, Token};
 use slab::Slab;
 
-use crate::backend::{Delivery, Dest, Pool, POOL_TOKEN_SPAN};
+use crate::backend::{Delivery, Dest, MoveRoute, Parked, Pool, POOL_TOKEN_SPAN};
 use crate::client::{error_reply, Client, Merge};
 use crate::config::Config;
 use crate::request::{self, Action, Style};
@@ -47,6 +47,8 @@ const CLIENT_BASE: usize = 1 << 62;
 /// Pool slots (listener tokens, and server tokens below `CLIENT_BASE`).
 const MAX_POOLS: usize = STATS_BASE;
 const _: () = assert!(SERVER_BASE + MAX_POOLS * POOL_TOKEN_SPAN <= CLIENT_BASE);
+/// The token of the waker the migrations wake the loop with.
+const WAKE: Token = Token(usize::MAX);
 /// A client whose unsent replies reach this is not read until they drain.
 const OUT_HIGH_WATER: usize = 4 << 20;
 /// The longest the loop sleeps, so the stop flag is seen.
@@ -91,6 +93,8 @@ pub struct Proxy {
     /// Reloads applied and refused since start.
     reloads: u64,
     reload_failures: u64,
+    /// Woken by a warm move's migration (a key copied, the move done).
+    waker: Arc<mio::Waker>,
 }
 
 impl Proxy {
@@ -144,6 +148,7 @@ impl Proxy {
                 listen_tls: tls.listen,
             });
         }
+        let waker = Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
         Ok(Proxy {
             poll,
             opened: pools.len() as u64,
@@ -156,6 +161,7 @@ impl Proxy {
             conf: None,
             reloads: 0,
             reload_failures: 0,
+            waker,
         })
     }
 
@@ -204,6 +210,7 @@ impl Proxy {
         let mut deliveries = Vec::new();
         let mut touched = Vec::new();
         let mut settling = Vec::new();
+        let mut released = Vec::new();
         let now = Instant::now();
         for (_, s) in &mut self.pools {
             if s.pool.cfg.preconnect {
@@ -237,6 +244,9 @@ impl Proxy {
             let now = Instant::now();
             for ev in events.iter() {
                 let t = ev.token().0;
+                if ev.token() == WAKE {
+                    continue;
+                }
                 if t < STATS_BASE {
                     self.accept(t);
                 } else if t < SERVER_BASE {
@@ -269,7 +279,15 @@ impl Proxy {
             self.stats_port.tick(registry, now);
             for (_, s) in &mut self.pools {
                 s.pool.tick(registry, now, &mut deliveries);
+                s.pool
+                    .move_tick(registry, &self.waker, now, &mut deliveries, &mut released);
                 s.pool.reap(registry);
+            }
+            for (key, id) in released.drain(..) {
+                if let Some(c) = self.clients.get_mut(key).filter(|c| c.id == id) {
+                    c.parked = c.parked.saturating_sub(1);
+                    touched.push(key);
+                }
             }
             self.deliver(&mut deliveries, &mut touched);
             // Settling may send more requests (a client held back), and
@@ -402,7 +420,7 @@ impl Proxy {
         // they are dispatched.
         let mut inbuf = std::mem::take(&mut c.inbuf);
         let mut at = 0;
-        while c.backlog() < OUT_HIGH_WATER && !c.quit {
+        while c.backlog() < OUT_HIGH_WATER && !c.quit && c.parked == 0 {
             let buf = &inbuf.bytes()[at..];
             if buf.is_empty() {
                 break;
@@ -428,7 +446,8 @@ impl Proxy {
         };
         let gone = c.flush().is_err();
         // A client held back by its own unread replies continues here.
-        if !gone && !c.inbuf.is_empty() && c.backlog() < OUT_HIGH_WATER && !c.quit {
+        if !gone && !c.inbuf.is_empty() && c.backlog() < OUT_HIGH_WATER && !c.quit && c.parked == 0
+        {
             self.serve(key, now, out);
             let c = self.clients.get_mut(key).unwrap();
             if c.flush().is_err() {
@@ -492,25 +511,66 @@ fn dispatch(
             wire,
             expect,
             quiet,
-        } => match pool.route(&k) {
-            None => c.push_ready(no_server(pool)),
-            Some(s) => {
-                let seq = c.push_waiting(style, Merge::Single(quiet), 1);
-                let dest = Dest::Client {
-                    key,
-                    id,
-                    seq,
-                    part: 0,
-                };
-                pool.send(registry, s, &wire, expect, dest, now, out);
+        } => {
+            let route = if pool.is_moving() {
+                pool.move_route(&k, crate::moves::classify(&wire))
+            } else {
+                MoveRoute::Usual
+            };
+            let to = match route {
+                MoveRoute::Usual => pool.route(&k),
+                MoveRoute::Slot(s) => Some(s),
+                MoveRoute::Park => {
+                    let seq = c.push_waiting(style, Merge::Single(quiet), 1);
+                    let dest = Dest::Client {
+                        key,
+                        id,
+                        seq,
+                        part: 0,
+                    };
+                    c.parked += 1;
+                    pool.park(Parked {
+                        key: k.to_vec(),
+                        wire: wire.to_vec(),
+                        expect,
+                        dest,
+                    });
+                    return;
+                }
+            };
+            match to {
+                None => c.push_ready(no_server(pool)),
+                Some(s) => {
+                    let seq = c.push_waiting(style, Merge::Single(quiet), 1);
+                    let dest = Dest::Client {
+                        key,
+                        id,
+                        seq,
+                        part: 0,
+                    };
+                    pool.send(registry, s, &wire, expect, dest, now, out);
+                }
             }
-        },
+        }
         Action::MultiGet { prefix, keys } => {
             // The servers in first-key order, each with its keys.
             let mut per: Vec<(usize, Vec<u8>)> = Vec::new();
             let mut slots = Vec::with_capacity(keys.len());
+            let moving = pool.is_moving();
             for k in keys {
-                let Some(s) = pool.route(k) else {
+                // During a move each key routes by the rules; a `gat` of
+                // an uncopied key touches it on its old owner, which the
+                // copy then carries (a multi-key get is never parked).
+                let route = if moving {
+                    pool.move_route(k, crate::moves::Kind::Read)
+                } else {
+                    MoveRoute::Usual
+                };
+                let to = match route {
+                    MoveRoute::Slot(s) => Some(s),
+                    _ => pool.route(k),
+                };
+                let Some(s) = to else {
                     c.push_ready(no_server(pool));
                     return;
                 };

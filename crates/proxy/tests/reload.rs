@@ -251,9 +251,10 @@ fn reloads_under_load_drop_no_connection_and_fail_no_request() {
     assert_eq!(a["reload_failures"], 0, "{doc}");
     assert_eq!(a["client_err"], 0, "{doc}");
     assert_eq!(a["forward_error"], 0, "{doc}");
-    for k in ["migrating", "moved_keys", "moved_bytes", "warm_reads"] {
-        assert_eq!(a[k], 0, "{k}: {doc}");
-    }
+    // The added and the removed server moved keys warm (warm_moves'
+    // default); every move is over.
+    assert_eq!(a["migrating"], 0, "{doc}");
+    assert!(a["moved_keys"].as_u64().unwrap() > 0, "{doc}");
     let mut servers: Vec<&str> = a
         .as_object()
         .unwrap()

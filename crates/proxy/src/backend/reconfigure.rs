@@ -4,7 +4,7 @@
 //! once but keeps its connections until every request queued on them is
 //! answered ([`Pool::reap`] then closes them and frees the slot). The
 //! ring is rebuilt for the new list; when the placement changed, the old
-//! ring goes to [`Pool::ring_changed`], where a warm move would start.
+//! ring goes to [`Pool::ring_changed`], which starts a warm move (`moving`).
 
 use std::collections::HashMap;
 
@@ -19,6 +19,8 @@ use crate::tls::ServersContext;
 /// The placement a reload replaced: what a warm move from it needs.
 #[derive(Debug)]
 pub struct RingChange {
+    /// The pool's configuration before the reload.
+    pub old_cfg: PoolConfig,
     /// The ring before the reload.
     pub old_ring: Ring,
     /// The slot of each server of the old `servers:` (old ring index →
@@ -158,12 +160,13 @@ impl Pool {
             report.removed.push(name);
         }
         self.draining = true;
-        self.cfg = cfg;
+        let old_cfg = std::mem::replace(&mut self.cfg, cfg);
         self.tls = tls;
         if report.ring_changed {
             let old_ring = std::mem::replace(&mut self.ring, Ring::new(&self.cfg));
             self.rebuild();
             self.ring_changed(RingChange {
+                old_cfg,
                 old_ring,
                 old_order,
                 by_name,
@@ -175,19 +178,13 @@ impl Pool {
     }
 
     /// Where a warm move from the previous ring starts (with
-    /// `warm_moves: true`). None is done yet: the old ring is forgotten,
-    /// and a key whose owner changed misses on its new owner, as after a
-    /// nutcracker restart with the new file.
+    /// `warm_moves: true`, see `moving`). Without, the old ring is
+    /// forgotten, and a key whose owner changed misses on its new owner,
+    /// as after a nutcracker restart with the new file.
     pub fn ring_changed(&mut self, change: RingChange) {
         if self.cfg.warm_moves {
-            tracing::debug!(
-                "pool {}: ring changed ({} servers before, {} now); warm moves are not done",
-                self.cfg.name,
-                change.old_order.len(),
-                self.order.len()
-            );
+            self.start_move(change);
         }
-        drop(change);
     }
 
     /// Closes what reloads left draining once it is idle: removed servers
@@ -202,7 +199,8 @@ impl Pool {
         let mut left = false;
         for (s, server) in self.servers.iter_mut() {
             if server.pos.is_none() {
-                if server.busy() {
+                // Kept while a move may read from it or copy from it.
+                if server.busy() || self.moving.is_some() {
                     left = true;
                 } else {
                     gone.push(s);
