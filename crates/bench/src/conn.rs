@@ -3,6 +3,8 @@
 //! dead-lock on a server that (unexpectedly) answers them: stray replies are
 //! kept, counted and skipped. Also the control commands the benchmarks need:
 //! the `mn` round trip, `stats`, `get`, and a multi-key `get` of many keys.
+//! Requests are written and replies framed by the shared client-side codec
+//! (`osmium_protocol::client`).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -10,6 +12,9 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use osmium_protocol::client::encode;
+use osmium_protocol::client::reply::{self, reply_len, Expect};
 
 /// How long a reply may take before the benchmark gives up.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -114,10 +119,30 @@ impl Conn {
         }
     }
 
-    /// The next `\r\n`-terminated line, without the terminator.
+    /// The next complete reply framed as `expect` says.
+    fn reply(&mut self, expect: Expect) -> Result<Vec<u8>, String> {
+        let mut desync = false;
+        let reply = self.take(|b| match reply_len(b, expect) {
+            Ok(n) => n,
+            Err(reply::Desync) => {
+                desync = true;
+                Some(b.len())
+            }
+        })?;
+        if desync {
+            return Err(format!(
+                "reply cannot be framed: {:?}",
+                String::from_utf8_lossy(&reply[..reply.len().min(80)])
+            ));
+        }
+        Ok(reply)
+    }
+
+    /// The next line, without its line end.
     fn line(&mut self) -> Result<Vec<u8>, String> {
-        let mut line = self.take(|b| b.windows(2).position(|w| w == b"\r\n").map(|i| i + 2))?;
-        line.truncate(line.len() - 2);
+        let mut line = self.reply(Expect::Line)?;
+        let text = line.trim_ascii_end().len();
+        line.truncate(text);
         Ok(line)
     }
 
@@ -146,54 +171,43 @@ impl Conn {
     pub fn stats(&mut self) -> Result<HashMap<String, String>, String> {
         self.round_trip()?;
         self.send(b"stats\r\n")?;
-        let mut out = HashMap::new();
-        loop {
-            let line = self.line()?;
-            if line == b"END" {
-                return Ok(out);
-            }
-            let text = String::from_utf8_lossy(&line);
-            let mut parts = text.splitn(3, ' ');
-            match (parts.next(), parts.next(), parts.next()) {
-                (Some("STAT"), Some(name), Some(value)) => {
-                    out.insert(name.to_string(), value.to_string());
-                }
-                _ => return Err(format!("unexpected line in stats: {text:?}")),
-            }
+        let reply = self.reply(Expect::Stats)?;
+        if !reply.starts_with(b"STAT ") && !reply.starts_with(b"END") {
+            return Err(format!(
+                "unexpected reply to stats: {:?}",
+                String::from_utf8_lossy(&reply)
+            ));
         }
+        Ok(reply::stats(&reply)
+            .map(|(name, value)| {
+                (
+                    String::from_utf8_lossy(name).into_owned(),
+                    String::from_utf8_lossy(value).into_owned(),
+                )
+            })
+            .collect())
     }
 
     /// `get k1 k2 …`: the values found, in reply order, as (key, value).
     pub fn get_multi(&mut self, keys: &[&[u8]]) -> Result<Found, String> {
         self.round_trip()?;
-        let mut req = b"get".to_vec();
-        for k in keys {
-            req.push(b' ');
-            req.extend_from_slice(k);
-        }
-        req.extend_from_slice(b"\r\n");
+        let mut req = Vec::new();
+        encode::get(&mut req, b"get", keys.iter().copied());
         self.send(&req)?;
-        let mut found = Vec::new();
-        loop {
-            let line = self.line()?;
-            if line == b"END" {
-                return Ok(found);
-            }
-            let text = String::from_utf8_lossy(&line).into_owned();
-            let parts: Vec<&str> = text.split(' ').collect();
-            if parts.len() < 4 || parts[0] != "VALUE" {
-                return Err(format!("unexpected reply to get: {text:?}"));
-            }
-            let len: usize = parts[3]
-                .parse()
-                .map_err(|_| format!("bad length in {text:?}"))?;
-            let mut data = self.take(|b| (b.len() >= len + 2).then_some(len + 2))?;
-            if &data[len..] != b"\r\n" {
-                return Err(format!("data block of {text:?} not terminated by CRLF"));
-            }
-            data.truncate(len);
-            found.push((parts[1].as_bytes().to_vec(), data));
-        }
+        let reply = self.reply(Expect::Values)?;
+        let blocks = reply::values(&reply).ok_or_else(|| {
+            format!(
+                "unexpected reply to get: {:?}",
+                String::from_utf8_lossy(&reply)
+            )
+        })?;
+        Ok(blocks
+            .into_iter()
+            .map(|(key, block)| {
+                let data = reply::value(block).unwrap_or_default();
+                (key.to_vec(), data.to_vec())
+            })
+            .collect())
     }
 
     /// `get k`.

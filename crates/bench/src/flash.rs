@@ -22,6 +22,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use osmium_protocol::client::encode;
+use osmium_protocol::client::reply;
+
 use crate::conn::Conn;
 use crate::keys::Key;
 use crate::load::KeyDist;
@@ -351,13 +354,14 @@ pub fn load(
     let mut last_note = start;
     for (i, id) in ids.enumerate() {
         let size = size_of(id);
-        payload.extend_from_slice(b"set ");
-        payload.extend_from_slice(Key::new(b'k', id, KEY_SIZE).as_bytes());
-        payload.extend_from_slice(b" 0 0 ");
-        payload.extend_from_slice(itoa::Buffer::new().format(size).as_bytes());
-        payload.extend_from_slice(b" noreply\r\n");
+        encode::set_line(
+            &mut payload,
+            Key::new(b'k', id, KEY_SIZE).as_bytes(),
+            size,
+            true,
+        );
         append_value(&mut payload, id, size);
-        payload.extend_from_slice(b"\r\n");
+        encode::block_end(&mut payload);
         bytes += (size + KEY_SIZE) as u64;
         if payload.len() >= LOAD_WRITE {
             conn.send(&payload)?;
@@ -472,12 +476,11 @@ fn sweep_share(
             return Ok(out);
         }
         req.clear();
-        req.extend_from_slice(b"get");
-        for &id in &batch {
-            req.push(b' ');
-            req.extend_from_slice(Key::new(b'k', id, KEY_SIZE).as_bytes());
-        }
-        req.extend_from_slice(b"\r\n");
+        encode::get(
+            &mut req,
+            b"get",
+            batch.iter().map(|&id| Key::new(b'k', id, KEY_SIZE)),
+        );
         w.write_all(&req).map_err(io)?;
         // Hits come in request order; `next` is the first id not yet seen.
         let mut next = 0;
@@ -486,18 +489,14 @@ fn sweep_share(
             if r.read_until(b'\n', &mut line).map_err(io)? == 0 {
                 return Err(format!("sweep on {addr}: connection closed"));
             }
-            if line == b"END\r\n" {
+            if reply::is_end(&line) {
                 break;
             }
-            let text = String::from_utf8_lossy(&line).trim_end().to_string();
-            let (key, len) = match text.split(' ').collect::<Vec<_>>()[..] {
-                ["VALUE", key, _, len, ..] => (
-                    key.as_bytes().to_vec(),
-                    len.parse::<usize>()
-                        .map_err(|_| format!("sweep: bad reply {text:?}"))?,
-                ),
-                _ => return Err(format!("sweep: reply {text:?} to a get")),
+            let Some((key, _, len, _)) = reply::value_header(&line) else {
+                let text = String::from_utf8_lossy(&line);
+                return Err(format!("sweep: reply {:?} to a get", text.trim_end()));
             };
+            let key = key.to_vec();
             data.resize(len + 2, 0);
             r.read_exact(&mut data).map_err(io)?;
             let at = (next..batch.len())

@@ -29,6 +29,8 @@ use std::net::SocketAddr;
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
+use osmium_protocol::client::frame::BinaryHead;
+use osmium_protocol::encode;
 
 const LISTENER: Token = Token(usize::MAX);
 /// Bytes read per `read` call.
@@ -230,14 +232,7 @@ fn text(input: &[u8], value: &[u8], out: &mut Vec<u8>) -> Option<usize> {
         Some(cmd @ (b"get" | b"gets")) => {
             let cas = cmd == b"gets";
             for key in words {
-                out.extend_from_slice(b"VALUE ");
-                out.extend_from_slice(key);
-                out.extend_from_slice(b" 0 ");
-                out.extend_from_slice(itoa::Buffer::new().format(value.len()).as_bytes());
-                if cas {
-                    out.extend_from_slice(b" 1");
-                }
-                out.extend_from_slice(b"\r\n");
+                encode::value_header(out, key, 0, value.len(), cas.then_some(1));
                 out.extend_from_slice(value);
                 out.extend_from_slice(b"\r\n");
             }
@@ -308,20 +303,13 @@ fn text(input: &[u8], value: &[u8], out: &mut Vec<u8>) -> Option<usize> {
 
 /// One binary request: Some(bytes used) or None if incomplete.
 fn binary(input: &[u8], value: &[u8], out: &mut Vec<u8>) -> Option<usize> {
-    if input.len() < 24 {
-        return None;
-    }
-    let opcode = input[1];
-    let key_len = usize::from(u16::from_be_bytes([input[2], input[3]]));
-    let extras_len = usize::from(input[4]);
-    let body = u32::from_be_bytes([input[8], input[9], input[10], input[11]]) as usize;
+    let head = BinaryHead::parse(input)?;
+    let (opcode, body) = (head.opcode, head.body);
     let opaque = &input[12..16];
-    if input.len() < 24 + body {
+    if input.len() < head.packet_len() {
         return None;
     }
-    let key = input
-        .get(24 + extras_len..24 + extras_len + key_len)
-        .unwrap_or(&[]);
+    let key = input.get(head.key_range()).unwrap_or(&[]);
     let header = |out: &mut Vec<u8>, status: u16, extras: usize, key: &[u8], body: usize| {
         out.extend_from_slice(&[0x81, opcode]);
         out.extend_from_slice(&(key.len() as u16).to_be_bytes());

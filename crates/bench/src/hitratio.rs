@@ -27,6 +27,9 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, Zipf};
 use serde_json::json;
 
+use osmium_protocol::client::encode;
+use osmium_protocol::client::reply::{self, Outcome};
+
 use crate::conn::{stat_u64, Conn};
 use crate::keys::{append_value, check_key_size, permutation, value_matches, Key};
 use crate::servers::{Binaries, Kind, Server};
@@ -123,8 +126,6 @@ struct Workload {
     value_size: usize,
     batch: usize,
     conns: u64,
-    /// `" 0 0 <value size>\r\n"`: the end of a set's command line.
-    set_tail: Vec<u8>,
 }
 
 /// One connection with its own generator state.
@@ -185,17 +186,13 @@ impl Client {
         self.payload.clear();
         for &(prefix, id) in &self.pending_sets {
             let key = Key::new(prefix, id, w.key_size);
-            self.payload.extend_from_slice(b"set ");
-            self.payload.extend_from_slice(key.as_bytes());
-            self.payload.extend_from_slice(&w.set_tail);
+            encode::set_line(&mut self.payload, key.as_bytes(), w.value_size, false);
             append_value(&mut self.payload, key.as_bytes(), w.value_size);
-            self.payload.extend_from_slice(b"\r\n");
+            encode::block_end(&mut self.payload);
         }
         for &(prefix, id) in &self.batch {
             let key = Key::new(prefix, id, w.key_size);
-            self.payload.extend_from_slice(b"get ");
-            self.payload.extend_from_slice(key.as_bytes());
-            self.payload.extend_from_slice(b"\r\n");
+            encode::get(&mut self.payload, b"get", [key]);
         }
         self.writer
             .write_all(&self.payload)
@@ -204,7 +201,7 @@ impl Client {
         for _ in 0..self.pending_sets.len() {
             self.read_line()?;
             c.sets += 1;
-            if self.line != b"STORED" {
+            if reply::outcome(&self.line) != Outcome::Done {
                 c.set_errors += 1;
                 c.note(&self.line);
             }
@@ -216,18 +213,13 @@ impl Client {
             let mut hit = false;
             loop {
                 self.read_line()?;
-                if self.line == b"END" {
+                if reply::outcome(&self.line) == Outcome::Miss {
                     break;
                 }
-                if let Some(rest) = self.line.strip_prefix(b"VALUE ") {
-                    let len: usize = rest
-                        .rsplit(|&b| b == b' ')
-                        .next()
-                        .and_then(|f| std::str::from_utf8(f).ok())
-                        .and_then(|f| f.parse().ok())
-                        .ok_or_else(|| {
-                            format!("bad VALUE line {:?}", String::from_utf8_lossy(&self.line))
-                        })?;
+                if reply::outcome(&self.line) == Outcome::Value {
+                    let (_, _, len, _) = reply::value_header(&self.line).ok_or_else(|| {
+                        format!("bad VALUE line {:?}", String::from_utf8_lossy(&self.line))
+                    })?;
                     self.value.resize(len + 2, 0);
                     self.reader
                         .read_exact(&mut self.value)
@@ -551,7 +543,6 @@ pub fn run(bins: &Binaries, o: &HitRatioOpts) -> Result<bool, String> {
         value_size: o.value_size,
         batch: o.batch,
         conns: o.conns as u64,
-        set_tail: format!(" 0 0 {}\r\n", o.value_size).into_bytes(),
     };
 
     let mut rows = Vec::new();

@@ -24,6 +24,9 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Zipf};
 
+use osmium_protocol::client::encode;
+use osmium_protocol::client::reply;
+
 use crate::keys::Key;
 use crate::servers::{Binaries, Kind, Server};
 
@@ -132,9 +135,11 @@ fn generate(
             if (id as usize) < TRACKED {
                 counts[id as usize] += 1;
             }
-            out.extend_from_slice(b"get ");
-            out.extend_from_slice(Key::prefixed(prefix, b'k', id, a.key_size).as_bytes());
-            out.extend_from_slice(b"\r\n");
+            encode::get(
+                &mut out,
+                b"get",
+                [Key::prefixed(prefix, b'k', id, a.key_size)],
+            );
         }
         writer
             .write_all(&out)
@@ -148,15 +153,11 @@ fn generate(
             if n == 0 {
                 return Err("the server closed the connection".into());
             }
-            if line == b"END\r\n" {
+            if reply::is_end(&line) {
                 ends += 1;
-            } else if let Some(head) = line.strip_prefix(b"VALUE ") {
-                // VALUE <key> <flags> <bytes>: skip the data and its \r\n.
-                let bytes = std::str::from_utf8(head)
-                    .ok()
-                    .and_then(|h| h.split_whitespace().nth(2))
-                    .and_then(|b| b.parse::<usize>().ok())
-                    .ok_or("bad VALUE line")?;
+            } else if line.starts_with(b"VALUE ") {
+                // Skip the data and its \r\n.
+                let (_, _, bytes, _) = reply::value_header(&line).ok_or("bad VALUE line")?;
                 skip.resize(bytes + 2, 0);
                 reader
                     .read_exact(&mut skip)

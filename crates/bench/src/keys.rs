@@ -46,6 +46,12 @@ pub struct Key {
     len: usize,
 }
 
+impl AsRef<[u8]> for Key {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
 impl Key {
     #[inline]
     pub fn new(prefix: u8, n: u64, key_size: usize) -> Key {

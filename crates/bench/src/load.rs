@@ -337,11 +337,7 @@ pub fn preload(targets: &Targets, w: &Workload) -> Result<(), String> {
             let mut sent = 0;
             for i in ids.by_ref().take(chunk) {
                 let k = w.key(i);
-                out.extend_from_slice(b"set ");
-                out.extend_from_slice(k.as_bytes());
-                out.extend_from_slice(format!(" 0 0 {}\r\n", w.value_size).as_bytes());
-                out.extend_from_slice(&value);
-                out.extend_from_slice(b"\r\n");
+                osmium_protocol::client::encode::set(&mut out, k.as_bytes(), 0, 0, &value, false);
                 sent += 1;
             }
             if sent == 0 {
@@ -358,14 +354,14 @@ pub fn preload(targets: &Targets, w: &Workload) -> Result<(), String> {
                     return Err("preload: the server closed the connection".into());
                 }
                 input.extend_from_slice(&reply[..got]);
-                while let Some(end) = memchr::memchr(b'\n', &input) {
-                    if &input[..=end] != b"STORED\r\n" {
+                while let Ok(Some((n, outcome))) = codec_reply::frame_reply(&input, Expect::Line) {
+                    if outcome != codec_reply::Outcome::Done {
                         return Err(format!(
                             "preload of {addr}: {}",
-                            String::from_utf8_lossy(&input[..=end]).trim_end()
+                            String::from_utf8_lossy(&input[..n]).trim_end()
                         ));
                     }
-                    input.drain(..=end);
+                    input.drain(..n);
                     lines += 1;
                 }
             }
@@ -696,7 +692,7 @@ fn generate(
             while let Some(&req) = stream.inflight.front() {
                 let reply = match w.protocol {
                     Protocol::Text => text_reply(&stream.input[at..])?,
-                    Protocol::Binary => binary_reply(&stream.input[at..]),
+                    Protocol::Binary => binary_reply(&stream.input[at..])?,
                     Protocol::Meta => meta_reply(&stream.input[at..])?,
                 };
                 let Some((len, miss)) = reply else { break };
@@ -929,6 +925,7 @@ fn write_out(stream: &mut Stream) -> io::Result<()> {
 mod sla;
 mod vs;
 mod wire;
+use osmium_protocol::client::reply::{self as codec_reply, Expect};
 pub use sla::*;
 pub use vs::*;
 use wire::{binary_reply, meta_reply, push_request, text_reply};

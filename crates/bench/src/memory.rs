@@ -7,6 +7,8 @@ use std::time::Instant;
 
 use serde_json::json;
 
+use osmium_protocol::client::encode;
+
 use crate::conn::{stat_u64, Conn};
 use crate::keys::{append_value, check_key_size, value_matches, Key};
 use crate::servers::{Binaries, Kind, Server};
@@ -61,18 +63,15 @@ pub fn load(conns: &mut [Conn], spec: &LoadSpec) -> Result<LoadResult, String> {
                 s.spawn(move || -> Result<(), String> {
                     let mut payload =
                         Vec::with_capacity(spec.batch * (spec.key_size + spec.value_size + 40));
-                    let header_tail = format!(" 0 0 {} noreply\r\n", spec.value_size);
                     let mut i = lo;
                     while i < hi {
                         payload.clear();
                         let end = (i + spec.batch as u64).min(hi);
                         for id in i..end {
                             let key = Key::new(b'k', id, spec.key_size);
-                            payload.extend_from_slice(b"set ");
-                            payload.extend_from_slice(key.as_bytes());
-                            payload.extend_from_slice(header_tail.as_bytes());
+                            encode::set_line(&mut payload, key.as_bytes(), spec.value_size, true);
                             append_value(&mut payload, key.as_bytes(), spec.value_size);
-                            payload.extend_from_slice(b"\r\n");
+                            encode::block_end(&mut payload);
                         }
                         conn.send(&payload)?;
                         i = end;

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use osmium_protocol::client::encode;
+
 use crate::process::Process;
 use crate::servers::free_port;
 
@@ -93,15 +95,16 @@ pub fn run(a: &CopyRun<'_>) -> Result<(), String> {
         let value = vec![b'v'; a.value_size];
         let mut load = Vec::with_capacity(1 << 20);
         for k in 0..items {
-            load.extend_from_slice(format!("ms copy:{k} {} q\r\n", a.value_size).as_bytes());
-            load.extend_from_slice(&value);
-            load.extend_from_slice(b"\r\n");
+            let key = format!("copy:{k}");
+            encode::meta(&mut load, b"ms", key.as_bytes(), Some(value.len()), false)
+                .flag(b'q')
+                .data(&value);
             if load.len() >= 1 << 20 {
                 w.write_all(&load).map_err(|e| e.to_string())?;
                 load.clear();
             }
         }
-        load.extend_from_slice(b"mn\r\n");
+        encode::line(&mut load, &[b"mn"]);
         w.write_all(&load).map_err(|e| e.to_string())?;
         let l = line(&mut r)?;
         if l != "MN" {
@@ -119,8 +122,9 @@ pub fn run(a: &CopyRun<'_>) -> Result<(), String> {
         let mut i = 0u64;
         let copy_ms = loop {
             let t = Instant::now();
-            w.write_all(format!("set copyw:{i} 0 0 1\r\nx\r\n").as_bytes())
-                .map_err(|e| e.to_string())?;
+            let mut set = Vec::new();
+            encode::set(&mut set, format!("copyw:{i}").as_bytes(), 0, 0, b"x", false);
+            w.write_all(&set).map_err(|e| e.to_string())?;
             let l = line(&mut r)?;
             if l != "STORED" {
                 return Err(format!("write during the copy: {l}"));

@@ -14,6 +14,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+use osmium_protocol::client::encode;
+use osmium_protocol::client::reply::{self, Expect, Outcome};
+
 use crate::conn::{stat_u64, Conn};
 use crate::keys::Key;
 use crate::servers::{self, Binaries, Kind, Server};
@@ -250,14 +253,10 @@ fn load(server: &Server, items: &Items, conns: usize) -> Result<f64, String> {
                     let mut payload = Vec::with_capacity(LOAD_WRITE + 70_000);
                     for id in lo..hi {
                         let key = items.key(id);
-                        payload.extend_from_slice(b"set ");
-                        payload.extend_from_slice(key.as_bytes());
-                        payload.extend_from_slice(b" 0 0 ");
-                        let mut len = itoa::Buffer::new();
-                        payload.extend_from_slice(len.format(items.value_size(id)).as_bytes());
-                        payload.extend_from_slice(b" noreply\r\n");
+                        let size = items.value_size(id);
+                        encode::set_line(&mut payload, key.as_bytes(), size, true);
                         items.append_value(id, &mut payload);
-                        payload.extend_from_slice(b"\r\n");
+                        encode::block_end(&mut payload);
                         if payload.len() >= LOAD_WRITE {
                             conn.send(&payload)?;
                             payload.clear();
@@ -304,26 +303,14 @@ type GetReply = Option<Option<Vec<u8>>>;
 /// The reply to `get KEY` at the start of `buf`; None while incomplete. Any
 /// other line is an error.
 fn parse_get_reply(buf: &[u8]) -> Result<GetReply, String> {
-    let Some(eol) = buf.windows(2).position(|w| w == b"\r\n") else {
-        return Ok(None);
-    };
-    let line = &buf[..eol];
-    if line == b"END" {
-        return Ok(Some(None));
+    let framed = reply::frame_reply(buf, Expect::Values);
+    let text = || String::from_utf8_lossy(&buf[..buf.len().min(80)]).into_owned();
+    match framed.map_err(|_| format!("bad reply {:?}", text()))? {
+        None => Ok(None),
+        Some((_, Outcome::Miss)) => Ok(Some(None)),
+        Some((n, Outcome::Value)) => Ok(Some(reply::value(&buf[..n]).map(<[u8]>::to_vec))),
+        Some(_) => Err(format!("reply {:?}", text())),
     }
-    let text = String::from_utf8_lossy(line);
-    let len: usize = match text.split(' ').collect::<Vec<_>>()[..] {
-        ["VALUE", _, _, len, ..] => len.parse().map_err(|_| format!("bad reply {text:?}"))?,
-        _ => return Err(format!("reply {text:?}")),
-    };
-    let total = eol + 2 + len + 2 + 5;
-    if buf.len() < total {
-        return Ok(None);
-    }
-    if &buf[eol + 2 + len..total] != b"\r\nEND\r\n" {
-        return Err(format!("reply {text:?} not followed by END"));
-    }
-    Ok(Some(Some(buf[eol + 2..eol + 2 + len].to_vec())))
 }
 
 /// From `t0` (just before the spawn): connects every ~1 ms until the
@@ -332,9 +319,8 @@ fn parse_get_reply(buf: &[u8]) -> Result<GetReply, String> {
 /// of misses (the server came back empty).
 fn probe(server: &Server, t0: Instant, key: &[u8], expect: &[u8]) -> Result<Probe, String> {
     let ms = |t: Instant| t.duration_since(t0).as_secs_f64() * 1000.0;
-    let mut req = b"get ".to_vec();
-    req.extend_from_slice(key);
-    req.extend_from_slice(b"\r\n");
+    let mut req = Vec::new();
+    encode::get(&mut req, b"get", [key]);
     let mut up: Option<Instant> = None;
     let mut stream: Option<TcpStream> = None;
     let mut buf = Vec::new();
@@ -470,12 +456,7 @@ fn sweep_share(addr: SocketAddr, items: &Items, lo: u64, hi: u64) -> Result<Surv
     while id < hi {
         let end = (id + SWEEP_BATCH as u64).min(hi);
         req.clear();
-        req.extend_from_slice(b"get");
-        for k in id..end {
-            req.push(b' ');
-            req.extend_from_slice(items.key(k).as_bytes());
-        }
-        req.extend_from_slice(b"\r\n");
+        encode::get(&mut req, b"get", (id..end).map(|k| items.key(k)));
         w.write_all(&req).map_err(io)?;
         // Hits come in request order; `next` is the first key not yet seen.
         let mut next = id;
@@ -484,18 +465,14 @@ fn sweep_share(addr: SocketAddr, items: &Items, lo: u64, hi: u64) -> Result<Surv
             if r.read_until(b'\n', &mut line).map_err(io)? == 0 {
                 return Err(format!("sweep on {addr}: connection closed"));
             }
-            if line == b"END\r\n" {
+            if reply::is_end(&line) {
                 break;
             }
-            let text = String::from_utf8_lossy(&line).trim_end().to_string();
-            let (key, len) = match text.split(' ').collect::<Vec<_>>()[..] {
-                ["VALUE", key, _, len, ..] => (
-                    key.as_bytes().to_vec(),
-                    len.parse::<usize>()
-                        .map_err(|_| format!("sweep: bad reply {text:?}"))?,
-                ),
-                _ => return Err(format!("sweep: reply {text:?} to a get")),
+            let Some((key, _, len, _)) = reply::value_header(&line) else {
+                let text = String::from_utf8_lossy(&line);
+                return Err(format!("sweep: reply {:?} to a get", text.trim_end()));
             };
+            let key = key.to_vec();
             data.resize(len + 2, 0);
             r.read_exact(&mut data).map_err(io)?;
             let at = (next..end).find(|&k| items.key(k).as_bytes() == key.as_slice());

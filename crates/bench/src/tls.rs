@@ -34,6 +34,9 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use rustls::{ClientConfig, ClientConnection, HandshakeKind};
 
+use osmium_protocol::client::encode;
+use osmium_protocol::client::reply::{reply_len, Expect};
+
 use crate::servers::{Kind, Server};
 use certs::{Certs, KeyType, Tls12Resume, Version};
 
@@ -584,26 +587,26 @@ fn idle_run(
     n: usize,
 ) -> Result<IdleOutcome, String> {
     let addr = server.addr();
-    let get = b"get idle-key\r\n";
+    let mut get = Vec::new();
+    encode::get(&mut get, b"get", [b"idle-key"]);
+    let mut set = Vec::new();
+    encode::set(&mut set, b"idle-key", 0, 0, &[b'v'; 64], false);
     // One connection first: the key is stored, the lazy allocations a
     // first connection makes are made.
     {
         let mut s = sock::connect_blocking(addr, tls)?;
-        s.write_all(b"set idle-key 0 0 64\r\n")
-            .and_then(|()| s.write_all(&[b'v'; 64]))
-            .and_then(|()| s.write_all(b"\r\n"))
-            .map_err(|e| format!("set: {e}"))?;
-        read_until(&mut *s, b"STORED\r\n")?;
-        s.write_all(get).map_err(|e| format!("get: {e}"))?;
-        read_until(&mut *s, b"END\r\n")?;
+        s.write_all(&set).map_err(|e| format!("set: {e}"))?;
+        read_reply(&mut *s, Expect::Line)?;
+        s.write_all(&get).map_err(|e| format!("get: {e}"))?;
+        read_reply(&mut *s, Expect::Values)?;
     }
     std::thread::sleep(Duration::from_millis(500));
     let rss_before = server.rss_bytes()?;
     let mut held = Vec::with_capacity(n);
     for _ in 0..n {
         let mut s = sock::connect_blocking(addr, tls)?;
-        s.write_all(get).map_err(|e| format!("get: {e}"))?;
-        read_until(&mut *s, b"END\r\n")?;
+        s.write_all(&get).map_err(|e| format!("get: {e}"))?;
+        read_reply(&mut *s, Expect::Values)?;
         held.push(s);
     }
     // Let the workers go idle (and release what they release when idle).
@@ -618,10 +621,14 @@ fn idle_run(
     })
 }
 
-fn read_until(s: &mut dyn sock::ReadWrite, end: &[u8]) -> Result<(), String> {
+/// Reads one reply framed as `expect` says.
+fn read_reply(s: &mut dyn sock::ReadWrite, expect: Expect) -> Result<(), String> {
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
-    while !got.ends_with(end) {
+    while reply_len(&got, expect)
+        .map_err(|_| "a reply that cannot be framed".to_string())?
+        .is_none()
+    {
         let n = s.read(&mut buf).map_err(|e| format!("reading: {e}"))?;
         if n == 0 {
             return Err("the server closed the connection".into());

@@ -12,7 +12,12 @@
 //! * [`binary`]: the binary protocol: 24-byte header framing, per-opcode
 //!   validation, the neutral request, response packets;
 //! * [`base64`]: memcached's base64 codec (meta binary keys);
-//! * [`peek`]: the keys of waiting requests, for prefetching before parsing;
+//! * [`client`]: the client-side codec (request framing and encoding,
+//!   reply framing) that osmium-proxy, replication, osmium-bench and
+//!   osmium-tool share; all memcached framing outside the server's parser
+//!   lives there;
+//! * [`peek`] (in [`client`]): the keys of waiting requests, for
+//!   prefetching before parsing;
 //! * [`encode`]: text reply pieces written into an output buffer;
 //! * `replication_auth` (feature `replication-auth`): the replication
 //!   peers' secret exchange, which reads its secret file and drives a
@@ -21,8 +26,10 @@
 pub mod ascii;
 pub mod base64;
 pub mod binary;
+pub mod client;
 pub mod encode;
-pub mod peek;
 #[cfg(feature = "replication-auth")]
 pub mod replication_auth;
 pub mod request;
+
+pub use client::peek;

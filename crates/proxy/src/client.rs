@@ -227,8 +227,9 @@ fn shown(quiet: Quiet, mut bytes: Vec<u8>) -> Vec<u8> {
     }
 }
 
+/// A broadcast's (`flush_all`) part that succeeded: `OK`, binary status 0.
 fn is_success(bytes: &[u8]) -> bool {
-    bytes == b"OK\r\n" || (bytes.len() >= 24 && bytes[0] == 0x81 && bytes[6..8] == [0, 0])
+    osmium_protocol::client::reply::outcome(bytes) == osmium_protocol::client::reply::Outcome::Done
 }
 
 /// The reply of a one-part slot, and whether it is an error reply.
@@ -279,7 +280,7 @@ fn merged(slot: &Slot, mut parts: Vec<Vec<u8>>) -> Vec<u8> {
                     out.extend_from_slice(block);
                 }
             }
-            out.extend_from_slice(b"END\r\n");
+            osmium_protocol::encode::line(&mut out, b"END");
             out
         }
     }

@@ -172,29 +172,6 @@ pub fn uri_decode(s: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Standard base64 (with padding), for `mg <key> b` on keys the text
-/// protocol cannot carry as they are.
-pub fn base64(data: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,8 +188,5 @@ mod tests {
     fn decodes_and_encodes() {
         assert_eq!(uri_decode(b"a%20b%2"), b"a b%2");
         assert_eq!(uri_decode(b"%zz%41"), b"%zzA");
-        assert_eq!(base64(b"a b"), "YSBi");
-        assert_eq!(base64(b"ab"), "YWI=");
-        assert_eq!(base64(b"a"), "YQ==");
     }
 }

@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::io::{self, Write};
 
-use crate::conn::{base64, normalize, uri_decode, Conn};
+use osmium_protocol::client::{encode, reply};
+
+use crate::conn::{normalize, uri_decode, Conn};
 
 /// `stats <sub>` as memcached-tool's `stats`/`settings`/`sizes` print it:
 /// a `#addr Field Value` header, then every pair sorted by name, in
@@ -215,39 +217,34 @@ pub fn dump(addr: &str, limit: Option<u64>, out: &mut dyn Write) -> io::Result<(
     for batch in items.chunks(DUMP_BATCH) {
         let mut req = Vec::new();
         for (key, _) in batch {
-            let plain =
-                !key.is_empty() && key.len() <= 250 && key.iter().all(|&b| b > b' ' && b != 0x7f);
-            if plain {
-                req.extend_from_slice(b"mg ");
-                req.extend_from_slice(key);
-                req.extend_from_slice(b" v f\r\n");
-            } else {
-                req.extend_from_slice(format!("mg {} b v f\r\n", base64(key)).as_bytes());
-            }
+            // Keys a text line cannot carry go base64-encoded (`b`).
+            let long = key.is_empty() || key.len() > 250;
+            encode::meta(&mut req, b"mg", key, None, long)
+                .flag(b'v')
+                .flag(b'f')
+                .end();
         }
         conn.send(&req)?;
         for (key, exp) in batch {
             let line = conn.line()?;
-            let Some(rest) = line.strip_prefix(b"VA ") else {
+            if !line.starts_with(b"VA ") {
                 // EN (gone meanwhile) or an error for this key.
                 continue;
+            }
+            let bad =
+                || io::Error::other(format!("bad mg reply: {}", String::from_utf8_lossy(&line)));
+            let len = reply::meta_value_len(&line).ok_or_else(bad)?;
+            let flags = match reply::meta_flag(&line, b'f') {
+                Some(f) => std::str::from_utf8(f)
+                    .ok()
+                    .and_then(|f| f.parse().ok())
+                    .ok_or_else(bad)?,
+                None => 0,
             };
-            let text = String::from_utf8_lossy(rest);
-            let mut words = text.split(' ');
-            let len: usize = words
-                .next()
-                .and_then(|n| n.parse().ok())
-                .ok_or_else(|| io::Error::other(format!("bad mg reply: VA {text}")))?;
-            let flags = words
-                .find_map(|w| w.strip_prefix('f'))
-                .unwrap_or("0")
-                .to_string();
             let value = conn.value(len)?;
-            out.write_all(b"add ")?;
-            out.write_all(key)?;
-            write!(out, " {flags} {exp} {len}\r\n")?;
-            out.write_all(&value)?;
-            out.write_all(b"\r\n")?;
+            let mut add = Vec::with_capacity(key.len() + len + 40);
+            encode::storage(&mut add, b"add", key, flags, *exp, &value, None, false);
+            out.write_all(&add)?;
         }
     }
     Ok(())

@@ -10,6 +10,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use osmium_protocol::client::encode;
+use osmium_protocol::client::reply::{self, Outcome};
+
 use super::{append_value, push_key};
 
 /// The reply to one command.
@@ -29,6 +32,8 @@ pub struct Client {
     writer: TcpStream,
     reader: BufReader<TcpStream>,
     payload: Vec<u8>,
+    /// The key being written (`c:<id>`).
+    key: Vec<u8>,
     line: Vec<u8>,
     /// The value of the last [`Reply::Hit`].
     pub value: Vec<u8>,
@@ -46,6 +51,7 @@ impl Client {
             writer: s,
             reader,
             payload: Vec::with_capacity(1 << 16),
+            key: Vec::new(),
             line: Vec::new(),
             value: Vec::new(),
         })
@@ -53,28 +59,25 @@ impl Client {
 
     /// Queues `set c:<id> 0 0 <size>` with the value of `version`.
     pub fn set(&mut self, id: u64, version: u32, size: usize) {
-        self.payload.extend_from_slice(b"set ");
-        push_key(&mut self.payload, id);
-        self.payload.extend_from_slice(b" 0 0 ");
-        self.payload
-            .extend_from_slice(itoa::Buffer::new().format(size).as_bytes());
-        self.payload.extend_from_slice(b"\r\n");
+        self.key.clear();
+        push_key(&mut self.key, id);
+        encode::set_line(&mut self.payload, &self.key, size, false);
         append_value(&mut self.payload, id, version, size);
-        self.payload.extend_from_slice(b"\r\n");
+        encode::block_end(&mut self.payload);
     }
 
     /// Queues `delete c:<id>`.
     pub fn delete(&mut self, id: u64) {
-        self.payload.extend_from_slice(b"delete ");
-        push_key(&mut self.payload, id);
-        self.payload.extend_from_slice(b"\r\n");
+        self.key.clear();
+        push_key(&mut self.key, id);
+        encode::keyed(&mut self.payload, b"delete", &self.key, None, false);
     }
 
     /// Queues `get c:<id>`.
     pub fn get(&mut self, id: u64) {
-        self.payload.extend_from_slice(b"get ");
-        push_key(&mut self.payload, id);
-        self.payload.extend_from_slice(b"\r\n");
+        self.key.clear();
+        push_key(&mut self.key, id);
+        encode::get(&mut self.payload, b"get", [&self.key]);
     }
 
     /// Bytes queued and not sent yet.
@@ -131,17 +134,12 @@ impl Client {
     /// The reply to a `get` of one key: its value goes to [`Client::value`].
     pub fn read_get(&mut self) -> Result<Reply, String> {
         self.read_line()?;
-        if self.line == b"END" {
-            return Ok(Reply::Miss);
+        match reply::outcome(&self.line) {
+            Outcome::Miss => return Ok(Reply::Miss),
+            Outcome::Value => {}
+            _ => return Ok(self.error()),
         }
-        let Some(rest) = self.line.strip_prefix(b"VALUE ") else {
-            return Ok(self.error());
-        };
-        // VALUE <key> <flags> <bytes> [<cas>]
-        let len: usize = rest
-            .split(|&b| b == b' ')
-            .nth(2)
-            .and_then(|f| std::str::from_utf8(f).ok()?.parse().ok())
+        let (_, _, len, _) = reply::value_header(&self.line)
             .ok_or_else(|| format!("bad VALUE line {:?}", String::from_utf8_lossy(&self.line)))?;
         self.value.resize(len + 2, 0);
         self.reader
@@ -152,7 +150,7 @@ impl Client {
         }
         self.value.truncate(len);
         self.read_line()?;
-        if self.line != b"END" {
+        if reply::outcome(&self.line) != Outcome::Miss {
             return Err(format!(
                 "{:?} after a get's value instead of END",
                 String::from_utf8_lossy(&self.line)

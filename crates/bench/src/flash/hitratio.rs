@@ -22,6 +22,9 @@ use super::{
     append_value, fmt_opt, json_f64, round_order, start, stat, stat_delta, FlashDir, FlashOpts,
     FLASH_FILL, FLASH_OVERHEAD, KEY_SIZE,
 };
+use osmium_protocol::client::encode;
+use osmium_protocol::client::reply::{self, Outcome};
+
 use crate::keys::{permutation, Key};
 use crate::load::KeyDist;
 use crate::servers::{Binaries, Kind};
@@ -194,21 +197,21 @@ impl Client {
         self.payload.clear();
         for &id in &self.pending {
             let n = size(id);
-            self.payload.extend_from_slice(b"set ");
-            self.payload
-                .extend_from_slice(Key::new(b'k', id, KEY_SIZE).as_bytes());
-            self.payload.extend_from_slice(b" 0 0 ");
-            self.payload
-                .extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-            self.payload.extend_from_slice(b"\r\n");
+            encode::set_line(
+                &mut self.payload,
+                Key::new(b'k', id, KEY_SIZE).as_bytes(),
+                n,
+                false,
+            );
             append_value(&mut self.payload, id, n);
-            self.payload.extend_from_slice(b"\r\n");
+            encode::block_end(&mut self.payload);
         }
         for &id in batch {
-            self.payload.extend_from_slice(b"get ");
-            self.payload
-                .extend_from_slice(Key::new(b'k', u64::from(id), KEY_SIZE).as_bytes());
-            self.payload.extend_from_slice(b"\r\n");
+            encode::get(
+                &mut self.payload,
+                b"get",
+                [Key::new(b'k', u64::from(id), KEY_SIZE)],
+            );
         }
         self.writer
             .write_all(&self.payload)
@@ -216,7 +219,7 @@ impl Client {
         for _ in 0..self.pending.len() {
             self.read_line()?;
             c.sets += 1;
-            if self.line != b"STORED\r\n" {
+            if reply::outcome(&self.line) != Outcome::Done {
                 c.set_errors += 1;
                 let l = self.line.clone();
                 c.note(&l);
@@ -228,22 +231,18 @@ impl Client {
             let mut hit = false;
             loop {
                 self.read_line()?;
-                if self.line == b"END\r\n" {
+                if reply::is_end(&self.line) {
                     break;
                 }
-                let Some(rest) = self.line.strip_prefix(b"VALUE ") else {
+                if reply::outcome(&self.line) != Outcome::Value {
                     c.get_errors += 1;
                     let l = self.line.clone();
                     c.note(&l);
                     break;
-                };
-                let len: usize = rest
-                    .split(|&b| b == b' ' || b == b'\r')
-                    .nth(2)
-                    .and_then(|f| std::str::from_utf8(f).ok()?.parse().ok())
-                    .ok_or_else(|| {
-                        format!("bad VALUE line {:?}", String::from_utf8_lossy(&self.line))
-                    })?;
+                }
+                let (_, _, len, _) = reply::value_header(&self.line).ok_or_else(|| {
+                    format!("bad VALUE line {:?}", String::from_utf8_lossy(&self.line))
+                })?;
                 self.data.resize(len + 2, 0);
                 self.reader
                     .read_exact(&mut self.data)

@@ -1,6 +1,10 @@
 //! The generator's wire format: the get and set requests it sends in each
 //! protocol, and the framing of the replies it reads back (how long the
-//! first complete reply is, and whether it was a miss).
+//! first complete reply is, and whether it was a miss), both by the shared
+//! client-side codec (`osmium_protocol::client`).
+
+use osmium_protocol::client::encode;
+use osmium_protocol::client::reply::{frame_reply, Expect, Outcome};
 
 use super::Protocol;
 
@@ -12,128 +16,62 @@ pub(super) fn push_request(
     get: bool,
     value: &[u8],
 ) {
-    match protocol {
-        Protocol::Text => {
-            if get {
-                out.extend_from_slice(b"get ");
-                out.extend_from_slice(key);
-                out.extend_from_slice(b"\r\n");
-            } else {
-                out.extend_from_slice(b"set ");
-                out.extend_from_slice(key);
-                out.extend_from_slice(b" 0 0 ");
-                out.extend_from_slice(itoa::Buffer::new().format(value.len()).as_bytes());
-                out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(value);
-                out.extend_from_slice(b"\r\n");
-            }
+    match (protocol, get) {
+        (Protocol::Text, true) => encode::get(out, b"get", [key]),
+        (Protocol::Text, false) => encode::set(out, key, 0, 0, value, false),
+        (Protocol::Meta, true) => encode::meta(out, b"mg", key, None, false).flag(b'v').end(),
+        (Protocol::Meta, false) => {
+            encode::meta(out, b"ms", key, Some(value.len()), false).data(value)
         }
-        Protocol::Meta => {
-            if get {
-                out.extend_from_slice(b"mg ");
-                out.extend_from_slice(key);
-                out.extend_from_slice(b" v\r\n");
-            } else {
-                out.extend_from_slice(b"ms ");
-                out.extend_from_slice(key);
-                out.push(b' ');
-                out.extend_from_slice(itoa::Buffer::new().format(value.len()).as_bytes());
-                out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(value);
-                out.extend_from_slice(b"\r\n");
-            }
+        (Protocol::Binary, true) => encode::binary(out, 0x00, key, &[], &[], 0, 0),
+        (Protocol::Binary, false) => {
+            let extras = encode::binary_store_extras(0, 0);
+            encode::binary(out, 0x01, key, &extras, value, 0, 0)
         }
-        Protocol::Binary => {
-            let (opcode, extras, body) = if get {
-                (0x00u8, 0usize, key.len())
-            } else {
-                (0x01, 8, 8 + key.len() + value.len())
-            };
-            out.extend_from_slice(&[0x80, opcode]);
-            out.extend_from_slice(&(key.len() as u16).to_be_bytes());
-            out.extend_from_slice(&[extras as u8, 0, 0, 0]);
-            out.extend_from_slice(&(body as u32).to_be_bytes());
-            out.extend_from_slice(&[0; 12]);
-            if !get {
-                out.extend_from_slice(&[0; 8]);
-            }
-            out.extend_from_slice(key);
-            if !get {
-                out.extend_from_slice(value);
-            }
-        }
+    }
+}
+
+/// The first complete reply framed for `expect`: its length and whether it
+/// was a get's miss. A reply the benchmark never expects (`ERROR`,
+/// `SERVER_ERROR ...`, `NS`...) is an error.
+fn framed(input: &[u8], expect: Expect) -> Result<Option<(usize, bool)>, String> {
+    let bad = |n: usize| {
+        let line = &input[..memchr::memchr(b'\n', &input[..n]).map_or(n, |i| i + 1)];
+        format!("unexpected reply {:?}", String::from_utf8_lossy(line))
+    };
+    match frame_reply(input, expect) {
+        Ok(None) => Ok(None),
+        Ok(Some((n, Outcome::Miss))) => Ok(Some((n, true))),
+        Ok(Some((n, Outcome::Value | Outcome::Done))) => Ok(Some((n, false))),
+        Ok(Some((n, _))) => Err(bad(n)),
+        Err(_) => Err(bad(input.len())),
     }
 }
 
 /// The length of the first complete text reply in `input`, and whether it
-/// was a get's miss; None if incomplete. A reply the benchmark never
-/// expects (`ERROR`, `SERVER_ERROR ...`) is an error.
+/// was a get's miss; None if incomplete.
 pub(super) fn text_reply(input: &[u8]) -> Result<Option<(usize, bool)>, String> {
-    let Some(end) = memchr::memchr(b'\n', input) else {
-        return Ok(None);
-    };
-    let line = &input[..end + 1];
-    if let Some(rest) = line.strip_prefix(b"VALUE ") {
-        // VALUE <key> <flags> <bytes> [<cas>]\r\n<data>\r\nEND\r\n
-        let bytes = rest
-            .split(|&b| b == b' ' || b == b'\r' || b == b'\n')
-            .filter(|f| !f.is_empty())
-            .nth(2)
-            .and_then(|b| std::str::from_utf8(b).ok()?.parse::<usize>().ok())
-            .ok_or_else(|| format!("bad reply {:?}", String::from_utf8_lossy(line)))?;
-        let total = line.len() + bytes + 2 + 5;
-        return Ok((input.len() >= total).then_some((total, false)));
-    }
-    match line {
-        b"END\r\n" => Ok(Some((line.len(), true))),
-        b"STORED\r\n" => Ok(Some((line.len(), false))),
-        _ => Err(format!(
-            "unexpected reply {:?}",
-            String::from_utf8_lossy(line)
-        )),
-    }
+    framed(input, Expect::Values)
 }
 
 /// The length of the first complete binary reply, and whether it was a
-/// get's miss (status 1, key not found); None if incomplete.
-pub(super) fn binary_reply(input: &[u8]) -> Option<(usize, bool)> {
-    if input.len() < 24 {
-        return None;
+/// get's miss (status 1, key not found); None if incomplete. Any other
+/// status counts as an answer; a packet that is not a response is an
+/// error.
+pub(super) fn binary_reply(input: &[u8]) -> Result<Option<(usize, bool)>, String> {
+    match frame_reply(input, Expect::Binary) {
+        Ok(reply) => Ok(reply.map(|(n, outcome)| (n, outcome == Outcome::Miss))),
+        Err(_) => Err(format!("not a binary response: {:02x?}", &input[..24])),
     }
-    let body = u32::from_be_bytes([input[8], input[9], input[10], input[11]]) as usize;
-    let status = u16::from_be_bytes([input[6], input[7]]);
-    (input.len() >= 24 + body).then_some((24 + body, status == 1))
 }
 
 /// The length of the first complete meta reply in `input`, and whether it
 /// was a get's miss (`EN`); None if incomplete. `VA <n> <flags>*` is
 /// followed by n bytes of data and CRLF; `HD` (a set stored) and `MN`
-/// are lines. Anything else (`NS`, `EX`, `NF`, `ERROR`, `CLIENT_ERROR`,
+/// are lines. Anything else (`NS`, `EX`, `ERROR`, `CLIENT_ERROR`,
 /// `SERVER_ERROR ...`) is an error.
 pub(super) fn meta_reply(input: &[u8]) -> Result<Option<(usize, bool)>, String> {
-    let Some(end) = memchr::memchr(b'\n', input) else {
-        return Ok(None);
-    };
-    let line = &input[..end + 1];
-    let bad = || format!("unexpected reply {:?}", String::from_utf8_lossy(line));
-    let word = line
-        .split(|&b| b == b' ' || b == b'\r' || b == b'\n')
-        .next()
-        .unwrap_or(b"");
-    match word {
-        b"VA" => {
-            let bytes = line[3..]
-                .split(|&b| b == b' ' || b == b'\r' || b == b'\n')
-                .find(|f| !f.is_empty())
-                .and_then(|b| std::str::from_utf8(b).ok()?.parse::<usize>().ok())
-                .ok_or_else(bad)?;
-            let total = line.len() + bytes + 2;
-            Ok((input.len() >= total).then_some((total, false)))
-        }
-        b"EN" => Ok(Some((line.len(), true))),
-        b"HD" | b"MN" => Ok(Some((line.len(), false))),
-        _ => Err(bad()),
-    }
+    framed(input, Expect::MetaValue)
 }
 
 #[cfg(test)]
@@ -181,7 +119,7 @@ mod tests {
         let mut r = vec![0x81, 0, 0, 0, 4, 0, 0, 1, 0, 0, 0, 9];
         r.extend_from_slice(&[0; 12]);
         r.extend_from_slice(b"Not found");
-        assert_eq!(binary_reply(&r), Some((33, true)));
-        assert_eq!(binary_reply(&r[..30]), None);
+        assert_eq!(binary_reply(&r), Ok(Some((33, true))));
+        assert_eq!(binary_reply(&r[..30]), Ok(None));
     }
 }

@@ -24,6 +24,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use osmium_protocol::client::encode;
+use osmium_protocol::client::reply::{self, Expect, Outcome};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -158,17 +160,19 @@ pub fn parse_value(v: &[u8]) -> Option<(u64, u64)> {
 /// `CMD key 0 0 len\r\nvalue\r\n` into `out` (cleared first).
 fn storage(out: &mut Vec<u8>, cmd: &str, id: u64, version: u64, size: usize) {
     out.clear();
-    out.extend_from_slice(cmd.as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(key(id).as_bytes());
     let mut value = Vec::with_capacity(size + 24);
     append_value(&mut value, id, version, size);
-    let mut b = itoa::Buffer::new();
-    out.extend_from_slice(b" 0 0 ");
-    out.extend_from_slice(b.format(value.len()).as_bytes());
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(&value);
-    out.extend_from_slice(b"\r\n");
+    let key = key(id);
+    encode::storage(
+        out,
+        cmd.as_bytes(),
+        key.as_bytes(),
+        0,
+        0,
+        &value,
+        None,
+        false,
+    );
 }
 
 /// A blocking text-protocol connection with its read buffer.
@@ -229,12 +233,9 @@ impl Wire {
     /// The next line, without its CRLF.
     pub fn line(&mut self) -> std::io::Result<Vec<u8>> {
         loop {
-            if let Some(i) = memchr::memchr(b'\n', &self.buf[self.at..self.end]) {
-                let mut line = self.buf[self.at..self.at + i].to_vec();
-                self.at += i + 1;
-                if line.last() == Some(&b'\r') {
-                    line.pop();
-                }
+            if let Ok(Some(n)) = reply::reply_len(&self.buf[self.at..self.end], Expect::Line) {
+                let line = self.buf[self.at..self.at + n].trim_ascii_end().to_vec();
+                self.at += n;
                 return Ok(line);
             }
             self.fill()?;
@@ -255,21 +256,16 @@ impl Wire {
         let mut found = Vec::new();
         loop {
             let line = self.line()?;
-            if line == b"END" {
+            if reply::outcome(&line) == Outcome::Miss {
                 return Ok(Ok(found));
             }
-            let text = String::from_utf8_lossy(&line).into_owned();
-            let parts: Vec<&str> = text.split(' ').collect();
-            let len = match parts.as_slice() {
-                ["VALUE", _, _, len, ..] => len.parse::<usize>().ok(),
-                _ => None,
+            let Some((key, _, len, _)) = reply::value_header(&line) else {
+                return Ok(Err(String::from_utf8_lossy(&line).into_owned()));
             };
-            let Some(len) = len else {
-                return Ok(Err(text));
-            };
+            let key = key.to_vec();
             let mut data = self.take(len + 2)?;
             data.truncate(len);
-            found.push((parts[1].as_bytes().to_vec(), data));
+            found.push((key, data));
         }
     }
 
@@ -426,9 +422,7 @@ impl Client<'_> {
     fn read(&mut self, id: u64) {
         let before = self.shared.committed[id as usize].load(Relaxed);
         self.req.clear();
-        self.req.extend_from_slice(b"get ");
-        self.req.extend_from_slice(key(id).as_bytes());
-        self.req.extend_from_slice(b"\r\n");
+        encode::get(&mut self.req, b"get", [key(id)]);
         let req = std::mem::take(&mut self.req);
         let t0 = Instant::now();
         let got = match self.wire() {
@@ -540,12 +534,7 @@ pub fn check(addr: SocketAddr, shared: &Shared) -> Result<Check, String> {
     while id < n {
         let end = (id + 100).min(n);
         req.clear();
-        req.extend_from_slice(b"get");
-        for k in id..end {
-            req.push(b' ');
-            req.extend_from_slice(key(k).as_bytes());
-        }
-        req.extend_from_slice(b"\r\n");
+        encode::get(&mut req, b"get", (id..end).map(key));
         w.send(&req).map_err(|e| format!("check: {e}"))?;
         let found = w
             .values()

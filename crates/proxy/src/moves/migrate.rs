@@ -32,7 +32,8 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use osmium_protocol::base64::{base64_decode, base64_encode};
+use osmium_protocol::client::frame::{frame, Action};
+use osmium_protocol::client::{encode, reply};
 
 use super::{key_hash, Progress, Settled};
 use crate::config::{Addr, PoolConfig};
@@ -159,45 +160,31 @@ impl Conn {
     }
 }
 
-/// `key` as a meta command's key token (base64 with the `b` flag when it
-/// is not printable); whether it is base64.
-fn put_key(out: &mut Vec<u8>, key: &[u8]) -> bool {
-    let plain = !key.is_empty() && key.len() <= 250 && key.iter().all(|&b| b > 0x20 && b < 0x7f);
-    if plain {
-        out.extend_from_slice(key);
-    } else {
-        base64_encode(key, out);
-    }
-    !plain
-}
-
-/// A meta command: `<cmd> <key> <args> [b]\r\n`.
+/// A meta command: `<cmd> <key> [<size>] [b] <args>\r\n` (for `ms`, `args`
+/// starts with the data size), written by the client-side codec: a key
+/// a text line cannot carry goes base64 with the `b` flag.
 fn meta(out: &mut Vec<u8>, cmd: &str, key: &[u8], args: &str) {
-    out.extend_from_slice(cmd.as_bytes());
-    out.push(b' ');
-    let b = put_key(out, key);
-    if !args.is_empty() {
-        out.push(b' ');
-        out.extend_from_slice(args.as_bytes());
+    let mut args = args.split(' ').filter(|a| !a.is_empty());
+    let size = if cmd == "ms" {
+        args.next().and_then(|n| n.parse().ok())
+    } else {
+        None
+    };
+    let long = key.is_empty() || key.len() > 250;
+    let mut m = encode::meta(out, cmd.as_bytes(), key, size, long);
+    for a in args {
+        m = m.token(a.as_bytes());
     }
-    if b {
-        out.extend_from_slice(b" b");
-    }
-    out.extend_from_slice(b"\r\n");
+    m.end();
 }
 
 /// The value of flag `letter` in a meta reply line.
 fn flag(line: &[u8], letter: u8) -> Option<i64> {
-    line.split(|&b| b == b' ' || b == b'\r' || b == b'\n')
-        .skip(1)
-        .find(|t| t.first() == Some(&letter))
-        .and_then(|t| std::str::from_utf8(&t[1..]).ok()?.parse().ok())
-}
-
-fn token(line: &[u8], n: usize) -> Option<&[u8]> {
-    line.split(|&b| b == b' ' || b == b'\r' || b == b'\n')
-        .filter(|t| !t.is_empty())
-        .nth(n)
+    std::str::from_utf8(reply::meta_flag(line, letter)?)
+        .ok()?
+        .trim_end()
+        .parse()
+        .ok()
 }
 
 /// An item read from an old owner.
@@ -441,8 +428,7 @@ impl Migration {
             for _ in &todo {
                 c.line(&mut line)?;
                 if line.starts_with(b"VA ") {
-                    let size: usize = token(&line, 1)
-                        .and_then(|t| std::str::from_utf8(t).ok()?.parse().ok())
+                    let size = reply::meta_value_len(&line)
                         .ok_or_else(|| io::Error::other("bad VA line"))?;
                     let mut data = Vec::new();
                     c.exact(size + 2, &mut data)?;
@@ -625,19 +611,16 @@ impl Migration {
     }
 }
 
-/// The key of a dump line `mg <key>` or `mg <base64> b`.
+/// The key of a dump line `mg <key>` or `mg <base64> b` (framed as the
+/// request it is by the client-side codec, which decodes base64 keys).
 fn dump_key(line: &[u8]) -> Option<Vec<u8>> {
-    let rest = line.strip_prefix(b"mg ")?;
-    let rest = rest.strip_suffix(b"\r\n").unwrap_or(rest);
-    let mut t = rest.split(|&b| b == b' ').filter(|t| !t.is_empty());
-    let key = t.next()?;
-    if t.any(|f| f == b"b") {
-        let mut out = vec![0; key.len()];
-        let n = base64_decode(key, &mut out)?;
-        out.truncate(n);
-        return Some(out);
+    if !line.starts_with(b"mg ") {
+        return None;
     }
-    Some(key.to_vec())
+    match frame(line, false)?.action {
+        Action::Forward { key, .. } => Some(key.into_owned()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -651,7 +634,7 @@ mod tests {
         assert!(dump_key(b"EN\r\n").is_none());
         let mut out = Vec::new();
         meta(&mut out, "mg", b"a b", "s v");
-        assert_eq!(out, b"mg YSBi s v b\r\n");
+        assert_eq!(out, b"mg YSBi b s v\r\n");
         assert_eq!(flag(b"VA 3 s3 f7 t-1\r\n", b't'), Some(-1));
         assert_eq!(flag(b"HD c42\r\n", b'c'), Some(42));
         let item = Item {

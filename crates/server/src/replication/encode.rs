@@ -12,30 +12,11 @@
 //! applied; `E` gives the item the primary's CAS unique. The state is read
 //! when the command is written (a GET, which reads the flash tier too), so
 //! a replica ends with the key's latest state whatever order workers
-//! queued it in.
+//! queued it in. The commands are written by the shared client-side
+//! codec (`osmium_protocol::client::encode`).
 
-use osmium_protocol::base64::base64_encode;
+use osmium_protocol::client::encode;
 use osmium_store::{Lookup, Store};
-
-/// Whether a key must go base64-encoded (`b`): a byte a text line cannot
-/// carry in a key.
-fn needs_base64(key: &[u8]) -> bool {
-    key.iter().any(|&b| b <= b' ' || b == 0x7f)
-}
-
-fn put_key(out: &mut Vec<u8>, key: &[u8], binary: bool) -> bool {
-    if binary || needs_base64(key) {
-        base64_encode(key, out);
-        true
-    } else {
-        out.extend_from_slice(key);
-        false
-    }
-}
-
-fn put_number(out: &mut Vec<u8>, n: impl itoa::Integer) {
-    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-}
 
 /// Appends the command that gives a replica `key`'s current state;
 /// true when it is an `ms` (else the key is gone: `md`).
@@ -56,9 +37,7 @@ pub fn key_state(store: &Store, key: &[u8], out: &mut Vec<u8>) -> bool {
     match hit {
         Lookup::Hit(()) => true,
         _ => {
-            out.extend_from_slice(b"md ");
-            let b = put_key(out, key, false);
-            out.extend_from_slice(if b { b" b q\r\n" } else { b" q\r\n" });
+            encode::meta(out, b"md", key, None, false).flag(b'q').end();
             false
         }
     }
@@ -75,33 +54,23 @@ fn write_ms(
     started: i64,
     value: &[u8],
 ) {
-    out.extend_from_slice(b"ms ");
-    let b = put_key(out, key, binary_key);
-    out.push(b' ');
-    put_number(out, value.len());
-    if b {
-        out.extend_from_slice(b" b");
-    }
-    out.extend_from_slice(b" F");
-    put_number(out, flags);
+    let mut ms = encode::meta(out, b"ms", key, Some(value.len()), binary_key).num(b'F', flags);
     if exptime != 0 {
-        out.extend_from_slice(b" T");
-        put_number(out, started + i64::from(exptime));
+        ms = ms.num(b'T', started + i64::from(exptime));
     }
     if cas != 0 {
-        out.extend_from_slice(b" E");
-        put_number(out, cas);
+        ms = ms.num(b'E', cas);
     }
-    out.extend_from_slice(b" q\r\n");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
+    ms.flag(b'q').data(value);
 }
 
 /// Appends a flush_all with its delay (0 or less: now).
 pub fn flush(delay: i64, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"flush_all ");
-    put_number(out, delay.max(0));
-    out.extend_from_slice(b" noreply\r\n");
+    let mut n = itoa::Buffer::new();
+    encode::line(
+        out,
+        &[b"flush_all", n.format(delay.max(0)).as_bytes(), b"noreply"],
+    );
 }
 
 #[cfg(test)]
@@ -119,5 +88,8 @@ mod tests {
         out.clear();
         flush(-1, &mut out);
         assert_eq!(out, b"flush_all 0 noreply\r\n");
+        out.clear();
+        write_ms(&mut out, b"k", true, 0, 0, 0, 1, b"v");
+        assert_eq!(out, b"ms aw== 1 b F0 q\r\nv\r\n");
     }
 }

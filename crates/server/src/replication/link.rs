@@ -15,7 +15,8 @@
 //!           ─▶ replica_synced            (feeds only)
 //!           ─▶ batches: the queued keys' current state (ms / md / flush_all), then mn
 //!   reader thread: MN acknowledges everything before it (acked = that batch's
-//!   sequence number); any other line but OK, HD, NF is an error (counted, logged)
+//!   sequence number); any other line but a success or a miss (OK, HD, NF...:
+//!   `client::reply::outcome`) is an error (counted, logged)
 //!   down (refused, reset, no MN within ACK_TIMEOUT): queue closed, workers woken,
 //!   reconnect after RETRY_MIN..RETRY_MAX
 //! ```
@@ -27,6 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use osmium_protocol::client::reply::{outcome, Outcome};
 use osmium_store::DumpCursor;
 
 use super::encode;
@@ -548,7 +550,7 @@ fn end_batch(
     out: &mut Vec<u8>,
     seq: u64,
 ) -> io::Result<()> {
-    out.extend_from_slice(b"mn\r\n");
+    osmium_protocol::client::encode::line(out, &[b"mn"]);
     conn.inflight
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -582,6 +584,7 @@ fn read_acks(repl: &Replication, link: &Link, conn: &Conn, stream: LinkReader) {
         }
         let text = line.trim_ascii_end();
         match text {
+            _ if text.is_empty() => {}
             b"MN" => {
                 let front = conn
                     .inflight
@@ -595,7 +598,7 @@ fn read_acks(repl: &Replication, link: &Link, conn: &Conn, stream: LinkReader) {
                     repl.wake_workers();
                 }
             }
-            b"OK" | b"HD" | b"NF" | b"" => {}
+            _ if matches!(outcome(&line), Outcome::Done | Outcome::Miss) => {}
             other => {
                 link.errors.fetch_add(1, Relaxed);
                 if logged < 10 {

@@ -17,16 +17,14 @@
 //!   key after the extras, if it has arrived.
 //!
 //! It reads at most the first `KEY_MAX_LENGTH + 16` bytes of a text line,
-//! allocates nothing and never panics.
+//! allocates nothing and never panics. It is the request framer's
+//! ([`super::frame`]) fast entry point: the same keyed commands and the
+//! same binary header reading, without validating or tokenizing the
+//! line (the server's own parser does that next).
 
-use crate::binary::{HEADER_LEN, REQUEST_MAGIC};
+use super::frame::{BinaryHead, KEYED_COMMANDS};
+use crate::binary::REQUEST_MAGIC;
 use crate::request::KEY_MAX_LENGTH;
-
-/// Text commands whose second token is a key.
-const KEYED_COMMANDS: [&[u8]; 16] = [
-    b"get", b"gets", b"set", b"add", b"replace", b"append", b"prepend", b"cas", b"delete", b"incr",
-    b"decr", b"touch", b"mg", b"ms", b"md", b"ma",
-];
 
 /// The keys of the requests waiting in `input`, in order, as far as they
 /// have arrived: for every request (binary, framed by its header) or every
@@ -39,11 +37,8 @@ pub fn keys(input: &[u8]) -> impl Iterator<Item = &[u8]> {
         let request = rest;
         let first = *request.first()?;
         rest = if first == REQUEST_MAGIC {
-            let header = request.get(..HEADER_LEN)?;
-            let body = u32::from_be_bytes([header[8], header[9], header[10], header[11]]);
-            request
-                .get(HEADER_LEN.saturating_add(body as usize)..)
-                .unwrap_or_default()
+            let head = BinaryHead::parse(request)?;
+            request.get(head.packet_len()..).unwrap_or_default()
         } else {
             let end = memchr::memchr(b'\n', request)?;
             &request[end + 1..]
@@ -66,14 +61,11 @@ pub fn first_key(input: &[u8]) -> Option<&[u8]> {
 }
 
 fn binary_key(input: &[u8]) -> Option<&[u8]> {
-    let header = input.get(..HEADER_LEN)?;
-    let key_len = u16::from_be_bytes([header[2], header[3]]) as usize;
-    let extras_len = header[4] as usize;
-    if key_len == 0 {
+    let head = BinaryHead::parse(input)?;
+    if head.key_len == 0 {
         return None;
     }
-    let start = HEADER_LEN + extras_len;
-    input.get(start..start + key_len)
+    input.get(head.key_range())
 }
 
 fn text_key(input: &[u8]) -> Option<&[u8]> {

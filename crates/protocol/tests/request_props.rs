@@ -1,12 +1,13 @@
-//! Properties of the client request framing, over generated streams of
-//! well-formed text and meta requests (with and without `noreply` / `q`):
+//! Properties of the client-side codec's request framing (what
+//! osmium-proxy forwards), over generated streams of well-formed text and
+//! meta requests (with and without `noreply` / `q`):
 //! a stream frames into exactly its requests, each forwarded as itself
 //! minus what hides its reply, which frames again as one request; any
 //! prefix of the stream frames into the requests it holds whole and
 //! nothing more (a request cut short waits, it is never forwarded in
 //! part).
 
-use osmium_proxy::request::{frame, Action, Quiet};
+use osmium_protocol::client::frame::{frame, Action, Quiet};
 use proptest::prelude::*;
 
 /// One generated request: its bytes, what the proxy must forward, and
