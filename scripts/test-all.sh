@@ -19,7 +19,7 @@
 #        the Debian package (scripts/build-deb.sh: man pages, cargo deb
 #          --no-build; installed and purged by tests/package)
 #        cargo test --workspace --release
-#        the proxy's placement, serving, stats, TLS and request suites again,
+#        the proxy's placement, serving, stats and TLS suites again,
 #          each proxy started on placeholder servers and SIGHUP-reloaded
 #          into its real configuration (OSMIUM_PROXY_TESTS_RELOADED=1)
 #        cargo fuzz (each target briefly; only if fuzz/Cargo.toml exists)
@@ -426,7 +426,7 @@ run_step "Debian package (scripts/build-deb.sh)" deb_step
 run_step "cargo test --workspace --release" cargo test --workspace --release
 run_step "proxy suites through a reloaded proxy" \
     env OSMIUM_PROXY_TESTS_RELOADED=1 cargo test --release -p osmium-proxy \
-    --test placement --test serving --test stats --test tls --test request_props
+    --test placement --test serving --test stats --test tls
 run_step "cargo fuzz (${FUZZ_SECONDS}s per target)" fuzz_step
 run_step "python3 -m pytest tests -q" pytest_step
 summary 0
