@@ -7,7 +7,8 @@
 //! the new server and its predecessor their targets (the new server ends
 //! with its predecessor's keys) and one that removes it restores the
 //! ring; a pool without the secret tells nobody and says the operator
-//! must; a secret file open to others is refused at `-t` and at reload.
+//! must; a secret file open to others is refused at `-t` and at reload;
+//! a warm move in a replicated ring keeps every moved key on its new owner.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -19,8 +20,8 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::{
-    conf_path, free_port, osmium_backend, osmium_bin, proxy_started, reload, reload_expect,
-    rewrite_conf, unsafe_is_root, write_conf,
+    conf_path, free_port, osmium_backend, osmium_bin, pool_stat, proxy_started, reload,
+    reload_expect, rewrite_conf, stats_doc, unsafe_is_root, write_conf,
 };
 use osmium_proxy::peer::{connect_peer, Secret};
 
@@ -419,4 +420,81 @@ fn without_a_secret_the_operator_is_told_and_bad_files_are_refused() {
     let want = format!("{} -> {}", addr(ports[2]), addr(ports[0]));
     assert!(warns[0].contains(&want), "{text}");
     assert!(!text.contains("now replicates to"), "{text}");
+}
+
+/// A warm move in a replicated ring: 3 servers, a 4th added after C
+/// (C → D → A). Each key's new owner keeps the copy the move put there:
+/// with the secret the old owners' drops go over peer connections (not
+/// replicated, so C's drop of a key moved to D is not passed on to D);
+/// without it the old copies are left, with one WARN line.
+fn warm_move_in_a_ring(with_secret: bool) {
+    let file = the_secret();
+    let (pa, pb, pc, pd) = (free_port(), free_port(), free_port(), free_port());
+    let nodes = [
+        Node::ring(pa, &file, pb),
+        Node::ring(pb, &file, pc),
+        Node::ring(pc, &file, pa),
+        Node::ring(pd, &file, pa),
+    ];
+    let port = free_port();
+    let more = if with_secret {
+        format!("  replication_secret: {}\n", file.display())
+    } else {
+        String::new()
+    };
+    let warm = |y: String| y.replace("warm_moves: false", "warm_moves: true");
+    let log = proxy_log(port);
+    let _ = std::fs::remove_file(&log);
+    let px = proxy_started(
+        &warm(pool(port, &[pa, pb, pc], &more)),
+        port,
+        &["-v", "1", "-o", log.to_str().unwrap()],
+    );
+    let keys: Vec<String> = (0..2000).map(|i| format!("ring-move-{i}")).collect();
+    let mut through = Client::new(px.port);
+    for k in &keys {
+        through.set(k, k);
+    }
+    let new_yaml = warm(pool(px.port, &[pa, pb, pc, pd], &more));
+    rewrite_conf(&px, &new_yaml);
+    reload(&px);
+    let start = Instant::now();
+    while pool_stat(&stats_doc(px.stats), "migrating") != 0
+        || pool_stat(&stats_doc(px.stats), "moved_keys") == 0
+    {
+        assert!(start.elapsed() < Duration::from_secs(60), "move not done");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Replicated deletes, had there been any, arrive within this.
+    std::thread::sleep(Duration::from_millis(500));
+    let cfg = osmium_proxy::Config::parse(&new_yaml).unwrap();
+    let ring = osmium_proxy::ring::Ring::new(&cfg.pools[0]);
+    let mut clients: Vec<Client> = nodes.iter().map(Node::client).collect();
+    let lost: Vec<&String> = keys
+        .iter()
+        .filter(|k| !clients[ring.server_of(k.as_bytes())].has(k))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} keys missing on their new owner, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+    let moved_to_d = keys
+        .iter()
+        .filter(|k| ring.server_of(k.as_bytes()) == 3)
+        .count();
+    assert!(moved_to_d > 100, "{moved_to_d} keys moved to D");
+    let warned = log_text(&log).contains("its old copies of moved keys are left to expire");
+    assert_eq!(warned, !with_secret, "{}", log_text(&log));
+}
+
+#[test]
+fn a_warm_move_in_a_replicated_ring_keeps_the_moved_keys() {
+    warm_move_in_a_ring(true);
+}
+
+#[test]
+fn without_the_secret_a_replicated_rings_old_copies_are_kept() {
+    warm_move_in_a_ring(false);
 }

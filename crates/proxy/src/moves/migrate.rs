@@ -13,7 +13,8 @@
 //!    removes the copy unless a client write already replaced it;
 //! 5. `md k q` on the old owner, a little later (so a warm read sent just
 //!    before the key settled still finds it), so that no stale copy is
-//!    left to be found by a later move back.
+//!    left to be found by a later move back (on a server that replicates,
+//!    over a replication peer connection, see `drop`).
 //!
 //! An add refused because the new owner holds a copy the move did not
 //! write (left from an earlier placement) replaces it with a cas-checked
@@ -35,6 +36,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use osmium_protocol::client::frame::{frame, Action};
 use osmium_protocol::client::{encode, reply};
 
+use super::drop::{self, DropVia};
 use super::{key_hash, Progress, Settled};
 use crate::config::{Addr, PoolConfig};
 use crate::ring::Ring;
@@ -231,6 +233,10 @@ struct Migration {
     drops: VecDeque<(Instant, usize, Vec<u8>)>,
     /// Moved keys met in the current pass.
     met: u64,
+    /// How each old server's copies are dropped (`drop`), once known.
+    drop_via: Vec<Option<DropVia>>,
+    /// The pool's `replication_secret:`, for peer connections.
+    secret: Option<Arc<osmium_protocol::replication_auth::Secret>>,
 }
 
 impl Migration {
@@ -241,7 +247,13 @@ impl Migration {
             .iter()
             .map(|s| plan.new.servers.iter().position(|n| n.name == s.name))
             .collect();
+        let secret = crate::peer::load_secret(&plan.new).unwrap_or_else(|e| {
+            tracing::warn!("migration: {e}");
+            None
+        });
         Migration {
+            drop_via: plan.old.servers.iter().map(|_| None).collect(),
+            secret,
             old_ring: Ring::new(&plan.old),
             new_ring: Ring::new(&plan.new),
             old_to_new,
@@ -595,10 +607,33 @@ impl Migration {
         for (o, mut req) in by_old {
             req.extend_from_slice(b"mn\r\n");
             let addr = self.plan.old.servers[o].addr.clone();
-            let r = self.conn(&addr).and_then(|c| {
-                c.send(&req)?;
-                c.until_mn()
-            });
+            let via = match self.drop_via[o].take() {
+                Some(v) => v,
+                None => self.choose_drop(o),
+            };
+            let r = match via {
+                DropVia::Keep => {
+                    self.drop_via[o] = Some(DropVia::Keep);
+                    continue;
+                }
+                DropVia::Peer(mut c) => {
+                    let r = drop::send_batch(&mut c, &req);
+                    // A failed peer connection is made again next time.
+                    if r.is_ok() {
+                        self.drop_via[o] = Some(DropVia::Peer(c));
+                    }
+                    r
+                }
+                DropVia::Plain => {
+                    self.drop_via[o] = Some(DropVia::Plain);
+                    self.conn(&addr)
+                        .and_then(|c| {
+                            c.send(&req)?;
+                            c.until_mn()
+                        })
+                        .map(|_| ())
+                }
+            };
             if let Err(e) = r {
                 tracing::warn!(
                     "pool {}: dropping old copies on {}: {e}",
@@ -606,6 +641,40 @@ impl Migration {
                     self.plan.old.servers[o].name
                 );
                 self.forget(&addr);
+            }
+        }
+    }
+}
+
+impl Migration {
+    /// How old server `o`'s copies are dropped, from its `stats settings`
+    /// (see `drop`). A server that does not answer is dropped from plainly
+    /// (its deletes fail as its reads did).
+    fn choose_drop(&mut self, o: usize) -> DropVia {
+        let addr = self.plan.old.servers[o].addr.clone();
+        let settings = self.conn(&addr).and_then(|c| {
+            c.send(b"stats settings\r\n")?;
+            let mut all = Vec::new();
+            let mut line = Vec::new();
+            loop {
+                c.line(&mut line)?;
+                all.extend_from_slice(&line);
+                if line.starts_with(b"END") || line.starts_with(b"ERROR") {
+                    return Ok(all);
+                }
+            }
+        });
+        match settings {
+            Ok(s) if drop::replicates(&s) => drop::for_replicating(
+                &addr,
+                self.secret.as_ref(),
+                &self.plan.new.name,
+                &self.plan.old.servers[o].name,
+            ),
+            Ok(_) => DropVia::Plain,
+            Err(_) => {
+                self.forget(&addr);
+                DropVia::Plain
             }
         }
     }

@@ -21,6 +21,7 @@
 //! Keys that did not move, and every key of a pool that is not moving,
 //! route as usual.
 
+pub mod drop;
 pub mod migrate;
 pub mod settled;
 
