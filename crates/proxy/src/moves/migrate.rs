@@ -1,6 +1,8 @@
 //! The migration of one move, on its own thread with its own blocking
-//! connections: each old owner lists its keys (`lru_crawler mgdump hash`,
-//! retried while the server's crawler is busy), the keys whose owner
+//! connections: each old owner lists its keys (`lru_crawler mgdump hash`
+//! with osmium's key filter, so only the ranges that left it; memcached
+//! refuses the filter and lists all; retried while the server's crawler
+//! is busy), the keys whose owner
 //! changed are kept (re-checked against both rings), and per key, in
 //! pipelined batches:
 //!
@@ -39,7 +41,8 @@ use osmium_protocol::client::{encode, reply};
 use super::drop::{self, DropVia};
 use super::{key_hash, Progress, Settled};
 use crate::config::{Addr, PoolConfig};
-use crate::ring::Ring;
+use crate::ring::{dump_commands, Ring};
+use osmium_placement::filter::UNFILTERED_MGDUMP;
 
 /// Keys per pipelined batch.
 const BATCH: usize = 128;
@@ -320,13 +323,41 @@ impl Migration {
 
     /// Lists old server `o` and migrates its moved keys.
     fn list(&mut self, o: usize) -> io::Result<()> {
+        let name = self.plan.old.servers[o].name.clone();
+        // Only the keys of the ranges that left the server, by osmium's
+        // dump filter; memcached refuses the filter (`ERROR`): all its keys.
+        let mut commands = dump_commands(&self.old_ring, &self.new_ring, &name);
+        let mut i = 0;
+        while i < commands.len() {
+            if self.list_one(o, commands[i].as_bytes())? {
+                i += 1;
+            } else if commands[i] != UNFILTERED_MGDUMP {
+                tracing::debug!(
+                    "pool {}: server {name} refused the dump filter: all its keys listed",
+                    self.plan.new.name
+                );
+                commands = vec![UNFILTERED_MGDUMP.to_string()];
+                i = 0;
+            } else {
+                return Err(io::Error::other("the unfiltered dump refused"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Lists old server `o` by one dump command and migrates its moved
+    /// keys; false when the server answers the command `ERROR`.
+    fn list_one(&mut self, o: usize, command: &[u8]) -> io::Result<bool> {
         let addr = self.plan.old.servers[o].addr.clone();
         let started = Instant::now();
         let mut line = Vec::new();
         let mut dump = loop {
             let mut c = Conn::open(&addr)?;
-            c.send(b"lru_crawler mgdump hash\r\n")?;
+            c.send(command)?;
             c.line(&mut line)?;
+            if line.starts_with(b"ERROR") {
+                return Ok(false);
+            }
             if line.starts_with(b"OK") {
                 c.line(&mut line)?;
                 break c;
@@ -363,7 +394,7 @@ impl Migration {
             dump.line(&mut line)?;
         }
         self.migrate(batch);
-        Ok(())
+        Ok(true)
     }
 
     /// Copies the keys the loop is waiting for, and tells it.
