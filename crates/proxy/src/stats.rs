@@ -55,8 +55,8 @@ pub const OSMIUM_POOL_STATS: [(&str, &str); 6] = [
         "migrating",
         "1 while keys move to their new owners after a reload",
     ),
-    ("moved_keys", "# keys copied to their new owner by a move"),
-    ("moved_bytes", "# bytes copied to their new owner by a move"),
+    ("moved_keys", "# keys copied to their new owner by moves"),
+    ("moved_bytes", "# bytes copied to their new owner by moves"),
     (
         "warm_reads",
         "# reads served by a key's previous owner during a move",

@@ -47,6 +47,9 @@ pub struct Moving {
     priority: Sender<Vec<u8>>,
     copied: Receiver<u64>,
     parked: HashMap<u64, Vec<Parked>>,
+    /// `moved_keys` and `moved_bytes` of the moves before this one (the
+    /// stats count over the proxy's life, as every other figure does).
+    base: (u64, u64),
 }
 
 /// What the thread is given when it starts.
@@ -141,6 +144,7 @@ impl Pool {
             priority: ptx,
             copied: crx,
             parked: HashMap::new(),
+            base: (self.stats.moved_keys, self.stats.moved_bytes),
         });
     }
 
@@ -242,8 +246,8 @@ impl Pool {
                     ready.extend(list);
                 }
             }
-            self.stats.moved_keys = m.progress.moved_keys();
-            self.stats.moved_bytes = m.progress.moved_bytes();
+            self.stats.moved_keys = m.base.0 + m.progress.moved_keys();
+            self.stats.moved_bytes = m.base.1 + m.progress.moved_bytes();
             ended = m.plan.is_none() && m.progress.is_done();
         }
         if ended {
@@ -253,8 +257,8 @@ impl Pool {
             }
             ready.extend(m.parked.into_values().flatten());
             self.stats.migrating = 0;
-            self.stats.moved_keys = m.progress.moved_keys();
-            self.stats.moved_bytes = m.progress.moved_bytes();
+            self.stats.moved_keys = m.base.0 + m.progress.moved_keys();
+            self.stats.moved_bytes = m.base.1 + m.progress.moved_bytes();
             self.draining = true;
             tracing::info!(
                 "pool {}: warm move done: {} keys, {} bytes copied in {:.1} s",
