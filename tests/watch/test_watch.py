@@ -347,10 +347,21 @@ def test_a_watcher_that_falls_behind_skips_lines_then_is_told_how_many(server):
             command(c, batch, b"END\r\n" * 100)
     before = stats(server)
     assert int(before["log_watcher_skipped"]) > 0
-    # Then it reads: the lines it kept, `skipped=N`, and new lines.
+    # Then it reads: the lines it kept, `skipped=N`, and new lines. The
+    # marker is sent again until it is seen: while the watcher drains, the
+    # worker's buffer can still be full and drop it too (memcached's
+    # logger thread empties it in turns).
+    lasts = 0
     with connect(server) as c:
-        command(c, b"get last\r\n")
-    w._fill(lambda: b"key=last " in w.buf)
+        deadline = time.time() + 60
+        while b"key=last " not in w.buf:
+            assert time.time() < deadline, f"no key=last line: {w.buf[-300:]!r}"
+            command(c, b"get last\r\n")
+            lasts += 1
+            try:
+                w._fill(lambda: b"key=last " in w.buf, timeout=0.5)
+            except AssertionError:
+                pass
     text = w.buf.decode()
     skips = re.findall(r"^skipped=(\d+)$", text, re.M)
     assert skips and all(int(n) > 0 for n in skips), text[-500:]
@@ -361,7 +372,7 @@ def test_a_watcher_that_falls_behind_skips_lines_then_is_told_how_many(server):
     after = stats(server)
     sent, skipped = int(after["log_watcher_sent"]), int(after["log_watcher_skipped"])
     written, dropped = int(after["log_worker_written"]), int(after["log_worker_dropped"])
-    assert written + dropped == 40001
+    assert 40001 <= written + dropped <= 40000 + lasts
     assert sent + skipped == written
     assert sum(int(n) for n in skips) <= skipped
 
