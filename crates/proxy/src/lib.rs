@@ -23,6 +23,7 @@ pub mod client;
 pub mod config;
 pub mod counters;
 pub mod inbuf;
+pub mod log_list;
 pub mod moves;
 pub mod peer;
 pub mod proxy;

@@ -328,7 +328,7 @@ pub fn on_reload(
              the next server), each must now replicate to its new successor: {} \
              (README \"Changing the ring\"; with replication_secret: the proxy tells them)",
             new.name,
-            crate::proxy::reload::short_list(&what)
+            crate::log_list::short_list(&what)
         );
         return;
     };

@@ -17,7 +17,7 @@
 //! in its slot, listener closed, until its clients have their replies
 //! and are closed.
 
-pub(crate) mod reload;
+mod reload;
 
 use std::io;
 use std::path::PathBuf;

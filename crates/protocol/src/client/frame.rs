@@ -10,7 +10,7 @@
 //! exactly one reply and replies stay matched to requests. A command
 //! refused here has its data block swallowed, never forwarded.
 //!
-//! [`BinaryHead`] (a binary header's fields) and [`KEYED_COMMANDS`] are
+//! [`BinaryHead`] (re-exported from `binary_head`) and [`KEYED_COMMANDS`] are
 //! shared with the server's prefetch peek ([`super::peek`]).
 
 use std::borrow::Cow;
@@ -459,53 +459,12 @@ pub fn is_plain_read(wire: &[u8]) -> bool {
         .any(|flag| matches!(flag.first(), Some(b'T' | b'N')))
 }
 
+pub use super::binary_head::BinaryHead;
+
 /// Binary request magic, response magic and header size.
 pub const BIN_REQ: u8 = REQUEST_MAGIC;
 pub const BIN_RES: u8 = RESPONSE_MAGIC;
 pub const BIN_HEADER: usize = HEADER_LEN;
-
-/// The fields of a binary header (request or response) that frame it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BinaryHead {
-    pub magic: u8,
-    pub opcode: u8,
-    pub key_len: usize,
-    pub extras: usize,
-    /// A response's status (a request's vbucket).
-    pub status: u16,
-    pub body: usize,
-    pub opaque: u32,
-}
-
-impl BinaryHead {
-    /// The header at the front of `buf`, once its 24 bytes have arrived.
-    #[inline]
-    pub fn parse(buf: &[u8]) -> Option<BinaryHead> {
-        let h = buf.get(..HEADER_LEN)?;
-        Some(BinaryHead {
-            magic: h[0],
-            opcode: h[1],
-            key_len: u16::from_be_bytes([h[2], h[3]]) as usize,
-            extras: h[4] as usize,
-            status: u16::from_be_bytes([h[6], h[7]]),
-            body: u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize,
-            opaque: u32::from_be_bytes([h[12], h[13], h[14], h[15]]),
-        })
-    }
-
-    /// Header and body: the whole packet's length.
-    #[inline]
-    pub fn packet_len(&self) -> usize {
-        HEADER_LEN.saturating_add(self.body)
-    }
-
-    /// Where the key lies in the packet.
-    #[inline]
-    pub fn key_range(&self) -> std::ops::Range<usize> {
-        let start = HEADER_LEN + self.extras;
-        start..start + self.key_len
-    }
-}
 
 /// A binary response header (and body) made here.
 pub fn binary_reply(opcode: u8, opaque: u32, status: u16, body: &[u8]) -> Vec<u8> {

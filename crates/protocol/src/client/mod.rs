@@ -13,6 +13,7 @@
 //! * [`reply`]: a reply's length given what was asked, what it says, and
 //!   the values, meta flags and stats it carries.
 
+pub mod binary_head;
 pub mod encode;
 pub mod frame;
 pub mod peek;

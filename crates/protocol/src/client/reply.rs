@@ -5,7 +5,7 @@
 //! proxy's multi-key get is merged from), the data of a meta `VA`, a
 //! binary packet's value, the `STAT` lines of `stats`.
 
-use super::frame::BinaryHead;
+use super::binary_head::BinaryHead;
 use crate::binary::{status, HEADER_LEN, RESPONSE_MAGIC};
 
 /// The shape of the reply a forwarded request gets.

@@ -23,6 +23,7 @@ use mio::Token;
 use super::{token_base, Proxy, Served, MAX_POOLS};
 use crate::backend::{check_limits, Delivery, Pool, Reconfigured};
 use crate::config::Config;
+use crate::log_list::short_list;
 use crate::peer::Secret;
 use crate::stream::Listener;
 use crate::tls::PoolTls;
@@ -35,24 +36,6 @@ enum Bound {
     Take(usize),
     /// Newly bound.
     New(Listener),
-}
-
-/// The longest list a log line names in full.
-const LIST_MAX: usize = 16;
-
-/// `items` joined with `, `; past [`LIST_MAX`], the first ones and how
-/// many more (a pool of thousands of servers must not make a line of
-/// hundreds of kilobytes, which a full stderr pipe would block the loop
-/// on).
-pub(crate) fn short_list(items: &[String]) -> String {
-    if items.len() <= LIST_MAX {
-        return items.join(", ");
-    }
-    format!(
-        "{}, and {} more",
-        items[..LIST_MAX].join(", "),
-        items.len() - LIST_MAX
-    )
 }
 
 /// What one reload did, for its log line.
