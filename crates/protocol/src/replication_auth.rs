@@ -66,30 +66,7 @@ impl Secret {
     /// a regular file, empty, or open to group or others (as ssh refuses
     /// a private key).
     pub fn load(path: &str, setting: &str) -> Result<Secret, String> {
-        let why = |what: String| format!("{setting} {path}: {what}");
-        let mut file =
-            std::fs::File::open(path).map_err(|e| why(format!("cannot read it: {e}")))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| why(format!("cannot read it: {e}")))?;
-        if !meta.is_file() {
-            return Err(why("not a regular file".into()));
-        }
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(why(format!(
-                "the file is open to group or others (mode {mode:03o}); \
-                 a replication secret must be readable by its owner only (chmod 600)"
-            )));
-        }
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(|e| why(format!("cannot read it: {e}")))?;
-        let secret = trim_newline(&bytes);
-        if secret.is_empty() {
-            return Err(why("the file is empty".into()));
-        }
-        Ok(Secret::new(secret))
+        read_owner_only(path, setting, "a replication secret").map(|b| Secret::new(&b))
     }
 
     /// The HMAC of `label ‖ client ‖ server`.
@@ -119,6 +96,41 @@ impl Secret {
 }
 
 /// Drops one trailing `\n` (and a `\r` before it).
+/// The content of a file only its owner may read (a secret or a token;
+/// `setting` and `what` name them in the error), one trailing newline
+/// dropped; refused when unreadable, not a regular file, open to group
+/// or others (as ssh refuses a private key), or empty.
+pub fn read_owner_only(
+    path: impl AsRef<std::path::Path>,
+    setting: &str,
+    what: &str,
+) -> Result<Vec<u8>, String> {
+    let path = path.as_ref();
+    let why = |e: String| format!("{setting} {}: {e}", path.display());
+    let mut file = std::fs::File::open(path).map_err(|e| why(format!("cannot read it: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| why(format!("cannot read it: {e}")))?;
+    if !meta.is_file() {
+        return Err(why("not a regular file".into()));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(why(format!(
+            "the file is open to group or others (mode {mode:03o}); \
+             {what} must be readable by its owner only (chmod 600)"
+        )));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| why(format!("cannot read it: {e}")))?;
+    let content = trim_newline(&bytes);
+    if content.is_empty() {
+        return Err(why("the file is empty".into()));
+    }
+    Ok(content.to_vec())
+}
+
 fn trim_newline(b: &[u8]) -> &[u8] {
     let b = b.strip_suffix(b"\n").unwrap_or(b);
     b.strip_suffix(b"\r").unwrap_or(b)

@@ -4,9 +4,6 @@
 //! `reload <token>` is obeyed only when its token is that one (compared
 //! in constant time). Without a token file the command is refused.
 
-use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
-
 /// The longest command line read from a stats connection.
 pub const MAX_LINE: usize = 1024;
 
@@ -25,37 +22,19 @@ impl Token {
     /// refused when unreadable, not a regular file, open to group or
     /// others, empty, or more than one line.
     pub fn load(path: &std::path::Path) -> Result<Token, String> {
-        let why = |what: String| format!("--admin-token-file {}: {what}", path.display());
-        let mut file =
-            std::fs::File::open(path).map_err(|e| why(format!("cannot read it: {e}")))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| why(format!("cannot read it: {e}")))?;
-        if !meta.is_file() {
-            return Err(why("not a regular file".into()));
-        }
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(why(format!(
-                "the file is open to group or others (mode {mode:03o}); \
-                 an admin token must be readable by its owner only (chmod 600)"
-            )));
-        }
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(|e| why(format!("cannot read it: {e}")))?;
-        let b = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-        let b = b.strip_suffix(b"\r").unwrap_or(b);
-        if b.is_empty() {
-            return Err(why("the file is empty".into()));
-        }
+        let b = osmium_protocol::replication_auth::read_owner_only(
+            path,
+            "--admin-token-file",
+            "an admin token",
+        )?;
         if b.len() > MAX_LINE / 2 || b.iter().any(|&c| c.is_ascii_whitespace() || c < 0x20) {
-            return Err(why(format!(
-                "the token must be one word of at most {} printable bytes",
+            return Err(format!(
+                "--admin-token-file {}: the token must be one word of at most {} printable bytes",
+                path.display(),
                 MAX_LINE / 2
-            )));
+            ));
         }
-        Ok(Token(b.to_vec()))
+        Ok(Token(b))
     }
 
     /// Whether `given` is the token, in a time that depends on the
