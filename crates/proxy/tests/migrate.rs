@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -32,30 +31,7 @@ fn memcached_bin() -> Option<PathBuf> {
 }
 
 fn server(bin: &Path) -> common::Proc {
-    let bin = bin.to_path_buf();
-    let s = osmium_test_harness::Start::new("backend").command(move |port| {
-        let mut cmd = Command::new(&bin);
-        cmd.args([
-            "-p",
-            &port.to_string(),
-            "-l",
-            "127.0.0.1",
-            "-U",
-            "0",
-            "-m",
-            "64",
-        ]);
-        if common::unsafe_is_root() {
-            cmd.args(["-u", "root"]);
-        }
-        cmd
-    });
-    let port = s.port();
-    common::Proc {
-        child: s.into_child(),
-        port,
-        stats: 0,
-    }
+    common::cache_server(bin, "backend", 0, 64)
 }
 
 fn pool(ports: &[(u16, &str)]) -> PoolConfig {

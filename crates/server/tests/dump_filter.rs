@@ -7,73 +7,26 @@
 //! `ERROR` and goes on too (what a caller falls back on).
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::time::Duration;
 
 use osmium_placement::filter::{filter_commands, DumpFilter, MAX_SELECTORS};
 use osmium_placement::hash::{tagged, HashKind};
 
 mod common;
-use common::start_on_free_port;
+use common::tcp::{LineClient as Client, TcpServer as Server};
 
 const OSMIUM: &str = env!("CARGO_BIN_EXE_osmium");
 
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(bin: &Path, extra: &[&str]) -> Server {
-        let (child, port) = start_on_free_port(|port| {
-            common::server_command(bin)
-                .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-                .args(extra)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start server")
-        });
-        Server { child, port }
-    }
-
-    fn connect(&self) -> Client {
-        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Client {
-            r: BufReader::new(s.try_clone().unwrap()),
-            w: s,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct Client {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
+fn start(bin: &Path, extra: &[&str]) -> Server {
+    Server::start(|port| {
+        let mut cmd = common::server_command(bin);
+        cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+            .args(extra);
+        cmd
+    })
 }
 
 impl Client {
-    fn send(&mut self, bytes: &[u8]) {
-        self.w.write_all(bytes).unwrap();
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.r.read_line(&mut l).unwrap();
-        l
-    }
-
     /// Sends `line`; the keys of its `mg` dump (`OK`, `mg <key>`..., `EN`),
     /// base64 keys decoded.
     fn mgdump(&mut self, line: &str) -> Vec<Vec<u8>> {
@@ -235,8 +188,8 @@ fn check_spans(
 
 #[test]
 fn a_filtered_mgdump_lists_exactly_the_keys_in_its_ranges() {
-    let srv = Server::start(Path::new(OSMIUM), &[]);
-    let mut c = srv.connect();
+    let srv = start(Path::new(OSMIUM), &[]);
+    let mut c = srv.client();
     let keys = keys(3000);
     fill(&mut c, &keys, 10);
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
@@ -315,8 +268,8 @@ fn a_filtered_mgdump_lists_exactly_the_keys_in_its_ranges() {
 
 #[test]
 fn bad_filters_are_client_errors_and_the_connection_goes_on() {
-    let srv = Server::start(Path::new(OSMIUM), &[]);
-    let mut c = srv.connect();
+    let srv = start(Path::new(OSMIUM), &[]);
+    let mut c = srv.client();
     fill(&mut c, &keys(10), 3);
     let many: Vec<String> = (0..=MAX_SELECTORS).map(|i| format!("{i}-{i}")).collect();
     let too_many = format!(
@@ -359,8 +312,8 @@ fn memcached_answers_a_filtered_mgdump_with_error() {
         eprintln!("no memcached 1.6.45: skipped");
         return;
     };
-    let srv = Server::start(&bin, &[]);
-    let mut c = srv.connect();
+    let srv = start(&bin, &[]);
+    let mut c = srv.client();
     fill(&mut c, &keys(10), 3);
     for line in filter_commands([(0, 1000), (5000, 6000)], HashKind::Fnv1a64, Some(*b"{}")) {
         c.send(line.as_bytes());
@@ -388,8 +341,8 @@ fn a_filtered_dump_includes_the_items_on_flash() {
         "ext_path={}:64m,ext_page_size=4,ext_wbuf_size=1",
         dir.0.join("flash").display()
     );
-    let srv = Server::start(Path::new(OSMIUM), &["-m", "4", "-t", "2", "-o", &ext]);
-    let mut c = srv.connect();
+    let srv = start(Path::new(OSMIUM), &["-m", "4", "-t", "2", "-o", &ext]);
+    let mut c = srv.client();
     let keys = keys(5000);
     fill(&mut c, &keys, 1500);
     c.send(b"stats\r\n");

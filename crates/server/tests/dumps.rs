@@ -6,12 +6,11 @@
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 mod common;
-use common::start_on_free_port;
+use common::tcp::TcpServer as Server;
 
 fn servers() -> Vec<(&'static str, PathBuf)> {
     let mut out = vec![("osmium", PathBuf::from(env!("CARGO_BIN_EXE_osmium")))];
@@ -21,37 +20,12 @@ fn servers() -> Vec<(&'static str, PathBuf)> {
     out
 }
 
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(bin: &PathBuf) -> Server {
-        let (child, port) = start_on_free_port(|port| {
-            let mut cmd = common::server_command(bin);
-            cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start server")
-        });
-        Server { child, port }
-    }
-
-    fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn start(bin: &Path) -> Server {
+    Server::start(|port| {
+        let mut cmd = common::server_command(bin);
+        cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"]);
+        cmd
+    })
 }
 
 fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
@@ -84,8 +58,8 @@ fn fill(c: &mut TcpStream, n: usize) {
 #[test]
 fn metadump_and_mgdump_list_every_live_item() {
     for (kind, bin) in servers() {
-        let srv = Server::start(&bin);
-        let mut c = srv.connect();
+        let srv = start(&bin);
+        let mut c = srv.stream();
         fill(&mut c, 300);
         c.write_all(b"lru_crawler metadump all\r\n").unwrap();
         let dump = String::from_utf8(read_until(&mut c, b"END\r\n")).unwrap();
@@ -153,8 +127,8 @@ fn metadump_and_mgdump_list_every_live_item() {
 #[test]
 fn cachedump_lists_items_with_text_keys() {
     for (kind, bin) in servers() {
-        let srv = Server::start(&bin);
-        let mut c = srv.connect();
+        let srv = start(&bin);
+        let mut c = srv.stream();
         fill(&mut c, 50);
         c.write_all(b"stats cachedump 1 0\r\n").unwrap();
         let dump = String::from_utf8(read_until(&mut c, b"END\r\n")).unwrap();
@@ -202,8 +176,8 @@ fn memcdump_lists_the_keys() {
         return;
     }
     for (kind, bin) in servers() {
-        let srv = Server::start(&bin);
-        let mut c = srv.connect();
+        let srv = start(&bin);
+        let mut c = srv.stream();
         fill(&mut c, 200);
         let out = Command::new("memcdump")
             .arg(format!("--servers=127.0.0.1:{}", srv.port))

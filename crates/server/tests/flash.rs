@@ -4,14 +4,15 @@
 //! item counts and every dump include the items on flash, and bad
 //! `ext_path` options stop the server at start with memcached's messages.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 mod common;
-use common::{start_on_free_port, wait_exit};
+use common::tcp::{LineClient as Client, TcpServer as Server};
+use common::wait_exit;
 
 const OSMIUM: &str = env!("CARGO_BIN_EXE_osmium");
 
@@ -32,75 +33,32 @@ impl Drop for Dir {
     }
 }
 
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(dir: &Dir, extra: &[&str]) -> Server {
-        let ext = format!(
-            "ext_path={}:64m,ext_page_size=4,ext_wbuf_size=1",
-            dir.0.join("flash").display()
-        );
-        let (child, port) = start_on_free_port(|port| {
-            common::osmium_command(OSMIUM)
-                .args([
-                    "-p",
-                    &port.to_string(),
-                    "-U",
-                    "0",
-                    "-l",
-                    "127.0.0.1",
-                    "-m",
-                    "4",
-                    "-t",
-                    "2",
-                ])
-                .args(["-o", &ext])
-                .args(extra)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start osmium")
-        });
-        Server { child, port }
-    }
-
-    fn connect(&self) -> Client {
-        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Client {
-            r: BufReader::new(s.try_clone().unwrap()),
-            w: s,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct Client {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
+fn start_osmium(dir: &Dir, extra: &[&str]) -> Server {
+    let ext = format!(
+        "ext_path={}:64m,ext_page_size=4,ext_wbuf_size=1",
+        dir.0.join("flash").display()
+    );
+    Server::start(|port| {
+        let mut cmd = common::osmium_command(OSMIUM);
+        cmd.args([
+            "-p",
+            &port.to_string(),
+            "-U",
+            "0",
+            "-l",
+            "127.0.0.1",
+            "-m",
+            "4",
+            "-t",
+            "2",
+        ])
+        .args(["-o", &ext])
+        .args(extra);
+        cmd
+    })
 }
 
 impl Client {
-    fn send(&mut self, bytes: &[u8]) {
-        self.w.write_all(bytes).unwrap();
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.r.read_line(&mut l).unwrap();
-        l
-    }
-
     fn set(&mut self, key: &str, flags: u32, v: &[u8]) {
         let mut req = format!("set {key} {flags} 0 {}\r\n", v.len()).into_bytes();
         req.extend_from_slice(v);
@@ -152,8 +110,8 @@ fn value(i: usize) -> Vec<u8> {
 #[test]
 fn items_far_beyond_ram_come_back_from_flash_in_every_protocol() {
     let dir = Dir::new("protocols");
-    let srv = Server::start(&dir, &[]);
-    let mut c = srv.connect();
+    let srv = start_osmium(&dir, &[]);
+    let mut c = srv.client();
     let n = 8_000; // about 13 MB of values into 4 MB of RAM
     for i in 0..n {
         c.set(&format!("key{i}"), i as u32, &value(i));
@@ -171,7 +129,7 @@ fn items_far_beyond_ram_come_back_from_flash_in_every_protocol() {
     }
     assert!(c.stat("get_extstore") > 0);
     // Meta get and binary GET of keys on flash.
-    let mut m = srv.connect();
+    let mut m = srv.client();
     m.send(b"mg key1 v f\r\n");
     assert_eq!(m.line(), format!("VA {} f1\r\n", value(1).len()));
     let mut v = vec![0; value(1).len() + 2];
@@ -198,8 +156,8 @@ fn items_far_beyond_ram_come_back_from_flash_in_every_protocol() {
 #[test]
 fn other_commands_and_flush_all_see_keys_on_flash() {
     let dir = Dir::new("commands");
-    let srv = Server::start(&dir, &[]);
-    let mut c = srv.connect();
+    let srv = start_osmium(&dir, &[]);
+    let mut c = srv.client();
     c.set("early", 0, b"abc");
     c.set("count", 0, b"10");
     c.set("gone", 0, b"x");
@@ -267,8 +225,8 @@ fn metadump_keys(lines: &[String]) -> std::collections::BTreeSet<String> {
 #[test]
 fn counts_and_dumps_include_the_items_on_flash() {
     let dir = Dir::new("dumps");
-    let srv = Server::start(&dir, &[]);
-    let mut c = srv.connect();
+    let srv = start_osmium(&dir, &[]);
+    let mut c = srv.client();
     let n = 6_000;
     for i in 0..n {
         c.set(&format!("key{i}"), i as u32, &value(i));
@@ -418,8 +376,8 @@ fn hits_never_wrong(c: &mut Client, n: usize) -> usize {
 #[test]
 fn a_damaged_then_truncated_flash_file_gives_misses_never_wrong_values() {
     let dir = Dir::new("faults");
-    let srv = Server::start(&dir, &[]);
-    let mut c = srv.connect();
+    let srv = start_osmium(&dir, &[]);
+    let mut c = srv.client();
     let n = 6_000;
     for i in 0..n {
         c.set(&format!("key{i}"), i as u32, &value(i));
@@ -459,7 +417,7 @@ fn a_damaged_then_truncated_flash_file_gives_misses_never_wrong_values() {
     let keys: Vec<String> = (0..200).map(|i| format!("new{i}")).collect();
     assert_eq!(c.get(&keys).len(), 200);
     drop(c);
-    let mut again = srv.connect();
+    let mut again = srv.client();
     again.send(b"version\r\n");
     assert!(again.line().starts_with("VERSION "));
 }
@@ -470,9 +428,9 @@ fn with_a_memory_file_items_on_flash_survive_kill_9_and_a_graceful_stop() {
     let mem = dir.0.join("cache.mem");
     let mem_arg = mem.to_str().unwrap().to_string();
     let n = 6_000;
-    let mut srv = Server::start(&dir, &["-e", &mem_arg]);
+    let mut srv = start_osmium(&dir, &["-e", &mem_arg]);
     {
-        let mut c = srv.connect();
+        let mut c = srv.client();
         for i in 0..n {
             c.set(&format!("key{i}"), i as u32, &value(i));
         }
@@ -490,8 +448,8 @@ fn with_a_memory_file_items_on_flash_survive_kill_9_and_a_graceful_stop() {
             assert!(wait_exit(&mut srv.child).success());
         }
         drop(srv);
-        srv = Server::start(&dir, &["-e", &mem_arg]);
-        let mut c = srv.connect();
+        srv = start_osmium(&dir, &["-e", &mem_arg]);
+        let mut c = srv.client();
         let keys: Vec<String> = (0..n).map(|i| format!("key{i}")).collect();
         let mut got = Vec::new();
         for batch in keys.chunks(50) {

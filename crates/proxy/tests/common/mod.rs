@@ -96,36 +96,7 @@ impl Drop for Proc {
 /// A backend cache server on `port` (0: a free one, another one if it
 /// was taken meanwhile; a given port is tried again a few times).
 pub fn backend(port: u16) -> Proc {
-    let start = osmium_test_harness::Start::new("backend");
-    let start = if port == 0 {
-        start
-    } else {
-        start.only_port(port)
-    };
-    let server = start.command(|port| {
-        let mut cmd = Command::new(backend_bin());
-        cmd.args([
-            "-p",
-            &port.to_string(),
-            "-l",
-            "127.0.0.1",
-            "-U",
-            "0",
-            "-m",
-            "256",
-        ]);
-        if unsafe_is_root() {
-            cmd.args(["-u", "root"]);
-        }
-        cmd
-    });
-    let port = server.port();
-    start_check(port);
-    Proc {
-        child: server.into_child(),
-        port,
-        stats: 0,
-    }
+    cache_server(&backend_bin(), "backend", port, 256)
 }
 
 pub fn unsafe_is_root() -> bool {
@@ -295,14 +266,22 @@ pub fn osmium_backend() -> Proc {
 /// An osmium server on `port` (0: a free one; a given one is tried again
 /// a few times, for a server that died and returns).
 pub fn osmium_backend_on(port: u16) -> Proc {
-    let start = osmium_test_harness::Start::new("osmium");
+    cache_server(&osmium_bin(), "osmium", port, 64)
+}
+
+/// `bin` (memcached or osmium) serving TCP on `port` (0: a free one,
+/// another one if it was taken meanwhile; a given port is tried again a
+/// few times) with `-m megabytes`, UDP off.
+pub fn cache_server(bin: &Path, name: &str, port: u16, megabytes: u32) -> Proc {
+    let start = osmium_test_harness::Start::new(name);
     let start = if port == 0 {
         start
     } else {
         start.only_port(port)
     };
-    let server = start.command(|port| {
-        let mut cmd = Command::new(osmium_bin());
+    let bin = bin.to_path_buf();
+    let server = start.command(move |port| {
+        let mut cmd = Command::new(&bin);
         cmd.args([
             "-p",
             &port.to_string(),
@@ -311,7 +290,7 @@ pub fn osmium_backend_on(port: u16) -> Proc {
             "-U",
             "0",
             "-m",
-            "64",
+            &megabytes.to_string(),
         ]);
         if unsafe_is_root() {
             cmd.args(["-u", "root"]);

@@ -2,12 +2,14 @@
 //! processes: a free loopback port and a start retried when its port was
 //! taken meanwhile (both over the `osmium-test-harness` crate), waiting for
 //! a condition, waiting for a process to exit, which memcached to compare against, test certificates
-//! made with `openssl` (`certs`). (Each test file
-//! keeps its own launcher, since each starts servers differently: TCP, UDP,
-//! unix socket, memcached or osmium.)
+//! made with `openssl` (`certs`), and a TCP server killed on drop with a
+//! line client (`tcp`, for the suites that need no more). Suites that start
+//! servers otherwise (UDP, unix sockets, TLS, restarts) keep their own
+//! launcher over `start_on_free_port`.
 #![allow(dead_code)] // each test crate uses a different subset
 
 pub mod certs;
+pub mod tcp;
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
