@@ -12,7 +12,8 @@
 //! `main` parses memcached's command line (`settings`, with a config
 //! file's options), sets up the log (`log`), checks what must be
 //! refused at start (`-c` above the open-file limit, root without `-u`,
-//! authentication files, TLS certificates, the replication secret),
+//! authentication files, TLS certificates, the replication secret, the
+//! metrics token),
 //! and runs the server (`server`) until a signal or `shutdown` stops it.
 //! See `docs/ARCHITECTURE.md` for where each stage lives.
 
@@ -108,7 +109,18 @@ fn main() {
         },
         None => None,
     };
-    if let Err(e) = server::run(settings, auth, tls, secret) {
+    // The metrics endpoint's token file: the same rules and status.
+    let metrics_token = match settings.metrics_token_file.as_deref() {
+        Some(path) => match metrics::Token::load(path) {
+            Ok(t) => Some(t),
+            Err(msg) => {
+                eprintln!("{msg}");
+                std::process::exit(64); // EX_USAGE
+            }
+        },
+        None => None,
+    };
+    if let Err(e) = server::run(settings, auth, tls, secret, metrics_token) {
         // Under -d the waiting parent prints it and exits with 71 too.
         daemon::report_failure(&format!("failed to start: {e}"));
         std::process::exit(71); // EX_OSERR

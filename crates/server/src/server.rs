@@ -47,6 +47,7 @@ pub fn run(
     auth: AuthConfig,
     tls: Option<Arc<TlsContext>>,
     secret: Option<Secret>,
+    metrics_token: Option<crate::metrics::Token>,
 ) -> io::Result<StopRequest> {
     for w in &settings.warnings {
         tracing::warn!("{w}");
@@ -116,7 +117,7 @@ pub fn run(
     let cleaner = spawn_cleaner(shared.clone())?;
     start_replication(&shared.replication, &shared, &workers);
     if let Some(l) = metrics_listener {
-        crate::metrics::spawn(l, shared.clone())?;
+        crate::metrics::spawn(l, shared.clone(), metrics_token)?;
     }
 
     let mut poll = Poll::new()?;

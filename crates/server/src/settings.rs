@@ -176,6 +176,15 @@ pub struct Cli {
     /// (off by default; also -o metrics_addr=HOST:PORT)
     #[arg(long = "metrics-addr", value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
+    /// also serve the hottest keys' names on http://HOST:PORT/hotkeys
+    /// (`/metrics` never names keys); refused while -Y, -S or client
+    /// certificates guard the cache port unless --metrics-token-file is given
+    #[arg(long = "metrics-hotkeys")]
+    pub metrics_hotkeys: bool,
+    /// require `Authorization: Bearer <token>` on the metrics endpoint, the
+    /// token read from FILE (readable by its owner only: mode 600)
+    #[arg(long = "metrics-token-file", value_name = "FILE")]
+    pub metrics_token_file: Option<String>,
 }
 
 /// The most `--replicate-to` targets.
@@ -284,6 +293,10 @@ pub struct Settings {
     pub hotkeys: hotkeys::HotkeysSettings,
     /// `--metrics-addr` / `-o metrics_addr`: where `/metrics` listens.
     pub metrics_addr: Option<String>,
+    /// `--metrics-hotkeys`: `/hotkeys` names the hottest keys.
+    pub metrics_hotkeys: bool,
+    /// `--metrics-token-file`: the bearer token's file (`main` reads it).
+    pub metrics_token_file: Option<String>,
     /// The options as parsed (what a reload compares, `live`).
     pub options: live::Options,
     pub warnings: Vec<String>,
@@ -665,6 +678,14 @@ where
     let replicates = !cli.replicate_to.is_empty();
     let secret = cli.replication_secret.is_some();
     warnings.extend(tls::replication_rule(&tls, &modes, replicates, secret)?);
+    // Key names on the metrics endpoint only where they leak nothing.
+    let guard = metrics::cache_port_guard(cli.sasl, cli.auth_file.is_some(), &tls, &modes);
+    metrics::check_endpoint(
+        metrics_addr.is_some(),
+        cli.metrics_hotkeys,
+        cli.metrics_token_file.is_some(),
+        guard,
+    )?;
 
     Ok(Action::Run(Box::new(Settings {
         port,
@@ -715,6 +736,8 @@ where
         logfile: expanded.logfile,
         hotkeys: hot,
         metrics_addr,
+        metrics_hotkeys: cli.metrics_hotkeys,
+        metrics_token_file: cli.metrics_token_file,
         options,
         warnings,
     })))
