@@ -64,7 +64,11 @@ fn main() {
         }
         Action::Run(s) => *s,
     };
-    if let Err(msg) = log::init(settings.logfile.as_deref()) {
+    // Started as root, the log file is opened only once the process is the
+    // `-u` user (`server::run`): root never opens a path another user may
+    // have put a link at.
+    let log_now = !process::running_as_root();
+    if let Err(msg) = log::init(settings.logfile.as_deref(), log_now) {
         eprintln!("{msg}");
         std::process::exit(71); // EX_OSERR
     }

@@ -57,15 +57,24 @@ pub fn run(
     let mut listeners = listen::bind_tcp(&settings, tls.as_ref())?;
     let udp_sockets = listen::bind_udp(&settings)?;
     let metrics_listener = crate::metrics::bind(&settings)?;
+    // Started as root, the log file waits for the `-u` user (`main`); a
+    // daemon keeps stderr for it.
+    let log_later = settings
+        .logfile
+        .as_deref()
+        .filter(|_| process::running_as_root());
+    if log_later.is_some() {
+        daemon::keep_stderr();
+    }
     if settings.daemon {
         daemon::daemonize()?;
-    }
-    if let Some(path) = &settings.pidfile {
-        daemon::write_pid_file(path);
     }
     process::apply_process_flags(&settings);
     if let Some(user) = &settings.user {
         process::drop_privileges(user)?;
+    }
+    if let Some(path) = log_later {
+        crate::log::open_file(path).map_err(io::Error::other)?;
     }
     // As memcached: the unix socket is made after dropping privileges.
     if let Some(l) = listen::bind_unix(&settings)? {
@@ -141,6 +150,11 @@ pub fn run(
         }
     }
 
+    // As memcached: the pid file once the listeners are bound and the
+    // process is the `-u` user; here also only once nothing is left that
+    // could fail the start (a failed start leaves none). Removed when
+    // `_pid_file` drops, at the stop.
+    let _pid_file = settings.pidfile.as_deref().and_then(daemon::PidFile::write);
     daemon::report_ready();
     service::ready();
 
@@ -234,9 +248,6 @@ pub fn run(
     }
     shared.logger.stop();
     let _ = logger.join();
-    if let Some(path) = &settings.pidfile {
-        daemon::remove_pid_file(path);
-    }
     Ok(how)
 }
 
