@@ -13,8 +13,9 @@
 //!   copied, in pipelined batches:
 //!   1. skipped if settled (a client wrote or deleted it: only the old
 //!      copy is dropped);
-//!   2. `mg k s v f t c` on `x` (a miss: the key expired or was evicted,
-//!      it is settled with nothing to copy);
+//!   2. `mg k s v f t c` on `x` (a miss: the key expired, was evicted or
+//!      deleted; a copy its new owner still holds is deleted, cas-checked,
+//!      and the key settles with nothing to copy);
 //!   3. `ms k <len> F<f> T<ttl> ME c` (add) on the new owner;
 //!   4. the key is settled; if a client settled it first, `md k C<cas> q`
 //!      removes the copy unless a client write already replaced it;
@@ -516,13 +517,22 @@ impl Migration {
                 }
             }
         }
+        // Gone from the source (expired, evicted, deleted): nothing to
+        // copy; a copy its owner may still hold (a stopped move's, its
+        // drop not done yet) goes first, then the key settles.
+        let gone: Vec<&[u8]> = todo
+            .iter()
+            .zip(&items)
+            .filter(|(_, item)| item.is_none())
+            .map(|(k, _)| *k)
+            .collect();
+        if !gone.is_empty() {
+            self.clear_owners(&gone)?;
+        }
         // Adds, grouped by new owner.
         let mut by_new: Vec<(usize, Vec<usize>)> = Vec::new();
         for (i, (k, item)) in todo.iter().zip(&items).enumerate() {
             if item.is_none() {
-                // Expired or evicted: nothing to copy, the new owner is
-                // as right as the old one.
-                settled.settle(key_hash(k));
                 continue;
             }
             let n = self.plan.mv.owner_of(k);
@@ -536,6 +546,59 @@ impl Migration {
                 self.forget(n);
                 return Err(e);
             }
+        }
+        Ok(())
+    }
+
+    /// Keys their source does not have: any copy on their owner (stale,
+    /// since the source holds the latest of an unsettled key) is deleted,
+    /// cas-checked and unless a client settled the key meanwhile; then
+    /// they settle.
+    fn clear_owners(&mut self, keys: &[&[u8]]) -> io::Result<()> {
+        let settled = self.plan.mv.settled.clone();
+        let mut by_owner: Vec<(usize, Vec<&[u8]>)> = Vec::new();
+        for &k in keys {
+            let n = self.plan.mv.owner_of(k);
+            match by_owner.iter_mut().find(|(x, _)| *x == n) {
+                Some((_, v)) => v.push(k),
+                None => by_owner.push((n, vec![k])),
+            }
+        }
+        for (n, list) in by_owner {
+            let r = self.clear_on(n, &list, &settled);
+            if r.is_err() {
+                self.forget(n);
+            }
+            r?;
+        }
+        Ok(())
+    }
+
+    fn clear_on(&mut self, n: usize, keys: &[&[u8]], settled: &super::Settled) -> io::Result<()> {
+        let mut req = Vec::new();
+        for k in keys {
+            meta(&mut req, "mg", k, "c");
+        }
+        let c = self.open(n)?;
+        c.send(&req)?;
+        let mut line = Vec::new();
+        let mut undo = Vec::new();
+        for k in keys {
+            c.line(&mut line)?;
+            let Some(cas) = line.starts_with(b"HD").then(|| flag(&line, b'c')).flatten() else {
+                continue;
+            };
+            if !settled.settled_here_or_later(key_hash(k)) {
+                meta(&mut undo, "md", k, &format!("C{cas} q"));
+            }
+        }
+        if !undo.is_empty() {
+            undo.extend_from_slice(b"mn\r\n");
+            c.send(&undo)?;
+            c.until_mn()?;
+        }
+        for k in keys {
+            settled.settle(key_hash(k));
         }
         Ok(())
     }
