@@ -850,3 +850,75 @@ fn the_proxy_is_a_replication_peer_over_tls() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A warm move of a `tls.servers` pool: three servers with `mtls:`
+/// listeners (the proxy's client certificate required), the third added
+/// by a reload, then removed again: the migration's connections speak TLS
+/// with the pool's settings, every key is copied over and back, and the
+/// moved keys are served throughout.
+fn warm_move_over_tls(bin: &Path, tag: &str) {
+    let c = certs();
+    let mut servers = Vec::new();
+    let mut mtls = Vec::new();
+    for _ in 0..3 {
+        let (p, m) = (free_port(), free_port());
+        let listen = format!("127.0.0.1:{p},mtls:127.0.0.1:{m}");
+        servers.push(server(bin, &listen, p, &c.server_args("server", true)));
+        mtls.push(m);
+    }
+    let a = free_port();
+    let mut px = proxy(&pool("moving", a, &mtls[..2], "", &tls_servers(true)), a);
+    let a = px.port;
+    let keys: Vec<String> = (0..600).map(|i| format!("{tag}:{i}")).collect();
+    let mut s = connect(a);
+    let mut sets = Vec::new();
+    for k in &keys {
+        sets.extend_from_slice(format!("set {k} 3 0 {}\r\n{k}\r\n", k.len()).as_bytes());
+    }
+    s.write_all(&sets).unwrap();
+    let stored = "STORED\r\n".repeat(keys.len());
+    assert_eq!(
+        String::from_utf8(read_until(&mut s, stored.as_bytes())).unwrap(),
+        stored
+    );
+    let moved = |px: &Proc| {
+        let start = Instant::now();
+        loop {
+            let doc = stats_doc(px.stats);
+            if pool_stat(&doc, "migrating") == 0 {
+                return pool_stat(&doc, "moved_keys");
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "move not done: {doc}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let all_there = |s: &mut TcpStream| {
+        for k in &keys {
+            let want = format!("VALUE {k} 3 {}\r\n{k}\r\nEND\r\n", k.len());
+            assert_eq!(ask(s, format!("get {k}\r\n").as_bytes(), b"END\r\n"), want);
+        }
+    };
+    rewrite_conf(&px, &pool("moving", a, &mtls, "", &tls_servers(true)));
+    reload(&px);
+    let out = moved(&px);
+    if out < 100 {
+        panic!("{out} keys copied over TLS: {}", stderr_of(&mut px));
+    }
+    all_there(&mut s);
+    rewrite_conf(&px, &pool("moving", a, &mtls[..2], "", &tls_servers(true)));
+    reload(&px);
+    let back = moved(&px) - out;
+    assert_eq!(back, out, "every key copied back from the removed server");
+    all_there(&mut s);
+}
+
+#[test]
+fn a_warm_move_speaks_tls_to_the_servers() {
+    warm_move_over_tls(&osmium_bin(), "tlsmove");
+    if let Some(bin) = memcached_bin() {
+        warm_move_over_tls(&bin, "mctlsmove");
+    }
+}
