@@ -408,7 +408,7 @@ fn extstore_option(f: &mut FlashConfig, name: &str, value: Option<&str>) -> Resu
 }
 
 /// The `-o` options, after `-h`'s list (and in the man page).
-pub const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, hotkeys_top=<keys> (0: off), hotkeys_sample=1/<N>, metrics_addr=<host:port>.\nOther memcached -o options are accepted with a warning.\n";
+pub const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, hotkeys_top=<keys> (0: off), hotkeys_sample=adaptive|1/<N>, metrics_addr=<host:port>.\nOther memcached -o options are accepted with a warning.\n";
 
 /// `-V`'s line, also the first of `-h`: osmium's version, then the
 /// memcached protocol level it speaks.

@@ -570,7 +570,8 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
         s.metrics_addr.as_deref().unwrap_or("NULL"),
     );
     stat(out, "hotkeys_top", s.hotkeys.top);
-    stat(out, "hotkeys_sample", format!("1/{}", s.hotkeys.sample));
+    // `adaptive` (the default) or `1/N`.
+    stat(out, "hotkeys_sample", s.hotkeys.sample);
 }
 
 /// `stats items`: osmium has one item class; reported as class 1 when

@@ -1,8 +1,9 @@
 //! Hot keys, always on: which keys take the most requests right now, with
 //! their read, write and byte rates (`stats hotkeys`, [`top`]).
 //!
-//! Every worker samples about 1 request in N (`-o hotkeys_sample=1/N`)
-//! and counts the sampled ones in a Space-Saving summary of its own
+//! Every worker counts its requests ([`sampler`]: every one while its
+//! rate is low, a weighted sample of them as it grows, or 1 in N with
+//! `-o hotkeys_sample=1/N`) in a Space-Saving summary of its own
 //! (Metwally, Agrawal, El Abbadi, ICDT 2005), with the hashed filter of
 //! Filtered Space-Saving (Homem, Carvalho, 2010) in front ([`sketch`]).
 //! Space-Saving rather than HeavyKeeper (Gong et al., USENIX ATC 2018):
@@ -29,37 +30,36 @@
 //! not counted). Bytes are value bytes: sent for a hit, received for a
 //! store.
 //!
-//! **Sampling**: a countdown per worker, reset after each sample to a
-//! random interval uniform in `[1, 2N - 1]` (mean N, so counts × N are
-//! unbiased rates, and a client that cycles through N keys is not aliased
-//! onto one of them). Between samples a request costs one decrement and a
-//! branch; the sampled one a hash, an uncontended lock and a summary
-//! update (no clock read, no allocation: the key is copied into its
-//! slot). With `hotkeys_top=0` the workers have no sampler at all. The
-//! default, 1/32, costs about 1 % of the server CPU of the cheapest GET
-//! (a pipelined one, 0.5 µs) and keeps the ten hottest of a zipf load
-//! within 3 % from about 500,000 requests/s; 1/8 costs about 3 to 4 % of
-//! that GET and is as exact from about 100,000 (BENCHMARKS.md, "Hot
-//! keys").
+//! **Cost**: between samples a request costs one decrement and a branch;
+//! a sample a hash, an uncontended lock and a summary update (no clock
+//! read, no allocation: the key is copied into its slot). Adaptive
+//! sampling keeps each worker's samples to a budget a second per kind of
+//! request, so their cost is a fixed amount of CPU a second, under 1 % of
+//! the cheapest GET's (a pipelined one, 0.5 µs) at the rates where that
+//! GET is the whole of a worker's work (BENCHMARKS.md, "Hot keys right at
+//! every rate"). With `hotkeys_top=0` the workers have no sampler at all.
 //!
 //! **Window**: time is cut into epochs of [`EPOCH_MS`] (5 s, aligned on
-//! the wall clock so a client can tell which window was reported; the
-//! maintenance thread moves the epoch on, [`HotKeys::tick`], within
-//! milliseconds of the boundary); each worker has the summary of the
-//! current epoch and of the one before, the older one dropped when a new
-//! epoch starts. Rates are what the two hold divided by the time since
-//! the previous epoch started: a window of 5 to 10 s ending now, never
-//! older. A key nobody asks for any more is gone from the report within
-//! 10 s. (Exponential decay was the other way: no hard edge, so a key
-//! would fade but never leave, and every slot would need its own time.)
+//! the wall clock; the maintenance thread moves the epoch on,
+//! [`HotKeys::tick`], within milliseconds of the boundary, and publishes
+//! the coarse clock the samplers measure their rates on); each worker has
+//! the summary of the current epoch and of the one before, the older one
+//! dropped when a new epoch starts. Rates are what the two hold divided
+//! by the time since the previous epoch started: a window of 5 to 10 s
+//! ending now, never older, which the report states (`hotkeys_window`,
+//! from and to in Unix ms). A key nobody asks for any more is gone from
+//! the report within 10 s. (Exponential decay was the other way: no hard
+//! edge, so a key would fade but never leave, and every slot would need
+//! its own time.)
 //!
 //! **Merged on demand**: [`top`] locks each worker's summaries in turn
-//! (a worker takes its own lock only to count a sample), sums every key
-//! over workers and both epochs, and sorts by requests (reads + writes).
+//! (a worker takes its own lock only to count a sample), sums every key's
+//! weighted counts over workers and both epochs, and sorts by requests
+//! (reads + writes).
 
+mod sampler;
 mod sketch;
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -67,16 +67,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sketch::{Counts, SpaceSaving};
 
+pub use sampler::{Sampler, Sampling, MAX_INTERVAL};
+
 /// Length of an epoch: rates cover the current epoch and the one before.
 pub const EPOCH_MS: u64 = 5_000;
 
 /// `-o hotkeys_top` by default.
 pub const DEFAULT_TOP: usize = 32;
-/// `-o hotkeys_sample=1/N` by default (see BENCHMARKS.md, "Hot keys").
-pub const DEFAULT_SAMPLE: u32 = 32;
 
 /// A hot key and its rates over the window (requests and bytes per
-/// second, scaled by the sampling).
+/// second).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HotKey {
     pub key: Vec<u8>,
@@ -85,12 +85,50 @@ pub struct HotKey {
     pub bytes_per_sec: f64,
 }
 
+/// The hottest keys and what they were counted over.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// Hottest first.
+    pub keys: Vec<HotKey>,
+    /// The window, Unix ms: rates are counts over `to_ms - from_ms`, at
+    /// least a second.
+    pub from_ms: u64,
+    pub to_ms: u64,
+    /// Samples taken in the window, and the requests they were taken
+    /// from (every worker's, up to its last sample): equal while every
+    /// request is counted.
+    pub samples: u64,
+    pub requests: u64,
+}
+
+impl Report {
+    /// What the rates are per: the window in seconds, at least 1.
+    pub fn window_secs(&self) -> f64 {
+        (self.to_ms.saturating_sub(self.from_ms) as f64 / 1000.0).max(1.0)
+    }
+}
+
+/// One epoch of one worker: its summary and how much it sampled.
+struct Epoch {
+    summary: SpaceSaving,
+    samples: u64,
+    requests: u64,
+}
+
+impl Epoch {
+    fn clear(&mut self) {
+        self.summary.clear();
+        self.samples = 0;
+        self.requests = 0;
+    }
+}
+
 /// One worker's two epochs.
 struct Tracker {
     epoch: u64,
-    current: SpaceSaving,
+    current: Epoch,
     /// Epoch `epoch - 1` (empty when that epoch saw no sample).
-    previous: SpaceSaving,
+    previous: Epoch,
 }
 
 impl Tracker {
@@ -113,12 +151,15 @@ impl Tracker {
 /// Every worker's summaries.
 pub struct HotKeys {
     top: usize,
-    sample: u32,
+    sampling: Sampling,
     /// Wall-clock ms when tracking started (the window starts no earlier).
     started_ms: u64,
     /// The current epoch (wall-clock ms / `EPOCH_MS`), moved on by
     /// [`HotKeys::tick`]: what a sample reads instead of a clock.
     epoch: AtomicU64,
+    /// The wall clock (ms) as [`HotKeys::tick`] last saw it: what the
+    /// samplers measure their rates on.
+    clock_ms: AtomicU64,
     /// When the current and the previous epoch began (wall-clock ms, as
     /// [`HotKeys::tick`] saw it).
     starts: Mutex<[u64; 2]>,
@@ -133,26 +174,45 @@ fn now_ms() -> u64 {
 
 impl HotKeys {
     /// None when `top` is 0 (off).
-    pub fn new(top: usize, sample: u32, threads: usize) -> Option<Arc<HotKeys>> {
+    pub fn new(top: usize, sampling: Sampling, threads: usize) -> Option<Arc<HotKeys>> {
+        HotKeys::with_clock(top, sampling, threads, now_ms())
+    }
+
+    /// As [`HotKeys::new`], started at `now` (wall-clock ms).
+    fn with_clock(
+        top: usize,
+        sampling: Sampling,
+        threads: usize,
+        now: u64,
+    ) -> Option<Arc<HotKeys>> {
         if top == 0 {
             return None;
         }
         let slots = (top * 8).max(256);
+        let epoch = || Epoch {
+            summary: SpaceSaving::new(slots),
+            samples: 0,
+            requests: 0,
+        };
         let workers = (0..threads.max(1))
             .map(|_| {
                 Mutex::new(Tracker {
                     epoch: 0,
-                    current: SpaceSaving::new(slots),
-                    previous: SpaceSaving::new(slots),
+                    current: epoch(),
+                    previous: epoch(),
                 })
             })
             .collect();
-        let now = now_ms();
+        let sampling = match sampling {
+            Sampling::Fixed(n) => Sampling::Fixed(n.clamp(1, MAX_INTERVAL)),
+            adaptive => adaptive,
+        };
         Some(Arc::new(HotKeys {
             top,
-            sample: sample.max(1),
+            sampling,
             started_ms: now,
             epoch: AtomicU64::new(now / EPOCH_MS),
+            clock_ms: AtomicU64::new(now),
             starts: Mutex::new([now, now]),
             workers,
         }))
@@ -163,6 +223,18 @@ impl HotKeys {
         self.top
     }
 
+    /// `-o hotkeys_sample`.
+    pub fn sampling(&self) -> Sampling {
+        self.sampling
+    }
+
+    /// The wall clock (ms) at the maintenance thread's last tick (at most
+    /// about 100 ms old).
+    #[inline]
+    pub fn clock_ms(&self) -> u64 {
+        self.clock_ms.load(Ordering::Relaxed)
+    }
+
     /// Moves to the epoch of the wall clock: called by the maintenance
     /// thread, which wakes just after every second turns over (and every
     /// 100 ms), so an epoch starts within milliseconds of its boundary.
@@ -171,6 +243,7 @@ impl HotKeys {
     }
 
     fn tick_at(&self, now: u64) {
+        self.clock_ms.store(now, Ordering::Relaxed);
         let epoch = now / EPOCH_MS;
         let old = self.epoch.load(Ordering::Relaxed);
         if epoch == old {
@@ -187,8 +260,10 @@ impl HotKeys {
         self.epoch.store(epoch, Ordering::Relaxed);
     }
 
-    /// Counts a sample of worker `worker`.
-    fn count(&self, worker: usize, key: &[u8], add: Counts) {
+    /// Counts a sample of worker `worker` (weighted in `add`), taken
+    /// after `requests` requests of its kind since that kind's sample
+    /// before.
+    fn count(&self, worker: usize, key: &[u8], add: Counts, requests: u64) {
         let hash = osmium_store::index::hash_key(key);
         let epoch = self.epoch.load(Ordering::Relaxed);
         let Some(m) = self.workers.get(worker) else {
@@ -196,21 +271,24 @@ impl HotKeys {
         };
         let mut t = m.lock().unwrap_or_else(|e| e.into_inner());
         t.advance(epoch);
-        t.current.offer(key, hash, add);
+        t.current.summary.offer(key, hash, add);
+        t.current.samples += 1;
+        t.current.requests += requests;
     }
 
-    /// The `n` hottest keys now, hottest first.
-    pub fn hottest(&self, n: usize) -> Vec<HotKey> {
-        self.hottest_at(n, now_ms())
+    /// The `n` hottest keys now, hottest first, and their window.
+    pub fn report(&self, n: usize) -> Report {
+        self.report_at(n, now_ms())
     }
 
-    fn hottest_at(&self, n: usize, now: u64) -> Vec<HotKey> {
+    fn report_at(&self, n: usize, now: u64) -> Report {
         let epoch = self.epoch.load(Ordering::Relaxed);
         let previous_start = self.starts.lock().unwrap_or_else(|e| e.into_inner())[1];
         let mut sums: HashMap<Vec<u8>, Counts> = HashMap::new();
+        let (mut samples, mut requests) = (0, 0);
         for w in &self.workers {
             let t = w.lock().unwrap_or_else(|e| e.into_inner());
-            let parts: &[&SpaceSaving] = if t.epoch == epoch {
+            let parts: &[&Epoch] = if t.epoch == epoch {
                 &[&t.current, &t.previous]
             } else if t.epoch + 1 == epoch {
                 &[&t.current]
@@ -218,8 +296,10 @@ impl HotKeys {
                 &[]
             };
             for part in parts {
-                for (key, c) in part.entries() {
-                    if c.reads + c.writes == 0 {
+                samples += part.samples;
+                requests += part.requests;
+                for (key, c) in part.summary.entries() {
+                    if c.requests() == 0 {
                         continue;
                     }
                     let s = sums.entry(key.to_vec()).or_default();
@@ -231,159 +311,76 @@ impl HotKeys {
         }
         let mut keys: Vec<(Vec<u8>, Counts)> = sums.into_iter().collect();
         keys.sort_by(|a, b| {
-            (b.1.reads + b.1.writes)
-                .cmp(&(a.1.reads + a.1.writes))
+            b.1.requests()
+                .cmp(&a.1.requests())
                 .then(b.1.bytes.cmp(&a.1.bytes))
                 .then(a.0.cmp(&b.0))
         });
         keys.truncate(n);
         // The window: since the previous epoch began, or since tracking
-        // did; at least a second (a clock set back shortens nothing
-        // below that).
-        let from = previous_start.max(self.started_ms);
-        let window = (now.saturating_sub(from) as f64 / 1000.0).max(1.0);
-        let scale = f64::from(self.sample) / window;
-        keys.into_iter()
+        // did (a clock set back shortens nothing below a second).
+        let mut report = Report {
+            keys: Vec::new(),
+            from_ms: previous_start.max(self.started_ms),
+            to_ms: now,
+            samples,
+            requests,
+        };
+        let scale = 1.0 / report.window_secs();
+        report.keys = keys
+            .into_iter()
             .map(|(key, c)| HotKey {
                 key,
                 reads_per_sec: c.reads as f64 * scale,
                 writes_per_sec: c.writes as f64 * scale,
                 bytes_per_sec: c.bytes as f64 * scale,
             })
-            .collect()
+            .collect();
+        report
     }
 }
 
 /// The `n` hottest keys, hottest first (none when hot keys are off):
-/// for `stats hotkeys` and the metrics endpoint (`Shared::hot_keys`).
+/// for the metrics endpoint (`Shared::hot_keys`).
 pub fn top(hot: Option<&HotKeys>, n: usize) -> Vec<HotKey> {
-    hot.map_or_else(Vec::new, |h| h.hottest(n))
+    hot.map_or_else(Vec::new, |h| h.report(n).keys)
 }
 
 /// `stats hotkeys [N]`: `STAT hotkey <rank> <key> <reads/s> <writes/s>
 /// <bytes/s>` per key, hottest first, at most `hotkeys_top` (or N if
-/// fewer); keys URI-encoded as memcached's `watch` prints them.
+/// fewer), keys URI-encoded as memcached's `watch` prints them; then
+/// `STAT hotkeys_window <from> <to>` (Unix ms: what the rates are over,
+/// at least a second) and `STAT hotkeys_sampled <samples> <requests>`
+/// (samples in the window and the requests they were taken from).
 pub fn stats_rows(hot: Option<&HotKeys>, n: Option<usize>, out: &mut Vec<u8>) {
     let Some(h) = hot else {
         return;
     };
     let n = n.map_or(h.limit(), |n| n.min(h.limit()));
-    for (rank, k) in top(hot, n).iter().enumerate() {
+    let report = h.report(n);
+    for (rank, k) in report.keys.iter().enumerate() {
         out.extend_from_slice(b"STAT hotkey ");
         out.extend_from_slice(itoa::Buffer::new().format(rank + 1).as_bytes());
         out.push(b' ');
         uri_encode(&k.key, out);
         let rates = format!(
-            " {:.1} {:.1} {:.1}\r\n",
+            " {:.2} {:.2} {:.2}\r\n",
             k.reads_per_sec, k.writes_per_sec, k.bytes_per_sec
         );
         out.extend_from_slice(rates.as_bytes());
     }
+    let tail = format!(
+        "STAT hotkeys_window {} {}\r\nSTAT hotkeys_sampled {} {}\r\n",
+        report.from_ms, report.to_ms, report.samples, report.requests
+    );
+    out.extend_from_slice(tail.as_bytes());
 }
 
 pub use osmium_protocol::encode::uri_encode;
 
-/// A worker's sampler: which requests are counted.
-pub struct Sampler {
-    hot: Arc<HotKeys>,
-    worker: usize,
-    /// Requests until the next sample.
-    countdown: Cell<u32>,
-    rng: Cell<Rng>,
-}
-
-impl Sampler {
-    pub fn new(hot: Arc<HotKeys>, worker: usize) -> Sampler {
-        let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15 ^ (worker as u64 + 1));
-        let first = interval(&mut rng, hot.sample);
-        Sampler {
-            hot,
-            worker,
-            countdown: Cell::new(first),
-            rng: Cell::new(rng),
-        }
-    }
-
-    /// A read of `key` that sent `bytes` of value.
-    #[inline]
-    pub fn read(&self, key: &[u8], bytes: usize) {
-        if self.due() {
-            self.sample(key, 1, 0, bytes);
-        }
-    }
-
-    /// A write of `key` that received `bytes` of value.
-    #[inline]
-    pub fn write(&self, key: &[u8], bytes: usize) {
-        if self.due() {
-            self.sample(key, 0, 1, bytes);
-        }
-    }
-
-    #[inline]
-    fn due(&self) -> bool {
-        let left = self.countdown.get();
-        if left > 1 {
-            self.countdown.set(left - 1);
-            false
-        } else {
-            true
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn sample(&self, key: &[u8], reads: u64, writes: u64, bytes: usize) {
-        let mut rng = self.rng.get();
-        self.countdown.set(interval(&mut rng, self.hot.sample));
-        self.rng.set(rng);
-        let add = Counts {
-            reads,
-            writes,
-            bytes: bytes as u64,
-        };
-        self.hot.count(self.worker, key, add);
-    }
-}
-
-/// Requests to the next sample: uniform in `[1, 2n - 1]`, mean `n`.
-#[inline]
-fn interval(rng: &mut Rng, n: u32) -> u32 {
-    if n <= 1 {
-        return 1;
-    }
-    let span = u64::from(n) * 2 - 1;
-    1 + (rng.next() % span) as u32
-}
-
-/// xorshift64*: the sampler's (and the tests') cheap generator.
-#[derive(Clone, Copy)]
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Rng {
-        Rng(seed | 1)
-    }
-
-    #[inline]
-    pub(crate) fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in [0, 1).
-    #[cfg(test)]
-    pub(crate) fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::sampler::Rng;
     use super::*;
 
     fn encoded(key: &[u8]) -> String {
@@ -399,34 +396,21 @@ mod tests {
         assert_eq!(encoded(&[0, 0x7f, 0xff, b'%']), "%00%7F%FF%25");
     }
 
-    #[test]
-    fn intervals_average_the_sampling_rate() {
-        let mut rng = Rng::new(3);
-        let n = 100_000;
-        let sum: u64 = (0..n).map(|_| u64::from(interval(&mut rng, 8))).sum();
-        let mean = sum as f64 / n as f64;
-        assert!((mean - 8.0).abs() < 0.1, "mean {mean}");
-        assert_eq!(interval(&mut rng, 1), 1);
-        for _ in 0..1000 {
-            assert!((1..=15).contains(&interval(&mut rng, 8)));
+    fn read(weight: u64) -> Counts {
+        Counts {
+            reads: weight,
+            writes: 0,
+            bytes: 100 * weight,
         }
     }
 
     #[test]
     fn rates_cover_two_epochs_then_fade() {
-        let hot = HotKeys::new(4, 1, 2).unwrap();
-        // Tracking started long ago; feed worker 0 by hand at fixed times.
-        let hot = HotKeys {
-            started_ms: 0,
-            ..Arc::try_unwrap(hot).ok().unwrap()
-        };
+        // Tracking started long ago; feed the workers by hand at fixed
+        // times.
+        let hot = HotKeys::with_clock(4, Sampling::Fixed(1), 2, 0).unwrap();
         let t0 = 1_000 * EPOCH_MS; // an epoch's start
-        let c = Counts {
-            reads: 1,
-            writes: 0,
-            bytes: 100,
-        };
-        let put = |w: usize, key: &[u8]| hot.count(w, key, c);
+        let put = |w: usize, key: &[u8]| hot.count(w, key, read(1), 1);
         hot.tick_at(t0);
         for _ in 0..50 {
             put(0, b"a"); // 50 in the first epoch, on worker 0
@@ -437,23 +421,89 @@ mod tests {
         }
         put(0, b"b");
         // 10 s after t0: 100 reads over 10 s.
-        let top = hot.hottest_at(10, t0 + 2 * EPOCH_MS - 1);
+        let r = hot.report_at(10, t0 + 2 * EPOCH_MS - 1);
+        let top = &r.keys;
         assert_eq!(top[0].key, b"a");
         assert!((top[0].reads_per_sec - 10.0).abs() < 0.1, "{top:?}");
         assert!((top[0].bytes_per_sec - 1000.0).abs() < 10.0);
         assert_eq!(top[1].key, b"b");
-        assert_eq!(hot.hottest_at(1, t0 + 2 * EPOCH_MS - 1).len(), 1);
+        assert_eq!((r.from_ms, r.to_ms), (t0, t0 + 2 * EPOCH_MS - 1));
+        assert_eq!((r.samples, r.requests), (101, 101));
+        assert_eq!(hot.report_at(1, t0 + 2 * EPOCH_MS - 1).keys.len(), 1);
         // An epoch later only the second epoch counts, over 5 to 10 s.
         hot.tick_at(t0 + 2 * EPOCH_MS);
-        let top = hot.hottest_at(10, t0 + 2 * EPOCH_MS + 2_500);
+        let top = hot.report_at(10, t0 + 2 * EPOCH_MS + 2_500).keys;
         assert!((top[0].reads_per_sec - 50.0 / 7.5).abs() < 0.1, "{top:?}");
         // Two epochs later: gone.
         hot.tick_at(t0 + 3 * EPOCH_MS);
-        assert!(hot.hottest_at(10, t0 + 3 * EPOCH_MS).is_empty());
+        assert!(hot.report_at(10, t0 + 3 * EPOCH_MS).keys.is_empty());
         // A clock set back starts over.
         put(0, b"c");
         hot.tick_at(t0);
-        assert!(hot.hottest_at(10, t0 + 1).is_empty());
+        assert!(hot.report_at(10, t0 + 1).keys.is_empty());
+    }
+
+    #[test]
+    fn weighted_samples_make_the_rates() {
+        // Samples taken 1 in 8 weigh 8: 30 of them are 240 reads.
+        let t0 = 2_000 * EPOCH_MS;
+        let hot = HotKeys::with_clock(4, Sampling::Fixed(8), 1, t0).unwrap();
+        for _ in 0..30 {
+            hot.count(0, b"k", read(8), 8);
+        }
+        hot.count(
+            0,
+            b"k",
+            Counts {
+                reads: 0,
+                writes: 8,
+                bytes: 0,
+            },
+            8,
+        );
+        let r = hot.report_at(4, t0 + 2_000);
+        assert_eq!(r.window_secs(), 2.0);
+        assert_eq!(r.keys[0].reads_per_sec, 120.0);
+        assert_eq!(r.keys[0].writes_per_sec, 4.0);
+        assert_eq!(r.keys[0].bytes_per_sec, 12_000.0);
+        assert_eq!((r.samples, r.requests), (31, 248));
+    }
+
+    #[test]
+    fn stats_rows_say_the_rates_and_their_window() {
+        let hot = HotKeys::new(4, Sampling::default(), 1).unwrap();
+        let s = Sampler::new(hot.clone(), 0);
+        for _ in 0..3 {
+            s.read(b"a b", 10);
+        }
+        s.write(b"a b", 5);
+        s.read(b"c", 1);
+        let mut out = Vec::new();
+        stats_rows(Some(&hot), Some(10), &mut out);
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        // Within the first second the window is the 1 s floor.
+        assert!(
+            lines[0].starts_with("STAT hotkey 1 a%20b 3.00 1.00 35.00")
+                || lines[0].starts_with("STAT hotkey 1 a%20b "),
+            "{text}"
+        );
+        assert!(lines[1].starts_with("STAT hotkey 2 c "), "{text}");
+        let w: Vec<u64> = lines[2]
+            .strip_prefix("STAT hotkeys_window ")
+            .unwrap()
+            .split(' ')
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert!(w[0] <= w[1] && w[1] - w[0] < 60_000, "{text}");
+        assert_eq!(lines[3], "STAT hotkeys_sampled 5 5");
+        let mut one = Vec::new();
+        stats_rows(Some(&hot), Some(1), &mut one);
+        assert_eq!(String::from_utf8(one).unwrap().lines().count(), 3);
+        let mut none = Vec::new();
+        stats_rows(None, None, &mut none);
+        assert!(none.is_empty());
     }
 
     /// The hot path's cost per request, sampled updates included:
@@ -462,8 +512,8 @@ mod tests {
     #[test]
     #[ignore]
     fn hotkeys_cost() {
-        // 1,000,000 distinct 16-byte keys, zipf-like order (rank from a
-        // skewed draw), 20,000,000 requests.
+        // 65,536 draws of 16-byte keys among 1,000,000, zipf-like order
+        // (rank from a skewed draw), 20,000,000 requests.
         let mut rng = Rng::new(7);
         let keys: Vec<[u8; 16]> = (0..1 << 16)
             .map(|_| {
@@ -476,38 +526,43 @@ mod tests {
             })
             .collect();
         let n = 20_000_000usize;
-        for sample in [1u32, 8, 16, 32, 64] {
-            let hot = HotKeys::new(DEFAULT_TOP, sample, 1).unwrap();
-            let s = Sampler::new(hot, 0);
+        let t = std::time::Instant::now();
+        for i in 0..n {
+            std::hint::black_box(&keys[i & 0xffff]);
+        }
+        let without = t.elapsed().as_nanos() as f64 / n as f64;
+        // Fixed samplings, then adaptive at a worker's rate of R requests
+        // a second (the clock moved on by 1 ms every R / 1000 requests).
+        let runs: [(&str, Sampling, u64); 8] = [
+            ("1/1", Sampling::Fixed(1), 0),
+            ("1/8", Sampling::Fixed(8), 0),
+            ("1/32", Sampling::Fixed(32), 0),
+            ("1/64", Sampling::Fixed(64), 0),
+            ("adaptive at 100,000/s", Sampling::default(), 100_000),
+            ("adaptive at 500,000/s", Sampling::default(), 500_000),
+            ("adaptive at 1,000,000/s", Sampling::default(), 1_000_000),
+            ("adaptive at 2,500,000/s", Sampling::default(), 2_500_000),
+        ];
+        for (name, sampling, rate) in runs {
+            let hot = HotKeys::with_clock(DEFAULT_TOP, sampling, 1, 0).unwrap();
+            let s = Sampler::new(hot.clone(), 0);
+            let per_ms = (rate / 1000).max(1) as usize;
+            let mut clock = 0;
             let t = std::time::Instant::now();
             for i in 0..n {
+                if rate > 0 && i % per_ms == 0 {
+                    clock += 1;
+                    hot.tick_at(clock);
+                }
                 s.read(std::hint::black_box(&keys[i & 0xffff]), 64);
             }
             let with = t.elapsed().as_nanos() as f64 / n as f64;
-            let t = std::time::Instant::now();
-            for i in 0..n {
-                std::hint::black_box(&keys[i & 0xffff]);
-            }
-            let without = t.elapsed().as_nanos() as f64 / n as f64;
+            let r = hot.report_at(1, clock);
             println!(
-                "hotkeys_sample=1/{sample}: {:.2} ns per request ({with:.2} - {without:.2} loop)",
-                with - without
+                "{name}: {:.2} ns per request ({with:.2} - {without:.2} loop), 1 in {:.1} sampled",
+                with - without,
+                r.requests as f64 / r.samples.max(1) as f64
             );
         }
-    }
-
-    #[test]
-    fn a_sampler_scales_by_its_rate() {
-        let hot = HotKeys::new(8, 4, 1).unwrap();
-        let s = Sampler::new(hot.clone(), 0);
-        for _ in 0..40_000 {
-            s.read(b"x", 10);
-        }
-        let top = hot.hottest(4);
-        // About 40,000 reads counted in all (1 in 4 sampled, scaled back),
-        // over the shortest window (a second).
-        let counted = top[0].reads_per_sec;
-        assert!((counted - 40_000.0).abs() < 2_000.0, "{counted}");
-        assert_eq!(top[0].writes_per_sec, 0.0);
     }
 }

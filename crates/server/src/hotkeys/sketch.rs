@@ -4,6 +4,11 @@
 //! Filtered Space-Saving (Homem, Carvalho, "Finding top-k elements in
 //! data streams", Information Sciences 180, 2010) in front.
 //!
+//! A sample comes with a weight (the number of requests it stands for:
+//! the sampling interval it was taken at, [`super::sampler`]), and every
+//! count below is in weighted requests: Space-Saving with weighted updates
+//! keeps the same guarantees with counts in those units.
+//!
 //! Each slot holds a key (copied into a fixed 250-byte cell), its
 //! Space-Saving count (an upper bound of the key's true count), the
 //! error it inherited when it took the slot over, and what was counted
@@ -31,12 +36,20 @@ use osmium_protocol::request::KEY_MAX_LENGTH;
 
 const EMPTY: u32 = u32::MAX;
 
-/// What one slot counted since its key took it.
+/// What one slot counted since its key took it (or what one sample
+/// adds), in weighted requests and bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
     pub reads: u64,
     pub writes: u64,
     pub bytes: u64,
+}
+
+impl Counts {
+    /// The requests counted: what orders keys.
+    pub fn requests(&self) -> u64 {
+        self.reads + self.writes
+    }
 }
 
 /// A Space-Saving summary of a fixed number of slots.
@@ -120,10 +133,11 @@ impl SpaceSaving {
         &self.keys[at..at + self.key_len[slot] as usize]
     }
 
-    /// Counts one request of `key` (of hash `hash`; keys over 250 bytes
-    /// are cut there).
+    /// Counts a sample of `key` (of hash `hash`; keys over 250 bytes are
+    /// cut there) standing for `add.requests()` requests.
     pub fn offer(&mut self, key: &[u8], hash: u64, add: Counts) {
         let key = &key[..key.len().min(KEY_MAX_LENGTH)];
+        let weight = add.requests();
         let slot = match self.find(key, hash) {
             Some(slot) => slot,
             None if self.len < self.capacity => {
@@ -142,9 +156,9 @@ impl SpaceSaving {
             None => {
                 let f = self.filter_of(hash);
                 let min = self.heap[0] as usize;
-                if self.filter[f] + 1 < self.count[min] {
+                if self.filter[f] + weight < self.count[min] {
                     // Not yet seen as often as the least tracked key.
-                    self.filter[f] += 1;
+                    self.filter[f] += weight;
                     return;
                 }
                 // Take over the slot of the smallest count; its key's
@@ -160,7 +174,7 @@ impl SpaceSaving {
                 min
             }
         };
-        self.count[slot] += 1;
+        self.count[slot] += weight;
         let c = &mut self.counts[slot];
         c.reads += add.reads;
         c.writes += add.writes;
@@ -284,6 +298,12 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::HashMap;
 
+    impl Counts {
+        fn with_bytes(self, bytes: u64) -> Counts {
+            Counts { bytes, ..self }
+        }
+    }
+
     fn read() -> Counts {
         Counts {
             reads: 1,
@@ -317,6 +337,36 @@ mod tests {
         s.clear();
         assert_eq!(s.len(), 0);
         assert_eq!(s.estimate(b"a"), None);
+    }
+
+    #[test]
+    fn weighted_samples_count_as_their_weight() {
+        // Samples of weight 4: the counts, the filter and the smallest
+        // count are all in weighted requests.
+        let mut s = SpaceSaving::new(2);
+        let w4 = |reads, writes| Counts {
+            reads,
+            writes,
+            bytes: 40,
+        };
+        s.offer(b"a", hash_key(b"a"), w4(4, 0));
+        s.offer(b"a", hash_key(b"a"), w4(0, 4));
+        s.offer(b"b", hash_key(b"b"), w4(4, 0));
+        assert_eq!(s.estimate(b"a"), Some((8, 0)));
+        assert_eq!(s.min_count(), 4);
+        // c (0 in its filter + 4) is not under b's 4: it takes b's slot
+        // (b's 4 go to b's filter counter).
+        s.offer(b"c", hash_key(b"c"), w4(4, 0));
+        assert_eq!(s.estimate(b"b"), None);
+        assert_eq!(s.estimate(b"c"), Some((4, 0)));
+        assert_eq!(s.filter[s.filter_of(hash_key(b"b"))], 4);
+        // A sample of weight 1 of an untracked key only bumps its filter
+        // counter while that stays under the smallest count.
+        s.offer(b"d", hash_key(b"d"), read());
+        assert_eq!(s.estimate(b"d"), None);
+        let c: HashMap<Vec<u8>, Counts> = s.entries().map(|(k, c)| (k.to_vec(), c)).collect();
+        assert_eq!(c[&b"a"[..]], w4(4, 4).with_bytes(80));
+        assert_eq!(c[&b"c"[..]].requests(), 4);
     }
 
     #[test]
@@ -358,7 +408,7 @@ mod tests {
             total += 1.0 / (r as f64).powf(s);
             cdf.push(total);
         }
-        let mut rng = super::super::Rng::new(seed);
+        let mut rng = crate::hotkeys::sampler::Rng::new(seed);
         (0..n)
             .map(|_| {
                 let x = rng.unit() * total;

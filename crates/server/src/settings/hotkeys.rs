@@ -1,27 +1,26 @@
-//! `-o hotkeys_top=N` and `-o hotkeys_sample=1/N` (osmium's own): how
-//! many hot keys `stats hotkeys` reports (0: hot keys off, no work on any
-//! request) and which share of requests is sampled (see `crate::hotkeys`).
+//! `-o hotkeys_top=N` and `-o hotkeys_sample=adaptive|1/N` (osmium's
+//! own): how many hot keys `stats hotkeys` reports (0: hot keys off, no
+//! work on any request) and which requests are counted (see
+//! `crate::hotkeys`): adaptive by default, or a fixed 1 in N.
 
-use crate::hotkeys::{DEFAULT_SAMPLE, DEFAULT_TOP};
+use crate::hotkeys::{Sampling, DEFAULT_TOP, MAX_INTERVAL};
 
 /// The most keys `-o hotkeys_top` takes.
 pub const MAX_TOP: usize = 1024;
-/// The sparsest sampling `-o hotkeys_sample` takes (1 in this many).
-pub const MAX_SAMPLE: u32 = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HotkeysSettings {
     /// Keys reported; 0 is off.
     pub top: usize,
-    /// 1 request in `sample` is counted.
-    pub sample: u32,
+    /// Which requests are counted.
+    pub sample: Sampling,
 }
 
 impl Default for HotkeysSettings {
     fn default() -> Self {
         HotkeysSettings {
             top: DEFAULT_TOP,
-            sample: DEFAULT_SAMPLE,
+            sample: Sampling::default(),
         }
     }
 }
@@ -37,14 +36,19 @@ impl HotkeysSettings {
                     .ok_or_else(|| format!("-o hotkeys_top: a number of keys, 0 to {MAX_TOP}"))?;
             }
             "hotkeys_sample" => {
-                // `1/N`, or just `N`.
+                // `adaptive`, `1/N`, or just `N`.
+                if value == Some("adaptive") {
+                    self.sample = Sampling::default();
+                    return Ok(true);
+                }
                 let n = value.map(|v| v.strip_prefix("1/").unwrap_or(v));
                 self.sample = n
                     .and_then(|v| v.parse::<u32>().ok())
-                    .filter(|n| (1..=MAX_SAMPLE).contains(n))
+                    .filter(|n| (1..=MAX_INTERVAL).contains(n))
+                    .map(Sampling::Fixed)
                     .ok_or_else(|| {
                         format!(
-                            "-o hotkeys_sample: 1/N, one request in N, N from 1 to {MAX_SAMPLE}"
+                            "-o hotkeys_sample: adaptive, or 1/N (one request in N, N from 1 to {MAX_INTERVAL})"
                         )
                     })?;
             }
@@ -67,11 +71,16 @@ mod tests {
             h,
             HotkeysSettings {
                 top: 0,
-                sample: 100
+                sample: Sampling::Fixed(100)
             }
         );
         assert_eq!(h.option("hotkeys_sample", Some("3")), Ok(true));
-        assert_eq!(h.sample, 3);
+        assert_eq!(h.sample, Sampling::Fixed(3));
+        assert_eq!(h.option("hotkeys_sample", Some("adaptive")), Ok(true));
+        assert_eq!(h.sample, Sampling::default());
+        assert_eq!(HotkeysSettings::default().sample, Sampling::default());
+        assert!(h.option("hotkeys_sample", Some("1/2000000")).is_err());
+        assert!(h.option("hotkeys_sample", Some("Adaptive")).is_err());
         assert!(h.option("hotkeys_sample", Some("1/0")).is_err());
         assert!(h.option("hotkeys_sample", None).is_err());
         assert!(h.option("hotkeys_top", Some("x")).is_err());
