@@ -54,9 +54,11 @@ pub enum Next {
     Continue,
     /// Send what is queued, then close (quit, a binary protocol error).
     CloseAfterWrite,
-    /// Close at once, dropping queued output (an HTTP request line,
-    /// shutdown).
+    /// Close at once, dropping queued output (an HTTP request line).
     CloseNow,
+    /// Close at once: the connection asked the server to stop
+    /// (`shutdown`; memcached's `reason=shutdown`).
+    Shutdown,
     /// Stream a dump (`lru_crawler metadump`/`mgdump`) before the next
     /// request.
     StartDump(DumpKind),

@@ -28,6 +28,7 @@ use crate::compose::udp_marks::{mark_replies, ReplyShape};
 use crate::context::WorkerCtx;
 use crate::execute::store::{self, Admit};
 use crate::execute::{self, Dump, Next};
+use crate::logger::CloseReason;
 use crate::stats::latency::Cmd;
 
 /// A get line this long without its end is served as it arrives.
@@ -190,10 +191,15 @@ fn run_line<S: Sink>(
                 mark(out, datagram, reply_start, ReplyShape::Empty);
                 s.input.consume(consumed);
                 s.close_after_write = true;
+                s.close_reason = CloseReason::Normal;
                 ctx.lap(cmd);
                 return Some(Flow::Wait);
             }
             Next::CloseNow => return Some(Flow::Close),
+            Next::Shutdown => {
+                s.close_reason = CloseReason::Shutdown;
+                return Some(Flow::Close);
+            }
             Next::StartDump(kind) => s.dump = Some(Dump::new(kind)),
             Next::AwaitFlash => return Some(Flow::Flash),
         },

@@ -51,7 +51,7 @@ use super::stream::Stream;
 use super::udp::{Progress, UdpEndpoint};
 use crate::compose::output::Sink;
 use crate::context::{Shared, WorkerCtx};
-use crate::logger;
+use crate::logger::{self, CloseReason};
 use crate::replication::auth::PeerAuth;
 use crate::replication::stream::LinkStream;
 use crate::replication::{Wait, PEER_FOLLOW, PEER_NONE};
@@ -137,7 +137,10 @@ impl Conn {
             };
             let room = space.len();
             match self.stream.read(space) {
-                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(0) => {
+                    self.session.set_close_reason(CloseReason::Normal);
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
                 Ok(n) => {
                     self.session.received(ctx, n);
                     self.drained =
@@ -147,7 +150,17 @@ impl Conn {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    // A record rustls refused (`tls::TlsStream::read`).
+                    let tls = matches!(self.stream, Stream::Tls(_));
+                    if let Some(why) = e
+                        .get_ref()
+                        .filter(|_| tls && e.kind() == io::ErrorKind::InvalidData)
+                    {
+                        logger::tls_error(&ctx.shared.logger, ctx.head, self.fd, why);
+                    }
+                    return Err(e);
+                }
             }
         }
     }
@@ -284,9 +297,7 @@ impl Worker {
             let fd = stream.as_raw_fd();
             let kind = stream.kind();
             let activity = shared.conns.add_client(fd, kind, now);
-            if shared.logger.watching(logger::CONNEVENTS) {
-                logger::conn_event(&shared.logger, self.ctx.head, "conn_new", kind, None, fd);
-            }
+            logger::conn_new(&shared.logger, self.ctx.head, kind, fd);
             if shared.verbose() > 1 {
                 tracing::debug!("<{fd} new auto-negotiating client connection");
             }
@@ -318,20 +329,11 @@ impl Worker {
         }
     }
 
-    fn close(&mut self, key: usize, reason: &str) {
+    fn close(&mut self, key: usize) {
         if let Some(mut conn) = self.conns.try_remove(key) {
             let shared = &self.ctx.shared;
-            if shared.logger.watching(logger::CONNEVENTS) {
-                let log = &shared.logger;
-                logger::conn_event(
-                    log,
-                    self.ctx.head,
-                    "conn_close",
-                    conn.kind,
-                    Some(reason),
-                    conn.fd,
-                );
-            }
+            let reason = conn.session.close_reason();
+            logger::conn_close(&shared.logger, self.ctx.head, conn.kind, reason, conn.fd);
             let queued = conn.session.output().footprint();
             self.ctx.output_changed(queued, 0);
             conn.session.close(&self.ctx);
@@ -438,7 +440,7 @@ impl Worker {
         match flow {
             Flow::Wait => {}
             Flow::Yield => self.ready.push_back(key),
-            Flow::Close => self.close(key, "normal"),
+            Flow::Close => self.close(key),
             Flow::Flash => {
                 let started = match &mut self.flash {
                     Some(io) => io.start(
@@ -561,7 +563,10 @@ impl Worker {
             .map(|(k, _)| k)
             .collect();
         for k in idle {
-            self.close(k, "idle_timeout");
+            if let Some(conn) = self.conns.get_mut(k) {
+                conn.session.set_close_reason(CloseReason::IdleTimeout);
+            }
+            self.close(k);
         }
     }
 
