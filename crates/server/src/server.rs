@@ -67,7 +67,17 @@ pub fn run(
         daemon::keep_stderr();
     }
     if settings.daemon {
-        daemon::daemonize()?;
+        if service::manager_is_notified() {
+            // The process systemd started must be the one that says
+            // READY=1 (NotifyAccess=main), and stay: a daemon's parent
+            // exiting would end a Type=notify start.
+            tracing::warn!(
+                "-d ignored: NOTIFY_SOCKET is set (a Type=notify service): \
+                 osmium stays in the foreground"
+            );
+        } else {
+            daemon::daemonize()?;
+        }
     }
     process::apply_process_flags(&settings);
     if let Some(user) = &settings.user {

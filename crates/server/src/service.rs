@@ -1,11 +1,19 @@
 //! Running under a service manager: systemd's `Type=notify` protocol
 //! (`READY=1` once the listeners accept, `RELOADING=1` with
 //! `MONOTONIC_USEC=` then `READY=1` around a SIGHUP reload, `STOPPING=1`
-//! at a stop; nothing when `NOTIFY_SOCKET` is unset), and the man page
+//! at a stop; nothing when `NOTIFY_SOCKET` is unset; with it set, `-d`
+//! stays in the foreground, so that the process systemd started is the
+//! one that tells it), and the man page
 //! written from the command line's definition (`--generate-man DIR`, a
 //! packaging step: not listed by `-h`).
 
 use sd_notify::NotifyState;
+
+/// Whether a service manager listens for notifications (`NOTIFY_SOCKET`):
+/// then `-d` does not fork (see `server::run`).
+pub fn manager_is_notified() -> bool {
+    std::env::var_os("NOTIFY_SOCKET").is_some_and(|s| !s.is_empty())
+}
 
 fn notify(states: &[NotifyState<'_>]) {
     // A service manager that cannot be told is no reason to stop serving.
