@@ -40,6 +40,7 @@ mod tls_context;
 mod transport;
 
 use settings::Action;
+use transport::listen::ListenFailed;
 
 fn main() {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -125,8 +126,15 @@ fn main() {
         None => None,
     };
     if let Err(e) = server::run(settings, auth, tls, secret, metrics_token) {
+        // A listener's failure is said in memcached's words, naming what
+        // could not listen; anything else after `failed to start:`.
+        let listen = e.get_ref().and_then(|r| r.downcast_ref::<ListenFailed>());
+        let message = match listen {
+            Some(failed) => failed.to_string(),
+            None => format!("failed to start: {e}"),
+        };
         // Under -d the waiting parent prints it and exits with 71 too.
-        daemon::report_failure(&format!("failed to start: {e}"));
+        daemon::report_failure(&message);
         std::process::exit(71); // EX_OSERR
     }
 }

@@ -212,6 +212,10 @@ pub struct Settings {
     /// UDP port (`-U`); 0 means no UDP.
     pub udp_port: u16,
     pub listen: Vec<ListenAddr>,
+    /// The `-l` values as memcached keeps them (`settings.inter`: joined
+    /// by commas, one already contained in them left out); None without
+    /// `-l`. `stats settings` shows it; a failed listener names it.
+    pub inter: Option<String>,
     /// `-s`: listen on this unix-domain socket instead of TCP and UDP.
     pub unix_socket: Option<String>,
     /// How many workers serve each UDP socket: every worker, or one when
@@ -433,8 +437,22 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let expanded = config_file::expand(args.into_iter().map(Into::into).collect())?;
-    let cli = Cli::try_parse_from(expanded.args).map_err(|e| e.to_string())?;
-    let options = live::capture(&cli, &expanded.logfile);
+    let logfile = &expanded.logfile;
+    parse_expanded(expanded.args.clone(), logfile).map_err(|message| {
+        // A value a config file gave is refused with its file and line.
+        config_file::locate(message, &expanded, |args| {
+            parse_expanded(args, logfile).err()
+        })
+    })
+}
+
+/// Parses and validates a command line whose config files were expanded.
+fn parse_expanded(
+    args: Vec<std::ffi::OsString>,
+    logfile: &Option<String>,
+) -> Result<Action, String> {
+    let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
+    let options = live::capture(&cli, logfile);
     if cli.help {
         return Ok(Action::Print(help_text()));
     }
@@ -551,6 +569,14 @@ where
             tls,
         });
     }
+    let inter = cli
+        .listen
+        .iter()
+        .fold(None::<String>, |inter, l| match inter {
+            None => Some(l.clone()),
+            Some(i) if i.contains(l.as_str()) => Some(i),
+            Some(i) => Some(format!("{i},{l}")),
+        });
     let threads_per_udp = if listen.len() > 1 { 1 } else { cli.threads };
     if listen.is_empty() {
         listen.push(ListenAddr {
@@ -691,6 +717,7 @@ where
         port,
         udp_port: cli.udp_port,
         listen,
+        inter,
         unix_socket: cli.unix_socket,
         threads_per_udp,
         memory_limit,
@@ -733,7 +760,7 @@ where
         replica_follow_seconds: cli.replica_follow_seconds,
         tls,
         replication_secret: cli.replication_secret,
-        logfile: expanded.logfile,
+        logfile: logfile.clone(),
         hotkeys: hot,
         metrics_addr,
         metrics_hotkeys: cli.metrics_hotkeys,
