@@ -127,6 +127,9 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "store_no_memory", t.store_no_memory);
     stat(out, "auth_cmds", t.auth_cmds);
     stat(out, "auth_errors", t.auth_errors);
+    if sh.settings.idle_timeout > 0 {
+        stat(out, "idle_kicks", t.idle_kicks);
+    }
     stat(out, "bytes_read", t.bytes_read);
     stat(out, "bytes_written", t.bytes_written);
     stat(out, "limit_maxbytes", e.limit_maxbytes);
@@ -418,12 +421,17 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "maxconns", s.max_connections);
     stat(out, "tcpport", s.port);
     stat(out, "udpport", s.udp_port);
-    let inter = s
-        .listen
-        .iter()
-        .map(|l| l.host.as_str())
-        .collect::<Vec<_>>()
-        .join(",");
+    // The -l values as given (memcached's `settings.inter`: ports and TLS
+    // prefixes kept); without -l, osmium's default address.
+    let inter = match &s.inter {
+        Some(inter) => inter.clone(),
+        None => s
+            .listen
+            .iter()
+            .map(|l| l.host.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+    };
     stat(out, "inter", inter);
     stat(out, "verbosity", sh.verbosity.load(Ordering::Relaxed));
     stat(out, "oldest", 0);

@@ -565,6 +565,7 @@ impl Worker {
         for k in idle {
             if let Some(conn) = self.conns.get_mut(k) {
                 conn.session.set_close_reason(CloseReason::IdleTimeout);
+                self.ctx.stats.idle_kicks.incr();
             }
             self.close(k);
         }
