@@ -88,7 +88,8 @@ pub struct Cli {
     /// print version and exit
     #[arg(short = 'V', long = "version")]
     pub version: bool,
-    /// save PID in <file>, only used with -d option
+    /// save PID in <file> (with or without -d), written once the server
+    /// listens, removed when it stops
     #[arg(short = 'P', long = "pidfile")]
     pub pidfile: Option<String>,
     /// chunk size growth factor (accepted; osmium has no slab classes)
