@@ -80,6 +80,8 @@ impl Store {
     /// by a server with the same settings; otherwise the cache starts
     /// clean, and the [`Restart`] says why.
     pub fn open(cfg: StoreConfig) -> io::Result<(Store, Restart)> {
+        // What the first lookup would otherwise pay (see `epoch::prepare`).
+        crate::epoch::prepare();
         let segment_size = segment_size_for(cfg.item_size_max);
         let max_heads = (cfg.memory_limit / segment_size / 4).max(1);
         let heads = cfg.write_heads.clamp(1, max_heads);
