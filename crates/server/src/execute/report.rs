@@ -655,18 +655,24 @@ pub fn sizes(out: &mut Vec<u8>) {
     stat(out, "sizes_status", "disabled");
 }
 
-/// `stats slabs`: the segment arena reported as one slab class.
+/// `stats slabs`: the segment arena reported as one slab class whose pages
+/// are the segments and whose chunks are bytes (items are packed byte by
+/// byte): `free_chunks` is the room left in the segments with memory, so
+/// `used_chunks == total_chunks` (memcached-tool's `Full? yes`) only when
+/// none is left, as memcached's class with no free chunk.
 pub fn slabs(sh: &Shared, out: &mut Vec<u8>) {
     let e = sh.store.stats();
     let t = sh.totals();
     if e.segments_allocated > 0 {
         let n = |out: &mut Vec<u8>, name: &str, v: u64| stat(out, &format!("1:{name}"), v);
-        n(out, "chunk_size", e.segment_size);
-        n(out, "chunks_per_page", 1);
+        let total = e.segments_allocated * e.segment_size;
+        let free = e.segments_room_bytes.min(total);
+        n(out, "chunk_size", 1);
+        n(out, "chunks_per_page", e.segment_size);
         n(out, "total_pages", e.segments_allocated);
-        n(out, "total_chunks", e.segments_allocated);
-        n(out, "used_chunks", e.segments_allocated);
-        n(out, "free_chunks", 0);
+        n(out, "total_chunks", total);
+        n(out, "used_chunks", total - free);
+        n(out, "free_chunks", free);
         n(out, "free_chunks_end", 0);
         n(out, "get_hits", t.get_hits);
         n(out, "cmd_set", t.set_cmds);
