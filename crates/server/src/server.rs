@@ -93,7 +93,7 @@ pub fn run(
     let udp_endpoints = udp_sockets.len() * settings.threads_per_udp;
     let mut udp_per_worker = listen::deal_udp_sockets(udp_sockets, &settings)?.into_iter();
 
-    let (store, restart) = Store::open(StoreConfig {
+    let opened = Store::open(StoreConfig {
         memory_limit: settings.memory_limit,
         item_size_max: settings.item_size_max,
         evictions: settings.evictions,
@@ -106,7 +106,18 @@ pub fn run(
         recovery_threads: settings.threads,
         flash: settings.flash.clone(),
         clean: settings.clean,
-    })?;
+    });
+    let (store, restart) = match opened {
+        Ok(opened) => opened,
+        Err(e) => {
+            // A refused start leaves no file behind: the store removed
+            // what it made, and the `-s` socket file made above goes too.
+            if let Some(path) = &settings.unix_socket {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e);
+        }
+    };
     report_restart(&restart, settings.memory_file.as_deref());
     let store = Arc::new(store);
     let shared = Arc::new(Shared::new(settings, store, auth, tls, secret));

@@ -396,7 +396,7 @@ fn a_64m_flash_file_is_taken_as_memcached_takes_it() {
 }
 
 /// A refused start leaves no file it made: no flash file, no memory file,
-/// no flash metadata; a file that was there before stays.
+/// no flash metadata, no `-s` socket; a file that was there before stays.
 #[test]
 fn a_refused_start_leaves_no_file_behind() {
     let dir = Dir::new("refused");
@@ -417,6 +417,14 @@ fn a_refused_start_leaves_no_file_behind() {
         "8",
         "-e",
         &path("memory"),
+        "-o",
+        "ext_path=/nonexistent-dir/flash:64m",
+    ]);
+    assert!(!started);
+    // The `-s` socket made before the flash tier was refused.
+    let (started, _) = start_with(&[
+        "-s",
+        &path("sock"),
         "-o",
         "ext_path=/nonexistent-dir/flash:64m",
     ]);
