@@ -172,6 +172,7 @@ fn workload(a: &ClusterArgs, depth: usize, get_ratio: f64) -> Workload {
         seed: 1,
         dist: KeyDist::Uniform,
         rate: None,
+        arrivals: Default::default(),
         quantile: 0.995,
         cache_aside: false,
         busy_poll: true,
