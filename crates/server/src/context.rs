@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use mio::Waker;
+use osmium_protocol::replication_link::Transport;
 use osmium_store::Store;
 
 use crate::auth::AuthConfig;
@@ -188,14 +189,17 @@ pub struct WorkerCtx {
     /// What the connection being run is to replication (`PEER_*`): its
     /// writes are queued only from a client (`PEER_NONE`).
     pub peer: std::cell::Cell<u8>,
-    /// Where the connection being run stands in proving it is a peer
+    /// What the connection being run showed of itself to replication
     /// (`replication::auth`): the connection's own state, lent while it
     /// runs (`peers` only).
     pub peer_auth: std::cell::RefCell<PeerAuth>,
-    /// A replication secret is set, or TLS verifies client certificates
-    /// (a verified one proves a peer): `peer` and `peer_auth` are the
-    /// connection's, swapped in and out around each run.
+    /// This server may have replication peers (`Replication::has_peers`):
+    /// `peer` and `peer_auth` are the connection's, swapped in and out
+    /// around each run.
     pub peers: bool,
+    /// `replica_hello` succeeded on plain TCP: the worker turns the
+    /// connection into these Noise frames once the answer is out.
+    pub noise_upgrade: std::cell::RefCell<Option<Transport>>,
     /// Sync mode: the acknowledgements the requests just run wait for.
     repl_wait: std::cell::RefCell<Wait>,
     repl_pending: std::cell::Cell<bool>,
@@ -234,8 +238,8 @@ impl WorkerCtx {
                 .then(|| shared.replication.clone()),
             peer: std::cell::Cell::new(PEER_NONE),
             peer_auth: std::cell::RefCell::new(PeerAuth::default()),
-            peers: shared.replication.secret().is_some()
-                || shared.tls.as_ref().is_some_and(|t| t.verifies_any_client()),
+            peers: shared.replication.has_peers(),
+            noise_upgrade: std::cell::RefCell::new(None),
             repl_wait: std::cell::RefCell::new(Wait::default()),
             repl_pending: std::cell::Cell::new(false),
             handover: std::cell::Cell::new(None),

@@ -3,8 +3,9 @@
 //! restarted server opened with `replica_follow`, one connection).
 //!
 //! ```text
-//!   connect ─▶ TLS handshake with -Z (both certificates verified, `stream`)
-//!           ─▶ replica_auth ... replica_proof (with a secret: both ends prove it, `auth`)
+//!   connect ─▶ TLS handshake with -Z (the target's certificate verified, `stream`)
+//!           ─▶ replica_hello (with a secret: both ends prove it, `auth`; on plain
+//!              TCP the link is Noise frames from then on)
 //!           ─▶ replica_link <name> ◀─ OK (targets only: marks the connection on the
 //!              replica; anything else: it does not take this server as a peer,
 //!              nothing is sent, counted as a failed proof, retried)
@@ -29,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use osmium_protocol::client::reply::{outcome, Outcome};
+use osmium_protocol::replication_link::{frame_error, read_line, Role};
 use osmium_store::DumpCursor;
 
 use super::encode;
@@ -40,6 +42,8 @@ use super::Replication;
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(1);
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(1);
+/// The longest answer line to `replica_link` read.
+pub const MAX_ANSWER: usize = 256;
 /// Output written to the socket once this much is buffered.
 const WRITE_CHUNK: usize = 64 << 10;
 /// How long the sender waits for keys before it checks its timers.
@@ -109,7 +113,7 @@ pub fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
     let mut connected_before = false;
     let mut logged_down = false;
     while link.ended(&repl).is_none() {
-        let stream = repl.connect(&addr).and_then(|mut s| {
+        let stream = repl.connect(&addr, Role::TargetLink).and_then(|mut s| {
             introduce(&repl, &addr, &mut s)?;
             Ok(s)
         });
@@ -166,7 +170,7 @@ fn introduce(repl: &Replication, addr: &str, stream: &mut LinkStream) -> io::Res
     let ask = format!("replica_link {}\r\n", repl.name);
     let answer = stream
         .write_all(ask.as_bytes())
-        .and_then(|()| super::auth::read_line(stream))
+        .and_then(|()| read_line(stream, MAX_ANSWER))
         .map_err(|e| repl.tls_failed(addr, e))?;
     if answer == "OK" {
         return Ok(());
@@ -580,7 +584,13 @@ fn read_acks(repl: &Replication, link: &Link, conn: &Conn, stream: LinkReader) {
             {
                 continue
             }
-            Err(_) => break,
+            Err(e) => {
+                if let Some(f) = frame_error(&e) {
+                    let peer = link.addr.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    repl.auth_failed(&format!("{peer}: {f}"));
+                }
+                break;
+            }
         }
         let text = line.trim_ascii_end();
         match text {

@@ -14,19 +14,27 @@
 //! workers queued their keys in, and a full copy followed by the queue
 //! needs no snapshot (`link`). Writes that arrive on a peer connection
 //! (`replica_link`, a follow link) are applied and not queued, so a ring
-//! A→B→C→A does not loop. Both ends of every link prove who they are
-//! before anything else: with `-Z` the link is TLS and each end's
-//! certificate is verified against `ssl_ca_cert` (`stream`), and with a
-//! `--replication-secret` both prove they hold it (`auth`); without `-Z`
-//! the secret is required. See "Replication" in docs/ARCHITECTURE.md.
+//! A→B→C→A does not loop.
 //!
-//! Who is a peer, on the accepting end (`is_peer`):
+//! Every link starts with a handshake that proves both ends: with a
+//! `--replication-secret`, a Noise handshake with the secret as its
+//! pre-shared key (`auth`, `osmium_protocol::replication_link`), after
+//! which every byte of the link on plain TCP is a Noise frame, and under
+//! `-Z` the TLS session carries it, the handshake bound to the session;
+//! under `-Z` without a secret, the certificates (`-o replication_peers`,
+//! `-o replication_ca`). Without `-Z` the secret is required. What each
+//! kind of connection may run is `rights`. See "Replication" in
+//! docs/ARCHITECTURE.md and docs/SECURITY.md.
+//!
+//! Who is a peer, on the accepting end:
 //!
 //! ```text
-//!                    TLS client certificate verified   exchange (secret) done
-//!   -Z, no secret             required                        —
-//!   -Z, secret                required                     required
-//!   no -Z, secret               —                          required
+//!                      handshake (secret)   client certificate named by
+//!                                           replication_peers / replication_ca
+//!   no -Z, secret          required                 —
+//!   -Z, secret             required           required when either is set
+//!   -Z, no secret              —                   required
+//!   no secret, no names    nobody is a peer (the private commands are unknown)
 //! ```
 
 pub mod auth;
@@ -34,6 +42,7 @@ mod encode;
 mod link;
 mod pull;
 mod queue;
+pub mod rights;
 pub mod stream;
 pub mod targets;
 
@@ -47,19 +56,25 @@ use osmium_store::Store;
 
 use crate::settings::{Settings, MAX_REPLICA_TARGETS};
 use crate::tls_context::TlsContext;
-use auth::{PeerAuth, Secret};
+use auth::Secret;
 use link::Link;
+use osmium_protocol::replication_link::{self, Role};
 use stream::LinkStream;
 
 /// The most follow links served at once.
 const FEED_SLOTS: usize = 4;
 
-/// What a connection is to replication (`WorkerCtx::peer`).
+/// What a connection is to replication (`WorkerCtx::peer`; what each
+/// may run: `rights`): a client.
 pub const PEER_NONE: u8 = 0;
 /// A target link of another server (`replica_link`).
 pub const PEER_LINK: u8 = 1;
+/// osmium-proxy's peer connection (handshake role `proxy`).
+pub const PEER_PROXY: u8 = 2;
+/// A follower before its `replica_follow` (handshake role `follow`).
+pub const PEER_FOLLOWER: u8 = 3;
 /// This server's follow link to target `i` is `PEER_FOLLOW + i`.
-pub const PEER_FOLLOW: u8 = 2;
+pub const PEER_FOLLOW: u8 = 4;
 
 /// Link slots for targets: twice the most targets, so that the links of
 /// targets a live change removed can finish closing while the new ones
@@ -98,16 +113,18 @@ pub struct Replication {
     handoff: OnceLock<Handoff>,
     stop: AtomicBool,
     verbose: AtomicU8,
-    /// `--replication-secret` (required with `--replicate-to` unless
-    /// `-Z`): without one and without `-Z`, every private replication
-    /// command is refused.
+    /// `--replication-secret` (required with `--replicate-to` unless `-Z`
+    /// names the peers by certificate): the Noise handshake's PSK.
     secret: Option<Secret>,
-    /// `-Z`: every link is TLS, both ends' certificates verified.
+    /// `-Z`: every link is TLS, the target's certificate verified.
     tls: Option<Arc<TlsContext>>,
-    /// Failed exchanges (`replica_auth_failures`): a peer's proof refused
-    /// here, or a server of ours that failed to prove itself (its
-    /// certificate, or its proof of the secret).
+    /// Failed handshakes (`replica_auth_failures`): a peer's refused here
+    /// (wrong secret, reflected, a certificate not named), a server of
+    /// ours that failed to prove itself, or a link frame that failed to
+    /// authenticate.
     auth_failures: AtomicU64,
+    /// Commands refused on replication connections (`rights`).
+    link_refusals: AtomicU64,
     /// Outgoing TLS handshakes that failed, for any reason
     /// (`replica_ssl_handshake_errors`).
     ssl_failures: AtomicU64,
@@ -166,6 +183,7 @@ impl Replication {
             secret,
             tls,
             auth_failures: AtomicU64::new(0),
+            link_refusals: AtomicU64::new(0),
             ssl_failures: AtomicU64::new(0),
             link_hook: OnceLock::new(),
             targets_hook: OnceLock::new(),
@@ -177,27 +195,40 @@ impl Replication {
         self.secret.as_ref()
     }
 
-    /// Whether a connection may run the private commands (the table in
-    /// the module comment).
-    pub fn is_peer(&self, auth: &PeerAuth) -> bool {
-        if auth.is_own_link() {
-            return true;
-        }
-        match (&self.tls, &self.secret) {
-            (Some(_), None) => auth.cert_verified(),
-            (Some(_), Some(_)) => auth.cert_verified() && auth.proved_secret(),
-            (None, Some(_)) => auth.proved_secret(),
-            (None, None) => false,
-        }
+    /// Under `-Z`, whether `replication_peers` / `replication_ca` name
+    /// the peers (a certificate they do not name is no peer's).
+    pub fn names_required(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.names_peers())
     }
 
-    /// An exchange failed (`what` says how and with whom): counted, and
-    /// logged while there are few (the first ten, then at every power of
-    /// two), so that a flood of bad proofs cannot flood stderr.
+    /// Whether this server may have peer connections at all (the
+    /// workers then keep each connection's standing).
+    pub fn has_peers(&self) -> bool {
+        self.secret.is_some() || self.names_required() || self.is_on()
+    }
+
+    /// A handshake or a link's frame failed (`what` says how and with
+    /// whom): counted, and logged while there are few (the first ten,
+    /// then at every power of two), so that a flood of bad handshakes
+    /// cannot flood stderr.
     pub fn auth_failed(&self, what: &str) {
         let n = self.auth_failures.fetch_add(1, Relaxed) + 1;
         if n <= 10 || n.is_power_of_two() {
             tracing::warn!("[replication] authentication failed: {what} ({n} so far)");
+        }
+    }
+
+    /// A replication connection of kind `peer` sent `line`, which its
+    /// role does not carry (`rights`): logged while there are few, as
+    /// failed handshakes are.
+    pub fn link_refused(&self, peer: u8, line: &str) {
+        let n = self.link_refusals.fetch_add(1, Relaxed) + 1;
+        if n <= 10 || n.is_power_of_two() {
+            let kind = rights::kind_name(peer);
+            tracing::warn!(
+                "[replication] a {kind} sent {:?}, which it does not carry: closed ({n} so far)",
+                line.trim_end()
+            );
         }
     }
 
@@ -370,13 +401,14 @@ impl Replication {
             .spawn(move || pull::run(&repl, i));
     }
 
-    /// A connection to `addr` that proved it reaches a server of ours:
-    /// with `-Z`, TLS whose handshake verified the server's certificate
-    /// (and sent this server's); with a secret, then the exchange (`auth`:
-    /// the server proves it holds the secret, then this one). A failed
-    /// proof is counted and logged; the caller treats any error as a
-    /// failed connection.
-    fn connect(&self, addr: &str) -> std::io::Result<LinkStream> {
+    /// A connection to `addr` that proved it reaches a server of ours,
+    /// for `role`: with `-Z`, TLS whose handshake verified the server's
+    /// certificate (and, with `replication_peers`, that it names a peer);
+    /// with a secret, then the link handshake (`replica_hello`), bound to
+    /// the TLS session if there is one, after which plain TCP carries
+    /// Noise frames. A failed proof is counted and logged; the caller
+    /// treats any error as a failed connection.
+    fn connect(&self, addr: &str, role: Role) -> std::io::Result<LinkStream> {
         let tcp = link::connect_to(addr)?;
         let _ = tcp.set_nodelay(true);
         tcp.set_read_timeout(Some(link::ACK_TIMEOUT * 2))?;
@@ -388,16 +420,36 @@ impl Replication {
                     return Err(std::io::Error::other("-Z without ssl_ca_cert"));
                 };
                 let name = stream::server_name(addr)?;
-                stream::tls_client(tcp, config, name).map_err(|e| self.tls_failed(addr, e))?
+                let s =
+                    stream::tls_client(tcp, config, name).map_err(|e| self.tls_failed(addr, e))?;
+                if let LinkStream::Tls(_, conn) = &s {
+                    if !tls.names_target(conn) {
+                        let why = "its TLS certificate is not one replication_peers names";
+                        self.auth_failed(&format!("{addr}: {why}"));
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::PermissionDenied,
+                            why,
+                        ));
+                    }
+                }
+                s
             }
         };
         if let Some(secret) = self.secret() {
-            if let Err(e) = auth::client_handshake(&mut stream, secret) {
-                if e.is_auth_failure() {
-                    self.auth_failed(&format!("{addr}: {e}"));
+            let binding = match &stream {
+                LinkStream::Tls(_, conn) => Some(stream::tls_binding(conn)?),
+                _ => None,
+            };
+            let binding = binding.as_ref().map(|b| &b[..]);
+            match replication_link::connect_handshake(&mut stream, secret, role, binding) {
+                Ok(transport) => stream = stream.after_handshake(transport),
+                Err(e) => {
+                    if e.is_auth_failure() {
+                        self.auth_failed(&format!("{addr}: {e}"));
+                    }
+                    let e = std::io::Error::from(e);
+                    return Err(self.tls_failed(addr, e));
                 }
-                let e = std::io::Error::from(e);
-                return Err(self.tls_failed(addr, e));
             }
         }
         stream.tcp().set_read_timeout(None)?;
@@ -432,14 +484,14 @@ impl Replication {
 
     /// `replication_mode`, `replication_catchup`, `replica_N_*`,
     /// `replica_follow_links`, `replica_auth_failures`. Without
-    /// `--replicate-to` only the last two, and only with a secret (which
-    /// lets the server serve follow links): else `stats` stays
-    /// memcached's. A proxy reads a missing `replication_catchup` as
-    /// caught up.
+    /// `--replicate-to` only the last two, and only with a secret or
+    /// peers named by certificate (which let the server serve follow
+    /// links): else `stats` stays memcached's. A proxy reads a missing
+    /// `replication_catchup` as caught up.
     pub fn stats(&self, out: &mut Vec<u8>) {
         let mut s = String::new();
         if !self.is_on() {
-            if self.secret.is_some() {
+            if self.secret.is_some() || self.names_required() {
                 self.link_stats(&mut s);
                 out.extend_from_slice(s.as_bytes());
             }
