@@ -58,7 +58,10 @@ pub fn frame_error(e: &io::Error) -> Option<FrameError> {
     e.get_ref()?.downcast_ref::<FrameError>().copied()
 }
 
-/// A finished handshake's keys, both directions (`handshake`).
+/// A finished handshake's keys, both directions (`handshake`). A clone
+/// shares the keys; each `split` counts its nonces from 0 (a clone is
+/// for tests and fuzzing, which replay one link's keys).
+#[derive(Clone)]
 pub struct Transport(pub(crate) Arc<StatelessTransportState>);
 
 impl Transport {

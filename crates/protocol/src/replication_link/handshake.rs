@@ -305,7 +305,9 @@ pub fn respond(
     respond_as(secret, role, hex, tls_binding, instance_id())
 }
 
-pub(crate) fn respond_as(
+/// [`respond`] as an instance of `own_id`: for tests and fuzzing, where
+/// both ends run in one process (the server uses [`respond`]).
+pub fn respond_as(
     secret: &Secret,
     role: &[u8],
     hex: &[u8],
