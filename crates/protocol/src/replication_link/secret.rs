@@ -233,11 +233,12 @@ pub(crate) fn to_hex(bytes: &[u8]) -> String {
 /// Hex digits (either case) as bytes; None for an odd count or a
 /// non-digit.
 pub(crate) fn from_hex(hex: &[u8]) -> Option<Vec<u8>> {
-    if hex.len() % 2 != 0 {
+    let pairs = hex.chunks_exact(2);
+    if !pairs.remainder().is_empty() {
         return None;
     }
     let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    hex.chunks_exact(2)
+    pairs
         .map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?))
         .collect()
 }

@@ -356,8 +356,10 @@ mod tests {
             .unwrap_err()
             .contains("--replication-secret"));
         assert_eq!(replication_rule(&off, &d, true, true), Ok(None));
-        let mut named_off = TlsSettings::default();
-        named_off.replication_peers = vec!["a".into()];
+        let named_off = TlsSettings {
+            replication_peers: vec!["a".into()],
+            ..TlsSettings::default()
+        };
         assert!(replication_rule(&named_off, &d, false, true)
             .unwrap_err()
             .contains("need -Z"));
