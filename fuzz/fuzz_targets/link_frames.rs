@@ -38,9 +38,15 @@ impl Read for Chunks<'_> {
         if self.data.is_empty() {
             return Ok(0);
         }
-        let step = self.steps.get(self.n % self.steps.len().max(1)).copied().unwrap_or(255);
+        let step = self
+            .steps
+            .get(self.n % self.steps.len().max(1))
+            .copied()
+            .unwrap_or(255);
         self.n += 1;
-        let k = (usize::from(step) * 97 + 1).min(buf.len()).min(self.data.len());
+        let k = (usize::from(step) * 97 + 1)
+            .min(buf.len())
+            .min(self.data.len());
         buf[..k].copy_from_slice(&self.data[..k]);
         self.data = &self.data[k..];
         Ok(k)
@@ -51,7 +57,11 @@ impl Read for Chunks<'_> {
 fn read_all(wire: &[u8], steps: &[u8], out_chunk: usize) -> (Vec<u8>, bool) {
     let (_, receiver) = keys();
     let (_, mut inbound) = receiver.clone().split();
-    let mut sock = Chunks { data: wire, steps, n: 0 };
+    let mut sock = Chunks {
+        data: wire,
+        steps,
+        n: 0,
+    };
     let mut got = Vec::new();
     let mut buf = vec![0u8; out_chunk.max(1)];
     loop {
@@ -67,7 +77,11 @@ fuzz_target!(|data: &[u8]| {
     if data.len() < 4 {
         return;
     }
-    let (mode, steps_len, out_chunk) = (data[0], usize::from(data[1] % 16), usize::from(data[2]) * 31);
+    let (mode, steps_len, out_chunk) = (
+        data[0],
+        usize::from(data[1] % 16),
+        usize::from(data[2]) * 31,
+    );
     let rest = &data[3..];
     let steps = &rest[..steps_len.min(rest.len())];
     let body = &rest[steps.len()..];
@@ -99,5 +113,8 @@ fuzz_target!(|data: &[u8]| {
     wire[at] ^= data[0] | 1;
     let (got, failed) = read_all(&wire, steps, out_chunk);
     assert!(failed, "a changed frame was not refused");
-    assert!(got.len() < plain.len() && plain.starts_with(&got), "a changed frame was read out");
+    assert!(
+        got.len() < plain.len() && plain.starts_with(&got),
+        "a changed frame was read out"
+    );
 });

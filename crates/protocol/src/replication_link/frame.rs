@@ -24,8 +24,12 @@ pub const MAX_FRAME: usize = 65535;
 pub const TAG: usize = 16;
 /// The most plaintext one frame carries.
 pub const MAX_PLAINTEXT: usize = MAX_FRAME - TAG;
-/// Bytes read from the socket at a time.
+/// Bytes read from the socket at a time (at least).
 const READ_CHUNK: usize = 64 << 10;
+/// The receiving buffer: a whole frame not yet opened, and room for a
+/// read after it. Allocated (and zeroed) once per link, when it first
+/// reads.
+const RAW_SIZE: usize = 2 + MAX_FRAME + READ_CHUNK;
 
 /// Why received bytes were refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +83,7 @@ impl Transport {
                 nonce: 0,
                 raw: Vec::new(),
                 raw_pos: 0,
+                raw_end: 0,
                 plain: Vec::new(),
                 plain_pos: 0,
                 failed: None,
@@ -147,9 +152,10 @@ impl Outbound {
 pub struct Inbound {
     state: Arc<StatelessTransportState>,
     nonce: u64,
-    /// Bytes from the socket not yet opened: `raw[raw_pos..]`.
+    /// Bytes from the socket not yet opened: `raw[raw_pos..raw_end]`.
     raw: Vec<u8>,
     raw_pos: usize,
+    raw_end: usize,
     /// Opened plaintext not yet read: `plain[plain_pos..]`.
     plain: Vec<u8>,
     plain_pos: usize,
@@ -166,19 +172,23 @@ impl Inbound {
     /// Puts bytes the socket delivered into the inbound queue, as if read
     /// from it (a connection handed over with bytes already received).
     pub fn push_raw(&mut self, bytes: &[u8]) {
-        self.compact_raw();
-        self.raw.extend_from_slice(bytes);
+        let mut raw = self.raw[self.raw_pos..self.raw_end].to_vec();
+        raw.extend_from_slice(bytes);
+        self.raw_end = raw.len();
+        self.raw_pos = 0;
+        raw.resize(raw.len().max(RAW_SIZE), 0);
+        self.raw = raw;
     }
 
     /// The opened plaintext that is waiting and the socket bytes not yet
     /// opened, moved out (for a handover: `push_plain`, `push_raw`).
     pub fn take_buffers(&mut self) -> (Vec<u8>, Vec<u8>) {
         let plain = self.plain.split_off(self.plain_pos);
-        let raw = self.raw.split_off(self.raw_pos);
+        let raw = self.raw[self.raw_pos..self.raw_end].to_vec();
         self.plain.clear();
         self.plain_pos = 0;
-        self.raw.clear();
         self.raw_pos = 0;
+        self.raw_end = 0;
         (plain, raw)
     }
 
@@ -191,11 +201,23 @@ impl Inbound {
         self.plain_pos = 0;
     }
 
-    fn compact_raw(&mut self) {
-        if self.raw_pos > 0 {
-            self.raw.drain(..self.raw_pos);
+    /// Room to read into: the buffer made on the first read; what is not
+    /// opened yet moved to its front when the room after it runs short
+    /// (what waits is less than a whole frame, so a read always has at
+    /// least `READ_CHUNK`).
+    fn room(&mut self) -> &mut [u8] {
+        if self.raw.len() < RAW_SIZE {
+            self.raw.resize(RAW_SIZE, 0);
+        }
+        if self.raw_pos == self.raw_end {
+            self.raw_pos = 0;
+            self.raw_end = 0;
+        } else if self.raw.len() - self.raw_end < READ_CHUNK {
+            self.raw.copy_within(self.raw_pos..self.raw_end, 0);
+            self.raw_end -= self.raw_pos;
             self.raw_pos = 0;
         }
+        &mut self.raw[self.raw_end..]
     }
 
     /// Opens the first complete frame of `raw` into `plain` (or straight
@@ -206,7 +228,7 @@ impl Inbound {
         if let Some(e) = self.failed {
             return Err(e);
         }
-        let raw = &self.raw[self.raw_pos..];
+        let raw = &self.raw[self.raw_pos..self.raw_end];
         if raw.len() < 2 {
             return Ok(None);
         }
@@ -244,10 +266,6 @@ impl Inbound {
         }
         self.nonce += 1;
         self.raw_pos += 2 + len;
-        if self.raw_pos == self.raw.len() {
-            self.raw.clear();
-            self.raw_pos = 0;
-        }
         Ok(Some(if into_direct { plain_len } else { 0 }))
     }
 
@@ -283,15 +301,10 @@ impl Inbound {
                 Some(n) => return Ok(n),
                 None => {}
             }
-            self.compact_raw();
-            let at = self.raw.len();
-            self.raw.resize(at + READ_CHUNK, 0);
-            let got = sock.read(&mut self.raw[at..]);
-            self.raw.truncate(at + *got.as_ref().unwrap_or(&0));
-            match got {
-                Ok(0) if self.raw.is_empty() => return Ok(0),
+            match sock.read(self.room()) {
+                Ok(0) if self.raw_pos == self.raw_end => return Ok(0),
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(_) => {}
+                Ok(n) => self.raw_end += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
