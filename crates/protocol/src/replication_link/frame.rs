@@ -77,6 +77,7 @@ impl Transport {
                 nonce: 0,
                 frames: Vec::new(),
                 sent: 0,
+                end: 0,
             },
             Inbound {
                 state: self.0,
@@ -86,6 +87,7 @@ impl Transport {
                 raw_end: 0,
                 plain: Vec::new(),
                 plain_pos: 0,
+                plain_end: 0,
                 failed: None,
             },
         )
@@ -96,29 +98,34 @@ impl Transport {
 pub struct Outbound {
     state: Arc<StatelessTransportState>,
     nonce: u64,
-    /// Sealed frames: `frames[sent..]` not yet taken by the socket.
+    /// Sealed frames: `frames[sent..end]` not yet taken by the socket
+    /// (the buffer keeps its size, zeroed once as it grows).
     frames: Vec<u8>,
     sent: usize,
+    end: usize,
 }
 
 impl Outbound {
     /// Seals `plain` (split into frames as needed) after the frames
     /// already waiting.
     pub fn seal(&mut self, mut plain: &[u8]) -> io::Result<()> {
-        if self.sent == self.frames.len() {
-            self.frames.clear();
+        if self.sent == self.end {
             self.sent = 0;
+            self.end = 0;
         }
         while !plain.is_empty() {
             let n = plain.len().min(MAX_PLAINTEXT);
-            let at = self.frames.len();
-            self.frames.resize(at + 2 + n + TAG, 0);
+            let at = self.end;
+            if self.frames.len() < at + 2 + n + TAG {
+                self.frames.resize(at + 2 + n + TAG, 0);
+            }
             let len = self
                 .state
                 .write_message(self.nonce, &plain[..n], &mut self.frames[at + 2..])
                 .map_err(|e| io::Error::other(format!("sealing a frame: {e}")))?;
             debug_assert_eq!(len, n + TAG);
             self.frames[at..at + 2].copy_from_slice(&(len as u16).to_be_bytes());
+            self.end = at + 2 + len;
             self.nonce += 1;
             plain = &plain[n..];
         }
@@ -127,14 +134,14 @@ impl Outbound {
 
     /// Bytes of sealed frames the socket has not taken.
     pub fn pending(&self) -> usize {
-        self.frames.len() - self.sent
+        self.end - self.sent
     }
 
     /// Writes the waiting frames while `sock` takes them: Ok(true) when
     /// none is left, Ok(false) when a non-blocking socket is full.
     pub fn flush_to<W: Write>(&mut self, sock: &mut W) -> io::Result<bool> {
-        while self.sent < self.frames.len() {
-            match sock.write(&self.frames[self.sent..]) {
+        while self.sent < self.end {
+            match sock.write(&self.frames[self.sent..self.end]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => self.sent += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
@@ -142,8 +149,8 @@ impl Outbound {
                 Err(e) => return Err(e),
             }
         }
-        self.frames.clear();
         self.sent = 0;
+        self.end = 0;
         Ok(true)
     }
 }
@@ -156,9 +163,12 @@ pub struct Inbound {
     raw: Vec<u8>,
     raw_pos: usize,
     raw_end: usize,
-    /// Opened plaintext not yet read: `plain[plain_pos..]`.
+    /// Opened plaintext not yet read: `plain[plain_pos..plain_end]` (a
+    /// frame's room, made and zeroed once, when a frame first does not
+    /// fit the reader's buffer).
     plain: Vec<u8>,
     plain_pos: usize,
+    plain_end: usize,
     /// A frame failed: everything after it is refused too.
     failed: Option<FrameError>,
 }
@@ -166,7 +176,7 @@ pub struct Inbound {
 impl Inbound {
     /// Plaintext opened and not yet read.
     pub fn buffered(&self) -> &[u8] {
-        &self.plain[self.plain_pos..]
+        &self.plain[self.plain_pos..self.plain_end]
     }
 
     /// Puts bytes the socket delivered into the inbound queue, as if read
@@ -183,10 +193,10 @@ impl Inbound {
     /// The opened plaintext that is waiting and the socket bytes not yet
     /// opened, moved out (for a handover: `push_plain`, `push_raw`).
     pub fn take_buffers(&mut self) -> (Vec<u8>, Vec<u8>) {
-        let plain = self.plain.split_off(self.plain_pos);
+        let plain = self.plain[self.plain_pos..self.plain_end].to_vec();
         let raw = self.raw[self.raw_pos..self.raw_end].to_vec();
-        self.plain.clear();
         self.plain_pos = 0;
+        self.plain_end = 0;
         self.raw_pos = 0;
         self.raw_end = 0;
         (plain, raw)
@@ -196,9 +206,11 @@ impl Inbound {
     /// elsewhere: a handover).
     pub fn push_plain(&mut self, bytes: &[u8]) {
         let mut p = bytes.to_vec();
-        p.extend_from_slice(&self.plain[self.plain_pos..]);
-        self.plain = p;
+        p.extend_from_slice(&self.plain[self.plain_pos..self.plain_end]);
+        self.plain_end = p.len();
         self.plain_pos = 0;
+        p.resize(p.len().max(MAX_PLAINTEXT), 0);
+        self.plain = p;
     }
 
     /// Room to read into: the buffer made on the first read; what is not
@@ -242,21 +254,20 @@ impl Inbound {
         }
         let frame = &raw[2..2 + len];
         let plain_len = len - TAG;
-        let into_direct = self.plain_pos == self.plain.len() && direct.len() >= plain_len;
+        // Called only when no opened plaintext waits (`read_from`).
+        debug_assert_eq!(self.plain_pos, self.plain_end);
+        let into_direct = direct.len() >= plain_len;
         let opened = if into_direct {
             self.state.read_message(self.nonce, frame, direct)
         } else {
-            if self.plain_pos == self.plain.len() {
-                self.plain.clear();
-                self.plain_pos = 0;
+            if self.plain.len() < MAX_PLAINTEXT {
+                self.plain.resize(MAX_PLAINTEXT, 0);
             }
-            let at = self.plain.len();
-            self.plain.resize(at + plain_len, 0);
-            let r = self
-                .state
-                .read_message(self.nonce, frame, &mut self.plain[at..]);
-            if r.is_err() {
-                self.plain.truncate(at);
+            self.plain_pos = 0;
+            self.plain_end = 0;
+            let r = self.state.read_message(self.nonce, frame, &mut self.plain);
+            if r.is_ok() {
+                self.plain_end = plain_len;
             }
             r
         };
@@ -271,14 +282,10 @@ impl Inbound {
 
     /// Copies waiting plaintext into `buf`.
     fn take_plain(&mut self, buf: &mut [u8]) -> usize {
-        let waiting = &self.plain[self.plain_pos..];
+        let waiting = &self.plain[self.plain_pos..self.plain_end];
         let n = waiting.len().min(buf.len());
         buf[..n].copy_from_slice(&waiting[..n]);
         self.plain_pos += n;
-        if self.plain_pos == self.plain.len() {
-            self.plain.clear();
-            self.plain_pos = 0;
-        }
         n
     }
 
@@ -293,7 +300,7 @@ impl Inbound {
             return Ok(0);
         }
         loop {
-            if self.plain_pos < self.plain.len() {
+            if self.plain_pos < self.plain_end {
                 return Ok(self.take_plain(buf));
             }
             match self.open_one(buf)? {
