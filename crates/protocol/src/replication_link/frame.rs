@@ -24,6 +24,10 @@ pub const MAX_FRAME: usize = 65535;
 pub const TAG: usize = 16;
 /// The most plaintext one frame carries.
 pub const MAX_PLAINTEXT: usize = MAX_FRAME - TAG;
+/// The most plaintext this end seals into one frame: as a TLS record, so
+/// the receiving end can apply the start of a large write while the rest
+/// is on its way (it opens whole frames only).
+pub const SEAL_PLAINTEXT: usize = 16 << 10;
 /// Bytes read from the socket at a time (at least).
 const READ_CHUNK: usize = 64 << 10;
 /// The receiving buffer: a whole frame not yet opened, and room for a
@@ -89,6 +93,7 @@ impl Transport {
                 plain_pos: 0,
                 plain_end: 0,
                 failed: None,
+                socket_drained: false,
             },
         )
     }
@@ -114,7 +119,7 @@ impl Outbound {
             self.end = 0;
         }
         while !plain.is_empty() {
-            let n = plain.len().min(MAX_PLAINTEXT);
+            let n = plain.len().min(SEAL_PLAINTEXT);
             let at = self.end;
             if self.frames.len() < at + 2 + n + TAG {
                 self.frames.resize(at + 2 + n + TAG, 0);
@@ -171,9 +176,19 @@ pub struct Inbound {
     plain_end: usize,
     /// A frame failed: everything after it is refused too.
     failed: Option<FrameError>,
+    /// The last read of the socket returned less than it was offered
+    /// (the socket was empty then).
+    socket_drained: bool,
 }
 
 impl Inbound {
+    /// Whether nothing is left to read without the socket saying so: its
+    /// last read was short and nothing waits here (no plaintext, no byte
+    /// of a frame).
+    pub fn drained(&self) -> bool {
+        self.socket_drained && self.plain_pos == self.plain_end && self.raw_pos == self.raw_end
+    }
+
     /// Plaintext opened and not yet read.
     pub fn buffered(&self) -> &[u8] {
         &self.plain[self.plain_pos..self.plain_end]
@@ -308,10 +323,15 @@ impl Inbound {
                 Some(n) => return Ok(n),
                 None => {}
             }
-            match sock.read(self.room()) {
+            let room = self.room();
+            let offered = room.len();
+            match sock.read(room) {
                 Ok(0) if self.raw_pos == self.raw_end => return Ok(0),
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => self.raw_end += n,
+                Ok(n) => {
+                    self.raw_end += n;
+                    self.socket_drained = n < offered;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
@@ -388,8 +408,8 @@ mod tests {
         let big: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
         let parts: [&[u8]; 4] = [b"ms k 1 q\r\nv\r\n", &big, b"", b"mn\r\n"];
         let wire = sealed(&mut a_out, &parts);
-        // 200,000 bytes take four frames.
-        assert_eq!(wire.len(), 13 + 4 + 200_000 + 6 * (2 + TAG));
+        // 200,000 bytes take thirteen frames of at most 16 KiB.
+        assert_eq!(wire.len(), 13 + 4 + 200_000 + 15 * (2 + TAG));
         let want: Vec<u8> = parts.concat();
         for (step, chunk) in [(1, 7), (3, 1 << 20), (65537, 100), (1 << 20, 1 << 17)] {
             let (a, b) = pair();

@@ -38,7 +38,9 @@ pub mod handshake;
 pub mod secret;
 pub mod stream;
 
-pub use frame::{frame_error, FrameError, Inbound, Outbound, Transport, MAX_PLAINTEXT};
+pub use frame::{
+    frame_error, FrameError, Inbound, Outbound, Transport, MAX_PLAINTEXT, SEAL_PLAINTEXT,
+};
 pub use handshake::{
     connect_handshake, instance_id, respond, HandshakeError, Initiator, Refusal, Role,
     EXPORTER_LABEL, HELLO, HELLO_ANSWER,

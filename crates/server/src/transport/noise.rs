@@ -15,13 +15,16 @@
 //! sealed frames the socket did not take count as unsent output, so the
 //! connection waits for a writable event until they are out. The output
 //! queue (buffer bytes and values in item memory) is gathered up to one
-//! frame's plaintext at a time into a scratch buffer, sealed, and sent;
-//! at most one frame waits for a full socket.
+//! frame's plaintext (`SEAL_PLAINTEXT`, 16 KiB) at a time into a scratch
+//! buffer, sealed, and sent; at most one frame waits for a full socket.
+//! A read that found the socket empty (it returned less than it was
+//! offered) with nothing left to open says the connection is drained
+//! (`drained`), as a short read of a plain socket does.
 
 use std::io::{self, IoSlice, Read};
 
 use mio::net::TcpStream;
-use osmium_protocol::replication_link::{frame_error, Inbound, Outbound, MAX_PLAINTEXT};
+use osmium_protocol::replication_link::{frame_error, Inbound, Outbound, SEAL_PLAINTEXT};
 
 use crate::compose::output::{Output, GATHER_PIECES};
 use crate::stats::counters::ThreadStats;
@@ -53,6 +56,12 @@ impl NoiseConn {
         (self.sock, self.outbound, self.inbound)
     }
 
+    /// Whether the last read found the socket empty and nothing is left
+    /// to open (the worker then waits for the next readable event).
+    pub fn drained(&self) -> bool {
+        self.inbound.drained()
+    }
+
     /// Sends the sealed frames that wait. Ok(true): none left.
     pub fn flush_frames(&mut self) -> io::Result<bool> {
         self.outbound.flush_to(&mut self.sock)
@@ -73,7 +82,7 @@ impl NoiseConn {
             if done == total {
                 break Ok(true);
             }
-            let (count, offered) = out.pieces(done, MAX_PLAINTEXT.min(total - done), &mut iov);
+            let (count, offered) = out.pieces(done, SEAL_PLAINTEXT.min(total - done), &mut iov);
             self.scratch.clear();
             for piece in &iov[..count] {
                 self.scratch.extend_from_slice(piece);

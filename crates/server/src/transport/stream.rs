@@ -52,11 +52,17 @@ impl Stream {
         }
     }
 
-    /// A read that returned less than it had room for emptied the socket
-    /// (a unix stream's read may stop short at a sender's boundary; TLS
-    /// and Noise return a record's or a frame's plaintext at a time).
-    pub fn short_read_means_empty(&self) -> bool {
-        matches!(self, Stream::Tcp(_))
+    /// Whether a read of `n` bytes into `room` emptied the socket: a
+    /// plain TCP read that returned less than it had room for; a Noise
+    /// link whose socket read was short with nothing left to open (a
+    /// unix stream's read may stop short at a sender's boundary; TLS
+    /// returns a record's plaintext at a time).
+    pub fn read_drained(&self, n: usize, room: usize) -> bool {
+        match self {
+            Stream::Tcp(_) => n < room,
+            Stream::Noise(s) => s.drained(),
+            Stream::Tls(_) | Stream::Unix(_) => false,
+        }
     }
 
     /// Whether the idle timeout applies (memcached: TCP clients only).

@@ -135,8 +135,7 @@ impl Conn {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => {
                     self.session.received(ctx, n);
-                    self.drained =
-                        n < room && !self.peer_closed && self.stream.short_read_means_empty();
+                    self.drained = !self.peer_closed && self.stream.read_drained(n, room);
                     ctx.stats.bytes_read.add(n as u64);
                     return Ok(Some(n));
                 }
