@@ -20,6 +20,34 @@
 //! `--replication-secret` both prove they hold it (`auth`); without `-Z`
 //! the secret is required. See "Replication" in docs/ARCHITECTURE.md.
 //!
+//! **Sync mode's flow control never wedges** (the invariant: no
+//! connection waits for a reply that needs its own unread input, however
+//! much its client pipelines). A held connection (`transport::worker`,
+//! `repl_held`) waits for exactly one thing: the MN of each up target
+//! covering writes it already ran, whose replies are already composed.
+//! That MN needs nothing of the held connection, nor of any worker:
+//!
+//! - the target applies the writes on a peer connection, whose writes are
+//!   never queued (`WorkerCtx::replicate_key`), so it is never held itself;
+//!   its worker only ever yields it, and a yield still runs it;
+//! - each link's MN are read by the link's own ack thread (`link`), which
+//!   reads whatever workers do; it wakes them, it never waits for them;
+//! - the sender waits only for the target (the copy-ahead bound waits for
+//!   MN, the socket write for the target's peer connection), never for a
+//!   worker: a write queues a key under the queue's mutex and goes on;
+//! - a link that makes no progress is down within `ACK_TIMEOUT`, and a
+//!   down link covers every wait (`Link::covers`).
+//!
+//! So every hold ends. When it does, the worker sends the held replies
+//! before it runs another request of that connection (what it holds is
+//! bounded by one run: `-R` requests or the output limits) and reads the
+//! socket again: a readable event that came during the hold clears
+//! `drained`, so data the client sent meanwhile is read without another
+//! edge. The one reply that waits for the connection's own input is
+//! memcached's: replies are not written while a data block is incomplete
+//! (`Session::holds_output`), and that block is the client's to finish;
+//! it is read as soon as it arrives, held or not.
+//!
 //! Who is a peer, on the accepting end (`is_peer`):
 //!
 //! ```text
