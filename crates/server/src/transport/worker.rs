@@ -64,7 +64,7 @@ use crate::context::{Shared, WorkerCtx};
 use crate::logger;
 use crate::replication::auth::PeerAuth;
 use crate::replication::stream::LinkStream;
-use crate::replication::{Wait, PEER_FOLLOW, PEER_NONE};
+use crate::replication::{Wait, COPY_OPEN, PEER_FOLLOW, PEER_NONE};
 use crate::session::{Flow, Protocol, Session};
 
 const WAKE: Token = Token(usize::MAX);
@@ -119,6 +119,8 @@ struct Conn {
     /// Whether it proved it is a peer, or is proving it
     /// (`replication::auth`).
     peer_auth: PeerAuth,
+    /// Where a peer stands in sending a full copy (`replication::COPY_*`).
+    copy: u8,
     /// Sync replication: its replies wait for these acknowledgements.
     repl_held: bool,
     repl_wait: Wait,
@@ -329,6 +331,7 @@ impl Worker {
                 peer_closed: false,
                 peer,
                 peer_auth: PeerAuth::default(),
+                copy: 0,
                 repl_held: false,
                 repl_wait: Wait::default(),
                 repl_released: false,
@@ -364,6 +367,10 @@ impl Worker {
             let _ = self.poll.registry().deregister(&mut conn.stream);
             let shared = &self.ctx.shared;
             shared.conns.remove(conn.fd);
+            if conn.copy & COPY_OPEN != 0 {
+                // Its full copy will not end now.
+                shared.replication.copy_ended();
+            }
             if let Some(r) = &self.ctx.repl {
                 if conn.peer >= PEER_FOLLOW {
                     r.follow_closed(conn.peer);
@@ -429,6 +436,7 @@ impl Worker {
         if ctx.peers {
             ctx.peer.set(conn.peer);
             ctx.peer_auth.replace(std::mem::take(&mut conn.peer_auth));
+            ctx.copy.set(conn.copy);
         }
         let flow = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.drive(ctx)))
             .unwrap_or_else(|_| {
@@ -449,6 +457,7 @@ impl Worker {
         if ctx.peers {
             conn.peer = ctx.peer.replace(PEER_NONE);
             conn.peer_auth = ctx.peer_auth.take();
+            conn.copy = ctx.copy.replace(0);
         }
         if repl && conn.repl_held && !self.repl_waiting.iter().any(|&(k, _)| k == key) {
             self.repl_waiting.push((key, conn.id));
