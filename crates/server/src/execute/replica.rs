@@ -14,7 +14,13 @@
 //!   server's writes (after a full copy, for that long; default
 //!   `--replica-follow-seconds`); refused under `-X` as a dump is, since
 //!   its full copy is one;
-//! - `replica_synced` ends a full copy on this server's follow link;
+//! - `replica_copy on` says the `ms`/`md` that follow are a full copy's
+//!   items (the first opens a copy on this connection), `replica_copy off`
+//!   that they are writes again (`replication::fresh_writes`: a copy's
+//!   item never replaces a write made since the copy began); nothing is
+//!   answered;
+//! - `replica_synced` ends a full copy (on this server's follow link, the
+//!   catch-up pull's);
 //! - `replica_targets <HOST:PORT>[,<HOST:PORT>...]` (or `-` for none)
 //!   makes those this server's replication targets, as a reload of
 //!   `--replicate-to` does (`replication::targets`), until the next
@@ -31,7 +37,7 @@ use crate::compose::output::Output;
 use crate::compose::text;
 use crate::context::WorkerCtx;
 use crate::replication::auth::Proof;
-use crate::replication::{PEER_LINK, PEER_NONE};
+use crate::replication::{COPY_ITEMS, COPY_OPEN, PEER_LINK, PEER_NONE};
 
 pub fn command(
     ctx: &WorkerCtx,
@@ -70,11 +76,35 @@ pub fn command(
             ));
         }
         b"replica_follow" => text::line(out, false, "CLIENT_ERROR already a replication link"),
-        b"replica_synced" => ctx.shared.replication.synced_from(ctx.peer.get()),
+        b"replica_copy" => copy_mode(ctx, tokens.get(1) == b"on"),
+        b"replica_synced" => {
+            copy_ended(ctx);
+            ctx.shared.replication.synced_from(ctx.peer.get());
+        }
         b"replica_targets" => set_targets(ctx, tokens, out),
         _ => return unknown(tokens, noreply, out),
     }
     Done::CONTINUE
+}
+
+/// `replica_copy on|off`: what the `ms`/`md` after it are.
+fn copy_mode(ctx: &WorkerCtx, items: bool) {
+    let state = ctx.copy.get();
+    if items && state & COPY_OPEN == 0 {
+        ctx.shared.replication.copy_started();
+    }
+    ctx.copy.set(if items {
+        COPY_OPEN | COPY_ITEMS
+    } else {
+        state & !COPY_ITEMS
+    });
+}
+
+/// The connection's full copy ended (`replica_synced`).
+fn copy_ended(ctx: &WorkerCtx) {
+    if ctx.copy.replace(0) & COPY_OPEN != 0 {
+        ctx.shared.replication.copy_ended();
+    }
 }
 
 /// `replica_targets <HOST:PORT>[,<HOST:PORT>...]|-`.
