@@ -83,7 +83,7 @@ fn unknown(line: &[u8]) -> Request<'_> {
         b"slabs" | b"lru" | b"extstore" | b"refresh_certs" => Some(Command::Admin { tokens: t }),
         // osmium's replication links (the server's `replication` module).
         b"replica_hello" | b"replica_link" | b"replica_follow" | b"replica_synced"
-        | b"replica_targets" => Some(Command::Admin { tokens: t }),
+        | b"replica_copy" | b"replica_targets" => Some(Command::Admin { tokens: t }),
         _ => None,
     };
     if let Some(command) = request {

@@ -17,12 +17,21 @@
 //!   feed of this server's writes (after a full copy, for that long;
 //!   default `--replica-follow-seconds`); refused under `-X` as a dump
 //!   is, since its full copy is one;
-//! - `replica_synced` ends a full copy on this server's own follow link;
+//! - `replica_copy on` says the `ms`/`md` that follow are a full copy's
+//!   items (the first opens a copy on this connection), `replica_copy off`
+//!   that they are writes again (`replication::fresh_writes`: a copy's
+//!   item never replaces a write made since the copy began); nothing is
+//!   answered (target links and this server's own follow links);
+//! - `replica_synced` ends a full copy (target links, and this server's
+//!   own follow link: its catch-up pull is over);
 //! - `replica_targets <HOST:PORT>[,<HOST:PORT>...]` (or `-` for none;
 //!   proxy peers) makes those this server's replication targets, as a
 //!   reload of `--replicate-to` does (`replication::targets`), until the
 //!   next SIGHUP re-reads the config file: `OK`, `CLIENT_ERROR <why>` for
 //!   a bad list, `SERVER_ERROR <why>` when refused.
+//!
+//! All but `replica_hello` and `replica_targets` change nothing but the
+//! connection that sends them.
 
 use osmium_protocol::replication_link::{Refusal, Role};
 use osmium_protocol::request::Tokens;
@@ -32,7 +41,9 @@ use crate::compose::output::Output;
 use crate::compose::text;
 use crate::context::WorkerCtx;
 use crate::replication::auth::{self, HelloRefused};
-use crate::replication::{PEER_FOLLOW, PEER_FOLLOWER, PEER_LINK, PEER_NONE, PEER_PROXY};
+use crate::replication::{
+    COPY_ITEMS, COPY_OPEN, PEER_FOLLOW, PEER_FOLLOWER, PEER_LINK, PEER_NONE, PEER_PROXY,
+};
 
 pub fn command(
     ctx: &WorkerCtx,
@@ -64,7 +75,13 @@ pub fn command(
                 secs.unwrap_or(ctx.shared.settings.replica_follow_seconds),
             ));
         }
-        b"replica_synced" if peer >= PEER_FOLLOW => ctx.shared.replication.synced_from(peer),
+        b"replica_copy" if peer == PEER_LINK || peer >= PEER_FOLLOW => {
+            copy_mode(ctx, tokens.get(1) == b"on")
+        }
+        b"replica_synced" if peer == PEER_LINK || peer >= PEER_FOLLOW => {
+            copy_ended(ctx);
+            ctx.shared.replication.synced_from(peer);
+        }
         b"replica_targets" if peer == PEER_PROXY || by_cert => set_targets(ctx, tokens, out),
         _ => return unknown(tokens, noreply, out),
     }
@@ -129,6 +146,26 @@ fn hello(
     // came with the hello).
     ctx.noise_upgrade.replace(Some(h.transport));
     Done::then(Next::CloseAfterWrite)
+}
+
+/// `replica_copy on|off`: what the `ms`/`md` after it are.
+fn copy_mode(ctx: &WorkerCtx, items: bool) {
+    let state = ctx.copy.get();
+    if items && state & COPY_OPEN == 0 {
+        ctx.shared.replication.copy_started();
+    }
+    ctx.copy.set(if items {
+        COPY_OPEN | COPY_ITEMS
+    } else {
+        state & !COPY_ITEMS
+    });
+}
+
+/// The connection's full copy ended (`replica_synced`).
+fn copy_ended(ctx: &WorkerCtx) {
+    if ctx.copy.replace(0) & COPY_OPEN != 0 {
+        ctx.shared.replication.copy_ended();
+    }
 }
 
 /// `replica_targets <HOST:PORT>[,<HOST:PORT>...]|-`.

@@ -10,10 +10,11 @@
 //!              replica; anything else: it does not take this server as a peer,
 //!              nothing is sent, counted as a failed proof, retried)
 //!   (a feed answers the follower's replica_follow with OK first)
-//!           ─▶ queue opened, full copy: an ms per live item ─▶ mn
+//!           ─▶ queue opened, full copy: replica_copy on, an ms per live item ─▶ mn
 //!              (after a connect, the writes queued meanwhile go between
-//!              its chunks as batches of their own, each with its mn)
-//!           ─▶ replica_synced            (feeds only)
+//!              its chunks as batches of their own, each with its mn,
+//!              after replica_copy off; the copy goes on after replica_copy on)
+//!           ─▶ replica_synced            (the copy ended)
 //!           ─▶ batches: the queued keys' current state (ms / md / flush_all), then mn
 //!   reader thread: MN acknowledges everything before it (acked = that batch's
 //!   sequence number); any other line but a success or a miss (OK, HD, NF...:
@@ -305,6 +306,7 @@ fn stream_writes(
                 interleave,
                 overflowed: false,
                 since_mark: 0,
+                items_on_wire: false,
             };
             if let Err(e) = full_copy(repl, link, stream, &mut out, &mut copy) {
                 return e;
@@ -321,10 +323,12 @@ fn stream_writes(
                 return e;
             }
             link.full_copies.fetch_add(1, Relaxed);
+            // The copy ended: what follows are writes (and, on a feed, the
+            // catch-up pull is over).
+            if let Err(e) = stream.write_all(b"replica_synced\r\n") {
+                return e;
+            }
             if follow.is_some() && synced_at.is_none() {
-                if let Err(e) = stream.write_all(b"replica_synced\r\n") {
-                    return e;
-                }
                 synced_at = Some(Instant::now());
             }
         }
@@ -400,9 +404,29 @@ struct CopyState<'a> {
     overflowed: bool,
     /// Bytes of the copy sent since its last `mn`.
     since_mark: usize,
+    /// The replica was told that what follows are the copy's items
+    /// (`replica_copy on`), not writes.
+    items_on_wire: bool,
 }
 
 impl CopyState<'_> {
+    /// Before the copy's items: `replica_copy on`, unless it is in force.
+    fn items_follow(&mut self, out: &mut Vec<u8>) {
+        if !self.items_on_wire {
+            osmium_protocol::client::encode::line(out, &[b"replica_copy", b"on"]);
+            self.items_on_wire = true;
+        }
+    }
+
+    /// Before a batch of writes: `replica_copy off`, unless it is in
+    /// force.
+    fn writes_follow(&mut self, out: &mut Vec<u8>) {
+        if self.items_on_wire {
+            osmium_protocol::client::encode::line(out, &[b"replica_copy", b"off"]);
+            self.items_on_wire = false;
+        }
+    }
+
     /// Between two chunks of a copy (`sent` bytes in the last): the
     /// writes queued meanwhile, as a batch of their own (acknowledged by
     /// its MN as usual); every `COPY_MARK` bytes an `mn`, and a wait while
@@ -421,6 +445,7 @@ impl CopyState<'_> {
             if taken.resync {
                 self.overflowed = true;
             } else if taken.records > 0 {
+                self.writes_follow(out);
                 send_batch(repl, link, stream, out, self.batch)?;
                 end_batch(self.conn, link, stream, out, taken.seq)?;
                 self.since_mark = 0;
@@ -480,6 +505,9 @@ fn full_copy(
                 keys.extend_from_slice(e.key);
             }
         });
+        if !keys.is_empty() {
+            copy.items_follow(out);
+        }
         let sent = send_states(store, link, stream, out, &keys)?;
         copy.between_chunks(repl, link, stream, out, sent)?;
         if !more {
@@ -503,6 +531,9 @@ fn full_copy(
                 keys.extend_from_slice(key);
             }
         });
+        if !keys.is_empty() {
+            copy.items_follow(out);
+        }
         let sent = send_states(store, link, stream, out, &keys)?;
         copy.between_chunks(repl, link, stream, out, sent)?;
         if !more {

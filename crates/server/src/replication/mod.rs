@@ -7,6 +7,7 @@
 //!                                           reads the key's *current* state: ms ... E<cas> q / md q
 //!   worker (sync mode) holds the replies until every reachable target's MN covers the write
 //!   start: pull (replica_follow) from each target: its full copy arrives as a peer connection
+//!   while a copy comes in: keys written here are recorded, the copy skips them (`fresh_writes`)
 //! ```
 //!
 //! Workers ship no values: the sender reads each key when it sends it, so
@@ -26,6 +27,37 @@
 //! kind of connection may run is `rights`. See "Replication" in
 //! docs/ARCHITECTURE.md and docs/SECURITY.md.
 //!
+//! **Sync mode's flow control never wedges** (the invariant: no
+//! connection waits for a reply that needs its own unread input, however
+//! much its client pipelines). A held connection (`transport::worker`,
+//! `repl_held`) waits for exactly one thing: the MN of each up target
+//! covering writes it already ran, whose replies are already composed.
+//! That MN needs nothing of the held connection, nor of any worker:
+//!
+//! - the target applies the writes on a peer connection, whose writes are
+//!   never queued (`WorkerCtx::replicate_key`), so it is never held itself;
+//!   its worker only ever yields it, and a yield still runs it;
+//! - each link's MN are read by the link's own ack thread (`link`), which
+//!   reads whatever workers do; it wakes them, it never waits for them;
+//! - the sender waits only for the target (the copy-ahead bound waits for
+//!   MN, the socket write for the target's peer connection), never for a
+//!   worker: a write queues a key under the queue's mutex and goes on;
+//! - a link that makes no progress is down within `ACK_TIMEOUT`, and a
+//!   down link covers every wait (`Link::covers`);
+//! - the one lock a peer connection's write may wait for is a key stripe
+//!   of `fresh_writes`, held by another thread only for one store
+//!   operation, during which it waits for nothing.
+//!
+//! So every hold ends. When it does, the worker sends the held replies
+//! before it runs another request of that connection (what it holds is
+//! bounded by one run: `-R` requests or the output limits) and reads the
+//! socket again: a readable event that came during the hold clears
+//! `drained`, so data the client sent meanwhile is read without another
+//! edge. The one reply that waits for the connection's own input is
+//! memcached's: replies are not written while a data block is incomplete
+//! (`Session::holds_output`), and that block is the client's to finish;
+//! it is read as soon as it arrives, held or not.
+//!
 //! Who is a peer, on the accepting end:
 //!
 //! ```text
@@ -39,6 +71,7 @@
 
 pub mod auth;
 mod encode;
+pub mod fresh_writes;
 mod link;
 mod pull;
 mod queue;
@@ -57,6 +90,7 @@ use osmium_store::Store;
 use crate::settings::{Settings, MAX_REPLICA_TARGETS};
 use crate::tls_context::TlsContext;
 use auth::Secret;
+use fresh_writes::FreshWrites;
 use link::Link;
 use osmium_protocol::replication_link::{self, Role};
 use stream::LinkStream;
@@ -75,6 +109,14 @@ pub const PEER_PROXY: u8 = 2;
 pub const PEER_FOLLOWER: u8 = 3;
 /// This server's follow link to target `i` is `PEER_FOLLOW + i`.
 pub const PEER_FOLLOW: u8 = 4;
+
+/// A peer connection's full copy coming in (`WorkerCtx::copy`): it began
+/// (`replica_copy on`) and has not ended (`replica_synced`, or the
+/// connection closing) ...
+pub const COPY_OPEN: u8 = 1;
+/// ... and the `ms`/`md` it sends now are the copy's items, not writes
+/// (`replica_copy on`, until `replica_copy off`): see `fresh_writes`.
+pub const COPY_ITEMS: u8 = 2;
 
 /// Link slots for targets: twice the most targets, so that the links of
 /// targets a live change removed can finish closing while the new ones
@@ -132,6 +174,8 @@ pub struct Replication {
     link_hook: OnceLock<LinkHook>,
     /// Told when the targets change.
     targets_hook: OnceLock<targets::TargetHook>,
+    /// The writes a full copy coming in must not replace.
+    fresh: FreshWrites,
 }
 
 /// A link went up or down: (`target` or `feed`, the peer's address, up,
@@ -187,7 +231,45 @@ impl Replication {
             ssl_failures: AtomicU64::new(0),
             link_hook: OnceLock::new(),
             targets_hook: OnceLock::new(),
+            // Recording from the start: a client may write before the
+            // catch-up pull connects.
+            fresh: FreshWrites::new(n > 0),
         })
+    }
+
+    /// The writes a full copy coming in must not replace.
+    #[inline]
+    pub fn fresh_writes(&self) -> &FreshWrites {
+        &self.fresh
+    }
+
+    /// A peer connection began sending a full copy (`replica_copy on`).
+    /// Only a server with targets records its writes against it (without,
+    /// nothing on the request path changes).
+    pub fn copy_started(&self) {
+        if self.is_on() {
+            self.fresh.copy_opened();
+        }
+    }
+
+    /// A copy that `copy_started` ended (`replica_synced`, or its
+    /// connection closed).
+    pub fn copy_ended(&self) {
+        if self.is_on() {
+            self.fresh.copy_closed();
+        }
+    }
+
+    /// Whether every current target's catch-up pull delivered its copy.
+    fn caught_up(&self) -> bool {
+        let order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        order.iter().all(|&i| self.targets[i].synced.load(Relaxed))
+    }
+
+    /// Tells `fresh_writes` whether a catch-up pull is still to deliver
+    /// (after a target synced, or the targets changed).
+    fn pulls_changed(&self) {
+        self.fresh.set_pulls_pending(!self.caught_up());
     }
 
     /// The shared secret peers prove they hold (`auth`).
@@ -379,8 +461,11 @@ impl Replication {
             .checked_sub(PEER_FOLLOW)
             .and_then(|i| self.targets.get(i as usize))
         {
-            if !t.synced.swap(true, Relaxed) && self.verbose() {
-                tracing::info!("[replication] caught up from target {}", peer - PEER_FOLLOW);
+            if !t.synced.swap(true, Relaxed) {
+                if self.verbose() {
+                    tracing::info!("[replication] caught up from target {}", peer - PEER_FOLLOW);
+                }
+                self.pulls_changed();
             }
         }
     }
@@ -482,10 +567,10 @@ impl Replication {
         e
     }
 
-    /// `replication_mode`, `replication_catchup`, `replica_N_*`,
-    /// `replica_follow_links`, `replica_auth_failures`. Without
-    /// `--replicate-to` only the last two, and only with a secret or
-    /// peers named by certificate (which let the server serve follow
+    /// `replication_mode`, `replication_catchup`, `replica_copy_skipped`,
+    /// `replica_N_*`, `replica_follow_links`, `replica_auth_failures`.
+    /// Without `--replicate-to` only the last two, and only with a secret
+    /// or peers named by certificate (which let the server serve follow
     /// links): else `stats` stays memcached's. A proxy reads a missing
     /// `replication_catchup` as caught up.
     pub fn stats(&self, out: &mut Vec<u8>) {
@@ -503,6 +588,8 @@ impl Replication {
         let done = order.iter().all(|&i| self.targets[i].synced.load(Relaxed));
         let catchup = if done { "done" } else { "pulling" };
         let _ = write!(s, "STAT replication_catchup {catchup}\r\n");
+        let skipped = self.fresh.skipped();
+        let _ = write!(s, "STAT replica_copy_skipped {skipped}\r\n");
         for (i, t) in order.iter().map(|&slot| &self.targets[slot]).enumerate() {
             let (backlog, seq) = t.queue.backlog();
             let up = t.up.load(Relaxed);

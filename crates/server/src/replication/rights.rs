@@ -14,7 +14,7 @@
 //!   replica_link                   (1)      yes          yes         -           -
 //!   replica_follow                 (1)       -            -         yes          -
 //!   replica_targets                (1)       -           yes         -           -
-//!   replica_synced                  -        -            -          -          yes
+//!   replica_copy, replica_synced    -       yes           -          -          yes
 //!   stats, version, verbosity,     yes       -            -          -           -
 //!     shutdown, watch, admin
 //!   quit, a line that does not parse   yes everywhere
@@ -35,7 +35,7 @@
 //! - own follow link (`PEER_FOLLOW + i`): the connection this server
 //!   opened to pull target i's copy, handed to a worker, which applies
 //!   what the feed sends (`link`'s feed: `ms`, `md`, `flush_all`, `mn`,
-//!   `replica_synced`).
+//!   `replica_copy`, `replica_synced`).
 
 use osmium_protocol::request::{Command, Reply};
 
@@ -56,6 +56,8 @@ pub fn carries(peer: u8, command: &Command<'_>, reply: &Reply<'_>) -> bool {
             link_data(command, meta)
                 || matches!(command, Command::FlushAll { .. })
                 || private(b"replica_link")
+                || private(b"replica_copy")
+                || private(b"replica_synced")
         }
         PEER_PROXY => {
             matches!(
@@ -75,6 +77,7 @@ pub fn carries(peer: u8, command: &Command<'_>, reply: &Reply<'_>) -> bool {
         p if p >= PEER_FOLLOW => {
             link_data(command, meta)
                 || matches!(command, Command::FlushAll { .. })
+                || private(b"replica_copy")
                 || private(b"replica_synced")
         }
         _ => false,
@@ -126,8 +129,16 @@ mod tests {
             assert!(allowed(follow, line), "{line}");
             assert!(!allowed(PEER_FOLLOWER, line), "{line}");
         }
-        assert!(allowed(follow, "replica_synced\r\n"));
-        assert!(!allowed(PEER_LINK, "replica_synced\r\n"));
+        for line in [
+            "replica_synced\r\n",
+            "replica_copy on\r\n",
+            "replica_copy off\r\n",
+        ] {
+            assert!(allowed(follow, line), "{line}");
+            assert!(allowed(PEER_LINK, line), "{line}");
+            assert!(!allowed(PEER_PROXY, line), "{line}");
+            assert!(!allowed(PEER_FOLLOWER, line), "{line}");
+        }
         for line in [
             "replica_targets 127.0.0.1:1\r\n",
             "replica_follow 5\r\n",

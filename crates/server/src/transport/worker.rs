@@ -23,7 +23,17 @@
 //! `drive` does not read again (which would only return `EAGAIN`): epoll is
 //! edge-triggered, and data arriving later raises a new event. Not once an
 //! event has said the peer shut its side (EPOLLRDHUP): the FIN may have come
-//! with the data just read, and no later event would report it.
+//! with the data just read, and no later event would report it. A readable
+//! event forgets it (`Conn::drained`): `prime` reads only into an empty
+//! input, so an event that came while requests were still buffered (or
+//! while the connection was held for replication) would otherwise be lost,
+//! and the data it announced never read.
+//!
+//! Sync replication holds a connection's replies, and its next requests,
+//! until the targets acknowledged its writes (`repl_held`); the wait never
+//! needs the connection's own unread input (the invariant is written down
+//! in `replication`'s module comment): once released, the replies go out
+//! before another request runs, and the socket is read again.
 //!
 //! When a turn is over and no connection is ready, the worker polls for a
 //! short, adaptive while before it sleeps in `epoll_wait` (`idle_spin`):
@@ -55,7 +65,7 @@ use crate::context::{Shared, WorkerCtx};
 use crate::logger;
 use crate::replication::auth::PeerAuth;
 use crate::replication::stream::{LinkStream, NoiseHalves};
-use crate::replication::{Wait, PEER_FOLLOW, PEER_NONE};
+use crate::replication::{Wait, COPY_OPEN, PEER_FOLLOW, PEER_NONE};
 use crate::session::{Flow, Protocol, Session};
 use osmium_protocol::replication_link::Transport;
 
@@ -101,8 +111,8 @@ struct Conn {
     last_active: u32,
     /// `prime` met the end of the stream or an error.
     hangup: bool,
-    /// The last read returned less than it had room for (see the module
-    /// comment).
+    /// The last read returned less than it had room for, and no readable
+    /// event came since (see the module comment).
     drained: bool,
     /// An event said the peer shut its side (EPOLLRDHUP) or failed.
     peer_closed: bool,
@@ -110,9 +120,14 @@ struct Conn {
     peer: u8,
     /// What it showed of itself to replication (`replication::auth`).
     peer_auth: PeerAuth,
+    /// Where a peer stands in sending a full copy (`replication::COPY_*`).
+    copy: u8,
     /// Sync replication: its replies wait for these acknowledgements.
     repl_held: bool,
     repl_wait: Wait,
+    /// The acknowledgements came: the held replies leave before the next
+    /// request runs.
+    repl_released: bool,
 }
 
 impl Conn {
@@ -170,6 +185,17 @@ impl Conn {
             // Its next request runs once its flash reads are in (or its
             // replies wait for the replicas).
             return Flow::Wait;
+        }
+        if std::mem::take(&mut self.repl_released) && !self.session.holds_output() {
+            // The replicas have the writes: their replies leave first, so
+            // a connection holds at most one run's replies however much
+            // its client pipelines.
+            match self.flush(ctx) {
+                Ok(true) => {}
+                // The writable event resumes it.
+                Ok(false) => return Flow::Wait,
+                Err(_) => return Flow::Close,
+            }
         }
         loop {
             if ctx.peers && ctx.peer.get() == PEER_NONE && !ctx.peer_auth.borrow().tls_checked() {
@@ -305,8 +331,10 @@ impl Worker {
                 peer_closed: false,
                 peer,
                 peer_auth: PeerAuth::default(),
+                copy: 0,
                 repl_held: false,
                 repl_wait: Wait::default(),
+                repl_released: false,
             });
             // Data may already be waiting.
             self.ready.push_back(token.0);
@@ -340,6 +368,10 @@ impl Worker {
                 ));
             }
             shared.conns.remove(conn.fd);
+            if conn.copy & COPY_OPEN != 0 {
+                // Its full copy will not end now.
+                shared.replication.copy_ended();
+            }
             if let Some(r) = &self.ctx.repl {
                 if conn.peer >= PEER_FOLLOW {
                     r.follow_closed(conn.peer);
@@ -407,6 +439,7 @@ impl Worker {
         if ctx.peers {
             ctx.peer.set(conn.peer);
             ctx.peer_auth.replace(std::mem::take(&mut conn.peer_auth));
+            ctx.copy.set(conn.copy);
         }
         let flow = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.drive(ctx)))
             .unwrap_or_else(|_| {
@@ -433,6 +466,7 @@ impl Worker {
         if ctx.peers {
             conn.peer = ctx.peer.replace(PEER_NONE);
             conn.peer_auth = ctx.peer_auth.take();
+            conn.copy = ctx.copy.replace(0);
         }
         if repl && conn.repl_held && !self.repl_waiting.iter().any(|&(k, _)| k == key) {
             self.repl_waiting.push((key, conn.id));
@@ -586,6 +620,7 @@ impl Worker {
             }
             if r.acknowledged(&c.repl_wait) {
                 c.repl_held = false;
+                c.repl_released = true;
                 c.repl_wait = Wait::default();
                 ready.push_back(key);
                 return false;
@@ -677,6 +712,9 @@ impl Worker {
                         conn.peer_closed = true;
                     }
                     if ev.is_readable() {
+                        // New data may have come: `drive` reads again
+                        // (`prime` reads only into an empty input).
+                        conn.drained = false;
                         conn.prime(&self.ctx, &mut self.first_hashes);
                     }
                 }
