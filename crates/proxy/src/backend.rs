@@ -215,6 +215,9 @@ pub struct Server {
     pub failures: u32,
     pub health: Health,
     pub stats: ServerStats,
+    /// A connection of the pool reached it once (a warm move from a ring
+    /// of servers never reached has nothing to move).
+    pub ever_connected: bool,
 }
 
 /// A pool: its configuration, placement and servers.
@@ -264,6 +267,7 @@ impl Server {
             failures: 0,
             health: Health::Up,
             stats: ServerStats::default(),
+            ever_connected: false,
         }
     }
 
@@ -669,6 +673,7 @@ impl Pool {
                 Ok(true) => {
                     conn.connected = true;
                     self.servers[s].stats.server_connections += 1;
+                    self.servers[s].ever_connected = true;
                 }
                 Ok(false) => return,
                 Err(e) => {

@@ -10,7 +10,8 @@
 //! rehash`). nutcracker's stats port is served by the same event loop
 //! (`stats`). A pool may speak TLS to its clients and to its servers
 //! (`tls`). The configuration is reloaded while serving, on SIGHUP or an
-//! authorised `reload` on the stats port (`proxy::reload`, `admin`); a
+//! authorised `reload` on the stats port (`proxy::reload`, `admin`; guessing
+//! the token is slowed and refused by `admin_guard`); a
 //! reload that changes a pool's placement moves the keys that changed
 //! owner warm, served without a miss while a migration copies them
 //! (`moves`); a reload that changes a replicated pool's ring tells its servers their
@@ -18,6 +19,7 @@
 //! replication peer (`peer`).
 
 pub mod admin;
+pub mod admin_guard;
 pub mod backend;
 pub mod client;
 pub mod config;

@@ -232,6 +232,7 @@ impl Proxy {
                 .pools
                 .iter()
                 .filter_map(|(_, s)| s.pool.next_timer())
+                .chain(self.stats_port.next_timer())
                 .min()
                 .map_or(MAX_SLEEP, |t| {
                     t.saturating_duration_since(now).min(MAX_SLEEP)

@@ -3,7 +3,8 @@
 //! is asked (byte for byte nutcracker 0.5.0's layout), and the port's
 //! listener and connections (each gets one document, written without
 //! blocking, then is closed; a connection may send the admin command
-//! `reload <token>` right after connecting, see `admin`).
+//! `reload <token>` right after connecting, see `admin`; wrong tokens are
+//! slowed, refused and logged by `admin_guard`).
 //!
 //! Unlike nutcracker, which publishes figures aggregated every
 //! `--stats-interval` ms, the figures are the current ones at the moment
@@ -309,6 +310,8 @@ struct StatsConn {
     answering: bool,
     /// Its answer is in `out`: closed once written.
     answered: bool,
+    /// An answer held until then (a wrong token, `admin_guard`).
+    hold: Option<(Instant, String)>,
 }
 
 /// What a connection is doing after an event.
@@ -416,6 +419,8 @@ pub struct StatsPort {
     /// Connections whose authorised `reload` waits for the proxy
     /// ([`StatsPort::take_reloads`], [`StatsPort::answer`]).
     reloads: Vec<usize>,
+    /// The bound on guessing the token.
+    guard: crate::admin_guard::Guard,
 }
 
 impl StatsPort {
@@ -427,6 +432,7 @@ impl StatsPort {
             base: 0,
             admin: crate::admin::Admin::default(),
             reloads: Vec::new(),
+            guard: crate::admin_guard::Guard::new(Instant::now()),
         })
     }
 
@@ -467,22 +473,40 @@ impl StatsPort {
             Step::Reload(token) => {
                 let c = &mut self.conns[key];
                 c.answering = true;
-                let peer = c
-                    .stream
-                    .peer_addr()
-                    .map_or_else(|_| "?".to_string(), |a| a.to_string());
+                let peer_addr = c.stream.peer_addr().ok();
+                let ip = peer_addr.map(|a| a.ip());
+                let peer = peer_addr.map_or_else(|| "?".to_string(), |a| a.to_string());
+                if self.admin.token.is_none() {
+                    let why = self.admin.check(&token).unwrap_err();
+                    self.guard.count(&peer, ip, why, now);
+                    self.answer(registry, key, &format!("ERROR {why}"));
+                    return;
+                }
+                // A peer without an address (none here: TCP) counts as one.
+                let from = ip.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+                if self.guard.admit(from, now) == crate::admin_guard::Admit::Refused {
+                    let why = "too many failed reload tries; try again later";
+                    self.guard.count(&peer, ip, why, now);
+                    self.answer(registry, key, &format!("ERROR {why}"));
+                    return;
+                }
                 match self.admin.check(&token) {
-                    Ok(()) => self.reloads.push(key),
+                    Ok(()) => {
+                        self.guard.succeeded(from);
+                        self.reloads.push(key);
+                    }
                     Err(why) => {
-                        tracing::warn!("stats port: reload from {peer} refused: {why}");
-                        self.answer(registry, key, &format!("ERROR {why}"));
+                        let delay = self.guard.failed(from, now);
+                        self.guard.count(&peer, ip, why, now);
+                        self.conns[key].hold = Some((now + delay, format!("ERROR {why}")));
                     }
                 }
             }
         }
     }
 
-    /// Closes connections whose wait for a command line is over.
+    /// Closes connections whose wait for a command line is over, and
+    /// writes the held answers that are due.
     pub fn tick(&mut self, registry: &Registry, now: Instant) {
         let late: Vec<usize> = self
             .conns
@@ -493,6 +517,30 @@ impl StatsPort {
         for key in late {
             self.step(registry, key, now);
         }
+        let due: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.hold.as_ref().is_some_and(|(t, _)| *t <= now))
+            .map(|(k, _)| k)
+            .collect();
+        for key in due {
+            if let Some((_, line)) = self.conns[key].hold.take() {
+                self.answer(registry, key, &line);
+            }
+        }
+        self.guard.tick(now);
+    }
+
+    /// The port's next timer: a held answer due, the guard's log
+    /// interval ending. (A connection's wait for its command line is over
+    /// at the loop's next turn after it, 100 to 200 ms after its document,
+    /// as before held answers.)
+    pub fn next_timer(&self) -> Option<Instant> {
+        let held = self
+            .conns
+            .iter()
+            .filter_map(|(_, c)| c.hold.as_ref().map(|(t, _)| *t));
+        held.chain(self.guard.next_timer()).min()
     }
 
     /// The connections whose authorised `reload` the proxy is to run,
@@ -541,6 +589,7 @@ impl StatsPort {
                 until: None,
                 answering: false,
                 answered: false,
+                hold: None,
             };
             let entry = self.conns.vacant_entry();
             let key = entry.key();

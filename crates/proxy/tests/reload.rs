@@ -457,9 +457,33 @@ fn the_stats_port_reload_proves_who_sends_it() {
         assert_eq!(answer, "ERROR bad token\r\n", "{wrong:?}");
     }
     assert_eq!(pool_stat(&stats_doc(px.stats), "reloads"), 0);
+    // An address's wrong tokens are bounded (`admin_guard`: 5 at once,
+    // then one per 2 s): of 8 sent at once some are refused unchecked,
+    // and the right token too until the address's bucket refills.
+    let refused = "ERROR too many failed reload tries; try again later\r\n";
+    let stats = px.stats;
+    let at_once: Vec<_> = (0..8)
+        .map(|i| std::thread::spawn(move || admin(stats, &format!("reload guess{i}\r\n")).1))
+        .collect();
+    let answers: Vec<String> = at_once.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(
+        answers
+            .iter()
+            .all(|a| a == refused || a == "ERROR bad token\r\n"),
+        "{answers:?}"
+    );
+    assert!(answers.iter().any(|a| a == refused), "{answers:?}");
     let r = roundtrip(px.port, format!("reload {token}\r\n").as_bytes(), b"\r\n");
     assert_eq!(r, b"ERROR\r\n", "the pool's port is no admin port");
-    let (doc, answer) = admin(px.stats, &format!("reload {token}\r\n"));
+    let start = Instant::now();
+    let (doc, answer) = loop {
+        let (doc, answer) = admin(px.stats, &format!("reload {token}\r\n"));
+        if answer != refused {
+            break (doc, answer);
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "never obeyed");
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert_eq!(answer, "OK reloaded\r\n", "{doc}");
     assert_eq!(pool_stat(&stats_doc(px.stats), "reloads"), 1);
     // A bad file by the same way: refused, the reason in the answer.

@@ -16,10 +16,20 @@
 //! The pid file is written as memcached writes it (a warning when it names
 //! a running process; written to `FILE.tmp` and renamed, so a reader never
 //! sees it empty; a failure is a message, not a stop), with or without
-//! `-d`, after the listeners are bound and before privileges are dropped,
-//! and removed when the server stops.
+//! `-d`, and removed when the server stops. As memcached, it is written
+//! once the process is the `-u` user (memcached drops root first of all;
+//! osmium once its listeners are bound), and only once the start can no
+//! longer fail, just before the server says it is ready: an unknown user
+//! or any other failed start leaves no pid file. And never through a
+//! link: the temporary name is created anew (`O_EXCL`, after removing
+//! whatever was there), the rename replaces a link at the final name
+//! rather than following it, and the old file is read only if it is a
+//! regular file (`O_NOFOLLOW`). So a link planted in the pid file's
+//! directory by someone who may write there cannot make the server
+//! write, or wait on, any other file.
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The daemon's end of the pipe to its waiting parent, or -1.
@@ -141,33 +151,78 @@ pub fn report_failure(message: &str) {
     }
 }
 
-/// Writes the pid file as memcached does (see the module comment).
-pub fn write_pid_file(path: &str) {
-    if let Ok(old) = std::fs::read_to_string(path) {
-        if let Ok(pid) = old.trim().parse::<i32>() {
-            // SAFETY: signal 0 only checks that the process exists.
-            if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
-                tracing::warn!(
-                    "WARNING: The pid file contained the following (running) pid: {pid}"
-                );
-            }
+/// The pid file (`-P`), removed when dropped (at the stop).
+pub struct PidFile {
+    path: String,
+}
+
+impl PidFile {
+    /// Writes the pid file as memcached does (see the module comment);
+    /// None, after a warning, when it could not be written.
+    pub fn write(path: &str) -> Option<PidFile> {
+        warn_if_running(path);
+        let tmp = format!("{path}.tmp");
+        // A file left at the temporary name, or a link planted there, is
+        // removed (not followed), then the name is created anew: O_EXCL
+        // opens no existing file or link.
+        let _ = std::fs::remove_file(&tmp);
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .and_then(|mut f| writeln!(f, "{}", std::process::id()));
+        if let Err(e) = written {
+            tracing::warn!("Could not open the pid file {tmp} for writing: {e}");
+            let _ = std::fs::remove_file(&tmp);
+            return None;
         }
-    }
-    let tmp = format!("{path}.tmp");
-    let written =
-        std::fs::File::create(&tmp).and_then(|mut f| writeln!(f, "{}", std::process::id()));
-    if let Err(e) = written {
-        tracing::warn!("Could not open the pid file {tmp} for writing: {e}");
-        return;
-    }
-    if let Err(e) = std::fs::rename(&tmp, path) {
-        tracing::warn!("Could not rename the pid file from {tmp} to {path}: {e}");
+        // A rename replaces whatever is at `path`, a link included, and
+        // never writes through it.
+        if let Err(e) = std::fs::rename(&tmp, path) {
+            tracing::warn!("Could not rename the pid file from {tmp} to {path}: {e}");
+            let _ = std::fs::remove_file(&tmp);
+            return None;
+        }
+        Some(PidFile { path: path.into() })
     }
 }
 
-/// Removes the pid file when the server stops.
-pub fn remove_pid_file(path: &str) {
-    if let Err(e) = std::fs::remove_file(path) {
-        tracing::warn!("Could not remove the pid file {path}: {e}");
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_file(&self.path) {
+            tracing::warn!("Could not remove the pid file {}: {e}", self.path);
+        }
+    }
+}
+
+/// memcached's warning when the pid file names a running process: its
+/// first line read (at most 1 KiB, as memcached's `fgets`) if it is a
+/// regular file; a link there is not followed, nor a FIFO waited on.
+fn warn_if_running(path: &str) {
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    let Ok(file) = opened else {
+        return;
+    };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return;
+    }
+    let mut head = Vec::new();
+    if file.take(1024).read_to_end(&mut head).is_err() {
+        return;
+    }
+    let first = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let pid = std::str::from_utf8(first)
+        .ok()
+        .and_then(|t| t.trim().parse::<i32>().ok());
+    if let Some(pid) = pid {
+        // SAFETY: signal 0 only checks that the process exists.
+        if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
+            tracing::warn!("WARNING: The pid file contained the following (running) pid: {pid}");
+        }
     }
 }

@@ -12,7 +12,8 @@
 //! `main` parses memcached's command line (`settings`, with a config
 //! file's options), sets up the log (`log`), checks what must be
 //! refused at start (`-c` above the open-file limit, root without `-u`,
-//! authentication files, TLS certificates, the replication secret),
+//! authentication files, TLS certificates, the replication secret, the
+//! metrics token),
 //! and runs the server (`server`) until a signal or `shutdown` stops it.
 //! See `docs/ARCHITECTURE.md` for where each stage lives.
 
@@ -61,9 +62,23 @@ fn main() {
             print!("{text}");
             return;
         }
+        Action::GenSecret(path) => {
+            match osmium_protocol::replication_link::write_new_secret(&path) {
+                Ok(()) => println!("wrote a new replication secret to {path} (mode 600)"),
+                Err(msg) => {
+                    eprintln!("{msg}");
+                    std::process::exit(1);
+                }
+            }
+            return;
+        }
         Action::Run(s) => *s,
     };
-    if let Err(msg) = log::init(settings.logfile.as_deref()) {
+    // Started as root, the log file is opened only once the process is the
+    // `-u` user (`server::run`): root never opens a path another user may
+    // have put a link at.
+    let log_now = !process::running_as_root();
+    if let Err(msg) = log::init(settings.logfile.as_deref(), log_now) {
         eprintln!("{msg}");
         std::process::exit(71); // EX_OSERR
     }
@@ -96,8 +111,8 @@ fn main() {
     } else {
         None
     };
-    // Replication's secret file: unreadable, empty or open to others is a
-    // usage error (memcached's status for a bad command line).
+    // Replication's secret file: unreadable, empty, open to others or too
+    // weak is a usage error (memcached's status for a bad command line).
     let secret = match settings.replication_secret.as_deref() {
         Some(path) => match replication::auth::Secret::load(path, "--replication-secret") {
             Ok(s) => Some(s),
@@ -108,7 +123,18 @@ fn main() {
         },
         None => None,
     };
-    if let Err(e) = server::run(settings, auth, tls, secret) {
+    // The metrics endpoint's token file: the same rules and status.
+    let metrics_token = match settings.metrics_token_file.as_deref() {
+        Some(path) => match metrics::Token::load(path) {
+            Ok(t) => Some(t),
+            Err(msg) => {
+                eprintln!("{msg}");
+                std::process::exit(64); // EX_USAGE
+            }
+        },
+        None => None,
+    };
+    if let Err(e) = server::run(settings, auth, tls, secret, metrics_token) {
         // Under -d the waiting parent prints it and exits with 71 too.
         daemon::report_failure(&format!("failed to start: {e}"));
         std::process::exit(71); // EX_OSERR

@@ -119,7 +119,7 @@ impl Signals {
 
 /// Is the real or the effective user id root? (memcached's test before
 /// `-u`.)
-fn running_as_root() -> bool {
+pub fn running_as_root() -> bool {
     // SAFETY: getuid and geteuid have no preconditions and cannot fail.
     unsafe { libc::getuid() == 0 || libc::geteuid() == 0 }
 }

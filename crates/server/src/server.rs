@@ -29,7 +29,7 @@ use crate::context::{Shared, StopRequest};
 use crate::daemon;
 use crate::process::{self, Signals};
 use crate::replication::auth::Secret;
-use crate::replication::stream::LinkStream;
+use crate::replication::stream::{LinkStream, NoiseHalves};
 use crate::service;
 use crate::settings::Settings;
 use crate::tls_context::TlsContext;
@@ -47,6 +47,7 @@ pub fn run(
     auth: AuthConfig,
     tls: Option<Arc<TlsContext>>,
     secret: Option<Secret>,
+    metrics_token: Option<crate::metrics::Token>,
 ) -> io::Result<StopRequest> {
     for w in &settings.warnings {
         tracing::warn!("{w}");
@@ -56,15 +57,24 @@ pub fn run(
     let mut listeners = listen::bind_tcp(&settings, tls.as_ref())?;
     let udp_sockets = listen::bind_udp(&settings)?;
     let metrics_listener = crate::metrics::bind(&settings)?;
+    // Started as root, the log file waits for the `-u` user (`main`); a
+    // daemon keeps stderr for it.
+    let log_later = settings
+        .logfile
+        .as_deref()
+        .filter(|_| process::running_as_root());
+    if log_later.is_some() {
+        daemon::keep_stderr();
+    }
     if settings.daemon {
         daemon::daemonize()?;
-    }
-    if let Some(path) = &settings.pidfile {
-        daemon::write_pid_file(path);
     }
     process::apply_process_flags(&settings);
     if let Some(user) = &settings.user {
         process::drop_privileges(user)?;
+    }
+    if let Some(path) = log_later {
+        crate::log::open_file(path).map_err(io::Error::other)?;
     }
     // As memcached: the unix socket is made after dropping privileges.
     if let Some(l) = listen::bind_unix(&settings)? {
@@ -116,7 +126,7 @@ pub fn run(
     let cleaner = spawn_cleaner(shared.clone())?;
     start_replication(&shared.replication, &shared, &workers);
     if let Some(l) = metrics_listener {
-        crate::metrics::spawn(l, shared.clone())?;
+        crate::metrics::spawn(l, shared.clone(), metrics_token)?;
     }
 
     let mut poll = Poll::new()?;
@@ -140,6 +150,11 @@ pub fn run(
         }
     }
 
+    // As memcached: the pid file once the listeners are bound and the
+    // process is the `-u` user; here also only once nothing is left that
+    // could fail the start (a failed start leaves none). Removed when
+    // `_pid_file` drops, at the stop.
+    let _pid_file = settings.pidfile.as_deref().and_then(daemon::PidFile::write);
     daemon::report_ready();
     service::ready();
 
@@ -233,9 +248,6 @@ pub fn run(
     }
     shared.logger.stop();
     let _ = logger.join();
-    if let Some(path) = &settings.pidfile {
-        daemon::remove_pid_file(path);
-    }
     Ok(how)
 }
 
@@ -260,7 +272,18 @@ fn start_replication(
             return false;
         }
         let stream = match stream {
-            LinkStream::Plain(tcp) => Stream::Tcp(mio::net::TcpStream::from_std(tcp)),
+            // A follow link is proven by its handshake (Noise on plain
+            // TCP) or its TLS session: never plain.
+            LinkStream::Plain(_) => return false,
+            // Its keys and what it already received go on in the worker.
+            LinkStream::Noise(tcp, halves) => {
+                let NoiseHalves { outbound, inbound } = *halves;
+                Stream::Noise(Box::new(crate::transport::noise::NoiseConn::new(
+                    mio::net::TcpStream::from_std(tcp),
+                    outbound,
+                    inbound,
+                )))
+            }
             // The follow link over TLS: its session goes on in the worker.
             LinkStream::Tls(tcp, session) => match (*session, &shared.tls) {
                 (rustls::Connection::Client(session), Some(ctx)) => Stream::Tls(Box::new(

@@ -163,10 +163,18 @@ pub struct Cli {
     /// once synced
     #[arg(long = "replica-follow-seconds", default_value_t = 60)]
     pub replica_follow_seconds: u64,
-    /// the replication links' shared secret: both ends of a link must hold
-    /// the same (mode 600; required with --replicate-to)
+    /// the replication links' shared secret, the key of their Noise
+    /// handshake: both ends of a link must hold the same (mode 600;
+    /// required with --replicate-to unless -Z names the peers). At least
+    /// 128 random bits: 32+ hex digits, 22+ base64 characters, or 16+
+    /// raw bytes (each with 8 or more different symbols, 6 for hex);
+    /// make one with --gen-secret FILE
     #[arg(long = "replication-secret", value_name = "FILE")]
     pub replication_secret: Option<String>,
+    /// write a new replication secret (256 random bits as 64 hex digits,
+    /// mode 600) to FILE, which must not exist, and exit
+    #[arg(long = "gen-secret", value_name = "FILE")]
+    pub gen_secret: Option<String>,
     /// read options from FILE (memcached.conf's format: one option per
     /// line, `# comments`, `logfile PATH`); later options win; SIGHUP
     /// reads it again and applies --replicate-to and --replication
@@ -176,6 +184,15 @@ pub struct Cli {
     /// (off by default; also -o metrics_addr=HOST:PORT)
     #[arg(long = "metrics-addr", value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
+    /// also serve the hottest keys' names on http://HOST:PORT/hotkeys
+    /// (`/metrics` never names keys); refused while -Y, -S or client
+    /// certificates guard the cache port unless --metrics-token-file is given
+    #[arg(long = "metrics-hotkeys")]
+    pub metrics_hotkeys: bool,
+    /// require `Authorization: Bearer <token>` on the metrics endpoint, the
+    /// token read from FILE (readable by its owner only: mode 600)
+    #[arg(long = "metrics-token-file", value_name = "FILE")]
+    pub metrics_token_file: Option<String>,
 }
 
 /// The most `--replicate-to` targets.
@@ -284,6 +301,10 @@ pub struct Settings {
     pub hotkeys: hotkeys::HotkeysSettings,
     /// `--metrics-addr` / `-o metrics_addr`: where `/metrics` listens.
     pub metrics_addr: Option<String>,
+    /// `--metrics-hotkeys`: `/hotkeys` names the hottest keys.
+    pub metrics_hotkeys: bool,
+    /// `--metrics-token-file`: the bearer token's file (`main` reads it).
+    pub metrics_token_file: Option<String>,
     /// The options as parsed (what a reload compares, `live`).
     pub options: live::Options,
     pub warnings: Vec<String>,
@@ -294,6 +315,8 @@ pub enum Action {
     Run(Box<Settings>),
     /// Print this and exit 0 (-h, -V, -i).
     Print(String),
+    /// `--gen-secret FILE`: write a new replication secret there, exit.
+    GenSecret(String),
 }
 
 /// `-o idle_spin` by default, where it is on (microseconds): longer than
@@ -395,7 +418,7 @@ fn extstore_option(f: &mut FlashConfig, name: &str, value: Option<&str>) -> Resu
 }
 
 /// The `-o` options, after `-h`'s list (and in the man page).
-pub const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, hotkeys_top=<keys> (0: off), hotkeys_sample=1/<N>, metrics_addr=<host:port>.\nOther memcached -o options are accepted with a warning.\n";
+pub const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, hotkeys_top=<keys> (0: off), hotkeys_sample=1/<N>, metrics_addr=<host:port>, replication_peers=<name>[:<name>...] (with -Z: the certificate SANs, DNS names or IP addresses, that make a replication peer), replication_ca=<file> (with -Z: a CA whose certificates make replication peers).\nOther memcached -o options are accepted with a warning.\n";
 
 /// `-V`'s line, also the first of `-h`: osmium's version, then the
 /// memcached protocol level it speaks.
@@ -432,6 +455,9 @@ where
         return Ok(Action::Print(
             "osmium is distributed under the BSD 3-clause license, as memcached is.\n".into(),
         ));
+    }
+    if let Some(path) = cli.gen_secret {
+        return Ok(Action::GenSecret(path));
     }
     let mut warnings = Vec::new();
 
@@ -626,7 +652,8 @@ where
             "no_maxconns_fast" => maxconns_fast = false,
             n if n.starts_with("ext_") => extstore_option(&mut flash, n, value)?,
             n if n.starts_with("hotkeys_") && hot.option(n, value)? => {}
-            n if n.starts_with("ssl_") && tls.option(n, value).map_err(|e| e.message)? => {}
+            n if (n.starts_with("ssl_") || n.starts_with("replication_"))
+                && tls.option(n, value).map_err(|e| e.message)? => {}
             n if IGNORED_EXTENDED.contains(&n) => {
                 warnings.push(format!("-o {n}: accepted but has no effect in osmium"))
             }
@@ -665,6 +692,14 @@ where
     let replicates = !cli.replicate_to.is_empty();
     let secret = cli.replication_secret.is_some();
     warnings.extend(tls::replication_rule(&tls, &modes, replicates, secret)?);
+    // Key names on the metrics endpoint only where they leak nothing.
+    let guard = metrics::cache_port_guard(cli.sasl, cli.auth_file.is_some(), &tls, &modes);
+    metrics::check_endpoint(
+        metrics_addr.is_some(),
+        cli.metrics_hotkeys,
+        cli.metrics_token_file.is_some(),
+        guard,
+    )?;
 
     Ok(Action::Run(Box::new(Settings {
         port,
@@ -715,6 +750,8 @@ where
         logfile: expanded.logfile,
         hotkeys: hot,
         metrics_addr,
+        metrics_hotkeys: cli.metrics_hotkeys,
+        metrics_token_file: cli.metrics_token_file,
         options,
         warnings,
     })))

@@ -1,7 +1,9 @@
 //! The edges a service manager and an operator see: `-V`/`-h` and `stats`
 //! say osmium's version beside the protocol level, `-vv` logs memcached's
 //! lines with a time prefix and no ANSI codes, systemd's notify protocol
-//! (`READY=1`, `RELOADING=1`, `STOPPING=1`), and `--config-file`.
+//! (`READY=1`, `RELOADING=1`, `STOPPING=1`), and `--config-file`, its
+//! `logfile` opened as the `-u` user (a link planted there, followed as
+//! that user or not at all by root, reaches no file of root's).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -296,4 +298,117 @@ fn the_config_file_is_read_and_its_logfile_written() {
     );
     let _ = std::fs::remove_file(conf);
     let _ = std::fs::remove_file(logfile);
+}
+
+/// nobody's uid and gid.
+fn nobody() -> (u32, u32) {
+    // SAFETY: getpwnam returns static storage or null, read at once.
+    unsafe {
+        let pw = libc::getpwnam(c"nobody".as_ptr());
+        assert!(!pw.is_null(), "no user nobody");
+        ((*pw).pw_uid, (*pw).pw_gid)
+    }
+}
+
+/// A directory the `nobody` group may write (as a service's log directory
+/// may be), removed when dropped.
+struct GroupDir(PathBuf);
+
+impl GroupDir {
+    fn new(name: &str) -> GroupDir {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_path(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(0), Some(nobody().1)).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
+        GroupDir(dir)
+    }
+}
+
+impl Drop for GroupDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A server killed if the test ends (or fails) without stopping it.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Spawns osmium with a config file naming `logfile` (and `extra`
+/// options after it).
+fn spawn_with_logfile(conf: &Path, logfile: &Path, port: u16, extra: &[&str]) -> Running {
+    std::fs::write(
+        conf,
+        format!(
+            "-p {port}\n-U 0\n-l 127.0.0.1\n-vv\nlogfile {}\n",
+            logfile.display()
+        ),
+    )
+    .unwrap();
+    Running(
+        osmium_command(osmium())
+            .arg("--config-file")
+            .arg(conf)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn the_log_file_is_opened_as_the_user() {
+    if !common::running_as_root() {
+        eprintln!("SKIP: -u is ignored unless started as root");
+        return;
+    }
+    let dir = GroupDir::new("logdir");
+    let logfile = dir.0.join("osmium.log");
+    let port = free_port();
+    let mut server = spawn_with_logfile(&dir.0.join("conf"), &logfile, port, &["-u", "nobody"]);
+    wait_until("listening", || {
+        assert!(server.0.try_wait().unwrap().is_none(), "osmium exited");
+        listens_on(server.0.id(), port)
+    });
+    request(port, b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+    stop(&mut server.0);
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(&logfile).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (nobody().0, 0o640));
+    let log = std::fs::read_to_string(&logfile).unwrap();
+    assert!(log.contains(" set k 0 0 1\n"), "{log}");
+}
+
+#[test]
+fn a_link_at_the_log_file_reaches_no_file_of_roots() {
+    if !common::running_as_root() {
+        eprintln!("SKIP: the link is root's concern only");
+        return;
+    }
+    let dir = GroupDir::new("loglink");
+    let target = temp_path("loglink-precious");
+    std::fs::write(&target, "precious\n").unwrap();
+    let logfile = dir.0.join("osmium.log");
+    std::os::unix::fs::symlink(&target, &logfile).unwrap();
+    // As nobody (the link followed with nobody's rights), then as root
+    // (`-u root`: the link not followed): the start fails, the file is
+    // untouched.
+    for user in ["nobody", "root"] {
+        let conf = dir.0.join("conf");
+        let mut server = spawn_with_logfile(&conf, &logfile, free_port(), &["-u", user]);
+        let status = common::wait_exit(&mut server.0);
+        assert_eq!(status.code(), Some(71), "-u {user}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious\n");
+    }
+    let _ = std::fs::remove_file(target);
 }

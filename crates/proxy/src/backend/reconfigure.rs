@@ -179,11 +179,14 @@ impl Pool {
 
     /// Where a warm move from the previous ring starts (with
     /// `warm_moves: true`, see `moving`). Without, the old ring is
-    /// forgotten, and a key whose owner changed misses on its new owner,
-    /// as after a nutcracker restart with the new file.
+    /// forgotten (a running move given up), and a key whose owner changed
+    /// misses on its new owner, as after a nutcracker restart with the new
+    /// file.
     pub fn ring_changed(&mut self, change: RingChange) {
         if self.cfg.warm_moves {
             self.start_move(change);
+        } else {
+            self.abandon_move("warm_moves: false");
         }
     }
 

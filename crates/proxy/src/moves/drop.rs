@@ -7,8 +7,8 @@
 //! `stats settings`:
 //!
 //! ```text
-//!   no replicate_to line (memcached, osmium without --replicate-to) ──▶ Plain: md k q
-//!   replicate_to, pool has replication_secret: ──▶ Peer: md k q on a replication
+//!   no replicate_to line (memcached, osmium without --replicate-to) ──▶ Plain: md k C<cas> q
+//!   replicate_to, pool has replication_secret: ──▶ Peer: md k C<cas> q on a replication
 //!       peer connection (the server applies its writes without passing them on)
 //!   replicate_to, no secret (or a unix socket) ──▶ Keep: the old copies stay until
 //!       they expire or are evicted; one WARN line says so
@@ -24,7 +24,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use osmium_protocol::replication_auth::Secret;
+use osmium_protocol::replication_link::Secret;
 
 use crate::config::Addr;
 use crate::peer::{self, PeerConn};
@@ -49,6 +49,15 @@ pub fn replicates(settings: &[u8]) -> bool {
         line.strip_prefix(b"STAT replicate_to ")
             .is_some_and(|v| !v.is_empty() && v != b"-")
     })
+}
+
+/// Whether a `stats` reply shows the server in replication (replicating,
+/// or holding a secret that lets it take replication links): a copy on it
+/// that is not its own may be a replica.
+pub fn takes_replication_links(stats: &[u8]) -> bool {
+    stats
+        .split(|&b| b == b'\n')
+        .any(|line| line.starts_with(b"STAT replica"))
 }
 
 /// The way for an old owner that replicates: a peer connection when the
@@ -101,5 +110,10 @@ mod tests {
         ));
         assert!(!replicates(b"STAT maxbytes 1\r\nEND\r\n"));
         assert!(!replicates(b"STAT replicate_to \r\nEND\r\n"));
+        assert!(takes_replication_links(
+            b"STAT pid 1\r\nSTAT replica_auth_failures 0\r\nEND\r\n"
+        ));
+        assert!(takes_replication_links(b"STAT replication_mode async\r\n"));
+        assert!(!takes_replication_links(b"STAT pid 1\r\nEND\r\n"));
     }
 }

@@ -1,38 +1,77 @@
-//! Warm moves: a pool whose ring changes (`R_old` → `R_new`) keeps every
-//! moved key served while a background migration (`migrate`) copies the
-//! moved keys from their old owner to their new one. A key is *moved*
-//! when its owner's name differs between the two rings. The *settled*
-//! set (`settled`) holds the moved keys whose new owner is authoritative:
-//! written or deleted through the proxy since the move began, or copied.
+//! Warm moves: a pool whose ring changes keeps every key served while a
+//! background migration (`migrate`) copies the keys whose owner changed
+//! to their new owner. The rings, the servers a key may be on and the
+//! routing rules are `chain`'s; the settled sets are `settled`'s.
 //!
-//! Routing of a moved key while the pool moves ([`Move::route`]), the
-//! invariants everything else relies on:
-//! - a full overwrite or a delete goes to the new owner and settles the
+//! **Where a key's latest value is.** When no move runs, every key written
+//! through the proxy (and not deleted, expired or evicted) is on its owner
+//! in the pool's ring. A move keeps the chain of rings the pool went
+//! through since it last stood still, `R_0 … R_m` (`R_m` the ring now),
+//! and for each move `j` (`R_j-1 → R_j`) its settled set `S_j`. Servers are
+//! told apart by address (a server renamed is the same server; a name
+//! given a new address is a new, empty one). With `owner_j(k)` the owner
+//! of key `k` in `R_j`:
+//!
+//! ```text
+//!   src_0(k) = owner_0(k)
+//!   src_j(k) = owner_j(k)   if k ∈ S_j
+//!            = src_j-1(k)   otherwise
+//!
+//!   invariant: k's latest value (or its deletion) is on
+//!              owner_m(k)     if k ∈ S_m
+//!              src_m-1(k)     otherwise
+//! ```
+//!
+//! `k` is *moved* when `src_m-1(k) ≠ owner_m(k)`; it is *settled* once it is
+//! in `S_m` (written or deleted through the proxy since the move began, or
+//! copied). Only the last move runs: a ring change while a move runs
+//! stops that move's migration (its set frozen, see `Settled::supersede`)
+//! and starts one from every ring of the chain, so a key's latest value is
+//! found however many reloads came back to back. A server in no current
+//! ring stays a source (kept connected, listed by the migration) until the
+//! move that drains it ends. The chain is dropped, and the pool stands
+//! still again, only when the last migration has listed every server of
+//! `R_0 … R_m-1` and a pass found no moved key left: every key is then on
+//! its owner in `R_m`.
+//!
+//! How each rule keeps the invariant (routing: [`Move::route`]):
+//! - a full overwrite of a moved key goes to its new owner and settles the
 //!   key *before* it is sent (so the migration, which re-checks the set
 //!   after its conditional add, removes its copy if a client got there
 //!   first, and a copy it made earlier is overwritten);
-//! - a plain read of an unsettled key goes to the old owner (no write has
-//!   reached the new owner, so the old owner has the latest value): a
-//!   *warm read*; a read of a settled key goes to the new owner;
-//! - anything else (incr, append, cas, touch, add, ...) on an unsettled
-//!   key waits for the key's copy (a priority copy), then goes to the new
-//!   owner.
+//! - a plain read of an unsettled moved key goes to `src_m-1(k)`: a *warm
+//!   read*; of a settled key, to the new owner;
+//! - anything else (a delete, incr, append, cas, touch, add, ...) on an
+//!   unsettled moved key waits for the key's copy (a priority copy), then
+//!   goes to the new owner (a delete sent at once could be followed by the
+//!   copy's add, bringing the key back until the copy is undone);
+//! - the migration copies with an add (never over a client's write) and
+//!   settles the key; a copy on a server that is neither the key's source
+//!   nor its settled owner is stale and dropped (`md` with the cas the
+//!   migration read, skipped when a later move settled the key); writes of
+//!   a stopped move's thread that are still on their way check the newer
+//!   moves' sets first.
+//!
+//! A server that dies or restarts empty during a move loses its keys, as
+//! any dead cache server does: the keys whose source it was miss (its
+//! listing fails, it is marked unreachable, their reads go to the new
+//! owner); no other key is affected.
 //!
 //! Keys that did not move, and every key of a pool that is not moving,
 //! route as usual.
 
+pub mod chain;
+pub mod conn;
 pub mod drop;
 pub mod migrate;
 pub mod settled;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 
-use crate::config::{Distribution, PoolConfig};
 use crate::request::{BIN_HEADER, BIN_REQ};
-use crate::ring::Ring;
 
-pub use settled::{key_hash, Settled};
+pub use chain::{Move, Reach, Source};
+pub use settled::{key_hash, Settle, Settled};
 
 /// What a forwarded request does to its key, for routing during a move.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +96,7 @@ pub enum Kind {
 pub enum Route {
     /// As usual, by the new ring (and the pool's failover).
     New,
-    /// To the key's old owner: index `i` of the old ring's servers.
+    /// To the source that holds the key's latest value (`Move::sources`).
     Old(usize),
     /// Held until the key's copy is done, then as usual.
     Park,
@@ -150,91 +189,9 @@ impl Progress {
     }
 }
 
-/// The placement side of one pool's move: both rings and the settled set.
-#[derive(Debug)]
-pub struct Move {
-    pub old_cfg: PoolConfig,
-    old: Ring,
-    new: Ring,
-    /// Old ring index → new ring index of the server of the same name.
-    old_to_new: Vec<Option<usize>>,
-    pub settled: Arc<Settled>,
-}
-
-impl Move {
-    /// The move of a pool from `old` to `new`; `None` when nothing can
-    /// move warm: a `random` distribution (no key has an owner) on
-    /// either side.
-    pub fn new(old: &PoolConfig, new: &PoolConfig, settled: Arc<Settled>) -> Option<Move> {
-        if old.distribution == Distribution::Random || new.distribution == Distribution::Random {
-            return None;
-        }
-        let old_to_new = old
-            .servers
-            .iter()
-            .map(|s| new.servers.iter().position(|n| n.name == s.name))
-            .collect();
-        Some(Move {
-            old_cfg: old.clone(),
-            old: Ring::new(old),
-            new: Ring::new(new),
-            old_to_new,
-            settled,
-        })
-    }
-
-    /// The name of server `i` of the old ring.
-    pub fn old_name(&self, i: usize) -> &str {
-        &self.old_cfg.servers[i].name
-    }
-
-    /// The old owner of `key` when it moved (its old ring index).
-    pub fn moved_from(&self, key: &[u8]) -> Option<usize> {
-        moved_from(&self.old, &self.new, &self.old_to_new, key)
-    }
-
-    /// Where a request of kind `kind` for `key` goes now; settles the key
-    /// for an overwrite or a delete of a moved key.
-    pub fn route(&self, key: &[u8], kind: Kind) -> Route {
-        if kind == Kind::Unkeyed {
-            return Route::New;
-        }
-        let Some(old) = self.moved_from(key) else {
-            return Route::New;
-        };
-        let h = key_hash(key);
-        match kind {
-            Kind::Overwrite | Kind::Delete => {
-                self.settled.insert(h);
-                Route::New
-            }
-            Kind::Read if self.settled.contains(h) => Route::New,
-            Kind::Read => Route::Old(old),
-            _ if self.settled.contains(h) => Route::New,
-            _ => Route::Park,
-        }
-    }
-}
-
-/// The old owner of `key` if its owner's name differs between the rings.
-fn moved_from(old: &Ring, new: &Ring, old_to_new: &[Option<usize>], key: &[u8]) -> Option<usize> {
-    let o = old.server_of(key);
-    let n = new.server_of(key);
-    (old_to_new.get(o).copied().flatten() != Some(n)).then_some(o)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
-
-    fn pool(servers: &[&str]) -> PoolConfig {
-        let mut y = String::from("p:\n  listen: 127.0.0.1:1\n  servers:\n");
-        for s in servers {
-            y.push_str(&format!("   - {s}\n"));
-        }
-        Config::parse(&y).unwrap().pools.remove(0)
-    }
 
     #[test]
     fn classifies_by_what_the_request_does_to_its_key() {
@@ -274,48 +231,5 @@ mod tests {
         assert_eq!(classify(&bin), Kind::Delete);
         bin[1] = 0x05;
         assert_eq!(classify(&bin), Kind::Other);
-    }
-
-    #[test]
-    fn routes_moved_keys_by_the_rules() {
-        let old = pool(&["127.0.0.1:2001:1 a", "127.0.0.1:2002:1 b"]);
-        let new = pool(&[
-            "127.0.0.1:2001:1 a",
-            "127.0.0.1:2002:1 b",
-            "127.0.0.1:2003:1 c",
-        ]);
-        let m = Move::new(&old, &new, Arc::default()).unwrap();
-        let keys: Vec<Vec<u8>> = (0..2000).map(|i| format!("key:{i}").into_bytes()).collect();
-        let moved: Vec<&Vec<u8>> = keys.iter().filter(|k| m.moved_from(k).is_some()).collect();
-        let share = moved.len() as f64 / keys.len() as f64;
-        assert!((0.2..0.5).contains(&share), "about a third moves: {share}");
-        for k in &keys {
-            match m.moved_from(k) {
-                None => {
-                    for kind in [Kind::Read, Kind::Other, Kind::Overwrite] {
-                        assert_eq!(m.route(k, kind), Route::New);
-                    }
-                }
-                Some(o) => {
-                    assert_eq!(m.route(k, Kind::Read), Route::Old(o));
-                    assert_eq!(m.route(k, Kind::Other), Route::Park);
-                }
-            }
-        }
-        let k = moved[0];
-        assert_eq!(m.route(k, Kind::Overwrite), Route::New);
-        assert!(m.settled.contains(key_hash(k)), "settled before it is sent");
-        assert_eq!(m.route(k, Kind::Read), Route::New);
-        assert_eq!(m.route(k, Kind::Other), Route::New);
-        let k = moved[1];
-        assert_eq!(m.route(k, Kind::Delete), Route::New);
-        assert_eq!(m.route(k, Kind::Read), Route::New);
-        // A removed server: every key it owned moves.
-        let fewer = pool(&["127.0.0.1:2001:1 a"]);
-        let m = Move::new(&old, &fewer, Arc::default()).unwrap();
-        for k in &keys {
-            let from_b = Ring::new(&old).server_of(k) == 1;
-            assert_eq!(m.moved_from(k).is_some(), from_b);
-        }
     }
 }

@@ -4,10 +4,21 @@
 //! the migration thread; sharded so that neither waits on the other for
 //! long. An insert answers whether the key was settled before, which is
 //! what makes "settle, then act" one step for both sides.
+//!
+//! A move replaced by a newer one (a reload while it ran) keeps its set,
+//! frozen, linked to the newer move's set ([`Settled::supersede`]). The
+//! freeze takes every shard's lock, so a key its migration thread settles
+//! ([`Settled::settle`]) is either settled before the newer move routes
+//! anything (and the newer move reads it from where it was copied), or
+//! refused (and the thread undoes its copy): a key never changes source
+//! under the newer move's feet. The thread, finishing a batch after the
+//! newer move began, also asks [`Settled::settled_later`] before it writes
+//! (a key a client wrote under the newer move is the newer move's).
 
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 const SHARDS: usize = 64;
 
@@ -47,6 +58,25 @@ pub type HashSet64 = HashSet<u64, BuildHasherDefault<Prehashed>>;
 #[derive(Debug)]
 pub struct Settled {
     shards: Vec<Mutex<HashSet64>>,
+    /// The set of the move that replaced this one.
+    later: OnceLock<Arc<Settled>>,
+    /// The move was given up (no warm move replaced it): every key counts
+    /// as settled later, so its thread writes nothing more.
+    abandoned: AtomicBool,
+    /// Replaced or given up: the migration settles nothing more. Set while
+    /// every shard is locked.
+    frozen: AtomicBool,
+}
+
+/// What [`Settled::settle`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settle {
+    /// Settled now.
+    New,
+    /// Settled before (a client, or an earlier copy).
+    Already,
+    /// The set is frozen (the move was replaced): not settled.
+    Frozen,
 }
 
 impl Default for Settled {
@@ -55,6 +85,9 @@ impl Default for Settled {
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(HashSet64::default()))
                 .collect(),
+            later: OnceLock::new(),
+            abandoned: AtomicBool::new(false),
+            frozen: AtomicBool::new(false),
         }
     }
 }
@@ -88,6 +121,64 @@ impl Settled {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The migration's settle: refused once the set is frozen.
+    pub fn settle(&self, h: u64) -> Settle {
+        let mut shard = self.shard(h);
+        if self.frozen.load(Ordering::Acquire) {
+            return Settle::Frozen;
+        }
+        if shard.insert(h) {
+            Settle::New
+        } else {
+            Settle::Already
+        }
+    }
+
+    /// Whether the set is frozen.
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::Acquire)
+    }
+
+    /// Freezes the set: every shard locked, so no settle is half done.
+    fn freeze(&self) {
+        let held: Vec<_> = (0..SHARDS as u64).map(|i| self.shard(i << 58)).collect();
+        self.frozen.store(true, Ordering::Release);
+        drop(held);
+    }
+
+    /// A newer move (set `next`) replaced this one: frozen, linked to it.
+    pub fn supersede(&self, next: Arc<Settled>) {
+        self.freeze();
+        let _ = self.later.set(next);
+    }
+
+    /// The move was given up without a warm move after it.
+    pub fn abandon(&self) {
+        self.freeze();
+        self.abandoned.store(true, Ordering::Release);
+    }
+
+    /// Whether a move that replaced this one (or one after it) settled
+    /// the key of hash `h`, or the move was given up.
+    pub fn settled_later(&self, h: u64) -> bool {
+        let mut next = Some(self);
+        while let Some(s) = next {
+            if s.abandoned.load(Ordering::Acquire) {
+                return true;
+            }
+            if !std::ptr::eq(s, self) && s.contains(h) {
+                return true;
+            }
+            next = s.later.get().map(|a| a.as_ref());
+        }
+        false
+    }
+
+    /// Whether the key is settled here or by a later move.
+    pub fn settled_here_or_later(&self, h: u64) -> bool {
+        self.contains(h) || self.settled_later(h)
+    }
 }
 
 #[cfg(test)]
@@ -104,5 +195,31 @@ mod tests {
         assert!(s.contains(h));
         assert_ne!(key_hash(b"k"), key_hash(b"k\0"));
         assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn a_later_move_settles_for_the_one_it_replaced() {
+        let first = Settled::default();
+        let second = Arc::new(Settled::default());
+        let third = Arc::new(Settled::default());
+        let (a, b) = (key_hash(b"a"), key_hash(b"b"));
+        first.insert(a);
+        assert!(!first.settled_later(a), "its own set is not later");
+        first.supersede(second.clone());
+        second.supersede(third.clone());
+        third.insert(b);
+        assert!(first.settled_later(b) && second.settled_later(b));
+        assert!(!third.settled_later(b));
+        assert!(first.settled_here_or_later(a) && !second.settled_here_or_later(a));
+        assert_eq!(
+            first.settle(key_hash(b"c")),
+            Settle::Frozen,
+            "replaced: frozen"
+        );
+        assert!(!first.contains(key_hash(b"c")));
+        assert_eq!(third.settle(b), Settle::Already);
+        assert_eq!(third.settle(a), Settle::New);
+        second.abandon();
+        assert!(first.settled_later(a), "given up: everything is later");
     }
 }

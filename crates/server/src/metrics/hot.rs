@@ -1,47 +1,50 @@
-//! The hottest keys on `/metrics`: the top 10 of `stats hotkeys` as three
-//! gauges per key (`osmium_hotkey_reads_per_second`,
+//! The hottest keys on the metrics endpoint. `/metrics` has their rates by
+//! rank only: three gauges per rank (`osmium_hotkey_reads_per_second`,
 //! `osmium_hotkey_writes_per_second`, `osmium_hotkey_bytes_per_second`),
-//! labelled with the rank and the key URI-encoded as `stats hotkeys` shows
-//! it. Nothing when hot keys are off (`-o hotkeys_top=0`).
+//! labelled `rank="1"` to `rank="10"` and nothing else, so that the series
+//! stay the same 30 however the hot set churns and no key (user data) is
+//! ever a label value. The names are on `/hotkeys`, only with
+//! `--metrics-hotkeys`: the `stats hotkeys` text, as the cache port
+//! answers it. Nothing when hot keys are off (`-o hotkeys_top=0`).
 
 use super::families::Families;
 use crate::context::Shared;
 use crate::hotkeys;
 
-/// How many keys `/metrics` shows.
+/// How many ranks `/metrics` shows.
 pub const TOP: usize = 10;
 
-/// Adds the hottest keys' gauges to a scrape.
+/// Adds the hottest keys' gauges, by rank, to a scrape.
 pub fn add(sh: &Shared, f: &mut Families) {
-    let mut encoded = Vec::new();
     for (i, hot) in sh.hot_keys(TOP).iter().enumerate() {
-        encoded.clear();
-        hotkeys::uri_encode(&hot.key, &mut encoded);
-        let key = String::from_utf8_lossy(&encoded).into_owned();
         let rank = (i + 1).to_string();
-        let labels = || {
-            vec![
-                ("rank".to_string(), rank.clone()),
-                ("key".to_string(), key.clone()),
-            ]
-        };
+        let labels = || vec![("rank".to_string(), rank.clone())];
         f.gauge(
             "osmium_hotkey_reads_per_second",
-            "Reads per second of one of the hottest keys, over the last 5 to 10 s.",
+            "Reads per second of the key at this rank of the hottest, over the last 5 to 10 s.",
             labels(),
             hot.reads_per_sec,
         );
         f.gauge(
             "osmium_hotkey_writes_per_second",
-            "Writes per second of one of the hottest keys, over the last 5 to 10 s.",
+            "Writes per second of the key at this rank of the hottest, over the last 5 to 10 s.",
             labels(),
             hot.writes_per_sec,
         );
         f.gauge(
             "osmium_hotkey_bytes_per_second",
-            "Value bytes per second read and written of one of the hottest keys.",
+            "Value bytes per second read and written of the key at this rank of the hottest.",
             labels(),
             hot.bytes_per_sec,
         );
     }
+}
+
+/// `/hotkeys`: what `stats hotkeys` answers (`STAT hotkey <rank> <key>
+/// <reads/s> <writes/s> <bytes/s>` lines, keys URI-encoded, then `END`).
+pub fn names(sh: &Shared) -> Vec<u8> {
+    let mut out = Vec::new();
+    hotkeys::stats_rows(sh.hotkeys.as_deref(), None, &mut out);
+    out.extend_from_slice(b"END\r\n");
+    out
 }
