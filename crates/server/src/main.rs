@@ -63,6 +63,16 @@ fn main() {
             print!("{text}");
             return;
         }
+        Action::GenSecret(path) => {
+            match osmium_protocol::replication_link::write_new_secret(&path) {
+                Ok(()) => println!("wrote a new replication secret to {path} (mode 600)"),
+                Err(msg) => {
+                    eprintln!("{msg}");
+                    std::process::exit(1);
+                }
+            }
+            return;
+        }
         Action::Run(s) => *s,
     };
     // Started as root, the log file is opened only once the process is the
@@ -102,8 +112,8 @@ fn main() {
     } else {
         None
     };
-    // Replication's secret file: unreadable, empty or open to others is a
-    // usage error (memcached's status for a bad command line).
+    // Replication's secret file: unreadable, empty, open to others or too
+    // weak is a usage error (memcached's status for a bad command line).
     let secret = match settings.replication_secret.as_deref() {
         Some(path) => match replication::auth::Secret::load(path, "--replication-secret") {
             Ok(s) => Some(s),

@@ -29,7 +29,7 @@ use crate::context::{Shared, StopRequest};
 use crate::daemon;
 use crate::process::{self, Signals};
 use crate::replication::auth::Secret;
-use crate::replication::stream::LinkStream;
+use crate::replication::stream::{LinkStream, NoiseHalves};
 use crate::service;
 use crate::settings::Settings;
 use crate::tls_context::TlsContext;
@@ -293,7 +293,18 @@ fn start_replication(
             return false;
         }
         let stream = match stream {
-            LinkStream::Plain(tcp) => Stream::Tcp(mio::net::TcpStream::from_std(tcp)),
+            // A follow link is proven by its handshake (Noise on plain
+            // TCP) or its TLS session: never plain.
+            LinkStream::Plain(_) => return false,
+            // Its keys and what it already received go on in the worker.
+            LinkStream::Noise(tcp, halves) => {
+                let NoiseHalves { outbound, inbound } = *halves;
+                Stream::Noise(Box::new(crate::transport::noise::NoiseConn::new(
+                    mio::net::TcpStream::from_std(tcp),
+                    outbound,
+                    inbound,
+                )))
+            }
             // The follow link over TLS: its session goes on in the worker.
             LinkStream::Tls(tcp, session) => match (*session, &shared.tls) {
                 (rustls::Connection::Client(session), Some(ctx)) => Stream::Tls(Box::new(

@@ -495,6 +495,25 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
             yn(s.replication_secret.is_some()),
         );
     }
+    // Under -Z: the certificates that name the replication peers, when set.
+    if !s.tls.replication_peers.is_empty() {
+        let names: Vec<String> = s
+            .tls
+            .replication_peers
+            .iter()
+            .map(|n| {
+                if n.contains(':') {
+                    format!("[{n}]")
+                } else {
+                    n.clone()
+                }
+            })
+            .collect();
+        stat(out, "replication_peers", names.join(":"));
+    }
+    if let Some(ca) = &s.tls.replication_ca {
+        stat(out, "replication_ca", ca);
+    }
     stat(out, "lru_maintainer_thread", "no");
     stat(out, "lru_segmented", "no");
     stat(out, "hot_lru_pct", 20);

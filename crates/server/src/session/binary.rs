@@ -54,6 +54,10 @@ enum Step {
 }
 
 pub fn process<S: Sink>(s: &mut Session, ctx: &WorkerCtx, sink: &mut S) -> Flow {
+    if ctx.peers && ctx.peer.get() != crate::replication::PEER_NONE {
+        // Replication links speak text only (`replication::rights`).
+        return Flow::Close;
+    }
     let mut committed = s.output.len();
     let mut done = 0;
     loop {

@@ -29,6 +29,7 @@ use crate::context::WorkerCtx;
 use crate::execute::store::{self, Admit};
 use crate::execute::{self, Dump, Next};
 use crate::logger::CloseReason;
+use crate::replication::rights;
 use crate::stats::latency::Cmd;
 
 /// A get line this long without its end is served as it arrives.
@@ -129,6 +130,18 @@ fn run_line<S: Sink>(
         s.output.unsent_verdict = None;
     }
     let cmd = Cmd::of(&req);
+    if ctx.peers && !rights::carries(ctx.peer.get(), &req.command, &req.reply) {
+        // A replication connection sent what its role does not carry:
+        // nothing of it runs, the connection ends.
+        ctx.shared.replication.link_refused(
+            ctx.peer.get(),
+            &String::from_utf8_lossy(&line[..line.len().min(64)]),
+        );
+        compose_text::line(&mut s.output, false, "ERROR");
+        s.input.consume(consumed);
+        s.close_after_write = true;
+        return Some(Flow::Wait);
+    }
     gather_for(
         &mut s.output,
         matches!(req.command, Command::Get { touch: None, .. }),
