@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Debian package target/debian/osmium_<version>-1_<arch>.deb
 # from an existing release build (`cargo build --release --workspace`):
-# the man pages of osmium, osmium-proxy and osmium-bench are written from
-# their clap definitions
+# the man pages of osmium, osmium-proxy, osmium-bench and osmium-tool are
+# written from their clap definitions
 # (`--generate-man DIR`) into target/release/man, gzipped, then
 # `cargo deb --no-build` packs what crates/server/Cargo.toml's
 # [package.metadata.deb] lists (binaries, unit, conf, man pages, LICENSE
@@ -18,7 +18,7 @@ for b in osmium osmium-proxy osmium-bench osmium-tool; do
 done
 mkdir -p "$release/man"
 rm -f "$release"/man/*.1 "$release"/man/*.1.gz
-for b in osmium osmium-proxy osmium-bench; do
+for b in osmium osmium-proxy osmium-bench osmium-tool; do
     "$release/$b" --generate-man "$release/man"
 done
 gzip -9n "$release"/man/*.1

@@ -11,6 +11,8 @@ next), an exporter scrapes each, and the two `/metrics` pages are compared:
 * every metric family the exporter exports for memcached, with its label
   names, exists for osmium (label values aside: the slab ids differ, osmium
   reports its cache as one class);
+* every family the exporter makes of osmium is on osmium's own `/metrics`
+  (`--metrics-addr`) under the same name and label names;
 * the values agree where they mean the same thing: commands by status, items
   (flash items counted), item ages (within 2 s), evictions present.
 
@@ -179,14 +181,21 @@ class Lockstep:
             s.close()
 
 
+OWN = "osmium's own"
+
+
 def run_pair(exporter_bin, args_of, workload, settle):
-    """Starts one server of each kind (`args_of(kind)`), runs `workload` on
-    both, waits `settle` seconds, and returns each kind's scrape."""
+    """Starts one server of each kind (`args_of(kind)`; osmium with its own
+    /metrics too), runs `workload` on both, waits `settle` seconds, and
+    returns each kind's scrape by its exporter, and osmium's own /metrics
+    (under OWN)."""
     _need_osmium()
     srvs, exps = [], []
+    metrics_port = servers.free_port()
     try:
         for kind in KINDS:
-            srvs.append(servers.Server(kind, args_of(kind)))
+            own = ["--metrics-addr", f"127.0.0.1:{metrics_port}"] if kind == "osmium" else []
+            srvs.append(servers.Server(kind, args_of(kind) + own))
         both = Lockstep(srvs)
         try:
             workload(both)
@@ -195,7 +204,11 @@ def run_pair(exporter_bin, args_of, workload, settle):
         time.sleep(settle)
         for s in srvs:
             exps.append(Exporter(exporter_bin, s))
-        return {kind: e.scrape() for kind, e in zip(KINDS, exps)}
+        scrapes = {kind: e.scrape() for kind, e in zip(KINDS, exps)}
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
+                                    timeout=10) as r:
+            scrapes[OWN] = parse_metrics(r.read().decode())
+        return scrapes
     finally:
         for e in exps:
             e.stop()
@@ -265,6 +278,12 @@ def check_families(scrapes):
     mc, osm = families(scrapes["memcached"]), families(scrapes["osmium"])
     missing = sorted(mc - osm)
     assert not missing, f"metric families memcached has and osmium does not: {missing}"
+    # osmium's own /metrics is a superset of what memcached_exporter makes of
+    # the same server: every family under the same name, with its labels.
+    # (`memcached_exporter_build_info` describes the exporter, not the server.)
+    own = families(scrapes[OWN])
+    missing = sorted(f for f in osm - own if not f[0].startswith("memcached_exporter_"))
+    assert not missing, f"families memcached_exporter has for osmium, not on /metrics: {missing}"
 
 
 def test_flash_tier_workload(exporter_bin, tmp_path):

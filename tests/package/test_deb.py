@@ -29,7 +29,7 @@ from support.servers import ROOT, free_port
 
 UNIT_DIRS = ("/lib/systemd/system", "/usr/lib/systemd/system")
 BINARIES = ("osmium", "osmium-proxy", "osmium-bench", "osmium-tool")
-MAN_PAGES = ("osmium", "osmium-proxy", "osmium-bench")
+MAN_PAGES = ("osmium", "osmium-proxy", "osmium-bench", "osmium-tool")
 
 
 def _need(what):

@@ -304,18 +304,21 @@ def test_attack_slow_loris_from_one_address():
         time.sleep(0.2)
         for _ in range(8):
             t0 = time.monotonic()
-            status, head, body = http(srv.metrics, "/metrics", source="127.0.0.2", timeout=1)
+            # Served while the slow clients hold their slots (the bound is
+            # loose: a loaded machine is slow, a refused one never answers).
+            status, head, body = http(srv.metrics, "/metrics", source="127.0.0.2", timeout=5)
             assert status == 200, head
-            assert time.monotonic() - t0 < 1.0
+            assert time.monotonic() - t0 < 3.0
             assert b"memcached_up 1" in body
             time.sleep(0.3)
         for t in threads:
             t.join()
         cut = sorted(ends.values())
         # Two served (the cap per address) until the deadline, 5 s for the
-        # whole request however often they send; the rest refused at once.
-        assert all(t < 2 for t in cut[:8]), cut
-        assert all(4.5 <= t < 8 for t in cut[8:]), cut
+        # whole request however often they send (a per-read limit would keep
+        # them to the end, 12 s); the rest refused at once (well before 5 s).
+        assert all(t < 4 for t in cut[:8]), cut
+        assert all(4.5 <= t < 11 for t in cut[8:]), cut
 
 
 def test_attack_series_stay_bounded_while_the_hot_set_churns():

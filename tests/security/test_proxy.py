@@ -170,19 +170,23 @@ def test_sixteen_connections_are_held_to_the_address_bound_and_the_loop_serves_o
 
         def read_stats_during_the_attack():
             # Answers to wrong tokens are held up to 4 s: the loop is not.
-            time.sleep(1.0)
-            t = time.monotonic()
-            with socket.create_connection(("127.0.0.1", p.stats_port), timeout=10) as s:
-                first = s.recv(65536)
-            served.append((time.monotonic() - t, first[:24]))
+            # Three reads, a second apart; a loop that waited for held
+            # answers would be slow at every one, a noisy machine at one.
+            for _ in range(3):
+                time.sleep(1.0)
+                t = time.monotonic()
+                with socket.create_connection(("127.0.0.1", p.stats_port), timeout=10) as s:
+                    first = s.recv(65536)
+                served.append((time.monotonic() - t, first[:24]))
 
         reader = threading.Thread(target=read_stats_during_the_attack)
         reader.start()
         check_attack(p, 16, ["127.0.0.1"], ADDRESS_BURST, ADDRESS_REFILL)
         reader.join()
-        (waited, first), = served
-        assert first.startswith(b'{"service":"nutcracker"'), first
-        assert waited < 2.0, f"the stats document waited {waited:.1f} s"
+        for _, first in served:
+            assert first.startswith(b'{"service":"nutcracker"'), first
+        waited = min(w for w, _ in served)
+        assert waited < 2.0, f"the stats document waited {waited:.1f} s at best"
         p.reloads_with_the_right_token()
     finally:
         p.stop()

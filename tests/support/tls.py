@@ -1,7 +1,9 @@
 """Test certificates made with the `openssl` command: a CA, a server
 certificate for 127.0.0.1/localhost, a second one (reload tests), a client
-certificate signed by the CA, and a self-signed client certificate the
-server does not trust. Used by tests/tls and by the conformance suite over
+certificate signed by the CA (no SAN: an ordinary mTLS client), one with
+the SAN `DNS:replica-peer.test` (a replication peer's, where
+`-o replication_peers=replica-peer.test` names it), and a self-signed
+client certificate the server does not trust. Used by tests/tls and by the conformance suite over
 TLS."""
 import os
 import ssl
@@ -14,17 +16,17 @@ def _openssl(*args, cwd):
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _signed(cwd, name, cn, san=None):
+def _signed(cwd, name, cn, san=None, client=False):
     """An X.509 v3 certificate signed by the test CA: a server's (with
-    subjectAltName) or a client's."""
+    subjectAltName) or a client's (with one when `san` is given)."""
     _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
              "-out", f"{name}.csr", "-subj", f"/CN={cn}", cwd=cwd)
     with open(os.path.join(cwd, f"{name}.ext"), "w") as f:
         f.write("basicConstraints=CA:FALSE\n")
         if san:
-            f.write(f"subjectAltName={san}\nextendedKeyUsage=serverAuth\n")
-        else:
-            f.write("extendedKeyUsage=clientAuth\n")
+            f.write(f"subjectAltName={san}\n")
+        f.write("extendedKeyUsage=clientAuth\n" if client or not san
+                else "extendedKeyUsage=serverAuth\n")
     _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
              "-CAcreateserial", "-out", f"{name}.pem", "-days", "30", "-extfile", f"{name}.ext",
              cwd=cwd)
@@ -38,6 +40,7 @@ class Certs:
         _signed(self.dir, "server", "localhost", "DNS:localhost,IP:127.0.0.1")
         _signed(self.dir, "server2", "localhost", "DNS:localhost,IP:127.0.0.1")
         _signed(self.dir, "client", "replica-peer")
+        _signed(self.dir, "peer", "replica-peer", "DNS:replica-peer.test", client=True)
         # A client certificate from a CA the server does not trust.
         _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "rogue.key",
                  "-out", "rogue.pem", "-days", "30", "-subj", "/CN=rogue", cwd=self.dir)

@@ -368,21 +368,24 @@ def test_the_server_survives_garbage_and_truncated_records(server, certs):
         assert ask(s, b"version\r\n").startswith(b"VERSION ")
 
 
-def test_a_verified_client_certificate_proves_a_replication_peer(certs):
+def test_a_named_client_certificate_proves_a_replication_peer(certs):
     # osmium's private replication commands: refused (ERROR, connection
     # unchanged) on every connection but one that proved it is a peer, here
-    # by a client certificate verified against ssl_ca_cert.
+    # by a client certificate verified against ssl_ca_cert whose SAN
+    # -o replication_peers names. An ordinary client certificate is a client.
     port2 = servers.free_port()
-    args = certs.server_args("ssl_verify_mode=1") + ["-l", f"mtls:127.0.0.1:{port2}"]
+    args = (certs.server_args("ssl_verify_mode=1", "replication_peers=replica-peer.test")
+            + ["-l", f"mtls:127.0.0.1:{port2}"])
     with servers.Server("osmium", args) as srv:
-        with connect(srv.port, certs.client_context()) as s:
-            assert ask(s, b"set secret 0 0 6\r\nhunter\r\n") == b"STORED\r\n"
-            for cmd in (b"replica_link x\r\n", b"replica_follow 2\r\n", b"replica_synced\r\n",
-                        b"replica_auth " + b"00" * 32 + b"\r\n"):
-                assert ask(s, cmd) == b"ERROR\r\n", cmd
-            assert ask(s, b"version\r\n").startswith(b"VERSION "), "the connection still works"
+        for cert in (None, "client"):
+            with connect(srv.port, certs.client_context(cert=cert)) as s:
+                assert ask(s, b"set secret 0 0 6\r\nhunter\r\n") == b"STORED\r\n"
+                for cmd in (b"replica_link x\r\n", b"replica_follow 2\r\n",
+                            b"replica_synced\r\n", b"replica_hello target 00\r\n"):
+                    assert ask(s, cmd) == b"ERROR\r\n", cmd
+                assert ask(s, b"version\r\n").startswith(b"VERSION "), "still works"
         for port in (srv.port, port2):
-            with connect(port, certs.client_context(cert="client")) as s:
+            with connect(port, certs.client_context(cert="peer")) as s:
                 assert ask(s, b"replica_link peer\r\n") == b"OK\r\n"
         assert _handshake_refused(port2, certs.client_context(cert="rogue"))
         with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as p:
@@ -394,9 +397,9 @@ def test_a_verified_client_certificate_proves_a_replication_peer(certs):
 
 
 def test_dumps_disabled_refuse_replica_follow_even_to_a_peer(certs):
-    args = certs.server_args("ssl_verify_mode=1") + ["-X"]
+    args = certs.server_args("ssl_verify_mode=1", "replication_peers=replica-peer.test") + ["-X"]
     with servers.Server("osmium", args) as srv:
-        with connect(srv.port, certs.client_context(cert="client")) as s:
+        with connect(srv.port, certs.client_context(cert="peer")) as s:
             assert ask(s, b"set secret 0 0 6\r\nhunter\r\n") == b"STORED\r\n"
             assert ask(s, b"replica_follow 2\r\n") == b"ERROR metadump not allowed\r\n"
             assert ask(s, b"version\r\n").startswith(b"VERSION ")

@@ -52,7 +52,7 @@ def test_a_graceful_stop_logs_the_stop_and_the_memory_file_saved(tmp_path):
 
 def test_replication_links_going_up_and_down(tmp_path):
     secret = tmp_path / "secret"
-    secret.write_bytes(b"the watch tests' replication secret\n")
+    secret.write_bytes(os.urandom(32).hex().encode() + b"\n")
     secret.chmod(0o600)
     target_port = servers.free_port()
     auth = ["--replication-secret", str(secret)]

@@ -8,7 +8,10 @@
 //! * `replication`: what a replicated write costs: SETs to a server with
 //!   `--replicate-to` a second one, `--replication async` and `sync`,
 //!   against an unreplicated server (the writer's CPU and the replica's,
-//!   per write, and the latency a client sees);
+//!   per write, and the latency a client sees); over plain links (Noise
+//!   frames) and TLS links (`--links plain,tls`: `-Z`, the clients on a
+//!   `notls:` listener), and for a second osmium build alongside
+//!   (`--osmium-b`), every variant alternated round by round;
 //! * `sla`: seed 002's metric, the highest GET rate with 99.5 % of requests
 //!   within 1 ms (random and hot keys, Overall = 0.8 × random + 0.2 × hot),
 //!   for three osmium servers replicating in a ring behind osmium-proxy
@@ -31,6 +34,13 @@ use std::time::Duration;
 use crate::load::{self, KeyDist, Protocol, SlaOpts, Targets, Workload};
 use crate::process::Process;
 use crate::servers::{free_port, Binaries};
+
+/// A replication link's kind (`--links`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LinkKind {
+    Plain,
+    Tls,
+}
 
 /// What `cluster` measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -92,6 +102,18 @@ pub struct ClusterArgs {
     /// Depths of `proxy` and `replication`.
     #[arg(long, value_delimiter = ',', default_value = "1,16")]
     depths: Vec<usize>,
+    /// `replication`: the link kinds measured: `plain` (TCP; Noise frames
+    /// since the link handshake), `tls` (`-Z`, both ends holding the
+    /// secret; the clients on a `notls:` listener).
+    #[arg(long, value_delimiter = ',', default_value = "plain")]
+    links: Vec<LinkKind>,
+    /// `replication`: the variants measured (`none`: not replicating).
+    #[arg(long, value_delimiter = ',', default_value = "none,async,sync")]
+    replication_modes: Vec<String>,
+    /// `replication`: a second osmium build measured alongside (`b`),
+    /// each of its rows compared with the first build's (`a`).
+    #[arg(long, value_name = "PATH")]
+    osmium_b: Option<PathBuf>,
     /// Items the writer holds when its replica returns (`copy`).
     #[arg(long, default_value_t = 1_000_000)]
     copy_items: u64,
@@ -172,6 +194,7 @@ fn workload(a: &ClusterArgs, depth: usize, get_ratio: f64) -> Workload {
         seed: 1,
         dist: KeyDist::Uniform,
         rate: None,
+        arrivals: Default::default(),
         quantile: 0.995,
         cache_aside: false,
         busy_poll: true,
@@ -435,52 +458,136 @@ fn proxies(a: &ClusterArgs, bins: &Binaries, proxy: &std::path::Path) -> Result<
     Ok(())
 }
 
-fn replication(a: &ClusterArgs, bins: &Binaries) -> Result<(), String> {
-    let variants = ["none", "async", "sync"];
-    let mut pairs = Vec::new();
-    for v in variants {
-        let rp = free_port()?;
-        // Both hold the secret in every variant, so that only the
-        // replication differs.
-        let replica = server(bins, false, rp, a, &secret_args()?)?;
-        let mut extra = secret_args()?;
-        if v != "none" {
-            extra.extend([
-                "--replicate-to".into(),
-                format!("127.0.0.1:{rp}"),
-                "--replication".into(),
-                v.into(),
-            ]);
+/// One measured replication setup: a writer and its replica.
+struct ReplicationPair {
+    build: &'static str,
+    link: LinkKind,
+    mode: String,
+    writer: Process,
+    /// Where the clients connect (a `notls:` listener under TLS).
+    client_addr: std::net::SocketAddr,
+    replica: Process,
+}
+
+/// A server of `binary` on `port`: under TLS with the run's certificates
+/// (client certificates asked for and verified, as a replication peer's)
+/// and, when `client_port` is given, a plain listener there for clients.
+fn link_server(
+    binary: &std::path::Path,
+    port: u16,
+    a: &ClusterArgs,
+    tls: Option<&crate::tls::certs::Certs>,
+    client_port: Option<u16>,
+    extra: &[String],
+) -> Result<Process, String> {
+    let mut cmd = Command::new(binary);
+    cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+        .args(["-m", &a.memory.to_string(), "-t", &a.threads.to_string()]);
+    if crate::servers::running_as_root() {
+        cmd.args(["-u", "root"]);
+    }
+    if let Some(c) = tls {
+        cmd.args(c.server_args(false));
+        cmd.args([
+            "-o".to_string(),
+            format!("ssl_ca_cert={},ssl_verify_mode=1", c.ca.display()),
+        ]);
+        if let Some(p) = client_port {
+            cmd.args(["-l".to_string(), format!("notls:127.0.0.1:{p}")]);
         }
-        let writer = server(bins, false, free_port()?, a, &extra)?;
-        pairs.push((v, writer, replica));
+    }
+    cmd.args(secret_args()?);
+    cmd.args(extra);
+    Process::start("osmium", cmd, port)
+}
+
+fn replication(a: &ClusterArgs, bins: &Binaries) -> Result<(), String> {
+    let certs = if a.links.contains(&LinkKind::Tls) {
+        Some(crate::tls::certs::Certs::make(
+            crate::tls::certs::KeyType::EcdsaP256,
+        )?)
+    } else {
+        None
+    };
+    let mut builds: Vec<(&'static str, PathBuf)> = vec![("a", bins.osmium.clone())];
+    if let Some(b) = &a.osmium_b {
+        builds.push(("b", b.clone()));
+    }
+    let mut pairs = Vec::new();
+    for &link in &a.links {
+        for mode in &a.replication_modes {
+            if !matches!(mode.as_str(), "none" | "async" | "sync") {
+                return Err(format!(
+                    "--replication-modes: none, async or sync, not {mode}"
+                ));
+            }
+            for (build, binary) in &builds {
+                let tls = (link == LinkKind::Tls).then_some(certs.as_ref()).flatten();
+                let rp = free_port()?;
+                // Every server holds the secret, so that only the
+                // replication differs.
+                let replica = link_server(binary, rp, a, tls, None, &[])?;
+                let mut extra = Vec::new();
+                if mode != "none" {
+                    extra.extend([
+                        "--replicate-to".to_string(),
+                        format!("127.0.0.1:{rp}"),
+                        "--replication".into(),
+                        mode.clone(),
+                    ]);
+                }
+                let (wp, cp) = (free_port()?, free_port()?);
+                let client_port = tls.map(|_| cp);
+                let writer = link_server(binary, wp, a, tls, client_port, &extra)?;
+                let client_addr =
+                    std::net::SocketAddr::from(([127, 0, 0, 1], client_port.unwrap_or(wp)));
+                pairs.push(ReplicationPair {
+                    build,
+                    link,
+                    mode: mode.clone(),
+                    writer,
+                    client_addr,
+                    replica,
+                });
+            }
+        }
     }
     println!(
-        "cluster replication: {} connections, text SETs of {} keys ({} B values) to a server -t {}, replicating to a second one (none: not replicating); median of {} rounds",
-        a.conns, a.keys(), a.value_size(), a.threads, a.rounds()
+        "cluster replication: {} connections, text SETs of {} keys ({} B values) to a server -t {}, replicating to a second one (none: not replicating); links {:?}; builds: a = {}{}; median of {} rounds, the variants alternated",
+        a.conns,
+        a.keys(),
+        a.value_size(),
+        a.threads,
+        a.links,
+        bins.osmium.display(),
+        a.osmium_b.as_ref().map(|b| format!(", b = {}", b.display())).unwrap_or_default(),
+        a.rounds()
     );
-    println!(" depth replication    ops/s   p50 us   p99 us  p99.9 us  writer us/write  replica us/write  total  total/none");
+    println!(" depth build link  replication    ops/s   p50 us   p99 us  p99.9 us  writer us/write  replica us/write  total  total/none  ops b/a  total b/a");
     for &depth in &a.depths {
         let w = workload(a, depth, 0.0);
-        let mut runs: Vec<Vec<Figures>> = vec![Vec::new(); variants.len()];
+        let mut runs: Vec<Vec<Figures>> = vec![Vec::new(); pairs.len()];
         for round in 0..a.rounds().max(1) {
-            let mut order: Vec<usize> = (0..variants.len()).collect();
+            let mut order: Vec<usize> = (0..pairs.len()).collect();
             if round % 2 == 1 {
                 order.reverse();
             }
             for i in order {
-                let (v, writer, replica) = &pairs[i];
-                let others = if *v == "none" {
+                let p = &pairs[i];
+                let others = if p.mode == "none" {
                     Vec::new()
                 } else {
-                    vec![replica.pid]
+                    vec![p.replica.pid]
                 };
-                let f = measure(writer.addr(), writer.pid, &others, &w)?;
-                writer.check_alive()?;
-                replica.check_alive()?;
+                let f = measure(p.client_addr, p.writer.pid, &others, &w)?;
+                p.writer.check_alive()?;
+                p.replica.check_alive()?;
                 eprintln!(
-                    "cluster replication: depth {depth} round {} {v:>5}: {:>9.0} ops/s p99 {:>8.1} us writer {:>6.2} replica {:>6.2} us/write",
+                    "cluster replication: depth {depth} round {} {} {:?} {:>5}: {:>9.0} ops/s p99 {:>8.1} us writer {:>6.2} replica {:>6.2} us/write",
                     round + 1,
+                    p.build,
+                    p.link,
+                    p.mode,
                     f.ops,
                     f.p99,
                     f.cpu,
@@ -489,13 +596,30 @@ fn replication(a: &ClusterArgs, bins: &Binaries) -> Result<(), String> {
                 runs[i].push(f);
             }
         }
-        let none = med(&runs[0]);
-        for (i, v) in variants.iter().enumerate() {
-            let f = med(&runs[i]);
+        let meds: Vec<Figures> = runs.iter().map(|r| med(r)).collect();
+        let find = |build: &str, link: LinkKind, mode: &str| {
+            pairs
+                .iter()
+                .position(|p| p.build == build && p.link == link && p.mode == mode)
+                .map(|i| meds[i])
+        };
+        for (i, p) in pairs.iter().enumerate() {
+            let f = meds[i];
             let total = f.cpu + f.other_cpu;
+            let none = find(p.build, p.link, "none").map_or(f64::NAN, |n| total / n.cpu);
+            let (ops_ba, total_ba) = match (p.build, find("a", p.link, &p.mode)) {
+                ("b", Some(base)) => (
+                    format!("{:.3}", f.ops / base.ops),
+                    format!("{:.3}", total / (base.cpu + base.other_cpu)),
+                ),
+                _ => ("-".into(), "-".into()),
+            };
             println!(
-                "{depth:>6} {v:<11} {:>9.0} {:>8.1} {:>8.1} {:>9.1} {:>16.2} {:>17.2} {:>6.2} {:>11.3}",
-                f.ops, f.p50, f.p99, f.p999, f.cpu, f.other_cpu, total, total / none.cpu
+                "{depth:>6} {:<5} {:<5} {:<11} {:>9.0} {:>8.1} {:>8.1} {:>9.1} {:>16.2} {:>17.2} {:>6.2} {:>11.3} {:>8} {:>10}",
+                p.build,
+                format!("{:?}", p.link).to_lowercase(),
+                p.mode,
+                f.ops, f.p50, f.p99, f.p999, f.cpu, f.other_cpu, total, none, ops_ba, total_ba
             );
         }
     }

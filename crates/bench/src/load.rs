@@ -13,10 +13,15 @@
 //! of its key.
 //!
 //! Open loop (`--rate`, or a sweep over `--rates`): every connection sends
-//! on a fixed schedule (woken by a timerfd), whatever the replies do, and a
+//! on a schedule (woken by a timerfd), whatever the replies do, and a
 //! request's latency runs from when it was *due*, so a stalled server is
 //! charged for every request that should have gone out meanwhile (no
-//! coordinated omission).
+//! coordinated omission). The schedule is evenly spaced (`--arrivals
+//! uniform`: each connection every `conns / rate` seconds, the connections
+//! staggered) or Poisson (`--arrivals poisson`: each connection's gaps
+//! drawn from an exponential distribution of mean `conns / rate`, so the
+//! arrivals of all connections together are a Poisson process of the
+//! offered rate, with its bursts and lulls).
 //!
 //! [`Targets`]: one server, or several (`--targets`, `--vs --instances`)
 //! with each key sent to the server libmemcached's ketama picks: every
@@ -52,6 +57,8 @@ use rand::{Rng, SeedableRng};
 
 use crate::keys;
 use crate::report::{self, Outcome, Summary};
+use arrivals::next_gap;
+pub use arrivals::Arrivals;
 
 /// Wire protocol of the generated requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -83,6 +90,8 @@ pub struct Workload {
     /// Open loop at this many requests per second in all (None: closed
     /// loop, `depth` in flight per connection).
     pub rate: Option<f64>,
+    /// Open loop: how the requests are spaced in time.
+    pub arrivals: Arrivals,
     /// The latency quantile reported as `pq_us` (the SLA's, 0.995).
     pub quantile: f64,
     /// Cache-aside: every get that misses is followed by a set of its key.
@@ -600,11 +609,16 @@ fn generate(
             });
         }
         let slot = (i as u64 * threads + thread) as f64 / w.conns.max(1) as f64;
+        let first = match (interval, w.arrivals) {
+            (None, _) => Duration::ZERO,
+            (Some(iv), Arrivals::Uniform) => iv.mul_f64(slot),
+            (Some(iv), Arrivals::Poisson) => next_gap(Arrivals::Poisson, iv, &mut rng),
+        };
         conns.push(Conn {
             streams,
             pending: 0,
             refills: Vec::new(),
-            next_at: start + interval.map_or(Duration::ZERO, |iv| iv.mul_f64(slot)),
+            next_at: start + first,
         });
     }
     let mut events = Events::with_capacity(256);
@@ -639,7 +653,7 @@ fn generate(
                         let id = sampler.sample(&mut rng);
                         let at = conn.next_at;
                         conn.push(targets, w, id, get, &value, at);
-                        conn.next_at += iv;
+                        conn.next_at += next_gap(w.arrivals, iv, &mut rng);
                     }
                     conn.write_all()?;
                     timeout = timeout.min(conn.next_at.saturating_duration_since(now));
@@ -922,9 +936,12 @@ fn write_out(stream: &mut Stream) -> io::Result<()> {
     Ok(())
 }
 
+mod arrivals;
+mod cpu_sweep;
 mod sla;
 mod vs;
 mod wire;
+pub use cpu_sweep::run_cpu_sweep_vs;
 use osmium_protocol::client::reply::{self as codec_reply, Expect};
 pub use sla::*;
 pub use vs::*;

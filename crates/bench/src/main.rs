@@ -386,11 +386,22 @@ struct LoadArgs {
     /// each request's intended send time); without it, closed loop.
     #[arg(long)]
     rate: Option<f64>,
+    /// Open loop: evenly spaced requests (each connection every
+    /// conns/rate seconds), or a Poisson process of the offered rate.
+    #[arg(long, value_enum, default_value_t = load::Arrivals::Uniform)]
+    arrivals: load::Arrivals,
     /// Open loop at each of these rates in turn (req/s, comma separated):
     /// a row per rate; with --plot, throughput and p99 against offered
     /// rate.
     #[arg(long, value_delimiter = ',', conflicts_with_all = ["rate", "sla", "sweep", "value_sizes"])]
     rates: Vec<f64>,
+    /// With --vs: server CPU per request against offered rate. A closed-loop
+    /// run finds every server's saturation (the first server's median is
+    /// the reference), then every server runs open loop (--arrivals) at
+    /// each of these percentages of it (comma separated), alternated; with
+    /// --plot, DIR/cpu-sweep.svg.
+    #[arg(long, value_delimiter = ',', requires = "vs", conflicts_with_all = ["rate", "rates", "sla", "sweep", "value_sizes"])]
+    cpu_sweep: Vec<f64>,
     /// Write SVG charts into this directory: the latency CDF of every
     /// server (latency-cdf.svg; per size with a sweep) and, with --rates,
     /// throughput and p99 against offered rate (rates.svg); with --sla,
@@ -746,6 +757,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 seed: a.seed,
                 dist: a.dist,
                 rate: a.rate,
+                arrivals: a.arrivals,
                 quantile: a.sla_fraction.clamp(0.0, 1.0),
                 cache_aside: a.cache_aside,
                 busy_poll: a.busy_poll,
@@ -808,6 +820,9 @@ fn run(cli: Cli) -> Result<bool, String> {
                     a.common.json,
                     a.plot.as_deref(),
                 )
+            } else if !a.cpu_sweep.is_empty() {
+                let bins = binaries(&a.common)?;
+                load::run_cpu_sweep_vs(&bins, &kinds(&a.common), &w, &vs, &a.cpu_sweep)
             } else if !a.rates.is_empty() && a.vs {
                 let bins = binaries(&a.common)?;
                 load::run_rates_vs(&bins, &kinds(&a.common), &w, &vs, &a.rates)

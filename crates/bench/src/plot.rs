@@ -6,6 +6,8 @@
 //!   99.999: x = log10(1 / (1 − q))) and log-scaled microseconds;
 //! * [`rates`]: achieved throughput and p99 latency against the offered
 //!   rate of an open-loop `--rates` sweep, a line per server;
+//! * [`cpu_sweep`]: server CPU per request, and p50 and p99 latency,
+//!   against the offered rate of a `--cpu-sweep`, a colour per server;
 //! * [`closed_loop`]: throughput, and p50 and p99 latency, against the
 //!   connection count of an `osmium-bench closed` sweep, a colour per
 //!   server;
@@ -29,6 +31,13 @@ pub struct CdfSeries<'a> {
 pub struct RateSeries<'a> {
     pub name: &'a str,
     pub points: Vec<(f64, f64, f64)>,
+}
+
+/// One server's figures at each offered rate of a `--cpu-sweep`:
+/// (offered req/s, CPU µs per request, p50 µs, p99 µs).
+pub struct CpuSeries<'a> {
+    pub name: &'a str,
+    pub points: Vec<(f64, f64, f64, f64)>,
 }
 
 /// One server's figures at each connection count of a closed-loop sweep:
@@ -445,6 +454,81 @@ pub fn timeline(
         .border_style(BLACK)
         .draw()
         .map_err(err)?;
+    root.present().map_err(err)
+}
+
+/// Writes CPU per request (top) and latency (bottom, log scale: p50
+/// solid, p99 dashed) against offered rate to `path` (SVG), a colour per
+/// series. Points with a figure that is not finite are left out.
+pub fn cpu_sweep(path: &Path, title: &str, series: &[CpuSeries]) -> Result<(), String> {
+    let finite = |p: &&(f64, f64, f64, f64)| {
+        p.1.is_finite() && p.2.is_finite() && p.3.is_finite() && p.2 > 0.0
+    };
+    let all = || series.iter().flat_map(|s| s.points.iter().filter(finite));
+    let max_rate = all().fold(1.0f64, |m, p| m.max(p.0));
+    let max_cpu = all().fold(0.0f64, |m, p| m.max(p.1));
+    let (lo, hi) = all().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
+        (lo.min(p.2), hi.max(p.3))
+    });
+    if lo > hi {
+        return Err("plot: no CPU figure to draw".into());
+    }
+    let root = SVGBackend::new(path, (900, 900)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root.titled(title, ("sans-serif", 20)).map_err(err)?;
+    let (top, bottom) = root.split_vertically(430);
+    let mut chart = ChartBuilder::on(&top)
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..max_rate * 1.05, 0.0..max_cpu * 1.15)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("offered (req/s)")
+        .y_desc("server CPU per request (us)")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.1}"))
+        .draw()
+        .map_err(err)?;
+    for (i, s) in series.iter().enumerate() {
+        let c = color(i);
+        let pts: Vec<(f64, f64)> = s.points.iter().filter(finite).map(|p| (p.0, p.1)).collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+            .map_err(err)?
+            .label(s.name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart
+            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
+            .map_err(err)?;
+    }
+    draw_legend(&mut chart)?;
+    let mut chart = ChartBuilder::on(&bottom)
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..max_rate * 1.05, ((lo * 0.8)..(hi * 1.25)).log_scale())
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("offered (req/s)")
+        .y_desc("latency (us): p50 solid, p99 dashed")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(err)?;
+    for (i, s) in series.iter().enumerate() {
+        let c = color(i);
+        let p50: Vec<(f64, f64)> = s.points.iter().filter(finite).map(|p| (p.0, p.2)).collect();
+        let p99: Vec<(f64, f64)> = s.points.iter().filter(finite).map(|p| (p.0, p.3)).collect();
+        chart
+            .draw_series(LineSeries::new(p50, c.stroke_width(2)))
+            .map_err(err)?;
+        chart
+            .draw_series(DashedLineSeries::new(p99, 6, 4, c.stroke_width(2)))
+            .map_err(err)?;
+    }
     root.present().map_err(err)
 }
 

@@ -19,17 +19,18 @@
 //! * [`peek`] (in [`client`]): the keys of waiting requests, for
 //!   prefetching before parsing;
 //! * [`encode`]: text reply pieces written into an output buffer;
-//! * `replication_auth` (feature `replication-auth`): the replication
-//!   peers' secret exchange, which reads its secret file and drives a
-//!   blocking stream (the one part here that does I/O).
+//! * `replication_link` (feature `replication-link`): the replication
+//!   links' Noise handshake with a pre-shared key, their transport frames
+//!   and a blocking stream of them, and the secret's file and rules (the
+//!   one part here that does I/O).
 
 pub mod ascii;
 pub mod base64;
 pub mod binary;
 pub mod client;
 pub mod encode;
-#[cfg(feature = "replication-auth")]
-pub mod replication_auth;
+#[cfg(feature = "replication-link")]
+pub mod replication_link;
 pub mod request;
 
 pub use client::peek;

@@ -22,7 +22,7 @@ impl Token {
     /// refused when unreadable, not a regular file, open to group or
     /// others, empty, or more than one line.
     pub fn load(path: &std::path::Path) -> Result<Token, String> {
-        let b = osmium_protocol::replication_auth::read_owner_only(
+        let b = osmium_protocol::replication_link::read_owner_only(
             path,
             "--admin-token-file",
             "an admin token",

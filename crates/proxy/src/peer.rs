@@ -2,14 +2,16 @@
 //!
 //! A pool with `replication_secret: FILE` (osmium's extension; the file
 //! read and checked as the server's `--replication-secret`: mode 0600,
-//! one trailing newline dropped, not empty) lets the proxy prove to its
-//! servers that it is one of their peers, by the servers' own exchange
-//! (`osmium_protocol::replication_auth`): [`connect_peer`] connects (plain
-//! TCP, or TLS with the pool's `tls.servers` settings), checks the
-//! server's proof of the secret before it sends its own, then sends
-//! `replica_link osmium-proxy-<pid>`. On such a connection a server
-//! applies writes without replicating them (its own replication link's
-//! treatment), and it takes the private `replica_targets` command.
+//! one trailing newline dropped, at least 128 random bits) lets the proxy
+//! prove to its servers that it is one of their peers, by the servers'
+//! own link handshake (`osmium_protocol::replication_link`, role `proxy`):
+//! [`connect_peer`] connects (plain TCP, or TLS with the pool's
+//! `tls.servers` settings), runs the Noise handshake with the secret
+//! (bound to the TLS session under TLS; on plain TCP every byte after it
+//! is a Noise frame), then sends `replica_link osmium-proxy-<pid>`. On
+//! such a connection a server applies writes without replicating them
+//! (its own replication link's treatment), and it takes the private
+//! `replica_targets` command.
 //!
 //! What the proxy does with it here ([`on_reload`]): a reload that
 //! changes the servers of a `failover: replica` pool changes the pool's
@@ -35,8 +37,10 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{mpsc, Arc, OnceLock};
 use std::time::Duration;
 
-pub use osmium_protocol::replication_auth::Secret;
-use osmium_protocol::replication_auth::{self, client_handshake};
+pub use osmium_protocol::replication_link::Secret;
+use osmium_protocol::replication_link::{
+    connect_handshake, read_line, NoiseStream, Role, EXPORTER_LABEL,
+};
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
 use rustls_pki_types::ServerName;
 
@@ -72,15 +76,17 @@ pub struct PeerTls {
     pub name: ServerName<'static>,
 }
 
+/// A peer connection after its handshake: Noise frames on plain TCP, or
+/// TLS carrying the link.
 enum PeerStream {
-    Plain(TcpStream),
+    Noise(Box<NoiseStream<TcpStream>>),
     Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
 }
 
 impl PeerStream {
     fn tcp(&self) -> &TcpStream {
         match self {
-            PeerStream::Plain(s) => s,
+            PeerStream::Noise(s) => s.get_ref(),
             PeerStream::Tls(s) => &s.sock,
         }
     }
@@ -89,7 +95,7 @@ impl PeerStream {
 impl Read for PeerStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
-            PeerStream::Plain(s) => s.read(buf),
+            PeerStream::Noise(s) => s.read(buf),
             PeerStream::Tls(s) => s.read(buf),
         }
     }
@@ -98,14 +104,14 @@ impl Read for PeerStream {
 impl Write for PeerStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            PeerStream::Plain(s) => s.write(buf),
+            PeerStream::Noise(s) => s.write(buf),
             PeerStream::Tls(s) => s.write(buf),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
         match self {
-            PeerStream::Plain(s) => s.flush(),
+            PeerStream::Noise(s) => s.flush(),
             PeerStream::Tls(s) => s.flush(),
         }
     }
@@ -123,12 +129,13 @@ pub fn connect_peer(addr: &str, secret: &Secret, timeout: Duration) -> io::Resul
     connect_peer_with(addr, secret, timeout, None)
 }
 
-/// Connects to `addr` (`host:port`; TLS when `tls` is given), proves the
-/// server holds `secret` and then that the proxy does, and introduces
-/// the connection as `replica_link osmium-proxy-<pid>`. `timeout` bounds
-/// the connect and each read and write after it ([`PeerConn::set_timeout`]
-/// changes it). A server that fails the proof, refuses the proxy's, has
-/// no secret or does not take the link is `PermissionDenied`.
+/// Connects to `addr` (`host:port`; TLS when `tls` is given), runs the
+/// link handshake with `secret` in role `proxy` (both ends prove they
+/// hold it), and introduces the connection as `replica_link
+/// osmium-proxy-<pid>`. `timeout` bounds the connect and each read and
+/// write after it ([`PeerConn::set_timeout`] changes it). A server that
+/// fails the handshake, refuses the proxy's, has no secret or does not
+/// take the link is `PermissionDenied`.
 pub fn connect_peer_with(
     addr: &str,
     secret: &Secret,
@@ -141,18 +148,32 @@ pub fn connect_peer_with(
     tcp.set_read_timeout(Some(timeout)).map_err(why)?;
     tcp.set_write_timeout(Some(timeout)).map_err(why)?;
     let mut stream = match tls {
-        None => PeerStream::Plain(tcp),
+        None => {
+            let mut tcp = tcp;
+            let transport = connect_handshake(&mut tcp, secret, Role::ProxyPeer, None)
+                .map_err(|e| why(e.into()))?;
+            PeerStream::Noise(Box::new(NoiseStream::new(tcp, transport)))
+        }
         Some(t) => {
-            let conn = ClientConnection::new(t.config.clone(), t.name.clone())
+            let mut conn = ClientConnection::new(t.config.clone(), t.name.clone())
                 .map_err(|e| why(io::Error::other(e)))?;
-            PeerStream::Tls(Box::new(StreamOwned::new(conn, tcp)))
+            let mut tcp = tcp;
+            while conn.is_handshaking() {
+                conn.complete_io(&mut tcp).map_err(why)?;
+            }
+            let binding = conn
+                .export_keying_material([0u8; 32], EXPORTER_LABEL, None)
+                .map_err(|e| why(io::Error::other(e)))?;
+            let mut s = StreamOwned::new(conn, tcp);
+            connect_handshake(&mut s, secret, Role::ProxyPeer, Some(&binding))
+                .map_err(|e| why(e.into()))?;
+            PeerStream::Tls(Box::new(s))
         }
     };
-    client_handshake(&mut stream, secret).map_err(|e| why(e.into()))?;
     let hello = format!("replica_link osmium-proxy-{}\r\n", std::process::id());
     stream.write_all(hello.as_bytes()).map_err(why)?;
     stream.flush().map_err(why)?;
-    let answer = replication_auth::read_line(&mut stream).map_err(why)?;
+    let answer = read_line(&mut stream, 512).map_err(why)?;
     if answer != "OK" {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,

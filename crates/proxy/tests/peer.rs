@@ -2,12 +2,14 @@
 //! real osmium servers replicating in a ring with the tests' secret: a
 //! peer connection's writes and deletes are not replicated (a client's
 //! are); a wrong secret, a server without one and a fake server that
-//! does not know it are refused, the fake one never getting the proxy's
-//! proof; a reload that adds a fourth server to a three-server ring tells
+//! does not know it are refused, the fake one hearing nothing after the
+//! hello; a peer connection is Noise frames (no command in clear); a
+//! reload that adds a fourth server to a three-server ring tells
 //! the new server and its predecessor their targets (the new server ends
 //! with its predecessor's keys) and one that removes it restores the
 //! ring; a pool without the secret tells nobody and says the operator
-//! must; a secret file open to others is refused at `-t` and at reload;
+//! must; a secret file open to others, or a weak secret, is refused at
+//! `-t` and at reload;
 //! a warm move in a replicated ring keeps every moved key on its new owner.
 
 use std::collections::HashMap;
@@ -25,7 +27,7 @@ use common::{
 };
 use osmium_proxy::peer::{connect_peer, Secret};
 
-const SECRET: &[u8] = b"the proxy tests' replication secret";
+const SECRET: &[u8] = b"0a1b2c3d4e5f60718293a4b5c6d7e8f9";
 
 fn addr(port: u16) -> String {
     format!("127.0.0.1:{port}")
@@ -188,7 +190,7 @@ fn linked(c: &mut Client, port: u16) {
 }
 
 fn secret() -> Secret {
-    Secret::new(SECRET)
+    Secret::new(SECRET).unwrap()
 }
 
 #[test]
@@ -235,15 +237,16 @@ fn wrong_secrets_and_fake_servers_are_refused() {
     let answer = p.command("replica_targets 127.0.0.1:1").unwrap();
     assert!(answer.starts_with("SERVER_ERROR"), "{answer}");
 
-    // Another secret: the server's proof fails, the proxy's is not sent.
-    let e = connect_peer(&addr(a.port), &Secret::new(b"not it"), t)
+    // Another secret: the server closes the connection at the hello.
+    let other = Secret::new(b"ffeeddccbbaa99887766554433221100").unwrap();
+    let e = connect_peer(&addr(a.port), &other, t)
         .err()
         .expect("refused");
     assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
-    assert!(e.to_string().contains("failed to prove"), "{e}");
-    assert_eq!(ca.stat("", "replica_auth_failures"), "0");
+    assert!(e.to_string().contains("closed the connection"), "{e}");
+    assert_eq!(ca.stat("", "replica_auth_failures"), "1");
 
-    // A server without a secret answers replica_auth ERROR.
+    // A server without a secret answers replica_hello ERROR.
     let plain = osmium_backend();
     let e = connect_peer(&addr(plain.port), &secret(), t)
         .err()
@@ -251,7 +254,7 @@ fn wrong_secrets_and_fake_servers_are_refused() {
     assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
     assert!(e.to_string().contains("\"ERROR\""), "{e}");
 
-    // A fake server: any challenge, then it records what comes.
+    // A fake server: any answer, then it records what comes.
     let fake = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = fake.local_addr().unwrap().port();
     let heard = std::thread::spawn(move || {
@@ -260,10 +263,9 @@ fn wrong_secrets_and_fake_servers_are_refused() {
         let mut r = BufReader::new(s);
         let mut first = String::new();
         r.read_line(&mut first).unwrap();
-        assert!(first.starts_with("replica_auth "), "{first}");
-        let hex = "ab".repeat(32);
-        let challenge = format!("REPLICA_CHALLENGE {hex} {hex}\r\n");
-        r.get_mut().write_all(challenge.as_bytes()).unwrap();
+        assert!(first.starts_with("replica_hello proxy "), "{first}");
+        let answer = format!("REPLICA_HELLO {}\r\n", "ab".repeat(64));
+        r.get_mut().write_all(answer.as_bytes()).unwrap();
         let mut rest = String::new();
         let _ = r.read_to_string(&mut rest);
         rest
@@ -273,7 +275,64 @@ fn wrong_secrets_and_fake_servers_are_refused() {
         .expect("refused");
     assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
     let rest = heard.join().unwrap();
-    assert_eq!(rest, "", "the fake server heard more than replica_auth");
+    assert_eq!(rest, "", "the fake server heard more than replica_hello");
+}
+
+/// What a peer connection sends is Noise frames: a server that is not
+/// osmium (a recorder) sees the hello and then no command in clear.
+#[test]
+fn a_peer_connection_sends_nothing_in_clear() {
+    let file = the_secret();
+    let a = Node::start(free_port(), &file, &[]);
+    // A relay to the real server that records both directions.
+    let relay = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = relay.local_addr().unwrap().port();
+    let target = a.port;
+    let recorded = std::thread::spawn(move || {
+        let (client, _) = relay.accept().unwrap();
+        let server = TcpStream::connect(("127.0.0.1", target)).unwrap();
+        let pipe = |mut from: TcpStream, mut to: TcpStream| {
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = from.read(&mut buf) {
+                    if n == 0 || to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                }
+                let _ = to.shutdown(std::net::Shutdown::Write);
+                seen
+            })
+        };
+        let up = pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+        let down = pipe(server, client);
+        (up.join().unwrap(), down.join().unwrap())
+    });
+    let mut p = connect_peer(&addr(port), &secret(), Duration::from_secs(5)).expect("peer");
+    p.send(b"ms clearkey 11 T0\r\nclear-value\r\n").unwrap();
+    assert_eq!(p.read_line().unwrap(), "HD");
+    let answer = p.command("replica_targets 127.0.0.1:1").unwrap();
+    assert!(answer.starts_with("SERVER_ERROR"), "{answer}");
+    drop(p);
+    let (up, down) = recorded.join().unwrap();
+    for (dir, bytes) in [("to the server", &up), ("from the server", &down)] {
+        for word in [
+            &b"clearkey"[..],
+            b"clear-value",
+            b"replica_targets",
+            b"replica_link",
+            b"HD\r\n",
+        ] {
+            assert!(
+                !bytes.windows(word.len()).any(|w| w == word),
+                "{} in clear {dir}",
+                String::from_utf8_lossy(word)
+            );
+        }
+    }
+    assert!(up.starts_with(b"replica_hello proxy "));
+    assert!(down.starts_with(b"REPLICA_HELLO "));
 }
 
 fn pool(port: u16, servers: &[u16], more: &str) -> String {
@@ -386,8 +445,23 @@ fn without_a_secret_the_operator_is_told_and_bad_files_are_refused() {
     };
     let px = proxy_started(&y(port, 2, ""), port, &["-o", log.to_str().unwrap()]);
 
+    // A weak secret: refused by -t.
+    let weak = secret_file("weak-secret", b"winter2024\n", 0o600);
+    let more = format!("  replication_secret: {}\n", weak.display());
+    let bad = write_conf("weak.yml", &y(px.port, 3, &more));
+    let out = Command::new(env!("CARGO_BIN_EXE_osmium-proxy"))
+        .args(["-t", "-c", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("replication_secret:") && err.contains("at least 128 random bits"),
+        "{err}"
+    );
+
     // A secret file open to others: refused by -t and by a reload.
-    let open = secret_file("open-secret", b"s\n", 0o644);
+    let open = secret_file("open-secret", b"0a1b2c3d4e5f60718293a4b5c6d7e8f9\n", 0o644);
     let more = format!("  replication_secret: {}\n", open.display());
     let bad = write_conf("bad.yml", &y(px.port, 3, &more));
     let out = Command::new(env!("CARGO_BIN_EXE_osmium-proxy"))

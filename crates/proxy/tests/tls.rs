@@ -6,8 +6,8 @@
 //! ejected, the proxy serves on); clients without a certificate, with an
 //! untrusted one, or speaking plaintext, refused while others are served;
 //! `tls:` settings and files checked by `-t` and at start; memcached 1.6.45
-//! `-Z` as a server; the proxy as a replication peer over TLS (a client
-//! certificate on an `mtls:` listener, with the secret), by
+//! `-Z` as a server; the proxy as a replication peer over TLS (the link
+//! handshake with the secret inside TLS, bound to the session), by
 //! `connect_peer_with` and by a reload that tells a `tls.servers` pool's
 //! servers their targets. Certificates are made by the `openssl` command.
 
@@ -773,7 +773,7 @@ fn secret_file() -> String {
         .join(format!("osmium-proxy-tls-{}", std::process::id()))
         .join("replication.secret");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(&path, b"tls peers\n").unwrap();
+    std::fs::write(&path, b"7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d\n").unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     path.to_str().unwrap().to_string()
 }
@@ -793,7 +793,7 @@ fn the_proxy_is_a_replication_peer_over_tls() {
         mtls.push(m);
     }
     let t = Duration::from_secs(5);
-    let key = Secret::new(b"tls peers");
+    let key = Secret::new(b"7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d").unwrap();
     let tls = PeerTls {
         config: c.client_config(Some("client")),
         name: ServerName::try_from("127.0.0.1").unwrap(),
@@ -804,17 +804,24 @@ fn the_proxy_is_a_replication_peer_over_tls() {
         .expect("a TLS peer");
     let r = peer.command("replica_targets 127.0.0.1:1").unwrap();
     assert!(r.contains("started without --replicate-to"), "{r}");
-    // Where no client certificate is verified, the secret alone is not
-    // enough under -Z.
-    let e = connect_peer_with(
+    // Where no client certificate is verified, the handshake inside TLS
+    // (bound to the session) is the proof: without replication_peers the
+    // certificate names nothing more.
+    let mut peer = connect_peer_with(
         &format!("127.0.0.1:{}", servers[0].port),
         &key,
         t,
         Some(&tls),
     )
-    .err()
-    .expect("refused");
-    assert!(e.to_string().contains("replica_link"), "{e}");
+    .expect("a TLS peer by the secret");
+    let r = peer.command("replica_targets 127.0.0.1:1").unwrap();
+    assert!(r.contains("started without --replicate-to"), "{r}");
+    // Another secret: refused.
+    let other = Secret::new(b"ffeeddccbbaa99887766554433221100").unwrap();
+    let e = connect_peer_with(&format!("127.0.0.1:{}", mtls[0]), &other, t, Some(&tls))
+        .err()
+        .expect("refused");
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
 
     // A reload of a tls.servers pool tells its servers over TLS: they
     // were started without --replicate-to, so each refuses, as a peer.

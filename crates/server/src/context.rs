@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use mio::Waker;
+use osmium_protocol::replication_link::Transport;
 use osmium_store::Store;
 
 use crate::auth::AuthConfig;
@@ -15,7 +16,8 @@ use crate::conns::Registry;
 use crate::hotkeys::{HotKeys, Sampler};
 use crate::logger::Logger;
 use crate::replication::auth::{PeerAuth, Secret};
-use crate::replication::{Replication, Wait, PEER_NONE};
+use crate::replication::fresh_writes::WriteGate;
+use crate::replication::{Replication, Wait, COPY_ITEMS, PEER_NONE};
 use crate::settings::Settings;
 use crate::stats::counters::{GlobalStats, ThreadStats, Totals};
 use crate::stats::latency::{self, Cmd, Latency};
@@ -188,14 +190,24 @@ pub struct WorkerCtx {
     /// What the connection being run is to replication (`PEER_*`): its
     /// writes are queued only from a client (`PEER_NONE`).
     pub peer: std::cell::Cell<u8>,
-    /// Where the connection being run stands in proving it is a peer
+    /// What the connection being run showed of itself to replication
     /// (`replication::auth`): the connection's own state, lent while it
     /// runs (`peers` only).
     pub peer_auth: std::cell::RefCell<PeerAuth>,
-    /// A replication secret is set, or TLS verifies client certificates
-    /// (a verified one proves a peer): `peer` and `peer_auth` are the
-    /// connection's, swapped in and out around each run.
+    /// Where the connection being run stands in sending a full copy
+    /// (`replication::COPY_*`; peers only, lent as `peer` is).
+    pub copy: std::cell::Cell<u8>,
+    /// This server may have replication peers (`Replication::has_peers`):
+    /// `peer`, `peer_auth` and `copy` are the connection's, swapped in and
+    /// out around each run.
     pub peers: bool,
+    /// `replica_hello` succeeded on plain TCP: the worker turns the
+    /// connection into these Noise frames once the answer is out.
+    pub noise_upgrade: std::cell::RefCell<Option<Transport>>,
+    /// The write just run changed nothing (a miss, a failed condition):
+    /// it is not queued for replication nor recorded against copies
+    /// coming in (`changed_nothing`).
+    pub write_missed: std::cell::Cell<bool>,
     /// Sync mode: the acknowledgements the requests just run wait for.
     repl_wait: std::cell::RefCell<Wait>,
     repl_pending: std::cell::Cell<bool>,
@@ -234,8 +246,10 @@ impl WorkerCtx {
                 .then(|| shared.replication.clone()),
             peer: std::cell::Cell::new(PEER_NONE),
             peer_auth: std::cell::RefCell::new(PeerAuth::default()),
-            peers: shared.replication.secret().is_some()
-                || shared.tls.as_ref().is_some_and(|t| t.verifies_any_client()),
+            copy: std::cell::Cell::new(0),
+            peers: shared.replication.has_peers(),
+            noise_upgrade: std::cell::RefCell::new(None),
+            write_missed: std::cell::Cell::new(false),
             repl_wait: std::cell::RefCell::new(Wait::default()),
             repl_pending: std::cell::Cell::new(false),
             handover: std::cell::Cell::new(None),
@@ -278,6 +292,46 @@ impl WorkerCtx {
             {
                 self.repl_pending.set(true);
             }
+        }
+    }
+
+    /// The write being run changed nothing (see `write_missed`).
+    #[inline]
+    pub fn changed_nothing(&self) {
+        self.write_missed.set(true);
+    }
+
+    /// A write of `key` is about to apply: while a full copy comes in, it
+    /// is recorded once it changed the key (`WriteGate::wrote`: a
+    /// client's, a peer's stream) or, a copy's item, checked against the
+    /// record (`replication::fresh_writes`). Keep the gate until the write
+    /// applied. With nothing coming in, one relaxed load.
+    #[inline]
+    pub fn write_gate(&self, key: &[u8]) -> WriteGate<'_> {
+        match &self.repl {
+            Some(r) if r.fresh_writes().recording() => r.fresh_writes().gate(key, false),
+            _ => WriteGate::Open,
+        }
+    }
+
+    /// As `write_gate`, for an `ms` or `md`, the commands a full copy
+    /// sends: on a peer connection sending its copy's items, a copy item.
+    #[inline]
+    pub fn store_gate(&self, key: &[u8]) -> WriteGate<'_> {
+        match &self.repl {
+            Some(r) if r.fresh_writes().recording() => {
+                let copy = self.peer.get() != PEER_NONE && self.copy.get() & COPY_ITEMS != 0;
+                r.fresh_writes().gate(key, copy)
+            }
+            _ => WriteGate::Open,
+        }
+    }
+
+    /// A flush_all is about to apply (see `write_gate`).
+    pub fn flush_gate(&self) -> WriteGate<'_> {
+        match &self.repl {
+            Some(r) if r.fresh_writes().recording() => r.fresh_writes().gate_flush(),
+            _ => WriteGate::Open,
         }
     }
 

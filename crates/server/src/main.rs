@@ -40,6 +40,7 @@ mod tls_context;
 mod transport;
 
 use settings::Action;
+use transport::listen::ListenFailed;
 
 fn main() {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -60,6 +61,16 @@ fn main() {
     let settings = match action {
         Action::Print(text) => {
             print!("{text}");
+            return;
+        }
+        Action::GenSecret(path) => {
+            match osmium_protocol::replication_link::write_new_secret(&path) {
+                Ok(()) => println!("wrote a new replication secret to {path} (mode 600)"),
+                Err(msg) => {
+                    eprintln!("{msg}");
+                    std::process::exit(1);
+                }
+            }
             return;
         }
         Action::Run(s) => *s,
@@ -101,8 +112,8 @@ fn main() {
     } else {
         None
     };
-    // Replication's secret file: unreadable, empty or open to others is a
-    // usage error (memcached's status for a bad command line).
+    // Replication's secret file: unreadable, empty, open to others or too
+    // weak is a usage error (memcached's status for a bad command line).
     let secret = match settings.replication_secret.as_deref() {
         Some(path) => match replication::auth::Secret::load(path, "--replication-secret") {
             Ok(s) => Some(s),
@@ -125,8 +136,15 @@ fn main() {
         None => None,
     };
     if let Err(e) = server::run(settings, auth, tls, secret, metrics_token) {
+        // A listener's failure is said in memcached's words, naming what
+        // could not listen; anything else after `failed to start:`.
+        let listen = e.get_ref().and_then(|r| r.downcast_ref::<ListenFailed>());
+        let message = match listen {
+            Some(failed) => failed.to_string(),
+            None => format!("failed to start: {e}"),
+        };
         // Under -d the waiting parent prints it and exits with 71 too.
-        daemon::report_failure(&format!("failed to start: {e}"));
+        daemon::report_failure(&message);
         std::process::exit(71); // EX_OSERR
     }
 }

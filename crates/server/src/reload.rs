@@ -25,8 +25,8 @@ pub fn config_file(shared: &Arc<Shared>) {
     };
     let new = match settings::parse(std::env::args_os()) {
         Ok(Action::Run(s)) => s,
-        Ok(Action::Print(_)) => {
-            return refused(shared, &path, "it asks for -h, -V or -i");
+        Ok(Action::Print(_) | Action::GenSecret(_)) => {
+            return refused(shared, &path, "it asks for -h, -V, -i or --gen-secret");
         }
         Err(msg) => return refused(shared, &path, msg.trim_end()),
     };

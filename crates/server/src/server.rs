@@ -29,7 +29,7 @@ use crate::context::{Shared, StopRequest};
 use crate::daemon;
 use crate::process::{self, Signals};
 use crate::replication::auth::Secret;
-use crate::replication::stream::LinkStream;
+use crate::replication::stream::{LinkStream, NoiseHalves};
 use crate::service;
 use crate::settings::Settings;
 use crate::tls_context::TlsContext;
@@ -67,7 +67,17 @@ pub fn run(
         daemon::keep_stderr();
     }
     if settings.daemon {
-        daemon::daemonize()?;
+        if service::manager_is_notified() {
+            // The process systemd started must be the one that says
+            // READY=1 (NotifyAccess=main), and stay: a daemon's parent
+            // exiting would end a Type=notify start.
+            tracing::warn!(
+                "-d ignored: NOTIFY_SOCKET is set (a Type=notify service): \
+                 osmium stays in the foreground"
+            );
+        } else {
+            daemon::daemonize()?;
+        }
     }
     process::apply_process_flags(&settings);
     if let Some(user) = &settings.user {
@@ -83,7 +93,7 @@ pub fn run(
     let udp_endpoints = udp_sockets.len() * settings.threads_per_udp;
     let mut udp_per_worker = listen::deal_udp_sockets(udp_sockets, &settings)?.into_iter();
 
-    let (store, restart) = Store::open(StoreConfig {
+    let opened = Store::open(StoreConfig {
         memory_limit: settings.memory_limit,
         item_size_max: settings.item_size_max,
         evictions: settings.evictions,
@@ -96,7 +106,18 @@ pub fn run(
         recovery_threads: settings.threads,
         flash: settings.flash.clone(),
         clean: settings.clean,
-    })?;
+    });
+    let (store, restart) = match opened {
+        Ok(opened) => opened,
+        Err(e) => {
+            // A refused start leaves no file behind: the store removed
+            // what it made, and the `-s` socket file made above goes too.
+            if let Some(path) = &settings.unix_socket {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e);
+        }
+    };
     report_restart(&restart, settings.memory_file.as_deref());
     let store = Arc::new(store);
     let shared = Arc::new(Shared::new(settings, store, auth, tls, secret));
@@ -272,7 +293,18 @@ fn start_replication(
             return false;
         }
         let stream = match stream {
-            LinkStream::Plain(tcp) => Stream::Tcp(mio::net::TcpStream::from_std(tcp)),
+            // A follow link is proven by its handshake (Noise on plain
+            // TCP) or its TLS session: never plain.
+            LinkStream::Plain(_) => return false,
+            // Its keys and what it already received go on in the worker.
+            LinkStream::Noise(tcp, halves) => {
+                let NoiseHalves { outbound, inbound } = *halves;
+                Stream::Noise(Box::new(crate::transport::noise::NoiseConn::new(
+                    mio::net::TcpStream::from_std(tcp),
+                    outbound,
+                    inbound,
+                )))
+            }
             // The follow link over TLS: its session goes on in the worker.
             LinkStream::Tls(tcp, session) => match (*session, &shared.tls) {
                 (rustls::Connection::Client(session), Some(ctx)) => Stream::Tls(Box::new(

@@ -1,11 +1,19 @@
 //! Running under a service manager: systemd's `Type=notify` protocol
 //! (`READY=1` once the listeners accept, `RELOADING=1` with
 //! `MONOTONIC_USEC=` then `READY=1` around a SIGHUP reload, `STOPPING=1`
-//! at a stop; nothing when `NOTIFY_SOCKET` is unset), and the man page
+//! at a stop; nothing when `NOTIFY_SOCKET` is unset; with it set, `-d`
+//! stays in the foreground, so that the process systemd started is the
+//! one that tells it), and the man page
 //! written from the command line's definition (`--generate-man DIR`, a
 //! packaging step: not listed by `-h`).
 
 use sd_notify::NotifyState;
+
+/// Whether a service manager listens for notifications (`NOTIFY_SOCKET`):
+/// then `-d` does not fork (see `server::run`).
+pub fn manager_is_notified() -> bool {
+    std::env::var_os("NOTIFY_SOCKET").is_some_and(|s| !s.is_empty())
+}
 
 fn notify(states: &[NotifyState<'_>]) {
     // A service manager that cannot be told is no reason to stop serving.
@@ -56,7 +64,67 @@ pub fn generate_man(args: &[std::ffi::OsString]) -> Option<Result<(), String>> {
     let path = std::path::Path::new(dir).join("osmium.1");
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::File::create(&path)?;
-        clap_mangen::Man::new(cmd).render(&mut f)
+        render_man(&clap_mangen::Man::new(cmd), &mut f)
     };
     Some(write().map_err(|e| format!("{}: {e}", path.display())))
 }
+
+/// The man page: clap's sections, then what `-h` cannot say (the files,
+/// the signals, examples), then the version.
+fn render_man(man: &clap_mangen::Man, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+    man.render_title(w)?;
+    man.render_name_section(w)?;
+    man.render_synopsis_section(w)?;
+    man.render_description_section(w)?;
+    man.render_options_section(w)?;
+    man.render_extra_section(w)?;
+    w.write_all(MAN_SECTIONS.as_bytes())?;
+    man.render_version_section(w)
+}
+
+/// FILES, SIGNALS, EXAMPLES and SEE ALSO, in roff.
+const MAN_SECTIONS: &str = r#".SH FILES
+.TP
+\fI/etc/osmium/osmium.conf\fR
+The Debian package's options, in the format of Debian's memcached.conf (one option per line, \fB#\fR comments, \fBlogfile\fR \fIPATH\fR), read by \fB\-\-config\-file\fR and again at SIGHUP.
+.TP
+\fI/lib/systemd/system/osmium.service\fR
+The unit (\fBType=notify\fR: \fBREADY=1\fR once the listeners accept; \fB\-d\fR is ignored under it).
+.TP
+\fI/run/osmium/osmium.pid\fR
+The package's \fB\-P\fR pid file, written as the \fB\-u\fR user once the server listens, removed at a stop.
+.TP
+\fI/var/lib/osmium\fR
+Where the package lets the server write its \fB\-e\fR memory file and \fB\-o ext_path=\fR flash files.
+.TP
+\fI/var/log/osmium\fR
+For a config file's \fBlogfile\fR (without one, the log goes to stderr: the journal).
+.SH SIGNALS
+.TP
+\fBSIGTERM\fR, \fBSIGINT\fR
+Stop (exit 0). With \fB\-e\fR the memory file is written out and the next start takes the cache over.
+.TP
+\fBSIGUSR1\fR
+Stop gracefully ("Gracefully stopping"), exit 0; the memory file kept as above.
+.TP
+\fBSIGHUP\fR
+Reload the TLS certificates (\fB\-Z\fR) and read \fB\-\-config\-file\fR again: \fB\-\-replicate\-to\fR and \fB\-\-replication\fR are applied, other changed options named in a warning and left as they were.
+.SH EXAMPLES
+.TP
+\fBosmium \-m 1024 \-u osmium\fR
+1 GiB of items on 127.0.0.1:11211, as the user osmium when started as root.
+.TP
+\fBosmium \-\-config\-file /etc/osmium/osmium.conf \-p 11311\fR
+The options of the file, then a port of its own (later options win).
+.TP
+\fBosmium \-m 4096 \-e /dev/shm/osmium.mem\fR
+A cache that outlives a restart of the server.
+.TP
+\fBosmium \-m 1024 \-o ext_path=/mnt/nvme/osmium\-flash:200G\fR
+Items that do not fit in memory go to a flash file.
+.TP
+\fBosmium\-tool 127.0.0.1:11211 stats\fR
+The server's counters, as memcached\-tool prints them.
+.SH SEE ALSO
+\fBosmium\-proxy\fR(1), \fBosmium\-tool\fR(1), \fBosmium\-bench\fR(1), \fBmemcached\fR(1)
+"#;

@@ -88,7 +88,8 @@ pub struct Cli {
     /// print version and exit
     #[arg(short = 'V', long = "version")]
     pub version: bool,
-    /// save PID in <file>, only used with -d option
+    /// save PID in <file> (with or without -d), written once the server
+    /// listens, removed when it stops
     #[arg(short = 'P', long = "pidfile")]
     pub pidfile: Option<String>,
     /// chunk size growth factor (accepted; osmium has no slab classes)
@@ -163,10 +164,18 @@ pub struct Cli {
     /// once synced
     #[arg(long = "replica-follow-seconds", default_value_t = 60)]
     pub replica_follow_seconds: u64,
-    /// the replication links' shared secret: both ends of a link must hold
-    /// the same (mode 600; required with --replicate-to)
+    /// the replication links' shared secret, the key of their Noise
+    /// handshake: both ends of a link must hold the same (mode 600;
+    /// required with --replicate-to unless -Z names the peers). At least
+    /// 128 random bits: 32+ hex digits, 22+ base64 characters, or 16+
+    /// raw bytes (each with 8 or more different symbols, 6 for hex);
+    /// make one with --gen-secret FILE
     #[arg(long = "replication-secret", value_name = "FILE")]
     pub replication_secret: Option<String>,
+    /// write a new replication secret (256 random bits as 64 hex digits,
+    /// mode 600) to FILE, which must not exist, and exit
+    #[arg(long = "gen-secret", value_name = "FILE")]
+    pub gen_secret: Option<String>,
     /// read options from FILE (memcached.conf's format: one option per
     /// line, `# comments`, `logfile PATH`); later options win; SIGHUP
     /// reads it again and applies --replicate-to and --replication
@@ -212,6 +221,10 @@ pub struct Settings {
     /// UDP port (`-U`); 0 means no UDP.
     pub udp_port: u16,
     pub listen: Vec<ListenAddr>,
+    /// The `-l` values as memcached keeps them (`settings.inter`: joined
+    /// by commas, one already contained in them left out); None without
+    /// `-l`. `stats settings` shows it; a failed listener names it.
+    pub inter: Option<String>,
     /// `-s`: listen on this unix-domain socket instead of TCP and UDP.
     pub unix_socket: Option<String>,
     /// How many workers serve each UDP socket: every worker, or one when
@@ -307,6 +320,8 @@ pub enum Action {
     Run(Box<Settings>),
     /// Print this and exit 0 (-h, -V, -i).
     Print(String),
+    /// `--gen-secret FILE`: write a new replication secret there, exit.
+    GenSecret(String),
 }
 
 /// `-o idle_spin` by default, where it is on (microseconds): longer than
@@ -408,7 +423,7 @@ fn extstore_option(f: &mut FlashConfig, name: &str, value: Option<&str>) -> Resu
 }
 
 /// The `-o` options, after `-h`'s list (and in the man page).
-pub const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, hotkeys_top=<keys> (0: off), hotkeys_sample=adaptive|1/<N>, metrics_addr=<host:port>.\nOther memcached -o options are accepted with a warning.\n";
+pub const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, hotkeys_top=<keys> (0: off), hotkeys_sample=adaptive|1/<N>, metrics_addr=<host:port>, replication_peers=<name>[:<name>...] (with -Z: the certificate SANs, DNS names or IP addresses, that make a replication peer), replication_ca=<file> (with -Z: a CA whose certificates make replication peers).\nOther memcached -o options are accepted with a warning.\n";
 
 /// `-V`'s line, also the first of `-h`: osmium's version, then the
 /// memcached protocol level it speaks.
@@ -433,8 +448,22 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let expanded = config_file::expand(args.into_iter().map(Into::into).collect())?;
-    let cli = Cli::try_parse_from(expanded.args).map_err(|e| e.to_string())?;
-    let options = live::capture(&cli, &expanded.logfile);
+    let logfile = &expanded.logfile;
+    parse_expanded(expanded.args.clone(), logfile).map_err(|message| {
+        // A value a config file gave is refused with its file and line.
+        config_file::locate(message, &expanded, |args| {
+            parse_expanded(args, logfile).err()
+        })
+    })
+}
+
+/// Parses and validates a command line whose config files were expanded.
+fn parse_expanded(
+    args: Vec<std::ffi::OsString>,
+    logfile: &Option<String>,
+) -> Result<Action, String> {
+    let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
+    let options = live::capture(&cli, logfile);
     if cli.help {
         return Ok(Action::Print(help_text()));
     }
@@ -445,6 +474,9 @@ where
         return Ok(Action::Print(
             "osmium is distributed under the BSD 3-clause license, as memcached is.\n".into(),
         ));
+    }
+    if let Some(path) = cli.gen_secret {
+        return Ok(Action::GenSecret(path));
     }
     let mut warnings = Vec::new();
 
@@ -551,6 +583,14 @@ where
             tls,
         });
     }
+    let inter = cli
+        .listen
+        .iter()
+        .fold(None::<String>, |inter, l| match inter {
+            None => Some(l.clone()),
+            Some(i) if i.contains(l.as_str()) => Some(i),
+            Some(i) => Some(format!("{i},{l}")),
+        });
     let threads_per_udp = if listen.len() > 1 { 1 } else { cli.threads };
     if listen.is_empty() {
         listen.push(ListenAddr {
@@ -639,7 +679,8 @@ where
             "no_maxconns_fast" => maxconns_fast = false,
             n if n.starts_with("ext_") => extstore_option(&mut flash, n, value)?,
             n if n.starts_with("hotkeys_") && hot.option(n, value)? => {}
-            n if n.starts_with("ssl_") && tls.option(n, value).map_err(|e| e.message)? => {}
+            n if (n.starts_with("ssl_") || n.starts_with("replication_"))
+                && tls.option(n, value).map_err(|e| e.message)? => {}
             n if IGNORED_EXTENDED.contains(&n) => {
                 warnings.push(format!("-o {n}: accepted but has no effect in osmium"))
             }
@@ -691,6 +732,7 @@ where
         port,
         udp_port: cli.udp_port,
         listen,
+        inter,
         unix_socket: cli.unix_socket,
         threads_per_udp,
         memory_limit,
@@ -733,7 +775,7 @@ where
         replica_follow_seconds: cli.replica_follow_seconds,
         tls,
         replication_secret: cli.replication_secret,
-        logfile: expanded.logfile,
+        logfile: logfile.clone(),
         hotkeys: hot,
         metrics_addr,
         metrics_hotkeys: cli.metrics_hotkeys,

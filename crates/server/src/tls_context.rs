@@ -3,7 +3,9 @@
 //! verify mode, `btls:` no client certificate, `mtls:` one required) and
 //! the client configuration of replication's links (with `ssl_ca_cert`),
 //! swapped whole when `refresh_certs` or SIGHUP loads the certificates
-//! again, and the counters `stats` shows.
+//! again, and the counters `stats` shows; and which certificates name a
+//! replication peer (`-o replication_peers`: a SAN, `-o replication_ca`:
+//! the issuer; `names_client`, `names_target`).
 //!
 //! A reload is atomic: a new certificate, key or CA that fails to load
 //! leaves the configurations serving unchanged (memcached's OpenSSL context
@@ -28,7 +30,7 @@ use rustls::{
     ServerConfig, SignatureScheme, SupportedCipherSuite,
 };
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 
 use crate::settings::tls::{ListenerTls, TlsSettings, VerifyMode};
 
@@ -45,6 +47,9 @@ struct Configs {
     /// certificate as the client's, the target's verified against
     /// `ssl_ca_cert`; none without one.
     client: Option<Arc<ClientConfig>>,
+    /// `replication_ca`'s verifier: a client certificate it verifies
+    /// names a replication peer.
+    replication_ca: Option<Arc<dyn ClientCertVerifier>>,
 }
 
 /// TLS for the server's listeners, shared by the acceptor and the workers.
@@ -64,6 +69,8 @@ pub struct TlsContext {
     pub handshakes: AtomicU64,
     /// `-v`: failed handshakes and records are printed.
     pub verbose: bool,
+    /// `replication_peers`, as names a certificate is checked for.
+    peer_names: Vec<ServerName<'static>>,
 }
 
 impl TlsContext {
@@ -81,7 +88,16 @@ impl TlsContext {
         };
         let tickets = provider::Ticketer::new().map_err(|e| format!("TLS tickets: {e}"))?;
         let configs = load(settings, &provider, &sessions, &tickets)?;
+        let peer_names = settings
+            .replication_peers
+            .iter()
+            .map(|n| {
+                ServerName::try_from(n.clone())
+                    .map_err(|_| format!("replication_peers: {n:?} is not a name or an address"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(TlsContext {
+            peer_names,
             settings: settings.clone(),
             configs: RwLock::new(Arc::new(configs)),
             sessions,
@@ -149,17 +165,56 @@ impl TlsContext {
         c.client.clone()
     }
 
-    /// Whether any listener may verify a client certificate (then a
-    /// verified one makes its connection a replication peer).
-    pub fn verifies_any_client(&self) -> bool {
-        self.settings.ca_cert.is_some()
+    /// Whether `replication_peers` or `replication_ca` name the
+    /// replication peers.
+    pub fn names_peers(&self) -> bool {
+        !self.peer_names.is_empty() || self.settings.replication_ca.is_some()
+    }
+
+    /// Whether the client certificate of `conn` (verified by its
+    /// handshake) names a replication peer: a SAN among
+    /// `replication_peers`, or issued by `replication_ca`.
+    pub fn names_client(&self, conn: &rustls::Connection) -> bool {
+        let Some((end, intermediates)) = conn.peer_certificates().and_then(|c| c.split_first())
+        else {
+            return false;
+        };
+        if self.has_peer_name(end) {
+            return true;
+        }
+        let ca = self.configs.read().unwrap_or_else(|e| e.into_inner());
+        ca.replication_ca.as_ref().is_some_and(|v| {
+            v.verify_client_cert(end, intermediates, UnixTime::now())
+                .is_ok()
+        })
+    }
+
+    /// Whether a target's server certificate (verified by the handshake
+    /// against `ssl_ca_cert` and the host name) is one `replication_peers`
+    /// names; any is, without it.
+    pub fn names_target(&self, conn: &rustls::Connection) -> bool {
+        if self.peer_names.is_empty() {
+            return true;
+        }
+        conn.peer_certificates()
+            .and_then(|c| c.first())
+            .is_some_and(|end| self.has_peer_name(end))
+    }
+
+    fn has_peer_name(&self, end: &CertificateDer<'_>) -> bool {
+        let Ok(cert) = webpki::EndEntityCert::try_from(end) else {
+            return false;
+        };
+        self.peer_names
+            .iter()
+            .any(|n| cert.verify_is_valid_for_subject_name(n).is_ok())
     }
 
     /// Whether connections of `mode` verify client certificates against
     /// `ssl_ca_cert` (a connection that presented one is then a proven
     /// client).
     pub fn verifies_clients(&self, mode: ListenerTls) -> bool {
-        self.settings.ca_cert.is_some()
+        (self.settings.ca_cert.is_some() || self.settings.replication_ca.is_some())
             && match mode {
                 ListenerTls::Peer => true,
                 ListenerTls::Default => self.settings.verify_mode != VerifyMode::None,
@@ -192,6 +247,30 @@ fn load(
     let key = load_key(key_path, s.keyformat)
         .map_err(|e| format!("Error loading the key: {key_path} : {e}"))?;
     let roots = match &s.ca_cert {
+        Some(path) => Some(
+            load_roots(path)
+                .map_err(|e| format!("Error loading the CA certificate: {path} : {e}"))?,
+        ),
+        None => None,
+    };
+    // `replication_ca`: its certificates verify on the listeners too (a
+    // peer connects as a client first), and its own verifier says which
+    // client certificates it issued.
+    let (roots, replication_ca) = match &s.replication_ca {
+        Some(path) => {
+            let peers = load_roots(path)
+                .map_err(|e| format!("Error loading replication_ca: {path} : {e}"))?;
+            let mut all = roots.clone().unwrap_or_else(RootCertStore::empty);
+            all.roots.extend(peers.roots.iter().cloned());
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(peers), provider.clone())
+                    .build()
+                    .map_err(|e| format!("Error loading replication_ca: {path} : {e}"))?;
+            (Some(all), Some(verifier))
+        }
+        None => (roots, None),
+    };
+    let client_roots = match &s.ca_cert {
         Some(path) => {
             Some(Arc::new(load_roots(path).map_err(|e| {
                 format!("Error loading the CA certificate: {path} : {e}")
@@ -199,6 +278,7 @@ fn load(
         }
         None => None,
     };
+    let roots = roots.map(Arc::new);
     let versions: &[&'static rustls::SupportedProtocolVersion] = if s.min_version >= 3 {
         &[&rustls::version::TLS13]
     } else {
@@ -237,7 +317,7 @@ fn load(
     };
     // Replication links: every handshake a full one (a resumed session
     // would skip verifying the target against a reloaded CA).
-    let client = match &roots {
+    let client = match &client_roots {
         Some(roots) => {
             let mut config = ClientConfig::builder_with_provider(provider.clone())
                 .with_protocol_versions(versions)
@@ -255,6 +335,7 @@ fn load(
         no_peer: build(verifier(VerifyMode::None)?)?,
         peer: build(verifier(VerifyMode::Require)?)?,
         client,
+        replication_ca,
     })
 }
 

@@ -1,8 +1,9 @@
 //! The flash tier (`-o ext_path=FILE:SIZE`) over real sockets: items far
 //! beyond `-m` come back byte for byte in every protocol, other commands
 //! see keys on flash, `flush_all` reaches flash, the `extstore_*` stats,
-//! item counts and every dump include the items on flash, and bad
-//! `ext_path` options stop the server at start with memcached's messages.
+//! item counts and every dump include the items on flash, a 64 MB file
+//! taken as memcached takes it, and bad `ext_path` options stop the server
+//! at start with memcached's messages, leaving no file behind.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -293,8 +294,14 @@ fn counts_and_dumps_include_the_items_on_flash() {
 /// Starts osmium with `-o option` (no listener) and waits for it to exit:
 /// whether it exited successfully, and what it wrote on stderr.
 fn start_with_option(option: &str) -> (bool, String) {
+    start_with(&["-o", option])
+}
+
+/// Starts osmium with `args` (no listener) and waits for it to exit.
+fn start_with(args: &[&str]) -> (bool, String) {
     let mut child = common::osmium_command(OSMIUM)
-        .args(["-p", "0", "-U", "0", "-o", option])
+        .args(["-p", "0", "-U", "0"])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -346,12 +353,95 @@ fn a_flash_file_larger_than_its_disk_stops_the_start() {
     }
     let path = shm.join(format!("osmium-flash-full-{}", std::process::id()));
     let (started, err) = start_with_option(&format!("ext_path={}:100000g", path.display()));
+    let left = path.exists();
     let _ = std::fs::remove_file(&path);
     assert!(!started);
+    assert!(!left, "the refused start left {}", path.display());
     assert!(
         err.contains("cannot size flash file") && err.contains("No space left"),
         "{err}"
     );
+}
+
+/// memcached's extstore takes a 64 MB file as one page of 64 MB; osmium
+/// takes it too, as 8 pages of 8 MiB: the same limit in `stats`, and
+/// osmium writes items through it and reads them back.
+#[test]
+fn a_64m_flash_file_is_taken_as_memcached_takes_it() {
+    let mut servers = vec![("osmium", PathBuf::from(OSMIUM))];
+    servers.extend(common::memcached_bin().map(|b| ("memcached", b)));
+    for (kind, bin) in servers {
+        let dir = Dir::new(&format!("64m-{kind}"));
+        let ext = format!("ext_path={}:64m", dir.0.join("flash").display());
+        let server = Server::start(|port| {
+            let mut cmd = common::server_command(&bin);
+            cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+                .args(["-m", "8", "-o", &ext]);
+            cmd
+        });
+        let mut c = server.client();
+        assert_eq!(c.stat("extstore_limit_maxbytes"), 64 << 20, "{kind}");
+        if kind == "osmium" {
+            let n = 8_000; // about 13 MB of values into 8 MB of RAM
+            for i in 0..n {
+                c.set(&format!("key{i}"), 0, &value(i));
+            }
+            assert!(c.stat("extstore_objects_written") > 0);
+            assert_eq!(c.stat("evictions"), 0);
+            for i in [0, 1, n / 2, n - 1] {
+                assert_eq!(c.get(&[format!("key{i}")])[0].2, value(i), "key{i}");
+            }
+        }
+    }
+}
+
+/// A refused start leaves no file it made: no flash file, no memory file,
+/// no flash metadata, no `-s` socket; a file that was there before stays.
+#[test]
+fn a_refused_start_leaves_no_file_behind() {
+    let dir = Dir::new("refused");
+    let path = |name: &str| dir.0.join(name).display().to_string();
+    // Too small for the tier's three pages.
+    let (started, err) = start_with_option(&format!("ext_path={}:2m", path("small")));
+    assert!(!started);
+    assert!(err.contains("the flash tier needs at least 3"), "{err}");
+    // The second file cannot be made, after the first was.
+    let (started, _) = start_with_option(&format!(
+        "ext_path={}:64m,ext_path=/nonexistent-dir/flash:64m",
+        path("first")
+    ));
+    assert!(!started);
+    // A memory file made, then the flash tier refused.
+    let (started, _) = start_with(&[
+        "-m",
+        "8",
+        "-e",
+        &path("memory"),
+        "-o",
+        "ext_path=/nonexistent-dir/flash:64m",
+    ]);
+    assert!(!started);
+    // The `-s` socket made before the flash tier was refused.
+    let (started, _) = start_with(&[
+        "-s",
+        &path("sock"),
+        "-o",
+        "ext_path=/nonexistent-dir/flash:64m",
+    ]);
+    assert!(!started);
+    let left: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    // A file that was there is kept.
+    std::fs::write(dir.0.join("kept"), b"").unwrap();
+    let (started, _) = start_with_option(&format!(
+        "ext_path={}:64m,ext_path=/nonexistent-dir/flash:64m",
+        path("kept")
+    ));
+    assert!(!started);
+    assert!(dir.0.join("kept").exists());
 }
 
 /// Reads every key in batches: each one is a miss or exactly its value,

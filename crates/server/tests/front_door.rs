@@ -4,7 +4,8 @@
 //! is skipped, and under `CI=true` that is a failure): a refused storage
 //! command's data block is never run as commands, keys are bytes up to a
 //! space (a NUL included), the signals memcached answers, `-c` above the
-//! open-file limit, root without `-u` refused, `-o idle_timeout`, `-o
+//! open-file limit, root without `-u` refused, `-o idle_timeout` (and
+//! `idle_kicks`), `stats settings`' `inter`, `-o
 //! read_buf_mem_limit`, and `stats conns` listing every connection.
 
 use std::io::{Read, Write};
@@ -348,6 +349,45 @@ fn idle_timeout_closes_connections_that_sent_nothing() {
         assert!(
             closed.join().unwrap(),
             "{kind}: the idle connection was not closed"
+        );
+        // memcached's t/idle-timeout.t: counted in idle_kicks.
+        let stats = roundtrip(&mut busy, b"stats\r\n", b"END\r\n");
+        let stats = String::from_utf8_lossy(&stats);
+        assert!(
+            stats.contains("\r\nSTAT idle_kicks 1\r\n"),
+            "{kind}: {stats}"
+        );
+    }
+    // Without the timeout there is no such row.
+    for (kind, bin) in servers() {
+        let srv = Server::start(kind, &bin, &[]);
+        let stats = roundtrip(&mut srv.connect(), b"stats\r\n", b"END\r\n");
+        assert!(
+            !String::from_utf8_lossy(&stats).contains("idle_kicks"),
+            "{kind}"
+        );
+    }
+}
+
+#[test]
+fn stats_settings_inter_is_the_dash_l_values_as_given() {
+    for (kind, bin) in servers() {
+        // (Server::start gives `-l 127.0.0.1` first.)
+        let other = common::free_port();
+        let second = format!("127.0.0.1:{other}");
+        let srv = Server::start(kind, &bin, &["-l", &second]);
+        let out = roundtrip(&mut srv.connect(), b"stats settings\r\n", b"END\r\n");
+        let out = String::from_utf8_lossy(&out);
+        assert!(
+            out.contains(&format!("\r\nSTAT inter 127.0.0.1,{second}\r\n")),
+            "{kind}: {out}"
+        );
+        // Both listen.
+        let mut c = TcpStream::connect(("127.0.0.1", other)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(
+            roundtrip(&mut c, b"version\r\n", b"\r\n")[..8],
+            *b"VERSION "
         );
     }
 }

@@ -277,7 +277,7 @@ fn replication_link_backlog_and_lag() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let secret = dir.join("secret");
-    std::fs::write(&secret, b"metrics test secret\n").unwrap();
+    std::fs::write(&secret, b"6d6574726963732074657374207365637265740a\n").unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     let secret = secret.display().to_string();
     let b = start_with("flag", &["-U", "0", "--replication-secret", &secret]);

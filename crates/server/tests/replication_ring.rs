@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 mod common;
 mod replication_support;
 use common::free_port;
+use osmium_protocol::replication_link::Role;
 use replication_support::*;
 
 fn addr(port: u16) -> String {
@@ -366,7 +367,7 @@ fn a_sync_write_waiting_for_a_removed_target_is_answered() {
 }
 
 #[test]
-fn replica_targets_needs_a_proved_peer() {
+fn replica_targets_needs_a_proxy_peer() {
     let (pb, pc, pd) = (free_port(), free_port(), free_port());
     let _b = Node::start(pb, &[]);
     let d = Node::start(pd, &[]);
@@ -380,20 +381,20 @@ fn replica_targets_needs_a_proved_peer() {
     assert_eq!(stranger.call(change.as_bytes()), "ERROR");
     stranger.send(format!("replica_targets {} noreply\r\n", addr(pd)).as_bytes());
     assert!(stranger.call(b"version\r\n").starts_with("VERSION "));
-    // A wrong secret proves nothing.
-    let mut liar = c.client();
-    let (_, _, answer) = exchange(&mut liar, b"another secret", &[7; 32]);
-    assert_eq!(answer, "ERROR");
-    assert_eq!(liar.call(change.as_bytes()), "ERROR");
+    // A wrong secret gets no link at all.
+    assert!(hello(pc, Role::ProxyPeer, OTHER_SECRET).is_err());
+    // A target link or a follower is no proxy: refused, the link closed.
+    for role in [Role::TargetLink, Role::FollowLink] {
+        let mut link = hello(pc, role, SECRET).expect("handshake");
+        assert_eq!(link.call(change.as_bytes()), "ERROR", "{role:?}");
+    }
     // A server without a secret knows no such command.
     let plain = Node::start_bare(free_port(), &[]);
     assert_eq!(plain.client().call(change.as_bytes()), "ERROR");
     assert_eq!(cc.stat("replica_0_addr"), addr(pb));
 
     // A proved peer: bad lists refused, a good one applied.
-    let mut peer = c.client();
-    let (server_ok, _, answer) = exchange(&mut peer, SECRET, &[8; 32]);
-    assert!(server_ok && answer == "OK");
+    let mut peer = hello(pc, Role::ProxyPeer, SECRET).expect("handshake");
     for bad in [
         "replica_targets\r\n",
         "replica_targets nowhere\r\n",
@@ -416,9 +417,7 @@ fn replica_targets_needs_a_proved_peer() {
     assert_eq!(cc.call(b"set k2 0 0 1\r\nv\r\n"), "STORED");
     // A server started without targets cannot be given some live.
     let lone = Node::start(free_port(), &[]);
-    let mut p2 = lone.client();
-    let (ok, _, answer) = exchange(&mut p2, SECRET, &[9; 32]);
-    assert!(ok && answer == "OK");
+    let mut p2 = hello(lone.port, Role::ProxyPeer, SECRET).expect("handshake");
     let line = p2.call(change.as_bytes());
     assert!(line.starts_with("SERVER_ERROR "), "{line}");
 }

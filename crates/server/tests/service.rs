@@ -1,7 +1,8 @@
 //! The edges a service manager and an operator see: `-V`/`-h` and `stats`
 //! say osmium's version beside the protocol level, `-vv` logs memcached's
 //! lines with a time prefix and no ANSI codes, systemd's notify protocol
-//! (`READY=1`, `RELOADING=1`, `STOPPING=1`), and `--config-file`, its
+//! (`READY=1`, `RELOADING=1`, `STOPPING=1`; `-d` staying in the
+//! foreground under a notify socket), and `--config-file`, its
 //! `logfile` opened as the `-u` user (a link planted there, followed as
 //! that user or not at all by root, reaches no file of root's).
 
@@ -244,6 +245,113 @@ fn systemd_is_told_ready_reloading_and_stopping() {
     stop(&mut child);
     assert_eq!(next_notice(&sock).trim_end(), "STOPPING=1");
     let _ = std::fs::remove_file(path);
+}
+
+/// The next datagram on the notify socket and the pid of its sender (the
+/// kernel's credentials, `SO_PASSCRED`: what systemd checks against
+/// `NotifyAccess=main`).
+fn next_notice_from(sock: &UnixDatagram) -> (String, i32) {
+    use std::os::fd::AsRawFd;
+    let mut buf = [0u8; 512];
+    // Room for one SCM_CREDENTIALS message (a ucred), 8-aligned.
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: a zeroed msghdr is a valid empty one; its pointers are set
+    // to live local buffers of the lengths given.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: recvmsg into the buffers `msg` points at.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
+    assert!(
+        n >= 0,
+        "no notify datagram in time: {}",
+        std::io::Error::last_os_error()
+    );
+    let mut pid = 0;
+    // SAFETY: walking the control messages the kernel wrote into `control`.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_CREDENTIALS {
+                let cred: libc::ucred = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                pid = cred.pid;
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    (
+        String::from_utf8_lossy(&buf[..n as usize]).into_owned(),
+        pid,
+    )
+}
+
+#[test]
+fn dash_d_under_a_notify_socket_stays_the_process_systemd_started() {
+    use std::os::fd::AsRawFd;
+    let path = temp_path("notify-d.sock");
+    let pid_file = temp_path("notify-d.pid");
+    let log = temp_path("notify-d.log");
+    let _ = std::fs::remove_file(&path);
+    let sock = UnixDatagram::bind(&path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let on: libc::c_int = 1;
+    // SAFETY: setting an int socket option on our own socket.
+    let set = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PASSCRED,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0);
+    let (mut child, port) = start_logged(
+        || {
+            let mut c = osmium_command(osmium());
+            c.args(["-d", "-P", pid_file.to_str().unwrap()])
+                .env("NOTIFY_SOCKET", &path);
+            c
+        },
+        &log,
+    );
+    // READY=1 from the process systemd would have started (its main
+    // PID), which did not exit: under NotifyAccess=main a daemon's
+    // notice would be ignored and its parent's exit end the start.
+    let (ready, sender) = next_notice_from(&sock);
+    assert_eq!(ready.trim_end(), "READY=1");
+    assert_eq!(sender, child.id() as i32);
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the started process exited"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&pid_file).unwrap().trim(),
+        child.id().to_string()
+    );
+    assert_eq!(
+        request(port, b"version\r\n", b"\r\n"),
+        format!("VERSION {PROTOCOL}\r\n")
+    );
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains("-d ignored: NOTIFY_SOCKET is set"),
+        "no warning in {said:?}"
+    );
+    stop(&mut child);
+    let (stopping, sender) = next_notice_from(&sock);
+    assert_eq!(stopping.trim_end(), "STOPPING=1");
+    assert_eq!(sender, child.id() as i32);
+    for p in [&path, &log] {
+        let _ = std::fs::remove_file(p);
+    }
 }
 
 #[test]

@@ -719,6 +719,28 @@ impl Arena {
         (pool.allocated, pool.limit)
     }
 
+    /// Bytes of the segments with memory that items can still be written
+    /// into: the free ones (free list, spare) whole, and what the
+    /// segments being filled have left. Racy while writers work.
+    pub fn room(&self) -> usize {
+        let (ids, free) = {
+            let pool = self.pool.lock();
+            (
+                pool.next_fresh as usize,
+                pool.free.len() + usize::from(pool.spare.is_some()),
+            )
+        };
+        let filling: usize = self.segments[..ids]
+            .iter()
+            .filter(|s| s.state.load(Ordering::Acquire) == STATE_ACTIVE)
+            .map(|s| {
+                self.segment_size
+                    .saturating_sub(s.used.load(Ordering::Relaxed))
+            })
+            .sum();
+        free * self.segment_size + filling
+    }
+
     /// flush_all number `epoch`: invalidates every item written so far
     /// (each segment's items below its current fill mark), in the segments
     /// no flush of that number covered yet; segments activated from now on

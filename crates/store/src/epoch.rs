@@ -80,9 +80,25 @@ static EPOCH: AtomicU64 = AtomicU64::new(1);
 /// Every epoch up to this one has been waited out.
 static SAFE: AtomicU64 = AtomicU64::new(0);
 
+/// Whether `membarrier` private expedited is registered for this process
+/// (the registration is asked for once, here).
+static REGISTERED: OnceLock<bool> = OnceLock::new();
+
+/// Registers the process for `membarrier` now rather than at the first
+/// pin: the kernel's registration waits for an RCU grace period (5 to
+/// 15 ms measured), which the first request would otherwise wait for.
+/// `Store::open` calls it.
+pub fn prepare() {
+    has_membarrier();
+}
+
+/// Whether the registration was asked for already (see [`prepare`]).
+pub fn prepared() -> bool {
+    REGISTERED.get().is_some()
+}
+
 /// Whether `membarrier` private expedited is registered for this process.
 fn has_membarrier() -> bool {
-    static REGISTERED: OnceLock<bool> = OnceLock::new();
     *REGISTERED.get_or_init(|| {
         // SAFETY: membarrier takes plain integers and touches no memory of
         // ours; a failure (old kernel, seccomp) is reported as -1.

@@ -70,6 +70,7 @@ mod dump;
 mod evict;
 mod fault;
 mod flush;
+mod new_files;
 mod read;
 mod recover;
 mod remove;

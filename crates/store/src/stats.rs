@@ -81,6 +81,7 @@ impl Store {
             limit_maxbytes: self.limit_maxbytes.load(Ordering::Relaxed),
             segment_size: self.arena.segment_size() as u64,
             segments_allocated: allocated as u64,
+            segments_room_bytes: self.arena.room() as u64,
             segments_limit: limit as u64,
             index_bytes: index_bytes as u64,
         }

@@ -80,6 +80,8 @@ impl Store {
     /// by a server with the same settings; otherwise the cache starts
     /// clean, and the [`Restart`] says why.
     pub fn open(cfg: StoreConfig) -> io::Result<(Store, Restart)> {
+        // What the first lookup would otherwise pay (see `epoch::prepare`).
+        crate::epoch::prepare();
         let segment_size = segment_size_for(cfg.item_size_max);
         let max_heads = (cfg.memory_limit / segment_size / 4).max(1);
         let heads = cfg.write_heads.clamp(1, max_heads);
@@ -87,6 +89,11 @@ impl Store {
             BackingKind::Anonymous => None,
             BackingKind::File(path) => Some(path.clone()),
         };
+        // What this start creates goes again if it fails.
+        let mut new_files = crate::new_files::NewFiles::default();
+        if let Some(path) = &file {
+            new_files.note(path);
+        }
         let (_, capacity) = Arena::geometry(cfg.memory_limit, segment_size, file.is_some());
         let layout = Layout::new(capacity, segment_size);
         let fresh_clock = Clock::new();
@@ -126,6 +133,14 @@ impl Store {
                     item_size_max: cfg.item_size_max,
                     ..f.clone()
                 };
+                for p in f
+                    .paths
+                    .iter()
+                    .map(|p| p.path.as_path())
+                    .chain(meta_path.as_deref())
+                {
+                    new_files.note(p);
+                }
                 let (flash, resumed) = crate::flash::Flash::open(f, meta_path.as_deref())?;
                 (Some(flash), Some(resumed))
             }
@@ -161,6 +176,7 @@ impl Store {
         } else if let Some(h) = store.memfile_header() {
             h.note_clock(store.clock.now());
         }
+        new_files.keep();
         Ok((store, restart))
     }
 

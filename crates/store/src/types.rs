@@ -272,6 +272,9 @@ pub struct StoreStats {
     pub limit_maxbytes: u64,
     pub segment_size: u64,
     pub segments_allocated: u64,
+    /// Bytes of those segments items can still be written into (free
+    /// segments, and what the segments being filled have left).
+    pub segments_room_bytes: u64,
     pub segments_limit: u64,
     pub index_bytes: u64,
     /// Bytes of the items the index links to, by their segments' counts

@@ -122,9 +122,9 @@ pub fn listens_on(pid: u32, port: u16) -> bool {
 }
 
 /// Whether a server's message says it could not bind because the address
-/// was taken: memcached ("failed to listen on ...: Address already in
-/// use"), nutcracker ("bind on p 6 to addr ... failed: Address already in
-/// use"), osmium and osmium-proxy ("Address already in use (os error 98)").
+/// was taken: memcached and osmium ("failed to listen on ...: Address
+/// already in use"), nutcracker ("bind on p 6 to addr ... failed: Address
+/// already in use"), osmium-proxy ("Address already in use (os error 98)").
 pub fn says_address_in_use(text: &str) -> bool {
     let text = text.to_ascii_lowercase();
     [

@@ -6,6 +6,7 @@
 //! 11211 by default) or a unix socket path (`conn`).
 
 mod conn;
+mod man;
 mod metrics;
 mod sample;
 mod top;
@@ -74,6 +75,9 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(code) = man::generate(&args) {
+        return code;
+    }
     match args.first().map(String::as_str) {
         None | Some("-h" | "--help" | "help") => {
             print!("{USAGE}");

@@ -64,6 +64,11 @@ fn is_addr(v: &str) -> bool {
     v.contains(':') && !v.contains(' ')
 }
 
+/// The command label of the requests a poll sends (`stats`, `stats
+/// hotkeys`, `stats settings`), left out of the merged latency so that
+/// top does not report its own requests as the clients'.
+pub const OWN_POLLS: &str = "stats";
+
 /// p50 and p99, in microseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Latency {
@@ -90,7 +95,8 @@ pub struct View {
     pub evictions: f64,
     /// `get_hits / (get_hits + get_misses)` over the interval.
     pub hit_ratio: Option<f64>,
-    /// All commands merged, then `get` and `set`.
+    /// Every command but `stats` (top's own polls) merged, then `get` and
+    /// `set`.
     pub latency: Option<Latency>,
     pub latency_get: Option<Latency>,
     pub latency_set: Option<Latency>,
@@ -214,7 +220,13 @@ impl View {
                 .iter()
                 .map(|(cmd, b)| (cmd, metrics::delta(b, old.and_then(|o| o.get(cmd)))))
                 .collect();
-            let all = metrics::merge(d.values());
+            // top's own polls are `stats` commands: the latency shown is
+            // every other command's.
+            let all = metrics::merge(
+                d.iter()
+                    .filter(|(cmd, _)| cmd.as_str() != OWN_POLLS)
+                    .map(|(_, b)| b),
+            );
             v.latency = latency(&all);
             v.latency_get = d.get(&"get".to_string()).and_then(latency);
             v.latency_set = d.get(&"set".to_string()).and_then(latency);

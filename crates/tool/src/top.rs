@@ -3,6 +3,12 @@
 //! and keeps its last two snapshots; the screen shows one row per server
 //! and a total, and below it the selected server's details and hottest
 //! keys. Keys: `q`/Esc/Ctrl-C quit, arrows and Tab/Shift-Tab select.
+//!
+//! The screen fits its terminal, 80x24 included: the server column is as
+//! wide as the addresses (a longer one keeps its end, the port), the flash
+//! and replication columns appear when a server has them, and the other
+//! columns are left out, least useful first, until the rest fits; the
+//! details pane narrows and the hot keys drop their bytes/s first.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -165,23 +171,74 @@ fn used_of(used: Option<u64>, limit: Option<u64>) -> String {
     }
 }
 
-/// The table's columns: header and width.
-const COLUMNS: [(&str, u16); 14] = [
-    ("Server", 22),
-    ("ops/s", 8),
-    ("get/s", 8),
-    ("set/s", 8),
-    ("del/s", 7),
-    ("hit%", 6),
-    ("p50", 7),
-    ("p99", 7),
-    ("Memory", 15),
-    ("Items", 8),
-    ("Flash", 15),
-    ("Evict/s", 7),
-    ("Conns", 6),
-    ("Repl lag", 10),
+/// The table's columns: header, width (the server's is the addresses'),
+/// and the order in which a narrow terminal keeps them (0 first).
+const COLUMNS: [(&str, u16, u8); 14] = [
+    ("Server", 0, 0),
+    ("ops/s", 7, 1),
+    ("get/s", 7, 8),
+    ("set/s", 7, 9),
+    ("del/s", 6, 13),
+    ("hit%", 5, 2),
+    ("p50", 6, 6),
+    ("p99", 6, 3),
+    ("Memory", 13, 4),
+    ("Items", 6, 11),
+    ("Flash", 13, 7),
+    ("Evict/s", 7, 12),
+    ("Conns", 5, 10),
+    ("Repl lag", 13, 5),
 ];
+const FLASH: usize = 10;
+const REPL: usize = 13;
+
+/// The server column's width: the longest address (or header), at most
+/// `cap`.
+fn server_width(views: &[View], cap: u16) -> u16 {
+    let longest = views
+        .iter()
+        .map(|v| v.addr.chars().count())
+        .max()
+        .unwrap_or(0);
+    (longest.max("Server".len()) as u16).min(cap.max(6))
+}
+
+/// An address cut to `width` keeps its end (the port tells servers apart).
+fn fit_addr(addr: &str, width: u16) -> String {
+    let n = addr.chars().count();
+    let w = usize::from(width);
+    if n <= w || w < 2 {
+        return addr.to_string();
+    }
+    let tail: String = addr.chars().skip(n - (w - 1)).collect();
+    format!("…{tail}")
+}
+
+/// The columns shown in `width` terminal cells, in table order, with
+/// their widths: flash and replication only when a server has them, then
+/// by `COLUMNS`' order of keeping until the next would not fit.
+fn visible(views: &[View], width: u16) -> Vec<(usize, u16)> {
+    let server = server_width(views, (width / 3).max(12));
+    let has_flash = views.iter().any(|v| v.flash_limit.is_some());
+    let has_repl = views.iter().any(|v| v.repl_links.is_some());
+    let mut by_rank: Vec<usize> = (0..COLUMNS.len())
+        .filter(|&i| (i != FLASH || has_flash) && (i != REPL || has_repl))
+        .collect();
+    by_rank.sort_by_key(|&i| COLUMNS[i].2);
+    let mut shown: Vec<(usize, u16)> = Vec::new();
+    let mut used = 0u16;
+    for i in by_rank {
+        let w = if i == 0 { server } else { COLUMNS[i].1 };
+        let need = w + u16::from(!shown.is_empty());
+        if used + need > width {
+            break;
+        }
+        used += need;
+        shown.push((i, w));
+    }
+    shown.sort_by_key(|&(i, _)| i);
+    shown
+}
 
 /// A server's cells under `COLUMNS`.
 pub fn cells(v: &View) -> Vec<String> {
@@ -228,7 +285,10 @@ pub fn text(views: &[View]) -> String {
     let mut line = |cells: Vec<String>| {
         let mut l = String::new();
         for (i, c) in cells.iter().enumerate() {
-            let w = COLUMNS.get(i).map_or(0, |c| c.1 as usize);
+            let w = match i {
+                0 => usize::from(server_width(views, 40)),
+                _ => COLUMNS.get(i).map_or(0, |c| usize::from(c.1)),
+            };
             if i + 1 == cells.len() {
                 l.push_str(c);
             } else {
@@ -246,9 +306,17 @@ pub fn text(views: &[View]) -> String {
     out
 }
 
+/// The details pane's width and whether the hot keys show bytes/s, for a
+/// terminal `width` cells wide.
+fn panes(width: u16) -> (u16, bool) {
+    let details = if width >= 120 { 52 } else { 40 };
+    (details, width.saturating_sub(details) >= 46)
+}
+
 fn draw(f: &mut Frame, title: &str, interval: Duration, views: &[View], selected: usize) {
     let total = View::total(views);
-    let table_height = views.len() as u16 + 4;
+    // The details keep 11 rows when the terminal has them.
+    let table_height = (views.len() as u16 + 4).min(f.area().height.saturating_sub(12).max(6));
     let [head, table_area, detail_area] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(table_height),
@@ -258,17 +326,25 @@ fn draw(f: &mut Frame, title: &str, interval: Duration, views: &[View], selected
     let up = views.iter().filter(|v| v.up).count();
     f.render_widget(
         Paragraph::new(format!(
-            "osmium-tool top: {title}  {up}/{} up  every {:.1}s  (q quit, arrows/tab select)",
+            "osmium-tool top: {title}  {up}/{} up  every {:.1}s  q quits, arrows select",
             views.len(),
             interval.as_secs_f64()
         )),
         head,
     );
     let bold = Style::default().add_modifier(Modifier::BOLD);
-    let header = Row::new(COLUMNS.iter().map(|c| c.0)).style(bold);
-    let mut rows: Vec<Row> = views.iter().map(|v| Row::new(cells(v))).collect();
-    rows.push(Row::new(cells(&total)).style(bold));
-    let widths = COLUMNS.iter().map(|c| Constraint::Length(c.1));
+    let shown = visible(views, table_area.width);
+    let row = |v: &View| {
+        let all = cells(v);
+        Row::new(shown.iter().map(|&(i, w)| match i {
+            0 => fit_addr(&all[0], w),
+            _ => all[i].clone(),
+        }))
+    };
+    let header = Row::new(shown.iter().map(|&(i, _)| COLUMNS[i].0)).style(bold);
+    let mut rows: Vec<Row> = views.iter().map(row).collect();
+    rows.push(row(&total).style(bold));
+    let widths = shown.iter().map(|&(_, w)| Constraint::Length(w));
     let table = Table::new(rows, widths)
         .header(header)
         .block(Block::default().borders(Borders::TOP | Borders::BOTTOM))
@@ -279,8 +355,9 @@ fn draw(f: &mut Frame, title: &str, interval: Duration, views: &[View], selected
     let Some(v) = views.get(selected) else {
         return;
     };
-    let [info, keys] =
-        Layout::horizontal([Constraint::Length(52), Constraint::Min(0)]).areas(detail_area);
+    let (details_width, with_bytes) = panes(detail_area.width);
+    let [info, keys] = Layout::horizontal([Constraint::Length(details_width), Constraint::Min(0)])
+        .areas(detail_area);
     let lat = |l: Option<Latency>| {
         or_dash(l, |l| {
             format!("p50 {} p99 {}", micros(l.p50_us), micros(l.p99_us))
@@ -305,8 +382,11 @@ fn draw(f: &mut Frame, title: &str, interval: Duration, views: &[View], selected
         Line::from(format!("get       {}", lat(v.latency_get))),
         Line::from(format!("set       {}", lat(v.latency_set))),
         Line::from(format!(
-            "flash     {} objects, {} reads/s, {} writes/s",
+            "flash     {} items",
             or_dash(v.flash_objects, |n| count(n as f64)),
+        )),
+        Line::from(format!(
+            "  read/s  {}  write/s {}",
             or_dash(v.flash_reads, count),
             or_dash(v.flash_writes, count)
         )),
@@ -319,8 +399,11 @@ fn draw(f: &mut Frame, title: &str, interval: Duration, views: &[View], selected
     if let Some(e) = &v.error {
         lines.push(Line::from(format!("error     {e}")));
     }
+    let name = fit_addr(&v.addr, info.width.saturating_sub(2));
     f.render_widget(
-        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(v.addr.clone())),
+        Paragraph::new(lines)
+            .wrap(ratatui::widgets::Wrap { trim: false })
+            .block(Block::default().borders(Borders::ALL).title(name)),
         info,
     );
     let block = Block::default().borders(Borders::ALL).title("Hottest keys");
@@ -330,27 +413,31 @@ fn draw(f: &mut Frame, title: &str, interval: Duration, views: &[View], selected
             keys,
         ),
         Some(rows) => {
+            let n = if with_bytes { 5 } else { 4 };
             let rows = rows.iter().map(|h| {
-                Row::new(vec![
+                let mut cells = vec![
                     h.rank.to_string(),
                     h.key.clone(),
                     count(h.reads),
                     count(h.writes),
                     bytes(h.bytes as u64),
-                ])
+                ];
+                cells.truncate(n);
+                Row::new(cells)
             });
-            let table = Table::new(
-                rows,
-                [
-                    Constraint::Length(4),
-                    Constraint::Min(20),
-                    Constraint::Length(9),
-                    Constraint::Length(9),
-                    Constraint::Length(9),
-                ],
-            )
-            .header(Row::new(["#", "Key", "reads/s", "writes/s", "bytes/s"]).style(bold))
-            .block(block);
+            let mut widths = vec![
+                Constraint::Length(3),
+                Constraint::Min(8),
+                Constraint::Length(8),
+                Constraint::Length(8),
+                Constraint::Length(8),
+            ];
+            widths.truncate(n);
+            let mut header = vec!["#", "Key", "reads/s", "writes/s", "bytes/s"];
+            header.truncate(n);
+            let table = Table::new(rows, widths)
+                .header(Row::new(header).style(bold))
+                .block(block);
             f.render_widget(table, keys);
         }
     }
@@ -370,5 +457,37 @@ mod tests {
         assert_eq!(micros(1500.0), "1.5ms");
         assert_eq!(used_of(None, None), "-");
         assert_eq!(used_of(Some(1024), Some(0)), "1.0K/-");
+        assert_eq!(fit_addr("127.0.0.1:11211", 15), "127.0.0.1:11211");
+        assert_eq!(fit_addr("cache-01.example.com:11211", 12), "…e.com:11211");
+    }
+
+    #[test]
+    fn the_table_fits_80_columns() {
+        let view = |addr: &str| View {
+            addr: addr.into(),
+            up: true,
+            ..View::default()
+        };
+        let views = vec![view("127.0.0.1:11211"), view("127.0.0.1:11212")];
+        let shown = visible(&views, 80);
+        let width: u16 = shown.iter().map(|&(_, w)| w).sum::<u16>() + shown.len() as u16 - 1;
+        assert!(width <= 80, "{width}");
+        let names: Vec<&str> = shown.iter().map(|&(i, _)| COLUMNS[i].0).collect();
+        for must in ["Server", "ops/s", "hit%", "p50", "p99", "Memory"] {
+            assert!(names.contains(&must), "{names:?}");
+        }
+        assert_eq!(shown[0], (0, 15));
+        // No flash tier, no replication: no such columns, however wide.
+        let wide: Vec<&str> = visible(&views, 400)
+            .iter()
+            .map(|&(i, _)| COLUMNS[i].0)
+            .collect();
+        assert!(
+            !wide.contains(&"Flash") && !wide.contains(&"Repl lag"),
+            "{wide:?}"
+        );
+        assert_eq!(wide.len(), COLUMNS.len() - 2);
+        assert_eq!(panes(80), (40, false));
+        assert_eq!(panes(160), (52, true));
     }
 }

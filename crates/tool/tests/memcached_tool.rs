@@ -1,7 +1,8 @@
 //! osmium-tool's output beside memcached-tool's own (the Perl script of the
 //! memcached 1.6.45 release vendored in tests/oracle/, run with perl and
 //! URI::Escape from Debian's liburi-perl), on the same server, osmium and
-//! memcached: `display`, `settings`, `keys`, `keys -u` byte for byte,
+//! memcached: `display` (with `Full? no` for a server with room),
+//! `settings`, `keys`, `keys -u` byte for byte,
 //! `stats` line for line on the figures that do not move between two
 //! runs, `dump` the same set of records.
 
@@ -142,6 +143,14 @@ fn compare_on(bin: &Path) {
         );
     }
     assert!(same, "display differs from memcached-tool's");
+    // 33 items in 64 MB: no class is full.
+    let display = String::from_utf8(perl(&tool, &[&addr, "display"])).unwrap();
+    let rows: Vec<&str> = display.lines().skip(1).collect();
+    assert!(!rows.is_empty(), "{display}");
+    for row in rows {
+        let full = row.split_whitespace().nth(5);
+        assert_eq!(full, Some("no"), "Full? in {display}");
+    }
     assert_eq!(
         String::from_utf8_lossy(&ours(&[&addr, "keys"])),
         String::from_utf8_lossy(&perl(&tool, &[&addr, "keys"]))

@@ -1,7 +1,9 @@
 //! `osmium-tool top`: `--once --json` over real servers (rates from
 //! traffic sent during the interval, the documented fields), a pool YAML
-//! as the server list, and the live view in a real terminal (tmux): the
-//! three servers of a pool and the column headers appear, `q` quits.
+//! as the server list, an idle server's latency (top's own polls left
+//! out), and the live view in a real terminal (tmux): the three servers of
+//! a pool and the column headers appear, `q` quits; at 80x24 the whole
+//! addresses, the main columns and the hot keys' rates still show.
 
 mod common;
 
@@ -227,120 +229,240 @@ fn pool_file_lists_the_servers() {
     assert!(text.lines().last().unwrap().starts_with("TOTAL"), "{text}");
 }
 
-/// tmux on a private socket, or `None` (skip) when it is not installed:
-/// a failure under `CI=true`, where scripts/test-all.sh installs it.
-fn tmux(socket: &str) -> Option<impl Fn(&[&str]) -> std::process::Output + '_> {
-    let have = Command::new("tmux")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "tmux is not installed (scripts/test-all.sh installs it)"
+/// `osmium-tool top` running in a tmux session of its own (a private
+/// server socket), killed with its socket file when dropped; `None`
+/// (skip) when tmux is not installed: a failure under `CI=true`, where
+/// scripts/test-all.sh installs it.
+struct TmuxTop {
+    socket: String,
+    status: std::path::PathBuf,
+    _dir: TempDir,
+}
+
+impl TmuxTop {
+    fn start(tag: &str, cols: u16, rows: u16, args: &str) -> Option<TmuxTop> {
+        let have = Command::new("tmux")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !have {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "tmux is not installed (scripts/test-all.sh installs it)"
+            );
+            eprintln!("SKIP top in a terminal: tmux is not installed");
+            return None;
+        }
+        let dir = TempDir::new(tag);
+        let status = dir.0.join("status");
+        let top = TmuxTop {
+            socket: format!("osmium-tool-{tag}-{}", std::process::id()),
+            status: status.clone(),
+            _dir: dir,
+        };
+        // The command records its exit status, so a clean exit is checked.
+        let cmd = format!(
+            "{} top {args}; echo $? > {}",
+            env!("CARGO_BIN_EXE_osmium-tool"),
+            status.display()
         );
-        eprintln!("SKIP top in a terminal: tmux is not installed");
-        return None;
+        let (cols, rows) = (cols.to_string(), rows.to_string());
+        let out = top.tmux(&[
+            "new-session",
+            "-d",
+            "-x",
+            &cols,
+            "-y",
+            &rows,
+            "-s",
+            "top",
+            "sh",
+            "-c",
+            &cmd,
+        ]);
+        assert!(
+            out.status.success(),
+            "tmux: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(top)
     }
-    Some(move |args: &[&str]| {
+
+    fn tmux(&self, args: &[&str]) -> std::process::Output {
         Command::new("tmux")
-            .args(["-L", socket])
+            .args(["-L", &self.socket])
             .args(args)
             .env_remove("TMUX")
             .output()
             .expect("run tmux")
-    })
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.tmux(&["capture-pane", "-p", "-t", "top"]).stdout)
+            .into_owned()
+    }
+
+    /// The first screen `ready` accepts (within 20 s).
+    fn until(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let screen = self.screen();
+            if ready(&screen) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "top never showed {what}:\n{screen}"
+            );
+            thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn keys(&self, keys: &str) {
+        self.tmux(&["send-keys", "-t", "top", keys]);
+    }
+
+    /// Quits with `q`; top's exit status.
+    fn quit(&self) -> String {
+        self.keys("q");
+        wait_until("top did not exit on q", || {
+            std::fs::read_to_string(&self.status).is_ok_and(|s| s.ends_with('\n'))
+        });
+        std::fs::read_to_string(&self.status)
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+}
+
+impl Drop for TmuxTop {
+    fn drop(&mut self) {
+        // The tmux server ends with its session; its socket file stays.
+        let _ = self.tmux(&["kill-server"]);
+        let uid =
+            std::fs::metadata("/proc/self").map_or(0, |m| std::os::unix::fs::MetadataExt::uid(&m));
+        let dir = std::env::var_os("TMUX_TMPDIR").unwrap_or_else(|| "/tmp".into());
+        let _ = std::fs::remove_file(
+            std::path::Path::new(&dir)
+                .join(format!("tmux-{uid}"))
+                .join(&self.socket),
+        );
+    }
 }
 
 #[test]
 fn top_in_a_terminal_shows_a_pool() {
-    let socket = format!("osmium-tool-test-{}", std::process::id());
-    let Some(tmux) = tmux(&socket) else {
-        return;
-    };
     let bin = osmium_bin();
     let servers: Vec<Server> = (0..3).map(|_| start(&bin, &[])).collect();
     let refs: Vec<&Server> = servers.iter().collect();
     let dir = TempDir::new("pool-tmux");
     let pool = pool_yaml(&dir, &refs);
-    let status = dir.0.join("status");
-    // The command records its exit status, so a clean exit is checked.
-    let cmd = format!(
-        "{} top --pool {} --pool-name alpha --interval 0.3; echo $? > {}",
-        env!("CARGO_BIN_EXE_osmium-tool"),
-        pool.display(),
-        status.display()
-    );
-    // The tmux server ends with its session; its socket file stays.
-    struct Kill<'a>(&'a str);
-    impl Drop for Kill<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("tmux")
-                .args(["-L", self.0, "kill-server"])
-                .output();
-            let uid = std::fs::metadata("/proc/self")
-                .map_or(0, |m| std::os::unix::fs::MetadataExt::uid(&m));
-            let dir = std::env::var_os("TMUX_TMPDIR").unwrap_or_else(|| "/tmp".into());
-            let _ = std::fs::remove_file(
-                std::path::Path::new(&dir)
-                    .join(format!("tmux-{uid}"))
-                    .join(self.0),
-            );
-        }
-    }
-    let _kill = Kill(&socket);
-    let out = tmux(&[
-        "new-session",
-        "-d",
-        "-x",
-        "160",
-        "-y",
-        "50",
-        "-s",
-        "top",
-        "sh",
-        "-c",
-        &cmd,
-    ]);
-    assert!(
-        out.status.success(),
-        "tmux: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-
+    let args = format!("--pool {} --pool-name alpha --interval 0.3", pool.display());
+    let Some(top) = TmuxTop::start("pool", 160, 50, &args) else {
+        return;
+    };
     let want: Vec<String> = servers.iter().map(Server::addr).collect();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let screen = loop {
-        let out = tmux(&["capture-pane", "-p", "-t", "top"]);
-        let screen = String::from_utf8_lossy(&out.stdout).into_owned();
-        let ready = want.iter().all(|a| screen.contains(a.as_str()))
-            && ["Server", "ops/s", "hit%", "p99", "Memory", "Flash", "Conns", "Repl lag", "TOTAL"]
+    let screen = top.until("the pool", |screen| {
+        want.iter().all(|a| screen.contains(a.as_str()))
+            && ["Server", "ops/s", "hit%", "p99", "Memory", "Items", "Conns", "TOTAL"]
                 .iter()
                 .all(|h| screen.contains(h))
             // Every row polled: each shows its memory.
-            && screen.matches("/64.0M").count() >= 3;
-        if ready {
-            break screen;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "top never showed the pool:\n{screen}"
-        );
-        thread::sleep(Duration::from_millis(200));
-    };
+            && screen.matches("/64.0M").count() >= 3
+    });
     assert!(screen.contains("Hottest keys"), "{screen}");
     assert!(screen.contains("3/3 up"), "{screen}");
+    // No server has a flash tier or replicates: no such columns.
+    assert!(
+        !screen.contains("Flash") && !screen.contains("Repl lag"),
+        "{screen}"
+    );
 
     // Arrows move the selection; q quits with status 0.
-    tmux(&["send-keys", "-t", "top", "Down"]);
-    thread::sleep(Duration::from_millis(500));
-    let moved =
-        String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", "top"]).stdout).into_owned();
+    top.keys("Down");
     // The details pane is titled with the selected server.
-    assert!(moved.contains(&format!("┌{}", want[1])), "{moved}");
-    tmux(&["send-keys", "-t", "top", "q"]);
-    wait_until("top did not exit on q", || {
-        std::fs::read_to_string(&status).is_ok_and(|s| s.ends_with('\n'))
+    top.until("the second server selected", |s| {
+        s.contains(&format!("┌{}", want[1]))
     });
-    assert_eq!(std::fs::read_to_string(&status).unwrap().trim(), "0");
+    assert_eq!(top.quit(), "0");
+}
+
+/// At 80x24 every server's whole address, the main columns and the hot
+/// keys' rates are on the screen.
+#[test]
+fn top_fits_an_80_column_terminal() {
+    let bin = osmium_bin();
+    let metrics_port = osmium_test_harness::free_port();
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let a = start(&bin, &["--metrics-addr", &metrics]);
+    let b = start(&bin, &[]);
+    let args = format!("{} {} --interval 0.3", a.addr(), b.addr());
+    let Some(top) = TmuxTop::start("narrow", 80, 24, &args) else {
+        return;
+    };
+    // A hot key on a: reads and writes every interval.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let mut s = a.connect();
+        let stop = stop.clone();
+        thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                roundtrip(&mut s, b"set hotkey 0 0 1\r\nx\r\n", b"\r\n");
+                roundtrip(&mut s, b"get hotkey\r\n", b"END\r\n");
+            }
+        })
+    };
+    let rows = |screen: &str, addr: &str| -> Vec<String> {
+        screen
+            .lines()
+            .filter(|l| l.starts_with(addr))
+            .map(str::to_string)
+            .collect()
+    };
+    let screen = top.until("both servers, latency and the hot key's rates", |screen| {
+        // The hot key's row: its reads/s and writes/s after the key.
+        let rates = screen
+            .lines()
+            .find(|l| l.contains(" hotkey "))
+            .is_some_and(|l| {
+                let after = l.split(" hotkey ").nth(1).unwrap_or_default();
+                let rate = |w: &str| {
+                    let n = w.trim_end_matches(['k', 'M']);
+                    n.parse::<f64>().is_ok_and(|r| r > 0.0)
+                };
+                after.split_whitespace().filter(|w| rate(w)).count() >= 2
+            });
+        rows(screen, &a.addr()).len() == 1
+            && rows(screen, &b.addr()).len() == 1
+            && rates
+            && rows(screen, &a.addr())[0].contains("us ")
+    });
+    stop.store(true, Ordering::Relaxed);
+    load.join().unwrap();
+    for h in [
+        "Server", "ops/s", "hit%", "p50", "p99", "Memory", "TOTAL", "reads/s", "writes/s",
+    ] {
+        assert!(screen.contains(h), "{h} missing:\n{screen}");
+    }
+    assert!(screen.lines().count() <= 24, "{screen}");
+    assert!(screen.lines().all(|l| l.chars().count() <= 80), "{screen}");
+    assert_eq!(top.quit(), "0");
+}
+
+/// An idle server: top's own `stats` polls are not reported as the
+/// clients' latency.
+#[test]
+fn an_idle_server_shows_no_latency_of_tops_own_polls() {
+    let metrics_port = osmium_test_harness::free_port();
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let a = start(&osmium_bin(), &["--metrics-addr", &metrics]);
+    let doc = json(&["top", &a.addr(), "--once", "--json", "--interval", "0.3"]);
+    let s = &doc["servers"][0];
+    assert_eq!(s["ops_per_sec"]["total"], 0.0, "{s}");
+    let all = &s["latency_us"]["all"];
+    assert!(
+        s["latency_us"].is_null() || all.is_null(),
+        "latency of top's own polls: {s}"
+    );
+    // (With traffic it shows: once_json_reads_latency_from_the_metrics_endpoint.)
 }

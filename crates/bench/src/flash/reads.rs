@@ -181,6 +181,7 @@ fn workload(o: &FlashOpts, value_size: usize, keys: u64) -> Workload {
         seed: o.seed,
         dist: KeyDist::Uniform,
         rate: None,
+        arrivals: Default::default(),
         quantile: 0.999,
         cache_aside: false,
         busy_poll: false,

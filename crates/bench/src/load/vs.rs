@@ -272,7 +272,7 @@ pub(super) fn chart_title(w: &Workload, values: &str) -> String {
 }
 
 /// The line above a `--vs` table: what ran (`values`: the value size).
-fn describe(w: &Workload, o: &VsOpts, values: &str) -> String {
+pub(super) fn describe(w: &Workload, o: &VsOpts, values: &str) -> String {
     let instances = if o.instances > 1 {
         format!(", {} of each behind ketama", o.instances)
     } else {
@@ -347,7 +347,7 @@ pub struct Step {
 
 /// A sweep's rows: a table with the step's lead first (`lead` names that
 /// column), or a JSON array whose objects add the step's fields.
-fn print_steps(
+pub(super) fn print_steps(
     steps: &[Step],
     lead: &str,
     json: bool,

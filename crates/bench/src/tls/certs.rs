@@ -87,7 +87,7 @@ const FILES: [&str; 7] = [
 pub struct Certs {
     dir: PathBuf,
     pub key_type: KeyType,
-    ca: PathBuf,
+    pub ca: PathBuf,
     pub cert: PathBuf,
     pub key: PathBuf,
 }
@@ -160,7 +160,7 @@ impl Certs {
         openssl(d, &req)?;
         std::fs::write(
             d.join("server.ext"),
-            "basicConstraints=CA:FALSE\nsubjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+            "basicConstraints=CA:FALSE\nsubjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
         )
         .map_err(|e| format!("writing server.ext: {e}"))?;
         openssl(

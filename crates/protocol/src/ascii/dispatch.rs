@@ -11,7 +11,7 @@
 //!   5: touch stats watch     6: delete append          7: replace prepend version
 //! anything else: tokenize (noreply checked), then token 0 exactly one of
 //!   shutdown slabs cache_memlimit flush_all lru_crawler verbosity lru
-//!   extstore refresh_certs (and osmium's replica_auth replica_proof
+//!   extstore refresh_certs (and osmium's replica_hello
 //!   replica_link replica_follow replica_synced replica_targets)
 //! else: the last token starts with "HTTP/" (2+ tokens) → close; else ERROR
 //! ```
@@ -82,8 +82,8 @@ fn unknown(line: &[u8]) -> Request<'_> {
         b"lru_crawler" => Some(Command::LruCrawler { tokens: t }),
         b"slabs" | b"lru" | b"extstore" | b"refresh_certs" => Some(Command::Admin { tokens: t }),
         // osmium's replication links (the server's `replication` module).
-        b"replica_auth" | b"replica_proof" | b"replica_link" | b"replica_follow"
-        | b"replica_synced" | b"replica_targets" => Some(Command::Admin { tokens: t }),
+        b"replica_hello" | b"replica_link" | b"replica_follow" | b"replica_synced"
+        | b"replica_copy" | b"replica_targets" => Some(Command::Admin { tokens: t }),
         _ => None,
     };
     if let Some(command) = request {

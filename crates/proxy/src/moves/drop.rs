@@ -24,7 +24,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use osmium_protocol::replication_auth::Secret;
+use osmium_protocol::replication_link::Secret;
 
 use crate::config::Addr;
 use crate::peer::{self, PeerConn};

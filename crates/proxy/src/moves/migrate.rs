@@ -193,7 +193,7 @@ struct Migration {
     /// Whether each source may hold replicas (its stale copies kept).
     replicas: Vec<Option<bool>>,
     /// The pool's `replication_secret:`, for peer connections.
-    secret: Option<Arc<osmium_protocol::replication_auth::Secret>>,
+    secret: Option<Arc<osmium_protocol::replication_link::Secret>>,
 }
 
 impl Migration {

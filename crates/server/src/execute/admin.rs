@@ -59,7 +59,7 @@ pub fn admin(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Outpu
                 }
             };
             shared.request_stop(how);
-            Done::then(Next::CloseNow)
+            Done::then(Next::Shutdown)
         }
         Command::CacheMemlimit { megabytes } => {
             let status = if megabytes < 8 {

@@ -70,6 +70,9 @@ pub fn arith(ctx: &WorkerCtx, a: &Arith<'_>, reply: &Reply<'_>, out: &mut Output
         Reply::Binary(_) => binary_arith(ctx, a),
         Reply::Meta(m) => meta_arith(ctx, a, m, &mut counter),
     };
+    if !matches!(counter.result, Counted::Value { .. }) {
+        ctx.changed_nothing();
+    }
     answer(out, reply, Outcome::Counter(counter))
 }
 

@@ -15,6 +15,7 @@ use crate::context::WorkerCtx;
 pub fn delete(ctx: &WorkerCtx, d: &Delete<'_>, reply: &Reply<'_>, out: &mut Output) -> Done {
     // memcached checks an md's flags before the lookup.
     if crate::compose::unwritable(reply) {
+        ctx.changed_nothing();
         return answer(out, reply, Outcome::Status(Status::OpaqueTooLong));
     }
     ctx.hot_write(d.key, 0);
@@ -52,6 +53,9 @@ pub fn delete(ctx: &WorkerCtx, d: &Delete<'_>, reply: &Reply<'_>, out: &mut Outp
         RemoveResult::Exists if meta => stats.delete_misses.incr(),
         RemoveResult::NotFound => stats.delete_misses.incr(),
         _ => {}
+    }
+    if matches!(result, RemoveResult::NotFound | RemoveResult::Exists) {
+        ctx.changed_nothing();
     }
     answer(out, reply, Outcome::Deleted { result, key: d.key })
 }

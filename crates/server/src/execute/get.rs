@@ -39,6 +39,23 @@ pub fn get(
     }
 }
 
+/// A touch of `key` (touch, gat, binary TOUCH and GAT) made by `lookup`:
+/// gated against full copies coming in (`WorkerCtx::write_gate`) and, on
+/// a hit (a miss changed nothing), queued for replication.
+#[inline]
+fn touched(ctx: &WorkerCtx, key: &[u8], lookup: impl FnOnce() -> Lookup<()>) -> Lookup<()> {
+    if ctx.repl.is_none() {
+        return lookup();
+    }
+    let gate = ctx.write_gate(key);
+    let found = lookup();
+    if matches!(found, Lookup::Hit(())) {
+        ctx.replicate_key(key);
+        gate.wrote();
+    }
+    found
+}
+
 /// Counts a retrieval's outcome as memcached does.
 #[inline]
 fn count(ctx: &WorkerCtx, key: &[u8], touched: bool, lookup: Lookup<()>) {
@@ -179,9 +196,11 @@ pub fn text_keys(
                     break;
                 }
                 let mut bytes = 0;
-                let r = store.get(key, Some(exptime), |it| {
-                    bytes = it.value().len();
-                    ended = text::value(out, &it, with_cas, || direct(i), &ctx.stats);
+                let r = touched(ctx, key, || {
+                    store.get(key, Some(exptime), |it| {
+                        bytes = it.value().len();
+                        ended = text::value(out, &it, with_cas, || direct(i), &ctx.stats);
+                    })
                 });
                 count(ctx, key, true, r);
                 ctx.hot_read(key, bytes);
@@ -207,12 +226,18 @@ fn binary_get(
     let store = ctx.store();
     let exptime = touch.map(|e| store.clock().realtime(e));
     let mut bytes = 0;
-    let found = store.get(key, exptime, |it| {
-        if with_value {
-            bytes = it.value().len();
-        }
-        binary::hit(out, r, &it, with_value, &ctx.stats);
-    });
+    let mut get = || {
+        store.get(key, exptime, |it| {
+            if with_value {
+                bytes = it.value().len();
+            }
+            binary::hit(out, r, &it, with_value, &ctx.stats);
+        })
+    };
+    let found = match touch {
+        Some(_) => touched(ctx, key, get),
+        None => get(),
+    };
     let hit = matches!(found, Lookup::Hit(()));
     count(ctx, key, touch.is_some(), found);
     if with_value {
@@ -246,7 +271,7 @@ pub fn touch(
         Reply::Text { noreply } => {
             let store = ctx.store();
             let exptime = store.clock().realtime(exptime);
-            let r = store.get(key, Some(exptime), |_| ());
+            let r = touched(ctx, key, || store.get(key, Some(exptime), |_| ()));
             ctx.hot_write(key, 0);
             let hit = matches!(r, Lookup::Hit(()));
             let stats = &ctx.stats;

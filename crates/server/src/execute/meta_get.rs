@@ -137,6 +137,8 @@ pub fn meta_get(ctx: &WorkerCtx, m: &MetaGet<'_>, reply: &Reply<'_>, out: &mut O
             }
         }
         miss => {
+            // Neither touched nor created: nothing changed.
+            ctx.changed_nothing();
             match miss {
                 Lookup::Expired => stats.get_expired.incr(),
                 Lookup::Flushed => stats.get_flushed.incr(),

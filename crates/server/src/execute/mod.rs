@@ -40,6 +40,7 @@ use osmium_protocol::request::{Command, Reply, Request};
 use crate::compose::outcome::Outcome;
 use crate::compose::output::Output;
 use crate::context::WorkerCtx;
+use crate::replication::fresh_writes::WriteGate;
 
 pub use crate::compose::error_line;
 
@@ -54,9 +55,11 @@ pub enum Next {
     Continue,
     /// Send what is queued, then close (quit, a binary protocol error).
     CloseAfterWrite,
-    /// Close at once, dropping queued output (an HTTP request line,
-    /// shutdown).
+    /// Close at once, dropping queued output (an HTTP request line).
     CloseNow,
+    /// Close at once: the connection asked the server to stop
+    /// (`shutdown`; memcached's `reason=shutdown`).
+    Shutdown,
     /// Stream a dump (`lru_crawler metadump`/`mgdump`) before the next
     /// request.
     StartDump(DumpKind),
@@ -124,13 +127,25 @@ pub fn execute(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Out
             flush: false,
         };
     }
+    let gate = match ctx.repl {
+        Some(_) => write_gate(ctx, &req.command),
+        None => WriteGate::Open,
+    };
+    if gate.skips() {
+        return skipped_copy_item(req, out);
+    }
+    ctx.write_missed.set(false);
     let found = watch::before(ctx, req);
     let done = run(ctx, conn, req, out);
     if found.is_some() {
         watch::after(ctx, req, found);
     }
-    if ctx.repl.is_some() {
+    if ctx.repl.is_some() && !ctx.write_missed.get() {
         replicate(ctx, &req.command);
+        gate.wrote();
+        if matches!(req.command, Command::FlushAll { .. }) {
+            gate.record_every_key();
+        }
     }
     done
 }
@@ -170,22 +185,16 @@ fn run(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Output) -> 
 
 pub use sasl::execute_sasl;
 
-/// After a request ran: the keys it may have changed go to replication
-/// (their state is read when sent, so one that did not change costs a
-/// redundant command, never a wrong one). Storage commands are queued by
-/// `store`.
+/// After a request that changed its key ran (`WorkerCtx::write_missed`
+/// unset: not a miss, not a failed condition): the key goes to
+/// replication (its state is read when sent, so whatever order workers
+/// queue a key in, the last state sent is the latest). A write that
+/// changed nothing is not queued: its key's state here may be the
+/// incomplete one of a server still catching up, which an `md` would
+/// carry to the target. Storage commands are queued by `store`, touches
+/// and gat by `get`.
 fn replicate(ctx: &WorkerCtx, command: &Command<'_>) {
     match command {
-        Command::Get {
-            keys,
-            touch: Some(_),
-            ..
-        } => {
-            for key in *keys {
-                ctx.replicate_key(key);
-            }
-        }
-        Command::Touch { key, .. } => ctx.replicate_key(key),
         Command::MetaGet(m) if m.ttl.is_some() || m.vivify.is_some() => ctx.replicate_key(m.key),
         Command::Delete(d) => ctx.replicate_key(d.key),
         Command::Arith(a) => ctx.replicate_key(a.key),
@@ -193,6 +202,38 @@ fn replicate(ctx: &WorkerCtx, command: &Command<'_>) {
             ctx.replicate_flush(*delay)
         }
         _ => {}
+    }
+}
+
+/// What a request that may write holds while it runs, while a full copy
+/// comes in (`replication::fresh_writes`): the same keys as `replicate`.
+/// Storage commands are gated by `store`, touches and gat by `get`.
+#[inline]
+fn write_gate<'c>(ctx: &'c WorkerCtx, command: &Command<'_>) -> WriteGate<'c> {
+    match command {
+        Command::MetaGet(m) if m.ttl.is_some() || m.vivify.is_some() => ctx.write_gate(m.key),
+        Command::Delete(d) => ctx.store_gate(d.key),
+        Command::Arith(a) => ctx.write_gate(a.key),
+        Command::FlushAll { delay: Some(_) } if ctx.shared.settings.flush_enabled => {
+            ctx.flush_gate()
+        }
+        _ => WriteGate::Open,
+    }
+}
+
+/// An `md` of a copy coming in, for a key written since: not applied,
+/// answered as if it had been (a copy's `md` is quiet: nothing).
+fn skipped_copy_item(req: &Request<'_>, out: &mut Output) -> Done {
+    match req.command {
+        Command::Delete(ref d) => answer(
+            out,
+            &req.reply,
+            Outcome::Deleted {
+                result: osmium_store::RemoveResult::Removed,
+                key: d.key,
+            },
+        ),
+        _ => Done::CONTINUE,
     }
 }
 

@@ -1,37 +1,49 @@
-//! Replication's private commands (see `replication`). `replica_auth` and
-//! `replica_proof` are the exchange by which a connection proves it is a
-//! peer (`replication::auth`); `replica_link`, `replica_follow` and
-//! `replica_synced` run only on a connection that did, and are answered
-//! everywhere else as memcached answers a command it does not know
-//! (`ERROR`, the connection unchanged). A connection proves it is a peer
-//! by the exchange (with `--replication-secret`) or by a TLS client
-//! certificate verified against `ssl_ca_cert`. Without a secret the
-//! exchange's commands are unknown too.
+//! Replication's private commands (see `replication`; which runs on
+//! which connection: `replication::rights`). On a client connection
+//! (`PEER_NONE`) all but `replica_hello` are answered as memcached
+//! answers a command it does not know (`ERROR`, the connection
+//! unchanged), unless, under `-Z` without a secret, its certificate names
+//! a peer (`-o replication_peers` / `replication_ca`). Without a secret
+//! `replica_hello` is unknown too.
 //!
-//! - `replica_link <name>` marks this connection as a peer's target link
-//!   (its writes are applied, not forwarded) and is answered `OK`;
-//! - `replica_follow [seconds]` turns this connection into a feed of this
-//!   server's writes (after a full copy, for that long; default
-//!   `--replica-follow-seconds`); refused under `-X` as a dump is, since
-//!   its full copy is one;
-//! - `replica_synced` ends a full copy on this server's follow link;
-//! - `replica_targets <HOST:PORT>[,<HOST:PORT>...]` (or `-` for none)
-//!   makes those this server's replication targets, as a reload of
-//!   `--replicate-to` does (`replication::targets`), until the next
-//!   SIGHUP re-reads the config file: `OK`, `CLIENT_ERROR <why>` for a
-//!   bad list, `SERVER_ERROR <why>` when refused.
+//! - `replica_hello <role> <message 1>` runs the link handshake
+//!   (`replication::auth`): `REPLICA_HELLO <message 2>` and the
+//!   connection is a peer of that role (on plain TCP, Noise frames from
+//!   then on); a hello that fails the handshake closes the connection
+//!   (counted in `replica_auth_failures`); a malformed one is `ERROR`;
+//! - `replica_link <name>` (target links, proxy peers) is answered `OK`:
+//!   the writes that follow are applied, not forwarded;
+//! - `replica_follow [seconds]` (followers) turns this connection into a
+//!   feed of this server's writes (after a full copy, for that long;
+//!   default `--replica-follow-seconds`); refused under `-X` as a dump
+//!   is, since its full copy is one;
+//! - `replica_copy on` says the `ms`/`md` that follow are a full copy's
+//!   items (the first opens a copy on this connection), `replica_copy off`
+//!   that they are writes again (`replication::fresh_writes`: a copy's
+//!   item never replaces a write made since the copy began); nothing is
+//!   answered (target links and this server's own follow links);
+//! - `replica_synced` ends a full copy (target links, and this server's
+//!   own follow link: its catch-up pull is over);
+//! - `replica_targets <HOST:PORT>[,<HOST:PORT>...]` (or `-` for none;
+//!   proxy peers) makes those this server's replication targets, as a
+//!   reload of `--replicate-to` does (`replication::targets`), until the
+//!   next SIGHUP re-reads the config file: `OK`, `CLIENT_ERROR <why>` for
+//!   a bad list, `SERVER_ERROR <why>` when refused.
 //!
-//! All but `replica_targets` change nothing but the connection that sends
-//! them.
+//! All but `replica_hello` and `replica_targets` change nothing but the
+//! connection that sends them.
 
+use osmium_protocol::replication_link::{Refusal, Role};
 use osmium_protocol::request::Tokens;
 
 use super::{ConnView, Done, Next};
 use crate::compose::output::Output;
 use crate::compose::text;
 use crate::context::WorkerCtx;
-use crate::replication::auth::Proof;
-use crate::replication::{PEER_LINK, PEER_NONE};
+use crate::replication::auth::{self, HelloRefused};
+use crate::replication::{
+    COPY_ITEMS, COPY_OPEN, PEER_FOLLOW, PEER_FOLLOWER, PEER_LINK, PEER_NONE, PEER_PROXY,
+};
 
 pub fn command(
     ctx: &WorkerCtx,
@@ -40,41 +52,120 @@ pub fn command(
     noreply: bool,
     out: &mut Output,
 ) -> Done {
-    let repl = &ctx.shared.replication;
+    let peer = ctx.peer.get();
+    let by_cert = peer == PEER_NONE && cert_peer(ctx);
     match tokens.get(0) {
-        b"replica_auth" | b"replica_proof" => {
-            // Without a secret the exchange does not exist (a verified TLS
-            // client certificate is the only proof then).
-            let Some(secret) = repl.secret() else {
-                return unknown(tokens, noreply, out);
-            };
-            exchange(ctx, conn, secret, tokens, out);
+        b"replica_hello" if peer == PEER_NONE => return hello(ctx, conn, tokens, noreply, out),
+        b"replica_link" if peer == PEER_LINK || peer == PEER_PROXY => {
+            text::line(out, false, "OK");
         }
-        _ if !repl.is_peer(&ctx.peer_auth.borrow()) => return unknown(tokens, noreply, out),
-        b"replica_link" => {
-            if ctx.peer.get() == PEER_NONE {
-                ctx.peer.set(PEER_LINK);
-            }
+        b"replica_link" if by_cert => {
+            ctx.peer.set(PEER_LINK);
             text::line(out, false, "OK");
         }
         // A follow link starts with a full copy: a dump, which -X forbids
         // (memcached's answer to `lru_crawler metadump` under -X).
-        b"replica_follow" if !ctx.shared.settings.dump_enabled => {
+        b"replica_follow" if (peer == PEER_FOLLOWER || by_cert) && !dumps(ctx) => {
             text::line(out, false, "ERROR metadump not allowed");
         }
-        b"replica_follow" if ctx.peer.get() == PEER_NONE => {
+        b"replica_follow" if peer == PEER_FOLLOWER || by_cert => {
             let secs = std::str::from_utf8(tokens.get(1)).ok();
             let secs = secs.and_then(|s| s.parse().ok());
             ctx.handover.set(Some(
                 secs.unwrap_or(ctx.shared.settings.replica_follow_seconds),
             ));
         }
-        b"replica_follow" => text::line(out, false, "CLIENT_ERROR already a replication link"),
-        b"replica_synced" => ctx.shared.replication.synced_from(ctx.peer.get()),
-        b"replica_targets" => set_targets(ctx, tokens, out),
+        b"replica_copy" if peer == PEER_LINK || peer >= PEER_FOLLOW => {
+            copy_mode(ctx, tokens.get(1) == b"on")
+        }
+        b"replica_synced" if peer == PEER_LINK || peer >= PEER_FOLLOW => {
+            copy_ended(ctx);
+            ctx.shared.replication.synced_from(peer);
+        }
+        b"replica_targets" if peer == PEER_PROXY || by_cert => set_targets(ctx, tokens, out),
         _ => return unknown(tokens, noreply, out),
     }
     Done::CONTINUE
+}
+
+fn dumps(ctx: &WorkerCtx) -> bool {
+    ctx.shared.settings.dump_enabled
+}
+
+/// Under `-Z` without a secret: a client certificate that
+/// `replication_peers` / `replication_ca` names makes a peer.
+fn cert_peer(ctx: &WorkerCtx) -> bool {
+    let repl = &ctx.shared.replication;
+    repl.secret().is_none() && repl.names_required() && ctx.peer_auth.borrow().cert_named()
+}
+
+/// `replica_hello <role> <hex>`: the link handshake's listening end.
+fn hello(
+    ctx: &WorkerCtx,
+    conn: ConnView,
+    tokens: Tokens<'_>,
+    noreply: bool,
+    out: &mut Output,
+) -> Done {
+    let repl = &ctx.shared.replication;
+    let Some(secret) = repl.secret() else {
+        return unknown(tokens, noreply, out);
+    };
+    if tokens.count() != 3 {
+        return unknown(tokens, noreply, out);
+    }
+    let attempt = auth::hello(
+        &ctx.peer_auth.borrow(),
+        secret,
+        tokens.get(1),
+        tokens.get(2),
+        repl.names_required(),
+    );
+    let h = match attempt {
+        Ok(h) => h,
+        // Not a handshake at all: as any line the server does not know.
+        Err(HelloRefused::Handshake(Refusal::Malformed)) => return unknown(tokens, noreply, out),
+        Err(why) => {
+            repl.auth_failed(&format!("{why} from {}", ctx.shared.conns.remote(conn.fd)));
+            return Done::then(Next::CloseNow);
+        }
+    };
+    ctx.peer.set(match h.role {
+        Role::TargetLink => PEER_LINK,
+        Role::ProxyPeer => PEER_PROXY,
+        Role::FollowLink => PEER_FOLLOWER,
+    });
+    text::line(out, false, &h.answer);
+    if ctx.peer_auth.borrow().in_tls() {
+        // TLS carries the link on (the handshake is bound to it).
+        return Done::CONTINUE;
+    }
+    // Plain TCP: the answer leaves in clear, then every byte is a Noise
+    // frame. Nothing after the hello runs in clear: the worker turns the
+    // stream once the answer is out (and closes it if anything else
+    // came with the hello).
+    ctx.noise_upgrade.replace(Some(h.transport));
+    Done::then(Next::CloseAfterWrite)
+}
+
+/// `replica_copy on|off`: what the `ms`/`md` after it are.
+fn copy_mode(ctx: &WorkerCtx, items: bool) {
+    let state = ctx.copy.get();
+    if items && state & COPY_OPEN == 0 {
+        ctx.shared.replication.copy_started();
+    }
+    ctx.copy.set(if items {
+        COPY_OPEN | COPY_ITEMS
+    } else {
+        state & !COPY_ITEMS
+    });
+}
+
+/// The connection's full copy ended (`replica_synced`).
+fn copy_ended(ctx: &WorkerCtx) {
+    if ctx.copy.replace(0) & COPY_OPEN != 0 {
+        ctx.shared.replication.copy_ended();
+    }
 }
 
 /// `replica_targets <HOST:PORT>[,<HOST:PORT>...]|-`.
@@ -117,39 +208,4 @@ fn unknown(tokens: Tokens<'_>, noreply: bool, out: &mut Output) -> Done {
     }
     text::line(out, noreply, "ERROR");
     Done::CONTINUE
-}
-
-/// `replica_auth` and `replica_proof`: the secret's challenge-response
-/// (`replication::auth`).
-fn exchange(
-    ctx: &WorkerCtx,
-    conn: ConnView,
-    secret: &crate::replication::auth::Secret,
-    tokens: Tokens<'_>,
-    out: &mut Output,
-) {
-    let repl = &ctx.shared.replication;
-    if tokens.get(0) == b"replica_auth" {
-        let answer = if tokens.count() == 2 {
-            ctx.peer_auth.borrow_mut().challenge(secret, tokens.get(1))
-        } else {
-            Ok(None)
-        };
-        match answer {
-            Ok(Some(challenge)) => text::line(out, false, &challenge),
-            Ok(None) => text::line(out, false, "CLIENT_ERROR bad command line format"),
-            Err(_) => text::line(out, false, "SERVER_ERROR out of random bytes"),
-        }
-        return;
-    }
-    let failed = match ctx.peer_auth.borrow_mut().prove(secret, tokens.get(1)) {
-        Proof::Accepted => return text::line(out, false, "OK"),
-        Proof::NoChallenge => "replica_proof without replica_auth",
-        Proof::Wrong => "wrong replica_proof",
-    };
-    repl.auth_failed(&format!(
-        "{failed} from {}",
-        ctx.shared.conns.remote(conn.fd)
-    ));
-    text::line(out, false, "ERROR");
 }

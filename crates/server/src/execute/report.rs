@@ -127,6 +127,9 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "store_no_memory", t.store_no_memory);
     stat(out, "auth_cmds", t.auth_cmds);
     stat(out, "auth_errors", t.auth_errors);
+    if sh.settings.idle_timeout > 0 {
+        stat(out, "idle_kicks", t.idle_kicks);
+    }
     stat(out, "bytes_read", t.bytes_read);
     stat(out, "bytes_written", t.bytes_written);
     stat(out, "limit_maxbytes", e.limit_maxbytes);
@@ -418,12 +421,17 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "maxconns", s.max_connections);
     stat(out, "tcpport", s.port);
     stat(out, "udpport", s.udp_port);
-    let inter = s
-        .listen
-        .iter()
-        .map(|l| l.host.as_str())
-        .collect::<Vec<_>>()
-        .join(",");
+    // The -l values as given (memcached's `settings.inter`: ports and TLS
+    // prefixes kept); without -l, osmium's default address.
+    let inter = match &s.inter {
+        Some(inter) => inter.clone(),
+        None => s
+            .listen
+            .iter()
+            .map(|l| l.host.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+    };
     stat(out, "inter", inter);
     stat(out, "verbosity", sh.verbosity.load(Ordering::Relaxed));
     stat(out, "oldest", 0);
@@ -486,6 +494,25 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
             "replication_secret",
             yn(s.replication_secret.is_some()),
         );
+    }
+    // Under -Z: the certificates that name the replication peers, when set.
+    if !s.tls.replication_peers.is_empty() {
+        let names: Vec<String> = s
+            .tls
+            .replication_peers
+            .iter()
+            .map(|n| {
+                if n.contains(':') {
+                    format!("[{n}]")
+                } else {
+                    n.clone()
+                }
+            })
+            .collect();
+        stat(out, "replication_peers", names.join(":"));
+    }
+    if let Some(ca) = &s.tls.replication_ca {
+        stat(out, "replication_ca", ca);
     }
     stat(out, "lru_maintainer_thread", "no");
     stat(out, "lru_segmented", "no");
@@ -648,18 +675,24 @@ pub fn sizes(out: &mut Vec<u8>) {
     stat(out, "sizes_status", "disabled");
 }
 
-/// `stats slabs`: the segment arena reported as one slab class.
+/// `stats slabs`: the segment arena reported as one slab class whose pages
+/// are the segments and whose chunks are bytes (items are packed byte by
+/// byte): `free_chunks` is the room left in the segments with memory, so
+/// `used_chunks == total_chunks` (memcached-tool's `Full? yes`) only when
+/// none is left, as memcached's class with no free chunk.
 pub fn slabs(sh: &Shared, out: &mut Vec<u8>) {
     let e = sh.store.stats();
     let t = sh.totals();
     if e.segments_allocated > 0 {
         let n = |out: &mut Vec<u8>, name: &str, v: u64| stat(out, &format!("1:{name}"), v);
-        n(out, "chunk_size", e.segment_size);
-        n(out, "chunks_per_page", 1);
+        let total = e.segments_allocated * e.segment_size;
+        let free = e.segments_room_bytes.min(total);
+        n(out, "chunk_size", 1);
+        n(out, "chunks_per_page", e.segment_size);
         n(out, "total_pages", e.segments_allocated);
-        n(out, "total_chunks", e.segments_allocated);
-        n(out, "used_chunks", e.segments_allocated);
-        n(out, "free_chunks", 0);
+        n(out, "total_chunks", total);
+        n(out, "used_chunks", total - free);
+        n(out, "free_chunks", free);
         n(out, "free_chunks_end", 0);
         n(out, "get_hits", t.get_hits);
         n(out, "cmd_set", t.set_cmds);

@@ -99,8 +99,12 @@ pub fn admit(ctx: &WorkerCtx, s: &Store<'_>, reply: &Reply<'_>, out: &mut Output
         ctx.stats.store_too_large.incr();
         let _ = answer(out, reply, Outcome::Status(Status::TooLarge));
         if drops_on_refusal(s, reply) {
-            store.delete(s.key);
-            ctx.replicate_key(s.key);
+            let gate = ctx.store_gate(s.key);
+            if !gate.skips() {
+                store.delete(s.key);
+                ctx.replicate_key(s.key);
+                gate.wrote();
+            }
         }
         return Admit::Refused { discard };
     }
@@ -130,6 +134,12 @@ pub fn complete(
         return answer(out, reply, Outcome::Status(Status::BadChunk));
     }
     ctx.hot_write(s.key, vlen);
+    // Held until the write is applied and queued (see `WorkerCtx::write_gate`).
+    let gate = ctx.store_gate(s.key);
+    if gate.skips() {
+        // A full copy's item for a key written since: not applied.
+        return skipped_copy_item(ctx, s.mode, s.key, s.binary_key, reply, vlen, out);
+    }
     let w = write(ctx, s, &block[..vlen]);
     watch::storing(ctx, s.key);
     let (status, cas, size) = ctx.store().store_sized(ctx.head, &w);
@@ -144,7 +154,11 @@ pub fn complete(
             size: if size > 0 { size } else { vlen },
         },
     );
-    ctx.replicate_key(s.key);
+    if changed(status) {
+        ctx.replicate_key(s.key);
+        gate.wrote();
+    }
+    drop(gate);
     store_reply(
         ctx,
         s.mode,
@@ -156,6 +170,33 @@ pub fn complete(
         size,
         out,
     )
+}
+
+/// Whether a store that ended with `status` changed its key (a refused
+/// set drops the old value; a failed add, replace, append, prepend or cas
+/// changed nothing): only then is it replicated and recorded against
+/// copies coming in (see `replicate` in `execute`).
+fn changed(status: StoreStatus) -> bool {
+    !matches!(
+        status,
+        StoreStatus::NotStored | StoreStatus::Exists | StoreStatus::NotFound
+    )
+}
+
+/// A full copy's `ms` for a key written since it began
+/// (`replication::fresh_writes`): not applied, answered as stored (a
+/// copy's `ms` is quiet: nothing).
+fn skipped_copy_item(
+    ctx: &WorkerCtx,
+    mode: StoreMode,
+    key: &[u8],
+    binary_key: bool,
+    reply: &Reply<'_>,
+    size: usize,
+    out: &mut Output,
+) -> Done {
+    let stored = StoreStatus::Stored;
+    store_reply(ctx, mode, key, binary_key, reply, stored, 0, size, out)
 }
 
 /// A storage command's outcome, counted in its stats, and said.
@@ -247,6 +288,13 @@ pub fn begin_incoming(
     if prefix.enabled() {
         prefix.record_set(s.key);
     }
+    // Checked again when the value is in (`finish_incoming`); held here
+    // for what a refusal does (a set drops the key's value).
+    let gate = ctx.store_gate(s.key);
+    if gate.skips() {
+        let _ = skipped_copy_item(ctx, s.mode, s.key, s.binary_key, reply, s.value_len, out);
+        return None;
+    }
     let w = write(ctx, s, first);
     watch::storing(ctx, s.key);
     match ctx.store().begin_incoming(ctx.head, &w, s.value_len) {
@@ -264,7 +312,10 @@ pub fn begin_incoming(
             },
         }),
         Err(status) => {
-            ctx.replicate_key(s.key);
+            if changed(status) {
+                ctx.replicate_key(s.key);
+                gate.wrote();
+            }
             let _ = store_reply(ctx, s.mode, s.key, s.binary_key, reply, status, 0, 0, out);
             None
         }
@@ -319,10 +370,17 @@ pub fn finish_incoming(
     } else {
         0
     };
-    let (status, cas) = store.finish_incoming(ctx.head, item);
-    if repl_key_len > 0 {
-        ctx.replicate_key(&repl_key[..repl_key_len]);
+    let gate = ctx.store_gate(&repl_key[..repl_key_len]);
+    if gate.skips() {
+        store.abandon_incoming(item);
+        return skipped_copy_item(ctx, mode, key, binary_key, &reply, size, out);
     }
+    let (status, cas) = store.finish_incoming(ctx.head, item);
+    if repl_key_len > 0 && changed(status) {
+        ctx.replicate_key(&repl_key[..repl_key_len]);
+        gate.wrote();
+    }
+    drop(gate);
     if logged {
         watch::stored(
             ctx,

@@ -58,6 +58,7 @@ impl Watcher {
                 Stream::Tcp(s) => s.write(data),
                 Stream::Unix(s) => s.write(data),
                 Stream::Tls(s) => s.write_plain(data),
+                Stream::Noise(s) => s.write_plain(data),
             };
             match r {
                 Ok(0) => self.closed = true,

@@ -27,6 +27,7 @@
 //! memcached accepts them; osmium has no proxy and memcached 1.6.45 logs
 //! no raw commands, so they never carry a line.
 
+mod conn_events;
 mod dispatch;
 
 use std::io::Write;
@@ -35,9 +36,9 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use crate::compose::dump::uri_encode;
+pub use conn_events::{conn_close, conn_new, tls_error, CloseReason};
 pub use dispatch::spawn;
 
-use crate::conns::Kind;
 use crate::transport::stream::Stream;
 
 /// memcached's stream flags (`logger.h`).
@@ -300,36 +301,6 @@ impl Logger {
         self.set_mask(mask);
         self.wake.notify_one();
     }
-}
-
-/// memcached's `conn_new` and `conn_close` lines (`reason` for a close:
-/// `normal`, `idle_timeout`, ...).
-pub fn conn_event(
-    logger: &Logger,
-    slot: usize,
-    what: &str,
-    kind: Kind,
-    reason: Option<&str>,
-    fd: i32,
-) {
-    logger.log(slot, CONNEVENTS, |b| {
-        let _ = match kind {
-            Kind::Tcp {
-                remote: Some(addr), ..
-            } => write!(
-                b,
-                "type={what} rip={} rport={} transport=tcp",
-                addr.ip(),
-                addr.port()
-            ),
-            Kind::Tcp { remote: None, .. } => write!(b, "type={what} rip= rport=0 transport=tcp"),
-            _ => write!(b, "type={what} rip=unix rport=0 transport=local"),
-        };
-        if let Some(reason) = reason {
-            let _ = write!(b, " reason={reason}");
-        }
-        let _ = write!(b, " cfd={fd}");
-    });
 }
 
 #[cfg(test)]

@@ -559,7 +559,7 @@ pub(super) fn settings(f: &mut Families, s: &Rows) {
     }
 }
 
-pub(super) fn items(f: &mut Families, items: &BTreeMap<u32, Rows>, slabs_have_mem: bool) {
+pub(super) fn items(f: &mut Families, items: &BTreeMap<u32, Rows>, slabs: &BTreeMap<u32, Rows>) {
     for (class, u) in items {
         let slab = class.to_string();
         for &(key, name, help) in ITEMS_GAUGES {
@@ -591,8 +591,12 @@ pub(super) fn items(f: &mut Families, items: &BTreeMap<u32, Rows>, slabs_have_me
                 f.counter(name, help, label("slab", &slab), v);
             }
         }
-        // Shown once per class: from `stats slabs` when it has the class.
-        if !slabs_have_mem {
+        // Shown once per class: from `stats slabs` when its class has the
+        // row (memcached 1.6.45's has not: `stats items` has it).
+        if !slabs
+            .get(class)
+            .is_some_and(|s| s.contains_key("mem_requested"))
+        {
             if let Some(v) = num(u, "mem_requested") {
                 f.gauge(
                     "memcached_slab_mem_requested_bytes",
@@ -681,5 +685,21 @@ mod tests {
                 _ => -1.0,
             });
         assert_eq!(set, Some(7.0));
+    }
+
+    #[test]
+    fn mem_requested_from_stats_items_when_stats_slabs_lacks_it() {
+        let class = |out: &[u8], prefix| crate::metrics::families::per_class(rows(out), prefix);
+        let items = class(
+            b"STAT items:1:number 3\r\nSTAT items:1:mem_requested 70\r\n",
+            "items:",
+        );
+        let mut f = Families::default();
+        super::items(&mut f, &items, &class(b"STAT 1:chunk_size 96\r\n", ""));
+        assert!(f.has("memcached_slab_mem_requested_bytes"));
+        let mut f = Families::default();
+        let slabs = class(b"STAT 1:mem_requested 70\r\n", "");
+        super::items(&mut f, &items, &slabs);
+        assert!(!f.has("memcached_slab_mem_requested_bytes"));
     }
 }

@@ -11,7 +11,7 @@ pub fn gather(sh: &Shared) -> Families {
     let mut f = Families::default();
     let mut out = Vec::new();
     report::general(sh, &mut out);
-    let general: Rows = rows(&out).into_iter().collect();
+    let mut general: Rows = rows(&out).into_iter().collect();
     out.clear();
     report::settings(sh, &mut out);
     let settings: Rows = rows(&out).into_iter().collect();
@@ -20,7 +20,15 @@ pub fn gather(sh: &Shared) -> Families {
     let items = per_class(rows(&out), "items:");
     out.clear();
     report::slabs(sh, &mut out);
-    let slabs = per_class(rows(&out), "");
+    let slab_rows = rows(&out);
+    // As memcached_exporter's client: the rows of `stats slabs` that name
+    // no class (`total_malloced`, `active_slabs`) are general ones.
+    for (k, v) in &slab_rows {
+        if !k.contains(':') {
+            general.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    let slabs = per_class(slab_rows, "");
 
     f.gauge(
         "memcached_up",
@@ -30,7 +38,7 @@ pub fn gather(sh: &Shared) -> Families {
     );
     exporter::general(&mut f, &general);
     exporter::settings(&mut f, &settings);
-    exporter::items(&mut f, &items, !slabs.is_empty());
+    exporter::items(&mut f, &items, &slabs);
     exporter::slabs(&mut f, &slabs);
     own::add(&mut f, sh, &general);
     for extra in EXTRA_GAUGES {

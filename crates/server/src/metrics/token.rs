@@ -38,7 +38,7 @@ impl Token {
     /// others, empty, or not one word of [`MIN_LEN`] to [`MAX_LEN`]
     /// printable ASCII characters.
     pub fn load(path: &str) -> Result<Token, String> {
-        let bytes = osmium_protocol::replication_auth::read_owner_only(
+        let bytes = osmium_protocol::replication_link::read_owner_only(
             path,
             "--metrics-token-file",
             "a metrics token",

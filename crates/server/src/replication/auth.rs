@@ -1,185 +1,164 @@
-//! Who may use a replication link: both ends prove they hold the shared
-//! secret of `--replication-secret FILE`, without sending it. The exchange
-//! itself (nonces, HMAC-SHA256 proofs, the connecting end's side, the
-//! file's rules) is `osmium_protocol::replication_auth`, shared with
-//! osmium-proxy, which proves itself a peer the same way; re-exported here.
+//! Who a connection is to replication, on the accepting end: what its
+//! TLS session showed (a certificate named by `replication_peers` /
+//! `replication_ca`, the exporter value a handshake inside it is bound
+//! to) and the listener's side of the link handshake (`replica_hello`).
+//! The handshake itself (Noise with the secret's PSK, the roles, the
+//! instance ids, the frames after it) is `osmium_protocol::replication_link`,
+//! shared with osmium-proxy; the secret and the failure count live in
+//! `Replication`.
 //!
 //! ```text
-//!   connecting end (link, pull, proxy)               server
-//!   replica_auth <cn>                  ──────────▶   REPLICA_CHALLENGE <sn> <server's proof>
-//!   checks the server's proof, then
-//!   replica_proof <its proof>          ──────────▶   checks it (constant time): OK, the
-//!                                                    connection is a peer; else ERROR,
-//!                                                    the challenge forgotten, one line on
-//!                                                    stderr, `replica_auth_failures` + 1
-//!   then replica_link <name> / replica_follow <seconds> as before
+//!   replica_hello <role> <message 1>   no secret here: ERROR (an unknown command)
+//!                                      under -Z with replication_peers/replication_ca, a
+//!                                        certificate not named by them: closed, counted
+//!                                      message 1 does not prove the secret, or carries this
+//!                                        server's own instance id: closed, counted, logged
+//!                                      else REPLICA_HELLO <message 2>: the connection is
+//!                                        a peer of that role (`rights`); on plain TCP every
+//!                                        byte after the answer is a Noise frame
+//!                                        (`transport::noise`)
 //! ```
 //!
-//! A private replication command (`replica_link`, `replica_follow`,
-//! `replica_synced`, `replica_targets`) runs only on a connection that
-//! proved it is a peer (`Replication::is_peer`: with `-Z` a TLS client
-//! certificate verified against `ssl_ca_cert`, which the transport
-//! records with `PeerAuth::set_cert_verified`, and the exchange too if
-//! there is a secret; without `-Z` the exchange); anywhere else it is
-//! answered `ERROR`, as memcached answers a command it does not know. A
-//! server without a secret answers `replica_auth` so too.
-//!
-//! What this does not do alone: without `-Z` the stream after the
-//! exchange is plain text. An attacker on the path can read it, or relay
-//! an exchange between two servers and then alter what passes; on a
-//! network that is not trusted run the servers with `-Z` (the links are
-//! then TLS, the exchange inside it).
-//!
-//! The state of an exchange lives with its connection (`PeerAuth`, kept by
-//! the worker's `Conn` and lent to the executor while the connection
-//! runs); the secret and the failure count live in `Replication`.
+//! The connection's state lives with it (`PeerAuth`, kept by the
+//! worker's `Conn` and lent to the executor while the connection runs).
 
-use std::io;
+use osmium_protocol::replication_link::{self, Refusal, Role, Transport};
 
-pub use osmium_protocol::replication_auth::{
-    client_handshake, read_line, Proof, Responder, Secret,
-};
+pub use osmium_protocol::replication_link::Secret;
 
-/// One connection's side of the exchange (the server's), and what else
-/// vouches for it.
+/// What a connection showed, besides its commands.
 #[derive(Default)]
 pub struct PeerAuth {
-    exchange: Responder,
-    /// It proved it holds the secret.
-    proven: bool,
-    /// Its TLS client certificate verified against `ssl_ca_cert`.
-    cert: bool,
-    /// This server's own follow link (it verified the other end).
-    own: bool,
+    /// The TLS session was looked at (once, when established).
+    tls_checked: bool,
+    /// Its TLS client certificate is named by `replication_peers` or was
+    /// issued by `replication_ca`.
+    cert_named: bool,
+    /// The TLS exporter value a handshake inside this session is bound
+    /// to (with a secret, under `-Z`).
+    tls_binding: Option<Box<[u8; 32]>>,
 }
 
 impl PeerAuth {
-    /// Whether the connection proved it holds the secret.
-    pub fn proved_secret(&self) -> bool {
-        self.proven
+    /// Whether the TLS session was looked at.
+    pub fn tls_checked(&self) -> bool {
+        self.tls_checked
     }
 
-    /// Whether its TLS client certificate verified against `ssl_ca_cert`.
-    pub fn cert_verified(&self) -> bool {
-        self.cert
+    /// The transport looked at the established TLS session.
+    pub fn set_tls(&mut self, cert_named: bool, binding: Option<[u8; 32]>) {
+        self.tls_checked = true;
+        self.cert_named = cert_named;
+        self.tls_binding = binding.map(Box::new);
     }
 
-    /// Whether it is the pulled end of this server's own follow link.
-    pub fn is_own_link(&self) -> bool {
-        self.own
+    /// Whether its client certificate names a replication peer.
+    pub fn cert_named(&self) -> bool {
+        self.cert_named
     }
 
-    /// The transport verified the connection's TLS client certificate.
-    pub fn set_cert_verified(&mut self) {
-        self.cert = true;
+    /// Whether it runs in TLS (a handshake in it is bound to the session).
+    pub fn in_tls(&self) -> bool {
+        self.tls_binding.is_some()
     }
+}
 
-    /// This server opened the connection itself, to a target it verified
-    /// (`replication::pull`).
-    pub fn set_own_link(&mut self) {
-        self.own = true;
-    }
+/// A `replica_hello` that succeeded.
+pub struct Hello {
+    pub role: Role,
+    /// `REPLICA_HELLO <message 2>`, without `\r\n`.
+    pub answer: String,
+    /// The keys of the frames that follow on plain TCP (unused in TLS).
+    pub transport: Transport,
+}
 
-    /// `replica_auth <client nonce>`: the `REPLICA_CHALLENGE` line to
-    /// answer (any earlier challenge is replaced); None for a malformed
-    /// nonce (and no challenge is kept).
-    pub fn challenge(&mut self, secret: &Secret, client_hex: &[u8]) -> io::Result<Option<String>> {
-        self.exchange.challenge(secret, client_hex)
-    }
+/// Why a `replica_hello` failed (the connection is closed, nothing
+/// answered).
+pub enum HelloRefused {
+    Handshake(Refusal),
+    /// Its certificate is not one `replication_peers` / `replication_ca`
+    /// names.
+    CertNotNamed,
+}
 
-    /// `replica_proof <hmac>`: checks it against the pending challenge,
-    /// which is used up whatever the outcome.
-    pub fn prove(&mut self, secret: &Secret, proof_hex: &[u8]) -> Proof {
-        let p = self.exchange.prove(secret, proof_hex);
-        if p == Proof::Accepted {
-            self.proven = true;
+impl std::fmt::Display for HelloRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HelloRefused::Handshake(r) => write!(f, "{r}"),
+            HelloRefused::CertNotNamed => f.write_str(
+                "a replica_hello on a TLS connection whose certificate replication_peers / \
+                 replication_ca does not name",
+            ),
         }
-        p
     }
+}
+
+/// The listener's side of `replica_hello <role> <hex>`; `names_required`:
+/// under `-Z` with `replication_peers` / `replication_ca`, only a named
+/// certificate may be a peer.
+pub fn hello(
+    auth: &PeerAuth,
+    secret: &Secret,
+    role: &[u8],
+    hex: &[u8],
+    names_required: bool,
+) -> Result<Hello, HelloRefused> {
+    if names_required && auth.in_tls() && !auth.cert_named {
+        return Err(HelloRefused::CertNotNamed);
+    }
+    let binding = auth.tls_binding.as_deref().map(|b| &b[..]);
+    let (role, answer, transport) =
+        replication_link::respond(secret, role, hex, binding).map_err(HelloRefused::Handshake)?;
+    Ok(Hello {
+        role,
+        answer,
+        transport,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use osmium_protocol::replication_link::Initiator;
 
-    /// What a connecting end sends, through a scripted server that runs
-    /// a `PeerAuth` (the exchange's own tests are in osmium-protocol).
-    struct Server<'a> {
-        secret: &'a Secret,
-        auth: PeerAuth,
-        sent: Vec<u8>,
-        answers: std::collections::VecDeque<u8>,
+    const SECRET: &[u8] = b"00112233445566778899aabbccddeeff";
+
+    fn args(line: &str) -> (String, String) {
+        let w: Vec<&str> = line.trim_end().split(' ').collect();
+        (w[1].to_string(), w[2].to_string())
     }
 
-    impl io::Read for Server<'_> {
-        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            match self.answers.pop_front() {
-                Some(b) => {
-                    buf[0] = b;
-                    Ok(1)
-                }
-                None => Ok(0),
-            }
-        }
-    }
-
-    impl io::Write for Server<'_> {
-        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            self.sent.extend_from_slice(buf);
-            while let Some(end) = self.sent.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = self.sent.drain(..=end).collect();
-                let line = std::str::from_utf8(&line).unwrap().trim_end();
-                let (cmd, arg) = line.split_once(' ').unwrap();
-                let reply = match cmd {
-                    "replica_auth" => self
-                        .auth
-                        .challenge(self.secret, arg.as_bytes())
-                        .unwrap()
-                        .unwrap(),
-                    _ => match self.auth.prove(self.secret, arg.as_bytes()) {
-                        Proof::Accepted => "OK".into(),
-                        _ => "ERROR".into(),
-                    },
-                };
-                self.answers.extend(reply.bytes().chain(*b"\r\n"));
-            }
-            Ok(buf.len())
-        }
-
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
+    #[test]
+    fn a_hello_in_this_process_is_refused_as_reflected() {
+        // Both ends in one process share its instance id: the reflection
+        // case (a server's own link brought back to its listener).
+        let s = Secret::new(SECRET).unwrap();
+        let (_, line) = Initiator::start(&s, Role::TargetLink, None).unwrap();
+        let (role, hex) = args(&line);
+        let auth = PeerAuth::default();
+        match hello(&auth, &s, role.as_bytes(), hex.as_bytes(), false) {
+            Err(HelloRefused::Handshake(Refusal::Reflected)) => {}
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("accepted its own hello"),
         }
     }
 
     #[test]
-    fn a_proof_makes_the_connection_a_proved_peer() {
-        let s = Secret::new(b"shared");
-        let mut server = Server {
-            secret: &s,
-            auth: PeerAuth::default(),
-            sent: Vec::new(),
-            answers: Default::default(),
-        };
-        assert_eq!(server.auth.prove(&s, b"00"), Proof::NoChallenge);
-        assert!(!server.auth.proved_secret());
-        client_handshake(&mut server, &s).unwrap();
-        assert!(server.auth.proved_secret());
-
-        let other = Secret::new(b"other");
-        let mut refused = Server {
-            secret: &s,
-            auth: PeerAuth::default(),
-            sent: Vec::new(),
-            answers: Default::default(),
-        };
-        let e = client_handshake(&mut refused, &other).unwrap_err();
-        assert!(e.is_auth_failure(), "{e}");
-        assert!(!refused.auth.proved_secret());
-
-        let mut c = PeerAuth::default();
-        c.set_cert_verified();
-        assert!(c.cert_verified() && !c.proved_secret() && !c.is_own_link());
-        c.set_own_link();
-        assert!(c.is_own_link());
+    fn under_tls_the_session_and_the_certificate_count() {
+        let s = Secret::new(SECRET).unwrap();
+        let (_, line) = Initiator::start(&s, Role::FollowLink, Some(&[1; 32])).unwrap();
+        let (role, hex) = args(&line);
+        let mut auth = PeerAuth::default();
+        auth.set_tls(false, Some([2; 32]));
+        assert!(auth.tls_checked() && auth.in_tls() && !auth.cert_named());
+        assert!(matches!(
+            hello(&auth, &s, role.as_bytes(), hex.as_bytes(), true),
+            Err(HelloRefused::CertNotNamed)
+        ));
+        // Another session's exporter value: message 1 does not open.
+        assert!(matches!(
+            hello(&auth, &s, role.as_bytes(), hex.as_bytes(), false),
+            Err(HelloRefused::Handshake(Refusal::WrongSecret))
+        ));
     }
 }

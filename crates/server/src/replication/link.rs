@@ -3,16 +3,18 @@
 //! restarted server opened with `replica_follow`, one connection).
 //!
 //! ```text
-//!   connect ─▶ TLS handshake with -Z (both certificates verified, `stream`)
-//!           ─▶ replica_auth ... replica_proof (with a secret: both ends prove it, `auth`)
+//!   connect ─▶ TLS handshake with -Z (the target's certificate verified, `stream`)
+//!           ─▶ replica_hello (with a secret: both ends prove it, `auth`; on plain
+//!              TCP the link is Noise frames from then on)
 //!           ─▶ replica_link <name> ◀─ OK (targets only: marks the connection on the
 //!              replica; anything else: it does not take this server as a peer,
 //!              nothing is sent, counted as a failed proof, retried)
 //!   (a feed answers the follower's replica_follow with OK first)
-//!           ─▶ queue opened, full copy: an ms per live item ─▶ mn
+//!           ─▶ queue opened, full copy: replica_copy on, an ms per live item ─▶ mn
 //!              (after a connect, the writes queued meanwhile go between
-//!              its chunks as batches of their own, each with its mn)
-//!           ─▶ replica_synced            (feeds only)
+//!              its chunks as batches of their own, each with its mn,
+//!              after replica_copy off; the copy goes on after replica_copy on)
+//!           ─▶ replica_synced            (the copy ended)
 //!           ─▶ batches: the queued keys' current state (ms / md / flush_all), then mn
 //!   reader thread: MN acknowledges everything before it (acked = that batch's
 //!   sequence number); any other line but a success or a miss (OK, HD, NF...:
@@ -29,6 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use osmium_protocol::client::reply::{outcome, Outcome};
+use osmium_protocol::replication_link::{frame_error, read_line, Role};
 use osmium_store::DumpCursor;
 
 use super::encode;
@@ -40,6 +43,8 @@ use super::Replication;
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(1);
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(1);
+/// The longest answer line to `replica_link` read.
+pub const MAX_ANSWER: usize = 256;
 /// Output written to the socket once this much is buffered.
 const WRITE_CHUNK: usize = 64 << 10;
 /// How long the sender waits for keys before it checks its timers.
@@ -109,7 +114,7 @@ pub fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
     let mut connected_before = false;
     let mut logged_down = false;
     while link.ended(&repl).is_none() {
-        let stream = repl.connect(&addr).and_then(|mut s| {
+        let stream = repl.connect(&addr, Role::TargetLink).and_then(|mut s| {
             introduce(&repl, &addr, &mut s)?;
             Ok(s)
         });
@@ -166,7 +171,7 @@ fn introduce(repl: &Replication, addr: &str, stream: &mut LinkStream) -> io::Res
     let ask = format!("replica_link {}\r\n", repl.name);
     let answer = stream
         .write_all(ask.as_bytes())
-        .and_then(|()| super::auth::read_line(stream))
+        .and_then(|()| read_line(stream, MAX_ANSWER))
         .map_err(|e| repl.tls_failed(addr, e))?;
     if answer == "OK" {
         return Ok(());
@@ -301,6 +306,7 @@ fn stream_writes(
                 interleave,
                 overflowed: false,
                 since_mark: 0,
+                items_on_wire: false,
             };
             if let Err(e) = full_copy(repl, link, stream, &mut out, &mut copy) {
                 return e;
@@ -317,10 +323,12 @@ fn stream_writes(
                 return e;
             }
             link.full_copies.fetch_add(1, Relaxed);
+            // The copy ended: what follows are writes (and, on a feed, the
+            // catch-up pull is over).
+            if let Err(e) = stream.write_all(b"replica_synced\r\n") {
+                return e;
+            }
             if follow.is_some() && synced_at.is_none() {
-                if let Err(e) = stream.write_all(b"replica_synced\r\n") {
-                    return e;
-                }
                 synced_at = Some(Instant::now());
             }
         }
@@ -396,9 +404,29 @@ struct CopyState<'a> {
     overflowed: bool,
     /// Bytes of the copy sent since its last `mn`.
     since_mark: usize,
+    /// The replica was told that what follows are the copy's items
+    /// (`replica_copy on`), not writes.
+    items_on_wire: bool,
 }
 
 impl CopyState<'_> {
+    /// Before the copy's items: `replica_copy on`, unless it is in force.
+    fn items_follow(&mut self, out: &mut Vec<u8>) {
+        if !self.items_on_wire {
+            osmium_protocol::client::encode::line(out, &[b"replica_copy", b"on"]);
+            self.items_on_wire = true;
+        }
+    }
+
+    /// Before a batch of writes: `replica_copy off`, unless it is in
+    /// force.
+    fn writes_follow(&mut self, out: &mut Vec<u8>) {
+        if self.items_on_wire {
+            osmium_protocol::client::encode::line(out, &[b"replica_copy", b"off"]);
+            self.items_on_wire = false;
+        }
+    }
+
     /// Between two chunks of a copy (`sent` bytes in the last): the
     /// writes queued meanwhile, as a batch of their own (acknowledged by
     /// its MN as usual); every `COPY_MARK` bytes an `mn`, and a wait while
@@ -417,6 +445,7 @@ impl CopyState<'_> {
             if taken.resync {
                 self.overflowed = true;
             } else if taken.records > 0 {
+                self.writes_follow(out);
                 send_batch(repl, link, stream, out, self.batch)?;
                 end_batch(self.conn, link, stream, out, taken.seq)?;
                 self.since_mark = 0;
@@ -476,6 +505,9 @@ fn full_copy(
                 keys.extend_from_slice(e.key);
             }
         });
+        if !keys.is_empty() {
+            copy.items_follow(out);
+        }
         let sent = send_states(store, link, stream, out, &keys)?;
         copy.between_chunks(repl, link, stream, out, sent)?;
         if !more {
@@ -499,6 +531,9 @@ fn full_copy(
                 keys.extend_from_slice(key);
             }
         });
+        if !keys.is_empty() {
+            copy.items_follow(out);
+        }
         let sent = send_states(store, link, stream, out, &keys)?;
         copy.between_chunks(repl, link, stream, out, sent)?;
         if !more {
@@ -580,7 +615,13 @@ fn read_acks(repl: &Replication, link: &Link, conn: &Conn, stream: LinkReader) {
             {
                 continue
             }
-            Err(_) => break,
+            Err(e) => {
+                if let Some(f) = frame_error(&e) {
+                    let peer = link.addr.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    repl.auth_failed(&format!("{peer}: {f}"));
+                }
+                break;
+            }
         }
         let text = line.trim_ascii_end();
         match text {

@@ -7,6 +7,7 @@
 //!                                           reads the key's *current* state: ms ... E<cas> q / md q
 //!   worker (sync mode) holds the replies until every reachable target's MN covers the write
 //!   start: pull (replica_follow) from each target: its full copy arrives as a peer connection
+//!   while a copy comes in: keys written here are recorded, the copy skips them (`fresh_writes`)
 //! ```
 //!
 //! Workers ship no values: the sender reads each key when it sends it, so
@@ -14,26 +15,67 @@
 //! workers queued their keys in, and a full copy followed by the queue
 //! needs no snapshot (`link`). Writes that arrive on a peer connection
 //! (`replica_link`, a follow link) are applied and not queued, so a ring
-//! A→B→C→A does not loop. Both ends of every link prove who they are
-//! before anything else: with `-Z` the link is TLS and each end's
-//! certificate is verified against `ssl_ca_cert` (`stream`), and with a
-//! `--replication-secret` both prove they hold it (`auth`); without `-Z`
-//! the secret is required. See "Replication" in docs/ARCHITECTURE.md.
+//! A→B→C→A does not loop.
 //!
-//! Who is a peer, on the accepting end (`is_peer`):
+//! Every link starts with a handshake that proves both ends: with a
+//! `--replication-secret`, a Noise handshake with the secret as its
+//! pre-shared key (`auth`, `osmium_protocol::replication_link`), after
+//! which every byte of the link on plain TCP is a Noise frame, and under
+//! `-Z` the TLS session carries it, the handshake bound to the session;
+//! under `-Z` without a secret, the certificates (`-o replication_peers`,
+//! `-o replication_ca`). Without `-Z` the secret is required. What each
+//! kind of connection may run is `rights`. See "Replication" in
+//! docs/ARCHITECTURE.md and docs/SECURITY.md.
+//!
+//! **Sync mode's flow control never wedges** (the invariant: no
+//! connection waits for a reply that needs its own unread input, however
+//! much its client pipelines). A held connection (`transport::worker`,
+//! `repl_held`) waits for exactly one thing: the MN of each up target
+//! covering writes it already ran, whose replies are already composed.
+//! That MN needs nothing of the held connection, nor of any worker:
+//!
+//! - the target applies the writes on a peer connection, whose writes are
+//!   never queued (`WorkerCtx::replicate_key`), so it is never held itself;
+//!   its worker only ever yields it, and a yield still runs it;
+//! - each link's MN are read by the link's own ack thread (`link`), which
+//!   reads whatever workers do; it wakes them, it never waits for them;
+//! - the sender waits only for the target (the copy-ahead bound waits for
+//!   MN, the socket write for the target's peer connection), never for a
+//!   worker: a write queues a key under the queue's mutex and goes on;
+//! - a link that makes no progress is down within `ACK_TIMEOUT`, and a
+//!   down link covers every wait (`Link::covers`);
+//! - the one lock a peer connection's write may wait for is a key stripe
+//!   of `fresh_writes`, held by another thread only for one store
+//!   operation, during which it waits for nothing.
+//!
+//! So every hold ends. When it does, the worker sends the held replies
+//! before it runs another request of that connection (what it holds is
+//! bounded by one run: `-R` requests or the output limits) and reads the
+//! socket again: a readable event that came during the hold clears
+//! `drained`, so data the client sent meanwhile is read without another
+//! edge. The one reply that waits for the connection's own input is
+//! memcached's: replies are not written while a data block is incomplete
+//! (`Session::holds_output`), and that block is the client's to finish;
+//! it is read as soon as it arrives, held or not.
+//!
+//! Who is a peer, on the accepting end:
 //!
 //! ```text
-//!                    TLS client certificate verified   exchange (secret) done
-//!   -Z, no secret             required                        —
-//!   -Z, secret                required                     required
-//!   no -Z, secret               —                          required
+//!                      handshake (secret)   client certificate named by
+//!                                           replication_peers / replication_ca
+//!   no -Z, secret          required                 —
+//!   -Z, secret             required           required when either is set
+//!   -Z, no secret              —                   required
+//!   no secret, no names    nobody is a peer (the private commands are unknown)
 //! ```
 
 pub mod auth;
 mod encode;
+pub mod fresh_writes;
 mod link;
 mod pull;
 mod queue;
+pub mod rights;
 pub mod stream;
 pub mod targets;
 
@@ -47,19 +89,34 @@ use osmium_store::Store;
 
 use crate::settings::{Settings, MAX_REPLICA_TARGETS};
 use crate::tls_context::TlsContext;
-use auth::{PeerAuth, Secret};
+use auth::Secret;
+use fresh_writes::FreshWrites;
 use link::Link;
+use osmium_protocol::replication_link::{self, Role};
 use stream::LinkStream;
 
 /// The most follow links served at once.
 const FEED_SLOTS: usize = 4;
 
-/// What a connection is to replication (`WorkerCtx::peer`).
+/// What a connection is to replication (`WorkerCtx::peer`; what each
+/// may run: `rights`): a client.
 pub const PEER_NONE: u8 = 0;
 /// A target link of another server (`replica_link`).
 pub const PEER_LINK: u8 = 1;
+/// osmium-proxy's peer connection (handshake role `proxy`).
+pub const PEER_PROXY: u8 = 2;
+/// A follower before its `replica_follow` (handshake role `follow`).
+pub const PEER_FOLLOWER: u8 = 3;
 /// This server's follow link to target `i` is `PEER_FOLLOW + i`.
-pub const PEER_FOLLOW: u8 = 2;
+pub const PEER_FOLLOW: u8 = 4;
+
+/// A peer connection's full copy coming in (`WorkerCtx::copy`): it began
+/// (`replica_copy on`) and has not ended (`replica_synced`, or the
+/// connection closing) ...
+pub const COPY_OPEN: u8 = 1;
+/// ... and the `ms`/`md` it sends now are the copy's items, not writes
+/// (`replica_copy on`, until `replica_copy off`): see `fresh_writes`.
+pub const COPY_ITEMS: u8 = 2;
 
 /// Link slots for targets: twice the most targets, so that the links of
 /// targets a live change removed can finish closing while the new ones
@@ -98,16 +155,18 @@ pub struct Replication {
     handoff: OnceLock<Handoff>,
     stop: AtomicBool,
     verbose: AtomicU8,
-    /// `--replication-secret` (required with `--replicate-to` unless
-    /// `-Z`): without one and without `-Z`, every private replication
-    /// command is refused.
+    /// `--replication-secret` (required with `--replicate-to` unless `-Z`
+    /// names the peers by certificate): the Noise handshake's PSK.
     secret: Option<Secret>,
-    /// `-Z`: every link is TLS, both ends' certificates verified.
+    /// `-Z`: every link is TLS, the target's certificate verified.
     tls: Option<Arc<TlsContext>>,
-    /// Failed exchanges (`replica_auth_failures`): a peer's proof refused
-    /// here, or a server of ours that failed to prove itself (its
-    /// certificate, or its proof of the secret).
+    /// Failed handshakes (`replica_auth_failures`): a peer's refused here
+    /// (wrong secret, reflected, a certificate not named), a server of
+    /// ours that failed to prove itself, or a link frame that failed to
+    /// authenticate.
     auth_failures: AtomicU64,
+    /// Commands refused on replication connections (`rights`).
+    link_refusals: AtomicU64,
     /// Outgoing TLS handshakes that failed, for any reason
     /// (`replica_ssl_handshake_errors`).
     ssl_failures: AtomicU64,
@@ -115,6 +174,8 @@ pub struct Replication {
     link_hook: OnceLock<LinkHook>,
     /// Told when the targets change.
     targets_hook: OnceLock<targets::TargetHook>,
+    /// The writes a full copy coming in must not replace.
+    fresh: FreshWrites,
 }
 
 /// A link went up or down: (`target` or `feed`, the peer's address, up,
@@ -166,10 +227,49 @@ impl Replication {
             secret,
             tls,
             auth_failures: AtomicU64::new(0),
+            link_refusals: AtomicU64::new(0),
             ssl_failures: AtomicU64::new(0),
             link_hook: OnceLock::new(),
             targets_hook: OnceLock::new(),
+            // Recording from the start: a client may write before the
+            // catch-up pull connects.
+            fresh: FreshWrites::new(n > 0),
         })
+    }
+
+    /// The writes a full copy coming in must not replace.
+    #[inline]
+    pub fn fresh_writes(&self) -> &FreshWrites {
+        &self.fresh
+    }
+
+    /// A peer connection began sending a full copy (`replica_copy on`).
+    /// Only a server with targets records its writes against it (without,
+    /// nothing on the request path changes).
+    pub fn copy_started(&self) {
+        if self.is_on() {
+            self.fresh.copy_opened();
+        }
+    }
+
+    /// A copy that `copy_started` ended (`replica_synced`, or its
+    /// connection closed).
+    pub fn copy_ended(&self) {
+        if self.is_on() {
+            self.fresh.copy_closed();
+        }
+    }
+
+    /// Whether every current target's catch-up pull delivered its copy.
+    fn caught_up(&self) -> bool {
+        let order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        order.iter().all(|&i| self.targets[i].synced.load(Relaxed))
+    }
+
+    /// Tells `fresh_writes` whether a catch-up pull is still to deliver
+    /// (after a target synced, or the targets changed).
+    fn pulls_changed(&self) {
+        self.fresh.set_pulls_pending(!self.caught_up());
     }
 
     /// The shared secret peers prove they hold (`auth`).
@@ -177,27 +277,40 @@ impl Replication {
         self.secret.as_ref()
     }
 
-    /// Whether a connection may run the private commands (the table in
-    /// the module comment).
-    pub fn is_peer(&self, auth: &PeerAuth) -> bool {
-        if auth.is_own_link() {
-            return true;
-        }
-        match (&self.tls, &self.secret) {
-            (Some(_), None) => auth.cert_verified(),
-            (Some(_), Some(_)) => auth.cert_verified() && auth.proved_secret(),
-            (None, Some(_)) => auth.proved_secret(),
-            (None, None) => false,
-        }
+    /// Under `-Z`, whether `replication_peers` / `replication_ca` name
+    /// the peers (a certificate they do not name is no peer's).
+    pub fn names_required(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.names_peers())
     }
 
-    /// An exchange failed (`what` says how and with whom): counted, and
-    /// logged while there are few (the first ten, then at every power of
-    /// two), so that a flood of bad proofs cannot flood stderr.
+    /// Whether this server may have peer connections at all (the
+    /// workers then keep each connection's standing).
+    pub fn has_peers(&self) -> bool {
+        self.secret.is_some() || self.names_required() || self.is_on()
+    }
+
+    /// A handshake or a link's frame failed (`what` says how and with
+    /// whom): counted, and logged while there are few (the first ten,
+    /// then at every power of two), so that a flood of bad handshakes
+    /// cannot flood stderr.
     pub fn auth_failed(&self, what: &str) {
         let n = self.auth_failures.fetch_add(1, Relaxed) + 1;
         if n <= 10 || n.is_power_of_two() {
             tracing::warn!("[replication] authentication failed: {what} ({n} so far)");
+        }
+    }
+
+    /// A replication connection of kind `peer` sent `line`, which its
+    /// role does not carry (`rights`): logged while there are few, as
+    /// failed handshakes are.
+    pub fn link_refused(&self, peer: u8, line: &str) {
+        let n = self.link_refusals.fetch_add(1, Relaxed) + 1;
+        if n <= 10 || n.is_power_of_two() {
+            let kind = rights::kind_name(peer);
+            tracing::warn!(
+                "[replication] a {kind} sent {:?}, which it does not carry: closed ({n} so far)",
+                line.trim_end()
+            );
         }
     }
 
@@ -348,8 +461,11 @@ impl Replication {
             .checked_sub(PEER_FOLLOW)
             .and_then(|i| self.targets.get(i as usize))
         {
-            if !t.synced.swap(true, Relaxed) && self.verbose() {
-                tracing::info!("[replication] caught up from target {}", peer - PEER_FOLLOW);
+            if !t.synced.swap(true, Relaxed) {
+                if self.verbose() {
+                    tracing::info!("[replication] caught up from target {}", peer - PEER_FOLLOW);
+                }
+                self.pulls_changed();
             }
         }
     }
@@ -370,13 +486,14 @@ impl Replication {
             .spawn(move || pull::run(&repl, i));
     }
 
-    /// A connection to `addr` that proved it reaches a server of ours:
-    /// with `-Z`, TLS whose handshake verified the server's certificate
-    /// (and sent this server's); with a secret, then the exchange (`auth`:
-    /// the server proves it holds the secret, then this one). A failed
-    /// proof is counted and logged; the caller treats any error as a
-    /// failed connection.
-    fn connect(&self, addr: &str) -> std::io::Result<LinkStream> {
+    /// A connection to `addr` that proved it reaches a server of ours,
+    /// for `role`: with `-Z`, TLS whose handshake verified the server's
+    /// certificate (and, with `replication_peers`, that it names a peer);
+    /// with a secret, then the link handshake (`replica_hello`), bound to
+    /// the TLS session if there is one, after which plain TCP carries
+    /// Noise frames. A failed proof is counted and logged; the caller
+    /// treats any error as a failed connection.
+    fn connect(&self, addr: &str, role: Role) -> std::io::Result<LinkStream> {
         let tcp = link::connect_to(addr)?;
         let _ = tcp.set_nodelay(true);
         tcp.set_read_timeout(Some(link::ACK_TIMEOUT * 2))?;
@@ -388,16 +505,36 @@ impl Replication {
                     return Err(std::io::Error::other("-Z without ssl_ca_cert"));
                 };
                 let name = stream::server_name(addr)?;
-                stream::tls_client(tcp, config, name).map_err(|e| self.tls_failed(addr, e))?
+                let s =
+                    stream::tls_client(tcp, config, name).map_err(|e| self.tls_failed(addr, e))?;
+                if let LinkStream::Tls(_, conn) = &s {
+                    if !tls.names_target(conn) {
+                        let why = "its TLS certificate is not one replication_peers names";
+                        self.auth_failed(&format!("{addr}: {why}"));
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::PermissionDenied,
+                            why,
+                        ));
+                    }
+                }
+                s
             }
         };
         if let Some(secret) = self.secret() {
-            if let Err(e) = auth::client_handshake(&mut stream, secret) {
-                if e.is_auth_failure() {
-                    self.auth_failed(&format!("{addr}: {e}"));
+            let binding = match &stream {
+                LinkStream::Tls(_, conn) => Some(stream::tls_binding(conn)?),
+                _ => None,
+            };
+            let binding = binding.as_ref().map(|b| &b[..]);
+            match replication_link::connect_handshake(&mut stream, secret, role, binding) {
+                Ok(transport) => stream = stream.after_handshake(transport),
+                Err(e) => {
+                    if e.is_auth_failure() {
+                        self.auth_failed(&format!("{addr}: {e}"));
+                    }
+                    let e = std::io::Error::from(e);
+                    return Err(self.tls_failed(addr, e));
                 }
-                let e = std::io::Error::from(e);
-                return Err(self.tls_failed(addr, e));
             }
         }
         stream.tcp().set_read_timeout(None)?;
@@ -430,16 +567,16 @@ impl Replication {
         e
     }
 
-    /// `replication_mode`, `replication_catchup`, `replica_N_*`,
-    /// `replica_follow_links`, `replica_auth_failures`. Without
-    /// `--replicate-to` only the last two, and only with a secret (which
-    /// lets the server serve follow links): else `stats` stays
-    /// memcached's. A proxy reads a missing `replication_catchup` as
-    /// caught up.
+    /// `replication_mode`, `replication_catchup`, `replica_copy_skipped`,
+    /// `replica_N_*`, `replica_follow_links`, `replica_auth_failures`.
+    /// Without `--replicate-to` only the last two, and only with a secret
+    /// or peers named by certificate (which let the server serve follow
+    /// links): else `stats` stays memcached's. A proxy reads a missing
+    /// `replication_catchup` as caught up.
     pub fn stats(&self, out: &mut Vec<u8>) {
         let mut s = String::new();
         if !self.is_on() {
-            if self.secret.is_some() {
+            if self.secret.is_some() || self.names_required() {
                 self.link_stats(&mut s);
                 out.extend_from_slice(s.as_bytes());
             }
@@ -451,6 +588,8 @@ impl Replication {
         let done = order.iter().all(|&i| self.targets[i].synced.load(Relaxed));
         let catchup = if done { "done" } else { "pulling" };
         let _ = write!(s, "STAT replication_catchup {catchup}\r\n");
+        let skipped = self.fresh.skipped();
+        let _ = write!(s, "STAT replica_copy_skipped {skipped}\r\n");
         for (i, t) in order.iter().map(|&slot| &self.targets[slot]).enumerate() {
             let (backlog, seq) = t.queue.backlog();
             let up = t.up.load(Relaxed);

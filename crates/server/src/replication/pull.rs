@@ -1,17 +1,20 @@
 //! The catch-up pull: a server that starts with `--replicate-to T`
-//! connects to T a second time, proves with T who both are (TLS
-//! certificates with `-Z`, the replication secret when there is one:
+//! connects to T a second time, proves with T who both are (the link
+//! handshake in role `follow` with a secret, TLS certificates with `-Z`:
 //! `Replication::connect`), and sends `replica_follow`; T serves that
 //! connection as a feed (its full copy, `replica_synced`, then its own
-//! writes), and this server hands the connection (its TLS session
-//! included) to a worker as a peer connection, whose session applies what
-//! T sends (and answers T's `mn`).
+//! writes), and this server hands the connection (its TLS session or its
+//! Noise keys, and what it already received, included) to a worker as its
+//! own follow link, whose session applies what T sends (and answers T's
+//! `mn`): only what a feed sends runs there (`rights`).
 //! `replica_synced` from every target turns `replication_catchup` to
 //! `done`.
 
 use std::io::Write;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
+
+use osmium_protocol::replication_link::{read_line, Role};
 
 use super::stream::LinkStream;
 use super::{Replication, PEER_FOLLOW};
@@ -26,7 +29,7 @@ pub fn run(repl: &Replication, i: usize) {
     let addr = link.addr.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut logged = false;
     while !repl.stopping() && !link.synced.load(Relaxed) && link.active.load(Relaxed) {
-        let stream = repl.connect(&addr);
+        let stream = repl.connect(&addr, Role::FollowLink);
         let refused = match stream.and_then(|mut s| ask(repl, &mut s).map(|a| (s, a))) {
             Ok((stream, None)) => {
                 if let Some(handoff) = repl.handoff.get() {
@@ -61,7 +64,7 @@ fn ask(repl: &Replication, stream: &mut LinkStream) -> std::io::Result<Option<St
     stream
         .tcp()
         .set_read_timeout(Some(Duration::from_secs(2)))?;
-    let line = super::auth::read_line(stream)?;
+    let line = read_line(stream, super::link::MAX_ANSWER)?;
     stream.tcp().set_read_timeout(None)?;
     Ok((line != "OK").then_some(line))
 }

@@ -1,24 +1,30 @@
-//! A replication connection as the links' threads use it: plain TCP, or
-//! TLS over TCP (`-Z`), opened here (`connect`) or taken from a worker
-//! (`replica_follow`), and its two halves once a link runs.
+//! A replication connection as the links' threads use it: Noise frames
+//! over TCP, or TLS over TCP (`-Z`), opened here (`Replication::connect`)
+//! or taken from a worker (`replica_follow`), and its two halves once a
+//! link runs.
 //!
 //! ```text
-//!   connect:  TCP ─▶ TLS handshake (this server's certificate as the client's,
-//!             the target's verified against ssl_ca_cert for the host given)
-//!   LinkStream (one thread: the exchange, replica_link / replica_follow and their answers)
-//!      └─split─▶ LinkWriter (the sender thread)  ─┐  one TLS session under a lock:
-//!                LinkReader (the ack thread)     ─┘  encrypt / decrypt inside it,
-//!                                                    the socket's send / recv outside
+//!   connect:  TCP ─▶ [-Z: TLS handshake (this server's certificate as the client's,
+//!             the target's verified against ssl_ca_cert for the host given, and
+//!             named by replication_peers when set)]
+//!             ─▶ [secret: replica_hello (osmium_protocol::replication_link); on plain
+//!             TCP the stream becomes Noise frames]
+//!   LinkStream (one thread: the handshake, replica_link / replica_follow and their answers)
+//!      └─split─▶ LinkWriter (the sender thread)  ─┐  TLS: one session under a lock,
+//!                LinkReader (the ack thread)     ─┘  encrypt / decrypt inside it, the
+//!                                                    socket's send / recv outside;
+//!                                                    Noise: one direction each, no lock
 //! ```
 //!
 //! Only the writer sends on the socket, so records leave in the order
-//! they were made; what the reader's side of the session must send (a
+//! they were made; what the reader's side of a TLS session must send (a
 //! key update's answer) leaves with the writer's next write.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, TcpStream};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use osmium_protocol::replication_link::{Inbound, Outbound, Transport, EXPORTER_LABEL};
 use rustls::{ClientConfig, ClientConnection, Connection};
 use rustls_pki_types::ServerName;
 
@@ -27,8 +33,30 @@ const READ_CHUNK: usize = 16 << 10;
 
 /// One replication connection, used by one thread until `split`.
 pub enum LinkStream {
+    /// TCP before its handshake.
     Plain(TcpStream),
     Tls(TcpStream, Box<Connection>),
+    /// TCP after its handshake: Noise frames.
+    Noise(TcpStream, Box<NoiseHalves>),
+}
+
+/// A Noise link's two directions.
+pub struct NoiseHalves {
+    pub outbound: Outbound,
+    pub inbound: Inbound,
+}
+
+impl NoiseHalves {
+    pub fn new(transport: Transport) -> NoiseHalves {
+        let (outbound, inbound) = transport.split();
+        NoiseHalves { outbound, inbound }
+    }
+}
+
+/// The TLS exporter value a link handshake in `conn` is bound to.
+pub fn tls_binding(conn: &Connection) -> io::Result<[u8; 32]> {
+    conn.export_keying_material([0u8; 32], EXPORTER_LABEL, None)
+        .map_err(invalid)
 }
 
 /// The name a target's certificate must hold: the host of `HOST:PORT` as
@@ -77,7 +105,16 @@ fn invalid(e: rustls::Error) -> io::Error {
 impl LinkStream {
     pub fn tcp(&self) -> &TcpStream {
         match self {
-            LinkStream::Plain(s) | LinkStream::Tls(s, _) => s,
+            LinkStream::Plain(s) | LinkStream::Tls(s, _) | LinkStream::Noise(s, _) => s,
+        }
+    }
+
+    /// The stream after a link handshake: Noise frames on plain TCP; TLS
+    /// goes on carrying the link (no second encryption).
+    pub fn after_handshake(self, transport: Transport) -> LinkStream {
+        match self {
+            LinkStream::Plain(s) => LinkStream::Noise(s, Box::new(NoiseHalves::new(transport))),
+            other => other,
         }
     }
 
@@ -88,19 +125,26 @@ impl LinkStream {
     /// The writer and the reader of a running link (the reader's socket is
     /// a clone of the writer's).
     pub fn split(self) -> io::Result<(LinkWriter, LinkReader)> {
-        let (sock, tls) = match self {
-            LinkStream::Plain(s) => (s, None),
-            LinkStream::Tls(s, conn) => (s, Some(Arc::new(Mutex::new(*conn)))),
+        let (sock, tls, noise) = match self {
+            LinkStream::Plain(s) => (s, None, None),
+            LinkStream::Tls(s, conn) => (s, Some(Arc::new(Mutex::new(*conn))), None),
+            LinkStream::Noise(s, halves) => (s, None, Some(*halves)),
+        };
+        let (outbound, inbound) = match noise {
+            Some(h) => (Some(h.outbound), Some(h.inbound)),
+            None => (None, None),
         };
         let reader = LinkReader {
             sock: sock.try_clone()?,
             tls: tls.clone(),
+            noise: inbound,
             raw: Vec::new(),
             pos: 0,
         };
         let writer = LinkWriter {
             sock,
             tls,
+            noise: outbound,
             records: Vec::new(),
         };
         Ok((writer, reader))
@@ -119,6 +163,7 @@ impl Read for LinkStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let (sock, conn) = match self {
             LinkStream::Plain(s) => return s.read(buf),
+            LinkStream::Noise(s, h) => return h.inbound.read_from(s, buf),
             LinkStream::Tls(s, c) => (s, c),
         };
         loop {
@@ -139,6 +184,11 @@ impl Write for LinkStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             LinkStream::Plain(s) => s.write(buf),
+            LinkStream::Noise(s, h) => {
+                h.outbound.seal(buf)?;
+                h.outbound.flush_to(s)?;
+                Ok(buf.len())
+            }
             LinkStream::Tls(sock, conn) => {
                 let n = conn.writer().write(buf)?;
                 send_records(conn, sock)?;
@@ -150,6 +200,7 @@ impl Write for LinkStream {
     fn flush(&mut self) -> io::Result<()> {
         match self {
             LinkStream::Plain(s) => s.flush(),
+            LinkStream::Noise(s, h) => h.outbound.flush_to(s).map(|_| ()),
             LinkStream::Tls(sock, conn) => send_records(conn, sock),
         }
     }
@@ -163,6 +214,7 @@ fn lock(tls: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
 pub struct LinkWriter {
     sock: TcpStream,
     tls: Option<Arc<Mutex<Connection>>>,
+    noise: Option<Outbound>,
     /// Records made under the lock, sent after it.
     records: Vec<u8>,
 }
@@ -181,6 +233,11 @@ impl LinkWriter {
 
 impl Write for LinkWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if let Some(noise) = &mut self.noise {
+            noise.seal(buf)?;
+            noise.flush_to(&mut self.sock)?;
+            return Ok(buf.len());
+        }
         let Some(tls) = &self.tls else {
             return self.sock.write(buf);
         };
@@ -198,6 +255,9 @@ impl Write for LinkWriter {
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        if let Some(noise) = &mut self.noise {
+            return noise.flush_to(&mut self.sock).map(|_| ());
+        }
         let Some(tls) = &self.tls else {
             return self.sock.flush();
         };
@@ -218,6 +278,7 @@ impl Write for LinkWriter {
 pub struct LinkReader {
     sock: TcpStream,
     tls: Option<Arc<Mutex<Connection>>>,
+    noise: Option<Inbound>,
     /// Bytes from the socket not yet given to the session: `raw[pos..]`.
     raw: Vec<u8>,
     pos: usize,
@@ -231,6 +292,9 @@ impl LinkReader {
 
 impl Read for LinkReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(noise) = &mut self.noise {
+            return noise.read_from(&mut self.sock, buf);
+        }
         let Some(tls) = &self.tls else {
             return self.sock.read(buf);
         };

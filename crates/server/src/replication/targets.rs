@@ -155,6 +155,8 @@ impl Replication {
         }
         *order = next;
         drop(order);
+        // A removed target's pull is over; an added one pulls nothing.
+        self.pulls_changed();
         for slot in started {
             self.spawn_target(slot);
         }

@@ -31,6 +31,7 @@ use crate::compose::udp_marks::ResponseMark;
 use crate::context::WorkerCtx;
 use crate::execute::store::{self, Admit, IncomingStore, INCOMING_MIN};
 use crate::execute::{self, Next};
+use crate::logger::CloseReason;
 use crate::stats::latency::Cmd;
 
 /// memcached's `ITEM_SIZE_MAX_UPPER_LIMIT`: no body may be longer.
@@ -53,6 +54,10 @@ enum Step {
 }
 
 pub fn process<S: Sink>(s: &mut Session, ctx: &WorkerCtx, sink: &mut S) -> Flow {
+    if ctx.peers && ctx.peer.get() != crate::replication::PEER_NONE {
+        // Replication links speak text only (`replication::rights`).
+        return Flow::Close;
+    }
     let mut committed = s.output.len();
     let mut done = 0;
     loop {
@@ -292,7 +297,14 @@ fn one<S: Sink>(
             }
             match done.next {
                 Next::AwaitFlash => (Step::AwaitFlash, false),
-                Next::CloseAfterWrite | Next::CloseNow => (Step::Close(prefix), true),
+                Next::CloseAfterWrite | Next::CloseNow | Next::Shutdown => {
+                    s.close_reason = match done.next {
+                        Next::CloseAfterWrite => CloseReason::Normal,
+                        Next::Shutdown => CloseReason::Shutdown,
+                        _ => CloseReason::Error,
+                    };
+                    (Step::Close(prefix), true)
+                }
                 _ => (Step::Consume(prefix), done.flush),
             }
         }

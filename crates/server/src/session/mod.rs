@@ -39,6 +39,7 @@ use crate::conns::{Activity, State};
 use crate::context::{WorkerCtx, WORKER_OUTPUT_BUDGET};
 use crate::execute::store::IncomingStore;
 use crate::execute::{AuthState, ConnView, Dump};
+use crate::logger::CloseReason;
 use crate::stats::counters::ThreadStats;
 
 /// Which wire protocol a session speaks.
@@ -161,6 +162,9 @@ pub struct Session {
     dump: Option<Dump>,
     /// quit (or a fatal binary error): send what is queued, then close.
     close_after_write: bool,
+    /// Why the connection closes, when it does (the watchers'
+    /// `conn_close`): `error` unless something names another reason.
+    close_reason: CloseReason,
     pub auth: AuthState,
     login: login::Login,
     pub ahead: Ahead,
@@ -186,6 +190,7 @@ impl Session {
             streaming: None,
             dump: None,
             close_after_write: false,
+            close_reason: CloseReason::Error,
             auth: AuthState::default(),
             login: login::Login::default(),
             ahead: Ahead::default(),
@@ -236,6 +241,19 @@ impl Session {
     #[inline]
     pub fn closing(&self) -> bool {
         self.close_after_write
+    }
+
+    /// Why the connection closes (see `CloseReason`).
+    #[inline]
+    pub fn close_reason(&self) -> CloseReason {
+        self.close_reason
+    }
+
+    /// Names why the connection closes: the peer closed its end
+    /// (`Normal`), the idle timeout, ...
+    #[inline]
+    pub fn set_close_reason(&mut self, reason: CloseReason) {
+        self.close_reason = reason;
     }
 
     /// Whether a read now would fill a large data block's item rather than

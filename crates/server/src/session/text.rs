@@ -28,6 +28,8 @@ use crate::compose::udp_marks::{mark_replies, ReplyShape};
 use crate::context::WorkerCtx;
 use crate::execute::store::{self, Admit};
 use crate::execute::{self, Dump, Next};
+use crate::logger::CloseReason;
+use crate::replication::rights;
 use crate::stats::latency::Cmd;
 
 /// A get line this long without its end is served as it arrives.
@@ -128,6 +130,18 @@ fn run_line<S: Sink>(
         s.output.unsent_verdict = None;
     }
     let cmd = Cmd::of(&req);
+    if ctx.peers && !rights::carries(ctx.peer.get(), &req.command, &req.reply) {
+        // A replication connection sent what its role does not carry:
+        // nothing of it runs, the connection ends.
+        ctx.shared.replication.link_refused(
+            ctx.peer.get(),
+            &String::from_utf8_lossy(&line[..line.len().min(64)]),
+        );
+        compose_text::line(&mut s.output, false, "ERROR");
+        s.input.consume(consumed);
+        s.close_after_write = true;
+        return Some(Flow::Wait);
+    }
     gather_for(
         &mut s.output,
         matches!(req.command, Command::Get { touch: None, .. }),
@@ -190,10 +204,15 @@ fn run_line<S: Sink>(
                 mark(out, datagram, reply_start, ReplyShape::Empty);
                 s.input.consume(consumed);
                 s.close_after_write = true;
+                s.close_reason = CloseReason::Normal;
                 ctx.lap(cmd);
                 return Some(Flow::Wait);
             }
             Next::CloseNow => return Some(Flow::Close),
+            Next::Shutdown => {
+                s.close_reason = CloseReason::Shutdown;
+                return Some(Flow::Close);
+            }
             Next::StartDump(kind) => s.dump = Some(Dump::new(kind)),
             Next::AwaitFlash => return Some(Flow::Flash),
         },

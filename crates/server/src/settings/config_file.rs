@@ -17,7 +17,9 @@
 //! taken, as memcached's getopt does). `logfile PATH` is the one line that
 //! is not an option (Debian's wrapper script handles it for memcached):
 //! osmium appends its log (stderr) to PATH. An option osmium does not know
-//! is refused as memcached refuses it, with the file and line named.
+//! is refused as memcached refuses it, with the file and line named; so
+//! is a value the rest of the parse refuses (`-m abc`): [`locate`] finds
+//! the line whose words make the command line fail.
 
 use std::ffi::OsString;
 
@@ -30,6 +32,16 @@ use super::Cli;
 pub struct Expanded {
     pub args: Vec<OsString>,
     pub logfile: Option<String>,
+    /// Where each of `args` came from: a file's line, or None for the
+    /// command line.
+    pub origins: Vec<Option<Origin>>,
+}
+
+/// A config file's line (numbered from 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub path: String,
+    pub line: usize,
 }
 
 /// Expands `--config-file FILE` (or `--config-file=FILE`) in `args`: the
@@ -37,6 +49,7 @@ pub struct Expanded {
 /// still lists) the option itself.
 pub fn expand(args: Vec<OsString>) -> Result<Expanded, String> {
     let mut out = Vec::with_capacity(args.len());
+    let mut origins: Vec<Option<Origin>> = Vec::with_capacity(args.len());
     let mut logfile = None;
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -47,18 +60,22 @@ pub fn expand(args: Vec<OsString>) -> Result<Expanded, String> {
                     let p = p.to_string_lossy().into_owned();
                     out.push(arg);
                     out.push(OsString::from(&p));
+                    origins.extend([None, None]);
                     p
                 }
                 None => {
                     out.push(arg);
+                    origins.push(None);
                     continue; // clap reports the missing value
                 }
             }
         } else if let Some(p) = text.strip_prefix("--config-file=") {
             out.push(arg.clone());
+            origins.push(None);
             p.to_string()
         } else {
             out.push(arg);
+            origins.push(None);
             continue;
         };
         let contents = std::fs::read_to_string(&path)
@@ -68,13 +85,74 @@ pub fn expand(args: Vec<OsString>) -> Result<Expanded, String> {
         if log.is_some() {
             logfile = log;
         }
-        out.splice(at..at, words.into_iter().map(OsString::from));
+        let from: Vec<Option<Origin>> = words
+            .iter()
+            .map(|(line, _)| {
+                Some(Origin {
+                    path: path.clone(),
+                    line: *line,
+                })
+            })
+            .collect();
+        origins.splice(at..at, from);
+        out.splice(at..at, words.into_iter().map(|(_, w)| OsString::from(w)));
     }
-    Ok(Expanded { args: out, logfile })
+    Ok(Expanded {
+        args: out,
+        logfile,
+        origins,
+    })
 }
 
+/// The command line `refused` as `message` names a config file's line
+/// when that line is where it starts to fail: the message is then
+/// prefixed `osmium: FILE line N: ` (as an unknown option is). `check`
+/// parses a command line and returns its refusal. The lines are added in
+/// order, the command line's own words always there: the first line with
+/// which `check` refuses it with the same message is named; none when
+/// the command line alone is refused so.
+pub fn locate(
+    message: String,
+    expanded: &Expanded,
+    check: impl Fn(Vec<OsString>) -> Option<String>,
+) -> String {
+    let mut lines: Vec<&Origin> = Vec::new();
+    for o in expanded.origins.iter().flatten() {
+        if lines.last() != Some(&o) {
+            lines.push(o);
+        }
+    }
+    if lines.is_empty() {
+        return message;
+    }
+    let with_lines = |upto: usize| -> Vec<OsString> {
+        let kept = &lines[..upto];
+        expanded
+            .args
+            .iter()
+            .zip(&expanded.origins)
+            .filter(|(_, o)| o.as_ref().is_none_or(|o| kept.contains(&o)))
+            .map(|(a, _)| a.clone())
+            .collect()
+    };
+    if check(with_lines(0)).as_deref() == Some(message.as_str()) {
+        return message;
+    }
+    for upto in 1..=lines.len() {
+        if check(with_lines(upto)).as_deref() == Some(message.as_str()) {
+            let o = lines[upto - 1];
+            return format!("osmium: {} line {}: {message}", o.path, o.line);
+        }
+    }
+    message
+}
+
+/// A config file's option words, each with its line number, and its
+/// `logfile` line's path.
+pub type Words = Vec<(usize, String)>;
+
 /// The option words of a config file and its `logfile` line's path.
-pub fn parse(path: &str, contents: &str) -> Result<(Vec<String>, Option<String>), String> {
+pub fn parse(path: &str, contents: &str) -> Result<(Words, Option<String>), String> {
     let cmd = Cli::command();
     let shorts: Vec<char> = cmd.get_arguments().filter_map(|a| a.get_short()).collect();
     let longs: Vec<&str> = cmd.get_arguments().filter_map(|a| a.get_long()).collect();
@@ -120,8 +198,8 @@ pub fn parse(path: &str, contents: &str) -> Result<(Vec<String>, Option<String>)
                 ));
             }
         }
-        words.push(first.to_string());
-        words.extend(parts.map(str::to_string));
+        words.push((n + 1, first.to_string()));
+        words.extend(parts.map(|w| (n + 1, w.to_string())));
     }
     Ok((words, logfile))
 }
@@ -152,6 +230,9 @@ mod tests {
     fn debian_style_lines() {
         let conf = "# osmium\n-m 64\n\n  -p 11211   # the port\n-u osmium\n-l 127.0.0.1,::1\nlogfile /var/log/osmium.log\n-vv\n-o a\\#b\n";
         let (words, log) = parse("f", conf).unwrap();
+        assert_eq!(words[0], (2, "-m".to_string()));
+        assert_eq!(words[2], (4, "-p".to_string()));
+        let words: Vec<String> = words.into_iter().map(|(_, w)| w).collect();
         assert_eq!(
             words,
             [

@@ -7,7 +7,7 @@ fn run(args: &[&str]) -> Result<Settings, String> {
     v.extend_from_slice(args);
     match parse(v)? {
         Action::Run(s) => Ok(*s),
-        Action::Print(_) => Err("print".into()),
+        Action::Print(_) | Action::GenSecret(_) => Err("print".into()),
     }
 }
 

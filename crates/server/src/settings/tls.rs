@@ -72,6 +72,13 @@ pub struct TlsSettings {
     pub kernel_tls: bool,
     /// 0: TLS 1.0, 1: TLS 1.1, 2: TLS 1.2, 3: TLS 1.3.
     pub min_version: u8,
+    /// `-o replication_peers=<name>[:<name>...]` (osmium's own): the
+    /// certificate names (DNS names, IP addresses, matched against the
+    /// SAN) of the replication peers.
+    pub replication_peers: Vec<String>,
+    /// `-o replication_ca=FILE` (osmium's own): a certificate it issued
+    /// makes a replication peer.
+    pub replication_ca: Option<String>,
 }
 
 impl Default for TlsSettings {
@@ -88,6 +95,8 @@ impl Default for TlsSettings {
             session_cache: false,
             kernel_tls: false,
             min_version: 2,
+            replication_peers: Vec::new(),
+            replication_ca: None,
         }
     }
 }
@@ -155,6 +164,11 @@ impl TlsSettings {
                     .ok_or_else(unparsed)?;
                 self.wbuf_size = kb.wrapping_mul(1024);
             }
+            "replication_peers" => {
+                self.replication_peers =
+                    peer_names(value.ok_or_else(missing)?).map_err(|e| usage(&e))?
+            }
+            "replication_ca" => self.replication_ca = Some(value.ok_or_else(missing)?.into()),
             "ssl_session_cache" => self.session_cache = true,
             "ssl_kernel_tls" => self.kernel_tls = true,
             "ssl_min_version" => {
@@ -171,6 +185,38 @@ impl TlsSettings {
         }
         Ok(true)
     }
+}
+
+/// `replication_peers`' list: names separated by `:` (an IPv6 address
+/// in brackets), each a DNS name or an IP address a certificate's SAN can
+/// hold.
+pub fn peer_names(list: &str) -> Result<Vec<String>, String> {
+    let mut names = Vec::new();
+    let mut rest = list;
+    while !rest.is_empty() {
+        let (name, after) = match rest.strip_prefix('[') {
+            Some(r) => {
+                let (v6, after) = r
+                    .split_once(']')
+                    .ok_or_else(|| format!("replication_peers: no ] after [{r}"))?;
+                (v6, after.strip_prefix(':').unwrap_or(after))
+            }
+            None => rest.split_once(':').unwrap_or((rest, "")),
+        };
+        let valid = name.parse::<std::net::IpAddr>().is_ok()
+            || rustls_pki_types::DnsName::try_from(name).is_ok();
+        if !valid {
+            return Err(format!(
+                "replication_peers: {name:?} is not a DNS name or an IP address"
+            ));
+        }
+        names.push(name.to_string());
+        rest = after;
+    }
+    if names.is_empty() {
+        return Err("replication_peers: no name".into());
+    }
+    Ok(names)
 }
 
 /// memcached's `safe_strtol`: a whole decimal number, surrounding spaces
@@ -212,41 +258,58 @@ pub fn listener_prefix(spec: &str, tls_enabled: bool) -> Result<(ListenerTls, &s
     Ok((default, spec))
 }
 
-/// What replication needs to start, by whether `-Z` is on: the links
-/// must authenticate both ends. Without `-Z`, `--replicate-to` needs the
-/// secret (the links' only proof). With `-Z` every link is TLS and each
-/// end's certificate is verified against `ssl_ca_cert`, so a server that
-/// replicates (`--replicate-to`) or serves peers (`--replication-secret`)
-/// needs one; the secret is then optional (when given, a peer needs both).
-/// Ok(Some(warning)): with `-Z` no listener asks for client certificates,
-/// so this server can accept no link.
+/// What replication needs to start, by whether `-Z` is on: every link
+/// must prove both ends. Without `-Z`, `--replicate-to` needs the secret
+/// (the Noise handshake is the links' only proof), and the certificate
+/// names (`replication_peers`, `replication_ca`) mean nothing. With `-Z`,
+/// `--replicate-to` needs the secret or the peers named by certificate
+/// (an ordinary client certificate is no peer's), and `ssl_ca_cert` to
+/// verify the target. Ok(Some(warning)): peers named by certificate
+/// only, and no listener asks for client certificates, so this server can
+/// accept no link.
 pub fn replication_rule(
     tls: &TlsSettings,
     listeners: &[ListenerTls],
     replicates: bool,
     secret: bool,
 ) -> Result<Option<String>, String> {
+    let named = !tls.replication_peers.is_empty() || tls.replication_ca.is_some();
     if !tls.enabled {
-        if replicates && !secret {
+        if named {
             return Err(
-                "--replicate-to needs --replication-secret FILE: replication links are \
-                        authenticated (both ends must hold the same secret), or -Z with \
-                        ssl_ca_cert (TLS links, both certificates verified)"
+                "-o replication_peers and -o replication_ca name replication peers by their \
+                 TLS certificates: they need -Z"
                     .into(),
             );
         }
+        if replicates && !secret {
+            return Err(format!(
+                "--replicate-to needs --replication-secret FILE: replication links prove both \
+                 ends by a handshake with the shared secret ({}), or -Z with \
+                 -o replication_peers=NAME[:NAME...] or -o replication_ca=FILE",
+                osmium_protocol::replication_link::HOW_TO_MAKE
+            ));
+        }
         return Ok(None);
     }
-    if !(replicates || secret) {
-        return Ok(None);
-    }
-    if tls.ca_cert.is_none() {
+    if replicates && !secret && !named {
         return Err(
-            "with -Z, replication links are TLS and verify the certificate of each end \
-                    against ssl_ca_cert: --replicate-to and --replication-secret need \
-                    -o ssl_ca_cert=FILE"
+            "with -Z, --replicate-to needs its peers named: -o replication_peers=NAME[:NAME...] \
+             (the names in their certificates), -o replication_ca=FILE (the CA that issued \
+             them), or --replication-secret FILE; a client certificate from ssl_ca_cert alone \
+             makes no replication peer"
                 .into(),
         );
+    }
+    if replicates && tls.ca_cert.is_none() {
+        return Err(
+            "with -Z, replication links are TLS and verify the target's certificate against \
+             ssl_ca_cert: --replicate-to needs -o ssl_ca_cert=FILE"
+                .into(),
+        );
+    }
+    if !named || secret {
+        return Ok(None);
     }
     let asks = listeners.iter().any(|l| match l {
         ListenerTls::Peer => true,
@@ -254,9 +317,9 @@ pub fn replication_rule(
         ListenerTls::NoPeer | ListenerTls::Off => false,
     });
     Ok((!asks).then(|| {
-        "WARNING: with -Z a replication peer shows a client certificate verified against \
-         ssl_ca_cert, and no listener asks for one (ssl_verify_mode=0, no mtls: listener): \
-         this server accepts no replication link"
+        "WARNING: replication peers are named by their client certificates \
+         (replication_peers, replication_ca), and no listener asks for one \
+         (ssl_verify_mode=0, no mtls: listener): this server accepts no replication link"
             .into()
     }))
 }
@@ -286,28 +349,58 @@ mod tests {
     }
 
     #[test]
-    fn replication_needs_both_ends_verified() {
+    fn replication_needs_both_ends_proven() {
         let off = TlsSettings::default();
         let d = [ListenerTls::Default];
         assert!(replication_rule(&off, &d, true, false)
             .unwrap_err()
             .contains("--replication-secret"));
         assert_eq!(replication_rule(&off, &d, true, true), Ok(None));
+        let named_off = TlsSettings {
+            replication_peers: vec!["a".into()],
+            ..TlsSettings::default()
+        };
+        assert!(replication_rule(&named_off, &d, false, true)
+            .unwrap_err()
+            .contains("need -Z"));
         let mut z = TlsSettings {
             enabled: true,
             ..TlsSettings::default()
         };
         assert_eq!(replication_rule(&z, &d, false, false), Ok(None));
-        for (replicates, secret) in [(true, false), (true, true), (false, true)] {
-            let e = replication_rule(&z, &d, replicates, secret).unwrap_err();
-            assert!(e.contains("need -o ssl_ca_cert=FILE"), "{e}");
-        }
+        assert_eq!(replication_rule(&z, &d, false, true), Ok(None));
+        // A certificate alone names no peer.
+        let e = replication_rule(&z, &d, true, false).unwrap_err();
+        assert!(e.contains("replication_peers"), "{e}");
+        let e = replication_rule(&z, &d, true, true).unwrap_err();
+        assert!(e.contains("ssl_ca_cert"), "{e}");
         z.ca_cert = Some("ca.pem".into());
+        assert_eq!(replication_rule(&z, &d, true, true), Ok(None));
+        z.replication_peers = vec!["cache-1".into()];
         assert!(replication_rule(&z, &d, true, false).unwrap().is_some());
         let mtls = [ListenerTls::Default, ListenerTls::Peer];
         assert_eq!(replication_rule(&z, &mtls, true, false), Ok(None));
         z.verify_mode = VerifyMode::Request;
         assert_eq!(replication_rule(&z, &d, true, false), Ok(None));
+        z.replication_peers.clear();
+        z.replication_ca = Some("peers-ca.pem".into());
+        assert_eq!(replication_rule(&z, &d, true, false), Ok(None));
+    }
+
+    #[test]
+    fn peer_names_are_names_or_addresses() {
+        assert_eq!(
+            peer_names("cache-1.example:10.0.0.2:[::1]").unwrap(),
+            ["cache-1.example", "10.0.0.2", "::1"]
+        );
+        assert!(peer_names("").is_err());
+        assert!(peer_names("bad_name!").is_err());
+        assert!(peer_names("[::1").is_err());
+        let mut s = TlsSettings::default();
+        assert_eq!(s.option("replication_peers", Some("a:b")), Ok(true));
+        assert_eq!(s.replication_peers, ["a", "b"]);
+        assert!(s.option("replication_peers", None).is_err());
+        assert_eq!(s.option("replication_ca", Some("ca.pem")), Ok(true));
     }
 
     #[test]

@@ -77,6 +77,8 @@ thread_counters!(
     meta_cmds,
     auth_cmds,
     auth_errors,
+    // Connections closed by `-o idle_timeout`.
+    idle_kicks,
 );
 
 /// Process-wide counters shared by the acceptor and the workers.

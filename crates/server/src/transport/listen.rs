@@ -86,10 +86,73 @@ impl Source for Listener {
     }
 }
 
+/// A listening socket that could not be opened, said in memcached's
+/// words (`main` prints it as it is): what failed to listen (the `-l`
+/// values, or the port without `-l`) and the system's reason.
+#[derive(Debug)]
+pub struct ListenFailed(pub String);
+
+impl std::fmt::Display for ListenFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ListenFailed {}
+
+/// memcached's `failed to listen on ...` line (`vperror`: the message,
+/// then the system's reason as `perror` words it).
+fn listen_failed(settings: &Settings, transport: &str, port: u16, e: &io::Error) -> io::Error {
+    let what = match &settings.inter {
+        Some(inter) => format!("one of interface(s) {inter}"),
+        None => format!("{transport} port {port}"),
+    };
+    let message = match e.get_ref().and_then(|r| r.downcast_ref::<Unresolved>()) {
+        // memcached says why getaddrinfo() failed first, then reports
+        // errno, which it left 0.
+        Some(Unresolved(why)) => {
+            format!("getaddrinfo(): {why}\nfailed to listen on {what}: Success")
+        }
+        None => format!("failed to listen on {what}: {}", strerror(e)),
+    };
+    io::Error::new(e.kind(), ListenFailed(message))
+}
+
+/// An I/O error in `perror`'s words (Rust adds ` (os error N)`).
+pub fn strerror(e: &io::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" (os error ") {
+        Some(at) if e.raw_os_error().is_some() => text[..at].to_string(),
+        _ => text,
+    }
+}
+
+/// An address that did not resolve: getaddrinfo()'s reason.
+#[derive(Debug)]
+struct Unresolved(String);
+
+impl std::fmt::Display for Unresolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unresolved {}
+
 fn resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
-    let addrs: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
+    let unresolved = |why: String| io::Error::other(Unresolved(why));
+    let addrs: Vec<SocketAddr> = match (host, port).to_socket_addrs() {
+        Ok(a) => a.collect(),
+        Err(e) => {
+            let text = e.to_string();
+            let why = text
+                .strip_prefix("failed to lookup address information: ")
+                .unwrap_or(&text);
+            return Err(unresolved(why.to_string()));
+        }
+    };
     if addrs.is_empty() {
-        return Err(io::Error::other(format!("cannot resolve {host}")));
+        return Err(unresolved("Name or service not known".into()));
     }
     Ok(addrs)
 }
@@ -101,17 +164,18 @@ pub fn bind_tcp(settings: &Settings, tls: Option<&Arc<TlsContext>>) -> io::Resul
     if settings.port == 0 || settings.unix_socket.is_some() {
         return Ok(listeners);
     }
+    let fail = |e: io::Error| listen_failed(settings, "TCP", settings.port, &e);
     for l in &settings.listen {
-        for addr in resolve(&l.host, l.port)? {
+        for addr in resolve(&l.host, l.port).map_err(fail)? {
             let domain = socket2::Domain::for_address(addr);
-            let sock = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
-            sock.set_reuse_address(true)?;
+            let sock = socket2::Socket::new(domain, socket2::Type::STREAM, None).map_err(fail)?;
+            sock.set_reuse_address(true).map_err(fail)?;
             if addr.is_ipv6() {
-                sock.set_only_v6(true)?;
+                sock.set_only_v6(true).map_err(fail)?;
             }
-            sock.bind(&addr.into())?;
-            sock.listen(settings.backlog)?;
-            sock.set_nonblocking(true)?;
+            sock.bind(&addr.into()).map_err(fail)?;
+            sock.listen(settings.backlog).map_err(fail)?;
+            sock.set_nonblocking(true).map_err(fail)?;
             let listener = TcpListener::from_std(sock.into());
             listeners.push(match (l.tls, tls) {
                 (ListenerTls::Off, _) | (_, None) => Listener::Tcp(listener),
@@ -129,23 +193,24 @@ pub fn bind_udp(settings: &Settings) -> io::Result<Vec<std::net::UdpSocket>> {
     if settings.udp_port == 0 || settings.unix_socket.is_some() {
         return Ok(sockets);
     }
+    let fail = |e: io::Error| listen_failed(settings, "UDP", settings.udp_port, &e);
     for l in &settings.listen {
         let port = if l.explicit_port {
             l.port
         } else {
             settings.udp_port
         };
-        for addr in resolve(&l.host, port)? {
+        for addr in resolve(&l.host, port).map_err(fail)? {
             let domain = socket2::Domain::for_address(addr);
-            let sock = socket2::Socket::new(domain, socket2::Type::DGRAM, None)?;
-            sock.set_reuse_address(true)?;
+            let sock = socket2::Socket::new(domain, socket2::Type::DGRAM, None).map_err(fail)?;
+            sock.set_reuse_address(true).map_err(fail)?;
             if addr.is_ipv6() {
-                sock.set_only_v6(true)?;
+                sock.set_only_v6(true).map_err(fail)?;
             }
             // memcached asks for the largest send buffer it can get.
             let _ = sock.set_send_buffer_size(super::udp::UDP_SEND_BUFFER_SIZE);
-            sock.bind(&addr.into())?;
-            sock.set_nonblocking(true)?;
+            sock.bind(&addr.into()).map_err(fail)?;
+            sock.set_nonblocking(true).map_err(fail)?;
             sockets.push(sock.into());
         }
     }
@@ -162,10 +227,8 @@ pub fn bind_unix(settings: &Settings) -> io::Result<Option<Listener>> {
         return Ok(None);
     };
     let fail = |e: io::Error| {
-        io::Error::new(
-            e.kind(),
-            format!("failed to listen on UNIX socket: {path}: {e}"),
-        )
+        let message = format!("failed to listen on UNIX socket: {path}: {}", strerror(&e));
+        io::Error::new(e.kind(), ListenFailed(message))
     };
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if meta.file_type().is_socket() {

@@ -3,7 +3,8 @@
 //! accepted by the acceptor (`listen`) and served by the worker event
 //! loops (`worker`); TLS is `tls` (a connection's record layer; its output
 //! leaves through `tls_send`; the server's certificates are
-//! `crate::tls_context`); UDP datagrams are framed by `udp`.
+//! `crate::tls_context`); a replication link's Noise frames over TCP are
+//! `noise`; UDP datagrams are framed by `udp`.
 //! Each feeds a `Session`, which knows no transport.
 //! `flash_io` is a worker's reads of the flash tier (io_uring);
 //! `idle_spin` how long a worker polls before it sleeps.
@@ -12,6 +13,7 @@ pub mod affinity;
 pub mod flash_io;
 pub mod idle_spin;
 pub mod listen;
+pub mod noise;
 pub mod stream;
 pub mod tls;
 mod tls_send;

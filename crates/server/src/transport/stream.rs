@@ -1,5 +1,7 @@
 //! A client's stream socket, TCP, TLS over TCP or unix-domain, behind one
-//! type the worker reads, writes and polls.
+//! type the worker reads, writes and polls; and a replication link's
+//! Noise frames over TCP (`noise`), which a plain connection becomes after
+//! its `replica_hello`.
 //!
 //! Each takes a session's output queue (`compose::output`: buffer bytes
 //! and values in item memory) as its [`Sink`]: a plain socket (TCP, unix)
@@ -15,6 +17,7 @@ use mio::event::Source;
 use mio::net::{TcpStream, UnixStream};
 use mio::{Interest, Registry, Token};
 
+use super::noise::NoiseConn;
 use super::tls::TlsStream;
 use crate::compose::output::{Output, Sink, GATHER_PIECES};
 use crate::conns::Kind;
@@ -25,6 +28,8 @@ pub enum Stream {
     Tcp(TcpStream),
     Tls(Box<TlsStream>),
     Unix(UnixStream),
+    /// A replication link's frames (`transport::noise`).
+    Noise(Box<NoiseConn>),
 }
 
 impl Stream {
@@ -39,26 +44,36 @@ impl Stream {
                 remote: s.sock.peer_addr().ok(),
                 local: s.sock.local_addr().ok(),
             },
+            Stream::Noise(s) => Kind::Tcp {
+                remote: s.sock.peer_addr().ok(),
+                local: s.sock.local_addr().ok(),
+            },
             Stream::Unix(_) => Kind::Unix,
         }
     }
 
-    /// A read that returned less than it had room for emptied the socket
-    /// (a unix stream's read may stop short at a sender's boundary; TLS
+    /// Whether a read of `n` bytes into `room` emptied the socket: a
+    /// plain TCP read that returned less than it had room for; a Noise
+    /// link whose socket read was short with nothing left to open (a
+    /// unix stream's read may stop short at a sender's boundary; TLS
     /// returns a record's plaintext at a time).
-    pub fn short_read_means_empty(&self) -> bool {
-        matches!(self, Stream::Tcp(_))
+    pub fn read_drained(&self, n: usize, room: usize) -> bool {
+        match self {
+            Stream::Tcp(_) => n < room,
+            Stream::Noise(s) => s.drained(),
+            Stream::Tls(_) | Stream::Unix(_) => false,
+        }
     }
 
     /// Whether the idle timeout applies (memcached: TCP clients only).
     pub fn is_tcp(&self) -> bool {
-        matches!(self, Stream::Tcp(_) | Stream::Tls(_))
+        matches!(self, Stream::Tcp(_) | Stream::Tls(_) | Stream::Noise(_))
     }
 
-    /// Whether a TLS client presented a certificate verified against
-    /// `ssl_ca_cert`.
-    pub fn client_verified(&self) -> bool {
-        matches!(self, Stream::Tls(s) if s.client_verified())
+    /// Whether it is plain TCP (a `replica_hello` there turns it into
+    /// Noise frames).
+    pub fn is_plain_tcp(&self) -> bool {
+        matches!(self, Stream::Tcp(_))
     }
 
     /// Writes a refusal line to a connection that is not served (a TLS
@@ -66,16 +81,23 @@ impl Stream {
     pub fn refuse(&mut self, line: &[u8]) {
         let _ = match self {
             Stream::Tcp(s) => s.write(line),
-            Stream::Tls(_) => Ok(0),
+            Stream::Tls(_) | Stream::Noise(_) => Ok(0),
             Stream::Unix(s) => s.write(line),
         };
     }
 
     /// Ends the connection's session politely (TLS `close_notify`).
     pub fn close(&mut self) {
-        if let Stream::Tls(s) = self {
-            s.close();
+        match self {
+            Stream::Tls(s) => s.close(),
+            Stream::Noise(s) => s.close(),
+            Stream::Tcp(_) | Stream::Unix(_) => {}
         }
+    }
+
+    /// A frame of a Noise link failed to open (the link is closed).
+    pub fn frame_failed(&self) -> bool {
+        matches!(self, Stream::Noise(s) if s.failed)
     }
 }
 
@@ -84,6 +106,7 @@ impl AsRawFd for Stream {
         match self {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Tls(s) => s.sock.as_raw_fd(),
+            Stream::Noise(s) => s.sock.as_raw_fd(),
             Stream::Unix(s) => s.as_raw_fd(),
         }
     }
@@ -94,6 +117,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Tls(s) => s.read(buf),
+            Stream::Noise(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
         }
     }
@@ -107,6 +131,7 @@ impl Sink for Stream {
         match self {
             Stream::Tcp(s) => send_plain(s, out, stats),
             Stream::Tls(s) => s.send(out, stats),
+            Stream::Noise(s) => s.send(out, stats),
             Stream::Unix(s) => send_plain(s, out, stats),
         }
     }
@@ -190,6 +215,7 @@ impl Source for Stream {
         match self {
             Stream::Tcp(s) => s.register(r, t, i),
             Stream::Tls(s) => s.sock.register(r, t, i),
+            Stream::Noise(s) => s.sock.register(r, t, i),
             Stream::Unix(s) => s.register(r, t, i),
         }
     }
@@ -197,6 +223,7 @@ impl Source for Stream {
         match self {
             Stream::Tcp(s) => s.reregister(r, t, i),
             Stream::Tls(s) => s.sock.reregister(r, t, i),
+            Stream::Noise(s) => s.sock.reregister(r, t, i),
             Stream::Unix(s) => s.reregister(r, t, i),
         }
     }
@@ -204,6 +231,7 @@ impl Source for Stream {
         match self {
             Stream::Tcp(s) => s.deregister(r),
             Stream::Tls(s) => s.sock.deregister(r),
+            Stream::Noise(s) => s.sock.deregister(r),
             Stream::Unix(s) => s.deregister(r),
         }
     }

@@ -95,6 +95,21 @@ impl TlsStream {
         self.established && self.verifies_clients && self.conn.peer_certificates().is_some()
     }
 
+    /// What the established session shows a replication peer by: whether
+    /// its client certificate is one `replication_peers` /
+    /// `replication_ca` names, and (`binding`) the exporter value a link
+    /// handshake inside it is bound to. None before the handshake ended.
+    pub fn peer_standing(&self, binding: bool) -> Option<(bool, Option<[u8; 32]>)> {
+        if !self.established {
+            return None;
+        }
+        let named = self.client_verified() && self.ctx.names_client(&self.conn);
+        let value = binding
+            .then(|| crate::replication::stream::tls_binding(&self.conn).ok())
+            .flatten();
+        Some((named, value))
+    }
+
     /// Sends the records rustls holds. Ok(true): none left; Ok(false):
     /// the socket is full.
     pub fn flush_records(&mut self) -> io::Result<bool> {

@@ -23,7 +23,17 @@
 //! `drive` does not read again (which would only return `EAGAIN`): epoll is
 //! edge-triggered, and data arriving later raises a new event. Not once an
 //! event has said the peer shut its side (EPOLLRDHUP): the FIN may have come
-//! with the data just read, and no later event would report it.
+//! with the data just read, and no later event would report it. A readable
+//! event forgets it (`Conn::drained`): `prime` reads only into an empty
+//! input, so an event that came while requests were still buffered (or
+//! while the connection was held for replication) would otherwise be lost,
+//! and the data it announced never read.
+//!
+//! Sync replication holds a connection's replies, and its next requests,
+//! until the targets acknowledged its writes (`repl_held`); the wait never
+//! needs the connection's own unread input (the invariant is written down
+//! in `replication`'s module comment): once released, the replies go out
+//! before another request runs, and the socket is read again.
 //!
 //! When a turn is over and no connection is ready, the worker polls for a
 //! short, adaptive while before it sleeps in `epoll_wait` (`idle_spin`):
@@ -47,15 +57,17 @@ use slab::Slab;
 
 use super::flash_io::FlashIo;
 use super::idle_spin::IdleSpin;
+use super::noise::NoiseConn;
 use super::stream::Stream;
 use super::udp::{Progress, UdpEndpoint};
 use crate::compose::output::Sink;
 use crate::context::{Shared, WorkerCtx};
-use crate::logger;
+use crate::logger::{self, CloseReason};
 use crate::replication::auth::PeerAuth;
-use crate::replication::stream::LinkStream;
-use crate::replication::{Wait, PEER_FOLLOW, PEER_NONE};
+use crate::replication::stream::{LinkStream, NoiseHalves};
+use crate::replication::{Wait, COPY_OPEN, PEER_FOLLOW, PEER_NONE};
 use crate::session::{Flow, Protocol, Session};
+use osmium_protocol::replication_link::Transport;
 
 const WAKE: Token = Token(usize::MAX);
 /// The worker's flash reads finished (`flash_io`).
@@ -99,28 +111,26 @@ struct Conn {
     last_active: u32,
     /// `prime` met the end of the stream or an error.
     hangup: bool,
-    /// The last read returned less than it had room for (see the module
-    /// comment).
+    /// The last read returned less than it had room for, and no readable
+    /// event came since (see the module comment).
     drained: bool,
     /// An event said the peer shut its side (EPOLLRDHUP) or failed.
     peer_closed: bool,
     /// What the connection is to replication (`replication::PEER_*`).
     peer: u8,
-    /// Whether it proved it is a peer, or is proving it
-    /// (`replication::auth`).
+    /// What it showed of itself to replication (`replication::auth`).
     peer_auth: PeerAuth,
+    /// Where a peer stands in sending a full copy (`replication::COPY_*`).
+    copy: u8,
     /// Sync replication: its replies wait for these acknowledgements.
     repl_held: bool,
     repl_wait: Wait,
+    /// The acknowledgements came: the held replies leave before the next
+    /// request runs.
+    repl_released: bool,
 }
 
 impl Conn {
-    /// This server's own follow link: the private replication commands
-    /// run on it without further proof (it verified the other end).
-    pub fn set_peer_authenticated(&mut self) {
-        self.peer_auth.set_own_link();
-    }
-
     /// Writes queued output (and, for TLS, the records rustls holds).
     /// Ok(true) when all of it is out.
     fn flush(&mut self, ctx: &WorkerCtx) -> io::Result<bool> {
@@ -137,17 +147,29 @@ impl Conn {
             };
             let room = space.len();
             match self.stream.read(space) {
-                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(0) => {
+                    self.session.set_close_reason(CloseReason::Normal);
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
                 Ok(n) => {
                     self.session.received(ctx, n);
-                    self.drained =
-                        n < room && !self.peer_closed && self.stream.short_read_means_empty();
+                    self.drained = !self.peer_closed && self.stream.read_drained(n, room);
                     ctx.stats.bytes_read.add(n as u64);
                     return Ok(Some(n));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    // A record rustls refused (`tls::TlsStream::read`).
+                    let tls = matches!(self.stream, Stream::Tls(_));
+                    if let Some(why) = e
+                        .get_ref()
+                        .filter(|_| tls && e.kind() == io::ErrorKind::InvalidData)
+                    {
+                        logger::tls_error(&ctx.shared.logger, ctx.head, self.fd, why);
+                    }
+                    return Err(e);
+                }
             }
         }
     }
@@ -177,12 +199,29 @@ impl Conn {
             // replies wait for the replicas).
             return Flow::Wait;
         }
+        if std::mem::take(&mut self.repl_released) && !self.session.holds_output() {
+            // The replicas have the writes: their replies leave first, so
+            // a connection holds at most one run's replies however much
+            // its client pipelines.
+            match self.flush(ctx) {
+                Ok(true) => {}
+                // The writable event resumes it.
+                Ok(false) => return Flow::Wait,
+                Err(_) => return Flow::Close,
+            }
+        }
         loop {
-            if ctx.peers && self.stream.client_verified() {
-                // A client certificate verified against ssl_ca_cert: what a
-                // replication peer must show over TLS (`ctx.peer_auth` is
+            if ctx.peers && ctx.peer.get() == PEER_NONE && !ctx.peer_auth.borrow().tls_checked() {
+                // Once the TLS session is established: whether its client
+                // certificate names a replication peer, and the value a
+                // link handshake in it is bound to (`ctx.peer_auth` is
                 // this connection's while it runs).
-                ctx.peer_auth.borrow_mut().set_cert_verified();
+                if let Stream::Tls(tls) = &self.stream {
+                    let binding = ctx.shared.replication.secret().is_some();
+                    if let Some((named, value)) = tls.peer_standing(binding) {
+                        ctx.peer_auth.borrow_mut().set_tls(named, value);
+                    }
+                }
             }
             // Run what is buffered (bounded by -R and the output limits),
             // send the replies in one write, then read more.
@@ -284,15 +323,13 @@ impl Worker {
             let fd = stream.as_raw_fd();
             let kind = stream.kind();
             let activity = shared.conns.add_client(fd, kind, now);
-            if shared.logger.watching(logger::CONNEVENTS) {
-                logger::conn_event(&shared.logger, self.ctx.head, "conn_new", kind, None, fd);
-            }
+            logger::conn_new(&shared.logger, self.ctx.head, kind, fd);
             if shared.verbose() > 1 {
                 tracing::debug!("<{fd} new auto-negotiating client connection");
             }
             self.next_conn_id += 1;
             let session = Session::stream(fd, self.initial_protocol, Some(activity));
-            let conn = entry.insert(Conn {
+            entry.insert(Conn {
                 session,
                 stream,
                 fd,
@@ -305,40 +342,38 @@ impl Worker {
                 peer_closed: false,
                 peer,
                 peer_auth: PeerAuth::default(),
+                copy: 0,
                 repl_held: false,
                 repl_wait: Wait::default(),
+                repl_released: false,
             });
-            if peer != PEER_NONE {
-                // This server's follow link: it authenticated the target
-                // when it connected (`replication::pull`).
-                conn.set_peer_authenticated();
-            }
             // Data may already be waiting.
             self.ready.push_back(token.0);
         }
     }
 
-    fn close(&mut self, key: usize, reason: &str) {
+    fn close(&mut self, key: usize) {
         if let Some(mut conn) = self.conns.try_remove(key) {
             let shared = &self.ctx.shared;
-            if shared.logger.watching(logger::CONNEVENTS) {
-                let log = &shared.logger;
-                logger::conn_event(
-                    log,
-                    self.ctx.head,
-                    "conn_close",
-                    conn.kind,
-                    Some(reason),
-                    conn.fd,
-                );
-            }
+            let reason = conn.session.close_reason();
+            logger::conn_close(&shared.logger, self.ctx.head, conn.kind, reason, conn.fd);
             let queued = conn.session.output().footprint();
             self.ctx.output_changed(queued, 0);
             conn.session.close(&self.ctx);
             conn.stream.close();
             let _ = self.poll.registry().deregister(&mut conn.stream);
             let shared = &self.ctx.shared;
+            if conn.stream.frame_failed() {
+                let who = shared.conns.remote(conn.fd);
+                shared.replication.auth_failed(&format!(
+                    "{who}: a replication link frame failed to authenticate"
+                ));
+            }
             shared.conns.remove(conn.fd);
+            if conn.copy & COPY_OPEN != 0 {
+                // Its full copy will not end now.
+                shared.replication.copy_ended();
+            }
             if let Some(r) = &self.ctx.repl {
                 if conn.peer >= PEER_FOLLOW {
                     r.follow_closed(conn.peer);
@@ -376,6 +411,8 @@ impl Worker {
             // kept.
             self.ctx.peer.set(PEER_NONE);
             self.ctx.peer_auth.take();
+            self.ctx.noise_upgrade.take();
+            self.ctx.handover.take();
         }
         if self.ctx.repl.is_some() {
             // Datagrams are answered at once.
@@ -404,6 +441,7 @@ impl Worker {
         if ctx.peers {
             ctx.peer.set(conn.peer);
             ctx.peer_auth.replace(std::mem::take(&mut conn.peer_auth));
+            ctx.copy.set(conn.copy);
         }
         let flow = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.drive(ctx)))
             .unwrap_or_else(|_| {
@@ -412,6 +450,12 @@ impl Worker {
             });
         if let Some(streams) = ctx.watch.take() {
             return self.hand_over_watcher(key, streams);
+        }
+        if let Some(transport) = ctx.noise_upgrade.take() {
+            // replica_hello on plain TCP.
+            conn.peer = ctx.peer.replace(PEER_NONE);
+            conn.peer_auth = ctx.peer_auth.take();
+            return self.upgrade_to_noise(key, transport);
         }
         if let Some(follow) = ctx.handover.take() {
             // replica_follow.
@@ -424,6 +468,7 @@ impl Worker {
         if ctx.peers {
             conn.peer = ctx.peer.replace(PEER_NONE);
             conn.peer_auth = ctx.peer_auth.take();
+            conn.copy = ctx.copy.replace(0);
         }
         if repl && conn.repl_held && !self.repl_waiting.iter().any(|&(k, _)| k == key) {
             self.repl_waiting.push((key, conn.id));
@@ -438,7 +483,7 @@ impl Worker {
         match flow {
             Flow::Wait => {}
             Flow::Yield => self.ready.push_back(key),
-            Flow::Close => self.close(key, "normal"),
+            Flow::Close => self.close(key),
             Flow::Flash => {
                 let started = match &mut self.flash {
                     Some(io) => io.start(
@@ -476,15 +521,68 @@ impl Worker {
             |tcp: mio::net::TcpStream| std::net::TcpStream::from(std::os::fd::OwnedFd::from(tcp));
         // A TLS connection goes on through its session: the feed's writer
         // and reader share it (`replication::stream`).
+        // A Noise link goes on with its keys and what it received.
         let stream = match conn.stream {
-            Stream::Tcp(tcp) => LinkStream::Plain(std_tcp(tcp)),
             Stream::Tls(tls) => {
                 let (tcp, session) = tls.into_parts();
                 LinkStream::Tls(std_tcp(tcp), Box::new(session))
             }
-            Stream::Unix(_) => return,
+            Stream::Noise(noise) => {
+                let (tcp, outbound, inbound) = noise.into_parts();
+                let halves = NoiseHalves { outbound, inbound };
+                LinkStream::Noise(std_tcp(tcp), Box::new(halves))
+            }
+            // A follower proved itself by a handshake (Noise) or a
+            // certificate (TLS): nothing else is handed over.
+            Stream::Tcp(_) | Stream::Unix(_) => return,
         };
         shared.replication.start_feed(stream, follow);
+    }
+
+    /// A `replica_hello` on plain TCP succeeded and its answer is out: the
+    /// connection's bytes are Noise frames from now on. Anything else
+    /// about it (bytes that came with the hello, an answer the socket did
+    /// not take) closes it: nothing of a link runs in clear.
+    fn upgrade_to_noise(&mut self, key: usize, transport: Transport) {
+        let clean = self.conns.get_mut(key).is_some_and(|c| {
+            c.session.take_close_after_write()
+                && c.stream.is_plain_tcp()
+                && c.session.input_is_empty()
+                && c.session.output().queued() == 0
+                && !c.hangup
+        });
+        if !clean {
+            return self.close(key);
+        }
+        let Some(mut conn) = self.conns.try_remove(key) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        let Stream::Tcp(tcp) = conn.stream else {
+            unreachable!("checked to be plain TCP");
+        };
+        let (outbound, inbound) = transport.split();
+        conn.stream = Stream::Noise(Box::new(NoiseConn::new(tcp, outbound, inbound)));
+        let entry = self.conns.vacant_entry();
+        let token = Token(entry.key());
+        if self
+            .poll
+            .registry()
+            .register(
+                &mut conn.stream,
+                token,
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .is_err()
+        {
+            conn.session.close(&self.ctx);
+            self.ctx.shared.conns.remove(conn.fd);
+            connection_gone(&self.ctx.shared);
+            return;
+        }
+        entry.insert(conn);
+        // Frames may already be waiting.
+        self.ready.push_back(token.0);
     }
 
     /// A `watch` connection leaves the worker: the logger writes it the
@@ -524,6 +622,7 @@ impl Worker {
             }
             if r.acknowledged(&c.repl_wait) {
                 c.repl_held = false;
+                c.repl_released = true;
                 c.repl_wait = Wait::default();
                 ready.push_back(key);
                 return false;
@@ -561,7 +660,11 @@ impl Worker {
             .map(|(k, _)| k)
             .collect();
         for k in idle {
-            self.close(k, "idle_timeout");
+            if let Some(conn) = self.conns.get_mut(k) {
+                conn.session.set_close_reason(CloseReason::IdleTimeout);
+                self.ctx.stats.idle_kicks.incr();
+            }
+            self.close(k);
         }
     }
 
@@ -615,6 +718,9 @@ impl Worker {
                         conn.peer_closed = true;
                     }
                     if ev.is_readable() {
+                        // New data may have come: `drive` reads again
+                        // (`prime` reads only into an empty input).
+                        conn.drained = false;
                         conn.prime(&self.ctx, &mut self.first_hashes);
                     }
                 }

@@ -2,15 +2,15 @@
 //! process on a loopback port (by default holding the tests' replication
 //! secret, a mode 0600 file under Cargo's target tmp directory), a
 //! `Client` a text-protocol connection to one (over TLS to a node started
-//! with `-Z`: `tls`), `exchange` a peer's proof of the secret. `scenarios` holds the tests run both plain and over
-//! TLS.
+//! with `-Z`: `tls`; over Noise frames after a peer's handshake: `peer`).
+//! `scenarios` holds the tests run both plain and over TLS.
 #![allow(dead_code)] // each test crate uses a different subset
 
-mod exchange;
+mod peer;
 pub mod scenarios;
 pub mod tls;
-#[allow(unused_imports)] // replication.rs runs no exchange
-pub use exchange::*;
+#[allow(unused_imports)] // replication.rs runs no handshake of its own
+pub use peer::*;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -21,6 +21,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use osmium_protocol::replication_link::NoiseStream;
 
 pub const OSMIUM: &str = env!("CARGO_BIN_EXE_osmium");
 
@@ -105,8 +107,11 @@ impl Drop for ConfigFile {
     }
 }
 
-/// The secret every `Node::start` server holds.
-pub const SECRET: &[u8] = b"the replication tests' shared secret";
+/// The secret every `Node::start` server holds (128 random bits as hex,
+/// as a secret must hold at least).
+pub const SECRET: &[u8] = b"5f0c2a9e4d7b1386a0f3c5e7d9b2a4c6";
+/// Another good secret, which no `Node::start` server holds.
+pub const OTHER_SECRET: &[u8] = b"c8d1e2f3a4b5968778695a4b3c2d1e0f";
 
 /// The file of `SECRET` (mode 0600, a trailing newline): one fixed file,
 /// written once per test process.
@@ -270,6 +275,8 @@ pub fn tls_client(port: u16, config: Arc<rustls::ClientConfig>) -> Client {
 pub enum Wire {
     Plain(Arc<TcpStream>),
     Tls(Arc<Mutex<tls::TlsConn>>),
+    /// A link's Noise frames after a peer's handshake (`peer`).
+    Noise(Arc<Mutex<NoiseStream<TcpStream>>>),
 }
 
 impl Read for Wire {
@@ -277,6 +284,7 @@ impl Read for Wire {
         match self {
             Wire::Plain(s) => (&**s).read(buf),
             Wire::Tls(s) => s.lock().unwrap().read(buf),
+            Wire::Noise(s) => s.lock().unwrap().read(buf),
         }
     }
 }
@@ -286,6 +294,7 @@ impl Write for Wire {
         match self {
             Wire::Plain(s) => (&**s).write(buf),
             Wire::Tls(s) => s.lock().unwrap().write(buf),
+            Wire::Noise(s) => s.lock().unwrap().write(buf),
         }
     }
 
@@ -293,6 +302,7 @@ impl Write for Wire {
         match self {
             Wire::Plain(s) => (&**s).flush(),
             Wire::Tls(s) => s.lock().unwrap().flush(),
+            Wire::Noise(s) => s.lock().unwrap().flush(),
         }
     }
 }

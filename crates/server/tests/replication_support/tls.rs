@@ -6,9 +6,11 @@
 //! - `node`: a node's certificate, signed by `ca`, for `IP:127.0.0.1` and
 //!   `DNS:localhost`, for both server and client use (a node presents it
 //!   as the client certificate of its links);
-//! - `client`: a client certificate signed by `ca` (a peer's credential);
-//! - `other-ca`, `other-node`: a second CA no node trusts, and a node
-//!   certificate it signed.
+//! - `client`: a client certificate signed by `ca`, no SAN (an ordinary
+//!   mTLS client's: `replication_peers` does not name it);
+//! - `other-ca`, `other-node`, `other-client`: a second CA no node
+//!   trusts, and a node and a client certificate it signed (as a
+//!   `replication_ca` it names `other-client` a peer).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -150,9 +152,14 @@ impl Certs {
     }
 
     /// The usual node: `node`'s certificate, trusting `ca`, asking clients
-    /// for a certificate (`ssl_verify_mode=1`: a peer shows one).
+    /// for a certificate (`ssl_verify_mode=1`: a peer shows one), its
+    /// peers named by `node`'s SAN (`replication_peers=127.0.0.1`).
     pub fn node_args(&self) -> Vec<String> {
-        self.server_args("node", Some("ca"), &["ssl_verify_mode=1"])
+        self.server_args(
+            "node",
+            Some("ca"),
+            &["ssl_verify_mode=1", "replication_peers=127.0.0.1"],
+        )
     }
 
     /// A client trusting CA `ca`, presenting certificate `cert` if given.

@@ -2,7 +2,9 @@
 //! space of pages, and the reads and writes of whole aligned blocks.
 //!
 //! Each file holds `size / page_size` pages; page `p` of the tier is page
-//! `p - first` of the file whose range holds it. Files are opened with
+//! `p - first` of the file whose range holds it. The page size is
+//! `ext_page_size`, or smaller for files too small to hold a few pages of
+//! it ([`fit_page_size`]). Files are opened with
 //! `O_DIRECT` where the file system allows it (a disk's, not tmpfs), so
 //! that flash data does not also sit in the page cache: RAM per flash item
 //! counts the index, not cached blocks. Then every transfer is a multiple
@@ -37,6 +39,33 @@ pub struct Device {
     page_size: usize,
     /// Whether the files bypass the page cache.
     pub direct: bool,
+}
+
+/// Fewer pages than this leave the tier no page to write while one is
+/// reclaimed (and one kept for the reclaimer's rescues).
+pub const MIN_PAGES: usize = 3;
+/// The pages a page size chosen for small files gives at least, when it
+/// can.
+const FITTED_PAGES: usize = 8;
+
+/// The page size the tier uses: `requested` (`ext_page_size`, 64 MiB by
+/// default) when every file holds a page of it and all of them
+/// `MIN_PAGES`; else it is halved, down to `smallest`, until they hold
+/// `FITTED_PAGES`. memcached's extstore takes a 64 MB file as one page of
+/// 64 MB; osmium's tier needs a few, so such a file gets 8 of 8 MiB.
+pub fn fit_page_size(paths: &[FlashPath], requested: usize, smallest: usize) -> usize {
+    let fits = |page: usize, want: usize| {
+        let pages: u64 = paths.iter().map(|p| p.size / page as u64).sum();
+        paths.iter().all(|p| p.size >= page as u64) && pages >= want as u64
+    };
+    let mut page = requested.max(BLOCK);
+    if fits(page, MIN_PAGES) {
+        return page;
+    }
+    while !fits(page, FITTED_PAGES) && page / 2 >= smallest {
+        page = (page / 2).next_multiple_of(BLOCK);
+    }
+    page
 }
 
 impl Device {
@@ -227,5 +256,36 @@ impl Drop for AlignedBuf {
         let layout = std::alloc::Layout::from_size_align(self.len, BLOCK).expect("layout");
         // SAFETY: allocated in `new` with this layout.
         unsafe { std::alloc::dealloc(self.ptr, layout) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(sizes: &[u64]) -> Vec<FlashPath> {
+        sizes
+            .iter()
+            .map(|&size| FlashPath {
+                path: "f".into(),
+                size,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn small_files_get_smaller_pages() {
+        const MIB: u64 = 1 << 20;
+        let page = |sizes: &[u64]| fit_page_size(&files(sizes), 64 << 20, (1 << 20) + 4096);
+        // Enough pages of ext_page_size: kept (a taken-over tier keeps its
+        // layout).
+        assert_eq!(page(&[4096 * MIB]), 64 << 20);
+        assert_eq!(page(&[192 * MIB]), 64 << 20);
+        // memcached's one page of 64 MB: 8 pages of 8 MiB here.
+        assert_eq!(page(&[64 * MIB]), 8 << 20);
+        assert_eq!(page(&[16 * MIB]), 2 << 20);
+        assert_eq!(page(&[32 * MIB, 1024 * MIB]), 32 << 20);
+        // Never below the largest record: 2 pages, which the tier refuses.
+        assert_eq!(page(&[4 * MIB]), 2 << 20);
     }
 }

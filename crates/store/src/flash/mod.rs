@@ -50,7 +50,7 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex};
 
 pub use device::FlashPath;
-use device::{AlignedBuf, Device, BLOCK};
+use device::{fit_page_size, AlignedBuf, Device, BLOCK, MIN_PAGES};
 use index::{Entry, FlashIndex};
 use meta::{Meta, PageRecord, MAX_WBUFS, WBUF_FILLING, WBUF_FREE, WBUF_QUEUED};
 pub use walk::FlashWalk;
@@ -263,17 +263,26 @@ impl Flash {
         cfg: FlashConfig,
         meta_path: Option<&std::path::Path>,
     ) -> io::Result<(Arc<Flash>, Resumed)> {
-        let page_size = cfg.page_size.next_multiple_of(BLOCK);
-        let device = Device::open(&cfg.paths, page_size)?;
-        let pages = device.pages();
-        if pages < 3 {
+        // A page holds the largest record (an item of -I).
+        let smallest = record::record_size(cfg.item_size_max + 64).next_multiple_of(BLOCK);
+        let page_size = fit_page_size(&cfg.paths, cfg.page_size.next_multiple_of(BLOCK), smallest);
+        let pages: usize = cfg
+            .paths
+            .iter()
+            .map(|p| (p.size / page_size as u64) as usize)
+            .sum();
+        if pages < MIN_PAGES {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "ext_path: {pages} pages of ext_page_size; the flash tier needs at least 3"
+                    "ext_path: {} bytes in all hold {pages} pages of {page_size} bytes (a page \
+                     holds an item of -I); the flash tier needs at least {MIN_PAGES}",
+                    cfg.paths.iter().map(|p| p.size).sum::<u64>()
                 ),
             ));
         }
+        let device = Device::open(&cfg.paths, page_size)?;
+        debug_assert_eq!(device.pages(), pages);
         if (pages * page_size / record::ALIGN) as u64 > index::MAX_ADDR {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
