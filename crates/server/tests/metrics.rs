@@ -992,23 +992,27 @@ fn slow_clients_from_one_address_do_not_hold_the_endpoint() {
     for _ in 0..5 {
         let t = Instant::now();
         let mut c = connect_from("127.0.0.2", s.metrics);
-        c.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         c.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
         let mut out = Vec::new();
         let _ = c.read_to_end(&mut out);
         let (status, head, _) = split(&String::from_utf8_lossy(&out));
         assert_eq!(status, 200, "{head}");
-        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        // Served while the slow clients hold their places (loose: a loaded
+        // machine is slow; a held endpoint answers after the 5 s deadline).
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
         std::thread::sleep(Duration::from_millis(300));
     }
     // Whether a cut connection shows its 408 or a reset depends on what
     // it sent last: its time is the proof.
     let ends: Vec<(u16, Duration)> = slow.into_iter().map(|h| h.join().unwrap()).collect();
-    let cut = Duration::from_millis(4500)..Duration::from_secs(8);
+    // Cut at the 5 s deadline (a per-read limit would keep them to the
+    // attack's end, 12 s); refused well before it.
+    let cut = Duration::from_millis(4500)..Duration::from_secs(11);
     let served = ends.iter().filter(|(_, t)| cut.contains(t)).count();
     let refused = ends
         .iter()
-        .filter(|(_, t)| *t < Duration::from_secs(2))
+        .filter(|(_, t)| *t < Duration::from_secs(4))
         .count();
     assert_eq!((served, refused), (2, 6), "{ends:?}");
     assert!(

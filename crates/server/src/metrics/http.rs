@@ -53,9 +53,9 @@ pub enum Failure {
 pub struct Conn {
     stream: TcpStream,
     deadline: Instant,
-    /// Given back once the reply is written, before the client is told
-    /// it has all of it: a client that sends its next request when the
-    /// last reply ends finds the place free.
+    /// Given back before the reply's last byte is written: a client that
+    /// sends its next request when the last reply ends finds the place
+    /// free.
     slot: Option<Slot>,
 }
 
@@ -137,8 +137,16 @@ impl Conn {
             self.stream.write_all(&reply)?;
             drain(&mut self.stream);
         } else {
-            self.write_by_deadline(head.as_bytes())?;
-            self.write_by_deadline(body)?;
+            // All but the reply's last byte, then the place back, then the
+            // last byte: a client that sends its next request as soon as
+            // this reply ends finds the place free (it cannot see the end
+            // before the place is given back).
+            let mut reply = head.into_bytes();
+            reply.extend_from_slice(body);
+            let last = reply.len() - 1;
+            self.write_by_deadline(&reply[..last])?;
+            self.slot = None;
+            self.write_by_deadline(&reply[last..])?;
         }
         self.slot = None;
         let _ = self.stream.shutdown(std::net::Shutdown::Write);
