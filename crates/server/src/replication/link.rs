@@ -45,8 +45,10 @@ const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 /// The longest answer line to `replica_link` read.
 pub const MAX_ANSWER: usize = 256;
-/// Output written to the socket once this much is buffered.
-const WRITE_CHUNK: usize = 64 << 10;
+/// Output written to the socket once this much is buffered (a TLS
+/// record, two Noise frames), so the batch buffer and the frames it is
+/// sealed into stay in the cache.
+const WRITE_CHUNK: usize = 16 << 10;
 /// How long the sender waits for keys before it checks its timers.
 const POLL: Duration = Duration::from_millis(50);
 /// A full copy ends a stretch with `mn` every this many bytes ...
