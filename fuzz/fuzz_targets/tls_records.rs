@@ -44,6 +44,22 @@ mod tls_context;
 #[allow(dead_code)]
 #[path = "../../crates/server/src/transport/tls.rs"]
 mod transport_tls;
+/// The server's `crate::replication::stream::tls_binding`, which
+/// transport/tls.rs calls (the exporter value a replication handshake in
+/// the session is bound to): the same call, without the rest of the
+/// replication module.
+mod replication {
+    pub(crate) mod stream {
+        pub(crate) fn tls_binding(conn: &rustls::Connection) -> std::io::Result<[u8; 32]> {
+            conn.export_keying_material(
+                [0u8; 32],
+                osmium_protocol::replication_link::EXPORTER_LABEL,
+                None,
+            )
+            .map_err(std::io::Error::other)
+        }
+    }
+}
 
 use settings::tls::{ListenerTls, TlsSettings, VerifyMode};
 use tls_context::TlsContext;
