@@ -455,6 +455,37 @@ mod tests {
     }
 
     #[test]
+    fn a_read_takes_every_whole_frame_that_fits() {
+        let (a, b) = pair();
+        let (mut out, _) = a.split();
+        let (_, mut inb) = b.split();
+        let parts: [&[u8]; 4] = [
+            b"ms a 1 q\r\nb\r\n",
+            b"mn\r\n",
+            b"ms c 1 q\r\nd\r\n",
+            b"mn\r\n",
+        ];
+        let wire = sealed(&mut out, &parts);
+        let mut sock = drip(wire, 1 << 20, false);
+        // Four frames in one socket read: one read of the link gives all
+        // of them, as a plain socket's read would.
+        let mut buf = [0u8; 1024];
+        let n = inb.read_from(&mut sock, &mut buf).unwrap();
+        assert_eq!(&buf[..n], parts.concat().as_slice());
+        // A buffer too small for the next frame gets the ones before it.
+        let (a, b) = pair();
+        let (mut out, _) = a.split();
+        let (_, mut inb) = b.split();
+        let wire = sealed(&mut out, &[b"0123456789", b"abcdefghijklmnop", b"xy"]);
+        let mut sock = drip(wire, 1 << 20, false);
+        let mut buf = [0u8; 20];
+        let n = inb.read_from(&mut sock, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"0123456789");
+        let n = inb.read_from(&mut sock, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"abcdefghijklmnopxy");
+    }
+
+    #[test]
     fn a_flipped_replayed_dropped_or_foreign_frame_ends_the_link() {
         let frames = |n: usize| {
             let (a, b) = pair();
