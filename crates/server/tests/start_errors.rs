@@ -29,10 +29,12 @@ fn refused(mut cmd: Command) -> (i32, String) {
     (status.code().unwrap_or(-1), said)
 }
 
-/// A TCP port this test holds (listening) on 127.0.0.1.
+/// A TCP port this test holds (listening) on 127.0.0.1. The kernel picks
+/// it (port 0), so no other test running at once can be holding it.
 fn held_port() -> (TcpListener, u16) {
-    let port = free_port();
-    (TcpListener::bind(("127.0.0.1", port)).unwrap(), port)
+    let held = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = held.local_addr().unwrap().port();
+    (held, port)
 }
 
 fn a_port_in_use_names_the_interfaces() {
@@ -99,8 +101,8 @@ fn without_dash_l_the_tcp_or_udp_port_is_named() {
             format!("failed to listen on TCP port {port}: Address already in use\n")
         )
     );
-    let udp_port = free_port();
-    let _udp = UdpSocket::bind(("127.0.0.1", udp_port)).unwrap();
+    let udp = UdpSocket::bind(("127.0.0.1", 0)).unwrap();
+    let udp_port = udp.local_addr().unwrap().port();
     let mut cmd = common::osmium_command(osmium());
     cmd.args(["-p", &free_port().to_string(), "-U", &udp_port.to_string()]);
     assert_eq!(
