@@ -189,6 +189,12 @@ impl Inbound {
         self.socket_drained && self.plain_pos == self.plain_end && self.raw_pos == self.raw_end
     }
 
+    /// Whether a read would return plaintext without reading the socket:
+    /// opened plaintext waits, or a whole frame is in.
+    pub fn holds_whole_frame(&self) -> bool {
+        self.plain_pos < self.plain_end || self.next_plain_len().is_some()
+    }
+
     /// Plaintext opened and not yet read.
     pub fn buffered(&self) -> &[u8] {
         &self.plain[self.plain_pos..self.plain_end]
@@ -481,8 +487,21 @@ mod tests {
         let mut buf = [0u8; 20];
         let n = inb.read_from(&mut sock, &mut buf).unwrap();
         assert_eq!(&buf[..n], b"0123456789");
+        // The frames left are whole: the next read needs no socket read.
+        assert!(inb.holds_whole_frame());
         let n = inb.read_from(&mut sock, &mut buf).unwrap();
         assert_eq!(&buf[..n], b"abcdefghijklmnopxy");
+        assert!(!inb.holds_whole_frame());
+        // Part of a frame is not a frame to read.
+        let (a, b) = pair();
+        let (mut out, _) = a.split();
+        let (_, mut inb) = b.split();
+        let mut wire = sealed(&mut out, &[b"0123456789", b"abcdefghijklmnop"]);
+        wire.pop();
+        let mut sock = drip(wire, 1 << 20, false);
+        let n = inb.read_from(&mut sock, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"0123456789");
+        assert!(!inb.holds_whole_frame());
     }
 
     #[test]

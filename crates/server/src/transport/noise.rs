@@ -62,6 +62,12 @@ impl NoiseConn {
         self.inbound.drained()
     }
 
+    /// Whether the next read returns plaintext without a socket read (a
+    /// whole frame of the last socket read is still to be read).
+    pub fn holds_input(&self) -> bool {
+        self.inbound.holds_whole_frame()
+    }
+
     /// Sends the sealed frames that wait. Ok(true): none left.
     pub fn flush_frames(&mut self) -> io::Result<bool> {
         self.outbound.flush_to(&mut self.sock)

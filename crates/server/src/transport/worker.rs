@@ -6,6 +6,12 @@
 //! All replies to the requests found in one read go out in one `write`.
 //! A connection that has run `-R` requests in a row yields to the others
 //! (memcached's `conn_yields`) and is resumed from the worker's ready queue.
+//! A replication link's Noise stream reads the socket up to 64 KiB at a
+//! time and hands the session the frames that fit its buffer: replies
+//! wait (through yields too) while whole frames of that socket read are
+//! still to run and less than one frame's plaintext is queued
+//! (`Conn::reply_later`), so a socket read is answered by one write, as
+//! on a plain socket.
 //!
 //! One turn of the event loop serves every connection `epoll_wait` returned
 //! in three passes, so that the cache misses of one request's lookup overlap
@@ -53,6 +59,7 @@ use std::time::Duration;
 
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token, Waker};
+use osmium_protocol::replication_link::SEAL_PLAINTEXT;
 use slab::Slab;
 
 use super::flash_io::FlashIo;
@@ -135,6 +142,13 @@ impl Conn {
     /// Ok(true) when all of it is out.
     fn flush(&mut self, ctx: &WorkerCtx) -> io::Result<bool> {
         self.stream.send(self.session.output(), &ctx.stats)
+    }
+
+    /// Whether the replies queued may wait for the requests the stream
+    /// already holds (`Stream::holds_input`): less than one Noise frame's
+    /// plaintext is queued. They then leave with those requests' replies.
+    fn reply_later(&mut self) -> bool {
+        self.stream.holds_input() && self.session.output().queued() < SEAL_PLAINTEXT
     }
 
     /// Reads once. Ok(Some(n)) bytes read, Ok(None) would block, Err on EOF,
@@ -241,6 +255,9 @@ impl Conn {
                 Flow::Yield => {
                     // Let other connections run; if the socket is full, the
                     // writable event resumes this one instead.
+                    if self.reply_later() {
+                        return Flow::Yield;
+                    }
                     return match self.flush(ctx) {
                         Ok(true) => Flow::Yield,
                         Ok(false) => Flow::Wait,
@@ -256,7 +273,7 @@ impl Conn {
                 }
                 Flow::Wait => {}
             }
-            if !self.session.holds_output() {
+            if !self.session.holds_output() && !self.reply_later() {
                 match self.flush(ctx) {
                     Ok(true) => {}
                     Ok(false) => return Flow::Wait,
