@@ -5,8 +5,9 @@
 # written from their clap definitions
 # (`--generate-man DIR`) into target/release/man, gzipped, then
 # `cargo deb --no-build` packs what crates/server/Cargo.toml's
-# [package.metadata.deb] lists (binaries, unit, conf, man pages, LICENSE
-# as /usr/share/doc/osmium/copyright).
+# [package.metadata.deb] lists (binaries, unit, conf, man pages, README.md
+# and the docs/ manual under /usr/share/doc/osmium/, LICENSE as
+# /usr/share/doc/osmium/copyright).
 #
 # Needs cargo-deb: cargo install cargo-deb --locked --version 3.8.0
 set -euo pipefail

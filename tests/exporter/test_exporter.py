@@ -23,7 +23,7 @@ writes to flash as a new item), connection counts (the harnesses' probes),
 rusage and uptime, the RAM/flash split of the items (`extstore_objects_*`:
 each engine moves different items to flash), LRU hits per queue (osmium does
 not count hits by queue) and `moves_to_cold` (osmium's new items enter its
-cold queue directly). README "Stats" and docs/ARCHITECTURE.md tell how
+cold queue directly). docs/stats.md and docs/ENGINE.md tell how
 osmium's S3-FIFO queues map onto memcached's LRUs.
 
 A last test runs memcached-tool's `display` (the script from the oracle's

@@ -114,6 +114,11 @@ def test_the_package_installs_and_its_unit_runs_the_server(installed):
                            capture_output=True, text=True, env=dict(os.environ, MANPAGER="cat",
                                                                      PAGER="cat"))
         assert r.returncode == 0 and "config-file" in r.stdout, r.stderr
+    # README.md and the manual it points to (docs/*.md), links intact.
+    assert os.path.isfile("/usr/share/doc/osmium/README.md")
+    for doc in glob.glob(os.path.join(ROOT, "docs", "*.md")):
+        shipped = os.path.join("/usr/share/doc/osmium/docs", os.path.basename(doc))
+        assert os.path.isfile(shipped), f"{shipped} not installed"
     copyright_text = open("/usr/share/doc/osmium/copyright").read()
     assert "The osmium developers" in copyright_text
     assert "Redistribution and use in source and binary forms" in copyright_text

@@ -347,7 +347,8 @@ pub fn on_reload(
         tracing::warn!(
             "pool {}: its servers changed; if they replicate in a ring (--replicate-to \
              the next server), each must now replicate to its new successor: {} \
-             (README \"Changing the ring\"; with replication_secret: the proxy tells them)",
+             (docs/replication.md \"Changing the ring\"; with replication_secret: the \
+             proxy tells them)",
             new.name,
             crate::log_list::short_list(&what)
         );
@@ -411,7 +412,7 @@ impl Job {
                 ),
                 Err(e) => tracing::warn!(
                     "pool {}: could not make server {server} replicate to {target}: {e}; \
-                     set its --replicate-to by hand (README \"Changing the ring\")",
+                     set its --replicate-to by hand (docs/replication.md \"Changing the ring\")",
                     self.pool
                 ),
             }

@@ -493,6 +493,11 @@ fn without_a_secret_the_operator_is_told_and_bad_files_are_refused() {
     );
     let want = format!("{} -> {}", addr(ports[2]), addr(ports[0]));
     assert!(warns[0].contains(&want), "{text}");
+    // It points at the manual's steps for doing it by hand.
+    assert!(
+        warns[0].contains("docs/replication.md \"Changing the ring\""),
+        "{text}"
+    );
     assert!(!text.contains("now replicates to"), "{text}");
 }
 

@@ -358,7 +358,7 @@ fn parse_size(s: &str) -> Option<usize> {
 /// ext_item_size, ext_recache_rate (0: nothing read from flash comes back
 /// into RAM), ext_compact_under (free pages kept), ext_max_frag (pages
 /// less full than this are compacted first), ext_drop_unread. Accepted
-/// without effect (osmium's tier has no such knob: README): ext_threads,
+/// without effect (osmium's tier has no such knob: docs/flash.md): ext_threads,
 /// ext_io_depth, ext_item_age, ext_low_ttl, ext_drop_under, ext_max_sleep.
 fn extstore_option(f: &mut FlashConfig, name: &str, value: Option<&str>) -> Result<(), String> {
     let number = |v: Option<&str>| -> Result<u64, String> {

@@ -169,8 +169,9 @@ fn a_ring_gains_a_server_and_loses_it_again() {
     let log = c.stderr();
     assert!(log.contains("targets changed (reload)"), "{log}");
 
-    // D leaves as README says: C replicates to D and A (D's link kept,
-    // A's opened with a full copy), then to A alone.
+    // D leaves as docs/replication.md ("Changing the ring") says: C
+    // replicates to D and A (D's link kept, A's opened with a full copy),
+    // then to A alone.
     let writer = Writer::start(pc, "c2-");
     wait("C's writes", || writer.count() >= 500);
     c_conf.write(&format!("{}--replicate-to {}\n", conf(pd, ""), addr(pa)));

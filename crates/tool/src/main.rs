@@ -63,7 +63,7 @@ struct TopArgs {
     /// Poll twice, one interval apart, print the result and exit.
     #[arg(long)]
     once: bool,
-    /// With --once (implied): the result as JSON (schema in the README).
+    /// With --once (implied): the result as JSON (schema in docs/tool.md).
     #[arg(long)]
     json: bool,
 }

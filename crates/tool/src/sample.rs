@@ -2,7 +2,7 @@
 //! poll: `stats`, `stats settings`' `metrics_addr`, `stats hotkeys`, the
 //! latency histograms of that address) and a `View`, the rates and gauges
 //! computed from two snapshots, per server and summed over all; `json`
-//! writes views in the documented schema (README, "osmium-tool").
+//! writes views in the documented schema (docs/tool.md, "The JSON document").
 
 use std::collections::HashMap;
 use std::time::Instant;

@@ -24,8 +24,8 @@
 //! `-Z` the TLS session carries it, the handshake bound to the session;
 //! under `-Z` without a secret, the certificates (`-o replication_peers`,
 //! `-o replication_ca`). Without `-Z` the secret is required. What each
-//! kind of connection may run is `rights`. See "Replication" in
-//! docs/ARCHITECTURE.md and docs/SECURITY.md.
+//! kind of connection may run is `rights`. See docs/replication.md ("How
+//! it works") and docs/SECURITY.md.
 //!
 //! **Sync mode's flow control never wedges** (the invariant: no
 //! connection waits for a reply that needs its own unread input, however
