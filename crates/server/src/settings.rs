@@ -266,9 +266,11 @@ pub struct Settings {
     pub thread_affinity: Option<usize>,
     /// `-o idle_spin=<microseconds>` (osmium's own): how long at most a
     /// worker with nothing to do polls before it sleeps
-    /// (`transport::idle_spin`); 0 never. By default
-    /// `DEFAULT_IDLE_SPIN_US` when every worker can have a CPU of its own
-    /// (`-t` no more than the CPUs this process may use), else 0.
+    /// (`transport::idle_spin`); 0 never, the default. Polling buys a
+    /// closed-loop client's latency with CPU: at open-loop rates a worker
+    /// polls away every gap shorter than the budget, several times the
+    /// CPU per request of sleeping (docs/compat.md says when to opt in,
+    /// e.g. with 100).
     pub idle_spin_us: u32,
     pub binding_protocol: &'static str,
     /// -S: SASL authentication for the binary protocol.
@@ -324,23 +326,8 @@ pub enum Action {
     GenSecret(String),
 }
 
-/// `-o idle_spin` by default, where it is on (microseconds): longer than
-/// the wake-up of an idle vCPU plus a client's turn-around, so that a
-/// closed-loop client's next request finds the worker still polling.
-pub const DEFAULT_IDLE_SPIN_US: u32 = 100;
 /// The longest `-o idle_spin` taken (microseconds).
 const MAX_IDLE_SPIN_US: u32 = 10_000;
-
-/// Idle polling by default: on while every worker can have a CPU of its
-/// own, so that a polling worker never keeps another from running.
-fn default_idle_spin(threads: usize) -> u32 {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if threads <= cpus {
-        DEFAULT_IDLE_SPIN_US
-    } else {
-        0
-    }
-}
 
 fn parse_size(s: &str) -> Option<usize> {
     let s = s.trim();
@@ -759,7 +746,7 @@ fn parse_expanded(
         lru_crawler,
         clean,
         thread_affinity,
-        idle_spin_us: idle_spin_us.unwrap_or_else(|| default_idle_spin(cli.threads)),
+        idle_spin_us: idle_spin_us.unwrap_or(0),
         binding_protocol,
         sasl: cli.sasl,
         sasl_pwdb,

@@ -128,11 +128,13 @@ fn an_option_given_twice_takes_its_last_value_and_lists_add_up() {
 }
 
 #[test]
-fn idle_spin_is_on_by_default_only_where_workers_have_a_cpu_each() {
+fn idle_spin_is_off_by_default_and_taken_when_asked() {
     let cpus = std::thread::available_parallelism().unwrap().get();
     let t = |n: usize| run(&["-t", &n.to_string()]).unwrap().idle_spin_us;
-    assert_eq!(t(cpus), DEFAULT_IDLE_SPIN_US);
+    assert_eq!(t(1), 0);
+    assert_eq!(t(cpus), 0);
     assert_eq!(t(cpus + 1), 0);
+    assert_eq!(run(&["-o", "idle_spin=100"]).unwrap().idle_spin_us, 100);
     assert_eq!(run(&["-o", "idle_spin=0"]).unwrap().idle_spin_us, 0);
     assert_eq!(
         run(&["-t", "64", "-o", "idle_spin=30"])

@@ -8,8 +8,9 @@
 //! inter-processor interrupt and a halt exit), more than the request's own
 //! work, and it is paid again by every request of the next turn. Polling
 //! for a while first catches the next request while the worker still runs:
-//! lower latency and, since a wake-up costs more CPU than a short poll,
-//! no more CPU per request.
+//! lower latency, paid for with the polls' CPU (in a closed loop about
+//! that of the wake-ups saved; at open-loop rates far more, which is why
+//! it is off unless asked for).
 //!
 //! The budget adapts to the gaps between turns, so an idle or slow-paced
 //! server does not burn a core:
@@ -53,10 +54,10 @@
 //! long as its clients take to answer, and one whose clients pause longer
 //! than `max` stops polling after a few turns and sleeps as before.
 //!
-//! `max` is `-o idle_spin=<microseconds>`; 0 never polls. By default it is
-//! on only where every worker can have a CPU of its own (see
-//! `settings::Settings::idle_spin_us`): a polling worker must not keep
-//! another worker of the same server from running.
+//! `max` is `-o idle_spin=<microseconds>`; 0, the default, never polls:
+//! at open-loop rates a polling worker spends every gap shorter than
+//! `max` polling, which costs more CPU per request than the wake-ups it
+//! saves (see `settings::Settings::idle_spin_us`).
 
 use std::io;
 use std::time::{Duration, Instant};

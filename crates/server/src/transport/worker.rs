@@ -41,9 +41,10 @@
 //! in `replication`'s module comment): once released, the replies go out
 //! before another request runs, and the socket is read again.
 //!
-//! When a turn is over and no connection is ready, the worker polls for a
-//! short, adaptive while before it sleeps in `epoll_wait` (`idle_spin`):
-//! a closed-loop client's next request then finds it running.
+//! When a turn is over and no connection is ready, the worker sleeps in
+//! `epoll_wait`; with `-o idle_spin` (off by default) it first polls for a
+//! short, adaptive while (`idle_spin`), so that a closed-loop client's next
+//! request finds it running.
 //!
 //! A connection holds buffers only while it has input or output (see
 //! `buffers`); after each drive the idle ones go back to the worker's pool.
