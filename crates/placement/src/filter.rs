@@ -215,7 +215,7 @@ fn merge(mut spans: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
     let mut out: Vec<(u32, u32)> = Vec::with_capacity(spans.len());
     for (lo, hi) in spans {
         match out.last_mut() {
-            Some(last) if last.1.checked_add(1).map_or(true, |next| lo <= next) => {
+            Some(last) if last.1.checked_add(1).is_none_or(|next| lo <= next) => {
                 last.1 = last.1.max(hi);
             }
             _ => out.push((lo, hi)),

@@ -197,6 +197,11 @@ pub struct ItemPtr(*mut u8);
 // all threads; access discipline is enforced by the index shard locks and
 // versions and by reader pins (see `epoch`).
 unsafe impl Send for ItemPtr {}
+// SAFETY: a shared `&ItemPtr` gives only copies of the address (every
+// method takes `self` by value), so sharing one is sending copies: Send's
+// argument. Through the address, the bytes that change under readers (atime,
+// state) are atomics; the other writes are unsafe fns (`init`,
+// `write_header`, `set_exptime`) whose callers hold the slot exclusively.
 unsafe impl Sync for ItemPtr {}
 
 impl ItemPtr {
@@ -805,6 +810,8 @@ mod tests {
         };
         // SAFETY: the buffer is 512 bytes, 8-aligned and owned by the test.
         let it = unsafe { ItemPtr::from_raw(p) };
+        // SAFETY: the test alone holds the buffer; the item takes 30 of its
+        // 512 bytes, and the value parts are the 5 bytes of value_len.
         unsafe { it.init(&spec, b"key", &[b"he", b"llo"], 62, STATE_BINARY_KEY) };
         assert_eq!(it.key(), b"key");
         assert_eq!(it.value(), b"hello");
@@ -815,6 +822,8 @@ mod tests {
         assert_eq!(it.size(), spec.size());
         assert_eq!(it.size(), 4 + 1 + 1 + 16 + 3 + 5);
         assert!(it.has_state(STATE_BINARY_KEY) && !it.is_dead());
+        // SAFETY: no other thread sees the item (the exclusion a shard
+        // write lock gives), and `spec` gave it an exptime field.
         unsafe { it.set_exptime(5) };
         assert_eq!(it.exptime(), 5);
         assert_eq!(it.flags(), 7);
@@ -841,6 +850,9 @@ mod tests {
             };
             // SAFETY: the buffer is 512 bytes and owned by the test.
             let it = unsafe { ItemPtr::from_raw((b.as_mut_ptr() as *mut u8).add(1)) };
+            // SAFETY: the test alone holds the buffer; a key of at most
+            // 40 bytes and a 3-byte value fit in the 511 bytes after the
+            // start; the one part is the whole value.
             unsafe { it.init(&spec, &key, &[b"val"], 0, 0) };
             let m = it.meta();
             assert!(it.key_is(&m, &key), "{len}");
@@ -864,6 +876,8 @@ mod tests {
                 value_len: 2,
                 ..ItemSpec::default()
             };
+            // SAFETY: the test alone holds the buffer; the 8-byte item
+            // fits after a start of at most 3; the one part is the value.
             unsafe { it.init(&spec, b"k", &[b"vv"], 300, STATE_FETCHED) };
             assert_eq!((it.atime(), it.is_fetched()), (300, true));
             it.bump(301);
@@ -885,6 +899,8 @@ mod tests {
             let key = [b'k'; 250];
             // SAFETY: the buffer holds spec.size() bytes, 8-aligned.
             let it = unsafe { ItemPtr::from_raw(b.as_mut_ptr() as *mut u8) };
+            // SAFETY: the test alone holds the buffer, spec.size() bytes
+            // or more; the one part is the whole value.
             unsafe { it.init(&spec, &key, &[&value], 0, 0) };
             assert_eq!(it.value_len(), vlen);
             assert_eq!(it.key(), &key[..]);

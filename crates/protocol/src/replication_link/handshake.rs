@@ -345,7 +345,7 @@ pub fn respond_as(
 pub(crate) mod tests {
     use super::*;
 
-    pub const SECRET: &[u8] = b"0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e";
+    pub(crate) const SECRET: &[u8] = b"0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e";
 
     fn secret() -> Secret {
         Secret::new(SECRET).unwrap()
@@ -360,7 +360,7 @@ pub(crate) mod tests {
     }
 
     /// Two ends of one handshake (initiator, responder), as two processes.
-    pub fn pair() -> (Transport, Transport) {
+    pub(crate) fn pair() -> (Transport, Transport) {
         let s = secret();
         let (i, hello) = Initiator::start_as(&s, Role::TargetLink, None, &[1; ID_LEN]).unwrap();
         let (role, hex) = args(&hello);

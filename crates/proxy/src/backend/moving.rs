@@ -38,7 +38,7 @@ pub struct Parked {
 
 /// A move in progress.
 #[derive(Debug)]
-pub struct Moving {
+pub(crate) struct Moving {
     mv: Move,
     /// Source index → the slot of that server (warm reads go there).
     slots: Vec<Option<usize>>,
@@ -117,7 +117,7 @@ impl Pool {
             let unreached = change.old_order.iter().all(|&slot| {
                 self.servers
                     .get(slot)
-                    .map_or(true, |s| s.pos.is_none() && !s.ever_connected)
+                    .is_none_or(|s| s.pos.is_none() && !s.ever_connected)
             });
             if unreached {
                 return;

@@ -376,7 +376,7 @@ impl Migration {
                 }
             }
             n += 1;
-            if n % 64 == 0 {
+            if n.is_multiple_of(64) {
                 self.priorities();
                 self.drop_old(false);
             }
