@@ -16,6 +16,7 @@
 
 use std::sync::atomic::{AtomicU16, Ordering};
 
+/// S3-FIFO's ghost queue: fingerprints of keys recently evicted from small.
 pub struct Ghost {
     slots: *mut AtomicU16,
     mask: usize,

@@ -64,6 +64,7 @@ impl Role {
         }
     }
 
+    /// The role a word names (see [`Role::word`]); None for any other bytes.
     pub fn from_word(w: &[u8]) -> Option<Role> {
         match w {
             b"target" => Some(Role::TargetLink),
@@ -115,6 +116,7 @@ pub struct Initiator {
 /// Why the connecting end's handshake failed.
 #[derive(Debug)]
 pub enum HandshakeError {
+    /// Reading or writing the socket failed.
     Io(std::io::Error),
     /// The listener answered something else (`ERROR`: no secret there,
     /// or not osmium).

@@ -30,9 +30,13 @@ use crate::reply::Expect;
 /// A request held until its key is copied.
 #[derive(Debug)]
 pub struct Parked {
+    /// Its key.
     pub key: Vec<u8>,
+    /// Its bytes, to send.
     pub wire: Vec<u8>,
+    /// The shape of its reply.
     pub expect: Expect,
+    /// Where its reply goes.
     pub dest: Dest,
 }
 

@@ -80,6 +80,7 @@ pub struct Plan {
     pub tls: Option<MigrationTls>,
     /// Whether each source is reachable (found out here).
     pub reach: Arc<Reach>,
+    /// What the migration has done, shared with the loop.
     pub progress: Arc<Progress>,
     /// Keys the loop waits for (parked requests).
     pub priority: Receiver<Vec<u8>>,
