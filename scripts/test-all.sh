@@ -15,6 +15,8 @@
 #   2. runs, in order, stopping at the first failure:
 #        cargo fmt --all -- --check
 #        cargo clippy --workspace --all-targets -- -D warnings
+#        cargo +RUST_VERSION check (the workspace's rust-version, installed
+#          with rustup --profile minimal if missing; target/msrv)
 #        cargo build --release --workspace
 #        the Debian package (scripts/build-deb.sh: man pages, cargo deb
 #          --no-build; installed and purged by tests/package)
@@ -127,7 +129,7 @@ summary() {
 # run_step "NAME" FUNCTION [ARGS...]: run FUNCTION with its output teed to a
 # log; stop the whole script at the first failure.
 STEP_NO=0
-TOTAL_STEPS=8
+TOTAL_STEPS=10
 run_step() {
     local name=$1; shift
     STEP_NO=$((STEP_NO + 1))
@@ -305,7 +307,7 @@ install_client_suites() {
 }
 
 # --------------------------------------------------------------------------
-# Steps 2-4 and 6: cargo
+# Steps 2, 3, 5, 7 and 8: cargo
 # --------------------------------------------------------------------------
 cargo_build_release() {
     cargo build --release --workspace || return 1
@@ -317,7 +319,33 @@ cargo_build_release() {
 }
 
 # --------------------------------------------------------------------------
-# Step 5: the Debian package, from the release build (tests/package installs
+# Step 4: the workspace's rust-version (Cargo.toml) is checked with that
+# Rust, in target/msrv (the release build's target/release stays). The
+# tests of osmium-server and osmium-client-tests need a newer Rust (the
+# memcache dev-dependency's parking_lot 0.13), so of those two only the
+# binary and the library are checked; every other crate's every target.
+# --------------------------------------------------------------------------
+RUST_VERSION=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' Cargo.toml)
+msrv_step() {
+    local v=$RUST_VERSION
+    [ -n "$v" ] || { echo "no rust-version in Cargo.toml's [workspace.package]"; return 1; }
+    if ! command -v rustup >/dev/null 2>&1; then
+        echo "rustup not found: Rust $v cannot be installed to check the rust-version"
+        return 1
+    fi
+    if ! grep -q "^$v-" <<<"$(rustup toolchain list)"; then
+        note "installing Rust $v (rustup --profile minimal)"
+        rustup toolchain install "$v" --profile minimal || return 1
+    fi
+    note "$(rustup run "$v" rustc --version)"
+    local check=(cargo "+$v" check --locked --target-dir target/msrv)
+    "${check[@]}" --workspace --all-targets \
+        --exclude osmium-server --exclude osmium-client-tests || return 1
+    "${check[@]}" -p osmium-server -p osmium-client-tests
+}
+
+# --------------------------------------------------------------------------
+# Step 6: the Debian package, from the release build (tests/package installs
 # it with apt-get, runs its unit's ExecStart and purges it)
 # --------------------------------------------------------------------------
 deb_step() {
@@ -334,7 +362,7 @@ deb_step() {
 }
 
 # --------------------------------------------------------------------------
-# Step 7: fuzz
+# Step 9: fuzz
 # --------------------------------------------------------------------------
 fuzz_step() {
     if [ ! -f fuzz/Cargo.toml ]; then
@@ -398,7 +426,7 @@ fuzz_step() {
 }
 
 # --------------------------------------------------------------------------
-# Step 8: pytest
+# Step 10: pytest
 # --------------------------------------------------------------------------
 pytest_step() {
     # The osmium binary was just built: a missing binary is an error, not a skip.
@@ -421,6 +449,7 @@ run_step "install dependencies, build the memcached oracle" install_deps
 run_step "cargo fmt --all -- --check" cargo fmt --all -- --check
 run_step "cargo clippy --workspace --all-targets -- -D warnings" \
     cargo clippy --workspace --all-targets -- -D warnings
+run_step "cargo +$RUST_VERSION check (the workspace rust-version)" msrv_step
 run_step "cargo build --release --workspace" cargo_build_release
 run_step "Debian package (scripts/build-deb.sh)" deb_step
 run_step "cargo test --workspace --release" cargo test --workspace --release

@@ -37,7 +37,7 @@ use crate::servers::{Binaries, Kind, Server};
 
 /// The modes of `osmium-bench churn`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// Data that fits: live keys kept and evictions over time, exact verify.
     A,
     /// Over-full cache, zipf cache-aside with updates and deletes: items
@@ -48,7 +48,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Mode::A => "a",
             Mode::B => "b",
@@ -60,7 +60,7 @@ impl Mode {
 /// `osmium-bench churn`.
 #[derive(clap::Args)]
 #[command(mut_arg("threads", |a| a.default_value("2")))]
-pub struct ChurnArgs {
+pub(crate) struct ChurnArgs {
     #[command(flatten)]
     common: crate::Common,
     /// Modes, comma separated (run in the order a, b, c).
@@ -188,13 +188,13 @@ pub struct ChurnArgs {
 
 /// Value sizes: ranges, each drawn uniformly, picked by weight.
 #[derive(Clone, Debug, PartialEq)]
-pub struct SizeMix {
+pub(crate) struct SizeMix {
     /// (weight, lowest, highest), weights as given.
     parts: Vec<(f64, u32, u32)>,
 }
 
 /// Bytes of a value's header: the writer's version, then a tag of the key.
-pub const HEADER: usize = 8;
+pub(crate) const HEADER: usize = 8;
 
 impl FromStr for SizeMix {
     type Err = String;
@@ -233,7 +233,7 @@ impl std::fmt::Display for SizeMix {
 
 impl SizeMix {
     /// A size from the 64 random bits `h`.
-    pub fn draw(&self, h: u64) -> usize {
+    pub(crate) fn draw(&self, h: u64) -> usize {
         let total: f64 = self.parts.iter().map(|p| p.0).sum();
         let u = (h >> 11) as f64 / (1u64 << 53) as f64 * total;
         let mut acc = 0.0;
@@ -251,7 +251,7 @@ impl SizeMix {
     }
 
     /// The mean size.
-    pub fn mean(&self) -> f64 {
+    pub(crate) fn mean(&self) -> f64 {
         let total: f64 = self.parts.iter().map(|p| p.0).sum();
         self.parts
             .iter()
@@ -261,12 +261,12 @@ impl SizeMix {
     }
 
     /// The largest size.
-    pub fn max(&self) -> usize {
+    pub(crate) fn max(&self) -> usize {
         self.parts.iter().map(|p| p.2).max().unwrap_or(0) as usize
     }
 
     /// Every range cut at `cap` bytes.
-    pub fn capped(&self, cap: usize) -> SizeMix {
+    pub(crate) fn capped(&self, cap: usize) -> SizeMix {
         let cap = cap.clamp(HEADER, u32::MAX as usize) as u32;
         SizeMix {
             parts: self
@@ -280,7 +280,7 @@ impl SizeMix {
 
 /// splitmix64's finaliser.
 #[inline]
-pub fn mix64(mut z: u64) -> u64 {
+pub(crate) fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
@@ -288,7 +288,7 @@ pub fn mix64(mut z: u64) -> u64 {
 
 /// Random bits of (seed, id, version): the size of that write of that key.
 #[inline]
-pub fn write_hash(seed: u64, id: u64, version: u32) -> u64 {
+pub(crate) fn write_hash(seed: u64, id: u64, version: u32) -> u64 {
     mix64(
         seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
             ^ mix64(id.wrapping_add(0x632B_E59B_D9B4_E019))
@@ -298,13 +298,13 @@ pub fn write_hash(seed: u64, id: u64, version: u32) -> u64 {
 
 /// Appends the key `c:<id>`.
 #[inline]
-pub fn push_key(out: &mut Vec<u8>, id: u64) {
+pub(crate) fn push_key(out: &mut Vec<u8>, id: u64) {
     out.extend_from_slice(b"c:");
     out.extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
 }
 
 /// Bytes of a key.
-pub fn key_len(id: u64) -> usize {
+pub(crate) fn key_len(id: u64) -> usize {
     2 + itoa::Buffer::new().format(id).len()
 }
 
@@ -317,7 +317,7 @@ fn key_tag(id: u64) -> u32 {
 /// Appends the value of key `id` written at `version` with `size` bytes
 /// (at least [`HEADER`]): the version (little endian), the key's tag, then
 /// bytes from a generator seeded by key, version and size.
-pub fn append_value(out: &mut Vec<u8>, id: u64, version: u32, size: usize) {
+pub(crate) fn append_value(out: &mut Vec<u8>, id: u64, version: u32, size: usize) {
     debug_assert!(size >= HEADER);
     out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&key_tag(id).to_le_bytes());
@@ -334,7 +334,7 @@ pub fn append_value(out: &mut Vec<u8>, id: u64, version: u32, size: usize) {
 
 /// The version of `value` if it is exactly what [`append_value`] writes
 /// for key `id` at that version and its length; None if not.
-pub fn check_value(id: u64, value: &[u8]) -> Option<u32> {
+pub(crate) fn check_value(id: u64, value: &[u8]) -> Option<u32> {
     if value.len() < HEADER || value[4..8] != key_tag(id).to_le_bytes() {
         return None;
     }
@@ -350,7 +350,7 @@ pub fn check_value(id: u64, value: &[u8]) -> Option<u32> {
 }
 
 /// What every mode needs to start its servers.
-pub struct Env<'a> {
+pub(crate) struct Env<'a> {
     pub bins: &'a Binaries,
     pub servers: Vec<Kind>,
     pub threads: u32,
@@ -364,13 +364,13 @@ pub struct Env<'a> {
 }
 
 /// A server started by a mode, with its exact command line.
-pub struct Started {
+pub(crate) struct Started {
     pub running: Running,
     pub cmdline: String,
 }
 
 impl Started {
-    pub fn server(&self) -> &Server {
+    pub(crate) fn server(&self) -> &Server {
         &self.running.server
     }
 }
@@ -378,7 +378,12 @@ impl Started {
 impl Env<'_> {
     /// Starts `kind` with `-m memory_mb -t threads`, `-I` if `max_value`
     /// needs it, and a flash file with `--flash`.
-    pub fn start(&self, kind: Kind, memory_mb: u64, max_value: usize) -> Result<Started, String> {
+    pub(crate) fn start(
+        &self,
+        kind: Kind,
+        memory_mb: u64,
+        max_value: usize,
+    ) -> Result<Started, String> {
         let mut args = Vec::new();
         if let Some(limit) = crate::load::item_size_limit(max_value, 24) {
             args.extend(["-I".to_string(), limit]);
@@ -407,14 +412,14 @@ impl Env<'_> {
     }
 
     /// Servers of round `round` (1-based), alternating.
-    pub fn order(&self, round: usize) -> Vec<Kind> {
+    pub(crate) fn order(&self, round: usize) -> Vec<Kind> {
         crate::flash::round_order(&self.servers, round)
     }
 }
 
 /// `osmium-bench churn`: every mode asked; false if a server lost live
 /// data it should have kept in (a), or returned a wrong value anywhere.
-pub fn run(a: &ChurnArgs) -> Result<bool, String> {
+pub(crate) fn run(a: &ChurnArgs) -> Result<bool, String> {
     let bins = crate::binaries(&a.common)?;
     let servers = crate::cache_kinds(&a.common)?;
     if servers.is_empty() || a.rounds == 0 || a.batch == 0 {
@@ -534,7 +539,7 @@ pub fn run(a: &ChurnArgs) -> Result<bool, String> {
 }
 
 /// Prints the command lines of a mode's servers (the top of its section).
-pub fn print_cmdlines(cmdlines: &[(usize, Kind, String)]) {
+pub(crate) fn print_cmdlines(cmdlines: &[(usize, Kind, String)]) {
     println!("server command lines (the port is new at every start):");
     for (round, kind, cmd) in cmdlines {
         println!("  round {round} {kind}: {cmd}");
@@ -542,7 +547,7 @@ pub fn print_cmdlines(cmdlines: &[(usize, Kind, String)]) {
 }
 
 /// The command lines as JSON.
-pub fn cmdlines_json(cmdlines: &[(usize, Kind, String)]) -> Value {
+pub(crate) fn cmdlines_json(cmdlines: &[(usize, Kind, String)]) -> Value {
     cmdlines
         .iter()
         .map(|(r, k, c)| json!({"round": r, "server": k.name(), "cmdline": c}))

@@ -24,7 +24,7 @@ const KEY_SIZE: usize = 16;
 
 /// Where the servers and the generator run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
-pub enum Placement {
+pub(crate) enum Placement {
     /// Wherever the scheduler puts them, servers with `--threads`.
     Unpinned,
     /// Every server on the first CPU with `-t 1`, the generator on the
@@ -46,7 +46,7 @@ impl Placement {
 /// alternated round by round.
 #[derive(clap::Args)]
 #[command(mut_arg("threads", |a| a.default_value("1")))]
-pub struct ClosedArgs {
+pub(crate) struct ClosedArgs {
     #[command(flatten)]
     common: crate::Common,
     /// Client connections of each point, comma separated (run in
@@ -186,7 +186,7 @@ fn behind(first: &Summary, second: &Summary) -> bool {
 /// Runs the sweep and prints a table per configuration (or, with
 /// `--json`, every point at the end). Always `Ok(true)` when it ends: a
 /// server that dies or answers wrongly is an error.
-pub fn run(a: &ClosedArgs) -> Result<bool, String> {
+pub(crate) fn run(a: &ClosedArgs) -> Result<bool, String> {
     let mut conns: Vec<usize> = a.conns.iter().map(|&c| c.max(1)).collect();
     conns.sort_unstable();
     conns.dedup();

@@ -37,14 +37,14 @@ use crate::servers::{free_port, Binaries};
 
 /// A replication link's kind (`--links`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum LinkKind {
+pub(crate) enum LinkKind {
     Plain,
     Tls,
 }
 
 /// What `cluster` measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Mode {
+pub(crate) enum Mode {
     Proxy,
     Replication,
     Sla,
@@ -53,7 +53,7 @@ pub enum Mode {
 }
 
 #[derive(clap::Args)]
-pub struct ClusterArgs {
+pub(crate) struct ClusterArgs {
     /// Modes, comma separated, run in this order (`copy` and `resize` only
     /// when asked).
     #[arg(
@@ -137,7 +137,7 @@ impl ClusterArgs {
 
 /// Runs the modes asked for, printing a table per mode; `false` when a
 /// contender of `resize` lost a key or served an older version.
-pub fn run(a: &ClusterArgs) -> Result<bool, String> {
+pub(crate) fn run(a: &ClusterArgs) -> Result<bool, String> {
     let bins = Binaries::resolve(a.osmium.clone(), a.memcached.clone());
     let proxy = a.proxy.clone().unwrap_or_else(|| {
         std::env::current_exe()

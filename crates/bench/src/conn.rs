@@ -26,7 +26,7 @@ struct Inbox {
     error: Option<String>,
 }
 
-pub struct Conn {
+pub(crate) struct Conn {
     stream: TcpStream,
     inbox: Arc<(Mutex<Inbox>, Condvar)>,
     reader: Option<JoinHandle<()>>,
@@ -38,7 +38,7 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn connect(addr: SocketAddr) -> Result<Conn, String> {
+    pub(crate) fn connect(addr: SocketAddr) -> Result<Conn, String> {
         let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
             .map_err(|e| format!("connecting to {addr}: {e}"))?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
@@ -79,7 +79,7 @@ impl Conn {
         })
     }
 
-    pub fn send(&mut self, payload: &[u8]) -> Result<(), String> {
+    pub(crate) fn send(&mut self, payload: &[u8]) -> Result<(), String> {
         self.stream
             .write_all(payload)
             .map_err(|e| format!("sending: {e}"))
@@ -156,7 +156,7 @@ impl Conn {
 
     /// `mn` → `MN`: every command sent before has been processed. Lines that
     /// come before `MN` are counted as unexpected.
-    pub fn round_trip(&mut self) -> Result<(), String> {
+    pub(crate) fn round_trip(&mut self) -> Result<(), String> {
         self.send(b"mn\r\n")?;
         loop {
             let line = self.line()?;
@@ -168,7 +168,7 @@ impl Conn {
     }
 
     /// `stats` as a map.
-    pub fn stats(&mut self) -> Result<HashMap<String, String>, String> {
+    pub(crate) fn stats(&mut self) -> Result<HashMap<String, String>, String> {
         self.round_trip()?;
         self.send(b"stats\r\n")?;
         let reply = self.reply(Expect::Stats)?;
@@ -189,7 +189,7 @@ impl Conn {
     }
 
     /// `get k1 k2 …`: the values found, in reply order, as (key, value).
-    pub fn get_multi(&mut self, keys: &[&[u8]]) -> Result<Found, String> {
+    pub(crate) fn get_multi(&mut self, keys: &[&[u8]]) -> Result<Found, String> {
         self.round_trip()?;
         let mut req = Vec::new();
         encode::get(&mut req, b"get", keys.iter().copied());
@@ -211,7 +211,7 @@ impl Conn {
     }
 
     /// `get k`.
-    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    pub(crate) fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
         Ok(self.get_multi(&[key])?.pop().map(|(_, v)| v))
     }
 }
@@ -226,10 +226,10 @@ impl Drop for Conn {
 }
 
 /// The hits of a multi-key get: (key, value) in reply order.
-pub type Found = Vec<(Vec<u8>, Vec<u8>)>;
+pub(crate) type Found = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// A numeric field of `stats`.
-pub fn stat_u64(stats: &HashMap<String, String>, name: &str) -> Result<u64, String> {
+pub(crate) fn stat_u64(stats: &HashMap<String, String>, name: &str) -> Result<u64, String> {
     stats
         .get(name)
         .ok_or_else(|| format!("stats has no {name}"))?

@@ -30,10 +30,10 @@ use crate::keys::Key;
 use crate::load::KeyDist;
 use crate::servers::{self, Binaries, Kind, Server};
 
-pub use cache::DropCache;
+pub(crate) use cache::DropCache;
 
 /// Key size: `k%015d`, the keys `load` draws too.
-pub const KEY_SIZE: usize = 16;
+pub(crate) const KEY_SIZE: usize = 16;
 
 /// Bytes a flashed item takes on memcached's flash besides key and value
 /// (item header with CAS, the key's NUL, the value's CRLF, rounded up):
@@ -46,7 +46,7 @@ const FLASH_FILL: f64 = 0.85;
 
 /// The modes of `osmium-bench flash`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// Items kept, items on flash, RSS, RAM per item kept and per flash item.
     Density,
     /// Cache-aside miss ratio, zipf keys, mixed value sizes.
@@ -58,7 +58,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Mode::Density => "density",
             Mode::Hitratio => "hitratio",
@@ -70,7 +70,7 @@ impl Mode {
 
 /// Everything `osmium-bench flash` was asked.
 #[derive(Clone, Debug)]
-pub struct FlashOpts {
+pub(crate) struct FlashOpts {
     pub modes: Vec<Mode>,
     pub servers: Vec<Kind>,
     pub threads: u32,
@@ -120,7 +120,7 @@ pub struct FlashOpts {
 
 /// Parses a flash size the way memcached's `ext_path=FILE:SIZE` does: a
 /// whole number followed by `m`, `g` or `t` (binary units, any case).
-pub fn parse_flash_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_flash_size(s: &str) -> Result<u64, String> {
     let bad = || format!("bad flash size {s:?}: a whole number with M, G or T (e.g. 8G)");
     let s = s.trim();
     let (num, unit) = s.split_at(s.len().saturating_sub(1));
@@ -138,7 +138,7 @@ pub fn parse_flash_size(s: &str) -> Result<u64, String> {
 }
 
 /// `/proc/PID/status` field `name` (kB) in bytes.
-pub fn status_bytes(pid: u32, name: &str) -> Option<u64> {
+pub(crate) fn status_bytes(pid: u32, name: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with(name))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -146,12 +146,12 @@ pub fn status_bytes(pid: u32, name: &str) -> Option<u64> {
 }
 
 /// A numeric `stats` field, None when the server does not report it.
-pub fn stat(stats: &HashMap<String, String>, name: &str) -> Option<u64> {
+pub(crate) fn stat(stats: &HashMap<String, String>, name: &str) -> Option<u64> {
     stats.get(name)?.parse().ok()
 }
 
 /// The difference of a numeric `stats` field between two snapshots.
-pub fn stat_delta(
+pub(crate) fn stat_delta(
     before: &HashMap<String, String>,
     after: &HashMap<String, String>,
     name: &str,
@@ -162,7 +162,7 @@ pub fn stat_delta(
 /// Share of the server's hits it served from flash between two `stats`:
 /// the deltas of `get_extstore` / `get_hits` (the same window, the server's
 /// own counts); None when it reports no `get_extstore` or had no hit.
-pub fn flash_share(
+pub(crate) fn flash_share(
     before: &HashMap<String, String>,
     after: &HashMap<String, String>,
 ) -> Option<f64> {
@@ -173,13 +173,13 @@ pub fn flash_share(
 
 /// The directory the flash files go in: `--dir` (kept), or a fresh one
 /// under /tmp, removed when dropped.
-pub struct FlashDir {
+pub(crate) struct FlashDir {
     pub path: PathBuf,
     created: bool,
 }
 
 impl FlashDir {
-    pub fn new(dir: Option<&Path>) -> Result<FlashDir, String> {
+    pub(crate) fn new(dir: Option<&Path>) -> Result<FlashDir, String> {
         let (path, created) = match dir {
             Some(d) => {
                 if !d.is_dir() {
@@ -200,7 +200,7 @@ impl FlashDir {
 
     /// The flash file of a server of `kind` (removed before, and when the
     /// guard drops).
-    pub fn file(&self, kind: Kind) -> FlashFile {
+    pub(crate) fn file(&self, kind: Kind) -> FlashFile {
         FlashFile::new(
             self.path
                 .join(format!("{}-{}.flash", kind.name(), std::process::id())),
@@ -218,7 +218,7 @@ impl Drop for FlashDir {
 
 /// A flash file: removed before the server starts, when the guard drops
 /// and by the signal handler.
-pub struct FlashFile {
+pub(crate) struct FlashFile {
     pub path: PathBuf,
 }
 
@@ -231,7 +231,7 @@ impl FlashFile {
 
     /// Bytes the file takes on disk (its allocated blocks: memcached writes
     /// it sparsely).
-    pub fn allocated(&self) -> u64 {
+    pub(crate) fn allocated(&self) -> u64 {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(&self.path).map_or(0, |m| m.blocks() * 512)
     }
@@ -246,22 +246,22 @@ impl Drop for FlashFile {
 
 /// A server started for a mode; dropping it stops the server (by PID),
 /// then removes its flash file.
-pub struct Running {
+pub(crate) struct Running {
     // Declared first: dropped (the process killed) before the file goes.
     pub server: Server,
     pub file: Option<FlashFile>,
 }
 
 impl Running {
-    pub fn kind(&self) -> Kind {
+    pub(crate) fn kind(&self) -> Kind {
         self.server.kind
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.server.addr()
     }
 
-    pub fn stats(&self) -> Result<HashMap<String, String>, String> {
+    pub(crate) fn stats(&self) -> Result<HashMap<String, String>, String> {
         Conn::connect(self.addr())?.stats()
     }
 }
@@ -269,7 +269,7 @@ impl Running {
 /// Starts `kind` with `-m`, `-t`, the `-I` items of `max_value` need, and
 /// with a flash file in `dir` when given: `-o ext_path=FILE:SIZE` and the
 /// `--ext-opts`.
-pub fn start(
+pub(crate) fn start(
     bins: &Binaries,
     kind: Kind,
     o: &FlashOpts,
@@ -293,7 +293,7 @@ pub fn start(
 /// Byte `i` of a value is deterministic: the key (cut to the size), then a
 /// stream seeded by id and size, so a value moved, cut short, mixed with
 /// another item's or another size's bytes is caught.
-pub fn append_value(out: &mut Vec<u8>, id: u64, size: usize) {
+pub(crate) fn append_value(out: &mut Vec<u8>, id: u64, size: usize) {
     let key = Key::new(b'k', id, KEY_SIZE);
     let head = size.min(KEY_SIZE);
     out.extend_from_slice(&key.as_bytes()[..head]);
@@ -312,11 +312,11 @@ pub fn append_value(out: &mut Vec<u8>, id: u64, size: usize) {
 }
 
 /// A value size for every id.
-pub type SizeOf<'a> = &'a (dyn Fn(u64) -> usize + Sync);
+pub(crate) type SizeOf<'a> = &'a (dyn Fn(u64) -> usize + Sync);
 
 /// What a load did.
 #[derive(Clone, Debug, Default)]
-pub struct Loaded {
+pub(crate) struct Loaded {
     /// Item data sent: keys and values.
     pub bytes: u64,
     pub seconds: f64,
@@ -326,7 +326,7 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    pub fn mb_per_sec(&self) -> f64 {
+    pub(crate) fn mb_per_sec(&self) -> f64 {
         self.bytes as f64 / 1e6 / self.seconds.max(1e-9)
     }
 }
@@ -339,7 +339,7 @@ const LOAD_WRITE: usize = 64 * 1024;
 /// item data (0: unpaced), then an `mn` round trip: every set has been
 /// applied when it returns. One connection, so the items arrive in id
 /// order: the lowest ids are the oldest, the first a server moves to flash.
-pub fn load(
+pub(crate) fn load(
     addr: SocketAddr,
     ids: std::ops::Range<u64>,
     size_of: SizeOf,
@@ -395,7 +395,7 @@ pub fn load(
 
 /// What a sweep found.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Sweep {
+pub(crate) struct Sweep {
     /// Hits with the exact value.
     pub found: u64,
     pub missing: u64,
@@ -414,7 +414,7 @@ impl Sweep {
 /// Fetches ids `lo, lo + step, …` below `hi` with multi-key `get`s (up to
 /// 100 keys, fewer for large values) over `conns` connections, and compares
 /// every value byte for byte with [`append_value`]'s.
-pub fn sweep(
+pub(crate) fn sweep(
     addr: SocketAddr,
     lo: u64,
     hi: u64,
@@ -523,7 +523,7 @@ fn sweep_share(
 /// (`curr_items`, `extstore_objects_written`, `extstore_objects_used`,
 /// `evictions`) have not moved for a second, so that what a load left in
 /// the server's queues has landed; the last `stats`.
-pub fn settle(addr: SocketAddr) -> Result<HashMap<String, String>, String> {
+pub(crate) fn settle(addr: SocketAddr) -> Result<HashMap<String, String>, String> {
     let mut conn = Conn::connect(addr)?;
     let fields = [
         "curr_items",
@@ -549,7 +549,7 @@ pub fn settle(addr: SocketAddr) -> Result<HashMap<String, String>, String> {
 
 /// How many items of `value_size` make `ratio` × `-m` of item data, and
 /// whether the flash file cut that down (to [`FLASH_FILL`] of it).
-pub fn items_for(o: &FlashOpts, ratio: f64, value_size: usize) -> (u64, bool) {
+pub(crate) fn items_for(o: &FlashOpts, ratio: f64, value_size: usize) -> (u64, bool) {
     let per_item = (value_size + KEY_SIZE) as f64;
     let want = (ratio * o.memory_mb as f64 * (1u64 << 20) as f64 / per_item).ceil() as u64;
     let fits = (o.flash_bytes as f64 * FLASH_FILL
@@ -580,7 +580,7 @@ fn on_tmpfs(dir: &Path) -> bool {
 
 /// `osmium-bench flash`: every mode asked, in the order density,
 /// hitratio, reads, sizes; false if a server returned a wrong value.
-pub fn run(bins: &Binaries, o: &FlashOpts) -> Result<bool, String> {
+pub(crate) fn run(bins: &Binaries, o: &FlashOpts) -> Result<bool, String> {
     if o.servers.is_empty() {
         return Err("--servers names no server".into());
     }
@@ -657,7 +657,7 @@ pub fn run(bins: &Binaries, o: &FlashOpts) -> Result<bool, String> {
 
 /// Servers of round `round` (1-based): `servers` in order, reversed every
 /// other round.
-pub fn round_order(servers: &[Kind], round: usize) -> Vec<Kind> {
+pub(crate) fn round_order(servers: &[Kind], round: usize) -> Vec<Kind> {
     let mut v = servers.to_vec();
     if round.is_multiple_of(2) {
         v.reverse();
@@ -666,7 +666,7 @@ pub fn round_order(servers: &[Kind], round: usize) -> Vec<Kind> {
 }
 
 /// `x` with `d` decimals, `-` when None or not finite.
-pub fn fmt_opt(x: Option<f64>, d: usize) -> String {
+pub(crate) fn fmt_opt(x: Option<f64>, d: usize) -> String {
     match x {
         Some(x) if x.is_finite() => format!("{x:.d$}"),
         _ => "-".into(),
@@ -674,7 +674,7 @@ pub fn fmt_opt(x: Option<f64>, d: usize) -> String {
 }
 
 /// `x` for JSON: null when not finite.
-pub fn json_f64(x: Option<f64>) -> serde_json::Value {
+pub(crate) fn json_f64(x: Option<f64>) -> serde_json::Value {
     match x {
         Some(x) if x.is_finite() => x.into(),
         _ => serde_json::Value::Null,

@@ -52,7 +52,7 @@ struct Conn {
 
 /// Runs the floor server on `addr` (port 0: any free port), printing
 /// `listening on <addr>` once bound; never returns unless it fails.
-pub fn run(addr: SocketAddr, value_size: usize) -> Result<(), String> {
+pub(crate) fn run(addr: SocketAddr, value_size: usize) -> Result<(), String> {
     let value = vec![b'x'; value_size];
     let listener = listen(addr)?;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -93,7 +93,7 @@ pub fn run(addr: SocketAddr, value_size: usize) -> Result<(), String> {
 
 /// Binds `addr` and prints `listening on <addr>` (the bound address): the
 /// listener of both floors.
-pub fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, String> {
+pub(crate) fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, String> {
     let listener =
         std::net::TcpListener::bind(addr).map_err(|e| format!("floor: bind {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
@@ -206,7 +206,7 @@ fn data_len(word: Option<&[u8]>) -> Option<usize> {
 
 /// Appends the answers to every complete request at the start of `input`
 /// to `out`; returns how many bytes of `input` they used.
-pub fn answer(input: &[u8], value: &[u8], out: &mut Vec<u8>) -> usize {
+pub(crate) fn answer(input: &[u8], value: &[u8], out: &mut Vec<u8>) -> usize {
     let mut at = 0;
     while at < input.len() {
         let used = if input[at] == 0x80 {
@@ -402,7 +402,7 @@ mod tests {
 
 // The options of `floor`.
 #[derive(clap::Args)]
-pub struct FloorArgs {
+pub(crate) struct FloorArgs {
     /// TCP port on 127.0.0.1 (0: any free port; the bound address is
     /// printed as `listening on <addr>`).
     #[arg(short = 'p', long, default_value_t = 0)]

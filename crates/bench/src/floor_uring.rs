@@ -80,7 +80,7 @@ struct Conn {
 
 /// Runs the io_uring floor server on `addr` (port 0: any free port),
 /// printing `listening on <addr>` once bound; never returns unless it fails.
-pub fn run(
+pub(crate) fn run(
     addr: SocketAddr,
     value_size: usize,
     sqpoll: bool,

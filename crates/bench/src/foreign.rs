@@ -13,10 +13,10 @@
 use std::io::{BufRead, IsTerminal};
 
 /// The prefix of every key written into a server this tool did not start.
-pub const DEFAULT_KEY_PREFIX: &str = "osmium-bench:";
+pub(crate) const DEFAULT_KEY_PREFIX: &str = "osmium-bench:";
 
 #[derive(clap::Args, Clone, Debug)]
-pub struct ForeignArgs {
+pub(crate) struct ForeignArgs {
     /// Put this before every key [default: `osmium-bench:` with --addr or
     /// --targets, none with --vs]; `--key-prefix ''` for bare keys. Adds
     /// to --key-size.
@@ -31,7 +31,7 @@ pub struct ForeignArgs {
 impl ForeignArgs {
     /// The key prefix of a run; `foreign`: into servers the tool did not
     /// start.
-    pub fn key_prefix(&self, foreign: bool) -> Vec<u8> {
+    pub(crate) fn key_prefix(&self, foreign: bool) -> Vec<u8> {
         match &self.key_prefix {
             Some(p) => p.as_bytes().to_vec(),
             None if foreign => DEFAULT_KEY_PREFIX.as_bytes().to_vec(),
@@ -41,7 +41,7 @@ impl ForeignArgs {
 
     /// Warns (and at a terminal without --yes, asks) before up to `keys`
     /// keys under `prefix` are written into `servers`.
-    pub fn confirm(&self, servers: &str, keys: u64, prefix: &[u8]) -> Result<(), String> {
+    pub(crate) fn confirm(&self, servers: &str, keys: u64, prefix: &[u8]) -> Result<(), String> {
         let prefix = String::from_utf8_lossy(prefix);
         let prefix = if prefix.is_empty() {
             "no prefix".to_string()

@@ -40,13 +40,13 @@ const ZIPF_PREFIX: u8 = b'k';
 const SCAN_PREFIX: u8 = b's';
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Variant {
+pub(crate) enum Variant {
     Zipf,
     Scan,
 }
 
 impl Variant {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Variant::Zipf => "zipf",
             Variant::Scan => "zipf+scan",
@@ -54,7 +54,7 @@ impl Variant {
     }
 }
 
-pub struct HitRatioOpts {
+pub(crate) struct HitRatioOpts {
     pub keys: u64,
     pub alpha: f64,
     pub memory_mb: Vec<u64>,
@@ -506,7 +506,7 @@ fn run_one(
 
 /// `osmium-bench hitratio`: returns false if a server returned wrong values
 /// or errors.
-pub fn run(bins: &Binaries, o: &HitRatioOpts) -> Result<bool, String> {
+pub(crate) fn run(bins: &Binaries, o: &HitRatioOpts) -> Result<bool, String> {
     if o.keys == 0 || o.keys > u64::from(u32::MAX) {
         return Err("--keys must be in 1..=4294967295".into());
     }

@@ -56,7 +56,7 @@ const EPOCH_MS: u64 = 5_000;
 /// each read and write rate within the tolerance? Starts osmium (or reads
 /// from --addr: gets only unless --writes).
 #[derive(clap::Args, Clone)]
-pub struct HotkeysArgs {
+pub(crate) struct HotkeysArgs {
     #[command(flatten)]
     common: crate::Common,
     /// A running server instead of starting osmium.
@@ -494,7 +494,7 @@ fn compare(
     }
 }
 
-pub fn run(a: &HotkeysArgs) -> Result<bool, String> {
+pub(crate) fn run(a: &HotkeysArgs) -> Result<bool, String> {
     let mut server = None;
     let mut since = None;
     if !(0.0..=1.0).contains(&a.writes) {

@@ -2,11 +2,11 @@
 //! is osmium-placement's (`osmium_placement::ring::libmemcached`), which
 //! osmium-proxy's `distribution: libmemcached` uses too.
 
-pub use osmium_placement::ring::libmemcached::{Continuum, KeyHash};
+pub(crate) use osmium_placement::ring::libmemcached::{Continuum, KeyHash};
 
 /// Which of libmemcached's ketama flavours (`load --ketama`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Variant {
+pub(crate) enum Variant {
     /// `MEMCACHED_BEHAVIOR_KETAMA` alone (pylibmc `{"ketama": True}`):
     /// one-at-a-time hashes, 100 points per server.
     Default,
@@ -20,7 +20,7 @@ pub enum Variant {
 
 impl Variant {
     /// The continuum of this flavour over `servers`.
-    pub fn continuum(self, servers: &[(String, u16)]) -> Continuum {
+    pub(crate) fn continuum(self, servers: &[(String, u16)]) -> Continuum {
         match self {
             Variant::Default => Continuum::new(servers, KeyHash::OneAtATime),
             Variant::Md5 => Continuum::new(servers, KeyHash::Md5),

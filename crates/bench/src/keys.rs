@@ -8,11 +8,11 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 /// Longest key the benchmarks make (memcached's limit is 250).
-pub const MAX_KEY: usize = 250;
+pub(crate) const MAX_KEY: usize = 250;
 
 /// Checks that `count` ids (0..count) fit in keys of `key_size` bytes: a
 /// one-byte prefix then the zero-padded decimal id.
-pub fn check_key_size(key_size: usize, count: u64) -> Result<(), String> {
+pub(crate) fn check_key_size(key_size: usize, count: u64) -> Result<(), String> {
     if !(2..=MAX_KEY).contains(&key_size) {
         return Err(format!("key size {key_size} is not in 2..={MAX_KEY}"));
     }
@@ -31,7 +31,7 @@ pub fn check_key_size(key_size: usize, count: u64) -> Result<(), String> {
 /// `out.len()` is the key size. Leading digits that do not fit are dropped,
 /// which [`check_key_size`] rules out.
 #[inline]
-pub fn write_key(out: &mut [u8], prefix: u8, mut n: u64) {
+pub(crate) fn write_key(out: &mut [u8], prefix: u8, mut n: u64) {
     out[0] = prefix;
     for b in out[1..].iter_mut().rev() {
         *b = b'0' + (n % 10) as u8;
@@ -41,7 +41,7 @@ pub fn write_key(out: &mut [u8], prefix: u8, mut n: u64) {
 
 /// A key in a fixed buffer (no allocation per request).
 #[derive(Clone, Copy)]
-pub struct Key {
+pub(crate) struct Key {
     buf: [u8; MAX_KEY],
     len: usize,
 }
@@ -54,7 +54,7 @@ impl AsRef<[u8]> for Key {
 
 impl Key {
     #[inline]
-    pub fn new(prefix: u8, n: u64, key_size: usize) -> Key {
+    pub(crate) fn new(prefix: u8, n: u64, key_size: usize) -> Key {
         let mut k = Key {
             buf: [0; MAX_KEY],
             len: key_size,
@@ -66,7 +66,7 @@ impl Key {
     /// `prefix` then the key [`Key::new`] makes (`prefix` and `key_size`
     /// together at most [`MAX_KEY`]: longer is cut).
     #[inline]
-    pub fn prefixed(prefix: &[u8], c: u8, n: u64, key_size: usize) -> Key {
+    pub(crate) fn prefixed(prefix: &[u8], c: u8, n: u64, key_size: usize) -> Key {
         let p = prefix.len().min(MAX_KEY - key_size.min(MAX_KEY));
         let mut k = Key {
             buf: [0; MAX_KEY],
@@ -78,7 +78,7 @@ impl Key {
     }
 
     #[inline]
-    pub fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len]
     }
 }
@@ -86,7 +86,7 @@ impl Key {
 /// The value stored under `key`: the key repeated and cut to `size` bytes,
 /// so every item's value is its own. Appended to `out`.
 #[inline]
-pub fn append_value(out: &mut Vec<u8>, key: &[u8], size: usize) {
+pub(crate) fn append_value(out: &mut Vec<u8>, key: &[u8], size: usize) {
     let mut left = size;
     while left > 0 {
         let n = left.min(key.len());
@@ -96,7 +96,7 @@ pub fn append_value(out: &mut Vec<u8>, key: &[u8], size: usize) {
 }
 
 /// Is `value` the one [`append_value`] makes for `key`?
-pub fn value_matches(value: &[u8], key: &[u8]) -> bool {
+pub(crate) fn value_matches(value: &[u8], key: &[u8]) -> bool {
     value
         .chunks(key.len())
         .all(|chunk| chunk == &key[..chunk.len()])
@@ -106,7 +106,7 @@ pub fn value_matches(value: &[u8], key: &[u8]) -> bool {
 /// generator): rank `r` (0-based) of the popularity distribution is key
 /// `perm[r]`, so hot keys are scattered over the key space instead of being
 /// `k000…000`, `k000…001`, …
-pub fn permutation(n: u32, seed: u64) -> Vec<u32> {
+pub(crate) fn permutation(n: u32, seed: u64) -> Vec<u32> {
     let mut perm: Vec<u32> = (0..n).collect();
     let mut rng = SmallRng::seed_from_u64(seed);
     for i in (1..perm.len()).rev() {

@@ -58,11 +58,11 @@ use rand::{Rng, SeedableRng};
 use crate::keys;
 use crate::report::{self, Outcome, Summary};
 use arrivals::next_gap;
-pub use arrivals::Arrivals;
+pub(crate) use arrivals::Arrivals;
 
 /// Wire protocol of the generated requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Protocol {
+pub(crate) enum Protocol {
     Text,
     Binary,
     /// Meta commands: `mg <key> v` (`VA <n>` + data on a hit, `EN` on a
@@ -72,7 +72,7 @@ pub enum Protocol {
 
 /// What one run sends.
 #[derive(Clone, Debug)]
-pub struct Workload {
+pub(crate) struct Workload {
     pub conns: usize,
     pub threads: usize,
     pub depth: usize,
@@ -115,7 +115,7 @@ pub struct Workload {
 
 impl Workload {
     /// Checks that every key fits (ids, prefix and all).
-    pub fn check_keys(&self) -> Result<(), String> {
+    pub(crate) fn check_keys(&self) -> Result<(), String> {
         keys::check_key_size(self.key_size, self.keys)?;
         if self.key_prefix.len() + self.key_size > keys::MAX_KEY {
             return Err(format!(
@@ -130,14 +130,14 @@ impl Workload {
 
     /// The key of id `id`.
     #[inline]
-    pub fn key(&self, id: u64) -> keys::Key {
+    pub(crate) fn key(&self, id: u64) -> keys::Key {
         keys::Key::prefixed(&self.key_prefix, b'k', id, self.key_size)
     }
 }
 
 /// How keys are drawn from `0..keys`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum KeyDist {
+pub(crate) enum KeyDist {
     Uniform,
     /// zipf(s) over the key ranks (key 0 the most requested).
     Zipf(f64),
@@ -238,7 +238,7 @@ impl KeySampler {
 
 /// The server's CPU time so far (user + system, every thread), from
 /// `/proc/<pid>/stat`.
-pub fn cpu_time(pid: u32) -> Result<Duration, String> {
+pub(crate) fn cpu_time(pid: u32) -> Result<Duration, String> {
     let path = format!("/proc/{pid}/stat");
     let stat = std::fs::read_to_string(&path).map_err(|e| format!("reading {path}: {e}"))?;
     // Fields after the command name (which may hold spaces), 1-based from
@@ -263,7 +263,7 @@ pub fn cpu_time(pid: u32) -> Result<Duration, String> {
 /// The servers one run loads: one, or several with every key placed on
 /// one of them as libmemcached's ketama would place it.
 #[derive(Clone, Debug)]
-pub struct Targets {
+pub(crate) struct Targets {
     pub addrs: Vec<SocketAddr>,
     /// Their PIDs, when known, for the servers' CPU time per request
     /// (summed over all of them).
@@ -274,7 +274,7 @@ pub struct Targets {
 
 impl Targets {
     /// One server.
-    pub fn one(addr: SocketAddr, pid: Option<u32>) -> Targets {
+    pub(crate) fn one(addr: SocketAddr, pid: Option<u32>) -> Targets {
         Targets {
             addrs: vec![addr],
             pids: pid.into_iter().collect(),
@@ -284,7 +284,7 @@ impl Targets {
 
     /// Several servers, `(host as spelled for ketama, port, address)`,
     /// keys placed by libmemcached's ketama `variant`.
-    pub fn ketama(
+    pub(crate) fn ketama(
         servers: &[(String, u16, SocketAddr)],
         pids: Vec<u32>,
         variant: crate::ketama::Variant,
@@ -298,7 +298,7 @@ impl Targets {
     }
 
     /// The servers' addresses, comma separated (the `server` of reports).
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         self.addrs
             .iter()
             .map(|a| a.to_string())
@@ -308,7 +308,7 @@ impl Targets {
 
     /// The index in `addrs` of the server that holds `key`.
     #[inline]
-    pub fn server_of(&self, key: &[u8]) -> usize {
+    pub(crate) fn server_of(&self, key: &[u8]) -> usize {
         match &self.continuum {
             Some(c) if self.addrs.len() > 1 => c.server_of(key),
             _ => 0,
@@ -330,7 +330,7 @@ impl Targets {
 
 /// Sets every key once (pipelined, text protocol, each key on its server
 /// of `targets`), so that gets hit. Large values go fewer to a write.
-pub fn preload(targets: &Targets, w: &Workload) -> Result<(), String> {
+pub(crate) fn preload(targets: &Targets, w: &Workload) -> Result<(), String> {
     w.check_keys()?;
     let value = vec![b'v'; w.value_size];
     let mut out = Vec::new();
@@ -423,7 +423,7 @@ struct Tally {
 
 /// Runs the workload against `targets`; their PIDs add the servers' CPU
 /// time per request.
-pub fn run(targets: &Targets, w: &Workload) -> Result<Outcome, String> {
+pub(crate) fn run(targets: &Targets, w: &Workload) -> Result<Outcome, String> {
     w.check_keys()?;
     let threads = w.threads.clamp(1, w.conns.max(1));
     let start = Instant::now() + Duration::from_millis(50);
@@ -941,10 +941,10 @@ mod cpu_sweep;
 mod sla;
 mod vs;
 mod wire;
-pub use cpu_sweep::run_cpu_sweep_vs;
+pub(crate) use cpu_sweep::run_cpu_sweep_vs;
 use osmium_protocol::client::reply::{self as codec_reply, Expect};
-pub use sla::*;
-pub use vs::*;
+pub(crate) use sla::*;
+pub(crate) use vs::*;
 use wire::{binary_reply, meta_reply, push_request, text_reply};
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// None when the command line is not `--generate-man DIR`.
-pub fn generate<C: clap::CommandFactory>() -> Option<ExitCode> {
+pub(crate) fn generate<C: clap::CommandFactory>() -> Option<ExitCode> {
     let argv: Vec<_> = std::env::args_os().collect();
     if argv.len() != 3 || argv[1] != "--generate-man" {
         return None;

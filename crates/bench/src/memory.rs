@@ -16,7 +16,7 @@ use crate::{median, mib};
 
 /// What to load.
 #[derive(Clone, Copy, Debug)]
-pub struct LoadSpec {
+pub(crate) struct LoadSpec {
     pub items: u64,
     pub key_size: usize,
     pub value_size: usize,
@@ -27,7 +27,7 @@ pub struct LoadSpec {
 
 /// What a load left behind, seen by the client.
 #[derive(Debug, Default)]
-pub struct LoadResult {
+pub(crate) struct LoadResult {
     pub seconds: f64,
     /// Lines received for `noreply` sets (replies a server should not send,
     /// e.g. `SERVER_ERROR out of memory storing object`).
@@ -36,7 +36,7 @@ pub struct LoadResult {
 }
 
 /// Opens `spec.conns` connections and makes one round trip on each.
-pub fn connect_all(server: &Server, conns: usize) -> Result<Vec<Conn>, String> {
+pub(crate) fn connect_all(server: &Server, conns: usize) -> Result<Vec<Conn>, String> {
     (0..conns)
         .map(|_| {
             let mut c = Conn::connect(server.addr())?;
@@ -50,7 +50,7 @@ pub fn connect_all(server: &Server, conns: usize) -> Result<Vec<Conn>, String> {
 /// connection `c` sends a contiguous share as pipelined `set … noreply`
 /// batches, then an `mn` round trip, so every set has been applied when this
 /// returns. Stray replies are read by each connection's reader thread.
-pub fn load(conns: &mut [Conn], spec: &LoadSpec) -> Result<LoadResult, String> {
+pub(crate) fn load(conns: &mut [Conn], spec: &LoadSpec) -> Result<LoadResult, String> {
     let n = conns.len() as u64;
     let start = Instant::now();
     let results: Vec<Result<(), String>> = std::thread::scope(|s| {
@@ -132,7 +132,7 @@ fn verify_ends(conn: &mut Conn, spec: &LoadSpec) -> Result<(), String> {
 
 /// One server's figures in `memory`.
 #[derive(Debug)]
-pub struct MemoryRow {
+pub(crate) struct MemoryRow {
     pub round: usize,
     pub kind: Kind,
     pub rss_before: u64,
@@ -145,12 +145,12 @@ pub struct MemoryRow {
 }
 
 impl MemoryRow {
-    pub fn growth_per_item(&self, items: u64) -> f64 {
+    pub(crate) fn growth_per_item(&self, items: u64) -> f64 {
         (self.rss_after as f64 - self.rss_before as f64) / items as f64
     }
 }
 
-pub struct MemoryOpts {
+pub(crate) struct MemoryOpts {
     pub spec: LoadSpec,
     pub memory_mb: u64,
     pub threads: u32,
@@ -196,7 +196,7 @@ fn measure_memory(
 
 /// `osmium-bench memory`: returns false if a server lost items or failed
 /// verification (the figures are printed in any case).
-pub fn run_memory(bins: &Binaries, o: &MemoryOpts) -> Result<bool, String> {
+pub(crate) fn run_memory(bins: &Binaries, o: &MemoryOpts) -> Result<bool, String> {
     check_key_size(o.spec.key_size, o.spec.items)?;
     if o.spec.items == 0 {
         return Err("--items must be at least 1".into());
@@ -315,7 +315,7 @@ pub fn run_memory(bins: &Binaries, o: &MemoryOpts) -> Result<bool, String> {
 
 /// One server's figures in `retained`.
 #[derive(Debug)]
-pub struct RetainedRow {
+pub(crate) struct RetainedRow {
     pub kind: Kind,
     pub curr_items: u64,
     pub evictions: u64,
@@ -328,12 +328,12 @@ pub struct RetainedRow {
 
 impl RetainedRow {
     /// Items retained as estimated from the sample's hit ratio.
-    pub fn estimated(&self, items: u64) -> f64 {
+    pub(crate) fn estimated(&self, items: u64) -> f64 {
         self.sample_hits as f64 / self.sample.max(1) as f64 * items as f64
     }
 }
 
-pub struct RetainedOpts {
+pub(crate) struct RetainedOpts {
     pub spec: LoadSpec,
     pub memory_mb: u64,
     pub threads: u32,
@@ -386,7 +386,7 @@ fn measure_retained(bins: &Binaries, kind: Kind, o: &RetainedOpts) -> Result<Ret
 }
 
 /// `osmium-bench retained`: returns false if a server returned a wrong value.
-pub fn run_retained(bins: &Binaries, o: &RetainedOpts) -> Result<bool, String> {
+pub(crate) fn run_retained(bins: &Binaries, o: &RetainedOpts) -> Result<bool, String> {
     check_key_size(o.spec.key_size, o.spec.items)?;
     if o.spec.items == 0 {
         return Err("--items must be at least 1".into());

@@ -20,7 +20,7 @@ use hdrhistogram::Histogram;
 use plotters::prelude::*;
 
 /// One server's latency distribution.
-pub struct CdfSeries<'a> {
+pub(crate) struct CdfSeries<'a> {
     pub name: &'a str,
     /// Latencies in ns.
     pub hist: &'a Histogram<u64>,
@@ -28,21 +28,21 @@ pub struct CdfSeries<'a> {
 
 /// One server's figures at each offered rate: (offered req/s, achieved
 /// req/s, p99 µs).
-pub struct RateSeries<'a> {
+pub(crate) struct RateSeries<'a> {
     pub name: &'a str,
     pub points: Vec<(f64, f64, f64)>,
 }
 
 /// One server's figures at each offered rate of a `--cpu-sweep`:
 /// (offered req/s, CPU µs per request, p50 µs, p99 µs).
-pub struct CpuSeries<'a> {
+pub(crate) struct CpuSeries<'a> {
     pub name: &'a str,
     pub points: Vec<(f64, f64, f64, f64)>,
 }
 
 /// One server's figures at each connection count of a closed-loop sweep:
 /// (connections, ops/s, p50 µs, p99 µs).
-pub struct ConnSeries<'a> {
+pub(crate) struct ConnSeries<'a> {
     pub name: &'a str,
     pub points: Vec<(f64, f64, f64, f64)>,
 }
@@ -58,7 +58,7 @@ fn percentile_label(x: f64) -> String {
 }
 
 /// (x, latency µs) points of `hist` from the minimum to 99.999 %.
-pub fn cdf_points(hist: &Histogram<u64>) -> Vec<(f64, f64)> {
+pub(crate) fn cdf_points(hist: &Histogram<u64>) -> Vec<(f64, f64)> {
     let start = 0.0;
     let steps = 150;
     (0..=steps)
@@ -100,7 +100,7 @@ fn err(e: impl std::fmt::Display) -> String {
 }
 
 /// Writes the latency CDF of every series to `path` (SVG).
-pub fn latency_cdf(path: &Path, title: &str, series: &[CdfSeries]) -> Result<(), String> {
+pub(crate) fn latency_cdf(path: &Path, title: &str, series: &[CdfSeries]) -> Result<(), String> {
     let curves: Vec<Vec<(f64, f64)>> = series.iter().map(|s| cdf_points(s.hist)).collect();
     let (lo, hi) = curves
         .iter()
@@ -143,7 +143,7 @@ pub fn latency_cdf(path: &Path, title: &str, series: &[CdfSeries]) -> Result<(),
 
 /// Writes throughput (top) and p99 latency (bottom) against offered rate
 /// to `path` (SVG), a line per series.
-pub fn rates(path: &Path, title: &str, series: &[RateSeries]) -> Result<(), String> {
+pub(crate) fn rates(path: &Path, title: &str, series: &[RateSeries]) -> Result<(), String> {
     let all = || series.iter().flat_map(|s| s.points.iter());
     let max_rate = all().fold(1.0f64, |m, p| m.max(p.0).max(p.1));
     let (lo, hi) = all().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
@@ -262,7 +262,7 @@ fn one_two_five(lo: f64, hi: f64) -> Vec<f64> {
 /// Writes ops/s (top) and latency (bottom, log scale: p50 solid, p99
 /// dashed) against connections (log2 scale) to `path` (SVG), a colour per
 /// series. Points with a figure that is not finite are left out.
-pub fn closed_loop(path: &Path, title: &str, series: &[ConnSeries]) -> Result<(), String> {
+pub(crate) fn closed_loop(path: &Path, title: &str, series: &[ConnSeries]) -> Result<(), String> {
     let finite = |p: &&(f64, f64, f64, f64)| {
         p.0 > 0.0 && p.1.is_finite() && p.2.is_finite() && p.3.is_finite()
     };
@@ -390,14 +390,14 @@ pub fn closed_loop(path: &Path, title: &str, series: &[ConnSeries]) -> Result<()
 }
 
 /// One series of a [`timeline`]: (seconds, value) points.
-pub struct TimeSeries<'a> {
+pub(crate) struct TimeSeries<'a> {
     pub name: &'a str,
     pub points: Vec<(f64, f64)>,
 }
 
 /// Writes `series` against time to `path` (SVG), a line per series, with
 /// a dashed vertical line at every second of `marks`.
-pub fn timeline(
+pub(crate) fn timeline(
     path: &Path,
     title: &str,
     y_desc: &str,
@@ -460,7 +460,7 @@ pub fn timeline(
 /// Writes CPU per request (top) and latency (bottom, log scale: p50
 /// solid, p99 dashed) against offered rate to `path` (SVG), a colour per
 /// series. Points with a figure that is not finite are left out.
-pub fn cpu_sweep(path: &Path, title: &str, series: &[CpuSeries]) -> Result<(), String> {
+pub(crate) fn cpu_sweep(path: &Path, title: &str, series: &[CpuSeries]) -> Result<(), String> {
     let finite = |p: &&(f64, f64, f64, f64)| {
         p.1.is_finite() && p.2.is_finite() && p.3.is_finite() && p.2 > 0.0
     };

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::servers;
 
 /// A running process; dropping it kills it (by PID) and reaps it.
-pub struct Process {
+pub(crate) struct Process {
     pub name: String,
     pub pid: u32,
     pub port: u16,
@@ -21,7 +21,7 @@ pub struct Process {
 impl Process {
     /// Spawns `cmd` (stdout discarded, stderr to a log file) and waits up to
     /// 15 s until something accepts on 127.0.0.1:`port`.
-    pub fn start(name: &str, mut cmd: Command, port: u16) -> Result<Process, String> {
+    pub(crate) fn start(name: &str, mut cmd: Command, port: u16) -> Result<Process, String> {
         let log = std::env::temp_dir().join(format!(
             "osmium-bench-{}-{name}-{port}.log",
             std::process::id()
@@ -60,17 +60,17 @@ impl Process {
         }
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
     /// What the process has written on stderr so far.
-    pub fn stderr_text(&self) -> String {
+    pub(crate) fn stderr_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Fails if the process has died.
-    pub fn check_alive(&self) -> Result<(), String> {
+    pub(crate) fn check_alive(&self) -> Result<(), String> {
         match servers::tracked_exit(self.pid) {
             Some(status) => Err(format!("{} (pid {}) died: {status}", self.name, self.pid)),
             None => Ok(()),

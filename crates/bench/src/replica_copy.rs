@@ -24,11 +24,11 @@ use crate::process::Process;
 use crate::servers::free_port;
 
 /// Starts an osmium server on a port with more arguments.
-pub type StartServer<'a> = &'a dyn Fn(u16, &[String]) -> Result<Process, String>;
+pub(crate) type StartServer<'a> = &'a dyn Fn(u16, &[String]) -> Result<Process, String>;
 
 /// What to measure, and how to start an osmium server on a port with more
 /// arguments (the caller's settings: `-m`, `-t`, the binary).
-pub struct CopyRun<'a> {
+pub(crate) struct CopyRun<'a> {
     pub rounds: usize,
     pub items: u64,
     pub value_size: usize,
@@ -75,7 +75,7 @@ fn stat_text(port: u16, name: &str) -> Result<String, String> {
 }
 
 /// Runs the copy measurement once per round; prints a table.
-pub fn run(a: &CopyRun<'_>) -> Result<(), String> {
+pub(crate) fn run(a: &CopyRun<'_>) -> Result<(), String> {
     let items = a.items;
     println!(
         "cluster copy: a sync writer holding {items} items of {} B while its replica is down; the replica starts empty and gets the full copy while one client writes back to back",

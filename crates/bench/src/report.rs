@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 /// What one run measured.
 #[derive(Clone, Debug, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub requests: u64,
     pub seconds: f64,
     pub p50_us: f64,
@@ -29,19 +29,19 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    pub fn ops_per_sec(&self) -> f64 {
+    pub(crate) fn ops_per_sec(&self) -> f64 {
         self.requests as f64 / self.seconds
     }
 
     /// Misses per get seen by the client (NaN without gets).
-    pub fn miss_ratio(&self) -> f64 {
+    pub(crate) fn miss_ratio(&self) -> f64 {
         self.misses as f64 / self.gets as f64
     }
 }
 
 /// The figures of one server: medians over the runs it was given.
 #[derive(Clone, Debug)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// `memcached`, `osmium`, `floor`, or the address loaded.
     pub server: String,
     pub ops_per_sec: f64,
@@ -63,7 +63,7 @@ pub struct Summary {
 
 impl Summary {
     /// The medians of `runs` (NaN figures when there is none).
-    pub fn of(server: &str, runs: &[Outcome]) -> Summary {
+    pub(crate) fn of(server: &str, runs: &[Outcome]) -> Summary {
         let med = |f: &dyn Fn(&Outcome) -> f64| {
             crate::median(runs.iter().map(f).collect()).unwrap_or(f64::NAN)
         };
@@ -95,7 +95,11 @@ impl Summary {
     /// The JSON object of this summary; with `first` (the first server of
     /// a comparison) and `floor` (the floor server's), the CPU ratios
     /// `cpu_vs_<first>` and `cpu_vs_floor`.
-    pub fn json(&self, first: Option<&Summary>, floor: Option<&Summary>) -> Map<String, Value> {
+    pub(crate) fn json(
+        &self,
+        first: Option<&Summary>,
+        floor: Option<&Summary>,
+    ) -> Map<String, Value> {
         let mut row = Map::new();
         row.insert("server".into(), self.server.clone().into());
         for (name, v) in [
@@ -134,7 +138,7 @@ impl Summary {
 
 /// The header of [`table_row`]'s columns; `lead` names a first column
 /// (e.g. the value size of a sweep), `misses` adds the miss ratio.
-pub fn table_header(lead: Option<&str>, first: &str, misses: bool) -> String {
+pub(crate) fn table_header(lead: Option<&str>, first: &str, misses: bool) -> String {
     let mut line = String::new();
     if let Some(lead) = lead {
         line.push_str(&format!("{lead:>9} "));
@@ -157,7 +161,7 @@ pub fn table_header(lead: Option<&str>, first: &str, misses: bool) -> String {
 }
 
 /// One server's row under [`table_header`].
-pub fn table_row(
+pub(crate) fn table_row(
     lead: Option<&str>,
     s: &Summary,
     first: &Summary,

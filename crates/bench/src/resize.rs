@@ -46,7 +46,7 @@ use clients::{Check, Load, Shared};
 
 /// A way of changing the pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Contender {
+pub(crate) enum Contender {
     /// osmium-proxy, `warm_moves: true`, reloaded by SIGHUP.
     Warm,
     /// osmium-proxy, `warm_moves: false`, reloaded by SIGHUP.
@@ -67,7 +67,7 @@ impl Contender {
 
 /// The options of `--mode resize` (beside `cluster`'s own).
 #[derive(clap::Args, Clone, Debug)]
-pub struct ResizeArgs {
+pub(crate) struct ResizeArgs {
     /// resize: a short run (20,000 keys, 8 clients, 4 s phases, 1 s
     /// warm-up) where those are not given.
     #[arg(long)]
@@ -110,7 +110,7 @@ pub struct ResizeArgs {
 }
 
 /// Everything a run needs, defaults applied.
-pub struct Setup<'a> {
+pub(crate) struct Setup<'a> {
     pub bins: &'a Binaries,
     pub proxy: &'a Path,
     pub nutcracker: &'a Path,
@@ -206,7 +206,7 @@ struct RunResult {
 
 /// Runs every contender `rounds` times and reports; `false` when one lost
 /// a key it should have kept or served an older version of one.
-pub fn run(s: &Setup) -> Result<bool, String> {
+pub(crate) fn run(s: &Setup) -> Result<bool, String> {
     let plan = s.plan();
     let a = s.args;
     if a.contenders.is_empty() {

@@ -25,9 +25,9 @@ use crate::{median, mib};
 /// Key size: `k%015d`.
 const KEY_SIZE: usize = 16;
 /// Value sizes of most items: log-uniform over this range (bytes).
-pub const SMALL_VALUES: (u32, u32) = (16, 4096);
+pub(crate) const SMALL_VALUES: (u32, u32) = (16, 4096);
 /// Value sizes of the `--large-fraction` items: log-uniform over this range.
-pub const LARGE_VALUES: (u32, u32) = (1024, 65536);
+pub(crate) const LARGE_VALUES: (u32, u32) = (1024, 65536);
 /// How long a server may answer the probe key with a miss before it counts
 /// as having come back empty.
 const COLD_GRACE: Duration = Duration::from_secs(1);
@@ -38,7 +38,7 @@ const SWEEP_BATCH: usize = 100;
 /// Bytes of `set` commands per write of the loader.
 const LOAD_WRITE: usize = 256 * 1024;
 
-pub struct RestartOpts {
+pub(crate) struct RestartOpts {
     pub items: u64,
     pub large_fraction: f64,
     pub seed: u64,
@@ -57,7 +57,7 @@ pub struct RestartOpts {
 /// The items: key `k%015d` of id `0..n`, value size drawn once from the
 /// seed (the same sequence for every server), value bytes derived from the
 /// seed and the id.
-pub struct Items {
+pub(crate) struct Items {
     sizes: Vec<u32>,
     seed: u64,
 }
@@ -77,7 +77,7 @@ fn splitmix64(x: &mut u64) -> u64 {
 }
 
 impl Items {
-    pub fn new(n: u64, large_fraction: f64, seed: u64) -> Items {
+    pub(crate) fn new(n: u64, large_fraction: f64, seed: u64) -> Items {
         let mut rng = SmallRng::seed_from_u64(seed);
         let sizes = (0..n)
             .map(|_| {
@@ -91,22 +91,22 @@ impl Items {
         Items { sizes, seed }
     }
 
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.sizes.len() as u64
     }
 
-    pub fn key(&self, id: u64) -> Key {
+    pub(crate) fn key(&self, id: u64) -> Key {
         Key::new(b'k', id, KEY_SIZE)
     }
 
-    pub fn value_size(&self, id: u64) -> usize {
+    pub(crate) fn value_size(&self, id: u64) -> usize {
         self.sizes[id as usize] as usize
     }
 
     /// Appends item `id`'s value: its key (cut to the size), then a
     /// pseudo-random stream seeded by the seed and the id, so a value
     /// moved, truncated or mixed with another item's bytes is caught.
-    pub fn append_value(&self, id: u64, out: &mut Vec<u8>) {
+    pub(crate) fn append_value(&self, id: u64, out: &mut Vec<u8>) {
         let size = self.value_size(id);
         let key = self.key(id);
         let head = size.min(KEY_SIZE);
@@ -122,7 +122,7 @@ impl Items {
     }
 
     /// Bytes of item data: the sum of key and value sizes.
-    pub fn data_bytes(&self) -> u64 {
+    pub(crate) fn data_bytes(&self) -> u64 {
         self.sizes
             .iter()
             .map(|&s| u64::from(s) + KEY_SIZE as u64)
@@ -131,7 +131,7 @@ impl Items {
 
     /// `-m` that holds every item with room: 1.5 × (data + 100 B per item)
     /// + 64 MB, at least 2048.
-    pub fn default_memory_mb(&self) -> u64 {
+    pub(crate) fn default_memory_mb(&self) -> u64 {
         let need = (self.data_bytes() + 100 * self.len()) as f64 * 1.5 / (1024.0 * 1024.0);
         (need.ceil() as u64 + 64).max(2048)
     }
@@ -173,7 +173,7 @@ impl Drop for MemFile {
 
 /// How a server was stopped before the restart measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum After {
+pub(crate) enum After {
     /// SIGUSR1.
     Graceful,
     /// SIGKILL.
@@ -191,7 +191,7 @@ impl After {
 
 /// Every key fetched after a restart.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Survival {
+pub(crate) struct Survival {
     /// Found with the right bytes.
     pub found: u64,
     pub missing: u64,
@@ -201,7 +201,7 @@ pub struct Survival {
 
 /// One restart of one server.
 #[derive(Debug)]
-pub struct Row {
+pub(crate) struct Row {
     pub round: usize,
     pub kind: Kind,
     pub after: After,
@@ -681,7 +681,7 @@ fn fmt_opt(x: Option<f64>, decimals: usize) -> String {
 /// `osmium-bench restart`: false if a server lost items it should have
 /// kept (any server after a graceful stop; osmium also after kill -9) or
 /// returned a wrong value.
-pub fn run(bins: &Binaries, o: &RestartOpts) -> Result<bool, String> {
+pub(crate) fn run(bins: &Binaries, o: &RestartOpts) -> Result<bool, String> {
     if o.items == 0 {
         return Err("--items must be at least 1".into());
     }

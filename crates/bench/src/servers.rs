@@ -17,7 +17,7 @@ static CHILDREN: Mutex<Vec<(Child, PathBuf)>> = Mutex::new(Vec::new());
 
 /// Hands `child` (its stderr in `log`) to the signal handler's list: a
 /// process started elsewhere ([`crate::process::Process`]).
-pub fn track(child: Child, log: PathBuf) {
+pub(crate) fn track(child: Child, log: PathBuf) {
     CHILDREN
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -26,7 +26,7 @@ pub fn track(child: Child, log: PathBuf) {
 
 /// Takes process `pid` off the list, kills it (if it still runs) and
 /// reaps it.
-pub fn kill_tracked(pid: u32) {
+pub(crate) fn kill_tracked(pid: u32) {
     let child = {
         let mut children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
         children
@@ -41,7 +41,7 @@ pub fn kill_tracked(pid: u32) {
 }
 
 /// Whether tracked process `pid` has exited (reaping it), with its status.
-pub fn tracked_exit(pid: u32) -> Option<String> {
+pub(crate) fn tracked_exit(pid: u32) -> Option<String> {
     let mut children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
     let (child, _) = children.iter_mut().find(|(c, _)| c.id() == pid)?;
     match child.try_wait() {
@@ -54,20 +54,20 @@ pub fn tracked_exit(pid: u32) -> Option<String> {
 static TEMP_FILES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// Has the signal handler remove `path` if a signal stops the run.
-pub fn remove_on_signal(path: &Path) {
+pub(crate) fn remove_on_signal(path: &Path) {
     let mut files = TEMP_FILES.lock().unwrap_or_else(|e| e.into_inner());
     files.push(path.to_path_buf());
 }
 
 /// Undoes [`remove_on_signal`] (the caller has removed `path` itself).
-pub fn forget_on_signal(path: &Path) {
+pub(crate) fn forget_on_signal(path: &Path) {
     let mut files = TEMP_FILES.lock().unwrap_or_else(|e| e.into_inner());
     files.retain(|f| f != path);
 }
 
 /// Which server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
+pub(crate) enum Kind {
     Memcached,
     Osmium,
     /// A second osmium binary (`--osmium-b PATH`), started like the first:
@@ -84,7 +84,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Memcached => "memcached",
             Kind::Osmium => "osmium",
@@ -97,7 +97,7 @@ impl Kind {
     }
 
     /// One of the floor servers (this executable; stores nothing).
-    pub fn is_floor(self) -> bool {
+    pub(crate) fn is_floor(self) -> bool {
         matches!(
             self,
             Kind::Floor | Kind::FloorUring | Kind::FloorUringSqpoll | Kind::FloorUringMs
@@ -113,7 +113,7 @@ impl fmt::Display for Kind {
 
 /// The binaries to run.
 #[derive(Clone, Debug)]
-pub struct Binaries {
+pub(crate) struct Binaries {
     pub osmium: PathBuf,
     /// `--osmium-b`, for the `osmium-b` kind.
     pub osmium_b: Option<PathBuf>,
@@ -132,7 +132,7 @@ impl Binaries {
     /// test oracle (`.oracle/memcached-1.6.45/memcached`, made by
     /// `scripts/build-memcached.sh`) when it exists, else
     /// `/usr/bin/memcached`.
-    pub fn resolve(osmium: Option<PathBuf>, memcached: Option<PathBuf>) -> Binaries {
+    pub(crate) fn resolve(osmium: Option<PathBuf>, memcached: Option<PathBuf>) -> Binaries {
         let osmium = osmium.unwrap_or_else(|| {
             std::env::current_exe()
                 .ok()
@@ -160,7 +160,7 @@ impl Binaries {
     }
 
     /// Fails if `kind`'s binary is not a file.
-    pub fn check(&self, kind: Kind) -> Result<(), String> {
+    pub(crate) fn check(&self, kind: Kind) -> Result<(), String> {
         let path = self.path(kind);
         if path.is_file() {
             return Ok(());
@@ -178,7 +178,7 @@ impl Binaries {
         })
     }
 
-    pub fn path(&self, kind: Kind) -> &Path {
+    pub(crate) fn path(&self, kind: Kind) -> &Path {
         match kind {
             Kind::Osmium => &self.osmium,
             Kind::OsmiumB => self.osmium_b.as_deref().unwrap_or(Path::new("")),
@@ -192,7 +192,7 @@ impl Binaries {
 
 /// Kills every server still running when SIGINT, SIGTERM or SIGHUP
 /// arrives, then exits with 128 + the signal number.
-pub fn install_signal_handler() -> Result<(), String> {
+pub(crate) fn install_signal_handler() -> Result<(), String> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
         .map_err(|e| format!("installing signal handler: {e}"))?;
@@ -220,7 +220,7 @@ pub fn install_signal_handler() -> Result<(), String> {
 }
 
 /// Is this process's effective uid 0? (From /proc, which needs no libc.)
-pub fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
         return false;
     };
@@ -232,7 +232,7 @@ pub fn running_as_root() -> bool {
 }
 
 /// The CPUs this process may run on (its affinity mask), in order.
-pub fn allowed_cpus() -> Vec<usize> {
+pub(crate) fn allowed_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: a valid pointer to a cpu_set_t of the size given; pid 0 is
@@ -249,12 +249,12 @@ pub fn allowed_cpus() -> Vec<usize> {
 }
 
 /// An errno.
-pub struct Errno(pub i32);
+pub(crate) struct Errno(pub i32);
 
 /// Allows the calling thread (and the threads and processes it starts
 /// from now on) to run on CPU `cpu` only. Async-signal-safe (used between
 /// fork and exec).
-pub fn pin_to_cpu(cpu: usize) -> Result<(), Errno> {
+pub(crate) fn pin_to_cpu(cpu: usize) -> Result<(), Errno> {
     if cpu >= libc::CPU_SETSIZE as usize {
         return Err(Errno(libc::EINVAL));
     }
@@ -273,7 +273,7 @@ pub fn pin_to_cpu(cpu: usize) -> Result<(), Errno> {
 }
 
 /// The `Cpus_allowed_list` of process `pid` (e.g. `0` or `0-1`).
-pub fn cpus_allowed_list(pid: u32) -> Option<String> {
+pub(crate) fn cpus_allowed_list(pid: u32) -> Option<String> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
@@ -282,7 +282,7 @@ pub fn cpus_allowed_list(pid: u32) -> Option<String> {
 }
 
 /// A port that was free a moment ago on 127.0.0.1.
-pub fn free_port() -> Result<u16, String> {
+pub(crate) fn free_port() -> Result<u16, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
     l.local_addr()
         .map(|a| a.port())
@@ -290,7 +290,7 @@ pub fn free_port() -> Result<u16, String> {
 }
 
 /// A running server; dropping it kills the process (by PID) and reaps it.
-pub struct Server {
+pub(crate) struct Server {
     pub kind: Kind,
     pub pid: u32,
     pub port: u16,
@@ -302,7 +302,7 @@ impl Server {
     /// <threads>` (plus `-u root` when running as root) and
     /// waits until it accepts a TCP connection. Retries on a new port if the
     /// process dies at once (e.g. the port was taken in between).
-    pub fn start(
+    pub(crate) fn start(
         bins: &Binaries,
         kind: Kind,
         memory_mb: u64,
@@ -313,7 +313,7 @@ impl Server {
 
     /// [`Server::start`] with `extra` arguments after the others (e.g.
     /// `-I 2m`; for the floor server, `--value-size N`).
-    pub fn start_with(
+    pub(crate) fn start_with(
         bins: &Binaries,
         kind: Kind,
         memory_mb: u64,
@@ -325,7 +325,7 @@ impl Server {
 
     /// [`Server::start_with`], the process (every thread it will start)
     /// allowed only on CPU `cpu` when given (`load --vs --pin`).
-    pub fn start_on(
+    pub(crate) fn start_on(
         bins: &Binaries,
         kind: Kind,
         memory_mb: u64,
@@ -352,7 +352,7 @@ impl Server {
 
     /// [`Server::start_with`] without the wait: returns as soon as the
     /// process is spawned (`restart` times the start itself).
-    pub fn spawn(
+    pub(crate) fn spawn(
         bins: &Binaries,
         kind: Kind,
         memory_mb: u64,
@@ -462,12 +462,12 @@ impl Server {
         }
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
     /// The exit status if the process has exited.
-    pub fn exited(&self) -> Option<String> {
+    pub(crate) fn exited(&self) -> Option<String> {
         let mut children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
         let (child, _) = children.iter_mut().find(|(c, _)| c.id() == self.pid)?;
         match child.try_wait() {
@@ -478,7 +478,7 @@ impl Server {
 
     /// Sends signal `sig` (e.g. SIGUSR1, SIGKILL) unless the process has
     /// exited (and been reaped) already, so a reused PID is never hit.
-    pub fn signal(&self, sig: i32) -> Result<(), String> {
+    pub(crate) fn signal(&self, sig: i32) -> Result<(), String> {
         let mut children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
         let Some((child, _)) = children.iter_mut().find(|(c, _)| c.id() == self.pid) else {
             return Err(format!("{} (pid {}) is not running", self.kind, self.pid));
@@ -500,7 +500,7 @@ impl Server {
     }
 
     /// Waits up to `timeout` for the process to exit; its exit status.
-    pub fn wait_exit(&self, timeout: Duration) -> Result<String, String> {
+    pub(crate) fn wait_exit(&self, timeout: Duration) -> Result<String, String> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.exited() {
@@ -517,12 +517,12 @@ impl Server {
     }
 
     /// What the server has written on stderr so far (its log file).
-    pub fn stderr_text(&self) -> String {
+    pub(crate) fn stderr_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Fails if the server has died (e.g. crashed under load).
-    pub fn check_alive(&self) -> Result<(), String> {
+    pub(crate) fn check_alive(&self) -> Result<(), String> {
         match self.exited() {
             Some(status) => Err(format!("{} (pid {}) died: {status}", self.kind, self.pid)),
             None => Ok(()),
@@ -530,7 +530,7 @@ impl Server {
     }
 
     /// VmRSS from /proc/PID/status, in bytes.
-    pub fn rss_bytes(&self) -> Result<u64, String> {
+    pub(crate) fn rss_bytes(&self) -> Result<u64, String> {
         let path = format!("/proc/{}/status", self.pid);
         let status = std::fs::read_to_string(&path).map_err(|e| format!("reading {path}: {e}"))?;
         let line = status

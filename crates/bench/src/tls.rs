@@ -23,8 +23,8 @@
 //! `--tls12-resumption ids` has the client offer TLS 1.2 session IDs only
 //! (no tickets), so that the ID caches are what resumes.
 
-pub mod certs;
-pub mod sock;
+pub(crate) mod certs;
+pub(crate) mod sock;
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,7 +43,7 @@ use certs::{Certs, KeyType, Tls12Resume, Version};
 /// TLS costs: handshakes per core-second, RAM per idle TLS connection
 /// (osmium against memcached -Z, same certificates, alternating rounds).
 #[derive(Args)]
-pub struct TlsArgs {
+pub(crate) struct TlsArgs {
     #[command(subcommand)]
     mode: Mode,
 }
@@ -131,7 +131,7 @@ enum HsKind {
 
 /// `load --tls`: the load generator over TLS.
 #[derive(Args, Clone)]
-pub struct LoadTlsArgs {
+pub(crate) struct LoadTlsArgs {
     /// Connect with TLS (rustls client); with --vs, start every server
     /// with -Z and test certificates made here (see --tls-key-type).
     #[arg(long)]
@@ -151,7 +151,7 @@ pub struct LoadTlsArgs {
 /// What `load --tls` set up: the client configuration, the server
 /// arguments of --vs, and the certificates (kept until the run ends).
 #[derive(Default)]
-pub struct LoadTls {
+pub(crate) struct LoadTls {
     pub client: Option<Arc<ClientConfig>>,
     pub server_args: Vec<String>,
     _certs: Option<Certs>,
@@ -160,7 +160,7 @@ pub struct LoadTls {
 impl LoadTls {
     /// Certificates and the client configuration for `load --tls` (nothing
     /// without --tls).
-    pub fn setup(a: &LoadTlsArgs, kinds: &[Kind], vs: bool) -> Result<LoadTls, String> {
+    pub(crate) fn setup(a: &LoadTlsArgs, kinds: &[Kind], vs: bool) -> Result<LoadTls, String> {
         if !a.tls {
             return Ok(LoadTls::default());
         }
@@ -197,7 +197,7 @@ impl LoadTls {
     }
 }
 
-pub fn run(a: &TlsArgs) -> Result<bool, String> {
+pub(crate) fn run(a: &TlsArgs) -> Result<bool, String> {
     match &a.mode {
         Mode::Handshakes(h) => handshakes(h),
         Mode::Idle(i) => idle(i),

@@ -43,14 +43,23 @@ pub enum Select {
     /// Inclusive ranges, sorted, disjoint and not adjacent.
     Ranges(Vec<(u32, u32)>),
     /// `hash % n` is one of `picks` (sorted, unique, each below `n`).
-    Modula { n: u32, picks: Vec<u32> },
+    Modula {
+        /// The modulus: a modula table's length (each server repeated
+        /// `weight` times).
+        n: u32,
+        /// The remainders kept: the table entries of the servers dumped.
+        picks: Vec<u32>,
+    },
 }
 
 /// A parsed dump filter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DumpFilter {
+    /// The key hash (`keyhash=`).
     pub hash: HashKind,
+    /// The hash tag (`tag=`): only the tagged part of a key is hashed.
     pub tag: Option<[u8; 2]>,
+    /// Which hashes are kept.
     pub select: Select,
 }
 
@@ -215,7 +224,7 @@ fn merge(mut spans: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
     let mut out: Vec<(u32, u32)> = Vec::with_capacity(spans.len());
     for (lo, hi) in spans {
         match out.last_mut() {
-            Some(last) if last.1.checked_add(1).map_or(true, |next| lo <= next) => {
+            Some(last) if last.1.checked_add(1).is_none_or(|next| lo <= next) => {
                 last.1 = last.1.max(hi);
             }
             _ => out.push((lo, hi)),

@@ -11,17 +11,29 @@
 /// A pool's `hash:`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HashKind {
+    /// `one_at_a_time`: [`one_at_a_time`].
     OneAtATime,
+    /// `md5`: [`md5()`].
     Md5,
+    /// `crc16`: [`crc16`].
     Crc16,
+    /// `crc32`: [`crc32`].
     Crc32,
+    /// `crc32a`: [`crc32a`].
     Crc32a,
+    /// `fnv1_64`: [`fnv1_64`].
     Fnv1_64,
+    /// `fnv1a_64`: [`fnv1a_64`], nutcracker's default.
     Fnv1a64,
+    /// `fnv1_32`: [`fnv1_32`].
     Fnv1_32,
+    /// `fnv1a_32`: [`fnv1a_32`].
     Fnv1a32,
+    /// `hsieh`: [`hsieh`].
     Hsieh,
+    /// `murmur`: [`murmur`].
     Murmur,
+    /// `jenkins`: [`jenkins`].
     Jenkins,
 }
 

@@ -2,6 +2,11 @@
 //! the server gives it) on the hot requests: a get, a set header, a
 //! 10-key gets, an mg; and the prefetch peek (`peek::keys`, on the GET
 //! path) over a pipeline of 16 text gets and of 16 binary GETs.
+
+// criterion_group! defines the `pub fn benches` it runs, and takes no
+// doc comment for it.
+#![allow(missing_docs)]
+
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use osmium_protocol::ascii::parse_line;
 use osmium_protocol::client::encode;

@@ -44,58 +44,104 @@ pub const ARITH_DO_NOT_CREATE: u32 = 0xffff_ffff;
 
 /// Command opcodes (protocol-binary.txt, "Command Opcodes").
 pub mod opcode {
+    /// Get: a key's flags and value.
     pub const GET: u8 = 0x00;
+    /// Set: store a value, whatever the key holds.
     pub const SET: u8 = 0x01;
+    /// Add: store only if the key holds nothing.
     pub const ADD: u8 = 0x02;
+    /// Replace: store only if the key holds an item.
     pub const REPLACE: u8 = 0x03;
+    /// Delete a key.
     pub const DELETE: u8 = 0x04;
+    /// Increment a 64-bit counter (created from the initial value if missing).
     pub const INCREMENT: u8 = 0x05;
+    /// Decrement a 64-bit counter, stopping at 0.
     pub const DECREMENT: u8 = 0x06;
+    /// Quit: answer, then close the connection.
     pub const QUIT: u8 = 0x07;
+    /// Flush: invalidate every item, now or after a delay.
     pub const FLUSH: u8 = 0x08;
+    /// GET, quiet: a miss sends nothing.
     pub const GETQ: u8 = 0x09;
+    /// No-op: answered at once (ends a run of quiet requests).
     pub const NOOP: u8 = 0x0a;
+    /// The server's version string.
     pub const VERSION: u8 = 0x0b;
+    /// GET whose response carries the key.
     pub const GETK: u8 = 0x0c;
+    /// GETK, quiet: a miss sends nothing.
     pub const GETKQ: u8 = 0x0d;
+    /// Append: add bytes after an item's value.
     pub const APPEND: u8 = 0x0e;
+    /// Prepend: add bytes before an item's value.
     pub const PREPEND: u8 = 0x0f;
+    /// Stat: one packet per statistic, then an empty one.
     pub const STAT: u8 = 0x10;
+    /// SET, quiet: success sends nothing.
     pub const SETQ: u8 = 0x11;
+    /// ADD, quiet: success sends nothing.
     pub const ADDQ: u8 = 0x12;
+    /// REPLACE, quiet: success sends nothing.
     pub const REPLACEQ: u8 = 0x13;
+    /// DELETE, quiet: success sends nothing.
     pub const DELETEQ: u8 = 0x14;
+    /// INCREMENT, quiet: success sends nothing.
     pub const INCREMENTQ: u8 = 0x15;
+    /// DECREMENT, quiet: success sends nothing.
     pub const DECREMENTQ: u8 = 0x16;
+    /// QUIT without an answer: the connection just closes.
     pub const QUITQ: u8 = 0x17;
+    /// FLUSH, quiet: success sends nothing.
     pub const FLUSHQ: u8 = 0x18;
+    /// APPEND, quiet: success sends nothing.
     pub const APPENDQ: u8 = 0x19;
+    /// PREPEND, quiet: success sends nothing.
     pub const PREPENDQ: u8 = 0x1a;
     /// Defined by the protocol, not implemented by memcached 1.6 (answered
     /// "Unknown command").
     pub const VERBOSITY: u8 = 0x1b;
+    /// Touch: set a key's expiry; a hit answers its flags.
     pub const TOUCH: u8 = 0x1c;
+    /// Get and touch: GET that also sets the expiry.
     pub const GAT: u8 = 0x1d;
+    /// GAT, quiet: a miss sends nothing.
     pub const GATQ: u8 = 0x1e;
+    /// The SASL mechanisms the server offers.
     pub const SASL_LIST_MECHS: u8 = 0x20;
+    /// SASL: start an authentication with a mechanism.
     pub const SASL_AUTH: u8 = 0x21;
+    /// SASL: the next step of an authentication.
     pub const SASL_STEP: u8 = 0x22;
+    /// GAT whose response carries the key.
     pub const GATK: u8 = 0x23;
+    /// GATK, quiet: a miss sends nothing.
     pub const GATKQ: u8 = 0x24;
 }
 
 /// Response status codes (protocol-binary.txt, "Response Status").
 pub mod status {
+    /// Success.
     pub const NO_ERROR: u16 = 0x0000;
+    /// No item under the key.
     pub const KEY_NOT_FOUND: u16 = 0x0001;
+    /// The key holds an item (ADD), or a CAS that does not match.
     pub const KEY_EXISTS: u16 = 0x0002;
+    /// The value is over the item size limit.
     pub const VALUE_TOO_LARGE: u16 = 0x0003;
+    /// Lengths or arguments wrong for the opcode.
     pub const INVALID_ARGUMENTS: u16 = 0x0004;
+    /// Not stored (an APPEND or PREPEND to a missing key, among others).
     pub const ITEM_NOT_STORED: u16 = 0x0005;
+    /// INCREMENT or DECREMENT of a value that is not a number.
     pub const NON_NUMERIC_VALUE: u16 = 0x0006;
+    /// Authentication failed or is required first (also a FLUSH refused by -F).
     pub const AUTH_ERROR: u16 = 0x0020;
+    /// Authentication goes on: send the next SASL step.
     pub const AUTH_CONTINUE: u16 = 0x0021;
+    /// An opcode the server does not implement.
     pub const UNKNOWN_COMMAND: u16 = 0x0081;
+    /// No memory for the item.
     pub const OUT_OF_MEMORY: u16 = 0x0082;
 }
 
@@ -118,14 +164,23 @@ pub fn status_message(code: u16) -> &'static str {
 /// A request header, integers in host order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestHeader {
+    /// REQUEST_MAGIC (or RESPONSE_MAGIC in a response).
     pub magic: u8,
+    /// The command ([`opcode`]).
     pub opcode: u8,
+    /// Length of the key, after the extras.
     pub key_len: u16,
+    /// Length of the extras, first in the body.
     pub extras_len: u8,
+    /// Data type (0: raw bytes).
     pub data_type: u8,
+    /// The vbucket of a request; the status of a response.
     pub vbucket: u16,
+    /// Extras, key and value together.
     pub body_len: u32,
+    /// Copied unchanged into the response.
     pub opaque: u32,
+    /// CAS unique: a compare-and-swap's expected value, or 0.
     pub cas: u64,
 }
 
@@ -184,7 +239,10 @@ impl RequestHeader {
 pub enum Scan {
     /// Wait until `need` bytes are buffered (the header, then the header,
     /// extras and key).
-    Incomplete { need: usize },
+    Incomplete {
+        /// The bytes the buffer must hold before the next scan.
+        need: usize,
+    },
     /// The first byte is not a request magic: memcached closes the
     /// connection (checked only once 24 bytes are in).
     BadMagic(u8),
@@ -214,75 +272,113 @@ pub fn scan_request(buf: &[u8]) -> Scan {
 pub enum Request<'a> {
     /// GET, GETQ, GETK, GETKQ.
     Get {
+        /// The key.
         key: &'a [u8],
+        /// GETQ/GETKQ: a miss sends nothing.
         quiet: bool,
+        /// GETK/GETKQ: the response carries the key.
         with_key: bool,
     },
     /// TOUCH: a hit answers the flags, no value.
     Touch {
+        /// The key.
         key: &'a [u8],
+        /// The new expiry (memcached's exptime rules).
         exptime: u32,
     },
     /// GAT, GATQ, GATK, GATKQ.
     GetAndTouch {
+        /// The key.
         key: &'a [u8],
+        /// The new expiry (memcached's exptime rules).
         exptime: u32,
+        /// GATQ/GATKQ: a miss sends nothing.
         quiet: bool,
+        /// GATK/GATKQ: the response carries the key.
         with_key: bool,
     },
     /// SET, ADD, REPLACE and their quiet forms (`mode` is Set, Add or
     /// Replace; a non-zero header CAS makes it a compare-and-swap).
     Store {
+        /// Set, Add or Replace.
         mode: StoreMode,
+        /// The key.
         key: &'a [u8],
+        /// The client's flags, stored with the value.
         flags: u32,
+        /// The expiry (memcached's exptime rules).
         exptime: u32,
+        /// Bytes of value after the key.
         value_len: u32,
+        /// The quiet form: success sends nothing.
         quiet: bool,
     },
     /// APPEND, PREPEND and their quiet forms (`mode` is Append or Prepend).
     Concat {
+        /// Append or Prepend.
         mode: StoreMode,
+        /// The key.
         key: &'a [u8],
+        /// Bytes of value after the key.
         value_len: u32,
+        /// The quiet form: success sends nothing.
         quiet: bool,
     },
     /// DELETE, DELETEQ.
     Delete {
+        /// The key.
         key: &'a [u8],
+        /// DELETEQ: success sends nothing.
         quiet: bool,
     },
     /// INCREMENT, DECREMENT and their quiet forms.
     Arith {
+        /// INCREMENT (true) or DECREMENT (false).
         incr: bool,
+        /// The key.
         key: &'a [u8],
+        /// The amount added or subtracted.
         delta: u64,
+        /// The value of a counter created for a missing key.
         initial: u64,
+        /// The expiry of a created counter; [`ARITH_DO_NOT_CREATE`] creates
+        /// none.
         exptime: u32,
+        /// The quiet form: success sends nothing.
         quiet: bool,
     },
     /// QUIT, QUITQ.
     Quit {
+        /// QUITQ: close without an answer.
         quiet: bool,
     },
     /// FLUSH, FLUSHQ; `delay` 0 means now.
     Flush {
+        /// When the flush takes effect, as flush_all's argument (0: now).
         delay: u32,
+        /// FLUSHQ: success sends nothing.
         quiet: bool,
     },
+    /// NOOP.
     Noop,
+    /// VERSION.
     Version,
     /// STAT with an optional group name in the key. Body bytes past the key
     /// are not part of the request (memcached parses them as the next one).
     Stat {
+        /// The group (`settings`, `slabs`, ...); empty for the general stats.
         group: &'a [u8],
     },
+    /// SASL LIST MECHS.
     SaslListMechs,
     /// SASL AUTH (`step` false) or SASL STEP: mechanism in the key, the
     /// client's data as the value.
     Sasl {
+        /// SASL STEP (true) or SASL AUTH (false).
         step: bool,
+        /// The mechanism name (the packet's key).
         mechanism: &'a [u8],
+        /// Bytes of the client's data after the key.
         value_len: u32,
     },
 }
@@ -290,6 +386,7 @@ pub enum Request<'a> {
 /// Outcome of [`decode`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decoded<'a> {
+    /// A valid request.
     Request(Request<'a>),
     /// Key and extras longer than the body: "Unknown command", then close.
     BadBodyLength,
@@ -759,12 +856,19 @@ pub fn put_stat(out: &mut Vec<u8>, opaque: u32, key: &[u8], value: &[u8]) {
 /// A parsed response (for tests and clients; the server only encodes).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response<'a> {
+    /// The opcode of the request answered.
     pub opcode: u8,
+    /// The status ([`status`]).
     pub status: u16,
+    /// The request's opaque, echoed.
     pub opaque: u32,
+    /// The item's CAS unique, or 0.
     pub cas: u64,
+    /// The extras (the flags of a GET hit).
     pub extras: &'a [u8],
+    /// The key (GETK, GATK, STAT).
     pub key: &'a [u8],
+    /// The value, or an error's text.
     pub value: &'a [u8],
 }
 

@@ -48,6 +48,7 @@ pub fn exptime_to_positive(exptime: i32) -> i64 {
 pub struct KeyBuffer(pub [u8; KEY_MAX_LENGTH]);
 
 impl KeyBuffer {
+    /// An all-zero buffer.
     pub const fn new() -> KeyBuffer {
         KeyBuffer([0; KEY_MAX_LENGTH])
     }
@@ -62,7 +63,9 @@ impl Default for KeyBuffer {
 /// One parsed request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request<'a> {
+    /// What the request asks the cache to do.
     pub command: Command<'a>,
+    /// How its reply is framed.
     pub reply: Reply<'a>,
 }
 
@@ -72,7 +75,10 @@ pub enum Reply<'a> {
     /// The classic text protocol. `noreply` suppresses the reply, errors
     /// included (memcached's `out_string`), except where memcached sends
     /// them anyway.
-    Text { noreply: bool },
+    Text {
+        /// The request ended with `noreply`.
+        noreply: bool,
+    },
     /// A meta command (mg ms md ma me mn).
     Meta(MetaReply<'a>),
     /// The binary protocol.
@@ -90,6 +96,7 @@ pub struct MetaReply<'a> {
     /// The request's tokens: return flags (`O`, `k`, `c`, `t`, ...) are
     /// written in the order their flags appear from token `first_flag` on.
     pub tokens: Tokens<'a>,
+    /// The index of the first flag token (after the command and key).
     pub first_flag: usize,
     /// `q`: hide the nominal reply, never an error. In memcached 1.6.45
     /// that is: mg a miss's `EN` (a hit's `HD` is still sent); ms, md and
@@ -111,6 +118,7 @@ impl<'a> MetaReply<'a> {
 /// What a binary reply needs from its request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BinaryReply {
+    /// The request's opcode, echoed in the response.
     pub opcode: u8,
     /// Echoed in every response packet.
     pub opaque: u32,
@@ -253,11 +261,16 @@ impl<'a> Iterator for Keys<'a> {
 /// Which storage command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StoreMode {
+    /// Store whatever the key holds.
     #[default]
     Set,
+    /// Store only if the key holds nothing.
     Add,
+    /// Store only if the key holds an item.
     Replace,
+    /// Add the data after the item's value.
     Append,
+    /// Add the data before the item's value.
     Prepend,
     /// Store only if the item's CAS unique is `Store::cas`.
     Cas,
@@ -272,7 +285,9 @@ pub enum Command<'a> {
     /// not length-checked by the parser: memcached checks each as it
     /// looks it up (see the `ascii` module).
     Get {
+        /// The keys, in request order.
         keys: Keys<'a>,
+        /// gat/gats, binary GAT: the new expiry argument.
         touch: Option<i64>,
         /// gets/gats: the text reply carries CAS uniques (binary replies
         /// always do).
@@ -281,14 +296,18 @@ pub enum Command<'a> {
     /// Set a key's expiry: text touch, binary TOUCH (whose hit answers the
     /// client flags).
     Touch {
+        /// The key.
         key: &'a [u8],
+        /// The new expiry argument.
         exptime: i64,
     },
     /// mg.
     MetaGet(MetaGet<'a>),
     /// me: an item's metadata as text.
     MetaDebug {
+        /// The key.
         key: &'a [u8],
+        /// `b`: the key was sent in base64.
         binary_key: bool,
     },
     /// A storage command; its value (`value_len` bytes, then `\r\n` in the
@@ -303,43 +322,53 @@ pub enum Command<'a> {
     /// client number, not mapped like an exptime. None: the argument is
     /// not a number (answered only after the -F check, as memcached does).
     FlushAll {
+        /// The client's delay argument, if it is a number.
         delay: Option<i64>,
     },
+    /// Reply with the version.
     Version,
     /// Answer and keep the connection (mn, binary NOOP).
     Noop,
     /// Close the connection after the replies already queued (binary QUIT
     /// answers first unless quiet).
     Quit,
+    /// `verbosity <level>`: set the server's verbosity.
     Verbosity {
+        /// The new level.
         level: u32,
     },
     /// `shutdown [graceful]`; an invalid mode is answered only after the
     /// -A check, as memcached does.
     Shutdown {
+        /// Now, graceful, or not a mode.
         mode: ShutdownMode,
     },
     /// `stats [group [args]]` (text) or STAT with a group (binary): the
     /// executor interprets the tokens; `group` is token 1 (text) or the
     /// whole binary key.
     Stats {
+        /// The group, if any.
         group: Option<&'a [u8]>,
+        /// The whole line's tokens (none for binary STAT).
         tokens: Tokens<'a>,
     },
     /// `cache_memlimit <megabytes>`: 8 to 1_000_000_000 (the text parser
     /// answers other values itself, as memcached does before it touches
     /// the limit).
     CacheMemlimit {
+        /// The new limit, in megabytes.
         megabytes: u32,
     },
     /// `lru_crawler <subcommand> [arg]` (metadump, mgdump, crawl, ...).
     LruCrawler {
+        /// The whole line's tokens.
         tokens: Tokens<'a>,
     },
     /// Other administrative text commands the executor answers by name
     /// (`slabs`, `lru`, `extstore`, `watch`, `refresh_certs`): their
     /// tokens.
     Admin {
+        /// The whole line's tokens.
         tokens: Tokens<'a>,
     },
     /// Binary SASL LIST MECHS.
@@ -347,15 +376,20 @@ pub enum Command<'a> {
     /// Binary SASL AUTH (`step` false) or STEP: the mechanism is the key,
     /// the client's data (`value_len` bytes) follows.
     SaslAuth {
+        /// SASL STEP (true) or SASL AUTH (false).
         step: bool,
+        /// The mechanism name.
         mechanism: &'a [u8],
+        /// Bytes of the client's data that follow.
         value_len: usize,
     },
     /// An error found while parsing, answered with this line (text and
     /// meta: without `\r\n`); then `discard` bytes of data block (and its
     /// terminator) that belonged to the refused command are swallowed.
     Error {
+        /// The error line.
         message: &'static str,
+        /// Bytes to swallow after the line.
         discard: usize,
     },
     /// Close the connection at once, without a reply (memcached's answer
@@ -366,7 +400,9 @@ pub enum Command<'a> {
 /// `shutdown`'s argument.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShutdownMode {
+    /// `shutdown`: stop now.
     Immediate,
+    /// `shutdown graceful`: stop once the workers are done, as SIGUSR1 does.
     Graceful,
     /// Anything else: "CLIENT_ERROR invalid shutdown mode".
     Invalid,
@@ -379,6 +415,7 @@ pub struct Store<'a> {
     /// The effective mode: ms with `C` in set/replace mode is `Cas`, a
     /// binary SET/ADD/REPLACE with a non-zero header CAS is `Cas`.
     pub mode: StoreMode,
+    /// The key.
     pub key: &'a [u8],
     /// Client flags.
     pub flags: u32,
@@ -404,6 +441,7 @@ pub struct Store<'a> {
 /// text delete, binary DELETE, md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Delete<'a> {
+    /// The key.
     pub key: &'a [u8],
     /// Only if the item's CAS unique is this (md `C`, binary header CAS).
     pub if_cas: Option<u64>,
@@ -413,6 +451,7 @@ pub struct Delete<'a> {
     pub exptime: Option<i64>,
     /// md `x`: keep the item, empty its value, client flags set to `flags`.
     pub drop_value: bool,
+    /// md `x`: the kept item's client flags (md `F`).
     pub flags: u32,
     /// md `E`: the CAS unique to give the kept item.
     pub new_cas: Option<u64>,
@@ -423,8 +462,11 @@ pub struct Delete<'a> {
 /// text incr/decr, binary INCREMENT/DECREMENT, ma.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Arith<'a> {
+    /// The key.
     pub key: &'a [u8],
+    /// incr (true) or decr (false).
     pub incr: bool,
+    /// The amount added or subtracted.
     pub delta: u64,
     /// Create a missing counter holding this initial value with this expiry
     /// argument (ma `N`/`J`, binary unless exptime is 0xffffffff).
@@ -443,6 +485,7 @@ pub struct Arith<'a> {
 /// mg.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MetaGet<'a> {
+    /// The key.
     pub key: &'a [u8],
     /// `v`: return the value.
     pub value: bool,

@@ -71,6 +71,7 @@ pub fn parse(line: &[u8]) -> Command<'_> {
 /// Who may reload, and how a `reload` line is answered when it may not.
 #[derive(Debug, Default)]
 pub struct Admin {
+    /// `--admin-token-file`'s token (None: `reload` is refused).
     pub token: Option<Token>,
 }
 

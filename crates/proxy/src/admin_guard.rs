@@ -97,6 +97,7 @@ impl Bucket {
 pub struct Source(u128);
 
 impl Source {
+    /// The source of a try from `ip` (an IPv4-mapped IPv6 address as IPv4).
     pub fn of(ip: IpAddr) -> Source {
         match ip {
             IpAddr::V4(v4) => Source(u128::from(u32::from(v4))),
@@ -140,6 +141,7 @@ pub struct Guard {
 }
 
 impl Guard {
+    /// A guard with full buckets.
     pub fn new(now: Instant) -> Guard {
         Guard {
             by_source: HashMap::new(),

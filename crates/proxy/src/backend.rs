@@ -96,9 +96,13 @@ pub fn check_limits(cfg: &PoolConfig) -> Result<(), String> {
 pub enum Dest {
     /// Part `part` of reply slot `seq` of client `key` (generation `id`).
     Client {
+        /// The client connection's slot.
         key: usize,
+        /// The client connection's generation (a slot is reused).
         id: u64,
+        /// The reply slot, in the client's request order.
         seq: u64,
+        /// Which part of a reply assembled from several servers (a multi-get).
         part: usize,
     },
     /// The health probe of the server (answered inside the pool).
@@ -108,7 +112,9 @@ pub enum Dest {
 /// A reply (or failure) for a client.
 #[derive(Debug)]
 pub struct Delivery {
+    /// Where it goes.
     pub dest: Dest,
+    /// The server's reply bytes, or why there are none.
     pub result: Result<Vec<u8>, String>,
 }
 
@@ -132,8 +138,11 @@ struct Pending {
 /// `server_timedout`, `server_err`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Closed {
+    /// The server closed the connection.
     Eof,
+    /// A request went unanswered past `timeout`.
     TimedOut,
+    /// A connect, read or write failed (or TLS did).
     Error,
 }
 
@@ -189,10 +198,20 @@ impl Conn {
 /// A server's health.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Health {
+    /// Taking requests.
     Up,
-    Ejected { retry_at: Instant },
+    /// Out of the ring after `server_failure_limit` failures.
+    Ejected {
+        /// When it is probed (`server_retry_timeout` after the ejection).
+        retry_at: Instant,
+    },
+    /// A `stats` probe is on its way: its answer brings the server back.
     Probing,
-    CatchingUp { next_probe: Instant },
+    /// It answered, but its `replication_catchup` is not `done`.
+    CatchingUp {
+        /// When it is probed again.
+        next_probe: Instant,
+    },
 }
 
 /// One server of a pool.
@@ -212,8 +231,11 @@ pub struct Server {
     /// `2 * server_connections` take no new requests and close once idle.
     pub conns: Vec<Conn>,
     next: usize,
+    /// Failures since its last success (towards `server_failure_limit`).
     pub failures: u32,
+    /// Up, ejected, probed, or catching up (see the module comment).
     pub health: Health,
+    /// Its counters for the stats port.
     pub stats: ServerStats,
     /// A connection of the pool reached it once (a warm move from a ring
     /// of servers never reached has nothing to move).
@@ -223,7 +245,9 @@ pub struct Server {
 /// A pool: its configuration, placement and servers.
 #[derive(Debug)]
 pub struct Pool {
+    /// The pool's configuration.
     pub cfg: PoolConfig,
+    /// Where each key goes.
     pub ring: Ring,
     /// Every server with connections, by slot (see the module's comment).
     pub servers: Slab<Server>,
@@ -236,6 +260,7 @@ pub struct Pool {
     /// [`Pool::flush_queued`] so that a turn's requests for one
     /// connection leave in one write.
     dirty: Vec<(usize, usize)>,
+    /// The pool's counters for the stats port.
     pub stats: PoolStats,
     /// Server connections opened (connects started), for the stats
     /// port's `total_connections`.

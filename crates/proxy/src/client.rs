@@ -26,6 +26,7 @@ pub enum Merge {
     Broadcast(Quiet),
 }
 
+/// One request's reply: its parts as they come back, then the reply.
 #[derive(Debug)]
 pub struct Slot {
     style: Style,
@@ -38,12 +39,15 @@ pub struct Slot {
 /// One client.
 #[derive(Debug)]
 pub struct Client {
+    /// The connection.
     pub stream: Stream,
+    /// The pool whose listener accepted it.
     pub pool: usize,
     /// Generation, so replies for a closed client's slot are dropped.
     pub id: u64,
     /// `Some(true)` once the first byte said binary.
     pub binary: Option<bool>,
+    /// Bytes read and not yet framed.
     pub inbuf: InBuf,
     out: Vec<u8>,
     slots: VecDeque<Slot>,
@@ -61,6 +65,7 @@ pub struct Client {
 }
 
 impl Client {
+    /// A client on `stream`, of pool `pool`, with generation `id`.
     pub fn new(stream: Stream, pool: usize, id: u64) -> Client {
         Client {
             stream,

@@ -33,7 +33,12 @@ pub enum Failover {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Addr {
     /// `host:port`, resolved when used.
-    Tcp { host: String, port: u16 },
+    Tcp {
+        /// A host name or IP address.
+        host: String,
+        /// The port.
+        port: u16,
+    },
     /// A unix socket path.
     Unix(PathBuf),
 }
@@ -50,6 +55,7 @@ impl std::fmt::Display for Addr {
 /// A pool's `listen:`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Listen {
+    /// The address.
     pub addr: Addr,
     /// The unix socket's permissions (`/path 0666`).
     pub perm: Option<u32>,
@@ -60,7 +66,9 @@ pub struct Listen {
 /// One line of `servers:`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerConfig {
+    /// The server's address.
     pub addr: Addr,
+    /// Its weight (`host:port:weight`).
     pub weight: u32,
     /// The name ketama hashes: the line's name, else `host:port` (`host`
     /// alone at port 11211), else the unix path.
@@ -74,19 +82,31 @@ pub struct ServerConfig {
 /// One pool.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolConfig {
+    /// The pool's name (its key in the file).
     pub name: String,
+    /// Where its clients connect (`listen:`).
     pub listen: Listen,
+    /// `hash:` (default `fnv1a_64`).
     pub hash: HashKind,
+    /// `hash_tag:`, its opening and closing characters.
     pub hash_tag: Option<[u8; 2]>,
+    /// `distribution:` (default `ketama`).
     pub distribution: Distribution,
     /// `timeout:` (none: wait for ever, nutcracker's default).
     pub timeout: Option<Duration>,
+    /// `backlog:` of the listening socket.
     pub backlog: u32,
+    /// `preconnect:`: connect to every server at start.
     pub preconnect: bool,
+    /// `auto_eject_hosts:`: take a failing server out of the ring.
     pub auto_eject_hosts: bool,
+    /// `server_retry_timeout:`: how long an ejected server stays out.
     pub server_retry_timeout: Duration,
+    /// `server_failure_limit:`: failures in a row that eject a server.
     pub server_failure_limit: u32,
+    /// `server_connections:`: connections per server (for each protocol).
     pub server_connections: u32,
+    /// osmium's `failover:`: where an ejected server's keys go.
     pub failover: Failover,
     /// In the order of the file.
     pub servers: Vec<ServerConfig>,
@@ -138,10 +158,13 @@ pub struct Config {
     pub pools: Vec<PoolConfig>,
 }
 
-/// nutcracker's defaults.
+/// nutcracker's default `backlog`.
 pub const DEFAULT_BACKLOG: u32 = 512;
+/// nutcracker's `server_retry_timeout`, in milliseconds.
 pub const DEFAULT_SERVER_RETRY_TIMEOUT_MS: u64 = 30_000;
+/// nutcracker's `server_failure_limit`.
 pub const DEFAULT_SERVER_FAILURE_LIMIT: u32 = 2;
+/// The port a server's name leaves out (`host` alone means `host:11211`).
 pub const DEFAULT_KETAMA_PORT: u16 = 11211;
 
 impl Config {

@@ -22,12 +22,16 @@ pub struct PoolStats {
     /// osmium's: configuration reloads applied, and refused, since start
     /// (the proxy's counts, the same in every pool).
     pub reloads: u64,
+    /// Configuration reloads refused.
     pub reload_failures: u64,
     /// osmium's, for warm moves: 1 while a move runs, keys and bytes
     /// copied to their new owner, reads served by a key's previous owner.
     pub migrating: u64,
+    /// Keys copied to their new owner.
     pub moved_keys: u64,
+    /// Bytes of those keys' values.
     pub moved_bytes: u64,
+    /// Reads served by a key's previous owner.
     pub warm_reads: u64,
 }
 
@@ -45,9 +49,13 @@ pub struct ServerStats {
     pub server_connections: u64,
     /// When the server was last ejected, in µs since the epoch (0: never).
     pub server_ejected_at: u64,
+    /// Requests sent to the server.
     pub requests: u64,
+    /// Bytes of those requests.
     pub request_bytes: u64,
+    /// Replies received from the server.
     pub responses: u64,
+    /// Bytes of those replies.
     pub response_bytes: u64,
 }
 
@@ -55,9 +63,13 @@ pub struct ServerStats {
 /// and written ones awaiting their reply (`out`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Queues {
+    /// Requests not yet fully written to the server.
     pub in_queue: u64,
+    /// Bytes of those requests.
     pub in_queue_bytes: u64,
+    /// Requests written, awaiting their reply.
     pub out_queue: u64,
+    /// Bytes of those requests.
     pub out_queue_bytes: u64,
 }
 

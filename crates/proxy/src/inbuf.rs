@@ -22,10 +22,12 @@ impl InBuf {
         &self.data[self.start..self.end]
     }
 
+    /// The number of unframed bytes.
     pub fn len(&self) -> usize {
         self.end - self.start
     }
 
+    /// Whether every byte read was framed.
     pub fn is_empty(&self) -> bool {
         self.start == self.end
     }
@@ -40,6 +42,7 @@ impl InBuf {
         }
     }
 
+    /// Drops every unframed byte.
     pub fn clear(&mut self) {
         self.start = 0;
         self.end = 0;

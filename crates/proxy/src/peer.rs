@@ -72,7 +72,9 @@ pub fn load_secret(pool: &PoolConfig) -> Result<Option<Arc<Secret>>, String> {
 /// name the server's certificate must carry.
 #[derive(Clone)]
 pub struct PeerTls {
+    /// The pool's `tls.servers` client configuration.
     pub config: Arc<ClientConfig>,
+    /// The name the server's certificate must carry.
     pub name: ServerName<'static>,
 }
 

@@ -124,8 +124,11 @@ pub fn hostname() -> String {
 /// The document's first fields.
 #[derive(Clone, Debug)]
 pub struct Header<'a> {
+    /// The host name (nutcracker's `source`).
     pub source: &'a str,
+    /// Seconds since the proxy started.
     pub uptime: u64,
+    /// Unix time now, in seconds.
     pub timestamp: u64,
     /// Listeners, clients and server connections ever opened.
     pub total_connections: u64,
@@ -448,6 +451,7 @@ impl StatsPort {
         MAX_CONNS + 1
     }
 
+    /// The port's bound address.
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.listener.local_addr().ok()
     }

@@ -15,7 +15,9 @@ use crate::tls::TlsStream;
 /// A connected stream.
 #[derive(Debug)]
 pub enum Stream {
+    /// Plain TCP.
     Tcp(TcpStream),
+    /// A unix socket.
     Unix(UnixStream),
     /// TLS over a plain stream.
     Tls(Box<TlsStream>),
@@ -55,6 +57,8 @@ impl Stream {
         }
     }
 
+    /// Registers the stream for reads and writes under `t` (TCP: without
+    /// Nagle).
     pub fn register(&mut self, r: &Registry, t: Token) -> io::Result<()> {
         let i = Interest::READABLE | Interest::WRITABLE;
         match self {
@@ -67,6 +71,7 @@ impl Stream {
         }
     }
 
+    /// Takes the stream off the event loop.
     pub fn deregister(&mut self, r: &Registry) {
         let _ = match self {
             Stream::Tcp(s) => s.deregister(r),
@@ -135,7 +140,9 @@ impl Write for Stream {
 /// A pool's listening socket.
 #[derive(Debug)]
 pub enum Listener {
+    /// A TCP listener.
     Tcp(TcpListener),
+    /// A unix socket listener and its path.
     Unix(UnixListener, std::path::PathBuf),
 }
 
@@ -160,6 +167,7 @@ impl Listener {
         }
     }
 
+    /// Registers the listener for accepts under `t`.
     pub fn register(&mut self, r: &Registry, t: Token) -> io::Result<()> {
         match self {
             Listener::Tcp(l) => l.register(r, t, Interest::READABLE),
@@ -167,6 +175,7 @@ impl Listener {
         }
     }
 
+    /// Takes the listener off the event loop.
     pub fn deregister(&mut self, r: &Registry) {
         let _ = match self {
             Listener::Tcp(l) => l.deregister(r),

@@ -165,7 +165,7 @@ fn load(port: u16, latest: &Latest) -> Load {
                 let i = (x as usize % (KEYS / WRITERS)) * WRITERS + w;
                 n += 1;
                 let mut slot = latest[i].lock().unwrap();
-                if n % 3 == 0 {
+                if n.is_multiple_of(3) {
                     // An append needs the current value: during a move it
                     // waits for the key's copy.
                     cx.append(&key(i), "+");

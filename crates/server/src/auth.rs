@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use crate::settings::Settings;
 
 /// What SASL LIST MECHS answers.
-pub const SASL_MECHANISMS: &[u8] = b"PLAIN";
+pub(crate) const SASL_MECHANISMS: &[u8] = b"PLAIN";
 
 /// memcached's fgets buffer for both password files (MAX_ENTRY_LEN).
 const MAX_ENTRY_LEN: usize = 256;
@@ -28,11 +28,11 @@ const MAX_ENTRY_LEN: usize = 256;
 const MAX_AUTHFILE_ENTRIES: usize = 8;
 /// memcached's read buffer: a text auth token that cannot fit in it makes
 /// memcached drop the connection.
-pub const TEXT_AUTH_MAX_DATA: u64 = 16 * 1024;
+pub(crate) const TEXT_AUTH_MAX_DATA: u64 = 16 * 1024;
 
 /// Authentication settings shared by every connection.
 #[derive(Debug, Default)]
-pub struct AuthConfig {
+pub(crate) struct AuthConfig {
     /// `-S`: the sasl-pwdb file PLAIN credentials are checked against.
     pub sasl_pwdb: Option<PathBuf>,
     /// `-Y`: the authfile's entries.
@@ -42,7 +42,7 @@ pub struct AuthConfig {
 impl AuthConfig {
     /// Reads what `-S` and `-Y` need; the error is printed and the server
     /// exits with status 1, as memcached does.
-    pub fn load(settings: &Settings) -> Result<AuthConfig, String> {
+    pub(crate) fn load(settings: &Settings) -> Result<AuthConfig, String> {
         let mut config = AuthConfig::default();
         if settings.sasl {
             let Some(path) = &settings.sasl_pwdb else {
@@ -70,7 +70,7 @@ impl AuthConfig {
     }
 
     #[inline]
-    pub fn sasl_enabled(&self) -> bool {
+    pub(crate) fn sasl_enabled(&self) -> bool {
         self.sasl_pwdb.is_some()
     }
 }
@@ -96,7 +96,7 @@ fn fgets_lines(content: &[u8]) -> impl Iterator<Item = &[u8]> {
 
 /// The `-Y` authfile: up to 8 `user:password` entries.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct AuthFile {
+pub(crate) struct AuthFile {
     entries: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
@@ -105,7 +105,7 @@ impl AuthFile {
     /// counts as malformed). The password ends at `\r`, `\n` or a NUL; a
     /// NUL (or a line of 255+ bytes) also ends the file; entries past the
     /// eighth are ignored.
-    pub fn parse(content: &[u8]) -> Option<AuthFile> {
+    pub(crate) fn parse(content: &[u8]) -> Option<AuthFile> {
         let mut entries = Vec::new();
         for line in fgets_lines(content) {
             let user_end = line.iter().position(|&b| b == b':' || b == 0)?;
@@ -127,7 +127,7 @@ impl AuthFile {
     }
 
     /// memcached's `authfile_check`.
-    pub fn check(&self, user: &[u8], pass: &[u8]) -> bool {
+    pub(crate) fn check(&self, user: &[u8], pass: &[u8]) -> bool {
         self.entries
             .iter()
             .any(|(u, p)| u.as_slice() == user && p.as_slice() == pass)
@@ -137,7 +137,7 @@ impl AuthFile {
 /// memcached's `sasl_server_userdb_checkpass` on the pwdb file's content:
 /// the first line starting with `user:` decides; the password must be
 /// followed by `:`, a line end or the end of the line.
-pub fn pwdb_check(content: &[u8], user: &[u8], pass: &[u8]) -> bool {
+pub(crate) fn pwdb_check(content: &[u8], user: &[u8], pass: &[u8]) -> bool {
     if user.len() + pass.len() > MAX_ENTRY_LEN - 4 {
         return false;
     }
@@ -155,7 +155,7 @@ pub fn pwdb_check(content: &[u8], user: &[u8], pass: &[u8]) -> bool {
 
 /// Where a connection's SASL exchange stands.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum SaslState {
+pub(crate) enum SaslState {
     /// Nothing started, or the last exchange is over.
     #[default]
     Idle,
@@ -166,7 +166,7 @@ pub enum SaslState {
 
 /// The result of one SASL AUTH or STEP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SaslOutcome {
+pub(crate) enum SaslOutcome {
     Authenticated,
     /// Send status "auth continue" with an empty challenge.
     Continue,
@@ -193,7 +193,7 @@ fn plain_credentials(message: &[u8]) -> Option<(&[u8], &[u8])> {
 /// One SASL AUTH (`step` false) or SASL STEP, as memcached with Cyrus SASL
 /// answers it. Any exchange first drops the connection's authentication
 /// (memcached's `init_sasl_conn`).
-pub fn sasl_exchange(
+pub(crate) fn sasl_exchange(
     config: &AuthConfig,
     state: &mut SaslState,
     authenticated: &mut bool,

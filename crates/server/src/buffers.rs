@@ -33,13 +33,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Size of a read buffer and the first capacity of a write buffer.
-pub const READ_CHUNK: usize = 16 * 1024;
+pub(crate) const READ_CHUNK: usize = 16 * 1024;
 /// Small buffers a pool keeps for reuse (of each kind: read and write).
 const SMALL_KEEP: usize = 64;
 /// Large read buffers a pool keeps.
 const LARGE_KEEP: usize = 4;
 /// Larger buffers than this are freed, not kept.
-pub const LARGE_KEEP_MAX: usize = 4 << 20;
+pub(crate) const LARGE_KEEP_MAX: usize = 4 << 20;
 /// Write buffers up to this size go back to the small set.
 const WRITE_KEEP_MAX: usize = 64 * 1024;
 /// Bytes of larger write buffers a pool keeps, for the connections that
@@ -59,7 +59,7 @@ fn freed(capacity: usize) {
 /// the last time (a burst of connections that went away): glibc keeps
 /// freed blocks of its per-thread arenas otherwise. Called by the
 /// maintenance thread.
-pub fn trim_memory() {
+pub(crate) fn trim_memory() {
     const TRIM_AFTER: u64 = 8 << 20;
     if FREED_SINCE_TRIM.load(Ordering::Relaxed) >= TRIM_AFTER {
         FREED_SINCE_TRIM.store(0, Ordering::Relaxed);
@@ -73,7 +73,7 @@ pub fn trim_memory() {
 
 /// What `stats` reports of a pool (memcached's `read_buf_*`).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct PoolStats {
+pub(crate) struct PoolStats {
     /// Buffers in use or kept.
     pub count: u64,
     /// Their bytes.
@@ -85,7 +85,7 @@ pub struct PoolStats {
 }
 
 /// One worker's buffers (used by that worker's thread only).
-pub struct BufferPool {
+pub(crate) struct BufferPool {
     small_read: RefCell<Vec<Vec<u8>>>,
     large_read: RefCell<Vec<Vec<u8>>>,
     write: RefCell<Vec<Vec<u8>>>,
@@ -104,7 +104,7 @@ pub struct BufferPool {
 
 /// A pool's figures, readable from any thread.
 #[derive(Default)]
-pub struct PublishedPoolStats {
+pub(crate) struct PublishedPoolStats {
     count: AtomicU64,
     bytes: AtomicU64,
     bytes_free: AtomicU64,
@@ -112,7 +112,7 @@ pub struct PublishedPoolStats {
 }
 
 impl PublishedPoolStats {
-    pub fn get(&self) -> PoolStats {
+    pub(crate) fn get(&self) -> PoolStats {
         PoolStats {
             count: self.count.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
@@ -124,13 +124,13 @@ impl PublishedPoolStats {
 
 /// The pool has no buffer for this connection (`-o read_buf_mem_limit`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NoBuffer;
+pub(crate) struct NoBuffer;
 
 impl BufferPool {
     /// A pool; `limit_bytes` is this worker's share of
     /// `-o read_buf_mem_limit` (0: none); it publishes its figures in
     /// `published`.
-    pub fn new(limit_bytes: usize, published: Arc<PublishedPoolStats>) -> BufferPool {
+    pub(crate) fn new(limit_bytes: usize, published: Arc<PublishedPoolStats>) -> BufferPool {
         BufferPool {
             small_read: RefCell::new(Vec::new()),
             large_read: RefCell::new(Vec::new()),
@@ -256,7 +256,7 @@ impl BufferPool {
     /// An empty write buffer: a kept large one when the connection's last
     /// replies needed more than `WRITE_KEEP_MAX` bytes (`wanted`) and the
     /// pool has one, else a small one.
-    pub fn take_write(&self, wanted: usize) -> Result<Vec<u8>, NoBuffer> {
+    pub(crate) fn take_write(&self, wanted: usize) -> Result<Vec<u8>, NoBuffer> {
         let large = if wanted > WRITE_KEEP_MAX {
             let mut large = self.large_write.borrow_mut();
             let fits = (0..large.len())
@@ -285,7 +285,7 @@ impl BufferPool {
 
     /// Gives an emptied write buffer back (`capacity_when_taken` is what
     /// `take_write` counted for it).
-    pub fn give_write(&self, buffer: Vec<u8>, capacity_when_taken: usize) {
+    pub(crate) fn give_write(&self, buffer: Vec<u8>, capacity_when_taken: usize) {
         self.returned(capacity_when_taken);
         self.give_write_unlent(buffer);
         self.publish();
@@ -325,7 +325,7 @@ impl BufferPool {
 /// A connection's input: bytes received and not yet consumed, in a buffer
 /// lent by the worker's pool while there are any.
 #[derive(Default)]
-pub struct ReadBuffer {
+pub(crate) struct ReadBuffer {
     buf: Vec<u8>,
     start: usize,
     end: usize,
@@ -334,29 +334,29 @@ pub struct ReadBuffer {
 impl ReadBuffer {
     /// Received bytes not yet consumed.
     #[inline]
-    pub fn input(&self) -> &[u8] {
+    pub(crate) fn input(&self) -> &[u8] {
         &self.buf[self.start..self.end]
     }
 
     #[inline]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.end - self.start
     }
 
     #[inline]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.start == self.end
     }
 
     /// Drops `n` bytes from the front of the input.
     #[inline]
-    pub fn consume(&mut self, n: usize) {
+    pub(crate) fn consume(&mut self, n: usize) {
         debug_assert!(n <= self.len());
         self.start += n.min(self.len());
     }
 
     /// Drops all input.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.start = self.end;
     }
 
@@ -369,7 +369,7 @@ impl ReadBuffer {
     /// Makes room to read into, for input of at least `need` bytes in all
     /// (a data block to hold whole), and returns the free tail of the
     /// buffer; report what was read with `received`.
-    pub fn space(&mut self, pool: &BufferPool, need: usize) -> Result<&mut [u8], NoBuffer> {
+    pub(crate) fn space(&mut self, pool: &BufferPool, need: usize) -> Result<&mut [u8], NoBuffer> {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -398,13 +398,13 @@ impl ReadBuffer {
 
     /// Records that `n` bytes were read into `space`.
     #[inline]
-    pub fn received(&mut self, n: usize) {
+    pub(crate) fn received(&mut self, n: usize) {
         self.end = (self.end + n).min(self.buf.len());
     }
 
     /// Gives the buffer back to the pool if all input is consumed.
     #[inline]
-    pub fn release_if_empty(&mut self, pool: &BufferPool) {
+    pub(crate) fn release_if_empty(&mut self, pool: &BufferPool) {
         if self.start == self.end && !self.buf.is_empty() {
             pool.give_read(std::mem::take(&mut self.buf));
             self.start = 0;
@@ -413,14 +413,14 @@ impl ReadBuffer {
     }
 
     /// Gives the buffer back, dropping any input (the connection closed).
-    pub fn release(&mut self, pool: &BufferPool) {
+    pub(crate) fn release(&mut self, pool: &BufferPool) {
         self.clear();
         self.release_if_empty(pool);
     }
 
     /// Replaces the input with `bytes` (a datagram), in a buffer owned
     /// outright (datagram endpoints keep theirs).
-    pub fn set(&mut self, bytes: &[u8]) {
+    pub(crate) fn set(&mut self, bytes: &[u8]) {
         if self.buf.len() < bytes.len() {
             self.buf.resize(bytes.len(), 0);
         }
@@ -431,7 +431,7 @@ impl ReadBuffer {
 
     /// Appends `bytes` to the input, in a buffer owned outright (a datagram
     /// endpoint completing a data block from its next datagram).
-    pub fn append(&mut self, bytes: &[u8]) {
+    pub(crate) fn append(&mut self, bytes: &[u8]) {
         if self.start > 0 {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;

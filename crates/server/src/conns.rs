@@ -15,7 +15,7 @@ use osmium_protocol::encode::stat;
 
 /// What kind of socket an entry is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A TCP listening socket.
     ListenTcp { local: Option<SocketAddr> },
     /// A unix-domain listening socket.
@@ -34,7 +34,7 @@ pub enum Kind {
 /// A client connection's state, as `stats conns` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum State {
+pub(crate) enum State {
     /// Waiting for a request.
     Waiting = 0,
     /// Running requests.
@@ -61,7 +61,7 @@ impl State {
 
 /// What a worker updates about one of its clients.
 #[derive(Debug, Default)]
-pub struct Activity {
+pub(crate) struct Activity {
     /// Relative time of the last request.
     pub last_cmd: AtomicU32,
     state: AtomicU8,
@@ -69,7 +69,7 @@ pub struct Activity {
 
 impl Activity {
     #[inline]
-    pub fn set_state(&self, s: State) {
+    pub(crate) fn set_state(&self, s: State) {
         self.state.store(s as u8, Ordering::Relaxed);
     }
 }
@@ -83,18 +83,18 @@ struct Entry {
 
 /// Every open socket, by descriptor.
 #[derive(Default)]
-pub struct Registry {
+pub(crate) struct Registry {
     entries: Mutex<BTreeMap<i32, Entry>>,
 }
 
 impl Registry {
     /// Records a listening or UDP socket.
-    pub fn add_server_socket(&self, fd: i32, kind: Kind) {
+    pub(crate) fn add_server_socket(&self, fd: i32, kind: Kind) {
         self.add_listener(fd, kind, false);
     }
 
     /// Records a listening socket, `tls` if its clients speak TLS.
-    pub fn add_listener(&self, fd: i32, kind: Kind, tls: bool) {
+    pub(crate) fn add_listener(&self, fd: i32, kind: Kind, tls: bool) {
         self.lock().insert(
             fd,
             Entry {
@@ -109,7 +109,10 @@ impl Registry {
     /// whether it is TLS; how many clients). A TCP client belongs to the
     /// listener of its local port (and address, unless the listener's is
     /// a wildcard).
-    pub fn clients_by_listener(&self, socket_path: Option<&str>) -> Vec<(String, bool, u64)> {
+    pub(crate) fn clients_by_listener(
+        &self,
+        socket_path: Option<&str>,
+    ) -> Vec<(String, bool, u64)> {
         let entries = self.lock();
         let mut out = Vec::new();
         for e in entries.values() {
@@ -137,7 +140,7 @@ impl Registry {
 
     /// Records a client connection; the worker keeps the returned activity
     /// up to date.
-    pub fn add_client(&self, fd: i32, kind: Kind, now: u32) -> Arc<Activity> {
+    pub(crate) fn add_client(&self, fd: i32, kind: Kind, now: u32) -> Arc<Activity> {
         let activity = Arc::new(Activity::default());
         activity.last_cmd.store(now, Ordering::Relaxed);
         self.lock().insert(
@@ -151,12 +154,12 @@ impl Registry {
         activity
     }
 
-    pub fn remove(&self, fd: i32) {
+    pub(crate) fn remove(&self, fd: i32) {
         self.lock().remove(&fd);
     }
 
     /// Who is at the other end of client `fd`, for a log line.
-    pub fn remote(&self, fd: i32) -> String {
+    pub(crate) fn remote(&self, fd: i32) -> String {
         match self.lock().get(&fd).map(|e| e.kind) {
             Some(Kind::Tcp {
                 remote: Some(a), ..
@@ -172,7 +175,13 @@ impl Registry {
 
     /// `stats conns`: every socket in descriptor order; `asking` is the
     /// descriptor of the connection that asked (shown parsing).
-    pub fn write_stats(&self, now: u32, asking: i32, socket_path: Option<&str>, out: &mut Vec<u8>) {
+    pub(crate) fn write_stats(
+        &self,
+        now: u32,
+        asking: i32,
+        socket_path: Option<&str>,
+        out: &mut Vec<u8>,
+    ) {
         let addr = |proto: &str, a: Option<SocketAddr>| match a {
             Some(SocketAddr::V4(a)) => format!("{proto}:{}:{}", a.ip(), a.port()),
             Some(SocketAddr::V6(a)) => format!("{proto}6:[{}]:{}", a.ip(), a.port()),

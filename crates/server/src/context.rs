@@ -26,7 +26,7 @@ use crate::tls_context::TlsContext;
 
 /// How the server was asked to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopRequest {
+pub(crate) enum StopRequest {
     /// SIGTERM, SIGINT, `shutdown`: stop now.
     Exit,
     /// SIGUSR1, `shutdown graceful`: stop once the workers are done (and,
@@ -35,7 +35,7 @@ pub enum StopRequest {
 }
 
 /// State shared by every thread.
-pub struct Shared {
+pub(crate) struct Shared {
     pub settings: Settings,
     pub store: Arc<Store>,
     /// -S and -Y.
@@ -70,7 +70,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(
+    pub(crate) fn new(
         settings: Settings,
         store: Arc<Store>,
         auth: AuthConfig,
@@ -119,7 +119,7 @@ impl Shared {
     }
 
     /// Asks every thread to stop; the first request decides how.
-    pub fn request_stop(&self, how: StopRequest) {
+    pub(crate) fn request_stop(&self, how: StopRequest) {
         let v = match how {
             StopRequest::Exit => 1,
             StopRequest::Graceful => 2,
@@ -134,7 +134,7 @@ impl Shared {
 
     /// Whether (and how) a stop was requested.
     #[inline]
-    pub fn stop_requested(&self) -> Option<StopRequest> {
+    pub(crate) fn stop_requested(&self) -> Option<StopRequest> {
         match self.stop.load(Ordering::Relaxed) {
             0 => None,
             1 => Some(StopRequest::Exit),
@@ -143,7 +143,7 @@ impl Shared {
     }
 
     #[inline]
-    pub fn verbose(&self) -> u32 {
+    pub(crate) fn verbose(&self) -> u32 {
         self.verbosity.load(Ordering::Relaxed)
     }
 
@@ -151,12 +151,12 @@ impl Shared {
     /// and byte rates (none with `-o hotkeys_top=0`): for the metrics
     /// endpoint (`stats hotkeys` writes its rows through
     /// `hotkeys::stats_rows`).
-    pub fn hot_keys(&self, n: usize) -> Vec<crate::hotkeys::HotKey> {
+    pub(crate) fn hot_keys(&self, n: usize) -> Vec<crate::hotkeys::HotKey> {
         crate::hotkeys::top(self.hotkeys.as_deref(), n)
     }
 
     /// Every worker's counters, summed.
-    pub fn totals(&self) -> Totals {
+    pub(crate) fn totals(&self) -> Totals {
         let mut t = Totals::default();
         for s in &self.threads {
             s.add_to(&mut t);
@@ -166,7 +166,7 @@ impl Shared {
 }
 
 /// What one worker's request handlers see.
-pub struct WorkerCtx {
+pub(crate) struct WorkerCtx {
     pub shared: Arc<Shared>,
     pub stats: Arc<ThreadStats>,
     /// This worker's latency histograms.
@@ -226,10 +226,10 @@ pub struct WorkerCtx {
 /// Output a worker lets its connections queue in all before a connection
 /// that already has output waiting stops running requests (a client that
 /// does not read its replies holds its output in server memory).
-pub const WORKER_OUTPUT_BUDGET: usize = 8 << 20;
+pub(crate) const WORKER_OUTPUT_BUDGET: usize = 8 << 20;
 
 impl WorkerCtx {
-    pub fn new(shared: Arc<Shared>, index: usize) -> WorkerCtx {
+    pub(crate) fn new(shared: Arc<Shared>, index: usize) -> WorkerCtx {
         let limit = shared.settings.read_buf_mem_limit / shared.settings.threads.max(1);
         WorkerCtx {
             stats: shared.threads[index].clone(),
@@ -265,28 +265,28 @@ impl WorkerCtx {
 
     /// A connection's batch of requests starts (one clock read).
     #[inline]
-    pub fn lap_start(&self) {
+    pub(crate) fn lap_start(&self) {
         self.lap.set(latency::now());
     }
 
     /// The request of kind `cmd` has run: its time since the batch
     /// started or the request before it ended (one clock read).
     #[inline]
-    pub fn lap(&self, cmd: Cmd) {
+    pub(crate) fn lap(&self, cmd: Cmd) {
         let now = latency::now();
         self.latency.command(cmd, self.lap.get(), now);
         self.lap.set(now);
     }
 
     #[inline]
-    pub fn store(&self) -> &Store {
+    pub(crate) fn store(&self) -> &Store {
         &self.shared.store
     }
 
     /// A write of `key` was applied: queue it for replication (client
     /// connections only).
     #[inline]
-    pub fn replicate_key(&self, key: &[u8]) {
+    pub(crate) fn replicate_key(&self, key: &[u8]) {
         if let Some(r) = &self.repl {
             if self.peer.get() == PEER_NONE && r.written_key(key, &mut self.repl_wait.borrow_mut())
             {
@@ -297,7 +297,7 @@ impl WorkerCtx {
 
     /// The write being run changed nothing (see `write_missed`).
     #[inline]
-    pub fn changed_nothing(&self) {
+    pub(crate) fn changed_nothing(&self) {
         self.write_missed.set(true);
     }
 
@@ -307,7 +307,7 @@ impl WorkerCtx {
     /// record (`replication::fresh_writes`). Keep the gate until the write
     /// applied. With nothing coming in, one relaxed load.
     #[inline]
-    pub fn write_gate(&self, key: &[u8]) -> WriteGate<'_> {
+    pub(crate) fn write_gate(&self, key: &[u8]) -> WriteGate<'_> {
         match &self.repl {
             Some(r) if r.fresh_writes().recording() => r.fresh_writes().gate(key, false),
             _ => WriteGate::Open,
@@ -317,7 +317,7 @@ impl WorkerCtx {
     /// As `write_gate`, for an `ms` or `md`, the commands a full copy
     /// sends: on a peer connection sending its copy's items, a copy item.
     #[inline]
-    pub fn store_gate(&self, key: &[u8]) -> WriteGate<'_> {
+    pub(crate) fn store_gate(&self, key: &[u8]) -> WriteGate<'_> {
         match &self.repl {
             Some(r) if r.fresh_writes().recording() => {
                 let copy = self.peer.get() != PEER_NONE && self.copy.get() & COPY_ITEMS != 0;
@@ -328,7 +328,7 @@ impl WorkerCtx {
     }
 
     /// A flush_all is about to apply (see `write_gate`).
-    pub fn flush_gate(&self) -> WriteGate<'_> {
+    pub(crate) fn flush_gate(&self) -> WriteGate<'_> {
         match &self.repl {
             Some(r) if r.fresh_writes().recording() => r.fresh_writes().gate_flush(),
             _ => WriteGate::Open,
@@ -336,7 +336,7 @@ impl WorkerCtx {
     }
 
     /// A flush_all was applied.
-    pub fn replicate_flush(&self, delay: i64) {
+    pub(crate) fn replicate_flush(&self, delay: i64) {
         if let Some(r) = &self.repl {
             if self.peer.get() == PEER_NONE
                 && r.written_flush(delay, &mut self.repl_wait.borrow_mut())
@@ -349,7 +349,7 @@ impl WorkerCtx {
     /// Sync mode: adds what the requests just run wait for to `into`;
     /// false when they wait for nothing.
     #[inline]
-    pub fn take_repl_wait(&self, into: &mut Wait) -> bool {
+    pub(crate) fn take_repl_wait(&self, into: &mut Wait) -> bool {
         if !self.repl_pending.replace(false) {
             return false;
         }
@@ -362,7 +362,7 @@ impl WorkerCtx {
 
     /// Hot keys: a read of `key` that sent `bytes` of value.
     #[inline]
-    pub fn hot_read(&self, key: &[u8], bytes: usize) {
+    pub(crate) fn hot_read(&self, key: &[u8], bytes: usize) {
         if let Some(h) = &self.hot {
             h.read(key, bytes);
         }
@@ -370,7 +370,7 @@ impl WorkerCtx {
 
     /// Hot keys: a write of `key` that received `bytes` of value.
     #[inline]
-    pub fn hot_write(&self, key: &[u8], bytes: usize) {
+    pub(crate) fn hot_write(&self, key: &[u8], bytes: usize) {
         if let Some(h) = &self.hot {
             h.write(key, bytes);
         }
@@ -378,14 +378,14 @@ impl WorkerCtx {
 
     /// Memory this worker's connections hold in unsent replies.
     #[inline]
-    pub fn output_held(&self) -> usize {
+    pub(crate) fn output_held(&self) -> usize {
         self.queued_output.load(Ordering::Relaxed)
     }
 
     /// Records that a connection's unsent replies went from `before` to
     /// `after` bytes of memory.
     #[inline]
-    pub fn output_changed(&self, before: usize, after: usize) {
+    pub(crate) fn output_changed(&self, before: usize, after: usize) {
         let held = (self.output_held() + after).saturating_sub(before);
         self.queued_output.store(held, Ordering::Relaxed);
     }

@@ -39,12 +39,12 @@ static READY_PIPE: AtomicI32 = AtomicI32::new(-1);
 static KEEP_STDERR: AtomicBool = AtomicBool::new(false);
 
 /// The daemon keeps stderr (a log file) instead of /dev/null.
-pub fn keep_stderr() {
+pub(crate) fn keep_stderr() {
     KEEP_STDERR.store(true, Ordering::Relaxed);
 }
 
 /// Forks into the background; returns in the daemon only.
-pub fn daemonize() -> io::Result<()> {
+pub(crate) fn daemonize() -> io::Result<()> {
     let mut fds = [-1i32; 2];
     // SAFETY: pipe2 writes two descriptors into `fds`.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -134,13 +134,13 @@ fn tell_parent(bytes: &[u8]) {
 }
 
 /// The daemon serves: its parent exits 0. Nothing without `-d`.
-pub fn report_ready() {
+pub(crate) fn report_ready() {
     tell_parent(b"R");
 }
 
 /// The daemon cannot start: its parent prints `message` (its own stderr
 /// is /dev/null). Without `-d`, prints it here.
-pub fn report_failure(message: &str) {
+pub(crate) fn report_failure(message: &str) {
     if READY_PIPE.load(Ordering::Relaxed) >= 0 {
         let mut said = Vec::with_capacity(message.len() + 1);
         said.push(b'E');
@@ -152,14 +152,14 @@ pub fn report_failure(message: &str) {
 }
 
 /// The pid file (`-P`), removed when dropped (at the stop).
-pub struct PidFile {
+pub(crate) struct PidFile {
     path: String,
 }
 
 impl PidFile {
     /// Writes the pid file as memcached does (see the module comment);
     /// None, after a warning, when it could not be written.
-    pub fn write(path: &str) -> Option<PidFile> {
+    pub(crate) fn write(path: &str) -> Option<PidFile> {
         warn_if_running(path);
         let tmp = format!("{path}.tmp");
         // A file left at the temporary name, or a link planted there, is

@@ -18,7 +18,7 @@ use std::os::fd::AsRawFd;
 /// Installs the subscriber, and sends stderr to `logfile` (appended,
 /// created mode 640) when given and `open_now` (else the caller opens it
 /// later: [`open_file`]). Errors opening the file are returned.
-pub fn init(logfile: Option<&str>, open_now: bool) -> Result<(), String> {
+pub(crate) fn init(logfile: Option<&str>, open_now: bool) -> Result<(), String> {
     if let (Some(path), true) = (logfile, open_now) {
         open_file(path)?;
     }
@@ -43,7 +43,7 @@ pub fn init(logfile: Option<&str>, open_now: bool) -> Result<(), String> {
 /// link planted at its path reaches nothing that user could not write
 /// anyway. A process still root (`-u root`) does not follow a symbolic
 /// link there at all.
-pub fn open_file(path: &str) -> Result<(), String> {
+pub(crate) fn open_file(path: &str) -> Result<(), String> {
     use std::os::unix::fs::OpenOptionsExt;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let nofollow = if unsafe { libc::geteuid() } == 0 {

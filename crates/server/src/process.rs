@@ -14,7 +14,7 @@ use crate::settings::Settings;
 /// Open files the server needs besides its clients: standard streams,
 /// listening and UDP sockets, one event loop and waker per thread, and
 /// some to spare.
-pub fn reserved_fds(settings: &Settings) -> u64 {
+pub(crate) fn reserved_fds(settings: &Settings) -> u64 {
     32 + 4 * settings.threads as u64 + 2 * settings.listen.len() as u64
 }
 
@@ -23,7 +23,7 @@ pub fn reserved_fds(settings: &Settings) -> u64 {
 /// raises this threshold as large blocks are freed, and then serves them
 /// from its heaps, which keep freed memory: a burst of slow clients would
 /// leave the server's resident size high.
-pub fn tune_allocator() {
+pub(crate) fn tune_allocator() {
     // SAFETY: mallopt only changes a setting of the allocator; it is called
     // before any other thread exists.
     unsafe {
@@ -35,7 +35,7 @@ pub fn tune_allocator() {
 /// process's): the background cleaner, which should run when the workers
 /// leave a core idle, and yield it as soon as a worker wants it. Best
 /// effort: an error leaves the priority as it was.
-pub fn lower_this_thread(nice: i32) {
+pub(crate) fn lower_this_thread(nice: i32) {
     // SAFETY: gettid and setpriority take and return plain integers; on
     // Linux a thread id as PRIO_PROCESS's `who` names that thread only.
     unsafe {
@@ -47,7 +47,7 @@ pub fn lower_this_thread(nice: i32) {
 /// Sets the open-file limit to what `-c` connections need, as memcached
 /// does at start; the error message is memcached's (the caller exits with
 /// EX_OSERR).
-pub fn raise_file_limit(settings: &Settings) -> Result<(), String> {
+pub(crate) fn raise_file_limit(settings: &Settings) -> Result<(), String> {
     let want = settings.max_connections as u64 + reserved_fds(settings);
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -72,7 +72,7 @@ pub fn raise_file_limit(settings: &Settings) -> Result<(), String> {
 }
 
 /// What the signals asked for, set from their handlers.
-pub struct Signals {
+pub(crate) struct Signals {
     pub exit: Arc<AtomicBool>,
     pub graceful: Arc<AtomicBool>,
     /// SIGHUP arrived since last asked (`take_hangup`).
@@ -82,7 +82,7 @@ pub struct Signals {
 impl Signals {
     /// Installs the handlers (before any port opens: a client that sees
     /// the port may signal at once).
-    pub fn install() -> io::Result<Signals> {
+    pub(crate) fn install() -> io::Result<Signals> {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
         let exit = Arc::new(AtomicBool::new(false));
         let graceful = Arc::new(AtomicBool::new(false));
@@ -101,12 +101,12 @@ impl Signals {
     }
 
     /// Whether SIGHUP arrived since the last call.
-    pub fn take_hangup(&self) -> bool {
+    pub(crate) fn take_hangup(&self) -> bool {
         self.hangup.swap(false, Ordering::Relaxed)
     }
 
     /// The stop a signal asked for, if any.
-    pub fn requested(&self) -> Option<crate::context::StopRequest> {
+    pub(crate) fn requested(&self) -> Option<crate::context::StopRequest> {
         if self.exit.load(Ordering::Relaxed) {
             Some(crate::context::StopRequest::Exit)
         } else if self.graceful.load(Ordering::Relaxed) {
@@ -119,7 +119,7 @@ impl Signals {
 
 /// Is the real or the effective user id root? (memcached's test before
 /// `-u`.)
-pub fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     // SAFETY: getuid and geteuid have no preconditions and cannot fail.
     unsafe { libc::getuid() == 0 || libc::geteuid() == 0 }
 }
@@ -128,7 +128,7 @@ pub fn running_as_root() -> bool {
 /// to stay root). The error message is memcached's; the caller exits with
 /// EX_USAGE. memcached checks this after raising the open-file limit and
 /// before reading the authentication files or opening any socket.
-pub fn refuse_root_without_user(settings: &Settings) -> Result<(), String> {
+pub(crate) fn refuse_root_without_user(settings: &Settings) -> Result<(), String> {
     let named = settings.user.as_deref().is_some_and(|u| !u.is_empty());
     if running_as_root() && !named {
         return Err("must add '-u root' to start as root".into());
@@ -138,7 +138,7 @@ pub fn refuse_root_without_user(settings: &Settings) -> Result<(), String> {
 
 /// Becomes `user` when started as root (real or effective uid 0); does
 /// nothing otherwise, as memcached ignores `-u` then.
-pub fn drop_privileges(user: &str) -> io::Result<()> {
+pub(crate) fn drop_privileges(user: &str) -> io::Result<()> {
     if !running_as_root() {
         return Ok(());
     }
@@ -169,7 +169,7 @@ pub fn drop_privileges(user: &str) -> io::Result<()> {
     Ok(())
 }
 
-pub fn apply_process_flags(settings: &Settings) {
+pub(crate) fn apply_process_flags(settings: &Settings) {
     if settings.coredumps {
         let lim = libc::rlimit {
             rlim_cur: libc::RLIM_INFINITY,

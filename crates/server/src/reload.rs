@@ -19,7 +19,7 @@ use crate::settings::{self, live, Action};
 
 /// SIGHUP: re-reads the config file, when the server was started with
 /// one.
-pub fn config_file(shared: &Arc<Shared>) {
+pub(crate) fn config_file(shared: &Arc<Shared>) {
     let Some(path) = shared.settings.options.config_file.clone() else {
         return;
     };
@@ -60,7 +60,7 @@ fn refused(shared: &Shared, path: &str, why: &str) {
 }
 
 /// Tells the log watchers of every change of the targets.
-pub fn report_target_changes(shared: &Arc<Shared>) {
+pub(crate) fn report_target_changes(shared: &Arc<Shared>) {
     let weak = Arc::downgrade(shared);
     shared
         .replication

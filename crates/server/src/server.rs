@@ -42,7 +42,7 @@ const WAKE: Token = Token(usize::MAX);
 const CLEANER_NICE: i32 = 10;
 
 /// Runs the server until it is asked to stop; returns how.
-pub fn run(
+pub(crate) fn run(
     settings: Settings,
     auth: AuthConfig,
     tls: Option<Arc<TlsContext>>,

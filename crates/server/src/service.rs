@@ -11,7 +11,7 @@ use sd_notify::NotifyState;
 
 /// Whether a service manager listens for notifications (`NOTIFY_SOCKET`):
 /// then `-d` does not fork (see `server::run`).
-pub fn manager_is_notified() -> bool {
+pub(crate) fn manager_is_notified() -> bool {
     std::env::var_os("NOTIFY_SOCKET").is_some_and(|s| !s.is_empty())
 }
 
@@ -21,12 +21,12 @@ fn notify(states: &[NotifyState<'_>]) {
 }
 
 /// The listeners accept.
-pub fn ready() {
+pub(crate) fn ready() {
     notify(&[NotifyState::Ready]);
 }
 
 /// A SIGHUP reload starts (systemd 253 and later want the time with it).
-pub fn reloading() {
+pub(crate) fn reloading() {
     match NotifyState::monotonic_usec_now() {
         Ok(now) => notify(&[NotifyState::Reloading, now]),
         Err(_) => notify(&[NotifyState::Reloading]),
@@ -34,13 +34,13 @@ pub fn reloading() {
 }
 
 /// The server stops.
-pub fn stopping() {
+pub(crate) fn stopping() {
     notify(&[NotifyState::Stopping]);
 }
 
 /// `osmium --generate-man DIR`: writes DIR/osmium.1; None when the
 /// command line is not that.
-pub fn generate_man(args: &[std::ffi::OsString]) -> Option<Result<(), String>> {
+pub(crate) fn generate_man(args: &[std::ffi::OsString]) -> Option<Result<(), String>> {
     if args.get(1).and_then(|a| a.to_str()) != Some("--generate-man") {
         return None;
     }

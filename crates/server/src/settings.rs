@@ -5,11 +5,11 @@
 //! refused with a clear message rather than silently ignored.
 
 mod config_file;
-pub mod hotkeys;
+pub(crate) mod hotkeys;
 mod ignored;
-pub mod live;
+pub(crate) mod live;
 mod metrics;
-pub mod tls;
+pub(crate) mod tls;
 
 use clap::{ArgAction, Parser};
 use ignored::IGNORED_EXTENDED;
@@ -18,9 +18,9 @@ use tls::{ListenerTls, TlsSettings};
 
 /// The memcached protocol level osmium speaks (`version` on the wire,
 /// `STAT version`).
-pub const VERSION: &str = "1.6.45";
+pub(crate) const VERSION: &str = "1.6.45";
 /// osmium's own version (`-V`, `-h`, `STAT osmium_version`).
-pub const OSMIUM_VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const OSMIUM_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 #[derive(Parser, Debug)]
 #[command(
@@ -31,7 +31,7 @@ pub const OSMIUM_VERSION: &str = env!("CARGO_PKG_VERSION");
     args_override_self = true,
     about = "osmium: a memcached-compatible cache server"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// TCP port to listen on (default: 11211, 0 = off; -U alone sets it too)
     #[arg(short = 'p', long = "port")]
     pub port: Option<u16>,
@@ -197,11 +197,11 @@ pub struct Cli {
 }
 
 /// The most `--replicate-to` targets.
-pub const MAX_REPLICA_TARGETS: usize = 4;
+pub(crate) const MAX_REPLICA_TARGETS: usize = 4;
 
 /// Where to listen.
 #[derive(Debug, Clone)]
-pub struct ListenAddr {
+pub(crate) struct ListenAddr {
     pub host: String,
     /// The TCP port: the `-l host:port` one, else `-p`.
     pub port: u16,
@@ -215,7 +215,7 @@ pub struct ListenAddr {
 
 /// Validated settings the server runs with.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// TCP port; 0 means no TCP listener.
     pub port: u16,
     /// UDP port (`-U`); 0 means no UDP.
@@ -318,7 +318,7 @@ pub struct Settings {
 }
 
 /// What the command line asks for.
-pub enum Action {
+pub(crate) enum Action {
     Run(Box<Settings>),
     /// Print this and exit 0 (-h, -V, -i).
     Print(String),
@@ -410,15 +410,15 @@ fn extstore_option(f: &mut FlashConfig, name: &str, value: Option<&str>) -> Resu
 }
 
 /// The `-o` options, after `-h`'s list (and in the man page).
-pub const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, hotkeys_top=<keys> (0: off), hotkeys_sample=adaptive|1/<N>, metrics_addr=<host:port>, replication_peers=<name>[:<name>...] (with -Z: the certificate SANs, DNS names or IP addresses, that make a replication peer), replication_ca=<file> (with -Z: a CA whose certificates make replication peers).\nOther memcached -o options are accepted with a warning.\n";
+pub(crate) const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, hotkeys_top=<keys> (0: off), hotkeys_sample=adaptive|1/<N>, metrics_addr=<host:port>, replication_peers=<name>[:<name>...] (with -Z: the certificate SANs, DNS names or IP addresses, that make a replication peer), replication_ca=<file> (with -Z: a CA whose certificates make replication peers).\nOther memcached -o options are accepted with a warning.\n";
 
 /// `-V`'s line, also the first of `-h`: osmium's version, then the
 /// memcached protocol level it speaks.
-pub fn version_line() -> String {
+pub(crate) fn version_line() -> String {
     format!("osmium {OSMIUM_VERSION} (memcached {VERSION} protocol)")
 }
 
-pub fn help_text() -> String {
+pub(crate) fn help_text() -> String {
     use clap::CommandFactory;
     let mut cmd = Cli::command();
     format!(
@@ -429,7 +429,7 @@ pub fn help_text() -> String {
 }
 
 /// Parses and validates the command line.
-pub fn parse<I, T>(args: I) -> Result<Action, String>
+pub(crate) fn parse<I, T>(args: I) -> Result<Action, String>
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
@@ -773,7 +773,7 @@ fn parse_expanded(
 }
 
 /// A `--replicate-to` address: `HOST:PORT`.
-pub fn check_target(t: &str) -> Result<(), String> {
+pub(crate) fn check_target(t: &str) -> Result<(), String> {
     match split_host_port(t).ok().and_then(|(_, p)| p) {
         Some(_) => Ok(()),
         None => Err(format!("--replicate-to needs HOST:PORT, not {t}")),
@@ -785,7 +785,7 @@ pub fn check_target(t: &str) -> Result<(), String> {
 /// (memcached returns from `main`) and for an option it does not know
 /// (in a config file here), `EX_OSERR` (71) for a TLS listener
 /// prefix without `-Z` (memcached fails to open that listener).
-pub fn exit_code(message: &str) -> i32 {
+pub(crate) fn exit_code(message: &str) -> i32 {
     if message.starts_with("Invalid ssl_") || message.ends_with("Illegal argument \"?\"") {
         1
     } else if message.contains("failed to listen on one of interface(s)") {

@@ -53,7 +53,7 @@ struct Configs {
 }
 
 /// TLS for the server's listeners, shared by the acceptor and the workers.
-pub struct TlsContext {
+pub(crate) struct TlsContext {
     settings: TlsSettings,
     configs: RwLock<Arc<Configs>>,
     sessions: Arc<dyn StoresServerSessions>,
@@ -76,7 +76,7 @@ pub struct TlsContext {
 impl TlsContext {
     /// Builds the configurations (memcached's `ssl_init`): Err carries
     /// memcached's message for what failed.
-    pub fn new(settings: &TlsSettings, verbose: bool) -> Result<TlsContext, String> {
+    pub(crate) fn new(settings: &TlsSettings, verbose: bool) -> Result<TlsContext, String> {
         if settings.kernel_tls {
             return Err(kernel_tls_refusal());
         }
@@ -115,7 +115,7 @@ impl TlsContext {
     /// Loads the certificates again (`refresh_certs`, SIGHUP). Err: the
     /// line memcached answers (`Error loading ...`, without `\r\n`); the
     /// configurations in use are then unchanged.
-    pub fn refresh(&self) -> Result<(), String> {
+    pub(crate) fn refresh(&self) -> Result<(), String> {
         let configs = load(
             &self.settings,
             &self.provider,
@@ -128,7 +128,7 @@ impl TlsContext {
     }
 
     /// Seconds since the certificates were last loaded.
-    pub fn since_refresh(&self) -> u64 {
+    pub(crate) fn since_refresh(&self) -> u64 {
         self.last_refresh
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -138,18 +138,18 @@ impl TlsContext {
 
     /// Whether `stats` shows `ssl_new_sessions` (memcached: only with the
     /// session cache).
-    pub fn session_cache(&self) -> bool {
+    pub(crate) fn session_cache(&self) -> bool {
         self.settings.session_cache
     }
 
     /// Most plaintext handed to TLS in one write (`ssl_wbuf_size`).
-    pub fn wbuf_size(&self) -> usize {
+    pub(crate) fn wbuf_size(&self) -> usize {
         (self.settings.wbuf_size as usize).max(1024)
     }
 
     /// The configuration a new connection on a `mode` listener starts
     /// with.
-    pub fn config(&self, mode: ListenerTls) -> Arc<ServerConfig> {
+    pub(crate) fn config(&self, mode: ListenerTls) -> Arc<ServerConfig> {
         let c = self.configs.read().unwrap_or_else(|e| e.into_inner());
         match mode {
             ListenerTls::NoPeer => c.no_peer.clone(),
@@ -160,21 +160,21 @@ impl TlsContext {
 
     /// The configuration of a replication link to another server: None
     /// without `ssl_ca_cert` (links must verify the server they reach).
-    pub fn client_config(&self) -> Option<Arc<ClientConfig>> {
+    pub(crate) fn client_config(&self) -> Option<Arc<ClientConfig>> {
         let c = self.configs.read().unwrap_or_else(|e| e.into_inner());
         c.client.clone()
     }
 
     /// Whether `replication_peers` or `replication_ca` name the
     /// replication peers.
-    pub fn names_peers(&self) -> bool {
+    pub(crate) fn names_peers(&self) -> bool {
         !self.peer_names.is_empty() || self.settings.replication_ca.is_some()
     }
 
     /// Whether the client certificate of `conn` (verified by its
     /// handshake) names a replication peer: a SAN among
     /// `replication_peers`, or issued by `replication_ca`.
-    pub fn names_client(&self, conn: &rustls::Connection) -> bool {
+    pub(crate) fn names_client(&self, conn: &rustls::Connection) -> bool {
         let Some((end, intermediates)) = conn.peer_certificates().and_then(|c| c.split_first())
         else {
             return false;
@@ -192,7 +192,7 @@ impl TlsContext {
     /// Whether a target's server certificate (verified by the handshake
     /// against `ssl_ca_cert` and the host name) is one `replication_peers`
     /// names; any is, without it.
-    pub fn names_target(&self, conn: &rustls::Connection) -> bool {
+    pub(crate) fn names_target(&self, conn: &rustls::Connection) -> bool {
         if self.peer_names.is_empty() {
             return true;
         }
@@ -213,7 +213,7 @@ impl TlsContext {
     /// Whether connections of `mode` verify client certificates against
     /// `ssl_ca_cert` (a connection that presented one is then a proven
     /// client).
-    pub fn verifies_clients(&self, mode: ListenerTls) -> bool {
+    pub(crate) fn verifies_clients(&self, mode: ListenerTls) -> bool {
         (self.settings.ca_cert.is_some() || self.settings.replication_ca.is_some())
             && match mode {
                 ListenerTls::Peer => true,
@@ -504,7 +504,7 @@ impl ClientCertVerifier for NoTrustedRoots {
 
 /// Counts a failed handshake or a failed record (memcached's two error
 /// counters).
-pub fn count_error(ctx: &TlsContext, handshaking: bool) {
+pub(crate) fn count_error(ctx: &TlsContext, handshaking: bool) {
     let c = if handshaking {
         &ctx.handshake_errors
     } else {

@@ -1,5 +1,10 @@
 //! Storage-only micro-benchmarks: get and set ns/op on a 1,000,000-item
 //! cache (16-byte keys, 64-byte values), single thread.
+
+// criterion_group! defines the `pub fn benches` it runs, and takes no
+// doc comment for it.
+#![allow(missing_docs)]
+
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use osmium_store::{Lookup, Store, StoreConfig, StoreMode, Write};
 

@@ -82,7 +82,10 @@ const MAX_SEGMENT_AGE: u32 = 60_000;
 /// The two eviction queues.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Queue {
+    /// S3-FIFO's small queue: where new items go.
     Small = 0,
+    /// S3-FIFO's main queue: items hit while in small, or remembered by the
+    /// ghost.
     Main = 1,
 }
 
@@ -131,11 +134,15 @@ pub struct WriteHead {
 
 /// A reserved slot, not yet published. Drop it with `Arena::finish_write`.
 pub struct Slot {
+    /// The segment.
     pub seg: SegmentId,
+    /// Byte offset of the slot in the segment.
     pub offset: usize,
+    /// The slot, where the item is written.
     pub ptr: ItemPtr,
 }
 
+/// What `Arena::reserve` got.
 pub enum Reserve {
     /// Got a slot.
     Slot(Slot),
@@ -144,6 +151,8 @@ pub enum Reserve {
     Full,
 }
 
+/// Item memory: the segments, their queues and the write heads (see the module
+/// comment).
 pub struct Arena {
     /// Where the segments start (huge page aligned): `backing.base()`,
     /// kept here for item lookups.
@@ -251,6 +260,7 @@ impl Arena {
         &self.backing
     }
 
+    /// Bytes per segment.
     pub fn segment_size(&self) -> usize {
         self.segment_size
     }
@@ -311,6 +321,7 @@ impl Arena {
         }
     }
 
+    /// The control block of segment `id`.
     #[inline]
     pub fn segment(&self, id: SegmentId) -> &Segment {
         &self.segments[id as usize]

@@ -63,7 +63,9 @@ pub enum BackingKind {
 /// bytes lie, from its start (the same in memory and in the file).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
+    /// Segments the mapping holds.
     pub segments: usize,
+    /// Bytes per segment.
     pub segment_size: usize,
     /// Offset of the control-block table.
     pub control_offset: usize,
@@ -74,6 +76,8 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// Where the parts of a mapping of `segments` segments of `segment_size`
+    /// bytes go.
     pub fn new(segments: usize, segment_size: usize) -> Layout {
         let control_offset = HEADER_SIZE;
         let data_offset =
@@ -140,6 +144,7 @@ impl Backing {
         })
     }
 
+    /// Where its parts are.
     pub fn layout(&self) -> &Layout {
         &self.layout
     }

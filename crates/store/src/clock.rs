@@ -16,6 +16,7 @@ pub const REALTIME_MAXDELTA: i64 = 60 * 60 * 24 * 30;
 /// How stale an item's access time may get before a hit refreshes it.
 pub const ITEM_UPDATE_INTERVAL: u32 = 60;
 
+/// memcached's relative clock (see the module comment).
 pub struct Clock {
     /// Unix time of relative second 0 (wall clock at start minus 62 s).
     process_started: i64,
@@ -33,6 +34,7 @@ impl Default for Clock {
 }
 
 impl Clock {
+    /// A clock starting now, at relative second 62.
     pub fn new() -> Clock {
         let backdate = i64::from(ITEM_UPDATE_INTERVAL) + 2;
         let wall = std::time::SystemTime::now()

@@ -92,6 +92,7 @@ struct Copied {
 /// A live item as a dump shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DumpEntry<'a> {
+    /// The key as stored (a binary key's raw bytes).
     pub key: &'a [u8],
     /// The key is binary (clients send it base64 encoded).
     pub binary_key: bool,
@@ -103,7 +104,9 @@ pub struct DumpEntry<'a> {
     pub cas: u64,
     /// Whether it was hit since it was stored.
     pub fetched: bool,
+    /// Client flags.
     pub flags: u32,
+    /// Value length.
     pub value_len: usize,
     /// What memcached would charge for it (see [`memcached_item_total`]).
     pub total_size: usize,

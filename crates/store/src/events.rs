@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 /// are not reported; nor is an item demoted to the flash tier).
 #[derive(Debug, Clone, Copy)]
 pub struct Evicted<'a> {
+    /// The key.
     pub key: &'a [u8],
     /// It was read since it was written.
     pub fetched: bool,
@@ -18,13 +19,16 @@ pub struct Evicted<'a> {
     pub ttl: i64,
     /// Seconds since its last access.
     pub last_access: u32,
+    /// Client flags.
     pub flags: u32,
+    /// Value length.
     pub value_len: usize,
 }
 
 /// A write buffer of the flash tier written to its page.
 #[derive(Debug, Clone, Copy)]
 pub struct FlashWritten {
+    /// The page (its index over all the tier's files).
     pub page: usize,
     /// Where in the page.
     pub offset: usize,
@@ -37,7 +41,9 @@ pub struct FlashWritten {
 /// An event ([`Store::set_event_hook`](crate::Store::set_event_hook)).
 #[derive(Debug, Clone, Copy)]
 pub enum Event<'a> {
+    /// An item evicted to make room.
     Evicted(Evicted<'a>),
+    /// A write buffer of the flash tier written.
     FlashWritten(FlashWritten),
 }
 

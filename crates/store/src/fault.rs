@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Once;
 
 /// `Header::open` after a SIGBUS: the next start begins clean.
-pub const OPEN_IO_ERROR: u64 = 2;
+pub(crate) const OPEN_IO_ERROR: u64 = 2;
 
 /// Exit status after a SIGBUS on the memory file (sysexits' EX_IOERR).
 const EXIT_IO_ERROR: libc::c_int = 74;
@@ -33,7 +33,7 @@ static INSTALL: Once = Once::new();
 /// Watches the mapping of `len` bytes at `start` (the memory file `path`,
 /// whose header of `header_len` bytes holds the `open` field `open`) for
 /// SIGBUS, from now until [`unwatch`].
-pub fn watch(
+pub(crate) fn watch(
     path: &std::path::Path,
     start: *mut u8,
     len: usize,
@@ -74,7 +74,7 @@ pub fn watch(
 }
 
 /// Stops watching the mapping at `start` (it is being unmapped).
-pub fn unwatch(start: *mut u8) {
+pub(crate) fn unwatch(start: *mut u8) {
     if START
         .compare_exchange(start as usize, 0, Ordering::AcqRel, Ordering::Acquire)
         .is_ok()

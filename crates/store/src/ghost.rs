@@ -16,13 +16,18 @@
 
 use std::sync::atomic::{AtomicU16, Ordering};
 
+/// S3-FIFO's ghost queue: fingerprints of keys recently evicted from small.
 pub struct Ghost {
     slots: *mut AtomicU16,
     mask: usize,
 }
 
-// SAFETY: the slots are atomics; the mapping is owned by the Ghost.
+// SAFETY: the mapping is owned by the Ghost (made in `new`, unmapped only
+// by its drop) and tied to no thread, so another thread may own it.
 unsafe impl Send for Ghost {}
+// SAFETY: through `&Ghost` the slots are reached only as `&AtomicU16`
+// (`slot`), so threads sharing it race only on atomics, and the mapping
+// stays mapped while any `&Ghost` lives (drop needs the Ghost itself).
 unsafe impl Sync for Ghost {}
 
 impl Ghost {

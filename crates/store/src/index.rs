@@ -62,7 +62,9 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, 
 use crate::arena::{Arena, SegmentId};
 use crate::item::{ItemMeta, ItemPtr};
 
+/// log2 of [`SHARDS`].
 pub const SHARD_BITS: u32 = 8;
+/// Index shards, each with its own lock and table.
 pub const SHARDS: usize = 1 << SHARD_BITS;
 const BUCKET_SLOTS: usize = 12;
 /// One page of buckets.
@@ -70,11 +72,13 @@ const INITIAL_BUCKETS: usize = 64;
 /// Grow past this many entries per 10 slots.
 const MAX_LOAD_TENTHS: usize = 9;
 
+/// The hash of a key (XXH3, 64 bits): its shard, bucket and flash index entry.
 #[inline]
 pub fn hash_key(key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(key)
 }
 
+/// The shard of a key's hash (its low bits).
 #[inline]
 pub fn shard_of(hash: u64) -> usize {
     (hash as usize) & (SHARDS - 1)
@@ -88,7 +92,9 @@ fn home_of(hash: u64, buckets: usize) -> usize {
 /// Where an item lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Location {
+    /// The segment.
     pub seg: SegmentId,
+    /// Byte offset of the item in its segment.
     pub offset: usize,
 }
 
@@ -527,15 +533,26 @@ impl Drop for Table {
     }
 }
 
+/// A shard's share of the engine counters of [`StoreStats`](crate::StoreStats),
+/// kept under its lock.
 #[derive(Default, Clone, Copy, Debug)]
 #[repr(C)]
 pub struct ShardCounters {
+    /// Linked items in RAM.
     pub curr_items: u64,
+    /// Bytes of those items, wrapping: the write heads count some of them, so
+    /// only the sum over shards and heads is right.
     pub bytes: u64,
+    /// Items stored (the write heads count the rest).
     pub total_items: u64,
+    /// Live items evicted.
     pub evictions: u64,
+    /// Of those, items never fetched.
     pub evicted_unfetched: u64,
+    /// Expired or flushed items unlinked by a walk (eviction, compaction, the
+    /// crawler).
     pub reclaimed: u64,
+    /// Of those, items never fetched.
     pub expired_unfetched: u64,
 }
 
@@ -545,13 +562,16 @@ pub struct Found {
     bucket: usize,
     slot: usize,
     home: usize,
+    /// Where the item is.
     pub loc: Location,
+    /// The item.
     pub item: ItemPtr,
     /// The item's header, decoded while comparing its key.
     pub meta: ItemMeta,
 }
 
 impl Table {
+    /// An empty table with one page of buckets.
     pub fn new(codec: AddrCodec) -> Table {
         Table {
             buckets: BucketArray::new(INITIAL_BUCKETS),
@@ -561,10 +581,12 @@ impl Table {
         }
     }
 
+    /// Items the table links.
     pub fn len(&self) -> usize {
         self.counters.curr_items as usize
     }
 
+    /// Whether the table links no item.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -60,17 +60,24 @@
 
 use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
 
+/// Items start at any byte offset: no alignment, no padding.
 pub const ALIGN: usize = 1;
 /// Bytes of a header without ext and with a one-byte vlen.
 pub const HEADER_SIZE: usize = 5;
 
+/// State bit: unlinked from the index.
 pub const STATE_DEAD: u8 = 1;
+/// State bit: hit at least once.
 pub const STATE_FETCHED: u8 = 2;
+/// State bit: meta-invalidated (md I, ms I).
 pub const STATE_STALE: u8 = 4;
+/// State bit: a meta client won the recache token.
 pub const STATE_TOKEN_SENT: u8 = 8;
+/// State bit: the key is binary (sent base64 encoded).
 pub const STATE_BINARY_KEY: u8 = 16;
 const STATE_EXT: u8 = 32;
 const FREQ_SHIFT: u32 = 6;
+/// The highest eviction frequency (hits counted, saturating).
 pub const FREQ_MAX: u8 = 3;
 
 const EXT_FLAGS: u8 = 1;
@@ -83,8 +90,11 @@ const OFF_VLEN: usize = 4;
 /// What an item will hold: enough to size and write it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ItemSpec {
+    /// Key length, 1..=250.
     pub key_len: usize,
+    /// Value length, without `\r\n`.
     pub value_len: usize,
+    /// Client flags (stored only when not 0).
     pub flags: u32,
     /// Relative expiry, 0 = never.
     pub exptime: u32,
@@ -168,20 +178,26 @@ pub struct ItemMeta {
     key_len: u8,
     has_exptime: bool,
     value_len: u32,
+    /// Client flags.
     pub flags: u32,
+    /// Relative expiry when decoded, 0 = never.
     pub exptime: u32,
+    /// The stored CAS unique, if the item has one (else the location's).
     pub stored_cas: Option<u64>,
 }
 
 impl ItemMeta {
+    /// Key length.
     #[inline]
     pub fn key_len(&self) -> usize {
         self.key_len as usize
     }
+    /// Value length.
     #[inline]
     pub fn value_len(&self) -> usize {
         self.value_len as usize
     }
+    /// Whether the item has an exptime field (its expiry can be set in place).
     #[inline]
     pub fn has_exptime_field(&self) -> bool {
         self.has_exptime
@@ -197,6 +213,11 @@ pub struct ItemPtr(*mut u8);
 // all threads; access discipline is enforced by the index shard locks and
 // versions and by reader pins (see `epoch`).
 unsafe impl Send for ItemPtr {}
+// SAFETY: a shared `&ItemPtr` gives only copies of the address (every
+// method takes `self` by value), so sharing one is sending copies: Send's
+// argument. Through the address, the bytes that change under readers (atime,
+// state) are atomics; the other writes are unsafe fns (`init`,
+// `write_header`, `set_exptime`) whose callers hold the slot exclusively.
 unsafe impl Sync for ItemPtr {}
 
 impl ItemPtr {
@@ -500,11 +521,13 @@ impl ItemPtr {
         self.atime_atomic().load(Ordering::Relaxed)
     }
 
+    /// Sets the last access, seconds after the segment's base time.
     #[inline]
     pub fn set_atime(self, t: u16) {
         self.atime_atomic().store(t, Ordering::Relaxed)
     }
 
+    /// Client flags (0 when the item stores none).
     #[inline]
     pub fn flags(self) -> u32 {
         let l = self.layout();
@@ -561,16 +584,19 @@ impl ItemPtr {
         }
     }
 
+    /// Value length.
     #[inline]
     pub fn value_len(self) -> usize {
         self.layout().value_len
     }
 
+    /// Key length.
     #[inline]
     pub fn key_len(self) -> usize {
         self.byte(OFF_KLEN) as usize
     }
 
+    /// The key, in segment memory.
     #[inline]
     pub fn key<'a>(self) -> &'a [u8] {
         let l = self.layout();
@@ -578,6 +604,7 @@ impl ItemPtr {
         unsafe { std::slice::from_raw_parts(self.0.add(l.key), l.key_len) }
     }
 
+    /// The value, in segment memory.
     #[inline]
     pub fn value<'a>(self) -> &'a [u8] {
         let l = self.layout();
@@ -585,6 +612,7 @@ impl ItemPtr {
         unsafe { std::slice::from_raw_parts(self.0.add(l.key + l.key_len), l.value_len) }
     }
 
+    /// The item's size in bytes, header included.
     #[inline]
     pub fn size(self) -> usize {
         let l = self.layout();
@@ -605,16 +633,19 @@ impl ItemPtr {
         }
     }
 
+    /// The state byte (`STATE_*` bits, EXT, FREQ).
     #[inline]
     pub fn state(self) -> u8 {
         self.state_atomic().load(Ordering::Relaxed)
     }
 
+    /// Unlinked from the index (or not yet committed).
     #[inline]
     pub fn is_dead(self) -> bool {
         self.state() & STATE_DEAD != 0
     }
 
+    /// Marks the item unlinked.
     #[inline]
     pub fn mark_dead(self) {
         self.state_atomic().fetch_or(STATE_DEAD, Ordering::Relaxed);
@@ -636,11 +667,13 @@ impl ItemPtr {
         );
     }
 
+    /// Hit at least once.
     #[inline]
     pub fn is_fetched(self) -> bool {
         self.state() & STATE_FETCHED != 0
     }
 
+    /// Whether any of the state bits `bits` is set.
     #[inline]
     pub fn has_state(self, bits: u8) -> bool {
         self.state() & bits != 0
@@ -653,6 +686,7 @@ impl ItemPtr {
             .fetch_or(bits & (STATE_EXT - 1), Ordering::Relaxed);
     }
 
+    /// Clears state bits (not EXT or FREQ).
     #[inline]
     pub fn clear_state(self, bits: u8) {
         self.state_atomic()
@@ -700,6 +734,7 @@ impl ItemPtr {
         );
     }
 
+    /// Marks the item hit, without counting a hit for the evictor.
     #[inline]
     pub fn mark_fetched(self) {
         if !self.is_fetched() {
@@ -735,18 +770,23 @@ impl<'a> ItemView<'a> {
         self.lock_free
     }
 
+    /// The key.
     pub fn key(&self) -> &'a [u8] {
         self.ptr.key_at(&self.meta)
     }
+    /// The value.
     pub fn value(&self) -> &'a [u8] {
         self.ptr.value_at(&self.meta)
     }
+    /// Client flags.
     pub fn flags(&self) -> u32 {
         self.meta.flags
     }
+    /// The CAS unique (0 with -C).
     pub fn cas(&self) -> u64 {
         self.cas
     }
+    /// Relative expiry when the view was made, 0 = never.
     pub fn exptime(&self) -> u32 {
         self.exptime
     }
@@ -754,6 +794,7 @@ impl<'a> ItemView<'a> {
     pub fn atime(&self) -> u32 {
         self.base_time + u32::from(self.ptr.atime())
     }
+    /// Value length.
     pub fn value_len(&self) -> usize {
         self.meta.value_len()
     }
@@ -761,15 +802,19 @@ impl<'a> ItemView<'a> {
     pub fn fetched(&self) -> bool {
         self.ptr.is_fetched()
     }
+    /// Meta-invalidated (md I, ms I): a client should recompute the value.
     pub fn stale(&self) -> bool {
         self.ptr.has_state(STATE_STALE)
     }
+    /// A meta client has already won the recache token.
     pub fn token_sent(&self) -> bool {
         self.ptr.has_state(STATE_TOKEN_SENT)
     }
+    /// Records that a meta client won the recache token.
     pub fn mark_token_sent(&self) {
         self.ptr.set_state(STATE_TOKEN_SENT)
     }
+    /// The key is binary (sent base64 encoded).
     pub fn binary_key(&self) -> bool {
         self.ptr.has_state(STATE_BINARY_KEY)
     }
@@ -805,6 +850,8 @@ mod tests {
         };
         // SAFETY: the buffer is 512 bytes, 8-aligned and owned by the test.
         let it = unsafe { ItemPtr::from_raw(p) };
+        // SAFETY: the test alone holds the buffer; the item takes 30 of its
+        // 512 bytes, and the value parts are the 5 bytes of value_len.
         unsafe { it.init(&spec, b"key", &[b"he", b"llo"], 62, STATE_BINARY_KEY) };
         assert_eq!(it.key(), b"key");
         assert_eq!(it.value(), b"hello");
@@ -815,6 +862,8 @@ mod tests {
         assert_eq!(it.size(), spec.size());
         assert_eq!(it.size(), 4 + 1 + 1 + 16 + 3 + 5);
         assert!(it.has_state(STATE_BINARY_KEY) && !it.is_dead());
+        // SAFETY: no other thread sees the item (the exclusion a shard
+        // write lock gives), and `spec` gave it an exptime field.
         unsafe { it.set_exptime(5) };
         assert_eq!(it.exptime(), 5);
         assert_eq!(it.flags(), 7);
@@ -841,6 +890,9 @@ mod tests {
             };
             // SAFETY: the buffer is 512 bytes and owned by the test.
             let it = unsafe { ItemPtr::from_raw((b.as_mut_ptr() as *mut u8).add(1)) };
+            // SAFETY: the test alone holds the buffer; a key of at most
+            // 40 bytes and a 3-byte value fit in the 511 bytes after the
+            // start; the one part is the whole value.
             unsafe { it.init(&spec, &key, &[b"val"], 0, 0) };
             let m = it.meta();
             assert!(it.key_is(&m, &key), "{len}");
@@ -864,6 +916,8 @@ mod tests {
                 value_len: 2,
                 ..ItemSpec::default()
             };
+            // SAFETY: the test alone holds the buffer; the 8-byte item
+            // fits after a start of at most 3; the one part is the value.
             unsafe { it.init(&spec, b"k", &[b"vv"], 300, STATE_FETCHED) };
             assert_eq!((it.atime(), it.is_fetched()), (300, true));
             it.bump(301);
@@ -885,6 +939,8 @@ mod tests {
             let key = [b'k'; 250];
             // SAFETY: the buffer holds spec.size() bytes, 8-aligned.
             let it = unsafe { ItemPtr::from_raw(b.as_mut_ptr() as *mut u8) };
+            // SAFETY: the test alone holds the buffer, spec.size() bytes
+            // or more; the one part is the whole value.
             unsafe { it.init(&spec, &key, &[&value], 0, 0) };
             assert_eq!(it.value_len(), vlen);
             assert_eq!(it.key(), &key[..]);

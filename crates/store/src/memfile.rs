@@ -96,8 +96,11 @@ const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_SIZE);
 /// The settings a memory file must have been made with to be taken over.
 #[derive(Clone, Copy, Debug)]
 pub struct Settings {
+    /// `-m`, in bytes.
     pub memory_limit: usize,
+    /// `-I`, in bytes.
     pub item_size_max: usize,
+    /// CAS uniques on (no `-C`).
     pub use_cas: bool,
 }
 
@@ -119,8 +122,11 @@ pub struct Resume {
 /// An opened memory file: its mapping, and what to resume (None: the
 /// cache starts clean, for the reason in `note` if there was one).
 pub struct Opened {
+    /// The file's mapping.
     pub backing: Backing,
+    /// What the earlier run left, when its cache is taken over.
     pub resume: Option<Resume>,
+    /// Why it was not taken over, when it was not.
     pub note: Option<String>,
 }
 

@@ -42,11 +42,16 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
+/// A segment's index in the arena.
 pub type SegmentId = u32;
 
+/// Segment state: no items, on the free list (or never used).
 pub const STATE_FREE: u8 = 0;
+/// Segment state: a write head appends to it.
 pub const STATE_ACTIVE: u8 = 1;
+/// Segment state: full, in its queue.
 pub const STATE_SEALED: u8 = 2;
+/// Segment state: taken out of its queue to be evicted or compacted.
 pub const STATE_CLAIMED: u8 = 3;
 
 /// Bytes of a control block in the table (two cache lines, for the
@@ -60,6 +65,7 @@ compile_error!("the segment control block layout assumes a 64-bit target");
 /// A segment's control block (see the module comment).
 #[repr(C, align(128))]
 pub struct Segment {
+    /// One of the `STATE_*` values.
     pub state: AtomicU8,
     /// The queue it was written for (a `Queue` as u8).
     pub queue: AtomicU8,

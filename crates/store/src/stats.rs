@@ -17,6 +17,8 @@ use crate::types::{QueueStats, StoreStats};
 const OLDEST_SEGMENTS_WALKED: usize = 2;
 
 impl Store {
+    /// The engine's figures for `stats`, summed from the shards, write heads
+    /// and cleaner.
     pub fn stats(&self) -> StoreStats {
         let mut total = ShardCounters::default();
         let mut index_bytes = 0;

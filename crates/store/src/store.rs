@@ -21,6 +21,8 @@ use crate::types::{memcached_item_total, segment_size_for, Lookup, StoreConfig};
 /// Longest a caller spins waiting for a busy segment before giving up.
 const RESERVE_RETRIES: usize = 64;
 
+/// The cache: item memory, the hash index, eviction, compaction, expiry and the
+/// flash tier (see the crate's documentation).
 pub struct Store {
     pub(crate) cfg: StoreConfig,
     /// Indexed by write head (modulo its length).
@@ -199,6 +201,7 @@ impl Store {
         }
     }
 
+    /// The flash tier, with `-o ext_path`.
     pub fn flash(&self) -> Option<&crate::flash::Flash> {
         self.flash.as_deref()
     }
@@ -235,10 +238,12 @@ impl Store {
         self.arena.backing().sync()
     }
 
+    /// The configuration the store was made with.
     pub fn config(&self) -> &StoreConfig {
         &self.cfg
     }
 
+    /// The store's relative clock.
     pub fn clock(&self) -> &Clock {
         &self.clock
     }

@@ -91,10 +91,15 @@ pub enum FlashFetch {
     /// Read `len` bytes at `offset` of `fd` into `buf` (block aligned),
     /// then hand them over with [`Store::flash_arrived`].
     Disk {
+        /// The flash file.
         fd: std::os::fd::RawFd,
+        /// Offset of the first block, in the file.
         offset: u64,
+        /// Bytes to read.
         len: usize,
+        /// Where the record starts in what is read.
         skip: usize,
+        /// The buffer to read into.
         buf: AlignedBuf,
     },
 }

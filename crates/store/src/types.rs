@@ -111,11 +111,18 @@ pub enum StoreMode {
 /// Outcome of a storage command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreStatus {
+    /// The item was stored.
     Stored,
+    /// The mode's condition failed (add: the key has an item; replace, append,
+    /// prepend: it has none), or an append or prepend made the item too large.
     NotStored,
+    /// A compare-and-swap whose unique is not the item's.
     Exists,
+    /// A compare-and-swap on a key with no live item.
     NotFound,
+    /// The item is larger than memcached allows (`-I`) or a segment holds.
     TooLarge,
+    /// No room could be made for the item.
     OutOfMemory,
 }
 
@@ -123,12 +130,16 @@ pub enum StoreStatus {
 /// beyond the classic commands; `..Default::default()` leaves them off.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Write<'a> {
+    /// Which storage command.
     pub mode: StoreMode,
+    /// The key.
     pub key: &'a [u8],
+    /// The client flags stored with the value.
     pub flags: u32,
     /// Relative expiry (see [`Clock::expiry`](crate::clock::Clock::expiry)),
     /// 0 = never.
     pub exptime: u32,
+    /// The value (the data appended or prepended, for those modes).
     pub value: &'a [u8],
     /// Compare-and-swap unique for `Cas` (and append/prepend, when not 0).
     pub cas: u64,
@@ -162,6 +173,7 @@ pub struct Fetch {
 /// The empty item [`Fetch::create`] stores on a miss.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Placeholder {
+    /// Its relative expiry, 0 = never.
     pub exptime: u32,
     /// Its CAS unique (0 = next from the counter).
     pub cas: u64,
@@ -184,16 +196,20 @@ pub struct Removal {
     /// Keep the item with an empty value instead of removing it, its
     /// client flags set to `flags`.
     pub drop_value: bool,
+    /// With `drop_value`: the kept item's client flags.
     pub flags: u32,
 }
 
 /// Outcome of [`Store::remove`](crate::Store::remove).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RemoveResult {
+    /// The item was unlinked.
     Removed,
     /// Marked stale or emptied in place.
     Kept,
+    /// `if_cas` is not the item's CAS unique.
     Exists,
+    /// The key has no live item.
     NotFound,
 }
 
@@ -214,33 +230,49 @@ pub struct CounterUpdate {
 /// Outcome of [`Store::counter`](crate::Store::counter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CounterResult {
+    /// The counter was updated (or created).
     Done {
+        /// Its new value.
         value: u64,
+        /// Its new CAS unique.
         cas: u64,
         /// The item's expiry before the update (0 if created).
         exptime: u32,
+        /// The key had no item, and `create` made one.
         created: bool,
     },
+    /// The key has no live item (and nothing was created).
     NotFound,
+    /// The value is no number as memcached reads one (empty, 24 bytes or more,
+    /// or not digits).
     NonNumeric,
+    /// `if_cas` is not the item's CAS unique.
     Exists,
+    /// Creating the missing counter failed other than for memory.
     NotStored,
+    /// No room for the counter's new item (updated or created).
     OutOfMemory,
 }
 
 /// Outcome of incr/decr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ArithResult {
+    /// The new value.
     Value(u64),
+    /// The key has no live item.
     NotFound,
+    /// The value is not a decimal number.
     NonNumeric,
+    /// No room for the new value.
     OutOfMemory,
 }
 
 /// Outcome of a lookup; hits carry the caller's result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lookup<R> {
+    /// A live item: the caller's result for it.
     Hit(R),
+    /// No item under the key.
     Miss,
     /// Found but expired (memcached's get_expired).
     Expired,
@@ -262,20 +294,33 @@ impl Lookup<()> {
 /// Engine-wide figures for `stats`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StoreStats {
+    /// Linked items, in RAM and on the flash tier.
     pub curr_items: u64,
+    /// Items stored since the start (or the last reset).
     pub total_items: u64,
+    /// Bytes of the linked items, by the shards' and write heads' counts.
     pub bytes: u64,
+    /// Live items evicted to make room.
     pub evictions: u64,
+    /// Of those, items never fetched.
     pub evicted_unfetched: u64,
+    /// Expired or flushed items unlinked by the evictor, the compactor or the
+    /// background walks.
     pub reclaimed: u64,
+    /// Of those, items never fetched.
     pub expired_unfetched: u64,
+    /// The memory limit in bytes (`-m`, `cache_memlimit`).
     pub limit_maxbytes: u64,
+    /// Bytes per segment.
     pub segment_size: u64,
+    /// Segments given memory so far.
     pub segments_allocated: u64,
     /// Bytes of those segments items can still be written into (free
     /// segments, and what the segments being filled have left).
     pub segments_room_bytes: u64,
+    /// The most segments the memory limit allows.
     pub segments_limit: u64,
+    /// Bytes of the hash index's buckets.
     pub index_bytes: u64,
     /// Bytes of the items the index links to, by their segments' counts
     /// (`bytes` is the same figure from the shards' counts).
@@ -289,15 +334,19 @@ pub struct StoreStats {
     /// Segments emptied by compaction (their live items moved, none
     /// evicted), items moved and bytes copied doing it.
     pub segments_compacted: u64,
+    /// Live items moved by compaction.
     pub compact_items_moved: u64,
+    /// Bytes those moves copied.
     pub compact_bytes_copied: u64,
     /// Compactions run by a writer that found no free segment (the rest
     /// ran in the background cleaner), and compactions given up.
     pub compact_writer_runs: u64,
+    /// Compactions given up for want of room to move the live items to.
     pub compact_aborted: u64,
     /// Segments emptied by eviction, and the bytes of the live items
     /// evicted from them (`evictions` counts those items).
     pub segments_evicted: u64,
+    /// Bytes of the live items evicted.
     pub evicted_live_bytes: u64,
     /// Dead bytes freed with the segments that held them, by compaction
     /// or eviction.
@@ -308,11 +357,21 @@ pub struct StoreStats {
     /// `moves_within_lru`, `crawler_items_checked`, `crawler_reclaimed`
     /// (see `arena::CleanStats`).
     pub evicted_nonzero: u64,
+    /// memcached's `evicted_active`: evicted items that had been hit.
     pub evicted_active: u64,
+    /// memcached's `evicted_time`: seconds between the last access and the
+    /// eviction of the last item evicted.
     pub evicted_time: u32,
+    /// memcached's `moves_to_warm`: hit items the evictor kept by copying them
+    /// from small to main.
     pub moves_to_warm: u64,
+    /// memcached's `moves_within_lru`: hit items the evictor kept within main.
     pub moves_within_lru: u64,
+    /// memcached's `crawler_items_checked`: items the background walks looked
+    /// at.
     pub crawler_items_checked: u64,
+    /// memcached's `crawler_reclaimed`: the expired or flushed ones they
+    /// unlinked.
     pub crawler_reclaimed: u64,
 }
 
@@ -321,10 +380,12 @@ pub struct StoreStats {
 pub struct QueueStats {
     /// Linked items in RAM in small and main.
     pub small_items: u64,
+    /// Linked items in RAM in main.
     pub main_items: u64,
     /// The oldest last access (relative clock) of the items in each
     /// queue's oldest segments; None for an empty queue.
     pub small_oldest: Option<u32>,
+    /// As `small_oldest`, for main.
     pub main_oldest: Option<u32>,
     /// The oldest last access known of the items on the flash tier (as the
     /// RAM evictor saw them when it moved them there).

@@ -155,6 +155,8 @@ enum Outcome {
 }
 
 impl Start {
+    /// A start of the process `name`, with [`ATTEMPTS`] attempts of
+    /// [`READY_TIMEOUT`] each, on any free port.
     pub fn new(name: &str) -> Start {
         Start {
             name: name.to_string(),
@@ -187,11 +189,13 @@ impl Start {
         self
     }
 
+    /// At most `attempts` starts (at least 1).
     pub fn attempts(mut self, attempts: u32) -> Start {
         self.attempts = attempts.max(1);
         self
     }
 
+    /// How long each attempt may take to listen.
     pub fn timeout(mut self, timeout: Duration) -> Start {
         self.timeout = timeout;
         self
@@ -313,10 +317,12 @@ impl ServerProcess {
         Start::new(name).command(command)
     }
 
+    /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.port
     }
 
+    /// The name it was started under.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -326,6 +332,7 @@ impl ServerProcess {
         self.attempts
     }
 
+    /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child_ref().id()
     }
@@ -334,6 +341,7 @@ impl ServerProcess {
         self.child.as_ref().expect("process handed over")
     }
 
+    /// The child process, still killed on drop.
     pub fn child(&mut self) -> &mut Child {
         self.child.as_mut().expect("process handed over")
     }

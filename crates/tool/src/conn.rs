@@ -11,11 +11,11 @@ use std::time::Duration;
 
 /// How long a connect, a read or a write may wait before the server is
 /// taken as gone.
-pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The address memcached-tool would use: unix paths as given, else
 /// `:11211` appended unless the address ends in `:<digits>`.
-pub fn normalize(addr: &str) -> String {
+pub(crate) fn normalize(addr: &str) -> String {
     if addr.contains('/') {
         return addr.to_string();
     }
@@ -57,16 +57,16 @@ impl Write for Stream {
 }
 
 /// One open connection.
-pub struct Conn {
+pub(crate) struct Conn {
     io: BufReader<Stream>,
 }
 
 /// `stats` pairs in the server's order.
-pub type Stats = Vec<(String, String)>;
+pub(crate) type Stats = Vec<(String, String)>;
 
 impl Conn {
     /// Connects to `addr` (already `normalize`d or not).
-    pub fn connect(addr: &str) -> io::Result<Conn> {
+    pub(crate) fn connect(addr: &str) -> io::Result<Conn> {
         let addr = normalize(addr);
         let stream = if addr.contains('/') {
             let s = UnixStream::connect(&addr)?;
@@ -97,13 +97,13 @@ impl Conn {
     }
 
     /// Writes `bytes` whole.
-    pub fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+    pub(crate) fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.io.get_mut().write_all(bytes)
     }
 
     /// The next line without its `\r\n` (or `\n`); an error at end of
     /// stream.
-    pub fn line(&mut self) -> io::Result<Vec<u8>> {
+    pub(crate) fn line(&mut self) -> io::Result<Vec<u8>> {
         let mut buf = Vec::new();
         let n = self.io.read_until(b'\n', &mut buf)?;
         if n == 0 {
@@ -119,7 +119,7 @@ impl Conn {
     }
 
     /// Exactly `n` bytes followed by `\r\n`.
-    pub fn value(&mut self, n: usize) -> io::Result<Vec<u8>> {
+    pub(crate) fn value(&mut self, n: usize) -> io::Result<Vec<u8>> {
         let mut buf = vec![0; n + 2];
         self.io.read_exact(&mut buf)?;
         buf.truncate(n);
@@ -129,7 +129,7 @@ impl Conn {
     /// `stats` or `stats <sub>`: the `STAT name value` pairs up to `END`.
     /// A reply that is an error line (`ERROR`, `CLIENT_ERROR ...`,
     /// `SERVER_ERROR ...`) is returned as `Err` with that line.
-    pub fn stats(&mut self, sub: &str) -> io::Result<Stats> {
+    pub(crate) fn stats(&mut self, sub: &str) -> io::Result<Stats> {
         let cmd = if sub.is_empty() {
             "stats\r\n".to_string()
         } else {
@@ -154,7 +154,7 @@ impl Conn {
 }
 
 /// `%XX` sequences decoded (as memcached-tool's `s/%(.{2})/chr hex $1/eg`).
-pub fn uri_decode(s: &[u8]) -> Vec<u8> {
+pub(crate) fn uri_decode(s: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(s.len());
     let mut i = 0;
     while i < s.len() {

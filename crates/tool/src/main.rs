@@ -180,7 +180,7 @@ fn pool_servers(path: &std::path::Path, name: Option<&str>) -> Result<Vec<String
     let pools: Vec<_> = config
         .pools
         .iter()
-        .filter(|p| name.map_or(true, |n| p.name == n))
+        .filter(|p| name.is_none_or(|n| p.name == n))
         .collect();
     if pools.is_empty() {
         return Err(format!(

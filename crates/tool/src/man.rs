@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use clap::{Arg, CommandFactory};
 
 /// None when the command line is not `--generate-man DIR`.
-pub fn generate(args: &[String]) -> Option<ExitCode> {
+pub(crate) fn generate(args: &[String]) -> Option<ExitCode> {
     if args.first().map(String::as_str) != Some("--generate-man") {
         return None;
     }

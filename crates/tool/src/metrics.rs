@@ -12,18 +12,18 @@ use std::time::Duration;
 use prometheus_parse::{Scrape, Value};
 
 /// The histogram whose buckets are read.
-pub const HISTOGRAM: &str = "osmium_command_duration_seconds";
+pub(crate) const HISTOGRAM: &str = "osmium_command_duration_seconds";
 
 /// One command's cumulative buckets: upper bound (seconds, `+Inf` as
 /// infinity) → cumulative count, in bound order.
-pub type Buckets = Vec<(f64, f64)>;
+pub(crate) type Buckets = Vec<(f64, f64)>;
 
 /// Every command's buckets.
-pub type Histograms = BTreeMap<String, Buckets>;
+pub(crate) type Histograms = BTreeMap<String, Buckets>;
 
 /// Fetches `http://addr/metrics` in the text format 0.0.4 and returns the
 /// body.
-pub fn scrape(addr: &str) -> io::Result<String> {
+pub(crate) fn scrape(addr: &str) -> io::Result<String> {
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(3))
         .build();
@@ -36,7 +36,7 @@ pub fn scrape(addr: &str) -> io::Result<String> {
 }
 
 /// The `HISTOGRAM` buckets of a text-format body.
-pub fn parse(body: &str) -> Histograms {
+pub(crate) fn parse(body: &str) -> Histograms {
     let mut out: Histograms = BTreeMap::new();
     let Ok(scrape) = Scrape::parse(body.lines().map(|l| Ok(l.to_string()))) else {
         return out;
@@ -62,7 +62,7 @@ pub fn parse(body: &str) -> Histograms {
 
 /// `now - before`, bucket by bucket (a bucket missing before counts from
 /// 0; a counter that went back, a restart, counts from 0 too).
-pub fn delta(now: &Buckets, before: Option<&Buckets>) -> Buckets {
+pub(crate) fn delta(now: &Buckets, before: Option<&Buckets>) -> Buckets {
     now.iter()
         .map(|&(le, count)| {
             let old = before
@@ -74,7 +74,7 @@ pub fn delta(now: &Buckets, before: Option<&Buckets>) -> Buckets {
 }
 
 /// The sum of several commands' buckets (bounds matched exactly).
-pub fn merge<'a>(all: impl IntoIterator<Item = &'a Buckets>) -> Buckets {
+pub(crate) fn merge<'a>(all: impl IntoIterator<Item = &'a Buckets>) -> Buckets {
     let mut sum: Vec<(f64, f64)> = Vec::new();
     for buckets in all {
         for &(le, c) in buckets {
@@ -92,7 +92,7 @@ pub fn merge<'a>(all: impl IntoIterator<Item = &'a Buckets>) -> Buckets {
 /// interpolation inside the bucket that holds it (Prometheus'
 /// `histogram_quantile`); `None` without observations. In the `+Inf`
 /// bucket it is the highest finite bound.
-pub fn quantile(buckets: &Buckets, q: f64) -> Option<f64> {
+pub(crate) fn quantile(buckets: &Buckets, q: f64) -> Option<f64> {
     let total = buckets.last()?.1;
     if total <= 0.0 {
         return None;

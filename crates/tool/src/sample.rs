@@ -15,7 +15,7 @@ use crate::verbs::{parse_hotkeys, HotKey};
 
 /// One poll of one server.
 #[derive(Clone, Debug)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub at: Instant,
     /// `stats`; empty when the server could not be reached.
     pub stats: HashMap<String, String>,
@@ -30,7 +30,7 @@ pub struct Snapshot {
 
 /// Polls the server at `addr` once (a new connection each time, so a
 /// server that went away and came back is seen again).
-pub fn poll(addr: &str) -> Snapshot {
+pub(crate) fn poll(addr: &str) -> Snapshot {
     let at = Instant::now();
     let mut snap = Snapshot {
         at,
@@ -67,18 +67,18 @@ fn is_addr(v: &str) -> bool {
 /// The command label of the requests a poll sends (`stats`, `stats
 /// hotkeys`, `stats settings`), left out of the merged latency so that
 /// top does not report its own requests as the clients'.
-pub const OWN_POLLS: &str = "stats";
+pub(crate) const OWN_POLLS: &str = "stats";
 
 /// p50 and p99, in microseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Latency {
+pub(crate) struct Latency {
     pub p50_us: f64,
     pub p99_us: f64,
 }
 
 /// What is shown of a server (or of all of them: `total`).
 #[derive(Clone, Debug, Default)]
-pub struct View {
+pub(crate) struct View {
     pub addr: String,
     pub up: bool,
     pub error: Option<String>,
@@ -146,7 +146,7 @@ fn latency(b: &metrics::Buckets) -> Option<Latency> {
 
 impl View {
     /// The view of `now`, with rates against `before` (zero without it).
-    pub fn new(addr: &str, before: Option<&Snapshot>, now: &Snapshot) -> View {
+    pub(crate) fn new(addr: &str, before: Option<&Snapshot>, now: &Snapshot) -> View {
         let s = &now.stats;
         let mut v = View {
             addr: normalize(addr),
@@ -237,7 +237,7 @@ impl View {
 
     /// All the servers summed: rates and sizes added, hit ratio and
     /// latency over the merged counts, lag the largest, hot keys left out.
-    pub fn total(views: &[View]) -> View {
+    pub(crate) fn total(views: &[View]) -> View {
         let live: Vec<&View> = views.iter().filter(|v| v.up).collect();
         let opt_sum = |f: &dyn Fn(&View) -> Option<u64>| -> Option<u64> {
             let vals: Vec<u64> = live.iter().filter_map(|v| f(v)).collect();
@@ -303,7 +303,7 @@ fn lat_json(l: Option<Latency>) -> Value {
 }
 
 /// One view in the `--once --json` schema.
-pub fn view_json(v: &View, with_hotkeys: bool) -> Value {
+pub(crate) fn view_json(v: &View, with_hotkeys: bool) -> Value {
     let mut o = json!({
         "addr": v.addr,
         "up": v.up,
@@ -374,7 +374,7 @@ pub fn view_json(v: &View, with_hotkeys: bool) -> Value {
 }
 
 /// The whole `--once --json` document.
-pub fn json(interval: f64, views: &[View]) -> Value {
+pub(crate) fn json(interval: f64, views: &[View]) -> Value {
     let total = View::total(views);
     let mut t = view_json(&total, false);
     if let Some(o) = t.as_object_mut() {

@@ -64,7 +64,7 @@ fn start_pollers(
 }
 
 /// Runs the view until the user quits.
-pub fn run(addrs: Vec<String>, interval: Duration, title: String) -> io::Result<()> {
+pub(crate) fn run(addrs: Vec<String>, interval: Duration, title: String) -> io::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let slots = start_pollers(&addrs, interval, &stop);
     let mut terminal = ratatui::try_init()?;
@@ -241,7 +241,7 @@ fn visible(views: &[View], width: u16) -> Vec<(usize, u16)> {
 }
 
 /// A server's cells under `COLUMNS`.
-pub fn cells(v: &View) -> Vec<String> {
+pub(crate) fn cells(v: &View) -> Vec<String> {
     if !v.up {
         // Why is in the details pane (and in --json's `error`).
         let state = if v.error.as_deref() == Some("connecting") {
@@ -280,7 +280,7 @@ pub fn cells(v: &View) -> Vec<String> {
 }
 
 /// The table as text, for `--once` without `--json`.
-pub fn text(views: &[View]) -> String {
+pub(crate) fn text(views: &[View]) -> String {
     let mut out = String::new();
     let mut line = |cells: Vec<String>| {
         let mut l = String::new();

@@ -16,7 +16,7 @@ use crate::conn::{normalize, uri_decode, Conn};
 /// server's line in the value (it `chomp`s the `\n` only), so the value
 /// is padded with it and every line ends in `\r\n`: the same here, byte
 /// for byte.
-pub fn table(addr: &str, sub: &str, out: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn table(addr: &str, sub: &str, out: &mut dyn Write) -> io::Result<()> {
     let addr = normalize(addr);
     let mut conn = Conn::connect(&addr)?;
     let pairs: BTreeMap<String, String> = conn.stats(sub)?.into_iter().collect();
@@ -41,7 +41,7 @@ pub fn table(addr: &str, sub: &str, out: &mut dyn Write) -> io::Result<()> {
 
 /// memcached-tool's `display`: one row per slab class with pages, from
 /// `stats items` and `stats slabs`.
-pub fn display(addr: &str, out: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn display(addr: &str, out: &mut dyn Write) -> io::Result<()> {
     let mut conn = Conn::connect(addr)?;
     let mut classes: BTreeMap<u32, BTreeMap<String, i64>> = BTreeMap::new();
     for (name, value) in conn.stats("items")? {
@@ -149,7 +149,12 @@ fn metadump(conn: &mut Conn, mut each: impl FnMut(&[u8]) -> bool) -> io::Result<
 
 /// memcached-tool's `keys [-u] [limit]`: the metadump lines of items,
 /// URI-decoded with `-u`.
-pub fn keys(addr: &str, unescape: bool, limit: Option<u64>, out: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn keys(
+    addr: &str,
+    unescape: bool,
+    limit: Option<u64>,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     let mut conn = Conn::connect(addr)?;
     eprint!("Dumping memcache keys");
     if let Some(l) = limit {
@@ -187,7 +192,7 @@ const DUMP_BATCH: usize = 100;
 /// with the keys of `lru_crawler metadump all` and the values of `mg`
 /// (which reads items on the flash tier too). Items gone between the two
 /// are left out, as memcached-tool leaves them.
-pub fn dump(addr: &str, limit: Option<u64>, out: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn dump(addr: &str, limit: Option<u64>, out: &mut dyn Write) -> io::Result<()> {
     let mut conn = Conn::connect(addr)?;
     eprint!("Dumping memcache contents");
     if let Some(l) = limit {
@@ -253,7 +258,7 @@ pub fn dump(addr: &str, limit: Option<u64>, out: &mut dyn Write) -> io::Result<(
 /// One row of `stats hotkeys`: `STAT hotkey <rank> <key> <reads/s>
 /// <writes/s> <bytes/s>`, the key URI-encoded as the server sent it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct HotKey {
+pub(crate) struct HotKey {
     pub rank: u32,
     pub key: String,
     pub reads: f64,
@@ -263,7 +268,7 @@ pub struct HotKey {
 
 /// The rows of a `stats hotkeys` reply, hottest first; rows in another
 /// shape are skipped.
-pub fn parse_hotkeys(stats: &[(String, String)]) -> Vec<HotKey> {
+pub(crate) fn parse_hotkeys(stats: &[(String, String)]) -> Vec<HotKey> {
     let mut rows: Vec<HotKey> = stats
         .iter()
         .filter(|(name, _)| name == "hotkey")
@@ -288,7 +293,7 @@ pub fn parse_hotkeys(stats: &[(String, String)]) -> Vec<HotKey> {
 /// `hotkeys [limit]`: osmium's `stats hotkeys` as a table. A server that
 /// answers with an error (memcached, an osmium without the report) is an
 /// error naming the reply; an empty report prints the header alone.
-pub fn hotkeys(addr: &str, limit: Option<u64>, out: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn hotkeys(addr: &str, limit: Option<u64>, out: &mut dyn Write) -> io::Result<()> {
     let mut conn = Conn::connect(addr)?;
     let stats = conn
         .stats("hotkeys")

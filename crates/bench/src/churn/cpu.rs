@@ -30,7 +30,7 @@ use crate::flash::{fmt_opt, json_f64};
 use crate::servers::Kind;
 use crate::{median, mib};
 
-pub struct Opts {
+pub(crate) struct Opts {
     pub memory_mb: u64,
     /// Pace of the load, MB/s of values (0: unpaced).
     pub load_mbps: f64,
@@ -52,7 +52,7 @@ pub struct Opts {
 
 /// Keys whose live data is 70 % of `-m` at the mix's mean value, the key
 /// and 50 B: the cache is full once overwrites leave dead copies.
-pub fn default_keys(memory_mb: u64, mix: &SizeMix) -> u64 {
+pub(crate) fn default_keys(memory_mb: u64, mix: &SizeMix) -> u64 {
     let per_item = mix.mean() + key_len(1_000_000) as f64 + 50.0;
     (0.7 * (memory_mb << 20) as f64 / per_item).round() as u64
 }
@@ -449,7 +449,7 @@ fn medians(runs: &[Run], kind: Kind, phase: Phase, depth: usize) -> [f64; 5] {
 }
 
 /// Mode (c); (every hit was right, JSON).
-pub fn run(env: &Env, o: &Opts) -> Result<(bool, Value), String> {
+pub(crate) fn run(env: &Env, o: &Opts) -> Result<(bool, Value), String> {
     let keys = o.keys.unwrap_or_else(|| default_keys(o.memory_mb, &o.mix));
     if keys == 0 || o.depths.is_empty() {
         return Err("--keys-c and --depths need at least one".into());

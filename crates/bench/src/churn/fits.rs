@@ -22,11 +22,11 @@ use crate::servers::Kind;
 use crate::{median, mib};
 
 /// What to compare with flash on.
-pub const FLASH_NOTE: &str =
+pub(crate) const FLASH_NOTE: &str =
     "with flash: servers need not count items on flash in curr_items (compare `fl objs`); \
 the items kept are the verify's `ok` (a key found on either tier counts)";
 
-pub struct Opts {
+pub(crate) struct Opts {
     pub memory_mb: u64,
     /// Pace of the load, MB/s of values (0: unpaced).
     pub load_mbps: f64,
@@ -215,7 +215,7 @@ fn run_one(env: &Env, o: &Opts, kind: Kind, round: usize) -> Result<(Run, String
 }
 
 /// Mode (a); (all runs behaved, JSON).
-pub fn run(env: &Env, o: &Opts) -> Result<(bool, Value), String> {
+pub(crate) fn run(env: &Env, o: &Opts) -> Result<(bool, Value), String> {
     if o.keys == 0 {
         return Err("--keys must be at least 1".into());
     }

@@ -28,7 +28,7 @@ use crate::keys::permutation;
 use crate::servers::Kind;
 use crate::{median, mib};
 
-pub struct Opts {
+pub(crate) struct Opts {
     pub memory_mb: u64,
     pub keys: Option<u64>,
     pub mix: SizeMix,
@@ -61,7 +61,7 @@ fn unpack(r: u64) -> (u64, u64, usize) {
 }
 
 /// Keys whose data is 3 x `-m` at the mix's mean value, the key and 50 B.
-pub fn default_keys(memory_mb: u64, mix: &SizeMix) -> u64 {
+pub(crate) fn default_keys(memory_mb: u64, mix: &SizeMix) -> u64 {
     let per_item = mix.mean() + key_len(1_000_000) as f64 + 50.0;
     (3.0 * (memory_mb << 20) as f64 / per_item).round() as u64
 }
@@ -465,7 +465,7 @@ fn run_one(
 }
 
 /// Mode (b); (every hit was right, JSON).
-pub fn run(env: &Env, o: &Opts) -> Result<(bool, Value), String> {
+pub(crate) fn run(env: &Env, o: &Opts) -> Result<(bool, Value), String> {
     let keys = o.keys.unwrap_or_else(|| default_keys(o.memory_mb, &o.mix));
     if keys == 0 || keys > u64::from(u32::MAX) {
         return Err("--keys-b must be in 1..=4294967295".into());

@@ -32,7 +32,7 @@ const LOAD_BATCH: usize = 256;
 const WRITE_BYTES: usize = 1 << 20;
 
 /// The keys of one connection and what the server holds of them.
-pub struct Partition {
+pub(crate) struct Partition {
     pub index: u64,
     pub conns: u64,
     seed: u64,
@@ -49,7 +49,7 @@ pub struct Partition {
 
 /// What the sampler reads while a churn runs (per partition).
 #[derive(Default)]
-pub struct Progress {
+pub(crate) struct Progress {
     pub ops: AtomicU64,
     pub live_keys: AtomicU64,
     pub live_bytes: AtomicU64,
@@ -57,7 +57,7 @@ pub struct Progress {
 
 impl Progress {
     /// Sums over every partition: (ops, live keys, live value bytes).
-    pub fn sum(all: &[Progress]) -> (u64, u64, u64) {
+    pub(crate) fn sum(all: &[Progress]) -> (u64, u64, u64) {
         all.iter().fold((0, 0, 0), |(o, k, b), p| {
             (
                 o + p.ops.load(Relaxed),
@@ -70,7 +70,7 @@ impl Progress {
 
 /// What a churn did.
 #[derive(Clone, Debug, Default)]
-pub struct ChurnCounts {
+pub(crate) struct ChurnCounts {
     pub sets: u64,
     pub deletes: u64,
     /// Deletes of keys believed live that answered NOT_FOUND: live keys the
@@ -84,11 +84,11 @@ pub struct ChurnCounts {
 }
 
 impl ChurnCounts {
-    pub fn ops(&self) -> u64 {
+    pub(crate) fn ops(&self) -> u64 {
         self.sets + self.deletes
     }
 
-    pub fn add(&mut self, o: &ChurnCounts) -> Result<(), String> {
+    pub(crate) fn add(&mut self, o: &ChurnCounts) -> Result<(), String> {
         self.sets += o.sets;
         self.deletes += o.deletes;
         self.lost_seen += o.lost_seen;
@@ -105,7 +105,7 @@ impl ChurnCounts {
 
 /// How a churn runs.
 #[derive(Clone, Copy)]
-pub struct ChurnCfg {
+pub(crate) struct ChurnCfg {
     pub delete_ratio: f64,
     /// Ops per pipelined batch.
     pub depth: usize,
@@ -118,7 +118,7 @@ pub struct ChurnCfg {
 
 /// What a verify found.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Verify {
+pub(crate) struct Verify {
     /// Live keys, as the client knows them.
     pub live: u64,
     /// Of those: back with exactly their bytes.
@@ -145,13 +145,13 @@ impl Verify {
 }
 
 /// A new latency histogram (ns, 1 ns to 60 s).
-pub fn histogram() -> Histogram<u64> {
+pub(crate) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
 }
 
 impl Partition {
     /// `keys` keys split over `conns` partitions.
-    pub fn split(keys: u64, conns: u64, seed: u64, mix: &SizeMix) -> Vec<Partition> {
+    pub(crate) fn split(keys: u64, conns: u64, seed: u64, mix: &SizeMix) -> Vec<Partition> {
         (0..conns)
             .map(|index| {
                 let n = (keys + conns - 1 - index) / conns;
@@ -175,12 +175,12 @@ impl Partition {
     }
 
     /// Value size of key `id` at `version`.
-    pub fn size(&self, id: u64, version: u32) -> usize {
+    pub(crate) fn size(&self, id: u64, version: u32) -> usize {
         self.mix.draw(write_hash(self.seed, id, version))
     }
 
     /// The ids the client knows to be live.
-    pub fn live_ids(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(crate) fn live_ids(&self) -> impl Iterator<Item = u64> + '_ {
         (0..self.stored.len())
             .filter(|&j| !matches!(self.stored[j], GONE | UNKNOWN))
             .map(|j| self.id(j))
@@ -232,7 +232,7 @@ impl Partition {
 
     /// Sets every key of the partition once, pipelined, paced to `mbps`
     /// MB/s of values (0: unpaced); the set errors.
-    pub fn load(&mut self, addr: SocketAddr, mbps: f64) -> Result<Errors, String> {
+    pub(crate) fn load(&mut self, addr: SocketAddr, mbps: f64) -> Result<Errors, String> {
         let mut c = Client::connect(addr)?;
         let start = Instant::now();
         let mut sent = 0usize;
@@ -266,7 +266,7 @@ impl Partition {
 
     /// Churns the partition until `cfg.until`, publishing to `progress`
     /// after every batch.
-    pub fn churn(
+    pub(crate) fn churn(
         &mut self,
         addr: SocketAddr,
         cfg: ChurnCfg,
@@ -345,7 +345,7 @@ impl Partition {
 
     /// Fetches every key of the partition (pipelined `get`s) and compares
     /// it with what the client knows.
-    pub fn verify(&self, addr: SocketAddr) -> Result<Verify, String> {
+    pub(crate) fn verify(&self, addr: SocketAddr) -> Result<Verify, String> {
         let mut c = Client::connect(addr)?;
         let mut out = Verify::default();
         let n = self.stored.len();
@@ -400,7 +400,7 @@ impl Partition {
 }
 
 /// Runs `f` on every partition on its own thread; the results in order.
-pub fn each<T: Send>(
+pub(crate) fn each<T: Send>(
     parts: &mut [Partition],
     f: impl Fn(&mut Partition) -> Result<T, String> + Sync,
 ) -> Result<Vec<T>, String> {
@@ -417,7 +417,7 @@ pub fn each<T: Send>(
 }
 
 /// Verifies every partition, in parallel.
-pub fn verify_all(parts: &mut [Partition], addr: SocketAddr) -> Result<Verify, String> {
+pub(crate) fn verify_all(parts: &mut [Partition], addr: SocketAddr) -> Result<Verify, String> {
     let mut out = Verify::default();
     for v in each(parts, |p| p.verify(addr))? {
         out.add(&v);
@@ -427,7 +427,11 @@ pub fn verify_all(parts: &mut [Partition], addr: SocketAddr) -> Result<Verify, S
 
 /// Loads every partition, in parallel, `mbps` MB/s in all (0: unpaced);
 /// the set errors.
-pub fn load_all(parts: &mut [Partition], addr: SocketAddr, mbps: f64) -> Result<Errors, String> {
+pub(crate) fn load_all(
+    parts: &mut [Partition],
+    addr: SocketAddr,
+    mbps: f64,
+) -> Result<Errors, String> {
     let mut out = Errors::default();
     let each_mbps = mbps / parts.len().max(1) as f64;
     for e in each(parts, |p| p.load(addr, each_mbps))? {

@@ -9,10 +9,10 @@ use std::collections::HashMap;
 use serde_json::{json, Map, Value};
 
 /// A `stats` reply.
-pub type Stats = HashMap<String, String>;
+pub(crate) type Stats = HashMap<String, String>;
 
 /// Engine stats of the sample tables, in this order.
-pub const ENGINE: [&str; 6] = [
+pub(crate) const ENGINE: [&str; 6] = [
     "live_bytes",
     "dead_bytes",
     "segments_compacted",
@@ -22,7 +22,7 @@ pub const ENGINE: [&str; 6] = [
 ];
 
 /// Flash stats of the tables with `--flash`, in this order.
-pub const FLASH: [&str; 7] = [
+pub(crate) const FLASH: [&str; 7] = [
     "extstore_objects_used",
     "extstore_bytes_used",
     "extstore_bytes_written",
@@ -33,7 +33,7 @@ pub const FLASH: [&str; 7] = [
 ];
 
 /// The short column header of a stat of [`ENGINE`] or [`FLASH`].
-pub fn header(name: &str) -> &'static str {
+pub(crate) fn header(name: &str) -> &'static str {
     match name {
         "live_bytes" => "live MiB",
         "dead_bytes" => "dead MiB",
@@ -53,7 +53,7 @@ pub fn header(name: &str) -> &'static str {
 }
 
 /// The columns of the tables.
-pub fn columns(flash: bool) -> Vec<&'static str> {
+pub(crate) fn columns(flash: bool) -> Vec<&'static str> {
     let mut c = ENGINE.to_vec();
     if flash {
         c.extend(FLASH);
@@ -62,7 +62,7 @@ pub fn columns(flash: bool) -> Vec<&'static str> {
 }
 
 /// What the short headers stand for.
-pub fn legend(flash: bool) -> String {
+pub(crate) fn legend(flash: bool) -> String {
     let parts: Vec<String> = columns(flash)
         .iter()
         .map(|n| format!("{} = {n}", header(n)))
@@ -75,7 +75,7 @@ pub fn legend(flash: bool) -> String {
 
 /// A stat as a table cell: bytes (a name with `bytes` in it) in MiB,
 /// others as reported, `-` when absent.
-pub fn cell(stats: &Stats, name: &str) -> String {
+pub(crate) fn cell(stats: &Stats, name: &str) -> String {
     match stats.get(name) {
         None => "-".into(),
         Some(v) if name.contains("bytes") => v
@@ -105,7 +105,7 @@ fn flash_like(name: &str) -> bool {
 
 /// Stats in `stats` that look like [`ENGINE`]'s (and with `flash`,
 /// [`FLASH`]'s) but are not in the tables: (name, value), sorted.
-pub fn extras(stats: &Stats, flash: bool) -> Vec<(String, String)> {
+pub(crate) fn extras(stats: &Stats, flash: bool) -> Vec<(String, String)> {
     let shown = columns(flash);
     let mut out: Vec<(String, String)> = stats
         .iter()
@@ -118,7 +118,7 @@ pub fn extras(stats: &Stats, flash: bool) -> Vec<(String, String)> {
 }
 
 /// `stats` as a JSON object, numbers as numbers.
-pub fn json(stats: &Stats) -> Value {
+pub(crate) fn json(stats: &Stats) -> Value {
     let mut names: Vec<&String> = stats.keys().collect();
     names.sort();
     let mut m = Map::new();
@@ -137,7 +137,7 @@ pub fn json(stats: &Stats) -> Value {
 }
 
 /// The fixed engine (and flash) stats of `stats`, null when absent.
-pub fn optional_json(stats: &Stats, flash: bool) -> Value {
+pub(crate) fn optional_json(stats: &Stats, flash: bool) -> Value {
     let mut m = Map::new();
     for n in columns(flash) {
         m.insert(
@@ -155,18 +155,18 @@ pub fn optional_json(stats: &Stats, flash: bool) -> Value {
 }
 
 /// A numeric stat, None when absent.
-pub fn num(stats: &Stats, name: &str) -> Option<u64> {
+pub(crate) fn num(stats: &Stats, name: &str) -> Option<u64> {
     stats.get(name)?.parse().ok()
 }
 
 /// The same, 0 when absent.
-pub fn num0(stats: &Stats, name: &str) -> u64 {
+pub(crate) fn num0(stats: &Stats, name: &str) -> u64 {
     num(stats, name).unwrap_or(0)
 }
 
 /// One stats sample taken while a workload ran.
 #[derive(Clone, Debug)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// Seconds since the phase started.
     pub secs: f64,
     /// Operations the client had completed.
@@ -180,7 +180,7 @@ pub struct Sample {
 }
 
 impl Sample {
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         json!({
             "seconds": self.secs,
             "ops": self.ops,

@@ -17,7 +17,7 @@ use super::{append_value, push_key};
 
 /// The reply to one command.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Reply {
+pub(crate) enum Reply {
     Stored,
     Deleted,
     NotFound,
@@ -28,7 +28,7 @@ pub enum Reply {
     Error(String),
 }
 
-pub struct Client {
+pub(crate) struct Client {
     writer: TcpStream,
     reader: BufReader<TcpStream>,
     payload: Vec<u8>,
@@ -40,7 +40,7 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn connect(addr: SocketAddr) -> Result<Client, String> {
+    pub(crate) fn connect(addr: SocketAddr) -> Result<Client, String> {
         let s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
             .map_err(|e| format!("connecting to {addr}: {e}"))?;
         s.set_nodelay(true).map_err(|e| e.to_string())?;
@@ -58,7 +58,7 @@ impl Client {
     }
 
     /// Queues `set c:<id> 0 0 <size>` with the value of `version`.
-    pub fn set(&mut self, id: u64, version: u32, size: usize) {
+    pub(crate) fn set(&mut self, id: u64, version: u32, size: usize) {
         self.key.clear();
         push_key(&mut self.key, id);
         encode::set_line(&mut self.payload, &self.key, size, false);
@@ -67,26 +67,26 @@ impl Client {
     }
 
     /// Queues `delete c:<id>`.
-    pub fn delete(&mut self, id: u64) {
+    pub(crate) fn delete(&mut self, id: u64) {
         self.key.clear();
         push_key(&mut self.key, id);
         encode::keyed(&mut self.payload, b"delete", &self.key, None, false);
     }
 
     /// Queues `get c:<id>`.
-    pub fn get(&mut self, id: u64) {
+    pub(crate) fn get(&mut self, id: u64) {
         self.key.clear();
         push_key(&mut self.key, id);
         encode::get(&mut self.payload, b"get", [&self.key]);
     }
 
     /// Bytes queued and not sent yet.
-    pub fn queued(&self) -> usize {
+    pub(crate) fn queued(&self) -> usize {
         self.payload.len()
     }
 
     /// Sends what is queued, in one write.
-    pub fn flush(&mut self) -> Result<(), String> {
+    pub(crate) fn flush(&mut self) -> Result<(), String> {
         let r = self.writer.write_all(&self.payload);
         self.payload.clear();
         r.map_err(|e| format!("sending: {e}"))
@@ -112,7 +112,7 @@ impl Client {
     }
 
     /// The reply to a `set`.
-    pub fn read_store(&mut self) -> Result<Reply, String> {
+    pub(crate) fn read_store(&mut self) -> Result<Reply, String> {
         self.read_line()?;
         Ok(if self.line == b"STORED" {
             Reply::Stored
@@ -122,7 +122,7 @@ impl Client {
     }
 
     /// The reply to a `delete`.
-    pub fn read_delete(&mut self) -> Result<Reply, String> {
+    pub(crate) fn read_delete(&mut self) -> Result<Reply, String> {
         self.read_line()?;
         Ok(match &self.line[..] {
             b"DELETED" => Reply::Deleted,
@@ -132,7 +132,7 @@ impl Client {
     }
 
     /// The reply to a `get` of one key: its value goes to [`Client::value`].
-    pub fn read_get(&mut self) -> Result<Reply, String> {
+    pub(crate) fn read_get(&mut self) -> Result<Reply, String> {
         self.read_line()?;
         match reply::outcome(&self.line) {
             Outcome::Miss => return Ok(Reply::Miss),
@@ -162,20 +162,20 @@ impl Client {
 
 /// Counts of unexpected replies, with the first few for the report.
 #[derive(Clone, Debug, Default)]
-pub struct Errors {
+pub(crate) struct Errors {
     pub count: u64,
     pub sample: Vec<String>,
 }
 
 impl Errors {
-    pub fn note(&mut self, line: String) {
+    pub(crate) fn note(&mut self, line: String) {
         self.count += 1;
         if self.sample.len() < 3 {
             self.sample.push(line);
         }
     }
 
-    pub fn add(&mut self, o: &Errors) {
+    pub(crate) fn add(&mut self, o: &Errors) {
         self.count += o.count;
         for s in &o.sample {
             if self.sample.len() < 3 {

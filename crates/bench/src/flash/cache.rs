@@ -10,7 +10,7 @@ use std::path::Path;
 
 /// How to drop a flash file's page cache before a timed run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum DropCache {
+pub(crate) enum DropCache {
     /// `posix_fadvise(DONTNEED)`, then `drop_caches` if pages stayed.
     Auto,
     /// `posix_fadvise(DONTNEED)` only.
@@ -23,7 +23,7 @@ pub enum DropCache {
 
 /// What a drop did.
 #[derive(Clone, Debug, Default)]
-pub struct Dropped {
+pub(crate) struct Dropped {
     /// The steps that ran and what came of them, e.g.
     /// `fadvise(ok) drop_caches(ok)`.
     pub method: String,
@@ -36,7 +36,7 @@ pub struct Dropped {
 }
 
 /// Bytes of `path` in the page cache, and its length.
-pub fn resident(path: &Path) -> Result<(u64, u64), String> {
+pub(crate) fn resident(path: &Path) -> Result<(u64, u64), String> {
     let f = std::fs::File::open(path).map_err(|e| format!("opening {}: {e}", path.display()))?;
     let len = f.metadata().map_err(|e| e.to_string())?.len();
     if len == 0 {
@@ -105,7 +105,7 @@ fn drop_caches() -> Result<(), String> {
 
 /// Drops `path`'s page cache as `how` says; what it did and what stayed.
 /// A step that fails is reported in `method`, not as an error.
-pub fn drop_file(path: &Path, how: DropCache) -> Result<Dropped, String> {
+pub(crate) fn drop_file(path: &Path, how: DropCache) -> Result<Dropped, String> {
     let (before, len) = resident(path)?;
     let mut method = Vec::new();
     let note = |r: Result<(), String>| match r {

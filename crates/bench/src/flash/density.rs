@@ -24,7 +24,7 @@ const BASE_FILL: f64 = 2.0;
 
 /// One (round, value size, server).
 #[derive(Debug)]
-pub struct Row {
+pub(crate) struct Row {
     pub round: usize,
     pub kind: Kind,
     pub value_size: usize,
@@ -57,23 +57,23 @@ pub struct Row {
 
 impl Row {
     /// VmRSS / items kept.
-    pub fn ram_per_kept(&self) -> Option<f64> {
+    pub(crate) fn ram_per_kept(&self) -> Option<f64> {
         (self.sweep.found > 0).then(|| self.rss as f64 / self.sweep.found as f64)
     }
 
     /// (VmRSS − VmRSS of the RAM-only server) / items on flash.
-    pub fn marginal(&self) -> Option<f64> {
+    pub(crate) fn marginal(&self) -> Option<f64> {
         let f = self.flash_objects.filter(|&f| f > 0)?;
         Some((self.rss as f64 - self.base_rss as f64) / f as f64)
     }
 
     /// Items kept / items loaded.
-    pub fn kept_share(&self) -> f64 {
+    pub(crate) fn kept_share(&self) -> f64 {
         self.sweep.found as f64 / self.items.max(1) as f64
     }
 
     /// RAM of the flash index per item on flash (osmium).
-    pub fn index_per_flash_item(&self) -> Option<f64> {
+    pub(crate) fn index_per_flash_item(&self) -> Option<f64> {
         let f = self.flash_objects.filter(|&f| f > 0)?;
         Some(self.index_bytes? as f64 / f as f64)
     }
@@ -203,7 +203,7 @@ fn measure(
 
 /// Runs the density mode; prints its table (unless JSON) and returns
 /// (no wrong value, its JSON).
-pub fn run(
+pub(crate) fn run(
     bins: &Binaries,
     o: &FlashOpts,
     dir: &FlashDir,

@@ -32,7 +32,7 @@ use crate::{median, mib};
 
 /// Value size of key `id`: log-uniform between `min` and `max`, from the
 /// seed and the id (the same for every server and every request).
-pub fn value_size(seed: u64, min: usize, max: usize, id: u64) -> usize {
+pub(crate) fn value_size(seed: u64, min: usize, max: usize, id: u64) -> usize {
     let mut z = (seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15)).wrapping_add(0x632B_E59B_D9B4_E019);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -467,7 +467,7 @@ fn measure(
 
 /// Runs the hit-ratio mode; prints its table (unless JSON) and returns
 /// (no wrong value or error reply, its JSON).
-pub fn run(
+pub(crate) fn run(
     bins: &Binaries,
     o: &FlashOpts,
     dir: &FlashDir,

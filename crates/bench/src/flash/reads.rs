@@ -334,7 +334,7 @@ fn step(
 
 /// Runs `reads` (one size) or `sizes` (a sweep); prints the table (unless
 /// JSON) and returns (no wrong value, its JSON).
-pub fn run(
+pub(crate) fn run(
     bins: &Binaries,
     o: &FlashOpts,
     dir: &FlashDir,

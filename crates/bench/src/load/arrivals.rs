@@ -8,7 +8,7 @@ use rand::Rng;
 
 /// How an open loop spaces its requests in time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Arrivals {
+pub(crate) enum Arrivals {
     /// Evenly spaced: each connection every `conns / rate` seconds.
     #[default]
     Uniform,

@@ -16,7 +16,7 @@ use super::Workload;
 use crate::report::Summary;
 
 /// Runs the sweep; `percents` of the first server's saturation rate.
-pub fn run_cpu_sweep_vs(
+pub(crate) fn run_cpu_sweep_vs(
     bins: &crate::servers::Binaries,
     kinds: &[crate::servers::Kind],
     w: &Workload,

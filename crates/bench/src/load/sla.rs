@@ -8,7 +8,7 @@ use super::*;
 /// How `--sla` searches: the highest open-loop rate at which the
 /// workload's `quantile` of requests finish within `bound_us`.
 #[derive(Clone, Copy, Debug)]
-pub struct SlaOpts {
+pub(crate) struct SlaOpts {
     pub bound_us: f64,
     /// The hot-key distribution (the random one is the workload's).
     pub hot: KeyDist,
@@ -29,7 +29,7 @@ pub struct SlaOpts {
 /// (this shared VM pauses now and then for tens of milliseconds, which
 /// alone puts a 2 s step over 1 ms at the 99.5th percentile, at any rate).
 /// Returns the highest passing rate and that run's outcome.
-pub fn sla_rate(targets: &Targets, w: &Workload, o: &SlaOpts) -> Result<SlaSearch, String> {
+pub(crate) fn sla_rate(targets: &Targets, w: &Workload, o: &SlaOpts) -> Result<SlaSearch, String> {
     let probe = Workload {
         rate: None,
         depth: 1,
@@ -95,7 +95,7 @@ const MIN_BISECTION_STEPS: usize = 3;
 /// the highest pass and the lowest failure. Takes `steps` steps in all,
 /// or more when the growth used them up: then `MIN_BISECTION_STEPS` after
 /// the first failure. Returns the highest passing rate, 0 if none passed.
-pub fn search_rate(
+pub(crate) fn search_rate(
     first: f64,
     steps: usize,
     mut passes: impl FnMut(f64) -> Result<bool, String>,
@@ -129,7 +129,7 @@ pub fn search_rate(
 }
 
 /// What [`sla_rate`] found.
-pub struct SlaSearch {
+pub(crate) struct SlaSearch {
     /// The highest rate that passed (0 if none did).
     pub rate: f64,
     /// That step's outcome.
@@ -141,7 +141,7 @@ pub struct SlaSearch {
 /// `--plot DIR` with `--sla`: writes DIR/sla.svg, throughput and p99
 /// against the offered rate of every bisection step, a line per server
 /// and key distribution.
-pub fn plot_sla(
+pub(crate) fn plot_sla(
     dir: Option<&std::path::Path>,
     title: &str,
     series: &[(String, &SlaSearch)],
@@ -165,7 +165,7 @@ pub fn plot_sla(
 /// `overall` (0.8 × random + 0.2 × hot), with `first` (the first server's
 /// overall) `overall_vs_first`, and `cpu_us_per_req` of the best random
 /// step when there was one.
-pub fn sla_json(
+pub(crate) fn sla_json(
     server: &str,
     random: f64,
     hot: f64,
@@ -192,7 +192,7 @@ pub fn sla_json(
 /// time in the order given): the random-key and hot-key SLA rates and
 /// Overall = 0.8 × random + 0.2 × hot (seed 002), with ratios against the
 /// first server.
-pub fn run_sla(
+pub(crate) fn run_sla(
     bins: &crate::servers::Binaries,
     kinds: &[crate::servers::Kind],
     w: &Workload,

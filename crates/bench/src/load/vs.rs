@@ -6,7 +6,7 @@ use super::*;
 
 /// How `--vs` runs the servers.
 #[derive(Clone, Debug)]
-pub struct VsOpts {
+pub(crate) struct VsOpts {
     /// `-m` of memcached and osmium.
     pub memory_mb: u64,
     /// `-t` of memcached and osmium.
@@ -32,7 +32,7 @@ pub struct VsOpts {
 /// `-t 1` has a core of its own and neither the scheduler nor the
 /// generator's busy polling moves it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Pin {
+pub(crate) struct Pin {
     pub server: usize,
     pub generator: usize,
 }
@@ -42,7 +42,7 @@ impl Pin {
     /// the generator on the second. Pins the calling thread to the
     /// generator's CPU, so that every thread it starts from now on (the
     /// generator's, the CPU probe's) runs there too.
-    pub fn apply() -> Result<Pin, String> {
+    pub(crate) fn apply() -> Result<Pin, String> {
         let cpus = crate::servers::allowed_cpus();
         let [server, generator, ..] = cpus[..] else {
             return Err(format!(
@@ -55,7 +55,7 @@ impl Pin {
     }
 
     /// How the runs were placed, for the report headers.
-    pub fn describe(pin: Option<Pin>) -> String {
+    pub(crate) fn describe(pin: Option<Pin>) -> String {
         match pin {
             Some(p) => format!(
                 ", each pinned to CPU {} (generator on CPU {})",
@@ -82,7 +82,7 @@ fn server_args(kind: crate::servers::Kind, w: &Workload) -> Vec<String> {
 /// `-I` for items of `value_size` with `key_size` keys: None while
 /// memcached's default of 1 MiB per item (header and key included) holds
 /// them, else the next power of two in MiB (`2m` for 1 MiB values).
-pub fn item_size_limit(value_size: usize, key_size: usize) -> Option<String> {
+pub(crate) fn item_size_limit(value_size: usize, key_size: usize) -> Option<String> {
     const MIB: usize = 1 << 20;
     // memcached's item header with CAS is 56 bytes; leave some room.
     let item = value_size + key_size + 128;
@@ -90,14 +90,14 @@ pub fn item_size_limit(value_size: usize, key_size: usize) -> Option<String> {
 }
 
 /// The value sizes of `--sweep`: 64 B to 1 MiB, doubling.
-pub fn sweep_sizes() -> Vec<usize> {
+pub(crate) fn sweep_sizes() -> Vec<usize> {
     (6..=20).map(|bits| 1usize << bits).collect()
 }
 
 /// How many of `keys` a sweep step at `value_size` uses: no more than
 /// fill half of `memory_mb` at `value_size + key_size + 64` bytes per item,
 /// so that every preloaded key stays (gets hit) at every size.
-pub fn keys_that_fit(keys: u64, value_size: usize, key_size: usize, memory_mb: u64) -> u64 {
+pub(crate) fn keys_that_fit(keys: u64, value_size: usize, key_size: usize, memory_mb: u64) -> u64 {
     let per_item = (value_size + key_size + 64) as u64;
     (memory_mb * (1 << 20) / 2 / per_item).clamp(1, keys.max(1))
 }
@@ -107,7 +107,7 @@ pub fn keys_that_fit(keys: u64, value_size: usize, key_size: usize, memory_mb: u
 /// then runs the workload on them in turn for `rounds` rounds,
 /// alternating the order; every server's medians, in `kinds`' order. The
 /// servers are stopped before it returns.
-pub fn compare(
+pub(crate) fn compare(
     bins: &crate::servers::Binaries,
     kinds: &[crate::servers::Kind],
     w: &Workload,
@@ -119,7 +119,7 @@ pub fn compare(
 
 /// The servers of one kind in a comparison: one, or `--instances` of
 /// them with the keys spread over them by ketama.
-pub struct Group {
+pub(crate) struct Group {
     pub kind: crate::servers::Kind,
     pub servers: Vec<crate::servers::Server>,
 }
@@ -228,7 +228,7 @@ fn floor_of(summaries: &[Summary]) -> Option<&Summary> {
 
 /// `--vs`: [`compare`], then the median figures of each server with ratios
 /// against the first server and the floor, as a table or JSON.
-pub fn run_vs(
+pub(crate) fn run_vs(
     bins: &crate::servers::Binaries,
     kinds: &[crate::servers::Kind],
     w: &Workload,
@@ -299,7 +299,7 @@ pub(super) fn describe(w: &Workload, o: &VsOpts, values: &str) -> String {
 /// size filled do not serve the next) with the `-I` it needs, over
 /// [`keys_that_fit`] keys; one table (or JSON array) with a row per size
 /// and server.
-pub fn run_sweep_vs(
+pub(crate) fn run_sweep_vs(
     bins: &crate::servers::Binaries,
     kinds: &[crate::servers::Kind],
     w: &Workload,
@@ -339,7 +339,7 @@ pub fn run_sweep_vs(
 
 /// One step of a sweep: its lead column (value size, or offered rate),
 /// the fields it adds to each JSON row, and every server's figures.
-pub struct Step {
+pub(crate) struct Step {
     pub lead: String,
     pub fields: Vec<(&'static str, serde_json::Value)>,
     pub summaries: Vec<Summary>,
@@ -409,7 +409,7 @@ fn rate_step(rate: f64, summaries: Vec<Summary>) -> Step {
 }
 
 /// `--plot DIR`: writes DIR/`file`, the latency CDF of `summaries`.
-pub fn plot_cdf(
+pub(crate) fn plot_cdf(
     dir: Option<&std::path::Path>,
     file: &str,
     title: &str,
@@ -464,7 +464,7 @@ fn plot_rates(
 /// `--vs --rates`: the servers started once, then at each offered rate
 /// (open loop) every server in turn for `rounds` rounds; a row per rate and
 /// server, and with `--plot` DIR/rates.svg.
-pub fn run_rates_vs(
+pub(crate) fn run_rates_vs(
     bins: &crate::servers::Binaries,
     kinds: &[crate::servers::Kind],
     w: &Workload,
@@ -499,7 +499,7 @@ pub fn run_rates_vs(
 
 /// `--rates` on running servers (`--addr`/`--targets`): one open-loop run
 /// per offered rate; a row per rate, and with `plot` DIR/rates.svg.
-pub fn run_rates(
+pub(crate) fn run_rates(
     targets: &Targets,
     w: &Workload,
     rates: &[f64],
@@ -531,7 +531,7 @@ pub fn run_rates(
 /// per size, [`keys_that_fit`] keys (with `memory_mb`, the `-m` the server
 /// is assumed to have) preloaded unless `preload` is false, then one run.
 /// The server must accept the largest items (`-I`).
-pub fn run_sweep(
+pub(crate) fn run_sweep(
     targets: &Targets,
     w: &Workload,
     sizes: &[usize],

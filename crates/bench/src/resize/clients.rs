@@ -32,13 +32,13 @@ use rand::{Rng, SeedableRng};
 use crate::keys;
 
 /// Key width: `k` and 15 digits.
-pub const KEY_SIZE: usize = 16;
+pub(crate) const KEY_SIZE: usize = 16;
 /// How long a request may wait for its reply before it counts as failed.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 const STRIPES: usize = 4096;
 
 /// One second of the timeline.
-pub struct Second {
+pub(crate) struct Second {
     pub requests: AtomicU64,
     pub db_reads: AtomicU64,
     pub writes: AtomicU64,
@@ -50,12 +50,12 @@ pub struct Second {
     pub hist: Mutex<Histogram<u64>>,
 }
 
-pub fn new_hist() -> Histogram<u64> {
+pub(crate) fn new_hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 2).expect("histogram bounds are valid")
 }
 
 /// Per-second counters from the clients' start.
-pub struct Timeline {
+pub(crate) struct Timeline {
     pub start: Instant,
     pub seconds: Vec<Second>,
 }
@@ -90,7 +90,7 @@ impl Timeline {
 }
 
 /// What the clients, the driver and the final check share.
-pub struct Shared {
+pub(crate) struct Shared {
     /// The database: the latest version of every key.
     pub db: Vec<AtomicU64>,
     /// The version of every key whose `set` the cache acknowledged.
@@ -104,7 +104,7 @@ pub struct Shared {
 
 /// What the clients do.
 #[derive(Clone, Debug)]
-pub struct Load {
+pub(crate) struct Load {
     pub addr: SocketAddr,
     pub clients: usize,
     pub keys: u64,
@@ -118,7 +118,7 @@ pub struct Load {
 impl Shared {
     /// Every key at version 0 (what [`preload`] writes), a timeline of
     /// `seconds` slots starting now.
-    pub fn new(keys: u64, seconds: usize) -> Shared {
+    pub(crate) fn new(keys: u64, seconds: usize) -> Shared {
         let n = keys as usize;
         Shared {
             db: (0..n).map(|_| AtomicU64::new(0)).collect(),
@@ -131,7 +131,7 @@ impl Shared {
     }
 }
 
-pub fn key(id: u64) -> keys::Key {
+pub(crate) fn key(id: u64) -> keys::Key {
     keys::Key::new(b'k', id, KEY_SIZE)
 }
 
@@ -148,7 +148,7 @@ fn append_value(out: &mut Vec<u8>, id: u64, version: u64, size: usize) {
 }
 
 /// The (id, version) a value encodes.
-pub fn parse_value(v: &[u8]) -> Option<(u64, u64)> {
+pub(crate) fn parse_value(v: &[u8]) -> Option<(u64, u64)> {
     let mut parts = v.splitn(3, |&b| b == b':');
     let num = |p: Option<&[u8]>| std::str::from_utf8(p?).ok()?.parse::<u64>().ok();
     let id = num(parts.next())?;
@@ -176,7 +176,7 @@ fn storage(out: &mut Vec<u8>, cmd: &str, id: u64, version: u64, size: usize) {
 }
 
 /// A blocking text-protocol connection with its read buffer.
-pub struct Wire {
+pub(crate) struct Wire {
     stream: TcpStream,
     buf: Vec<u8>,
     at: usize,
@@ -184,7 +184,7 @@ pub struct Wire {
 }
 
 /// What a `get` found.
-pub enum Got {
+pub(crate) enum Got {
     Hit(Vec<u8>),
     Miss,
     /// An error line (`SERVER_ERROR ...`), the connection still usable.
@@ -192,7 +192,7 @@ pub enum Got {
 }
 
 impl Wire {
-    pub fn connect(addr: SocketAddr) -> std::io::Result<Wire> {
+    pub(crate) fn connect(addr: SocketAddr) -> std::io::Result<Wire> {
         let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(REPLY_TIMEOUT))?;
@@ -204,7 +204,7 @@ impl Wire {
         })
     }
 
-    pub fn send(&mut self, b: &[u8]) -> std::io::Result<()> {
+    pub(crate) fn send(&mut self, b: &[u8]) -> std::io::Result<()> {
         self.stream.write_all(b)
     }
 
@@ -231,7 +231,7 @@ impl Wire {
     }
 
     /// The next line, without its CRLF.
-    pub fn line(&mut self) -> std::io::Result<Vec<u8>> {
+    pub(crate) fn line(&mut self) -> std::io::Result<Vec<u8>> {
         loop {
             if let Ok(Some(n)) = reply::reply_len(&self.buf[self.at..self.end], Expect::Line) {
                 let line = self.buf[self.at..self.at + n].trim_ascii_end().to_vec();
@@ -252,7 +252,7 @@ impl Wire {
     }
 
     /// Reads the reply of a `get` of several keys: (key, value) found.
-    pub fn values(&mut self) -> std::io::Result<Result<crate::conn::Found, String>> {
+    pub(crate) fn values(&mut self) -> std::io::Result<Result<crate::conn::Found, String>> {
         let mut found = Vec::new();
         loop {
             let line = self.line()?;
@@ -280,7 +280,7 @@ impl Wire {
 
 /// Sets every key at version 0 through `addr` (pipelined, over a few
 /// connections).
-pub fn preload(l: &Load) -> Result<(), String> {
+pub(crate) fn preload(l: &Load) -> Result<(), String> {
     let conns = l.clients.clamp(1, 4) as u64;
     let batch = ((1 << 20) / (l.value_size + 64)).clamp(1, 200) as u64;
     std::thread::scope(|s| {
@@ -318,7 +318,10 @@ pub fn preload(l: &Load) -> Result<(), String> {
 }
 
 /// Starts the clients; they run until `shared.stop`.
-pub fn start(l: &Load, shared: &Arc<Shared>) -> Result<Vec<std::thread::JoinHandle<()>>, String> {
+pub(crate) fn start(
+    l: &Load,
+    shared: &Arc<Shared>,
+) -> Result<Vec<std::thread::JoinHandle<()>>, String> {
     let perm = Arc::new(keys::permutation(l.keys as u32, l.seed));
     let zipf = rand_distr::Zipf::new(l.keys, l.zipf)
         .map_err(|e| format!("zipf({}, {}): {e}", l.keys, l.zipf))?;
@@ -513,7 +516,7 @@ impl Client<'_> {
 
 /// The final check: every key read back through `addr`.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Check {
+pub(crate) struct Check {
     pub checked: u64,
     pub latest: u64,
     pub older: u64,
@@ -525,7 +528,7 @@ pub struct Check {
 
 /// Reads every key back (multi-gets of 100) and compares its version with
 /// the last one the cache acknowledged.
-pub fn check(addr: SocketAddr, shared: &Shared) -> Result<Check, String> {
+pub(crate) fn check(addr: SocketAddr, shared: &Shared) -> Result<Check, String> {
     let mut w = Wire::connect(addr).map_err(|e| format!("check: {e}"))?;
     let mut c = Check::default();
     let n = shared.db.len() as u64;

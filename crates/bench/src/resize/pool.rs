@@ -11,13 +11,13 @@ use osmium_placement::ring::Ring;
 use osmium_proxy::Config;
 
 /// The pool's name in the YAML and on the stats port.
-pub const POOL: &str = "resize";
+pub(crate) const POOL: &str = "resize";
 
 /// The YAML of pool [`POOL`] listening on `listen` over `servers`
 /// (port, name): the ring hashes the names, so every run places keys
 /// alike whatever ports it got. `warm_moves` adds osmium-proxy's key of
 /// that name.
-pub fn yaml(listen: u16, servers: &[(u16, &str)], warm_moves: Option<bool>) -> String {
+pub(crate) fn yaml(listen: u16, servers: &[(u16, &str)], warm_moves: Option<bool>) -> String {
     let mut y = format!(
         "{POOL}:\n  listen: 127.0.0.1:{listen}\n  hash: fnv1a_64\n  distribution: ketama\n  \
          timeout: 2000\n  auto_eject_hosts: false\n  server_retry_timeout: 2000\n  \
@@ -50,7 +50,7 @@ fn owners(yaml: &str, keys: u64, key: impl Fn(u64) -> Vec<u8>) -> Result<Vec<Str
 }
 
 /// How many of the keys `0..keys` change owner from `old` to `new`.
-pub fn moved_keys(
+pub(crate) fn moved_keys(
     old: &str,
     new: &str,
     keys: u64,
@@ -63,7 +63,7 @@ pub fn moved_keys(
 /// The reload and migration counters of the pool on a stats port
 /// (nutcracker's JSON, with osmium-proxy's additions; absent = 0).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Progress {
+pub(crate) struct Progress {
     /// Whether the pool's object has `reloads` at all (a proxy that
     /// reloads).
     pub reload_supported: bool,
@@ -76,7 +76,7 @@ pub struct Progress {
 }
 
 /// Reads the stats port at `addr` once.
-pub fn progress(addr: SocketAddr) -> Result<Progress, String> {
+pub(crate) fn progress(addr: SocketAddr) -> Result<Progress, String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))
         .map_err(|e| format!("stats port {addr}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(2)))

@@ -16,7 +16,7 @@ use rustls_pki_types::CertificateDer;
 
 /// The key type of the server certificate (and of its CA).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum KeyType {
+pub(crate) enum KeyType {
     /// ECDSA on P-256.
     EcdsaP256,
     /// RSA, 2048 bits (what memcached users typically deploy).
@@ -24,7 +24,7 @@ pub enum KeyType {
 }
 
 impl KeyType {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             KeyType::EcdsaP256 => "ECDSA P-256",
             KeyType::Rsa2048 => "RSA-2048",
@@ -41,7 +41,7 @@ impl KeyType {
 
 /// The TLS versions a client offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Version {
+pub(crate) enum Version {
     #[value(name = "1.2")]
     V12,
     #[value(name = "1.3")]
@@ -51,7 +51,7 @@ pub enum Version {
 }
 
 impl Version {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Version::V12 => "TLS 1.2",
             Version::V13 => "TLS 1.3",
@@ -63,7 +63,7 @@ impl Version {
 /// How a resuming client resumes TLS 1.2 sessions (TLS 1.3 always uses
 /// tickets).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Tls12Resume {
+pub(crate) enum Tls12Resume {
     /// A ticket when the server issued one, else the session ID (rustls
     /// `SessionIdOrTickets`).
     Tickets,
@@ -84,7 +84,7 @@ const FILES: [&str; 7] = [
 ];
 
 /// The certificates of one run, in a directory of their own.
-pub struct Certs {
+pub(crate) struct Certs {
     dir: PathBuf,
     pub key_type: KeyType,
     pub ca: PathBuf,
@@ -111,7 +111,7 @@ fn openssl(dir: &Path, args: &[&str]) -> Result<(), String> {
 impl Certs {
     /// A CA and a server certificate of `key_type` in a new temporary
     /// directory.
-    pub fn make(key_type: KeyType) -> Result<Certs, String> {
+    pub(crate) fn make(key_type: KeyType) -> Result<Certs, String> {
         static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "osmium-bench-tls-{}-{}",
@@ -189,7 +189,7 @@ impl Certs {
     /// What memcached and osmium are started with: `-Z` and these
     /// certificates, plus `ssl_session_cache` (the server's session-ID
     /// cache) when asked.
-    pub fn server_args(&self, session_cache: bool) -> Vec<String> {
+    pub(crate) fn server_args(&self, session_cache: bool) -> Vec<String> {
         let mut o = format!(
             "ssl_chain_cert={},ssl_key={}",
             self.cert.display(),
@@ -205,7 +205,7 @@ impl Certs {
     /// with `resume` it keeps sessions (TLS 1.3 tickets; TLS 1.2 as
     /// `resume` says) and offers them again; without, every handshake is
     /// a full one.
-    pub fn client_config(
+    pub(crate) fn client_config(
         &self,
         version: Version,
         resume: Option<Tls12Resume>,
@@ -216,7 +216,10 @@ impl Certs {
 
 /// A rustls client trusting the CA certificates of `ca` (PEM), offering
 /// `version`, resuming sessions.
-pub fn client_config_for_ca(ca: &Path, version: Version) -> Result<Arc<ClientConfig>, String> {
+pub(crate) fn client_config_for_ca(
+    ca: &Path,
+    version: Version,
+) -> Result<Arc<ClientConfig>, String> {
     client_config(ca, version, Some(Tls12Resume::Tickets))
 }
 
@@ -264,6 +267,6 @@ impl Drop for Certs {
 }
 
 /// The name every benchmark client verifies the server certificate for.
-pub fn server_name() -> rustls_pki_types::ServerName<'static> {
+pub(crate) fn server_name() -> rustls_pki_types::ServerName<'static> {
     rustls_pki_types::ServerName::try_from("localhost").expect("a valid DNS name")
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use mio::net::TcpStream;
 use rustls::{ClientConfig, ClientConnection};
 
-pub struct Sock {
+pub(crate) struct Sock {
     pub tcp: TcpStream,
     tls: Option<Box<ClientConnection>>,
 }
@@ -42,7 +42,7 @@ fn connect_std(
 }
 
 /// A blocking stream to `addr`, through TLS when `tls` (handshake done).
-pub fn connect_blocking(
+pub(crate) fn connect_blocking(
     addr: SocketAddr,
     tls: Option<&Arc<ClientConfig>>,
 ) -> Result<Box<dyn ReadWrite + Send>, String> {
@@ -54,13 +54,16 @@ pub fn connect_blocking(
 }
 
 /// A byte stream both ways.
-pub trait ReadWrite: Read + Write {}
+pub(crate) trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
 
 impl Sock {
     /// Connects (blocking, the TLS handshake included), then turns the
     /// socket non-blocking.
-    pub fn connect(addr: SocketAddr, tls: Option<&Arc<ClientConfig>>) -> Result<Sock, String> {
+    pub(crate) fn connect(
+        addr: SocketAddr,
+        tls: Option<&Arc<ClientConfig>>,
+    ) -> Result<Sock, String> {
         let (tcp, tls) = connect_std(addr, tls)?;
         tcp.set_nonblocking(true).map_err(|e| e.to_string())?;
         Ok(Sock {
@@ -71,7 +74,7 @@ impl Sock {
 
     /// Sends the TLS records waiting in rustls. Ok(false): the socket is
     /// full (a writable event comes when it has room).
-    pub fn flush_tls(&mut self) -> io::Result<bool> {
+    pub(crate) fn flush_tls(&mut self) -> io::Result<bool> {
         let Some(conn) = &mut self.tls else {
             return Ok(true);
         };

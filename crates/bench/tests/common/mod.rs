@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The memcached release the tests compare against (tests/oracle/README.md).
-pub const ORACLE_VERSION: &str = "1.6.45";
+pub(crate) const ORACLE_VERSION: &str = "1.6.45";
 
 /// Genuine memcached for the tests, by the one rule every suite follows:
 /// `MEMCACHED_BIN` if set, else the repository's oracle
@@ -14,7 +14,7 @@ pub const ORACLE_VERSION: &str = "1.6.45";
 /// `scripts/build-memcached.sh`). Without either: `None`, after a SKIP line
 /// on stderr naming the script, and a panic under `CI=true`, where a
 /// missing oracle is a failure.
-pub fn memcached_bin() -> Option<PathBuf> {
+pub(crate) fn memcached_bin() -> Option<PathBuf> {
     if let Some(bin) = std::env::var_os("MEMCACHED_BIN").filter(|b| !b.is_empty()) {
         return Some(PathBuf::from(bin));
     }
@@ -38,7 +38,7 @@ pub fn memcached_bin() -> Option<PathBuf> {
 }
 
 /// Runs `osmium-bench` with `args`; its stdout, after checking it succeeded.
-pub fn bench(args: &[&str]) -> String {
+pub(crate) fn bench(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
         .args(args)
         .output()

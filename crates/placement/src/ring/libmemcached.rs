@@ -41,6 +41,7 @@ pub enum KeyHash {
 }
 
 impl KeyHash {
+    /// The hash of `data`.
     pub fn hash(self, data: &[u8]) -> u32 {
         match self {
             KeyHash::OneAtATime => one_at_a_time(data),

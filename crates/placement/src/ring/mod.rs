@@ -53,18 +53,23 @@ pub struct ServerSpec {
     /// The name nutcracker's ketama hashes (and the server's identity
     /// across two rings: [`moved_ranges`] compares owners by name).
     pub name: String,
+    /// The weight of its `servers:` line (`host:port:weight`).
     pub weight: u32,
     /// Host (or unix socket path) and port (0 for a unix socket), as
     /// libmemcached's continuum hashes them.
     pub host: String,
+    /// The port (0 for a unix socket).
     pub port: u16,
 }
 
 /// What a pool's placement depends on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolSpec {
+    /// The pool's `distribution:`.
     pub distribution: Distribution,
+    /// The pool's `hash:`.
     pub hash: HashKind,
+    /// The pool's `hash_tag:`, its opening and closing characters.
     pub hash_tag: Option<[u8; 2]>,
     /// In `servers:` order.
     pub servers: Vec<ServerSpec>,

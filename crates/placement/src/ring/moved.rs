@@ -22,10 +22,13 @@ use crate::filter::{filter_commands, DumpFilter, Select, MAX_SELECTORS, UNFILTER
 /// whose owner was `from` and is `to` (server names).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MovedRange {
+    /// Inclusive.
     pub lo: u32,
     /// Inclusive.
     pub hi: u32,
+    /// The name of the server that owned the range.
     pub from: String,
+    /// The name of the server that owns it now.
     pub to: String,
 }
 

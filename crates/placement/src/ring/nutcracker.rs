@@ -87,7 +87,7 @@ impl Modula {
     pub fn new(servers: &[(usize, u32)]) -> Modula {
         let mut entries = Vec::new();
         for &(index, weight) in servers {
-            entries.extend(std::iter::repeat(index as u32).take(weight as usize));
+            entries.extend(std::iter::repeat_n(index as u32, weight as usize));
         }
         Modula { entries }
     }

@@ -58,16 +58,27 @@ pub const MAX_OPT_TOKENS: usize = 20;
 /// memcached's `MFLAG_MAX_OPAQUE_LENGTH`: longest `O` token, `O` included.
 pub const MAX_OPAQUE_LENGTH: usize = 32;
 
+/// More than [`MAX_OPT_TOKENS`] tokens.
 pub const OPTIONS_TOO_LONG: &str = "CLIENT_ERROR options flags are too long";
+/// A flag given twice, or a flag byte that is not ASCII.
 pub const DUPLICATE_FLAG: &str = "CLIENT_ERROR duplicate flag";
+/// A flag byte the command does not know.
 pub const INVALID_FLAG: &str = "CLIENT_ERROR invalid flag";
+/// `N`, `T`, `R`, `C` or `E` whose argument is not a number.
 pub const BAD_TOKEN: &str = "CLIENT_ERROR bad token in command line format";
+/// `b` on a key that is not valid base64.
 pub const ERROR_DECODING_KEY: &str = "CLIENT_ERROR error decoding key";
+/// ma `J` whose argument is not a number.
 pub const INVALID_INITIAL: &str = "CLIENT_ERROR invalid numeric initial value";
+/// ma `D` whose argument is not a number.
 pub const INVALID_DELTA_VALUE: &str = "CLIENT_ERROR invalid numeric delta value";
+/// ma's answer to any error in its flags.
 pub const INVALID_OR_DUPLICATE: &str = "CLIENT_ERROR invalid or duplicate flag";
+/// ms `M` with a mode byte it does not know.
 pub const INVALID_MS_MODE: &str = "CLIENT_ERROR invalid mode for ms M token";
+/// ma `M` with a mode byte it does not know.
 pub const INVALID_MA_MODE: &str = "CLIENT_ERROR invalid mode for ma M token";
+/// An `O` token over [`MAX_OPAQUE_LENGTH`] bytes.
 pub const OPAQUE_TOO_LONG: &str = "CLIENT_ERROR opaque token too long";
 
 /// True when one of the request's `O` tokens is longer than

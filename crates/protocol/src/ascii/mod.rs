@@ -117,11 +117,17 @@ pub use stream::{partial_get, PartialGet};
 
 use crate::request::{Command, Reply, Request};
 
+/// A malformed command line (too few tokens, a key over 250 bytes, ...).
 pub const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format";
+/// A line that is no command memcached knows.
 pub const ERROR: &str = "ERROR";
+/// An exptime argument that is not a 32-bit number.
 pub const INVALID_EXPTIME: &str = "CLIENT_ERROR invalid exptime argument";
+/// incr/decr with a delta that is not a 64-bit unsigned number.
 pub const INVALID_DELTA: &str = "CLIENT_ERROR invalid numeric delta argument";
+/// `cache_memlimit` below 8 megabytes.
 pub const MEMLIMIT_TOO_SMALL: &str = "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m";
+/// `cache_memlimit` above 1,000,000,000 (taken for a byte count).
 pub const MEMLIMIT_NOT_BYTES: &str = "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes";
 
 /// What memcached sends for a get whose key is over 250 bytes: its

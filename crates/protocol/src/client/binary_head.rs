@@ -7,13 +7,19 @@ use crate::binary::HEADER_LEN;
 /// The fields of a binary header (request or response) that frame it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BinaryHead {
+    /// REQUEST_MAGIC or RESPONSE_MAGIC (or another byte: not a packet).
     pub magic: u8,
+    /// The command.
     pub opcode: u8,
+    /// Length of the key.
     pub key_len: usize,
+    /// Length of the extras.
     pub extras: usize,
     /// A response's status (a request's vbucket).
     pub status: u16,
+    /// Length of the body: extras, key and value.
     pub body: usize,
+    /// The request's opaque (echoed by the response).
     pub opaque: u32,
 }
 

@@ -41,14 +41,26 @@ pub enum Quiet {
     Meta(&'static [&'static [u8]]),
     /// A binary quiet opcode: a reply with this status is dropped; shown
     /// replies get the client's opcode back.
-    Binary { opcode: u8, hidden_status: u16 },
+    Binary {
+        /// The loud opcode that the reply goes back as.
+        opcode: u8,
+        /// The status the quiet opcode does not show.
+        hidden_status: u16,
+    },
 }
 
 /// How a client connection speaks, for replies made here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Style {
+    /// The text protocol (text and meta commands).
     Text,
-    Binary { opcode: u8, opaque: u32 },
+    /// The binary protocol.
+    Binary {
+        /// The request's opcode, echoed.
+        opcode: u8,
+        /// The request's opaque, echoed.
+        opaque: u32,
+    },
 }
 
 /// What to do with one request. Borrowed bytes are the client's read
@@ -57,21 +69,30 @@ pub enum Style {
 pub enum Action<'a> {
     /// Send `wire` to the server of `key`.
     Forward {
+        /// The key that places the request.
         key: Cow<'a, [u8]>,
+        /// The request's bytes.
         wire: Cow<'a, [u8]>,
+        /// The shape of the server's reply.
         expect: Expect,
+        /// Which replies the client does not see.
         quiet: Quiet,
     },
     /// A text get of several keys: `prefix` is `get`, `gets`, `gat <t>` or
     /// `gats <t>`.
     MultiGet {
+        /// The command and its arguments before the keys.
         prefix: Vec<u8>,
+        /// The keys, in request order.
         keys: Vec<&'a [u8]>,
     },
     /// Send `wire` to every server; one reply.
     Broadcast {
+        /// The request's bytes.
         wire: Vec<u8>,
+        /// The shape of each server's reply.
         expect: Expect,
+        /// Which replies the client does not see.
         quiet: Quiet,
     },
     /// Answer with these bytes (nothing when empty).
@@ -87,7 +108,9 @@ pub enum Action<'a> {
 pub struct Framed<'a> {
     /// Bytes of the read buffer it took.
     pub len: usize,
+    /// What to do with it.
     pub action: Action<'a>,
+    /// How replies made for it are framed.
     pub style: Style,
 }
 
@@ -463,7 +486,9 @@ pub use super::binary_head::BinaryHead;
 
 /// Binary request magic, response magic and header size.
 pub const BIN_REQ: u8 = REQUEST_MAGIC;
+/// The first byte of a binary response.
 pub const BIN_RES: u8 = RESPONSE_MAGIC;
+/// The length of a binary header.
 pub const BIN_HEADER: usize = HEADER_LEN;
 
 /// A binary response header (and body) made here.
@@ -480,8 +505,11 @@ pub fn binary_reply(opcode: u8, opaque: u32, status: u16, body: &[u8]) -> Vec<u8
 
 /// Binary status codes.
 pub const ST_KEY_ENOENT: u16 = 0x0001;
+/// Unknown command.
 pub const ST_UNKNOWN: u16 = 0x0081;
+/// Not supported (STAT and VERBOSITY, which osmium-proxy answers itself).
 pub const ST_NOT_SUPPORTED: u16 = 0x0083;
+/// Internal error: a failure of the proxy's own, with its text.
 pub const ST_INTERNAL: u16 = 0x0084;
 
 /// The loud opcode of a quiet one, and which status the quiet one hides.

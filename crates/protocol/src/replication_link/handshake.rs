@@ -64,6 +64,7 @@ impl Role {
         }
     }
 
+    /// The role a word names (see [`Role::word`]); None for any other bytes.
     pub fn from_word(w: &[u8]) -> Option<Role> {
         match w {
             b"target" => Some(Role::TargetLink),
@@ -115,6 +116,7 @@ pub struct Initiator {
 /// Why the connecting end's handshake failed.
 #[derive(Debug)]
 pub enum HandshakeError {
+    /// Reading or writing the socket failed.
     Io(std::io::Error),
     /// The listener answered something else (`ERROR`: no secret there,
     /// or not osmium).
@@ -345,7 +347,7 @@ pub fn respond_as(
 pub(crate) mod tests {
     use super::*;
 
-    pub const SECRET: &[u8] = b"0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e";
+    pub(crate) const SECRET: &[u8] = b"0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e";
 
     fn secret() -> Secret {
         Secret::new(SECRET).unwrap()
@@ -360,7 +362,7 @@ pub(crate) mod tests {
     }
 
     /// Two ends of one handshake (initiator, responder), as two processes.
-    pub fn pair() -> (Transport, Transport) {
+    pub(crate) fn pair() -> (Transport, Transport) {
         let s = secret();
         let (i, hello) = Initiator::start_as(&s, Role::TargetLink, None, &[1; ID_LEN]).unwrap();
         let (role, hex) = args(&hello);

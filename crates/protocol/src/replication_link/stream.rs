@@ -17,6 +17,8 @@ pub struct NoiseStream<S> {
 }
 
 impl<S: Read + Write> NoiseStream<S> {
+    /// A stream over `sock`, sealing and opening with the keys of a finished
+    /// handshake.
     pub fn new(sock: S, transport: Transport) -> NoiseStream<S> {
         let (outbound, inbound) = transport.split();
         NoiseStream {
@@ -26,6 +28,7 @@ impl<S: Read + Write> NoiseStream<S> {
         }
     }
 
+    /// The socket.
     pub fn get_ref(&self) -> &S {
         &self.sock
     }

@@ -30,15 +30,19 @@ use crate::reply::Expect;
 /// A request held until its key is copied.
 #[derive(Debug)]
 pub struct Parked {
+    /// Its key.
     pub key: Vec<u8>,
+    /// Its bytes, to send.
     pub wire: Vec<u8>,
+    /// The shape of its reply.
     pub expect: Expect,
+    /// Where its reply goes.
     pub dest: Dest,
 }
 
 /// A move in progress.
 #[derive(Debug)]
-pub struct Moving {
+pub(crate) struct Moving {
     mv: Move,
     /// Source index → the slot of that server (warm reads go there).
     slots: Vec<Option<usize>>,
@@ -117,7 +121,7 @@ impl Pool {
             let unreached = change.old_order.iter().all(|&slot| {
                 self.servers
                     .get(slot)
-                    .map_or(true, |s| s.pos.is_none() && !s.ever_connected)
+                    .is_none_or(|s| s.pos.is_none() && !s.ever_connected)
             });
             if unreached {
                 return;

@@ -35,7 +35,9 @@ pub struct RingChange {
 /// What [`Pool::reconfigure`] changed, by server name.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Reconfigured {
+    /// Servers added.
     pub added: Vec<String>,
+    /// Servers removed.
     pub removed: Vec<String>,
     /// Kept servers whose weight changed.
     pub reweighted: Vec<String>,

@@ -16,6 +16,7 @@ use crate::ring::Ring;
 /// ring of the chain, once, by address.
 #[derive(Clone, Debug)]
 pub struct Source {
+    /// Its address (a source is one address).
     pub addr: Addr,
     /// Its name in the newest ring that has it (for the log).
     pub name: String,
@@ -78,7 +79,9 @@ impl Layer {
 pub struct Move {
     earlier: Vec<Layer>,
     new: Layer,
+    /// The keys of the current move already on their new owner.
     pub settled: Arc<Settled>,
+    /// Every server of every ring of the chain, once.
     pub sources: Vec<Source>,
     /// One earlier ring whose server names keep their addresses: the
     /// dump filter (by name) finds exactly the moved keys.
@@ -228,14 +231,17 @@ pub const UP: u8 = 1;
 pub const DOWN: u8 = 2;
 
 impl Reach {
+    /// One state per source (`UNKNOWN`, `UP`, `DOWN`).
     pub fn new(states: impl IntoIterator<Item = u8>) -> Reach {
         Reach(states.into_iter().map(AtomicU8::new).collect())
     }
+    /// Records source `s`'s state.
     pub fn set(&self, s: usize, state: u8) {
         if let Some(a) = self.0.get(s) {
             a.store(state, Ordering::Relaxed);
         }
     }
+    /// Source `s`'s state (`DOWN` for an index past the sources).
     pub fn get(&self, s: usize) -> u8 {
         self.0.get(s).map_or(DOWN, |a| a.load(Ordering::Relaxed))
     }

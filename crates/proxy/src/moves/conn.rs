@@ -22,7 +22,10 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// and, by source index, the name each server's certificate must carry.
 #[derive(Clone, Debug)]
 pub struct MigrationTls {
+    /// The pool's client configuration.
     pub config: Arc<ClientConfig>,
+    /// By source index, the name its certificate must carry (None: none can be
+    /// made, as for a unix socket without `server_name`).
     pub names: Vec<Option<ServerName<'static>>>,
 }
 
@@ -91,6 +94,7 @@ impl Conn {
         })
     }
 
+    /// Writes `bytes` whole and flushes them.
     pub fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
         let w = self.r.get_mut();
         w.write_all(bytes)?;

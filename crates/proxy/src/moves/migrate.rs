@@ -80,6 +80,7 @@ pub struct Plan {
     pub tls: Option<MigrationTls>,
     /// Whether each source is reachable (found out here).
     pub reach: Arc<Reach>,
+    /// What the migration has done, shared with the loop.
     pub progress: Arc<Progress>,
     /// Keys the loop waits for (parked requests).
     pub priority: Receiver<Vec<u8>>,
@@ -376,7 +377,7 @@ impl Migration {
                 }
             }
             n += 1;
-            if n % 64 == 0 {
+            if n.is_multiple_of(64) {
                 self.priorities();
                 self.drop_old(false);
             }

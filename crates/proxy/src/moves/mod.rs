@@ -175,15 +175,19 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// Keys copied so far.
     pub fn moved_keys(&self) -> u64 {
         self.moved_keys.load(Ordering::Relaxed)
     }
+    /// Their value bytes.
     pub fn moved_bytes(&self) -> u64 {
         self.moved_bytes.load(Ordering::Relaxed)
     }
+    /// Whether a newer ring change replaced this move.
     pub fn cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
     }
+    /// Whether the migration is over.
     pub fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
     }

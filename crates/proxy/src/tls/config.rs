@@ -37,7 +37,9 @@ pub enum VerifyClients {
 /// The lowest TLS version spoken (rustls speaks 1.2 and 1.3 only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MinVersion {
+    /// TLS 1.2 and 1.3.
     Tls12,
+    /// TLS 1.3 only.
     Tls13,
 }
 
@@ -50,7 +52,10 @@ pub struct ListenTls {
     pub key: String,
     /// The CA certificates (PEM) client certificates are verified against.
     pub ca: Option<String>,
+    /// `verify_clients:`: whether client certificates are asked for and
+    /// required.
     pub verify_clients: VerifyClients,
+    /// `min_version:`.
     pub min_version: MinVersion,
 }
 
@@ -63,17 +68,21 @@ pub struct ServersTls {
     /// A client certificate chain and its key (PEM), for servers that
     /// require one (memcached's `mtls:` listeners).
     pub cert: Option<String>,
+    /// The key of `cert`.
     pub key: Option<String>,
     /// The name every server's certificate must carry; `None`: each
     /// server's host (an IP address matches an IP subjectAltName).
     pub server_name: Option<String>,
+    /// `min_version:`.
     pub min_version: MinVersion,
 }
 
 /// A pool's `tls:`: either side may be left out.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TlsConfig {
+    /// `tls.listen`: TLS to the clients.
     pub listen: Option<ListenTls>,
+    /// `tls.servers`: TLS to the servers.
     pub servers: Option<ServersTls>,
 }
 

@@ -20,6 +20,7 @@ use crate::config::{Addr, Config, PoolConfig};
 /// TLS to a pool's servers.
 #[derive(Debug)]
 pub struct ServersContext {
+    /// The client configuration (CA roots, client certificate, versions).
     pub config: Arc<ClientConfig>,
     /// The name each server's certificate is verified against, in
     /// `servers:` order.
@@ -29,7 +30,9 @@ pub struct ServersContext {
 /// A pool's TLS, as built from its `tls:`.
 #[derive(Debug, Default)]
 pub struct PoolTls {
+    /// `tls.listen`'s server configuration.
     pub listen: Option<Arc<ServerConfig>>,
+    /// `tls.servers`' client configuration and names.
     pub servers: Option<ServersContext>,
 }
 

@@ -28,7 +28,9 @@ use crate::stream::Stream;
 /// Most TLS bytes rustls keeps unsent before a write waits for the socket.
 const SEND_LIMIT: usize = 64 * 1024;
 
+/// A TLS session (client or server side) over a non-blocking stream.
 pub struct TlsStream {
+    /// The plain stream under it.
     pub sock: Stream,
     conn: Connection,
     /// The socket reached its end.

@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 
 /// A free loopback port, reserved for about a minute
 /// (`osmium_test_harness::free_port`).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     osmium_test_harness::free_port()
 }
 
-pub fn wait_listening(port: u16, child: &mut Child, what: &str) {
+pub(crate) fn wait_listening(port: u16, child: &mut Child, what: &str) {
     let start = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         if let Ok(Some(status)) = child.try_wait() {
@@ -51,7 +51,7 @@ fn start_check(port: u16) {
 /// The cache server the backends run: `MEMCACHED_BIN`, else the
 /// repository's memcached oracle, else osmium (`OSMIUM_BIN` or
 /// target/release/osmium). Both answer `lru_crawler metadump all`.
-pub fn backend_bin() -> PathBuf {
+pub(crate) fn backend_bin() -> PathBuf {
     if let Some(b) = std::env::var_os("MEMCACHED_BIN").filter(|b| !b.is_empty()) {
         return PathBuf::from(b);
     }
@@ -73,7 +73,7 @@ pub fn backend_bin() -> PathBuf {
 }
 
 /// A child process stopped (by PID) when dropped.
-pub struct Proc {
+pub(crate) struct Proc {
     pub child: Child,
     pub port: u16,
     /// A proxy's stats port (0 for a backend).
@@ -81,7 +81,7 @@ pub struct Proc {
 }
 
 impl Proc {
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -95,11 +95,11 @@ impl Drop for Proc {
 
 /// A backend cache server on `port` (0: a free one, another one if it
 /// was taken meanwhile; a given port is tried again a few times).
-pub fn backend(port: u16) -> Proc {
+pub(crate) fn backend(port: u16) -> Proc {
     cache_server(&backend_bin(), "backend", port, 256)
 }
 
-pub fn unsafe_is_root() -> bool {
+pub(crate) fn unsafe_is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .map(|s| {
             s.lines()
@@ -112,7 +112,7 @@ pub fn unsafe_is_root() -> bool {
 /// Writes `yaml` to a file under Cargo's scratch directory for tests
 /// (`target/tmp`, not the machine's `/tmp`, where every run would leave
 /// its files); its path.
-pub fn write_conf(name: &str, yaml: &str) -> PathBuf {
+pub(crate) fn write_conf(name: &str, yaml: &str) -> PathBuf {
     let path = conf_path(name);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, yaml).unwrap();
@@ -120,7 +120,7 @@ pub fn write_conf(name: &str, yaml: &str) -> PathBuf {
 }
 
 /// Where [`write_conf`] writes `name`.
-pub fn conf_path(name: &str) -> PathBuf {
+pub(crate) fn conf_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("osmium-proxy-tests-{}", std::process::id()))
         .join(name)
@@ -128,14 +128,14 @@ pub fn conf_path(name: &str) -> PathBuf {
 
 /// osmium-proxy with `yaml`, listening on `port`, its stats port on a
 /// free loopback port.
-pub fn proxy(yaml: &str, port: u16) -> Proc {
+pub(crate) fn proxy(yaml: &str, port: u16) -> Proc {
     proxy_with(yaml, port, &[])
 }
 
 /// [`proxy`] with more arguments. If `port` or the stats port was taken
 /// meanwhile, the proxy starts again on new ones (its `listen:` line
 /// rewritten): the port it listens on is the returned `Proc`'s `port`.
-pub fn proxy_with(yaml: &str, port: u16, extra: &[&str]) -> Proc {
+pub(crate) fn proxy_with(yaml: &str, port: u16, extra: &[&str]) -> Proc {
     if std::env::var("OSMIUM_PROXY_TESTS_RELOADED").as_deref() == Ok("1") {
         return proxy_reloaded(yaml, port, extra);
     }
@@ -143,7 +143,7 @@ pub fn proxy_with(yaml: &str, port: u16, extra: &[&str]) -> Proc {
 }
 
 /// osmium-proxy started with `yaml` (see [`proxy_with`]).
-pub fn proxy_started(yaml: &str, port: u16, extra: &[&str]) -> Proc {
+pub(crate) fn proxy_started(yaml: &str, port: u16, extra: &[&str]) -> Proc {
     let mut stats = 0;
     let server = osmium_test_harness::Start::new("osmium-proxy")
         .port(port)
@@ -167,14 +167,14 @@ pub fn proxy_started(yaml: &str, port: u16, extra: &[&str]) -> Proc {
 
 /// The configuration file of the proxy listening on `port` (as
 /// [`proxy_with`] writes it).
-pub fn proxy_conf(port: u16) -> PathBuf {
+pub(crate) fn proxy_conf(port: u16) -> PathBuf {
     conf_path(&format!("proxy-{port}.yml"))
 }
 
 /// osmium-proxy serving `yaml` by a reload: started with each pool's
 /// servers replaced by one placeholder (nothing listens there), then its
 /// file rewritten with `yaml` and SIGHUP'd.
-pub fn proxy_reloaded(yaml: &str, port: u16, extra: &[&str]) -> Proc {
+pub(crate) fn proxy_reloaded(yaml: &str, port: u16, extra: &[&str]) -> Proc {
     let px = proxy_started(&placeholder_servers(yaml), port, extra);
     rewrite_conf(&px, &listen_moved(yaml, port, px.port));
     reload(&px);
@@ -198,7 +198,7 @@ fn placeholder_servers(yaml: &str) -> String {
 }
 
 /// Writes `yaml` over the proxy's configuration file (not reloaded yet).
-pub fn rewrite_conf(px: &Proc, yaml: &str) {
+pub(crate) fn rewrite_conf(px: &Proc, yaml: &str) {
     let path = proxy_conf(px.port);
     let tmp = path.with_extension("yml.new");
     std::fs::write(&tmp, yaml).unwrap();
@@ -207,7 +207,7 @@ pub fn rewrite_conf(px: &Proc, yaml: &str) {
 
 /// The figure `name` of the first pool in the stats document (the
 /// proxy-wide reload counts are in every pool).
-pub fn pool_stat(doc: &str, name: &str) -> u64 {
+pub(crate) fn pool_stat(doc: &str, name: &str) -> u64 {
     let v: serde_json::Value = serde_json::from_str(doc).unwrap_or_else(|e| panic!("{e}: {doc}"));
     v.as_object()
         .unwrap()
@@ -218,7 +218,7 @@ pub fn pool_stat(doc: &str, name: &str) -> u64 {
 
 /// Sends SIGHUP to the proxy and waits until its stats count one more
 /// reload applied (`ok`) or refused; the stats document then.
-pub fn reload_expect(px: &Proc, ok: bool) -> String {
+pub(crate) fn reload_expect(px: &Proc, ok: bool) -> String {
     let stat = if ok { "reloads" } else { "reload_failures" };
     let before = pool_stat(&stats_doc(px.stats), stat);
     assert!(
@@ -240,13 +240,13 @@ pub fn reload_expect(px: &Proc, ok: bool) -> String {
 }
 
 /// [`reload_expect`] of a reload that applies.
-pub fn reload(px: &Proc) -> String {
+pub(crate) fn reload(px: &Proc) -> String {
     reload_expect(px, true)
 }
 
 /// The osmium server binary: `OSMIUM_BIN`, else beside osmium-proxy's
 /// (target/debug or target/release).
-pub fn osmium_bin() -> PathBuf {
+pub(crate) fn osmium_bin() -> PathBuf {
     if let Some(b) = std::env::var_os("OSMIUM_BIN").filter(|b| !b.is_empty()) {
         return PathBuf::from(b);
     }
@@ -259,20 +259,20 @@ pub fn osmium_bin() -> PathBuf {
 }
 
 /// An osmium server on a free loopback port.
-pub fn osmium_backend() -> Proc {
+pub(crate) fn osmium_backend() -> Proc {
     osmium_backend_on(0)
 }
 
 /// An osmium server on `port` (0: a free one; a given one is tried again
 /// a few times, for a server that died and returns).
-pub fn osmium_backend_on(port: u16) -> Proc {
+pub(crate) fn osmium_backend_on(port: u16) -> Proc {
     cache_server(&osmium_bin(), "osmium", port, 64)
 }
 
 /// `bin` (memcached or osmium) serving TCP on `port` (0: a free one,
 /// another one if it was taken meanwhile; a given port is tried again a
 /// few times) with `-m megabytes`, UDP off.
-pub fn cache_server(bin: &Path, name: &str, port: u16, megabytes: u32) -> Proc {
+pub(crate) fn cache_server(bin: &Path, name: &str, port: u16, megabytes: u32) -> Proc {
     let start = osmium_test_harness::Start::new(name);
     let start = if port == 0 {
         start
@@ -311,7 +311,7 @@ pub fn cache_server(bin: &Path, name: &str, port: u16, megabytes: u32) -> Proc {
 /// snapshot (right after a burst of sets it can miss items the LRU
 /// maintainer is moving), so a key it did not list is looked up on each
 /// backend with `mg`.
-pub fn holders_of_all(
+pub(crate) fn holders_of_all(
     backends: &[Proc],
     prefix: &str,
     keys: &[String],
@@ -339,7 +339,7 @@ pub fn holders_of_all(
 }
 
 /// `yaml` with a `listen:` line on 127.0.0.1:`from` moved to port `to`.
-pub fn listen_moved(yaml: &str, from: u16, to: u16) -> String {
+pub(crate) fn listen_moved(yaml: &str, from: u16, to: u16) -> String {
     if from == to {
         return yaml.to_string();
     }
@@ -358,7 +358,7 @@ pub fn listen_moved(yaml: &str, from: u16, to: u16) -> String {
 
 /// nutcracker on PATH; `None` (after a SKIP line) when it is not
 /// installed, a failure under `CI=true`.
-pub fn nutcracker_bin() -> Option<PathBuf> {
+pub(crate) fn nutcracker_bin() -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/sbin")])
@@ -377,7 +377,7 @@ pub fn nutcracker_bin() -> Option<PathBuf> {
 }
 
 /// nutcracker with `yaml`, listening on `port`.
-pub fn nutcracker(bin: &Path, yaml: &str, port: u16) -> Proc {
+pub(crate) fn nutcracker(bin: &Path, yaml: &str, port: u16) -> Proc {
     nutcracker_with(bin, yaml, port, &[])
 }
 
@@ -386,7 +386,7 @@ pub fn nutcracker(bin: &Path, yaml: &str, port: u16) -> Proc {
 /// stats port was taken meanwhile, it starts again on new ones (its
 /// `listen:` line rewritten): the port it listens on is the returned
 /// `Proc`'s `port`.
-pub fn nutcracker_with(bin: &Path, yaml: &str, port: u16, extra: &[&str]) -> Proc {
+pub(crate) fn nutcracker_with(bin: &Path, yaml: &str, port: u16, extra: &[&str]) -> Proc {
     let log = write_conf(&format!("nutcracker-{port}.log"), "");
     let mut stats = 0;
     let server = osmium_test_harness::Start::new("nutcracker")
@@ -418,14 +418,14 @@ pub fn nutcracker_with(bin: &Path, yaml: &str, port: u16, extra: &[&str]) -> Pro
 }
 
 /// The stats port's document: everything it sends before closing.
-pub fn stats_doc(port: u16) -> String {
+pub(crate) fn stats_doc(port: u16) -> String {
     let mut s = connect(port);
     let mut doc = Vec::new();
     s.read_to_end(&mut doc).expect("read stats");
     String::from_utf8(doc).expect("stats are UTF-8")
 }
 
-pub fn connect(port: u16) -> TcpStream {
+pub(crate) fn connect(port: u16) -> TcpStream {
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.set_nodelay(true).unwrap();
@@ -433,13 +433,13 @@ pub fn connect(port: u16) -> TcpStream {
 }
 
 /// Sends `request` and reads until the reply ends with `end`.
-pub fn roundtrip(port: u16, request: &[u8], end: &[u8]) -> Vec<u8> {
+pub(crate) fn roundtrip(port: u16, request: &[u8], end: &[u8]) -> Vec<u8> {
     let mut s = connect(port);
     s.write_all(request).unwrap();
     read_until(&mut s, end)
 }
 
-pub fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
+pub(crate) fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
     let mut got = Vec::new();
     let mut buf = [0u8; 65536];
     while !got.ends_with(end) {
@@ -452,7 +452,7 @@ pub fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
 
 /// Stores every key (value `v`) through `port`, pipelined, checking each
 /// `STORED`.
-pub fn set_all(port: u16, keys: &[String]) {
+pub(crate) fn set_all(port: u16, keys: &[String]) {
     let mut s = connect(port);
     let mut w = s.try_clone().unwrap();
     let keys2: Vec<String> = keys.to_vec();
@@ -477,7 +477,7 @@ pub fn set_all(port: u16, keys: &[String]) {
 }
 
 /// The keys a backend holds.
-pub fn keys_of(port: u16) -> Vec<String> {
+pub(crate) fn keys_of(port: u16) -> Vec<String> {
     let mut s = connect(port);
     s.write_all(b"lru_crawler metadump all\r\n").unwrap();
     let mut r = BufReader::new(s);
@@ -495,6 +495,6 @@ pub fn keys_of(port: u16) -> Vec<String> {
 }
 
 /// Empties a backend.
-pub fn flush(port: u16) {
+pub(crate) fn flush(port: u16) {
     assert_eq!(roundtrip(port, b"flush_all\r\n", b"\r\n"), b"OK\r\n");
 }

@@ -19,7 +19,7 @@ use crate::stats::counters::ThreadStats;
 
 /// A success with an optional body (no extras, no key), unless quiet.
 #[inline]
-pub fn ok(out: &mut Output, r: &BinaryReply, cas: u64, body: &[u8]) {
+pub(crate) fn ok(out: &mut Output, r: &BinaryReply, cas: u64, body: &[u8]) {
     if !r.quiet {
         wire::put_response(out.buf(), r.opcode, r.opaque, cas, body);
     }
@@ -27,25 +27,25 @@ pub fn ok(out: &mut Output, r: &BinaryReply, cas: u64, body: &[u8]) {
 
 /// A success sent even by a quiet opcode (NOOP, STAT packets...).
 #[inline]
-pub fn always(out: &mut Output, r: &BinaryReply, cas: u64, body: &[u8]) {
+pub(crate) fn always(out: &mut Output, r: &BinaryReply, cas: u64, body: &[u8]) {
     wire::put_response(out.buf(), r.opcode, r.opaque, cas, body);
 }
 
 /// An error status with memcached's text for it.
 #[inline]
-pub fn error(out: &mut Output, r: &BinaryReply, code: u16) {
+pub(crate) fn error(out: &mut Output, r: &BinaryReply, code: u16) {
     wire::put_error(out.buf(), r.opcode, code, r.opaque);
 }
 
 /// Status "out of memory" with memcached's text for the situation.
 #[inline]
-pub fn out_of_memory(out: &mut Output, r: &BinaryReply, msg: &[u8]) {
+pub(crate) fn out_of_memory(out: &mut Output, r: &BinaryReply, msg: &[u8]) {
     wire::put_response_with_status(out.buf(), r.opcode, status::OUT_OF_MEMORY, r.opaque, 0, msg);
 }
 
 /// A status with an empty body (SASL "continue").
 #[inline]
-pub fn status_only(out: &mut Output, r: &BinaryReply, code: u16) {
+pub(crate) fn status_only(out: &mut Output, r: &BinaryReply, code: u16) {
     wire::put_response_with_status(out.buf(), r.opcode, code, r.opaque, 0, &[]);
 }
 
@@ -53,7 +53,7 @@ pub fn status_only(out: &mut Output, r: &BinaryReply, code: u16) {
 /// TOUCH, which answers the flags only). A large value leaves straight
 /// from item memory.
 #[inline]
-pub fn hit(
+pub(crate) fn hit(
     out: &mut Output,
     r: &BinaryReply,
     it: &ItemView<'_>,
@@ -89,7 +89,7 @@ pub fn hit(
 /// A GET/GAT miss: nothing for a quiet opcode, the key for GETK/GATK,
 /// else "Not found". True when memcached writes it at once (the error).
 #[inline]
-pub fn miss(out: &mut Output, r: &BinaryReply, key: &[u8]) -> bool {
+pub(crate) fn miss(out: &mut Output, r: &BinaryReply, key: &[u8]) -> bool {
     if r.quiet {
         false
     } else if r.with_key {
@@ -103,7 +103,7 @@ pub fn miss(out: &mut Output, r: &BinaryReply, key: &[u8]) -> bool {
 
 /// STAT's reply: each `STAT name value\r\n` line of `text` as a packet,
 /// then an empty packet.
-pub fn stats(out: &mut Output, opaque: u32, text: &[u8]) {
+pub(crate) fn stats(out: &mut Output, opaque: u32, text: &[u8]) {
     let buf = out.buf();
     for line in text.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -120,7 +120,7 @@ pub fn stats(out: &mut Output, opaque: u32, text: &[u8]) {
 /// Says `o` as memcached's binary protocol does; true when memcached sends
 /// it at once (an error status).
 #[inline]
-pub fn outcome(out: &mut Output, r: &BinaryReply, o: &Outcome<'_>) -> bool {
+pub(crate) fn outcome(out: &mut Output, r: &BinaryReply, o: &Outcome<'_>) -> bool {
     match *o {
         Outcome::Stored(s) => return stored(out, r, &s),
         Outcome::Deleted { result, .. } => match result {

@@ -22,7 +22,7 @@ const CACHEDUMP_LIMIT: usize = 2 << 20;
 
 /// One item of a crawler dump: an `mg` line (`mg`), else a metadump line;
 /// `cls` is its slab class, `started` the clock's start in Unix time.
-pub fn crawler_item(out: &mut Output, mg: bool, e: &DumpEntry<'_>, cls: u32, started: i64) {
+pub(crate) fn crawler_item(out: &mut Output, mg: bool, e: &DumpEntry<'_>, cls: u32, started: i64) {
     let buf = out.buf();
     if mg {
         buf.extend_from_slice(b"mg ");
@@ -61,7 +61,7 @@ pub fn crawler_item(out: &mut Output, mg: bool, e: &DumpEntry<'_>, cls: u32, sta
 }
 
 /// A crawler dump's closing line.
-pub fn crawler_end(out: &mut Output, mg: bool) {
+pub(crate) fn crawler_end(out: &mut Output, mg: bool) {
     out.buf()
         .extend_from_slice(if mg { b"EN\r\n" } else { b"END\r\n" });
 }
@@ -69,7 +69,7 @@ pub fn crawler_end(out: &mut Output, mg: bool) {
 /// One `stats cachedump` line (`exp`: the expiry in Unix time, 0 for
 /// never) for a reply begun at `start`; false, and nothing written, when
 /// it would take the reply past memcached's limit.
-pub fn cachedump_item(
+pub(crate) fn cachedump_item(
     out: &mut Output,
     start: usize,
     key: &[u8],
@@ -94,10 +94,10 @@ pub fn cachedump_item(
 }
 
 /// The end of a `stats cachedump` reply.
-pub fn cachedump_end(out: &mut Output) {
+pub(crate) fn cachedump_end(out: &mut Output) {
     out.buf().extend_from_slice(CACHEDUMP_END);
 }
 
 const CACHEDUMP_END: &[u8] = b"END\r\n";
 
-pub use osmium_protocol::encode::uri_encode;
+pub(crate) use osmium_protocol::encode::uri_encode;

@@ -21,27 +21,27 @@ use crate::compose::text;
 
 /// Longest `O` token memcached returns, the `O` included
 /// (`MFLAG_MAX_OPAQUE_LENGTH`, compared with the whole token's length).
-pub const MAX_OPAQUE_TOKEN: usize = 32;
+pub(crate) const MAX_OPAQUE_TOKEN: usize = 32;
 
 /// memcached's error for a longer one.
-pub const OPAQUE_TOO_LONG: &str = "CLIENT_ERROR opaque token too long";
+pub(crate) const OPAQUE_TOO_LONG: &str = "CLIENT_ERROR opaque token too long";
 
 #[inline]
-pub fn number(out: &mut Vec<u8>, n: impl itoa::Integer) {
+pub(crate) fn number(out: &mut Vec<u8>, n: impl itoa::Integer) {
     let mut b = itoa::Buffer::new();
     out.extend_from_slice(b.format(n).as_bytes());
 }
 
 /// ` <c><number>`: one returned flag.
 #[inline]
-pub fn flag_number(out: &mut Vec<u8>, c: u8, n: impl itoa::Integer) {
+pub(crate) fn flag_number(out: &mut Vec<u8>, c: u8, n: impl itoa::Integer) {
     out.push(b' ');
     out.push(c);
     number(out, n);
 }
 
 /// ` k<key>`, base64 encoded and followed by ` b` for binary keys.
-pub fn flag_key(out: &mut Vec<u8>, key: &[u8], binary: bool) {
+pub(crate) fn flag_key(out: &mut Vec<u8>, key: &[u8], binary: bool) {
     out.extend_from_slice(b" k");
     if binary {
         base64_encode(key, out);
@@ -52,7 +52,7 @@ pub fn flag_key(out: &mut Vec<u8>, key: &[u8], binary: bool) {
 }
 
 /// ` t<seconds left>`, or ` t-1` for an item that never expires.
-pub fn flag_ttl(out: &mut Vec<u8>, exptime: u32, now: u32) {
+pub(crate) fn flag_ttl(out: &mut Vec<u8>, exptime: u32, now: u32) {
     if exptime == 0 {
         out.extend_from_slice(b" t-1");
     } else {
@@ -63,7 +63,7 @@ pub fn flag_ttl(out: &mut Vec<u8>, exptime: u32, now: u32) {
 /// ` O<opaque>`; false (nothing written) when it is longer than memcached
 /// returns.
 #[inline]
-pub fn flag_opaque(out: &mut Vec<u8>, token: &[u8]) -> bool {
+pub(crate) fn flag_opaque(out: &mut Vec<u8>, token: &[u8]) -> bool {
     if token.len() > MAX_OPAQUE_TOKEN {
         return false;
     }
@@ -74,7 +74,7 @@ pub fn flag_opaque(out: &mut Vec<u8>, token: &[u8]) -> bool {
 
 /// The `O` and `k` flags of a reply that has no item to describe (a miss,
 /// `NF`, `NS`, `EX`): false when an opaque is too long.
-pub fn opaque_and_key(out: &mut Vec<u8>, reply: &MetaReply<'_>, key: &[u8]) -> bool {
+pub(crate) fn opaque_and_key(out: &mut Vec<u8>, reply: &MetaReply<'_>, key: &[u8]) -> bool {
     for tok in reply.flags() {
         match tok[0] {
             b'O' if !flag_opaque(out, tok) => return false,
@@ -87,7 +87,7 @@ pub fn opaque_and_key(out: &mut Vec<u8>, reply: &MetaReply<'_>, key: &[u8]) -> b
 
 /// Replaces whatever this command wrote from `start` with an error line
 /// (errors ignore `q`).
-pub fn error(out: &mut Output, start: usize, msg: &str) {
+pub(crate) fn error(out: &mut Output, start: usize, msg: &str) {
     out.truncate(start);
     let buf = out.buf();
     buf.extend_from_slice(msg.as_bytes());
@@ -96,7 +96,7 @@ pub fn error(out: &mut Output, start: usize, msg: &str) {
 
 /// Ends the status line; with `q`, drops the nominal reply written from
 /// `start` instead.
-pub fn finish(out: &mut Output, start: usize, quiet: bool) {
+pub(crate) fn finish(out: &mut Output, start: usize, quiet: bool) {
     if quiet {
         out.truncate(start);
     } else {
@@ -106,14 +106,14 @@ pub fn finish(out: &mut Output, start: usize, quiet: bool) {
 
 /// Whether a reply to `m` cannot be written: memcached refuses a request
 /// whose `O` token is longer than it returns, some before running it.
-pub fn unwritable(m: &MetaReply<'_>) -> bool {
+pub(crate) fn unwritable(m: &MetaReply<'_>) -> bool {
     m.flags()
         .any(|t| t[0] == b'O' && t.len() > MAX_OPAQUE_TOKEN)
 }
 
 /// Says `o` as the meta protocol does.
 #[inline]
-pub fn outcome(out: &mut Output, m: &MetaReply<'_>, o: &Outcome<'_>) {
+pub(crate) fn outcome(out: &mut Output, m: &MetaReply<'_>, o: &Outcome<'_>) {
     match *o {
         Outcome::Stored(s) => stored(out, m, &s),
         Outcome::Deleted { result, key } => deleted(out, m, result, key),

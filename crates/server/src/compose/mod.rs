@@ -7,13 +7,13 @@
 //! the executor decides what happened, the encoders write it, and the
 //! executor never writes reply bytes itself.
 
-pub mod binary;
-pub mod dump;
-pub mod meta;
-pub mod outcome;
-pub mod output;
-pub mod text;
-pub mod udp_marks;
+pub(crate) mod binary;
+pub(crate) mod dump;
+pub(crate) mod meta;
+pub(crate) mod outcome;
+pub(crate) mod output;
+pub(crate) mod text;
+pub(crate) mod udp_marks;
 
 use osmium_protocol::request::Reply;
 
@@ -23,7 +23,7 @@ use output::Output;
 /// Has the composer of the request's protocol say `o`; true when memcached
 /// sends the reply at once (a binary error).
 #[inline]
-pub fn write(out: &mut Output, reply: &Reply<'_>, o: &Outcome<'_>) -> bool {
+pub(crate) fn write(out: &mut Output, reply: &Reply<'_>, o: &Outcome<'_>) -> bool {
     match reply {
         Reply::Text { noreply } => {
             text::outcome(out, *noreply, o);
@@ -41,7 +41,7 @@ pub fn write(out: &mut Output, reply: &Reply<'_>, o: &Outcome<'_>) -> bool {
 /// longer than memcached returns): memcached then answers with an error
 /// instead of running some commands.
 #[inline]
-pub fn unwritable(reply: &Reply<'_>) -> bool {
+pub(crate) fn unwritable(reply: &Reply<'_>) -> bool {
     match reply {
         Reply::Meta(m) => meta::unwritable(m),
         _ => false,
@@ -51,6 +51,6 @@ pub fn unwritable(reply: &Reply<'_>) -> bool {
 /// A text or meta error line decided elsewhere (a parser's): the meta
 /// protocol sends errors even with `q`; the text protocol honours
 /// noreply.
-pub fn error_line(out: &mut Output, reply: &Reply<'_>, msg: &str) {
+pub(crate) fn error_line(out: &mut Output, reply: &Reply<'_>, msg: &str) {
     write(out, reply, &Outcome::Message(msg));
 }

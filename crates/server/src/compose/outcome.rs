@@ -18,7 +18,7 @@ use osmium_store::{RemoveResult, StoreStatus};
 
 /// A request's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome<'a> {
+pub(crate) enum Outcome<'a> {
     /// A fixed answer; the text protocol's noreply silences it.
     Status(Status),
     /// A fixed answer sent whatever noreply says.
@@ -56,7 +56,7 @@ pub enum Outcome<'a> {
 /// The fixed answers: each is one line in the text protocols and, where
 /// it can answer a binary request, one status there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     Ok,
     /// A command memcached does not know (binary: unknown command).
     Error,
@@ -100,7 +100,7 @@ pub enum Status {
 
 /// A storage command's verdict and what its meta reply's flags show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stored<'a> {
+pub(crate) struct Stored<'a> {
     pub status: StoreStatus,
     pub mode: StoreMode,
     pub key: &'a [u8],
@@ -112,7 +112,7 @@ pub struct Stored<'a> {
 
 /// An incr/decr's verdict and what its meta reply's flags show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Counter<'a> {
+pub(crate) struct Counter<'a> {
     pub result: Counted,
     pub key: &'a [u8],
     /// The request's TTL (`T`) and vivify expiry (`N`), as absolute
@@ -124,7 +124,7 @@ pub struct Counter<'a> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Counted {
+pub(crate) enum Counted {
     Value {
         value: u64,
         cas: u64,
@@ -143,7 +143,7 @@ pub enum Counted {
 
 /// A SASL exchange's step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Auth {
+pub(crate) enum Auth {
     /// The mechanisms offered.
     Mechanisms,
     Authenticated,

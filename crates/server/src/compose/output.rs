@@ -56,14 +56,14 @@ use crate::compose::udp_marks::ResponseMark;
 use crate::stats::counters::ThreadStats;
 
 /// Values at least this long are sent from item memory.
-pub const DIRECT_MIN: usize = 32 * 1024;
+pub(crate) const DIRECT_MIN: usize = 32 * 1024;
 
 /// Most values one write gathers.
-pub const GATHER_VALUES: usize = 32;
+pub(crate) const GATHER_VALUES: usize = 32;
 
 /// Pieces one write of the queue may have: every gathered value between
 /// two slices of the buffer.
-pub const GATHER_PIECES: usize = 2 * GATHER_VALUES + 1;
+pub(crate) const GATHER_PIECES: usize = 2 * GATHER_VALUES + 1;
 
 /// Gathered values are written once they add up to this many bytes.
 const GATHER_BYTES: usize = 1 << 20;
@@ -78,7 +78,7 @@ struct ValueRef {
 }
 
 /// Stop running more requests while this much output waits to be sent.
-pub const WRITE_HIGH_WATER: usize = 256 * 1024;
+pub(crate) const WRITE_HIGH_WATER: usize = 256 * 1024;
 
 /// A write buffer whose unsent part is under a quarter of its capacity is
 /// compacted down once it is this large: a slow reader keeps no more
@@ -86,14 +86,14 @@ pub const WRITE_HIGH_WATER: usize = 256 * 1024;
 const SHRINK_OVER: usize = 64 * 1024;
 
 /// A transport that takes an output's queue.
-pub trait Sink {
+pub(crate) trait Sink {
     /// Sends as much of `out`'s queue as the connection takes now, then
     /// reports it with [`Output::sent_queue`] (or [`Output::sent`]), so no
     /// value stays referenced. Ok(true) when everything left.
     fn send(&mut self, out: &mut Output, stats: &ThreadStats) -> io::Result<bool>;
 }
 
-pub struct Output {
+pub(crate) struct Output {
     buf: Vec<u8>,
     /// Capacity `buf` had when taken from the pool (what the pool counts).
     lent: usize,
@@ -142,7 +142,7 @@ pub struct Output {
 
 impl Output {
     /// The output of a stream connection.
-    pub fn stream() -> Output {
+    pub(crate) fn stream() -> Output {
         Output {
             buf: Vec::new(),
             lent: 0,
@@ -166,7 +166,7 @@ impl Output {
     }
 
     /// The output of a datagram endpoint: values copied, response marks.
-    pub fn datagram() -> Output {
+    pub(crate) fn datagram() -> Output {
         Output {
             datagram: true,
             ..Output::stream()
@@ -176,7 +176,7 @@ impl Output {
     /// Makes sure a write buffer is held (a stream takes one from the pool
     /// before running requests).
     #[inline]
-    pub fn acquire(&mut self, pool: &BufferPool) -> Result<(), NoBuffer> {
+    pub(crate) fn acquire(&mut self, pool: &BufferPool) -> Result<(), NoBuffer> {
         if self.buf.capacity() == 0 && !self.datagram {
             self.buf = pool.take_write(self.wanted)?;
             self.lent = self.buf.capacity();
@@ -186,7 +186,7 @@ impl Output {
 
     /// Gives the write buffer back once everything was sent.
     #[inline]
-    pub fn release_if_empty(&mut self, pool: &BufferPool) {
+    pub(crate) fn release_if_empty(&mut self, pool: &BufferPool) {
         if self.sent == self.buf.len() && self.buf.capacity() != 0 && !self.datagram {
             self.wanted = std::mem::take(&mut self.peak).max(self.buf.len());
             self.sent = 0;
@@ -196,7 +196,7 @@ impl Output {
     }
 
     /// Gives the write buffer back, dropping unsent output.
-    pub fn release(&mut self, pool: &BufferPool) {
+    pub(crate) fn release(&mut self, pool: &BufferPool) {
         self.discard_refs();
         self.sent = self.buf.len();
         self.release_if_empty(pool);
@@ -204,32 +204,32 @@ impl Output {
 
     /// The buffer reply encoders append to.
     #[inline]
-    pub fn buf(&mut self) -> &mut Vec<u8> {
+    pub(crate) fn buf(&mut self) -> &mut Vec<u8> {
         &mut self.buf
     }
 
     /// Everything composed so far, sent or not, without the referenced
     /// values (positions are offsets in this).
     #[inline]
-    pub fn composed(&self) -> &[u8] {
+    pub(crate) fn composed(&self) -> &[u8] {
         &self.buf
     }
 
     /// Bytes composed (offsets for `truncate`).
     #[inline]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.buf.len()
     }
 
     #[inline]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
 
     /// Drops what was composed from `at` on (a reply replaced by an
     /// error), the values queued in it too.
     #[inline]
-    pub fn truncate(&mut self, at: usize) {
+    pub(crate) fn truncate(&mut self, at: usize) {
         let at = at.max(self.sent);
         self.buf.truncate(at);
         while self.refs.last().is_some_and(|g| g.at > at) {
@@ -246,59 +246,59 @@ impl Output {
     /// The buffer's unsent bytes: all of the queue when no value is
     /// referenced (always so outside a session's run).
     #[inline]
-    pub fn pending(&self) -> &[u8] {
+    pub(crate) fn pending(&self) -> &[u8] {
         debug_assert!(self.refs.is_empty());
         &self.buf[self.sent..]
     }
 
     /// Bytes of the buffer waiting to be sent.
     #[inline]
-    pub fn queued(&self) -> usize {
+    pub(crate) fn queued(&self) -> usize {
         self.buf.len() - self.sent
     }
 
     /// Bytes of the whole queue: the buffer's and the values'.
     #[inline]
-    pub fn queued_with_values(&self) -> usize {
+    pub(crate) fn queued_with_values(&self) -> usize {
         self.queued() + self.ref_bytes
     }
 
     /// Whether this is a datagram endpoint's output.
     #[inline]
-    pub fn is_datagram(&self) -> bool {
+    pub(crate) fn is_datagram(&self) -> bool {
         self.datagram
     }
 
     /// Marks the replies so far as written by memcached (a flush point).
     #[inline]
-    pub fn commit(&mut self) {
+    pub(crate) fn commit(&mut self) {
         self.committed = self.buf.len();
     }
 
     /// Drops the replies not yet committed: memcached's
     /// `conn_release_items` after a get with a key over 250 bytes releases
     /// every response it has not written.
-    pub fn release_uncommitted(&mut self) {
+    pub(crate) fn release_uncommitted(&mut self) {
         let at = self.committed.min(self.buf.len());
         self.truncate(at);
     }
 
     /// Changes whenever bytes leave (offsets taken before are stale).
     #[inline]
-    pub fn epoch(&self) -> u64 {
+    pub(crate) fn epoch(&self) -> u64 {
         self.epoch
     }
 
     /// Memory the output's buffer holds (its sent part is freed only once
     /// all of it left or the buffer is compacted).
     #[inline]
-    pub fn footprint(&self) -> usize {
+    pub(crate) fn footprint(&self) -> usize {
         self.buf.capacity()
     }
 
     /// Records that `n` bytes of `pending` were sent.
     #[inline]
-    pub fn sent(&mut self, n: usize) {
+    pub(crate) fn sent(&mut self, n: usize) {
         self.epoch += 1;
         self.sent += n;
         if self.sent == self.buf.len() {
@@ -323,7 +323,7 @@ impl Output {
 
     /// Drops `n` bytes from the front of the buffer (a datagram endpoint
     /// forgetting sent responses) and moves the marks with them.
-    pub fn drain_front(&mut self, n: usize) {
+    pub(crate) fn drain_front(&mut self, n: usize) {
         self.buf.drain(..n);
         self.committed = self.committed.saturating_sub(n);
         self.sent = self.sent.saturating_sub(n);
@@ -333,7 +333,7 @@ impl Output {
     }
 
     /// Drops everything (a datagram endpoint starting over).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.discard_refs();
         self.socket_full = false;
         self.buf.clear();
@@ -345,7 +345,7 @@ impl Output {
     /// Whether a write of values found the socket full and the output has
     /// not drained since.
     #[inline]
-    pub fn socket_full(&self) -> bool {
+    pub(crate) fn socket_full(&self) -> bool {
         self.socket_full
     }
 
@@ -354,7 +354,7 @@ impl Output {
     /// buffer, a large value, and an item held without a shard lock
     /// (`lock_free`), which is what the epoch pin protects.
     #[inline]
-    pub fn direct_takes(&self, len: usize, lock_free: bool) -> bool {
+    pub(crate) fn direct_takes(&self, len: usize, lock_free: bool) -> bool {
         !self.datagram && self.sent == 0 && len >= DIRECT_MIN && lock_free
     }
 
@@ -362,27 +362,27 @@ impl Output {
     /// the session allows it only around plain GETs, whose lookups take no
     /// lock.
     #[inline]
-    pub fn gather_values(&mut self, on: bool) {
+    pub(crate) fn gather_values(&mut self, on: bool) {
         self.gathering = on && !self.datagram;
     }
 
     /// Whether values are referenced (the thread keeps its pin): the
     /// transport must send the queue, not just `pending`.
     #[inline]
-    pub fn has_refs(&self) -> bool {
+    pub(crate) fn has_refs(&self) -> bool {
         !self.refs.is_empty()
     }
 
     /// Whether the queue is to be sent before the next request runs.
     #[inline]
-    pub fn due(&self) -> bool {
+    pub(crate) fn due(&self) -> bool {
         self.due
     }
 
     /// Before a send of a due queue: while gathering, only whole batches
     /// are to leave (see [`Output::sendable`]).
     #[inline]
-    pub fn send_due_batches(&mut self) {
+    pub(crate) fn send_due_batches(&mut self) {
         self.batches_only = self.gathering && !self.refs.is_empty();
     }
 
@@ -390,7 +390,7 @@ impl Output {
     /// (after `send_due_batches`) its whole batches: `GATHER_VALUES`
     /// values, or values reaching `GATHER_BYTES`, up to the last one's
     /// trailer (as when the batch was written the moment it was full).
-    pub fn sendable(&self) -> usize {
+    pub(crate) fn sendable(&self) -> usize {
         if self.batches_only {
             self.whole_batches().0
         } else {
@@ -424,7 +424,7 @@ impl Output {
     /// reference to `value`, whose memory the thread's pin keeps, and
     /// appends `trailer`. The transport sends it (see [`Output::due`]).
     #[inline]
-    pub fn put_value(
+    pub(crate) fn put_value(
         &mut self,
         value: &[u8],
         trailer: &[u8],
@@ -461,7 +461,7 @@ impl Output {
     /// values up to `GATHER_VALUES` of them or until they reach
     /// `GATHER_BYTES` (then up to that value's trailer). Returns how many
     /// pieces and their bytes; (0, 0) when nothing is left.
-    pub fn pieces<'a>(
+    pub(crate) fn pieces<'a>(
         &'a self,
         skip: usize,
         max: usize,
@@ -539,14 +539,14 @@ impl Output {
 
     /// How many values are referenced.
     #[inline]
-    pub fn ref_count(&self) -> usize {
+    pub(crate) fn ref_count(&self) -> usize {
         self.refs.len()
     }
 
     /// After the transport sent `n` bytes of the queue: the rest, values
     /// included, is kept in the buffer in order, and the pin goes; or,
     /// when the whole batches asked for all left, the rest stays queued.
-    pub fn sent_queue(&mut self, n: usize) {
+    pub(crate) fn sent_queue(&mut self, n: usize) {
         if std::mem::take(&mut self.batches_only) && !self.refs.is_empty() {
             let (bytes, values, end) = self.whole_batches();
             if n == bytes && 0 < values && values < self.refs.len() {
@@ -604,7 +604,7 @@ impl Output {
     }
 
     /// Forgets the referenced values unsent (the connection is closing).
-    pub fn discard_refs(&mut self) {
+    pub(crate) fn discard_refs(&mut self) {
         self.refs.clear();
         self.ref_bytes = 0;
         self.due = false;

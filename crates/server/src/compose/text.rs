@@ -14,7 +14,7 @@ use crate::settings::VERSION;
 use crate::stats::counters::ThreadStats;
 
 /// memcached's line for each fixed answer.
-pub fn status_line(s: Status) -> &'static str {
+pub(crate) fn status_line(s: Status) -> &'static str {
     match s {
         Status::Ok => "OK",
         Status::Error => "ERROR",
@@ -72,7 +72,7 @@ fn stored_line(status: StoreStatus) -> &'static str {
 /// Says `o` in the text protocol (`noreply` silences all but what
 /// memcached sends regardless).
 #[inline]
-pub fn outcome(out: &mut Output, noreply: bool, o: &Outcome<'_>) {
+pub(crate) fn outcome(out: &mut Output, noreply: bool, o: &Outcome<'_>) {
     match *o {
         Outcome::Auth(_) => {}
         Outcome::Status(s) => line(out, noreply, status_line(s)),
@@ -122,7 +122,7 @@ pub fn outcome(out: &mut Output, noreply: bool, o: &Outcome<'_>) {
 
 /// A status or error line, unless noreply.
 #[inline]
-pub fn line(out: &mut Output, noreply: bool, msg: &str) {
+pub(crate) fn line(out: &mut Output, noreply: bool, msg: &str) {
     if !noreply {
         encode::line(out.buf(), msg.as_bytes());
     }
@@ -130,7 +130,7 @@ pub fn line(out: &mut Output, noreply: bool, msg: &str) {
 
 /// A decimal number line (incr/decr), unless noreply.
 #[inline]
-pub fn number(out: &mut Output, noreply: bool, n: u64) {
+pub(crate) fn number(out: &mut Output, noreply: bool, n: u64) {
     if !noreply {
         encode::number_line(out.buf(), n);
     }
@@ -138,7 +138,7 @@ pub fn number(out: &mut Output, noreply: bool, n: u64) {
 
 /// Whether a get's large value may leave straight from item memory.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Direct {
+pub(crate) enum Direct {
     /// No: a later key of the command could still turn the reply into an
     /// error (or the caller streams its keys).
     No,
@@ -154,7 +154,7 @@ pub enum Direct {
 /// when it is large and `direct` allows it; true if the reply's `END` was
 /// written with it.
 #[inline]
-pub fn value(
+pub(crate) fn value(
     out: &mut Output,
     it: &ItemView<'_>,
     with_cas: bool,
@@ -185,6 +185,6 @@ pub fn value(
 
 /// The end of a retrieval reply.
 #[inline]
-pub fn end(out: &mut Output) {
+pub(crate) fn end(out: &mut Output) {
     out.buf().extend_from_slice(b"END\r\n");
 }

@@ -12,7 +12,7 @@ use osmium_protocol::request::Keys;
 
 /// Where one response starts in the output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ResponseMark {
+pub(crate) struct ResponseMark {
     pub start: usize,
     /// noreply: memcached never sends it, not even as an empty datagram.
     pub suppressed: bool,
@@ -22,7 +22,7 @@ pub struct ResponseMark {
 }
 
 /// How a text command's output divides into memcached responses.
-pub enum ReplyShape<'a> {
+pub(crate) enum ReplyShape<'a> {
     /// One response, suppressed when the command wrote nothing (noreply).
     Single,
     /// One response that memcached sends at once (meta `mn`).
@@ -35,7 +35,7 @@ pub enum ReplyShape<'a> {
 
 /// Records the responses a text command wrote to `out` from `start`.
 /// True when memcached would send them at once (a flush point).
-pub fn mark_replies(
+pub(crate) fn mark_replies(
     responses: &mut Vec<ResponseMark>,
     out: &mut Vec<u8>,
     start: usize,
@@ -121,7 +121,7 @@ fn value_block_len(out: &[u8], key: &[u8]) -> Option<usize> {
 
 /// Binary replies are self-delimiting: one response per 24-byte header
 /// plus its body (for output no request marked).
-pub fn mark_binary_replies(responses: &mut Vec<ResponseMark>, out: &[u8]) {
+pub(crate) fn mark_binary_replies(responses: &mut Vec<ResponseMark>, out: &[u8]) {
     const HEADER: usize = osmium_protocol::binary::HEADER_LEN;
     responses.clear();
     let mut pos = 0;

@@ -16,7 +16,7 @@ use crate::context::{StopRequest, WorkerCtx};
 /// memcached's highest verbosity level.
 const MAX_VERBOSITY: u32 = 2;
 
-pub fn admin(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Output) -> Done {
+pub(crate) fn admin(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Output) -> Done {
     let shared = &ctx.shared;
     let reply = &req.reply;
     let say = |out: &mut Output, o: Outcome<'_>| answer(out, reply, o);

@@ -56,7 +56,7 @@ fn counted(r: CounterResult) -> Counted {
 /// protocol (`process_arithmetic_command`, `process_bin_update`,
 /// `process_marithmetic_cmd` differ in what they do, not only in what they
 /// say), and has its outcome said.
-pub fn arith(ctx: &WorkerCtx, a: &Arith<'_>, reply: &Reply<'_>, out: &mut Output) -> Done {
+pub(crate) fn arith(ctx: &WorkerCtx, a: &Arith<'_>, reply: &Reply<'_>, out: &mut Output) -> Done {
     ctx.hot_write(a.key, 0);
     let mut counter = Counter {
         result: Counted::NotFound,

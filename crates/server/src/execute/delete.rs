@@ -12,7 +12,7 @@ use crate::compose::outcome::{Outcome, Status};
 use crate::compose::output::Output;
 use crate::context::WorkerCtx;
 
-pub fn delete(ctx: &WorkerCtx, d: &Delete<'_>, reply: &Reply<'_>, out: &mut Output) -> Done {
+pub(crate) fn delete(ctx: &WorkerCtx, d: &Delete<'_>, reply: &Reply<'_>, out: &mut Output) -> Done {
     // memcached checks an md's flags before the lookup.
     if crate::compose::unwritable(reply) {
         ctx.changed_nothing();

@@ -37,7 +37,7 @@ const MAX_CLASSES: u32 = 64;
 
 /// Which dump, of which classes and keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DumpKind {
+pub(crate) struct DumpKind {
     /// `mgdump` (else `metadump`).
     pub mg: bool,
     /// Bit i set: items of slab class i (all bits: every item).
@@ -47,13 +47,13 @@ pub struct DumpKind {
 }
 
 /// A crawler dump in progress on a connection.
-pub struct Dump {
+pub(crate) struct Dump {
     kind: DumpKind,
     cursor: DumpCursor,
 }
 
 impl Dump {
-    pub fn new(kind: DumpKind) -> Dump {
+    pub(crate) fn new(kind: DumpKind) -> Dump {
         Dump {
             kind,
             cursor: DumpCursor::default(),
@@ -62,7 +62,7 @@ impl Dump {
 
     /// Appends the next items' lines; true when the dump is over (its
     /// closing line written).
-    pub fn step(&mut self, ctx: &WorkerCtx, out: &mut Output) -> bool {
+    pub(crate) fn step(&mut self, ctx: &WorkerCtx, out: &mut Output) -> bool {
         let store = ctx.store();
         let use_cas = store.config().use_cas;
         let started = store.clock().process_started();
@@ -106,7 +106,7 @@ fn classes(arg: &[u8]) -> Option<u64> {
 /// `lru_crawler <crawl|metadump|mgdump|tocrawl|sleep|enable|disable> ...`:
 /// its answer (sent whatever noreply says) and what the connection does
 /// next. `metadump` and `mgdump` take a key filter after the classes.
-pub fn lru_crawler(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>) -> (Status, Next) {
+pub(crate) fn lru_crawler(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>) -> (Status, Next) {
     let settings = &ctx.shared.settings;
     let n = t.count();
     let sub = t.get(1);
@@ -174,7 +174,7 @@ pub fn lru_crawler(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>) -> (Status, N
 
 /// `stats cachedump <class> <limit>`: the items are written (by
 /// `compose::dump`), or the refusal returned.
-pub fn cachedump(ctx: &WorkerCtx, t: &Tokens<'_>, out: &mut Output) -> Result<(), Status> {
+pub(crate) fn cachedump(ctx: &WorkerCtx, t: &Tokens<'_>, out: &mut Output) -> Result<(), Status> {
     if !ctx.shared.settings.dump_enabled {
         return Err(Status::CachedumpNotAllowed);
     }

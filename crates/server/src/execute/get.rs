@@ -18,7 +18,7 @@ use crate::compose::output::Output;
 use crate::compose::{binary, text};
 use crate::context::WorkerCtx;
 
-pub fn get(
+pub(crate) fn get(
     ctx: &WorkerCtx,
     keys: Keys<'_>,
     touch: Option<i64>,
@@ -150,7 +150,7 @@ fn text_get(
 /// leave from item memory), else the caller ends the reply. At a key over
 /// 250 bytes, stops with its position among the keys. Also serves a huge
 /// get line's keys as they arrive (see the session's streaming gets).
-pub fn text_keys(
+pub(crate) fn text_keys(
     ctx: &WorkerCtx,
     keys: Keys<'_>,
     touch: Option<i64>,
@@ -253,7 +253,7 @@ fn binary_get(
 }
 
 /// text touch, binary TOUCH.
-pub fn touch(
+pub(crate) fn touch(
     ctx: &WorkerCtx,
     key: &[u8],
     exptime: i64,

@@ -19,7 +19,12 @@ use crate::compose::meta::{self, flag_key, flag_number, flag_opaque, flag_ttl, O
 use crate::compose::output::Output;
 use crate::context::WorkerCtx;
 
-pub fn meta_get(ctx: &WorkerCtx, m: &MetaGet<'_>, reply: &Reply<'_>, out: &mut Output) -> Done {
+pub(crate) fn meta_get(
+    ctx: &WorkerCtx,
+    m: &MetaGet<'_>,
+    reply: &Reply<'_>,
+    out: &mut Output,
+) -> Done {
     let Reply::Meta(reply) = reply else {
         return Done::CONTINUE;
     };
@@ -160,7 +165,7 @@ pub fn meta_get(ctx: &WorkerCtx, m: &MetaGet<'_>, reply: &Reply<'_>, out: &mut O
 /// memcached's slab class for an item of `ntotal` bytes with default
 /// slab settings (-n 48, -f 1.25, 512 KiB chunks), for `me`'s `cls=` and
 /// the dumps.
-pub fn slab_class(ntotal: usize) -> u32 {
+pub(crate) fn slab_class(ntotal: usize) -> u32 {
     const SLAB_CHUNK_MAX: f64 = 524288.0;
     let mut size = 96.0f64;
     let mut id = 1u32;
@@ -180,7 +185,7 @@ pub fn slab_class(ntotal: usize) -> u32 {
 
 /// The slab class memcached would keep an item in (a chunked item's
 /// header lives in a small class).
-pub fn item_class(key_len: usize, flags: u32, value_len: usize, use_cas: bool) -> u32 {
+pub(crate) fn item_class(key_len: usize, flags: u32, value_len: usize, use_cas: bool) -> u32 {
     let ntotal = memcached_item_total(key_len, flags, value_len, use_cas);
     if ntotal > 524288 {
         let header = 48 + key_len + 1 + if flags == 0 { 0 } else { 4 } + 48;
@@ -191,7 +196,7 @@ pub fn item_class(key_len: usize, flags: u32, value_len: usize, use_cas: bool) -
 }
 
 /// me: an item's metadata, or EN.
-pub fn meta_debug(ctx: &WorkerCtx, key: &[u8], _binary_key: bool, out: &mut Output) -> Done {
+pub(crate) fn meta_debug(ctx: &WorkerCtx, key: &[u8], _binary_key: bool, out: &mut Output) -> Done {
     let store = ctx.store();
     let use_cas = store.config().use_cas;
     let now = store.clock().now();

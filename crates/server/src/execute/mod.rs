@@ -29,9 +29,9 @@ mod get;
 mod meta_get;
 mod replica;
 pub(crate) mod report;
-pub mod sasl;
+pub(crate) mod sasl;
 mod stats;
-pub mod store;
+pub(crate) mod store;
 mod tuning;
 mod watch;
 
@@ -42,16 +42,16 @@ use crate::compose::output::Output;
 use crate::context::WorkerCtx;
 use crate::replication::fresh_writes::WriteGate;
 
-pub use crate::compose::error_line;
+pub(crate) use crate::compose::error_line;
 
-pub use dump::{Dump, DumpKind};
-pub use get::text_keys;
-pub use sasl::{admit_sasl, AuthState};
-pub use watch::report_store_events;
+pub(crate) use dump::{Dump, DumpKind};
+pub(crate) use get::text_keys;
+pub(crate) use sasl::{admit_sasl, AuthState};
+pub(crate) use watch::report_store_events;
 
 /// What the connection does after a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     Continue,
     /// Send what is queued, then close (quit, a binary protocol error).
     CloseAfterWrite,
@@ -71,7 +71,7 @@ pub enum Next {
 
 /// A request's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Done {
+pub(crate) struct Done {
     pub next: Next,
     /// memcached writes the queued replies at once after this request
     /// (binary NOOP and most binary errors, text gets and `mn`): what
@@ -80,17 +80,17 @@ pub struct Done {
 }
 
 impl Done {
-    pub const CONTINUE: Done = Done {
+    pub(crate) const CONTINUE: Done = Done {
         next: Next::Continue,
         flush: false,
     };
-    pub const FLUSH: Done = Done {
+    pub(crate) const FLUSH: Done = Done {
         next: Next::Continue,
         flush: true,
     };
 
     #[inline]
-    pub fn flush_if(flush: bool) -> Done {
+    pub(crate) fn flush_if(flush: bool) -> Done {
         Done {
             next: Next::Continue,
             flush,
@@ -98,14 +98,14 @@ impl Done {
     }
 
     #[inline]
-    pub fn then(next: Next) -> Done {
+    pub(crate) fn then(next: Next) -> Done {
         Done { next, flush: true }
     }
 }
 
 /// What a request needs to know of its connection.
 #[derive(Debug, Clone, Copy)]
-pub struct ConnView {
+pub(crate) struct ConnView {
     /// Its descriptor (`stats conns` shows the asker parsing).
     pub fd: i32,
     /// Whether replies already queued are waiting (memcached refuses to
@@ -120,7 +120,12 @@ pub struct ConnView {
 /// Runs one request whose value (if it has one) is complete: storage
 /// commands and SASL authentication go through `store::complete` and
 /// `execute_sasl` instead.
-pub fn execute(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Output) -> Done {
+pub(crate) fn execute(
+    ctx: &WorkerCtx,
+    conn: ConnView,
+    req: &Request<'_>,
+    out: &mut Output,
+) -> Done {
     if conn.flash_async && ctx.flash_async.get() && flash_wanted(ctx, &req.command) {
         return Done {
             next: Next::AwaitFlash,
@@ -183,7 +188,7 @@ fn run(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Output) -> 
     }
 }
 
-pub use sasl::execute_sasl;
+pub(crate) use sasl::execute_sasl;
 
 /// After a request that changed its key ran (`WorkerCtx::write_missed`
 /// unset: not a miss, not a failed condition): the key goes to

@@ -45,7 +45,7 @@ use crate::replication::{
     COPY_ITEMS, COPY_OPEN, PEER_FOLLOW, PEER_FOLLOWER, PEER_LINK, PEER_NONE, PEER_PROXY,
 };
 
-pub fn command(
+pub(crate) fn command(
     ctx: &WorkerCtx,
     conn: ConnView,
     tokens: Tokens<'_>,

@@ -25,7 +25,7 @@ fn rusage() -> (String, String) {
 }
 
 /// `stats reset`.
-pub fn reset(sh: &Shared) {
+pub(crate) fn reset(sh: &Shared) {
     for s in &sh.threads {
         s.reset();
     }
@@ -41,7 +41,7 @@ pub fn reset(sh: &Shared) {
 }
 
 /// `stats` (no group): memcached's general stats, in its order.
-pub fn general(sh: &Shared, out: &mut Vec<u8>) {
+pub(crate) fn general(sh: &Shared, out: &mut Vec<u8>) {
     let t = sh.totals();
     let e = sh.store.stats();
     let g = &sh.global;
@@ -400,7 +400,7 @@ fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
 /// `stats extstore`: each flash page's version, live bytes and bucket,
 /// as memcached lists its pages (osmium has one bucket, 0); nothing
 /// without a flash tier.
-pub fn extstore(sh: &Shared, out: &mut Vec<u8>) {
+pub(crate) fn extstore(sh: &Shared, out: &mut Vec<u8>) {
     let Some(f) = sh.store.flash() else {
         return;
     };
@@ -413,7 +413,7 @@ pub fn extstore(sh: &Shared, out: &mut Vec<u8>) {
 }
 
 /// `stats settings`, in memcached's order.
-pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
+pub(crate) fn settings(sh: &Shared, out: &mut Vec<u8>) {
     let s = &sh.settings;
     let yn = |b: bool| if b { "yes" } else { "no" };
     let e = sh.store.stats();
@@ -617,7 +617,7 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
 /// `hits_to_*` (a GET would have to read its segment's queue),
 /// `moves_to_cold` (items enter small directly), and `tailrepairs`,
 /// `lrutail_reflocked` (osmium counts no references on items).
-pub fn items(sh: &Shared, out: &mut Vec<u8>) {
+pub(crate) fn items(sh: &Shared, out: &mut Vec<u8>) {
     let e = sh.store.stats();
     if e.curr_items == 0 {
         return;
@@ -671,7 +671,7 @@ fn direct_reclaims(e: &osmium_store::StoreStats) -> u64 {
 }
 
 /// `stats sizes`: off, as memcached's without `-o track_sizes`.
-pub fn sizes(out: &mut Vec<u8>) {
+pub(crate) fn sizes(out: &mut Vec<u8>) {
     stat(out, "sizes_status", "disabled");
 }
 
@@ -680,7 +680,7 @@ pub fn sizes(out: &mut Vec<u8>) {
 /// byte): `free_chunks` is the room left in the segments with memory, so
 /// `used_chunks == total_chunks` (memcached-tool's `Full? yes`) only when
 /// none is left, as memcached's class with no free chunk.
-pub fn slabs(sh: &Shared, out: &mut Vec<u8>) {
+pub(crate) fn slabs(sh: &Shared, out: &mut Vec<u8>) {
     let e = sh.store.stats();
     let t = sh.totals();
     if e.segments_allocated > 0 {

@@ -12,7 +12,7 @@ use crate::compose::outcome::{Auth, Outcome};
 use crate::compose::output::Output;
 use crate::context::WorkerCtx;
 
-pub use crate::auth::SaslState;
+pub(crate) use crate::auth::SaslState;
 
 /// Has the binary composer say a SASL step (the commands exist only in the
 /// binary protocol).
@@ -20,7 +20,7 @@ fn say(out: &mut Output, r: &BinaryReply, a: Auth) -> Done {
     Done::flush_if(binary::outcome(out, r, &Outcome::Auth(a)))
 }
 
-pub fn list_mechs(ctx: &WorkerCtx, reply: &Reply<'_>, out: &mut Output) -> Done {
+pub(crate) fn list_mechs(ctx: &WorkerCtx, reply: &Reply<'_>, out: &mut Output) -> Done {
     let step = if ctx.shared.auth.sasl_enabled() {
         Auth::Mechanisms
     } else {
@@ -32,7 +32,7 @@ pub fn list_mechs(ctx: &WorkerCtx, reply: &Reply<'_>, out: &mut Output) -> Done 
 /// Before an AUTH/STEP's data arrives: false when it was answered and its
 /// data must be swallowed (SASL off, a mechanism name too long, data that
 /// could never fit in an item, where memcached reads it).
-pub fn admit_sasl(
+pub(crate) fn admit_sasl(
     ctx: &WorkerCtx,
     mechanism: &[u8],
     value_len: usize,
@@ -54,13 +54,13 @@ pub fn admit_sasl(
 
 /// Where a connection's authentication stands.
 #[derive(Debug, Default)]
-pub struct AuthState {
+pub(crate) struct AuthState {
     pub authenticated: bool,
     pub sasl: SaslState,
 }
 
 /// SASL AUTH (`step` false) or STEP, once its data is in.
-pub fn execute_sasl(
+pub(crate) fn execute_sasl(
     ctx: &WorkerCtx,
     step: bool,
     mechanism: &[u8],

@@ -19,7 +19,7 @@ use crate::compose::outcome::{Outcome, Status};
 use crate::compose::output::Output;
 use crate::context::WorkerCtx;
 
-pub fn stats(
+pub(crate) fn stats(
     ctx: &WorkerCtx,
     conn: ConnView,
     group: Option<&[u8]>,

@@ -27,12 +27,12 @@ use crate::context::WorkerCtx;
 
 /// Data blocks of at least this many bytes that have not all arrived with
 /// their command are read straight into their item.
-pub const INCOMING_MIN: usize = 64 * 1024;
+pub(crate) const INCOMING_MIN: usize = 64 * 1024;
 
 /// Bytes that end a value in this protocol (`\r\n` in the text
 /// protocols).
 #[inline]
-pub fn terminator_len(reply: &Reply<'_>) -> usize {
+pub(crate) fn terminator_len(reply: &Reply<'_>) -> usize {
     match reply {
         Reply::Binary(_) => 0,
         _ => 2,
@@ -79,7 +79,7 @@ fn drops_on_refusal(s: &Store<'_>, reply: &Reply<'_>) -> bool {
 
 /// Whether `admit` accepted the command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admit {
+pub(crate) enum Admit {
     Accept,
     /// Answered; swallow this many bytes of data block.
     Refused {
@@ -88,7 +88,7 @@ pub enum Admit {
 }
 
 /// Step 1, at the command: refuses a value too large for any item.
-pub fn admit(ctx: &WorkerCtx, s: &Store<'_>, reply: &Reply<'_>, out: &mut Output) -> Admit {
+pub(crate) fn admit(ctx: &WorkerCtx, s: &Store<'_>, reply: &Reply<'_>, out: &mut Output) -> Admit {
     let store = ctx.store();
     let discard = s.value_len + terminator_len(reply);
     if store.too_large(s.key.len(), s.flags, s.value_len) {
@@ -117,7 +117,7 @@ pub fn admit(ctx: &WorkerCtx, s: &Store<'_>, reply: &Reply<'_>, out: &mut Output
 }
 
 /// Step 2: stores the value; `block` is the value and its terminator.
-pub fn complete(
+pub(crate) fn complete(
     ctx: &WorkerCtx,
     s: &Store<'_>,
     reply: &Reply<'_>,
@@ -235,7 +235,7 @@ fn store_reply(
 }
 
 /// A storage command whose value is being read into its item.
-pub struct IncomingStore {
+pub(crate) struct IncomingStore {
     pub item: Incoming,
     mode: StoreMode,
     /// Its expiry and client flags (for the watchers' `item_store`).
@@ -260,7 +260,7 @@ enum IncomingReply {
 /// straight into its item: large, not all here, and none of what needs
 /// the old item first (append/prepend, stale CAS, explicit CAS, binary
 /// keys).
-pub fn reads_into_item(s: &Store<'_>, have: usize, term: usize) -> bool {
+pub(crate) fn reads_into_item(s: &Store<'_>, have: usize, term: usize) -> bool {
     s.value_len >= INCOMING_MIN
         && have < s.value_len + term
         && matches!(
@@ -277,7 +277,7 @@ pub fn reads_into_item(s: &Store<'_>, have: usize, term: usize) -> bool {
 /// value already buffered; `line`: an ms's request line, kept for its
 /// reply). None when it was answered (out of memory) and the rest of its
 /// data block must be swallowed.
-pub fn begin_incoming(
+pub(crate) fn begin_incoming(
     ctx: &WorkerCtx,
     s: &Store<'_>,
     reply: &Reply<'_>,
@@ -324,7 +324,7 @@ pub fn begin_incoming(
 
 /// Completes a storage command read into its item, once its value is in:
 /// `terminated` says whether `\r\n` followed it (always true in binary).
-pub fn finish_incoming(
+pub(crate) fn finish_incoming(
     ctx: &WorkerCtx,
     incoming: IncomingStore,
     terminated: bool,

@@ -13,7 +13,7 @@ use crate::compose::outcome::Status;
 use crate::context::WorkerCtx;
 
 /// A tuning command's answer.
-pub enum Answer {
+pub(crate) enum Answer {
     Status(Status),
     /// Sent whatever noreply says (memcached's `refresh_certs` errors).
     Loud(Status),
@@ -34,7 +34,7 @@ fn f64_arg(t: &Tokens<'_>, i: usize) -> Option<f64> {
     s.parse().ok()
 }
 
-pub fn tuning(ctx: &WorkerCtx, t: Tokens<'_>) -> Answer {
+pub(crate) fn tuning(ctx: &WorkerCtx, t: Tokens<'_>) -> Answer {
     let n = t.count();
     let sub = t.get(1);
     let status = match t.get(0) {

@@ -28,7 +28,7 @@ use super::ConnView;
 /// `watch [streams...]`: memcached's checks and answers in its order; on
 /// success the worker hands the connection to the logger once this
 /// request is done (`WorkerCtx::watch`), which sends the `OK`.
-pub fn command(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>, out: &mut Output) -> Done {
+pub(crate) fn command(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>, out: &mut Output) -> Done {
     let reply = Reply::Text { noreply: false };
     if !ctx.shared.settings.watch_enabled {
         return super::answer(out, &reply, Outcome::Status(Status::WatchNotAllowed));
@@ -61,7 +61,7 @@ pub fn command(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>, out: &mut Output)
 /// looks up (a delete's `deleted` follows in [`after`]). The check is
 /// inline; the work is not.
 #[inline(always)]
-pub fn before(ctx: &WorkerCtx, req: &Request<'_>) -> Option<Found> {
+pub(crate) fn before(ctx: &WorkerCtx, req: &Request<'_>) -> Option<Found> {
     if let (Command::Get { .. }, Reply::Text { .. } | Reply::Meta(_)) = (&req.command, &req.reply) {
         // Its keys are logged by `text_keys`: a text get checks the mask
         // once.
@@ -77,7 +77,7 @@ pub fn before(ctx: &WorkerCtx, req: &Request<'_>) -> Option<Found> {
 /// The `item_get` lines of a get's keys (up to a key too long, where
 /// memcached stops).
 #[inline(always)]
-pub fn get_keys(ctx: &WorkerCtx, keys: Keys<'_>) {
+pub(crate) fn get_keys(ctx: &WorkerCtx, keys: Keys<'_>) {
     if ctx.shared.logger.watching(FETCHERS) {
         log_keys(ctx, keys);
     }
@@ -94,7 +94,7 @@ fn log_keys(ctx: &WorkerCtx, keys: Keys<'_>) {
 }
 
 /// What the lookup before a delete found, for its `deleted` line.
-pub struct Found {
+pub(crate) struct Found {
     clsid: u32,
     size: usize,
     md: bool,
@@ -128,7 +128,7 @@ fn looked_up(ctx: &WorkerCtx, req: &Request<'_>) -> Option<Found> {
 
 /// A delete that found an item: its `deleted` line if it is gone now.
 #[inline]
-pub fn after(ctx: &WorkerCtx, req: &Request<'_>, found: Option<Found>) {
+pub(crate) fn after(ctx: &WorkerCtx, req: &Request<'_>, found: Option<Found>) {
     let (Some(f), Command::Delete(d)) = (found, &req.command) else {
         return;
     };
@@ -199,7 +199,7 @@ fn item_get(ctx: &WorkerCtx, key: &[u8]) -> Option<(u32, usize)> {
 /// Has the store report what the watchers ask for: its evictions
 /// (`evictions`: memcached's `eviction` lines) and flash tier writes
 /// (`sysevents`: `type=flash_write`, one line per write buffer).
-pub fn report_store_events(shared: &Arc<Shared>) {
+pub(crate) fn report_store_events(shared: &Arc<Shared>) {
     let weak = Arc::downgrade(shared);
     let use_cas = shared.store.config().use_cas;
     shared.store.set_event_hook(Arc::new(move |e: &Event<'_>| {
@@ -257,7 +257,7 @@ fn cfd(ctx: &WorkerCtx) -> i32 {
 
 /// A storage command is about to store `key`: its `item_get`.
 #[inline(always)]
-pub fn storing(ctx: &WorkerCtx, key: &[u8]) {
+pub(crate) fn storing(ctx: &WorkerCtx, key: &[u8]) {
     if ctx.shared.logger.watching(FETCHERS) {
         item_get(ctx, key);
     }
@@ -265,14 +265,14 @@ pub fn storing(ctx: &WorkerCtx, key: &[u8]) {
 
 /// A storage command's `item_store` line.
 #[inline(always)]
-pub fn stored(ctx: &WorkerCtx, s: Stored<'_>) {
+pub(crate) fn stored(ctx: &WorkerCtx, s: Stored<'_>) {
     if ctx.shared.logger.watching(MUTATIONS) {
         item_store(ctx, s);
     }
 }
 
 /// What [`stored`] says.
-pub struct Stored<'a> {
+pub(crate) struct Stored<'a> {
     pub key: &'a [u8],
     pub mode: StoreMode,
     pub status: StoreStatus,

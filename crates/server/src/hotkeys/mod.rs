@@ -67,18 +67,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sketch::{Counts, SpaceSaving};
 
-pub use sampler::{Sampler, Sampling, MAX_INTERVAL};
+pub(crate) use sampler::{Sampler, Sampling, MAX_INTERVAL};
 
 /// Length of an epoch: rates cover the current epoch and the one before.
-pub const EPOCH_MS: u64 = 5_000;
+pub(crate) const EPOCH_MS: u64 = 5_000;
 
 /// `-o hotkeys_top` by default.
-pub const DEFAULT_TOP: usize = 32;
+pub(crate) const DEFAULT_TOP: usize = 32;
 
 /// A hot key and its rates over the window (requests and bytes per
 /// second).
 #[derive(Debug, Clone, PartialEq)]
-pub struct HotKey {
+pub(crate) struct HotKey {
     pub key: Vec<u8>,
     pub reads_per_sec: f64,
     pub writes_per_sec: f64,
@@ -87,7 +87,7 @@ pub struct HotKey {
 
 /// The hottest keys and what they were counted over.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Report {
+pub(crate) struct Report {
     /// Hottest first.
     pub keys: Vec<HotKey>,
     /// The window, Unix ms: rates are counts over `to_ms - from_ms`, at
@@ -103,7 +103,7 @@ pub struct Report {
 
 impl Report {
     /// What the rates are per: the window in seconds, at least 1.
-    pub fn window_secs(&self) -> f64 {
+    pub(crate) fn window_secs(&self) -> f64 {
         (self.to_ms.saturating_sub(self.from_ms) as f64 / 1000.0).max(1.0)
     }
 }
@@ -149,7 +149,7 @@ impl Tracker {
 }
 
 /// Every worker's summaries.
-pub struct HotKeys {
+pub(crate) struct HotKeys {
     top: usize,
     sampling: Sampling,
     /// Wall-clock ms when tracking started (the window starts no earlier).
@@ -174,7 +174,7 @@ fn now_ms() -> u64 {
 
 impl HotKeys {
     /// None when `top` is 0 (off).
-    pub fn new(top: usize, sampling: Sampling, threads: usize) -> Option<Arc<HotKeys>> {
+    pub(crate) fn new(top: usize, sampling: Sampling, threads: usize) -> Option<Arc<HotKeys>> {
         HotKeys::with_clock(top, sampling, threads, now_ms())
     }
 
@@ -219,26 +219,26 @@ impl HotKeys {
     }
 
     /// `-o hotkeys_top`: the most keys reported.
-    pub fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         self.top
     }
 
     /// `-o hotkeys_sample`.
-    pub fn sampling(&self) -> Sampling {
+    pub(crate) fn sampling(&self) -> Sampling {
         self.sampling
     }
 
     /// The wall clock (ms) at the maintenance thread's last tick (at most
     /// about 100 ms old).
     #[inline]
-    pub fn clock_ms(&self) -> u64 {
+    pub(crate) fn clock_ms(&self) -> u64 {
         self.clock_ms.load(Ordering::Relaxed)
     }
 
     /// Moves to the epoch of the wall clock: called by the maintenance
     /// thread, which wakes just after every second turns over (and every
     /// 100 ms), so an epoch starts within milliseconds of its boundary.
-    pub fn tick(&self) {
+    pub(crate) fn tick(&self) {
         self.tick_at(now_ms());
     }
 
@@ -277,7 +277,7 @@ impl HotKeys {
     }
 
     /// The `n` hottest keys now, hottest first, and their window.
-    pub fn report(&self, n: usize) -> Report {
+    pub(crate) fn report(&self, n: usize) -> Report {
         self.report_at(n, now_ms())
     }
 
@@ -342,7 +342,7 @@ impl HotKeys {
 
 /// The `n` hottest keys, hottest first (none when hot keys are off):
 /// for the metrics endpoint (`Shared::hot_keys`).
-pub fn top(hot: Option<&HotKeys>, n: usize) -> Vec<HotKey> {
+pub(crate) fn top(hot: Option<&HotKeys>, n: usize) -> Vec<HotKey> {
     hot.map_or_else(Vec::new, |h| h.report(n).keys)
 }
 
@@ -352,7 +352,7 @@ pub fn top(hot: Option<&HotKeys>, n: usize) -> Vec<HotKey> {
 /// `STAT hotkeys_window <from> <to>` (Unix ms: what the rates are over,
 /// at least a second) and `STAT hotkeys_sampled <samples> <requests>`
 /// (samples in the window and the requests they were taken from).
-pub fn stats_rows(hot: Option<&HotKeys>, n: Option<usize>, out: &mut Vec<u8>) {
+pub(crate) fn stats_rows(hot: Option<&HotKeys>, n: Option<usize>, out: &mut Vec<u8>) {
     let Some(h) = hot else {
         return;
     };
@@ -376,7 +376,7 @@ pub fn stats_rows(hot: Option<&HotKeys>, n: Option<usize>, out: &mut Vec<u8>) {
     out.extend_from_slice(tail.as_bytes());
 }
 
-pub use osmium_protocol::encode::uri_encode;
+pub(crate) use osmium_protocol::encode::uri_encode;
 
 #[cfg(test)]
 mod tests {

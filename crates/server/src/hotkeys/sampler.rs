@@ -38,15 +38,15 @@ use super::HotKeys;
 /// Samples per second a worker takes of each kind (reads, writes) once
 /// its rate of that kind exceeds this (BENCHMARKS.md, "Hot keys right at
 /// every rate"): every request below it.
-pub const SAMPLE_BUDGET: u32 = 16_384;
+pub(crate) const SAMPLE_BUDGET: u32 = 16_384;
 /// The sparsest sampling: 1 request in this many.
-pub const MAX_INTERVAL: u32 = 1 << 20;
+pub(crate) const MAX_INTERVAL: u32 = 1 << 20;
 /// How long a lane measures its rate before it sets N again, ms.
 const PERIOD_MS: u64 = 1_000;
 
 /// How requests are sampled (`-o hotkeys_sample`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sampling {
+pub(crate) enum Sampling {
     /// Every request while a worker's rate of reads (or of writes) is
     /// under `budget` a second; about `budget` samples a second above.
     Adaptive { budget: u32 },
@@ -181,7 +181,7 @@ impl Lane {
 
 /// A worker's sampler: which of its requests are counted, and their
 /// weight.
-pub struct Sampler {
+pub(crate) struct Sampler {
     hot: Arc<HotKeys>,
     worker: usize,
     reads: Lane,
@@ -190,7 +190,7 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    pub fn new(hot: Arc<HotKeys>, worker: usize) -> Sampler {
+    pub(crate) fn new(hot: Arc<HotKeys>, worker: usize) -> Sampler {
         let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15 ^ (worker as u64 + 1));
         let first = match hot.sampling() {
             Sampling::Adaptive { .. } => 1,
@@ -210,7 +210,7 @@ impl Sampler {
 
     /// A read of `key` that sent `bytes` of value.
     #[inline]
-    pub fn read(&self, key: &[u8], bytes: usize) {
+    pub(crate) fn read(&self, key: &[u8], bytes: usize) {
         if self.reads.due() {
             self.sample(false, key, bytes);
         }
@@ -218,7 +218,7 @@ impl Sampler {
 
     /// A write of `key` that received `bytes` of value.
     #[inline]
-    pub fn write(&self, key: &[u8], bytes: usize) {
+    pub(crate) fn write(&self, key: &[u8], bytes: usize) {
         if self.writes.due() {
             self.sample(true, key, bytes);
         }

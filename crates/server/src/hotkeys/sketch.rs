@@ -39,7 +39,7 @@ const EMPTY: u32 = u32::MAX;
 /// What one slot counted since its key took it (or what one sample
 /// adds), in weighted requests and bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counts {
+pub(crate) struct Counts {
     pub reads: u64,
     pub writes: u64,
     pub bytes: u64,
@@ -47,13 +47,13 @@ pub struct Counts {
 
 impl Counts {
     /// The requests counted: what orders keys.
-    pub fn requests(&self) -> u64 {
+    pub(crate) fn requests(&self) -> u64 {
         self.reads + self.writes
     }
 }
 
 /// A Space-Saving summary of a fixed number of slots.
-pub struct SpaceSaving {
+pub(crate) struct SpaceSaving {
     capacity: usize,
     len: usize,
     /// `capacity` cells of `KEY_MAX_LENGTH` bytes.
@@ -77,7 +77,7 @@ pub struct SpaceSaving {
 
 impl SpaceSaving {
     /// A summary of `capacity` slots (at least 1).
-    pub fn new(capacity: usize) -> SpaceSaving {
+    pub(crate) fn new(capacity: usize) -> SpaceSaving {
         let capacity = capacity.clamp(1, 1 << 20);
         let table = (capacity * 2).next_power_of_two();
         SpaceSaving {
@@ -106,21 +106,21 @@ impl SpaceSaving {
     }
 
     /// Forgets every key (the memory stays).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.len = 0;
         self.table.fill(EMPTY);
         self.filter.fill(0);
     }
 
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
     /// The smallest count (0 while a slot is free): no key missing from
     /// the summary was seen more often.
     #[cfg(test)]
-    pub fn min_count(&self) -> u64 {
+    pub(crate) fn min_count(&self) -> u64 {
         if self.len < self.capacity {
             0
         } else {
@@ -135,7 +135,7 @@ impl SpaceSaving {
 
     /// Counts a sample of `key` (of hash `hash`; keys over 250 bytes are
     /// cut there) standing for `add.requests()` requests.
-    pub fn offer(&mut self, key: &[u8], hash: u64, add: Counts) {
+    pub(crate) fn offer(&mut self, key: &[u8], hash: u64, add: Counts) {
         let key = &key[..key.len().min(KEY_MAX_LENGTH)];
         let weight = add.requests();
         let slot = match self.find(key, hash) {
@@ -183,13 +183,13 @@ impl SpaceSaving {
     }
 
     /// Every tracked key with what was counted since it took its slot.
-    pub fn entries(&self) -> impl Iterator<Item = (&[u8], Counts)> + '_ {
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&[u8], Counts)> + '_ {
         (0..self.len).map(move |s| (self.key(s), self.counts[s]))
     }
 
     /// A key's Space-Saving count and error (tests).
     #[cfg(test)]
-    pub fn estimate(&self, key: &[u8]) -> Option<(u64, u64)> {
+    pub(crate) fn estimate(&self, key: &[u8]) -> Option<(u64, u64)> {
         let slot = self.find(key, osmium_store::index::hash_key(key))?;
         Some((self.count[slot], self.error[slot]))
     }

@@ -12,7 +12,7 @@ use crate::conns::Kind;
 /// line, a text line too long, a bad binary packet, a refused `-Y` login),
 /// a read or write that failed, a TLS error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CloseReason {
+pub(crate) enum CloseReason {
     #[default]
     Error,
     /// The client closed its end, or sent `quit` (text or binary).
@@ -25,7 +25,7 @@ pub enum CloseReason {
 
 impl CloseReason {
     /// The word memcached logs (`reason_map`).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CloseReason::Error => "error",
             CloseReason::Normal => "normal",
@@ -36,19 +36,19 @@ impl CloseReason {
 }
 
 /// `type=conn_new rip=... rport=... transport=... cfd=...`.
-pub fn conn_new(logger: &Logger, slot: usize, kind: Kind, fd: i32) {
+pub(crate) fn conn_new(logger: &Logger, slot: usize, kind: Kind, fd: i32) {
     conn_event(logger, slot, "conn_new", kind, None, fd);
 }
 
 /// `type=conn_close rip=... rport=... transport=... reason=... cfd=...`.
-pub fn conn_close(logger: &Logger, slot: usize, kind: Kind, reason: CloseReason, fd: i32) {
+pub(crate) fn conn_close(logger: &Logger, slot: usize, kind: Kind, reason: CloseReason, fd: i32) {
     conn_event(logger, slot, "conn_close", kind, Some(reason), fd);
 }
 
 /// `type=conntlserr fd=... msg=...`: a TLS error ends connection `fd`. The
 /// message is the TLS library's, unencoded as memcached writes OpenSSL's
 /// (osmium's comes from rustls, so its words differ).
-pub fn tls_error(logger: &Logger, slot: usize, fd: i32, error: &dyn std::fmt::Display) {
+pub(crate) fn tls_error(logger: &Logger, slot: usize, fd: i32, error: &dyn std::fmt::Display) {
     if !logger.watching(CONNEVENTS) {
         return;
     }

@@ -126,7 +126,7 @@ impl Watcher {
 }
 
 /// Starts the dispatcher; it ends after [`Logger::stop`](super::Logger::stop).
-pub fn spawn(shared: Arc<Shared>) -> io::Result<std::thread::JoinHandle<()>> {
+pub(crate) fn spawn(shared: Arc<Shared>) -> io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("osmium-logger".into())
         .spawn(move || run(&shared))

@@ -35,32 +35,32 @@ use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use crate::compose::dump::uri_encode;
-pub use conn_events::{conn_close, conn_new, tls_error, CloseReason};
-pub use dispatch::spawn;
+pub(crate) use crate::compose::dump::uri_encode;
+pub(crate) use conn_events::{conn_close, conn_new, tls_error, CloseReason};
+pub(crate) use dispatch::spawn;
 
 use crate::transport::stream::Stream;
 
 /// memcached's stream flags (`logger.h`).
-pub const SYSEVENTS: u16 = 1 << 1;
-pub const FETCHERS: u16 = 1 << 2;
-pub const MUTATIONS: u16 = 1 << 3;
-pub const CONNEVENTS: u16 = 1 << 5;
-pub const EVICTIONS: u16 = 1 << 6;
-pub const RAWCMDS: u16 = 1 << 9;
-pub const PROXYREQS: u16 = 1 << 10;
-pub const PROXYEVENTS: u16 = 1 << 11;
-pub const PROXYUSER: u16 = 1 << 12;
-pub const DELETIONS: u16 = 1 << 13;
+pub(crate) const SYSEVENTS: u16 = 1 << 1;
+pub(crate) const FETCHERS: u16 = 1 << 2;
+pub(crate) const MUTATIONS: u16 = 1 << 3;
+pub(crate) const CONNEVENTS: u16 = 1 << 5;
+pub(crate) const EVICTIONS: u16 = 1 << 6;
+pub(crate) const RAWCMDS: u16 = 1 << 9;
+pub(crate) const PROXYREQS: u16 = 1 << 10;
+pub(crate) const PROXYEVENTS: u16 = 1 << 11;
+pub(crate) const PROXYUSER: u16 = 1 << 12;
+pub(crate) const DELETIONS: u16 = 1 << 13;
 
 /// At most this many watchers at once (memcached's `WATCHER_LIMIT`).
-pub const WATCHER_LIMIT: usize = 20;
+pub(crate) const WATCHER_LIMIT: usize = 20;
 /// A producer's buffer, allocated when it first logs. memcached's
 /// `worker_logbuf_size` is 64 KiB of entries not yet rendered; rendered
 /// lines take about 2.5 times as much.
 const PRODUCER_BUF: usize = 256 * 1024;
 /// A watcher's buffer (memcached's `watcher_logbuf_size` default).
-pub const WATCHER_BUF: usize = 256 * 1024;
+pub(crate) const WATCHER_BUF: usize = 256 * 1024;
 /// Room a line may take: a 250-byte key URI-encoded is 750 bytes.
 const MAX_LINE: usize = 1536;
 /// A line's header in a producer buffer: flags, gid, length.
@@ -70,7 +70,7 @@ const HEADER: usize = 2 + 8 + 2;
 /// memcached matches it (`strncmp(name, token, len(token))`: any prefix,
 /// the empty one too, of the first name in memcached's order). None: a
 /// token that names no stream (memcached answers `ERROR`).
-pub fn parse_streams<'a>(mut tokens: impl Iterator<Item = &'a [u8]>) -> Option<u16> {
+pub(crate) fn parse_streams<'a>(mut tokens: impl Iterator<Item = &'a [u8]>) -> Option<u16> {
     const NAMES: [(&[u8], u16); 10] = [
         (b"rawcmds", RAWCMDS),
         (b"evictions", EVICTIONS),
@@ -112,7 +112,7 @@ struct NewWatcher {
 
 /// The watchers' counters (`stats`: `log_*`).
 #[derive(Default)]
-pub struct LogStats {
+pub(crate) struct LogStats {
     pub worker_dropped: AtomicU64,
     pub worker_written: AtomicU64,
     pub watcher_skipped: AtomicU64,
@@ -120,7 +120,7 @@ pub struct LogStats {
 }
 
 /// The shared half of the log watchers (see the module comment).
-pub struct Logger {
+pub(crate) struct Logger {
     /// The streams some watcher asked for.
     mask: AtomicU16,
     gid: AtomicU64,
@@ -145,7 +145,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Logger {
     /// A logger for `workers` worker threads.
-    pub fn new(workers: usize) -> Logger {
+    pub(crate) fn new(workers: usize) -> Logger {
         Logger {
             mask: AtomicU16::new(0),
             gid: AtomicU64::new(0),
@@ -171,20 +171,20 @@ impl Logger {
     /// Whether some watcher asked for one of `streams`: the one check a
     /// producer makes before it builds a line.
     #[inline(always)]
-    pub fn watching(&self, streams: u16) -> bool {
+    pub(crate) fn watching(&self, streams: u16) -> bool {
         self.mask.load(Relaxed) & streams != 0
     }
 
     /// Asks the dispatcher to send the lines it holds (what the watchers'
     /// sockets take at once) and end.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stopping.store(true, Relaxed);
         let _guard = lock(&self.incoming);
         self.wake.notify_one();
     }
 
     /// Sets what hears of the watched streams when they change (once).
-    pub fn on_mask_change(&self, f: impl Fn(u16) + Send + Sync + 'static) {
+    pub(crate) fn on_mask_change(&self, f: impl Fn(u16) + Send + Sync + 'static) {
         let _ = self.on_mask.set(Box::new(f));
     }
 
@@ -196,12 +196,12 @@ impl Logger {
     }
 
     /// The producer slot of threads that are not workers.
-    pub fn other_slot(&self) -> usize {
+    pub(crate) fn other_slot(&self) -> usize {
         self.bufs.len() - 1
     }
 
     /// Watchers open (`log_watchers`).
-    pub fn watcher_count(&self) -> usize {
+    pub(crate) fn watcher_count(&self) -> usize {
         self.watchers.load(Relaxed)
     }
 
@@ -209,7 +209,7 @@ impl Logger {
     /// `ts=... gid=... `, without its `\n`) in producer slot `slot` (a
     /// worker's index, or [`Logger::other_slot`]). Dropped, and counted,
     /// when the slot's buffer is full.
-    pub fn log(&self, slot: usize, stream: u16, body: impl FnOnce(&mut Vec<u8>)) {
+    pub(crate) fn log(&self, slot: usize, stream: u16, body: impl FnOnce(&mut Vec<u8>)) {
         let Some(buf) = self.bufs.get(slot) else {
             return;
         };
@@ -258,7 +258,7 @@ impl Logger {
     }
 
     /// A line from a thread that is not a worker.
-    pub fn log_other(&self, stream: u16, body: impl FnOnce(&mut Vec<u8>)) {
+    pub(crate) fn log_other(&self, stream: u16, body: impl FnOnce(&mut Vec<u8>)) {
         if self.watching(stream) {
             self.log(self.other_slot(), stream, body);
         }
@@ -266,19 +266,19 @@ impl Logger {
 
     /// Takes one of the [`WATCHER_LIMIT`] places for a watcher; false
     /// when none is left (memcached's `WATCHER_TOO_MANY`).
-    pub fn reserve(&self) -> bool {
+    pub(crate) fn reserve(&self) -> bool {
         self.watchers
             .fetch_update(Relaxed, Relaxed, |n| (n < WATCHER_LIMIT).then_some(n + 1))
             .is_ok()
     }
 
     /// Gives back a place [`Logger::reserve`] took and no watcher used.
-    pub fn unreserve(&self) {
+    pub(crate) fn unreserve(&self) {
         self.watchers.fetch_sub(1, Relaxed);
     }
 
     /// A `sysevents` line from a thread that is not a worker.
-    pub fn sysevent(&self, line: std::fmt::Arguments<'_>) {
+    pub(crate) fn sysevent(&self, line: std::fmt::Arguments<'_>) {
         self.log_other(SYSEVENTS, |b| {
             let _ = b.write_fmt(line);
         });
@@ -287,7 +287,7 @@ impl Logger {
     /// Makes `stream` (connection `fd`) a watcher of `flags`, in a place
     /// [`Logger::reserve`] took: its `OK` is the first thing it is sent,
     /// then the lines logged from now on.
-    pub fn add_watcher(&self, stream: Stream, fd: i32, flags: u16) {
+    pub(crate) fn add_watcher(&self, stream: Stream, fd: i32, flags: u16) {
         let mut incoming = lock(&self.incoming);
         // As memcached: the watcher sees lines from the next gid on.
         let min_gid = self.gid.fetch_add(1, Relaxed) + 1;

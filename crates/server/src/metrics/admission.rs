@@ -38,20 +38,20 @@ struct Held {
 }
 
 /// The places of the metrics endpoint.
-pub struct Admission {
+pub(crate) struct Admission {
     max_total: usize,
     max_per_source: usize,
     held: Mutex<Held>,
 }
 
 /// One client's place, given back when dropped.
-pub struct Slot {
+pub(crate) struct Slot {
     admission: Arc<Admission>,
     source: Source,
 }
 
 impl Admission {
-    pub fn new(max_total: usize, max_per_source: usize) -> Arc<Admission> {
+    pub(crate) fn new(max_total: usize, max_per_source: usize) -> Arc<Admission> {
         Arc::new(Admission {
             max_total,
             max_per_source,
@@ -61,7 +61,7 @@ impl Admission {
 
     /// A place for a client from `ip`, or None when every place, or every
     /// place its source may take, is held.
-    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
+    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
         let source = Source::of(ip);
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let from_source = held.by_source.get(&source).copied().unwrap_or(0);

@@ -34,7 +34,7 @@ pub(super) struct Family {
 
 /// Every metric of one scrape, families in the order first seen.
 #[derive(Debug, Default)]
-pub struct Families {
+pub(crate) struct Families {
     pub(super) list: Vec<Family>,
     pub(super) index: HashMap<String, usize>,
 }
@@ -58,16 +58,16 @@ impl Families {
     }
 
     /// A counter; `name` may end in `_total` (the encoders add it back).
-    pub fn counter(&mut self, name: &str, help: &'static str, labels: Labels, v: f64) {
+    pub(crate) fn counter(&mut self, name: &str, help: &'static str, labels: Labels, v: f64) {
         let name = name.strip_suffix("_total").unwrap_or(name);
         self.push(name, help, MetricType::Counter, labels, Value::Counter(v));
     }
 
-    pub fn gauge(&mut self, name: &str, help: &'static str, labels: Labels, v: f64) {
+    pub(crate) fn gauge(&mut self, name: &str, help: &'static str, labels: Labels, v: f64) {
         self.push(name, help, MetricType::Gauge, labels, Value::Gauge(v));
     }
 
-    pub fn histogram(
+    pub(crate) fn histogram(
         &mut self,
         name: &str,
         help: &'static str,

@@ -7,7 +7,7 @@ use crate::context::Shared;
 use crate::execute::report;
 
 /// Gathers every metric of one scrape.
-pub fn gather(sh: &Shared) -> Families {
+pub(crate) fn gather(sh: &Shared) -> Families {
     let mut f = Families::default();
     let mut out = Vec::new();
     report::general(sh, &mut out);

@@ -12,10 +12,10 @@ use crate::context::Shared;
 use crate::hotkeys;
 
 /// How many ranks `/metrics` shows.
-pub const TOP: usize = 10;
+pub(crate) const TOP: usize = 10;
 
 /// Adds the hottest keys' gauges, by rank, to a scrape.
-pub fn add(sh: &Shared, f: &mut Families) {
+pub(crate) fn add(sh: &Shared, f: &mut Families) {
     for (i, hot) in sh.hot_keys(TOP).iter().enumerate() {
         let rank = (i + 1).to_string();
         let labels = || vec![("rank".to_string(), rank.clone())];
@@ -42,7 +42,7 @@ pub fn add(sh: &Shared, f: &mut Families) {
 
 /// `/hotkeys`: what `stats hotkeys` answers (`STAT hotkey <rank> <key>
 /// <reads/s> <writes/s> <bytes/s>` lines, keys URI-encoded, then `END`).
-pub fn names(sh: &Shared) -> Vec<u8> {
+pub(crate) fn names(sh: &Shared) -> Vec<u8> {
     let mut out = Vec::new();
     hotkeys::stats_rows(sh.hotkeys.as_deref(), None, &mut out);
     out.extend_from_slice(b"END\r\n");

@@ -19,7 +19,7 @@ const HEADERS_MAX: usize = 64;
 
 /// GET or HEAD.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
+pub(crate) enum Method {
     Get,
     Head,
     /// Any other method.
@@ -28,7 +28,7 @@ pub enum Method {
 
 /// What the endpoint needs of a request head.
 #[derive(Debug)]
-pub struct Request {
+pub(crate) struct Request {
     pub method: Method,
     /// The path, without its query string.
     pub path: String,
@@ -41,7 +41,7 @@ pub struct Request {
 
 /// Why no request was read.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// Answer with this status and text.
     Answer(u16, &'static str),
     /// The client left before sending anything, or the socket failed:
@@ -50,7 +50,7 @@ pub enum Failure {
 }
 
 /// A client connection, its deadline and its place among the clients.
-pub struct Conn {
+pub(crate) struct Conn {
     stream: TcpStream,
     deadline: Instant,
     /// Given back before the reply's last byte is written: a client that
@@ -60,7 +60,7 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn new(stream: TcpStream, deadline: Instant, slot: Slot) -> Conn {
+    pub(crate) fn new(stream: TcpStream, deadline: Instant, slot: Slot) -> Conn {
         Conn {
             stream,
             deadline,
@@ -76,7 +76,7 @@ impl Conn {
     }
 
     /// Reads and parses the request head.
-    pub fn read_request(&mut self) -> Result<Request, Failure> {
+    pub(crate) fn read_request(&mut self) -> Result<Request, Failure> {
         let mut buf = vec![0u8; HEAD_MAX];
         let mut have = 0;
         loop {
@@ -121,7 +121,7 @@ impl Conn {
     /// Writes a reply whose body is `body` (`len` its length: a HEAD
     /// reply sends none), then closes the sending side. A 408 (the
     /// deadline passed) is written only if the socket takes it at once.
-    pub fn respond(
+    pub(crate) fn respond(
         &mut self,
         code: u16,
         content_type: &str,
@@ -154,7 +154,7 @@ impl Conn {
     }
 
     /// A plain-text reply (errors).
-    pub fn respond_text(&mut self, code: u16, text: &str, extra: &[&str]) -> io::Result<()> {
+    pub(crate) fn respond_text(&mut self, code: u16, text: &str, extra: &[&str]) -> io::Result<()> {
         self.respond(code, "text/plain", text.as_bytes(), text.len(), extra)
     }
 
@@ -211,7 +211,7 @@ impl Request {
 /// Answers 503 to a client that gets no place, without waiting: the
 /// accepting thread writes it, and a fresh socket's buffer takes it whole
 /// (or the client goes without).
-pub fn refuse_busy(mut stream: TcpStream) {
+pub(crate) fn refuse_busy(mut stream: TcpStream) {
     if stream.set_nonblocking(true).is_ok() {
         let mut reply = head(503, "text/plain", 5, &["Retry-After: 1"]).into_bytes();
         reply.extend_from_slice(b"busy\n");

@@ -44,8 +44,8 @@ use std::time::{Duration, Instant};
 use crate::context::Shared;
 use crate::settings::Settings;
 
-pub use families::Families;
-pub use token::Token;
+pub(crate) use families::Families;
+pub(crate) use token::Token;
 
 use admission::Admission;
 use http::{Conn, Failure, Method, Request};
@@ -53,10 +53,10 @@ use http::{Conn, Failure, Method, Request};
 /// Extra gauges added to every scrape after the built-in ones: one
 /// function per source (e.g. the hottest keys), each adding its families
 /// through `Families::gauge`/`counter`.
-pub type ExtraGauges = fn(&Shared, &mut Families);
+pub(crate) type ExtraGauges = fn(&Shared, &mut Families);
 
 /// The extra sources, in the order they appear.
-pub const EXTRA_GAUGES: &[ExtraGauges] = &[hot::add];
+pub(crate) const EXTRA_GAUGES: &[ExtraGauges] = &[hot::add];
 
 /// Clients served at once; more are answered 503 at once.
 const MAX_CLIENTS: usize = 8;
@@ -77,7 +77,7 @@ struct Access {
 
 /// Binds `--metrics-addr` (None without it); an address that cannot be
 /// resolved or bound is an error that stops the start.
-pub fn bind(settings: &Settings) -> io::Result<Option<TcpListener>> {
+pub(crate) fn bind(settings: &Settings) -> io::Result<Option<TcpListener>> {
     let Some(addr) = &settings.metrics_addr else {
         return Ok(None);
     };
@@ -88,7 +88,11 @@ pub fn bind(settings: &Settings) -> io::Result<Option<TcpListener>> {
 }
 
 /// Starts the endpoint's thread; `token` is `--metrics-token-file`'s.
-pub fn spawn(listener: TcpListener, shared: Arc<Shared>, token: Option<Token>) -> io::Result<()> {
+pub(crate) fn spawn(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    token: Option<Token>,
+) -> io::Result<()> {
     if shared.verbose() > 0 {
         if let Ok(a) = listener.local_addr() {
             eprintln!("osmium serving metrics on http://{a}/metrics");
@@ -183,7 +187,7 @@ fn answer(conn: &mut Conn, req: &Request, shared: &Shared, access: &Access) -> i
 }
 
 /// One scrape in the chosen format, and its content type.
-pub fn render(
+pub(crate) fn render(
     shared: &Shared,
     open_metrics: bool,
 ) -> (Result<String, std::fmt::Error>, &'static str) {

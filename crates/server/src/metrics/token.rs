@@ -15,13 +15,13 @@ use aws_lc_rs::hmac;
 use aws_lc_rs::rand::SystemRandom;
 
 /// The shortest token taken (characters).
-pub const MIN_LEN: usize = 16;
+pub(crate) const MIN_LEN: usize = 16;
 /// The longest token taken: well inside the request head's 8 KiB.
-pub const MAX_LEN: usize = 1024;
+pub(crate) const MAX_LEN: usize = 1024;
 
 /// The token, kept as its HMAC tag under a key of this process's own
 /// (never printed, never sent).
-pub struct Token {
+pub(crate) struct Token {
     key: hmac::Key,
     tag: hmac::Tag,
 }
@@ -37,7 +37,7 @@ impl Token {
     /// refused when unreadable, not a regular file, open to group or
     /// others, empty, or not one word of [`MIN_LEN`] to [`MAX_LEN`]
     /// printable ASCII characters.
-    pub fn load(path: &str) -> Result<Token, String> {
+    pub(crate) fn load(path: &str) -> Result<Token, String> {
         let bytes = osmium_protocol::replication_link::read_owner_only(
             path,
             "--metrics-token-file",
@@ -62,7 +62,7 @@ impl Token {
     /// Whether an `Authorization` header's value is `Bearer <token>` (the
     /// scheme in any case, as RFC 9110 has it; spaces around the token
     /// ignored).
-    pub fn accepts(&self, authorization: &[u8]) -> bool {
+    pub(crate) fn accepts(&self, authorization: &[u8]) -> bool {
         let value = authorization.trim_ascii();
         let Some(split) = value.iter().position(|&b| b == b' ') else {
             return false;

@@ -24,11 +24,11 @@
 
 use osmium_protocol::replication_link::{self, Refusal, Role, Transport};
 
-pub use osmium_protocol::replication_link::Secret;
+pub(crate) use osmium_protocol::replication_link::Secret;
 
 /// What a connection showed, besides its commands.
 #[derive(Default)]
-pub struct PeerAuth {
+pub(crate) struct PeerAuth {
     /// The TLS session was looked at (once, when established).
     tls_checked: bool,
     /// Its TLS client certificate is named by `replication_peers` or was
@@ -41,30 +41,30 @@ pub struct PeerAuth {
 
 impl PeerAuth {
     /// Whether the TLS session was looked at.
-    pub fn tls_checked(&self) -> bool {
+    pub(crate) fn tls_checked(&self) -> bool {
         self.tls_checked
     }
 
     /// The transport looked at the established TLS session.
-    pub fn set_tls(&mut self, cert_named: bool, binding: Option<[u8; 32]>) {
+    pub(crate) fn set_tls(&mut self, cert_named: bool, binding: Option<[u8; 32]>) {
         self.tls_checked = true;
         self.cert_named = cert_named;
         self.tls_binding = binding.map(Box::new);
     }
 
     /// Whether its client certificate names a replication peer.
-    pub fn cert_named(&self) -> bool {
+    pub(crate) fn cert_named(&self) -> bool {
         self.cert_named
     }
 
     /// Whether it runs in TLS (a handshake in it is bound to the session).
-    pub fn in_tls(&self) -> bool {
+    pub(crate) fn in_tls(&self) -> bool {
         self.tls_binding.is_some()
     }
 }
 
 /// A `replica_hello` that succeeded.
-pub struct Hello {
+pub(crate) struct Hello {
     pub role: Role,
     /// `REPLICA_HELLO <message 2>`, without `\r\n`.
     pub answer: String,
@@ -74,7 +74,7 @@ pub struct Hello {
 
 /// Why a `replica_hello` failed (the connection is closed, nothing
 /// answered).
-pub enum HelloRefused {
+pub(crate) enum HelloRefused {
     Handshake(Refusal),
     /// Its certificate is not one `replication_peers` / `replication_ca`
     /// names.
@@ -96,7 +96,7 @@ impl std::fmt::Display for HelloRefused {
 /// The listener's side of `replica_hello <role> <hex>`; `names_required`:
 /// under `-Z` with `replication_peers` / `replication_ca`, only a named
 /// certificate may be a peer.
-pub fn hello(
+pub(crate) fn hello(
     auth: &PeerAuth,
     secret: &Secret,
     role: &[u8],

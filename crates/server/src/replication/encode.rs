@@ -20,7 +20,7 @@ use osmium_store::{Lookup, Store};
 
 /// Appends the command that gives a replica `key`'s current state;
 /// true when it is an `ms` (else the key is gone: `md`).
-pub fn key_state(store: &Store, key: &[u8], out: &mut Vec<u8>) -> bool {
+pub(crate) fn key_state(store: &Store, key: &[u8], out: &mut Vec<u8>) -> bool {
     let started = store.clock().process_started();
     let hit = store.get(key, None, |v| {
         write_ms(
@@ -65,7 +65,7 @@ fn write_ms(
 }
 
 /// Appends a flush_all with its delay (0 or less: now).
-pub fn flush(delay: i64, out: &mut Vec<u8>) {
+pub(crate) fn flush(delay: i64, out: &mut Vec<u8>) {
     let mut n = itoa::Buffer::new();
     encode::line(
         out,

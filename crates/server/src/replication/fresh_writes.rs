@@ -112,7 +112,7 @@ struct Reasons {
     copies_open: usize,
 }
 
-pub struct FreshWrites {
+pub(crate) struct FreshWrites {
     /// Writes are recorded (one relaxed load per write).
     recording: AtomicBool,
     record: RwLock<Option<Record>>,
@@ -124,7 +124,7 @@ pub struct FreshWrites {
 
 /// A write that holds its key's stripe until dropped (once the write
 /// applied and, if it changed the key, was recorded).
-pub struct WriteTicket<'a> {
+pub(crate) struct WriteTicket<'a> {
     record: RwLockReadGuard<'a, Option<Record>>,
     _stripe: RwLockReadGuard<'a, ()>,
     hash: u64,
@@ -140,7 +140,7 @@ impl WriteTicket<'_> {
 
 /// A write of every key (flush_all): holds every stripe until it is
 /// dropped.
-pub struct FlushTicket<'a> {
+pub(crate) struct FlushTicket<'a> {
     record: RwLockReadGuard<'a, Option<Record>>,
     /// (On the heap: the gate of every write stays small.)
     _stripes: Vec<RwLockReadGuard<'a, ()>>,
@@ -148,7 +148,7 @@ pub struct FlushTicket<'a> {
 
 impl FlushTicket<'_> {
     /// Records every key (a flush_all, after it applied).
-    pub fn record_every_key(&self) {
+    pub(crate) fn record_every_key(&self) {
         if let Some(r) = &*self.record {
             r.every_key.store(true, Relaxed);
         }
@@ -157,14 +157,14 @@ impl FlushTicket<'_> {
 
 /// A copy item allowed to apply: holds its key's stripe exclusively
 /// until dropped.
-pub struct CopyTicket<'a> {
+pub(crate) struct CopyTicket<'a> {
     _record: RwLockReadGuard<'a, Option<Record>>,
     _stripe: RwLockWriteGuard<'a, ()>,
 }
 
 /// What a write about to apply holds, or does instead; kept until it has
 /// applied.
-pub enum WriteGate<'a> {
+pub(crate) enum WriteGate<'a> {
     /// Nothing is recorded: apply it.
     Open,
     /// A write of one key (`WriteGate::wrote` once it changed it).
@@ -180,21 +180,21 @@ pub enum WriteGate<'a> {
 
 impl WriteGate<'_> {
     #[inline]
-    pub fn skips(&self) -> bool {
+    pub(crate) fn skips(&self) -> bool {
         matches!(self, WriteGate::Skip)
     }
 
     /// The write of one key changed it: records the key. (A write that
     /// changed nothing, a miss or a failed condition, is not recorded: the
     /// copy's state is then the newer.)
-    pub fn wrote(&self) {
+    pub(crate) fn wrote(&self) {
         if let WriteGate::Write(t) = self {
             t.record();
         }
     }
 
     /// Records every key (a flush_all that applied).
-    pub fn record_every_key(&self) {
+    pub(crate) fn record_every_key(&self) {
         if let WriteGate::Flush(t) = self {
             t.record_every_key();
         }
@@ -207,7 +207,7 @@ fn stripe_of(hash: u64) -> usize {
 
 impl FreshWrites {
     /// Recording from the start when a catch-up pull is to come.
-    pub fn new(pulls_pending: bool) -> FreshWrites {
+    pub(crate) fn new(pulls_pending: bool) -> FreshWrites {
         FreshWrites {
             recording: AtomicBool::new(pulls_pending),
             record: RwLock::new(pulls_pending.then(Record::new)),
@@ -222,7 +222,7 @@ impl FreshWrites {
 
     /// Whether writes are recorded now.
     #[inline]
-    pub fn recording(&self) -> bool {
+    pub(crate) fn recording(&self) -> bool {
         self.recording.load(Relaxed)
     }
 
@@ -232,7 +232,7 @@ impl FreshWrites {
 
     /// A write of `key` is about to apply, or, when `copy`, a copy's item
     /// for it.
-    pub fn gate(&self, key: &[u8], copy: bool) -> WriteGate<'_> {
+    pub(crate) fn gate(&self, key: &[u8], copy: bool) -> WriteGate<'_> {
         if copy {
             return self.copy_item(key);
         }
@@ -240,7 +240,7 @@ impl FreshWrites {
     }
 
     /// A flush_all is about to apply.
-    pub fn gate_flush(&self) -> WriteGate<'_> {
+    pub(crate) fn gate_flush(&self) -> WriteGate<'_> {
         self.write_every_key()
             .map_or(WriteGate::Open, WriteGate::Flush)
     }
@@ -304,23 +304,23 @@ impl FreshWrites {
     }
 
     /// Copy items skipped so far.
-    pub fn skipped(&self) -> u64 {
+    pub(crate) fn skipped(&self) -> u64 {
         self.skipped.load(Relaxed)
     }
 
     /// Every catch-up pull delivered its copy (or not).
-    pub fn set_pulls_pending(&self, pending: bool) {
+    pub(crate) fn set_pulls_pending(&self, pending: bool) {
         self.change(|r| r.pulls_pending = pending);
     }
 
     /// A copy started coming in on a peer connection.
-    pub fn copy_opened(&self) {
+    pub(crate) fn copy_opened(&self) {
         self.change(|r| r.copies_open += 1);
     }
 
     /// A copy that came in ended (delivered whole, or its connection
     /// closed).
-    pub fn copy_closed(&self) {
+    pub(crate) fn copy_closed(&self) {
         self.change(|r| r.copies_open = r.copies_open.saturating_sub(1));
     }
 

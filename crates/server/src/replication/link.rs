@@ -40,11 +40,11 @@ use super::stream::{LinkReader, LinkStream, LinkWriter};
 use super::Replication;
 
 /// A batch not acknowledged within this long takes the link down.
-pub const ACK_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const ACK_TIMEOUT: Duration = Duration::from_secs(1);
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 /// The longest answer line to `replica_link` read.
-pub const MAX_ANSWER: usize = 256;
+pub(crate) const MAX_ANSWER: usize = 256;
 /// Output written to the socket once this much is buffered (a TLS
 /// record, two Noise frames), so the batch buffer and the frames it is
 /// sealed into stay in the cache.
@@ -62,7 +62,7 @@ const COPY_AHEAD: usize = 2;
 
 /// A downstream link's queue and figures (`stats`: `replica_N_*`).
 #[derive(Default)]
-pub struct Link {
+pub(crate) struct Link {
     /// `HOST:PORT` of a target, the peer's address of a feed.
     pub addr: Mutex<String>,
     pub queue: DirtyQueue,
@@ -105,13 +105,13 @@ impl Link {
     /// Whether a sync-mode write with sequence number `seq` may be
     /// answered: acknowledged, or the link is down.
     #[inline]
-    pub fn covers(&self, seq: u64) -> bool {
+    pub(crate) fn covers(&self, seq: u64) -> bool {
         seq == 0 || !self.up.load(Relaxed) || self.acked.load(Relaxed) >= seq
     }
 }
 
 /// A target's sender: connects, serves the connection, reconnects.
-pub fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
+pub(crate) fn run_target(repl: Arc<Replication>, link: Arc<Link>, addr: String) {
     let mut retry = RETRY_MIN;
     let mut connected_before = false;
     let mut logged_down = false;
@@ -191,7 +191,12 @@ fn introduce(repl: &Replication, addr: &str, stream: &mut LinkStream) -> io::Res
 }
 
 /// A feed's sender: one connection, closed `follow` after it is synced.
-pub fn run_feed(repl: Arc<Replication>, link: Arc<Link>, stream: LinkStream, follow: Duration) {
+pub(crate) fn run_feed(
+    repl: Arc<Replication>,
+    link: Arc<Link>,
+    stream: LinkStream,
+    follow: Duration,
+) {
     let peer = stream
         .tcp()
         .peer_addr()
@@ -207,7 +212,7 @@ pub fn run_feed(repl: Arc<Replication>, link: Arc<Link>, stream: LinkStream, fol
     link.active.store(false, Relaxed);
 }
 
-pub fn connect_to(addr: &str) -> io::Result<TcpStream> {
+pub(crate) fn connect_to(addr: &str) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
     for a in addr.to_socket_addrs()? {
         match TcpStream::connect_timeout(&a, ACK_TIMEOUT) {

@@ -69,15 +69,15 @@
 //!   no secret, no names    nobody is a peer (the private commands are unknown)
 //! ```
 
-pub mod auth;
+pub(crate) mod auth;
 mod encode;
-pub mod fresh_writes;
+pub(crate) mod fresh_writes;
 mod link;
 mod pull;
 mod queue;
-pub mod rights;
-pub mod stream;
-pub mod targets;
+pub(crate) mod rights;
+pub(crate) mod stream;
+pub(crate) mod targets;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
@@ -100,39 +100,39 @@ const FEED_SLOTS: usize = 4;
 
 /// What a connection is to replication (`WorkerCtx::peer`; what each
 /// may run: `rights`): a client.
-pub const PEER_NONE: u8 = 0;
+pub(crate) const PEER_NONE: u8 = 0;
 /// A target link of another server (`replica_link`).
-pub const PEER_LINK: u8 = 1;
+pub(crate) const PEER_LINK: u8 = 1;
 /// osmium-proxy's peer connection (handshake role `proxy`).
-pub const PEER_PROXY: u8 = 2;
+pub(crate) const PEER_PROXY: u8 = 2;
 /// A follower before its `replica_follow` (handshake role `follow`).
-pub const PEER_FOLLOWER: u8 = 3;
+pub(crate) const PEER_FOLLOWER: u8 = 3;
 /// This server's follow link to target `i` is `PEER_FOLLOW + i`.
-pub const PEER_FOLLOW: u8 = 4;
+pub(crate) const PEER_FOLLOW: u8 = 4;
 
 /// A peer connection's full copy coming in (`WorkerCtx::copy`): it began
 /// (`replica_copy on`) and has not ended (`replica_synced`, or the
 /// connection closing) ...
-pub const COPY_OPEN: u8 = 1;
+pub(crate) const COPY_OPEN: u8 = 1;
 /// ... and the `ms`/`md` it sends now are the copy's items, not writes
 /// (`replica_copy on`, until `replica_copy off`): see `fresh_writes`.
-pub const COPY_ITEMS: u8 = 2;
+pub(crate) const COPY_ITEMS: u8 = 2;
 
 /// Link slots for targets: twice the most targets, so that the links of
 /// targets a live change removed can finish closing while the new ones
 /// start (`targets`).
-pub const TARGET_SLOTS: usize = 2 * MAX_REPLICA_TARGETS;
+pub(crate) const TARGET_SLOTS: usize = 2 * MAX_REPLICA_TARGETS;
 // `Replication::mask` has a bit per slot.
 const _: () = assert!(TARGET_SLOTS <= 8);
 
 /// The sequence numbers a sync-mode write waits for, per target slot (0:
 /// none).
-pub type Wait = [u64; TARGET_SLOTS];
+pub(crate) type Wait = [u64; TARGET_SLOTS];
 
 /// Hands a pulled connection to a worker as a peer (`PEER_FOLLOW + i`).
-pub type Handoff = Box<dyn Fn(LinkStream, u8) -> bool + Send + Sync>;
+pub(crate) type Handoff = Box<dyn Fn(LinkStream, u8) -> bool + Send + Sync>;
 
-pub struct Replication {
+pub(crate) struct Replication {
     /// `--replication sync` (changed live by a reload).
     sync: AtomicBool,
     /// Started with `--replicate-to`: the workers tell it of writes.
@@ -180,11 +180,11 @@ pub struct Replication {
 
 /// A link went up or down: (`target` or `feed`, the peer's address, up,
 /// why it went down).
-pub type LinkHook = Box<dyn Fn(&str, &str, bool, Option<&str>) + Send + Sync>;
+pub(crate) type LinkHook = Box<dyn Fn(&str, &str, bool, Option<&str>) + Send + Sync>;
 
 impl Replication {
     /// Sets what is told when a link goes up or down (once).
-    pub fn on_link_change(&self, hook: LinkHook) {
+    pub(crate) fn on_link_change(&self, hook: LinkHook) {
         let _ = self.link_hook.set(hook);
     }
 
@@ -198,7 +198,7 @@ impl Replication {
     /// Without `--replicate-to` it has no targets and is not told of
     /// writes (`is_on`): it only serves follow links a full copy (with a
     /// secret to check them by).
-    pub fn new(
+    pub(crate) fn new(
         settings: &Settings,
         store: Arc<Store>,
         secret: Option<Secret>,
@@ -239,14 +239,14 @@ impl Replication {
 
     /// The writes a full copy coming in must not replace.
     #[inline]
-    pub fn fresh_writes(&self) -> &FreshWrites {
+    pub(crate) fn fresh_writes(&self) -> &FreshWrites {
         &self.fresh
     }
 
     /// A peer connection began sending a full copy (`replica_copy on`).
     /// Only a server with targets records its writes against it (without,
     /// nothing on the request path changes).
-    pub fn copy_started(&self) {
+    pub(crate) fn copy_started(&self) {
         if self.is_on() {
             self.fresh.copy_opened();
         }
@@ -254,7 +254,7 @@ impl Replication {
 
     /// A copy that `copy_started` ended (`replica_synced`, or its
     /// connection closed).
-    pub fn copy_ended(&self) {
+    pub(crate) fn copy_ended(&self) {
         if self.is_on() {
             self.fresh.copy_closed();
         }
@@ -273,19 +273,19 @@ impl Replication {
     }
 
     /// The shared secret peers prove they hold (`auth`).
-    pub fn secret(&self) -> Option<&Secret> {
+    pub(crate) fn secret(&self) -> Option<&Secret> {
         self.secret.as_ref()
     }
 
     /// Under `-Z`, whether `replication_peers` / `replication_ca` name
     /// the peers (a certificate they do not name is no peer's).
-    pub fn names_required(&self) -> bool {
+    pub(crate) fn names_required(&self) -> bool {
         self.tls.as_ref().is_some_and(|t| t.names_peers())
     }
 
     /// Whether this server may have peer connections at all (the
     /// workers then keep each connection's standing).
-    pub fn has_peers(&self) -> bool {
+    pub(crate) fn has_peers(&self) -> bool {
         self.secret.is_some() || self.names_required() || self.is_on()
     }
 
@@ -293,7 +293,7 @@ impl Replication {
     /// whom): counted, and logged while there are few (the first ten,
     /// then at every power of two), so that a flood of bad handshakes
     /// cannot flood stderr.
-    pub fn auth_failed(&self, what: &str) {
+    pub(crate) fn auth_failed(&self, what: &str) {
         let n = self.auth_failures.fetch_add(1, Relaxed) + 1;
         if n <= 10 || n.is_power_of_two() {
             tracing::warn!("[replication] authentication failed: {what} ({n} so far)");
@@ -303,7 +303,7 @@ impl Replication {
     /// A replication connection of kind `peer` sent `line`, which its
     /// role does not carry (`rights`): logged while there are few, as
     /// failed handshakes are.
-    pub fn link_refused(&self, peer: u8, line: &str) {
+    pub(crate) fn link_refused(&self, peer: u8, line: &str) {
         let n = self.link_refusals.fetch_add(1, Relaxed) + 1;
         if n <= 10 || n.is_power_of_two() {
             let kind = rights::kind_name(peer);
@@ -317,19 +317,19 @@ impl Replication {
     /// Whether the workers tell it of writes (`--replicate-to` given at
     /// start; a reload may change the targets, to none even, but not turn
     /// replication on).
-    pub fn is_on(&self) -> bool {
+    pub(crate) fn is_on(&self) -> bool {
         self.on
     }
 
     /// `--replication sync`.
-    pub fn is_sync(&self) -> bool {
+    pub(crate) fn is_sync(&self) -> bool {
         self.sync.load(Relaxed)
     }
 
     /// Starts the target senders and the catch-up pulls; `wakers` wake
     /// the workers (sync-mode acknowledgements), `handoff` gives a pulled
     /// connection to one.
-    pub fn start(self: &Arc<Self>, wakers: Vec<Arc<Waker>>, handoff: Handoff) {
+    pub(crate) fn start(self: &Arc<Self>, wakers: Vec<Arc<Waker>>, handoff: Handoff) {
         let _ = self.wakers.set(wakers);
         let _ = self.handoff.set(handoff);
         let order = self.order.lock().unwrap_or_else(|e| e.into_inner());
@@ -357,7 +357,7 @@ impl Replication {
     }
 
     /// Stops reconnecting (the server is stopping).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stop.store(true, Relaxed);
     }
 
@@ -373,7 +373,7 @@ impl Replication {
     /// every link; the sequence numbers to wait for go to `wait` in sync
     /// mode.
     #[inline]
-    pub fn written_key(&self, key: &[u8], wait: &mut Wait) -> bool {
+    pub(crate) fn written_key(&self, key: &[u8], wait: &mut Wait) -> bool {
         if key.is_empty() || key.len() > 255 {
             return false;
         }
@@ -381,7 +381,7 @@ impl Replication {
     }
 
     /// A client's flush_all.
-    pub fn written_flush(&self, delay: i64, wait: &mut Wait) -> bool {
+    pub(crate) fn written_flush(&self, delay: i64, wait: &mut Wait) -> bool {
         self.written(wait, |q| q.push_flush(delay))
     }
 
@@ -410,7 +410,7 @@ impl Replication {
 
     /// Whether every target covers a write that waits for `wait` (in
     /// async mode, every write: a reload turned sync mode off).
-    pub fn acknowledged(&self, wait: &Wait) -> bool {
+    pub(crate) fn acknowledged(&self, wait: &Wait) -> bool {
         !self.is_sync() || self.targets.iter().zip(wait).all(|(t, &seq)| t.covers(seq))
     }
 
@@ -433,7 +433,7 @@ impl Replication {
     /// A `replica_follow` connection, taken from its worker: serve it as a
     /// feed (full copy, `replica_synced`, then this server's writes).
     /// False when every feed slot is taken (the connection is dropped).
-    pub fn start_feed(self: &Arc<Self>, stream: LinkStream, follow: u64) -> bool {
+    pub(crate) fn start_feed(self: &Arc<Self>, stream: LinkStream, follow: u64) -> bool {
         let Some(slot) = self.feeds.iter().find(|f| {
             f.active
                 .compare_exchange(false, true, Relaxed, Relaxed)
@@ -456,7 +456,7 @@ impl Replication {
     }
 
     /// The follow link of target `i` delivered its full copy.
-    pub fn synced_from(&self, peer: u8) {
+    pub(crate) fn synced_from(&self, peer: u8) {
         if let Some(t) = peer
             .checked_sub(PEER_FOLLOW)
             .and_then(|i| self.targets.get(i as usize))
@@ -471,7 +471,7 @@ impl Replication {
     }
 
     /// A follow link closed: pull again if it had not synced.
-    pub fn follow_closed(self: &Arc<Self>, peer: u8) {
+    pub(crate) fn follow_closed(self: &Arc<Self>, peer: u8) {
         if let Some(i) = peer.checked_sub(PEER_FOLLOW).map(usize::from) {
             if self.targets.get(i).is_some_and(|t| !t.synced.load(Relaxed)) && !self.stopping() {
                 self.pull(i);
@@ -573,7 +573,7 @@ impl Replication {
     /// or peers named by certificate (which let the server serve follow
     /// links): else `stats` stays memcached's. A proxy reads a missing
     /// `replication_catchup` as caught up.
-    pub fn stats(&self, out: &mut Vec<u8>) {
+    pub(crate) fn stats(&self, out: &mut Vec<u8>) {
         let mut s = String::new();
         if !self.is_on() {
             if self.secret.is_some() || self.names_required() {

@@ -24,7 +24,7 @@ const RETRY: Duration = Duration::from_millis(200);
 /// Connects to target `i` until it answers, then hands the connection over.
 /// Ends once synced, or when the target is removed (a removal marks it
 /// synced).
-pub fn run(repl: &Replication, i: usize) {
+pub(crate) fn run(repl: &Replication, i: usize) {
     let link = &repl.targets[i];
     let addr = link.addr.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut logged = false;

@@ -21,7 +21,7 @@ use std::time::Duration;
 const OVERFLOW: usize = 64 << 20;
 
 /// A record tag that is not a key length.
-pub const FLUSH_TAG: u8 = 0;
+pub(crate) const FLUSH_TAG: u8 = 0;
 
 struct Inner {
     buf: Vec<u8>,
@@ -37,13 +37,13 @@ struct Inner {
     sleeping: bool,
 }
 
-pub struct DirtyQueue {
+pub(crate) struct DirtyQueue {
     inner: Mutex<Inner>,
     cond: Condvar,
 }
 
 /// What [`DirtyQueue::take`] handed over.
-pub struct Taken {
+pub(crate) struct Taken {
     /// The sequence number of the last record taken.
     pub seq: u64,
     pub records: u64,
@@ -75,7 +75,7 @@ impl DirtyQueue {
     /// Queues a key; its sequence number, or None while the link is
     /// closed.
     #[inline]
-    pub fn push_key(&self, key: &[u8]) -> Option<u64> {
+    pub(crate) fn push_key(&self, key: &[u8]) -> Option<u64> {
         debug_assert!(!key.is_empty() && key.len() <= 255);
         self.push(|buf| {
             buf.push(key.len() as u8);
@@ -84,7 +84,7 @@ impl DirtyQueue {
     }
 
     /// Queues a flush_all marker.
-    pub fn push_flush(&self, delay: i64) -> Option<u64> {
+    pub(crate) fn push_flush(&self, delay: i64) -> Option<u64> {
         self.push(|buf| {
             buf.push(FLUSH_TAG);
             buf.extend_from_slice(&delay.to_le_bytes());
@@ -113,7 +113,7 @@ impl DirtyQueue {
 
     /// Opens the queue (the link is up), dropping what it held: the full
     /// copy that follows covers it. Returns the current sequence number.
-    pub fn open(&self) -> u64 {
+    pub(crate) fn open(&self) -> u64 {
         let mut q = self.lock();
         q.open = true;
         q.buf.clear();
@@ -123,7 +123,7 @@ impl DirtyQueue {
     }
 
     /// Closes the queue (the link is down) and empties it.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         let mut q = self.lock();
         q.open = false;
         q.buf.clear();
@@ -133,7 +133,7 @@ impl DirtyQueue {
 
     /// Swaps the queued records into `into` (cleared first), waiting up
     /// to `wait` for one.
-    pub fn take(&self, into: &mut Vec<u8>, wait: Duration) -> Taken {
+    pub(crate) fn take(&self, into: &mut Vec<u8>, wait: Duration) -> Taken {
         into.clear();
         let mut q = self.lock();
         if q.queued == 0 && !q.overflowed && !wait.is_zero() {
@@ -156,26 +156,26 @@ impl DirtyQueue {
     }
 
     /// Like [`DirtyQueue::take`], without waiting.
-    pub fn take_now(&self, into: &mut Vec<u8>) -> Taken {
+    pub(crate) fn take_now(&self, into: &mut Vec<u8>) -> Taken {
         self.take(into, Duration::ZERO)
     }
 
     /// Wakes a sender waiting in `take`.
-    pub fn poke(&self) {
+    pub(crate) fn poke(&self) {
         let mut q = self.lock();
         q.sleeping = false;
         self.cond.notify_one();
     }
 
     /// Records waiting (`replica_N_backlog`) and the last sequence number.
-    pub fn backlog(&self) -> (u64, u64) {
+    pub(crate) fn backlog(&self) -> (u64, u64) {
         let q = self.lock();
         (q.queued, q.seq)
     }
 }
 
 /// The records of a taken buffer, in order.
-pub fn records(buf: &[u8]) -> impl Iterator<Item = Record<'_>> {
+pub(crate) fn records(buf: &[u8]) -> impl Iterator<Item = Record<'_>> {
     let mut at = 0;
     std::iter::from_fn(move || {
         let tag = *buf.get(at)?;
@@ -193,7 +193,7 @@ pub fn records(buf: &[u8]) -> impl Iterator<Item = Record<'_>> {
 
 /// One queued record.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Record<'a> {
+pub(crate) enum Record<'a> {
     Key(&'a [u8]),
     Flush(i64),
 }

@@ -42,7 +42,7 @@ use osmium_protocol::request::{Command, Reply};
 use super::{PEER_FOLLOW, PEER_FOLLOWER, PEER_LINK, PEER_NONE, PEER_PROXY};
 
 /// Whether a connection of kind `peer` may run `command`.
-pub fn carries(peer: u8, command: &Command<'_>, reply: &Reply<'_>) -> bool {
+pub(crate) fn carries(peer: u8, command: &Command<'_>, reply: &Reply<'_>) -> bool {
     let meta = matches!(reply, Reply::Meta(_));
     let private =
         |name: &[u8]| matches!(command, Command::Admin { tokens } if tokens.get(0) == name);
@@ -85,7 +85,7 @@ pub fn carries(peer: u8, command: &Command<'_>, reply: &Reply<'_>) -> bool {
 }
 
 /// What the table calls a connection of kind `peer`.
-pub fn kind_name(peer: u8) -> &'static str {
+pub(crate) fn kind_name(peer: u8) -> &'static str {
     match peer {
         PEER_NONE => "client",
         PEER_LINK => "target link",

@@ -32,7 +32,7 @@ use rustls_pki_types::ServerName;
 const READ_CHUNK: usize = 16 << 10;
 
 /// One replication connection, used by one thread until `split`.
-pub enum LinkStream {
+pub(crate) enum LinkStream {
     /// TCP before its handshake.
     Plain(TcpStream),
     Tls(TcpStream, Box<Connection>),
@@ -41,20 +41,20 @@ pub enum LinkStream {
 }
 
 /// A Noise link's two directions.
-pub struct NoiseHalves {
+pub(crate) struct NoiseHalves {
     pub outbound: Outbound,
     pub inbound: Inbound,
 }
 
 impl NoiseHalves {
-    pub fn new(transport: Transport) -> NoiseHalves {
+    pub(crate) fn new(transport: Transport) -> NoiseHalves {
         let (outbound, inbound) = transport.split();
         NoiseHalves { outbound, inbound }
     }
 }
 
 /// The TLS exporter value a link handshake in `conn` is bound to.
-pub fn tls_binding(conn: &Connection) -> io::Result<[u8; 32]> {
+pub(crate) fn tls_binding(conn: &Connection) -> io::Result<[u8; 32]> {
     conn.export_keying_material([0u8; 32], EXPORTER_LABEL, None)
         .map_err(invalid)
 }
@@ -62,7 +62,7 @@ pub fn tls_binding(conn: &Connection) -> io::Result<[u8; 32]> {
 /// The name a target's certificate must hold: the host of `HOST:PORT` as
 /// given (an IP address is checked against the certificate's IP address
 /// entries, a name against its DNS names).
-pub fn server_name(addr: &str) -> io::Result<ServerName<'static>> {
+pub(crate) fn server_name(addr: &str) -> io::Result<ServerName<'static>> {
     let host = match addr.strip_prefix('[') {
         Some(rest) => rest.split_once(']').map_or(rest, |(h, _)| h),
         None => addr.rsplit_once(':').map_or(addr, |(h, _)| h),
@@ -81,7 +81,7 @@ pub fn server_name(addr: &str) -> io::Result<ServerName<'static>> {
 /// TLS on a connected socket (its timeouts set): the handshake, which
 /// verifies the target before a byte of data is sent. Err: the socket's
 /// error, or InvalidData holding rustls's (`tls_error`).
-pub fn tls_client(
+pub(crate) fn tls_client(
     mut sock: TcpStream,
     config: Arc<ClientConfig>,
     name: ServerName<'static>,
@@ -94,7 +94,7 @@ pub fn tls_client(
 }
 
 /// The TLS error inside an I/O error, if it is one.
-pub fn tls_error(e: &io::Error) -> Option<&rustls::Error> {
+pub(crate) fn tls_error(e: &io::Error) -> Option<&rustls::Error> {
     e.get_ref()?.downcast_ref::<rustls::Error>()
 }
 
@@ -103,7 +103,7 @@ fn invalid(e: rustls::Error) -> io::Error {
 }
 
 impl LinkStream {
-    pub fn tcp(&self) -> &TcpStream {
+    pub(crate) fn tcp(&self) -> &TcpStream {
         match self {
             LinkStream::Plain(s) | LinkStream::Tls(s, _) | LinkStream::Noise(s, _) => s,
         }
@@ -111,20 +111,20 @@ impl LinkStream {
 
     /// The stream after a link handshake: Noise frames on plain TCP; TLS
     /// goes on carrying the link (no second encryption).
-    pub fn after_handshake(self, transport: Transport) -> LinkStream {
+    pub(crate) fn after_handshake(self, transport: Transport) -> LinkStream {
         match self {
             LinkStream::Plain(s) => LinkStream::Noise(s, Box::new(NoiseHalves::new(transport))),
             other => other,
         }
     }
 
-    pub fn is_tls(&self) -> bool {
+    pub(crate) fn is_tls(&self) -> bool {
         matches!(self, LinkStream::Tls(..))
     }
 
     /// The writer and the reader of a running link (the reader's socket is
     /// a clone of the writer's).
-    pub fn split(self) -> io::Result<(LinkWriter, LinkReader)> {
+    pub(crate) fn split(self) -> io::Result<(LinkWriter, LinkReader)> {
         let (sock, tls, noise) = match self {
             LinkStream::Plain(s) => (s, None, None),
             LinkStream::Tls(s, conn) => (s, Some(Arc::new(Mutex::new(*conn))), None),
@@ -211,7 +211,7 @@ fn lock(tls: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
 }
 
 /// The sending half of a running link.
-pub struct LinkWriter {
+pub(crate) struct LinkWriter {
     sock: TcpStream,
     tls: Option<Arc<Mutex<Connection>>>,
     noise: Option<Outbound>,
@@ -222,7 +222,7 @@ pub struct LinkWriter {
 impl LinkWriter {
     /// Ends the connection (a TLS `close_notify` first, if the socket takes
     /// it); the reader's blocked read returns.
-    pub fn shutdown(&mut self) {
+    pub(crate) fn shutdown(&mut self) {
         if let Some(tls) = &self.tls {
             lock(tls).send_close_notify();
             let _ = self.flush();
@@ -275,7 +275,7 @@ impl Write for LinkWriter {
 
 /// The receiving half of a running link. Its socket's read timeout
 /// surfaces as `WouldBlock` / `TimedOut`, as a plain socket's.
-pub struct LinkReader {
+pub(crate) struct LinkReader {
     sock: TcpStream,
     tls: Option<Arc<Mutex<Connection>>>,
     noise: Option<Inbound>,
@@ -285,7 +285,7 @@ pub struct LinkReader {
 }
 
 impl LinkReader {
-    pub fn tcp(&self) -> &TcpStream {
+    pub(crate) fn tcp(&self) -> &TcpStream {
         &self.sock
     }
 }

@@ -28,7 +28,7 @@ use crate::settings::MAX_REPLICA_TARGETS;
 
 /// What a change of the targets did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TargetChange {
+pub(crate) struct TargetChange {
     pub old: Vec<String>,
     pub new: Vec<String>,
     pub added: Vec<String>,
@@ -38,16 +38,16 @@ pub struct TargetChange {
 }
 
 /// Told when the targets change (the log watchers' `sysevents`).
-pub type TargetHook = Box<dyn Fn(&TargetChange) + Send + Sync>;
+pub(crate) type TargetHook = Box<dyn Fn(&TargetChange) + Send + Sync>;
 
 impl Replication {
     /// Sets what is told when the targets change (once).
-    pub fn on_targets_change(&self, hook: TargetHook) {
+    pub(crate) fn on_targets_change(&self, hook: TargetHook) {
         let _ = self.targets_hook.set(hook);
     }
 
     /// The current targets, in order.
-    pub fn target_addrs(&self) -> Vec<String> {
+    pub(crate) fn target_addrs(&self) -> Vec<String> {
         let order = self.order.lock().unwrap_or_else(|e| e.into_inner());
         order.iter().map(|&i| self.addr_of(i)).collect()
     }
@@ -63,7 +63,7 @@ impl Replication {
     /// Sets the mode: true for sync. Writes held for acknowledgements are
     /// looked at again (in async mode they are answered). Whether it
     /// changed.
-    pub fn set_sync(&self, sync: bool) -> bool {
+    pub(crate) fn set_sync(&self, sync: bool) -> bool {
         let was = self.sync.swap(sync, Relaxed);
         if was != sync {
             tracing::warn!(
@@ -80,7 +80,7 @@ impl Replication {
     /// there are too many, when the server was started without targets
     /// and `new` has some, or when every free slot is still held by a
     /// removed target's closing link (seconds at most: try again).
-    pub fn set_targets(
+    pub(crate) fn set_targets(
         self: &Arc<Self>,
         new: &[String],
         source: &'static str,

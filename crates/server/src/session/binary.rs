@@ -53,7 +53,7 @@ enum Step {
     AwaitFlash,
 }
 
-pub fn process<S: Sink>(s: &mut Session, ctx: &WorkerCtx, sink: &mut S) -> Flow {
+pub(crate) fn process<S: Sink>(s: &mut Session, ctx: &WorkerCtx, sink: &mut S) -> Flow {
     if ctx.peers && ctx.peer.get() != crate::replication::PEER_NONE {
         // Replication links speak text only (`replication::rights`).
         return Flow::Close;

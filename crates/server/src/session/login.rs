@@ -25,14 +25,14 @@ const MIN_LINE: usize = 6;
 
 /// Where a connection's login stands.
 #[derive(Debug, Default)]
-pub struct Login {
+pub(crate) struct Login {
     /// The login line was read; its data block (size + 2 bytes) is awaited.
     pending: Option<usize>,
 }
 
 /// Runs the session's requests until it authenticates (None: go on with the
 /// ordinary text protocol) or must stop (Some(flow)).
-pub fn process(s: &mut Session, ctx: &WorkerCtx) -> Option<Flow> {
+pub(crate) fn process(s: &mut Session, ctx: &WorkerCtx) -> Option<Flow> {
     let authfile = ctx.shared.auth.ascii.as_ref()?;
     let mut last_reply: Option<usize> = None;
     let mut done = 0;

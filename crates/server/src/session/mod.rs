@@ -44,7 +44,7 @@ use crate::stats::counters::ThreadStats;
 
 /// Which wire protocol a session speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
+pub(crate) enum Protocol {
     /// Decided by the first byte received (`-B auto`).
     Negotiating,
     Text,
@@ -53,7 +53,7 @@ pub enum Protocol {
 
 /// Why processing stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
+pub(crate) enum Flow {
     /// Waiting for more input (or for output to drain).
     Wait,
     /// Stopped after `-R` requests (or at the output limits) with more to
@@ -67,9 +67,9 @@ pub enum Flow {
 }
 
 /// Requests whose keys' hashes `Ahead` holds: a 16-deep pipeline.
-pub const AHEAD_CAPACITY: usize = 16;
+pub(crate) const AHEAD_CAPACITY: usize = 16;
 /// How many requests ahead of the one executing an item is prefetched.
-pub const AHEAD_DISTANCE: usize = 4;
+pub(crate) const AHEAD_DISTANCE: usize = 4;
 
 /// The hashes of the keys of the requests waiting in a session's input,
 /// in order, as `osmium_protocol::peek` found them when the socket was
@@ -78,7 +78,7 @@ pub const AHEAD_DISTANCE: usize = 4;
 /// lookups overlap instead of each waiting for its item. A hint only: when
 /// the peek and the parse disagree, a prefetch is wasted, nothing else.
 #[derive(Default)]
-pub struct Ahead {
+pub(crate) struct Ahead {
     hashes: [u64; AHEAD_CAPACITY],
     len: u8,
     pos: u8,
@@ -86,14 +86,14 @@ pub struct Ahead {
 
 impl Ahead {
     #[inline]
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.len = 0;
         self.pos = 0;
     }
 
     /// Adds the next request's hash; false when full.
     #[inline]
-    pub fn push(&mut self, hash: u64) -> bool {
+    pub(crate) fn push(&mut self, hash: u64) -> bool {
         let Some(slot) = self.hashes.get_mut(self.len as usize) else {
             return false;
         };
@@ -136,13 +136,13 @@ fn gather_for<S: Sink>(out: &mut Output, plain_get: bool, sink: &mut S, stats: &
 
 /// A datagram endpoint's session state (see `transport::udp`).
 #[derive(Debug, Default)]
-pub struct DatagramState {
+pub(crate) struct DatagramState {
     /// After a `quit`, memcached's UDP connection keeps
     /// `close_after_write`, so every later flush ends its datagram.
     pub stop_at_flush: bool,
 }
 
-pub struct Session {
+pub(crate) struct Session {
     /// The socket's descriptor (logs, `stats conns`).
     pub fd: i32,
     pub protocol: Protocol,
@@ -177,7 +177,7 @@ pub struct Session {
 
 impl Session {
     /// A stream connection's session.
-    pub fn stream(fd: i32, protocol: Protocol, activity: Option<Arc<Activity>>) -> Session {
+    pub(crate) fn stream(fd: i32, protocol: Protocol, activity: Option<Arc<Activity>>) -> Session {
         Session {
             fd,
             protocol,
@@ -201,7 +201,7 @@ impl Session {
     }
 
     /// A datagram endpoint's session.
-    pub fn datagram(fd: i32) -> Session {
+    pub(crate) fn datagram(fd: i32) -> Session {
         Session {
             output: Output::datagram(),
             datagram: Some(DatagramState::default()),
@@ -211,7 +211,7 @@ impl Session {
 
     /// Received bytes not yet consumed.
     #[inline]
-    pub fn input(&self) -> &[u8] {
+    pub(crate) fn input(&self) -> &[u8] {
         self.input.input()
     }
 
@@ -219,7 +219,7 @@ impl Session {
     /// nothing while it reads a data block (a storage command's value, a
     /// binary request's extras, key or value) or swallows a refused one; it
     /// writes when it next waits for a new request.
-    pub fn holds_output(&self) -> bool {
+    pub(crate) fn holds_output(&self) -> bool {
         let header_cut = self.protocol == Protocol::Binary
             && self.input.len() < osmium_protocol::binary::HEADER_LEN;
         self.swallow > 0 || self.incoming.is_some() || (self.need > 0 && !header_cut)
@@ -227,45 +227,48 @@ impl Session {
 
     /// Whether no input is waiting.
     #[inline]
-    pub fn input_is_empty(&self) -> bool {
+    pub(crate) fn input_is_empty(&self) -> bool {
         self.input.is_empty()
     }
 
     /// The output, for the transport to send.
     #[inline]
-    pub fn output(&mut self) -> &mut Output {
+    pub(crate) fn output(&mut self) -> &mut Output {
         &mut self.output
     }
 
     /// Whether nothing more runs on this session (quit).
     #[inline]
-    pub fn closing(&self) -> bool {
+    pub(crate) fn closing(&self) -> bool {
         self.close_after_write
     }
 
     /// Why the connection closes (see `CloseReason`).
     #[inline]
-    pub fn close_reason(&self) -> CloseReason {
+    pub(crate) fn close_reason(&self) -> CloseReason {
         self.close_reason
     }
 
     /// Names why the connection closes: the peer closed its end
     /// (`Normal`), the idle timeout, ...
     #[inline]
-    pub fn set_close_reason(&mut self, reason: CloseReason) {
+    pub(crate) fn set_close_reason(&mut self, reason: CloseReason) {
         self.close_reason = reason;
     }
 
     /// Whether a read now would fill a large data block's item rather than
     /// the read buffer.
     #[inline]
-    pub fn reading_into_item(&self) -> bool {
+    pub(crate) fn reading_into_item(&self) -> bool {
         self.incoming.as_ref().is_some_and(|i| !i.item.is_filled())
     }
 
     /// Where the next read goes: the rest of a large data block's item, or
     /// the read buffer (made room in, lent by the pool if needed).
-    pub fn read_target<'s>(&'s mut self, ctx: &'s WorkerCtx) -> Result<&'s mut [u8], NoBuffer> {
+    pub(crate) fn read_target<'s>(
+        &'s mut self,
+        ctx: &'s WorkerCtx,
+    ) -> Result<&'s mut [u8], NoBuffer> {
         if let Some(incoming) = self.incoming.as_mut().filter(|i| !i.item.is_filled()) {
             return Ok(ctx.store().incoming_space(&mut incoming.item));
         }
@@ -274,7 +277,7 @@ impl Session {
 
     /// Records that `n` bytes were read into `read_target`.
     #[inline]
-    pub fn received(&mut self, ctx: &WorkerCtx, n: usize) {
+    pub(crate) fn received(&mut self, ctx: &WorkerCtx, n: usize) {
         if let Some(incoming) = self.incoming.as_mut().filter(|i| !i.item.is_filled()) {
             ctx.store().incoming_filled(&mut incoming.item, n);
             return;
@@ -286,7 +289,7 @@ impl Session {
     /// waiting in the input (see `Ahead`); the hashes of the first
     /// `AHEAD_DISTANCE` go to `first_hashes` too, for their items to be
     /// prefetched once every connection of the turn has been read.
-    pub fn peek_ahead(&mut self, store: &osmium_store::Store, first_hashes: &mut Vec<u64>) {
+    pub(crate) fn peek_ahead(&mut self, store: &osmium_store::Store, first_hashes: &mut Vec<u64>) {
         self.ahead.clear();
         for (i, key) in osmium_protocol::peek::keys(self.input.input()).enumerate() {
             let hash = store.prefetch_bucket(key);
@@ -300,7 +303,7 @@ impl Session {
     }
 
     /// The connection became a log watcher (`stats conns`).
-    pub fn set_watching(&self) {
+    pub(crate) fn set_watching(&self) {
         if let Some(a) = &self.activity {
             a.set_state(State::Watching);
         }
@@ -309,7 +312,7 @@ impl Session {
     /// Gives the session's buffers back to the pool where they are empty
     /// (the transport calls this once it has sent what it could).
     #[inline]
-    pub fn release_idle(&mut self, ctx: &WorkerCtx) {
+    pub(crate) fn release_idle(&mut self, ctx: &WorkerCtx) {
         self.input.release_if_empty(&ctx.pool);
         self.output.release_if_empty(&ctx.pool);
         if let Some(a) = &self.activity {
@@ -326,7 +329,7 @@ impl Session {
 
     /// The connection closed: abandons a half-read item and gives every
     /// buffer back.
-    pub fn close(&mut self, ctx: &WorkerCtx) {
+    pub(crate) fn close(&mut self, ctx: &WorkerCtx) {
         if let Some(incoming) = self.incoming.take() {
             ctx.store().abandon_incoming(incoming.item);
         }
@@ -336,7 +339,7 @@ impl Session {
 
     /// Runs the buffered requests, up to `-R` of them; values queued in
     /// the output leave through `sink` before it returns.
-    pub fn process<S: Sink>(&mut self, ctx: &WorkerCtx, sink: &mut S) -> Flow {
+    pub(crate) fn process<S: Sink>(&mut self, ctx: &WorkerCtx, sink: &mut S) -> Flow {
         if self.close_after_write {
             // quit was seen: nothing after it runs.
             return Flow::Wait;
@@ -441,7 +444,7 @@ impl Session {
     // ---- datagram endpoints (see `transport::udp`) ----
 
     /// Replaces the input with one datagram's payload.
-    pub fn set_datagram(&mut self, payload: &[u8]) {
+    pub(crate) fn set_datagram(&mut self, payload: &[u8]) {
         self.input.set(payload);
         self.swallow = 0;
         self.need = 0;
@@ -450,19 +453,19 @@ impl Session {
 
     /// Appends bytes that complete a data block (memcached reads the rest
     /// of a block straight from the socket, whatever datagram it is).
-    pub fn append_input(&mut self, bytes: &[u8]) {
+    pub(crate) fn append_input(&mut self, bytes: &[u8]) {
         self.input.append(bytes);
     }
 
     /// Drops the rest of the input.
-    pub fn drop_input(&mut self) {
+    pub(crate) fn drop_input(&mut self) {
         self.input.clear();
     }
 
     /// Bytes the session still waits for to complete a data block (or a
     /// binary request's body) or to swallow; 0 when it waits for nothing.
     /// A binary header cut short is not such a block: memcached drops it.
-    pub fn awaiting_block(&self) -> usize {
+    pub(crate) fn awaiting_block(&self) -> usize {
         let header_cut = self.protocol == Protocol::Binary
             && self.input.len() < osmium_protocol::binary::HEADER_LEN;
         if self.swallow > 0 {
@@ -476,12 +479,12 @@ impl Session {
 
     /// Whether the last batch ended at a `quit` (datagram endpoints keep
     /// the flag to end later datagrams early).
-    pub fn take_close_after_write(&mut self) -> bool {
+    pub(crate) fn take_close_after_write(&mut self) -> bool {
         std::mem::take(&mut self.close_after_write)
     }
 
     /// Forgets everything in flight (a datagram endpoint starting over).
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.input.clear();
         self.swallow = 0;
         self.need = 0;

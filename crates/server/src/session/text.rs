@@ -33,13 +33,13 @@ use crate::replication::rights;
 use crate::stats::latency::Cmd;
 
 /// A get line this long without its end is served as it arrives.
-pub const STREAM_AFTER: usize = 16 * 1024;
+pub(crate) const STREAM_AFTER: usize = 16 * 1024;
 
 /// Stop adding dump lines while this much output waits to be sent.
 const DUMP_CHUNK: usize = 256 * 1024;
 
 /// A huge get line being served as it arrives.
-pub struct StreamingGet {
+pub(crate) struct StreamingGet {
     with_cas: bool,
     touch: Option<i64>,
     /// Where this get's reply starts in the output, while none of it has
@@ -50,7 +50,7 @@ pub struct StreamingGet {
     failed: bool,
 }
 
-pub fn process<S: Sink>(s: &mut Session, ctx: &WorkerCtx, sink: &mut S) -> Flow {
+pub(crate) fn process<S: Sink>(s: &mut Session, ctx: &WorkerCtx, sink: &mut S) -> Flow {
     let mut done = 0;
     loop {
         if !s.swallow_input() {

@@ -12,7 +12,7 @@ use osmium_protocol::request::{Command, Reply};
 
 /// Which of a command's replies memcached logs.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Replies {
+pub(crate) enum Replies {
     /// Each reply line: `>FD LINE`.
     Lines,
     /// A get: `>FD sending key K` per hit, then `>FD END`.
@@ -22,7 +22,7 @@ pub enum Replies {
 }
 
 /// What memcached logs of `command`'s replies.
-pub fn replies(command: &Command<'_>, reply: &Reply<'_>) -> Replies {
+pub(crate) fn replies(command: &Command<'_>, reply: &Reply<'_>) -> Replies {
     let meta = matches!(reply, Reply::Meta(_));
     match command {
         Command::Get { .. } if !meta => Replies::Get,
@@ -41,7 +41,7 @@ pub fn replies(command: &Command<'_>, reply: &Reply<'_>) -> Replies {
 }
 
 /// `<FD LINE`: a command line as received, without its line end.
-pub fn command(fd: i32, line: &[u8]) {
+pub(crate) fn command(fd: i32, line: &[u8]) {
     let shown = line.strip_suffix(b"\n").unwrap_or(line);
     let shown = shown.strip_suffix(b"\r").unwrap_or(shown);
     tracing::debug!("<{} {}", fd, String::from_utf8_lossy(shown));
@@ -49,7 +49,7 @@ pub fn command(fd: i32, line: &[u8]) {
 
 /// Logs the replies in `bytes` (what the command added to the output);
 /// `unsent`: the storage verdict noreply kept from the client.
-pub fn replies_sent(fd: i32, kind: Replies, bytes: &[u8], unsent: Option<&str>) {
+pub(crate) fn replies_sent(fd: i32, kind: Replies, bytes: &[u8], unsent: Option<&str>) {
     match kind {
         Replies::Silent => {}
         Replies::Lines if bytes.is_empty() => {

@@ -29,7 +29,7 @@ use super::Cli;
 
 /// The command line with every `--config-file FILE` expanded, and the
 /// last `logfile` line's path.
-pub struct Expanded {
+pub(crate) struct Expanded {
     pub args: Vec<OsString>,
     pub logfile: Option<String>,
     /// Where each of `args` came from: a file's line, or None for the
@@ -39,7 +39,7 @@ pub struct Expanded {
 
 /// A config file's line (numbered from 1).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Origin {
+pub(crate) struct Origin {
     pub path: String,
     pub line: usize,
 }
@@ -47,7 +47,7 @@ pub struct Origin {
 /// Expands `--config-file FILE` (or `--config-file=FILE`) in `args`: the
 /// file's options are put before it, so that clap still sees (and `-h`
 /// still lists) the option itself.
-pub fn expand(args: Vec<OsString>) -> Result<Expanded, String> {
+pub(crate) fn expand(args: Vec<OsString>) -> Result<Expanded, String> {
     let mut out = Vec::with_capacity(args.len());
     let mut origins: Vec<Option<Origin>> = Vec::with_capacity(args.len());
     let mut logfile = None;
@@ -111,7 +111,7 @@ pub fn expand(args: Vec<OsString>) -> Result<Expanded, String> {
 /// order, the command line's own words always there: the first line with
 /// which `check` refuses it with the same message is named; none when
 /// the command line alone is refused so.
-pub fn locate(
+pub(crate) fn locate(
     message: String,
     expanded: &Expanded,
     check: impl Fn(Vec<OsString>) -> Option<String>,
@@ -149,10 +149,10 @@ pub fn locate(
 
 /// A config file's option words, each with its line number, and its
 /// `logfile` line's path.
-pub type Words = Vec<(usize, String)>;
+pub(crate) type Words = Vec<(usize, String)>;
 
 /// The option words of a config file and its `logfile` line's path.
-pub fn parse(path: &str, contents: &str) -> Result<(Words, Option<String>), String> {
+pub(crate) fn parse(path: &str, contents: &str) -> Result<(Words, Option<String>), String> {
     let cmd = Cli::command();
     let shorts: Vec<char> = cmd.get_arguments().filter_map(|a| a.get_short()).collect();
     let longs: Vec<&str> = cmd.get_arguments().filter_map(|a| a.get_long()).collect();

@@ -6,10 +6,10 @@
 use crate::hotkeys::{Sampling, DEFAULT_TOP, MAX_INTERVAL};
 
 /// The most keys `-o hotkeys_top` takes.
-pub const MAX_TOP: usize = 1024;
+pub(crate) const MAX_TOP: usize = 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HotkeysSettings {
+pub(crate) struct HotkeysSettings {
     /// Keys reported; 0 is off.
     pub top: usize,
     /// Which requests are counted.
@@ -27,7 +27,7 @@ impl Default for HotkeysSettings {
 
 impl HotkeysSettings {
     /// Takes `-o name=value` if it is a hot-key option (false if not).
-    pub fn option(&mut self, name: &str, value: Option<&str>) -> Result<bool, String> {
+    pub(crate) fn option(&mut self, name: &str, value: Option<&str>) -> Result<bool, String> {
         match name {
             "hotkeys_top" => {
                 self.top = value

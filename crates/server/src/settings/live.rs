@@ -9,14 +9,14 @@ use clap::CommandFactory;
 use super::Cli;
 
 /// The options that a reload applies.
-pub const LIVE: &[&str] = &["replicate_to", "replication"];
+pub(crate) const LIVE: &[&str] = &["replicate_to", "replication"];
 
 /// Fields of `Cli` that are not settings of a running server.
 const NOT_SETTINGS: &[&str] = &["help", "version", "license", "config_file"];
 
 /// The parsed options, each as its field's `Debug` text, to compare.
 #[derive(Clone, Default)]
-pub struct Options {
+pub(crate) struct Options {
     /// `--config-file`: what SIGHUP re-reads (None: SIGHUP reloads the
     /// TLS certificates only).
     pub config_file: Option<String>,
@@ -37,7 +37,7 @@ impl std::fmt::Debug for Options {
 
 /// The options of a parsed command line (and the config file's
 /// `logfile`).
-pub fn capture(cli: &Cli, logfile: &Option<String>) -> Options {
+pub(crate) fn capture(cli: &Cli, logfile: &Option<String>) -> Options {
     // Pretty `Debug` puts each field of `Cli` on lines of its own, the
     // first indented by exactly four spaces and starting with its name.
     let text = format!("{cli:#?}");
@@ -74,7 +74,7 @@ pub fn capture(cli: &Cli, logfile: &Option<String>) -> Options {
 /// The options whose values differ between `old` and `new` and that
 /// cannot change live, by the name an operator knows them by
 /// (`-m/--memory-limit`, `-o ext_path`, `logfile`).
-pub fn unchangeable(old: &Options, new: &Options) -> Vec<String> {
+pub(crate) fn unchangeable(old: &Options, new: &Options) -> Vec<String> {
     let cmd = Cli::command();
     let mut names = Vec::new();
     for (name, value) in &new.fields {

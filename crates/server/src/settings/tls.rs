@@ -6,7 +6,7 @@
 
 /// `-o ssl_verify_mode`: how client certificates are asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VerifyMode {
+pub(crate) enum VerifyMode {
     /// 0: not asked for.
     None,
     /// 1: asked for; verified when sent, not required.
@@ -21,7 +21,7 @@ impl VerifyMode {
     /// The value `stats settings` shows: OpenSSL's flag bits, as memcached
     /// prints them (`SSL_VERIFY_PEER` 1, `FAIL_IF_NO_PEER_CERT` 2,
     /// `CLIENT_ONCE` 4).
-    pub fn openssl_flags(self) -> u32 {
+    pub(crate) fn openssl_flags(self) -> u32 {
         match self {
             VerifyMode::None => 0,
             VerifyMode::Request => 1,
@@ -31,14 +31,14 @@ impl VerifyMode {
     }
 
     /// Whether a connection without a client certificate is refused.
-    pub fn requires_cert(self) -> bool {
+    pub(crate) fn requires_cert(self) -> bool {
         matches!(self, VerifyMode::Require | VerifyMode::Once)
     }
 }
 
 /// How one listener speaks TLS (memcached's `MC_SSL_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListenerTls {
+pub(crate) enum ListenerTls {
     /// No TLS: without `-Z`, or a `notls:` listener.
     Off,
     /// `-Z`: TLS with `ssl_verify_mode`'s client certificate rule.
@@ -52,7 +52,7 @@ pub enum ListenerTls {
 
 /// The `-o ssl_*` settings (memcached's names and units).
 #[derive(Debug, Clone)]
-pub struct TlsSettings {
+pub(crate) struct TlsSettings {
     /// `-Z`.
     pub enabled: bool,
     pub chain_cert: Option<String>,
@@ -102,7 +102,7 @@ impl Default for TlsSettings {
 }
 
 /// What `stats settings` shows for `ssl_min_version`.
-pub fn version_text(v: u8) -> &'static str {
+pub(crate) fn version_text(v: u8) -> &'static str {
     match v {
         0 => "tlsv1.0",
         1 => "tlsv1.1",
@@ -116,7 +116,7 @@ pub fn version_text(v: u8) -> &'static str {
 /// with for it (`EX_USAGE` 64 for most; 1 for the verify mode and minimum
 /// version, which memcached rejects with `return 1`).
 #[derive(Debug, PartialEq, Eq)]
-pub struct OptionError {
+pub(crate) struct OptionError {
     pub message: String,
     pub exit_code: i32,
 }
@@ -131,7 +131,7 @@ fn usage(message: &str) -> OptionError {
 impl TlsSettings {
     /// Takes `-o name[=value]` if it is an `ssl_*` option: Ok(true) taken,
     /// Ok(false) not a TLS option.
-    pub fn option(&mut self, name: &str, value: Option<&str>) -> Result<bool, OptionError> {
+    pub(crate) fn option(&mut self, name: &str, value: Option<&str>) -> Result<bool, OptionError> {
         let missing = || usage(&format!("Missing {name} argument"));
         let unparsed = || usage(&format!("could not parse argument to {name}"));
         match name {
@@ -190,7 +190,7 @@ impl TlsSettings {
 /// `replication_peers`' list: names separated by `:` (an IPv6 address
 /// in brackets), each a DNS name or an IP address a certificate's SAN can
 /// hold.
-pub fn peer_names(list: &str) -> Result<Vec<String>, String> {
+pub(crate) fn peer_names(list: &str) -> Result<Vec<String>, String> {
     let mut names = Vec::new();
     let mut rest = list;
     while !rest.is_empty() {
@@ -232,7 +232,10 @@ fn strtol(s: &str) -> Option<i64> {
 /// Splits a `-l` entry's TLS prefix off (`notls:`, `btls:`, `mtls:`),
 /// with memcached's refusal when `-Z` is absent (its exit code is 71, as
 /// for any listener it could not open).
-pub fn listener_prefix(spec: &str, tls_enabled: bool) -> Result<(ListenerTls, &str), String> {
+pub(crate) fn listener_prefix(
+    spec: &str,
+    tls_enabled: bool,
+) -> Result<(ListenerTls, &str), String> {
     let default = if tls_enabled {
         ListenerTls::Default
     } else {
@@ -267,7 +270,7 @@ pub fn listener_prefix(spec: &str, tls_enabled: bool) -> Result<(ListenerTls, &s
 /// verify the target. Ok(Some(warning)): peers named by certificate
 /// only, and no listener asks for client certificates, so this server can
 /// accept no link.
-pub fn replication_rule(
+pub(crate) fn replication_rule(
     tls: &TlsSettings,
     listeners: &[ListenerTls],
     replicates: bool,

@@ -9,25 +9,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A counter written by one thread and read by any.
 #[derive(Default)]
-pub struct Counter(AtomicU64);
+pub(crate) struct Counter(AtomicU64);
 
 impl Counter {
     #[inline]
-    pub fn incr(&self) {
+    pub(crate) fn incr(&self) {
         self.add(1)
     }
     #[inline]
-    pub fn add(&self, n: u64) {
+    pub(crate) fn add(&self, n: u64) {
         self.0.store(
             self.0.load(Ordering::Relaxed).wrapping_add(n),
             Ordering::Relaxed,
         )
     }
     #[inline]
-    pub fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         self.0.store(0, Ordering::Relaxed)
     }
 }
@@ -36,15 +36,15 @@ macro_rules! thread_counters {
     ($($name:ident),* $(,)?) => {
         /// Per-worker request counters.
         #[derive(Default)]
-        pub struct ThreadStats { $(pub $name: Counter,)* }
+        pub(crate) struct ThreadStats { $(pub(crate) $name: Counter,)* }
 
         /// A sum of every worker's counters.
         #[derive(Default, Clone, Copy)]
-        pub struct Totals { $(pub $name: u64,)* }
+        pub(crate) struct Totals { $(pub(crate) $name: u64,)* }
 
         impl ThreadStats {
-            pub fn add_to(&self, t: &mut Totals) { $(t.$name += self.$name.get();)* }
-            pub fn reset(&self) { $(self.$name.reset();)* }
+            pub(crate) fn add_to(&self, t: &mut Totals) { $(t.$name += self.$name.get();)* }
+            pub(crate) fn reset(&self) { $(self.$name.reset();)* }
         }
     };
 }
@@ -83,7 +83,7 @@ thread_counters!(
 
 /// Process-wide counters shared by the acceptor and the workers.
 #[derive(Default)]
-pub struct GlobalStats {
+pub(crate) struct GlobalStats {
     /// Open client connections (what `-c` limits).
     pub curr_connections: AtomicU64,
     pub total_connections: AtomicU64,
@@ -97,7 +97,7 @@ pub struct GlobalStats {
 
 impl GlobalStats {
     /// Records the server's own sockets (once, at start).
-    pub fn set_server_conns(&self, n: u64) {
+    pub(crate) fn set_server_conns(&self, n: u64) {
         self.server_conns.store(n, Ordering::Relaxed);
         self.total_connections.fetch_add(n, Ordering::Relaxed);
     }

@@ -39,7 +39,7 @@ use super::counters::Counter;
 
 /// Upper bounds of the buckets, in nanoseconds: 10 µs to 100 ms, then
 /// +Inf.
-pub const BOUNDS_NS: [u64; 13] = [
+pub(crate) const BOUNDS_NS: [u64; 13] = [
     10_000,
     25_000,
     50_000,
@@ -56,18 +56,18 @@ pub const BOUNDS_NS: [u64; 13] = [
 ];
 
 /// Buckets: one per bound and +Inf.
-pub const BUCKETS: usize = BOUNDS_NS.len() + 1;
+pub(crate) const BUCKETS: usize = BOUNDS_NS.len() + 1;
 
 macro_rules! commands {
     ($($variant:ident = $name:literal),* $(,)?) => {
         /// What a request is, as the `command` label names it.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         #[repr(u8)]
-        pub enum Cmd { $($variant,)* }
+        pub(crate) enum Cmd { $($variant,)* }
 
         impl Cmd {
-            pub const ALL: &'static [Cmd] = &[$(Cmd::$variant,)*];
-            pub fn name(self) -> &'static str {
+            pub(crate) const ALL: &'static [Cmd] = &[$(Cmd::$variant,)*];
+            pub(crate) fn name(self) -> &'static str {
                 match self { $(Cmd::$variant => $name,)* }
             }
         }
@@ -106,7 +106,7 @@ impl Cmd {
     /// The kind of a parsed request (text, meta or binary alike: a binary
     /// GET is a `get`, a binary GAT a `gat`).
     #[inline]
-    pub fn of(req: &Request<'_>) -> Cmd {
+    pub(crate) fn of(req: &Request<'_>) -> Cmd {
         let meta = matches!(req.reply, Reply::Meta(_));
         match &req.command {
             Command::Get {
@@ -157,7 +157,7 @@ static RATE: OnceLock<Rate> = OnceLock::new();
 
 /// Chooses the clock and measures its rate (once; later calls return at
 /// once). Called at start, before any worker runs.
-pub fn calibrate() {
+pub(crate) fn calibrate() {
     RATE.get_or_init(|| {
         let origin = Instant::now();
         let tsc = cfg!(target_arch = "x86_64")
@@ -211,7 +211,7 @@ fn tsc_now() -> u64 {
 
 /// The histograms' clock, in ticks (see the module's comment).
 #[inline]
-pub fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     if USE_TSC.load(Ordering::Relaxed) {
         return tsc_now();
     }
@@ -220,7 +220,7 @@ pub fn now() -> u64 {
 }
 
 /// One histogram, written by one thread; bounds and sum in ticks.
-pub struct Histogram {
+pub(crate) struct Histogram {
     buckets: [Counter; BUCKETS],
     sum: Counter,
 }
@@ -253,19 +253,19 @@ impl Histogram {
 
 /// A sum of histograms: per-bucket (not cumulative) counts.
 #[derive(Default, Clone, Copy, Debug)]
-pub struct HistogramTotals {
+pub(crate) struct HistogramTotals {
     pub buckets: [u64; BUCKETS],
     pub sum_ns: u64,
 }
 
 impl HistogramTotals {
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.buckets.iter().sum()
     }
 }
 
 /// One worker's histograms.
-pub struct Latency {
+pub(crate) struct Latency {
     commands: Vec<Histogram>,
     flash_read: Histogram,
     /// `BOUNDS_NS` in ticks.
@@ -288,26 +288,26 @@ impl Default for Latency {
 impl Latency {
     /// A request of kind `cmd` took from `start` to `end` ([`now`]).
     #[inline]
-    pub fn command(&self, cmd: Cmd, start: u64, end: u64) {
+    pub(crate) fn command(&self, cmd: Cmd, start: u64, end: u64) {
         self.commands[cmd as usize].record_ticks(end.saturating_sub(start), &self.bounds);
     }
 
     /// A flash read started at `start` ([`now`]) has completed.
     #[inline]
-    pub fn flash_read(&self, start: u64) {
+    pub(crate) fn flash_read(&self, start: u64) {
         self.flash_read
             .record_ticks(now().saturating_sub(start), &self.bounds);
     }
 
     /// Adds this worker's command histograms to `t` (indexed as
     /// `Cmd::ALL`).
-    pub fn add_commands_to(&self, t: &mut [HistogramTotals]) {
+    pub(crate) fn add_commands_to(&self, t: &mut [HistogramTotals]) {
         for (t, h) in t.iter_mut().zip(&self.commands) {
             h.add_to(t, self.ticks_per_ns);
         }
     }
 
-    pub fn add_flash_to(&self, t: &mut HistogramTotals) {
+    pub(crate) fn add_flash_to(&self, t: &mut HistogramTotals) {
         self.flash_read.add_to(t, self.ticks_per_ns);
     }
 }

@@ -4,6 +4,6 @@
 //! them are the executor's (`execute::report`), and `/metrics` is built
 //! from those replies (`metrics`).
 
-pub mod counters;
-pub mod latency;
-pub mod prefix;
+pub(crate) mod counters;
+pub(crate) mod latency;
+pub(crate) mod prefix;

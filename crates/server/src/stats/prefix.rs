@@ -16,14 +16,14 @@ struct Entry {
     deletes: u64,
 }
 
-pub struct PrefixStats {
+pub(crate) struct PrefixStats {
     enabled: AtomicBool,
     delimiter: u8,
     buckets: Mutex<Vec<Vec<Entry>>>,
 }
 
 /// memcached's default hash (MurmurHash3_x86_32, seed 0).
-pub fn murmur3_32(key: &[u8]) -> u32 {
+pub(crate) fn murmur3_32(key: &[u8]) -> u32 {
     const C1: u32 = 0xcc9e_2d51;
     const C2: u32 = 0x1b87_3593;
     let mut h: u32 = 0;
@@ -53,7 +53,7 @@ pub fn murmur3_32(key: &[u8]) -> u32 {
 }
 
 impl PrefixStats {
-    pub fn new(delimiter: u8, enabled: bool) -> PrefixStats {
+    pub(crate) fn new(delimiter: u8, enabled: bool) -> PrefixStats {
         PrefixStats {
             enabled: AtomicBool::new(enabled),
             delimiter,
@@ -62,15 +62,15 @@ impl PrefixStats {
     }
 
     #[inline]
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.enabled.load(Ordering::Relaxed)
     }
 
-    pub fn set_enabled(&self, on: bool) {
+    pub(crate) fn set_enabled(&self, on: bool) {
         self.enabled.store(on, Ordering::Relaxed)
     }
 
-    pub fn delimiter(&self) -> u8 {
+    pub(crate) fn delimiter(&self) -> u8 {
         self.delimiter
     }
 
@@ -110,22 +110,22 @@ impl PrefixStats {
         f(&mut list[pos]);
     }
 
-    pub fn record_get(&self, key: &[u8], hit: bool) {
+    pub(crate) fn record_get(&self, key: &[u8], hit: bool) {
         self.with_entry(key, |e| {
             e.gets += 1;
             e.hits += u64::from(hit);
         })
     }
 
-    pub fn record_set(&self, key: &[u8]) {
+    pub(crate) fn record_set(&self, key: &[u8]) {
         self.with_entry(key, |e| e.sets += 1)
     }
 
-    pub fn record_delete(&self, key: &[u8]) {
+    pub(crate) fn record_delete(&self, key: &[u8]) {
         self.with_entry(key, |e| e.deletes += 1)
     }
 
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         for b in buckets.iter_mut() {
             b.clear();
@@ -133,7 +133,7 @@ impl PrefixStats {
     }
 
     /// `stats detail dump`.
-    pub fn dump(&self, out: &mut Vec<u8>) {
+    pub(crate) fn dump(&self, out: &mut Vec<u8>) {
         use std::io::Write;
         let buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         for e in buckets.iter().flatten() {

@@ -6,7 +6,7 @@ use std::io;
 /// Pins the calling thread to the `n`th CPU (mod their count) of those
 /// this process may run on (`-o thread_affinity`); a failure is reported
 /// and the thread runs unpinned.
-pub fn pin_to_cpu(n: usize) {
+pub(crate) fn pin_to_cpu(n: usize) {
     // SAFETY: cpu_set_t is plain data; zeroed is an empty set.
     let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: a valid pointer to a cpu_set_t of the size given; pid 0 is

@@ -54,7 +54,7 @@ struct InFlight {
     started: u64,
 }
 
-pub struct FlashIo {
+pub(crate) struct FlashIo {
     ring: IoUring,
     eventfd: OwnedFd,
     in_flight: Slab<InFlight>,
@@ -69,7 +69,11 @@ impl FlashIo {
     /// A ring whose completions make `token` readable in `registry`; None
     /// where the kernel refuses io_uring (the GETs then read flash
     /// themselves, blocking their worker).
-    pub fn new(registry: &Registry, token: Token, latency: Arc<Latency>) -> io::Result<FlashIo> {
+    pub(crate) fn new(
+        registry: &Registry,
+        token: Token,
+        latency: Arc<Latency>,
+    ) -> io::Result<FlashIo> {
         let ring = IoUring::new(RING_ENTRIES)?;
         // SAFETY: eventfd has no memory-safety preconditions; the result is
         // checked and owned below.
@@ -96,7 +100,7 @@ impl FlashIo {
 
     /// Starts the reads of `wanted` for connection `conn` (`conn_id`);
     /// returns how many it waits for (0: everything is ready already).
-    pub fn start(
+    pub(crate) fn start(
         &mut self,
         store: &Store,
         conn: usize,
@@ -143,7 +147,7 @@ impl FlashIo {
     }
 
     /// Hands the kernel the reads started since the last call.
-    pub fn submit(&mut self) {
+    pub(crate) fn submit(&mut self) {
         if self.unsubmitted > 0 {
             match self.ring.submit() {
                 Ok(_) => self.unsubmitted = 0,
@@ -156,7 +160,7 @@ impl FlashIo {
     /// Reaps the reads that finished: each record is made ready for its
     /// connection's next lookups; `done(conn, conn_id)` is called once per
     /// read for the connection that waited for it.
-    pub fn complete(&mut self, store: &Store, mut done: impl FnMut(usize, u64)) {
+    pub(crate) fn complete(&mut self, store: &Store, mut done: impl FnMut(usize, u64)) {
         let mut count = [0u8; 8];
         // SAFETY: reads 8 bytes into our buffer from our own eventfd.
         unsafe { libc::read(self.eventfd.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
@@ -189,7 +193,7 @@ impl FlashIo {
 
     /// Waits for every read in flight (before the ring and the buffers
     /// are dropped).
-    pub fn drain(&mut self, store: &Store) {
+    pub(crate) fn drain(&mut self, store: &Store) {
         self.submit();
         while !self.in_flight.is_empty() {
             if self.ring.submit_and_wait(1).is_err() {

@@ -93,7 +93,7 @@ const CONTENDED_SHARE: f64 = 0.05;
 const UNCONTENDED_SHARE: f64 = 0.01;
 
 /// A worker's polling budget.
-pub struct IdleSpin {
+pub(crate) struct IdleSpin {
     /// The longest poll before blocking; zero: never poll.
     max: Duration,
     /// The current budget, at most `max`.
@@ -126,7 +126,7 @@ pub struct IdleSpin {
 }
 
 impl IdleSpin {
-    pub fn new(max: Duration) -> IdleSpin {
+    pub(crate) fn new(max: Duration) -> IdleSpin {
         IdleSpin {
             max,
             budget: max,
@@ -146,7 +146,7 @@ impl IdleSpin {
 
     /// Waits for events as `poll.poll(events, timeout)` does; polls for up
     /// to the budget first unless `timeout` is zero (work is waiting).
-    pub fn wait(
+    pub(crate) fn wait(
         &mut self,
         poll: &mut Poll,
         events: &mut Events,

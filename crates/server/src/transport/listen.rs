@@ -26,7 +26,7 @@ use crate::stats::counters::GlobalStats;
 use crate::tls_context::TlsContext;
 
 /// A listening socket of the acceptor.
-pub enum Listener {
+pub(crate) enum Listener {
     Tcp(TcpListener),
     /// TCP whose connections speak TLS (how, per the listener's kind).
     Tls(TcpListener, ListenerTls, Arc<TlsContext>),
@@ -34,7 +34,7 @@ pub enum Listener {
 }
 
 impl Listener {
-    pub fn accept(&self) -> io::Result<Stream> {
+    pub(crate) fn accept(&self) -> io::Result<Stream> {
         match self {
             Listener::Tcp(l) => l.accept().map(|(s, _)| {
                 let _ = s.set_nodelay(true);
@@ -49,7 +49,7 @@ impl Listener {
         }
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             Listener::Tls(l, _, _) => l
@@ -90,7 +90,7 @@ impl Source for Listener {
 /// words (`main` prints it as it is): what failed to listen (the `-l`
 /// values, or the port without `-l`) and the system's reason.
 #[derive(Debug)]
-pub struct ListenFailed(pub String);
+pub(crate) struct ListenFailed(pub String);
 
 impl std::fmt::Display for ListenFailed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -119,7 +119,7 @@ fn listen_failed(settings: &Settings, transport: &str, port: u16, e: &io::Error)
 }
 
 /// An I/O error in `perror`'s words (Rust adds ` (os error N)`).
-pub fn strerror(e: &io::Error) -> String {
+pub(crate) fn strerror(e: &io::Error) -> String {
     let text = e.to_string();
     match text.rfind(" (os error ") {
         Some(at) if e.raw_os_error().is_some() => text[..at].to_string(),
@@ -159,7 +159,10 @@ fn resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
 
 /// TCP listeners on every `-l` address (none with `-p 0` or `-s`), TLS
 /// ones where the address asks for it.
-pub fn bind_tcp(settings: &Settings, tls: Option<&Arc<TlsContext>>) -> io::Result<Vec<Listener>> {
+pub(crate) fn bind_tcp(
+    settings: &Settings,
+    tls: Option<&Arc<TlsContext>>,
+) -> io::Result<Vec<Listener>> {
     let mut listeners = Vec::new();
     if settings.port == 0 || settings.unix_socket.is_some() {
         return Ok(listeners);
@@ -188,7 +191,7 @@ pub fn bind_tcp(settings: &Settings, tls: Option<&Arc<TlsContext>>) -> io::Resul
 
 /// UDP sockets for `-U`, on the same addresses as TCP (a `-l host:port`
 /// port applies to both, as in memcached).
-pub fn bind_udp(settings: &Settings) -> io::Result<Vec<std::net::UdpSocket>> {
+pub(crate) fn bind_udp(settings: &Settings) -> io::Result<Vec<std::net::UdpSocket>> {
     let mut sockets = Vec::new();
     if settings.udp_port == 0 || settings.unix_socket.is_some() {
         return Ok(sockets);
@@ -221,7 +224,7 @@ pub fn bind_udp(settings: &Settings) -> io::Result<Vec<std::net::UdpSocket>> {
 /// stale socket file at the path is removed (any other kind of file makes
 /// bind fail), and the file is created with the `-a` permission bits.
 /// memcached leaves the file behind when it exits, and so does osmium.
-pub fn bind_unix(settings: &Settings) -> io::Result<Option<Listener>> {
+pub(crate) fn bind_unix(settings: &Settings) -> io::Result<Option<Listener>> {
     use std::os::unix::fs::FileTypeExt;
     let Some(path) = &settings.unix_socket else {
         return Ok(None);
@@ -254,7 +257,7 @@ pub fn bind_unix(settings: &Settings) -> io::Result<Option<Listener>> {
 /// Which UDP sockets each worker serves: every worker gets a clone of
 /// every socket, or with several `-l` interfaces each socket goes to one
 /// worker in turn (memcached's num_threads_per_udp).
-pub fn deal_udp_sockets(
+pub(crate) fn deal_udp_sockets(
     sockets: Vec<std::net::UdpSocket>,
     settings: &Settings,
 ) -> io::Result<Vec<Vec<std::net::UdpSocket>>> {
@@ -274,7 +277,7 @@ pub fn deal_udp_sockets(
 
 impl Listener {
     /// What `stats conns` shows of it.
-    pub fn kind(&self) -> Kind {
+    pub(crate) fn kind(&self) -> Kind {
         match self {
             Listener::Tcp(l) | Listener::Tls(l, _, _) => Kind::ListenTcp {
                 local: l.local_addr().ok(),
@@ -283,7 +286,7 @@ impl Listener {
         }
     }
 
-    pub fn fd(&self) -> i32 {
+    pub(crate) fn fd(&self) -> i32 {
         use std::os::fd::AsRawFd;
         match self {
             Listener::Tcp(l) | Listener::Tls(l, _, _) => l.as_raw_fd(),
@@ -294,7 +297,7 @@ impl Listener {
 
 /// Hands an accepted connection to the next worker, or refuses it (`-c`)
 /// as memcached's maxconns_fast does.
-pub fn dispatch(
+pub(crate) fn dispatch(
     mut stream: Stream,
     settings: &Settings,
     global: &GlobalStats,

@@ -9,13 +9,13 @@
 //! `flash_io` is a worker's reads of the flash tier (io_uring);
 //! `idle_spin` how long a worker polls before it sleeps.
 
-pub mod affinity;
-pub mod flash_io;
-pub mod idle_spin;
-pub mod listen;
-pub mod noise;
-pub mod stream;
-pub mod tls;
+pub(crate) mod affinity;
+pub(crate) mod flash_io;
+pub(crate) mod idle_spin;
+pub(crate) mod listen;
+pub(crate) mod noise;
+pub(crate) mod stream;
+pub(crate) mod tls;
 mod tls_send;
-pub mod udp;
-pub mod worker;
+pub(crate) mod udp;
+pub(crate) mod worker;

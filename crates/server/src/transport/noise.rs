@@ -29,7 +29,7 @@ use osmium_protocol::replication_link::{frame_error, Inbound, Outbound, SEAL_PLA
 use crate::compose::output::{Output, GATHER_PIECES};
 use crate::stats::counters::ThreadStats;
 
-pub struct NoiseConn {
+pub(crate) struct NoiseConn {
     pub sock: TcpStream,
     outbound: Outbound,
     inbound: Inbound,
@@ -40,7 +40,7 @@ pub struct NoiseConn {
 }
 
 impl NoiseConn {
-    pub fn new(sock: TcpStream, outbound: Outbound, inbound: Inbound) -> NoiseConn {
+    pub(crate) fn new(sock: TcpStream, outbound: Outbound, inbound: Inbound) -> NoiseConn {
         NoiseConn {
             sock,
             outbound,
@@ -52,13 +52,13 @@ impl NoiseConn {
 
     /// The socket and both directions, for a feed thread to go on with
     /// (`replica_follow`).
-    pub fn into_parts(self) -> (TcpStream, Outbound, Inbound) {
+    pub(crate) fn into_parts(self) -> (TcpStream, Outbound, Inbound) {
         (self.sock, self.outbound, self.inbound)
     }
 
     /// Whether the last read found the socket empty and nothing is left
     /// to open (the worker then waits for the next readable event).
-    pub fn drained(&self) -> bool {
+    pub(crate) fn drained(&self) -> bool {
         self.inbound.drained()
     }
 
@@ -69,14 +69,14 @@ impl NoiseConn {
     }
 
     /// Sends the sealed frames that wait. Ok(true): none left.
-    pub fn flush_frames(&mut self) -> io::Result<bool> {
+    pub(crate) fn flush_frames(&mut self) -> io::Result<bool> {
         self.outbound.flush_to(&mut self.sock)
     }
 
     /// Seals `out`'s queue (what is to leave now, `Output::sendable`)
     /// and sends the frames while the socket takes them; reports what
     /// was sealed to `out`. Ok(true) when all of it left.
-    pub fn send(&mut self, out: &mut Output, stats: &ThreadStats) -> io::Result<bool> {
+    pub(crate) fn send(&mut self, out: &mut Output, stats: &ThreadStats) -> io::Result<bool> {
         let total = out.sendable();
         let mut done = 0;
         let mut iov = [IoSlice::new(&[]); GATHER_PIECES];
@@ -105,7 +105,7 @@ impl NoiseConn {
 
     /// Writes bytes outside a session's output queue (a log watcher's
     /// lines): sealed, and sent as far as the socket takes them.
-    pub fn write_plain(&mut self, buf: &[u8]) -> io::Result<usize> {
+    pub(crate) fn write_plain(&mut self, buf: &[u8]) -> io::Result<usize> {
         if !self.flush_frames()? {
             return Err(io::ErrorKind::WouldBlock.into());
         }
@@ -115,7 +115,7 @@ impl NoiseConn {
     }
 
     /// Sends what waits, if the socket takes it now.
-    pub fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         let _ = self.flush_frames();
     }
 }

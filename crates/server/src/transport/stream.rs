@@ -24,7 +24,7 @@ use crate::conns::Kind;
 use crate::stats::counters::ThreadStats;
 
 /// An accepted stream connection.
-pub enum Stream {
+pub(crate) enum Stream {
     Tcp(TcpStream),
     Tls(Box<TlsStream>),
     Unix(UnixStream),
@@ -34,7 +34,7 @@ pub enum Stream {
 
 impl Stream {
     /// What `stats conns` shows of it.
-    pub fn kind(&self) -> Kind {
+    pub(crate) fn kind(&self) -> Kind {
         match self {
             Stream::Tcp(s) => Kind::Tcp {
                 remote: s.peer_addr().ok(),
@@ -57,7 +57,7 @@ impl Stream {
     /// link whose socket read was short with nothing left to open (a
     /// unix stream's read may stop short at a sender's boundary; TLS
     /// returns a record's plaintext at a time).
-    pub fn read_drained(&self, n: usize, room: usize) -> bool {
+    pub(crate) fn read_drained(&self, n: usize, room: usize) -> bool {
         match self {
             Stream::Tcp(_) => n < room,
             Stream::Noise(s) => s.drained(),
@@ -76,19 +76,19 @@ impl Stream {
     }
 
     /// Whether the idle timeout applies (memcached: TCP clients only).
-    pub fn is_tcp(&self) -> bool {
+    pub(crate) fn is_tcp(&self) -> bool {
         matches!(self, Stream::Tcp(_) | Stream::Tls(_) | Stream::Noise(_))
     }
 
     /// Whether it is plain TCP (a `replica_hello` there turns it into
     /// Noise frames).
-    pub fn is_plain_tcp(&self) -> bool {
+    pub(crate) fn is_plain_tcp(&self) -> bool {
         matches!(self, Stream::Tcp(_))
     }
 
     /// Writes a refusal line to a connection that is not served (a TLS
     /// one, which has not shaken hands, gets nothing).
-    pub fn refuse(&mut self, line: &[u8]) {
+    pub(crate) fn refuse(&mut self, line: &[u8]) {
         let _ = match self {
             Stream::Tcp(s) => s.write(line),
             Stream::Tls(_) | Stream::Noise(_) => Ok(0),
@@ -97,7 +97,7 @@ impl Stream {
     }
 
     /// Ends the connection's session politely (TLS `close_notify`).
-    pub fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         match self {
             Stream::Tls(s) => s.close(),
             Stream::Noise(s) => s.close(),
@@ -106,7 +106,7 @@ impl Stream {
     }
 
     /// A frame of a Noise link failed to open (the link is closed).
-    pub fn frame_failed(&self) -> bool {
+    pub(crate) fn frame_failed(&self) -> bool {
         matches!(self, Stream::Noise(s) if s.failed)
     }
 }
@@ -152,7 +152,7 @@ impl Sink for Stream {
 /// them, in one `writev` per gathered batch (`Output::pieces`), until the
 /// socket takes less than offered or what is to leave now
 /// (`Output::sendable`) left. Ok(true) when all of that left.
-pub fn send_plain<W: Write>(
+pub(crate) fn send_plain<W: Write>(
     sock: &mut W,
     out: &mut Output,
     stats: &ThreadStats,

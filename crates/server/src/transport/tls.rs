@@ -40,7 +40,7 @@ use crate::tls_context::{count_error, TlsContext};
 /// Most TLS bytes rustls keeps unsent before a write waits for the socket.
 const SEND_LIMIT: usize = 64 * 1024;
 
-pub struct TlsStream {
+pub(crate) struct TlsStream {
     pub sock: TcpStream,
     pub(super) conn: Connection,
     pub(super) ctx: Arc<TlsContext>,
@@ -53,7 +53,11 @@ pub struct TlsStream {
 
 impl TlsStream {
     /// A new connection on a `mode` listener, its handshake not begun.
-    pub fn accept(sock: TcpStream, ctx: &Arc<TlsContext>, mode: ListenerTls) -> io::Result<Self> {
+    pub(crate) fn accept(
+        sock: TcpStream,
+        ctx: &Arc<TlsContext>,
+        mode: ListenerTls,
+    ) -> io::Result<Self> {
         let mut conn = ServerConnection::new(ctx.config(mode)).map_err(io::Error::other)?;
         conn.set_buffer_limit(Some(SEND_LIMIT));
         Ok(TlsStream {
@@ -67,7 +71,7 @@ impl TlsStream {
 
     /// A replication follow link this server opened (its handshake done,
     /// the target verified; plaintext already decrypted stays readable).
-    pub fn established_client(
+    pub(crate) fn established_client(
         sock: TcpStream,
         mut conn: ClientConnection,
         ctx: &Arc<TlsContext>,
@@ -84,14 +88,14 @@ impl TlsStream {
 
     /// The socket and the TLS session, for replication to go on with
     /// (`replica_follow`).
-    pub fn into_parts(self) -> (TcpStream, Connection) {
+    pub(crate) fn into_parts(self) -> (TcpStream, Connection) {
         (self.sock, self.conn)
     }
 
     /// Whether the client presented a certificate that was verified
     /// against `ssl_ca_cert` (a proven client: a replication peer may be
     /// one).
-    pub fn client_verified(&self) -> bool {
+    pub(crate) fn client_verified(&self) -> bool {
         self.established && self.verifies_clients && self.conn.peer_certificates().is_some()
     }
 
@@ -99,7 +103,7 @@ impl TlsStream {
     /// its client certificate is one `replication_peers` /
     /// `replication_ca` names, and (`binding`) the exporter value a link
     /// handshake inside it is bound to. None before the handshake ended.
-    pub fn peer_standing(&self, binding: bool) -> Option<(bool, Option<[u8; 32]>)> {
+    pub(crate) fn peer_standing(&self, binding: bool) -> Option<(bool, Option<[u8; 32]>)> {
         if !self.established {
             return None;
         }
@@ -112,7 +116,7 @@ impl TlsStream {
 
     /// Sends the records rustls holds. Ok(true): none left; Ok(false):
     /// the socket is full.
-    pub fn flush_records(&mut self) -> io::Result<bool> {
+    pub(crate) fn flush_records(&mut self) -> io::Result<bool> {
         while self.conn.wants_write() {
             match self.conn.write_tls(&mut self.sock) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -163,7 +167,7 @@ impl TlsStream {
     /// Writes plaintext outside a session's output queue (a log
     /// watcher's lines): what rustls took, its records sent as far as the
     /// socket takes them.
-    pub fn write_plain(&mut self, buf: &[u8]) -> io::Result<usize> {
+    pub(crate) fn write_plain(&mut self, buf: &[u8]) -> io::Result<usize> {
         if !self.flush_records()? {
             return Err(io::ErrorKind::WouldBlock.into());
         }
@@ -173,7 +177,7 @@ impl TlsStream {
     }
 
     /// Says goodbye (`close_notify`) if the socket takes it now.
-    pub fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         if self.established {
             self.conn.send_close_notify();
             let _ = self.flush_records();

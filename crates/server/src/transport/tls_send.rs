@@ -17,7 +17,7 @@ impl TlsStream {
     /// rustls and sends the records while the socket takes them; reports
     /// what rustls took to `out` (which keeps the rest). Ok(true) when all
     /// of it left, records included.
-    pub fn send(&mut self, out: &mut Output, stats: &ThreadStats) -> io::Result<bool> {
+    pub(crate) fn send(&mut self, out: &mut Output, stats: &ThreadStats) -> io::Result<bool> {
         let total = out.sendable();
         let chunk = self.ctx.wbuf_size().max(1);
         let mut done = 0;

@@ -65,19 +65,19 @@ use crate::session::{Flow, Protocol, Session};
 use crate::stats::counters::ThreadStats;
 
 /// Bytes of the frame header.
-pub const UDP_HEADER_SIZE: usize = 8;
+pub(crate) const UDP_HEADER_SIZE: usize = 8;
 /// Largest reply datagram, header included.
-pub const UDP_MAX_PAYLOAD_SIZE: usize = 1400;
+pub(crate) const UDP_MAX_PAYLOAD_SIZE: usize = 1400;
 /// Reply bytes per datagram.
-pub const UDP_DATA_SIZE: usize = UDP_MAX_PAYLOAD_SIZE - UDP_HEADER_SIZE;
+pub(crate) const UDP_DATA_SIZE: usize = UDP_MAX_PAYLOAD_SIZE - UDP_HEADER_SIZE;
 /// memcached's receive buffer: the most one read takes from the socket.
-pub const UDP_READ_BUFFER_SIZE: usize = 65536;
+pub(crate) const UDP_READ_BUFFER_SIZE: usize = 65536;
 /// memcached asks for this send buffer (the kernel caps it).
-pub const UDP_SEND_BUFFER_SIZE: usize = 256 << 20;
+pub(crate) const UDP_SEND_BUFFER_SIZE: usize = 256 << 20;
 
 /// What `drive` left behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Progress {
+pub(crate) enum Progress {
     /// Nothing more until the socket is readable (or writable) again.
     Idle,
     /// Its share of this turn is used up; run it again soon.
@@ -121,7 +121,7 @@ struct Transmit {
 
 /// One worker's handle on one UDP socket, with memcached's per-thread UDP
 /// "connection" state.
-pub struct UdpEndpoint {
+pub(crate) struct UdpEndpoint {
     socket: UdpSocket,
     session: Session,
     /// Receive buffer (one datagram).
@@ -138,7 +138,7 @@ pub struct UdpEndpoint {
 }
 
 impl UdpEndpoint {
-    pub fn new(socket: UdpSocket) -> UdpEndpoint {
+    pub(crate) fn new(socket: UdpSocket) -> UdpEndpoint {
         let session = Session::datagram(socket.as_raw_fd());
         UdpEndpoint {
             socket,
@@ -154,7 +154,7 @@ impl UdpEndpoint {
 
     /// Sends what is pending, then reads and answers datagrams until the
     /// socket has none (or `-R` datagrams were handled this turn).
-    pub fn drive(&mut self, ctx: &WorkerCtx) -> Progress {
+    pub(crate) fn drive(&mut self, ctx: &WorkerCtx) -> Progress {
         let mut handled = 0;
         loop {
             if self.transmit.is_some() && !self.send_replies(ctx) {
@@ -181,11 +181,11 @@ impl UdpEndpoint {
 
     /// Drops everything in flight after a handler panic.
     /// The socket's descriptor.
-    pub fn fd(&self) -> i32 {
+    pub(crate) fn fd(&self) -> i32 {
         std::os::fd::AsRawFd::as_raw_fd(&self.socket)
     }
 
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.discard();
     }
 

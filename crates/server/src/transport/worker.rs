@@ -89,7 +89,7 @@ fn udp_token(i: usize) -> Token {
 
 /// A connection handed to a worker: a client's, or (replication's
 /// catch-up pull) a peer's (`replication::PEER_*`).
-pub struct NewConn {
+pub(crate) struct NewConn {
     pub stream: Stream,
     pub peer: u8,
 }
@@ -99,7 +99,7 @@ pub struct NewConn {
 const REPL_RECHECK: Duration = Duration::from_millis(20);
 
 /// The acceptor's handle on a worker.
-pub struct WorkerHandle {
+pub(crate) struct WorkerHandle {
     pub sender: Sender<NewConn>,
     pub waker: Arc<Waker>,
     pub thread: std::thread::JoinHandle<()>,
@@ -783,7 +783,7 @@ fn connection_gone(shared: &Shared) {
 
 /// Starts worker `index`, serving the given UDP sockets besides the
 /// connections it is sent.
-pub fn spawn(
+pub(crate) fn spawn(
     index: usize,
     shared: Arc<Shared>,
     udp_sockets: Vec<std::net::UdpSocket>,

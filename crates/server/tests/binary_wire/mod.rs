@@ -10,58 +10,58 @@ use std::time::Duration;
 
 use crate::common::{start_on_free_port, target_command};
 
-pub const GET: u8 = 0x00;
-pub const SET: u8 = 0x01;
-pub const ADD: u8 = 0x02;
-pub const REPLACE: u8 = 0x03;
-pub const DELETE: u8 = 0x04;
-pub const INCR: u8 = 0x05;
-pub const DECR: u8 = 0x06;
-pub const QUIT: u8 = 0x07;
-pub const FLUSH: u8 = 0x08;
-pub const GETQ: u8 = 0x09;
-pub const NOOP: u8 = 0x0a;
-pub const VERSION: u8 = 0x0b;
-pub const GETK: u8 = 0x0c;
-pub const GETKQ: u8 = 0x0d;
-pub const APPEND: u8 = 0x0e;
-pub const PREPEND: u8 = 0x0f;
-pub const STAT: u8 = 0x10;
-pub const SETQ: u8 = 0x11;
-pub const DELETEQ: u8 = 0x14;
-pub const INCRQ: u8 = 0x15;
-pub const QUITQ: u8 = 0x17;
-pub const APPENDQ: u8 = 0x19;
-pub const VERBOSITY: u8 = 0x1b;
-pub const TOUCH: u8 = 0x1c;
-pub const GAT: u8 = 0x1d;
-pub const GATQ: u8 = 0x1e;
-pub const SASL_LIST: u8 = 0x20;
-pub const SASL_AUTH: u8 = 0x21;
-pub const SASL_STEP: u8 = 0x22;
-pub const GATK: u8 = 0x23;
+pub(crate) const GET: u8 = 0x00;
+pub(crate) const SET: u8 = 0x01;
+pub(crate) const ADD: u8 = 0x02;
+pub(crate) const REPLACE: u8 = 0x03;
+pub(crate) const DELETE: u8 = 0x04;
+pub(crate) const INCR: u8 = 0x05;
+pub(crate) const DECR: u8 = 0x06;
+pub(crate) const QUIT: u8 = 0x07;
+pub(crate) const FLUSH: u8 = 0x08;
+pub(crate) const GETQ: u8 = 0x09;
+pub(crate) const NOOP: u8 = 0x0a;
+pub(crate) const VERSION: u8 = 0x0b;
+pub(crate) const GETK: u8 = 0x0c;
+pub(crate) const GETKQ: u8 = 0x0d;
+pub(crate) const APPEND: u8 = 0x0e;
+pub(crate) const PREPEND: u8 = 0x0f;
+pub(crate) const STAT: u8 = 0x10;
+pub(crate) const SETQ: u8 = 0x11;
+pub(crate) const DELETEQ: u8 = 0x14;
+pub(crate) const INCRQ: u8 = 0x15;
+pub(crate) const QUITQ: u8 = 0x17;
+pub(crate) const APPENDQ: u8 = 0x19;
+pub(crate) const VERBOSITY: u8 = 0x1b;
+pub(crate) const TOUCH: u8 = 0x1c;
+pub(crate) const GAT: u8 = 0x1d;
+pub(crate) const GATQ: u8 = 0x1e;
+pub(crate) const SASL_LIST: u8 = 0x20;
+pub(crate) const SASL_AUTH: u8 = 0x21;
+pub(crate) const SASL_STEP: u8 = 0x22;
+pub(crate) const GATK: u8 = 0x23;
 
-pub const NOT_FOUND: u16 = 0x01;
-pub const EXISTS: u16 = 0x02;
-pub const TOO_LARGE: u16 = 0x03;
-pub const EINVAL: u16 = 0x04;
-pub const NOT_STORED: u16 = 0x05;
-pub const NON_NUMERIC: u16 = 0x06;
-pub const AUTH_ERROR: u16 = 0x20;
-pub const AUTH_CONTINUE: u16 = 0x21;
-pub const UNKNOWN: u16 = 0x81;
+pub(crate) const NOT_FOUND: u16 = 0x01;
+pub(crate) const EXISTS: u16 = 0x02;
+pub(crate) const TOO_LARGE: u16 = 0x03;
+pub(crate) const EINVAL: u16 = 0x04;
+pub(crate) const NOT_STORED: u16 = 0x05;
+pub(crate) const NON_NUMERIC: u16 = 0x06;
+pub(crate) const AUTH_ERROR: u16 = 0x20;
+pub(crate) const AUTH_CONTINUE: u16 = 0x21;
+pub(crate) const UNKNOWN: u16 = 0x81;
 
-pub struct Server {
+pub(crate) struct Server {
     pub child: Child,
     pub port: u16,
 }
 
 impl Server {
-    pub fn start(args: &[&str]) -> Server {
+    pub(crate) fn start(args: &[&str]) -> Server {
         Self::start_with_env(args, &[])
     }
 
-    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
+    pub(crate) fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
         let (child, port) = start_on_free_port(|port| {
             let mut cmd = target_command(env!("CARGO_BIN_EXE_osmium"));
             cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
@@ -77,7 +77,7 @@ impl Server {
         Server { child, port }
     }
 
-    pub fn connect(&self) -> TcpStream {
+    pub(crate) fn connect(&self) -> TcpStream {
         let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         s.set_nodelay(true).unwrap();
@@ -94,7 +94,7 @@ impl Drop for Server {
 
 /// Builds a request packet.
 #[derive(Clone, Default)]
-pub struct Req {
+pub(crate) struct Req {
     pub op: u8,
     pub extras: Vec<u8>,
     pub key: Vec<u8>,
@@ -104,33 +104,33 @@ pub struct Req {
 }
 
 impl Req {
-    pub fn new(op: u8) -> Req {
+    pub(crate) fn new(op: u8) -> Req {
         Req {
             op,
             ..Req::default()
         }
     }
-    pub fn key(mut self, k: &[u8]) -> Req {
+    pub(crate) fn key(mut self, k: &[u8]) -> Req {
         self.key = k.to_vec();
         self
     }
-    pub fn value(mut self, v: &[u8]) -> Req {
+    pub(crate) fn value(mut self, v: &[u8]) -> Req {
         self.value = v.to_vec();
         self
     }
-    pub fn extras(mut self, e: &[u8]) -> Req {
+    pub(crate) fn extras(mut self, e: &[u8]) -> Req {
         self.extras = e.to_vec();
         self
     }
-    pub fn opaque(mut self, o: u32) -> Req {
+    pub(crate) fn opaque(mut self, o: u32) -> Req {
         self.opaque = o;
         self
     }
-    pub fn cas(mut self, c: u64) -> Req {
+    pub(crate) fn cas(mut self, c: u64) -> Req {
         self.cas = c;
         self
     }
-    pub fn bytes(&self) -> Vec<u8> {
+    pub(crate) fn bytes(&self) -> Vec<u8> {
         let mut p = vec![0x80, self.op];
         p.extend_from_slice(&(self.key.len() as u16).to_be_bytes());
         p.push(self.extras.len() as u8);
@@ -146,34 +146,34 @@ impl Req {
     }
 }
 
-pub fn set(key: &[u8], flags: u32, exptime: u32, value: &[u8]) -> Req {
+pub(crate) fn set(key: &[u8], flags: u32, exptime: u32, value: &[u8]) -> Req {
     let mut e = flags.to_be_bytes().to_vec();
     e.extend_from_slice(&exptime.to_be_bytes());
     Req::new(SET).key(key).extras(&e).value(value)
 }
 
-pub fn with_op(mut r: Req, op: u8) -> Req {
+pub(crate) fn with_op(mut r: Req, op: u8) -> Req {
     r.op = op;
     r
 }
 
-pub fn arith(op: u8, key: &[u8], delta: u64, initial: u64, exptime: u32) -> Req {
+pub(crate) fn arith(op: u8, key: &[u8], delta: u64, initial: u64, exptime: u32) -> Req {
     let mut e = delta.to_be_bytes().to_vec();
     e.extend_from_slice(&initial.to_be_bytes());
     e.extend_from_slice(&exptime.to_be_bytes());
     Req::new(op).key(key).extras(&e)
 }
 
-pub fn expiry(op: u8, key: &[u8], exptime: u32) -> Req {
+pub(crate) fn expiry(op: u8, key: &[u8], exptime: u32) -> Req {
     Req::new(op).key(key).extras(&exptime.to_be_bytes())
 }
 
-pub fn pipeline(reqs: &[Req]) -> Vec<u8> {
+pub(crate) fn pipeline(reqs: &[Req]) -> Vec<u8> {
     reqs.iter().flat_map(|r| r.bytes()).collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resp {
+pub(crate) struct Resp {
     pub op: u8,
     pub status: u16,
     pub opaque: u32,
@@ -184,13 +184,13 @@ pub struct Resp {
 }
 
 impl Resp {
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.value).into_owned()
     }
 }
 
 /// Parses every complete response in `buf`.
-pub fn parse(buf: &[u8]) -> Vec<Resp> {
+pub(crate) fn parse(buf: &[u8]) -> Vec<Resp> {
     let mut out = Vec::new();
     let mut i = 0;
     while buf.len() >= i + 24 {
@@ -219,7 +219,7 @@ pub fn parse(buf: &[u8]) -> Vec<Resp> {
 }
 
 /// Bytes making up exactly `n` responses.
-pub fn read_responses_raw(s: &mut TcpStream, n: usize) -> Vec<u8> {
+pub(crate) fn read_responses_raw(s: &mut TcpStream, n: usize) -> Vec<u8> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 65536];
     while parse(&buf).len() < n {
@@ -232,23 +232,23 @@ pub fn read_responses_raw(s: &mut TcpStream, n: usize) -> Vec<u8> {
     buf
 }
 
-pub fn read_responses(s: &mut TcpStream, n: usize) -> Vec<Resp> {
+pub(crate) fn read_responses(s: &mut TcpStream, n: usize) -> Vec<Resp> {
     let got = parse(&read_responses_raw(s, n));
     assert_eq!(got.len(), n, "{got:?}");
     got
 }
 
-pub fn exchange(s: &mut TcpStream, reqs: &[Req], n: usize) -> Vec<Resp> {
+pub(crate) fn exchange(s: &mut TcpStream, reqs: &[Req], n: usize) -> Vec<Resp> {
     s.write_all(&pipeline(reqs)).unwrap();
     read_responses(s, n)
 }
 
-pub fn one(s: &mut TcpStream, req: Req) -> Resp {
+pub(crate) fn one(s: &mut TcpStream, req: Req) -> Resp {
     exchange(s, &[req], 1).remove(0)
 }
 
 /// Everything the server sends until it closes the connection.
-pub fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
+pub(crate) fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
     let mut got = Vec::new();
     match s.read_to_end(&mut got) {
         Ok(_) => {}
@@ -260,7 +260,7 @@ pub fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
 
 /// True if nothing more arrives for a short while (the connection is open
 /// and idle).
-pub fn quiet_for_a_moment(s: &mut TcpStream) -> bool {
+pub(crate) fn quiet_for_a_moment(s: &mut TcpStream) -> bool {
     s.set_read_timeout(Some(Duration::from_millis(300)))
         .unwrap();
     let mut b = [0u8; 64];
@@ -269,7 +269,7 @@ pub fn quiet_for_a_moment(s: &mut TcpStream) -> bool {
     matches!(r, Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut)
 }
 
-pub fn stats(s: &mut TcpStream, group: &[u8]) -> Vec<(String, String)> {
+pub(crate) fn stats(s: &mut TcpStream, group: &[u8]) -> Vec<(String, String)> {
     s.write_all(&Req::new(STAT).key(group).bytes()).unwrap();
     let mut buf = Vec::new();
     let mut chunk = [0u8; 65536];
@@ -291,7 +291,7 @@ pub fn stats(s: &mut TcpStream, group: &[u8]) -> Vec<(String, String)> {
     }
 }
 
-pub fn stat(all: &[(String, String)], name: &str) -> String {
+pub(crate) fn stat(all: &[(String, String)], name: &str) -> String {
     all.iter()
         .find(|(k, _)| k == name)
         .unwrap_or_else(|| panic!("no stat {name}"))

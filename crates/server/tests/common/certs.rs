@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-pub struct Certs {
+pub(crate) struct Certs {
     dir: PathBuf,
 }
 
@@ -28,7 +28,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 impl Certs {
     /// `ca.pem`, `server.pem`/`server.key`, `client.pem`/`client.key` in a
     /// directory named after this process and `name`.
-    pub fn new(name: &str) -> Certs {
+    pub(crate) fn new(name: &str) -> Certs {
         let dir = std::env::temp_dir().join(format!("osmium-certs-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -97,7 +97,7 @@ impl Certs {
     }
 
     /// The path of one of the files, e.g. `ca.pem`.
-    pub fn path(&self, file: &str) -> String {
+    pub(crate) fn path(&self, file: &str) -> String {
         self.dir
             .join(file)
             .to_str()
@@ -107,7 +107,7 @@ impl Certs {
 
     /// `-Z -o ssl_chain_cert=..,ssl_key=..,ssl_ca_cert=..` plus `extra`
     /// options (`ssl_verify_mode=1`, ...).
-    pub fn server_args(&self, extra: &[&str]) -> Vec<String> {
+    pub(crate) fn server_args(&self, extra: &[&str]) -> Vec<String> {
         let mut opts = vec![
             format!("ssl_chain_cert={}", self.path("server.pem")),
             format!("ssl_key={}", self.path("server.key")),

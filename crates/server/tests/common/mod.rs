@@ -8,8 +8,8 @@
 //! launcher over `start_on_free_port`.
 #![allow(dead_code)] // each test crate uses a different subset
 
-pub mod certs;
-pub mod tcp;
+pub(crate) mod certs;
+pub(crate) mod tcp;
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -17,10 +17,10 @@ use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 /// The memcached release the tests compare against (tests/oracle/README.md).
-pub const ORACLE_VERSION: &str = "1.6.45";
+pub(crate) const ORACLE_VERSION: &str = "1.6.45";
 
 /// Where `scripts/build-memcached.sh` puts the oracle.
-pub fn oracle_path() -> PathBuf {
+pub(crate) fn oracle_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .join(format!(".oracle/memcached-{ORACLE_VERSION}/memcached"))
@@ -32,7 +32,7 @@ pub fn oracle_path() -> PathBuf {
 /// message on stderr naming `scripts/build-memcached.sh` (the caller skips
 /// its memcached part), and a panic under `CI=true`, where a missing oracle
 /// is a failure.
-pub fn memcached_bin() -> Option<PathBuf> {
+pub(crate) fn memcached_bin() -> Option<PathBuf> {
     if let Some(bin) = std::env::var_os("MEMCACHED_BIN").filter(|b| !b.is_empty()) {
         return Some(PathBuf::from(bin));
     }
@@ -54,13 +54,13 @@ pub fn memcached_bin() -> Option<PathBuf> {
 }
 
 /// Is this process's effective uid 0? (The owner of /proc/self.)
-pub fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
 }
 
 /// A server binary (`osmium` or `memcached`) plus `-u root` when running
 /// as root: both refuse to run as root without `-u`.
-pub fn server_command(bin: impl AsRef<std::ffi::OsStr>) -> Command {
+pub(crate) fn server_command(bin: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut cmd = Command::new(bin);
     if running_as_root() {
         cmd.args(["-u", "root"]);
@@ -69,18 +69,18 @@ pub fn server_command(bin: impl AsRef<std::ffi::OsStr>) -> Command {
 }
 
 /// `memcached` plus `-u root` when running as root (`server_command`).
-pub fn memcached_command(bin: &Path) -> Command {
+pub(crate) fn memcached_command(bin: &Path) -> Command {
     server_command(bin)
 }
 
 /// `osmium` plus `-u root` when running as root (`server_command`).
-pub fn osmium_command(bin: impl AsRef<std::ffi::OsStr>) -> Command {
+pub(crate) fn osmium_command(bin: impl AsRef<std::ffi::OsStr>) -> Command {
     server_command(bin)
 }
 
 /// The server a test runs against: osmium or genuine memcached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     Osmium,
     Memcached,
 }
@@ -90,13 +90,13 @@ thread_local! {
 }
 
 /// The current test's target (see `against_both!`); osmium outside it.
-pub fn target() -> Target {
+pub(crate) fn target() -> Target {
     TARGET.with(Cell::get)
 }
 
 /// Runs `test` with `target` as the current target. A memcached run without
 /// a memcached binary is skipped (see `memcached_bin`).
-pub fn run_against(target: Target, test: fn()) {
+pub(crate) fn run_against(target: Target, test: fn()) {
     if target == Target::Memcached && memcached_bin().is_none() {
         return;
     }
@@ -115,7 +115,7 @@ pub fn run_against(target: Target, test: fn()) {
 
 /// A command for the current target's binary: `osmium` (the path of the
 /// osmium binary; `osmium_command`) or memcached (`memcached_command`).
-pub fn target_command(osmium: &str) -> Command {
+pub(crate) fn target_command(osmium: &str) -> Command {
     match target() {
         Target::Osmium => osmium_command(osmium),
         Target::Memcached => memcached_command(&memcached_bin().expect("memcached binary")),
@@ -153,7 +153,7 @@ pub(crate) use against_both;
 /// A loopback port, free for TCP and UDP and reserved for TCP for about a
 /// minute (`osmium_test_harness::free_port`: no other bind or outgoing
 /// connection takes it, a server binds it).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     osmium_test_harness::free_port_tcp_udp()
 }
 
@@ -165,7 +165,7 @@ pub fn free_port() -> u16 {
 /// saying its address was in use (read from its piped stderr), or saying
 /// nothing readable, is started again on another port; any other exit
 /// panics with its message (`osmium_test_harness::Start::child`).
-pub fn start_on_free_port(spawn: impl FnMut(u16) -> Child) -> (Child, u16) {
+pub(crate) fn start_on_free_port(spawn: impl FnMut(u16) -> Child) -> (Child, u16) {
     let server = osmium_test_harness::Start::new("server").child(spawn);
     let port = server.port();
     (server.into_child(), port)
@@ -173,12 +173,12 @@ pub fn start_on_free_port(spawn: impl FnMut(u16) -> Child) -> (Child, u16) {
 
 /// Whether process `pid` holds a listening IPv4 TCP socket on `port`
 /// (`osmium_test_harness::listens_on`).
-pub fn listens_on(pid: u32, port: u16) -> bool {
+pub(crate) fn listens_on(pid: u32, port: u16) -> bool {
     osmium_test_harness::listens_on(pid, port)
 }
 
 /// Polls `ready` every 20 ms for up to 10 s; panics with `what` after that.
-pub fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !ready() {
         assert!(Instant::now() < deadline, "{what}");
@@ -187,7 +187,7 @@ pub fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
 }
 
 /// Waits up to 10 s for `child` to exit and returns its status.
-pub fn wait_exit(child: &mut Child) -> ExitStatus {
+pub(crate) fn wait_exit(child: &mut Child) -> ExitStatus {
     let mut status = None;
     wait_until("server did not exit", || {
         status = child.try_wait().unwrap();

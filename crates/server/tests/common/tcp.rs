@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// A started server: its process and the port it listens on.
-pub struct TcpServer {
+pub(crate) struct TcpServer {
     pub child: Child,
     pub port: u16,
 }
@@ -16,7 +16,7 @@ pub struct TcpServer {
 impl TcpServer {
     /// Runs `command(port)` (stdio to /dev/null) on a free port, on
     /// another one when that port was taken meanwhile.
-    pub fn start(mut command: impl FnMut(u16) -> Command) -> TcpServer {
+    pub(crate) fn start(mut command: impl FnMut(u16) -> Command) -> TcpServer {
         let (child, port) = super::start_on_free_port(|port| {
             command(port)
                 .stdin(Stdio::null())
@@ -29,13 +29,13 @@ impl TcpServer {
     }
 
     /// A connection with a 10 s read timeout.
-    pub fn stream(&self) -> TcpStream {
+    pub(crate) fn stream(&self) -> TcpStream {
         let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s
     }
 
-    pub fn client(&self) -> LineClient {
+    pub(crate) fn client(&self) -> LineClient {
         let s = self.stream();
         LineClient {
             r: BufReader::new(s.try_clone().unwrap()),
@@ -52,17 +52,17 @@ impl Drop for TcpServer {
 }
 
 /// A connection read line by line (the suites add their commands).
-pub struct LineClient {
+pub(crate) struct LineClient {
     pub r: BufReader<TcpStream>,
     pub w: TcpStream,
 }
 
 impl LineClient {
-    pub fn send(&mut self, bytes: &[u8]) {
+    pub(crate) fn send(&mut self, bytes: &[u8]) {
         self.w.write_all(bytes).unwrap();
     }
 
-    pub fn line(&mut self) -> String {
+    pub(crate) fn line(&mut self) -> String {
         let mut l = String::new();
         self.r.read_line(&mut l).unwrap();
         l

@@ -7,10 +7,10 @@
 #![allow(dead_code)] // each test crate uses a different subset
 
 mod peer;
-pub mod scenarios;
-pub mod tls;
+pub(crate) mod scenarios;
+pub(crate) mod tls;
 #[allow(unused_imports)] // replication.rs runs no handshake of its own
-pub use peer::*;
+pub(crate) use peer::*;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use osmium_protocol::replication_link::NoiseStream;
 
-pub const OSMIUM: &str = env!("CARGO_BIN_EXE_osmium");
+pub(crate) const OSMIUM: &str = env!("CARGO_BIN_EXE_osmium");
 
 /// The replication tests' directory under Cargo's target tmp directory.
 fn scratch() -> PathBuf {
@@ -58,16 +58,16 @@ fn write_with_mode(path: &PathBuf, content: &[u8], mode: u32) {
 
 /// A secret file a test made, removed when dropped (a server reads its
 /// secret at start only).
-pub struct SecretFile(PathBuf);
+pub(crate) struct SecretFile(PathBuf);
 
 impl SecretFile {
-    pub fn new(content: &[u8], mode: u32) -> SecretFile {
+    pub(crate) fn new(content: &[u8], mode: u32) -> SecretFile {
         let path = scratch_path("secret");
         write_with_mode(&path, content, mode);
         SecretFile(path)
     }
 
-    pub fn path(&self) -> String {
+    pub(crate) fn path(&self) -> String {
         self.0.display().to_string()
     }
 }
@@ -80,10 +80,10 @@ impl Drop for SecretFile {
 
 /// A config file (`--config-file`) a test made and rewrites, removed
 /// when dropped.
-pub struct ConfigFile(PathBuf);
+pub(crate) struct ConfigFile(PathBuf);
 
 impl ConfigFile {
-    pub fn new(content: &str) -> ConfigFile {
+    pub(crate) fn new(content: &str) -> ConfigFile {
         let f = ConfigFile(scratch_path("osmium.conf"));
         f.write(content);
         f
@@ -91,12 +91,12 @@ impl ConfigFile {
 
     /// Replaces its contents (by a rename: a reader sees the old file or
     /// the new one).
-    pub fn write(&self, content: &str) {
+    pub(crate) fn write(&self, content: &str) {
         write_with_mode(&self.0, content.as_bytes(), 0o644);
     }
 
     /// `--config-file <path>`.
-    pub fn args(&self) -> Vec<String> {
+    pub(crate) fn args(&self) -> Vec<String> {
         vec!["--config-file".into(), self.0.display().to_string()]
     }
 }
@@ -109,13 +109,13 @@ impl Drop for ConfigFile {
 
 /// The secret every `Node::start` server holds (128 random bits as hex,
 /// as a secret must hold at least).
-pub const SECRET: &[u8] = b"5f0c2a9e4d7b1386a0f3c5e7d9b2a4c6";
+pub(crate) const SECRET: &[u8] = b"5f0c2a9e4d7b1386a0f3c5e7d9b2a4c6";
 /// Another good secret, which no `Node::start` server holds.
-pub const OTHER_SECRET: &[u8] = b"c8d1e2f3a4b5968778695a4b3c2d1e0f";
+pub(crate) const OTHER_SECRET: &[u8] = b"c8d1e2f3a4b5968778695a4b3c2d1e0f";
 
 /// The file of `SECRET` (mode 0600, a trailing newline): one fixed file,
 /// written once per test process.
-pub fn default_secret() -> &'static str {
+pub(crate) fn default_secret() -> &'static str {
     static PATH: OnceLock<String> = OnceLock::new();
     PATH.get_or_init(|| {
         let path = scratch().join("secret");
@@ -127,7 +127,7 @@ pub fn default_secret() -> &'static str {
 }
 
 /// `--replication-secret <file>`.
-pub fn secret_args(file: &str) -> Vec<String> {
+pub(crate) fn secret_args(file: &str) -> Vec<String> {
     vec!["--replication-secret".into(), file.into()]
 }
 
@@ -146,7 +146,7 @@ fn command(port: u16, args: &[String], log: &PathBuf) -> Command {
 
 /// Starts osmium with `args` and no secret of the tests' own; waits for
 /// its exit: its status and standard error (a start that must fail).
-pub fn start_refused(args: &[String]) -> (ExitStatus, String) {
+pub(crate) fn start_refused(args: &[String]) -> (ExitStatus, String) {
     let log = scratch_path("refused.log");
     let mut child = command(super::common::free_port(), args, &log)
         .spawn()
@@ -158,7 +158,7 @@ pub fn start_refused(args: &[String]) -> (ExitStatus, String) {
 }
 
 /// A server process, killed (by its PID) when dropped.
-pub struct Node {
+pub(crate) struct Node {
     child: Child,
     pub port: u16,
     /// Where its standard error goes (removed with it).
@@ -169,7 +169,7 @@ pub struct Node {
 
 impl Node {
     /// A server holding the tests' secret (`default_secret`).
-    pub fn start(port: u16, args: &[String]) -> Node {
+    pub(crate) fn start(port: u16, args: &[String]) -> Node {
         let mut all = secret_args(default_secret());
         all.extend_from_slice(args);
         Node::start_bare(port, &all)
@@ -178,7 +178,7 @@ impl Node {
     /// A server with `args` only (no secret unless they give one). Its
     /// peers name `port`, so a start that finds the port taken is tried
     /// again on it (`osmium_test_harness::Start::only_port`).
-    pub fn start_bare(port: u16, args: &[String]) -> Node {
+    pub(crate) fn start_bare(port: u16, args: &[String]) -> Node {
         let log = scratch_path("server.log");
         let server = osmium_test_harness::Start::new("osmium")
             .only_port(port)
@@ -193,22 +193,22 @@ impl Node {
     }
 
     /// What it wrote to standard error so far.
-    pub fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
     /// Its process id.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Sends it signal `sig` (`HUP`, `STOP`, `CONT`) by its PID.
-    pub fn signal(&self, sig: &str) {
+    pub(crate) fn signal(&self, sig: &str) {
         let status = Command::new("kill")
             .args([format!("-{sig}"), self.child.id().to_string()])
             .status()
@@ -217,13 +217,13 @@ impl Node {
     }
 
     /// Its clients speak TLS with `config`.
-    pub fn over_tls(mut self, config: Arc<rustls::ClientConfig>) -> Node {
+    pub(crate) fn over_tls(mut self, config: Arc<rustls::ClientConfig>) -> Node {
         self.tls = Some(config);
         self
     }
 
     /// A connection, TLS if the node's clients speak it.
-    pub fn client(&self) -> Client {
+    pub(crate) fn client(&self) -> Client {
         match &self.tls {
             Some(config) => tls_client(self.port, config.clone()),
             None => plain_client(self.port),
@@ -238,16 +238,16 @@ impl Drop for Node {
     }
 }
 
-pub fn to(port: u16) -> Vec<String> {
+pub(crate) fn to(port: u16) -> Vec<String> {
     vec!["--replicate-to".into(), format!("127.0.0.1:{port}")]
 }
 
-pub fn with(mut a: Vec<String>, more: &[&str]) -> Vec<String> {
+pub(crate) fn with(mut a: Vec<String>, more: &[&str]) -> Vec<String> {
     a.extend(more.iter().map(|s| s.to_string()));
     a
 }
 
-pub fn wait(what: &str, mut ok: impl FnMut() -> bool) {
+pub(crate) fn wait(what: &str, mut ok: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !ok() {
         assert!(Instant::now() < deadline, "timed out: {what}");
@@ -256,7 +256,7 @@ pub fn wait(what: &str, mut ok: impl FnMut() -> bool) {
 }
 
 /// A plain-text connection to `port` on 127.0.0.1.
-pub fn plain_client(port: u16) -> Client {
+pub(crate) fn plain_client(port: u16) -> Client {
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.set_nodelay(true).unwrap();
@@ -265,14 +265,14 @@ pub fn plain_client(port: u16) -> Client {
 
 /// A TLS connection to `port` on 127.0.0.1 with `config`, its handshake
 /// done (a refused one panics; see `tls::handshake`).
-pub fn tls_client(port: u16, config: Arc<rustls::ClientConfig>) -> Client {
+pub(crate) fn tls_client(port: u16, config: Arc<rustls::ClientConfig>) -> Client {
     let tls = tls::handshake(port, config).expect("TLS handshake");
     Client::new(Wire::Tls(Arc::new(Mutex::new(tls))))
 }
 
 /// A client's connection: the reading and the writing end share it.
 #[derive(Clone)]
-pub enum Wire {
+pub(crate) enum Wire {
     Plain(Arc<TcpStream>),
     Tls(Arc<Mutex<tls::TlsConn>>),
     /// A link's Noise frames after a peer's handshake (`peer`).
@@ -307,14 +307,14 @@ impl Write for Wire {
     }
 }
 
-pub struct Client {
+pub(crate) struct Client {
     pub r: BufReader<Wire>,
     pub w: Wire,
 }
 
 /// An item as `mg <key> v f t c` shows it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Item {
+pub(crate) struct Item {
     pub value: Vec<u8>,
     pub flags: u32,
     pub ttl: i64,
@@ -322,18 +322,18 @@ pub struct Item {
 }
 
 impl Client {
-    pub fn new(wire: Wire) -> Client {
+    pub(crate) fn new(wire: Wire) -> Client {
         Client {
             r: BufReader::new(wire.clone()),
             w: wire,
         }
     }
 
-    pub fn send(&mut self, b: &[u8]) {
+    pub(crate) fn send(&mut self, b: &[u8]) {
         self.w.write_all(b).unwrap();
     }
 
-    pub fn line(&mut self) -> String {
+    pub(crate) fn line(&mut self) -> String {
         let mut buf = Vec::new();
         self.r.read_until(b'\n', &mut buf).unwrap();
         assert!(buf.ends_with(b"\r\n"), "reply {buf:?}");
@@ -341,12 +341,12 @@ impl Client {
         String::from_utf8_lossy(&buf).into_owned()
     }
 
-    pub fn call(&mut self, b: &[u8]) -> String {
+    pub(crate) fn call(&mut self, b: &[u8]) -> String {
         self.send(b);
         self.line()
     }
 
-    pub fn mg(&mut self, key: &str) -> Option<Item> {
+    pub(crate) fn mg(&mut self, key: &str) -> Option<Item> {
         let line = self.call(format!("mg {key} v f t c\r\n").as_bytes());
         if line == "EN" {
             return None;
@@ -374,7 +374,7 @@ impl Client {
         Some(item)
     }
 
-    pub fn stats(&mut self) -> HashMap<String, String> {
+    pub(crate) fn stats(&mut self) -> HashMap<String, String> {
         self.send(b"stats\r\n");
         let mut out = HashMap::new();
         loop {
@@ -388,12 +388,18 @@ impl Client {
         }
     }
 
-    pub fn stat(&mut self, name: &str) -> String {
+    pub(crate) fn stat(&mut self, name: &str) -> String {
         self.stats().remove(name).unwrap_or_default()
     }
 
     /// A binary request; returns (status, body) unless `quiet`.
-    pub fn binary(&mut self, op: u8, key: &[u8], extras: &[u8], value: &[u8]) -> (u16, Vec<u8>) {
+    pub(crate) fn binary(
+        &mut self,
+        op: u8,
+        key: &[u8],
+        extras: &[u8],
+        value: &[u8],
+    ) -> (u16, Vec<u8>) {
         let mut p = vec![0x80, op];
         p.extend_from_slice(&(key.len() as u16).to_be_bytes());
         p.push(extras.len() as u8);
@@ -415,7 +421,7 @@ impl Client {
 }
 
 /// Whether `b` holds what `a` holds for every key (TTL within 1 s).
-pub fn same(a: &mut Client, b: &mut Client, keys: &[&str]) -> Result<(), String> {
+pub(crate) fn same(a: &mut Client, b: &mut Client, keys: &[&str]) -> Result<(), String> {
     for k in keys {
         let (x, y) = (a.mg(k), b.mg(k));
         let close = match (&x, &y) {
@@ -435,7 +441,7 @@ pub fn same(a: &mut Client, b: &mut Client, keys: &[&str]) -> Result<(), String>
     Ok(())
 }
 
-pub fn converge(a: &mut Client, b: &mut Client, keys: &[&str]) {
+pub(crate) fn converge(a: &mut Client, b: &mut Client, keys: &[&str]) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match same(a, b, keys) {

@@ -14,13 +14,13 @@ use osmium_protocol::replication_link::{
 use super::{tls, Client, Wire};
 
 /// The secret of `content` (a strong one).
-pub fn secret(content: &[u8]) -> Secret {
+pub(crate) fn secret(content: &[u8]) -> Secret {
     Secret::new(content).expect("a strong test secret")
 }
 
 /// A connection to `port` that ran the handshake in `role` with
 /// `content`: a client over Noise frames, or the handshake's error.
-pub fn hello(port: u16, role: Role, content: &[u8]) -> Result<Client, HandshakeError> {
+pub(crate) fn hello(port: u16, role: Role, content: &[u8]) -> Result<Client, HandshakeError> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.set_nodelay(true).unwrap();
@@ -33,7 +33,7 @@ pub fn hello(port: u16, role: Role, content: &[u8]) -> Result<Client, HandshakeE
 /// The handshake inside a TLS connection `config` made to `port`, bound
 /// to its session (`bind`: else to no session, as a relay from another
 /// connection would be).
-pub fn hello_tls(
+pub(crate) fn hello_tls(
     port: u16,
     config: Arc<rustls::ClientConfig>,
     role: Role,

@@ -8,11 +8,11 @@ use super::*;
 use crate::common::free_port;
 
 /// Starts a node on a port with the given arguments (besides TLS's).
-pub type Start<'a> = &'a dyn Fn(u16, &[String]) -> Node;
+pub(crate) type Start<'a> = &'a dyn Fn(u16, &[String]) -> Node;
 
 /// Every write kind of the text, meta and binary protocols written on
 /// `a` reaches `b` (a's target) with a's value, flags, TTL and CAS.
-pub fn every_write_kind_reaches_the_replica(a: &Node, b: &Node) {
+pub(crate) fn every_write_kind_reaches_the_replica(a: &Node, b: &Node) {
     let (mut ca, mut cb) = (a.client(), b.client());
     wait("link up", || ca.stat("replica_0_link") == "up");
     // Text, with and without noreply.
@@ -104,7 +104,7 @@ pub fn every_write_kind_reaches_the_replica(a: &Node, b: &Node) {
 /// primary and, after the full copy, on the target. `ring`: three nodes
 /// replicating in a ring (0 → 1 → 2 → 0), writers on node 0 and node 2,
 /// node 1 killed; else a primary and its replica.
-pub fn kill_a_sync_replica_under_load(start: Start, ring: bool) {
+pub(crate) fn kill_a_sync_replica_under_load(start: Start, ring: bool) {
     let n = if ring { 3 } else { 2 };
     let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
     let args = |i: usize| -> Vec<String> {

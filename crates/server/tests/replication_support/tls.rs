@@ -24,10 +24,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
 /// A client's TLS connection.
-pub type TlsConn = StreamOwned<ClientConnection, TcpStream>;
+pub(crate) type TlsConn = StreamOwned<ClientConnection, TcpStream>;
 
 /// The certificates of this test process, made once.
-pub struct Certs {
+pub(crate) struct Certs {
     dir: PathBuf,
 }
 
@@ -115,7 +115,7 @@ const NODE_EXT: &str = "basicConstraints=CA:FALSE\n\
 const CLIENT_EXT: &str = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
 
 impl Certs {
-    pub fn get() -> &'static Certs {
+    pub(crate) fn get() -> &'static Certs {
         static CERTS: OnceLock<Certs> = OnceLock::new();
         CERTS.get_or_init(|| {
             let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -133,13 +133,13 @@ impl Certs {
         })
     }
 
-    pub fn path(&self, file: &str) -> String {
+    pub(crate) fn path(&self, file: &str) -> String {
         self.dir.join(file).display().to_string()
     }
 
     /// `-Z` with certificate `cert` (`node`, `other-node`), trusting CA
     /// `ca` (None: no ssl_ca_cert), and more `-o` options.
-    pub fn server_args(&self, cert: &str, ca: Option<&str>, more: &[&str]) -> Vec<String> {
+    pub(crate) fn server_args(&self, cert: &str, ca: Option<&str>, more: &[&str]) -> Vec<String> {
         let mut o = vec![
             format!("ssl_chain_cert={}", self.path(&format!("{cert}.pem"))),
             format!("ssl_key={}", self.path(&format!("{cert}.key"))),
@@ -154,7 +154,7 @@ impl Certs {
     /// The usual node: `node`'s certificate, trusting `ca`, asking clients
     /// for a certificate (`ssl_verify_mode=1`: a peer shows one), its
     /// peers named by `node`'s SAN (`replication_peers=127.0.0.1`).
-    pub fn node_args(&self) -> Vec<String> {
+    pub(crate) fn node_args(&self) -> Vec<String> {
         self.server_args(
             "node",
             Some("ca"),
@@ -163,7 +163,7 @@ impl Certs {
     }
 
     /// A client trusting CA `ca`, presenting certificate `cert` if given.
-    pub fn client_config(&self, ca: &str, cert: Option<&str>) -> Arc<ClientConfig> {
+    pub(crate) fn client_config(&self, ca: &str, cert: Option<&str>) -> Arc<ClientConfig> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let mut roots = RootCertStore::empty();
         for c in CertificateDer::pem_file_iter(self.path(&format!("{ca}.pem"))).unwrap() {
@@ -188,14 +188,14 @@ impl Certs {
     }
 
     /// A client of the nodes: trusts `ca`, no certificate of its own.
-    pub fn client(&self) -> Arc<ClientConfig> {
+    pub(crate) fn client(&self) -> Arc<ClientConfig> {
         self.client_config("ca", None)
     }
 }
 
 /// A TLS connection to `port` on 127.0.0.1 whose handshake finished on
 /// this side (Err: the handshake's error).
-pub fn handshake(port: u16, config: Arc<ClientConfig>) -> std::io::Result<TlsConn> {
+pub(crate) fn handshake(port: u16, config: Arc<ClientConfig>) -> std::io::Result<TlsConn> {
     let sock = TcpStream::connect(("127.0.0.1", port))?;
     sock.set_nodelay(true)?;
     sock.set_read_timeout(Some(Duration::from_secs(10)))?;
@@ -211,7 +211,7 @@ pub fn handshake(port: u16, config: Arc<ClientConfig>) -> std::io::Result<TlsCon
 /// Whether the server at `port` refuses a TLS client with `config`. Over
 /// TLS 1.3 a server refuses a client's certificate after the client's
 /// side of the handshake: the alert comes instead of `version`'s answer.
-pub fn refused(port: u16, config: Arc<ClientConfig>) -> bool {
+pub(crate) fn refused(port: u16, config: Arc<ClientConfig>) -> bool {
     let Ok(mut tls) = handshake(port, config) else {
         return true;
     };

@@ -14,22 +14,22 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::common::{start_on_free_port, target, target_command, wait_exit, Target};
-pub const OSMIUM: &str = env!("CARGO_BIN_EXE_osmium");
+pub(crate) const OSMIUM: &str = env!("CARGO_BIN_EXE_osmium");
 
 /// The settings every test starts with (a restart must repeat them).
-pub const SETTINGS: [&str; 4] = ["-m", "64", "-I", "2m"];
+pub(crate) const SETTINGS: [&str; 4] = ["-m", "64", "-I", "2m"];
 
 // ---------------------------------------------------------------------------
 // The memory file's directory, servers, clients
 // ---------------------------------------------------------------------------
 
 /// A fresh directory for one test's memory file, removed when dropped.
-pub struct MemDir {
+pub(crate) struct MemDir {
     pub dir: PathBuf,
 }
 
 impl MemDir {
-    pub fn new() -> MemDir {
+    pub(crate) fn new() -> MemDir {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let shm = Path::new("/dev/shm");
         let base = if shm.is_dir() {
@@ -50,7 +50,7 @@ impl MemDir {
         MemDir { dir }
     }
 
-    pub fn file(&self) -> PathBuf {
+    pub(crate) fn file(&self) -> PathBuf {
         self.dir.join("cache.mem")
     }
 }
@@ -65,7 +65,7 @@ impl Drop for MemDir {
 /// A server process started by the test, with its stderr collected by a
 /// thread (so that a full pipe never blocks it). Killed when dropped, also
 /// when an assertion failed.
-pub struct Server {
+pub(crate) struct Server {
     pub child: Child,
     pub port: u16,
     pub stderr: Arc<Mutex<Vec<u8>>>,
@@ -73,13 +73,13 @@ pub struct Server {
 }
 
 /// How a server stopped: the time it was seen gone, and its stderr.
-pub struct Stopped {
+pub(crate) struct Stopped {
     pub at: SystemTime,
     pub stderr: String,
 }
 
 /// The current target's command line, serving 127.0.0.1:`port` from `file`.
-pub fn command(port: u16, file: &Path, args: &[&str]) -> Command {
+pub(crate) fn command(port: u16, file: &Path, args: &[&str]) -> Command {
     let mut cmd = target_command(OSMIUM);
     cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
         .arg("-e")
@@ -94,7 +94,7 @@ pub fn command(port: u16, file: &Path, args: &[&str]) -> Command {
 impl Server {
     /// Starts the current target (`common::target`) on a free port with
     /// memory file `file`, and returns it once it listens.
-    pub fn start(file: &Path, args: &[&str]) -> Server {
+    pub(crate) fn start(file: &Path, args: &[&str]) -> Server {
         // If no start succeeds, `start_on_free_port` panics: kill what is
         // still running (identified by the memory file on its command line).
         struct Unwind(Vec<u32>, String);
@@ -124,7 +124,7 @@ impl Server {
     }
 
     /// Takes over `child`'s stderr.
-    pub fn attach(mut child: Child, port: u16) -> Server {
+    pub(crate) fn attach(mut child: Child, port: u16) -> Server {
         let mut pipe = child.stderr.take().expect("stderr piped");
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let sink = stderr.clone();
@@ -142,13 +142,13 @@ impl Server {
         }
     }
 
-    pub fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
     }
 
     /// Waits up to 10 s for a line containing any of `needles` on stderr;
     /// returns all of stderr so far.
-    pub fn wait_for_stderr(&self, needles: &[&str]) -> String {
+    pub(crate) fn wait_for_stderr(&self, needles: &[&str]) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let err = self.stderr();
@@ -163,18 +163,18 @@ impl Server {
         }
     }
 
-    pub fn connect(&self) -> Client {
+    pub(crate) fn connect(&self) -> Client {
         Client::new(self.raw())
     }
 
-    pub fn raw(&self) -> TcpStream {
+    pub(crate) fn raw(&self) -> TcpStream {
         let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         s.set_nodelay(true).unwrap();
         s
     }
 
-    pub fn signal(&self, sig: i32) {
+    pub(crate) fn signal(&self, sig: i32) {
         // SAFETY: kill sends a signal to the server process this test started
         // (not yet reaped: `child` is waited for only after this).
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
@@ -182,7 +182,7 @@ impl Server {
 
     /// Waits up to 10 s for the process to exit; returns its status and
     /// everything it wrote on stderr.
-    pub fn exited(&mut self) -> (ExitStatus, Stopped) {
+    pub(crate) fn exited(&mut self) -> (ExitStatus, Stopped) {
         let status = wait_exit(&mut self.child);
         let at = SystemTime::now();
         if let Some(r) = self.reader.take() {
@@ -193,7 +193,7 @@ impl Server {
     }
 
     /// Stops the server with `sig` and checks it exits with status 0.
-    pub fn stop(&mut self, sig: i32) -> Stopped {
+    pub(crate) fn stop(&mut self, sig: i32) -> Stopped {
         self.signal(sig);
         let (status, stopped) = self.exited();
         assert_eq!(
@@ -219,7 +219,7 @@ impl Drop for Server {
 /// moved on since the stop (it refuses `stop_time` when its `time_delta` is
 /// not positive: "restart incompatible due to setting for [stop_time]");
 /// osmium restarts at once.
-pub fn pause_before_restart(stopped: &Stopped) {
+pub(crate) fn pause_before_restart(stopped: &Stopped) {
     if target() != Target::Memcached {
         return;
     }
@@ -231,7 +231,7 @@ pub fn pause_before_restart(stopped: &Stopped) {
 
 /// A stored item as `gets` returns it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Item {
+pub(crate) struct Item {
     pub flags: u32,
     pub value: Vec<u8>,
     pub cas: u64,
@@ -239,25 +239,25 @@ pub struct Item {
 
 /// A text-protocol client that parses replies by their framing, so values
 /// may hold any bytes.
-pub struct Client {
+pub(crate) struct Client {
     pub r: BufReader<TcpStream>,
     pub w: TcpStream,
 }
 
 impl Client {
-    pub fn new(s: TcpStream) -> Client {
+    pub(crate) fn new(s: TcpStream) -> Client {
         Client {
             r: BufReader::with_capacity(1 << 16, s.try_clone().unwrap()),
             w: s,
         }
     }
 
-    pub fn send(&mut self, bytes: &[u8]) {
+    pub(crate) fn send(&mut self, bytes: &[u8]) {
         self.w.write_all(bytes).unwrap();
     }
 
     /// One reply line, without its `\r\n`.
-    pub fn line(&mut self) -> String {
+    pub(crate) fn line(&mut self) -> String {
         let mut buf = Vec::new();
         self.r.read_until(b'\n', &mut buf).unwrap();
         assert!(buf.ends_with(b"\r\n"), "reply line {buf:?}");
@@ -266,12 +266,18 @@ impl Client {
     }
 
     /// Sends one command line and returns the one-line reply.
-    pub fn call(&mut self, line: &str) -> String {
+    pub(crate) fn call(&mut self, line: &str) -> String {
         self.send(format!("{line}\r\n").as_bytes());
         self.line()
     }
 
-    pub fn storage_bytes(cmd: &str, key: &str, flags: u32, exptime: i64, value: &[u8]) -> Vec<u8> {
+    pub(crate) fn storage_bytes(
+        cmd: &str,
+        key: &str,
+        flags: u32,
+        exptime: i64,
+        value: &[u8],
+    ) -> Vec<u8> {
         let mut req = format!("{cmd} {key} {flags} {exptime} {}\r\n", value.len()).into_bytes();
         req.extend_from_slice(value);
         req.extend_from_slice(b"\r\n");
@@ -280,7 +286,7 @@ impl Client {
 
     /// A text storage command (`set`, `add`, `replace`, `append`,
     /// `prepend`); returns the reply line.
-    pub fn store(
+    pub(crate) fn store(
         &mut self,
         cmd: &str,
         key: &str,
@@ -293,7 +299,7 @@ impl Client {
         self.line()
     }
 
-    pub fn set(&mut self, key: &str, flags: u32, exptime: i64, value: &[u8]) {
+    pub(crate) fn set(&mut self, key: &str, flags: u32, exptime: i64, value: &[u8]) {
         assert_eq!(
             self.store("set", key, flags, exptime, value),
             "STORED",
@@ -302,7 +308,7 @@ impl Client {
     }
 
     /// The items of `keys` that are hits (`gets`, 100 keys per command).
-    pub fn gets(&mut self, keys: &[&str]) -> HashMap<String, Item> {
+    pub(crate) fn gets(&mut self, keys: &[&str]) -> HashMap<String, Item> {
         let mut out = HashMap::new();
         for chunk in keys.chunks(100) {
             self.send(format!("gets {}\r\n", chunk.join(" ")).as_bytes());
@@ -329,11 +335,11 @@ impl Client {
         out
     }
 
-    pub fn get(&mut self, key: &str) -> Option<Item> {
+    pub(crate) fn get(&mut self, key: &str) -> Option<Item> {
         self.gets(&[key]).remove(key)
     }
 
-    pub fn stats(&mut self) -> HashMap<String, String> {
+    pub(crate) fn stats(&mut self) -> HashMap<String, String> {
         self.send(b"stats\r\n");
         let mut out = HashMap::new();
         loop {
@@ -347,13 +353,13 @@ impl Client {
         }
     }
 
-    pub fn curr_items(&mut self) -> u64 {
+    pub(crate) fn curr_items(&mut self) -> u64 {
         self.stats()["curr_items"].parse().unwrap()
     }
 
     /// An item's remaining TTL by the meta get's `t` flag (-1: none), or
     /// None on a miss.
-    pub fn ttl(&mut self, key: &str) -> Option<i64> {
+    pub(crate) fn ttl(&mut self, key: &str) -> Option<i64> {
         let line = self.call(&format!("mg {key} t"));
         if line == "EN" {
             return None;
@@ -367,7 +373,7 @@ impl Client {
 }
 
 /// `len` bytes of every value 0..=255, different for every `seed`.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+pub(crate) fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed ^ 0x9e37_79b9_7f4a_7c15;
     let mut out = Vec::with_capacity(len + 8);
     while out.len() < len {
@@ -384,7 +390,7 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
 
 /// Checks that exactly the keys of `live` are hits, with their values and
 /// flags, and that `gone` are misses; returns the hits.
-pub fn check_items(
+pub(crate) fn check_items(
     c: &mut Client,
     live: &BTreeMap<String, (u32, Vec<u8>)>,
     gone: &[String],

@@ -34,13 +34,17 @@ const DESTINATION_PAST: u32 = 32_768;
 /// The cleaner's counters (see `StoreStats`).
 #[derive(Default)]
 pub struct CleanStats {
+    /// Segments emptied by compaction.
     pub segments_compacted: AtomicU64,
+    /// Live items compaction moved.
     pub items_moved: AtomicU64,
+    /// Bytes those moves copied.
     pub bytes_copied: AtomicU64,
     /// Compactions a writer ran because it found no segment.
     pub writer_compactions: AtomicU64,
     /// Compactions given up (no destination room).
     pub aborted: AtomicU64,
+    /// Segments emptied by eviction.
     pub segments_evicted: AtomicU64,
     /// Dead bytes freed with the segments that held them (compacted or
     /// evicted).
@@ -59,10 +63,12 @@ pub struct CleanStats {
     /// main (memcached's `moves_to_warm`), or within main
     /// (`moves_within_lru`).
     pub kept_from_small: AtomicU64,
+    /// Hit items the evictor kept within main (memcached's `moves_within_lru`).
     pub kept_in_main: AtomicU64,
     /// Items the background walks (memcached's LRU crawler) looked at, and
     /// the expired or flushed ones they reclaimed.
     pub crawler_checked: AtomicU64,
+    /// Expired or flushed items the background walks unlinked.
     pub crawler_reclaimed: AtomicU64,
 }
 

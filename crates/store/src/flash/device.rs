@@ -21,6 +21,7 @@ pub const BLOCK: usize = 4096;
 /// One `ext_path`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FlashPath {
+    /// The file (or block device).
     pub path: PathBuf,
     /// Bytes the tier may use in it.
     pub size: u64,
@@ -111,6 +112,7 @@ impl Device {
         self.files.iter().map(|f| f.pages).sum()
     }
 
+    /// Bytes per page.
     pub fn page_size(&self) -> usize {
         self.page_size
     }
@@ -216,6 +218,7 @@ unsafe impl Send for AlignedBuf {}
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
+    /// At least `len` bytes, rounded up to whole blocks (one at least).
     pub fn new(len: usize) -> AlignedBuf {
         let len = len.next_multiple_of(BLOCK).max(BLOCK);
         let layout = std::alloc::Layout::from_size_align(len, BLOCK).expect("layout");
@@ -227,10 +230,12 @@ impl AlignedBuf {
         AlignedBuf { ptr, len }
     }
 
+    /// Its length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether it is empty (never: it holds one block at least).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -54,7 +54,9 @@ pub struct Header {
     pages: AtomicU64,
     open: AtomicU64,
     boot: AtomicU64,
+    /// The log's next page sequence number.
     pub next_seq: AtomicU64,
+    /// The log's flush position: records below it were flushed (flush_all).
     pub flushed_below: AtomicU64,
     alloc_end: AtomicU64,
     /// Per index shard: (offset / 4 KiB) << 24 | buckets; 0: none.
@@ -67,7 +69,9 @@ pub struct Header {
 pub const MAX_WBUFS: usize = 8;
 /// A write buffer's states.
 pub const WBUF_FREE: u64 = 0;
+/// A write buffer being filled.
 pub const WBUF_FILLING: u64 = 1;
+/// A full write buffer waiting for the flusher.
 pub const WBUF_QUEUED: u64 = 2;
 
 const _: () = assert!(std::mem::size_of::<Header>() <= HEADER);
@@ -77,9 +81,13 @@ const _: () = assert!(std::mem::size_of::<Header>() <= HEADER);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PageRecord {
+    /// The page's state (free, head, sealed).
     pub state: u64,
+    /// The page's sequence number as head.
     pub seq: u64,
+    /// Bytes appended.
     pub used: u64,
+    /// Bytes on flash.
     pub written: u64,
 }
 
@@ -107,6 +115,7 @@ unsafe impl Sync for Meta {}
 
 /// What opening the metadata found.
 pub struct Opened {
+    /// The mapping.
     pub meta: Meta,
     /// The tier's records and tables from an earlier run are taken over
     /// (else everything starts empty).
@@ -262,6 +271,7 @@ impl Meta {
         (len >= HEADER).then(|| self.header())
     }
 
+    /// The header, at the start of the mapping.
     pub fn header(&self) -> &Header {
         // SAFETY: the header page starts the mapping, which is page
         // aligned and at least HEADER long (ensured before use), holding

@@ -111,27 +111,44 @@ impl Default for FlashConfig {
 /// Counters, with memcached's `extstore_*` meanings where they have one.
 #[derive(Default)]
 pub struct FlashStats {
+    /// Records appended (memcached's `extstore_objects_written`).
     pub objects_written: AtomicU64,
+    /// Bytes written to the flash files.
     pub bytes_written: AtomicU64,
+    /// Records read and found whole, holding the key looked up.
     pub objects_read: AtomicU64,
+    /// Bytes read from the flash files (lookups, reclaims, walks).
     pub bytes_read: AtomicU64,
+    /// Records dropped when their page was emptied (reclaimed or compacted).
     pub objects_evicted: AtomicU64,
+    /// Bytes of those records.
     pub bytes_evicted: AtomicU64,
+    /// Pages emptied to be reused (not by compaction).
     pub page_reclaims: AtomicU64,
+    /// Records a reclaim kept by rewriting them at the head (read since
+    /// written).
     pub compact_rescues: AtomicU64,
+    /// Records a reclaim or compaction meant to keep but found no room for.
     pub compact_lost: AtomicU64,
     /// Pages compacted (every live record rewritten), and the records
     /// they kept.
     pub pages_compacted: AtomicU64,
+    /// The records compaction kept (rewritten at the head).
     pub compact_kept: AtomicU64,
     /// Bytes of records given to the tier by the RAM evictor, not counting
     /// the rewrites of reclaims and compactions (for write amplification:
     /// `bytes_written` / this).
     pub bytes_stored: AtomicU64,
+    /// Lookups answered from flash.
     pub get_hits: AtomicU64,
+    /// Lookups of an indexed key that found no valid record for it.
     pub get_misses: AtomicU64,
+    /// Items read from flash and stored in RAM again (see
+    /// `FlashConfig::recache_rate`).
     pub recaches: AtomicU64,
+    /// Records read that failed their checksum (their entry is removed).
     pub badcrc: AtomicU64,
+    /// Reads and writes of the flash files that failed (the tier turns off).
     pub io_errors: AtomicU64,
     /// Writes that waited for the flusher (buffers all full).
     pub write_waits: AtomicU64,
@@ -213,7 +230,9 @@ pub struct Resumed {
 /// A record to read: where its blocks are.
 #[derive(Clone, Copy, Debug)]
 pub struct FlashRead {
+    /// The key's hash.
     pub hash: u64,
+    /// The index entry: where the record is.
     pub entry: Entry,
 }
 
@@ -223,14 +242,21 @@ pub enum Source {
     /// Not on flash any more (reclaimed, flushed, never written).
     Gone,
     /// Copied from a write buffer: the record's first `len` bytes.
-    Ram { len: usize },
+    Ram {
+        /// Bytes copied.
+        len: usize,
+    },
     /// `len` bytes (whole blocks) at `offset` of file `fd`, the record
     /// `skip` bytes in; the file may be open with `O_DIRECT`, so the
     /// memory read into must be block aligned.
     Disk {
+        /// The flash file.
         fd: std::os::fd::RawFd,
+        /// Offset of the first block, in the file.
         offset: u64,
+        /// Bytes to read.
         len: usize,
+        /// Where the record starts in what is read.
         skip: usize,
     },
 }
@@ -239,6 +265,7 @@ pub enum Source {
 pub struct Flash {
     cfg: FlashConfig,
     device: Device,
+    /// Where each key's record is.
     pub index: FlashIndex,
     /// Where the pages' records and the index's tables live.
     meta: Arc<Meta>,
@@ -247,6 +274,7 @@ pub struct Flash {
     work: Condvar,
     /// Wakes writers waiting for a buffer or a page.
     room: Condvar,
+    /// The tier's counters.
     pub stats: FlashStats,
     failed: AtomicBool,
     flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -528,6 +556,7 @@ impl Flash {
         };
     }
 
+    /// The configuration the tier was opened with.
     pub fn config(&self) -> &FlashConfig {
         &self.cfg
     }

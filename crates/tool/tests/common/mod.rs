@@ -9,18 +9,18 @@ use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 /// The osmium-tool binary under test.
-pub fn tool() -> Command {
+pub(crate) fn tool() -> Command {
     Command::new(env!("CARGO_BIN_EXE_osmium-tool"))
 }
 
 /// Runs osmium-tool with `args` and returns its output.
-pub fn run_tool(args: &[&str]) -> Output {
+pub(crate) fn run_tool(args: &[&str]) -> Output {
     tool().args(args).output().expect("run osmium-tool")
 }
 
 /// The osmium server: `OSMIUM_BIN`, else the one beside osmium-tool
 /// (`cargo build --workspace` builds both), else target/release/osmium.
-pub fn osmium_bin() -> PathBuf {
+pub(crate) fn osmium_bin() -> PathBuf {
     if let Some(b) = std::env::var_os("OSMIUM_BIN").filter(|b| !b.is_empty()) {
         return PathBuf::from(b);
     }
@@ -38,7 +38,7 @@ pub fn osmium_bin() -> PathBuf {
 
 /// memcached 1.6.45 (`MEMCACHED_BIN`, else the repository's oracle), or
 /// `None` after a message (a panic under `CI=true`, where it must exist).
-pub fn memcached_bin() -> Option<PathBuf> {
+pub(crate) fn memcached_bin() -> Option<PathBuf> {
     if let Some(bin) = std::env::var_os("MEMCACHED_BIN").filter(|b| !b.is_empty()) {
         return Some(PathBuf::from(bin));
     }
@@ -60,16 +60,16 @@ fn running_as_root() -> bool {
 }
 
 /// A server process, killed by PID when dropped.
-pub struct Server {
+pub(crate) struct Server {
     pub child: Child,
     pub port: u16,
 }
 
 impl Server {
-    pub fn addr(&self) -> String {
+    pub(crate) fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
-    pub fn connect(&self) -> TcpStream {
+    pub(crate) fn connect(&self) -> TcpStream {
         let s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s
@@ -86,7 +86,7 @@ impl Drop for Server {
 /// Starts `bin` (osmium or memcached, with `-u root` as root) on a free
 /// loopback port with `args`, once that process listens; on another port
 /// when the bind lost a race (`osmium_test_harness::Start`).
-pub fn start(bin: &Path, args: &[&str]) -> Server {
+pub(crate) fn start(bin: &Path, args: &[&str]) -> Server {
     let server = osmium_test_harness::Start::new(&bin.display().to_string()).command(|port| {
         let mut cmd = Command::new(bin);
         if running_as_root() {
@@ -104,7 +104,7 @@ pub fn start(bin: &Path, args: &[&str]) -> Server {
 }
 
 /// Polls `ready` every 20 ms for up to 10 s; panics with `what` after.
-pub fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !ready() {
         assert!(Instant::now() < deadline, "{what}");
@@ -113,7 +113,7 @@ pub fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
 }
 
 /// Sends `req` and reads until the reply ends with `end`.
-pub fn roundtrip(s: &mut TcpStream, req: &[u8], end: &[u8]) -> Vec<u8> {
+pub(crate) fn roundtrip(s: &mut TcpStream, req: &[u8], end: &[u8]) -> Vec<u8> {
     use std::io::{Read, Write};
     s.write_all(req).unwrap();
     let mut got = Vec::new();
@@ -127,10 +127,10 @@ pub fn roundtrip(s: &mut TcpStream, req: &[u8], end: &[u8]) -> Vec<u8> {
 }
 
 /// A private temporary directory, removed when dropped.
-pub struct TempDir(pub PathBuf);
+pub(crate) struct TempDir(pub PathBuf);
 
 impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
+    pub(crate) fn new(tag: &str) -> TempDir {
         // Tests of one binary run in parallel: a number of its own each.
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
