@@ -64,7 +64,7 @@ impl NoiseConn {
 
     /// Whether the next read returns plaintext without a socket read (a
     /// whole frame of the last socket read is still to be read).
-    pub fn holds_input(&self) -> bool {
+    pub(crate) fn holds_input(&self) -> bool {
         self.inbound.holds_whole_frame()
     }
 

@@ -68,7 +68,7 @@ impl Stream {
     /// Whether requests already received wait to be read without a
     /// socket read: a Noise link's whole frames that one socket read
     /// brought (the other streams leave unread bytes in the socket).
-    pub fn holds_input(&self) -> bool {
+    pub(crate) fn holds_input(&self) -> bool {
         match self {
             Stream::Noise(s) => s.holds_input(),
             Stream::Tcp(_) | Stream::Tls(_) | Stream::Unix(_) => false,
