@@ -370,40 +370,10 @@ fn test_conf_checks_like_nutcracker() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("osmium-proxy"));
 }
 
-/// Sends `signal` (`STOP`, `CONT`) to a process by PID.
+/// Sends `signal` (`STOP`, `CONT`) to a process by PID (after `STOP`,
+/// once every thread has stopped).
 fn signal(pid: u32, signal: &str) {
-    let ok = Command::new("kill")
-        .args([&format!("-{signal}"), &pid.to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -{signal} {pid}");
-    if signal == "STOP" {
-        // kill returns before every thread has stopped (one running on the
-        // other core stops at its next interrupt): wait until each has.
-        let start = Instant::now();
-        while !all_threads_stopped(pid) {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "{pid} did not stop"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-/// Whether every thread of `pid` is stopped (`T` in /proc/PID/task/*/stat).
-fn all_threads_stopped(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.flatten().all(|t| {
-        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
-            // The state follows the command's closing parenthesis.
-            stat.rsplit_once(") ")
-                .is_some_and(|(_, rest)| rest.starts_with('T'))
-        })
-    })
+    osmium_test_harness::signal_named(pid, signal);
 }
 
 /// A server that hangs (SIGSTOP: connected, never answering) costs its

@@ -77,6 +77,10 @@ pub(crate) struct Signals {
     pub graceful: Arc<AtomicBool>,
     /// SIGHUP arrived since last asked (`take_hangup`).
     hangup: Arc<AtomicBool>,
+    /// Readable once any of the signals arrived (a byte per signal, written
+    /// by signal-hook's handler after it set the flags): the acceptor
+    /// polls it, so it sleeps until a connection or a signal comes.
+    wake: Option<std::os::unix::net::UnixStream>,
 }
 
 impl Signals {
@@ -93,11 +97,23 @@ impl Signals {
         // Handled, so it no longer kills: the TLS certificates reload.
         let hangup = Arc::new(AtomicBool::new(false));
         signal_hook::flag::register(SIGHUP, hangup.clone())?;
+        let (wake, wake_write) = std::os::unix::net::UnixStream::pair()?;
+        wake.set_nonblocking(true)?;
+        wake_write.set_nonblocking(true)?;
+        for sig in [SIGTERM, SIGINT, SIGUSR1, SIGHUP] {
+            signal_hook::low_level::pipe::register(sig, wake_write.try_clone()?)?;
+        }
         Ok(Signals {
             exit,
             graceful,
             hangup,
+            wake: Some(wake),
         })
+    }
+
+    /// The end that turns readable when a signal arrives (once).
+    pub(crate) fn take_wake(&mut self) -> Option<mio::net::UnixStream> {
+        self.wake.take().map(mio::net::UnixStream::from_std)
     }
 
     /// Whether SIGHUP arrived since the last call.

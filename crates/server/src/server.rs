@@ -37,6 +37,8 @@ use crate::transport::listen::{self, dispatch};
 use crate::transport::worker::{self, WorkerHandle};
 
 const WAKE: Token = Token(usize::MAX);
+/// The acceptor's token for the signals' wake-up socket.
+const SIGNALLED: Token = Token(usize::MAX - 1);
 
 /// The background cleaner's nice value (the workers run at 0).
 const CLEANER_NICE: i32 = 10;
@@ -52,7 +54,7 @@ pub(crate) fn run(
     for w in &settings.warnings {
         tracing::warn!("{w}");
     }
-    let signals = Signals::install()?;
+    let mut signals = Signals::install()?;
     // Bind first so that a bad address fails before daemonizing.
     let mut listeners = listen::bind_tcp(&settings, tls.as_ref())?;
     let udp_sockets = listen::bind_udp(&settings)?;
@@ -156,6 +158,12 @@ pub(crate) fn run(
     for (i, l) in listeners.iter_mut().enumerate() {
         poll.registry().register(l, Token(i), Interest::READABLE)?;
     }
+    // The acceptor sleeps until a connection, a stop request or a signal
+    // comes (no timer: an idle server stays asleep).
+    let mut signalled = signals.take_wake();
+    if let Some(s) = signalled.as_mut() {
+        poll.registry().register(s, SIGNALLED, Interest::READABLE)?;
+    }
     if shared.verbose() > 0 {
         for l in &listeners {
             tracing::info!("osmium listening on {}", l.describe());
@@ -182,10 +190,15 @@ pub(crate) fn run(
     let mut events = Events::with_capacity(256);
     let mut next_worker = 0;
     let how = loop {
-        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(100))) {
+        if let Err(e) = poll.poll(&mut events, None) {
             if e.kind() != io::ErrorKind::Interrupted {
                 return Err(e);
             }
+        }
+        // Emptied before the flags are read, so a signal after this read
+        // raises a new edge and is seen on the next turn.
+        if let Some(s) = signalled.as_mut() {
+            while matches!(io::Read::read(s, &mut [0u8; 64]), Ok(n) if n > 0) {}
         }
         if signals.take_hangup() {
             service::reloading();
@@ -205,6 +218,9 @@ pub(crate) fn run(
         }
         for ev in events.iter() {
             if ev.token() == WAKE {
+                continue;
+            }
+            if ev.token() == SIGNALLED {
                 continue;
             }
             let listener = &listeners[ev.token().0];
@@ -407,7 +423,10 @@ fn spawn_cleaner(shared: Arc<Shared>) -> io::Result<Option<std::thread::JoinHand
             let store = &shared.store;
             while shared.stop_requested().is_none() {
                 if !store.clean_ahead() {
-                    store.wait_for_cleaning(Duration::from_millis(100));
+                    // Woken by a writer when free segments run low, and
+                    // by the stop; the timeout is only a fallback, long
+                    // so that an idle server stays asleep.
+                    store.wait_for_cleaning(Duration::from_secs(1));
                 }
             }
         })?;

@@ -90,6 +90,37 @@ fn reserve_port() -> Option<u16> {
     Some(port)
 }
 
+/// Sends the signal named `name` (`STOP`, `CONT`, `HUP`, `TERM`, `INT`,
+/// `USR1`, `KILL`) to process `pid` with [`signal`], and panics if it
+/// cannot be sent.
+pub fn signal_named(pid: u32, name: &str) {
+    let number = match name {
+        "STOP" => libc::SIGSTOP,
+        "CONT" => libc::SIGCONT,
+        "HUP" => libc::SIGHUP,
+        "TERM" => libc::SIGTERM,
+        "INT" => libc::SIGINT,
+        "USR1" => libc::SIGUSR1,
+        "KILL" => libc::SIGKILL,
+        other => panic!("no signal named {other}"),
+    };
+    assert!(signal(pid, number), "kill -{name} {pid}");
+}
+
+/// Whether every thread of `pid` is stopped (`T` in /proc/PID/task/*/stat).
+pub fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the command's closing parenthesis.
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+        })
+    })
+}
+
 /// Whether process `pid` holds a listening IPv4 TCP socket on `port`: a
 /// LISTEN entry of `/proc/net/tcp` with that local port whose socket inode
 /// is one of the process's descriptors.
@@ -380,7 +411,8 @@ impl Drop for ServerProcess {
     }
 }
 
-/// Sends `signal` to `pid`; whether it was delivered.
+/// Sends `signal` to `pid`; whether it was delivered. After SIGSTOP it
+/// returns once every thread of the process has stopped.
 pub fn signal(pid: u32, signal: i32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
@@ -388,7 +420,21 @@ pub fn signal(pid: u32, signal: i32) -> bool {
     // SAFETY: kill(2) takes plain integers and touches no memory of ours.
     // Callers pass the PID of their own child that has not been reaped, so
     // the PID names that process (a zombie at worst), never a reused one.
-    unsafe { libc::kill(pid, signal) == 0 }
+    let sent = unsafe { libc::kill(pid, signal) == 0 };
+    if sent && signal == libc::SIGSTOP {
+        // kill returns before a thread running on another core has
+        // stopped (it stops at its next interrupt), and such a thread
+        // could still answer a request sent meanwhile: wait for each.
+        let start = Instant::now();
+        while !all_threads_stopped(pid.unsigned_abs()) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{pid} did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    sent
 }
 
 /// Stops `child` by PID: SIGTERM, then SIGKILL if it still runs after

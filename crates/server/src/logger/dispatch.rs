@@ -141,10 +141,14 @@ fn run(shared: &Shared) {
         let last_round = logger.stopping.load(Relaxed);
         if !last_round {
             let mut incoming = lock(&logger.incoming);
-            if watchers.is_empty() && incoming.is_empty() {
+            // `stop` sets `stopping` before it takes this lock to notify:
+            // read under the lock, the flag cannot be missed.
+            if watchers.is_empty() && incoming.is_empty() && !logger.stopping.load(Relaxed) {
+                // Nothing to send until a watcher comes (which notifies);
+                // the timeout is a fallback, long so an idle server sleeps.
                 let (g, _) = logger
                     .wake
-                    .wait_timeout(incoming, Duration::from_millis(100))
+                    .wait_timeout(incoming, Duration::from_secs(1))
                     .unwrap_or_else(|e| e.into_inner());
                 incoming = g;
             } else if incoming.is_empty() {

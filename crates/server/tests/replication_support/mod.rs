@@ -209,11 +209,7 @@ impl Node {
 
     /// Sends it signal `sig` (`HUP`, `STOP`, `CONT`) by its PID.
     pub(crate) fn signal(&self, sig: &str) {
-        let status = Command::new("kill")
-            .args([format!("-{sig}"), self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{sig} failed");
+        osmium_test_harness::signal_named(self.child.id(), sig);
     }
 
     /// Its clients speak TLS with `config`.
