@@ -4,10 +4,13 @@
 //! `shutdown` asks it to stop.
 //!
 //! Threads:
-//! * main: the acceptor (listening sockets, `-c`, dealing connections);
+//! * main: the acceptor (listening sockets, `-c`, dealing connections),
+//!   asleep until a connection, a stop request or a signal comes (the
+//!   signals' wake-up socket is in its poll; no timer);
 //! * `osmium-worker-N` (`-t`): one event loop each (`transport::worker`);
 //! * `osmium-clean`: compacts mostly dead segments ahead of the writers'
-//!   need (`Store::clean_ahead`), woken when free segments run low;
+//!   need (`Store::clean_ahead`), woken when free segments run low (and
+//!   once a second at most otherwise);
 //! * `osmium-metrics` (`--metrics-addr`): serves `/metrics` (`metrics`);
 //! * `osmium-maint`: ticks the clock every 100 ms; every 500 ms backs full
 //!   regions of item memory with huge pages, frees wholly expired segments,
