@@ -57,6 +57,7 @@ mod report;
 mod resize;
 mod restart;
 mod servers;
+mod targets;
 mod tls;
 
 use std::path::PathBuf;
@@ -254,30 +255,10 @@ struct KetamaArgs {
     keys: Vec<String>,
 }
 
-/// `HOST:PORT` strings as (host as spelled, port, resolved address).
-fn resolve_targets(targets: &[String]) -> Result<Vec<(String, u16, std::net::SocketAddr)>, String> {
-    use std::net::ToSocketAddrs;
-    targets
-        .iter()
-        .map(|t| {
-            let (host, port) = t
-                .rsplit_once(':')
-                .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
-                .ok_or_else(|| format!("bad target {t:?}: HOST:PORT"))?;
-            let addr = (host, port)
-                .to_socket_addrs()
-                .map_err(|e| format!("resolving {t}: {e}"))?
-                .next()
-                .ok_or_else(|| format!("{t} resolves to nothing"))?;
-            Ok((host.to_string(), port, addr))
-        })
-        .collect()
-}
-
 /// The servers of a `load` without --vs: --targets, else --addr.
 fn load_targets(a: &LoadArgs) -> Result<load::Targets, String> {
     if !a.targets.is_empty() {
-        let servers = resolve_targets(&a.targets)?;
+        let servers = targets::resolve(&a.targets)?;
         return Ok(load::Targets::ketama(&servers, a.pids.clone(), a.ketama));
     }
     let addr = a.addr.ok_or("--addr, --targets or --vs is needed")?;
@@ -660,7 +641,7 @@ fn run(cli: Cli) -> Result<bool, String> {
         .map(|()| true);
     }
     if let Cmd::Ketama(a) = &cli.command {
-        let servers = resolve_targets(&a.targets)?;
+        let servers = targets::resolve(&a.targets)?;
         let names: Vec<(String, u16)> = servers.iter().map(|(h, p, _)| (h.clone(), *p)).collect();
         let continuum = a.ketama.continuum(&names);
         for key in &a.keys {
