@@ -73,6 +73,10 @@ class Session:
                 return self._batch[transport][case.name]
         return H.run_case(pool, case)
 
+    def rerun(self, case, transport="tcp"):
+        """Runs one case again, alone (a case that waits on the clock)."""
+        return H.run_case(self.pool(transport), case)
+
     def skipped(self, case, transport="tcp"):
         if case.skip:
             return case.skip

@@ -9,6 +9,10 @@ import conformance_harness as H
 CASES = H.load_cases()
 
 # CONFORMANCE_TRANSPORTS=tcp (or tls) runs one only.
+# How many more times a case that waits on the clock runs when the servers
+# differ.
+CLOCK_RERUNS = 2
+
 TRANSPORTS = [t.strip() for t in os.environ.get("CONFORMANCE_TRANSPORTS", "tcp,tls").split(",")
               if t.strip()]
 
@@ -28,5 +32,11 @@ def test_exchange(case, transport, conformance):
                         f"(cargo build --release --workspace) or set OSMIUM_BIN; to validate the cases against "
                         f"memcached alone use CONFORMANCE_TARGET=memcached-self", pytrace=False)
     msg = H.check(case, conformance.target, conformance.results(case, transport))
+    # memcached's clock can itself jump two seconds in one (see README.md,
+    # "Time"): a case that waits on the clock gets two more runs, alone.
+    reruns = CLOCK_RERUNS if case.has_sleep else 0
+    while msg and reruns:
+        reruns -= 1
+        msg = H.check(case, conformance.target, conformance.rerun(case, transport))
     if msg:
         pytest.fail(msg, pytrace=False)
