@@ -797,6 +797,37 @@ mod tests {
         );
     }
 
+    /// What is forwarded never carries what would make a server hide its
+    /// reply, nor tokens the command does not read.
+    #[test]
+    fn forwarded_as_memcached_reads_it() {
+        for (req, want, quiet) in [
+            (
+                &b"set k 0 0 1 x y\r\nv\r\n"[..],
+                &b"set k 0 0 1\r\nv\r\n"[..],
+                Quiet::No,
+            ),
+            (b"delete noreply\r\n", b"delete noreply 0\r\n", Quiet::All),
+            (b"incr k 1 noreply\r\n", b"incr k 1\r\n", Quiet::All),
+            (b"mg k qx v\r\n", b"mg k v\r\n", Quiet::Meta(&[b"EN"])),
+        ] {
+            let f = frame(req, false).unwrap();
+            assert_eq!(f.len, req.len());
+            let Action::Forward { wire, quiet: q, .. } = f.action else {
+                panic!()
+            };
+            assert_eq!(&*wire, want, "{}", String::from_utf8_lossy(req));
+            assert_eq!(q, quiet);
+        }
+        let f = frame(b"flush_all noreply\r\n", false).unwrap();
+        let Action::Broadcast { wire, quiet, .. } = f.action else {
+            panic!()
+        };
+        assert_eq!((&wire[..], quiet), (&b"flush_all\r\n"[..], Quiet::All));
+        let f = frame(b"verbosity 1 noreply\r\n", false).unwrap();
+        assert!(matches!(f.action, Action::Local(ref r) if r.is_empty()));
+    }
+
     #[test]
     fn multi_get_keeps_its_keys() {
         let f = frame(b"gat 10 a b c\r\n", false).unwrap();
