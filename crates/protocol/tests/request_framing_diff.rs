@@ -139,7 +139,7 @@ fn command() -> impl Strategy<Value = Vec<u8>> {
             req.extend_from_slice(end);
             if block {
                 let n = (size.unwrap_or(3) + skew).max(0) as usize;
-                req.extend(std::iter::repeat(fill).take(n));
+                req.extend(std::iter::repeat_n(fill, n));
                 req.extend_from_slice(b"\r\n");
             }
             req
