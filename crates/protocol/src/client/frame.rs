@@ -17,7 +17,11 @@ use std::borrow::Cow;
 use std::ops::Deref;
 
 use super::reply::Expect;
+use crate::ascii::numbers::{tokto_i32, tokto_u32, tokto_u64};
+use crate::ascii::tokens::{noreply, tokenize, NO_FLAGS};
+use crate::ascii::Frame as LineFrame;
 use crate::binary::{HEADER_LEN, REQUEST_MAGIC, RESPONSE_MAGIC};
+use crate::request::Tokens as McTokens;
 
 /// memcached's longest key.
 pub const KEY_MAX: usize = crate::request::KEY_MAX_LENGTH;
@@ -195,11 +199,6 @@ fn canonical(raw: &[u8], tokens: &[&[u8]]) -> bool {
     raw.ends_with(b"\r\n") && raw.len() == tokens.iter().map(|t| t.len() + 1).sum::<usize>() + 1
 }
 
-/// Whether a storage or key command line ends in `noreply`.
-fn has_noreply(tokens: &[&[u8]]) -> bool {
-    tokens.len() > 2 && *tokens.last().unwrap() == b"noreply"
-}
-
 /// The forwarded request: `buf[..total]` as it came when its line is
 /// canonical and nothing is stripped, else `kept` joined and `data`.
 fn wire<'a>(buf: &'a [u8], total: usize, same: bool, kept: &[&[u8]], data: &[u8]) -> Cow<'a, [u8]> {
@@ -231,30 +230,55 @@ fn quiet_if(noreply: bool) -> Quiet {
     }
 }
 
+/// memcached's `noreply`: the last of the line's first 23 tokens (`raw` is
+/// the line with its terminator).
+fn mc_noreply(raw: &[u8]) -> bool {
+    tokenize(raw, NO_FLAGS).is_some_and(|t| noreply(&t))
+}
+
+/// A reply made here, sent unless the request asked for none (memcached
+/// hides these errors with `noreply`).
+fn refuse(len: usize, reply: &str, hidden: bool) -> Option<Framed<'static>> {
+    if hidden {
+        text(len, Action::Local(Vec::new()))
+    } else {
+        local(len, reply)
+    }
+}
+
+const INVALID_EXPTIME: &str = "CLIENT_ERROR invalid exptime argument\r\n";
+
+/// A text or meta request, read as memcached 1.6.45 reads it: the line
+/// ends at its `\n` (2048 bytes without one close the connection unless it
+/// is a get, as `try_read_command_ascii` decides), the command is the line's
+/// first word (a line starting with a space is none, only `flush_all` and
+/// `verbosity` are found by their first token), numbers are mcmc's, and
+/// `noreply` is the last of the first 23 tokens and hides the errors
+/// memcached hides with it.
 fn frame_text(buf: &[u8]) -> Option<Framed<'_>> {
-    let Some(nl) = memchr::memchr(b'\n', buf) else {
-        if buf.len() > LINE_MAX {
-            return text(buf.len(), Action::Fatal);
-        }
-        return None;
+    let line_len = match crate::ascii::frame(buf) {
+        LineFrame::Line(n) => n,
+        LineFrame::Incomplete if buf.len() <= LINE_MAX => return None,
+        LineFrame::Incomplete | LineFrame::Close => return text(buf.len(), Action::Fatal),
     };
-    let line_len = nl + 1;
-    let line = &buf[..nl];
+    let raw = &buf[..line_len];
+    let line = &buf[..line_len - 1];
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let tokens = Tokens::split(line);
-    let canon = canonical(&buf[..line_len], &tokens);
+    let canon = canonical(raw, &tokens);
     let Some(&cmd) = tokens.first() else {
         return local(line_len, "ERROR\r\n");
     };
+    let found = line.first() != Some(&b' ');
     let key_ok = |k: &[u8]| k.len() <= KEY_MAX;
-    match cmd {
-        b"get" | b"gets" | b"gat" | b"gats" => {
+    match (found, cmd) {
+        (true, b"get" | b"gets" | b"gat" | b"gats") => {
             let first = if cmd.starts_with(b"gat") { 2 } else { 1 };
             if tokens.len() <= first {
-                return local(line_len, "ERROR\r\n");
+                return local(line_len, BAD_FORMAT);
             }
-            if first == 2 && parse_i64(tokens[1]).is_none() {
-                return local(line_len, "CLIENT_ERROR invalid exptime argument\r\n");
+            if first == 2 && tokto_i32(tokens[1]).is_none() {
+                return local(line_len, INVALID_EXPTIME);
             }
             let keys = &tokens[first..];
             if !keys.iter().all(|k| key_ok(k)) {
@@ -281,12 +305,14 @@ fn frame_text(buf: &[u8]) -> Option<Framed<'_>> {
                 },
             )
         }
-        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
-            let want = if cmd == b"cas" { 6 } else { 5 };
-            if tokens.len() != want && tokens.len() != want + 1 {
-                return local(line_len, "ERROR\r\n");
+        (true, b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas") => {
+            // Too few tokens or a bad length: refused, shown, and the
+            // block (if any) is read as commands, as memcached does.
+            if tokens.len() < 5 {
+                return local(line_len, BAD_FORMAT);
             }
-            let Some(bytes) = parse_u64(tokens[4]).filter(|&b| b < (1 << 31)) else {
+            let Some(bytes) = tokto_i32(tokens[4]).filter(|b| (0..=i32::MAX - 2).contains(b))
+            else {
                 return local(line_len, BAD_FORMAT);
             };
             let total = line_len + bytes as usize + 2;
@@ -294,65 +320,124 @@ fn frame_text(buf: &[u8]) -> Option<Framed<'_>> {
                 return None;
             }
             let data = &buf[line_len..total];
+            let noreply = mc_noreply(raw);
+            let want = if cmd == b"cas" { 6 } else { 5 };
             let valid = key_ok(tokens[1])
                 && parse_u64(tokens[2]).is_some_and(|f| f <= u32::MAX as u64)
                 && parse_i64(tokens[3]).is_some()
-                && (want == 5 || parse_u64(tokens[5]).is_some());
+                && (want == 5 || tokens.get(5).is_some_and(|c| tokto_u64(c).is_some()));
             if !valid {
                 // Refused at the command line: the data block is swallowed.
-                return local(total, BAD_FORMAT);
+                return refuse(total, BAD_FORMAT, noreply);
             }
             if !data.ends_with(b"\r\n") {
-                return local(total, "CLIENT_ERROR bad data chunk\r\n");
+                return refuse(total, "CLIENT_ERROR bad data chunk\r\n", noreply);
             }
-            let noreply = has_noreply(&tokens);
-            let kept = &tokens[..tokens.len() - noreply as usize];
-            let wire = wire(buf, total, canon && !noreply, kept, data);
+            // Forwarded with the tokens the command reads, no more.
+            let kept = &tokens[..want];
+            let wire = wire(buf, total, canon && tokens.len() == want, kept, data);
             forward(total, tokens[1], wire, Expect::Line, quiet_if(noreply))
         }
-        b"delete" | b"incr" | b"decr" | b"touch" => {
-            if tokens.len() < 2 || !key_ok(tokens[1]) {
+        (true, b"delete" | b"incr" | b"decr" | b"touch") => {
+            let want = if cmd == b"delete" { 2 } else { 3 };
+            if tokens.len() < want {
                 return local(line_len, BAD_FORMAT);
             }
-            let noreply = has_noreply(&tokens);
-            let kept = &tokens[..tokens.len() - noreply as usize];
-            let wire = wire(buf, line_len, canon && !noreply, kept, &[]);
+            let noreply = mc_noreply(raw);
+            if !key_ok(tokens[1]) {
+                return refuse(line_len, BAD_FORMAT, noreply);
+            }
+            if want == 3 {
+                let (ok, error) = if cmd == b"touch" {
+                    (tokto_i32(tokens[2]).is_some(), INVALID_EXPTIME)
+                } else {
+                    let delta = "CLIENT_ERROR invalid numeric delta argument\r\n";
+                    (tokto_u64(tokens[2]).is_some(), delta)
+                };
+                if !ok {
+                    return refuse(line_len, error, noreply);
+                }
+            }
+            let wire = if want == 2 && tokens[1] == b"noreply" {
+                // `delete noreply` deletes the key `noreply`, quietly; the
+                // argument memcached ignores keeps it from being quiet at
+                // the server.
+                Cow::Borrowed(&b"delete noreply 0\r\n"[..])
+            } else {
+                wire(
+                    buf,
+                    line_len,
+                    canon && tokens.len() == want,
+                    &tokens[..want],
+                    &[],
+                )
+            };
             forward(line_len, tokens[1], wire, Expect::Line, quiet_if(noreply))
         }
-        b"mg" | b"ms" | b"md" | b"ma" | b"me" => frame_meta(buf, line_len, canon, &tokens),
-        b"mn" => local(line_len, "MN\r\n"),
+        (true, b"mg" | b"ms" | b"md" | b"ma" | b"me") => frame_meta(buf, line_len, canon, &tokens),
+        (true, b"mn") => local(line_len, "MN\r\n"),
         // As nutcracker: a server answers (placed like an empty key), so
         // clients that check the version see the servers'.
-        b"version" => forward(
+        (true, b"version") => forward(
             line_len,
             b"",
             Cow::Borrowed(b"version\r\n"),
             Expect::Line,
             Quiet::No,
         ),
-        b"quit" => text(line_len, Action::Quit(Vec::new())),
-        b"flush_all" => {
-            let noreply = has_noreply(&tokens);
-            text(
-                line_len,
-                Action::Broadcast {
-                    wire: join(&tokens[..tokens.len() - noreply as usize]),
-                    expect: Expect::Line,
-                    quiet: quiet_if(noreply),
-                },
-            )
-        }
-        b"verbosity" => local(line_len, "OK\r\n"),
+        (true, b"quit") => text(line_len, Action::Quit(Vec::new())),
         // Refused, and the connection closed after the error, as nutcracker
         // closes it: a client reading STAT lines until END does not wait
         // for ever. The proxy's own figures are on its stats port.
-        b"stats" => text(
+        (true, b"stats") => text(
             line_len,
             Action::Quit(
                 b"SERVER_ERROR stats are not served by osmium-proxy: ask the servers\r\n".to_vec(),
             ),
         ),
-        _ => local(line_len, "ERROR\r\n"),
+        // Found by its first word: never quiet.
+        (true, b"watch") => local(line_len, "ERROR\r\n"),
+        (_, b"flush_all") => {
+            let noreply = mc_noreply(raw);
+            // memcached reads a delay unless the line is `flush_all
+            // [noreply]`; the server is sent that delay, never `noreply`.
+            let bare = if noreply { 2 } else { 1 };
+            let mut wire = b"flush_all".to_vec();
+            if tokens.len() != bare {
+                if tokto_i32(tokens[1]).is_none() {
+                    return refuse(line_len, INVALID_EXPTIME, noreply);
+                }
+                wire.push(b' ');
+                wire.extend_from_slice(tokens[1]);
+            }
+            wire.extend_from_slice(b"\r\n");
+            text(
+                line_len,
+                Action::Broadcast {
+                    wire,
+                    expect: Expect::Line,
+                    quiet: quiet_if(noreply),
+                },
+            )
+        }
+        (_, b"verbosity") => {
+            let valid = tokens.get(1).is_some_and(|t| tokto_u32(t).is_some());
+            refuse(
+                line_len,
+                if valid { "OK\r\n" } else { BAD_FORMAT },
+                mc_noreply(raw),
+            )
+        }
+        // Not found by its first word: memcached closes at an HTTP request
+        // line, and hides the ERROR of a line ending in noreply.
+        _ => {
+            let t = tokenize(raw, NO_FLAGS).unwrap_or(McTokens::empty());
+            let n = t.count();
+            if n > 1 && t.get(n - 1).starts_with(b"HTTP/") {
+                return text(line_len, Action::Quit(Vec::new()));
+            }
+            refuse(line_len, "ERROR\r\n", noreply(&t))
+        }
     }
 }
 
@@ -378,8 +463,14 @@ fn forward<'a>(
     )
 }
 
-/// `mg`, `ms`, `md`, `ma`, `me`: the key is the second token (base64 with
-/// the `b` flag: the decoded key is what is hashed); `q` is stripped.
+/// `mg`, `ms`, `md`, `ma`, `me`, as memcached's tokenizer reads them: a
+/// flag token starting with neither a letter-ish byte nor a digit refuses
+/// the line (an `ms` data block is then swallowed when its length is a
+/// number, as osmium's server does; memcached would read it as commands).
+/// The key is the second token, base64 with a `b` flag (a token starting
+/// with `b`; for `me`, token 2 being `b` with 4 tokens or more): the
+/// decoded key is what is hashed. A `q` flag (a token starting with `q`)
+/// is stripped; `me` knows no `q`.
 fn frame_meta<'a>(
     buf: &'a [u8],
     line_len: usize,
@@ -387,21 +478,31 @@ fn frame_meta<'a>(
     tokens: &[&'a [u8]],
 ) -> Option<Framed<'a>> {
     let cmd = tokens[0];
-    if tokens.len() < 2 {
-        return local(line_len, "CLIENT_ERROR bad command line format\r\n");
-    }
+    let raw = &buf[..line_len];
+    let ms = cmd == b"ms";
+    let flags_from = if ms { 3 } else { 2 };
+    let tokenized = tokenize(raw, flags_from);
+    let data_len = |t: &[u8]| {
+        tokto_i32(t)
+            .filter(|v| (0..=i32::MAX - 2).contains(v))
+            .map(|v| v as usize)
+    };
     let mut total = line_len;
     let mut data: &[u8] = &[];
-    let flags_from = if cmd == b"ms" { 3 } else { 2 };
-    if cmd == b"ms" {
-        let Some(len) = tokens
-            .get(2)
-            .and_then(|t| parse_u64(t))
-            .filter(|&b| b < (1 << 31))
-        else {
-            return local(line_len, "CLIENT_ERROR bad data chunk\r\n");
+    if ms {
+        if tokenized.is_none() {
+            if let Some(n) = tokens.get(2).and_then(|t| data_len(t)) {
+                total = line_len + n + 2;
+                if buf.len() < total {
+                    return None;
+                }
+            }
+            return local(total, BAD_FORMAT);
+        }
+        let Some(n) = tokens.get(2).and_then(|t| data_len(t)) else {
+            return local(line_len, BAD_FORMAT);
         };
-        total = line_len + len as usize + 2;
+        total = line_len + n + 2;
         if buf.len() < total {
             return None;
         }
@@ -409,14 +510,24 @@ fn frame_meta<'a>(
         if !data.ends_with(b"\r\n") {
             return local(total, "CLIENT_ERROR bad data chunk\r\n");
         }
+    } else if tokenized.is_none() || tokens.len() < 2 {
+        return local(line_len, BAD_FORMAT);
     }
     if tokens[1].len() > KEY_MAX {
-        return local(total, "CLIENT_ERROR bad command line format\r\n");
+        return local(total, BAD_FORMAT);
     }
     let flags = tokens.get(flags_from..).unwrap_or(&[]);
-    let quiet = flags.iter().any(|f| *f == b"q");
+    let starts = |f: &[u8], b: u8| f.first() == Some(&b);
+    let me = cmd == b"me";
+    // Two `q` flags are refused by the server: forwarded as they came.
+    let quiet = !me && flags.iter().filter(|f| starts(f, b'q')).count() == 1;
+    let binary = if me {
+        tokens.len() >= 4 && tokens[2] == b"b"
+    } else {
+        flags.iter().any(|f| starts(f, b'b'))
+    };
     let mut key = Cow::Borrowed(tokens[1]);
-    if flags.iter().any(|f| *f == b"b") {
+    if binary {
         let mut out = vec![0; key.len()];
         match crate::base64::base64_decode(&key, &mut out) {
             Some(n) => {
@@ -430,7 +541,12 @@ fn frame_meta<'a>(
         Cow::Borrowed(&buf[..total])
     } else {
         let mut kept: Vec<&[u8]> = tokens[..flags_from.min(tokens.len())].to_vec();
-        kept.extend(flags.iter().copied().filter(|t| *t != b"q"));
+        kept.extend(
+            flags
+                .iter()
+                .copied()
+                .filter(|t| !(quiet && starts(t, b'q'))),
+        );
         let mut wire = join(&kept);
         wire.extend_from_slice(data);
         Cow::Owned(wire)
@@ -679,6 +795,37 @@ mod tests {
             frame(b"set k 0 0 10\r\nabc", false).is_none(),
             "waits for the block"
         );
+    }
+
+    /// What is forwarded never carries what would make a server hide its
+    /// reply, nor tokens the command does not read.
+    #[test]
+    fn forwarded_as_memcached_reads_it() {
+        for (req, want, quiet) in [
+            (
+                &b"set k 0 0 1 x y\r\nv\r\n"[..],
+                &b"set k 0 0 1\r\nv\r\n"[..],
+                Quiet::No,
+            ),
+            (b"delete noreply\r\n", b"delete noreply 0\r\n", Quiet::All),
+            (b"incr k 1 noreply\r\n", b"incr k 1\r\n", Quiet::All),
+            (b"mg k qx v\r\n", b"mg k v\r\n", Quiet::Meta(&[b"EN"])),
+        ] {
+            let f = frame(req, false).unwrap();
+            assert_eq!(f.len, req.len());
+            let Action::Forward { wire, quiet: q, .. } = f.action else {
+                panic!()
+            };
+            assert_eq!(&*wire, want, "{}", String::from_utf8_lossy(req));
+            assert_eq!(q, quiet);
+        }
+        let f = frame(b"flush_all noreply\r\n", false).unwrap();
+        let Action::Broadcast { wire, quiet, .. } = f.action else {
+            panic!()
+        };
+        assert_eq!((&wire[..], quiet), (&b"flush_all\r\n"[..], Quiet::All));
+        let f = frame(b"verbosity 1 noreply\r\n", false).unwrap();
+        assert!(matches!(f.action, Action::Local(ref r) if r.is_empty()));
     }
 
     #[test]
