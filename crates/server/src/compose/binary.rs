@@ -15,7 +15,6 @@ use osmium_store::{ItemView, RemoveResult, StoreStatus};
 use crate::compose::outcome::{Auth, Counted, Outcome, Status, Stored};
 use crate::compose::output::Output;
 use crate::settings::VERSION;
-use crate::stats::counters::ThreadStats;
 
 /// A success with an optional body (no extras, no key), unless quiet.
 #[inline]
@@ -53,13 +52,7 @@ pub(crate) fn status_only(out: &mut Output, r: &BinaryReply, code: u16) {
 /// TOUCH, which answers the flags only). A large value leaves straight
 /// from item memory.
 #[inline]
-pub(crate) fn hit(
-    out: &mut Output,
-    r: &BinaryReply,
-    it: &ItemView<'_>,
-    with_value: bool,
-    stats: &ThreadStats,
-) {
+pub(crate) fn hit(out: &mut Output, r: &BinaryReply, it: &ItemView<'_>, with_value: bool) {
     let value: &[u8] = if with_value { it.value() } else { &[] };
     let key = r.with_key.then(|| it.key());
     if out.direct_takes(value.len(), it.lock_free()) {
@@ -72,7 +65,7 @@ pub(crate) fn hit(
             key,
             value.len(),
         );
-        out.put_value(value, &[], true, stats);
+        out.put_value(value, &[], true);
     } else {
         wire::put_hit(
             out.buf(),
@@ -156,6 +149,8 @@ pub(crate) fn outcome(out: &mut Output, r: &BinaryReply, o: &Outcome<'_>) -> boo
             wire::put_stat(out.buf(), r.opaque, b"detailed", report);
             stats(out, r.opaque, &[]);
         }
+        // Only meta requests (mg, me) have these.
+        Outcome::MetaHit(_) | Outcome::MetaMiss { .. } | Outcome::MetaDebug(_) => {}
         Outcome::Auth(a) => match a {
             Auth::Mechanisms => always(out, r, 0, crate::auth::SASL_MECHANISMS),
             Auth::Authenticated => always(out, r, 0, b"Authenticated"),

@@ -11,7 +11,6 @@ use osmium_store::{ItemView, RemoveResult, StoreStatus};
 use crate::compose::outcome::{Counted, Outcome, Status};
 use crate::compose::output::Output;
 use crate::settings::VERSION;
-use crate::stats::counters::ThreadStats;
 
 /// memcached's line for each fixed answer.
 pub(crate) fn status_line(s: Status) -> &'static str {
@@ -74,7 +73,11 @@ fn stored_line(status: StoreStatus) -> &'static str {
 #[inline]
 pub(crate) fn outcome(out: &mut Output, noreply: bool, o: &Outcome<'_>) {
     match *o {
-        Outcome::Auth(_) => {}
+        // SASL answers in binary only; mg and me only in meta.
+        Outcome::Auth(_)
+        | Outcome::MetaHit(_)
+        | Outcome::MetaMiss { .. }
+        | Outcome::MetaDebug(_) => {}
         Outcome::Status(s) => line(out, noreply, status_line(s)),
         Outcome::Loud(s) => line(out, false, status_line(s)),
         Outcome::Message(m) => line(out, noreply, m),
@@ -159,7 +162,6 @@ pub(crate) fn value(
     it: &ItemView<'_>,
     with_cas: bool,
     direct: impl FnOnce() -> Direct,
-    stats: &ThreadStats,
 ) -> bool {
     let value = it.value();
     let cas = with_cas.then(|| it.cas());
@@ -167,11 +169,11 @@ pub(crate) fn value(
     if out.direct_takes(value.len(), it.lock_free()) {
         match direct() {
             Direct::Value => {
-                out.put_value(value, b"\r\n", true, stats);
+                out.put_value(value, b"\r\n", true);
                 return false;
             }
             Direct::ValueAndEnd => {
-                out.put_value(value, b"\r\nEND\r\n", true, stats);
+                out.put_value(value, b"\r\nEND\r\n", true);
                 return true;
             }
             Direct::No => {}

@@ -176,7 +176,7 @@ pub(crate) fn text_keys(
                 let outcome = match r {
                     Lookup::Hit(it) => {
                         bytes = it.value().len();
-                        ended = text::value(out, &it, with_cas, || direct(index), &ctx.stats);
+                        ended = text::value(out, &it, with_cas, || direct(index));
                         Lookup::Hit(())
                     }
                     Lookup::Miss => Lookup::Miss,
@@ -199,7 +199,7 @@ pub(crate) fn text_keys(
                 let r = touched(ctx, key, || {
                     store.get(key, Some(exptime), |it| {
                         bytes = it.value().len();
-                        ended = text::value(out, &it, with_cas, || direct(i), &ctx.stats);
+                        ended = text::value(out, &it, with_cas, || direct(i));
                     })
                 });
                 count(ctx, key, true, r);
@@ -231,7 +231,7 @@ fn binary_get(
             if with_value {
                 bytes = it.value().len();
             }
-            binary::hit(out, r, &it, with_value, &ctx.stats);
+            binary::hit(out, r, &it, with_value);
         })
     };
     let found = match touch {

@@ -167,7 +167,7 @@ fn run(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Output) -> 
         } => get::get(ctx, keys, touch, with_cas, reply, out),
         Command::Touch { key, exptime } => get::touch(ctx, key, exptime, reply, out),
         Command::MetaGet(ref m) => meta_get::meta_get(ctx, m, reply, out),
-        Command::MetaDebug { key, binary_key } => meta_get::meta_debug(ctx, key, binary_key, out),
+        Command::MetaDebug { key, .. } => meta_get::meta_debug(ctx, key, reply, out),
         Command::Delete(ref d) => delete::delete(ctx, d, reply, out),
         Command::Arith(ref a) => arith::arith(ctx, a, reply, out),
         Command::Stats { group, tokens } => stats::stats(ctx, conn, group, tokens, reply, out),
