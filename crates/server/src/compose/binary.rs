@@ -140,7 +140,10 @@ pub(crate) fn outcome(out: &mut Output, r: &BinaryReply, o: &Outcome<'_>) -> boo
             Status::NotFound => error(out, r, status::KEY_NOT_FOUND),
             _ => error(out, r, status::UNKNOWN_COMMAND),
         },
-        Outcome::Message(_) | Outcome::LoudMessage(_) => error(out, r, status::UNKNOWN_COMMAND),
+        // A binary get has one key, checked when parsed.
+        Outcome::Message(_) | Outcome::LoudMessage(_) | Outcome::GetKeyTooLong { .. } => {
+            error(out, r, status::UNKNOWN_COMMAND)
+        }
         Outcome::Version => always(out, r, 0, VERSION.as_bytes()),
         Outcome::Verbosity | Outcome::Noop => always(out, r, 0, &[]),
         Outcome::Quit => ok(out, r, 0, &[]),
@@ -172,7 +175,7 @@ fn sent_at_once(o: &Outcome<'_>) -> bool {
         }
         Outcome::Counter(c) => !matches!(c.result, Counted::Value { .. }),
         Outcome::Status(s) | Outcome::Loud(s) => s != Status::Ok,
-        Outcome::Message(_) | Outcome::LoudMessage(_) => true,
+        Outcome::Message(_) | Outcome::LoudMessage(_) | Outcome::GetKeyTooLong { .. } => true,
         Outcome::Auth(a) => !matches!(a, Auth::Mechanisms | Auth::Authenticated),
         _ => false,
     }

@@ -51,6 +51,14 @@ pub(crate) enum Outcome<'a> {
     PrefixDump(&'a [u8]),
     /// A SASL step (binary only).
     Auth(Auth),
+    /// A text get with a key over 250 bytes: the replies not yet written
+    /// are dropped (those of earlier commands of the batch too; over UDP,
+    /// this request's from `reply_start`), then memcached's re-sent error
+    /// line, empty when `error_hidden` (noreply and the first key).
+    GetKeyTooLong {
+        reply_start: usize,
+        error_hidden: bool,
+    },
     /// An mg's hit (meta only): the item and what the request decided.
     MetaHit(&'a MetaHit<'a>),
     /// An mg's miss (meta only): `EN` with the `O` and `k` flags.

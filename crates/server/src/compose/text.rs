@@ -5,6 +5,7 @@
 //! (the meta composer uses it too for what meta has no words of its own
 //! for, such as errors).
 
+use osmium_protocol::ascii::{GET_KEY_TOO_LONG, GET_KEY_TOO_LONG_NOREPLY};
 use osmium_protocol::encode;
 use osmium_store::{ItemView, RemoveResult, StoreStatus};
 
@@ -120,6 +121,24 @@ pub(crate) fn outcome(out: &mut Output, noreply: bool, o: &Outcome<'_>) {
             end(out);
         }
         Outcome::PrefixDump(report) => out.buf().extend_from_slice(report),
+        Outcome::GetKeyTooLong {
+            reply_start,
+            error_hidden,
+        } => {
+            // memcached releases every reply it has not written, then
+            // re-sends the error line it built, `\r\n` included, through
+            // `out_string`, which adds another.
+            if out.is_datagram() {
+                out.truncate(reply_start);
+            } else {
+                out.release_uncommitted();
+            }
+            out.buf().extend_from_slice(if error_hidden {
+                GET_KEY_TOO_LONG_NOREPLY
+            } else {
+                GET_KEY_TOO_LONG
+            });
+        }
     }
 }
 

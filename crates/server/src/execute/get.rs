@@ -9,11 +9,11 @@
 //! built so far), so a large value is written straight from item memory
 //! only once every key of the command is known to be short enough.
 
-use osmium_protocol::ascii::{GET_KEY_TOO_LONG, GET_KEY_TOO_LONG_NOREPLY};
 use osmium_protocol::request::{BinaryReply, Keys, Reply, KEY_MAX_LENGTH};
 use osmium_store::Lookup;
 
 use super::Done;
+use crate::compose::outcome::Outcome;
 use crate::compose::output::Output;
 use crate::compose::{binary, text};
 use crate::context::WorkerCtx;
@@ -121,21 +121,12 @@ fn text_get(
     let ended = match text_keys(ctx, keys, touch, with_cas, out, direct) {
         Ok(ended) => ended,
         Err(failed_key) => {
-            // memcached releases every reply it has not written (those of
-            // earlier commands of the batch too), then re-sends the error line
-            // it built, `\r\n` included, through `out_string`, which adds
-            // another; noreply hid that line when the first key failed.
-            if out.is_datagram() {
-                out.truncate(start);
-            } else {
-                out.release_uncommitted();
-            }
-            let reply = if failed_key == 0 && noreply {
-                GET_KEY_TOO_LONG_NOREPLY
-            } else {
-                GET_KEY_TOO_LONG
+            // noreply hid the error line when the first key failed.
+            let too_long = Outcome::GetKeyTooLong {
+                reply_start: start,
+                error_hidden: failed_key == 0 && noreply,
             };
-            out.buf().extend_from_slice(reply);
+            text::outcome(out, noreply, &too_long);
             return Done::CONTINUE;
         }
     };
