@@ -14,6 +14,7 @@ use osmium_store::{ItemView, RemoveResult, StoreStatus};
 
 use crate::compose::outcome::{Auth, Counted, Outcome, Status, Stored};
 use crate::compose::output::Output;
+use crate::compose::stat_rows::StatRows;
 use crate::settings::VERSION;
 
 /// A success with an optional body (no extras, no key), unless quiet.
@@ -94,18 +95,12 @@ pub(crate) fn miss(out: &mut Output, r: &BinaryReply, key: &[u8]) -> bool {
     }
 }
 
-/// STAT's reply: each `STAT name value\r\n` line of `text` as a packet,
-/// then an empty packet.
-pub(crate) fn stats(out: &mut Output, opaque: u32, text: &[u8]) {
+/// STAT's reply: each row as a packet (its name the key, its value the
+/// body), then an empty packet.
+pub(crate) fn stats(out: &mut Output, opaque: u32, rows: &StatRows) {
     let buf = out.buf();
-    for line in text.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(stat) = line.strip_prefix(b"STAT ") else {
-            continue;
-        };
-        let space = stat.iter().position(|&b| b == b' ').unwrap_or(stat.len());
-        let value = stat.get(space + 1..).unwrap_or(&[]);
-        wire::put_stat(buf, opaque, &stat[..space], value);
+    for (name, value) in rows.iter() {
+        wire::put_stat(buf, opaque, name, value);
     }
     wire::put_stat(buf, opaque, &[], &[]);
 }
@@ -150,10 +145,14 @@ pub(crate) fn outcome(out: &mut Output, r: &BinaryReply, o: &Outcome<'_>) -> boo
         Outcome::Stats(rows) => stats(out, r.opaque, rows),
         Outcome::PrefixDump(report) => {
             wire::put_stat(out.buf(), r.opaque, b"detailed", report);
-            stats(out, r.opaque, &[]);
+            stats(out, r.opaque, &StatRows::new());
         }
-        // Only meta requests (mg, me) have these.
-        Outcome::MetaHit(_) | Outcome::MetaMiss { .. } | Outcome::MetaDebug(_) => {}
+        Outcome::GetMiss { key } => return miss(out, r, key),
+        // Only text gets end so; only meta requests (mg, me) have these.
+        Outcome::GetEnd
+        | Outcome::MetaHit(_)
+        | Outcome::MetaMiss { .. }
+        | Outcome::MetaDebug(_) => {}
         Outcome::Auth(a) => match a {
             Auth::Mechanisms => always(out, r, 0, crate::auth::SASL_MECHANISMS),
             Auth::Authenticated => always(out, r, 0, b"Authenticated"),

@@ -16,6 +16,8 @@
 use osmium_protocol::request::StoreMode;
 use osmium_store::{ItemView, RemoveResult, StoreStatus};
 
+use crate::compose::stat_rows::StatRows;
+
 /// A request's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome<'a> {
@@ -42,10 +44,8 @@ pub(crate) enum Outcome<'a> {
     Noop,
     /// A quit (answered in binary only).
     Quit,
-    /// Stats rows, each in memcached's `STAT <name> <value>\r\n` form (the
-    /// form its stats code builds for every protocol), then the end of
-    /// the reply.
-    Stats(&'a [u8]),
+    /// Stats rows, then the end of the reply.
+    Stats(&'a StatRows),
     /// `stats detail dump`: the prefix report, a format of its own that
     /// ends itself.
     PrefixDump(&'a [u8]),
@@ -59,6 +59,12 @@ pub(crate) enum Outcome<'a> {
         reply_start: usize,
         error_hidden: bool,
     },
+    /// The end of a text get's reply (`END`), when its last value did not
+    /// carry it.
+    GetEnd,
+    /// A binary GET's miss: nothing when quiet, the key for GETK/GATK,
+    /// else "Not found" (sent at once).
+    GetMiss { key: &'a [u8] },
     /// An mg's hit (meta only): the item and what the request decided.
     MetaHit(&'a MetaHit<'a>),
     /// An mg's miss (meta only): `EN` with the `O` and `k` flags.

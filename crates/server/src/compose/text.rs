@@ -11,6 +11,7 @@ use osmium_store::{ItemView, RemoveResult, StoreStatus};
 
 use crate::compose::outcome::{Counted, Outcome, Status};
 use crate::compose::output::Output;
+use crate::compose::stat_rows::StatRows;
 use crate::settings::VERSION;
 
 /// memcached's line for each fixed answer.
@@ -76,6 +77,7 @@ pub(crate) fn outcome(out: &mut Output, noreply: bool, o: &Outcome<'_>) {
     match *o {
         // SASL answers in binary only; mg and me only in meta.
         Outcome::Auth(_)
+        | Outcome::GetMiss { .. }
         | Outcome::MetaHit(_)
         | Outcome::MetaMiss { .. }
         | Outcome::MetaDebug(_) => {}
@@ -117,10 +119,11 @@ pub(crate) fn outcome(out: &mut Output, noreply: bool, o: &Outcome<'_>) {
         Outcome::Noop => out.buf().extend_from_slice(b"MN\r\n"),
         Outcome::Quit => {}
         Outcome::Stats(rows) => {
-            out.buf().extend_from_slice(rows);
+            stat_rows(out.buf(), rows);
             end(out);
         }
         Outcome::PrefixDump(report) => out.buf().extend_from_slice(report),
+        Outcome::GetEnd => end(out),
         Outcome::GetKeyTooLong {
             reply_start,
             error_hidden,
@@ -139,6 +142,17 @@ pub(crate) fn outcome(out: &mut Output, noreply: bool, o: &Outcome<'_>) {
                 GET_KEY_TOO_LONG
             });
         }
+    }
+}
+
+/// Stats rows as memcached's `STAT <name> <value>\r\n` lines.
+pub(crate) fn stat_rows(buf: &mut Vec<u8>, rows: &StatRows) {
+    for (name, value) in rows.iter() {
+        buf.extend_from_slice(b"STAT ");
+        buf.extend_from_slice(name);
+        buf.push(b' ');
+        buf.extend_from_slice(value);
+        buf.extend_from_slice(b"\r\n");
     }
 }
 

@@ -16,14 +16,14 @@ use osmium_store::{memcached_item_total, Fetch, Lookup, Placeholder};
 use super::Done;
 use crate::compose;
 use crate::compose::outcome::{ItemDebug, MetaHit, Outcome};
-use crate::compose::output::Output;
+use crate::compose::replies::Replies;
 use crate::context::WorkerCtx;
 
 pub(crate) fn meta_get(
     ctx: &WorkerCtx,
     m: &MetaGet<'_>,
     reply: &Reply<'_>,
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> Done {
     let req_reply = reply;
     let Reply::Meta(reply) = reply else {
@@ -86,7 +86,7 @@ pub(crate) fn meta_get(
             now,
             won,
         };
-        compose::write(out, req_reply, &Outcome::MetaHit(&hit));
+        out.say(req_reply, &Outcome::MetaHit(&hit));
         if writable {
             if won {
                 it.mark_token_sent();
@@ -120,7 +120,7 @@ pub(crate) fn meta_get(
             }
             stats.get_misses.incr();
             stats.get_cmds.incr();
-            compose::write(out, req_reply, &Outcome::MetaMiss { key: m.key });
+            out.say(req_reply, &Outcome::MetaMiss { key: m.key });
         }
     }
     Done::CONTINUE
@@ -174,7 +174,12 @@ pub(crate) fn item_class(key_len: usize, flags: u32, value_len: usize, use_cas: 
 }
 
 /// me: an item's metadata, or EN.
-pub(crate) fn meta_debug(ctx: &WorkerCtx, key: &[u8], reply: &Reply<'_>, out: &mut Output) -> Done {
+pub(crate) fn meta_debug(
+    ctx: &WorkerCtx,
+    key: &[u8],
+    reply: &Reply<'_>,
+    out: &mut Replies<'_>,
+) -> Done {
     let store = ctx.store();
     let use_cas = store.config().use_cas;
     let now = store.clock().now();
@@ -199,10 +204,10 @@ pub(crate) fn meta_debug(ctx: &WorkerCtx, key: &[u8], reply: &Reply<'_>, out: &m
             class: item_class(key_len, it.flags(), it.value_len(), use_cas),
             size: memcached_item_total(key_len, it.flags(), it.value_len(), use_cas),
         };
-        compose::write(out, reply, &Outcome::MetaDebug(Some(&debug)));
+        out.say(reply, &Outcome::MetaDebug(Some(&debug)));
     });
     if !matches!(r, Lookup::Hit(())) {
-        compose::write(out, reply, &Outcome::MetaDebug(None));
+        out.say(reply, &Outcome::MetaDebug(None));
     }
     ctx.stats.meta_cmds.incr();
     Done::CONTINUE
