@@ -148,11 +148,8 @@ pub(crate) fn outcome(out: &mut Output, r: &BinaryReply, o: &Outcome<'_>) -> boo
             stats(out, r.opaque, &StatRows::new());
         }
         Outcome::GetMiss { key } => return miss(out, r, key),
-        // Only text gets end so; only meta requests (mg, me) have these.
-        Outcome::GetEnd
-        | Outcome::MetaHit(_)
-        | Outcome::MetaMiss { .. }
-        | Outcome::MetaDebug(_) => {}
+        // Only meta requests (mg, me) have these.
+        Outcome::MetaHit(_) | Outcome::MetaMiss { .. } | Outcome::MetaDebug(_) => {}
         Outcome::Auth(a) => match a {
             Auth::Mechanisms => always(out, r, 0, crate::auth::SASL_MECHANISMS),
             Auth::Authenticated => always(out, r, 0, b"Authenticated"),

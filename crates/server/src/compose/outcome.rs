@@ -59,9 +59,6 @@ pub(crate) enum Outcome<'a> {
         reply_start: usize,
         error_hidden: bool,
     },
-    /// The end of a text get's reply (`END`), when its last value did not
-    /// carry it.
-    GetEnd,
     /// A binary GET's miss: nothing when quiet, the key for GETK/GATK,
     /// else "Not found" (sent at once).
     GetMiss { key: &'a [u8] },

@@ -4,7 +4,7 @@
 //! (`compose::write`, the composer of the request's protocol), and the
 //! retrievals' hits, whose values stream from item memory under the
 //! thread's epoch pin, go to the composers' value encoders
-//! ([`Replies::text_value`], [`Replies::binary_hit`]).
+//! ([`Replies::text_value`], [`Replies::text_end`], [`Replies::binary_hit`]).
 //!
 //! The one way around it is [`Replies::dump_stream`], for the key dumps
 //! (`stats cachedump`, the crawler's dumps), which stream lines in their
@@ -46,6 +46,13 @@ impl<'o> Replies<'o> {
         direct: impl FnOnce() -> text::Direct,
     ) -> bool {
         text::value(self.out, it, with_cas, direct)
+    }
+
+    /// The end of a text get's reply (`text::end`), when its last value
+    /// did not carry it: the retrieval encoders' own, as on every GET.
+    #[inline]
+    pub(crate) fn text_end(&mut self) {
+        text::end(self.out)
     }
 
     /// A binary GET/GAT/TOUCH hit (`binary::hit`).

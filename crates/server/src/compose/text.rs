@@ -123,7 +123,6 @@ pub(crate) fn outcome(out: &mut Output, noreply: bool, o: &Outcome<'_>) {
             end(out);
         }
         Outcome::PrefixDump(report) => out.buf().extend_from_slice(report),
-        Outcome::GetEnd => end(out),
         Outcome::GetKeyTooLong {
             reply_start,
             error_hidden,

@@ -131,7 +131,7 @@ fn text_get(
         }
     };
     if !ended {
-        out.say(&Reply::Text { noreply }, &Outcome::GetEnd);
+        out.text_end();
     }
     Done::FLUSH
 }
