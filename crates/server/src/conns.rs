@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use osmium_protocol::encode::stat;
+use crate::compose::stat_rows::{stat, StatRows};
 
 /// What kind of socket an entry is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,7 +180,7 @@ impl Registry {
         now: u32,
         asking: i32,
         socket_path: Option<&str>,
-        out: &mut Vec<u8>,
+        out: &mut StatRows,
     ) {
         let addr = |proto: &str, a: Option<SocketAddr>| match a {
             Some(SocketAddr::V4(a)) => format!("{proto}:{}:{}", a.ip(), a.port()),
@@ -251,9 +251,9 @@ mod tests {
             90,
         );
         a.set_state(State::Waiting);
-        let mut out = Vec::new();
+        let mut out = StatRows::new();
         r.write_stats(105, 9, None, &mut out);
-        let text = String::from_utf8(out).unwrap();
+        let text = out.text();
         let fds: Vec<&str> = text
             .lines()
             .map(|l| l.split(':').next().unwrap().trim_start_matches("STAT "))
@@ -265,8 +265,8 @@ mod tests {
         assert!(text.contains("STAT 12:state conn_waiting\r\n"));
         assert!(text.contains("STAT 12:listen_addr tcp:127.0.0.1:11211\r\n"));
         r.remove(12);
-        let mut out = Vec::new();
+        let mut out = StatRows::new();
         r.write_stats(105, 9, None, &mut out);
-        assert!(!String::from_utf8(out).unwrap().contains("12:"));
+        assert!(!out.text().contains("12:"));
     }
 }

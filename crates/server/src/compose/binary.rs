@@ -14,8 +14,8 @@ use osmium_store::{ItemView, RemoveResult, StoreStatus};
 
 use crate::compose::outcome::{Auth, Counted, Outcome, Status, Stored};
 use crate::compose::output::Output;
+use crate::compose::stat_rows::StatRows;
 use crate::settings::VERSION;
-use crate::stats::counters::ThreadStats;
 
 /// A success with an optional body (no extras, no key), unless quiet.
 #[inline]
@@ -53,13 +53,7 @@ pub(crate) fn status_only(out: &mut Output, r: &BinaryReply, code: u16) {
 /// TOUCH, which answers the flags only). A large value leaves straight
 /// from item memory.
 #[inline]
-pub(crate) fn hit(
-    out: &mut Output,
-    r: &BinaryReply,
-    it: &ItemView<'_>,
-    with_value: bool,
-    stats: &ThreadStats,
-) {
+pub(crate) fn hit(out: &mut Output, r: &BinaryReply, it: &ItemView<'_>, with_value: bool) {
     let value: &[u8] = if with_value { it.value() } else { &[] };
     let key = r.with_key.then(|| it.key());
     if out.direct_takes(value.len(), it.lock_free()) {
@@ -72,7 +66,7 @@ pub(crate) fn hit(
             key,
             value.len(),
         );
-        out.put_value(value, &[], true, stats);
+        out.put_value(value, &[], true);
     } else {
         wire::put_hit(
             out.buf(),
@@ -101,18 +95,12 @@ pub(crate) fn miss(out: &mut Output, r: &BinaryReply, key: &[u8]) -> bool {
     }
 }
 
-/// STAT's reply: each `STAT name value\r\n` line of `text` as a packet,
-/// then an empty packet.
-pub(crate) fn stats(out: &mut Output, opaque: u32, text: &[u8]) {
+/// STAT's reply: each row as a packet (its name the key, its value the
+/// body), then an empty packet.
+pub(crate) fn stats(out: &mut Output, opaque: u32, rows: &StatRows) {
     let buf = out.buf();
-    for line in text.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(stat) = line.strip_prefix(b"STAT ") else {
-            continue;
-        };
-        let space = stat.iter().position(|&b| b == b' ').unwrap_or(stat.len());
-        let value = stat.get(space + 1..).unwrap_or(&[]);
-        wire::put_stat(buf, opaque, &stat[..space], value);
+    for (name, value) in rows.iter() {
+        wire::put_stat(buf, opaque, name, value);
     }
     wire::put_stat(buf, opaque, &[], &[]);
 }
@@ -147,15 +135,21 @@ pub(crate) fn outcome(out: &mut Output, r: &BinaryReply, o: &Outcome<'_>) -> boo
             Status::NotFound => error(out, r, status::KEY_NOT_FOUND),
             _ => error(out, r, status::UNKNOWN_COMMAND),
         },
-        Outcome::Message(_) | Outcome::LoudMessage(_) => error(out, r, status::UNKNOWN_COMMAND),
+        // A binary get has one key, checked when parsed.
+        Outcome::Message(_) | Outcome::LoudMessage(_) | Outcome::GetKeyTooLong { .. } => {
+            error(out, r, status::UNKNOWN_COMMAND)
+        }
         Outcome::Version => always(out, r, 0, VERSION.as_bytes()),
         Outcome::Verbosity | Outcome::Noop => always(out, r, 0, &[]),
         Outcome::Quit => ok(out, r, 0, &[]),
         Outcome::Stats(rows) => stats(out, r.opaque, rows),
         Outcome::PrefixDump(report) => {
             wire::put_stat(out.buf(), r.opaque, b"detailed", report);
-            stats(out, r.opaque, &[]);
+            stats(out, r.opaque, &StatRows::new());
         }
+        Outcome::GetMiss { key } => return miss(out, r, key),
+        // Only meta requests (mg, me) have these.
+        Outcome::MetaHit(_) | Outcome::MetaMiss { .. } | Outcome::MetaDebug(_) => {}
         Outcome::Auth(a) => match a {
             Auth::Mechanisms => always(out, r, 0, crate::auth::SASL_MECHANISMS),
             Auth::Authenticated => always(out, r, 0, b"Authenticated"),
@@ -177,7 +171,7 @@ fn sent_at_once(o: &Outcome<'_>) -> bool {
         }
         Outcome::Counter(c) => !matches!(c.result, Counted::Value { .. }),
         Outcome::Status(s) | Outcome::Loud(s) => s != Status::Ok,
-        Outcome::Message(_) | Outcome::LoudMessage(_) => true,
+        Outcome::Message(_) | Outcome::LoudMessage(_) | Outcome::GetKeyTooLong { .. } => true,
         Outcome::Auth(a) => !matches!(a, Auth::Mechanisms | Auth::Authenticated),
         _ => false,
     }

@@ -15,7 +15,7 @@ use osmium_protocol::base64::base64_encode;
 use osmium_protocol::request::MetaReply;
 use osmium_store::{RemoveResult, StoreStatus};
 
-use crate::compose::outcome::{Counted, Counter, Outcome, Status, Stored};
+use crate::compose::outcome::{Counted, Counter, ItemDebug, MetaHit, Outcome, Status, Stored};
 use crate::compose::output::Output;
 use crate::compose::text;
 
@@ -118,6 +118,9 @@ pub(crate) fn outcome(out: &mut Output, m: &MetaReply<'_>, o: &Outcome<'_>) {
         Outcome::Stored(s) => stored(out, m, &s),
         Outcome::Deleted { result, key } => deleted(out, m, result, key),
         Outcome::Counter(c) => counter(out, m, &c),
+        Outcome::MetaHit(h) => hit(out, m, h),
+        Outcome::MetaMiss { key } => miss(out, m, key),
+        Outcome::MetaDebug(d) => debug(out, d),
         // Errors ignore `q`.
         _ => text::outcome(out, false, o),
     }
@@ -229,4 +232,91 @@ fn counter(out: &mut Output, m: &MetaReply<'_>, c: &Counter<'_>) {
         buf.extend_from_slice(digits);
     }
     finish(out, start, m.quiet);
+}
+
+/// An mg's hit: `VA <size>` or `HD`, the return flags in request order
+/// (a `t` shows the expiry as the `T` and `N` before it left it), then
+/// `Z` (a token was already sent), `X` (stale), `W` (won), and the value,
+/// which may be queued from item memory as it ends the reply. An `O`
+/// longer than memcached returns replaces the reply with its error.
+fn hit(out: &mut Output, m: &MetaReply<'_>, h: &MetaHit<'_>) {
+    let it = h.item;
+    let start = out.len();
+    let buf = out.buf();
+    if h.send_value {
+        buf.extend_from_slice(b"VA ");
+        number(buf, it.value_len());
+    } else {
+        buf.extend_from_slice(b"HD");
+    }
+    let mut exptime = h.exptime;
+    for tok in m.flags() {
+        match tok[0] {
+            b'T' => exptime = h.ttl_exptime,
+            b'N' if h.created => exptime = h.vivify_exptime,
+            b's' => flag_number(buf, b's', it.value_len()),
+            b't' => flag_ttl(buf, exptime, h.now),
+            b'c' => flag_number(buf, b'c', it.cas()),
+            b'f' => flag_number(buf, b'f', it.flags()),
+            b'l' => flag_number(buf, b'l', h.now.wrapping_sub(it.atime())),
+            b'h' => buf.extend_from_slice(if it.fetched() { b" h1" } else { b" h0" }),
+            b'O' if !flag_opaque(buf, tok) => return error(out, start, OPAQUE_TOO_LONG),
+            b'k' => flag_key(buf, it.key(), it.binary_key()),
+            _ => {}
+        }
+    }
+    // Z before W, so a winner never also sees Z.
+    if it.token_sent() {
+        buf.extend_from_slice(b" Z");
+    }
+    if it.stale() {
+        buf.extend_from_slice(b" X");
+    }
+    if h.won {
+        buf.extend_from_slice(b" W");
+    }
+    buf.extend_from_slice(b"\r\n");
+    if h.send_value {
+        out.put_value(it.value(), b"\r\n", it.lock_free());
+    }
+}
+
+/// An mg's miss: `EN` with the `O` and `k` flags, hidden by `q`.
+fn miss(out: &mut Output, m: &MetaReply<'_>, key: &[u8]) {
+    let start = out.len();
+    out.buf().extend_from_slice(b"EN");
+    if !opaque_and_key(out.buf(), m, key) {
+        return error(out, start, OPAQUE_TOO_LONG);
+    }
+    finish(out, start, m.quiet);
+}
+
+/// An me's line, or `EN` (flags and `q` play no part).
+fn debug(out: &mut Output, d: Option<&ItemDebug<'_>>) {
+    let buf = out.buf();
+    let Some(d) = d else {
+        buf.extend_from_slice(b"EN\r\n");
+        return;
+    };
+    buf.extend_from_slice(b"ME ");
+    if d.binary_key {
+        base64_encode(d.key, buf);
+    } else {
+        buf.extend_from_slice(d.key);
+    }
+    buf.extend_from_slice(b" exp=");
+    number(buf, d.exp);
+    buf.extend_from_slice(b" la=");
+    number(buf, d.last_access);
+    buf.extend_from_slice(b" cas=");
+    number(buf, d.cas);
+    buf.extend_from_slice(if d.fetched {
+        b" fetch=yes cls="
+    } else {
+        b" fetch=no cls="
+    });
+    number(buf, d.class);
+    buf.extend_from_slice(b" size=");
+    number(buf, d.size);
+    buf.extend_from_slice(b"\r\n");
 }

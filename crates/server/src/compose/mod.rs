@@ -1,9 +1,10 @@
 //! Composing replies: what a request did (`outcome`, decided by the
 //! executor), one reply encoder per protocol that says it in memcached's
 //! bytes (`text`, `meta`, `binary`, chosen by [`write`]), the key dumps'
-//! own formats (`dump`), the connection's output (`output`, with direct
-//! writes from item memory) and where its responses start over UDP
-//! (`udp_marks`). Nothing here touches the store's state or counts stats:
+//! own formats (`dump`), stats rows as data (`stat_rows`), the
+//! connection's output (`output`, with direct writes from item memory),
+//! the executor's view of it (`replies`: outcomes only) and where its
+//! responses start over UDP (`udp_marks`). Nothing here touches the store's state or counts stats:
 //! the executor decides what happened, the encoders write it, and the
 //! executor never writes reply bytes itself.
 
@@ -12,6 +13,8 @@ pub(crate) mod dump;
 pub(crate) mod meta;
 pub(crate) mod outcome;
 pub(crate) mod output;
+pub(crate) mod replies;
+pub(crate) mod stat_rows;
 pub(crate) mod text;
 pub(crate) mod udp_marks;
 

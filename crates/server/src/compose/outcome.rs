@@ -14,7 +14,9 @@
 //! `execute` so that compose depends on nothing of the executor's.
 
 use osmium_protocol::request::StoreMode;
-use osmium_store::{RemoveResult, StoreStatus};
+use osmium_store::{ItemView, RemoveResult, StoreStatus};
+
+use crate::compose::stat_rows::StatRows;
 
 /// A request's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,15 +44,30 @@ pub(crate) enum Outcome<'a> {
     Noop,
     /// A quit (answered in binary only).
     Quit,
-    /// Stats rows, each in memcached's `STAT <name> <value>\r\n` form (the
-    /// form its stats code builds for every protocol), then the end of
-    /// the reply.
-    Stats(&'a [u8]),
+    /// Stats rows, then the end of the reply.
+    Stats(&'a StatRows),
     /// `stats detail dump`: the prefix report, a format of its own that
     /// ends itself.
     PrefixDump(&'a [u8]),
     /// A SASL step (binary only).
     Auth(Auth),
+    /// A text get with a key over 250 bytes: the replies not yet written
+    /// are dropped (those of earlier commands of the batch too; over UDP,
+    /// this request's from `reply_start`), then memcached's re-sent error
+    /// line, empty when `error_hidden` (noreply and the first key).
+    GetKeyTooLong {
+        reply_start: usize,
+        error_hidden: bool,
+    },
+    /// A binary GET's miss: nothing when quiet, the key for GETK/GATK,
+    /// else "Not found" (sent at once).
+    GetMiss { key: &'a [u8] },
+    /// An mg's hit (meta only): the item and what the request decided.
+    MetaHit(&'a MetaHit<'a>),
+    /// An mg's miss (meta only): `EN` with the `O` and `k` flags.
+    MetaMiss { key: &'a [u8] },
+    /// An me's answer (meta only): the item's metadata, or a miss.
+    MetaDebug(Option<&'a ItemDebug<'a>>),
 }
 
 /// The fixed answers: each is one line in the text protocols and, where
@@ -139,6 +156,62 @@ pub(crate) enum Counted {
     OutOfMemory,
     /// Creating a missing counter found no memory (binary's own text).
     CreateOutOfMemory,
+}
+
+/// An mg's hit: the item (read while the thread's epoch pin holds it) and
+/// what the executor decided; the composer shows the flags the request
+/// asked for, in its order, as memcached 1.6.45's `process_mget_cmd`.
+#[derive(Clone, Copy)]
+pub(crate) struct MetaHit<'a> {
+    pub item: &'a ItemView<'a>,
+    /// `VA <size>` and the value (`v`, and `C` did not match), else `HD`.
+    pub send_value: bool,
+    /// The expiry the flags before the first `T` or `N` see: the item's,
+    /// or a created item's `N` time.
+    pub exptime: u32,
+    /// The expiry a `T` sets (0: never), shown by the `t` after it.
+    pub ttl_exptime: u32,
+    /// The item was created by `N` (which sets `vivify_exptime`).
+    pub created: bool,
+    pub vivify_exptime: u32,
+    /// The clock now (`t` shows seconds left, `l` seconds since access).
+    pub now: u32,
+    /// This request won the recache token (`W`).
+    pub won: bool,
+}
+
+impl std::fmt::Debug for MetaHit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetaHit")
+            .field("key", &self.item.key())
+            .field("send_value", &self.send_value)
+            .field("won", &self.won)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for MetaHit<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for MetaHit<'_> {}
+
+/// An me's line: `ME <key> exp= la= cas= fetch= cls= size=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ItemDebug<'a> {
+    pub key: &'a [u8],
+    pub binary_key: bool,
+    /// Seconds left, -1 for never.
+    pub exp: i32,
+    /// Seconds since the last access.
+    pub last_access: u32,
+    pub cas: u64,
+    pub fetched: bool,
+    /// memcached's slab class and item size for it.
+    pub class: u32,
+    pub size: usize,
 }
 
 /// A SASL exchange's step.

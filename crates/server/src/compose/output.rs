@@ -424,13 +424,7 @@ impl Output {
     /// reference to `value`, whose memory the thread's pin keeps, and
     /// appends `trailer`. The transport sends it (see [`Output::due`]).
     #[inline]
-    pub(crate) fn put_value(
-        &mut self,
-        value: &[u8],
-        trailer: &[u8],
-        lock_free: bool,
-        _stats: &ThreadStats,
-    ) {
+    pub(crate) fn put_value(&mut self, value: &[u8], trailer: &[u8], lock_free: bool) {
         if self.direct_takes(value.len(), lock_free) {
             if self.pin.is_none() {
                 self.pin = osmium_store::epoch::keep();

@@ -28,7 +28,7 @@ impl Sink for Pair<'_> {
 fn put(out: &mut Output, a: &UnixStream, value: &[u8], trailer: &[u8], stats: &ThreadStats) {
     {
         let _pin = osmium_store::epoch::pin().expect("a reader slot");
-        out.put_value(value, trailer, true, stats);
+        out.put_value(value, trailer, true);
     }
     if out.due() {
         let _ = Pair(a).send(out, stats);
@@ -87,12 +87,7 @@ fn only_streams_with_unsent_front_and_lock_free_items_reference_values() {
     assert!(!partly.direct_takes(DIRECT_MIN, true));
     // Not pinned: nothing keeps the value's memory, so it is copied.
     let mut unpinned = Output::stream();
-    unpinned.put_value(
-        &bytes(DIRECT_MIN, 1),
-        b"\r\n",
-        true,
-        &ThreadStats::default(),
-    );
+    unpinned.put_value(&bytes(DIRECT_MIN, 1), b"\r\n", true);
     assert!(!unpinned.has_refs() && unpinned.queued() == DIRECT_MIN + 2);
 }
 
@@ -117,14 +112,14 @@ fn a_value_the_socket_did_not_take_whole_marks_it_full_until_drained() {
 
 /// Gathers `values` (each after a small header, with a trailer) while
 /// pinned, as a session running GETs does; returns the whole output.
-fn gather(out: &mut Output, values: &[Vec<u8>], stats: &ThreadStats) -> Vec<u8> {
+fn gather(out: &mut Output, values: &[Vec<u8>]) -> Vec<u8> {
     let mut all = Vec::new();
     out.gather_values(true);
     for (i, v) in values.iter().enumerate() {
         let _pin = osmium_store::epoch::pin().expect("a reader slot");
         let head = format!("VALUE k{i} 0 {}\r\n", v.len());
         out.buf().extend_from_slice(head.as_bytes());
-        out.put_value(v, b"\r\n", true, stats);
+        out.put_value(v, b"\r\n", true);
         all.extend_from_slice(head.as_bytes());
         all.extend_from_slice(v);
         all.extend_from_slice(b"\r\n");
@@ -143,7 +138,7 @@ fn gathered_values_leave_in_one_write_in_order() {
     let values: Vec<_> = (0..3)
         .map(|i| bytes(DIRECT_MIN + 1000 * i, i as u8))
         .collect();
-    let all = gather(&mut out, &values, &stats);
+    let all = gather(&mut out, &values);
     assert!(out.has_refs() && !out.due());
     assert!(osmium_store::epoch::pinned(), "kept while referenced");
     assert!(Pair(&a).send(&mut out, &stats).unwrap());
@@ -159,11 +154,10 @@ fn a_batch_is_due_at_the_gather_limits_and_leaves_in_batches() {
     let values: Vec<_> = (0..GATHER_VALUES + 5)
         .map(|i| bytes(DIRECT_MIN, i as u8))
         .collect();
-    let stats = ThreadStats::default();
     let mut out = Output::stream();
-    gather(&mut out, &values[..GATHER_VALUES - 1], &stats);
+    gather(&mut out, &values[..GATHER_VALUES - 1]);
     assert!(!out.due());
-    let all = gather(&mut out, &values[GATHER_VALUES - 1..], &stats);
+    let all = gather(&mut out, &values[GATHER_VALUES - 1..]);
     assert!(out.due(), "GATHER_VALUES reached");
     // One write takes GATHER_VALUES values, the last one's trailer
     // included.
@@ -207,7 +201,7 @@ fn a_due_batch_leaves_and_the_rest_stays_gathered_for_the_next() {
     let mut out = Output::stream();
     let size = GATHER_BYTES / 16;
     let first: Vec<_> = (0..20).map(|i| bytes(size, i)).collect();
-    let mut all = gather(&mut out, &first, &stats);
+    let mut all = gather(&mut out, &first);
     assert!(out.due());
     out.send_due_batches();
     // 16 values make a batch, which ends with the 16th's trailer.
@@ -218,7 +212,7 @@ fn a_due_batch_leaves_and_the_rest_stays_gathered_for_the_next() {
     assert_eq!(stats.bytes_written.get() as usize, batch);
     assert!(out.has_refs() && !out.due() && osmium_store::epoch::pinned());
     let second: Vec<_> = (20..34).map(|i| bytes(size, i)).collect();
-    all.extend_from_slice(&gather(&mut out, &second, &stats));
+    all.extend_from_slice(&gather(&mut out, &second));
     assert!(out.due(), "4 + 14 values");
     out.send_due_batches();
     assert!(Pair(&a).send(&mut out, &stats).unwrap());
@@ -234,9 +228,8 @@ fn a_due_batch_leaves_and_the_rest_stays_gathered_for_the_next() {
 /// What `gather` returns for `values`.
 fn gather_all(values: &[Vec<u8>]) -> Vec<u8> {
     let mut out = Output::stream();
-    let stats = ThreadStats::default();
     out.gather_values(true);
-    let all = gather(&mut out, values, &stats);
+    let all = gather(&mut out, values);
     out.discard_refs();
     all
 }
@@ -256,7 +249,7 @@ fn what_a_full_socket_did_not_take_of_gathered_values_is_kept_in_order() {
             let values: Vec<_> = (0..5)
                 .map(|i| bytes(DIRECT_MIN + 7_919 * usize::from(i + round), i ^ round))
                 .collect();
-            all.extend_from_slice(&gather(&mut out, &values, &stats));
+            all.extend_from_slice(&gather(&mut out, &values));
             let _ = Pair(&a).send(&mut out, &stats);
             assert!(!out.has_refs());
         } else {
@@ -283,9 +276,9 @@ fn a_truncated_reply_drops_its_gathered_value() {
     let stats = ThreadStats::default();
     let mut out = Output::stream();
     let values = [bytes(DIRECT_MIN, 1), bytes(DIRECT_MIN, 2)];
-    gather(&mut out, &values[..1], &stats);
+    gather(&mut out, &values[..1]);
     let kept = out.len();
-    gather(&mut out, &values[1..], &stats);
+    gather(&mut out, &values[1..]);
     out.truncate(kept);
     let _ = Pair(&a).send(&mut out, &stats);
     let mut want = format!("VALUE k0 0 {}\r\n", DIRECT_MIN).into_bytes();

@@ -5,13 +5,14 @@
 //! (the meta composer uses it too for what meta has no words of its own
 //! for, such as errors).
 
+use osmium_protocol::ascii::{GET_KEY_TOO_LONG, GET_KEY_TOO_LONG_NOREPLY};
 use osmium_protocol::encode;
 use osmium_store::{ItemView, RemoveResult, StoreStatus};
 
 use crate::compose::outcome::{Counted, Outcome, Status};
 use crate::compose::output::Output;
+use crate::compose::stat_rows::StatRows;
 use crate::settings::VERSION;
-use crate::stats::counters::ThreadStats;
 
 /// memcached's line for each fixed answer.
 pub(crate) fn status_line(s: Status) -> &'static str {
@@ -74,7 +75,12 @@ fn stored_line(status: StoreStatus) -> &'static str {
 #[inline]
 pub(crate) fn outcome(out: &mut Output, noreply: bool, o: &Outcome<'_>) {
     match *o {
-        Outcome::Auth(_) => {}
+        // SASL answers in binary only; mg and me only in meta.
+        Outcome::Auth(_)
+        | Outcome::GetMiss { .. }
+        | Outcome::MetaHit(_)
+        | Outcome::MetaMiss { .. }
+        | Outcome::MetaDebug(_) => {}
         Outcome::Status(s) => line(out, noreply, status_line(s)),
         Outcome::Loud(s) => line(out, false, status_line(s)),
         Outcome::Message(m) => line(out, noreply, m),
@@ -113,10 +119,39 @@ pub(crate) fn outcome(out: &mut Output, noreply: bool, o: &Outcome<'_>) {
         Outcome::Noop => out.buf().extend_from_slice(b"MN\r\n"),
         Outcome::Quit => {}
         Outcome::Stats(rows) => {
-            out.buf().extend_from_slice(rows);
+            stat_rows(out.buf(), rows);
             end(out);
         }
         Outcome::PrefixDump(report) => out.buf().extend_from_slice(report),
+        Outcome::GetKeyTooLong {
+            reply_start,
+            error_hidden,
+        } => {
+            // memcached releases every reply it has not written, then
+            // re-sends the error line it built, `\r\n` included, through
+            // `out_string`, which adds another.
+            if out.is_datagram() {
+                out.truncate(reply_start);
+            } else {
+                out.release_uncommitted();
+            }
+            out.buf().extend_from_slice(if error_hidden {
+                GET_KEY_TOO_LONG_NOREPLY
+            } else {
+                GET_KEY_TOO_LONG
+            });
+        }
+    }
+}
+
+/// Stats rows as memcached's `STAT <name> <value>\r\n` lines.
+pub(crate) fn stat_rows(buf: &mut Vec<u8>, rows: &StatRows) {
+    for (name, value) in rows.iter() {
+        buf.extend_from_slice(b"STAT ");
+        buf.extend_from_slice(name);
+        buf.push(b' ');
+        buf.extend_from_slice(value);
+        buf.extend_from_slice(b"\r\n");
     }
 }
 
@@ -159,7 +194,6 @@ pub(crate) fn value(
     it: &ItemView<'_>,
     with_cas: bool,
     direct: impl FnOnce() -> Direct,
-    stats: &ThreadStats,
 ) -> bool {
     let value = it.value();
     let cas = with_cas.then(|| it.cas());
@@ -167,11 +201,11 @@ pub(crate) fn value(
     if out.direct_takes(value.len(), it.lock_free()) {
         match direct() {
             Direct::Value => {
-                out.put_value(value, b"\r\n", true, stats);
+                out.put_value(value, b"\r\n", true);
                 return false;
             }
             Direct::ValueAndEnd => {
-                out.put_value(value, b"\r\nEND\r\n", true, stats);
+                out.put_value(value, b"\r\nEND\r\n", true);
                 return true;
             }
             Direct::No => {}

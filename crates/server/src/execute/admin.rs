@@ -10,16 +10,21 @@ use osmium_protocol::request::{Command, Reply, Request, ShutdownMode};
 
 use super::{answer, replica, tuning, ConnView, Done, Next};
 use crate::compose::outcome::{Outcome, Status};
-use crate::compose::output::Output;
+use crate::compose::replies::Replies;
 use crate::context::{StopRequest, WorkerCtx};
 
 /// memcached's highest verbosity level.
 const MAX_VERBOSITY: u32 = 2;
 
-pub(crate) fn admin(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Output) -> Done {
+pub(crate) fn admin(
+    ctx: &WorkerCtx,
+    conn: ConnView,
+    req: &Request<'_>,
+    out: &mut Replies<'_>,
+) -> Done {
     let shared = &ctx.shared;
     let reply = &req.reply;
-    let say = |out: &mut Output, o: Outcome<'_>| answer(out, reply, o);
+    let say = |out: &mut Replies<'_>, o: Outcome<'_>| answer(out, reply, o);
     match req.command {
         Command::FlushAll { delay } => {
             ctx.stats.flush_cmds.incr();

@@ -11,7 +11,7 @@ use osmium_store::{ArithResult, CounterResult, CounterUpdate, StoreStatus, Write
 
 use super::{answer, Done};
 use crate::compose::outcome::{Counted, Counter, Outcome};
-use crate::compose::output::Output;
+use crate::compose::replies::Replies;
 use crate::context::WorkerCtx;
 
 fn count_hit(ctx: &WorkerCtx, incr: bool) {
@@ -56,7 +56,12 @@ fn counted(r: CounterResult) -> Counted {
 /// protocol (`process_arithmetic_command`, `process_bin_update`,
 /// `process_marithmetic_cmd` differ in what they do, not only in what they
 /// say), and has its outcome said.
-pub(crate) fn arith(ctx: &WorkerCtx, a: &Arith<'_>, reply: &Reply<'_>, out: &mut Output) -> Done {
+pub(crate) fn arith(
+    ctx: &WorkerCtx,
+    a: &Arith<'_>,
+    reply: &Reply<'_>,
+    out: &mut Replies<'_>,
+) -> Done {
     ctx.hot_write(a.key, 0);
     let mut counter = Counter {
         result: Counted::NotFound,

@@ -9,10 +9,15 @@ use osmium_store::{Removal, RemoveResult};
 
 use super::{answer, Done};
 use crate::compose::outcome::{Outcome, Status};
-use crate::compose::output::Output;
+use crate::compose::replies::Replies;
 use crate::context::WorkerCtx;
 
-pub(crate) fn delete(ctx: &WorkerCtx, d: &Delete<'_>, reply: &Reply<'_>, out: &mut Output) -> Done {
+pub(crate) fn delete(
+    ctx: &WorkerCtx,
+    d: &Delete<'_>,
+    reply: &Reply<'_>,
+    out: &mut Replies<'_>,
+) -> Done {
     // memcached checks an md's flags before the lookup.
     if crate::compose::unwritable(reply) {
         ctx.changed_nothing();

@@ -9,13 +9,13 @@
 //! built so far), so a large value is written straight from item memory
 //! only once every key of the command is known to be short enough.
 
-use osmium_protocol::ascii::{GET_KEY_TOO_LONG, GET_KEY_TOO_LONG_NOREPLY};
 use osmium_protocol::request::{BinaryReply, Keys, Reply, KEY_MAX_LENGTH};
 use osmium_store::Lookup;
 
 use super::Done;
-use crate::compose::output::Output;
-use crate::compose::{binary, text};
+use crate::compose::outcome::Outcome;
+use crate::compose::replies::Replies;
+use crate::compose::text;
 use crate::context::WorkerCtx;
 
 pub(crate) fn get(
@@ -24,7 +24,7 @@ pub(crate) fn get(
     touch: Option<i64>,
     with_cas: bool,
     reply: &Reply<'_>,
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> Done {
     match reply {
         Reply::Binary(r) => {
@@ -93,9 +93,9 @@ fn text_get(
     touch: Option<i64>,
     with_cas: bool,
     noreply: bool,
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> Done {
-    let start = out.len();
+    let start = out.mark();
     // A value may leave straight from item memory only once no key of the
     // command can still turn the reply into an error: checked once, at the
     // first value long enough, counting the keys on the way (the last
@@ -121,26 +121,17 @@ fn text_get(
     let ended = match text_keys(ctx, keys, touch, with_cas, out, direct) {
         Ok(ended) => ended,
         Err(failed_key) => {
-            // memcached releases every reply it has not written (those of
-            // earlier commands of the batch too), then re-sends the error line
-            // it built, `\r\n` included, through `out_string`, which adds
-            // another; noreply hid that line when the first key failed.
-            if out.is_datagram() {
-                out.truncate(start);
-            } else {
-                out.release_uncommitted();
-            }
-            let reply = if failed_key == 0 && noreply {
-                GET_KEY_TOO_LONG_NOREPLY
-            } else {
-                GET_KEY_TOO_LONG
+            // noreply hid the error line when the first key failed.
+            let too_long = Outcome::GetKeyTooLong {
+                reply_start: start,
+                error_hidden: failed_key == 0 && noreply,
             };
-            out.buf().extend_from_slice(reply);
+            out.say(&Reply::Text { noreply }, &too_long);
             return Done::CONTINUE;
         }
     };
     if !ended {
-        text::end(out);
+        out.text_end();
     }
     Done::FLUSH
 }
@@ -155,7 +146,7 @@ pub(crate) fn text_keys(
     keys: Keys<'_>,
     touch: Option<i64>,
     with_cas: bool,
-    out: &mut Output,
+    out: &mut Replies<'_>,
     mut direct: impl FnMut(usize) -> text::Direct,
 ) -> Result<bool, usize> {
     super::watch::get_keys(ctx, keys);
@@ -176,7 +167,7 @@ pub(crate) fn text_keys(
                 let outcome = match r {
                     Lookup::Hit(it) => {
                         bytes = it.value().len();
-                        ended = text::value(out, &it, with_cas, || direct(index), &ctx.stats);
+                        ended = out.text_value(&it, with_cas, || direct(index));
                         Lookup::Hit(())
                     }
                     Lookup::Miss => Lookup::Miss,
@@ -199,7 +190,7 @@ pub(crate) fn text_keys(
                 let r = touched(ctx, key, || {
                     store.get(key, Some(exptime), |it| {
                         bytes = it.value().len();
-                        ended = text::value(out, &it, with_cas, || direct(i), &ctx.stats);
+                        ended = out.text_value(&it, with_cas, || direct(i));
                     })
                 });
                 count(ctx, key, true, r);
@@ -221,7 +212,7 @@ fn binary_get(
     touch: Option<i64>,
     with_value: bool,
     r: &BinaryReply,
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> Done {
     let store = ctx.store();
     let exptime = touch.map(|e| store.clock().realtime(e));
@@ -231,7 +222,7 @@ fn binary_get(
             if with_value {
                 bytes = it.value().len();
             }
-            binary::hit(out, r, &it, with_value, &ctx.stats);
+            out.binary_hit(r, &it, with_value);
         })
     };
     let found = match touch {
@@ -249,7 +240,8 @@ fn binary_get(
     if hit {
         return Done::CONTINUE;
     }
-    Done::flush_if(binary::miss(out, r, key))
+    let reply = Reply::Binary(*r);
+    Done::flush_if(out.say(&reply, &Outcome::GetMiss { key }))
 }
 
 /// text touch, binary TOUCH.
@@ -258,7 +250,7 @@ pub(crate) fn touch(
     key: &[u8],
     exptime: i64,
     reply: &Reply<'_>,
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> Done {
     match reply {
         Reply::Binary(r) => {
@@ -283,16 +275,16 @@ pub(crate) fn touch(
             }
             if hit {
                 stats.touch_hits.incr();
-                text::line(out, *noreply, "TOUCHED");
+                super::text_line(out, *noreply, "TOUCHED");
             } else {
                 stats.touch_misses.incr();
-                text::line(out, *noreply, "NOT_FOUND");
+                super::text_line(out, *noreply, "NOT_FOUND");
             }
             Done::CONTINUE
         }
         Reply::Meta(_) => {
             // No meta command parses to a touch.
-            text::line(out, false, "ERROR");
+            super::text_line(out, false, "ERROR");
             Done::CONTINUE
         }
     }

@@ -10,21 +10,22 @@
 //! argument, or by a stale item whose token nobody holds; `Z` says a token
 //! was already sent, `X` that the item is stale.
 
-use osmium_protocol::base64::base64_encode;
-use osmium_protocol::request::{MetaGet, Reply};
+use osmium_protocol::request::{MetaGet, MetaReply, Reply};
 use osmium_store::{memcached_item_total, Fetch, Lookup, Placeholder};
 
 use super::Done;
-use crate::compose::meta::{self, flag_key, flag_number, flag_opaque, flag_ttl, OPAQUE_TOO_LONG};
-use crate::compose::output::Output;
+use crate::compose;
+use crate::compose::outcome::{ItemDebug, MetaHit, Outcome};
+use crate::compose::replies::Replies;
 use crate::context::WorkerCtx;
 
 pub(crate) fn meta_get(
     ctx: &WorkerCtx,
     m: &MetaGet<'_>,
     reply: &Reply<'_>,
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> Done {
+    let req_reply = reply;
     let Reply::Meta(reply) = reply else {
         return Done::CONTINUE;
     };
@@ -55,85 +56,53 @@ pub(crate) fn meta_get(
             binary_key: m.binary_key,
         }),
     };
-    let start = out.len();
-    let mut ttl_set = false;
-    let mut bad_opaque = false;
+    // An `O` longer than memcached returns makes the reply an error
+    // (the composer's); the fetch still happens, nothing else does.
+    let writable = !compose::unwritable(req_reply);
     let mut sent_bytes = 0;
     let r = store.fetch(ctx.head, m.key, &fetch, |it, created| {
-        let buf = out.buf();
-        // The expiry as the flags before each token see it.
-        let mut exptime = if created {
+        // The expiry as the flags before the first T or N see it.
+        let exptime = if created {
             vivify_exptime.unwrap_or(0)
         } else {
             it.exptime()
         };
         // With C, the value is sent only if the CAS unique differs.
         let send_value = m.value && m.if_cas.is_none_or(|c| c != it.cas());
-        if send_value {
-            buf.extend_from_slice(b"VA ");
-            meta::number(buf, it.value_len());
-        } else {
-            buf.extend_from_slice(b"HD");
-        }
-        let mut won = false;
-        for tok in reply.flags() {
-            match tok[0] {
-                b'T' => {
-                    ttl_set = true;
-                    exptime = ttl.unwrap_or(0);
-                }
-                b'N' if created => {
-                    exptime = vivify_exptime.unwrap_or(0);
-                    won = true;
-                }
-                b'R' if !it.token_sent() && !created && exptime != 0 && exptime < recache => {
-                    won = true;
-                }
-                b's' => flag_number(buf, b's', it.value_len()),
-                b't' => flag_ttl(buf, exptime, now),
-                b'c' => flag_number(buf, b'c', it.cas()),
-                b'f' => flag_number(buf, b'f', it.flags()),
-                b'l' => flag_number(buf, b'l', now.wrapping_sub(it.atime())),
-                b'h' => buf.extend_from_slice(if it.fetched() { b" h1" } else { b" h0" }),
-                b'O' if !flag_opaque(buf, tok) => {
-                    bad_opaque = true;
-                    return;
-                }
-                b'k' => flag_key(buf, it.key(), it.binary_key()),
-                _ => {}
+        // N creating the item wins the token; R when the TTL left (as
+        // the T before it set it) is below its argument; a stale item
+        // whose token nobody holds.
+        let won = created
+            || (!it.token_sent()
+                && (it.stale()
+                    || (m.recache.is_some() && recache_due(reply, exptime, ttl, recache))));
+        let hit = MetaHit {
+            item: &it,
+            send_value,
+            exptime,
+            ttl_exptime: ttl.unwrap_or(0),
+            created,
+            vivify_exptime: vivify_exptime.unwrap_or(0),
+            now,
+            won,
+        };
+        out.say(req_reply, &Outcome::MetaHit(&hit));
+        if writable {
+            if won {
+                it.mark_token_sent();
             }
-        }
-        // Z before W, so a winner never also sees Z.
-        if it.token_sent() {
-            buf.extend_from_slice(b" Z");
-        }
-        if it.stale() {
-            buf.extend_from_slice(b" X");
-            if !it.token_sent() {
-                won = true;
+            if send_value {
+                sent_bytes = it.value_len();
             }
-        }
-        if won {
-            buf.extend_from_slice(b" W");
-            it.mark_token_sent();
-        }
-        buf.extend_from_slice(b"\r\n");
-        if send_value {
-            // The value ends the reply: nothing after this point truncates
-            // it, so it may be queued from item memory (sent right after
-            // this request).
-            sent_bytes = it.value_len();
-            out.put_value(it.value(), b"\r\n", it.lock_free(), &ctx.stats);
         }
     });
-    if bad_opaque {
-        meta::error(out, start, OPAQUE_TOO_LONG);
+    if !writable && matches!(r, Lookup::Hit(())) {
         return Done::CONTINUE;
     }
     ctx.hot_read(m.key, sent_bytes);
     match r {
         Lookup::Hit(()) => {
-            if ttl_set {
+            if m.ttl.is_some() {
                 stats.touch_cmds.incr();
                 stats.touch_hits.incr();
             } else {
@@ -151,15 +120,24 @@ pub(crate) fn meta_get(
             }
             stats.get_misses.incr();
             stats.get_cmds.incr();
-            out.buf().extend_from_slice(b"EN");
-            if !meta::opaque_and_key(out.buf(), reply, m.key) {
-                meta::error(out, start, OPAQUE_TOO_LONG);
-                return Done::CONTINUE;
-            }
-            meta::finish(out, start, reply.quiet);
+            out.say(req_reply, &Outcome::MetaMiss { key: m.key });
         }
     }
     Done::CONTINUE
+}
+
+/// Whether `R` wins the recache token: the expiry its position in the
+/// flags sees (the item's `exptime`, or a `T` before it) is set and
+/// below `recache`.
+fn recache_due(reply: &MetaReply<'_>, mut exptime: u32, ttl: Option<u32>, recache: u32) -> bool {
+    for tok in reply.flags() {
+        match tok[0] {
+            b'T' => exptime = ttl.unwrap_or(0),
+            b'R' if exptime != 0 && exptime < recache => return true,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// memcached's slab class for an item of `ntotal` bytes with default
@@ -196,7 +174,12 @@ pub(crate) fn item_class(key_len: usize, flags: u32, value_len: usize, use_cas: 
 }
 
 /// me: an item's metadata, or EN.
-pub(crate) fn meta_debug(ctx: &WorkerCtx, key: &[u8], _binary_key: bool, out: &mut Output) -> Done {
+pub(crate) fn meta_debug(
+    ctx: &WorkerCtx,
+    key: &[u8],
+    reply: &Reply<'_>,
+    out: &mut Replies<'_>,
+) -> Done {
     let store = ctx.store();
     let use_cas = store.config().use_cas;
     let now = store.clock().now();
@@ -206,39 +189,25 @@ pub(crate) fn meta_debug(ctx: &WorkerCtx, key: &[u8], _binary_key: bool, out: &m
         create: None,
     };
     let r = store.fetch(ctx.head, key, &fetch, |it, _| {
-        let buf = out.buf();
-        buf.extend_from_slice(b"ME ");
-        if it.binary_key() {
-            base64_encode(it.key(), buf);
-        } else {
-            buf.extend_from_slice(it.key());
-        }
-        let exp: i32 = if it.exptime() == 0 {
-            -1
-        } else {
-            it.exptime().wrapping_sub(now) as i32
-        };
         let key_len = it.key().len();
-        let ntotal = memcached_item_total(key_len, it.flags(), it.value_len(), use_cas);
-        let cls = item_class(key_len, it.flags(), it.value_len(), use_cas);
-        buf.extend_from_slice(b" exp=");
-        meta::number(buf, exp);
-        buf.extend_from_slice(b" la=");
-        meta::number(buf, now.wrapping_sub(it.atime()));
-        buf.extend_from_slice(b" cas=");
-        meta::number(buf, it.cas());
-        buf.extend_from_slice(if it.fetched() {
-            b" fetch=yes cls="
-        } else {
-            b" fetch=no cls="
-        });
-        meta::number(buf, cls);
-        buf.extend_from_slice(b" size=");
-        meta::number(buf, ntotal);
-        buf.extend_from_slice(b"\r\n");
+        let debug = ItemDebug {
+            key: it.key(),
+            binary_key: it.binary_key(),
+            exp: if it.exptime() == 0 {
+                -1
+            } else {
+                it.exptime().wrapping_sub(now) as i32
+            },
+            last_access: now.wrapping_sub(it.atime()),
+            cas: it.cas(),
+            fetched: it.fetched(),
+            class: item_class(key_len, it.flags(), it.value_len(), use_cas),
+            size: memcached_item_total(key_len, it.flags(), it.value_len(), use_cas),
+        };
+        out.say(reply, &Outcome::MetaDebug(Some(&debug)));
     });
     if !matches!(r, Lookup::Hit(())) {
-        out.buf().extend_from_slice(b"EN\r\n");
+        out.say(reply, &Outcome::MetaDebug(None));
     }
     ctx.stats.meta_cmds.incr();
     Done::CONTINUE

@@ -6,12 +6,14 @@
 //! ```text
 //!   session ──Request──▶ execute ──▶ store (the cache)
 //!                           │
-//!                           └──Outcome──▶ compose::{text, meta, binary} ──▶ Output
+//!                           └──Outcome──▶ Replies::say ──▶ compose::{text, meta, binary} ──▶ Output
 //! ```
 //!
-//! (The retrievals, `get` and `meta_get`, still write their hits
-//! through the composers' value encoders, which stream values from item
-//! memory.)
+//! Execute sees the output only as `compose::replies::Replies`. The text
+//! and binary get hits go through its value encoders (`text_value`,
+//! `binary_hit`), which stream values from item memory; the key dumps
+//! (`dump`) write their own formats as the socket drains.
+//! `reply_rule_tests` holds the rule.
 //!
 //! Every command of every protocol passes through [`execute`] (and, for a
 //! storage command, `store::admit` before its value arrives and
@@ -28,6 +30,8 @@ mod dump;
 mod get;
 mod meta_get;
 mod replica;
+#[cfg(test)]
+mod reply_rule_tests;
 pub(crate) mod report;
 pub(crate) mod sasl;
 mod stats;
@@ -38,7 +42,7 @@ mod watch;
 use osmium_protocol::request::{Command, Reply, Request};
 
 use crate::compose::outcome::Outcome;
-use crate::compose::output::Output;
+use crate::compose::replies::Replies;
 use crate::context::WorkerCtx;
 use crate::replication::fresh_writes::WriteGate;
 
@@ -124,7 +128,7 @@ pub(crate) fn execute(
     ctx: &WorkerCtx,
     conn: ConnView,
     req: &Request<'_>,
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> Done {
     if conn.flash_async && ctx.flash_async.get() && flash_wanted(ctx, &req.command) {
         return Done {
@@ -157,7 +161,7 @@ pub(crate) fn execute(
 
 /// Runs one request (see [`execute`]).
 #[inline]
-fn run(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Output) -> Done {
+fn run(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Replies<'_>) -> Done {
     let reply = &req.reply;
     match req.command {
         Command::Get {
@@ -167,13 +171,13 @@ fn run(ctx: &WorkerCtx, conn: ConnView, req: &Request<'_>, out: &mut Output) -> 
         } => get::get(ctx, keys, touch, with_cas, reply, out),
         Command::Touch { key, exptime } => get::touch(ctx, key, exptime, reply, out),
         Command::MetaGet(ref m) => meta_get::meta_get(ctx, m, reply, out),
-        Command::MetaDebug { key, binary_key } => meta_get::meta_debug(ctx, key, binary_key, out),
+        Command::MetaDebug { key, .. } => meta_get::meta_debug(ctx, key, reply, out),
         Command::Delete(ref d) => delete::delete(ctx, d, reply, out),
         Command::Arith(ref a) => arith::arith(ctx, a, reply, out),
         Command::Stats { group, tokens } => stats::stats(ctx, conn, group, tokens, reply, out),
         Command::LruCrawler { tokens } => {
             let (status, next) = dump::lru_crawler(ctx, conn, tokens);
-            let _ = crate::compose::write(out, reply, &Outcome::Loud(status));
+            let _ = out.say(reply, &Outcome::Loud(status));
             match next {
                 Next::Continue => Done::CONTINUE,
                 next => Done::then(next),
@@ -228,7 +232,7 @@ fn write_gate<'c>(ctx: &'c WorkerCtx, command: &Command<'_>) -> WriteGate<'c> {
 
 /// An `md` of a copy coming in, for a key written since: not applied,
 /// answered as if it had been (a copy's `md` is quiet: nothing).
-fn skipped_copy_item(req: &Request<'_>, out: &mut Output) -> Done {
+fn skipped_copy_item(req: &Request<'_>, out: &mut Replies<'_>) -> Done {
     match req.command {
         Command::Delete(ref d) => answer(
             out,
@@ -269,9 +273,16 @@ fn flash_wanted(ctx: &WorkerCtx, command: &Command<'_>) -> bool {
     wanted.len() > before
 }
 
+/// A text line decided by the executor (touch's verdict, `watch`'s and
+/// replication's answers), said by the text composer; noreply silences it.
+#[inline]
+fn text_line(out: &mut Replies<'_>, noreply: bool, msg: &str) {
+    out.say(&Reply::Text { noreply }, &Outcome::Message(msg));
+}
+
 /// Has the request's composer say `o`: memcached sends a binary error at
 /// once.
 #[inline]
-fn answer(out: &mut Output, reply: &Reply<'_>, o: Outcome<'_>) -> Done {
-    Done::flush_if(crate::compose::write(out, reply, &o))
+fn answer(out: &mut Replies<'_>, reply: &Reply<'_>, o: Outcome<'_>) -> Done {
+    Done::flush_if(out.say(reply, &o))
 }

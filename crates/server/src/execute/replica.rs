@@ -37,8 +37,7 @@ use osmium_protocol::replication_link::{Refusal, Role};
 use osmium_protocol::request::Tokens;
 
 use super::{ConnView, Done, Next};
-use crate::compose::output::Output;
-use crate::compose::text;
+use crate::compose::replies::Replies;
 use crate::context::WorkerCtx;
 use crate::replication::auth::{self, HelloRefused};
 use crate::replication::{
@@ -50,23 +49,23 @@ pub(crate) fn command(
     conn: ConnView,
     tokens: Tokens<'_>,
     noreply: bool,
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> Done {
     let peer = ctx.peer.get();
     let by_cert = peer == PEER_NONE && cert_peer(ctx);
     match tokens.get(0) {
         b"replica_hello" if peer == PEER_NONE => return hello(ctx, conn, tokens, noreply, out),
         b"replica_link" if peer == PEER_LINK || peer == PEER_PROXY => {
-            text::line(out, false, "OK");
+            super::text_line(out, false, "OK");
         }
         b"replica_link" if by_cert => {
             ctx.peer.set(PEER_LINK);
-            text::line(out, false, "OK");
+            super::text_line(out, false, "OK");
         }
         // A follow link starts with a full copy: a dump, which -X forbids
         // (memcached's answer to `lru_crawler metadump` under -X).
         b"replica_follow" if (peer == PEER_FOLLOWER || by_cert) && !dumps(ctx) => {
-            text::line(out, false, "ERROR metadump not allowed");
+            super::text_line(out, false, "ERROR metadump not allowed");
         }
         b"replica_follow" if peer == PEER_FOLLOWER || by_cert => {
             let secs = std::str::from_utf8(tokens.get(1)).ok();
@@ -105,7 +104,7 @@ fn hello(
     conn: ConnView,
     tokens: Tokens<'_>,
     noreply: bool,
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> Done {
     let repl = &ctx.shared.replication;
     let Some(secret) = repl.secret() else {
@@ -135,7 +134,7 @@ fn hello(
         Role::ProxyPeer => PEER_PROXY,
         Role::FollowLink => PEER_FOLLOWER,
     });
-    text::line(out, false, &h.answer);
+    super::text_line(out, false, &h.answer);
     if ctx.peer_auth.borrow().in_tls() {
         // TLS carries the link on (the handshake is bound to it).
         return Done::CONTINUE;
@@ -169,10 +168,10 @@ fn copy_ended(ctx: &WorkerCtx) {
 }
 
 /// `replica_targets <HOST:PORT>[,<HOST:PORT>...]|-`.
-fn set_targets(ctx: &WorkerCtx, tokens: Tokens<'_>, out: &mut Output) {
+fn set_targets(ctx: &WorkerCtx, tokens: Tokens<'_>, out: &mut Replies<'_>) {
     let list = match (tokens.count(), std::str::from_utf8(tokens.get(1))) {
         (2, Ok(list)) => list,
-        _ => return text::line(out, false, "CLIENT_ERROR bad command line format"),
+        _ => return super::text_line(out, false, "CLIENT_ERROR bad command line format"),
     };
     let new: Vec<String> = if list == "-" {
         Vec::new()
@@ -183,29 +182,29 @@ fn set_targets(ctx: &WorkerCtx, tokens: Tokens<'_>, out: &mut Output) {
         .iter()
         .find_map(|t| crate::settings::check_target(t).err())
     {
-        return text::line(out, false, &format!("CLIENT_ERROR {e}"));
+        return super::text_line(out, false, &format!("CLIENT_ERROR {e}"));
     }
     if new.len() > crate::settings::MAX_REPLICA_TARGETS {
         let e = format!(
             "CLIENT_ERROR at most {} targets",
             crate::settings::MAX_REPLICA_TARGETS
         );
-        return text::line(out, false, &e);
+        return super::text_line(out, false, &e);
     }
     match ctx.shared.replication.set_targets(&new, "command") {
-        Ok(_) => text::line(out, false, "OK"),
-        Err(e) => text::line(out, false, &format!("SERVER_ERROR {e}")),
+        Ok(_) => super::text_line(out, false, "OK"),
+        Err(e) => super::text_line(out, false, &format!("SERVER_ERROR {e}")),
     }
 }
 
 /// What memcached does with a command it does not know (the parser's
 /// `unknown`): a line ending in an `HTTP/` token closes the connection,
 /// anything else is answered `ERROR` (nothing with `noreply`).
-fn unknown(tokens: Tokens<'_>, noreply: bool, out: &mut Output) -> Done {
+fn unknown(tokens: Tokens<'_>, noreply: bool, out: &mut Replies<'_>) -> Done {
     let n = tokens.count();
     if n > 1 && tokens.get(n - 1).starts_with(b"HTTP/") {
         return Done::then(Next::CloseNow);
     }
-    text::line(out, noreply, "ERROR");
+    super::text_line(out, noreply, "ERROR");
     Done::CONTINUE
 }

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::Ordering;
 
-use osmium_protocol::encode::stat;
+use crate::compose::stat_rows::{stat, StatRows};
 
 use crate::context::Shared;
 use crate::settings::{OSMIUM_VERSION, VERSION};
@@ -41,7 +41,7 @@ pub(crate) fn reset(sh: &Shared) {
 }
 
 /// `stats` (no group): memcached's general stats, in its order.
-pub(crate) fn general(sh: &Shared, out: &mut Vec<u8>) {
+pub(crate) fn general(sh: &Shared, out: &mut StatRows) {
     let t = sh.totals();
     let e = sh.store.stats();
     let g = &sh.global;
@@ -249,7 +249,7 @@ pub(crate) fn general(sh: &Shared, out: &mut Vec<u8>) {
 
 /// The flash tier's figures, under memcached's `extstore_*` names where
 /// the meaning is the same, and osmium's own after them.
-fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
+fn flash_stats(f: &osmium_store::flash::Flash, out: &mut StatRows) {
     let st = &f.stats;
     let (pages, free, used) = f.pages();
     let written = st.bytes_written.load(Ordering::Relaxed);
@@ -400,7 +400,7 @@ fn flash_stats(f: &osmium_store::flash::Flash, out: &mut Vec<u8>) {
 /// `stats extstore`: each flash page's version, live bytes and bucket,
 /// as memcached lists its pages (osmium has one bucket, 0); nothing
 /// without a flash tier.
-pub(crate) fn extstore(sh: &Shared, out: &mut Vec<u8>) {
+pub(crate) fn extstore(sh: &Shared, out: &mut StatRows) {
     let Some(f) = sh.store.flash() else {
         return;
     };
@@ -413,7 +413,7 @@ pub(crate) fn extstore(sh: &Shared, out: &mut Vec<u8>) {
 }
 
 /// `stats settings`, in memcached's order.
-pub(crate) fn settings(sh: &Shared, out: &mut Vec<u8>) {
+pub(crate) fn settings(sh: &Shared, out: &mut StatRows) {
     let s = &sh.settings;
     let yn = |b: bool| if b { "yes" } else { "no" };
     let e = sh.store.stats();
@@ -617,7 +617,7 @@ pub(crate) fn settings(sh: &Shared, out: &mut Vec<u8>) {
 /// `hits_to_*` (a GET would have to read its segment's queue),
 /// `moves_to_cold` (items enter small directly), and `tailrepairs`,
 /// `lrutail_reflocked` (osmium counts no references on items).
-pub(crate) fn items(sh: &Shared, out: &mut Vec<u8>) {
+pub(crate) fn items(sh: &Shared, out: &mut StatRows) {
     let e = sh.store.stats();
     if e.curr_items == 0 {
         return;
@@ -626,7 +626,7 @@ pub(crate) fn items(sh: &Shared, out: &mut Vec<u8>) {
     let now = sh.store.clock().now();
     let age = |oldest: Option<u32>| oldest.map_or(0, |t| u64::from(now.saturating_sub(t)));
     let t = sh.totals();
-    let n = |out: &mut Vec<u8>, name: &str, v: u64| stat(out, &format!("items:1:{name}"), v);
+    let n = |out: &mut StatRows, name: &str, v: u64| stat(out, &format!("items:1:{name}"), v);
     n(out, "number", e.curr_items);
     n(out, "number_hot", 0);
     n(out, "number_warm", q.main_items);
@@ -671,7 +671,7 @@ fn direct_reclaims(e: &osmium_store::StoreStats) -> u64 {
 }
 
 /// `stats sizes`: off, as memcached's without `-o track_sizes`.
-pub(crate) fn sizes(out: &mut Vec<u8>) {
+pub(crate) fn sizes(out: &mut StatRows) {
     stat(out, "sizes_status", "disabled");
 }
 
@@ -680,11 +680,11 @@ pub(crate) fn sizes(out: &mut Vec<u8>) {
 /// byte): `free_chunks` is the room left in the segments with memory, so
 /// `used_chunks == total_chunks` (memcached-tool's `Full? yes`) only when
 /// none is left, as memcached's class with no free chunk.
-pub(crate) fn slabs(sh: &Shared, out: &mut Vec<u8>) {
+pub(crate) fn slabs(sh: &Shared, out: &mut StatRows) {
     let e = sh.store.stats();
     let t = sh.totals();
     if e.segments_allocated > 0 {
-        let n = |out: &mut Vec<u8>, name: &str, v: u64| stat(out, &format!("1:{name}"), v);
+        let n = |out: &mut StatRows, name: &str, v: u64| stat(out, &format!("1:{name}"), v);
         let total = e.segments_allocated * e.segment_size;
         let free = e.segments_room_bytes.min(total);
         n(out, "chunk_size", 1);

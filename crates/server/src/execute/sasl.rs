@@ -7,20 +7,19 @@ use osmium_protocol::request::{BinaryReply, Reply};
 
 use super::{answer, Done};
 use crate::auth::{self, SaslOutcome};
-use crate::compose::binary;
 use crate::compose::outcome::{Auth, Outcome};
-use crate::compose::output::Output;
+use crate::compose::replies::Replies;
 use crate::context::WorkerCtx;
 
 pub(crate) use crate::auth::SaslState;
 
 /// Has the binary composer say a SASL step (the commands exist only in the
 /// binary protocol).
-fn say(out: &mut Output, r: &BinaryReply, a: Auth) -> Done {
-    Done::flush_if(binary::outcome(out, r, &Outcome::Auth(a)))
+fn say(out: &mut Replies<'_>, r: &BinaryReply, a: Auth) -> Done {
+    Done::flush_if(out.say(&Reply::Binary(*r), &Outcome::Auth(a)))
 }
 
-pub(crate) fn list_mechs(ctx: &WorkerCtx, reply: &Reply<'_>, out: &mut Output) -> Done {
+pub(crate) fn list_mechs(ctx: &WorkerCtx, reply: &Reply<'_>, out: &mut Replies<'_>) -> Done {
     let step = if ctx.shared.auth.sasl_enabled() {
         Auth::Mechanisms
     } else {
@@ -37,7 +36,7 @@ pub(crate) fn admit_sasl(
     mechanism: &[u8],
     value_len: usize,
     r: &BinaryReply,
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> bool {
     let refusal = if !ctx.shared.auth.sasl_enabled() {
         Auth::Disabled
@@ -67,7 +66,7 @@ pub(crate) fn execute_sasl(
     data: &[u8],
     state: &mut AuthState,
     r: &BinaryReply,
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> Done {
     let stats = &ctx.stats;
     let outcome = auth::sasl_exchange(

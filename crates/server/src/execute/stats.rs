@@ -16,7 +16,8 @@ use osmium_protocol::request::{Reply, Tokens};
 use super::report;
 use super::{answer, dump, ConnView, Done};
 use crate::compose::outcome::{Outcome, Status};
-use crate::compose::output::Output;
+use crate::compose::replies::Replies;
+use crate::compose::stat_rows::StatRows;
 use crate::context::WorkerCtx;
 
 pub(crate) fn stats(
@@ -25,24 +26,31 @@ pub(crate) fn stats(
     group: Option<&[u8]>,
     tokens: Tokens<'_>,
     reply: &Reply<'_>,
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> Done {
     // memcached matches a binary STAT's groups its own way.
     let binary = matches!(reply, Reply::Binary(_));
-    let mut rows = Vec::new();
+    let mut found = Found::default();
     let outcome = if binary {
-        binary_stats(ctx, group.unwrap_or_default(), &mut rows)
+        binary_stats(ctx, group.unwrap_or_default(), &mut found)
     } else {
-        text_stats(ctx, conn, group, tokens, &mut rows, out)
+        text_stats(ctx, conn, group, tokens, &mut found, out)
     };
     match outcome {
-        Some(o) => answer(out, reply, o.with(&rows)),
+        Some(o) => answer(out, reply, o.with(&found)),
         None => Done::CONTINUE,
     }
 }
 
+/// What a stats group gathered: rows, or the prefix report.
+#[derive(Default)]
+struct Found {
+    rows: StatRows,
+    prefix_report: Vec<u8>,
+}
+
 /// What a stats group answers: its rows (gathered in the caller's
-/// buffer), the prefix report, or a fixed answer.
+/// `Found`), the prefix report, or a fixed answer.
 enum Answer {
     Rows,
     PrefixDump,
@@ -50,10 +58,10 @@ enum Answer {
 }
 
 impl Answer {
-    fn with(self, rows: &[u8]) -> Outcome<'_> {
+    fn with(self, found: &Found) -> Outcome<'_> {
         match self {
-            Answer::Rows => Outcome::Stats(rows),
-            Answer::PrefixDump => Outcome::PrefixDump(rows),
+            Answer::Rows => Outcome::Stats(&found.rows),
+            Answer::PrefixDump => Outcome::PrefixDump(&found.prefix_report),
             Answer::Said(o) => o,
         }
     }
@@ -66,9 +74,10 @@ fn text_stats(
     conn: ConnView,
     group: Option<&[u8]>,
     tokens: Tokens<'_>,
-    rows: &mut Vec<u8>,
-    out: &mut Output,
+    found: &mut Found,
+    out: &mut Replies<'_>,
 ) -> Option<Answer> {
+    let rows = &mut found.rows;
     let sh = &*ctx.shared;
     let n = tokens.count();
     let loud = |s: Status| Some(Answer::Said(Outcome::Loud(s)));
@@ -92,7 +101,7 @@ fn text_stats(
             sh.prefix.set_enabled(false);
             loud(Status::Ok)
         } else if prefix_matches(arg, b"dump") {
-            sh.prefix.dump(rows);
+            sh.prefix.dump(&mut found.prefix_report);
             Some(Answer::PrefixDump)
         } else {
             loud(Status::DetailUsage)
@@ -101,7 +110,7 @@ fn text_stats(
         report::settings(sh, rows);
         Some(Answer::Rows)
     } else if prefix_matches(sub, b"cachedump") {
-        match dump::cachedump(ctx, &tokens, out) {
+        match dump::cachedump(ctx, &tokens, out.dump_stream()) {
             Ok(()) => None,
             Err(s) => loud(s),
         }
@@ -140,7 +149,8 @@ fn text_stats(
 }
 
 /// Binary STAT with `group` as its key, as memcached's `process_bin_stat`.
-fn binary_stats(ctx: &WorkerCtx, group: &[u8], rows: &mut Vec<u8>) -> Option<Answer> {
+fn binary_stats(ctx: &WorkerCtx, group: &[u8], found: &mut Found) -> Option<Answer> {
+    let rows = &mut found.rows;
     let sh = &*ctx.shared;
     let not_found = Some(Answer::Said(Outcome::Status(Status::NotFound)));
     if group.is_empty() {
@@ -151,7 +161,7 @@ fn binary_stats(ctx: &WorkerCtx, group: &[u8], rows: &mut Vec<u8>) -> Option<Ans
         report::settings(sh, rows);
     } else if let Some(detail) = group.strip_prefix(b"detail") {
         if detail.starts_with(b" dump") {
-            sh.prefix.dump(rows);
+            sh.prefix.dump(&mut found.prefix_report);
             return Some(Answer::PrefixDump);
         } else if detail.starts_with(b" on") {
             sh.prefix.set_enabled(true);

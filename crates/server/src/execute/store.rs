@@ -22,7 +22,7 @@ use osmium_store::{Incoming, StoreStatus, Write};
 
 use super::{answer, watch, Done};
 use crate::compose::outcome::{Outcome, Status, Stored};
-use crate::compose::output::Output;
+use crate::compose::replies::Replies;
 use crate::context::WorkerCtx;
 
 /// Data blocks of at least this many bytes that have not all arrived with
@@ -88,7 +88,12 @@ pub(crate) enum Admit {
 }
 
 /// Step 1, at the command: refuses a value too large for any item.
-pub(crate) fn admit(ctx: &WorkerCtx, s: &Store<'_>, reply: &Reply<'_>, out: &mut Output) -> Admit {
+pub(crate) fn admit(
+    ctx: &WorkerCtx,
+    s: &Store<'_>,
+    reply: &Reply<'_>,
+    out: &mut Replies<'_>,
+) -> Admit {
     let store = ctx.store();
     let discard = s.value_len + terminator_len(reply);
     if store.too_large(s.key.len(), s.flags, s.value_len) {
@@ -122,7 +127,7 @@ pub(crate) fn complete(
     s: &Store<'_>,
     reply: &Reply<'_>,
     block: &[u8],
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> Done {
     ctx.stats.set_cmds.incr();
     let prefix = &ctx.shared.prefix;
@@ -193,7 +198,7 @@ fn skipped_copy_item(
     binary_key: bool,
     reply: &Reply<'_>,
     size: usize,
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> Done {
     let stored = StoreStatus::Stored;
     store_reply(ctx, mode, key, binary_key, reply, stored, 0, size, out)
@@ -211,7 +216,7 @@ fn store_reply(
     status: StoreStatus,
     cas: u64,
     size: usize,
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> Done {
     let stats = &ctx.stats;
     let is_cas = mode == StoreMode::Cas;
@@ -282,7 +287,7 @@ pub(crate) fn begin_incoming(
     s: &Store<'_>,
     reply: &Reply<'_>,
     first: &[u8],
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> Option<IncomingStore> {
     let prefix = &ctx.shared.prefix;
     if prefix.enabled() {
@@ -328,7 +333,7 @@ pub(crate) fn finish_incoming(
     ctx: &WorkerCtx,
     incoming: IncomingStore,
     terminated: bool,
-    out: &mut Output,
+    out: &mut Replies<'_>,
 ) -> Done {
     ctx.stats.set_cmds.incr();
     let store = ctx.store();

@@ -16,8 +16,7 @@ use osmium_store::{Fetch, Lookup, StoreStatus};
 use super::meta_get::item_class;
 use super::{Done, Next};
 use crate::compose::outcome::{Outcome, Status};
-use crate::compose::output::Output;
-use crate::compose::text;
+use crate::compose::replies::Replies;
 use crate::context::{Shared, WorkerCtx};
 use crate::logger::{self, uri_encode, DELETIONS, EVICTIONS, FETCHERS, MUTATIONS, SYSEVENTS};
 use osmium_store::events::{self, Event};
@@ -28,13 +27,18 @@ use super::ConnView;
 /// `watch [streams...]`: memcached's checks and answers in its order; on
 /// success the worker hands the connection to the logger once this
 /// request is done (`WorkerCtx::watch`), which sends the `OK`.
-pub(crate) fn command(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>, out: &mut Output) -> Done {
+pub(crate) fn command(
+    ctx: &WorkerCtx,
+    conn: ConnView,
+    t: Tokens<'_>,
+    out: &mut Replies<'_>,
+) -> Done {
     let reply = Reply::Text { noreply: false };
     if !ctx.shared.settings.watch_enabled {
         return super::answer(out, &reply, Outcome::Status(Status::WatchNotAllowed));
     }
     if conn.output_queued {
-        text::line(
+        super::text_line(
             out,
             false,
             "ERROR cannot pipeline other commands before watch",
@@ -42,7 +46,7 @@ pub(crate) fn command(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>, out: &mut 
         return Done::CONTINUE;
     }
     let Some(flags) = logger::parse_streams((1..t.count()).map(|i| t.get(i))) else {
-        text::line(out, false, "ERROR");
+        super::text_line(out, false, "ERROR");
         return Done::CONTINUE;
     };
     if out.is_datagram() {
@@ -50,7 +54,7 @@ pub(crate) fn command(ctx: &WorkerCtx, conn: ConnView, t: Tokens<'_>, out: &mut 
         return Done::CONTINUE;
     }
     if !ctx.shared.logger.reserve() {
-        text::line(out, false, "WATCHER_TOO_MANY log watcher limit reached");
+        super::text_line(out, false, "WATCHER_TOO_MANY log watcher limit reached");
         return Done::CONTINUE;
     }
     ctx.watch.set(Some(flags));

@@ -61,11 +61,14 @@ mod sampler;
 mod sketch;
 
 use std::collections::HashMap;
+use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use sketch::{Counts, SpaceSaving};
+
+use crate::compose::stat_rows::StatRows;
 
 pub(crate) use sampler::{Sampler, Sampling, MAX_INTERVAL};
 
@@ -352,28 +355,31 @@ pub(crate) fn top(hot: Option<&HotKeys>, n: usize) -> Vec<HotKey> {
 /// `STAT hotkeys_window <from> <to>` (Unix ms: what the rates are over,
 /// at least a second) and `STAT hotkeys_sampled <samples> <requests>`
 /// (samples in the window and the requests they were taken from).
-pub(crate) fn stats_rows(hot: Option<&HotKeys>, n: Option<usize>, out: &mut Vec<u8>) {
+pub(crate) fn stats_rows(hot: Option<&HotKeys>, n: Option<usize>, out: &mut StatRows) {
     let Some(h) = hot else {
         return;
     };
     let n = n.map_or(h.limit(), |n| n.min(h.limit()));
     let report = h.report(n);
     for (rank, k) in report.keys.iter().enumerate() {
-        out.extend_from_slice(b"STAT hotkey ");
-        out.extend_from_slice(itoa::Buffer::new().format(rank + 1).as_bytes());
-        out.push(b' ');
-        uri_encode(&k.key, out);
-        let rates = format!(
-            " {:.2} {:.2} {:.2}\r\n",
-            k.reads_per_sec, k.writes_per_sec, k.bytes_per_sec
-        );
-        out.extend_from_slice(rates.as_bytes());
+        out.push_with("hotkey", |value| {
+            let _ = write!(value, "{} ", rank + 1);
+            uri_encode(&k.key, value);
+            let _ = write!(
+                value,
+                " {:.2} {:.2} {:.2}",
+                k.reads_per_sec, k.writes_per_sec, k.bytes_per_sec
+            );
+        });
     }
-    let tail = format!(
-        "STAT hotkeys_window {} {}\r\nSTAT hotkeys_sampled {} {}\r\n",
-        report.from_ms, report.to_ms, report.samples, report.requests
+    out.push(
+        "hotkeys_window",
+        format_args!("{} {}", report.from_ms, report.to_ms),
     );
-    out.extend_from_slice(tail.as_bytes());
+    out.push(
+        "hotkeys_sampled",
+        format_args!("{} {}", report.samples, report.requests),
+    );
 }
 
 pub(crate) use osmium_protocol::encode::uri_encode;
@@ -478,9 +484,9 @@ mod tests {
         }
         s.write(b"a b", 5);
         s.read(b"c", 1);
-        let mut out = Vec::new();
+        let mut out = StatRows::new();
         stats_rows(Some(&hot), Some(10), &mut out);
-        let text = String::from_utf8(out).unwrap();
+        let text = out.text();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 4, "{text}");
         // Within the first second the window is the 1 s floor.
@@ -498,12 +504,12 @@ mod tests {
             .collect();
         assert!(w[0] <= w[1] && w[1] - w[0] < 60_000, "{text}");
         assert_eq!(lines[3], "STAT hotkeys_sampled 5 5");
-        let mut one = Vec::new();
+        let mut one = StatRows::new();
         stats_rows(Some(&hot), Some(1), &mut one);
-        assert_eq!(String::from_utf8(one).unwrap().lines().count(), 3);
-        let mut none = Vec::new();
+        assert_eq!(one.text().lines().count(), 3);
+        let mut none = StatRows::new();
         stats_rows(None, None, &mut none);
-        assert!(none.is_empty());
+        assert!(none.text().is_empty());
     }
 
     /// The hot path's cost per request, sampled updates included:

@@ -657,11 +657,11 @@ pub(super) fn slabs(f: &mut Families, slabs: &BTreeMap<u32, Rows>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::families::{rows, Value};
+    use crate::metrics::families::{text_rows, Value};
 
     #[test]
     fn exporter_names_for_stats_rows() {
-        let general: Rows = rows(
+        let general: Rows = text_rows(
             b"STAT version 1.6.45\r\nSTAT uptime 9\r\nSTAT get_hits 3\r\nSTAT get_misses 1\r\n\
               STAT cmd_set 10\r\nSTAT cas_hits 1\r\nSTAT cas_misses 1\r\nSTAT cas_badval 1\r\n\
               STAT rusage_user 0.500000\r\n",
@@ -689,7 +689,8 @@ mod tests {
 
     #[test]
     fn mem_requested_from_stats_items_when_stats_slabs_lacks_it() {
-        let class = |out: &[u8], prefix| crate::metrics::families::per_class(rows(out), prefix);
+        let class =
+            |out: &[u8], prefix| crate::metrics::families::per_class(text_rows(out), prefix);
         let items = class(
             b"STAT items:1:number 3\r\nSTAT items:1:mem_requested 70\r\n",
             "items:",

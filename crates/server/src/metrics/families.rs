@@ -12,6 +12,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
+use crate::compose::stat_rows::StatRows;
 use crate::stats::latency::{HistogramTotals, BOUNDS_NS};
 
 pub(super) type Labels = Vec<(String, String)>;
@@ -124,8 +125,21 @@ impl Collector for Families {
 /// `STAT <name> <value>` rows as a map.
 pub(super) type Rows = HashMap<String, String>;
 
-pub(super) fn rows(out: &[u8]) -> Vec<(String, String)> {
-    String::from_utf8_lossy(out)
+pub(super) fn rows(rows: &StatRows) -> Vec<(String, String)> {
+    rows.iter()
+        .map(|(k, v)| {
+            (
+                String::from_utf8_lossy(k).into_owned(),
+                String::from_utf8_lossy(v).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Rows of `STAT <name> <value>` lines (tests write reports so).
+#[cfg(test)]
+pub(super) fn text_rows(text: &[u8]) -> Vec<(String, String)> {
+    String::from_utf8_lossy(text)
         .split("\r\n")
         .filter_map(|l| l.strip_prefix("STAT "))
         .filter_map(|l| l.split_once(' '))
@@ -174,12 +188,12 @@ mod tests {
     fn rows_by_class() {
         let out =
             b"STAT items:1:number 5\r\nSTAT items:1:age 30\r\nSTAT items:12:number 1\r\nEND\r\n";
-        let c = per_class(rows(out), "items:");
+        let c = per_class(text_rows(out), "items:");
         assert_eq!(c[&1]["number"], "5");
         assert_eq!(c[&1]["age"], "30");
         assert_eq!(c[&12]["number"], "1");
         let out = b"STAT 1:chunk_size 96\r\nSTAT active_slabs 1\r\n";
-        let c = per_class(rows(out), "");
+        let c = per_class(text_rows(out), "");
         assert_eq!(c.len(), 1);
         assert_eq!(c[&1]["chunk_size"], "96");
     }

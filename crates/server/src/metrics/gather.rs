@@ -3,13 +3,14 @@
 
 use super::families::{no_labels, per_class, rows, Families, Rows};
 use super::{exporter, own, EXTRA_GAUGES};
+use crate::compose::stat_rows::StatRows;
 use crate::context::Shared;
 use crate::execute::report;
 
 /// Gathers every metric of one scrape.
 pub(crate) fn gather(sh: &Shared) -> Families {
     let mut f = Families::default();
-    let mut out = Vec::new();
+    let mut out = StatRows::new();
     report::general(sh, &mut out);
     let mut general: Rows = rows(&out).into_iter().collect();
     out.clear();

@@ -8,6 +8,8 @@
 //! answers it. Nothing when hot keys are off (`-o hotkeys_top=0`).
 
 use super::families::Families;
+use crate::compose::stat_rows::StatRows;
+use crate::compose::text;
 use crate::context::Shared;
 use crate::hotkeys;
 
@@ -43,8 +45,10 @@ pub(crate) fn add(sh: &Shared, f: &mut Families) {
 /// `/hotkeys`: what `stats hotkeys` answers (`STAT hotkey <rank> <key>
 /// <reads/s> <writes/s> <bytes/s>` lines, keys URI-encoded, then `END`).
 pub(crate) fn names(sh: &Shared) -> Vec<u8> {
+    let mut rows = StatRows::new();
+    hotkeys::stats_rows(sh.hotkeys.as_deref(), None, &mut rows);
     let mut out = Vec::new();
-    hotkeys::stats_rows(sh.hotkeys.as_deref(), None, &mut out);
+    text::stat_rows(&mut out, &rows);
     out.extend_from_slice(b"END\r\n");
     out
 }

@@ -79,7 +79,6 @@ pub(crate) mod rights;
 pub(crate) mod stream;
 pub(crate) mod targets;
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -87,6 +86,7 @@ use std::time::Duration;
 use mio::Waker;
 use osmium_store::Store;
 
+use crate::compose::stat_rows::StatRows;
 use crate::settings::{Settings, MAX_REPLICA_TARGETS};
 use crate::tls_context::TlsContext;
 use auth::Secret;
@@ -573,63 +573,63 @@ impl Replication {
     /// or peers named by certificate (which let the server serve follow
     /// links): else `stats` stays memcached's. A proxy reads a missing
     /// `replication_catchup` as caught up.
-    pub(crate) fn stats(&self, out: &mut Vec<u8>) {
-        let mut s = String::new();
+    pub(crate) fn stats(&self, out: &mut StatRows) {
         if !self.is_on() {
             if self.secret.is_some() || self.names_required() {
-                self.link_stats(&mut s);
-                out.extend_from_slice(s.as_bytes());
+                self.link_stats(out);
             }
             return;
         }
         let mode = if self.is_sync() { "sync" } else { "async" };
-        let _ = write!(s, "STAT replication_mode {mode}\r\n");
+        out.push("replication_mode", mode);
         let order = self.order.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let done = order.iter().all(|&i| self.targets[i].synced.load(Relaxed));
         let catchup = if done { "done" } else { "pulling" };
-        let _ = write!(s, "STAT replication_catchup {catchup}\r\n");
-        let skipped = self.fresh.skipped();
-        let _ = write!(s, "STAT replica_copy_skipped {skipped}\r\n");
+        out.push("replication_catchup", catchup);
+        out.push("replica_copy_skipped", self.fresh.skipped());
         for (i, t) in order.iter().map(|&slot| &self.targets[slot]).enumerate() {
             let (backlog, seq) = t.queue.backlog();
             let up = t.up.load(Relaxed);
             let acked = t.acked.load(Relaxed);
-            let _ = write!(
-                s,
-                "STAT replica_{i}_addr {}\r\n\
-                 STAT replica_{i}_link {}\r\n\
-                 STAT replica_{i}_backlog {backlog}\r\n\
-                 STAT replica_{i}_seq_lag {}\r\n\
-                 STAT replica_{i}_lag_us {}\r\n\
-                 STAT replica_{i}_sent {}\r\n\
-                 STAT replica_{i}_acked {acked}\r\n\
-                 STAT replica_{i}_errors {}\r\n\
-                 STAT replica_{i}_full_copies {}\r\n\
-                 STAT replica_{i}_reconnects {}\r\n",
-                t.addr.lock().unwrap_or_else(|e| e.into_inner()),
+            let addr = t.addr.lock().unwrap_or_else(|e| e.into_inner());
+            out.push(format_args!("replica_{i}_addr"), &*addr);
+            drop(addr);
+            out.push(
+                format_args!("replica_{i}_link"),
                 if up { "up" } else { "down" },
+            );
+            out.push(format_args!("replica_{i}_backlog"), backlog);
+            out.push(
+                format_args!("replica_{i}_seq_lag"),
                 if up { seq.saturating_sub(acked) } else { 0 },
-                t.lag_us.load(Relaxed),
-                t.sent.load(Relaxed),
-                t.errors.load(Relaxed),
+            );
+            out.push(format_args!("replica_{i}_lag_us"), t.lag_us.load(Relaxed));
+            out.push(format_args!("replica_{i}_sent"), t.sent.load(Relaxed));
+            out.push(format_args!("replica_{i}_acked"), acked);
+            out.push(format_args!("replica_{i}_errors"), t.errors.load(Relaxed));
+            out.push(
+                format_args!("replica_{i}_full_copies"),
                 t.full_copies.load(Relaxed),
+            );
+            out.push(
+                format_args!("replica_{i}_reconnects"),
                 t.reconnects.load(Relaxed),
             );
         }
-        self.link_stats(&mut s);
-        out.extend_from_slice(s.as_bytes());
+        self.link_stats(out);
     }
 
     /// `replica_follow_links`, `replica_auth_failures`, and with `-Z`
     /// `replica_ssl_handshake_errors`.
-    fn link_stats(&self, s: &mut String) {
+    fn link_stats(&self, out: &mut StatRows) {
         let feeds = self.feeds.iter().filter(|f| f.active.load(Relaxed)).count();
-        let _ = write!(s, "STAT replica_follow_links {feeds}\r\n");
-        let failures = self.auth_failures.load(Relaxed);
-        let _ = write!(s, "STAT replica_auth_failures {failures}\r\n");
+        out.push("replica_follow_links", feeds);
+        out.push("replica_auth_failures", self.auth_failures.load(Relaxed));
         if self.tls.is_some() {
-            let ssl = self.ssl_failures.load(Relaxed);
-            let _ = write!(s, "STAT replica_ssl_handshake_errors {ssl}\r\n");
+            out.push(
+                "replica_ssl_handshake_errors",
+                self.ssl_failures.load(Relaxed),
+            );
         }
     }
 }

@@ -27,6 +27,7 @@ use osmium_protocol::request::{BinaryReply, Command, Reply};
 use super::{gather_for, Flow, Session};
 use crate::compose::binary as compose;
 use crate::compose::output::Sink;
+use crate::compose::replies::Replies;
 use crate::compose::udp_marks::ResponseMark;
 use crate::context::WorkerCtx;
 use crate::execute::store::{self, Admit, IncomingStore, INCOMING_MIN};
@@ -75,7 +76,9 @@ pub(crate) fn process<S: Sink>(s: &mut Session, ctx: &WorkerCtx, sink: &mut S) -
             }
             done += 1;
             if let Some(incoming) = s.incoming.take() {
-                if store::finish_incoming(ctx, incoming, true, &mut s.output).flush {
+                if store::finish_incoming(ctx, incoming, true, &mut Replies::new(&mut s.output))
+                    .flush
+                {
                     committed = s.output.len();
                 }
             }
@@ -236,7 +239,9 @@ fn one<S: Sink>(
     };
     match req.command {
         Command::Store(st) => {
-            if let Admit::Refused { discard } = store::admit(ctx, &st, &req.reply, out) {
+            if let Admit::Refused { discard } =
+                store::admit(ctx, &st, &req.reply, &mut Replies::new(out))
+            {
                 return (
                     Step::Swallow {
                         consumed: prefix,
@@ -253,7 +258,13 @@ fn one<S: Sink>(
                 // A large value: the rest of it is read into its item.
                 let first = &input[prefix..];
                 ctx.lap(cmd);
-                return match store::begin_incoming(ctx, &st, &req.reply, first, out) {
+                return match store::begin_incoming(
+                    ctx,
+                    &st,
+                    &req.reply,
+                    first,
+                    &mut Replies::new(out),
+                ) {
                     Some(incoming) => (Step::Incoming(input.len(), incoming), false),
                     None => (
                         Step::Swallow {
@@ -264,7 +275,13 @@ fn one<S: Sink>(
                     ),
                 };
             }
-            let done = store::complete(ctx, &st, &req.reply, &input[prefix..total], out);
+            let done = store::complete(
+                ctx,
+                &st,
+                &req.reply,
+                &input[prefix..total],
+                &mut Replies::new(out),
+            );
             ctx.lap(cmd);
             (Step::Consume(total), done.flush)
         }
@@ -273,7 +290,7 @@ fn one<S: Sink>(
             mechanism,
             value_len,
         } => {
-            if !execute::admit_sasl(ctx, mechanism, value_len, &r, out) {
+            if !execute::admit_sasl(ctx, mechanism, value_len, &r, &mut Replies::new(out)) {
                 return (
                     Step::Swallow {
                         consumed: prefix,
@@ -287,11 +304,19 @@ fn one<S: Sink>(
                 return (Step::Wait(total), false);
             }
             let data = &input[prefix..total];
-            let done = execute::execute_sasl(ctx, step, mechanism, data, &mut s.auth, &r, out);
+            let done = execute::execute_sasl(
+                ctx,
+                step,
+                mechanism,
+                data,
+                &mut s.auth,
+                &r,
+                &mut Replies::new(out),
+            );
             (Step::Consume(total), done.flush)
         }
         _ => {
-            let done = execute::execute(ctx, conn, &req, out);
+            let done = execute::execute(ctx, conn, &req, &mut Replies::new(out));
             if done.next != Next::AwaitFlash {
                 ctx.lap(cmd);
             }

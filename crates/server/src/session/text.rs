@@ -23,6 +23,7 @@ use osmium_protocol::request::{Command, Keys, KEY_MAX_LENGTH};
 
 use super::{gather_for, verbose, Flow, Session};
 use crate::compose::output::{Output, Sink};
+use crate::compose::replies::Replies;
 use crate::compose::text as compose_text;
 use crate::compose::udp_marks::{mark_replies, ReplyShape};
 use crate::context::WorkerCtx;
@@ -154,7 +155,9 @@ fn run_line<S: Sink>(
     let mut used = consumed;
     match req.command {
         Command::Store(st) => {
-            if let Admit::Refused { discard } = store::admit(ctx, &st, &req.reply, out) {
+            if let Admit::Refused { discard } =
+                store::admit(ctx, &st, &req.reply, &mut Replies::new(out))
+            {
                 s.swallow = discard;
             } else {
                 let have = input.len() - consumed;
@@ -162,7 +165,8 @@ fn run_line<S: Sink>(
                     // The rest of the value goes straight into the item.
                     let take = have.min(st.value_len);
                     let first = &input[consumed..consumed + take];
-                    match store::begin_incoming(ctx, &st, &req.reply, first, out) {
+                    match store::begin_incoming(ctx, &st, &req.reply, first, &mut Replies::new(out))
+                    {
                         Some(incoming) => s.incoming = Some(incoming),
                         None => s.swallow = st.value_len + 2 - take,
                     }
@@ -178,7 +182,13 @@ fn run_line<S: Sink>(
                     return Some(Flow::Wait);
                 }
                 s.need = 0;
-                store::complete(ctx, &st, &req.reply, &input[consumed..total], out);
+                store::complete(
+                    ctx,
+                    &st,
+                    &req.reply,
+                    &input[consumed..total],
+                    &mut Replies::new(out),
+                );
                 used = total;
             }
         }
@@ -187,18 +197,18 @@ fn run_line<S: Sink>(
             s.swallow = discard;
         }
         Command::Get { keys, .. } => {
-            if execute::execute(ctx, conn, &req, out).next == Next::AwaitFlash {
+            if execute::execute(ctx, conn, &req, &mut Replies::new(out)).next == Next::AwaitFlash {
                 return Some(Flow::Flash);
             }
             shape = ReplyShape::PerKey(keys);
         }
         Command::Noop => {
-            execute::execute(ctx, conn, &req, out);
+            execute::execute(ctx, conn, &req, &mut Replies::new(out));
             // mn makes memcached write what is queued at once.
             out.commit();
             shape = ReplyShape::Flush;
         }
-        _ => match execute::execute(ctx, conn, &req, out).next {
+        _ => match execute::execute(ctx, conn, &req, &mut Replies::new(out)).next {
             Next::Continue => {}
             Next::CloseAfterWrite => {
                 mark(out, datagram, reply_start, ReplyShape::Empty);
@@ -262,7 +272,7 @@ fn finish_incoming(s: &mut Session, ctx: &WorkerCtx, done: &mut usize) -> Option
     if let Some(incoming) = s.incoming.take() {
         let start = s.output.len();
         s.output.unsent_verdict = None;
-        store::finish_incoming(ctx, incoming, terminated, &mut s.output);
+        store::finish_incoming(ctx, incoming, terminated, &mut Replies::new(&mut s.output));
         if std::mem::take(&mut s.log_incoming) {
             let unsent = s.output.unsent_verdict.take();
             let reply = s.output.composed().get(start..).unwrap_or_default();
@@ -339,9 +349,14 @@ fn stream(s: &mut Session, ctx: &WorkerCtx) -> Option<Flow> {
     let st = s.streaming.as_mut().expect("streaming");
     if !st.failed {
         let keys = Keys::list(&input[..keys_end]);
-        let ok = execute::text_keys(ctx, keys, st.touch, st.with_cas, &mut s.output, |_| {
-            crate::compose::text::Direct::No
-        });
+        let ok = execute::text_keys(
+            ctx,
+            keys,
+            st.touch,
+            st.with_cas,
+            &mut Replies::new(&mut s.output),
+            |_| crate::compose::text::Direct::No,
+        );
         if ok.is_err() {
             fail_stream(s);
         }
