@@ -69,8 +69,18 @@ fn start_with(how: &str, extra: &[&str]) -> Server {
         port,
         metrics,
     };
+    // Probed with whole requests: a probe that only connected could still
+    // hold its place (its thread not yet run) when a test starts counting
+    // places; a served request gives its place back before its reply ends.
     wait_until("metrics endpoint did not start", || {
-        TcpStream::connect(("127.0.0.1", s.metrics)).is_ok()
+        let Ok(mut c) = TcpStream::connect(("127.0.0.1", s.metrics)) else {
+            return false;
+        };
+        let _ = c.set_read_timeout(Some(Duration::from_secs(15)));
+        let mut out = Vec::new();
+        c.write_all(b"HEAD /metrics HTTP/1.1\r\n\r\n").is_ok()
+            && c.read_to_end(&mut out).is_ok()
+            && out.starts_with(b"HTTP/1.1 ")
     });
     s
 }
