@@ -159,24 +159,24 @@ run_step() {
 # Step 1: dependencies
 # --------------------------------------------------------------------------
 # libmemcached-dev (with pylibmc from tests/requirements.txt) is also what
-# crates/bench/tests/load.rs uses to check `load --targets` ketama placement
+# crates/bench/tests/bench/load.rs uses to check `load --targets` ketama placement
 # against a real libmemcached client (that test prints SKIP without it).
 # nutcracker (twemproxy) is what tests/cluster runs in front of osmium and
 # memcached servers, beside osmium-proxy.
 # openssl (the command) makes the certificates of tests/tls, of the
-# conformance suite run over TLS, and of crates/server/tests/replication_tls.rs.
+# conformance suite run over TLS, and of crates/server/tests/server/replication_tls.rs.
 # memcached itself is not installed: the suites run the oracle built from
 # tests/oracle/ (scripts/build-memcached.sh installs its own build
 # dependencies, libsasl2-modules for SASL PLAIN among them).
 # libssl-dev (with pkg-config) builds openssl-sys for the Rust `memcache`
 # crate's TLS in crates/client-tests (a test-only crate: the osmium binary
 # links no OpenSSL).
-# tmux is the real terminal crates/tool/tests/top.rs runs `osmium-tool top`
-# in; liburi-perl (URI::Escape) lets crates/tool/tests/memcached_tool.rs run
+# tmux is the real terminal crates/tool/tests/tool/top.rs runs `osmium-tool top`
+# in; liburi-perl (URI::Escape) lets crates/tool/tests/tool/memcached_tool.rs run
 # memcached's own memcached-tool beside osmium-tool (both tests skip without
 # them, and fail under CI=true); tests/exporter runs it too.
 # prometheus gives /usr/bin/promtool and /usr/bin/prometheus to
-# crates/server/tests/metrics.rs (`promtool check metrics` on /metrics, a
+# crates/server/tests/server/metrics.rs (`promtool check metrics` on /metrics, a
 # Prometheus server scraping osmium on loopback); about 20 MB to fetch.
 # adduser is what the osmium package's postinst makes its user with
 # (tests/package installs the package built by scripts/build-deb.sh).
@@ -469,11 +469,12 @@ run_step "cargo build --release --workspace" cargo_build_release
 run_step "Debian package (scripts/build-deb.sh)" deb_step
 run_step "cargo test --workspace --release" cargo test --workspace --release
 # --workspace, not -p osmium-proxy: the same feature set as the step
-# before, so nothing is compiled again (-p rebuilt the dependencies: 430 s);
-# it also runs osmium-bench's own `tls` test, which ignores the variable.
+# before, so nothing is compiled again (-p rebuilt the dependencies: 430 s).
+# `--test proxy` is osmium-proxy's one integration binary; the filters pick
+# its placement, serving, stats and tls modules.
 run_step "proxy suites through a reloaded proxy" \
     env OSMIUM_PROXY_TESTS_RELOADED=1 cargo test --workspace --release \
-    --test placement --test serving --test stats --test tls
+    --test proxy -- placement:: serving:: stats:: tls::
 run_step "cargo fuzz (${FUZZ_SECONDS}s per target, text_parser and proxy_parsers half)" fuzz_step
 run_step "python3 -m pytest tests -q" pytest_step
 summary 0
