@@ -171,12 +171,8 @@ impl Client {
     }
 }
 
-fn wait(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn wait(what: &str, ok: impl FnMut() -> bool) {
+    osmium_test_harness::wait_until(what, Duration::from_secs(15), ok);
 }
 
 /// Waits until `c`'s link to `port` is up with its full copy made.

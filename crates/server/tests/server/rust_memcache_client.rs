@@ -23,7 +23,7 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use crate::common;
-use common::{memcached_bin, memcached_command, start_on_free_port};
+use common::{memcached_bin, memcached_command, start_on_free_port, wait_until};
 
 use memcache::{Client, ToMemcacheValue};
 
@@ -509,8 +509,11 @@ fn expiry() {
         cl.add(&c.k("exp_add"), "first", 2).unwrap();
         c.want(&c.k("exp_short"), b"x"); // 2 is relative, not a unix time
 
-        std::thread::sleep(Duration::from_millis(3100));
-
+        // The 2 s items expire two to three seconds on (the one-second clock).
+        let expiring = [c.k("exp_short"), c.k("exp_touched_short"), c.k("exp_add")];
+        wait_until("the 2 s items expired", || {
+            expiring.iter().all(|k| c.get(k).is_none())
+        });
         c.want_miss(&c.k("exp_short"));
         c.want_miss(&c.k("exp_touched_short"));
         c.want_miss(&c.k("exp_add"));

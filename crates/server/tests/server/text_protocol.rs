@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::common;
-use common::{memcached_bin, memcached_command, start_on_free_port, wait_exit};
+use common::{memcached_bin, memcached_command, start_on_free_port, wait_exit, wait_until};
 
 struct Server {
     child: Child,
@@ -244,32 +244,44 @@ fn no_evictions_flag_reports_out_of_memory() {
     assert!(roundtrip(&mut c, b"get m0\r\n", b"END\r\n").starts_with(b"VALUE m0"));
 }
 
+/// A new connection to `srv`, if it answers `version` (`None` when the
+/// server refused or closed it).
+fn served(srv: &Server) -> Option<TcpStream> {
+    let mut s = srv.connect();
+    s.write_all(b"version\r\n").ok()?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    while !got.ends_with(b"\r\n") {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    (got == b"VERSION 1.6.45\r\n").then_some(s)
+}
+
 #[test]
 fn connection_limit_refuses_cleanly() {
     let srv = Server::start(&["-c", "2"]);
-    // let the readiness probe's close be processed first
-    std::thread::sleep(Duration::from_millis(300));
-    let mut a = srv.connect();
-    let mut b = srv.connect();
-    assert_eq!(
-        roundtrip(&mut a, b"version\r\n", b"\r\n"),
-        b"VERSION 1.6.45\r\n"
-    );
-    assert_eq!(
-        roundtrip(&mut b, b"version\r\n", b"\r\n"),
-        b"VERSION 1.6.45\r\n"
-    );
+    // Two connections are served once the server has seen every earlier
+    // close (a refused pair is closed before the next try).
+    let (mut a, mut b) = (None, None);
+    wait_until("two connections served under -c 2", || {
+        drop((a.take(), b.take()));
+        a = served(&srv);
+        b = served(&srv);
+        a.is_some() && b.is_some()
+    });
     let mut c = srv.connect();
     let mut got = Vec::new();
     c.read_to_end(&mut got).unwrap();
     assert_eq!(got, b"ERROR Too many open connections\r\n");
+    // A closed connection's slot is given again once the server saw the close.
     drop(a);
-    std::thread::sleep(Duration::from_millis(200));
-    let mut d = srv.connect();
-    assert_eq!(
-        roundtrip(&mut d, b"version\r\n", b"\r\n"),
-        b"VERSION 1.6.45\r\n"
-    );
+    wait_until("a's slot given to a new connection", || {
+        served(&srv).is_some()
+    });
+    drop(b);
 }
 
 #[test]
@@ -374,9 +386,15 @@ fn parallel_clients() {
 fn idle_timeout_closes_idle_connections() {
     let srv = Server::start(&["-o", "idle_timeout=1"]);
     let mut c = srv.connect();
-    std::thread::sleep(Duration::from_millis(3500));
+    // The read waits for the close: one to two seconds of idleness on the
+    // server's one-second clock; a read timeout is a failure.
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut buf = [0u8; 16];
-    let n = c.read(&mut buf).unwrap_or(0);
+    let n = match c.read(&mut buf) {
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
+        Err(e) => panic!("the idle connection was not closed: {e}"),
+    };
     assert_eq!(n, 0, "connection was closed");
 }
 

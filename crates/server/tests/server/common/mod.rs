@@ -14,7 +14,7 @@ pub(crate) mod tcp;
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The memcached release the tests compare against (tests/oracle/README.md).
 pub(crate) const ORACLE_VERSION: &str = "1.6.45";
@@ -178,12 +178,8 @@ pub(crate) fn listens_on(pid: u32, port: u16) -> bool {
 }
 
 /// Polls `ready` every 20 ms for up to 10 s; panics with `what` after that.
-pub(crate) fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !ready() {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+pub(crate) fn wait_until(what: &str, ready: impl FnMut() -> bool) {
+    osmium_test_harness::wait_until(what, Duration::from_secs(10), ready);
 }
 
 /// Waits up to 10 s for `child` to exit and returns its status.

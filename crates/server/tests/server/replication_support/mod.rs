@@ -243,12 +243,8 @@ pub(crate) fn with(mut a: Vec<String>, more: &[&str]) -> Vec<String> {
     a
 }
 
-pub(crate) fn wait(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+pub(crate) fn wait(what: &str, ok: impl FnMut() -> bool) {
+    osmium_test_harness::wait_until(what, Duration::from_secs(10), ok);
 }
 
 /// A plain-text connection to `port` on 127.0.0.1.

@@ -6,7 +6,7 @@
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The osmium-tool binary under test.
 pub(crate) fn tool() -> Command {
@@ -104,12 +104,8 @@ pub(crate) fn start(bin: &Path, args: &[&str]) -> Server {
 }
 
 /// Polls `ready` every 20 ms for up to 10 s; panics with `what` after.
-pub(crate) fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !ready() {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+pub(crate) fn wait_until(what: &str, ready: impl FnMut() -> bool) {
+    osmium_test_harness::wait_until(what, Duration::from_secs(10), ready);
 }
 
 /// Sends `req` and reads until the reply ends with `end`.
