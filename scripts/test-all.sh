@@ -11,7 +11,7 @@
 #      for every later step; installs what the suites need (apt packages,
 #      Rust components, pip packages from tests/requirements.txt, the Go
 #      modules, Maven artifacts and npm packages of the Go/Java/Node client
-#      suites),
+#      suites; apt, pip and npm only what is missing or not at its pin),
 #   2. runs, in order, stopping at the first failure:
 #        cargo fmt --all -- --check
 #        cargo clippy --workspace --all-targets -- -D warnings
@@ -245,10 +245,14 @@ install_deps() {
 
     # --- Python ------------------------------------------------------------
     export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
-    note "pip: installing tests/requirements.txt into $(python3 --version 2>&1)"
-    if ! python3 -m pip install -q -r tests/requirements.txt; then
-        note "pip install failed; retrying with --break-system-packages (PEP 668 system Python)"
-        python3 -m pip install -q --break-system-packages -r tests/requirements.txt || return 1
+    if pinned_pip_packages_installed; then
+        note "pip: every pin of tests/requirements.txt already installed"
+    else
+        note "pip: installing tests/requirements.txt into $(python3 --version 2>&1)"
+        if ! python3 -m pip install -q -r tests/requirements.txt; then
+            note "pip install failed; retrying with --break-system-packages (PEP 668 system Python)"
+            python3 -m pip install -q --break-system-packages -r tests/requirements.txt || return 1
+        fi
     fi
     python3 - <<'EOF' || return 1
 import bmemcached, memcache, meta_memcache, meta_memcache_socket, pylibmc, pymemcache, pytest
@@ -261,6 +265,24 @@ print(f">>> pytest {pytest.__version__}, pymemcache {pymemcache.__version__}, "
       f"(meta-memcache-socket {version('meta-memcache-socket')})")
 EOF
     install_client_suites || return 1
+}
+
+# Whether every `name==version` line of tests/requirements.txt is installed
+# at that version (then pip has nothing to do and is not run).
+pinned_pip_packages_installed() {
+    python3 - <<'EOF' 2>/dev/null
+import re, sys
+from importlib.metadata import version, PackageNotFoundError
+for line in open("tests/requirements.txt"):
+    m = re.match(r"\s*([A-Za-z0-9_.-]+)==([^\s#;]+)", line)
+    if not m:
+        continue
+    try:
+        if version(m.group(1)) != m.group(2):
+            sys.exit(1)
+    except PackageNotFoundError:
+        sys.exit(1)
+EOF
 }
 
 # The Go, Java and Node client-library suites (tests/clients/{go,java,node},
@@ -297,9 +319,15 @@ install_client_suites() {
         missing+=(mvn/java)
     fi
     if command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1; then
-        note "node $(node --version), npm $(npm --version 2>/dev/null): npm ci (tests/clients/node)"
-        (cd tests/clients/node && npm ci --no-audit --no-fund) ||
-            { echo "npm ci failed in tests/clients/node (npm registry reachable?)"; return 1; }
+        # npm ci empties node_modules and fetches again: only when what is
+        # installed does not match package-lock.json (npm ls says so).
+        if (cd tests/clients/node && npm ls --all >/dev/null 2>&1); then
+            note "node $(node --version): tests/clients/node/node_modules matches package-lock.json"
+        else
+            note "node $(node --version), npm $(npm --version 2>/dev/null): npm ci (tests/clients/node)"
+            (cd tests/clients/node && npm ci --no-audit --no-fund) ||
+                { echo "npm ci failed in tests/clients/node (npm registry reachable?)"; return 1; }
+        fi
     else
         missing+=(node/npm)
     fi
