@@ -166,67 +166,82 @@ fn pylibmc(script: &str, args: &[String]) -> Option<String> {
     Some(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-#[test]
-fn libmemcached_distributions_match_pylibmc() {
+/// pylibmc (libmemcached, `behaviors`) and osmium-proxy put 100,000 keys
+/// each where the proxy's ring for `dist` with `weights` says, on three
+/// servers. One test per case: the cases run in parallel.
+fn libmemcached_distribution_matches_pylibmc(dist: &str, behaviors: &str, weights: [u32; 3]) {
     let backends: Vec<Proc> = (0..3).map(|_| backend(0)).collect();
     let list: Vec<String> = backends
         .iter()
         .map(|b| format!("127.0.0.1:{}", b.port))
         .collect();
-    for (dist, behaviors, weights) in [
-        ("libmemcached", r#"{"ketama": True}"#, [1, 1, 1]),
-        // A weight above 1 turns libmemcached's weighted ketama on.
-        ("libmemcached", r#"{"ketama": True}"#, [1, 2, 3]),
-        (
-            "libmemcached_weighted",
-            r#"{"ketama_weighted": True}"#,
-            [1, 1, 1],
-        ),
-        (
-            "libmemcached_weighted",
-            r#"{"ketama_weighted": True}"#,
-            [1, 2, 3],
-        ),
-    ] {
-        let servers: Vec<String> = list
-            .iter()
-            .zip(weights)
-            .map(|(s, w)| format!("{s}:{w}"))
-            .collect();
-        let body = format!("  distribution: {dist}\n");
-        let yaml = pool_yaml(1, &body, &servers);
-        let ring = Ring::new(&Config::parse(&yaml).unwrap().pools[0]);
-        let label = format!("{dist}-{}{}{}", weights[0], weights[1], weights[2]);
-        let prefix = format!("py-{label}-");
-        let n = 100_000;
-        let script = format!(
-            "import sys, pylibmc\n\
-             c = pylibmc.Client(sys.argv[1].split(','), behaviors={behaviors})\n\
-             for i in range({n}):\n    assert c.set('{prefix}%d' % i, 'v')\n"
-        );
-        // pylibmc takes "host:port:weight".
-        if pylibmc(&script, &[servers.join(",")]).is_none() {
-            return;
-        }
-        let keys: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
-        let held = holders_of_all(&backends, &prefix, &keys);
-        assert_eq!(held.len(), n);
-        for k in &keys {
-            assert_eq!(held[k], ring.server_of(k.as_bytes()), "{label}: {k}");
-        }
-        // And osmium-proxy itself writes them there.
-        let port = free_port();
-        let px = proxy(&pool_yaml(port, &body, &servers), port);
-        let prefix = format!("pyx-{label}-");
-        let keys: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
-        check(
-            &backends,
-            &ring,
-            px.port,
-            &prefix,
-            &keys,
-            "osmium-proxy",
-            dist,
-        );
+    let servers: Vec<String> = list
+        .iter()
+        .zip(weights)
+        .map(|(s, w)| format!("{s}:{w}"))
+        .collect();
+    let body = format!("  distribution: {dist}\n");
+    let yaml = pool_yaml(1, &body, &servers);
+    let ring = Ring::new(&Config::parse(&yaml).unwrap().pools[0]);
+    let label = format!("{dist}-{}{}{}", weights[0], weights[1], weights[2]);
+    let prefix = format!("py-{label}-");
+    let n = 100_000;
+    let script = format!(
+        "import sys, pylibmc\n\
+         c = pylibmc.Client(sys.argv[1].split(','), behaviors={behaviors})\n\
+         for i in range({n}):\n    assert c.set('{prefix}%d' % i, 'v')\n"
+    );
+    // pylibmc takes "host:port:weight".
+    if pylibmc(&script, &[servers.join(",")]).is_none() {
+        return;
     }
+    let keys: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
+    let held = holders_of_all(&backends, &prefix, &keys);
+    assert_eq!(held.len(), n);
+    for k in &keys {
+        assert_eq!(held[k], ring.server_of(k.as_bytes()), "{label}: {k}");
+    }
+    // And osmium-proxy itself writes them there.
+    let port = free_port();
+    let px = proxy(&pool_yaml(port, &body, &servers), port);
+    let prefix = format!("pyx-{label}-");
+    let keys: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
+    check(
+        &backends,
+        &ring,
+        px.port,
+        &prefix,
+        &keys,
+        "osmium-proxy",
+        dist,
+    );
+}
+
+#[test]
+fn libmemcached_ketama_matches_pylibmc() {
+    libmemcached_distribution_matches_pylibmc("libmemcached", r#"{"ketama": True}"#, [1, 1, 1]);
+}
+
+#[test]
+fn libmemcached_ketama_with_weights_matches_pylibmc() {
+    // A weight above 1 turns libmemcached's weighted ketama on.
+    libmemcached_distribution_matches_pylibmc("libmemcached", r#"{"ketama": True}"#, [1, 2, 3]);
+}
+
+#[test]
+fn libmemcached_weighted_matches_pylibmc() {
+    libmemcached_distribution_matches_pylibmc(
+        "libmemcached_weighted",
+        r#"{"ketama_weighted": True}"#,
+        [1, 1, 1],
+    );
+}
+
+#[test]
+fn libmemcached_weighted_with_weights_matches_pylibmc() {
+    libmemcached_distribution_matches_pylibmc(
+        "libmemcached_weighted",
+        r#"{"ketama_weighted": True}"#,
+        [1, 2, 3],
+    );
 }
