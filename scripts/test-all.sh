@@ -11,7 +11,7 @@
 #      for every later step; installs what the suites need (apt packages,
 #      Rust components, pip packages from tests/requirements.txt, the Go
 #      modules, Maven artifacts and npm packages of the Go/Java/Node client
-#      suites),
+#      suites; apt, pip and npm only what is missing or not at its pin),
 #   2. runs, in order, stopping at the first failure:
 #        cargo fmt --all -- --check
 #        cargo clippy --workspace --all-targets -- -D warnings
@@ -159,24 +159,24 @@ run_step() {
 # Step 1: dependencies
 # --------------------------------------------------------------------------
 # libmemcached-dev (with pylibmc from tests/requirements.txt) is also what
-# crates/bench/tests/load.rs uses to check `load --targets` ketama placement
+# crates/bench/tests/bench/load.rs uses to check `load --targets` ketama placement
 # against a real libmemcached client (that test prints SKIP without it).
 # nutcracker (twemproxy) is what tests/cluster runs in front of osmium and
 # memcached servers, beside osmium-proxy.
 # openssl (the command) makes the certificates of tests/tls, of the
-# conformance suite run over TLS, and of crates/server/tests/replication_tls.rs.
+# conformance suite run over TLS, and of crates/server/tests/server/replication_tls.rs.
 # memcached itself is not installed: the suites run the oracle built from
 # tests/oracle/ (scripts/build-memcached.sh installs its own build
 # dependencies, libsasl2-modules for SASL PLAIN among them).
 # libssl-dev (with pkg-config) builds openssl-sys for the Rust `memcache`
 # crate's TLS in crates/client-tests (a test-only crate: the osmium binary
 # links no OpenSSL).
-# tmux is the real terminal crates/tool/tests/top.rs runs `osmium-tool top`
-# in; liburi-perl (URI::Escape) lets crates/tool/tests/memcached_tool.rs run
+# tmux is the real terminal crates/tool/tests/tool/top.rs runs `osmium-tool top`
+# in; liburi-perl (URI::Escape) lets crates/tool/tests/tool/memcached_tool.rs run
 # memcached's own memcached-tool beside osmium-tool (both tests skip without
 # them, and fail under CI=true); tests/exporter runs it too.
 # prometheus gives /usr/bin/promtool and /usr/bin/prometheus to
-# crates/server/tests/metrics.rs (`promtool check metrics` on /metrics, a
+# crates/server/tests/server/metrics.rs (`promtool check metrics` on /metrics, a
 # Prometheus server scraping osmium on loopback); about 20 MB to fetch.
 # adduser is what the osmium package's postinst makes its user with
 # (tests/package installs the package built by scripts/build-deb.sh).
@@ -245,10 +245,14 @@ install_deps() {
 
     # --- Python ------------------------------------------------------------
     export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
-    note "pip: installing tests/requirements.txt into $(python3 --version 2>&1)"
-    if ! python3 -m pip install -q -r tests/requirements.txt; then
-        note "pip install failed; retrying with --break-system-packages (PEP 668 system Python)"
-        python3 -m pip install -q --break-system-packages -r tests/requirements.txt || return 1
+    if pinned_pip_packages_installed; then
+        note "pip: every pin of tests/requirements.txt already installed"
+    else
+        note "pip: installing tests/requirements.txt into $(python3 --version 2>&1)"
+        if ! python3 -m pip install -q -r tests/requirements.txt; then
+            note "pip install failed; retrying with --break-system-packages (PEP 668 system Python)"
+            python3 -m pip install -q --break-system-packages -r tests/requirements.txt || return 1
+        fi
     fi
     python3 - <<'EOF' || return 1
 import bmemcached, memcache, meta_memcache, meta_memcache_socket, pylibmc, pymemcache, pytest
@@ -261,6 +265,24 @@ print(f">>> pytest {pytest.__version__}, pymemcache {pymemcache.__version__}, "
       f"(meta-memcache-socket {version('meta-memcache-socket')})")
 EOF
     install_client_suites || return 1
+}
+
+# Whether every `name==version` line of tests/requirements.txt is installed
+# at that version (then pip has nothing to do and is not run).
+pinned_pip_packages_installed() {
+    python3 - <<'EOF' 2>/dev/null
+import re, sys
+from importlib.metadata import version, PackageNotFoundError
+for line in open("tests/requirements.txt"):
+    m = re.match(r"\s*([A-Za-z0-9_.-]+)==([^\s#;]+)", line)
+    if not m:
+        continue
+    try:
+        if version(m.group(1)) != m.group(2):
+            sys.exit(1)
+    except PackageNotFoundError:
+        sys.exit(1)
+EOF
 }
 
 # The Go, Java and Node client-library suites (tests/clients/{go,java,node},
@@ -297,9 +319,15 @@ install_client_suites() {
         missing+=(mvn/java)
     fi
     if command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1; then
-        note "node $(node --version), npm $(npm --version 2>/dev/null): npm ci (tests/clients/node)"
-        (cd tests/clients/node && npm ci --no-audit --no-fund) ||
-            { echo "npm ci failed in tests/clients/node (npm registry reachable?)"; return 1; }
+        # npm ci empties node_modules and fetches again: only when what is
+        # installed does not match package-lock.json (npm ls says so).
+        if (cd tests/clients/node && npm ls --all >/dev/null 2>&1); then
+            note "node $(node --version): tests/clients/node/node_modules matches package-lock.json"
+        else
+            note "node $(node --version), npm $(npm --version 2>/dev/null): npm ci (tests/clients/node)"
+            (cd tests/clients/node && npm ci --no-audit --no-fund) ||
+                { echo "npm ci failed in tests/clients/node (npm registry reachable?)"; return 1; }
+        fi
     else
         missing+=(node/npm)
     fi
@@ -469,11 +497,12 @@ run_step "cargo build --release --workspace" cargo_build_release
 run_step "Debian package (scripts/build-deb.sh)" deb_step
 run_step "cargo test --workspace --release" cargo test --workspace --release
 # --workspace, not -p osmium-proxy: the same feature set as the step
-# before, so nothing is compiled again (-p rebuilt the dependencies: 430 s);
-# it also runs osmium-bench's own `tls` test, which ignores the variable.
+# before, so nothing is compiled again (-p rebuilt the dependencies: 430 s).
+# `--test proxy` is osmium-proxy's one integration binary; the filters pick
+# its placement, serving, stats and tls modules.
 run_step "proxy suites through a reloaded proxy" \
     env OSMIUM_PROXY_TESTS_RELOADED=1 cargo test --workspace --release \
-    --test placement --test serving --test stats --test tls
+    --test proxy -- placement:: serving:: stats:: tls::
 run_step "cargo fuzz (${FUZZ_SECONDS}s per target, text_parser and proxy_parsers half)" fuzz_step
 run_step "python3 -m pytest tests -q" pytest_step
 summary 0

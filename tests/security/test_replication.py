@@ -22,7 +22,7 @@ attack fails:
 What a follow link this server pulled may run (a target holding the
 secret that sends `replica_targets` or `shutdown` on it) needs a Noise
 peer: it is attacked by the Rust test `a_follow_link_runs_only_what_a_feed_sends`
-(crates/server/tests/replication_handshake.rs).
+(crates/server/tests/server/replication_handshake.rs).
 """
 import os
 import socket

@@ -8,7 +8,7 @@
 //! a server certificate for `IP:127.0.0.1,DNS:localhost`, a client
 //! certificate. The crate connects with `memcache+tls://127.0.0.1:PORT?
 //! ca_path=..` (and `cert_path`/`key_path` on the `mtls:` listener, or
-//! `verify_mode=none`). As in `crates/server/tests/rust_memcache_client.rs`,
+//! `verify_mode=none`). As in `crates/server/tests/server/rust_memcache_client.rs`,
 //! every test starts one server of each kind and runs its case against the
 //! four (server, protocol) combinations in parallel threads, failing with
 //! the list of combinations that failed.
@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-#[path = "../../server/tests/common/mod.rs"]
+#[path = "../../server/tests/server/common/mod.rs"]
 mod common;
 use common::certs::Certs;
 use common::{

@@ -18,6 +18,8 @@
 //! the port ([`listens_on`]), not by a connect, which another test's server
 //! on the same port could answer. A [`ServerProcess`] is stopped by its PID
 //! (SIGTERM, then SIGKILL after a timeout) and killed when dropped.
+//! [`wait_until`] polls a condition with a deadline, for the waits a test
+//! would otherwise sleep through.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -26,6 +28,9 @@ use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+mod poll;
+pub use poll::{wait_until, POLL_INTERVAL};
 
 /// How many times [`Start`] starts a process before it gives up.
 pub const ATTEMPTS: u32 = 5;
