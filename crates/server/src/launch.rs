@@ -51,7 +51,8 @@ pub(crate) fn start(settings: Settings, host: Host) -> Result<Started, Refused> 
     // then the authentication files; then TLS and the replication secret.
     process::raise_file_limit(&settings).map_err(|msg| Refused::new(msg, 71))?; // EX_OSERR, as memcached
     if host == Host::Process {
-        process::refuse_root_without_user(&settings).map_err(|msg| Refused::new(msg, 64))?; // EX_USAGE, as memcached
+        process::refuse_root_without_user(&settings).map_err(|msg| Refused::new(msg, 64))?;
+        // EX_USAGE, as memcached
     }
     // EXIT_FAILURE, as memcached.
     let auth = crate::auth::AuthConfig::load(&settings).map_err(|msg| Refused::new(msg, 1))?;

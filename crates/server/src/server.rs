@@ -131,8 +131,14 @@ pub(crate) fn start(
     if let Some(l) = listen::bind_unix(&settings)? {
         listeners.push(l);
     }
-    let tcp_addrs = listeners.iter().filter_map(listen::Listener::tcp_addr).collect();
-    let udp_addrs = udp_sockets.iter().filter_map(|s| s.local_addr().ok()).collect();
+    let tcp_addrs = listeners
+        .iter()
+        .filter_map(listen::Listener::tcp_addr)
+        .collect();
+    let udp_addrs = udp_sockets
+        .iter()
+        .filter_map(|s| s.local_addr().ok())
+        .collect();
     let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
     let udp_endpoints = udp_sockets.len() * settings.threads_per_udp;
     let mut udp_per_worker = listen::deal_udp_sockets(udp_sockets, &settings)?.into_iter();
