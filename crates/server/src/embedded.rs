@@ -59,15 +59,11 @@ impl Server {
     /// checks, listeners, store and threads), its acceptor on a thread
     /// named `osmium-acceptor`. It answers once this returns. Err: a
     /// refused or failed start, in the words the binary would print
-    /// (`InvalidInput` for a refused option or file, else `Other`).
+    /// (`InvalidInput` for a refused option or file, else the failure's
+    /// own kind: `AddrInUse` for a port taken).
     pub fn start(config: Config) -> io::Result<RunningServer> {
-        let started = launch::start(*config.0, Host::Embedded).map_err(|refused| {
-            let kind = match refused.exit_code {
-                71 => io::ErrorKind::Other,
-                _ => io::ErrorKind::InvalidInput,
-            };
-            io::Error::new(kind, refused.message)
-        })?;
+        let started = launch::start(*config.0, Host::Embedded)
+            .map_err(|refused| io::Error::new(refused.kind, refused.message))?;
         let shared = started.shared.clone();
         let tcp = started.tcp_addrs.clone();
         let udp = started.udp_addrs.clone();

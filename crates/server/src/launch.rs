@@ -16,11 +16,14 @@ use crate::server::{self, Started};
 use crate::settings::Settings;
 use crate::transport::listen::ListenFailed;
 
-/// A start that did not happen: what to say, and the binary's exit status.
+/// A start that did not happen: what to say, the binary's exit status,
+/// and what kind of error it is (`InvalidInput` for a refused option or
+/// file; a failed bind's own kind, `AddrInUse` say).
 #[derive(Debug)]
 pub(crate) struct Refused {
     pub message: String,
     pub exit_code: i32,
+    pub kind: std::io::ErrorKind,
 }
 
 impl Refused {
@@ -28,6 +31,7 @@ impl Refused {
         Refused {
             message: message.into(),
             exit_code,
+            kind: std::io::ErrorKind::InvalidInput,
         }
     }
 }
@@ -80,7 +84,11 @@ pub(crate) fn start(settings: Settings, host: Host) -> Result<Started, Refused> 
     server::start(settings, auth, tls, secret, metrics_token, host).map_err(|e| {
         // A listener's failure is said in memcached's words, naming what
         // could not listen; anything else after `failed to start:`.
-        Refused::new(failure_message(&e), 71) // EX_OSERR
+        Refused {
+            message: failure_message(&e),
+            exit_code: 71, // EX_OSERR
+            kind: e.kind(),
+        }
     })
 }
 

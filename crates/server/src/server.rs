@@ -1,10 +1,13 @@
-//! Starting and stopping the server: binds the listeners, builds the store
-//! and the shared state, starts the worker threads and the maintenance
-//! thread, and runs the acceptor on the calling thread until a signal or
-//! `shutdown` asks it to stop.
+//! Starting and stopping the server: [`start`] binds the listeners, builds
+//! the store and the shared state, starts the worker threads and the
+//! maintenance thread; [`Started::serve`] runs the acceptor on the calling
+//! thread until a signal, `shutdown` or a stop request asks it to stop,
+//! then stops and joins the threads `start` started (replication's link
+//! threads, told to stop, end on their own).
 //!
 //! Threads:
-//! * main: the acceptor (listening sockets, `-c`, dealing connections),
+//! * main (`osmium-acceptor` for an in-process server): the acceptor
+//!   (listening sockets, `-c`, dealing connections),
 //!   asleep until a connection, a stop request or a signal comes (the
 //!   signals' wake-up socket is in its poll; no timer);
 //! * `osmium-worker-N` (`-t`): one event loop each (`transport::worker`);

@@ -148,13 +148,37 @@ fn two_servers_in_one_process_serve_and_stop() {
     assert_free(metrics);
 }
 
+/// A port taken is `AddrInUse`, in the binary's words.
+#[test]
+fn a_port_in_use_is_said_as_the_binary_says_it() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let config = Config::from_args(["-l", &addr, "-m", "16"]).unwrap();
+    let failed = Server::start(config).err().expect("the port is taken");
+    assert_eq!(failed.kind(), std::io::ErrorKind::AddrInUse);
+    assert_eq!(
+        failed.to_string(),
+        format!("failed to listen on one of interface(s) {addr}: Address already in use")
+    );
+}
+
 #[test]
 fn options_acting_on_the_whole_process_are_refused() {
-    for option in [&["-d"][..], &["-u", "nobody"], &["-k"], &["-r"]] {
+    let socket =
+        std::env::temp_dir().join(format!("osmium-in-process-{}.sock", std::process::id()));
+    let socket = socket.to_str().unwrap();
+    for option in [
+        &["-d"][..],
+        &["-u", "nobody"],
+        &["-k"],
+        &["-r"],
+        &["-s", socket],
+    ] {
         let config = Config::from_args(option.iter().copied()).unwrap();
         let refused = Server::start(config).err().expect("refused");
         assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
         let said = refused.to_string();
         assert!(said.contains(option[0]), "{option:?}: {said}");
     }
+    assert!(!std::path::Path::new(socket).exists());
 }
