@@ -2,9 +2,8 @@
 //! server's TLS layer: the server's own `TlsStream` (transport/tls.rs) over
 //! a real loopback socket, with the rustls configurations `TlsContext`
 //! (tls_context.rs) builds from `-Z -o ssl_chain_cert=..,ssl_key=..,
-//! ssl_ca_cert=..` settings. The server crate is a binary with no library,
-//! so its three TLS source files are compiled into this target as they
-//! are (`#[path]`), exposing nothing.
+//! ssl_ca_cert=..` settings, parsed as the binary parses its command line.
+//! Both are reached through the server library's `fuzzing` module.
 //!
 //! Each input goes in twice, on two connections: all at once, then cut
 //! into chunks whose sizes come from a hash of the input (one byte at a
@@ -25,49 +24,16 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-
-#[allow(dead_code)]
-#[path = "../../crates/server/src/settings/tls.rs"]
-mod settings_tls;
-/// The server's `crate::settings::tls`, which tls_context.rs imports.
-mod settings {
-    pub(crate) use super::settings_tls as tls;
-}
-#[allow(dead_code)]
-#[path = "../../crates/server/src/tls_context.rs"]
-mod tls_context;
-#[allow(dead_code)]
-#[path = "../../crates/server/src/transport/tls.rs"]
-mod transport_tls;
-/// The server's `crate::replication::stream::tls_binding`, which
-/// transport/tls.rs calls (the exporter value a replication handshake in
-/// the session is bound to): the same call, without the rest of the
-/// replication module.
-mod replication {
-    pub(crate) mod stream {
-        pub(crate) fn tls_binding(conn: &rustls::Connection) -> std::io::Result<[u8; 32]> {
-            conn.export_keying_material(
-                [0u8; 32],
-                osmium_protocol::replication_link::EXPORTER_LABEL,
-                None,
-            )
-            .map_err(std::io::Error::other)
-        }
-    }
-}
-
-use settings::tls::{ListenerTls, TlsSettings, VerifyMode};
-use tls_context::TlsContext;
-use transport_tls::TlsStream;
+use osmium_server::fuzzing::{TlsConnection, TlsListener, TlsServer};
+use osmium_server::Config;
 
 struct Fixture {
     /// Verify mode 0, no session cache; verify mode 1 with the cache.
-    contexts: [Arc<TlsContext>; 2],
+    contexts: [TlsServer; 2],
     listener: TcpListener,
     addr: SocketAddr,
 }
@@ -75,25 +41,21 @@ struct Fixture {
 fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
-        let file = |name: &str| Some(format!("{}/tls/{name}", env!("CARGO_MANIFEST_DIR")));
-        let context = |verify_mode, session_cache| {
-            let settings = TlsSettings {
-                enabled: true,
-                chain_cert: file("server.pem"),
-                key: file("server.key"),
-                ca_cert: file("ca.pem"),
-                verify_mode,
-                session_cache,
-                ..TlsSettings::default()
-            };
-            Arc::new(TlsContext::new(&settings, false).expect("fuzz/tls certificates load"))
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tls");
+        let context = |extra: &str| {
+            let options = format!(
+                "ssl_chain_cert={dir}/server.pem,ssl_key={dir}/server.key,\
+                 ssl_ca_cert={dir}/ca.pem{extra}"
+            );
+            let config = Config::from_args(["-Z", "-o", &options]).expect("the TLS options parse");
+            TlsServer::new(&config).expect("fuzz/tls certificates load")
         };
         let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
         let addr = listener.local_addr().expect("its address");
         Fixture {
             contexts: [
-                context(VerifyMode::None, false),
-                context(VerifyMode::Request, true),
+                context(""),
+                context(",ssl_verify_mode=1,ssl_session_cache"),
             ],
             listener,
             addr,
@@ -129,16 +91,12 @@ fn chunks(data: &[u8], seed: u64) -> Vec<&[u8]> {
     out
 }
 
-fn errors(ctx: &TlsContext) -> u64 {
-    ctx.handshake_errors.load(Ordering::Relaxed) + ctx.proto_errors.load(Ordering::Relaxed)
-}
-
 /// Reads what the server's TLS layer makes of the bytes so far, as a
 /// worker does after a readable event (`TlsStream::read` takes records
 /// until it has plaintext or the socket is empty). Ok(true): the client's
 /// side ended (`Ok(0)`); Ok(false): nothing yet (`WouldBlock`); Err: the
 /// connection failed.
-fn drain(stream: &mut TlsStream) -> Result<bool, std::io::Error> {
+fn drain(stream: &mut TlsConnection) -> Result<bool, std::io::Error> {
     let mut buf = [0u8; 4096];
     match stream.read(&mut buf) {
         Ok(0) => Ok(true),
@@ -152,7 +110,7 @@ fn drain(stream: &mut TlsStream) -> Result<bool, std::io::Error> {
 
 /// One connection: `pieces` sent in turn, each read by the server before
 /// the next. Whether the server failed it.
-fn connection(ctx: &Arc<TlsContext>, mode: ListenerTls, pieces: &[&[u8]]) -> bool {
+fn connection(ctx: &TlsServer, mode: TlsListener, pieces: &[&[u8]]) -> bool {
     let f = fixture();
     let mut client = TcpStream::connect(f.addr).expect("connect over loopback");
     // Reset on close: no TIME_WAIT from hundreds of thousands of runs.
@@ -161,9 +119,8 @@ fn connection(ctx: &Arc<TlsContext>, mode: ListenerTls, pieces: &[&[u8]]) -> boo
         .expect("SO_LINGER");
     let (server, _) = f.listener.accept().expect("accept");
     server.set_nonblocking(true).expect("non-blocking");
-    let mut stream = TlsStream::accept(mio::net::TcpStream::from_std(server), ctx, mode)
-        .expect("a server connection");
-    let before = errors(ctx);
+    let mut stream = ctx.accept(server, mode).expect("a server connection");
+    let before = ctx.errors();
     let mut outcome = Ok(false);
     for piece in pieces {
         client.write_all(piece).expect("loopback write");
@@ -195,7 +152,7 @@ fn connection(ctx: &Arc<TlsContext>, mode: ListenerTls, pieces: &[&[u8]]) -> boo
             true
         }
     };
-    let counted = errors(ctx) - before;
+    let counted = ctx.errors() - before;
     assert_eq!(
         counted,
         u64::from(failed),
@@ -209,7 +166,7 @@ fuzz_target!(|data: &[u8]| {
     let f = fixture();
     let h = hash(data);
     let ctx = &f.contexts[(h >> 62) as usize & 1];
-    let mode = [ListenerTls::Default, ListenerTls::NoPeer, ListenerTls::Peer][(h % 3) as usize];
+    let mode = [TlsListener::Default, TlsListener::NoPeer, TlsListener::Peer][(h % 3) as usize];
     let whole = connection(ctx, mode, &[data]);
     let cut = connection(ctx, mode, &chunks(data, h));
     assert_eq!(

@@ -11,6 +11,22 @@ use std::sync::Arc;
 
 use crate::settings::Settings;
 
+/// What a server may do to the process it runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Host {
+    /// The `osmium` binary: the process is the server's. It installs the
+    /// signal handlers, the log and the allocator setting, forks with
+    /// `-d`, drops root with `-u`, applies `-k` and `-r`, and tells a
+    /// service manager its state.
+    Process,
+    /// A server inside another program (`crate::embedded`): none of the
+    /// above (the options that would need them are refused before the
+    /// start), the program's own `tracing` subscriber, if any, takes its
+    /// log. It raises the open-file limit for `-c`, as the binary does:
+    /// a raise only, harmless to the rest of the process.
+    Embedded,
+}
+
 /// Open files the server needs besides its clients: standard streams,
 /// listening and UDP sockets, one event loop and waker per thread, and
 /// some to spare.

@@ -1,10 +1,13 @@
-//! Starting and stopping the server: binds the listeners, builds the store
-//! and the shared state, starts the worker threads and the maintenance
-//! thread, and runs the acceptor on the calling thread until a signal or
-//! `shutdown` asks it to stop.
+//! Starting and stopping the server: [`start`] binds the listeners, builds
+//! the store and the shared state, starts the worker threads and the
+//! maintenance thread; [`Started::serve`] runs the acceptor on the calling
+//! thread until a signal, `shutdown` or a stop request asks it to stop,
+//! then stops and joins the threads `start` started (replication's link
+//! threads, told to stop, end on their own).
 //!
 //! Threads:
-//! * main: the acceptor (listening sockets, `-c`, dealing connections),
+//! * main (`osmium-acceptor` for an in-process server): the acceptor
+//!   (listening sockets, `-c`, dealing connections),
 //!   asleep until a connection, a stop request or a signal comes (the
 //!   signals' wake-up socket is in its poll; no timer);
 //! * `osmium-worker-N` (`-t`): one event loop each (`transport::worker`);
@@ -20,6 +23,7 @@
 //!   worker or a client, never keeps it waiting for more than ~50 µs.
 
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,7 +34,7 @@ use osmium_store::{BackingKind, Restart, Store, StoreConfig};
 use crate::auth::AuthConfig;
 use crate::context::{Shared, StopRequest};
 use crate::daemon;
-use crate::process::{self, Signals};
+use crate::process::{self, Host, Signals};
 use crate::replication::auth::Secret;
 use crate::replication::stream::{LinkStream, NoiseHalves};
 use crate::service;
@@ -46,18 +50,51 @@ const SIGNALLED: Token = Token(usize::MAX - 1);
 /// The background cleaner's nice value (the workers run at 0).
 const CLEANER_NICE: i32 = 10;
 
-/// Runs the server until it is asked to stop; returns how.
-pub(crate) fn run(
+/// A server that is listening and serving, its acceptor not yet running:
+/// what [`start`] made and [`Started::serve`] runs until a stop.
+pub(crate) struct Started {
+    pub shared: Arc<Shared>,
+    host: Host,
+    /// The signals' flags (`Host::Process` only).
+    signals: Option<Signals>,
+    /// Readable when a signal came (registered as `SIGNALLED`).
+    signalled: Option<mio::net::UnixStream>,
+    listeners: Vec<listen::Listener>,
+    poll: Poll,
+    workers: Vec<WorkerHandle>,
+    maintenance: std::thread::JoinHandle<()>,
+    cleaner: Option<std::thread::JoinHandle<()>>,
+    logger: std::thread::JoinHandle<()>,
+    metrics: Option<crate::metrics::Endpoint>,
+    /// Removed when dropped, at the stop.
+    pid_file: Option<daemon::PidFile>,
+    /// Where the TCP listeners (TLS ones included) and the UDP sockets
+    /// are bound, and the metrics endpoint.
+    pub tcp_addrs: Vec<SocketAddr>,
+    pub udp_addrs: Vec<SocketAddr>,
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// Binds the listeners, builds the store and the shared state and starts
+/// every thread but the acceptor; the server answers once this returns
+/// (and the acceptor runs: [`Started::serve`]). As `host` allows: the
+/// signal handlers, `-d`, `-u`, `-k`, `-r` and the service manager's
+/// notifications belong to the process.
+pub(crate) fn start(
     settings: Settings,
     auth: AuthConfig,
     tls: Option<Arc<TlsContext>>,
     secret: Option<Secret>,
     metrics_token: Option<crate::metrics::Token>,
-) -> io::Result<StopRequest> {
+    host: Host,
+) -> io::Result<Started> {
     for w in &settings.warnings {
         tracing::warn!("{w}");
     }
-    let mut signals = Signals::install()?;
+    let mut signals = match host {
+        Host::Process => Some(Signals::install()?),
+        Host::Embedded => None,
+    };
     // Bind first so that a bad address fails before daemonizing.
     let mut listeners = listen::bind_tcp(&settings, tls.as_ref())?;
     let udp_sockets = listen::bind_udp(&settings)?;
@@ -84,7 +121,9 @@ pub(crate) fn run(
             daemon::daemonize()?;
         }
     }
-    process::apply_process_flags(&settings);
+    if host == Host::Process {
+        process::apply_process_flags(&settings);
+    }
     if let Some(user) = &settings.user {
         process::drop_privileges(user)?;
     }
@@ -95,6 +134,15 @@ pub(crate) fn run(
     if let Some(l) = listen::bind_unix(&settings)? {
         listeners.push(l);
     }
+    let tcp_addrs = listeners
+        .iter()
+        .filter_map(listen::Listener::tcp_addr)
+        .collect();
+    let udp_addrs = udp_sockets
+        .iter()
+        .filter_map(|s| s.local_addr().ok())
+        .collect();
+    let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
     let udp_endpoints = udp_sockets.len() * settings.threads_per_udp;
     let mut udp_per_worker = listen::deal_udp_sockets(udp_sockets, &settings)?.into_iter();
 
@@ -144,18 +192,19 @@ pub(crate) fn run(
         })
         .collect::<io::Result<_>>()?;
 
-    spawn_maintenance(shared.clone())?;
+    let maintenance = spawn_maintenance(shared.clone())?;
     crate::execute::report_store_events(&shared);
     report_link_events(&shared);
     crate::reload::report_target_changes(&shared);
     let logger = crate::logger::spawn(shared.clone())?;
     let cleaner = spawn_cleaner(shared.clone())?;
     start_replication(&shared.replication, &shared, &workers);
-    if let Some(l) = metrics_listener {
-        crate::metrics::spawn(l, shared.clone(), metrics_token)?;
-    }
+    let metrics = match metrics_listener {
+        Some(l) => Some(crate::metrics::spawn(l, shared.clone(), metrics_token)?),
+        None => None,
+    };
 
-    let mut poll = Poll::new()?;
+    let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
     let _ = shared.acceptor_waker.set(waker);
     for (i, l) in listeners.iter_mut().enumerate() {
@@ -163,7 +212,7 @@ pub(crate) fn run(
     }
     // The acceptor sleeps until a connection, a stop request or a signal
     // comes (no timer: an idle server stays asleep).
-    let mut signalled = signals.take_wake();
+    let mut signalled = signals.as_mut().and_then(Signals::take_wake);
     if let Some(s) = signalled.as_mut() {
         poll.registry().register(s, SIGNALLED, Interest::READABLE)?;
     }
@@ -177,7 +226,7 @@ pub(crate) fn run(
             tracing::debug!(
                 "<{} server listening ({})",
                 l.fd(),
-                settings.binding_protocol
+                shared.settings.binding_protocol
             );
         }
     }
@@ -185,110 +234,166 @@ pub(crate) fn run(
     // As memcached: the pid file once the listeners are bound and the
     // process is the `-u` user; here also only once nothing is left that
     // could fail the start (a failed start leaves none). Removed when
-    // `_pid_file` drops, at the stop.
-    let _pid_file = settings.pidfile.as_deref().and_then(daemon::PidFile::write);
-    daemon::report_ready();
-    service::ready();
+    // it drops, at the stop.
+    let pid_file = shared
+        .settings
+        .pidfile
+        .as_deref()
+        .and_then(daemon::PidFile::write);
+    if host == Host::Process {
+        daemon::report_ready();
+        service::ready();
+    }
+    Ok(Started {
+        shared,
+        host,
+        signals,
+        signalled,
+        listeners,
+        poll,
+        workers,
+        maintenance,
+        cleaner,
+        logger,
+        metrics,
+        pid_file,
+        tcp_addrs,
+        udp_addrs,
+        metrics_addr,
+    })
+}
 
-    let mut events = Events::with_capacity(256);
-    let mut next_worker = 0;
-    let how = loop {
-        if let Err(e) = poll.poll(&mut events, None) {
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
-        // Emptied before the flags are read, so a signal after this read
-        // raises a new edge and is seen on the next turn.
-        if let Some(s) = signalled.as_mut() {
-            while matches!(io::Read::read(s, &mut [0u8; 64]), Ok(n) if n > 0) {}
-        }
-        if signals.take_hangup() {
-            service::reloading();
-            if let Some(tls) = &shared.tls {
-                if let Err(e) = tls.refresh() {
-                    tracing::warn!("Could not reload TLS certificates on SIGHUP: {e}");
+impl Started {
+    /// Runs the acceptor on the calling thread until a signal, `shutdown`
+    /// or [`Shared::request_stop`] asks the server to stop; then stops
+    /// every thread it started, writes the memory file out (`-e`) and
+    /// closes the listeners. Returns how it was asked to stop.
+    pub(crate) fn serve(self) -> io::Result<StopRequest> {
+        let Started {
+            shared,
+            host,
+            signals,
+            mut signalled,
+            listeners,
+            mut poll,
+            workers,
+            maintenance,
+            cleaner,
+            logger,
+            metrics,
+            pid_file,
+            ..
+        } = self;
+        let settings = &shared.settings;
+        let mut events = Events::with_capacity(256);
+        let mut next_worker = 0;
+        let how = loop {
+            if let Err(e) = poll.poll(&mut events, None) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
                 }
             }
-            crate::reload::config_file(&shared);
-            service::ready();
-        }
-        if let Some(how) = signals.requested() {
-            shared.request_stop(how);
-        }
-        if let Some(how) = shared.stop_requested() {
-            break how;
-        }
-        for ev in events.iter() {
-            if ev.token() == WAKE {
-                continue;
+            // Emptied before the flags are read, so a signal after this read
+            // raises a new edge and is seen on the next turn.
+            if let Some(s) = signalled.as_mut() {
+                while matches!(io::Read::read(s, &mut [0u8; 64]), Ok(n) if n > 0) {}
             }
-            if ev.token() == SIGNALLED {
-                continue;
-            }
-            let listener = &listeners[ev.token().0];
-            loop {
-                match listener.accept() {
-                    Ok(stream) => {
-                        dispatch(stream, settings, &shared.global, &workers, &mut next_worker);
+            if signals.as_ref().is_some_and(Signals::take_hangup) {
+                service::reloading();
+                if let Some(tls) = &shared.tls {
+                    if let Err(e) = tls.refresh() {
+                        tracing::warn!("Could not reload TLS certificates on SIGHUP: {e}");
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        // EMFILE and friends: back off briefly.
-                        if shared.verbose() > 0 {
-                            tracing::info!("accept failed: {e}");
+                }
+                crate::reload::config_file(&shared);
+                service::ready();
+            }
+            if let Some(how) = signals.as_ref().and_then(Signals::requested) {
+                shared.request_stop(how);
+            }
+            if let Some(how) = shared.stop_requested() {
+                break how;
+            }
+            for ev in events.iter() {
+                if ev.token() == WAKE {
+                    continue;
+                }
+                if ev.token() == SIGNALLED {
+                    continue;
+                }
+                let listener = &listeners[ev.token().0];
+                loop {
+                    match listener.accept() {
+                        Ok(stream) => {
+                            dispatch(stream, settings, &shared.global, &workers, &mut next_worker);
                         }
-                        std::thread::sleep(Duration::from_millis(10));
-                        break;
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            // EMFILE and friends: back off briefly.
+                            if shared.verbose() > 0 {
+                                tracing::info!("accept failed: {e}");
+                            }
+                            std::thread::sleep(Duration::from_millis(10));
+                            break;
+                        }
                     }
                 }
             }
+        };
+        if host == Host::Process {
+            service::stopping();
         }
-    };
-    service::stopping();
-    match how {
-        StopRequest::Graceful => tracing::warn!("Gracefully stopping"),
-        StopRequest::Exit if shared.verbose() > 0 => tracing::info!("Exiting normally"),
-        StopRequest::Exit => {}
-    }
-    shared.logger.sysevent(format_args!(
-        "type=shutdown mode={}",
         match how {
-            StopRequest::Graceful => "graceful",
-            StopRequest::Exit => "exit",
+            StopRequest::Graceful => tracing::warn!("Gracefully stopping"),
+            StopRequest::Exit if shared.verbose() > 0 => tracing::info!("Exiting normally"),
+            StopRequest::Exit => {}
         }
-    ));
-    shared.replication.stop();
-    // Workers see the stop request and return.
-    for w in &workers {
-        let _ = w.waker.wake();
-    }
-    for w in workers {
-        let _ = w.thread.join();
-    }
-    // Nothing moves items while the memory file is written out.
-    if let Some(c) = cleaner {
-        shared.store.wake_cleaner();
-        let _ = c.join();
-    }
-    // With -e: every page written out and the file marked whole (a kill
-    // would have kept the cache too, but only a stop survives a system
-    // crash that follows).
-    let items = shared.store.stats().curr_items;
-    match shared.store.close() {
-        Err(e) => tracing::warn!("[restart] failed to write the memory file out: {e}"),
-        Ok(()) if settings.memory_file.is_some() => {
-            // The cache the next start takes over (a warm restart).
-            shared
-                .logger
-                .sysevent(format_args!("type=warm_restart state=saved items={items}"));
+        shared.logger.sysevent(format_args!(
+            "type=shutdown mode={}",
+            match how {
+                StopRequest::Graceful => "graceful",
+                StopRequest::Exit => "exit",
+            }
+        ));
+        shared.replication.stop();
+        // Workers see the stop request and return.
+        for w in &workers {
+            let _ = w.waker.wake();
         }
-        Ok(()) => {}
+        for w in workers {
+            let _ = w.thread.join();
+        }
+        maintenance.thread().unpark();
+        let _ = maintenance.join();
+        if let Some(m) = metrics {
+            m.stop();
+        }
+        // Nothing moves items while the memory file is written out.
+        if let Some(c) = cleaner {
+            shared.store.wake_cleaner();
+            let _ = c.join();
+        }
+        // With -e: every page written out and the file marked whole (a kill
+        // would have kept the cache too, but only a stop survives a system
+        // crash that follows).
+        let items = shared.store.stats().curr_items;
+        match shared.store.close() {
+            Err(e) => tracing::warn!("[restart] failed to write the memory file out: {e}"),
+            Ok(()) if settings.memory_file.is_some() => {
+                // The cache the next start takes over (a warm restart).
+                shared
+                    .logger
+                    .sysevent(format_args!("type=warm_restart state=saved items={items}"));
+            }
+            Ok(()) => {}
+        }
+        shared.logger.stop();
+        let _ = logger.join();
+        drop(pid_file);
+        drop(listeners);
+        Ok(how)
     }
-    shared.logger.stop();
-    let _ = logger.join();
-    Ok(how)
 }
 
 /// Starts replication's links and pulls; a pulled connection goes to the
@@ -436,7 +541,8 @@ fn spawn_cleaner(shared: Arc<Shared>) -> io::Result<Option<std::thread::JoinHand
     Ok(Some(handle))
 }
 
-fn spawn_maintenance(shared: Arc<Shared>) -> io::Result<()> {
+/// Starts the maintenance thread (`osmium-maint`); the stop unparks it.
+fn spawn_maintenance(shared: Arc<Shared>) -> io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("osmium-maint".into())
         .spawn(move || {
@@ -447,8 +553,12 @@ fn spawn_maintenance(shared: Arc<Shared>) -> io::Result<()> {
             while shared.stop_requested().is_none() {
                 // Wake every 100 ms, and just after each second turns over
                 // so that the clock follows it closely, as memcached's timer.
+                // Parked rather than asleep: the stop wakes it at once.
                 let nap = store.clock().until_next_second();
-                std::thread::sleep(nap.min(Duration::from_millis(100)));
+                std::thread::park_timeout(nap.min(Duration::from_millis(100)));
+                if shared.stop_requested().is_some() {
+                    break;
+                }
                 store.tick_clock();
                 if let Some(h) = &shared.hotkeys {
                     h.tick();
@@ -480,6 +590,5 @@ fn spawn_maintenance(shared: Arc<Shared>) -> io::Result<()> {
                     }
                 }
             }
-        })?;
-    Ok(())
+        })
 }

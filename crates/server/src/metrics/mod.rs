@@ -87,12 +87,30 @@ pub(crate) fn bind(settings: &Settings) -> io::Result<Option<TcpListener>> {
     Ok(Some(l))
 }
 
+/// The endpoint's running thread, stopped by [`Endpoint::stop`].
+pub(crate) struct Endpoint {
+    thread: std::thread::JoinHandle<()>,
+    /// The listening socket the thread accepts on (a second descriptor).
+    socket: TcpListener,
+}
+
+impl Endpoint {
+    /// Ends the thread once the server's stop is requested: shutting the
+    /// listening socket down wakes its `accept` (Linux returns EINVAL),
+    /// the thread sees the stop and returns, and the port is free.
+    /// Clients being answered finish on their own threads.
+    pub(crate) fn stop(self) {
+        let _ = socket2::SockRef::from(&self.socket).shutdown(std::net::Shutdown::Both);
+        let _ = self.thread.join();
+    }
+}
+
 /// Starts the endpoint's thread; `token` is `--metrics-token-file`'s.
 pub(crate) fn spawn(
     listener: TcpListener,
     shared: Arc<Shared>,
     token: Option<Token>,
-) -> io::Result<()> {
+) -> io::Result<Endpoint> {
     if shared.verbose() > 0 {
         if let Ok(a) = listener.local_addr() {
             eprintln!("osmium serving metrics on http://{a}/metrics");
@@ -102,15 +120,19 @@ pub(crate) fn spawn(
         token,
         hotkeys: shared.settings.metrics_hotkeys,
     });
-    std::thread::Builder::new()
+    let socket = listener.try_clone()?;
+    let thread = std::thread::Builder::new()
         .name("osmium-metrics".into())
         .spawn(move || accept_loop(listener, shared, access))?;
-    Ok(())
+    Ok(Endpoint { thread, socket })
 }
 
 fn accept_loop(listener: TcpListener, shared: Arc<Shared>, access: Arc<Access>) {
     let admission = Admission::new(MAX_CLIENTS, MAX_PER_SOURCE);
     for conn in listener.incoming() {
+        if shared.stop_requested().is_some() {
+            return;
+        }
         let Ok(conn) = conn else {
             // EMFILE and the like: wait a little rather than spin.
             std::thread::sleep(Duration::from_millis(10));

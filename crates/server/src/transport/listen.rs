@@ -49,6 +49,14 @@ impl Listener {
         }
     }
 
+    /// Where a TCP (or TLS) listener is bound; None for a unix one.
+    pub(crate) fn tcp_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Listener::Tcp(l) | Listener::Tls(l, _, _) => l.local_addr().ok(),
+            Listener::Unix(_) => None,
+        }
+    }
+
     pub(crate) fn describe(&self) -> String {
         match self {
             Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()).unwrap_or_default(),

@@ -1,0 +1,80 @@
+//! The `osmium` binary's command line (`src/main.rs` is only its `main`):
+//! what parsing it came to ([`Command`]: a server to run, or done with an
+//! exit status), and running that server as the process
+//! ([`run`]). The exit statuses are memcached's: 64 (`EX_USAGE`) for
+//! most refusals, 71 (`EX_OSERR`) when the server cannot start, 1 for a
+//! few, as memcached.
+
+use crate::embedded::Config;
+use crate::process::Host;
+use crate::settings::{self, Action};
+use crate::{daemon, launch, service};
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Command {
+    /// Run a server with these settings.
+    Serve(Config),
+    /// Nothing more to do: exit with this status (`-h` and `-V` printed,
+    /// `--generate-man` and `--gen-secret` done, or a refused command
+    /// line said on stderr).
+    Done(i32),
+}
+
+/// Parses the command line `args` (the program's name first): memcached's
+/// options, a config file's, and osmium's own. What only prints or
+/// writes a file is done here.
+pub fn parse(args: Vec<std::ffi::OsString>) -> Command {
+    if let Some(done) = service::generate_man(&args) {
+        if let Err(msg) = done {
+            eprintln!("{msg}");
+            return Command::Done(1);
+        }
+        return Command::Done(0);
+    }
+    let action = match settings::parse(args) {
+        Ok(a) => a,
+        Err(msg) => {
+            eprintln!("{}", msg.trim_end());
+            return Command::Done(settings::exit_code(&msg)); // EX_USAGE mostly, as memcached
+        }
+    };
+    match action {
+        Action::Print(text) => {
+            print!("{text}");
+            Command::Done(0)
+        }
+        Action::GenSecret(path) => {
+            match osmium_protocol::replication_link::write_new_secret(&path) {
+                Ok(()) => println!("wrote a new replication secret to {path} (mode 600)"),
+                Err(msg) => {
+                    eprintln!("{msg}");
+                    return Command::Done(1);
+                }
+            }
+            Command::Done(0)
+        }
+        Action::Run(s) => Command::Serve(Config(s)),
+    }
+}
+
+/// Runs the server as this process (its signals, `-d`, `-u`, the log)
+/// until a signal or `shutdown` stops it; returns the exit status: 0
+/// after a stop, else that of the refused or failed start, said on
+/// stderr (under `-d`, by the waiting parent).
+pub fn run(config: Config) -> i32 {
+    let started = match launch::start(*config.0, Host::Process) {
+        Ok(s) => s,
+        Err(refused) => {
+            daemon::report_failure(&refused.message);
+            return refused.exit_code;
+        }
+    };
+    match started.serve() {
+        Ok(_) => 0,
+        Err(e) => {
+            daemon::report_failure(&launch::failure_message(&e));
+            71 // EX_OSERR
+        }
+    }
+}
