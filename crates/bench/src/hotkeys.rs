@@ -74,6 +74,11 @@ pub(crate) struct HotkeysArgs {
     /// Requests per pipelined batch (with --rate: the most sent at once).
     #[arg(long, default_value_t = 32)]
     depth: usize,
+    /// Keys per get request (`get k1 k2 ...`): each key is a get, as
+    /// memcached counts them (`cmd_get`), so one request looks up this
+    /// many keys. More gets a second from the same client CPU.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    keys_per_get: u32,
     /// Open loop at this many requests a second in all (gets and sets),
     /// shared by the connections [default: closed loop, as fast as the
     /// server answers].
@@ -175,6 +180,7 @@ fn generate(
     let mut writes = Vec::with_capacity(a.depth);
     let mut line = Vec::with_capacity(512);
     let mut skip = Vec::new();
+    let mut keys = Vec::with_capacity(a.keys_per_get as usize);
     while !stop.load(Ordering::Relaxed) {
         let n = match per_conn {
             None => a.depth.max(1),
@@ -188,7 +194,9 @@ fn generate(
                     std::thread::sleep(nap.min(Duration::from_millis(20)));
                     continue;
                 }
-                ((due - sent_so_far) as usize).min(a.depth.max(1))
+                ((due - sent_so_far) as usize)
+                    .div_ceil(a.keys_per_get as usize)
+                    .min(a.depth.max(1))
             }
         };
         out.clear();
@@ -198,17 +206,25 @@ fn generate(
             sent.buckets.push((bucket, Box::new([[0; 2]; TRACKED])));
         }
         let counts = &mut sent.buckets.last_mut().expect("a bucket").1;
+        let mut gets = 0u64;
+        let mut sets = 0u64;
         for _ in 0..n {
-            let id = (zipf.sample(&mut rng) as u64).clamp(1, a.keys) - 1;
             let write = a.writes > 0.0 && rng.gen_bool(a.writes.min(1.0));
-            if (id as usize) < TRACKED {
-                counts[id as usize][usize::from(write)] += 1;
+            let keys_here = if write { 1 } else { a.keys_per_get };
+            keys.clear();
+            for _ in 0..keys_here {
+                let id = (zipf.sample(&mut rng) as u64).clamp(1, a.keys) - 1;
+                if (id as usize) < TRACKED {
+                    counts[id as usize][usize::from(write)] += 1;
+                }
+                keys.push(Key::prefixed(prefix, b'k', id, a.key_size));
             }
-            let key = Key::prefixed(prefix, b'k', id, a.key_size);
             if write {
-                encode::set(&mut out, key.as_bytes(), 0, 0, &value, false);
+                encode::set(&mut out, keys[0].as_bytes(), 0, 0, &value, false);
+                sets += 1;
             } else {
-                encode::get(&mut out, b"get", [key]);
+                encode::get(&mut out, b"get", keys.iter().map(|k| k.as_bytes()));
+                gets += u64::from(keys_here);
             }
             writes.push(write);
         }
@@ -218,10 +234,9 @@ fn generate(
         for &write in &writes {
             read_reply(&mut reader, write, &mut line, &mut skip)?;
         }
-        let sets = writes.iter().filter(|&&w| w).count() as u64;
         sent.sets += sets;
-        sent.gets += n as u64 - sets;
-        sent_total.fetch_add(n as u64, Ordering::Relaxed);
+        sent.gets += gets;
+        sent_total.fetch_add(gets + sets, Ordering::Relaxed);
     }
     Ok(sent)
 }
@@ -622,12 +637,13 @@ pub(crate) fn run(a: &HotkeysArgs) -> Result<bool, String> {
         format!("open loop at {r:.0} req/s")
     });
     println!(
-        "hot keys: zipf({}) over {} keys, {} conns x depth {}, {pacing}: {:.0} gets/s + {:.0} sets/s, \
+        "hot keys: zipf({}) over {} keys, {} conns x depth {} x {} keys per get, {pacing}: {:.0} gets/s + {:.0} sets/s, \
          sampling {sample}, load average {} -> {}",
         a.zipf,
         a.keys,
         a.conns,
         a.depth,
+        a.keys_per_get,
         rate(gets),
         rate(sets),
         load_avg.map_or("-".into(), |l| format!("{l:.2}")),

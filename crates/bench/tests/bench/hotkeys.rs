@@ -3,7 +3,7 @@
 //! while it runs and compares the answer with what it sent over the
 //! window the answer states. A short open-loop run at a low rate, where
 //! osmium's default (adaptive) sampling counts every request: the mode
-//! works end to end, reads and writes. The accuracy figures of
+//! works end to end, reads (two keys per get) and writes. The accuracy figures of
 //! BENCHMARKS.md come from full-length runs.
 
 use crate::common;
@@ -35,6 +35,8 @@ fn hotkeys_mode_compares_the_report_with_the_truth() {
         "2",
         "--depth",
         "4",
+        "--keys-per-get",
+        "2",
         "--warmup",
         "3",
         "--queries",
