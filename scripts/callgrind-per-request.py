@@ -1,7 +1,8 @@
 """Instructions per request of an osmium build under callgrind (every
 thread): runs the server three times (warm-up only; then + N SETs; then
 + N GETs, depth D) and prints (total(B)-total(A))/N and (total(C)-total(A))/N.
-Usage: python3 scripts/callgrind-per-request.py BINARY N [DEPTH]"""
+Usage: python3 scripts/callgrind-per-request.py BINARY N [DEPTH]
+OSMIUM_ARGS="-o hotkeys_top=0" adds server arguments (split on spaces)."""
 import os, re, socket, subprocess, sys, tempfile, time
 
 def free_port():
@@ -11,7 +12,8 @@ def run(binary, sets, gets, depth):
     port = free_port()
     out = tempfile.mktemp(prefix="cg.")
     p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                          binary, "-u", "root", "-p", str(port), "-U", "0", "-t", "1", "-m", "64"],
+                          binary, "-u", "root", "-p", str(port), "-U", "0", "-t", "1", "-m", "64",
+                          *os.environ.get("OSMIUM_ARGS", "").split()],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
     while True:
@@ -48,4 +50,4 @@ def run(binary, sets, gets, depth):
 
 binary = sys.argv[1]; n = int(sys.argv[2]); depth = int(sys.argv[3]) if len(sys.argv) > 3 else 1
 a = run(binary, 0, 0, depth); b = run(binary, n, 0, depth); c = run(binary, 0, n, depth)
-print(f"{binary} depth {depth}: SET {(b - a) / n:.0f} instr, GET {(c - a) / n:.0f} instr (A={a})")
+print(f"{binary} {os.environ.get('OSMIUM_ARGS', '')} depth {depth}: SET {(b - a) / n:.0f} instr, GET {(c - a) / n:.0f} instr (A={a})")
