@@ -84,9 +84,11 @@ pub(crate) fn start(settings: Settings, host: Host) -> Result<Started, Refused> 
     server::start(settings, auth, tls, secret, metrics_token, host).map_err(|e| {
         // A listener's failure is said in memcached's words, naming what
         // could not listen; anything else after `failed to start:`.
+        let no_user = e.get_ref().is_some_and(|r| r.is::<process::NoSuchUser>());
         Refused {
             message: failure_message(&e),
-            exit_code: 71, // EX_OSERR
+            // EX_NOUSER for a `-u` that names no user, EX_OSERR else.
+            exit_code: if no_user { 67 } else { 71 },
             kind: e.kind(),
         }
     })
@@ -95,9 +97,13 @@ pub(crate) fn start(settings: Settings, host: Host) -> Result<Started, Refused> 
 /// How the binary words a failed start or a failed acceptor.
 pub(crate) fn failure_message(e: &std::io::Error) -> String {
     let listen = e.get_ref().and_then(|r| r.downcast_ref::<ListenFailed>());
-    match listen {
-        Some(failed) => failed.to_string(),
-        None => format!("failed to start: {e}"),
+    let no_user = e
+        .get_ref()
+        .and_then(|r| r.downcast_ref::<process::NoSuchUser>());
+    match (listen, no_user) {
+        (Some(failed), _) => failed.to_string(),
+        (_, Some(no_user)) => no_user.to_string(),
+        _ => format!("failed to start: {e}"),
     }
 }
 

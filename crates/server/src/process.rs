@@ -168,6 +168,18 @@ pub(crate) fn refuse_root_without_user(settings: &Settings) -> Result<(), String
     Ok(())
 }
 
+/// `-u` names no user: memcached's words, and its status (`EX_NOUSER`).
+#[derive(Debug)]
+pub(crate) struct NoSuchUser(pub String);
+
+impl std::fmt::Display for NoSuchUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "can't find the user {} to switch to", self.0)
+    }
+}
+
+impl std::error::Error for NoSuchUser {}
+
 /// Becomes `user` when started as root (real or effective uid 0); does
 /// nothing otherwise, as memcached ignores `-u` then.
 pub(crate) fn drop_privileges(user: &str) -> io::Result<()> {
@@ -179,9 +191,7 @@ pub(crate) fn drop_privileges(user: &str) -> io::Result<()> {
     // read it before any other getpw* call.
     let pw = unsafe { libc::getpwnam(name.as_ptr()) };
     if pw.is_null() {
-        return Err(io::Error::other(format!(
-            "can't find the user {user} to switch to"
-        )));
+        return Err(io::Error::other(NoSuchUser(user.to_string())));
     }
     // SAFETY: pw is non-null and valid until the next getpw* call.
     let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };

@@ -113,7 +113,7 @@ fn a_daemon_that_cannot_start_fails_with_its_reason() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(71), "{err}");
+    assert_eq!(out.status.code(), Some(67), "{err}");
     assert!(
         err.contains("can't find the user no-such-user-osmium to switch to"),
         "{err:?}"
@@ -131,7 +131,7 @@ fn a_daemon_that_cannot_start_fails_with_its_reason() {
         .arg(&pidfile)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(71));
+    assert_eq!(out.status.code(), Some(67));
     assert!(!pidfile.exists(), "a pid file left by a failed start");
     assert!(!PathBuf::from(format!("{}.tmp", pidfile.display())).exists());
 }
