@@ -13,12 +13,16 @@
 //! * [`ciphers`]: an OpenSSL cipher list (`ssl_ciphers`) as a rustls
 //!   provider;
 //! * [`reload`]: a configuration swapped whole when certificates are
-//!   loaded again, and how long ago that was.
+//!   loaded again, and how long ago that was;
+//! * [`client`]: a blocking memcached-protocol client (TCP, unix, TLS)
+//!   whose replies `osmium_protocol::client` frames and parses.
 
 pub mod ciphers;
+pub mod client;
 pub mod load;
 pub mod records;
 pub mod reload;
 pub mod session;
 
+pub use client::Client;
 pub use session::{TlsEvents, TlsStream};

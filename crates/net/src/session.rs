@@ -95,7 +95,8 @@ impl<S: Read + Write, E: TlsEvents> TlsStream<S, E> {
         Self::over(sock, conn, events, true)
     }
 
-    fn over(sock: S, mut conn: Connection, events: E, established: bool) -> Self {
+    /// A session over `sock`, its handshake `established` or not.
+    pub fn over(sock: S, mut conn: Connection, events: E, established: bool) -> Self {
         conn.set_buffer_limit(Some(SEND_LIMIT));
         TlsStream {
             sock,
