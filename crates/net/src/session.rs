@@ -10,7 +10,9 @@
 //! Readiness is edge-triggered, so [`TlsStream::read`] fills the caller's
 //! buffer and returns less than asked only when rustls holds no more
 //! plaintext and the socket had no more bytes (or ended); with nothing at
-//! all it is `WouldBlock`. Records not yet sent (handshake messages,
+//! all it is `WouldBlock`. [`TlsStream::read_some`] returns what one
+//! read of records brought, for a reader that reads until `WouldBlock`
+//! itself. Records not yet sent (handshake messages,
 //! output the socket did not take) go out at the next read or write, or
 //! [`TlsStream::send_records`], and count as unsent output
 //! ([`TlsStream::unsent`]) until then. A handshake or record that fails
@@ -170,6 +172,33 @@ impl<S: Read + Write, E: TlsEvents> TlsStream<S, E> {
         // Handshake messages leave as soon as they are made.
         self.send_records()?;
         Ok(true)
+    }
+}
+
+impl<S: Read + Write, E: TlsEvents> TlsStream<S, E> {
+    /// Plaintext as soon as there is some: what rustls holds, else what
+    /// one read of records from the socket brought. `WouldBlock` when the
+    /// socket had nothing; Ok(0) at its end or the peer's close_notify.
+    /// For a reader that reads until `WouldBlock` anyway (the server's
+    /// worker): no read of the socket that only finds it empty, as
+    /// [`Read::read`] makes to fill the buffer.
+    pub fn read_some(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // Records a full socket kept back go first.
+        self.send_records()?;
+        loop {
+            match self.conn.reader().read(buf) {
+                // Ok(0): the peer's close_notify.
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            if !self.take_records()? {
+                if self.eof {
+                    return Ok(0);
+                }
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+        }
     }
 }
 

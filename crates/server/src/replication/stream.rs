@@ -176,7 +176,7 @@ impl Read for LinkStream {
                 Err(e) => return Err(e),
             }
             send_records(conn, sock)?;
-            match records::take_records(&mut **conn, sock)? {
+            match records::take_records(conn, sock)? {
                 // The end (the peer closed): the reader says how, next turn.
                 Taken::Records | Taken::End => {}
                 // Past the read timeout.

@@ -25,7 +25,7 @@
 //! (`ssl_handshake_errors` while handshaking, `ssl_proto_errors` after,
 //! as memcached) and ends the connection; rustls's alert is sent first.
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -79,6 +79,15 @@ impl Deref for TlsStream {
 impl DerefMut for TlsStream {
     fn deref_mut(&mut self) -> &mut Self::Target {
         &mut self.inner
+    }
+}
+
+/// The worker reads until `WouldBlock`: each read returns what one read
+/// of records brought (`read_some`), with no extra read of an empty
+/// socket to fill the buffer.
+impl Read for TlsStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read_some(buf)
     }
 }
 
