@@ -334,7 +334,6 @@ pub(crate) fn preload(targets: &Targets, w: &Workload) -> Result<(), String> {
     w.check_keys()?;
     let value = vec![b'v'; w.value_size];
     let mut out = Vec::new();
-    let mut reply = vec![0u8; 1 << 16];
     let chunk = ((4 << 20) / (w.value_size + 64)).clamp(1, 500);
     for (server, &addr) in targets.addrs.iter().enumerate() {
         let mut s = crate::tls::sock::connect_blocking(addr, w.tls.as_ref())?;
@@ -352,26 +351,16 @@ pub(crate) fn preload(targets: &Targets, w: &Workload) -> Result<(), String> {
             if sent == 0 {
                 break;
             }
-            s.write_all(&out).map_err(|e| format!("preload: {e}"))?;
+            s.send(&out).map_err(|e| format!("preload: {e}"))?;
             // Each reply is a line: STORED, or an error that stops here
             // (e.g. an item over the server's -I).
-            let mut lines = 0;
-            let mut input = Vec::new();
-            while lines < sent {
-                let got = s.read(&mut reply).map_err(|e| format!("preload: {e}"))?;
-                if got == 0 {
-                    return Err("preload: the server closed the connection".into());
-                }
-                input.extend_from_slice(&reply[..got]);
-                while let Ok(Some((n, outcome))) = codec_reply::frame_reply(&input, Expect::Line) {
-                    if outcome != codec_reply::Outcome::Done {
-                        return Err(format!(
-                            "preload of {addr}: {}",
-                            String::from_utf8_lossy(&input[..n]).trim_end()
-                        ));
-                    }
-                    input.drain(..n);
-                    lines += 1;
+            for _ in 0..sent {
+                let r = s.reply(Expect::Line).map_err(|e| format!("preload: {e}"))?;
+                if codec_reply::outcome(&r) != codec_reply::Outcome::Done {
+                    return Err(format!(
+                        "preload of {addr}: {}",
+                        String::from_utf8_lossy(&r).trim_end()
+                    ));
                 }
             }
         }
@@ -595,7 +584,7 @@ fn generate(
             let mut socket = crate::tls::sock::Sock::connect(addr, w.tls.as_ref())?;
             poll.registry()
                 .register(
-                    &mut socket.tcp,
+                    socket.tcp_mut(),
                     Token(i * servers + s),
                     Interest::READABLE | Interest::WRITABLE,
                 )

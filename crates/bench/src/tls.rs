@@ -35,7 +35,7 @@ use clap::{Args, Subcommand};
 use rustls::{ClientConfig, ClientConnection, HandshakeKind};
 
 use osmium_protocol::client::encode;
-use osmium_protocol::client::reply::{reply_len, Expect};
+use osmium_protocol::client::reply::Expect;
 
 use crate::servers::{Kind, Server};
 use certs::{Certs, KeyType, Tls12Resume, Version};
@@ -595,18 +595,18 @@ fn idle_run(
     // first connection makes are made.
     {
         let mut s = sock::connect_blocking(addr, tls)?;
-        s.write_all(&set).map_err(|e| format!("set: {e}"))?;
-        read_reply(&mut *s, Expect::Line)?;
-        s.write_all(&get).map_err(|e| format!("get: {e}"))?;
-        read_reply(&mut *s, Expect::Values)?;
+        s.send(&set).map_err(|e| format!("set: {e}"))?;
+        read_reply(&mut s, Expect::Line)?;
+        s.send(&get).map_err(|e| format!("get: {e}"))?;
+        read_reply(&mut s, Expect::Values)?;
     }
     std::thread::sleep(Duration::from_millis(500));
     let rss_before = server.rss_bytes()?;
     let mut held = Vec::with_capacity(n);
     for _ in 0..n {
         let mut s = sock::connect_blocking(addr, tls)?;
-        s.write_all(&get).map_err(|e| format!("get: {e}"))?;
-        read_reply(&mut *s, Expect::Values)?;
+        s.send(&get).map_err(|e| format!("get: {e}"))?;
+        read_reply(&mut s, Expect::Values)?;
         held.push(s);
     }
     // Let the workers go idle (and release what they release when idle).
@@ -622,18 +622,8 @@ fn idle_run(
 }
 
 /// Reads one reply framed as `expect` says.
-fn read_reply(s: &mut dyn sock::ReadWrite, expect: Expect) -> Result<(), String> {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while reply_len(&got, expect)
-        .map_err(|_| "a reply that cannot be framed".to_string())?
-        .is_none()
-    {
-        let n = s.read(&mut buf).map_err(|e| format!("reading: {e}"))?;
-        if n == 0 {
-            return Err("the server closed the connection".into());
-        }
-        got.extend_from_slice(&buf[..n]);
-    }
-    Ok(())
+fn read_reply(s: &mut osmium_net::Client, expect: Expect) -> Result<(), String> {
+    s.reply(expect)
+        .map(|_| ())
+        .map_err(|e| format!("reading: {e}"))
 }

@@ -51,7 +51,7 @@ use crate::inbuf::InBuf;
 use crate::reply::{self, Expect};
 use crate::ring::Ring;
 use crate::stream::Stream;
-use crate::tls::{ServersContext, TlsStream};
+use crate::tls::{PeerLog, ServersContext, TlsStream};
 
 /// How often a catching-up server is asked again.
 pub const CATCHUP_RECHECK: Duration = Duration::from_millis(100);
@@ -498,7 +498,7 @@ impl Pool {
             return Ok(sock);
         };
         let peer = format!("server {addr} of pool {}", self.cfg.name);
-        let t = TlsStream::connect(sock, config.clone(), name.clone(), peer)?;
+        let t = TlsStream::connect(sock, config.clone(), name.clone(), PeerLog::server(peer))?;
         Ok(Stream::Tls(Box::new(t)))
     }
 

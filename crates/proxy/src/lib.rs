@@ -1,5 +1,6 @@
 //! osmium-proxy: a drop-in for twemproxy (nutcracker) in front of
-//! memcached pools. It reads nutcracker's YAML (`config`), places keys
+//! memcached pools. It reads nutcracker's YAML (`config`: the
+//! osmium-pool-config crate, re-exported), places keys
 //! exactly as nutcracker 0.5.0 or libmemcached do (`hash`, `ring`: the
 //! osmium-placement crate, re-exported under these paths), and
 //! serves text, meta and binary clients over persistent pipelined server
@@ -22,7 +23,6 @@ pub mod admin;
 pub mod admin_guard;
 pub mod backend;
 pub mod client;
-pub mod config;
 pub mod counters;
 pub mod inbuf;
 pub mod log_list;
@@ -36,6 +36,8 @@ pub mod stream;
 pub mod tls;
 
 pub use osmium_placement::{hash, ring};
+/// nutcracker's YAML configuration (the osmium-pool-config crate).
+pub use osmium_pool_config as config;
 
 pub use config::Config;
 pub use proxy::Proxy;

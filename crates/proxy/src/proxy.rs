@@ -34,7 +34,7 @@ use crate::config::Config;
 use crate::request::{self, Action, Style};
 use crate::stats::{self, Header, StatsPort};
 use crate::stream::{Listener, Stream};
-use crate::tls::TlsStream;
+use crate::tls::{PeerLog, TlsStream};
 
 /// Tokens below this are listeners (one per pool, the pool's slot).
 const STATS_BASE: usize = 1 << 19;
@@ -339,7 +339,7 @@ impl Proxy {
                                 stream.peer(),
                                 served.pool.cfg.name
                             );
-                            match TlsStream::accept(stream, config.clone(), peer) {
+                            match TlsStream::accept(stream, config.clone(), PeerLog::client(peer)) {
                                 Ok(t) => Stream::Tls(Box::new(t)),
                                 Err(e) => {
                                     tracing::warn!("accept: {e}");

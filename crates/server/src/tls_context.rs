@@ -7,30 +7,28 @@
 //! replication peer (`-o replication_peers`: a SAN, `-o replication_ca`:
 //! the issuer; `names_client`, `names_target`).
 //!
-//! A reload is atomic: a new certificate, key or CA that fails to load
+//! The files are read, and the cipher list and verifiers built, by
+//! `osmium_net` (`load`, `ciphers`, `reload`). A reload is atomic: a new certificate, key or CA that fails to load
 //! leaves the configurations serving unchanged (memcached's OpenSSL context
 //! may be left half-updated). Connections keep the configuration they
 //! started with. The session cache and the ticket keys outlive reloads,
 //! so sessions resume across them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
-use std::time::Instant;
+use std::sync::Arc;
 
+use osmium_net::load::{self, KeyFormat, MinVersion, VerifyClients};
+use osmium_net::reload::Reloadable;
 use rustls::client::Resumption;
 use rustls::crypto::aws_lc_rs as provider;
 use rustls::crypto::CryptoProvider;
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{
     NoServerSessionStorage, ProducesTickets, ServerSessionMemoryCache, StoresServerSessions,
     WebPkiClientVerifier,
 };
-use rustls::{
-    CipherSuite, ClientConfig, DigitallySignedStruct, DistinguishedName, Error, RootCertStore,
-    ServerConfig, SignatureScheme, SupportedCipherSuite,
-};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
 use crate::settings::tls::{ListenerTls, TlsSettings, VerifyMode};
 
@@ -55,11 +53,10 @@ struct Configs {
 /// TLS for the server's listeners, shared by the acceptor and the workers.
 pub(crate) struct TlsContext {
     settings: TlsSettings,
-    configs: RwLock<Arc<Configs>>,
+    configs: Reloadable<Configs>,
     sessions: Arc<dyn StoresServerSessions>,
     tickets: Arc<dyn ProducesTickets>,
     provider: Arc<CryptoProvider>,
-    last_refresh: RwLock<Instant>,
     /// `stats`: `ssl_handshake_errors`, `ssl_proto_errors`,
     /// `ssl_new_sessions`.
     pub handshake_errors: AtomicU64,
@@ -80,7 +77,7 @@ impl TlsContext {
         if settings.kernel_tls {
             return Err(kernel_tls_refusal());
         }
-        let provider = Arc::new(cipher_provider(settings)?);
+        let provider = Arc::new(osmium_net::ciphers::provider(settings.ciphers.as_deref())?);
         let sessions: Arc<dyn StoresServerSessions> = if settings.session_cache {
             ServerSessionMemoryCache::new(SESSION_CACHE_SIZE)
         } else {
@@ -99,11 +96,10 @@ impl TlsContext {
         Ok(TlsContext {
             peer_names,
             settings: settings.clone(),
-            configs: RwLock::new(Arc::new(configs)),
+            configs: Reloadable::new(configs),
             sessions,
             tickets,
             provider,
-            last_refresh: RwLock::new(Instant::now()),
             handshake_errors: AtomicU64::new(0),
             proto_errors: AtomicU64::new(0),
             new_sessions: AtomicU64::new(0),
@@ -116,24 +112,19 @@ impl TlsContext {
     /// line memcached answers (`Error loading ...`, without `\r\n`); the
     /// configurations in use are then unchanged.
     pub(crate) fn refresh(&self) -> Result<(), String> {
-        let configs = load(
-            &self.settings,
-            &self.provider,
-            &self.sessions,
-            &self.tickets,
-        )?;
-        *self.configs.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(configs);
-        *self.last_refresh.write().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-        Ok(())
+        self.configs.reload(|| {
+            load(
+                &self.settings,
+                &self.provider,
+                &self.sessions,
+                &self.tickets,
+            )
+        })
     }
 
     /// Seconds since the certificates were last loaded.
     pub(crate) fn since_refresh(&self) -> u64 {
-        self.last_refresh
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed()
-            .as_secs()
+        self.configs.since_loaded()
     }
 
     /// Whether `stats` shows `ssl_new_sessions` (memcached: only with the
@@ -150,7 +141,7 @@ impl TlsContext {
     /// The configuration a new connection on a `mode` listener starts
     /// with.
     pub(crate) fn config(&self, mode: ListenerTls) -> Arc<ServerConfig> {
-        let c = self.configs.read().unwrap_or_else(|e| e.into_inner());
+        let c = self.configs.get();
         match mode {
             ListenerTls::NoPeer => c.no_peer.clone(),
             ListenerTls::Peer => c.peer.clone(),
@@ -161,8 +152,7 @@ impl TlsContext {
     /// The configuration of a replication link to another server: None
     /// without `ssl_ca_cert` (links must verify the server they reach).
     pub(crate) fn client_config(&self) -> Option<Arc<ClientConfig>> {
-        let c = self.configs.read().unwrap_or_else(|e| e.into_inner());
-        c.client.clone()
+        self.configs.get().client.clone()
     }
 
     /// Whether `replication_peers` or `replication_ca` name the
@@ -182,7 +172,7 @@ impl TlsContext {
         if self.has_peer_name(end) {
             return true;
         }
-        let ca = self.configs.read().unwrap_or_else(|e| e.into_inner());
+        let ca = self.configs.get();
         ca.replication_ca.as_ref().is_some_and(|v| {
             v.verify_client_cert(end, intermediates, UnixTime::now())
                 .is_ok()
@@ -231,24 +221,20 @@ fn load(
     tickets: &Arc<dyn ProducesTickets>,
 ) -> Result<Configs, String> {
     let chain_path = s.chain_cert.as_deref().unwrap_or("(null)");
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(chain_path)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("Error loading the certificate chain: {chain_path} : {e}"))
-        .and_then(|c| {
-            if c.is_empty() {
-                Err(format!(
-                    "Error loading the certificate chain: {chain_path} : no certificate found"
-                ))
-            } else {
-                Ok(c)
-            }
-        })?;
+    let certs: Vec<CertificateDer<'static>> = load::certs(chain_path)
+        .map_err(|e| format!("Error loading the certificate chain: {chain_path} : {e}"))?;
     let key_path = s.key.as_deref().unwrap_or(chain_path);
-    let key = load_key(key_path, s.keyformat)
+    let format = match s.keyformat {
+        1 => Ok(KeyFormat::Pem),
+        2 => Ok(KeyFormat::Der),
+        _ => Err("unsupported key format (1: PEM, 2: DER)".to_string()),
+    };
+    let key = format
+        .and_then(|f| load::key(key_path, f).map_err(|e| e.to_string()))
         .map_err(|e| format!("Error loading the key: {key_path} : {e}"))?;
     let roots = match &s.ca_cert {
         Some(path) => Some(
-            load_roots(path)
+            load::roots(path)
                 .map_err(|e| format!("Error loading the CA certificate: {path} : {e}"))?,
         ),
         None => None,
@@ -258,7 +244,7 @@ fn load(
     // client certificates it issued.
     let (roots, replication_ca) = match &s.replication_ca {
         Some(path) => {
-            let peers = load_roots(path)
+            let peers = load::roots(path)
                 .map_err(|e| format!("Error loading replication_ca: {path} : {e}"))?;
             let mut all = roots.clone().unwrap_or_else(RootCertStore::empty);
             all.roots.extend(peers.roots.iter().cloned());
@@ -272,18 +258,18 @@ fn load(
     };
     let client_roots = match &s.ca_cert {
         Some(path) => {
-            Some(Arc::new(load_roots(path).map_err(|e| {
+            Some(Arc::new(load::roots(path).map_err(|e| {
                 format!("Error loading the CA certificate: {path} : {e}")
             })?))
         }
         None => None,
     };
     let roots = roots.map(Arc::new);
-    let versions: &[&'static rustls::SupportedProtocolVersion] = if s.min_version >= 3 {
-        &[&rustls::version::TLS13]
+    let versions = load::versions(if s.min_version >= 3 {
+        MinVersion::Tls13
     } else {
-        &[&rustls::version::TLS12, &rustls::version::TLS13]
-    };
+        MinVersion::Tls12
+    });
     let build = |verifier: Arc<dyn ClientCertVerifier>| -> Result<Arc<ServerConfig>, String> {
         let mut config = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(versions)
@@ -296,23 +282,12 @@ fn load(
         Ok(Arc::new(config))
     };
     let verifier = |mode: VerifyMode| -> Result<Arc<dyn ClientCertVerifier>, String> {
-        if mode == VerifyMode::None {
-            return Ok(WebPkiClientVerifier::no_client_auth());
-        }
-        let Some(roots) = &roots else {
-            // OpenSSL with no trusted CA: every certificate fails.
-            return Ok(Arc::new(NoTrustedRoots {
-                mandatory: mode.requires_cert(),
-                provider: provider.clone(),
-            }));
+        let verify = match mode {
+            VerifyMode::None => VerifyClients::None,
+            m if m.requires_cert() => VerifyClients::Required,
+            _ => VerifyClients::Optional,
         };
-        let b = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone());
-        let b = if mode.requires_cert() {
-            b
-        } else {
-            b.allow_unauthenticated()
-        };
-        b.build()
+        load::client_verifier(verify, roots.clone(), provider)
             .map_err(|e| format!("Error loading the CA certificate: {e}"))
     };
     // Replication links: every handshake a full one (a resumed session
@@ -347,158 +322,6 @@ fn kernel_tls_refusal() -> String {
         "Kernel TLS offload is not supported by osmium yet (the kernel has it)".into()
     } else {
         "Kernel TLS offload is not available".into()
-    }
-}
-
-fn load_key(path: &str, format: i64) -> Result<PrivateKeyDer<'static>, String> {
-    match format {
-        1 => PrivateKeyDer::from_pem_file(path).map_err(|e| e.to_string()),
-        2 => {
-            let der = std::fs::read(path).map_err(|e| e.to_string())?;
-            PrivateKeyDer::try_from(der).map_err(|e| e.to_string())
-        }
-        _ => Err("unsupported key format (1: PEM, 2: DER)".into()),
-    }
-}
-
-fn load_roots(path: &str) -> Result<RootCertStore, String> {
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(path).map_err(|e| e.to_string())? {
-        roots
-            .add(cert.map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
-    }
-    if roots.is_empty() {
-        return Err("no certificate found".into());
-    }
-    Ok(roots)
-}
-
-/// The provider with `ssl_ciphers` applied: an OpenSSL cipher list picks
-/// TLS 1.2 suites by their OpenSSL names (`!`/`-` removes; `ALL`,
-/// `DEFAULT`, `HIGH` and the like take every suite); TLS 1.3 suites stay,
-/// as OpenSSL's cipher list does not touch them.
-fn cipher_provider(settings: &TlsSettings) -> Result<CryptoProvider, String> {
-    let mut p = provider::default_provider();
-    let Some(list) = &settings.ciphers else {
-        return Ok(p);
-    };
-    let mut chosen: Vec<SupportedCipherSuite> = Vec::new();
-    let tls12: Vec<SupportedCipherSuite> = p
-        .cipher_suites
-        .iter()
-        .copied()
-        .filter(|s| s.version() == &rustls::version::TLS12)
-        .collect();
-    for token in list.split([':', ',', ' ']).filter(|t| !t.is_empty()) {
-        let (remove, name) = match token.strip_prefix(['!', '-']) {
-            Some(n) => (true, n),
-            None => (false, token.trim_start_matches('+')),
-        };
-        let matching: Vec<SupportedCipherSuite> = tls12
-            .iter()
-            .copied()
-            .filter(|s| openssl_matches(name, s.suite()))
-            .collect();
-        if remove {
-            chosen.retain(|s| !matching.contains(s));
-        } else {
-            for s in matching {
-                if !chosen.contains(&s) {
-                    chosen.push(s);
-                }
-            }
-        }
-    }
-    if chosen.is_empty() {
-        return Err(format!("Error setting the provided cipher(s): {list}"));
-    }
-    p.cipher_suites
-        .retain(|s| s.version() != &rustls::version::TLS12 || chosen.contains(s));
-    Ok(p)
-}
-
-/// Whether an OpenSSL cipher-list word names this TLS 1.2 suite.
-fn openssl_matches(word: &str, suite: CipherSuite) -> bool {
-    let name = match suite {
-        CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 => "ECDHE-ECDSA-AES128-GCM-SHA256",
-        CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384 => "ECDHE-ECDSA-AES256-GCM-SHA384",
-        CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256 => {
-            "ECDHE-ECDSA-CHACHA20-POLY1305"
-        }
-        CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 => "ECDHE-RSA-AES128-GCM-SHA256",
-        CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 => "ECDHE-RSA-AES256-GCM-SHA384",
-        CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256 => "ECDHE-RSA-CHACHA20-POLY1305",
-        _ => return false,
-    };
-    match word {
-        "ALL" | "DEFAULT" | "HIGH" | "ECDHE" | "EECDH" | "kECDHE" | "AEAD" | "TLSv1.2" => true,
-        "aRSA" | "RSA" | "ECDHE-RSA" => name.contains("-RSA-"),
-        "aECDSA" | "ECDSA" => name.contains("ECDSA"),
-        "AESGCM" => name.contains("GCM"),
-        "AES128" => name.contains("AES128"),
-        "AES256" | "AES" => name.contains("AES"),
-        "CHACHA20" => name.contains("CHACHA20"),
-        w => w == name,
-    }
-}
-
-/// Client certificates asked for with no `ssl_ca_cert` to verify them
-/// against: as OpenSSL with no trusted CA, every certificate fails, and a
-/// connection without one is refused only when one is required.
-#[derive(Debug)]
-struct NoTrustedRoots {
-    mandatory: bool,
-    provider: Arc<CryptoProvider>,
-}
-
-impl ClientCertVerifier for NoTrustedRoots {
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        &[]
-    }
-    fn client_auth_mandatory(&self) -> bool {
-        self.mandatory
-    }
-    fn verify_client_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _now: UnixTime,
-    ) -> Result<ClientCertVerified, Error> {
-        Err(Error::InvalidCertificate(
-            rustls::CertificateError::UnknownIssuer,
-        ))
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
     }
 }
 

@@ -176,7 +176,7 @@ fn run_verb(addr: &str, rest: &[String]) -> ExitCode {
 
 /// The servers of `--pool` (every pool's, or `name`'s), in file order.
 fn pool_servers(path: &std::path::Path, name: Option<&str>) -> Result<Vec<String>, String> {
-    let config = osmium_proxy::Config::load(path)?;
+    let config = osmium_pool_config::Config::load(path)?;
     let pools: Vec<_> = config
         .pools
         .iter()

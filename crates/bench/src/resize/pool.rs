@@ -8,7 +8,7 @@ use std::time::Duration;
 
 // The YAML as the proxy reads it; its placement from osmium-placement.
 use osmium_placement::ring::Ring;
-use osmium_proxy::Config;
+use osmium_pool_config::Config;
 
 /// The pool's name in the YAML and on the stats port.
 pub(crate) const POOL: &str = "resize";

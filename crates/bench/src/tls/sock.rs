@@ -1,13 +1,14 @@
 //! The load generator's connection: a non-blocking TCP socket, plain or
 //! with a rustls client session over it (`load --tls`); and a blocking
-//! one for preloads and control requests.
+//! one for preloads and control requests (`osmium_net::Client`).
 //!
 //! The handshake is done blocking before the socket turns non-blocking.
 //! The generator's poll is edge-triggered and takes a short read to mean
 //! the socket is empty, so a TLS read fills the caller's buffer and
 //! returns short only once the socket said `WouldBlock` (or closed).
 //! Records the socket did not take wait in rustls; [`Sock::flush_tls`]
-//! sends them (the generator calls it on every event).
+//! sends them (the generator calls it on every event). The TLS session
+//! over the non-blocking socket is `osmium_net::TlsStream`.
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -16,9 +17,10 @@ use std::sync::Arc;
 use mio::net::TcpStream;
 use rustls::{ClientConfig, ClientConnection};
 
-pub(crate) struct Sock {
-    pub tcp: TcpStream,
-    tls: Option<Box<ClientConnection>>,
+pub(crate) enum Sock {
+    Plain(TcpStream),
+    /// The session and its record loop are `osmium_net`'s.
+    Tls(Box<osmium_net::TlsStream<TcpStream>>),
 }
 
 /// A blocking TCP connection, with the TLS handshake done when `tls`.
@@ -41,21 +43,26 @@ fn connect_std(
     Ok((tcp, Some(Box::new(conn))))
 }
 
-/// A blocking stream to `addr`, through TLS when `tls` (handshake done).
+/// How long a blocking connection's connect, read or write may take.
+const BLOCKING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// A blocking client of `addr`, through TLS when `tls` (handshake done).
 pub(crate) fn connect_blocking(
     addr: SocketAddr,
     tls: Option<&Arc<ClientConfig>>,
-) -> Result<Box<dyn ReadWrite + Send>, String> {
-    let (tcp, conn) = connect_std(addr, tls)?;
-    Ok(match conn {
-        Some(conn) => Box::new(rustls::StreamOwned::new(*conn, tcp)),
-        None => Box::new(tcp),
-    })
+) -> Result<osmium_net::Client, String> {
+    match tls {
+        Some(config) => osmium_net::Client::connect_tls(
+            addr,
+            config.clone(),
+            super::certs::server_name(),
+            BLOCKING_TIMEOUT,
+        )
+        .map_err(|e| format!("TLS with {addr}: {e}")),
+        None => osmium_net::Client::connect(&addr.to_string(), BLOCKING_TIMEOUT)
+            .map_err(|e| format!("connecting to {addr}: {e}")),
+    }
 }
-
-/// A byte stream both ways.
-pub(crate) trait ReadWrite: Read + Write {}
-impl<T: Read + Write> ReadWrite for T {}
 
 impl Sock {
     /// Connects (blocking, the TLS handshake included), then turns the
@@ -66,85 +73,50 @@ impl Sock {
     ) -> Result<Sock, String> {
         let (tcp, tls) = connect_std(addr, tls)?;
         tcp.set_nonblocking(true).map_err(|e| e.to_string())?;
-        Ok(Sock {
-            tcp: TcpStream::from_std(tcp),
-            tls,
+        let tcp = TcpStream::from_std(tcp);
+        Ok(match tls {
+            Some(conn) => Sock::Tls(Box::new(osmium_net::TlsStream::established(
+                tcp,
+                (*conn).into(),
+                (),
+            ))),
+            None => Sock::Plain(tcp),
         })
+    }
+
+    /// The TCP socket (to register with the poll).
+    pub(crate) fn tcp_mut(&mut self) -> &mut TcpStream {
+        match self {
+            Sock::Plain(s) => s,
+            Sock::Tls(s) => &mut s.sock,
+        }
     }
 
     /// Sends the TLS records waiting in rustls. Ok(false): the socket is
     /// full (a writable event comes when it has room).
     pub(crate) fn flush_tls(&mut self) -> io::Result<bool> {
-        let Some(conn) = &mut self.tls else {
-            return Ok(true);
-        };
-        while conn.wants_write() {
-            match conn.write_tls(&mut self.tcp) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+        match self {
+            Sock::Plain(_) => Ok(true),
+            Sock::Tls(s) => s.send_records(),
         }
-        Ok(true)
     }
 }
 
 impl Read for Sock {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let Some(conn) = &mut self.tls else {
-            return self.tcp.read(buf);
-        };
-        let mut filled = 0;
-        loop {
-            match conn.reader().read(&mut buf[filled..]) {
-                // The server's close_notify.
-                Ok(0) => return Ok(filled),
-                Ok(n) => {
-                    filled += n;
-                    if filled == buf.len() {
-                        return Ok(filled);
-                    }
-                    continue;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-            match conn.read_tls(&mut self.tcp) {
-                Ok(0) => return Ok(filled),
-                Ok(_) => {
-                    conn.process_new_packets()
-                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    return if filled > 0 { Ok(filled) } else { Err(e) };
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+        match self {
+            Sock::Plain(s) => s.read(buf),
+            Sock::Tls(s) => s.read(buf),
         }
     }
 }
 
 impl Write for Sock {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if self.tls.is_none() {
-            return self.tcp.write(buf);
+        match self {
+            Sock::Plain(s) => s.write(buf),
+            Sock::Tls(s) => s.write(buf),
         }
-        if !self.flush_tls()? {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        let n = match &mut self.tls {
-            Some(conn) => conn.writer().write(buf)?,
-            None => 0,
-        };
-        if n == 0 && !buf.is_empty() {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        // What the socket does not take now goes on a later event.
-        self.flush_tls()?;
-        Ok(n)
     }
 
     fn flush(&mut self) -> io::Result<()> {

@@ -3,18 +3,18 @@
 //! client configuration (with each server's name to verify) of its server
 //! connections. Every file is read here; a file that cannot be read, holds
 //! no certificate or key, or a key that does not match its certificate,
-//! is an error naming the pool, the setting and the file.
+//! is an error naming the pool, the setting and the file (the files are
+//! read by `osmium_net::load`).
 
 use std::sync::Arc;
 
+use osmium_net::load::{self, KeyFormat, LoadError};
 use rustls::crypto::aws_lc_rs;
 use rustls::crypto::CryptoProvider;
-use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, RootCertStore, ServerConfig, SupportedProtocolVersion};
-use rustls_pki_types::pem::PemObject;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
-use super::config::{ListenTls, MinVersion, ServersTls, VerifyClients};
+use super::config::{ListenTls, ServersTls, VerifyClients};
 use crate::config::{Addr, Config, PoolConfig};
 
 /// TLS to a pool's servers.
@@ -62,17 +62,6 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(aws_lc_rs::default_provider())
 }
 
-static TLS12_UP: [&SupportedProtocolVersion; 2] =
-    [&rustls::version::TLS13, &rustls::version::TLS12];
-static TLS13_ONLY: [&SupportedProtocolVersion; 1] = [&rustls::version::TLS13];
-
-fn versions(min: MinVersion) -> &'static [&'static SupportedProtocolVersion] {
-    match min {
-        MinVersion::Tls12 => &TLS12_UP,
-        MinVersion::Tls13 => &TLS13_ONLY,
-    }
-}
-
 fn listen_config(l: &ListenTls) -> Result<Arc<ServerConfig>, String> {
     let certs = load_certs("tls.listen.cert", &l.cert)?;
     let key = load_key("tls.listen.key", &l.key)?;
@@ -80,19 +69,13 @@ fn listen_config(l: &ListenTls) -> Result<Arc<ServerConfig>, String> {
     let verifier = match (&l.ca, l.verify_clients) {
         (Some(ca), v) if v != VerifyClients::None => {
             let roots = Arc::new(load_roots("tls.listen.ca", ca)?);
-            let b = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
-            let b = if v == VerifyClients::Optional {
-                b.allow_unauthenticated()
-            } else {
-                b
-            };
-            b.build()
+            load::client_verifier(v, Some(roots), &provider)
                 .map_err(|e| format!("tls.listen.ca: '{ca}': {e}"))?
         }
-        _ => WebPkiClientVerifier::no_client_auth(),
+        _ => load::client_verifier(VerifyClients::None, None, &provider)?,
     };
     let config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(versions(l.min_version))
+        .with_protocol_versions(load::versions(l.min_version))
         .map_err(|e| format!("tls.listen.min_version: {e}"))?
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)
@@ -108,7 +91,7 @@ fn listen_config(l: &ListenTls) -> Result<Arc<ServerConfig>, String> {
 fn servers_context(pool: &PoolConfig, s: &ServersTls) -> Result<ServersContext, String> {
     let roots = load_roots("tls.servers.ca", &s.ca)?;
     let builder = ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(versions(s.min_version))
+        .with_protocol_versions(load::versions(s.min_version))
         .map_err(|e| format!("tls.servers.min_version: {e}"))?
         .with_root_certificates(roots);
     let config = match (&s.cert, &s.key) {
@@ -150,26 +133,23 @@ fn servers_context(pool: &PoolConfig, s: &ServersTls) -> Result<ServersContext, 
 }
 
 fn load_certs(what: &str, path: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("{what}: cannot load certificates from '{path}': {e}"))?;
-    if certs.is_empty() {
-        return Err(format!("{what}: no certificate found in '{path}'"));
+    load::certs(path).map_err(|e| load_error(what, path, e))
+}
+
+/// A file's error, worded as the pool's settings are.
+fn load_error(what: &str, path: &str, e: LoadError) -> String {
+    match e {
+        LoadError::NoCertificate => format!("{what}: no certificate found in '{path}'"),
+        LoadError::NotCa(e) => format!("{what}: '{path}' holds a certificate that is no CA: {e}"),
+        LoadError::Unreadable(e) => format!("{what}: cannot load certificates from '{path}': {e}"),
     }
-    Ok(certs)
 }
 
 fn load_key(what: &str, path: &str) -> Result<PrivateKeyDer<'static>, String> {
-    PrivateKeyDer::from_pem_file(path)
+    load::key(path, KeyFormat::Pem)
         .map_err(|e| format!("{what}: cannot load a private key from '{path}': {e}"))
 }
 
 fn load_roots(what: &str, path: &str) -> Result<RootCertStore, String> {
-    let mut roots = RootCertStore::empty();
-    for cert in load_certs(what, path)? {
-        roots
-            .add(cert)
-            .map_err(|e| format!("{what}: '{path}' holds a certificate that is no CA: {e}"))?;
-    }
-    Ok(roots)
+    load::roots(path).map_err(|e| load_error(what, path, e))
 }

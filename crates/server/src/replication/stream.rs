@@ -16,7 +16,7 @@
 //!                                                    Noise: one direction each, no lock
 //! ```
 //!
-//! Only the writer sends on the socket, so records leave in the order
+//! The record loop is `osmium_net::records`'s. Only the writer sends on the socket, so records leave in the order
 //! they were made; what the reader's side of a TLS session must send (a
 //! key update's answer) leaves with the writer's next write.
 
@@ -24,6 +24,7 @@ use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, TcpStream};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use osmium_net::records::{self, Taken};
 use osmium_protocol::replication_link::{Inbound, Outbound, Transport, EXPORTER_LABEL};
 use rustls::{ClientConfig, ClientConnection, Connection};
 use rustls_pki_types::ServerName;
@@ -151,12 +152,14 @@ impl LinkStream {
     }
 }
 
-/// Sends every record the session holds.
-fn send_records(conn: &mut Connection, sock: &mut TcpStream) -> io::Result<()> {
-    while conn.wants_write() {
-        conn.write_tls(sock)?;
+/// Sends every record the session holds (the socket is blocking: one
+/// that would block is past its write timeout).
+fn send_records<W: Write>(conn: &mut Connection, sock: &mut W) -> io::Result<()> {
+    if records::send_records(conn, sock)? {
+        Ok(())
+    } else {
+        Err(io::ErrorKind::WouldBlock.into())
     }
-    Ok(())
 }
 
 impl Read for LinkStream {
@@ -173,9 +176,13 @@ impl Read for LinkStream {
                 Err(e) => return Err(e),
             }
             send_records(conn, sock)?;
-            // 0 (the peer closed): the reader says how, next turn.
-            conn.read_tls(sock)?;
-            conn.process_new_packets().map_err(invalid)?;
+            match records::take_records(conn, sock)? {
+                // The end (the peer closed): the reader says how, next turn.
+                Taken::Records | Taken::End => {}
+                // Past the read timeout.
+                Taken::Nothing => return Err(io::ErrorKind::WouldBlock.into()),
+                Taken::Failed { error, .. } => return Err(invalid(error)),
+            }
         }
     }
 }
@@ -244,9 +251,7 @@ impl Write for LinkWriter {
         let n = {
             let mut conn = lock(tls);
             let n = conn.writer().write(buf)?;
-            while conn.wants_write() {
-                conn.write_tls(&mut self.records)?;
-            }
+            send_records(&mut conn, &mut self.records)?;
             n
         };
         let sent = self.sock.write_all(&self.records);
@@ -262,10 +267,7 @@ impl Write for LinkWriter {
             return self.sock.flush();
         };
         {
-            let mut conn = lock(tls);
-            while conn.wants_write() {
-                conn.write_tls(&mut self.records)?;
-            }
+            send_records(&mut lock(tls), &mut self.records)?;
         }
         let sent = self.sock.write_all(&self.records);
         self.records.clear();

@@ -19,17 +19,17 @@ impl TlsStream {
     /// of it left, records included.
     pub(crate) fn send(&mut self, out: &mut Output, stats: &ThreadStats) -> io::Result<bool> {
         let total = out.sendable();
-        let chunk = self.ctx.wbuf_size().max(1);
+        let chunk = self.events.ctx.wbuf_size().max(1);
         let mut done = 0;
         let mut iov = [IoSlice::new(&[]); GATHER_PIECES];
         // Records a full socket kept back go first.
-        let result = match self.flush_records() {
+        let result = match self.send_records() {
             Ok(true) => loop {
                 if done == total {
-                    break self.flush_records();
+                    break self.send_records();
                 }
                 let (count, offered) = out.pieces(done, chunk.min(total - done), &mut iov);
-                let n = match self.conn.writer().write_vectored(&iov[..count]) {
+                let n = match self.conn_mut().writer().write_vectored(&iov[..count]) {
                     Ok(n) => n,
                     Err(e) => break Err(e),
                 };
@@ -38,7 +38,7 @@ impl TlsStream {
                     // rustls holds all the records it may: they leave
                     // before it takes more. Taking nothing while it held
                     // none, it waits for the handshake to finish.
-                    match self.flush_records() {
+                    match self.send_records() {
                         Ok(true) if n > 0 => {}
                         Ok(true) => break Ok(false),
                         other => break other,

@@ -3,7 +3,7 @@
 //! against, whether clients must present one) and to its servers
 //! (`tls.servers`: the CA the servers' certificates are verified against,
 //! an optional client certificate, the name verified). Only the keys are
-//! checked here; the files are read by `tls::context`.
+//! checked here; the files are read by osmium-proxy's `tls::context`.
 //!
 //! ```yaml
 //! tls:
@@ -23,25 +23,7 @@
 
 use serde_norway::{Mapping, Value};
 
-/// Whether clients of a TLS listener present a certificate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum VerifyClients {
-    /// None is asked for.
-    None,
-    /// Asked for; verified when presented; a client without one is served.
-    Optional,
-    /// A client without a certificate that verifies is refused.
-    Required,
-}
-
-/// The lowest TLS version spoken (rustls speaks 1.2 and 1.3 only).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MinVersion {
-    /// TLS 1.2 and 1.3.
-    Tls12,
-    /// TLS 1.3 only.
-    Tls13,
-}
+pub use osmium_net::load::{MinVersion, VerifyClients};
 
 /// `tls.listen`: TLS on the pool's listener.
 #[derive(Clone, Debug, PartialEq, Eq)]

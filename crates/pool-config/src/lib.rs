@@ -6,19 +6,24 @@
 //! duplicate server names, duplicate listen addresses, are errors. Redis
 //! pools are refused. osmium's own keys: `failover: replica|rehash`, the
 //! `libmemcached` / `libmemcached_weighted` distributions, `tls:` (a
-//! mapping, read by `tls::config`), `warm_moves: true|false`, and
-//! `replication_secret: FILE` (read by `peer`).
+//! mapping, read by `tls`), `warm_moves: true|false`, and
+//! `replication_secret: FILE` (read by osmium-proxy's `peer`).
+//!
+//! Its own crate, so that osmium-bench and osmium-tool read pools as the
+//! proxy does without depending on the proxy.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_norway::Value;
 
-use crate::hash::HashKind;
-use crate::ring::{PoolSpec, ServerSpec};
-use crate::tls::TlsConfig;
+use osmium_placement::hash::HashKind;
+use osmium_placement::ring::{PoolSpec, ServerSpec};
 
-pub use crate::ring::Distribution;
+pub use osmium_placement::ring::Distribution;
+pub use tls::TlsConfig;
+
+pub mod tls;
 
 /// Where an ejected server's keys go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -279,7 +284,7 @@ fn parse_pool(name: String, body: serde_norway::Mapping) -> Result<PoolConfig, S
             continue;
         }
         if key == "tls" {
-            tls = crate::tls::config::parse(&name, &value)?;
+            tls = tls::parse(&name, &value)?;
             continue;
         }
         let v = scalar(&value).ok_or_else(|| err("must be a scalar"))?;
