@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 
 use crate::bins::{memcached_bin, osmium_bin, running_as_root};
 use crate::running::{Running, Scratch};
-use crate::{Certs, Start};
+use crate::{listens_on, wait_until, Certs, Start, READY_TIMEOUT};
 
 /// osmium, the server of this workspace.
 pub struct Osmium;
@@ -53,9 +53,12 @@ pub struct CacheServer {
     args: Vec<OsString>,
     opts: Vec<String>,
     env: Vec<(OsString, OsString)>,
+    env_removed: Vec<OsString>,
     udp: bool,
     first_port: Option<u16>,
     only_port: bool,
+    extra_listeners: Vec<String>,
+    listen: String,
 }
 
 impl CacheServer {
@@ -66,9 +69,12 @@ impl CacheServer {
             args: Vec::new(),
             opts: Vec::new(),
             env: Vec::new(),
+            env_removed: Vec::new(),
             udp: false,
             first_port: None,
             only_port: false,
+            extra_listeners: Vec::new(),
+            listen: "127.0.0.1".to_string(),
         }
     }
 
@@ -138,10 +144,31 @@ impl CacheServer {
         self
     }
 
+    /// `-l spec` instead of `-l 127.0.0.1` (memcached's list: `spec` may
+    /// name ports of its own, `mtls:` listeners; `-p PORT` stays).
+    pub fn listen(mut self, spec: &str) -> CacheServer {
+        self.listen = spec.to_string();
+        self
+    }
+
+    /// One more listener, `-l PREFIX127.0.0.1:PORT` on a free port of its
+    /// own (`prefix`: `mtls:`, `tls:`, or empty); its port is in
+    /// [`Running::extra_ports`], and the start waits until it listens.
+    pub fn extra_listener(mut self, prefix: &str) -> CacheServer {
+        self.extra_listeners.push(prefix.to_string());
+        self
+    }
+
     /// An environment variable of the process.
     pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> CacheServer {
         self.env
             .push((key.as_ref().to_os_string(), value.as_ref().to_os_string()));
+        self
+    }
+
+    /// An environment variable the process does not inherit.
+    pub fn env_remove(mut self, key: impl AsRef<OsStr>) -> CacheServer {
+        self.env_removed.push(key.as_ref().to_os_string());
         self
     }
 
@@ -169,11 +196,14 @@ impl CacheServer {
             cmd.args(["-u", "root"]);
         }
         let udp = if self.udp { port } else { 0 };
-        cmd.args(["-l", "127.0.0.1", "-p", &port.to_string()])
+        cmd.args(["-l", &self.listen, "-p", &port.to_string()])
             .args(["-U", &udp.to_string()])
             .args(&self.args);
         if !self.opts.is_empty() {
             cmd.args(["-o", &self.opts.join(",")]);
+        }
+        for key in &self.env_removed {
+            cmd.env_remove(key);
         }
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd
@@ -194,15 +224,32 @@ impl CacheServer {
         } else {
             start.port(first)
         };
+        let mut extra_ports = Vec::new();
         let process = start.child(|port| {
             let err = File::create(&log).expect("create the stderr log");
-            self.command(port)
-                .stdin(Stdio::null())
+            let mut cmd = self.command(port);
+            extra_ports.clear();
+            for prefix in &self.extra_listeners {
+                let extra = crate::free_port();
+                extra_ports.push(extra);
+                cmd.args(["-l", &format!("{prefix}127.0.0.1:{extra}")]);
+            }
+            cmd.stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(err)
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary().display()))
         });
-        Running::new(process, None, None, scratch)
+        let pid = process.pid();
+        for &port in &extra_ports {
+            wait_until(
+                &format!("{} listening on its extra port {port}", self.name),
+                READY_TIMEOUT,
+                || listens_on(pid, port),
+            );
+        }
+        let mut running = Running::new(process, scratch);
+        running.extra_ports = extra_ports;
+        running
     }
 }

@@ -68,8 +68,15 @@ impl Certs {
 
     /// No certificate yet, in a new temporary directory.
     pub fn empty(key_type: KeyType) -> Certs {
+        Certs::empty_under(&std::env::temp_dir(), key_type)
+    }
+
+    /// [`Certs::empty`] in a new directory under `parent`: for a set kept
+    /// in a `static`, which is never dropped, a directory that is cleaned
+    /// anyway (Cargo's `CARGO_TARGET_TMPDIR`).
+    pub fn empty_under(parent: &Path, key_type: KeyType) -> Certs {
         static SEQ: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
+        let dir = parent.join(format!(
             "osmium-test-certs-{}-{}",
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)

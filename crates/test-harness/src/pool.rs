@@ -122,7 +122,10 @@ impl PoolProxy {
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary().display()))
         });
-        Running::new(process, Some(stats), Some(config), scratch)
+        let mut running = Running::new(process, scratch);
+        running.stats = Some(stats);
+        running.config = Some(config);
+        running
     }
 }
 

@@ -16,24 +16,27 @@ use crate::ServerProcess;
 /// A running server, killed (SIGKILL) when dropped (module comment).
 pub struct Running {
     process: ServerProcess,
-    stats: Option<u16>,
-    config: Option<PathBuf>,
+    pub(crate) stats: Option<u16>,
+    pub(crate) config: Option<PathBuf>,
+    pub(crate) extra_ports: Vec<u16>,
     scratch: Scratch,
 }
 
 impl Running {
-    pub(crate) fn new(
-        process: ServerProcess,
-        stats: Option<u16>,
-        config: Option<PathBuf>,
-        scratch: Scratch,
-    ) -> Running {
+    pub(crate) fn new(process: ServerProcess, scratch: Scratch) -> Running {
         Running {
             process,
-            stats,
-            config,
+            stats: None,
+            config: None,
+            extra_ports: Vec::new(),
             scratch,
         }
+    }
+
+    /// The ports of its extra listeners
+    /// ([`crate::CacheServer::extra_listener`]), in the order asked for.
+    pub fn extra_ports(&self) -> &[u16] {
+        &self.extra_ports
     }
 
     /// The configuration file it was started with (a proxy's YAML);
