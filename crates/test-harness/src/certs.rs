@@ -215,3 +215,106 @@ impl Drop for Certs {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The certificates against rustls's own verifiers: a handshake in
+    //! memory, server certificate checked for 127.0.0.1 and `localhost`,
+    //! client certificate required.
+
+    use super::*;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use rustls::server::WebPkiClientVerifier;
+    use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection};
+    use std::sync::Arc;
+
+    fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+        Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+    }
+
+    fn chain(certs: &Certs, name: &str) -> Vec<CertificateDer<'static>> {
+        CertificateDer::pem_file_iter(certs.file(&format!("{name}.pem")))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    fn key(certs: &Certs, name: &str) -> PrivateKeyDer<'static> {
+        PrivateKeyDer::from_pem_file(certs.file(&format!("{name}.key"))).unwrap()
+    }
+
+    fn roots(certs: &Certs, ca: &str) -> Arc<RootCertStore> {
+        let mut roots = RootCertStore::empty();
+        for c in chain(certs, ca) {
+            roots.add(c).unwrap();
+        }
+        Arc::new(roots)
+    }
+
+    /// A handshake in memory: `server` presenting `cert` and requiring a
+    /// client certificate from `ca`; the client trusting `ca`, presenting
+    /// `client`, asking for `name`.
+    fn handshake(certs: &Certs, cert: &str, client: &str, name: &str) -> Result<(), rustls::Error> {
+        let verifier = WebPkiClientVerifier::builder_with_provider(roots(certs, "ca"), provider())
+            .build()
+            .unwrap();
+        let server = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain(certs, cert), key(certs, cert))
+            .unwrap();
+        let client = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots(certs, "ca"))
+            .with_client_auth_cert(chain(certs, client), key(certs, client))
+            .unwrap();
+        let name = ServerName::try_from(name.to_string()).unwrap();
+        let mut c = ClientConnection::new(Arc::new(client), name).unwrap();
+        let mut s = ServerConnection::new(Arc::new(server)).unwrap();
+        while c.is_handshaking() || s.is_handshaking() {
+            let mut buf = Vec::new();
+            c.write_tls(&mut buf).unwrap();
+            s.read_tls(&mut buf.as_slice()).unwrap();
+            s.process_new_packets()?;
+            let mut buf = Vec::new();
+            s.write_tls(&mut buf).unwrap();
+            c.read_tls(&mut buf.as_slice()).unwrap();
+            c.process_new_packets()?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_usual_set_verifies_for_loopback_with_either_key_type() {
+        for key_type in [KeyType::EcdsaP256, KeyType::Rsa2048] {
+            let certs = Certs::with_key_type(key_type);
+            for name in ["127.0.0.1", "localhost"] {
+                handshake(&certs, "server", "client", name).unwrap();
+            }
+            let dir = certs.dir().to_path_buf();
+            assert!(dir.join("ca.pem").is_file());
+            drop(certs);
+            assert!(!dir.exists(), "removed on drop");
+        }
+    }
+
+    #[test]
+    fn a_node_certificate_serves_and_a_foreign_ca_is_refused() {
+        let mut certs = Certs::new();
+        certs
+            .issue("ca", "node", Role::Node)
+            .ca("other-ca")
+            .issue("other-ca", "other-server", Role::Server)
+            .issue("other-ca", "other-client", Role::Client);
+        // A node's certificate is a server's and a client's.
+        handshake(&certs, "node", "node", "127.0.0.1").unwrap();
+        // Certificates of a CA the other side does not trust fail.
+        assert!(handshake(&certs, "other-server", "client", "127.0.0.1").is_err());
+        assert!(handshake(&certs, "server", "other-client", "127.0.0.1").is_err());
+        // A server certificate is for loopback only.
+        assert!(handshake(&certs, "server", "client", "example.com").is_err());
+    }
+}
