@@ -213,7 +213,12 @@ fn run(name: &str, case: fn(&Ctx)) {
         let mut handles = Vec::new();
         for srv in &servers {
             for proto in PROTOS {
-                let (kind, port, mtls_port, certs) = (srv.kind, srv.server.port(), srv.server.extra_ports()[0], &certs);
+                let (kind, port, mtls_port, certs) = (
+                    srv.kind,
+                    srv.server.port(),
+                    srv.server.extra_ports()[0],
+                    &certs,
+                );
                 let h = scope.spawn(move || {
                     let tls = ClientTls::Verify { certs, cert: false };
                     let client = connect(port, proto, tls)

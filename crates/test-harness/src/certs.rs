@@ -82,8 +82,7 @@ impl Certs {
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)
-            .unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
         Certs {
             dir,
             key_type,
@@ -111,7 +110,8 @@ impl Certs {
 
     fn write(&self, name: &str, cert_pem: &str, key: &KeyPair) {
         std::fs::write(self.file(&format!("{name}.pem")), cert_pem).expect("write a certificate");
-        std::fs::write(self.file(&format!("{name}.key")), key.serialize_pem()).expect("write a key");
+        std::fs::write(self.file(&format!("{name}.key")), key.serialize_pem())
+            .expect("write a key");
     }
 
     /// A self-signed CA `name` (`name.pem`, `name.key`).

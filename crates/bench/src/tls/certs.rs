@@ -29,7 +29,6 @@ impl KeyType {
             KeyType::Rsa2048 => "RSA-2048",
         }
     }
-
 }
 
 /// The TLS versions a client offers.

@@ -27,7 +27,10 @@ fn yaml(alpha: u16, beta: u16, live: &[&Proc], dead: u16) -> String {
          server_failure_limit: 2\n  servers:\n   - 127.0.0.1:{}:1 one\n   - 127.0.0.1:{}:1\n   \
          - 127.0.0.1:{}:1\n   - 127.0.0.1:{dead}:1 dead\nbeta:\n  listen: 127.0.0.1:{beta}\n  \
          servers:\n   - 127.0.0.1:{}:1\n",
-        live[0].port(), live[1].port(), live[2].port(), live[0].port()
+        live[0].port(),
+        live[1].port(),
+        live[2].port(),
+        live[0].port()
     )
 }
 

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use crate::common;
 use common::tcp::LineClient as Client;
-use osmium_test_harness::Running;
 use common::wait_exit;
+use osmium_test_harness::Running;
 
 const OSMIUM: &str = env!("CARGO_BIN_EXE_osmium");
 

@@ -223,7 +223,11 @@ fn pipelined_binary_gets_of_large_values_arrive_intact() {
             let b = &got[at + 24..at + 24 + body];
             assert_eq!(u32::from_be_bytes(b[..4].try_into().unwrap()), flags);
             assert_eq!(&b[4..4 + klen], &key[..klen]);
-            assert!(b[4 + klen..] == v[..], "{}: value of {opaque:#x}", srv.name());
+            assert!(
+                b[4 + klen..] == v[..],
+                "{}: value of {opaque:#x}",
+                srv.name()
+            );
             at += 24 + body;
         }
     }

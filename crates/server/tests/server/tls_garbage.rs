@@ -231,7 +231,10 @@ fn the_tls_listener_survives_garbage_and_truncated_records() {
     if let Err(e) = result {
         panic!("{e}");
     }
-    assert!(server.child().try_wait().unwrap().is_none(), "osmium exited");
+    assert!(
+        server.child().try_wait().unwrap().is_none(),
+        "osmium exited"
+    );
     let handshake_errors = stat(port, &both, "ssl_handshake_errors");
     let proto_errors = stat(port, &both, "ssl_proto_errors");
     println!("ssl_handshake_errors {handshake_errors}, ssl_proto_errors {proto_errors}");

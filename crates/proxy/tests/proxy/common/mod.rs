@@ -169,7 +169,7 @@ pub(crate) fn rewrite_conf(px: &Proc, yaml: &str) {
     let path = px.config_path();
     let tmp = path.with_extension("yml.new");
     std::fs::write(&tmp, yaml).unwrap();
-    std::fs::rename(&tmp, &path).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
 }
 
 /// The figure `name` of the first pool in the stats document (the
