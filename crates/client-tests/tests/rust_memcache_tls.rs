@@ -25,16 +25,12 @@
 //!                        scripts/build-memcached.sh, .oracle/memcached-1.6.45/memcached)
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::time::Duration;
 
 #[path = "../../server/tests/server/common/mod.rs"]
 mod common;
-use common::certs::Certs;
-use common::{
-    listens_on, memcached_bin, memcached_command, osmium_command, start_on_free_port, wait_until,
-};
+use common::memcached_bin;
+use osmium_test_harness::{Certs, Osmium, Running};
 
 use memcache::Client;
 
@@ -48,41 +44,11 @@ const PROTOS: [Proto; 2] = [Proto::Binary, Proto::Ascii];
 
 const ALL_KINDS: [&str; 2] = ["memcached", "osmium"];
 
-/// The osmium binary: `OSMIUM_BIN`, else the one in this test's target
-/// directory (`target/<profile>/deps/<test>` → `target/<profile>/osmium`).
-fn osmium_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("OSMIUM_BIN").filter(|b| !b.is_empty()) {
-        return PathBuf::from(bin);
-    }
-    let exe = std::env::current_exe().expect("the test's own path");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|dir| dir.join("osmium"))
-        .expect("the test runs from target/<profile>/deps");
-    assert!(
-        bin.is_file(),
-        "{} is not built: run `cargo build -p osmium-server` with this test's profile \
-         (`cargo test --workspace` builds it) or set OSMIUM_BIN",
-        bin.display()
-    );
-    bin
-}
-
-/// One server process with `-Z` on `port` and an `mtls:` listener on
-/// `mtls_port`, killed and reaped on drop.
+/// One server process with `-Z` on its port and an `mtls:` listener on
+/// its first extra port, killed and reaped on drop.
 struct ServerProc {
     kind: &'static str,
-    child: Child,
-    port: u16,
-    mtls_port: u16,
-}
-
-impl Drop for ServerProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    server: Running,
 }
 
 /// The server kinds to test: CLIENT_TEST_SERVERS, minus memcached when its
@@ -100,35 +66,19 @@ fn kinds() -> Vec<&'static str> {
 }
 
 fn start(kind: &'static str, certs: &Certs) -> ServerProc {
-    let tls = certs.server_args(&[]);
-    let mut mtls_port = 0;
-    let (child, port) = start_on_free_port(|port| {
-        mtls_port = common::free_port();
-        let mut cmd = if kind == "memcached" {
-            memcached_command(&memcached_bin().expect("memcached binary"))
-        } else {
-            osmium_command(osmium_bin())
-        };
-        cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-            .args(["-l", &format!("mtls:127.0.0.1:{mtls_port}")])
-            .args(["-m", "64", "-t", "2"])
-            .args(&tls)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {kind} ({:?}): {e}", cmd.get_program()))
-    });
-    let pid = child.id();
-    wait_until("the mtls: listener did not open", || {
-        listens_on(pid, mtls_port)
-    });
-    ServerProc {
-        kind,
-        child,
-        port,
-        mtls_port,
-    }
+    let builder = if kind == "memcached" {
+        common::memcached()
+    } else {
+        // OSMIUM_BIN, else the osmium beside this test's binary.
+        Osmium::new()
+    };
+    let server = builder
+        .extra_listener("mtls:")
+        .memory(64)
+        .threads(2)
+        .args(certs.server_args("server", Some("ca"), &[]))
+        .start();
+    ServerProc { kind, server }
 }
 
 /// How the client speaks TLS.
@@ -255,7 +205,7 @@ fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
 /// Run `case` against every (server kind, protocol) combination, in parallel;
 /// fail listing each combination that failed.
 fn run(name: &str, case: fn(&Ctx)) {
-    let certs = Certs::new(name);
+    let certs = Certs::new();
     let servers: Vec<ServerProc> = kinds().into_iter().map(|k| start(k, &certs)).collect();
     let mut failures = Vec::new();
     let mut passed = Vec::new();
@@ -263,7 +213,12 @@ fn run(name: &str, case: fn(&Ctx)) {
         let mut handles = Vec::new();
         for srv in &servers {
             for proto in PROTOS {
-                let (kind, port, mtls_port, certs) = (srv.kind, srv.port, srv.mtls_port, &certs);
+                let (kind, port, mtls_port, certs) = (
+                    srv.kind,
+                    srv.server.port(),
+                    srv.server.extra_ports()[0],
+                    &certs,
+                );
                 let h = scope.spawn(move || {
                     let tls = ClientTls::Verify { certs, cert: false };
                     let client = connect(port, proto, tls)
@@ -288,7 +243,7 @@ fn run(name: &str, case: fn(&Ctx)) {
         }
     });
     for mut srv in servers {
-        if let Ok(Some(status)) = srv.child.try_wait() {
+        if let Ok(Some(status)) = srv.server.child().try_wait() {
             failures.push(format!("{} exited during the test: {status}", srv.kind));
         }
     }

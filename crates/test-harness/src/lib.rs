@@ -1,9 +1,29 @@
-//! Starting the processes the integration tests run (osmium, memcached,
-//! osmium-proxy, nutcracker) on loopback ports, and stopping them by PID.
+//! Starting the processes the integration tests and benchmarks run
+//! (osmium, memcached, osmium-proxy, nutcracker) on loopback ports,
+//! stopping them by PID, and the test certificates they serve TLS with.
 //!
-//! A port picked free can be taken before the server binds it: by another
-//! test's server, by another test's probe, or as the local port of any
-//! outgoing connection. Two defences:
+//! A test starts a server with one call; the defaults (a free loopback
+//! port, UDP off, stderr to a file, `-u root` under root) need no words:
+//!
+//! ```no_run
+//! use osmium_test_harness::{Certs, Memcached, Osmium};
+//!
+//! let server = Osmium::new().memory(64).start();
+//! let conn = server.connect(); // 127.0.0.1:server.port()
+//! let certs = Certs::new(); // CA `ca`, `server`, `client`; removed on drop
+//! let tls = Osmium::new().tls(&certs).opt("ssl_verify_mode=1").start();
+//! let oracle = Memcached::new().args(["-t", "2"]).start();
+//! # drop((conn, tls, oracle));
+//! ```
+//!
+//! [`Osmium`] and [`Memcached`] build a [`CacheServer`], [`Proxy`] and
+//! [`Nutcracker`] a [`PoolProxy`] (a YAML configuration); `start()`
+//! returns a [`Running`] server (address, PID, `stop()` by PID, killed on
+//! drop). [`Certs`] makes CAs and certificates with rcgen.
+//!
+//! Underneath, a port picked free can be taken before the server binds
+//! it: by another test's server, by another test's probe, or as the local
+//! port of any outgoing connection. Two defences:
 //! - [`free_port`] reserves the port it returns: it leaves a connection on
 //!   it in TIME_WAIT, so for about a minute the kernel gives that port to no
 //!   `bind(127.0.0.1:0)` and to no outgoing connection, while a server that
@@ -18,8 +38,8 @@
 //! the port ([`listens_on`]), not by a connect, which another test's server
 //! on the same port could answer. A [`ServerProcess`] is stopped by its PID
 //! (SIGTERM, then SIGKILL after a timeout) and killed when dropped.
-//! [`wait_until`] polls a condition with a deadline, for the waits a test
-//! would otherwise sleep through.
+//! [`poll::wait_until`] polls a condition with a deadline, for the waits a
+//! test would otherwise sleep through.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -29,8 +49,22 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-mod poll;
+mod bins;
+mod cache;
+mod certs;
+pub mod poll;
+mod pool;
+mod running;
+
+pub use bins::{
+    memcached_bin, nutcracker_bin, oracle_path, osmium_bin, proxy_bin, running_as_root,
+    workspace_bin, ORACLE_VERSION,
+};
+pub use cache::{CacheServer, Memcached, Osmium};
+pub use certs::{Certs, KeyType, Role};
 pub use poll::{wait_until, POLL_INTERVAL};
+pub use pool::{listen_moved, Nutcracker, PoolProxy, Proxy};
+pub use running::Running;
 
 /// How many times [`Start`] starts a process before it gives up.
 pub const ATTEMPTS: u32 = 5;

@@ -1,11 +1,10 @@
-//! Test certificates for the TLS benchmarks, made at bench time with the
-//! `openssl` command in a temporary directory (removed on drop): a CA and
-//! a server certificate it signs for `localhost` and 127.0.0.1, both
-//! ECDSA P-256 or both RSA-2048; and the rustls client configurations
-//! that trust that CA.
+//! Test certificates for the TLS benchmarks, made at bench time by
+//! `osmium_test_harness::Certs` in a temporary directory (removed on
+//! drop): a CA and a server certificate it signs for `localhost` and
+//! 127.0.0.1, both ECDSA P-256 or both RSA-2048; and the rustls client
+//! configurations that trust that CA.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use rustls::client::{Resumption, Tls12Resumption};
@@ -28,13 +27,6 @@ impl KeyType {
         match self {
             KeyType::EcdsaP256 => "ECDSA P-256",
             KeyType::Rsa2048 => "RSA-2048",
-        }
-    }
-
-    fn newkey(self) -> &'static [&'static str] {
-        match self {
-            KeyType::EcdsaP256 => &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
-            KeyType::Rsa2048 => &["-newkey", "rsa:2048"],
         }
     }
 }
@@ -73,117 +65,40 @@ pub(crate) enum Tls12Resume {
 }
 
 /// The files [`Certs::make`] writes.
-const FILES: [&str; 7] = [
-    "ca.key",
-    "ca.pem",
-    "ca.srl",
-    "server.key",
-    "server.csr",
-    "server.ext",
-    "server.pem",
-];
+const FILES: [&str; 4] = ["ca.key", "ca.pem", "server.key", "server.pem"];
 
-/// The certificates of one run, in a directory of their own.
+/// The certificates of one run, in a directory of their own (removed on
+/// drop).
 pub(crate) struct Certs {
-    dir: PathBuf,
+    made: osmium_test_harness::Certs,
     pub key_type: KeyType,
     pub ca: PathBuf,
     pub cert: PathBuf,
     pub key: PathBuf,
 }
 
-fn openssl(dir: &Path, args: &[&str]) -> Result<(), String> {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .map_err(|e| format!("running openssl (is it installed?): {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "openssl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(())
-}
-
 impl Certs {
-    /// A CA and a server certificate of `key_type` in a new temporary
-    /// directory.
+    /// A CA and a server certificate of `key_type` (for server and client
+    /// use: a replication node presents it on its links) in a new
+    /// temporary directory.
     pub(crate) fn make(key_type: KeyType) -> Result<Certs, String> {
-        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "osmium-bench-tls-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let mut made = osmium_test_harness::Certs::empty(match key_type {
+            KeyType::EcdsaP256 => osmium_test_harness::KeyType::EcdsaP256,
+            KeyType::Rsa2048 => osmium_test_harness::KeyType::Rsa2048,
+        });
         // A signal stopping the run removes the files (the keys above all).
         for f in FILES {
-            crate::servers::remove_on_signal(&dir.join(f));
+            crate::servers::remove_on_signal(&made.file(f));
         }
-        let certs = Certs {
-            ca: dir.join("ca.pem"),
-            cert: dir.join("server.pem"),
-            key: dir.join("server.key"),
-            dir,
+        made.ca("ca")
+            .issue("ca", "server", osmium_test_harness::Role::Node);
+        Ok(Certs {
+            ca: made.file("ca.pem"),
+            cert: made.file("server.pem"),
+            key: made.file("server.key"),
+            made,
             key_type,
-        };
-        let d = &certs.dir;
-        let nk = key_type.newkey();
-        let mut ca = vec!["req", "-x509"];
-        ca.extend_from_slice(nk);
-        ca.extend_from_slice(&[
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "30",
-            "-subj",
-            "/CN=osmium-bench-ca",
-        ]);
-        openssl(d, &ca)?;
-        let mut req = vec!["req"];
-        req.extend_from_slice(nk);
-        req.extend_from_slice(&[
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ]);
-        openssl(d, &req)?;
-        std::fs::write(
-            d.join("server.ext"),
-            "basicConstraints=CA:FALSE\nsubjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
-        )
-        .map_err(|e| format!("writing server.ext: {e}"))?;
-        openssl(
-            d,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                "server.csr",
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                "server.pem",
-                "-days",
-                "30",
-                "-extfile",
-                "server.ext",
-            ],
-        )?;
-        Ok(certs)
+        })
     }
 
     /// What memcached and osmium are started with: `-Z` and these
@@ -259,10 +174,10 @@ fn client_config(
 
 impl Drop for Certs {
     fn drop(&mut self) {
+        // The directory itself goes with `made`.
         for f in FILES {
-            crate::servers::forget_on_signal(&self.dir.join(f));
+            crate::servers::forget_on_signal(&self.made.file(f));
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

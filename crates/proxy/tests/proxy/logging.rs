@@ -24,11 +24,11 @@ fn an_ejection_is_logged_at_the_default_level_without_colour_codes() {
         .expect("a privileged port nobody listens on");
     let yaml = format!(
         "p:\n  listen: 127.0.0.1:{port}\n  auto_eject_hosts: true\n  server_failure_limit: 1\n  server_retry_timeout: 60000\n  timeout: 1000\n  servers:\n   - 127.0.0.1:{dead}:1\n   - 127.0.0.1:{}:1\n",
-        live.port
+        live.port()
     );
     let mut px = proxy(&yaml, port);
     // (Moved to another port if that one was taken meanwhile.)
-    let port = px.port;
+    let port = px.port();
     // Keys until one reaches the dead server (the proxy's stats count the
     // ejection): how many keys the live one takes first depends on both
     // servers' names on the ring, i.e. on the ports.
@@ -37,7 +37,7 @@ fn an_ejection_is_logged_at_the_default_level_without_colour_codes() {
     c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
     let mut replies = Vec::new();
     let mut i = 0;
-    while Instant::now() < deadline && i < 5000 && !ejected(px.stats) {
+    while Instant::now() < deadline && i < 5000 && !ejected(px.stats_port()) {
         for _ in 0..25 {
             let _ = c.write_all(format!("get k{i}\r\n").as_bytes());
             i += 1;
@@ -52,17 +52,11 @@ fn an_ejection_is_logged_at_the_default_level_without_colour_codes() {
     }
     replies.dedup();
     px.stop();
-    let mut log = String::new();
-    px.child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
+    let log = px.stderr_text();
     assert!(
         log.contains(&format!("ejecting server 127.0.0.1:{dead} of pool p")),
         "no ejection of {dead} (live {}, proxy {port}) in the log:\n{log}\nreplies: {replies:?}",
-        live.port
+        live.port()
     );
     assert!(
         !log.contains("\x1b["),

@@ -104,7 +104,7 @@ enum Last {
 
 fn run(bin: &Path, keys: usize) {
     let servers: Vec<common::Proc> = (0..3).map(|_| server(bin)).collect();
-    let ports: Vec<u16> = servers.iter().map(|s| s.port).collect();
+    let ports: Vec<u16> = servers.iter().map(|s| s.port()).collect();
     let old = pool(&[(ports[0], "a"), (ports[1], "b")]);
     let new = pool(&[(ports[0], "a"), (ports[1], "b"), (ports[2], "c")]);
     let old_ring = Ring::new(&old);

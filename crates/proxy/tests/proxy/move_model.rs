@@ -68,7 +68,7 @@ fn yaml(port: u16, backends: &[Proc], ring: &Ring) -> String {
          timeout: 5000\n  server_connections: 1\n  servers:\n"
     );
     for &(b, w) in ring {
-        y.push_str(&format!("   - 127.0.0.1:{}:{w} s{b}\n", backends[b].port));
+        y.push_str(&format!("   - 127.0.0.1:{}:{w} s{b}\n", backends[b].port()));
     }
     y
 }
@@ -119,8 +119,8 @@ impl Env {
     /// Rewrites the file and reloads through the stats port (answered
     /// once the reload applied).
     fn reload(&self, ring: &Ring) {
-        rewrite_conf(&self.proxy, &yaml(self.proxy.port, &self.backends, ring));
-        let mut s = connect(self.proxy.stats);
+        rewrite_conf(&self.proxy, &yaml(self.proxy.port(), &self.backends, ring));
+        let mut s = connect(self.proxy.stats_port());
         s.write_all(format!("reload {TOKEN}\r\n").as_bytes())
             .unwrap();
         let mut all = String::new();
@@ -135,7 +135,7 @@ impl Env {
     /// The pool's `migrating` (the document's line, not waiting for the
     /// port's close).
     fn migrating(&self) -> u64 {
-        let mut r = BufReader::new(connect(self.proxy.stats));
+        let mut r = BufReader::new(connect(self.proxy.stats_port()));
         let mut doc = String::new();
         r.read_line(&mut doc).unwrap();
         pool_stat(&doc, "migrating")
@@ -303,7 +303,7 @@ fn sequence(env: &Env, seed: u64) -> Result<(u64, u64), String> {
     let mut rng = Rng(seed);
     // Empty servers, a random first ring.
     for b in &env.backends {
-        flush(b.port);
+        flush(b.port());
     }
     let mut ring: Ring = Vec::new();
     let first = 2 + rng.below(3) as usize;
@@ -316,7 +316,7 @@ fn sequence(env: &Env, seed: u64) -> Result<(u64, u64), String> {
     env.reload(&ring);
     env.settle();
     // Every key set once.
-    let port = env.proxy.port;
+    let port = env.proxy.port();
     let mut cx = Cx::new(port);
     let mut latest: HashMap<usize, Option<String>> = HashMap::new();
     for i in 0..KEYS {

@@ -244,7 +244,7 @@ fn wrong_secrets_and_fake_servers_are_refused() {
 
     // A server without a secret answers replica_hello ERROR.
     let plain = osmium_backend();
-    let e = connect_peer(&addr(plain.port), &secret(), t)
+    let e = connect_peer(&addr(plain.port()), &secret(), t)
         .err()
         .expect("refused");
     assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
@@ -380,7 +380,7 @@ fn a_reload_tells_a_replicated_ring_its_new_targets() {
         port,
         &["-v", "1", "-o", log.to_str().unwrap()],
     );
-    rewrite_conf(&px, &pool(px.port, &[pa, pb, pc, pd], &more));
+    rewrite_conf(&px, &pool(px.port(), &[pa, pb, pc, pd], &more));
     reload(&px);
     wait("D replicates to A, C to D", || {
         cd.targets() == addr(pa) && cc.targets() == addr(pd)
@@ -403,7 +403,7 @@ fn a_reload_tells_a_replicated_ring_its_new_targets() {
     assert_eq!(l.matches("now replicates to").count(), 2, "{l}");
 
     // D leaves: C replicates to A again, D is left as it is.
-    rewrite_conf(&px, &pool(px.port, &[pa, pb, pc], &more));
+    rewrite_conf(&px, &pool(px.port(), &[pa, pb, pc], &more));
     reload(&px);
     wait("C replicates to A", || cc.targets() == addr(pa));
     linked(&mut cc, pa);
@@ -423,7 +423,7 @@ fn a_reload_tells_a_replicated_ring_its_new_targets() {
 #[test]
 fn without_a_secret_the_operator_is_told_and_bad_files_are_refused() {
     let s: Vec<_> = (0..3).map(|_| osmium_backend()).collect();
-    let ports: Vec<u16> = s.iter().map(|p| p.port).collect();
+    let ports: Vec<u16> = s.iter().map(|p| p.port()).collect();
     let port = free_port();
     let log = proxy_log(port);
     let _ = std::fs::remove_file(&log);
@@ -444,7 +444,7 @@ fn without_a_secret_the_operator_is_told_and_bad_files_are_refused() {
     // A weak secret: refused by -t.
     let weak = secret_file("weak-secret", b"winter2024\n", 0o600);
     let more = format!("  replication_secret: {}\n", weak.display());
-    let bad = write_conf("weak.yml", &y(px.port, 3, &more));
+    let bad = write_conf("weak.yml", &y(px.port(), 3, &more));
     let out = Command::new(env!("CARGO_BIN_EXE_osmium-proxy"))
         .args(["-t", "-c", bad.to_str().unwrap()])
         .output()
@@ -459,7 +459,7 @@ fn without_a_secret_the_operator_is_told_and_bad_files_are_refused() {
     // A secret file open to others: refused by -t and by a reload.
     let open = secret_file("open-secret", b"0a1b2c3d4e5f60718293a4b5c6d7e8f9\n", 0o644);
     let more = format!("  replication_secret: {}\n", open.display());
-    let bad = write_conf("bad.yml", &y(px.port, 3, &more));
+    let bad = write_conf("bad.yml", &y(px.port(), 3, &more));
     let out = Command::new(env!("CARGO_BIN_EXE_osmium-proxy"))
         .args(["-t", "-c", bad.to_str().unwrap()])
         .output()
@@ -470,12 +470,12 @@ fn without_a_secret_the_operator_is_told_and_bad_files_are_refused() {
         err.contains("replication_secret:") && err.contains("open to group or others"),
         "{err}"
     );
-    rewrite_conf(&px, &y(px.port, 3, &more));
+    rewrite_conf(&px, &y(px.port(), 3, &more));
     reload_expect(&px, false);
 
     // No secret: the servers change, nobody is told, one WARN says what
     // to do (the rehash pool says nothing).
-    rewrite_conf(&px, &y(px.port, 3, ""));
+    rewrite_conf(&px, &y(px.port(), 3, ""));
     reload(&px);
     let text = log_text(&log);
     let warns: Vec<&str> = text
@@ -526,16 +526,16 @@ fn warm_move_in_a_ring(with_secret: bool) {
         &["-v", "1", "-o", log.to_str().unwrap()],
     );
     let keys: Vec<String> = (0..2000).map(|i| format!("ring-move-{i}")).collect();
-    let mut through = Client::new(px.port);
+    let mut through = Client::new(px.port());
     for k in &keys {
         through.set(k, k);
     }
-    let new_yaml = warm(pool(px.port, &[pa, pb, pc, pd], &more));
+    let new_yaml = warm(pool(px.port(), &[pa, pb, pc, pd], &more));
     rewrite_conf(&px, &new_yaml);
     reload(&px);
     let start = Instant::now();
-    while pool_stat(&stats_doc(px.stats), "migrating") != 0
-        || pool_stat(&stats_doc(px.stats), "moved_keys") == 0
+    while pool_stat(&stats_doc(px.stats_port()), "migrating") != 0
+        || pool_stat(&stats_doc(px.stats_port()), "moved_keys") == 0
     {
         assert!(start.elapsed() < Duration::from_secs(60), "move not done");
         std::thread::sleep(Duration::from_millis(50));

@@ -59,7 +59,7 @@ fn keys_go_where_nutcracker_puts_them() {
         return;
     };
     let backends: Vec<Proc> = (0..4).map(|_| backend(0)).collect();
-    let addr = |i: usize, w: u32| format!("127.0.0.1:{}:{w}", backends[i].port);
+    let addr = |i: usize, w: u32| format!("127.0.0.1:{}:{w}", backends[i].port());
     let cases: Vec<(&str, String, Vec<String>, usize)> = vec![
         (
             "ketama",
@@ -121,7 +121,7 @@ fn keys_go_where_nutcracker_puts_them() {
         check(
             &backends,
             &ring,
-            nc_proc.port,
+            nc_proc.port(),
             &prefix,
             &keys,
             "nutcracker",
@@ -135,7 +135,7 @@ fn keys_go_where_nutcracker_puts_them() {
         check(
             &backends,
             &ring,
-            px.port,
+            px.port(),
             &prefix,
             &keys,
             "osmium-proxy",
@@ -173,7 +173,7 @@ fn libmemcached_distribution_matches_pylibmc(dist: &str, behaviors: &str, weight
     let backends: Vec<Proc> = (0..3).map(|_| backend(0)).collect();
     let list: Vec<String> = backends
         .iter()
-        .map(|b| format!("127.0.0.1:{}", b.port))
+        .map(|b| format!("127.0.0.1:{}", b.port()))
         .collect();
     let servers: Vec<String> = list
         .iter()
@@ -209,7 +209,7 @@ fn libmemcached_distribution_matches_pylibmc(dist: &str, behaviors: &str, weight
     check(
         &backends,
         &ring,
-        px.port,
+        px.port(),
         &prefix,
         &keys,
         "osmium-proxy",

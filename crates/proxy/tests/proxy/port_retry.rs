@@ -36,18 +36,18 @@ fn a_backend_whose_port_was_taken_starts_on_another() {
     osmium_test_harness::force_next_port(taken);
     let b = backend(0);
     assert_eq!(osmium_test_harness::last_start_attempts(), 2);
-    assert_ne!(b.port, taken);
-    served(b.port);
+    assert_ne!(b.port(), taken);
+    served(b.port());
 }
 
 #[test]
 fn osmium_proxy_whose_listen_port_was_taken_moves_its_listen_line() {
     let b = backend(0);
     let (_holder, taken) = held();
-    let px = proxy(&pool(taken, b.port), taken);
+    let px = proxy(&pool(taken, b.port()), taken);
     assert_eq!(osmium_test_harness::last_start_attempts(), 2);
-    assert_ne!(px.port, taken);
-    served(px.port);
+    assert_ne!(px.port(), taken);
+    served(px.port());
 }
 
 #[test]
@@ -56,11 +56,11 @@ fn osmium_proxy_whose_stats_port_was_taken_starts_on_another() {
     let (_holder, taken) = held();
     let port = free_port();
     osmium_test_harness::force_next_port(taken);
-    let px = proxy(&pool(port, b.port), port);
+    let px = proxy(&pool(port, b.port()), port);
     assert_eq!(osmium_test_harness::last_start_attempts(), 2);
-    assert_ne!(px.stats, taken);
-    served(px.port);
-    assert!(stats_doc(px.stats).contains("\"pool\""));
+    assert_ne!(px.stats_port(), taken);
+    served(px.port());
+    assert!(stats_doc(px.stats_port()).contains("\"pool\""));
 }
 
 #[test]
@@ -71,17 +71,17 @@ fn nutcracker_whose_ports_were_taken_starts_on_others() {
     let b = backend(0);
     // Its listen port...
     let (_holder, taken) = held();
-    let nc = nutcracker(&bin, &pool(taken, b.port), taken);
+    let nc = nutcracker(&bin, &pool(taken, b.port()), taken);
     assert_eq!(osmium_test_harness::last_start_attempts(), 2);
-    assert_ne!(nc.port, taken);
-    served(nc.port);
+    assert_ne!(nc.port(), taken);
+    served(nc.port());
     // ...and its stats port.
     let port = free_port();
     osmium_test_harness::force_next_port(taken);
-    let nc = nutcracker(&bin, &pool(port, b.port), port);
+    let nc = nutcracker(&bin, &pool(port, b.port()), port);
     assert_eq!(osmium_test_harness::last_start_attempts(), 2);
-    assert_ne!(nc.stats, taken);
-    served(nc.port);
+    assert_ne!(nc.stats_port(), taken);
+    served(nc.port());
 }
 
 #[test]

@@ -32,7 +32,7 @@ fn pool(name: &str, port: u16, backends: &[Proc], servers: &[(usize, u32)]) -> S
          timeout: 5000\n  servers:\n"
     );
     for &(i, w) in servers {
-        y.push_str(&format!("   - 127.0.0.1:{}:{w} s{i}\n", backends[i].port));
+        y.push_str(&format!("   - 127.0.0.1:{}:{w} s{i}\n", backends[i].port()));
     }
     y
 }
@@ -150,7 +150,7 @@ fn reloads_under_load_drop_no_connection_and_fail_no_request() {
         &(pool("alpha", first, &b, &[(0, 1), (1, 1), (2, 1), (3, 1)]) + &beta_y),
         first,
     );
-    let port = px.port;
+    let port = px.port();
     let alpha = |servers: &[(usize, u32)]| pool("alpha", port, &b, servers);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -175,7 +175,7 @@ fn reloads_under_load_drop_no_connection_and_fail_no_request() {
     if let Some(nc) = nutcracker_bin() {
         let nc_port = free_port();
         let n = nutcracker(&nc, &pool("alpha", nc_port, &b, &added), nc_port);
-        placed_by(&b, &order, &ring, n.port, "nc-added-");
+        placed_by(&b, &order, &ring, n.port(), "nc-added-");
     }
     pause();
 
@@ -183,7 +183,7 @@ fn reloads_under_load_drop_no_connection_and_fail_no_request() {
     // clients whose keys it holds wait), then a weight changed. The
     // requests queued on the removed server are answered once it runs
     // again: its connections stay until then.
-    let stopped = b[1].child.id();
+    let stopped = b[1].pid();
     assert!(osmium_test_harness::signal(stopped, libc::SIGSTOP));
     std::thread::sleep(Duration::from_millis(200));
     rewrite_conf(&px, &(alpha(&[(0, 1), (2, 1), (3, 1), (4, 1)]) + &beta_y));
@@ -244,7 +244,7 @@ fn reloads_under_load_drop_no_connection_and_fail_no_request() {
         }
     }
     assert!(requests > 1000, "only {requests} requests");
-    let doc = stats_doc(px.stats);
+    let doc = stats_doc(px.stats_port());
     let v: Value = serde_json::from_str(&doc).unwrap();
     let a = &v["alpha"];
     assert_eq!(a["reloads"], 5, "{doc}");
@@ -282,11 +282,11 @@ fn a_file_that_does_not_load_leaves_the_running_one_serving() {
         first,
         &["-o", log.to_str().unwrap(), "-v", "5"],
     );
-    let good = pool("alpha", px.port, &b, &[(0, 1)]);
+    let good = pool("alpha", px.port(), &b, &[(0, 1)]);
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let in_use = taken.local_addr().unwrap().port();
     let other = pool("beta", in_use, &b, &[(1, 1)]);
-    let dup = pool("alpha", px.port, &b, &[(0, 1), (1, 1)]).replace(" s1\n", " s0\n");
+    let dup = pool("alpha", px.port(), &b, &[(0, 1), (1, 1)]).replace(" s1\n", " s0\n");
     let cases = [
         (
             "a YAML syntax error",
@@ -315,7 +315,7 @@ fn a_file_that_does_not_load_leaves_the_running_one_serving() {
         // The running configuration serves, on its one server.
         let key = format!("still-{n}");
         let r = roundtrip(
-            px.port,
+            px.port(),
             format!("set {key} 0 0 2\r\nok\r\nget {key}\r\n").as_bytes(),
             b"END\r\n",
         );
@@ -325,7 +325,7 @@ fn a_file_that_does_not_load_leaves_the_running_one_serving() {
             "{what}"
         );
         assert_eq!(
-            direct(b[0].port, &key).as_deref(),
+            direct(b[0].port(), &key).as_deref(),
             Some("ok"),
             "{what}: not on the old server"
         );
@@ -336,7 +336,7 @@ fn a_file_that_does_not_load_leaves_the_running_one_serving() {
             .filter(|l| l.contains("not reloaded"))
             .nth(n)
             .unwrap_or_else(|| panic!("{what}: no log line: {text}"));
-        let conf = proxy_conf(px.port);
+        let conf = px.config_path().to_path_buf();
         assert!(
             line.contains("ERROR")
                 && line.contains(conf.to_str().unwrap())
@@ -354,7 +354,7 @@ fn a_file_that_does_not_load_leaves_the_running_one_serving() {
     }
     drop(taken);
     // A good file then applies.
-    rewrite_conf(&px, &pool("alpha", px.port, &b, &[(0, 1), (1, 1)]));
+    rewrite_conf(&px, &pool("alpha", px.port(), &b, &[(0, 1), (1, 1)]));
     let doc = reload(&px);
     assert_eq!(pool_stat(&doc, "reload_failures"), 5);
     let text = log_of(&log);
@@ -396,7 +396,7 @@ fn the_stats_port_reload_proves_who_sends_it() {
 
     // No token file: refused, whatever is sent.
     for line in ["reload\r\n", "reload anything\r\n"] {
-        let (_, answer) = admin(px.stats, line);
+        let (_, answer) = admin(px.stats_port(), line);
         assert!(
             answer.starts_with("ERROR ")
                 && answer.contains("not enabled")
@@ -407,15 +407,15 @@ fn the_stats_port_reload_proves_who_sends_it() {
     // A reader that sends nothing, or something else, gets the document
     // and the end of the stream, as before.
     let t = Instant::now();
-    let doc = stats_doc(px.stats);
+    let doc = stats_doc(px.stats_port());
     assert!(t.elapsed() < Duration::from_secs(2));
     assert_eq!(pool_stat(&doc, "reloads"), 0);
-    let (_, answer) = admin(px.stats, "GET / HTTP/1.0\r\n\r\n");
+    let (_, answer) = admin(px.stats_port(), "GET / HTTP/1.0\r\n\r\n");
     assert_eq!(answer, "");
     // The pool's own port: an unknown command, no reload.
-    let r = roundtrip(px.port, b"reload\r\n", b"\r\n");
+    let r = roundtrip(px.port(), b"reload\r\n", b"\r\n");
     assert_eq!(r, b"ERROR\r\n");
-    assert_eq!(pool_stat(&stats_doc(px.stats), "reloads"), 0);
+    assert_eq!(pool_stat(&stats_doc(px.stats_port()), "reloads"), 0);
     drop(px);
 
     // A token file open to others stops the start.
@@ -453,15 +453,15 @@ fn the_stats_port_reload_proves_who_sends_it() {
         format!("reload {}\r\n", &token[..token.len() - 1]),
         format!("reload  {token}\r\n"),
     ] {
-        let (_, answer) = admin(px.stats, &wrong);
+        let (_, answer) = admin(px.stats_port(), &wrong);
         assert_eq!(answer, "ERROR bad token\r\n", "{wrong:?}");
     }
-    assert_eq!(pool_stat(&stats_doc(px.stats), "reloads"), 0);
+    assert_eq!(pool_stat(&stats_doc(px.stats_port()), "reloads"), 0);
     // An address's wrong tokens are bounded (`admin_guard`: 5 at once,
     // then one per 2 s): of 8 sent at once some are refused unchecked,
     // and the right token too until the address's bucket refills.
     let refused = "ERROR too many failed reload tries; try again later\r\n";
-    let stats = px.stats;
+    let stats = px.stats_port();
     let at_once: Vec<_> = (0..8)
         .map(|i| std::thread::spawn(move || admin(stats, &format!("reload guess{i}\r\n")).1))
         .collect();
@@ -473,11 +473,11 @@ fn the_stats_port_reload_proves_who_sends_it() {
         "{answers:?}"
     );
     assert!(answers.iter().any(|a| a == refused), "{answers:?}");
-    let r = roundtrip(px.port, format!("reload {token}\r\n").as_bytes(), b"\r\n");
+    let r = roundtrip(px.port(), format!("reload {token}\r\n").as_bytes(), b"\r\n");
     assert_eq!(r, b"ERROR\r\n", "the pool's port is no admin port");
     let start = Instant::now();
     let (doc, answer) = loop {
-        let (doc, answer) = admin(px.stats, &format!("reload {token}\r\n"));
+        let (doc, answer) = admin(px.stats_port(), &format!("reload {token}\r\n"));
         if answer != refused {
             break (doc, answer);
         }
@@ -485,15 +485,15 @@ fn the_stats_port_reload_proves_who_sends_it() {
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(answer, "OK reloaded\r\n", "{doc}");
-    assert_eq!(pool_stat(&stats_doc(px.stats), "reloads"), 1);
+    assert_eq!(pool_stat(&stats_doc(px.stats_port()), "reloads"), 1);
     // A bad file by the same way: refused, the reason in the answer.
     rewrite_conf(&px, "alpha: [\n");
-    let (_, answer) = admin(px.stats, &format!("reload {token}\n"));
+    let (_, answer) = admin(px.stats_port(), &format!("reload {token}\n"));
     assert!(
         answer.starts_with("ERROR ") && answer.contains("invalid yaml"),
         "{answer:?}"
     );
-    let doc = stats_doc(px.stats);
+    let doc = stats_doc(px.stats_port());
     assert_eq!(
         (
             pool_stat(&doc, "reloads"),
@@ -502,7 +502,7 @@ fn the_stats_port_reload_proves_who_sends_it() {
         (1, 1)
     );
     assert_eq!(
-        roundtrip(px.port, b"set k 0 0 1\r\nv\r\n", b"\r\n"),
+        roundtrip(px.port(), b"set k 0 0 1\r\nv\r\n", b"\r\n"),
         b"STORED\r\n"
     );
 }
@@ -533,17 +533,17 @@ fn placement_and_failover_through_a_reloaded_proxy() {
         pool("p", port, b, &weighted).replace("  timeout: 5000\n", "  timeout: 1000\n  auto_eject_hosts: true\n  server_failure_limit: 1\n  server_retry_timeout: 300\n")
     };
     let px = proxy_reloaded(&body(first, &b), first, &[]);
-    let y = body(px.port, &b);
+    let y = body(px.port(), &b);
     rewrite_conf(&px, &y);
     let doc = reload(&px);
     assert_eq!(pool_stat(&doc, "reloads"), 2);
     let ring = Ring::new(&Config::parse(&y).unwrap().pools[0]);
     let order = [0, 1, 2, 3];
-    placed_by(&b, &order, &ring, px.port, "rl-placed-");
+    placed_by(&b, &order, &ring, px.port(), "rl-placed-");
     if let Some(nc) = nutcracker_bin() {
         let nc_port = free_port();
         let n = nutcracker(&nc, &body(nc_port, &b), nc_port);
-        placed_by(&b, &order, &ring, n.port, "rl-nc-placed-");
+        placed_by(&b, &order, &ring, n.port(), "rl-nc-placed-");
     }
 
     // Server 1 dies: its keys go to server 2 (the next in the list), and
@@ -556,15 +556,15 @@ fn placement_and_failover_through_a_reloaded_proxy() {
     };
     let k1 = key_on(1, "fo-a");
     b[1].stop();
-    set_until_stored(px.port, &k1, "on-replica");
-    assert_eq!(direct(b[2].port, &k1).as_deref(), Some("on-replica"));
-    let dead = b[1].port;
+    set_until_stored(px.port(), &k1, "on-replica");
+    assert_eq!(direct(b[2].port(), &k1).as_deref(), Some("on-replica"));
+    let dead = b[1].port();
     b[1] = osmium_backend_on(dead);
     let k2 = key_on(1, "fo-b");
     let start = Instant::now();
     loop {
-        set_until_stored(px.port, &k2, "back");
-        if direct(b[1].port, &k2).as_deref() == Some("back") {
+        set_until_stored(px.port(), &k2, "back");
+        if direct(b[1].port(), &k2).as_deref() == Some("back") {
             break;
         }
         assert!(start.elapsed() < Duration::from_secs(10), "never back");
@@ -582,7 +582,7 @@ fn lands_on(port: u16, backends: &[Proc], key: &str) -> Option<usize> {
     assert_eq!(r, b"STORED\r\n", "{key}");
     backends
         .iter()
-        .position(|b| direct(b.port, key).as_deref() == Some("v"))
+        .position(|b| direct(b.port(), key).as_deref() == Some("v"))
 }
 
 #[test]
@@ -593,7 +593,7 @@ fn listen_addresses_move_swap_and_follow_a_renamed_pool() {
         &(pool("alpha", first, &b, &[(0, 1)]) + &pool("beta", p2, &b, &[(1, 1)])),
         first,
     );
-    let p1 = px.port;
+    let p1 = px.port();
     let kept = connect(p1);
     let mut kept_r = BufReader::new(kept.try_clone().unwrap());
     let mut kept_w = kept;
@@ -609,7 +609,7 @@ fn listen_addresses_move_swap_and_follow_a_renamed_pool() {
     // A client of alpha from before still talks to alpha.
     kept_w.write_all(b"set kept-1 0 0 1\r\nv\r\n").unwrap();
     assert_eq!(read_line(&mut kept_r).unwrap(), "STORED\r\n");
-    assert_eq!(direct(b[0].port, "kept-1").as_deref(), Some("v"));
+    assert_eq!(direct(b[0].port(), "kept-1").as_deref(), Some("v"));
 
     // alpha moves to a new address; beta is renamed gamma (same address).
     rewrite_conf(
@@ -623,5 +623,5 @@ fn listen_addresses_move_swap_and_follow_a_renamed_pool() {
     assert_eq!(lands_on(p1, &b, "renamed-1"), Some(1));
     kept_w.write_all(b"set kept-2 0 0 1\r\nv\r\n").unwrap();
     assert_eq!(read_line(&mut kept_r).unwrap(), "STORED\r\n");
-    assert_eq!(direct(b[0].port, "kept-2").as_deref(), Some("v"));
+    assert_eq!(direct(b[0].port(), "kept-2").as_deref(), Some("v"));
 }

@@ -19,7 +19,7 @@ fn yaml(port: u16, backends: &[&Proc], extra: &str) -> String {
         "p:\n  listen: 127.0.0.1:{port}\n  hash: fnv1a_64\n  distribution: ketama\n  timeout: 1000\n{extra}  servers:\n"
     );
     for b in backends {
-        y.push_str(&format!("   - 127.0.0.1:{}:1\n", b.port));
+        y.push_str(&format!("   - 127.0.0.1:{}:1\n", b.port()));
     }
     y
 }
@@ -47,7 +47,7 @@ fn text_meta_and_binary_through_the_proxy() {
     let port = free_port();
     let y = yaml(port, &b.iter().collect::<Vec<_>>(), "");
     let _px = proxy(&y, port);
-    let port = _px.port; // another one if `port` was taken meanwhile
+    let port = _px.port(); // another one if `port` was taken meanwhile
     let ring = Ring::new(&Config::parse(&y).unwrap().pools[0]);
 
     // Keys on every server; a multi-get comes back in key order, one END.
@@ -83,7 +83,7 @@ fn text_meta_and_binary_through_the_proxy() {
     for k in &keys[..5] {
         let home = ring.server_of(k.as_bytes());
         for (i, s) in b.iter().enumerate() {
-            assert_eq!(direct_get(s.port, k).is_some(), i == home, "{k} on {i}");
+            assert_eq!(direct_get(s.port(), k).is_some(), i == home, "{k} on {i}");
         }
     }
     assert_eq!(
@@ -171,7 +171,7 @@ fn text_meta_and_binary_through_the_proxy() {
     );
     assert_eq!(r, b"CLIENT_ERROR bad command line format\r\nMN\r\n");
     let k1 = &keys[1];
-    assert!(direct_get(b[ring.server_of(k1.as_bytes())].port, k1).is_some());
+    assert!(direct_get(b[ring.server_of(k1.as_bytes())].port(), k1).is_some());
 }
 
 fn read_until_some(s: &mut std::net::TcpStream) -> Vec<u8> {
@@ -213,20 +213,20 @@ fn a_dead_servers_keys_go_to_its_replica_and_come_back() {
         "  auto_eject_hosts: true\n  server_failure_limit: 1\n  server_retry_timeout: 300\n",
     );
     let _px = proxy(&y, port);
-    let port = _px.port; // another one if `port` was taken meanwhile
+    let port = _px.port(); // another one if `port` was taken meanwhile
     let ring = Ring::new(&Config::parse(&y).unwrap().pools[0]);
     let key_on = |server: usize, tag: &str| key_on(&ring, server, tag);
     // Server 1 dies: its keys go to server 2 (the next in the list).
     let k1 = key_on(1, "a");
-    let dead_port = b[1].port;
+    let dead_port = b[1].port();
     b[1].stop();
     set_until_stored(port, &k1, "on-replica");
-    assert_eq!(direct_get(b[2].port, &k1).as_deref(), Some("on-replica"));
-    assert_eq!(direct_get(b[0].port, &k1), None);
+    assert_eq!(direct_get(b[2].port(), &k1).as_deref(), Some("on-replica"));
+    assert_eq!(direct_get(b[0].port(), &k1), None);
     // The last server's replica is the first.
     let k2 = key_on(2, "b");
     set_until_stored(port, &k2, "home");
-    assert_eq!(direct_get(b[2].port, &k2).as_deref(), Some("home"));
+    assert_eq!(direct_get(b[2].port(), &k2).as_deref(), Some("home"));
     // Server 1 returns (genuine memcached: no replication_catchup stat):
     // after the retry timeout its keys go to it again.
     b[1] = backend(dead_port);
@@ -234,7 +234,7 @@ fn a_dead_servers_keys_go_to_its_replica_and_come_back() {
     let k3 = key_on(1, "c");
     loop {
         set_until_stored(port, &k3, "back");
-        if direct_get(b[1].port, &k3).as_deref() == Some("back") {
+        if direct_get(b[1].port(), &k3).as_deref() == Some("back") {
             break;
         }
         assert!(
@@ -261,15 +261,15 @@ fn a_returning_server_waits_until_it_has_caught_up() {
     let port = free_port();
     let y = format!(
         "p:\n  listen: 127.0.0.1:{port}\n  auto_eject_hosts: true\n  server_failure_limit: 1\n  server_retry_timeout: 200\n  timeout: 1000\n  servers:\n   - 127.0.0.1:{fake_port}:1\n   - 127.0.0.1:{}:1\n",
-        real.port
+        real.port()
     );
     let _px = proxy(&y, port);
-    let port = _px.port; // another one if `port` was taken meanwhile
+    let port = _px.port(); // another one if `port` was taken meanwhile
     let ring = Ring::new(&Config::parse(&y).unwrap().pools[0]);
     let k = key_on(&ring, 0, "f");
     // The fake is not up yet: its keys go to the real server.
     set_until_stored(port, &k, "1");
-    assert_eq!(direct_get(real.port, &k).as_deref(), Some("1"));
+    assert_eq!(direct_get(real.port(), &k).as_deref(), Some("1"));
     let probes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let p2 = probes.clone();
     let listener = std::net::TcpListener::bind(("127.0.0.1", fake_port)).unwrap();
@@ -308,7 +308,7 @@ fn a_returning_server_waits_until_it_has_caught_up() {
     }
     set_until_stored(port, &k, "2");
     assert_eq!(
-        direct_get(real.port, &k).as_deref(),
+        direct_get(real.port(), &k).as_deref(),
         Some("2"),
         "still on the replica"
     );
@@ -320,7 +320,7 @@ fn a_returning_server_waits_until_it_has_caught_up() {
     std::thread::sleep(Duration::from_millis(50));
     set_until_stored(port, &k, "3");
     assert_eq!(
-        direct_get(real.port, &k).as_deref(),
+        direct_get(real.port(), &k).as_deref(),
         Some("2"),
         "went to the fake"
     );
@@ -398,13 +398,13 @@ fn a_hung_server_times_out_like_nutcracker() {
     let key_on = |server: usize, tag: &str| key_on(&ring, server, tag);
     let (stuck, fine) = (key_on(hung, "h"), key_on(1, "f"));
     for (_, p) in &proxies {
-        set_until_stored(p.port, &stuck, "1");
-        set_until_stored(p.port, &fine, "2");
+        set_until_stored(p.port(), &stuck, "1");
+        set_until_stored(p.port(), &fine, "2");
     }
-    signal(b[hung].child.id(), "STOP");
+    signal(b[hung].pid(), "STOP");
     let result = std::panic::catch_unwind(|| {
         for (who, p) in &proxies {
-            let mut s = connect(p.port);
+            let mut s = connect(p.port());
             let start = Instant::now();
             s.write_all(format!("get {stuck}\r\n").as_bytes()).unwrap();
             let r = read_until(&mut s, b"\r\n");
@@ -424,14 +424,14 @@ fn a_hung_server_times_out_like_nutcracker() {
             );
         }
     });
-    signal(b[hung].child.id(), "CONT");
+    signal(b[hung].pid(), "CONT");
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
     for (who, p) in &proxies {
         let start = Instant::now();
         loop {
-            let r = roundtrip(p.port, format!("get {stuck}\r\n").as_bytes(), b"\r\n");
+            let r = roundtrip(p.port(), format!("get {stuck}\r\n").as_bytes(), b"\r\n");
             if r.starts_with(b"VALUE") {
                 break;
             }
@@ -459,7 +459,7 @@ fn reads_a_failing_server_loses_are_answered_by_its_replica() {
         "  auto_eject_hosts: true\n  server_failure_limit: 3\n  server_retry_timeout: 30000\n",
     );
     let _px = proxy(&y, port);
-    let port = _px.port; // another one if `port` was taken meanwhile
+    let port = _px.port(); // another one if `port` was taken meanwhile
     let ring = Ring::new(&Config::parse(&y).unwrap().pools[0]);
     let key_on = |server: usize, tag: &str| key_on(&ring, server, tag);
     let put = |port: u16, key: &str, value: &str| {
@@ -485,16 +485,16 @@ fn reads_a_failing_server_loses_are_answered_by_its_replica() {
     };
     // A hung server: reads time out there and are answered by the next.
     let (h, k) = (key_on(0, "h"), key_on(1, "k"));
-    put(b[0].port, &h, "home");
-    put(b[1].port, &h, "replica");
-    put(b[1].port, &k, "home");
-    put(b[2].port, &k, "replica");
+    put(b[0].port(), &h, "home");
+    put(b[1].port(), &h, "replica");
+    put(b[1].port(), &k, "home");
+    put(b[2].port(), &k, "replica");
     let mut s = connect(port);
     assert_eq!(
         get(&mut s, &h).0,
         format!("VALUE {h} 0 4\r\nhome\r\nEND\r\n")
     );
-    signal(b[0].child.id(), "STOP");
+    signal(b[0].pid(), "STOP");
     let result = std::panic::catch_unwind(|| {
         let mut s = connect(port);
         let (text, meta) = get(&mut s, &h);
@@ -507,7 +507,7 @@ fn reads_a_failing_server_loses_are_answered_by_its_replica() {
             b"SERVER_ERROR Connection timed out\r\n"
         );
     });
-    signal(b[0].child.id(), "CONT");
+    signal(b[0].pid(), "CONT");
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
@@ -526,7 +526,7 @@ fn reads_a_failing_server_loses_are_answered_by_its_replica() {
     }
     // A multi-get over the dead server and a live one.
     let other = key_on(2, "o");
-    put(b[2].port, &other, "two");
+    put(b[2].port(), &other, "two");
     s.write_all(format!("gets {k} {other}\r\n").as_bytes())
         .unwrap();
     let r = String::from_utf8(read_until(&mut s, b"END\r\n")).unwrap();

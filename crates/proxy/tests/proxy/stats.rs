@@ -27,7 +27,10 @@ fn yaml(alpha: u16, beta: u16, live: &[&Proc], dead: u16) -> String {
          server_failure_limit: 2\n  servers:\n   - 127.0.0.1:{}:1 one\n   - 127.0.0.1:{}:1\n   \
          - 127.0.0.1:{}:1\n   - 127.0.0.1:{dead}:1 dead\nbeta:\n  listen: 127.0.0.1:{beta}\n  \
          servers:\n   - 127.0.0.1:{}:1\n",
-        live[0].port, live[1].port, live[2].port, live[0].port
+        live[0].port(),
+        live[1].port(),
+        live[2].port(),
+        live[0].port()
     )
 }
 
@@ -170,7 +173,7 @@ fn the_stats_port_answers_as_nutcracker_does() {
 
     let px = proxy(&y, alpha);
     let open = traffic(alpha, &keys);
-    let (doc, v) = settled(px.stats, done);
+    let (doc, v) = settled(px.stats_port(), done);
     assert!(doc.ends_with("}}}\n"), "{doc}");
     assert_eq!(v["service"], "nutcracker");
     assert_eq!(
@@ -180,8 +183,8 @@ fn the_stats_port_answers_as_nutcracker_does() {
     let a = &v["alpha"];
     let names = [
         "one".to_string(),
-        format!("127.0.0.1:{}", live[1].port),
-        format!("127.0.0.1:{}", live[2].port),
+        format!("127.0.0.1:{}", live[1].port()),
+        format!("127.0.0.1:{}", live[2].port()),
     ];
     for name in &names {
         let s = &a[name];
@@ -215,11 +218,11 @@ fn the_stats_port_answers_as_nutcracker_does() {
         return;
     };
     for b in &live {
-        flush(b.port);
+        flush(b.port());
     }
     let nc = nutcracker_with(&bin, &y, alpha, &["-i", "100"]);
     let open = traffic(alpha, &keys);
-    let (ndoc, nv) = settled(nc.stats, done);
+    let (ndoc, nv) = settled(nc.stats_port(), done);
     drop(open);
     // The same bytes but for the figures and the version: the same keys,
     // in the same order and nesting, the same punctuation.
@@ -379,7 +382,7 @@ fn wait_gone(path: &Path) {
 fn the_pid_file_is_written_and_removed_and_the_log_goes_to_the_output_file() {
     let b = backend(0);
     let port = free_port();
-    let conf = small_conf(port, b.port);
+    let conf = small_conf(port, b.port());
     let pid_file = conf.with_extension("pid");
     let log = conf.with_extension("log");
     let y = std::fs::read_to_string(&conf).unwrap();
@@ -396,20 +399,14 @@ fn the_pid_file_is_written_and_removed_and_the_log_goes_to_the_output_file() {
         ],
     );
     let pid = std::fs::read_to_string(&pid_file).unwrap();
-    assert_eq!(pid.trim(), px.child.id().to_string());
-    assert!(signal(px.child.id(), "TERM"));
-    let status = px.child.wait().unwrap();
+    assert_eq!(pid.trim(), px.pid().to_string());
+    assert!(signal(px.pid(), "TERM"));
+    let status = px.child().wait().unwrap();
     assert!(status.success(), "{status}");
     assert!(!pid_file.exists());
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("started on pid"), "{logged}");
-    let mut err = String::new();
-    px.child
-        .stderr
-        .as_mut()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = px.stderr_text();
     assert!(!err.contains("started on pid"), "{err}");
 }
 
@@ -427,7 +424,7 @@ fn daemonize_returns_once_the_proxy_listens() {
     let b = backend(0);
     let port = free_port();
     let stats = free_port().to_string();
-    let conf = small_conf(port, b.port);
+    let conf = small_conf(port, b.port());
     let pid_file = conf.with_extension("pid");
     let log = conf.with_extension("log");
     let (code, text) = run(&[
@@ -457,7 +454,7 @@ fn daemonize_returns_once_the_proxy_listens() {
     );
     let v: Value = serde_json::from_str(&stats_doc(stats.parse().unwrap())).unwrap();
     assert_eq!(
-        u(&v["a"]["127.0.0.1:".to_string() + &b.port.to_string()]["requests"]),
+        u(&v["a"]["127.0.0.1:".to_string() + &b.port().to_string()]["requests"]),
         2
     );
     assert!(signal(pid, "TERM"));
@@ -475,7 +472,7 @@ fn a_stats_reader_that_does_not_read_holds_nothing_up() {
     let mut y = format!(
         "small:\n  listen: 127.0.0.1:{small}\n  servers:\n   - 127.0.0.1:{}:1\n\
          big:\n  listen: 127.0.0.1:{big}\n  distribution: modula\n  servers:\n",
-        b.port
+        b.port()
     );
     for i in 0..5000 {
         y.push_str(&format!(
@@ -487,7 +484,7 @@ fn a_stats_reader_that_does_not_read_holds_nothing_up() {
     let px = proxy(&y, small);
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     sock.set_recv_buffer_size(4096).unwrap();
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", px.stats).parse().unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", px.stats_port()).parse().unwrap();
     sock.connect(&addr.into()).unwrap();
     let mut slow: std::net::TcpStream = sock.into();
     std::thread::sleep(Duration::from_millis(200));
@@ -502,9 +499,9 @@ fn a_stats_reader_that_does_not_read_holds_nothing_up() {
         assert!(t.elapsed() < Duration::from_secs(2));
     }
     // Others are answered while the slow one waits.
-    let v: Value = serde_json::from_str(&stats_doc(px.stats)).unwrap();
+    let v: Value = serde_json::from_str(&stats_doc(px.stats_port())).unwrap();
     assert_eq!(
-        u(&v["small"]["127.0.0.1:".to_string() + &b.port.to_string()]["requests"]),
+        u(&v["small"]["127.0.0.1:".to_string() + &b.port().to_string()]["requests"]),
         20
     );
     let mut doc = Vec::new();

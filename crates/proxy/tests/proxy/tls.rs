@@ -9,7 +9,7 @@
 //! `-Z` as a server; the proxy as a replication peer over TLS (the link
 //! handshake with the secret inside TLS, bound to the session), by
 //! `connect_peer_with` and by a reload that tells a `tls.servers` pool's
-//! servers their targets. Certificates are made by the `openssl` command.
+//! servers their targets. Certificates are made by `osmium_test_harness::Certs`.
 
 use crate::common;
 
@@ -23,110 +23,32 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use osmium_proxy::peer::{connect_peer_with, PeerTls, Secret};
+use osmium_test_harness::{memcached_bin, osmium_bin, KeyType, Role};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 /// Test certificates, made once per run: a CA, a server certificate for
 /// 127.0.0.1/localhost and a client certificate signed by it; an untrusted
-/// CA with a server and a client certificate of its own.
-struct Certs {
-    dir: PathBuf,
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the openssl command (apt-get install -y openssl)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+/// CA with a server and a client certificate of its own. Under Cargo's
+/// target tmp directory: a static is never dropped.
+struct Certs(osmium_test_harness::Certs);
 
 impl Certs {
     fn make() -> Certs {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("osmium-proxy-tls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        for ca in ["ca", "rogue-ca"] {
-            let subj = format!("/CN=osmium-proxy-test-{ca}");
-            openssl(
-                &dir,
-                &[
-                    "req",
-                    "-x509",
-                    "-newkey",
-                    "rsa:2048",
-                    "-nodes",
-                    "-keyout",
-                    &format!("{ca}.key"),
-                    "-out",
-                    &format!("{ca}.pem"),
-                    "-days",
-                    "30",
-                    "-subj",
-                    &subj,
-                ],
-            );
-        }
-        let san = "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth";
-        let client = "extendedKeyUsage=clientAuth";
-        for (name, ca, ext) in [
-            ("server", "ca", san),
-            ("client", "ca", client),
-            ("rogue-server", "rogue-ca", san),
-            ("rogue-client", "rogue-ca", client),
-        ] {
-            openssl(
-                &dir,
-                &[
-                    "req",
-                    "-newkey",
-                    "rsa:2048",
-                    "-nodes",
-                    "-keyout",
-                    &format!("{name}.key"),
-                    "-out",
-                    &format!("{name}.csr"),
-                    "-subj",
-                    &format!("/CN={name}"),
-                ],
-            );
-            std::fs::write(
-                dir.join(format!("{name}.ext")),
-                format!("basicConstraints=CA:FALSE\n{ext}\n"),
-            )
-            .unwrap();
-            openssl(
-                &dir,
-                &[
-                    "x509",
-                    "-req",
-                    "-in",
-                    &format!("{name}.csr"),
-                    "-CA",
-                    &format!("{ca}.pem"),
-                    "-CAkey",
-                    &format!("{ca}.key"),
-                    "-CAcreateserial",
-                    "-out",
-                    &format!("{name}.pem"),
-                    "-days",
-                    "30",
-                    "-extfile",
-                    &format!("{name}.ext"),
-                ],
-            );
-        }
-        Certs { dir }
+        let under = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let mut c = osmium_test_harness::Certs::empty_under(&under, KeyType::EcdsaP256);
+        c.ca("ca")
+            .issue("ca", "server", Role::Server)
+            .issue("ca", "client", Role::Client)
+            .ca("rogue-ca")
+            .issue("rogue-ca", "rogue-server", Role::Server)
+            .issue("rogue-ca", "rogue-client", Role::Client);
+        Certs(c)
     }
 
     fn path(&self, name: &str) -> String {
-        self.dir.join(name).to_str().unwrap().to_string()
+        self.0.path(name)
     }
 
     /// A server's `-Z` arguments with certificate `name` (`ca`: client
@@ -183,68 +105,20 @@ fn certs() -> &'static Certs {
     CERTS.get_or_init(Certs::make)
 }
 
-/// The osmium server binary: `OSMIUM_BIN`, else beside osmium-proxy's, else
-/// target/release/osmium.
-fn osmium_bin() -> PathBuf {
-    if let Some(b) = std::env::var_os("OSMIUM_BIN").filter(|b| !b.is_empty()) {
-        return PathBuf::from(b);
-    }
-    let proxy = PathBuf::from(env!("CARGO_BIN_EXE_osmium-proxy"));
-    let beside = proxy.with_file_name("osmium");
-    if beside.is_file() {
-        return beside;
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let release = root.join("target/release/osmium");
-    assert!(
-        release.is_file(),
-        "no osmium binary: cargo build -p osmium-server (or --release), or set OSMIUM_BIN"
-    );
-    release
-}
-
-/// memcached 1.6.45 built with TLS (the repository's oracle, or
-/// `MEMCACHED_BIN`); `None` after a SKIP line when it is not built.
-fn memcached_bin() -> Option<PathBuf> {
-    if let Some(b) = std::env::var_os("MEMCACHED_BIN").filter(|b| !b.is_empty()) {
-        return Some(PathBuf::from(b));
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let oracle = root.join(".oracle/memcached-1.6.45/memcached");
-    if oracle.is_file() {
-        return Some(oracle);
-    }
-    let why = "memcached 1.6.45 (the oracle) is not built: run `bash scripts/build-memcached.sh` \
-               or set MEMCACHED_BIN";
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{why} (CI=true: a missing oracle is a failure)"
-    );
-    eprintln!("SKIP memcached: {why}");
-    None
-}
-
 /// A cache server `bin` listening on `listen` (memcached's `-l` list),
 /// waited for until it listens on `port` (tried again on the same ports
 /// if one was taken: `osmium_test_harness::Start::only_port`).
 fn server(bin: &Path, listen: &str, port: u16, extra: &[String]) -> Proc {
-    let server = osmium_test_harness::Start::new("server")
+    let server = osmium_test_harness::Osmium::new()
+        .bin(bin)
+        .listen(listen)
+        .memory(64)
+        .args(extra)
         .only_port(port)
-        .command(|_| {
-            let mut cmd = Command::new(bin);
-            cmd.args(["-l", listen, "-U", "0", "-m", "64"]).args(extra);
-            if unsafe_is_root() {
-                cmd.args(["-u", "root"]);
-            }
-            cmd
-        });
+        .start();
     // The connection the start check always made (connection counts).
     drop(std::net::TcpStream::connect(("127.0.0.1", port)));
-    Proc {
-        child: server.into_child(),
-        port,
-        stats: 0,
-    }
+    server
 }
 
 /// A plain osmium server.
@@ -419,11 +293,7 @@ fn plain_served(port: u16, tag: &str) {
 /// Stops `p` and returns what it wrote to stderr.
 fn stderr_of(p: &mut Proc) -> String {
     p.stop();
-    let mut err = String::new();
-    if let Some(e) = p.child.stderr.as_mut() {
-        let _ = e.read_to_string(&mut err);
-    }
-    err
+    p.stderr_text()
 }
 
 #[test]
@@ -433,7 +303,7 @@ fn tls_clients_in_front_of_plain_osmium() {
     let y = pool(
         "alpha",
         port,
-        &[b[0].port, b[1].port],
+        &[b[0].port(), b[1].port()],
         "",
         &tls_listen(None),
     );
@@ -456,10 +326,10 @@ fn tls_clients_in_front_of_plain_osmium() {
         "VALUE front:4 4 5\r\nv0004\r\nEND\r\n"
     );
     // The values reached the plain servers.
-    let held: usize = b.iter().map(|b| keys_of(b.port).len()).sum();
+    let held: usize = b.iter().map(|b| keys_of(b.port()).len()).sum();
     assert_eq!(held, 51);
     assert!(
-        px.child.try_wait().unwrap().is_none(),
+        px.child().try_wait().unwrap().is_none(),
         "the proxy is running"
     );
     let _ = stderr_of(&mut px);
@@ -483,7 +353,7 @@ fn tls_to_osmium_servers_with_and_without_client_certificates() {
         ));
         mtls.push(m);
     }
-    let ports: Vec<u16> = servers.iter().map(|s| s.port).collect();
+    let ports: Vec<u16> = servers.iter().map(|s| s.port()).collect();
     let (a, b, n) = (free_port(), free_port(), free_port());
     let y = pool("btls", a, &ports, "", &tls_servers(false))
         + &pool("mtls", b, &mtls, "", &tls_servers(true))
@@ -511,7 +381,7 @@ fn tls_to_osmium_servers_with_and_without_client_certificates() {
     let r = ask(&mut connect(w), b"get btls:11\r\n", b"\r\n");
     assert!(r.starts_with("SERVER_ERROR "), "{r}");
     assert!(
-        px.child.try_wait().unwrap().is_none(),
+        px.child().try_wait().unwrap().is_none(),
         "the proxy is running"
     );
     let log = stderr_of(&mut px);
@@ -569,7 +439,7 @@ fn tls_on_both_sides_with_client_certificates_required() {
     );
     assert_eq!(r, "VALUE both:6 6 5\r\nv0006\r\nEND\r\n");
     assert!(
-        px.child.try_wait().unwrap().is_none(),
+        px.child().try_wait().unwrap().is_none(),
         "the proxy is running"
     );
     let _ = stderr_of(&mut px);
@@ -637,11 +507,11 @@ fn a_server_whose_certificate_does_not_verify_is_never_sent_a_request() {
     assert_eq!(stat(&st, "cmd_set"), 0, "{st:?}");
     assert_eq!(stat(&st, "curr_items"), 0, "{st:?}");
     assert!(stat(&st, "ssl_handshake_errors") >= 2, "{st:?}");
-    let doc = stats_doc(px.stats);
+    let doc = stats_doc(px.stats_port());
     let v: serde_json::Value = serde_json::from_str(&doc).unwrap();
     assert!(v["alpha"]["server_ejects"].as_u64().unwrap() >= 1, "{doc}");
     assert!(
-        px.child.try_wait().unwrap().is_none(),
+        px.child().try_wait().unwrap().is_none(),
         "the proxy is running"
     );
     let log = stderr_of(&mut px);
@@ -705,7 +575,8 @@ fn tls_settings_and_files_are_checked_by_t_and_at_start() {
         (
             good.replace(
                 &format!("ca: {}", c.path("ca.pem")),
-                &format!("ca: {}", c.path("ca.srl")),
+                // A PEM file holding no certificate (a key).
+                &format!("ca: {}", c.path("ca.key")),
             ),
             "no certificate found",
         ),
@@ -761,7 +632,7 @@ fn memcached_with_tls_as_a_server() {
     let r = ask(&mut connect(b), b"get mc-btls:8\r\n", b"END\r\n");
     assert_eq!(r, "VALUE mc-btls:8 8 5\r\nv0008\r\nEND\r\n");
     assert!(
-        px.child.try_wait().unwrap().is_none(),
+        px.child().try_wait().unwrap().is_none(),
         "the proxy is running"
     );
     let _ = stderr_of(&mut px);
@@ -808,7 +679,7 @@ fn the_proxy_is_a_replication_peer_over_tls() {
     // (bound to the session) is the proof: without replication_peers the
     // certificate names nothing more.
     let mut peer = connect_peer_with(
-        &format!("127.0.0.1:{}", servers[0].port),
+        &format!("127.0.0.1:{}", servers[0].port()),
         &key,
         t,
         Some(&tls),
@@ -838,7 +709,7 @@ fn the_proxy_is_a_replication_peer_over_tls() {
     );
     rewrite_conf(
         &px,
-        &pool("ring", px.port, &mtls, &more, &tls_servers(true)),
+        &pool("ring", px.port(), &mtls, &more, &tls_servers(true)),
     );
     reload(&px);
     let refused = |from: u16, to: u16| {
@@ -875,7 +746,7 @@ fn warm_move_over_tls(bin: &Path, tag: &str) {
     }
     let a = free_port();
     let mut px = proxy(&pool("moving", a, &mtls[..2], "", &tls_servers(true)), a);
-    let a = px.port;
+    let a = px.port();
     let keys: Vec<String> = (0..600).map(|i| format!("{tag}:{i}")).collect();
     let mut s = connect(a);
     let mut sets = Vec::new();
@@ -891,7 +762,7 @@ fn warm_move_over_tls(bin: &Path, tag: &str) {
     let moved = |px: &Proc| {
         let start = Instant::now();
         loop {
-            let doc = stats_doc(px.stats);
+            let doc = stats_doc(px.stats_port());
             if pool_stat(&doc, "migrating") == 0 {
                 return pool_stat(&doc, "moved_keys");
             }

@@ -28,7 +28,7 @@ fn yaml(port: u16, backends: &[Proc], servers: &[usize], warm: bool) -> String {
          timeout: 5000\n  server_connections: 2\n  warm_moves: {warm}\n  servers:\n"
     );
     for &i in servers {
-        y.push_str(&format!("   - 127.0.0.1:{}:1 s{i}\n", backends[i].port));
+        y.push_str(&format!("   - 127.0.0.1:{}:1 s{i}\n", backends[i].port()));
     }
     y
 }
@@ -200,7 +200,7 @@ impl Load {
 }
 
 fn stat(px: &Proc, name: &str) -> u64 {
-    pool_stat(&stats_doc(px.stats), name)
+    pool_stat(&stats_doc(px.stats_port()), name)
 }
 
 /// Waits for the move a reload started to end; `moved_keys` (over the
@@ -208,7 +208,7 @@ fn stat(px: &Proc, name: &str) -> u64 {
 fn move_done(px: &Proc) -> u64 {
     let start = Instant::now();
     loop {
-        let doc = stats_doc(px.stats);
+        let doc = stats_doc(px.stats_port());
         if pool_stat(&doc, "migrating") == 0 {
             return pool_stat(&doc, "moved_keys");
         }
@@ -223,7 +223,7 @@ fn move_done(px: &Proc) -> u64 {
 /// Every key on its owner under `now` with its latest value, and on no
 /// other server of `all`.
 fn placed(backends: &[Proc], all: &[usize], now: &[usize], latest: &Latest) {
-    let mut cx: Vec<Option<Cx>> = backends.iter().map(|b| Some(Cx::new(b.port))).collect();
+    let mut cx: Vec<Option<Cx>> = backends.iter().map(|b| Some(Cx::new(b.port()))).collect();
     let mut wrong = Vec::new();
     for i in 0..KEYS {
         let k = key(i);
@@ -252,7 +252,7 @@ fn a_server_added_then_one_removed_under_load_moves_warm() {
     let port = free_port();
     let four = [0, 1, 2, 3];
     let px = proxy(&yaml(port, &backends, &four, true), port);
-    let port = px.port;
+    let port = px.port();
     let latest = fill(port);
     let before = owners(&yaml(port, &backends, &four, true), &four);
 
@@ -306,7 +306,7 @@ fn without_warm_moves_moved_keys_miss() {
     let port = free_port();
     let four = [0, 1, 2, 3];
     let px = proxy(&yaml(port, &backends, &four, false), port);
-    let port = px.port;
+    let port = px.port();
     fill(port);
     let before = owners(&yaml(port, &backends, &four, false), &four);
     let five = [0, 1, 2, 3, 4];
@@ -322,7 +322,7 @@ fn without_warm_moves_moved_keys_miss() {
         missed += (!hit) as u64;
     }
     assert!(missed > 0);
-    let doc = stats_doc(px.stats);
+    let doc = stats_doc(px.stats_port());
     assert_eq!(pool_stat(&doc, "moved_keys"), 0);
     assert_eq!(pool_stat(&doc, "migrating"), 0);
 }
@@ -334,7 +334,7 @@ fn a_request_that_needs_the_value_waits_for_its_copy() {
     let two = [0, 1];
     let y2 = yaml(port, &backends, &two, true);
     let px = proxy(&y2, port);
-    let port = px.port;
+    let port = px.port();
     let y2 = yaml(port, &backends, &two, true);
     let three = [0, 1, 2];
     let y3 = yaml(port, &backends, &three, true);
@@ -353,7 +353,7 @@ fn a_request_that_needs_the_value_waits_for_its_copy() {
     }
     // s0 stopped: the migration waits on its listing, so nothing is
     // copied until it runs again.
-    let s0 = backends[0].child.id();
+    let s0 = backends[0].pid();
     assert!(osmium_test_harness::signal(s0, libc::SIGSTOP));
     rewrite_conf(&px, &y3);
     reload(&px);
@@ -376,10 +376,10 @@ fn a_request_that_needs_the_value_waits_for_its_copy() {
     let got = read_until(&mut s, b"\r\n");
     assert_eq!(got, b"101\r\n");
     move_done(&px);
-    let mut on2 = Cx::new(backends[2].port);
+    let mut on2 = Cx::new(backends[2].port());
     assert_eq!(on2.get(&key(moving[0])).as_deref(), Some("101"));
     assert_eq!(on2.get(&key(moving[1])).as_deref(), Some("100"));
-    let mut on1 = Cx::new(backends[1].port);
+    let mut on1 = Cx::new(backends[1].port());
     assert_eq!(on1.get(&key(moving[0])), None, "old copy dropped");
 }
 
@@ -411,7 +411,7 @@ fn add_then_remove(backends: Vec<Proc>) {
     let port = free_port();
     let two = [0, 1];
     let px = proxy(&yaml(port, &backends, &two, true), port);
-    let port = px.port;
+    let port = px.port();
     let keys = set_keys(port, "atr", 1000);
     let y3 = yaml(port, &backends, &[0, 1, 2], true);
     let to_s2 = owners_of(&y3, &[0, 1, 2], &keys)
@@ -429,7 +429,7 @@ fn add_then_remove(backends: Vec<Proc>) {
     eprintln!("add then remove: {added} keys copied out, {back} back; {n}/1000 readable");
     assert_eq!(back, added, "every key copied to s2 comes back");
     assert_eq!(n, 1000);
-    assert!(keys_of(backends[2].port).is_empty(), "s2 drained");
+    assert!(keys_of(backends[2].port()).is_empty(), "s2 drained");
 }
 
 #[test]
@@ -448,11 +448,11 @@ fn a_reload_while_a_move_copies_loses_no_key() {
     let port = free_port();
     let two = [0, 1];
     let px = proxy(&yaml(port, &backends, &two, true), port);
-    let port = px.port;
+    let port = px.port();
     let keys = set_keys(port, "rwm", 2000);
     let y3 = yaml(port, &backends, &[0, 1, 2], true);
     let three = owners_of(&y3, &[0, 1, 2], &keys);
-    let s0 = backends[0].child.id();
+    let s0 = backends[0].pid();
     assert!(osmium_test_harness::signal(s0, libc::SIGSTOP));
     rewrite_conf(&px, &y3);
     reload(&px);
@@ -495,7 +495,7 @@ fn a_reload_while_a_move_copies_loses_no_key() {
     move_done(&px);
     let n = readable(port, &keys, &latest);
     assert_eq!(n, keys.len(), "every key at its latest value");
-    assert!(keys_of(backends[2].port).is_empty(), "s2 drained");
+    assert!(keys_of(backends[2].port()).is_empty(), "s2 drained");
 }
 
 /// A server that dies during a move loses its own keys, as any dead cache
@@ -508,18 +508,18 @@ fn a_server_dying_or_restarting_during_a_move_loses_only_its_keys() {
         let three = [0, 1, 2];
         let y3 = yaml(port, &backends, &three, true);
         let px = proxy(&y3, port);
-        let port = px.port;
+        let port = px.port();
         let y3 = yaml(port, &backends, &three, true);
         let keys = set_keys(port, "die", 3000);
         let before = owners_of(&y3, &three, &keys);
         let y4 = yaml(port, &backends, &[0, 1, 2, 3], true);
         let after = owners_of(&y4, &[0, 1, 2, 3], &keys);
         // s0 held stopped so that the move is running when s1 goes.
-        let s0 = backends[0].child.id();
+        let s0 = backends[0].pid();
         assert!(osmium_test_harness::signal(s0, libc::SIGSTOP));
         rewrite_conf(&px, &y4);
         reload(&px);
-        let s1_port = backends[1].port;
+        let s1_port = backends[1].port();
         backends[1].stop();
         if restart {
             backends[1] = osmium_backend_on(s1_port);

@@ -13,17 +13,13 @@ use osmium_placement::filter::{filter_commands, DumpFilter, MAX_SELECTORS};
 use osmium_placement::hash::{tagged, HashKind};
 
 use crate::common;
-use common::tcp::{LineClient as Client, TcpServer as Server};
+use common::tcp::LineClient as Client;
+use osmium_test_harness::Running;
 
 const OSMIUM: &str = env!("CARGO_BIN_EXE_osmium");
 
-fn start(bin: &Path, extra: &[&str]) -> Server {
-    Server::start(|port| {
-        let mut cmd = common::server_command(bin);
-        cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-            .args(extra);
-        cmd
-    })
+fn start(bin: &Path, extra: &[&str]) -> Running {
+    common::osmium().bin(bin).args(extra).start()
 }
 
 impl Client {
@@ -189,7 +185,7 @@ fn check_spans(
 #[test]
 fn a_filtered_mgdump_lists_exactly_the_keys_in_its_ranges() {
     let srv = start(Path::new(OSMIUM), &[]);
-    let mut c = srv.client();
+    let mut c = Client::to(&srv);
     let keys = keys(3000);
     fill(&mut c, &keys, 10);
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
@@ -269,7 +265,7 @@ fn a_filtered_mgdump_lists_exactly_the_keys_in_its_ranges() {
 #[test]
 fn bad_filters_are_client_errors_and_the_connection_goes_on() {
     let srv = start(Path::new(OSMIUM), &[]);
-    let mut c = srv.client();
+    let mut c = Client::to(&srv);
     fill(&mut c, &keys(10), 3);
     let many: Vec<String> = (0..=MAX_SELECTORS).map(|i| format!("{i}-{i}")).collect();
     let too_many = format!(
@@ -313,7 +309,7 @@ fn memcached_answers_a_filtered_mgdump_with_error() {
         return;
     };
     let srv = start(&bin, &[]);
-    let mut c = srv.client();
+    let mut c = Client::to(&srv);
     fill(&mut c, &keys(10), 3);
     for line in filter_commands([(0, 1000), (5000, 6000)], HashKind::Fnv1a64, Some(*b"{}")) {
         c.send(line.as_bytes());
@@ -342,7 +338,7 @@ fn a_filtered_dump_includes_the_items_on_flash() {
         dir.0.join("flash").display()
     );
     let srv = start(Path::new(OSMIUM), &["-m", "4", "-t", "2", "-o", &ext]);
-    let mut c = srv.client();
+    let mut c = Client::to(&srv);
     let keys = keys(5000);
     fill(&mut c, &keys, 1500);
     c.send(b"stats\r\n");

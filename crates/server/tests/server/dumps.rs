@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::common;
-use common::tcp::TcpServer as Server;
+use osmium_test_harness::Running;
 
 fn servers() -> Vec<(&'static str, PathBuf)> {
     let mut out = vec![("osmium", PathBuf::from(env!("CARGO_BIN_EXE_osmium")))];
@@ -20,12 +20,8 @@ fn servers() -> Vec<(&'static str, PathBuf)> {
     out
 }
 
-fn start(bin: &Path) -> Server {
-    Server::start(|port| {
-        let mut cmd = common::server_command(bin);
-        cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"]);
-        cmd
-    })
+fn start(bin: &Path) -> Running {
+    common::osmium().bin(bin).start()
 }
 
 fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
@@ -59,7 +55,7 @@ fn fill(c: &mut TcpStream, n: usize) {
 fn metadump_and_mgdump_list_every_live_item() {
     for (kind, bin) in servers() {
         let srv = start(&bin);
-        let mut c = srv.stream();
+        let mut c = srv.connect();
         fill(&mut c, 300);
         c.write_all(b"lru_crawler metadump all\r\n").unwrap();
         let dump = String::from_utf8(read_until(&mut c, b"END\r\n")).unwrap();
@@ -128,7 +124,7 @@ fn metadump_and_mgdump_list_every_live_item() {
 fn cachedump_lists_items_with_text_keys() {
     for (kind, bin) in servers() {
         let srv = start(&bin);
-        let mut c = srv.stream();
+        let mut c = srv.connect();
         fill(&mut c, 50);
         c.write_all(b"stats cachedump 1 0\r\n").unwrap();
         let dump = String::from_utf8(read_until(&mut c, b"END\r\n")).unwrap();
@@ -177,10 +173,10 @@ fn memcdump_lists_the_keys() {
     }
     for (kind, bin) in servers() {
         let srv = start(&bin);
-        let mut c = srv.stream();
+        let mut c = srv.connect();
         fill(&mut c, 200);
         let out = Command::new("memcdump")
-            .arg(format!("--servers=127.0.0.1:{}", srv.port))
+            .arg(format!("--servers=127.0.0.1:{}", srv.port()))
             .output()
             .unwrap();
         let listed: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)

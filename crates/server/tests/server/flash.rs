@@ -12,8 +12,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::common;
-use common::tcp::{LineClient as Client, TcpServer as Server};
+use common::tcp::LineClient as Client;
 use common::wait_exit;
+use osmium_test_harness::Running;
 
 const OSMIUM: &str = env!("CARGO_BIN_EXE_osmium");
 
@@ -34,29 +35,15 @@ impl Drop for Dir {
     }
 }
 
-fn start_osmium(dir: &Dir, extra: &[&str]) -> Server {
-    let ext = format!(
-        "ext_path={}:64m,ext_page_size=4,ext_wbuf_size=1",
-        dir.0.join("flash").display()
-    );
-    Server::start(|port| {
-        let mut cmd = common::osmium_command(OSMIUM);
-        cmd.args([
-            "-p",
-            &port.to_string(),
-            "-U",
-            "0",
-            "-l",
-            "127.0.0.1",
-            "-m",
-            "4",
-            "-t",
-            "2",
-        ])
-        .args(["-o", &ext])
-        .args(extra);
-        cmd
-    })
+fn start_osmium(dir: &Dir, extra: &[&str]) -> Running {
+    common::osmium()
+        .memory(4)
+        .threads(2)
+        .flash(dir.0.join("flash"), "64m")
+        .opt("ext_page_size=4")
+        .opt("ext_wbuf_size=1")
+        .args(extra)
+        .start()
 }
 
 impl Client {
@@ -112,7 +99,7 @@ fn value(i: usize) -> Vec<u8> {
 fn items_far_beyond_ram_come_back_from_flash_in_every_protocol() {
     let dir = Dir::new("protocols");
     let srv = start_osmium(&dir, &[]);
-    let mut c = srv.client();
+    let mut c = Client::to(&srv);
     let n = 8_000; // about 13 MB of values into 4 MB of RAM
     for i in 0..n {
         c.set(&format!("key{i}"), i as u32, &value(i));
@@ -130,7 +117,7 @@ fn items_far_beyond_ram_come_back_from_flash_in_every_protocol() {
     }
     assert!(c.stat("get_extstore") > 0);
     // Meta get and binary GET of keys on flash.
-    let mut m = srv.client();
+    let mut m = Client::to(&srv);
     m.send(b"mg key1 v f\r\n");
     assert_eq!(m.line(), format!("VA {} f1\r\n", value(1).len()));
     let mut v = vec![0; value(1).len() + 2];
@@ -141,7 +128,7 @@ fn items_far_beyond_ram_come_back_from_flash_in_every_protocol() {
     p.extend_from_slice(&(key.len() as u32).to_be_bytes());
     p.extend_from_slice(&[0; 12]);
     p.extend_from_slice(key);
-    let mut b = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+    let mut b = TcpStream::connect(("127.0.0.1", srv.port())).unwrap();
     b.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     b.write_all(&p).unwrap();
     let mut h = [0u8; 24];
@@ -158,7 +145,7 @@ fn items_far_beyond_ram_come_back_from_flash_in_every_protocol() {
 fn other_commands_and_flush_all_see_keys_on_flash() {
     let dir = Dir::new("commands");
     let srv = start_osmium(&dir, &[]);
-    let mut c = srv.client();
+    let mut c = Client::to(&srv);
     c.set("early", 0, b"abc");
     c.set("count", 0, b"10");
     c.set("gone", 0, b"x");
@@ -227,7 +214,7 @@ fn metadump_keys(lines: &[String]) -> std::collections::BTreeSet<String> {
 fn counts_and_dumps_include_the_items_on_flash() {
     let dir = Dir::new("dumps");
     let srv = start_osmium(&dir, &[]);
-    let mut c = srv.client();
+    let mut c = Client::to(&srv);
     let n = 6_000;
     for i in 0..n {
         c.set(&format!("key{i}"), i as u32, &value(i));
@@ -372,14 +359,12 @@ fn a_64m_flash_file_is_taken_as_memcached_takes_it() {
     servers.extend(common::memcached_bin().map(|b| ("memcached", b)));
     for (kind, bin) in servers {
         let dir = Dir::new(&format!("64m-{kind}"));
-        let ext = format!("ext_path={}:64m", dir.0.join("flash").display());
-        let server = Server::start(|port| {
-            let mut cmd = common::server_command(&bin);
-            cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-                .args(["-m", "8", "-o", &ext]);
-            cmd
-        });
-        let mut c = server.client();
+        let server = common::osmium()
+            .bin(&bin)
+            .memory(8)
+            .flash(dir.0.join("flash"), "64m")
+            .start();
+        let mut c = Client::to(&server);
         assert_eq!(c.stat("extstore_limit_maxbytes"), 64 << 20, "{kind}");
         if kind == "osmium" {
             let n = 8_000; // about 13 MB of values into 8 MB of RAM
@@ -467,7 +452,7 @@ fn hits_never_wrong(c: &mut Client, n: usize) -> usize {
 fn a_damaged_then_truncated_flash_file_gives_misses_never_wrong_values() {
     let dir = Dir::new("faults");
     let srv = start_osmium(&dir, &[]);
-    let mut c = srv.client();
+    let mut c = Client::to(&srv);
     let n = 6_000;
     for i in 0..n {
         c.set(&format!("key{i}"), i as u32, &value(i));
@@ -507,7 +492,7 @@ fn a_damaged_then_truncated_flash_file_gives_misses_never_wrong_values() {
     let keys: Vec<String> = (0..200).map(|i| format!("new{i}")).collect();
     assert_eq!(c.get(&keys).len(), 200);
     drop(c);
-    let mut again = srv.client();
+    let mut again = Client::to(&srv);
     again.send(b"version\r\n");
     assert!(again.line().starts_with("VERSION "));
 }
@@ -520,7 +505,7 @@ fn with_a_memory_file_items_on_flash_survive_kill_9_and_a_graceful_stop() {
     let n = 6_000;
     let mut srv = start_osmium(&dir, &["-e", &mem_arg]);
     {
-        let mut c = srv.client();
+        let mut c = Client::to(&srv);
         for i in 0..n {
             c.set(&format!("key{i}"), i as u32, &value(i));
         }
@@ -530,16 +515,15 @@ fn with_a_memory_file_items_on_flash_survive_kill_9_and_a_graceful_stop() {
     }
     for stop in ["kill -9", "SIGUSR1"] {
         if stop == "kill -9" {
-            let _ = srv.child.kill();
-            let _ = srv.child.wait();
+            srv.kill();
         } else {
             // SAFETY: kill on our own child's pid.
-            unsafe { libc::kill(srv.child.id() as i32, libc::SIGUSR1) };
-            assert!(wait_exit(&mut srv.child).success());
+            unsafe { libc::kill(srv.pid() as i32, libc::SIGUSR1) };
+            assert!(wait_exit(srv.child()).success());
         }
         drop(srv);
         srv = start_osmium(&dir, &["-e", &mem_arg]);
-        let mut c = srv.client();
+        let mut c = Client::to(&srv);
         let keys: Vec<String> = (0..n).map(|i| format!("key{i}")).collect();
         let mut got = Vec::new();
         for batch in keys.chunks(50) {

@@ -11,11 +11,12 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use crate::common;
-use common::{start_on_free_port, wait_exit, wait_until};
+use common::{wait_exit, wait_until};
+use osmium_test_harness::Running;
 
 /// The servers to test: osmium, and memcached 1.6.45 when there is one.
 fn servers() -> Vec<(&'static str, PathBuf)> {
@@ -26,43 +27,9 @@ fn servers() -> Vec<(&'static str, PathBuf)> {
     out
 }
 
-struct Server {
-    child: Child,
-    port: u16,
-    kind: &'static str,
-}
-
-impl Server {
-    fn start(kind: &'static str, bin: &PathBuf, args: &[&str]) -> Server {
-        let (child, port) = start_on_free_port(|port| {
-            common::server_command(bin)
-                .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-                .args(args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("start server")
-        });
-        Server { child, port, kind }
-    }
-
-    fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        s
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `bin` (osmium or memcached) on a free port with `args`.
+fn start(bin: &PathBuf, args: &[&str]) -> Running {
+    common::osmium().bin(bin).args(args).start()
 }
 
 /// Reads until the reply ends with `end` (or the peer closes).
@@ -121,7 +88,7 @@ fn a_refused_storage_commands_data_block_is_never_run() {
     // block as commands; osmium swallows it: a deliberate difference.
     let osmium_only: Vec<String> = vec!["ms k 9 !x\r\nflush_all\r\n".into()];
     for (kind, bin) in servers() {
-        let srv = Server::start(kind, &bin, &[]);
+        let srv = start(&bin, &[]);
         let mut c = srv.connect();
         assert_eq!(
             roundtrip(&mut c, b"set keep 0 0 4\r\ndata\r\n", b"\r\n"),
@@ -155,7 +122,7 @@ fn a_refused_storage_commands_data_block_is_never_run() {
 #[test]
 fn keys_are_bytes_up_to_a_space_nul_included() {
     for (kind, bin) in servers() {
-        let srv = Server::start(kind, &bin, &[]);
+        let srv = start(&bin, &[]);
         let mut c = srv.connect();
         assert_eq!(
             roundtrip(&mut c, b"set a 0 0 1\r\nA\r\n", b"\r\n"),
@@ -189,20 +156,20 @@ fn keys_are_bytes_up_to_a_space_nul_included() {
     }
 }
 
-fn signal(srv: &Server, sig: i32) {
+fn signal(srv: &Running, sig: i32) {
     // SAFETY: kill sends a signal to the server process this test started.
-    assert_eq!(unsafe { libc::kill(srv.pid(), sig) }, 0);
+    assert_eq!(unsafe { libc::kill(srv.pid() as i32, sig) }, 0);
 }
 
 #[test]
 fn signals_stop_the_server_as_memcached_does() {
     for (kind, bin) in servers() {
         // SIGHUP does not kill.
-        let mut srv = Server::start(kind, &bin, &[]);
+        let mut srv = start(&bin, &[]);
         signal(&srv, libc::SIGHUP);
         std::thread::sleep(Duration::from_millis(300));
         assert!(
-            srv.child.try_wait().unwrap().is_none(),
+            srv.child().try_wait().unwrap().is_none(),
             "{kind}: SIGHUP killed it"
         );
         let mut c = srv.connect();
@@ -212,28 +179,22 @@ fn signals_stop_the_server_as_memcached_does() {
         );
         // SIGUSR1, SIGTERM and SIGINT stop it with exit status 0.
         for sig in [libc::SIGUSR1, libc::SIGTERM, libc::SIGINT] {
-            let mut srv = Server::start(kind, &bin, &[]);
+            let mut srv = start(&bin, &[]);
             let mut c = srv.connect();
             assert_eq!(
                 roundtrip(&mut c, b"set k 0 0 1\r\nv\r\n", b"\r\n"),
                 b"STORED\r\n"
             );
             signal(&srv, sig);
-            let status = wait_exit(&mut srv.child);
+            let status = wait_exit(srv.child());
             assert_eq!(status.code(), Some(0), "{kind}: signal {sig}: {status:?}");
             if sig == libc::SIGUSR1 {
-                let mut err = String::new();
-                srv.child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut err)
-                    .unwrap();
+                let err = srv.stderr_text();
                 assert!(err.contains("Gracefully stopping"), "{kind}: {err:?}");
             }
         }
         signal(&srv, libc::SIGTERM);
-        assert_eq!(wait_exit(&mut srv.child).code(), Some(0));
+        assert_eq!(wait_exit(srv.child()).code(), Some(0));
     }
 }
 
@@ -306,17 +267,8 @@ fn root_without_a_user_is_refused_before_any_socket_opens() {
             drop(taken);
         }
         // `-u root` keeps root (and is ignored by anyone else): it serves.
-        let (child, port) = start_on_free_port(|port| {
-            std::process::Command::new(&bin)
-                .args(["-u", "root", "-p", &port.to_string(), "-U", "0"])
-                .args(["-l", "127.0.0.1"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("start server")
-        });
-        let srv = Server { child, port, kind };
+        // (The builder gives `-u root` when the tests run as root.)
+        let srv = start(&bin, &[]);
         let mut c = srv.connect();
         assert_eq!(
             roundtrip(&mut c, b"version\r\n", b"\r\n")[..8],
@@ -329,7 +281,7 @@ fn root_without_a_user_is_refused_before_any_socket_opens() {
 #[test]
 fn idle_timeout_closes_connections_that_sent_nothing() {
     for (kind, bin) in servers() {
-        let srv = Server::start(kind, &bin, &["-o", "idle_timeout=1"]);
+        let srv = start(&bin, &["-o", "idle_timeout=1"]);
         let mut idle = srv.connect();
         let mut busy = srv.connect();
         idle.set_read_timeout(Some(Duration::from_secs(10)))
@@ -360,7 +312,7 @@ fn idle_timeout_closes_connections_that_sent_nothing() {
     }
     // Without the timeout there is no such row.
     for (kind, bin) in servers() {
-        let srv = Server::start(kind, &bin, &[]);
+        let srv = start(&bin, &[]);
         let stats = roundtrip(&mut srv.connect(), b"stats\r\n", b"END\r\n");
         assert!(
             !String::from_utf8_lossy(&stats).contains("idle_kicks"),
@@ -372,10 +324,10 @@ fn idle_timeout_closes_connections_that_sent_nothing() {
 #[test]
 fn stats_settings_inter_is_the_dash_l_values_as_given() {
     for (kind, bin) in servers() {
-        // (Server::start gives `-l 127.0.0.1` first.)
+        // (`start` gives `-l 127.0.0.1` first.)
         let other = common::free_port();
         let second = format!("127.0.0.1:{other}");
-        let srv = Server::start(kind, &bin, &["-l", &second]);
+        let srv = start(&bin, &["-l", &second]);
         let out = roundtrip(&mut srv.connect(), b"stats settings\r\n", b"END\r\n");
         let out = String::from_utf8_lossy(&out);
         assert!(
@@ -396,7 +348,7 @@ fn stats_settings_inter_is_the_dash_l_values_as_given() {
 fn read_buffer_limit_closes_connections_beyond_it() {
     for (kind, bin) in servers() {
         // One worker, 1 MiB of read buffers: 64 buffers of 16 KiB.
-        let srv = Server::start(kind, &bin, &["-t", "1", "-o", "read_buf_mem_limit=1"]);
+        let srv = start(&bin, &["-t", "1", "-o", "read_buf_mem_limit=1"]);
         // Each connection holds a buffer: its request line is incomplete.
         let conns: Vec<TcpStream> = (0..100)
             .map(|_| {
@@ -432,7 +384,7 @@ fn read_buffer_limit_closes_connections_beyond_it() {
 #[test]
 fn stats_conns_lists_every_connection() {
     for (kind, bin) in servers() {
-        let srv = Server::start(kind, &bin, &[]);
+        let srv = start(&bin, &[]);
         let others: Vec<TcpStream> = (0..3).map(|_| srv.connect()).collect();
         let mut me = srv.connect();
         std::thread::sleep(Duration::from_millis(100));
@@ -449,14 +401,13 @@ fn stats_conns_lists_every_connection() {
         }
         assert!(stats.contains("state conn_listening"), "{kind}: {stats}");
         assert!(stats.contains("state conn_parse_cmd"), "{kind}: {stats}");
-        let _ = srv.kind;
     }
 }
 
 #[test]
 fn the_listener_survives_a_burst_of_clients() {
-    for (kind, bin) in servers() {
-        let srv = Server::start(kind, &bin, &["-c", "2000"]);
+    for (_, bin) in servers() {
+        let srv = start(&bin, &["-c", "2000"]);
         let conns: Vec<TcpStream> = (0..500).map(|_| srv.connect()).collect();
         wait_until("connections counted", || {
             let mut c = srv.connect();

@@ -13,30 +13,11 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::common;
-use common::osmium_command;
+use osmium_test_harness::Running;
 
-/// osmium on a free loopback port (the harness proves it listens there,
-/// and kills it by PID when dropped).
-struct Server {
-    process: osmium_test_harness::ServerProcess,
-}
-
-impl Server {
-    fn start(args: &[&str]) -> Server {
-        let process = osmium_test_harness::Start::new("osmium").command(|port| {
-            let mut cmd = osmium_command(env!("CARGO_BIN_EXE_osmium"));
-            cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-                .args(args);
-            cmd
-        });
-        Server { process }
-    }
-
-    fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(("127.0.0.1", self.process.port())).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s
-    }
+/// osmium on a free loopback port with `args`.
+fn start(args: &[&str]) -> Running {
+    common::osmium().args(args).start()
 }
 
 /// Sends `cmd` and reads lines until one is `last`.
@@ -193,7 +174,7 @@ fn at_a_low_rate_every_request_is_counted_exactly() {
     // writes sent. Should the window not cover the requests (an epoch
     // turned twice while they ran: a stalled machine), the round is run
     // again with fresh keys.
-    let server = Server::start(&[]);
+    let server = start(&[]);
     let mut s = server.connect();
     let settings = text(&mut s, "stats settings\r\n", "END");
     assert!(
@@ -280,7 +261,7 @@ fn at_a_low_rate_every_request_is_counted_exactly() {
 
 #[test]
 fn the_hottest_key_comes_first_with_plausible_rates() {
-    let server = Server::start(&["-o", "hotkeys_sample=1/1"]);
+    let server = start(&["-o", "hotkeys_sample=1/1"]);
     let mut s = server.connect();
     for key in ["hot", "warm", "cold"] {
         text(
@@ -324,7 +305,7 @@ fn a_fixed_sampling_is_scaled_back() {
     // `-o hotkeys_sample=1/32`: 32,000 and 3,200 gets, the rates' ratio
     // still about 10, and the hot key's rate about 32,000 over the
     // window, which a short run keeps at the 1 s floor.
-    let server = Server::start(&["-o", "hotkeys_sample=1/32"]);
+    let server = start(&["-o", "hotkeys_sample=1/32"]);
     let mut s = server.connect();
     let started = Instant::now();
     for key in ["a", "b"] {
@@ -384,7 +365,7 @@ fn response(s: &mut TcpStream) -> (u16, Vec<u8>, Vec<u8>) {
 
 #[test]
 fn odd_keys_are_uri_encoded_and_binary_stat_has_the_rows() {
-    let server = Server::start(&["-o", "hotkeys_sample=1/1"]);
+    let server = start(&["-o", "hotkeys_sample=1/1"]);
     let mut s = server.connect();
     let key: &[u8] = b"a b\x01\xff:%";
     s.write_all(&packet(0x01, &[0; 8], key, b"value")).unwrap();
@@ -419,7 +400,7 @@ fn odd_keys_are_uri_encoded_and_binary_stat_has_the_rows() {
 
 #[test]
 fn hotkeys_top_zero_turns_it_off() {
-    let server = Server::start(&["-o", "hotkeys_top=0"]);
+    let server = start(&["-o", "hotkeys_top=0"]);
     let mut s = server.connect();
     text(&mut s, "set k 0 0 1\r\nx\r\n", "STORED");
     gets(&mut s, "k", 100);
@@ -430,7 +411,7 @@ fn hotkeys_top_zero_turns_it_off() {
 
 #[test]
 fn a_key_no_longer_read_leaves_within_ten_seconds() {
-    let server = Server::start(&["-o", "hotkeys_sample=1/1"]);
+    let server = start(&["-o", "hotkeys_sample=1/1"]);
     let mut s = server.connect();
     text(&mut s, "set gone 0 0 1\r\nx\r\n", "STORED");
     text(&mut s, "set stays 0 0 1\r\nx\r\n", "STORED");

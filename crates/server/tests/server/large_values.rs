@@ -10,50 +10,24 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::common;
-use common::{memcached_bin, memcached_command, osmium_command, start_on_free_port};
-
-struct Server {
-    child: Child,
-    port: u16,
-    name: &'static str,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(name: &'static str, mut command: impl FnMut() -> Command) -> Server {
-    let (child, port) = start_on_free_port(|port| {
-        command()
-            .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-            .args(["-I", "2m", "-m", "256"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start server")
-    });
-    Server { child, port, name }
-}
+use common::memcached_bin;
+use osmium_test_harness::Running;
 
 /// Memcached when there is one (`common::memcached_bin`), then osmium:
 /// the oracle first, so that an assertion memcached fails is seen as the
 /// test's mistake, not as osmium's.
-fn servers() -> Vec<Server> {
+/// What both run with: 2 MB items, 256 MB of memory.
+const ARGS: [&str; 4] = ["-I", "2m", "-m", "256"];
+
+fn servers() -> Vec<Running> {
     let mut all = Vec::new();
     if let Some(bin) = memcached_bin() {
-        all.push(start("memcached", || memcached_command(&bin)));
+        all.push(common::memcached().bin(bin).args(ARGS).start());
     }
-    all.push(start("osmium", || {
-        osmium_command(env!("CARGO_BIN_EXE_osmium"))
-    }));
+    all.push(common::osmium().args(ARGS).start());
     all
 }
 
@@ -123,7 +97,7 @@ fn exchange(port: u16, req: Vec<u8>, len: usize) -> Vec<u8> {
 #[test]
 fn pipelined_text_gets_of_large_values_arrive_intact() {
     for srv in servers() {
-        let values = load(srv.port);
+        let values = load(srv.port());
         let mut req = Vec::new();
         let mut expected = Vec::new();
         for round in 0..3 {
@@ -167,15 +141,15 @@ fn pipelined_text_gets_of_large_values_arrive_intact() {
                 }
             }
         }
-        let got = exchange(srv.port, req, expected.len());
-        assert!(got == expected, "{}: replies differ", srv.name);
+        let got = exchange(srv.port(), req, expected.len());
+        assert!(got == expected, "{}: replies differ", srv.name());
     }
 }
 
 #[test]
 fn pipelined_meta_gets_of_large_values_arrive_intact() {
     for srv in servers() {
-        let values = load(srv.port);
+        let values = load(srv.port());
         let mut req = Vec::new();
         let mut expected = Vec::new();
         // Enough rounds (about 8 MB of replies) to fill the socket.
@@ -191,8 +165,8 @@ fn pipelined_meta_gets_of_large_values_arrive_intact() {
                 expected.extend_from_slice(b"MN\r\n");
             }
         }
-        let got = exchange(srv.port, req, expected.len());
-        assert!(got == expected, "{}: replies differ", srv.name);
+        let got = exchange(srv.port(), req, expected.len());
+        assert!(got == expected, "{}: replies differ", srv.name());
     }
 }
 
@@ -213,7 +187,7 @@ fn pipelined_binary_gets_of_large_values_arrive_intact() {
     const GET: u8 = 0x00;
     const GETK: u8 = 0x0c;
     for srv in servers() {
-        let values = load(srv.port);
+        let values = load(srv.port());
         let mut req = Vec::new();
         // (opcode, key, value) of each reply, in order.
         let mut want = Vec::new();
@@ -233,23 +207,27 @@ fn pipelined_binary_gets_of_large_values_arrive_intact() {
             .iter()
             .map(|(op, key, v, ..)| 24 + 4 + v.len() + if *op == GETK { key.len() } else { 0 })
             .sum();
-        let got = exchange(srv.port, req, len);
+        let got = exchange(srv.port(), req, len);
         let mut at = 0;
         for (op, key, v, opaque, flags) in want {
             let h = &got[at..at + 24];
-            assert_eq!(h[0], 0x81, "{}: response magic", srv.name);
-            assert_eq!(h[1], op, "{}", srv.name);
+            assert_eq!(h[0], 0x81, "{}: response magic", srv.name());
+            assert_eq!(h[1], op, "{}", srv.name());
             let klen = if op == GETK { key.len() } else { 0 };
             assert_eq!(u16::from_be_bytes([h[2], h[3]]) as usize, klen);
             assert_eq!(h[4], 4, "extras");
-            assert_eq!(&h[6..8], &[0, 0], "{}: status", srv.name);
+            assert_eq!(&h[6..8], &[0, 0], "{}: status", srv.name());
             let body = u32::from_be_bytes(h[8..12].try_into().unwrap()) as usize;
             assert_eq!(body, 4 + klen + v.len());
             assert_eq!(u32::from_be_bytes(h[12..16].try_into().unwrap()), opaque);
             let b = &got[at + 24..at + 24 + body];
             assert_eq!(u32::from_be_bytes(b[..4].try_into().unwrap()), flags);
             assert_eq!(&b[4..4 + klen], &key[..klen]);
-            assert!(b[4 + klen..] == v[..], "{}: value of {opaque:#x}", srv.name);
+            assert!(
+                b[4 + klen..] == v[..],
+                "{}: value of {opaque:#x}",
+                srv.name()
+            );
             at += 24 + body;
         }
     }
@@ -261,18 +239,18 @@ fn a_too_long_key_after_a_large_value_makes_the_whole_get_an_error() {
     // line (followed by an empty line) and no values, so a value before
     // that key must not have gone to the socket directly.
     for srv in servers() {
-        let values = load(srv.port);
+        let values = load(srv.port());
         let long = "k".repeat(251);
         let req = format!("get big4 big3 {long}\r\nget big0\r\n").into_bytes();
         let mut expected = b"CLIENT_ERROR bad command line format\r\n\r\n".to_vec();
         expected.extend_from_slice(format!("VALUE big0 0 {}\r\n", values[0].len()).as_bytes());
         expected.extend_from_slice(&values[0]);
         expected.extend_from_slice(b"\r\nEND\r\n");
-        let got = exchange(srv.port, req, expected.len());
+        let got = exchange(srv.port(), req, expected.len());
         assert!(
             got == expected,
             "{}: {:?}",
-            srv.name,
+            srv.name(),
             String::from_utf8_lossy(&got[..got.len().min(80)])
         );
     }
@@ -301,8 +279,8 @@ fn pipelined_large_sets_store_every_byte() {
             expected.extend_from_slice(&v);
             expected.extend_from_slice(b"\r\nEND\r\n");
         }
-        let got = exchange(srv.port, req, expected.len());
-        assert!(got == expected, "{}: replies differ", srv.name);
+        let got = exchange(srv.port(), req, expected.len());
+        assert!(got == expected, "{}: replies differ", srv.name());
     }
 }
 
@@ -310,7 +288,7 @@ fn pipelined_large_sets_store_every_byte() {
 fn a_large_data_block_with_a_bad_end_or_cut_off_stores_nothing() {
     for srv in servers() {
         let old = value(100, 1);
-        let mut s = connect(srv.port);
+        let mut s = connect(srv.port());
         s.write_all(b"set k 0 0 100\r\n").unwrap();
         s.write_all(&old).unwrap();
         s.write_all(b"\r\n").unwrap();
@@ -335,11 +313,11 @@ fn a_large_data_block_with_a_bad_end_or_cut_off_stores_nothing() {
         assert!(
             got == expected,
             "{}: {:?}",
-            srv.name,
+            srv.name(),
             String::from_utf8_lossy(&got[..40])
         );
         // A connection closed halfway through a block stores nothing.
-        let mut c = connect(srv.port);
+        let mut c = connect(srv.port());
         c.write_all(b"set k 0 0 200000\r\n").unwrap();
         c.write_all(&v[..150_000]).unwrap();
         std::thread::sleep(Duration::from_millis(50));
@@ -348,7 +326,7 @@ fn a_large_data_block_with_a_bad_end_or_cut_off_stores_nothing() {
         s.write_all(b"get k\r\n").unwrap();
         let mut got = vec![0u8; expected.len() - 29];
         s.read_exact(&mut got).unwrap();
-        assert!(got == expected[29..], "{}", srv.name);
+        assert!(got == expected[29..], "{}", srv.name());
         // And the next large set works.
         s.write_all(b"set k 5 0 200000\r\n").unwrap();
         s.write_all(&v).unwrap();
@@ -358,7 +336,7 @@ fn a_large_data_block_with_a_bad_end_or_cut_off_stores_nothing() {
         want.extend_from_slice(b"\r\nEND\r\n");
         let mut got = vec![0u8; want.len()];
         s.read_exact(&mut got).unwrap();
-        assert!(got == want, "{}", srv.name);
+        assert!(got == want, "{}", srv.name());
     }
 }
 
@@ -406,7 +384,7 @@ fn binary_storage_of_large_values_in_pieces() {
     for srv in servers() {
         let a = value(300_000, 7);
         let b = value(1_200_000, 8);
-        let mut s = connect(srv.port);
+        let mut s = connect(srv.port());
         // Each request is sent in pieces, so the server sees its header
         // long before the end of its value.
         let send = |s: &mut TcpStream, req: &[u8]| {
@@ -421,29 +399,29 @@ fn binary_storage_of_large_values_in_pieces() {
             (op, st, opaque, body.len()),
             (0x01, 0, 1, 0),
             "{}",
-            srv.name
+            srv.name()
         );
         // ADD of a present key, REPLACE of an absent one: refused.
         send(&mut s, &binary_store(0x02, b"ka", &b, 0, 0, 2));
-        assert_eq!(read_response(&mut s).1, 0x0002, "{}: add", srv.name);
+        assert_eq!(read_response(&mut s).1, 0x0002, "{}: add", srv.name());
         send(&mut s, &binary_store(0x03, b"none", &b, 0, 0, 3));
-        assert_eq!(read_response(&mut s).1, 0x0001, "{}: replace", srv.name);
+        assert_eq!(read_response(&mut s).1, 0x0001, "{}: replace", srv.name());
         // A SET with a wrong CAS, then the right one.
         send(&mut s, &binary_store(0x01, b"ka", &b, 12, cas_a + 1, 4));
-        assert_eq!(read_response(&mut s).1, 0x0002, "{}: cas", srv.name);
+        assert_eq!(read_response(&mut s).1, 0x0002, "{}: cas", srv.name());
         send(&mut s, &binary_store(0x01, b"ka", &b, 12, cas_a, 5));
         let (_, st, opaque, cas_b, _) = read_response(&mut s);
-        assert_eq!((st, opaque), (0, 5), "{}", srv.name);
+        assert_eq!((st, opaque), (0, 5), "{}", srv.name());
         assert_ne!(cas_b, cas_a);
         // SETQ answers nothing; the GETK after it shows both values.
         send(&mut s, &binary_store(0x11, b"kq", &a, 13, 0, 6));
         for (key, v, flags) in [(&b"ka"[..], &b, 12u32), (&b"kq"[..], &a, 13)] {
             s.write_all(&binary_get(0x0c, key, 7)).unwrap();
             let (op, st, opaque, _, body) = read_response(&mut s);
-            assert_eq!((op, st, opaque), (0x0c, 0, 7), "{}", srv.name);
+            assert_eq!((op, st, opaque), (0x0c, 0, 7), "{}", srv.name());
             assert_eq!(u32::from_be_bytes(body[..4].try_into().unwrap()), flags);
             assert_eq!(&body[4..4 + key.len()], key);
-            assert!(body[4 + key.len()..] == v[..], "{}", srv.name);
+            assert!(body[4 + key.len()..] == v[..], "{}", srv.name());
         }
     }
 }
@@ -453,7 +431,7 @@ fn meta_sets_of_large_values_in_pieces() {
     for srv in servers() {
         let a = value(250_000, 9);
         let b = value(900_000, 10);
-        let mut s = connect(srv.port);
+        let mut s = connect(srv.port());
         let mut exchange_one = |req_line: &str, v: &[u8], want: &[u8]| {
             s.write_all(req_line.as_bytes()).unwrap();
             for piece in v.chunks(60_000) {
@@ -467,7 +445,7 @@ fn meta_sets_of_large_values_in_pieces() {
                 String::from_utf8_lossy(&got),
                 String::from_utf8_lossy(&[want, b"MN\r\n"].concat()),
                 "{}: {req_line}",
-                srv.name
+                srv.name()
             );
         };
         exchange_one(
@@ -502,7 +480,7 @@ fn meta_sets_of_large_values_in_pieces() {
         assert!(
             got == want,
             "{}: {:?}",
-            srv.name,
+            srv.name(),
             String::from_utf8_lossy(&got[..60])
         );
     }

@@ -8,11 +8,10 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common;
-use common::start_on_free_port;
+use osmium_test_harness::Running;
 
 const MEMORY_MB: u64 = 64;
 /// 1.1 x -m + 64 MB.
@@ -21,36 +20,37 @@ const VALUE: usize = 10 * 1024;
 /// Enough 10 KiB items to fill -m 64 (and evict).
 const ITEMS: usize = 7_500;
 
-struct Server {
-    child: Child,
-    port: u16,
+/// osmium with `-m MEMORY_MB`, and what these tests measure of it.
+struct Server(Running);
+
+impl std::ops::Deref for Server {
+    type Target = Running;
+
+    fn deref(&self) -> &Running {
+        &self.0
+    }
 }
 
 impl Server {
     fn start(args: &[&str]) -> Server {
-        let (child, port) = start_on_free_port(|port| {
-            common::osmium_command(env!("CARGO_BIN_EXE_osmium"))
-                .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-                .args(["-m", &MEMORY_MB.to_string(), "-c", "12000"])
+        Server(
+            common::osmium()
+                .memory(MEMORY_MB as u32)
+                .args(["-c", "12000"])
                 .args(args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start osmium")
-        });
-        Server { child, port }
+                .start(),
+        )
     }
 
     fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        let s = TcpStream::connect(("127.0.0.1", self.port())).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         s
     }
 
     /// Resident set size in KiB.
     fn rss_kb(&self) -> u64 {
-        rss_kb(self.child.id())
+        rss_kb(self.pid())
     }
 
     fn assert_rss(&self, when: &str) -> u64 {
@@ -137,13 +137,6 @@ fn rss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut buf = vec![0u8; 1 << 16];
@@ -188,7 +181,7 @@ fn five_thousand_clients_on_a_full_cache() {
     let srv = Server::start(&[]);
     srv.fill();
     srv.assert_rss("full cache");
-    let peak = PeakRss::start(srv.child.id());
+    let peak = PeakRss::start(srv.pid());
     let mut conns: Vec<TcpStream> = (0..5_000).map(|_| srv.connect()).collect();
     for (i, c) in conns.iter_mut().enumerate() {
         c.write_all(format!("get key{}\r\n", ITEMS - 1 - (i % 3000)).as_bytes())
@@ -217,7 +210,7 @@ fn a_300_mb_get_line_without_a_newline() {
         .collect();
     let one_key = vec![b'k'; 1 << 20];
     for (what, chunk) in [("many keys", &chunk_keys), ("one endless key", &one_key)] {
-        let peak = PeakRss::start(srv.child.id());
+        let peak = PeakRss::start(srv.pid());
         let mut c = srv.connect();
         c.write_all(b"get ").unwrap();
         for _ in 0..300 {
@@ -259,13 +252,13 @@ fn clients_that_do_not_read_their_replies() {
     let gets: Vec<u8> = (0..300)
         .flat_map(|i| format!("get key{}\r\n", ITEMS - 1 - i).into_bytes())
         .collect();
-    let peak = PeakRss::start(srv.child.id());
+    let peak = PeakRss::start(srv.pid());
     let mut conns = Vec::new();
     for _ in 0..300 {
         let sock =
             socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
         sock.set_recv_buffer_size(4096).unwrap();
-        let addr: std::net::SocketAddr = format!("127.0.0.1:{}", srv.port).parse().unwrap();
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{}", srv.port()).parse().unwrap();
         sock.connect(&addr.into()).unwrap();
         let mut c: TcpStream = sock.into();
         c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();

@@ -19,11 +19,11 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use crate::common;
-use common::{memcached_bin, memcached_command, start_on_free_port, wait_until};
+use common::{memcached_bin, wait_until};
+use osmium_test_harness::Running;
 
 use memcache::{Client, ToMemcacheValue};
 
@@ -59,20 +59,6 @@ const CORE_STATS: [&str; 16] = [
     "evictions",
 ];
 
-/// One server process, killed and reaped on drop.
-struct ServerProc {
-    kind: &'static str,
-    child: Child,
-    port: u16,
-}
-
-impl Drop for ServerProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The server kinds to test: CLIENT_TEST_SERVERS, minus memcached when its
 /// binary is missing (a failure under CI=true).
 fn kinds() -> Vec<&'static str> {
@@ -87,25 +73,14 @@ fn kinds() -> Vec<&'static str> {
     kinds
 }
 
-fn start(kind: &'static str) -> ServerProc {
-    let command = || {
-        if kind == "memcached" {
-            memcached_command(&memcached_bin().expect("memcached binary"))
-        } else {
-            common::osmium_command(env!("CARGO_BIN_EXE_osmium"))
-        }
+/// A server of `kind` with 64 MB, 2 threads.
+fn start(kind: &'static str) -> Running {
+    let builder = if kind == "memcached" {
+        common::memcached()
+    } else {
+        common::osmium()
     };
-    let (child, port) = start_on_free_port(|port| {
-        let mut cmd = command();
-        cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-            .args(["-m", "64", "-t", "2"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {kind} ({:?}): {e}", cmd.get_program()))
-    });
-    ServerProc { kind, child, port }
+    builder.memory(64).threads(2).start()
 }
 
 /// What a case gets: a client for one (server, protocol) combination.
@@ -186,14 +161,15 @@ fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
 /// Run `case` against every (server kind, protocol) combination, in parallel;
 /// fail listing each combination that failed.
 fn run(name: &str, case: fn(&Ctx)) {
-    let servers: Vec<ServerProc> = kinds().into_iter().map(start).collect();
+    let servers: Vec<(&'static str, Running)> =
+        kinds().into_iter().map(|k| (k, start(k))).collect();
     let mut failures = Vec::new();
     let mut passed = Vec::new();
     std::thread::scope(|scope| {
         let mut handles = Vec::new();
-        for srv in &servers {
+        for (kind, srv) in &servers {
             for proto in PROTOS {
-                let (kind, port) = (srv.kind, srv.port);
+                let (kind, port) = (*kind, srv.port());
                 let h = scope.spawn(move || {
                     let client = connect(port, proto);
                     case(&Ctx {

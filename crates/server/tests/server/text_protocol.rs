@@ -5,44 +5,16 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use crate::common;
-use common::{memcached_bin, memcached_command, start_on_free_port, wait_exit, wait_until};
+use common::{memcached_bin, wait_exit, wait_until};
+use osmium_test_harness::Running;
 
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(args: &[&str]) -> Server {
-        let (child, port) = start_on_free_port(|port| {
-            common::osmium_command(env!("CARGO_BIN_EXE_osmium"))
-                .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-                .args(args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start osmium")
-        });
-        Server { child, port }
-    }
-
-    fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        s
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// osmium on a free port with `args`.
+fn start(args: &[&str]) -> Running {
+    common::osmium().args(args).start()
 }
 
 /// Reads until the reply ends with `end` (or times out).
@@ -66,7 +38,7 @@ fn roundtrip(s: &mut TcpStream, req: &[u8], end: &[u8]) -> Vec<u8> {
 
 #[test]
 fn basic_commands() {
-    let srv = Server::start(&["-t", "2"]);
+    let srv = start(&["-t", "2"]);
     let mut c = srv.connect();
     assert_eq!(
         roundtrip(&mut c, b"set k 7 0 5\r\nhello\r\n", b"\r\n"),
@@ -85,7 +57,7 @@ fn basic_commands() {
 
 #[test]
 fn requests_split_at_every_byte() {
-    let srv = Server::start(&[]);
+    let srv = start(&[]);
     let mut c = srv.connect();
     c.set_nodelay(true).unwrap();
     let req = b"set split 1 0 10\r\n0123456789\r\nget split\r\nincr n 1\r\n";
@@ -101,7 +73,7 @@ fn requests_split_at_every_byte() {
 
 #[test]
 fn many_pipelined_requests_in_one_write() {
-    let srv = Server::start(&[]);
+    let srv = start(&[]);
     let mut c = srv.connect();
     let mut req = Vec::new();
     let mut want = Vec::new();
@@ -125,7 +97,7 @@ fn many_pipelined_requests_in_one_write() {
 
 #[test]
 fn large_values_and_too_large_stay_in_sync() {
-    let srv = Server::start(&["-m", "64"]);
+    let srv = start(&["-m", "64"]);
     let mut c = srv.connect();
     let big = vec![b'x'; 1_000_000];
     let mut req = b"set big 0 0 1000000\r\n".to_vec();
@@ -148,7 +120,7 @@ fn large_values_and_too_large_stay_in_sync() {
 
 #[test]
 fn eviction_keeps_accepting_writes() {
-    let srv = Server::start(&["-m", "8"]);
+    let srv = start(&["-m", "8"]);
     let mut c = srv.connect();
     let value = vec![b'v'; 10_000];
     for i in 0..3000 {
@@ -182,7 +154,7 @@ fn overwrites_are_compacted_not_evicted() {
     // 800 keys of 10 KB (8 MB) in -m 32, overwritten 15 times over with
     // new sizes (120 MB written): the dead versions are compacted away;
     // no live key is evicted; stats tell live from dead.
-    let srv = Server::start(&["-m", "32", "-t", "2"]);
+    let srv = start(&["-m", "32", "-t", "2"]);
     let mut c = srv.connect();
     for round in 0..15 {
         let mut req = Vec::new();
@@ -225,7 +197,7 @@ fn overwrites_are_compacted_not_evicted() {
 
 #[test]
 fn no_evictions_flag_reports_out_of_memory() {
-    let srv = Server::start(&["-m", "2", "-M"]);
+    let srv = start(&["-m", "2", "-M"]);
     let mut c = srv.connect();
     let value = vec![b'v'; 100_000];
     let mut saw_oom = false;
@@ -246,7 +218,7 @@ fn no_evictions_flag_reports_out_of_memory() {
 
 /// A new connection to `srv`, if it answers `version` (`None` when the
 /// server refused or closed it).
-fn served(srv: &Server) -> Option<TcpStream> {
+fn served(srv: &Running) -> Option<TcpStream> {
     let mut s = srv.connect();
     s.write_all(b"version\r\n").ok()?;
     let mut got = Vec::new();
@@ -262,7 +234,7 @@ fn served(srv: &Server) -> Option<TcpStream> {
 
 #[test]
 fn connection_limit_refuses_cleanly() {
-    let srv = Server::start(&["-c", "2"]);
+    let srv = start(&["-c", "2"]);
     // Two connections are served once the server has seen every earlier
     // close (a refused pair is closed before the next try).
     let (mut a, mut b) = (None, None);
@@ -286,7 +258,7 @@ fn connection_limit_refuses_cleanly() {
 
 #[test]
 fn junk_line_closes_only_that_connection() {
-    let srv = Server::start(&[]);
+    let srv = start(&[]);
     let mut good = srv.connect();
     assert_eq!(
         roundtrip(&mut good, b"set g 0 0 1\r\nx\r\n", b"\r\n"),
@@ -309,28 +281,28 @@ fn junk_line_closes_only_that_connection() {
 
 #[test]
 fn shutdown_command_needs_enable_flag() {
-    let mut srv = Server::start(&[]);
+    let mut srv = start(&[]);
     let mut c = srv.connect();
     assert_eq!(
         roundtrip(&mut c, b"shutdown\r\n", b"\r\n"),
         b"SERVER_ERROR: shutdown not enabled\r\n"
     );
     drop(c);
-    let mut srv2 = Server::start(&["-A"]);
+    let mut srv2 = start(&["-A"]);
     let mut c = srv2.connect();
     c.write_all(b"shutdown\r\n").unwrap();
-    let status = wait_exit(&mut srv2.child);
+    let status = wait_exit(srv2.child());
     assert!(status.success());
-    let _ = srv.child.kill();
+    srv.kill();
 }
 
 #[test]
 fn sigterm_stops_gracefully() {
-    let mut srv = Server::start(&[]);
+    let mut srv = start(&[]);
     let _c = srv.connect();
     // SAFETY: sending a signal to our own child process.
-    unsafe { libc_kill(srv.child.id() as i32, 15) };
-    assert!(wait_exit(&mut srv.child).success());
+    unsafe { libc_kill(srv.pid() as i32, 15) };
+    assert!(wait_exit(srv.child()).success());
 }
 
 extern "C" {
@@ -360,8 +332,8 @@ fn command_line_errors_and_help() {
 
 #[test]
 fn parallel_clients() {
-    let srv = Server::start(&["-t", "4"]);
-    let port = srv.port;
+    let srv = start(&["-t", "4"]);
+    let port = srv.port();
     let threads: Vec<_> = (0..8)
         .map(|t| {
             std::thread::spawn(move || {
@@ -384,7 +356,7 @@ fn parallel_clients() {
 
 #[test]
 fn idle_timeout_closes_idle_connections() {
-    let srv = Server::start(&["-o", "idle_timeout=1"]);
+    let srv = start(&["-o", "idle_timeout=1"]);
     let mut c = srv.connect();
     // The read waits for the close: one to two seconds of idleness on the
     // server's one-second clock; a read timeout is a failure.
@@ -421,21 +393,13 @@ fn a_half_closed_client_gets_its_replies_then_the_close() {
     // answered, then the server closes. (A read that returns less than it
     // asked for must not be taken for an empty socket when the FIN came
     // with that data: no new event would ever report it.)
-    let srv = Server::start(&["-t", "4"]);
+    let srv = start(&["-t", "4"]);
     let mut memcached = None;
     if let Some(bin) = memcached_bin() {
-        let (child, port) = start_on_free_port(|port| {
-            memcached_command(&bin)
-                .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start memcached")
-        });
-        memcached = Some(Server { child, port });
+        memcached = Some(common::memcached().bin(bin).start());
     }
     for server in std::iter::once(&srv).chain(memcached.as_ref()) {
-        let port = server.port;
+        let port = server.port();
         assert_eq!(
             send_and_half_close(port, b"set k 0 0 1\r\nv\r\n"),
             b"STORED\r\n"

@@ -12,7 +12,6 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,42 +23,14 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
 use crate::common;
-use common::certs::Certs;
-use common::{osmium_command, start_on_free_port};
+use osmium_test_harness::{Certs, Running};
 
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(certs: &Certs) -> Server {
-    let (child, port) = start_on_free_port(|port| {
-        osmium_command(env!("CARGO_BIN_EXE_osmium"))
-            .args([
-                "-p",
-                &port.to_string(),
-                "-U",
-                "0",
-                "-l",
-                "127.0.0.1",
-                "-t",
-                "2",
-            ])
-            .args(certs.server_args(&["ssl_verify_mode=1"]))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start osmium")
-    });
-    Server { child, port }
+fn start(certs: &Certs) -> Running {
+    common::osmium()
+        .threads(2)
+        .tls(certs)
+        .opt("ssl_verify_mode=1")
+        .start()
 }
 
 /// A rustls client trusting the test CA, offering TLS 1.3 only, 1.2 only,
@@ -200,9 +171,9 @@ fn stat(port: u16, config: &Arc<ClientConfig>, name: &str) -> u64 {
 
 #[test]
 fn the_tls_listener_survives_garbage_and_truncated_records() {
-    let certs = Certs::new("tls-garbage");
+    let certs = Certs::new();
     let mut server = start(&certs);
-    let port = server.port;
+    let port = server.port();
     let both = client_config(&certs, rustls::DEFAULT_VERSIONS);
     let hellos = [
         client_hello(&client_config(&certs, &[&rustls::version::TLS12])),
@@ -260,7 +231,10 @@ fn the_tls_listener_survives_garbage_and_truncated_records() {
     if let Err(e) = result {
         panic!("{e}");
     }
-    assert!(server.child.try_wait().unwrap().is_none(), "osmium exited");
+    assert!(
+        server.child().try_wait().unwrap().is_none(),
+        "osmium exited"
+    );
     let handshake_errors = stat(port, &both, "ssl_handshake_errors");
     let proto_errors = stat(port, &both, "ssl_proto_errors");
     println!("ssl_handshake_errors {handshake_errors}, ssl_proto_errors {proto_errors}");

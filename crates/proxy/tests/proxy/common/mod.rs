@@ -14,8 +14,11 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 use std::time::{Duration, Instant};
+
+pub(crate) use osmium_test_harness::{listen_moved, nutcracker_bin};
+use osmium_test_harness::{Nutcracker, Osmium, Proxy, Running};
 
 /// A free loopback port, reserved for about a minute
 /// (`osmium_test_harness::free_port`).
@@ -72,26 +75,9 @@ pub(crate) fn backend_bin() -> PathBuf {
     osmium
 }
 
-/// A child process stopped (by PID) when dropped.
-pub(crate) struct Proc {
-    pub child: Child,
-    pub port: u16,
-    /// A proxy's stats port (0 for a backend).
-    pub stats: u16,
-}
-
-impl Proc {
-    pub(crate) fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
+/// A started backend, proxy or nutcracker (`osmium_test_harness::Running`:
+/// `port()`, `pid()`, `stats_port()`, killed when dropped).
+pub(crate) type Proc = Running;
 
 /// A backend cache server on `port` (0: a free one, another one if it
 /// was taken meanwhile; a given port is tried again a few times).
@@ -144,31 +130,12 @@ pub(crate) fn proxy_with(yaml: &str, port: u16, extra: &[&str]) -> Proc {
 
 /// osmium-proxy started with `yaml` (see [`proxy_with`]).
 pub(crate) fn proxy_started(yaml: &str, port: u16, extra: &[&str]) -> Proc {
-    let mut stats = 0;
-    let server = osmium_test_harness::Start::new("osmium-proxy")
-        .port(port)
-        .command(|p| {
-            let conf = write_conf(&format!("proxy-{p}.yml"), &listen_moved(yaml, port, p));
-            stats = free_port();
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_osmium-proxy"));
-            cmd.args(["-c", conf.to_str().unwrap()])
-                .args(["-a", "127.0.0.1", "-s", &stats.to_string()])
-                .args(extra);
-            cmd
-        });
-    let port = server.port();
-    start_check(port);
-    Proc {
-        child: server.into_child(),
-        port,
-        stats,
-    }
-}
-
-/// The configuration file of the proxy listening on `port` (as
-/// [`proxy_with`] writes it).
-pub(crate) fn proxy_conf(port: u16) -> PathBuf {
-    conf_path(&format!("proxy-{port}.yml"))
+    let px = Proxy::new(yaml, port)
+        .bin(env!("CARGO_BIN_EXE_osmium-proxy"))
+        .args(extra)
+        .start();
+    start_check(px.port());
+    px
 }
 
 /// osmium-proxy serving `yaml` by a reload: started with each pool's
@@ -176,7 +143,7 @@ pub(crate) fn proxy_conf(port: u16) -> PathBuf {
 /// file rewritten with `yaml` and SIGHUP'd.
 pub(crate) fn proxy_reloaded(yaml: &str, port: u16, extra: &[&str]) -> Proc {
     let px = proxy_started(&placeholder_servers(yaml), port, extra);
-    rewrite_conf(&px, &listen_moved(yaml, port, px.port));
+    rewrite_conf(&px, &listen_moved(yaml, port, px.port()));
     reload(&px);
     px
 }
@@ -199,10 +166,10 @@ fn placeholder_servers(yaml: &str) -> String {
 
 /// Writes `yaml` over the proxy's configuration file (not reloaded yet).
 pub(crate) fn rewrite_conf(px: &Proc, yaml: &str) {
-    let path = proxy_conf(px.port);
+    let path = px.config_path();
     let tmp = path.with_extension("yml.new");
     std::fs::write(&tmp, yaml).unwrap();
-    std::fs::rename(&tmp, &path).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
 }
 
 /// The figure `name` of the first pool in the stats document (the
@@ -220,14 +187,14 @@ pub(crate) fn pool_stat(doc: &str, name: &str) -> u64 {
 /// reload applied (`ok`) or refused; the stats document then.
 pub(crate) fn reload_expect(px: &Proc, ok: bool) -> String {
     let stat = if ok { "reloads" } else { "reload_failures" };
-    let before = pool_stat(&stats_doc(px.stats), stat);
+    let before = pool_stat(&stats_doc(px.stats_port()), stat);
     assert!(
-        osmium_test_harness::signal(px.child.id(), libc::SIGHUP),
+        osmium_test_harness::signal(px.pid(), libc::SIGHUP),
         "SIGHUP not delivered"
     );
     let start = Instant::now();
     loop {
-        let doc = stats_doc(px.stats);
+        let doc = stats_doc(px.stats_port());
         if pool_stat(&doc, stat) > before {
             return doc;
         }
@@ -273,37 +240,16 @@ pub(crate) fn osmium_backend_on(port: u16) -> Proc {
 /// another one if it was taken meanwhile; a given port is tried again a
 /// few times) with `-m megabytes`, UDP off.
 pub(crate) fn cache_server(bin: &Path, name: &str, port: u16, megabytes: u32) -> Proc {
-    let start = osmium_test_harness::Start::new(name);
-    let start = if port == 0 {
-        start
+    // memcached takes the flags osmium takes: one builder for both.
+    let _ = name;
+    let server = Osmium::new().bin(bin).memory(megabytes);
+    let server = if port == 0 {
+        server.start()
     } else {
-        start.only_port(port)
+        server.only_port(port).start()
     };
-    let bin = bin.to_path_buf();
-    let server = start.command(move |port| {
-        let mut cmd = Command::new(&bin);
-        cmd.args([
-            "-p",
-            &port.to_string(),
-            "-l",
-            "127.0.0.1",
-            "-U",
-            "0",
-            "-m",
-            &megabytes.to_string(),
-        ]);
-        if unsafe_is_root() {
-            cmd.args(["-u", "root"]);
-        }
-        cmd
-    });
-    let port = server.port();
-    start_check(port);
-    Proc {
-        child: server.into_child(),
-        port,
-        stats: 0,
-    }
+    start_check(server.port());
+    server
 }
 
 /// Which backend (index) holds each of `keys` (whose names start with
@@ -318,7 +264,7 @@ pub(crate) fn holders_of_all(
 ) -> std::collections::HashMap<String, usize> {
     let mut held = std::collections::HashMap::new();
     for (i, b) in backends.iter().enumerate() {
-        for k in keys_of(b.port) {
+        for k in keys_of(b.port()) {
             if k.starts_with(prefix) {
                 assert!(held.insert(k.clone(), i).is_none(), "{k} on two backends");
             }
@@ -329,7 +275,7 @@ pub(crate) fn holders_of_all(
             continue;
         }
         for (i, b) in backends.iter().enumerate() {
-            let reply = roundtrip(b.port, format!("mg {k}\r\n").as_bytes(), b"\r\n");
+            let reply = roundtrip(b.port(), format!("mg {k}\r\n").as_bytes(), b"\r\n");
             if reply.starts_with(b"HD") {
                 assert!(held.insert(k.clone(), i).is_none(), "{k} on two backends");
             }
@@ -338,83 +284,24 @@ pub(crate) fn holders_of_all(
     held
 }
 
-/// `yaml` with a `listen:` line on 127.0.0.1:`from` moved to port `to`.
-pub(crate) fn listen_moved(yaml: &str, from: u16, to: u16) -> String {
-    if from == to {
-        return yaml.to_string();
-    }
-    let old = format!("127.0.0.1:{from}");
-    yaml.split_inclusive('\n')
-        .map(|line| {
-            let value = line.trim_start().strip_prefix("listen:").map(str::trim);
-            if value.is_some_and(|v| v.trim_matches(|c| c == '"' || c == '\'') == old) {
-                line.replacen(&old, &format!("127.0.0.1:{to}"), 1)
-            } else {
-                line.to_string()
-            }
-        })
-        .collect()
-}
-
-/// nutcracker on PATH; `None` (after a SKIP line) when it is not
-/// installed, a failure under `CI=true`.
-pub(crate) fn nutcracker_bin() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/sbin")])
-            .map(|d| d.join("nutcracker"))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        let why = "nutcracker is not installed (apt-get install -y nutcracker, Debian 12: 0.5.0)";
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{why} (CI=true: a missing nutcracker is a failure)"
-        );
-        eprintln!("SKIP nutcracker: {why}");
-    }
-    found
-}
-
 /// nutcracker with `yaml`, listening on `port`.
 pub(crate) fn nutcracker(bin: &Path, yaml: &str, port: u16) -> Proc {
     nutcracker_with(bin, yaml, port, &[])
 }
 
 /// [`nutcracker`] with more arguments. Its log (`-o`, where it says why
-/// it could not start) goes beside its configuration. If `port` or the
+/// it could not start) goes to its scratch directory. If `port` or the
 /// stats port was taken meanwhile, it starts again on new ones (its
 /// `listen:` line rewritten): the port it listens on is the returned
-/// `Proc`'s `port`.
+/// `Proc`'s `port()`.
 pub(crate) fn nutcracker_with(bin: &Path, yaml: &str, port: u16, extra: &[&str]) -> Proc {
-    let log = write_conf(&format!("nutcracker-{port}.log"), "");
-    let mut stats = 0;
-    let server = osmium_test_harness::Start::new("nutcracker")
-        .port(port)
-        .log_file(log.clone())
-        .command(|p| {
-            let conf = write_conf(&format!("nutcracker-{p}.yml"), &listen_moved(yaml, port, p));
-            stats = free_port();
-            let mut cmd = Command::new(bin);
-            cmd.args([
-                "-c",
-                conf.to_str().unwrap(),
-                "-a",
-                "127.0.0.1",
-                "-s",
-                &stats.to_string(),
-            ])
-            .args(["-o", log.to_str().unwrap()])
-            .args(extra);
-            cmd
-        });
-    let port = server.port();
-    start_check(port);
-    Proc {
-        child: server.into_child(),
-        port,
-        stats,
-    }
+    let nc = Nutcracker::found(yaml, port)
+        .expect("nutcracker")
+        .bin(bin)
+        .args(extra)
+        .start();
+    start_check(nc.port());
+    nc
 }
 
 /// The stats port's document: everything it sends before closing.

@@ -5,10 +5,10 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use crate::common::{start_on_free_port, target_command};
+use crate::common::target_server;
+use osmium_test_harness::Running;
 
 pub(crate) const GET: u8 = 0x00;
 pub(crate) const SET: u8 = 0x01;
@@ -51,9 +51,15 @@ pub(crate) const AUTH_ERROR: u16 = 0x20;
 pub(crate) const AUTH_CONTINUE: u16 = 0x21;
 pub(crate) const UNKNOWN: u16 = 0x81;
 
-pub(crate) struct Server {
-    pub child: Child,
-    pub port: u16,
+/// The current target (`common::target_server`) on a free port.
+pub(crate) struct Server(Running);
+
+impl std::ops::Deref for Server {
+    type Target = Running;
+
+    fn deref(&self) -> &Running {
+        &self.0
+    }
 }
 
 impl Server {
@@ -62,33 +68,19 @@ impl Server {
     }
 
     pub(crate) fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
-        let (child, port) = start_on_free_port(|port| {
-            let mut cmd = target_command(env!("CARGO_BIN_EXE_osmium"));
-            cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-                .args(args)
-                .env_remove("MEMCACHED_SASL_PWDB")
-                .envs(env.iter().copied())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start server")
-        });
-        Server { child, port }
+        let mut server = target_server().env_remove("MEMCACHED_SASL_PWDB").args(args);
+        for (k, v) in env {
+            server = server.env(k, v);
+        }
+        Server(server.start())
     }
 
+    /// A connection with a 5 s read timeout, Nagle off.
     pub(crate) fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        let s = TcpStream::connect(("127.0.0.1", self.port())).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         s.set_nodelay(true).unwrap();
         s
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

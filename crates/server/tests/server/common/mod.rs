@@ -1,61 +1,42 @@
 //! Helpers shared by the integration tests that start real server
-//! processes: a free loopback port and a start retried when its port was
-//! taken meanwhile (both over the `osmium-test-harness` crate), waiting for
-//! a condition, waiting for a process to exit, which memcached to compare against, test certificates
-//! made with `openssl` (`certs`), and a TCP server killed on drop with a
-//! line client (`tcp`, for the suites that need no more). Suites that start
-//! servers otherwise (UDP, unix sockets, TLS, restarts) keep their own
-//! launcher over `start_on_free_port`.
+//! processes: the builders of the servers under test (`osmium`,
+//! `memcached`, `target_server`: `osmium_test_harness` builders), which
+//! target a test runs against (`against_both!`), waiting for a condition,
+//! waiting for a process to exit, and a line client (`tcp`).
 #![allow(dead_code)] // each test crate uses a different subset
 
-pub(crate) mod certs;
 pub(crate) mod tcp;
 
 use std::cell::Cell;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
 use std::time::Duration;
 
-/// The memcached release the tests compare against (tests/oracle/README.md).
-pub(crate) const ORACLE_VERSION: &str = "1.6.45";
+pub(crate) use osmium_test_harness::{memcached_bin, running_as_root};
+use osmium_test_harness::{CacheServer, Memcached, Osmium};
 
-/// Where `scripts/build-memcached.sh` puts the oracle.
-pub(crate) fn oracle_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(format!(".oracle/memcached-{ORACLE_VERSION}/memcached"))
+/// A builder of the osmium server under test: this package's binary
+/// (Cargo's `CARGO_BIN_EXE_osmium`), else the harness's
+/// (`osmium_test_harness::osmium_bin`) for crates that include this module.
+pub(crate) fn osmium() -> CacheServer {
+    match option_env!("CARGO_BIN_EXE_osmium") {
+        Some(bin) => Osmium::new().bin(bin),
+        None => Osmium::new(),
+    }
 }
 
-/// Genuine memcached for the tests, by the one rule every suite follows:
-/// `MEMCACHED_BIN` if set, else the repository's oracle
-/// (`.oracle/memcached-1.6.45/memcached`). Without either: `None`, after a
-/// message on stderr naming `scripts/build-memcached.sh` (the caller skips
-/// its memcached part), and a panic under `CI=true`, where a missing oracle
-/// is a failure.
-pub(crate) fn memcached_bin() -> Option<PathBuf> {
-    if let Some(bin) = std::env::var_os("MEMCACHED_BIN").filter(|b| !b.is_empty()) {
-        return Some(PathBuf::from(bin));
-    }
-    let oracle = oracle_path();
-    if oracle.is_file() {
-        return Some(oracle);
-    }
-    let why = format!(
-        "memcached {ORACLE_VERSION} (the oracle) is not built: run `bash scripts/build-memcached.sh` \
-         (it builds {}) or set MEMCACHED_BIN",
-        oracle.display()
-    );
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{why} (CI=true: a missing oracle is a failure)"
-    );
-    eprintln!("SKIP memcached: {why}");
-    None
+/// A builder of genuine memcached (the oracle; `memcached_bin`).
+pub(crate) fn memcached() -> CacheServer {
+    Memcached::new()
 }
 
-/// Is this process's effective uid 0? (The owner of /proc/self.)
-pub(crate) fn running_as_root() -> bool {
-    std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+/// A builder of the current test's target (see `against_both!`): osmium
+/// (`osmium`) or memcached (`memcached`).
+pub(crate) fn target_server() -> CacheServer {
+    match target() {
+        Target::Osmium => osmium(),
+        Target::Memcached => memcached(),
+    }
 }
 
 /// A server binary (`osmium` or `memcached`) plus `-u root` when running

@@ -17,12 +17,13 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use osmium_protocol::replication_link::NoiseStream;
+use osmium_test_harness::Running;
 
 pub(crate) const OSMIUM: &str = env!("CARGO_BIN_EXE_osmium");
 
@@ -131,14 +132,15 @@ pub(crate) fn secret_args(file: &str) -> Vec<String> {
     vec!["--replication-secret".into(), file.into()]
 }
 
-/// An osmium command on `port` with the tests' usual flags and `args`;
-/// its standard error goes to `log`.
+/// An osmium command on `port` with the tests' usual flags (those of
+/// `Node::start_bare`) and `args`; its standard error goes to `log`.
 fn command(port: u16, args: &[String], log: &PathBuf) -> Command {
-    let mut cmd = crate::common::osmium_command(OSMIUM);
-    cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-        .args(["-t", "2", "-m", "64"])
+    let mut cmd = crate::common::osmium()
+        .threads(2)
+        .memory(64)
         .args(args)
-        .stdin(Stdio::null())
+        .command(port);
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).unwrap());
     cmd
@@ -159,10 +161,8 @@ pub(crate) fn start_refused(args: &[String]) -> (ExitStatus, String) {
 
 /// A server process, killed (by its PID) when dropped.
 pub(crate) struct Node {
-    child: Child,
+    server: Running,
     pub port: u16,
-    /// Where its standard error goes (removed with it).
-    log: PathBuf,
     /// Its clients speak TLS with this (a node started with `-Z`).
     pub tls: Option<Arc<rustls::ClientConfig>>,
 }
@@ -179,37 +179,36 @@ impl Node {
     /// peers name `port`, so a start that finds the port taken is tried
     /// again on it (`osmium_test_harness::Start::only_port`).
     pub(crate) fn start_bare(port: u16, args: &[String]) -> Node {
-        let log = scratch_path("server.log");
-        let server = osmium_test_harness::Start::new("osmium")
+        let server = crate::common::osmium()
             .only_port(port)
-            .log_file(log.clone())
-            .child(|port| command(port, args, &log).spawn().expect("start osmium"));
+            .threads(2)
+            .memory(64)
+            .args(args)
+            .start();
         Node {
-            child: server.into_child(),
+            server,
             port,
-            log,
             tls: None,
         }
     }
 
     /// What it wrote to standard error so far.
     pub(crate) fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.server.stderr_text()
     }
 
     pub(crate) fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.server.kill();
     }
 
     /// Its process id.
     pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
+        self.server.pid()
     }
 
     /// Sends it signal `sig` (`HUP`, `STOP`, `CONT`) by its PID.
     pub(crate) fn signal(&self, sig: &str) {
-        osmium_test_harness::signal_named(self.child.id(), sig);
+        osmium_test_harness::signal_named(self.server.pid(), sig);
     }
 
     /// Its clients speak TLS with `config`.
@@ -224,13 +223,6 @@ impl Node {
             Some(config) => tls_client(self.port, config.clone()),
             None => plain_client(self.port),
         }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_file(&self.log);
     }
 }
 

@@ -1,6 +1,6 @@
-//! TLS for the replication tests: certificates made with the `openssl`
-//! command at test time (as `tests/support/tls.py` makes them), the flags
-//! of a node started with `-Z`, and rustls clients.
+//! TLS for the replication tests: certificates made at test time
+//! (`osmium_test_harness::Certs`), the flags of a node started with `-Z`,
+//! and rustls clients.
 //!
 //! - `ca`: the CA every node trusts (`ssl_ca_cert`);
 //! - `node`: a node's certificate, signed by `ca`, for `IP:127.0.0.1` and
@@ -14,11 +14,12 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::ops::Deref;
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use osmium_test_harness::{KeyType, Role};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
@@ -26,129 +27,32 @@ use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 /// A client's TLS connection.
 pub(crate) type TlsConn = StreamOwned<ClientConnection, TcpStream>;
 
-/// The certificates of this test process, made once.
-pub(crate) struct Certs {
-    dir: PathBuf,
-}
+/// The certificates of this test process, made once (module comment),
+/// under Cargo's target tmp directory (a static is never dropped).
+pub(crate) struct Certs(osmium_test_harness::Certs);
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let ok = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("the openssl command")
-        .success();
-    assert!(ok, "openssl {args:?}");
-}
+impl Deref for Certs {
+    type Target = osmium_test_harness::Certs;
 
-/// A self-signed CA `name`.
-fn ca(dir: &Path, name: &str) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.pem"),
-            "-days",
-            "30",
-            "-subj",
-            &format!("/CN=osmium-test-{name}"),
-        ],
-    );
+    fn deref(&self) -> &osmium_test_harness::Certs {
+        &self.0
+    }
 }
-
-/// A certificate `name` signed by CA `ca` with the extensions `ext`.
-fn signed(dir: &Path, ca: &str, name: &str, ext: &str) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.csr"),
-            "-subj",
-            &format!("/CN={name}"),
-        ],
-    );
-    std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-CA",
-            &format!("{ca}.pem"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-CAcreateserial",
-            "-out",
-            &format!("{name}.pem"),
-            "-days",
-            "30",
-            "-extfile",
-            &format!("{name}.ext"),
-        ],
-    );
-}
-
-const NODE_EXT: &str = "basicConstraints=CA:FALSE\n\
-    subjectAltName=IP:127.0.0.1,DNS:localhost\n\
-    extendedKeyUsage=serverAuth,clientAuth\n";
-const CLIENT_EXT: &str = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
 
 impl Certs {
     pub(crate) fn get() -> &'static Certs {
         static CERTS: OnceLock<Certs> = OnceLock::new();
         CERTS.get_or_init(|| {
-            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-                .join("replication")
-                .join(format!("certs-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            ca(&dir, "ca");
-            signed(&dir, "ca", "node", NODE_EXT);
-            signed(&dir, "ca", "client", CLIENT_EXT);
-            ca(&dir, "other-ca");
-            signed(&dir, "other-ca", "other-node", NODE_EXT);
-            signed(&dir, "other-ca", "other-client", CLIENT_EXT);
-            Certs { dir }
+            let under = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("replication");
+            let mut c = osmium_test_harness::Certs::empty_under(&under, KeyType::EcdsaP256);
+            c.ca("ca")
+                .issue("ca", "node", Role::Node)
+                .issue("ca", "client", Role::Client)
+                .ca("other-ca")
+                .issue("other-ca", "other-node", Role::Node)
+                .issue("other-ca", "other-client", Role::Client);
+            Certs(c)
         })
-    }
-
-    pub(crate) fn path(&self, file: &str) -> String {
-        self.dir.join(file).display().to_string()
-    }
-
-    /// `-Z` with certificate `cert` (`node`, `other-node`), trusting CA
-    /// `ca` (None: no ssl_ca_cert), and more `-o` options.
-    pub(crate) fn server_args(&self, cert: &str, ca: Option<&str>, more: &[&str]) -> Vec<String> {
-        let mut o = vec![
-            format!("ssl_chain_cert={}", self.path(&format!("{cert}.pem"))),
-            format!("ssl_key={}", self.path(&format!("{cert}.key"))),
-        ];
-        if let Some(ca) = ca {
-            o.push(format!("ssl_ca_cert={}", self.path(&format!("{ca}.pem"))));
-        }
-        o.extend(more.iter().map(|s| s.to_string()));
-        vec!["-Z".into(), "-o".into(), o.join(",")]
     }
 
     /// The usual node: `node`'s certificate, trusting `ca`, asking clients
