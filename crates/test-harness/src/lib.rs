@@ -31,6 +31,8 @@ use std::time::{Duration, Instant};
 
 mod poll;
 pub use poll::{wait_until, POLL_INTERVAL};
+mod size;
+pub use size::{long_tests, sized, LONG_TESTS_VAR};
 
 /// How many times [`Start`] starts a process before it gives up.
 pub const ATTEMPTS: u32 = 5;
