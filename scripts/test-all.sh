@@ -151,15 +151,16 @@ selected() {
     [ -z "${ONLY:-}" ] || [[ " ${ONLY//,/ } " == *" $1 "* ]]
 }
 
-# record_step NO NAME START RC: a step's result in the summary's arrays;
-# a failure ends the script (after the steps still running beside it).
+# record_step NO NAME START RC [END]: a step's result in the summary's
+# arrays (its time: from START to END, default now); a failure ends the
+# script (after the steps still running beside it).
 record_step() {
-    local no=$1 name=$2 start=$3 rc=$4
+    local no=$1 name=$2 start=$3 rc=$4 end=${5:-$SECONDS}
     STEP_NAMES[no]=$name
-    STEP_TIMES[no]=$((SECONDS - start))
+    STEP_TIMES[no]=$((end - start))
     if [ "$rc" -eq 0 ]; then
         STEP_RESULTS[no]=ok
-        note "step '$name' passed in $((SECONDS - start))s"
+        note "step '$name' passed in $((end - start))s"
     elif [ "$rc" -eq 99 ]; then
         STEP_RESULTS[no]=skipped
         note "step '$name' skipped"
@@ -203,7 +204,10 @@ start_step() {
         return
     fi
     BG_NO[$id]=$STEP_NO BG_NAME[$id]=$name BG_START[$id]=$SECONDS
-    "$@" >"$LOGDIR/$(printf '%02d' "$STEP_NO").log" 2>&1 &
+    local log
+    log="$LOGDIR/$(printf '%02d' "$STEP_NO").log"
+    # (the step's own end, for its time in the summary: .end, not .log)
+    { "$@"; local rc=$?; echo "$SECONDS" >"${log%.log}.end"; return "$rc"; } >"$log" 2>&1 &
     BG_PID[$id]=$!
     note "started in the background (PID ${BG_PID[$id]}); its output follows when it ends"
 }
@@ -217,7 +221,8 @@ finish_step() {
     unset "BG_PID[$id]"
     header "${BG_NO[$id]}/$TOTAL_STEPS" "${BG_NAME[$id]} (ended)"
     cat "$LOGDIR/$(printf '%02d' "${BG_NO[$id]}").log"
-    record_step "${BG_NO[$id]}" "${BG_NAME[$id]}" "${BG_START[$id]}" "$rc"
+    record_step "${BG_NO[$id]}" "${BG_NAME[$id]}" "${BG_START[$id]}" "$rc" \
+        "$(cat "$LOGDIR/$(printf '%02d' "${BG_NO[$id]}").end" 2>/dev/null || echo "$SECONDS")"
 }
 
 # Every step still running in the background, waited for and recorded.
