@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2317  # step functions are only called via run_step
+# shellcheck disable=SC2317  # step functions are only called via run_step/start_step
 # The single test command for osmium (README, CI via .ci/run):
 #
 #     bash scripts/test-all.sh
@@ -14,9 +14,11 @@
 #      suites; apt, pip and npm only what is missing or not at its pin),
 #   2. runs, in order, stopping at the first failure:
 #        cargo fmt --all -- --check
-#        cargo clippy --workspace --all-targets -- -D warnings
 #        cargo +RUST_VERSION check (the workspace's rust-version, installed
-#          with rustup --profile minimal if missing; target/msrv)
+#          with rustup --profile minimal if missing; target/msrv), in the
+#          background beside the next two steps (its log printed whole
+#          when it ends, before the Debian package step)
+#        cargo clippy --workspace --all-targets -- -D warnings
 #        cargo build --release --workspace
 #        the Debian package (scripts/build-deb.sh: man pages, cargo deb
 #          --no-build; installed and purged by tests/package)
@@ -24,8 +26,9 @@
 #        the proxy's placement, serving, stats and TLS suites again,
 #          each proxy started on placeholder servers and SIGHUP-reloaded
 #          into its real configuration (OSMIUM_PROXY_TESTS_RELOADED=1)
-#        cargo fuzz (each target briefly; only if fuzz/Cargo.toml exists)
-#        python3 -m pytest tests -q
+#        cargo fuzz (one build of every target, then each target briefly,
+#          two at a time; only if fuzz/Cargo.toml exists)
+#        python3 -m pytest tests -q (in two pytest-xdist processes)
 #   3. prints a summary of the steps and of the test counts.
 #
 # Knobs (environment):
@@ -42,7 +45,15 @@
 #                         installed, else the default toolchain with
 #                         RUSTC_BOOTSTRAP=1, which is enough for cargo-fuzz:
 #                         no nightly download needed)
+#   FUZZ_JOBS=2           fuzz targets run at a time
 #   PYTEST_ARGS="..."     extra arguments for pytest
+#   PYTEST_WORKERS=2      pytest-xdist processes (1: one process, no xdist)
+#   ONLY="ID ..."         run only these steps (the others are reported as
+#                         skipped): install fmt msrv clippy build deb test
+#                         reloaded fuzz pytest; e.g. ONLY="install pytest"
+#   OSMIUM_LONG_TESTS=1   the long versions of the slowest integration tests
+#                         (crates/test-harness/src/size.rs): more keys and
+#                         longer loads, the same cases
 set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 1
@@ -123,36 +134,103 @@ summary() {
     if [ "$rc" -eq 0 ]; then
         echo "RESULT: all steps passed"
     else
-        echo "RESULT: FAILED at step: ${STEP_NAMES[${#STEP_NAMES[@]}-1]}"
+        echo "RESULT: FAILED at step: ${FAILED_STEPS[*]}"
     fi
     count_tests "$rc"
 }
 
-# run_step "NAME" FUNCTION [ARGS...]: run FUNCTION with its output teed to a
-# log; stop the whole script at the first failure.
+# The steps are numbered in the order they are declared; the arrays above
+# are indexed by that number, so the summary lists a step that ran beside
+# others (start_step) in its place.
 STEP_NO=0
 TOTAL_STEPS=10
-run_step() {
-    local name=$1; shift
-    STEP_NO=$((STEP_NO + 1))
-    header "$STEP_NO/$TOTAL_STEPS" "$name"
-    local start=$SECONDS rc
-    "$@" 2>&1 | tee "$LOGDIR/$(printf '%02d' "$STEP_NO").log"
-    rc=${PIPESTATUS[0]}
-    STEP_NAMES+=("$name")
-    STEP_TIMES+=("$((SECONDS - start))")
+FAILED_STEPS=()
+
+# Whether step ID is to run: all of them unless ONLY lists some.
+selected() {
+    [ -z "${ONLY:-}" ] || [[ " ${ONLY//,/ } " == *" $1 "* ]]
+}
+
+# record_step NO NAME START RC [END]: a step's result in the summary's
+# arrays (its time: from START to END, default now); a failure ends the
+# script (after the steps still running beside it).
+record_step() {
+    local no=$1 name=$2 start=$3 rc=$4 end=${5:-$SECONDS}
+    STEP_NAMES[no]=$name
+    STEP_TIMES[no]=$((end - start))
     if [ "$rc" -eq 0 ]; then
-        STEP_RESULTS+=("ok")
-        note "step '$name' passed in $((SECONDS - start))s"
+        STEP_RESULTS[no]=ok
+        note "step '$name' passed in $((end - start))s"
     elif [ "$rc" -eq 99 ]; then
-        STEP_RESULTS+=("skipped")
+        STEP_RESULTS[no]=skipped
         note "step '$name' skipped"
     else
-        STEP_RESULTS+=("FAILED")
+        STEP_RESULTS[no]=FAILED
         note "step '$name' FAILED (exit $rc)"
+        FAILED_STEPS+=("$name")
+        finish_all_steps
         summary "$rc"
         exit "$rc"
     fi
+}
+
+# run_step ID "NAME" FUNCTION [ARGS...]: run FUNCTION with its output teed
+# to its log; stop the whole script at the first failure.
+run_step() {
+    local id=$1 name=$2; shift 2
+    STEP_NO=$((STEP_NO + 1))
+    header "$STEP_NO/$TOTAL_STEPS" "$name"
+    if ! selected "$id"; then
+        note "not in ONLY=$ONLY"
+        record_step "$STEP_NO" "$name" "$SECONDS" 99
+        return
+    fi
+    local start=$SECONDS
+    "$@" 2>&1 | tee "$LOGDIR/$(printf '%02d' "$STEP_NO").log"
+    record_step "$STEP_NO" "$name" "$start" "${PIPESTATUS[0]}"
+}
+
+# start_step ID "NAME" FUNCTION [ARGS...]: run FUNCTION in the background,
+# beside the steps that follow, with its output in its own log (printed
+# whole by finish_step ID, so two steps' lines never mix).
+declare -A BG_PID BG_NO BG_NAME BG_START
+start_step() {
+    local id=$1 name=$2; shift 2
+    STEP_NO=$((STEP_NO + 1))
+    header "$STEP_NO/$TOTAL_STEPS" "$name (started: runs beside the next steps)"
+    if ! selected "$id"; then
+        note "not in ONLY=$ONLY"
+        record_step "$STEP_NO" "$name" "$SECONDS" 99
+        return
+    fi
+    BG_NO[$id]=$STEP_NO BG_NAME[$id]=$name BG_START[$id]=$SECONDS
+    local log
+    log="$LOGDIR/$(printf '%02d' "$STEP_NO").log"
+    # (the step's own end, for its time in the summary: .end, not .log)
+    { "$@"; local rc=$?; echo "$SECONDS" >"${log%.log}.end"; return "$rc"; } >"$log" 2>&1 &
+    BG_PID[$id]=$!
+    note "started in the background (PID ${BG_PID[$id]}); its output follows when it ends"
+}
+
+# finish_step ID: wait for a step start_step began, print its log, record it.
+finish_step() {
+    local id=$1 rc
+    [ -n "${BG_PID[$id]:-}" ] || return 0
+    wait "${BG_PID[$id]}"
+    rc=$?
+    unset "BG_PID[$id]"
+    header "${BG_NO[$id]}/$TOTAL_STEPS" "${BG_NAME[$id]} (ended)"
+    cat "$LOGDIR/$(printf '%02d' "${BG_NO[$id]}").log"
+    record_step "${BG_NO[$id]}" "${BG_NAME[$id]}" "${BG_START[$id]}" "$rc" \
+        "$(cat "$LOGDIR/$(printf '%02d' "${BG_NO[$id]}").end" 2>/dev/null || echo "$SECONDS")"
+}
+
+# Every step still running in the background, waited for and recorded.
+finish_all_steps() {
+    local id
+    for id in "${!BG_PID[@]}"; do
+        finish_step "$id"
+    done
 }
 
 # --------------------------------------------------------------------------
@@ -255,9 +333,9 @@ install_deps() {
         fi
     fi
     python3 - <<'EOF' || return 1
-import bmemcached, memcache, meta_memcache, meta_memcache_socket, pylibmc, pymemcache, pytest
+import bmemcached, memcache, meta_memcache, meta_memcache_socket, pylibmc, pymemcache, pytest, xdist
 from importlib.metadata import version
-print(f">>> pytest {pytest.__version__}, pymemcache {pymemcache.__version__}, "
+print(f">>> pytest {pytest.__version__} (pytest-xdist {xdist.__version__}), pymemcache {pymemcache.__version__}, "
       f"pylibmc {pylibmc.__version__} (libmemcached {pylibmc.libmemcached_version}), "
       f"python-memcached {memcache.__version__}, "
       f"python-binary-memcached {bmemcached.__version__}, "
@@ -449,23 +527,62 @@ fuzz_step() {
         "${fuzz[@]}" build "${san[@]}" || return 1
     fi
 
-    local t corpus seconds
+    # The targets run FUZZ_JOBS at a time (default 2: this machine's cores),
+    # each with its output in a file of its own, printed whole when it ends
+    # (its last lines when it passed). Every target runs, even after one
+    # failed; the step fails if any did.
+    local jobs=${FUZZ_JOBS:-2} out="$LOGDIR/fuzz" t
+    mkdir -p "$out"
     for t in $targets; do
-        seconds=$(fuzz_seconds_of "$t")
-        note "fuzzing $t for ${seconds}s"
-        # A target's committed seeds (fuzz/seeds/TARGET) are read beside its
-        # corpus (fuzz/corpus/TARGET, not committed), where new inputs go.
-        corpus=()
-        if [ -d "fuzz/seeds/$t" ]; then
-            mkdir -p "fuzz/corpus/$t"
-            corpus=("fuzz/corpus/$t" "fuzz/seeds/$t")
-        fi
-        "${fuzz[@]}" run "${san[@]}" "$t" "${corpus[@]}" -- \
-            -max_total_time="$seconds" -timeout=10 -print_final_stats=1 || {
-            echo "fuzz target $t FAILED; reproducer (if any) in fuzz/artifacts/$t/"
-            return 1
-        }
+        while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+        fuzz_one "$t" "$out" "${fuzz[@]}" -- "${san[@]}" &
     done
+    wait
+    local failed=()
+    for t in $targets; do
+        if [ "$(cat "$out/$t.rc" 2>/dev/null)" != 0 ]; then
+            failed+=("$t")
+        fi
+    done
+    if [ ${#failed[@]} -gt 0 ]; then
+        echo "fuzz target(s) FAILED: ${failed[*]}; reproducers (if any) in fuzz/artifacts/TARGET/"
+        return 1
+    fi
+}
+
+# fuzz_one TARGET OUTDIR FUZZ-COMMAND... -- SANITIZER-ARGS...: fuzz one
+# target for its seconds; its output in OUTDIR/TARGET.out (printed when it
+# ends), its exit status in OUTDIR/TARGET.rc.
+fuzz_one() {
+    local t=$1 out=$2; shift 2
+    local fuzz=() san=() corpus=() seconds start=$SECONDS rc
+    while [ "$1" != -- ]; do fuzz+=("$1"); shift; done
+    shift
+    san=("$@")
+    seconds=$(fuzz_seconds_of "$t")
+    # A target's committed seeds (fuzz/seeds/TARGET) are read beside its
+    # corpus (fuzz/corpus/TARGET, not committed), where new inputs go.
+    if [ -d "fuzz/seeds/$t" ]; then
+        mkdir -p "fuzz/corpus/$t"
+        corpus=("fuzz/corpus/$t" "fuzz/seeds/$t")
+    fi
+    "${fuzz[@]}" run "${san[@]}" "$t" "${corpus[@]}" -- \
+        -max_total_time="$seconds" -timeout=10 -print_final_stats=1 >"$out/$t.out" 2>&1
+    rc=$?
+    echo "$rc" >"$out/$t.rc"
+    # The report is written whole, under a lock: two targets ending at once
+    # do not mix their lines.
+    {
+        if [ "$rc" -eq 0 ]; then
+            note "fuzz target $t: ${seconds}s, passed (in $((SECONDS - start))s); its last lines:"
+            grep -E '^(#[0-9]+|stat::|Done)' "$out/$t.out" | tail -n 12
+        else
+            note "fuzz target $t FAILED (exit $rc); its output:"
+            cat "$out/$t.out"
+            echo "fuzz target $t FAILED; reproducer (if any) in fuzz/artifacts/$t/"
+        fi
+    } >"$out/$t.report"
+    flock "$out/print.lock" cat "$out/$t.report"
 }
 
 # --------------------------------------------------------------------------
@@ -478,6 +595,16 @@ pytest_step() {
     if python3 -c 'import pytest_timeout' >/dev/null 2>&1; then
         args+=(--timeout=300)
     fi
+    # PYTEST_WORKERS processes (pytest-xdist; default 2), each given whole
+    # files (--dist loadfile): a file's module fixtures (a built client, a
+    # proxy and its servers) are made once, on one worker. Each server
+    # a test starts takes a free port of its own (tests/support/servers.py).
+    local workers=${PYTEST_WORKERS:-2}
+    if [ "$workers" != 1 ] && python3 -c 'import xdist' >/dev/null 2>&1; then
+        args+=(-n "$workers" --dist loadfile)
+    elif [ "$workers" != 1 ]; then
+        note "pytest-xdist is not installed: the suites run in one process"
+    fi
     # shellcheck disable=SC2206
     args+=(${PYTEST_ARGS:-})
     python3 -m pytest "${args[@]}"
@@ -488,22 +615,26 @@ pytest_step() {
     return "$rc"
 }
 
-run_step "install dependencies, build the memcached oracle" install_deps
-run_step "cargo fmt --all -- --check" cargo fmt --all -- --check
-run_step "cargo clippy --workspace --all-targets -- -D warnings" \
+run_step install "install dependencies, build the memcached oracle" install_deps
+run_step fmt "cargo fmt --all -- --check" cargo fmt --all -- --check
+# The rust-version check runs beside clippy and the release build: its own
+# toolchain and target dir (target/msrv), and it fills the cores those
+# leave idle (their last crates compile and link one at a time).
+start_step msrv "cargo +$RUST_VERSION check (the workspace rust-version)" msrv_step
+run_step clippy "cargo clippy --workspace --all-targets -- -D warnings" \
     cargo clippy --workspace --all-targets -- -D warnings
-run_step "cargo +$RUST_VERSION check (the workspace rust-version)" msrv_step
-run_step "cargo build --release --workspace" cargo_build_release
-run_step "Debian package (scripts/build-deb.sh)" deb_step
-run_step "cargo test --workspace --release" cargo test --workspace --release
+run_step build "cargo build --release --workspace" cargo_build_release
+finish_step msrv
+run_step deb "Debian package (scripts/build-deb.sh)" deb_step
+run_step test "cargo test --workspace --release" cargo test --workspace --release
 # --workspace, not -p osmium-proxy: the same feature set as the step
 # before, so nothing is compiled again (-p rebuilt the dependencies: 430 s).
 # `--test proxy` is osmium-proxy's one integration binary; the filters pick
 # its placement, serving, stats and tls modules.
-run_step "proxy suites through a reloaded proxy" \
+run_step reloaded "proxy suites through a reloaded proxy" \
     env OSMIUM_PROXY_TESTS_RELOADED=1 cargo test --workspace --release \
     --test proxy -- placement:: serving:: stats:: tls::
-run_step "cargo fuzz (${FUZZ_SECONDS}s per target, text_parser and proxy_parsers half)" fuzz_step
-run_step "python3 -m pytest tests -q" pytest_step
+run_step fuzz "cargo fuzz (${FUZZ_SECONDS}s per target, text_parser and proxy_parsers half; ${FUZZ_JOBS:-2} at a time)" fuzz_step
+run_step pytest "python3 -m pytest tests -q" pytest_step
 summary 0
 exit 0

@@ -29,6 +29,7 @@ osmium's S3-FIFO queues map onto memcached's LRUs.
 A last test runs memcached-tool's `display` (the script from the oracle's
 source tarball, tests/oracle/) against osmium and checks a non-zero Max_age.
 """
+import concurrent.futures
 import os
 import re
 import shutil
@@ -204,7 +205,11 @@ def run_pair(exporter_bin, args_of, workload, settle):
         time.sleep(settle)
         for s in srvs:
             exps.append(Exporter(exporter_bin, s))
-        scrapes = {kind: e.scrape() for kind, e in zip(KINDS, exps)}
+        # Both scraped at once: what they report as ages (seconds since a
+        # write the workload made to both together) is then read at the same
+        # time, however long one scrape takes on a busy machine.
+        with concurrent.futures.ThreadPoolExecutor(len(exps)) as pool:
+            scrapes = dict(zip(KINDS, pool.map(lambda e: e.scrape(), exps)))
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
                                     timeout=10) as r:
             scrapes[OWN] = parse_metrics(r.read().decode())

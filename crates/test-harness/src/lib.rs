@@ -65,6 +65,8 @@ pub use certs::{Certs, KeyType, Role};
 pub use poll::{wait_until, POLL_INTERVAL};
 pub use pool::{listen_moved, Nutcracker, PoolProxy, Proxy};
 pub use running::Running;
+mod size;
+pub use size::{long_tests, sized, LONG_TESTS_VAR};
 
 /// How many times [`Start`] starts a process before it gives up.
 pub const ATTEMPTS: u32 = 5;

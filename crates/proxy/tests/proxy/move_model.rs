@@ -32,7 +32,14 @@ use std::time::{Duration, Instant};
 use common::*;
 
 const SERVERS: usize = 5;
-const KEYS: usize = 240;
+/// Keys per sequence: 240 in the long run (`OSMIUM_LONG_TESTS=1`), 60 by
+/// default (20 per client; a move still copies keys between every pair).
+fn keys() -> usize {
+    std::env::var("MOVE_MODEL_KEYS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(osmium_test_harness::sized(60, 240))
+}
 const CLIENTS: usize = 3;
 /// Sequences per run in front of osmium, and of memcached.
 const OSMIUM_SEQUENCES: u64 = 170;
@@ -218,7 +225,7 @@ fn client(
 ) -> HashMap<usize, Option<String>> {
     let mut cx = Cx::new(port);
     let mut rng = Rng(seed ^ (c as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d));
-    let mine = KEYS / CLIENTS;
+    let mine = keys() / CLIENTS;
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
@@ -319,7 +326,7 @@ fn sequence(env: &Env, seed: u64) -> Result<(u64, u64), String> {
     let port = env.proxy.port();
     let mut cx = Cx::new(port);
     let mut latest: HashMap<usize, Option<String>> = HashMap::new();
-    for i in 0..KEYS {
+    for i in 0..keys() {
         let v = format!("v0-{i}");
         if cx.ask(&format!("set {} 0 0 {}\r\n{v}\r\n", key(i), v.len())) != Got::Ok {
             return Err(format!("fill of {} failed", key(i)));
@@ -390,7 +397,7 @@ fn sequence(env: &Env, seed: u64) -> Result<(u64, u64), String> {
     }
     env.settle();
     let mut wrong = std::mem::take(&mut *seen.wrong.lock().unwrap());
-    for i in 0..KEYS {
+    for i in 0..keys() {
         let got = cx.ask(&format!("get {}\r\n", key(i)));
         let ok = match (&got, &latest[&i]) {
             (Got::Value(v), Some(w)) => v == w,

@@ -60,18 +60,21 @@ fn keys_go_where_nutcracker_puts_them() {
     };
     let backends: Vec<Proc> = (0..4).map(|_| backend(0)).collect();
     let addr = |i: usize, w: u32| format!("127.0.0.1:{}:{w}", backends[i].port());
+    // Keys per ketama case: 10,000 (about 15 per point of a 4-server,
+    // 160-points-per-server ring); 100,000 with OSMIUM_LONG_TESTS=1.
+    let ketama_keys = osmium_test_harness::sized(10_000, 100_000);
     let cases: Vec<(&str, String, Vec<String>, usize)> = vec![
         (
             "ketama",
             "  hash: fnv1a_64\n  distribution: ketama\n".into(),
             (0..4).map(|i| addr(i, 1)).collect(),
-            100_000,
+            ketama_keys,
         ),
         (
             "ketama-weighted",
             "  hash: fnv1a_64\n  distribution: ketama\n".into(),
             (0..4).map(|i| addr(i, [1, 2, 3, 5][i])).collect(),
-            100_000,
+            ketama_keys,
         ),
         (
             "ketama-named",
@@ -85,7 +88,7 @@ fn keys_go_where_nutcracker_puts_them() {
                     )
                 })
                 .collect(),
-            100_000,
+            ketama_keys,
         ),
         (
             "modula",
@@ -99,7 +102,7 @@ fn keys_go_where_nutcracker_puts_them() {
                     )
                 })
                 .collect(),
-            20_000,
+            osmium_test_harness::sized(5_000, 20_000),
         ),
     ];
     let mut cases = cases;
@@ -108,7 +111,7 @@ fn keys_go_where_nutcracker_puts_them() {
             name,
             format!("  hash: {name}\n  distribution: ketama\n"),
             (0..4).map(|i| addr(i, 1)).collect(),
-            3_000,
+            osmium_test_harness::sized(1_000, 3_000),
         ));
     }
     for (what, body, servers, n) in &cases {
@@ -185,7 +188,7 @@ fn libmemcached_distribution_matches_pylibmc(dist: &str, behaviors: &str, weight
     let ring = Ring::new(&Config::parse(&yaml).unwrap().pools[0]);
     let label = format!("{dist}-{}{}{}", weights[0], weights[1], weights[2]);
     let prefix = format!("py-{label}-");
-    let n = 100_000;
+    let n = osmium_test_harness::sized(10_000, 100_000);
     let script = format!(
         "import sys, pylibmc\n\
          c = pylibmc.Client(sys.argv[1].split(','), behaviors={behaviors})\n\
