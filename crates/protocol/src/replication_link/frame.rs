@@ -183,10 +183,11 @@ pub struct Inbound {
 
 impl Inbound {
     /// Whether nothing is left to read without the socket saying so: its
-    /// last read was short and nothing waits here (no plaintext, no byte
-    /// of a frame).
+    /// last read was short and nothing waits here but the start of a
+    /// frame (no plaintext, no whole frame): the rest of that frame comes
+    /// with the socket's next readable event.
     pub fn drained(&self) -> bool {
-        self.socket_drained && self.plain_pos == self.plain_end && self.raw_pos == self.raw_end
+        self.socket_drained && self.plain_pos == self.plain_end && !self.holds_frame()
     }
 
     /// Whether a read would return plaintext without reading the socket:
@@ -321,6 +322,13 @@ impl Inbound {
         n
     }
 
+    /// Whether the whole of the next frame is in (whether it opens or
+    /// not).
+    fn holds_frame(&self) -> bool {
+        let raw = &self.raw[self.raw_pos..self.raw_end];
+        raw.len() >= 2 && raw.len() >= 2 + usize::from(u16::from_be_bytes([raw[0], raw[1]]))
+    }
+
     /// The plaintext length of the next frame, if the whole of it is in.
     fn next_plain_len(&self) -> Option<usize> {
         let raw = &self.raw[self.raw_pos..self.raw_end];
@@ -347,9 +355,27 @@ impl Inbound {
     /// A frame that fails to open is `InvalidData` holding a
     /// [`FrameError`], now and for every later call.
     pub fn read_from<R: Read>(&mut self, sock: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_frames(sock, buf, false)
+    }
+
+    /// As [`Inbound::read_from`], for a non-blocking socket whose
+    /// readiness is edge-triggered: a socket read that emptied the socket
+    /// (it returned less than it was offered) and left no whole frame is
+    /// `WouldBlock` at once, without the read that would only say so.
+    pub fn read_available<R: Read>(&mut self, sock: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_frames(sock, buf, true)
+    }
+
+    fn read_frames<R: Read>(
+        &mut self,
+        sock: &mut R,
+        buf: &mut [u8],
+        edge: bool,
+    ) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
+        let mut emptied = false;
         loop {
             if self.plain_pos < self.plain_end {
                 return Ok(self.take_plain(buf));
@@ -357,6 +383,7 @@ impl Inbound {
             match self.open_one(buf)? {
                 Some(0) => continue,
                 Some(n) => return Ok(n + self.open_more(&mut buf[n..])),
+                None if emptied => return Err(io::ErrorKind::WouldBlock.into()),
                 None => {}
             }
             let room = self.room();
@@ -367,6 +394,7 @@ impl Inbound {
                 Ok(n) => {
                     self.raw_end += n;
                     self.socket_drained = n < offered;
+                    emptied = edge && self.socket_drained;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -502,6 +530,63 @@ mod tests {
         let n = inb.read_from(&mut sock, &mut buf).unwrap();
         assert_eq!(&buf[..n], b"0123456789");
         assert!(!inb.holds_whole_frame());
+    }
+
+    /// Counts the reads of the socket it wraps.
+    struct Counted<R> {
+        sock: R,
+        reads: usize,
+    }
+
+    impl<R: Read> Read for Counted<R> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.reads += 1;
+            self.sock.read(buf)
+        }
+    }
+
+    #[test]
+    fn an_edge_triggered_read_stops_at_an_emptied_socket() {
+        let part = |edge: bool| {
+            let (a, b) = pair();
+            let (mut out, _) = a.split();
+            let (_, mut inb) = b.split();
+            let wire = sealed(&mut out, &[b"ms a 1 q\r\nb\r\n"]);
+            let half = wire.len() / 2;
+            let mut sock = Counted {
+                sock: drip(wire[..half].to_vec(), 1 << 20, false),
+                reads: 0,
+            };
+            let mut buf = [0u8; 64];
+            let e = if edge {
+                inb.read_available(&mut sock, &mut buf).unwrap_err()
+            } else {
+                inb.read_from(&mut sock, &mut buf).unwrap_err()
+            };
+            assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+            (inb, wire[half..].to_vec(), sock.reads)
+        };
+        // Half a frame, and the socket is empty: the blocking reader's
+        // read asks the socket again, the edge-triggered one does not.
+        let (_, _, reads) = part(false);
+        assert_eq!(reads, 2);
+        let (mut inb, rest, reads) = part(true);
+        assert_eq!(reads, 1);
+        // Nothing to read until the socket says more came.
+        assert!(inb.drained());
+        assert!(!inb.holds_whole_frame());
+        let mut buf = [0u8; 64];
+        let n = inb
+            .read_available(&mut drip(rest, 1 << 20, false), &mut buf)
+            .unwrap();
+        assert_eq!(&buf[..n], b"ms a 1 q\r\nb\r\n");
+        assert!(inb.drained());
+        // A whole frame that does not open is reported by that read.
+        let (_, b) = pair();
+        let (_, mut inb) = b.split();
+        let mut sock = drip(vec![0, 3, b'a', b'b', b'c'], 1 << 20, false);
+        let e = inb.read_available(&mut sock, &mut buf).unwrap_err();
+        assert_eq!(frame_error(&e), Some(FrameError::Short));
     }
 
     #[test]

@@ -18,8 +18,10 @@
 //! frame's plaintext (`SEAL_PLAINTEXT`, 16 KiB) at a time into a scratch
 //! buffer, sealed, and sent; at most one frame waits for a full socket.
 //! A read that found the socket empty (it returned less than it was
-//! offered) with nothing left to open says the connection is drained
-//! (`drained`), as a short read of a plain socket does.
+//! offered) with no whole frame left to open says the connection is
+//! drained (`drained`), as a short read of a plain socket does: the rest
+//! of a frame begun comes with the next readable event, so the socket is
+//! not asked again before it (`Inbound::read_available`).
 
 use std::io::{self, IoSlice, Read};
 
@@ -125,7 +127,7 @@ impl Read for NoiseConn {
         // Frames a full socket kept back go first (a writable event may
         // have brought the connection here).
         self.flush_frames()?;
-        let r = self.inbound.read_from(&mut self.sock, buf);
+        let r = self.inbound.read_available(&mut self.sock, buf);
         if let Err(e) = &r {
             if frame_error(e).is_some() {
                 self.failed = true;
