@@ -45,9 +45,11 @@ const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 /// The longest answer line to `replica_link` read.
 pub(crate) const MAX_ANSWER: usize = 256;
-/// Output written to the socket once this much is buffered (a TLS
-/// record, two Noise frames), so the batch buffer and the frames it is
-/// sealed into stay in the cache.
+/// Output is encrypted in chunks of this much (a full TLS record, a full
+/// Noise frame) as the batch grows, so the batch buffer and the frames it
+/// is sealed into stay in the cache; the frames leave together at the
+/// batch's `mn` (or every 64 KiB: `LinkWriter::write_later`), so the
+/// target reads a batch at once, not a frame at a time.
 const WRITE_CHUNK: usize = 16 << 10;
 /// How long the sender waits for keys before it checks its timers.
 const POLL: Duration = Duration::from_millis(50);
@@ -394,10 +396,7 @@ fn send_states(
             bytes += out.len() - before;
             link.sent.fetch_add(1, Relaxed);
         }
-        if out.len() >= WRITE_CHUNK {
-            stream.write_all(out)?;
-            out.clear();
-        }
+        encrypt_whole_chunks(stream, out)?;
     }
     Ok(bytes)
 }
@@ -576,10 +575,18 @@ fn send_batch(
             }
         }
         link.sent.fetch_add(1, Relaxed);
-        if out.len() >= WRITE_CHUNK {
-            stream.write_all(out)?;
-            out.clear();
-        }
+        encrypt_whole_chunks(stream, out)?;
+    }
+    Ok(())
+}
+
+/// Encrypts the whole `WRITE_CHUNK`s of `out` (full frames, full TLS
+/// records) to be sent with the batch; the rest stays in `out`.
+fn encrypt_whole_chunks(stream: &mut LinkWriter, out: &mut Vec<u8>) -> io::Result<()> {
+    let whole = out.len() / WRITE_CHUNK * WRITE_CHUNK;
+    if whole > 0 {
+        stream.write_later(&out[..whole])?;
+        out.drain(..whole);
     }
     Ok(())
 }

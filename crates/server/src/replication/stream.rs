@@ -31,6 +31,8 @@ use rustls_pki_types::ServerName;
 
 /// Bytes read from the socket at a time by a TLS reader.
 const READ_CHUNK: usize = 16 << 10;
+/// Encrypted bytes `LinkWriter::write_later` lets wait before it sends.
+const SEND_AT: usize = 64 << 10;
 
 /// One replication connection, used by one thread until `split`.
 pub(crate) enum LinkStream {
@@ -222,11 +224,46 @@ pub(crate) struct LinkWriter {
     sock: TcpStream,
     tls: Option<Arc<Mutex<Connection>>>,
     noise: Option<Outbound>,
-    /// Records made under the lock, sent after it.
+    /// Records made under the lock, sent after it (`write_later`: once
+    /// `SEND_AT` bytes wait).
     records: Vec<u8>,
 }
 
 impl LinkWriter {
+    /// Encrypts `buf` (Noise frames, or TLS records) behind what already
+    /// waits, and sends only once `SEND_AT` bytes wait: the sender's
+    /// batch leaves in one socket write however many frames it takes.
+    /// Any `write` or `flush` sends everything that waits.
+    pub(crate) fn write_later(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        if let Some(noise) = &mut self.noise {
+            noise.seal(buf)?;
+            if noise.pending() >= SEND_AT {
+                noise.flush_to(&mut self.sock)?;
+            }
+            return Ok(());
+        }
+        let Some(tls) = &self.tls else {
+            return self.sock.write_all(buf);
+        };
+        {
+            let mut conn = lock(tls);
+            while !buf.is_empty() {
+                let n = conn.writer().write(buf)?;
+                send_records(&mut conn, &mut self.records)?;
+                if n == 0 {
+                    return Err(io::ErrorKind::WriteZero.into());
+                }
+                buf = &buf[n..];
+            }
+        }
+        if self.records.len() >= SEND_AT {
+            let sent = self.sock.write_all(&self.records);
+            self.records.clear();
+            sent?;
+        }
+        Ok(())
+    }
+
     /// Ends the connection (a TLS `close_notify` first, if the socket takes
     /// it); the reader's blocked read returns.
     pub(crate) fn shutdown(&mut self) {
