@@ -211,6 +211,9 @@ pub(crate) struct WorkerCtx {
     /// Sync mode: the acknowledgements the requests just run wait for.
     repl_wait: std::cell::RefCell<Wait>,
     repl_pending: std::cell::Cell<bool>,
+    /// Writes were queued for replication since the worker last woke the
+    /// senders (`take_repl_queued`).
+    repl_queued: std::cell::Cell<bool>,
     /// `replica_follow <seconds>` asked for the connection to become a
     /// feed (kept that long once synced).
     pub handover: std::cell::Cell<Option<u64>>,
@@ -252,6 +255,7 @@ impl WorkerCtx {
             write_missed: std::cell::Cell::new(false),
             repl_wait: std::cell::RefCell::new(Wait::default()),
             repl_pending: std::cell::Cell::new(false),
+            repl_queued: std::cell::Cell::new(false),
             handover: std::cell::Cell::new(None),
             hot: shared
                 .hotkeys
@@ -288,9 +292,11 @@ impl WorkerCtx {
     #[inline]
     pub(crate) fn replicate_key(&self, key: &[u8]) {
         if let Some(r) = &self.repl {
-            if self.peer.get() == PEER_NONE && r.written_key(key, &mut self.repl_wait.borrow_mut())
-            {
-                self.repl_pending.set(true);
+            if self.peer.get() == PEER_NONE {
+                self.repl_queued.set(true);
+                if r.written_key(key, &mut self.repl_wait.borrow_mut()) {
+                    self.repl_pending.set(true);
+                }
             }
         }
     }
@@ -338,12 +344,20 @@ impl WorkerCtx {
     /// A flush_all was applied.
     pub(crate) fn replicate_flush(&self, delay: i64) {
         if let Some(r) = &self.repl {
-            if self.peer.get() == PEER_NONE
-                && r.written_flush(delay, &mut self.repl_wait.borrow_mut())
-            {
-                self.repl_pending.set(true);
+            if self.peer.get() == PEER_NONE {
+                self.repl_queued.set(true);
+                if r.written_flush(delay, &mut self.repl_wait.borrow_mut()) {
+                    self.repl_pending.set(true);
+                }
             }
         }
+    }
+
+    /// Whether writes were queued for replication since the last call
+    /// (the worker then wakes the senders: `Replication::wake_senders`).
+    #[inline]
+    pub(crate) fn take_repl_queued(&self) -> bool {
+        self.repl_queued.replace(false)
     }
 
     /// Sync mode: adds what the requests just run wait for to `into`;

@@ -421,6 +421,22 @@ impl Replication {
         self.wake_all();
     }
 
+    /// A worker's turn queued writes: wakes the senders sleeping on them
+    /// (a push does not, so that a batch holds the turn's writes).
+    pub(crate) fn wake_senders(&self) {
+        let mut mask = self.mask.load(Relaxed);
+        while mask != 0 {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            self.targets[i].queue.wake_sender();
+        }
+        for f in &self.feeds {
+            if f.active.load(Relaxed) {
+                f.queue.wake_sender();
+            }
+        }
+    }
+
     /// Wakes every worker (its held replies are checked again).
     fn wake_all(&self) {
         if let Some(w) = self.wakers.get() {

@@ -10,8 +10,12 @@
 //!
 //! Workers append under the mutex (no allocation once the buffer has
 //! grown); the sender swaps the whole buffer out for its own empty one.
-//! While the link is closed nothing is queued: the full copy made when it
-//! opens covers every write before it.
+//! A push does not wake a sleeping sender: the worker wakes it once its
+//! turn is over (`wake_sender`), so a batch holds a turn's writes, not
+//! the first key of a pipelined run (in sync mode every batch costs a
+//! round trip: its `mn`, the MN, the workers woken). While the link is
+//! closed nothing is queued: the full copy made when it opens covers
+//! every write before it.
 
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
@@ -104,11 +108,17 @@ impl DirtyQueue {
         write(&mut q.buf);
         q.seq += 1;
         q.queued += 1;
-        if q.sleeping {
+        Some(q.seq)
+    }
+
+    /// Wakes a sender sleeping in `take` if records wait (after a
+    /// worker's turn queued some).
+    pub(crate) fn wake_sender(&self) {
+        let mut q = self.lock();
+        if q.sleeping && (q.queued > 0 || q.overflowed) {
             q.sleeping = false;
             self.cond.notify_one();
         }
-        Some(q.seq)
     }
 
     /// Opens the queue (the link is up), dropping what it held: the full
@@ -228,7 +238,7 @@ mod tests {
     }
 
     #[test]
-    fn a_sleeping_sender_is_woken_by_a_push() {
+    fn a_sleeping_sender_is_woken_once_keys_wait() {
         let q = std::sync::Arc::new(DirtyQueue::default());
         q.open();
         let q2 = q.clone();
@@ -237,8 +247,12 @@ mod tests {
             let t = q2.take(&mut buf, Duration::from_secs(10));
             (t.records, buf)
         });
-        std::thread::sleep(Duration::from_millis(50));
+        // Once it sleeps: a push queues, the worker's turn end wakes it.
+        while !q.lock().sleeping {
+            std::thread::yield_now();
+        }
         q.push_key(b"k");
+        q.wake_sender();
         let (n, buf) = t.join().unwrap();
         assert_eq!(n, 1);
         assert_eq!(buf, b"\x01k");

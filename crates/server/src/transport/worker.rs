@@ -39,7 +39,9 @@
 //! until the targets acknowledged its writes (`repl_held`); the wait never
 //! needs the connection's own unread input (the invariant is written down
 //! in `replication`'s module comment): once released, the replies go out
-//! before another request runs, and the socket is read again.
+//! before another request runs, and the socket is read again. The writes
+//! a turn queued wake the links' senders once, when the turn is over
+//! (`Replication::wake_senders`), so a batch carries the turn's writes.
 //!
 //! When a turn is over and no connection is ready, the worker sleeps in
 //! `epoll_wait`; with `-o idle_spin` (off by default) it first polls for a
@@ -698,6 +700,13 @@ impl Worker {
         let mut events = Events::with_capacity(1024);
         let mut last_idle_check = 0;
         loop {
+            if let Some(r) = &self.ctx.repl {
+                // The turn's writes go to the senders at once (a push
+                // does not wake them: `replication::queue`).
+                if self.ctx.take_repl_queued() {
+                    r.wake_senders();
+                }
+            }
             let timeout = if !self.ready.is_empty() {
                 Some(Duration::ZERO)
             } else if !self.repl_waiting.is_empty() {
