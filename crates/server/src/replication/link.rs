@@ -611,12 +611,20 @@ fn end_batch(
 }
 
 /// The reader: MN lines acknowledge batches; other lines are errors of
-/// quiet commands.
+/// quiet commands. The workers an acknowledgement may release are woken
+/// once the lines read so far are handled (one wake-up for the MN of
+/// several batches that came together), before the next socket read.
 fn read_acks(repl: &Replication, link: &Link, conn: &Conn, stream: LinkReader) {
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
     let mut logged = 0u32;
+    let slot = repl.target_slot(link);
+    let mut unannounced = false;
     while !conn.broken.load(Relaxed) {
+        if unannounced && !reader.buffer().contains(&b'\n') {
+            unannounced = false;
+            repl.acknowledged_by(slot, link.acked.load(Relaxed));
+        }
         match reader.read_until(b'\n', &mut line) {
             Ok(0) => break,
             Ok(_) if line.ends_with(b"\n") => {}
@@ -650,7 +658,7 @@ fn read_acks(repl: &Replication, link: &Link, conn: &Conn, stream: LinkReader) {
                     link.lag_us
                         .store(sent.elapsed().as_micros() as u64, Relaxed);
                     link.acked.fetch_max(seq, Relaxed);
-                    repl.wake_workers();
+                    unannounced = true;
                 }
             }
             _ if matches!(outcome(&line), Outcome::Done | Outcome::Miss) => {}

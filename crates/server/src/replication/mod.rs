@@ -72,6 +72,7 @@
 pub(crate) mod auth;
 mod encode;
 pub(crate) mod fresh_writes;
+pub(crate) mod held;
 mod link;
 mod pull;
 mod queue;
@@ -91,6 +92,7 @@ use crate::settings::{Settings, MAX_REPLICA_TARGETS};
 use crate::tls_context::TlsContext;
 use auth::Secret;
 use fresh_writes::FreshWrites;
+use held::HeldWaits;
 use link::Link;
 use osmium_protocol::replication_link::{self, Role};
 use stream::LinkStream;
@@ -152,6 +154,9 @@ pub(crate) struct Replication {
     /// How this server names itself in `replica_link`.
     name: String,
     wakers: OnceLock<Vec<Arc<Waker>>>,
+    /// What each worker's held replies wait for (sync mode), so that an
+    /// MN wakes only the workers it may release.
+    held: OnceLock<HeldWaits>,
     handoff: OnceLock<Handoff>,
     stop: AtomicBool,
     verbose: AtomicU8,
@@ -221,6 +226,7 @@ impl Replication {
             store,
             name: format!("osmium-{}-{}", std::process::id(), settings.port),
             wakers: OnceLock::new(),
+            held: OnceLock::new(),
             handoff: OnceLock::new(),
             stop: AtomicBool::new(false),
             verbose: AtomicU8::new(settings.verbose.min(2) as u8),
@@ -330,6 +336,7 @@ impl Replication {
     /// the workers (sync-mode acknowledgements), `handoff` gives a pulled
     /// connection to one.
     pub(crate) fn start(self: &Arc<Self>, wakers: Vec<Arc<Waker>>, handoff: Handoff) {
+        let _ = self.held.set(HeldWaits::new(wakers.len()));
         let _ = self.wakers.set(wakers);
         let _ = self.handoff.set(handoff);
         let order = self.order.lock().unwrap_or_else(|e| e.into_inner());
@@ -419,6 +426,36 @@ impl Replication {
             return;
         }
         self.wake_all();
+    }
+
+    /// What the workers' held replies wait for (once started).
+    #[inline]
+    pub(crate) fn held_waits(&self) -> Option<&HeldWaits> {
+        self.held.get()
+    }
+
+    /// The target slot of `link` (None: a feed, whose MN no write waits
+    /// for).
+    fn target_slot(&self, link: &Link) -> Option<usize> {
+        self.targets.iter().position(|t| std::ptr::eq(&**t, link))
+    }
+
+    /// Target slot `slot` acknowledged everything up to `acked`: wakes
+    /// the workers holding replies that may wait for it (`held`).
+    fn acknowledged_by(&self, slot: Option<usize>, acked: u64) {
+        if !self.is_sync() {
+            return;
+        }
+        let (Some(slot), Some(held), Some(wakers)) = (slot, self.held.get(), self.wakers.get())
+        else {
+            return;
+        };
+        HeldWaits::fence();
+        for (worker, w) in wakers.iter().enumerate() {
+            if held.may_release(worker, slot, acked) {
+                let _ = w.wake();
+            }
+        }
     }
 
     /// A worker's turn queued writes: wakes the senders sleeping on them

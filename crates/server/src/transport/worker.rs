@@ -41,7 +41,9 @@
 //! in `replication`'s module comment): once released, the replies go out
 //! before another request runs, and the socket is read again. The writes
 //! a turn queued wake the links' senders once, when the turn is over
-//! (`Replication::wake_senders`), so a batch carries the turn's writes.
+//! (`Replication::wake_senders`), so a batch carries the turn's writes;
+//! an acknowledgement wakes only the workers holding replies it may
+//! release (`replication::held`).
 //!
 //! When a turn is over and no connection is ready, the worker sleeps in
 //! `epoll_wait`; with `-o idle_spin` (off by default) it first polls for a
@@ -74,6 +76,7 @@ use crate::compose::output::Sink;
 use crate::context::{Shared, WorkerCtx};
 use crate::logger::{self, CloseReason};
 use crate::replication::auth::PeerAuth;
+use crate::replication::held::HeldWaits;
 use crate::replication::stream::{LinkStream, NoiseHalves};
 use crate::replication::{Wait, COPY_OPEN, PEER_FOLLOW, PEER_NONE};
 use crate::session::{Flow, Protocol, Session};
@@ -490,8 +493,15 @@ impl Worker {
             conn.peer_auth = ctx.peer_auth.take();
             conn.copy = ctx.copy.replace(0);
         }
-        if repl && conn.repl_held && !self.repl_waiting.iter().any(|&(k, _)| k == key) {
-            self.repl_waiting.push((key, conn.id));
+        if repl && conn.repl_held {
+            if !self.repl_waiting.iter().any(|&(k, _)| k == key) {
+                self.repl_waiting.push((key, conn.id));
+            }
+            // Said before the worker's last check before it sleeps
+            // (`repl_acknowledged`): the ack threads wake it for these.
+            if let Some(held) = ctx.repl.as_ref().and_then(|r| r.held_waits()) {
+                held.hold(ctx.head, &conn.repl_wait);
+            }
         }
         if flow == Flow::Wait {
             // Before measuring: an idle connection's empty buffers go back
@@ -626,13 +636,18 @@ impl Worker {
     }
 
     /// Sync replication: connections whose writes every reachable target
-    /// acknowledged send their replies.
+    /// acknowledged send their replies; what the others wait for is
+    /// published for the ack threads (`replication::held`).
     fn repl_acknowledged(&mut self) {
         let Some(r) = &self.ctx.repl else {
             return;
         };
+        // What `run_conn` published is seen by the ack threads, or their
+        // acknowledgements are seen here.
+        HeldWaits::fence();
         let conns = &mut self.conns;
         let ready = &mut self.ready;
+        let mut lowest = Wait::default();
         self.repl_waiting.retain(|&(key, id)| {
             let Some(c) = conns.get_mut(key).filter(|c| c.id == id) else {
                 return false;
@@ -647,8 +662,16 @@ impl Worker {
                 ready.push_back(key);
                 return false;
             }
+            for (l, &seq) in lowest.iter_mut().zip(&c.repl_wait) {
+                if seq > 0 && (*l == 0 || seq < *l) {
+                    *l = seq;
+                }
+            }
             true
         });
+        if let Some(held) = r.held_waits() {
+            held.set(self.ctx.head, &lowest);
+        }
     }
 
     /// Flash reads finished: their connections run again once all of
@@ -706,6 +729,12 @@ impl Worker {
                 if self.ctx.take_repl_queued() {
                     r.wake_senders();
                 }
+            }
+            if !self.repl_waiting.is_empty() {
+                // The last check before sleeping: acknowledgements that
+                // came before the held connections were published woke
+                // nobody.
+                self.repl_acknowledged();
             }
             let timeout = if !self.ready.is_empty() {
                 Some(Duration::ZERO)
