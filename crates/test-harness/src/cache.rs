@@ -11,6 +11,7 @@
 
 use std::cell::RefCell;
 use std::ffi::{OsStr, OsString};
+use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -51,8 +52,10 @@ impl Memcached {
     }
 }
 
-/// The arguments naming one extra port ([`CacheServer::extra_port`]).
-type PortArgs = Arc<dyn Fn(u16) -> Vec<String> + Send + Sync>;
+/// The arguments naming one extra port ([`CacheServer::extra_port`]);
+/// unwind-safe, so a [`Running`] holding its builder still crosses
+/// `catch_unwind`.
+type PortArgs = Arc<dyn Fn(u16) -> Vec<String> + Send + Sync + RefUnwindSafe + UnwindSafe>;
 
 /// How to start one osmium or memcached process (module comment). A
 /// clone starts another process the same way.
@@ -178,7 +181,10 @@ impl CacheServer {
     /// 127.0.0.1:PORT`); its port is in [`Running::extra_ports`] (in the
     /// order asked for), the start waits until it listens there too, and a
     /// start that found it taken is made again on new ports.
-    pub fn extra_port(mut self, args: impl Fn(u16) -> Vec<String> + Send + Sync + 'static) -> CacheServer {
+    pub fn extra_port(
+        mut self,
+        args: impl Fn(u16) -> Vec<String> + Send + Sync + RefUnwindSafe + UnwindSafe + 'static,
+    ) -> CacheServer {
         self.extra_ports.push(Arc::new(args));
         self
     }
