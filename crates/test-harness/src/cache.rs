@@ -11,8 +11,8 @@
 
 use std::cell::RefCell;
 use std::ffi::{OsStr, OsString};
-use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::fs::File;
+use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;

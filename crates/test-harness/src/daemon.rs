@@ -39,8 +39,11 @@ impl Daemon {
     /// Whether the process still runs (exists, and is no zombie waiting
     /// for a parent that does not reap it).
     pub fn alive(&self) -> bool {
-        let zombie = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')));
+        let zombie =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).is_ok_and(|stat| {
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('Z'))
+            });
         signal(self.pid, 0) && !zombie
     }
 

@@ -51,8 +51,5 @@ pub(crate) fn run_to_exit(name: &str, mut cmd: Command, log: &Path) -> Exited {
         std::thread::sleep(Duration::from_millis(2));
     };
     let stderr = std::fs::read_to_string(log).unwrap_or_default();
-    Exited {
-        status,
-        stderr,
-    }
+    Exited { status, stderr }
 }

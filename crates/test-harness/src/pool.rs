@@ -100,12 +100,9 @@ impl PoolProxy {
         let config = scratch.path("config.yml");
         std::fs::write(&config, &self.yaml).expect("write the proxy's configuration");
         let mut cmd = Command::new(self.binary());
-        cmd.arg("-c").arg(&config).args([
-            "-a",
-            "127.0.0.1",
-            "-s",
-            &crate::free_port().to_string(),
-        ]);
+        cmd.arg("-c")
+            .arg(&config)
+            .args(["-a", "127.0.0.1", "-s", &crate::free_port().to_string()]);
         cmd.args(&self.args);
         run_to_exit(&self.name, cmd, &scratch.stderr())
     }
