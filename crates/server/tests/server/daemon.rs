@@ -60,7 +60,7 @@ fn a_daemon_returns_once_serving_and_removes_its_pid_file() {
     // return is what is tested.
     let port = free_port();
     let mut cmd = Command::new(osmium());
-    if common::running_as_root() {
+    if osmium_test_harness::running_as_root() {
         cmd.args(["-u", "root"]);
     }
     let out = cmd
@@ -86,7 +86,7 @@ fn a_daemon_that_cannot_start_fails_with_its_reason() {
     // An unknown user is found only after the fork (as memcached, `-u` is
     // applied after binding): the daemon's reason and status reach the
     // caller instead of /dev/null and 0. Only root switches users.
-    if !common::running_as_root() {
+    if !osmium_test_harness::running_as_root() {
         eprintln!("SKIP: -u is ignored unless started as root");
         return;
     }
@@ -222,7 +222,7 @@ fn a_pid_file_naming_a_running_process_is_a_warning() {
 
 #[test]
 fn the_pid_file_is_written_as_the_user() {
-    if !common::running_as_root() {
+    if !osmium_test_harness::running_as_root() {
         eprintln!("SKIP: -u is ignored unless started as root");
         return;
     }

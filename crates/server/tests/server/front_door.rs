@@ -215,7 +215,7 @@ const ROOT_REFUSAL: &str = "must add '-u root' to start as root\n";
 
 #[test]
 fn root_without_a_user_is_refused_before_any_socket_opens() {
-    let root = common::running_as_root();
+    let root = osmium_test_harness::running_as_root();
     if !root {
         eprintln!("SKIP the refusal half: not running as root (-u matters only to root)");
     }

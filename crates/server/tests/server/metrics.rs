@@ -198,7 +198,9 @@ fn flash_tier_figures_and_read_latency() {
         "ext_path={}:64m,ext_page_size=4,ext_wbuf_size=1",
         dir.join("flash").display()
     );
-    let s = metrics_server("flag").args(&["-m", "4", "-U", "0", "-o", &ext]).start();
+    let s = metrics_server("flag")
+        .args(["-m", "4", "-U", "0", "-o", &ext])
+        .start();
     // 12 MB of 20 KB values into 4 MB of memory: most go to flash.
     let value = vec![b'v'; 20_000];
     let mut c = TcpStream::connect(("127.0.0.1", s.port())).unwrap();
@@ -250,16 +252,20 @@ fn replication_link_backlog_and_lag() {
     std::fs::write(&secret, b"6d6574726963732074657374207365637265740a\n").unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     let secret = secret.display().to_string();
-    let b = metrics_server("flag").args(&["-U", "0", "--replication-secret", &secret]).start();
+    let b = metrics_server("flag")
+        .args(["-U", "0", "--replication-secret", &secret])
+        .start();
     let target = format!("127.0.0.1:{}", b.port());
-    let a = metrics_server("flag").args(&[
+    let a = metrics_server("flag")
+        .args([
             "-U",
             "0",
             "--replication-secret",
             &secret,
             "--replicate-to",
             &target,
-        ]).start();
+        ])
+        .start();
     memcached(a.port(), b"set r 0 0 1\r\nx\r\n", b"STORED\r\n");
     let series = |name: &str| format!("{name}{{replica=\"{target}\"}}");
     wait_until("the write never reached the target", || {
@@ -514,22 +520,20 @@ fn prometheus_scrapes_osmium() {
     .unwrap();
     // On a free port, started again on another if that one was taken.
     let log = dir.join("prometheus.log");
-    let process = Start::new("prometheus")
-        .log_file(log.clone())
-        .child(|web| {
-            Command::new(&prometheus)
-                .arg(format!("--config.file={}", config.display()))
-                .arg(format!(
-                    "--storage.tsdb.path={}",
-                    dir.join("data").display()
-                ))
-                .arg(format!("--web.listen-address=127.0.0.1:{web}"))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap())
-                .spawn()
-                .unwrap()
-        });
+    let process = Start::new("prometheus").log_file(log.clone()).child(|web| {
+        Command::new(&prometheus)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{web}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap()
+    });
     let web = process.port();
     let _p = Prometheus {
         process,
@@ -564,7 +568,9 @@ fn prometheus_scrapes_osmium() {
 /// (no key name on `/metrics`, whatever the key); none with hot keys off.
 #[test]
 fn the_hottest_keys_are_gauges_by_rank() {
-    let s = metrics_server("flag").args(&["-o", "hotkeys_sample=1/1"]).start();
+    let s = metrics_server("flag")
+        .args(["-o", "hotkeys_sample=1/1"])
+        .start();
     let mut cmds = b"set user:alice:pwreset 0 0 3\r\nabc\r\nset odd%key 0 0 1\r\nx\r\n".to_vec();
     for _ in 0..50 {
         cmds.extend_from_slice(b"get user:alice:pwreset\r\n");
@@ -589,7 +595,7 @@ fn the_hottest_keys_are_gauges_by_rank() {
     assert_eq!(status, 404);
     assert!(!body.contains("alice"));
 
-    let off = metrics_server("flag").args(&["-o", "hotkeys_top=0"]).start();
+    let off = metrics_server("flag").args(["-o", "hotkeys_top=0"]).start();
     memcached(
         off.port(),
         b"set hot 0 0 1\r\nx\r\nget hot\r\nmn\r\n",
@@ -604,7 +610,9 @@ fn the_hottest_keys_are_gauges_by_rank() {
 /// answers them.
 #[test]
 fn hotkeys_names_the_keys_when_asked() {
-    let s = metrics_server("flag").args(&["-o", "hotkeys_sample=1/1", "--metrics-hotkeys"]).start();
+    let s = metrics_server("flag")
+        .args(["-o", "hotkeys_sample=1/1", "--metrics-hotkeys"])
+        .start();
     memcached(
         s.port(),
         b"set odd%key 0 0 1\r\nx\r\nget odd%key\r\nget odd%key\r\nmn\r\n",
@@ -631,7 +639,9 @@ fn hotkeys_names_the_keys_when_asked() {
 /// server in five minutes when keys were label values).
 #[test]
 fn series_stay_bounded_while_the_hot_set_churns() {
-    let s = metrics_server("flag").args(&["-o", "hotkeys_sample=1/1"]).start();
+    let s = metrics_server("flag")
+        .args(["-o", "hotkeys_sample=1/1"])
+        .start();
     let mut seen: HashSet<String> = HashSet::new();
     let mut first = 0;
     let mut hottest: HashSet<String> = HashSet::new();

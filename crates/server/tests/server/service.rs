@@ -406,15 +406,14 @@ fn with_logfile(conf: &Path, logfile: &Path, port: u16, extra: &[&str]) -> Cache
 
 #[test]
 fn the_log_file_is_opened_as_the_user() {
-    if !common::running_as_root() {
+    if !osmium_test_harness::running_as_root() {
         eprintln!("SKIP: -u is ignored unless started as root");
         return;
     }
     let dir = GroupDir::new("logdir");
     let logfile = dir.0.join("osmium.log");
     let port = free_port();
-    let mut server =
-        with_logfile(&dir.0.join("conf"), &logfile, port, &["-u", "nobody"]).start();
+    let mut server = with_logfile(&dir.0.join("conf"), &logfile, port, &["-u", "nobody"]).start();
     request(port, b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
     stop(&mut server);
     use std::os::unix::fs::MetadataExt;
@@ -426,7 +425,7 @@ fn the_log_file_is_opened_as_the_user() {
 
 #[test]
 fn a_link_at_the_log_file_reaches_no_file_of_roots() {
-    if !common::running_as_root() {
+    if !osmium_test_harness::running_as_root() {
         eprintln!("SKIP: the link is root's concern only");
         return;
     }

@@ -43,7 +43,16 @@ fn a_port_in_use_names_the_interfaces() {
     );
     // Every -l, as given, joined by commas.
     let two = format!("127.0.0.1:{port}");
-    let args = ["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.2", "-l", &two];
+    let args = [
+        "-p",
+        &port.to_string(),
+        "-U",
+        "0",
+        "-l",
+        "127.0.0.2",
+        "-l",
+        &two,
+    ];
     assert_eq!(
         refused(target_server(), args),
         (

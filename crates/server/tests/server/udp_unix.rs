@@ -260,7 +260,10 @@ fn udp_stats_and_byte_counters() {
         Some("3")
     );
     let settings = tcp_roundtrip(&mut t, b"stats settings\r\n", b"END\r\n");
-    assert_eq!(stat_value(&settings, "udpport"), Some(srv.port().to_string()));
+    assert_eq!(
+        stat_value(&settings, "udpport"),
+        Some(srv.port().to_string())
+    );
     assert_eq!(
         stat_value(&settings, "num_threads_per_udp").as_deref(),
         Some("2")

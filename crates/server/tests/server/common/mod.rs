@@ -10,7 +10,7 @@ pub(crate) mod tcp;
 use std::cell::Cell;
 use std::time::Duration;
 
-pub(crate) use osmium_test_harness::{memcached_bin, running_as_root};
+pub(crate) use osmium_test_harness::memcached_bin;
 use osmium_test_harness::{CacheServer, Memcached, Osmium};
 
 /// A builder of the osmium server under test: this package's binary
