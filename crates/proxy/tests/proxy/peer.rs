@@ -25,8 +25,8 @@ use common::{
     conf_path, free_port, osmium_backend, osmium_bin, pool_stat, proxy_started, reload,
     reload_expect, rewrite_conf, stats_doc, write_conf, Proc,
 };
-use osmium_test_harness::Osmium;
 use osmium_proxy::peer::{connect_peer, Secret};
+use osmium_test_harness::Osmium;
 
 const SECRET: &[u8] = b"0a1b2c3d4e5f60718293a4b5c6d7e8f9";
 

@@ -357,7 +357,6 @@ fn flags_as_nutcracker_checks_them() {
     }
 }
 
-
 #[test]
 fn the_pid_file_is_written_and_removed_and_the_log_goes_to_the_output_file() {
     let b = backend(0);

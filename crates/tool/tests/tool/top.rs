@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{address, memcached_bin, osmium_bin, roundtrip, run_tool, start, wait_until, Running, TempDir};
+use common::{
+    address, memcached_bin, osmium_bin, roundtrip, run_tool, start, wait_until, Running, TempDir,
+};
 use serde_json::Value;
 
 /// Sends `get`s (half hits) and `set`s to `server` until `stop`.
@@ -183,7 +185,7 @@ fn pool_yaml(dir: &TempDir, servers: &[&Running]) -> std::path::PathBuf {
         "alpha:\n  listen: 127.0.0.1:1\n  hash: fnv1a_64\n  distribution: ketama\n  servers:\n",
     );
     for s in servers {
-        y.push_str(&format!("   - {}:1\n", address(&s)));
+        y.push_str(&format!("   - {}:1\n", address(s)));
     }
     y.push_str("beta:\n  listen: 127.0.0.1:2\n  servers:\n");
     y.push_str(&format!("   - {}:1\n", servers[0].addr()));

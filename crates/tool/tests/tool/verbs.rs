@@ -9,8 +9,8 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use osmium_test_harness::Osmium;
 use common::{address, memcached_bin, osmium_bin, roundtrip, run_tool, start, Running, TempDir};
+use osmium_test_harness::Osmium;
 
 /// Stores `items` (key, flags, exptime, value) with `set`.
 fn load(server: &Running, items: &[(String, u32, u64, Vec<u8>)]) {

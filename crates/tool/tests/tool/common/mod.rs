@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-pub(crate) use osmium_test_harness::{memcached_bin, osmium_bin, Running};
 use osmium_test_harness::Osmium;
+pub(crate) use osmium_test_harness::{memcached_bin, osmium_bin, Running};
 
 /// The osmium-tool binary under test.
 pub(crate) fn tool() -> Command {
