@@ -177,44 +177,36 @@ pub fn all_threads_stopped(pid: u32) -> bool {
 /// LISTEN entry of `/proc/net/tcp` with that local port whose socket inode
 /// is one of the process's descriptors.
 pub fn listens_on(pid: u32, port: u16) -> bool {
-    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
-        return false;
+    holds_any(pid, &socket_inodes("/proc/net/tcp", port, Some("0A")))
+}
+
+/// The `socket:[INODE]` names of the entries of `table` (`/proc/net/tcp`
+/// or `/proc/net/udp`) with local port `port` (and state `state`, e.g.
+/// `0A` for LISTEN, when given). Fields: sl, local_address (hex
+/// addr:port), rem_address, st, tx:rx queues, tr:when, retrnsmt, uid,
+/// timeout, inode.
+fn socket_inodes(table: &str, port: u16, state: Option<&str>) -> Vec<String> {
+    let Ok(table) = std::fs::read_to_string(table) else {
+        return Vec::new();
     };
-    // Fields: sl, local_address (hex addr:port), rem_address, st (0A is
-    // LISTEN), tx:rx queues, tr:when, retrnsmt, uid, timeout, inode.
-    let sockets: Vec<String> = table
+    table
         .lines()
         .skip(1)
         .filter_map(|line| {
             let f: Vec<&str> = line.split_whitespace().collect();
             let local = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
             let inode = f.get(9)?;
-            (local == port && *f.get(3)? == "0A").then(|| format!("socket:[{inode}]"))
+            (local == port && state.is_none_or(|st| f.get(3) == Some(&st)))
+                .then(|| format!("socket:[{inode}]"))
         })
-        .collect();
-    holds_any(pid, &sockets)
+        .collect()
 }
 
 /// Whether process `pid` holds an IPv4 UDP socket bound to `port` (an
 /// entry of `/proc/net/udp` with that local port whose socket inode is one
 /// of the process's descriptors).
 pub fn binds_udp(pid: u32, port: u16) -> bool {
-    let Ok(table) = std::fs::read_to_string("/proc/net/udp") else {
-        return false;
-    };
-    // Fields as /proc/net/tcp's: the local address is the second, the
-    // inode the tenth.
-    let sockets: Vec<String> = table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let local = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
-            let inode = f.get(9)?;
-            (local == port).then(|| format!("socket:[{inode}]"))
-        })
-        .collect();
-    holds_any(pid, &sockets)
+    holds_any(pid, &socket_inodes("/proc/net/udp", port, None))
 }
 
 /// Whether process `pid` holds a listening unix-domain socket bound to
