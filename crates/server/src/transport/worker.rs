@@ -301,6 +301,9 @@ impl Conn {
     }
 }
 
+/// Ready connections from which a turn reads them all before running any.
+const GATHER_FROM: usize = 3;
+
 struct Worker {
     ctx: WorkerCtx,
     poll: Poll,
@@ -755,6 +758,11 @@ impl Worker {
             if self.ctx.shared.stop_requested().is_some() {
                 return;
             }
+            // With few connections ready, each is read when it runs, so the
+            // first one's reply does not wait for the others' reads; the
+            // reads are gathered first (and their buckets prefetched) only
+            // when enough are ready for the prefetch to pay.
+            let gather = events.iter().count() >= GATHER_FROM;
             for ev in events.iter() {
                 let key = ev.token().0;
                 if ev.token() == WAKE {
@@ -777,7 +785,9 @@ impl Worker {
                         // New data may have come: `drive` reads again
                         // (`prime` reads only into an empty input).
                         conn.drained = false;
-                        conn.prime(&self.ctx, &mut self.first_hashes);
+                        if gather {
+                            conn.prime(&self.ctx, &mut self.first_hashes);
+                        }
                     }
                 }
             }
