@@ -1,7 +1,8 @@
 //! The `osmium` binary's command line (`src/main.rs` is only its `main`):
 //! what parsing it came to ([`Command`]: a server to run, or done with an
 //! exit status), and running that server as the process
-//! ([`run`]). The exit statuses are memcached's: 64 (`EX_USAGE`) for
+//! ([`run`]); `--upgrade-check`, a binary upgrade's check of this binary,
+//! and [`resume_upgrade`], this binary started by one. The exit statuses are memcached's: 64 (`EX_USAGE`) for
 //! most refusals, 71 (`EX_OSERR`) when the server cannot start, 1 for a
 //! few, as memcached.
 
@@ -25,6 +26,14 @@ pub enum Command {
 /// options, a config file's, and osmium's own. What only prints or
 /// writes a file is done here.
 pub fn parse(args: Vec<std::ffi::OsString>) -> Command {
+    // A binary upgrade's check of this binary, before anything else: the
+    // command line to take over comes on stdin.
+    if args.get(1).is_some_and(|a| a == osmium_upgrade::CHECK_FLAG) {
+        return Command::Done(osmium_upgrade::answer_check(
+            settings::OSMIUM_VERSION,
+            |expanded| crate::upgrade::parse_settings(&expanded).map(|_| ()),
+        ));
+    }
     if let Some(done) = service::generate_man(&args) {
         if let Err(msg) = done {
             eprintln!("{msg}");
@@ -63,6 +72,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Command {
 /// after a stop, else that of the refused or failed start, said on
 /// stderr (under `-d`, by the waiting parent).
 pub fn run(config: Config) -> i32 {
+    crate::upgrade::note_start(None, false);
     let started = match launch::start(*config.0, Host::Process) {
         Ok(s) => s,
         Err(refused) => {
@@ -70,6 +80,19 @@ pub fn run(config: Config) -> i32 {
             return refused.exit_code;
         }
     };
+    serve_to_exit(started)
+}
+
+/// When this image was started by a binary upgrade's exec
+/// (`OSMIUM_UPGRADE_FD`): runs the server it takes over (or, when the new
+/// image handed it back, serves on) until a stop; its exit status. None:
+/// an ordinary start. To call first in `main`, before any thread.
+pub fn resume_upgrade() -> Option<i32> {
+    osmium_upgrade::take_env().map(crate::upgrade::resume)
+}
+
+/// Runs the acceptor of a started server until a stop; the exit status.
+pub(crate) fn serve_to_exit(started: crate::server::Started) -> i32 {
     match started.serve() {
         Ok(_) => 0,
         Err(e) => {

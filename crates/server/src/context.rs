@@ -32,6 +32,10 @@ pub(crate) enum StopRequest {
     /// SIGUSR1, `shutdown graceful`: stop once the workers are done (and,
     /// with a memory file, keep the cache for the next start).
     Graceful,
+    /// SIGUSR2, once the new binary passed its check: the threads stop
+    /// for a binary upgrade in place (`crate::upgrade`), the process
+    /// goes on in the new image.
+    Upgrade,
 }
 
 /// State shared by every thread.
@@ -123,6 +127,7 @@ impl Shared {
         let v = match how {
             StopRequest::Exit => 1,
             StopRequest::Graceful => 2,
+            StopRequest::Upgrade => 3,
         };
         let _ = self
             .stop
@@ -138,7 +143,8 @@ impl Shared {
         match self.stop.load(Ordering::Relaxed) {
             0 => None,
             1 => Some(StopRequest::Exit),
-            _ => Some(StopRequest::Graceful),
+            2 => Some(StopRequest::Graceful),
+            _ => Some(StopRequest::Upgrade),
         }
     }
 

@@ -220,8 +220,11 @@ fn warn_if_running(path: &str) {
         .ok()
         .and_then(|t| t.trim().parse::<i32>().ok());
     if let Some(pid) = pid {
+        // Its own pid is no other server: the file an upgraded image
+        // (the same process) writes again.
+        let own = pid == std::process::id() as i32;
         // SAFETY: signal 0 only checks that the process exists.
-        if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
+        if pid > 0 && !own && unsafe { libc::kill(pid, 0) } == 0 {
             tracing::warn!("WARNING: The pid file contained the following (running) pid: {pid}");
         }
     }

@@ -58,8 +58,34 @@ pub(crate) fn start(settings: Settings, host: Host) -> Result<Started, Refused> 
         process::refuse_root_without_user(&settings).map_err(|msg| Refused::new(msg, 64))?;
         // EX_USAGE, as memcached
     }
+    let files = load(&settings)?;
+    server::start(
+        settings,
+        files.auth,
+        files.tls,
+        files.secret,
+        files.metrics_token,
+        host,
+    )
+    .map_err(|e| refused_start(&e))
+}
+
+/// What a start reads from files named by the settings before anything
+/// opens: the authentication files, the TLS certificates, the
+/// replication secret, the metrics token.
+pub(crate) struct Loaded {
+    pub auth: crate::auth::AuthConfig,
+    pub tls: Option<Arc<crate::tls_context::TlsContext>>,
+    pub secret: Option<crate::replication::auth::Secret>,
+    pub metrics_token: Option<crate::metrics::Token>,
+}
+
+/// Reads the files the settings name, in memcached's order (the
+/// authentication files), then osmium's (TLS, the replication secret,
+/// the metrics token); a refusal carries the binary's status.
+pub(crate) fn load(settings: &Settings) -> Result<Loaded, Refused> {
     // EXIT_FAILURE, as memcached.
-    let auth = crate::auth::AuthConfig::load(&settings).map_err(|msg| Refused::new(msg, 1))?;
+    let auth = crate::auth::AuthConfig::load(settings).map_err(|msg| Refused::new(msg, 1))?;
     let tls = if settings.tls.enabled {
         let context = crate::tls_context::TlsContext::new(&settings.tls, settings.verbose > 0)
             .map_err(|msg| Refused::new(msg, 64))?; // EX_USAGE, as memcached's ssl_init
@@ -81,17 +107,25 @@ pub(crate) fn start(settings: Settings, host: Host) -> Result<Started, Refused> 
         Some(path) => Some(crate::metrics::Token::load(path).map_err(|msg| Refused::new(msg, 64))?),
         None => None,
     };
-    server::start(settings, auth, tls, secret, metrics_token, host).map_err(|e| {
-        // A listener's failure is said in memcached's words, naming what
-        // could not listen; anything else after `failed to start:`.
-        let no_user = e.get_ref().is_some_and(|r| r.is::<process::NoSuchUser>());
-        Refused {
-            message: failure_message(&e),
-            // EX_NOUSER for a `-u` that names no user, EX_OSERR else.
-            exit_code: if no_user { 67 } else { 71 },
-            kind: e.kind(),
-        }
+    Ok(Loaded {
+        auth,
+        tls,
+        secret,
+        metrics_token,
     })
+}
+
+/// A failed `server::start` as a refusal: a listener's failure is said
+/// in memcached's words, naming what could not listen; anything else
+/// after `failed to start:`.
+pub(crate) fn refused_start(e: &std::io::Error) -> Refused {
+    let no_user = e.get_ref().is_some_and(|r| r.is::<process::NoSuchUser>());
+    Refused {
+        message: failure_message(e),
+        // EX_NOUSER for a `-u` that names no user, EX_OSERR else.
+        exit_code: if no_user { 67 } else { 71 },
+        kind: e.kind(),
+    }
 }
 
 /// How the binary words a failed start or a failed acceptor.

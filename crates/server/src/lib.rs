@@ -45,5 +45,6 @@ mod settings;
 mod stats;
 mod tls_context;
 mod transport;
+mod upgrade;
 
 pub use embedded::{Config, RunningServer, Server};

@@ -3,7 +3,8 @@
 //! root (`-u`), core dumps (`-r`), locked memory (`-k`), the open-file
 //! limit `-c` needs, and the signals memcached answers: SIGTERM and
 //! SIGINT stop, SIGUSR1 stops gracefully, SIGHUP loads the TLS
-//! certificates again (as memcached).
+//! certificates again (as memcached); and osmium's SIGUSR2, a binary
+//! upgrade in place (`crate::upgrade`).
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -93,6 +94,8 @@ pub(crate) struct Signals {
     pub graceful: Arc<AtomicBool>,
     /// SIGHUP arrived since last asked (`take_hangup`).
     hangup: Arc<AtomicBool>,
+    /// SIGUSR2 arrived since last asked (`take_upgrade`).
+    upgrade: Arc<AtomicBool>,
     /// Readable once any of the signals arrived (a byte per signal, written
     /// by signal-hook's handler after it set the flags): the acceptor
     /// polls it, so it sleeps until a connection or a signal comes.
@@ -101,9 +104,10 @@ pub(crate) struct Signals {
 
 impl Signals {
     /// Installs the handlers (before any port opens: a client that sees
-    /// the port may signal at once).
+    /// the port may signal at once), then unblocks the signals an upgrade
+    /// blocked across its exec (one sent meanwhile is handled now).
     pub(crate) fn install() -> io::Result<Signals> {
-        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
         let exit = Arc::new(AtomicBool::new(false));
         let graceful = Arc::new(AtomicBool::new(false));
         for sig in [SIGTERM, SIGINT] {
@@ -113,16 +117,20 @@ impl Signals {
         // Handled, so it no longer kills: the TLS certificates reload.
         let hangup = Arc::new(AtomicBool::new(false));
         signal_hook::flag::register(SIGHUP, hangup.clone())?;
+        let upgrade = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(SIGUSR2, upgrade.clone())?;
         let (wake, wake_write) = std::os::unix::net::UnixStream::pair()?;
         wake.set_nonblocking(true)?;
         wake_write.set_nonblocking(true)?;
-        for sig in [SIGTERM, SIGINT, SIGUSR1, SIGHUP] {
+        for sig in [SIGTERM, SIGINT, SIGUSR1, SIGHUP, SIGUSR2] {
             signal_hook::low_level::pipe::register(sig, wake_write.try_clone()?)?;
         }
+        osmium_upgrade::image::unblock_signals();
         Ok(Signals {
             exit,
             graceful,
             hangup,
+            upgrade,
             wake: Some(wake),
         })
     }
@@ -135,6 +143,11 @@ impl Signals {
     /// Whether SIGHUP arrived since the last call.
     pub(crate) fn take_hangup(&self) -> bool {
         self.hangup.swap(false, Ordering::Relaxed)
+    }
+
+    /// Whether SIGUSR2 (an upgrade) arrived since the last call.
+    pub(crate) fn take_upgrade(&self) -> bool {
+        self.upgrade.swap(false, Ordering::Relaxed)
     }
 
     /// The stop a signal asked for, if any.

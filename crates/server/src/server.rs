@@ -15,6 +15,8 @@
 //!   need (`Store::clean_ahead`), woken when free segments run low (and
 //!   once a second at most otherwise);
 //! * `osmium-metrics` (`--metrics-addr`): serves `/metrics` (`metrics`);
+//! * `osmium-upgrade` (after SIGUSR2): the check of the new binary
+//!   (`upgrade`), while the acceptor serves on;
 //! * `osmium-maint`: ticks the clock every 100 ms; every 500 ms backs full
 //!   regions of item memory with huge pages, frees wholly expired segments,
 //!   walks a few others for expired items, and hands freed buffer memory
@@ -263,31 +265,48 @@ pub(crate) fn start(
     })
 }
 
+/// What ended the acceptor's loop.
+enum Turn {
+    /// A stop was requested.
+    Stop(StopRequest),
+    /// The new binary passed its check: the upgrade goes on.
+    Upgrade(crate::upgrade::Checked),
+}
+
 impl Started {
     /// Runs the acceptor on the calling thread until a signal, `shutdown`
     /// or [`Shared::request_stop`] asks the server to stop; then stops
     /// every thread it started, writes the memory file out (`-e`) and
-    /// closes the listeners. Returns how it was asked to stop.
-    pub(crate) fn serve(self) -> io::Result<StopRequest> {
+    /// closes the listeners. Returns how it was asked to stop. A binary
+    /// upgrade (SIGUSR2) does not return: the process goes on in the new
+    /// image, or, if no image could be run, serves on here.
+    pub(crate) fn serve(mut self) -> io::Result<StopRequest> {
+        loop {
+            match self.accept()? {
+                Turn::Stop(how) => return Ok(self.stop(how)),
+                Turn::Upgrade(checked) => self = crate::upgrade::run(self, checked)?,
+            }
+        }
+    }
+
+    /// The acceptor's loop: connections dealt to the workers, signals
+    /// answered, until a stop or an upgrade.
+    fn accept(&mut self) -> io::Result<Turn> {
         let Started {
-            shared,
-            host,
-            signals,
-            mut signalled,
-            listeners,
-            mut poll,
-            workers,
-            maintenance,
-            cleaner,
-            logger,
-            metrics,
-            pid_file,
+            ref shared,
+            ref signals,
+            ref mut signalled,
+            ref listeners,
+            ref mut poll,
+            ref workers,
             ..
-        } = self;
+        } = *self;
         let settings = &shared.settings;
         let mut events = Events::with_capacity(256);
         let mut next_worker = 0;
-        let how = loop {
+        // The upgrade whose new binary is being checked (SIGUSR2).
+        let mut checking: Option<crate::upgrade::Checking> = None;
+        loop {
             if let Err(e) = poll.poll(&mut events, None) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     return Err(e);
@@ -305,14 +324,30 @@ impl Started {
                         tracing::warn!("Could not reload TLS certificates on SIGHUP: {e}");
                     }
                 }
-                crate::reload::config_file(&shared);
+                crate::reload::config_file(shared);
                 service::ready();
             }
             if let Some(how) = signals.as_ref().and_then(Signals::requested) {
                 shared.request_stop(how);
             }
             if let Some(how) = shared.stop_requested() {
-                break how;
+                return Ok(Turn::Stop(how));
+            }
+            if signals.as_ref().is_some_and(Signals::take_upgrade) {
+                if checking.is_some() {
+                    tracing::warn!("upgrade already running: SIGUSR2 ignored");
+                } else {
+                    checking = crate::upgrade::Checking::begin(shared);
+                }
+            }
+            if let Some(outcome) = checking
+                .as_ref()
+                .and_then(crate::upgrade::Checking::outcome)
+            {
+                checking = None;
+                if let Some(checked) = outcome {
+                    return Ok(Turn::Upgrade(checked));
+                }
             }
             for ev in events.iter() {
                 if ev.token() == WAKE {
@@ -325,7 +360,7 @@ impl Started {
                 loop {
                     match listener.accept() {
                         Ok(stream) => {
-                            dispatch(stream, settings, &shared.global, &workers, &mut next_worker);
+                            dispatch(stream, settings, &shared.global, workers, &mut next_worker);
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -340,20 +375,40 @@ impl Started {
                     }
                 }
             }
-        };
+        }
+    }
+
+    /// Stops every thread, writes the memory file out (`-e`), closes the
+    /// listeners; `how`, as asked.
+    fn stop(self, how: StopRequest) -> StopRequest {
+        let Started {
+            shared,
+            host,
+            listeners,
+            workers,
+            maintenance,
+            cleaner,
+            logger,
+            metrics,
+            pid_file,
+            ..
+        } = self;
+        let settings = &shared.settings;
         if host == Host::Process {
             service::stopping();
         }
         match how {
             StopRequest::Graceful => tracing::warn!("Gracefully stopping"),
-            StopRequest::Exit if shared.verbose() > 0 => tracing::info!("Exiting normally"),
-            StopRequest::Exit => {}
+            StopRequest::Exit | StopRequest::Upgrade if shared.verbose() > 0 => {
+                tracing::info!("Exiting normally")
+            }
+            StopRequest::Exit | StopRequest::Upgrade => {}
         }
         shared.logger.sysevent(format_args!(
             "type=shutdown mode={}",
             match how {
                 StopRequest::Graceful => "graceful",
-                StopRequest::Exit => "exit",
+                StopRequest::Exit | StopRequest::Upgrade => "exit",
             }
         ));
         shared.replication.stop();
@@ -392,8 +447,92 @@ impl Started {
         let _ = logger.join();
         drop(pid_file);
         drop(listeners);
-        Ok(how)
+        how
     }
+
+    /// An upgrade's t1-t3: the server stops serving at a request boundary
+    /// and hands over what the new image takes. For now (until
+    /// connections are carried) the threads stop as a graceful stop stops
+    /// them, without writing the memory file out or marking it closed;
+    /// the connections are closed, the listeners kept (not closed, their
+    /// close-on-exec flag cleared) and the pid file left for the new
+    /// image. `deadline` bounds the drain of running requests.
+    pub(crate) fn quiesce(self, deadline: std::time::Instant) -> crate::upgrade::Quiesced {
+        let _ = deadline; // nothing is drained yet: no connection is kept
+        let Started {
+            shared,
+            listeners,
+            workers,
+            maintenance,
+            cleaner,
+            logger,
+            metrics,
+            pid_file,
+            ..
+        } = self;
+        shared.request_stop(StopRequest::Upgrade);
+        shared.replication.stop();
+        for w in &workers {
+            let _ = w.waker.wake();
+        }
+        for w in workers {
+            let _ = w.thread.join();
+        }
+        maintenance.thread().unpark();
+        let _ = maintenance.join();
+        if let Some(m) = metrics {
+            m.stop();
+        }
+        if let Some(c) = cleaner {
+            shared.store.wake_cleaner();
+            let _ = c.join();
+        }
+        shared.logger.stop();
+        let _ = logger.join();
+        // The new image (or the old one again) writes it anew, and
+        // removes it at its stop.
+        std::mem::forget(pid_file);
+        let listeners = listeners
+            .into_iter()
+            .map(crate::upgrade::listener_rec)
+            .collect();
+        crate::upgrade::Quiesced {
+            conns: Vec::new(),
+            listeners,
+            watchers: Vec::new(),
+            repl: Vec::new(),
+            counters: Vec::new(),
+            live: Vec::new(),
+            store: shared.store.clone(),
+            closed: 0,
+        }
+    }
+}
+
+/// An upgrade's t5-t7 in the image that takes the state over: the server
+/// starts from what `state` hands it. For now (until listeners,
+/// connections and item memory are carried) it starts as a first start
+/// does but for what the process already did (`-d`), with the inherited
+/// listeners closed beforehand (`upgrade::resume`) and bound again here;
+/// the cache is the memory file's with `-e` (taken over as after a kill),
+/// empty without.
+pub(crate) fn adopt(
+    state: osmium_upgrade::State,
+    mut settings: Settings,
+    files: crate::launch::Loaded,
+) -> io::Result<Started> {
+    let _ = state;
+    // The process is already the daemon `-d` made (forking again would
+    // change its pid).
+    settings.daemon = false;
+    start(
+        settings,
+        files.auth,
+        files.tls,
+        files.secret,
+        files.metrics_token,
+        Host::Process,
+    )
 }
 
 /// Starts replication's links and pulls; a pulled connection goes to the

@@ -35,3 +35,4 @@ mod start_errors;
 mod text_protocol;
 mod tls_garbage;
 mod udp_unix;
+mod upgrade;

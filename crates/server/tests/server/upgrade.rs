@@ -1,0 +1,302 @@
+//! Binary upgrades in place (SIGUSR2), over real processes: the server is
+//! started from a copy of the binary in a directory of the test's own;
+//! the upgrade replaces that file by `rename` (a new inode, as dpkg
+//! does) and sends SIGUSR2.
+//!
+//! Covered: an upgrade of an idle server keeps its PID, runs the new
+//! inode (`/proc/PID/exe`) and serves again, twice in a row, with `-e`
+//! keeping the cache; failed upgrades leave the old image serving (same
+//! PID, same exe inode, a log line naming the reason, a connection
+//! opened before still served when nothing stopped): a file that is not
+//! executable, a binary that exits 1 at the check, one that reads only a
+//! newer state format, and one that passes the check but refuses the
+//! state (`OSMIUM_UPGRADE_REFUSE`), whose fallback runs the old image
+//! again; after each, a good upgrade still works. A second SIGUSR2 while
+//! the check runs is ignored with a log line.
+//!
+//! Until connections and item memory are carried across the exec, an
+//! upgrade closes the connections, and without `-e` the new image starts
+//! with an empty cache (anonymous item memory dies with the old image):
+//! these tests assert neither connections kept through a *successful*
+//! upgrade nor a warm cache without `-e`.
+
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::PathBuf;
+
+use osmium_test_harness::{CacheServer, Running};
+
+use crate::common::{self, tcp::LineClient};
+
+/// A directory of the test's own, removed at its end.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let path =
+            std::env::temp_dir().join(format!("osmium-upgrade-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("make the test's directory");
+        Dir(path)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// Writes `bytes` at a temporary name, with `mode`, then renames it
+    /// to `name` (a new inode); its inode. A child process writes it, so
+    /// that no write fd on it is ever open in this process, where a child
+    /// another test forks meanwhile could inherit it for a moment (an
+    /// exec of a file open for writing fails with ETXTBSY).
+    fn install(&self, name: &str, bytes: &[u8], mode: u32) -> u64 {
+        let tmp = self.path(&format!("{name}.tmp"));
+        let _ = std::fs::remove_file(&tmp);
+        let mut writer = std::process::Command::new("sh")
+            .args(["-c", "cat > \"$1\"", "sh"])
+            .arg(&tmp)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("run sh");
+        writer
+            .stdin
+            .take()
+            .expect("its stdin")
+            .write_all(bytes)
+            .expect("write the file");
+        assert!(writer.wait().expect("wait for sh").success());
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).unwrap();
+        let final_path = self.path(name);
+        std::fs::rename(&tmp, &final_path).expect("rename it over");
+        std::fs::metadata(&final_path).unwrap().ino()
+    }
+
+    /// The osmium under test, copied to `name`.
+    fn install_osmium(&self, name: &str) -> u64 {
+        let bytes = std::fs::read(env!("CARGO_BIN_EXE_osmium")).expect("read the osmium binary");
+        self.install(name, &bytes, 0o755)
+    }
+
+    /// A `#!/bin/sh` script at `name`.
+    fn install_script(&self, name: &str, body: &str) -> u64 {
+        self.install(name, format!("#!/bin/sh\n{body}\n").as_bytes(), 0o755)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The inode process `pid` runs (its file may have been replaced).
+fn exe_inode(pid: u32) -> u64 {
+    std::fs::metadata(format!("/proc/{pid}/exe"))
+        .expect("stat /proc/PID/exe")
+        .ino()
+}
+
+fn server(dir: &Dir) -> CacheServer {
+    common::osmium()
+        .bin(dir.path("osmium"))
+        .args(["-m", "64", "-t", "2"])
+}
+
+/// How many times the server's log says `needle`.
+fn count(srv: &Running, needle: &str) -> usize {
+    srv.stderr_text().matches(needle).count()
+}
+
+/// Waits until the log says `needle` `n` times.
+fn wait_for_log(srv: &Running, needle: &str, n: usize) {
+    common::wait_until(&format!("{n} x {needle:?} in the log"), || {
+        count(srv, needle) >= n
+    });
+}
+
+/// A client once the server answers on its port again (after an exec it
+/// binds its listeners anew).
+fn client_when_serving(srv: &Running) -> LineClient {
+    common::wait_until("the server answers again", || {
+        std::net::TcpStream::connect(srv.addr()).is_ok()
+    });
+    LineClient::to(srv)
+}
+
+fn set_get(c: &mut LineClient, key: &str, value: &str) {
+    c.send(format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes());
+    assert_eq!(c.line(), "STORED\r\n");
+    c.send(format!("get {key}\r\n").as_bytes());
+    assert_eq!(c.line(), format!("VALUE {key} 0 {}\r\n", value.len()));
+    assert_eq!(c.line(), format!("{value}\r\n"));
+    assert_eq!(c.line(), "END\r\n");
+}
+
+/// Upgrades to a fresh copy of the binary and checks it runs: the same
+/// PID, the new inode, serving. The number of upgrades done so far is `n`.
+fn upgrade_ok(dir: &Dir, srv: &mut Running, n: usize) {
+    let pid = srv.pid();
+    let new = dir.install_osmium("osmium");
+    srv.send_signal(libc::SIGUSR2);
+    wait_for_log(srv, "upgrade done:", n);
+    assert_eq!(srv.pid(), pid);
+    assert_eq!(exe_inode(pid), new, "runs the new file");
+    let mut c = client_when_serving(srv);
+    set_get(&mut c, &format!("after{n}"), "fresh");
+}
+
+#[test]
+fn upgrade_of_an_idle_server_keeps_its_pid_and_runs_the_new_inode() {
+    let dir = Dir::new("idle");
+    let first = dir.install_osmium("osmium");
+    let mut srv = server(&dir).start();
+    let pid = srv.pid();
+    assert_eq!(exe_inode(pid), first);
+    // Twice: an upgraded server upgrades again.
+    upgrade_ok(&dir, &mut srv, 1);
+    upgrade_ok(&dir, &mut srv, 2);
+    assert!(srv.is_running());
+    let log = srv.stderr_text();
+    assert!(log.contains("passed the check"), "{log}");
+    assert_eq!(count(&srv, "upgrade refused"), 0, "{log}");
+}
+
+#[test]
+fn an_upgrade_with_a_memory_file_keeps_the_cache() {
+    let dir = Dir::new("memfile");
+    dir.install_osmium("osmium");
+    let file = dir.path("cache.mem");
+    let mut srv = server(&dir).arg("-e").arg(&file).start();
+    let mut c = LineClient::to(&srv);
+    for i in 0..100 {
+        set_get(&mut c, &format!("k{i}"), &format!("value {i}"));
+    }
+    upgrade_ok(&dir, &mut srv, 1);
+    let mut c = client_when_serving(&srv);
+    for i in 0..100 {
+        c.send(format!("get k{i}\r\n").as_bytes());
+        let value = format!("value {i}");
+        assert_eq!(c.line(), format!("VALUE k{i} 0 {}\r\n", value.len()));
+        assert_eq!(c.line(), format!("{value}\r\n"));
+        assert_eq!(c.line(), "END\r\n");
+    }
+}
+
+/// Replaces the binary by what `install` puts at `osmium`, sends SIGUSR2
+/// and waits until the log says `reason` (the `n`th failure); asserts the
+/// old image serves on. When `nothing_stopped`, a connection opened
+/// before is still served; otherwise (the fallback ran the old image
+/// again) a new one is. Then a good upgrade still works.
+fn failed_upgrade(name: &str, install: impl FnOnce(&Dir), reason: &str, nothing_stopped: bool) {
+    let dir = Dir::new(name);
+    let old = dir.install_osmium("osmium");
+    let mut srv = server(&dir).start();
+    let pid = srv.pid();
+    let mut before = LineClient::to(&srv);
+    set_get(&mut before, "before", "old image");
+    install(&dir);
+    srv.send_signal(libc::SIGUSR2);
+    wait_for_log(&srv, reason, 1);
+    assert!(srv.is_running(), "{}", srv.stderr_text());
+    assert_eq!(srv.pid(), pid);
+    assert_eq!(exe_inode(pid), old, "the old image runs");
+    if nothing_stopped {
+        set_get(&mut before, "during", "same connection");
+        before.send(b"get before\r\n");
+        assert_eq!(before.line(), "VALUE before 0 9\r\n");
+    } else {
+        let mut c = client_when_serving(&srv);
+        set_get(&mut c, "again", "old image again");
+    }
+    assert_eq!(count(&srv, "upgrade done:"), 0, "{}", srv.stderr_text());
+    upgrade_ok(&dir, &mut srv, 1);
+}
+
+#[test]
+fn an_upgrade_to_a_file_that_is_not_executable_fails() {
+    failed_upgrade(
+        "noexec",
+        |dir| {
+            let bytes = std::fs::read(env!("CARGO_BIN_EXE_osmium")).unwrap();
+            dir.install("osmium", &bytes, 0o644);
+        },
+        "Permission denied",
+        true,
+    );
+}
+
+#[test]
+fn an_upgrade_to_a_binary_that_exits_1_fails() {
+    failed_upgrade(
+        "exit1",
+        |dir| {
+            dir.install_script("osmium", "exit 1");
+        },
+        "did not answer the check (exit status: 1)",
+        true,
+    );
+}
+
+#[test]
+fn an_upgrade_to_a_binary_reading_a_newer_state_format_fails() {
+    failed_upgrade(
+        "format",
+        |dir| {
+            dir.install_script(
+                "osmium",
+                "cat >/dev/null\necho 'osmium-upgrade-check ok version=9.0.0 reads=99-99 exe=1:1'",
+            );
+        },
+        "reads state formats 99-99, this server writes 1",
+        true,
+    );
+}
+
+#[test]
+fn a_new_image_that_refuses_the_state_runs_the_old_one_again() {
+    failed_upgrade(
+        "fallback",
+        |dir| {
+            dir.install_osmium("osmium.real");
+            let real = dir.path("osmium.real");
+            let real = real.display();
+            // The check is the real binary's; the real run refuses the state.
+            dir.install_script(
+                "osmium",
+                &format!(
+                    "case \"$1\" in --upgrade-check) exec {real} \"$@\";; esac\n\
+                     OSMIUM_UPGRADE_REFUSE=1 exec {real} \"$@\""
+                ),
+            );
+        },
+        "upgrade failed: OSMIUM_UPGRADE_REFUSE is set; serving with osmium",
+        false,
+    );
+}
+
+#[test]
+fn a_second_sigusr2_while_the_check_runs_is_ignored() {
+    let dir = Dir::new("twice");
+    let old = dir.install_osmium("osmium");
+    let mut srv = server(&dir).start();
+    let pid = srv.pid();
+    // A check that answers once the test lets it (then with exit 1).
+    let go = dir.path("go");
+    dir.install_script(
+        "osmium",
+        &format!(
+            "while [ ! -e {} ]; do sleep 0.02; done\nexit 1",
+            go.display()
+        ),
+    );
+    srv.send_signal(libc::SIGUSR2);
+    wait_for_log(&srv, "upgrade requested", 1);
+    srv.send_signal(libc::SIGUSR2);
+    wait_for_log(&srv, "upgrade already running: SIGUSR2 ignored", 1);
+    std::fs::write(&go, b"").unwrap();
+    wait_for_log(&srv, "upgrade refused", 1);
+    assert_eq!(count(&srv, "upgrade requested"), 1);
+    assert_eq!(exe_inode(pid), old);
+    let mut c = LineClient::to(&srv);
+    set_get(&mut c, "k", "v");
+}
