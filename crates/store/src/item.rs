@@ -38,7 +38,21 @@
 //!             bit 1 EXPTIME: u32 relative expiry follows (else never);
 //!                   present also when an expiry may be set later
 //!             bit 2 CAS: u64 CAS unique follows (else it is the location's)
-//!             fields in that order, little endian, unaligned
+//!             bit 3 PACKED: the value is a zstd frame (see `codec`); a
+//!                   codec byte and the raw length follow the CAS field
+//!             bit 4 RAW_TRIED: the value was tried and did not compress
+//!                   (no field; never with PACKED)
+//!             bits 5-7 zero
+//!             fields in that order, little endian, unaligned:
+//!
+//!       | ext | flags? | exptime? | cas? | codec? | rawlen? | key | value |
+//!         u8    u32      u32        u64    u8       LEB128
+//!
+//!  codec u8   (PACKED) bits 0-5 dictionary slot (0 = none), bits 6-7 the
+//!             slot's generation modulo 4 (see `dict`)
+//!  rawlen     (PACKED) the client's value length, LEB128 as vlen;
+//!             64 <= rawlen <= -I, and vlen < rawlen
+//!  vlen       bytes of value in the item: the frame's length when packed
 //! ```
 //!
 //! [`item_size`] of a 16-byte key and a 64-byte value is 85 bytes.
@@ -59,6 +73,9 @@
 //! read against the shard's version.
 
 use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
+
+use crate::codec::ValueRef;
+use crate::dict::DictTable;
 
 /// Items start at any byte offset: no alignment, no padding.
 pub const ALIGN: usize = 1;
@@ -83,6 +100,14 @@ pub const FREQ_MAX: u8 = 3;
 const EXT_FLAGS: u8 = 1;
 const EXT_EXPTIME: u8 = 2;
 const EXT_CAS: u8 = 4;
+/// Ext bit: the value is a zstd frame; codec and raw length follow.
+pub const EXT_PACKED: u8 = 8;
+/// Ext bit: the value was tried and did not compress.
+pub const EXT_RAW_TRIED: u8 = 16;
+const EXT_KNOWN: u8 = EXT_FLAGS | EXT_EXPTIME | EXT_CAS | EXT_PACKED | EXT_RAW_TRIED;
+/// The largest raw length a header may name when the caller has no `-I`
+/// at hand (memcached's largest `-I`).
+pub const RAW_LEN_MAX: usize = 1 << 30;
 
 const OFF_KLEN: usize = 3;
 const OFF_VLEN: usize = 4;
@@ -92,7 +117,8 @@ const OFF_VLEN: usize = 4;
 pub struct ItemSpec {
     /// Key length, 1..=250.
     pub key_len: usize,
-    /// Value length, without `\r\n`.
+    /// Bytes of value in the item, without `\r\n` (the frame's length
+    /// when `packed`).
     pub value_len: usize,
     /// Client flags (stored only when not 0).
     pub flags: u32,
@@ -103,6 +129,10 @@ pub struct ItemSpec {
     pub exptime_field: bool,
     /// A CAS unique to store (else the location's).
     pub cas: Option<u64>,
+    /// The value is a zstd frame: (codec byte, the client's length).
+    pub packed: Option<(u8, usize)>,
+    /// The value was tried and did not compress (ignored when `packed`).
+    pub raw_tried: bool,
 }
 
 impl ItemSpec {
@@ -118,6 +148,11 @@ impl ItemSpec {
         if self.cas.is_some() {
             x |= EXT_CAS;
         }
+        if self.packed.is_some() {
+            x |= EXT_PACKED;
+        } else if self.raw_tried {
+            x |= EXT_RAW_TRIED;
+        }
         x
     }
 
@@ -125,11 +160,38 @@ impl ItemSpec {
     #[inline]
     pub fn size(&self) -> usize {
         let x = self.ext();
-        let ext = if x == 0 { 0 } else { 1 + ext_fields_len(x) };
+        let ext = if x == 0 {
+            0
+        } else {
+            1 + ext_fields_len(x)
+                + self
+                    .packed
+                    .map_or(0, |(_, raw_len)| 1 + varint_len(raw_len))
+        };
         4 + varint_len(self.value_len) + ext + self.key_len + self.value_len
+    }
+
+    /// The client's value length (`value_len` unless packed).
+    #[inline]
+    pub fn raw_len(&self) -> usize {
+        self.packed.map_or(self.value_len, |(_, raw_len)| raw_len)
+    }
+
+    /// This spec with a new raw value of `value_len` bytes: not packed,
+    /// not tried (a value the item's copy does not take from the item).
+    #[inline]
+    pub fn with_raw_value(self, value_len: usize) -> ItemSpec {
+        ItemSpec {
+            value_len,
+            packed: None,
+            raw_tried: false,
+            ..self
+        }
     }
 }
 
+/// Bytes of the fixed-size ext fields (the packed fields, whose rawlen
+/// varies, are not counted).
 #[inline]
 fn ext_fields_len(x: u8) -> usize {
     (if x & EXT_FLAGS != 0 { 4 } else { 0 })
@@ -145,6 +207,24 @@ fn varint_len(mut n: usize) -> usize {
         len += 1;
     }
     len
+}
+
+/// Writes `n` as LEB128 at `q` and returns the address after it.
+///
+/// # Safety
+/// `q` must be writable for `varint_len(n)` bytes.
+#[inline]
+unsafe fn write_varint(mut q: *mut u8, mut n: usize) -> *mut u8 {
+    // SAFETY: the caller's contract covers the varint_len(n) bytes written.
+    unsafe {
+        while n >= 0x80 {
+            q.write((n as u8 & 0x7f) | 0x80);
+            q = q.add(1);
+            n >>= 7;
+        }
+        q.write(n as u8);
+        q.add(1)
+    }
 }
 
 /// Bytes a plain item (no flags, expiry or stored CAS) occupies.
@@ -166,7 +246,12 @@ struct Layout {
     fields: usize,
     key: usize,
     key_len: usize,
+    /// Bytes of value in the item.
     value_len: usize,
+    /// The client's length (`value_len` unless packed).
+    raw_len: usize,
+    /// The codec byte (0 unless packed).
+    codec: u8,
 }
 
 /// An item's header decoded once: where its key and value are and its
@@ -177,7 +262,14 @@ pub struct ItemMeta {
     key_off: u32,
     key_len: u8,
     has_exptime: bool,
+    /// The value is a zstd frame.
+    packed: bool,
+    /// Its codec byte (0 unless packed).
+    codec: u8,
+    /// Bytes of value in the item.
     value_len: u32,
+    /// The client's length.
+    raw_len: u32,
     /// Client flags.
     pub flags: u32,
     /// Relative expiry when decoded, 0 = never.
@@ -192,10 +284,20 @@ impl ItemMeta {
     pub fn key_len(&self) -> usize {
         self.key_len as usize
     }
-    /// Value length.
+    /// The client's value length (what a GET sends).
     #[inline]
     pub fn value_len(&self) -> usize {
+        self.raw_len as usize
+    }
+    /// Bytes of value in the item (the frame's length when packed).
+    #[inline]
+    pub fn stored_len(&self) -> usize {
         self.value_len as usize
+    }
+    /// Whether the value is a zstd frame.
+    #[inline]
+    pub fn is_packed(&self) -> bool {
+        self.packed
     }
     /// Whether the item has an exptime field (its expiry can be set in place).
     #[inline]
@@ -262,15 +364,7 @@ impl ItemPtr {
             (p.add(self.atime_off()) as *mut u16).write(0);
             p.add(self.state_off()).write(state);
             p.add(OFF_KLEN).write(spec.key_len as u8);
-            let mut q = p.add(OFF_VLEN);
-            let mut n = spec.value_len;
-            while n >= 0x80 {
-                q.write((n as u8 & 0x7f) | 0x80);
-                q = q.add(1);
-                n >>= 7;
-            }
-            q.write(n as u8);
-            q = q.add(1);
+            let mut q = write_varint(p.add(OFF_VLEN), spec.value_len);
             if x != 0 {
                 q.write(x);
                 q = q.add(1);
@@ -285,6 +379,10 @@ impl ItemPtr {
                 if x & EXT_CAS != 0 {
                     (q as *mut [u8; 8]).write(spec.cas.unwrap_or(0).to_le_bytes());
                     q = q.add(8);
+                }
+                if let Some((codec, raw_len)) = spec.packed {
+                    q.write(codec);
+                    q = write_varint(q.add(1), raw_len);
                 }
             }
             q
@@ -323,8 +421,17 @@ impl ItemPtr {
 
     /// The item's size if its header is sound and the item fits in `room`
     /// bytes (a recovery stepping over items it cannot trust: see
-    /// `recover`); None for bytes that are no item header.
+    /// `recover`); None for bytes that are no item header. A packed value's
+    /// raw length may be at most [`RAW_LEN_MAX`] (see `checked_size_within`).
     pub fn checked_size(self, room: usize) -> Option<usize> {
+        self.checked_size_within(room, RAW_LEN_MAX)
+    }
+
+    /// `checked_size` for a cache whose values are at most `raw_max`
+    /// bytes (`-I`): a packed value must name a raw length from
+    /// `codec::PACK_MIN` to `raw_max` that is longer than its frame. The
+    /// codec byte's dictionary is the caller's to check.
+    pub fn checked_size_within(self, room: usize, raw_max: usize) -> Option<usize> {
         if room < HEADER_SIZE {
             return None;
         }
@@ -332,8 +439,40 @@ impl ItemPtr {
         if !(1..=250).contains(&key_len) {
             return None;
         }
-        let mut off = OFF_VLEN;
-        let mut value_len = 0usize;
+        let (value_len, mut off) = self.checked_varint(OFF_VLEN, room)?;
+        if self.state() & STATE_EXT != 0 {
+            if off >= room {
+                return None;
+            }
+            let x = self.byte(off);
+            if x == 0
+                || x & !EXT_KNOWN != 0
+                || x & (EXT_PACKED | EXT_RAW_TRIED) == EXT_PACKED | EXT_RAW_TRIED
+            {
+                return None;
+            }
+            off += 1 + ext_fields_len(x);
+            if x & EXT_PACKED != 0 {
+                // The codec byte, then the raw length.
+                off += 1;
+                if off > room {
+                    return None;
+                }
+                let (raw_len, next) = self.checked_varint(off, room)?;
+                if !(crate::codec::PACK_MIN..=raw_max).contains(&raw_len) || value_len >= raw_len {
+                    return None;
+                }
+                off = next;
+            }
+        }
+        let size = off.checked_add(key_len)?.checked_add(value_len)?;
+        (size <= room).then_some(size)
+    }
+
+    /// A LEB128 number at `off` that ends inside `room` (at most 5
+    /// bytes), and the offset after it.
+    fn checked_varint(self, mut off: usize, room: usize) -> Option<(usize, usize)> {
+        let mut n = 0usize;
         let mut shift = 0;
         loop {
             if off >= room || shift > 28 {
@@ -341,24 +480,12 @@ impl ItemPtr {
             }
             let b = self.byte(off);
             off += 1;
-            value_len |= ((b & 0x7f) as usize) << shift;
+            n |= ((b & 0x7f) as usize) << shift;
             if b & 0x80 == 0 {
-                break;
+                return Some((n, off));
             }
             shift += 7;
         }
-        if self.state() & STATE_EXT != 0 {
-            if off >= room {
-                return None;
-            }
-            let x = self.byte(off);
-            if x == 0 || x & !(EXT_FLAGS | EXT_EXPTIME | EXT_CAS) != 0 {
-                return None;
-            }
-            off += 1 + ext_fields_len(x);
-        }
-        let size = off.checked_add(key_len)?.checked_add(value_len)?;
-        (size <= room).then_some(size)
     }
 
     #[inline]
@@ -384,18 +511,50 @@ impl ItemPtr {
             }
             shift += 7;
         }
-        let (ext, fields, key) = if self.state() & STATE_EXT != 0 {
-            let x = self.byte(off);
-            (x, off + 1, off + 1 + ext_fields_len(x))
-        } else {
-            (0, off, off)
-        };
+        if self.state() & STATE_EXT == 0 {
+            return Layout {
+                ext: 0,
+                fields: off,
+                key: off,
+                key_len,
+                value_len,
+                raw_len: value_len,
+                codec: 0,
+            };
+        }
+        let x = self.byte(off);
+        let fields = off + 1;
+        let mut key = fields + ext_fields_len(x);
+        let (mut raw_len, mut codec) = (value_len, 0);
+        if x & EXT_PACKED != 0 {
+            codec = self.byte(key);
+            (raw_len, key) = self.varint(key + 1);
+        }
         Layout {
-            ext,
+            ext: x,
             fields,
             key,
             key_len,
             value_len,
+            raw_len,
+            codec,
+        }
+    }
+
+    /// A LEB128 number at `off` (at most 5 bytes, as vlen's decoding) and
+    /// the offset after it.
+    #[inline]
+    fn varint(self, mut off: usize) -> (usize, usize) {
+        let mut n = 0usize;
+        let mut shift = 0;
+        loop {
+            let b = self.byte(off);
+            off += 1;
+            n |= ((b & 0x7f) as usize) << shift;
+            if b & 0x80 == 0 || shift == 28 {
+                return (n, off);
+            }
+            shift += 7;
         }
     }
 
@@ -425,7 +584,10 @@ impl ItemPtr {
             key_off: l.key as u32,
             key_len: l.key_len as u8,
             has_exptime: l.ext & EXT_EXPTIME != 0,
+            packed: l.ext & EXT_PACKED != 0,
+            codec: l.codec,
             value_len: l.value_len as u32,
+            raw_len: l.raw_len as u32,
             flags,
             exptime,
             stored_cas,
@@ -474,12 +636,30 @@ impl ItemPtr {
         self.0.wrapping_add(l.key + l.key_len)
     }
 
-    /// The value, located by `m` (this item's meta).
+    /// The value's bytes in the item (a frame when packed), located by
+    /// `m` (this item's meta).
     #[inline]
-    pub fn value_at<'a>(self, m: &ItemMeta) -> &'a [u8] {
+    pub fn stored_value_at<'a>(self, m: &ItemMeta) -> &'a [u8] {
         // SAFETY: as above.
         unsafe {
-            std::slice::from_raw_parts(self.0.add(m.key_off as usize + m.key_len()), m.value_len())
+            std::slice::from_raw_parts(self.0.add(m.key_off as usize + m.key_len()), m.stored_len())
+        }
+    }
+
+    /// The value as a reader gets it, located by `m` (this item's meta);
+    /// `dicts` decodes a packed one.
+    #[inline]
+    pub fn value_ref_at<'a>(self, m: &ItemMeta, dicts: &'a DictTable) -> ValueRef<'a> {
+        let stored = self.stored_value_at(m);
+        if m.packed {
+            ValueRef::Packed {
+                frame: stored,
+                codec: m.codec,
+                raw_len: m.raw_len,
+                dicts,
+            }
+        } else {
+            ValueRef::Raw(stored)
         }
     }
 
@@ -584,10 +764,29 @@ impl ItemPtr {
         }
     }
 
-    /// Value length.
+    /// The client's value length (what a GET sends).
     #[inline]
     pub fn value_len(self) -> usize {
+        self.layout().raw_len
+    }
+
+    /// Bytes of value in the item (the frame's length when packed).
+    #[inline]
+    pub fn stored_len(self) -> usize {
         self.layout().value_len
+    }
+
+    /// The codec byte and the client's length of a packed value.
+    #[inline]
+    pub fn packed(self) -> Option<(u8, usize)> {
+        let l = self.layout();
+        (l.ext & EXT_PACKED != 0).then_some((l.codec, l.raw_len))
+    }
+
+    /// Whether the value was tried and did not compress.
+    #[inline]
+    pub fn raw_tried(self) -> bool {
+        self.layout().ext & EXT_RAW_TRIED != 0
     }
 
     /// Key length.
@@ -604,9 +803,10 @@ impl ItemPtr {
         unsafe { std::slice::from_raw_parts(self.0.add(l.key), l.key_len) }
     }
 
-    /// The value, in segment memory.
+    /// The value's bytes in segment memory (a frame when packed: copies
+    /// of the item take them with its `spec`).
     #[inline]
-    pub fn value<'a>(self) -> &'a [u8] {
+    pub fn stored_value<'a>(self) -> &'a [u8] {
         let l = self.layout();
         // SAFETY: inside the slot; values are immutable after init.
         unsafe { std::slice::from_raw_parts(self.0.add(l.key + l.key_len), l.value_len) }
@@ -619,8 +819,14 @@ impl ItemPtr {
         l.key + l.key_len + l.value_len
     }
 
-    /// The spec of a copy of this item (same flags, expiry field and
-    /// stored CAS).
+    /// The value as a reader gets it; `dicts` decodes a packed one.
+    #[inline]
+    pub fn value_ref<'a>(self, dicts: &'a DictTable) -> ValueRef<'a> {
+        self.value_ref_at(&self.meta(), dicts)
+    }
+
+    /// The spec of a copy of this item (same flags, expiry field, stored
+    /// CAS, and value bytes: packed stays packed).
     pub fn spec(self) -> ItemSpec {
         let l = self.layout();
         ItemSpec {
@@ -630,6 +836,8 @@ impl ItemPtr {
             exptime: self.exptime(),
             exptime_field: l.ext & EXT_EXPTIME != 0,
             cas: self.stored_cas(),
+            packed: (l.ext & EXT_PACKED != 0).then_some((l.codec, l.raw_len)),
+            raw_tried: l.ext & EXT_RAW_TRIED != 0,
         }
     }
 
@@ -758,7 +966,8 @@ pub struct ItemView<'a> {
     pub(crate) exptime: u32,
     /// Held by an epoch pin only, no shard lock (see `lock_free`).
     pub(crate) lock_free: bool,
-    pub(crate) _lock: std::marker::PhantomData<&'a ()>,
+    /// The dictionaries a packed value may name.
+    pub(crate) dicts: &'a DictTable,
 }
 
 impl<'a> ItemView<'a> {
@@ -774,9 +983,10 @@ impl<'a> ItemView<'a> {
     pub fn key(&self) -> &'a [u8] {
         self.ptr.key_at(&self.meta)
     }
-    /// The value.
-    pub fn value(&self) -> &'a [u8] {
-        self.ptr.value_at(&self.meta)
+    /// The value: its bytes, or a frame that decodes to them.
+    #[inline]
+    pub fn value(&self) -> ValueRef<'a> {
+        self.ptr.value_ref_at(&self.meta, self.dicts)
     }
     /// Client flags.
     pub fn flags(&self) -> u32 {
@@ -794,9 +1004,13 @@ impl<'a> ItemView<'a> {
     pub fn atime(&self) -> u32 {
         self.base_time + u32::from(self.ptr.atime())
     }
-    /// Value length.
+    /// The client's value length.
     pub fn value_len(&self) -> usize {
         self.meta.value_len()
+    }
+    /// Whether the value is stored packed.
+    pub fn is_packed(&self) -> bool {
+        self.meta.is_packed()
     }
     /// Has the item been hit before (memcached's ITEM_FETCHED)?
     pub fn fetched(&self) -> bool {
@@ -821,133 +1035,4 @@ impl<'a> ItemView<'a> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn buf() -> Vec<u64> {
-        vec![0u64; 64]
-    }
-
-    #[test]
-    fn plain_item_has_a_five_byte_header() {
-        assert_eq!(item_size(16, 64), 85);
-        assert_eq!(item_size(1, 0), 6);
-        assert_eq!(item_size(1, 1), 7);
-        assert_eq!(item_size(1, 128), 4 + 2 + 1 + 128);
-    }
-
-    #[test]
-    fn layout_roundtrip() {
-        let mut b = buf();
-        let p = b.as_mut_ptr() as *mut u8;
-        let spec = ItemSpec {
-            key_len: 3,
-            value_len: 5,
-            flags: 7,
-            exptime: 100,
-            exptime_field: true,
-            cas: Some(99),
-        };
-        // SAFETY: the buffer is 512 bytes, 8-aligned and owned by the test.
-        let it = unsafe { ItemPtr::from_raw(p) };
-        // SAFETY: the test alone holds the buffer; the item takes 30 of its
-        // 512 bytes, and the value parts are the 5 bytes of value_len.
-        unsafe { it.init(&spec, b"key", &[b"he", b"llo"], 62, STATE_BINARY_KEY) };
-        assert_eq!(it.key(), b"key");
-        assert_eq!(it.value(), b"hello");
-        assert_eq!(
-            (it.flags(), it.exptime(), it.atime(), it.stored_cas()),
-            (7, 100, 62, Some(99))
-        );
-        assert_eq!(it.size(), spec.size());
-        assert_eq!(it.size(), 4 + 1 + 1 + 16 + 3 + 5);
-        assert!(it.has_state(STATE_BINARY_KEY) && !it.is_dead());
-        // SAFETY: no other thread sees the item (the exclusion a shard
-        // write lock gives), and `spec` gave it an exptime field.
-        unsafe { it.set_exptime(5) };
-        assert_eq!(it.exptime(), 5);
-        assert_eq!(it.flags(), 7);
-        it.mark_dead();
-        it.bump(70);
-        assert!(it.is_dead() && it.is_fetched());
-        assert_eq!(it.freq(), 1);
-        it.bump(71);
-        it.bump(72);
-        it.bump(73);
-        assert_eq!((it.freq(), it.atime()), (FREQ_MAX, 73));
-        assert_eq!(it.spec().cas, Some(99));
-    }
-
-    #[test]
-    fn key_is_compares_every_byte_of_every_length() {
-        let mut b = buf();
-        for len in 1..=40usize {
-            let key: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
-            let spec = ItemSpec {
-                key_len: len,
-                value_len: 3,
-                ..Default::default()
-            };
-            // SAFETY: the buffer is 512 bytes and owned by the test.
-            let it = unsafe { ItemPtr::from_raw((b.as_mut_ptr() as *mut u8).add(1)) };
-            // SAFETY: the test alone holds the buffer; a key of at most
-            // 40 bytes and a 3-byte value fit in the 511 bytes after the
-            // start; the one part is the whole value.
-            unsafe { it.init(&spec, &key, &[b"val"], 0, 0) };
-            let m = it.meta();
-            assert!(it.key_is(&m, &key), "{len}");
-            for i in 0..len {
-                let mut other = key.clone();
-                other[i] ^= 0x20;
-                assert!(!it.key_is(&m, &other), "{len} {i}");
-            }
-            assert!(!it.key_is(&m, &key[..len - 1]));
-        }
-    }
-
-    #[test]
-    fn odd_addresses_swap_state_and_atime() {
-        let mut b = buf();
-        for start in [1usize, 2, 3] {
-            // SAFETY: the buffer is 512 bytes and owned by the test.
-            let it = unsafe { ItemPtr::from_raw((b.as_mut_ptr() as *mut u8).add(start)) };
-            let spec = ItemSpec {
-                key_len: 1,
-                value_len: 2,
-                ..ItemSpec::default()
-            };
-            // SAFETY: the test alone holds the buffer; the 8-byte item
-            // fits after a start of at most 3; the one part is the value.
-            unsafe { it.init(&spec, b"k", &[b"vv"], 300, STATE_FETCHED) };
-            assert_eq!((it.atime(), it.is_fetched()), (300, true));
-            it.bump(301);
-            assert_eq!((it.atime(), it.freq()), (301, 1));
-            assert_eq!((it.key(), it.value()), (&b"k"[..], &b"vv"[..]));
-        }
-    }
-
-    #[test]
-    fn long_values_and_no_ext() {
-        for vlen in [0usize, 1, 127, 128, 16_383, 16_384, 2_097_152] {
-            let spec = ItemSpec {
-                key_len: 250,
-                value_len: vlen,
-                ..ItemSpec::default()
-            };
-            let mut b = vec![0u64; spec.size() / 8 + 1];
-            let value = vec![b'x'; vlen];
-            let key = [b'k'; 250];
-            // SAFETY: the buffer holds spec.size() bytes, 8-aligned.
-            let it = unsafe { ItemPtr::from_raw(b.as_mut_ptr() as *mut u8) };
-            // SAFETY: the test alone holds the buffer, spec.size() bytes
-            // or more; the one part is the whole value.
-            unsafe { it.init(&spec, &key, &[&value], 0, 0) };
-            assert_eq!(it.value_len(), vlen);
-            assert_eq!(it.key(), &key[..]);
-            assert_eq!(it.value(), &value[..]);
-            assert_eq!((it.flags(), it.exptime(), it.stored_cas()), (0, 0, None));
-            assert!(!it.has_exptime_field());
-            assert_eq!(it.size(), spec.size());
-        }
-    }
-}
+mod tests;

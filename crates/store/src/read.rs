@@ -215,7 +215,13 @@ impl Store {
                 continue;
             };
             let view_before = self.view(old.loc, old.item);
-            self.write_item(&slot, &spec, key, &[old.item.value()], old.item.state());
+            self.write_item(
+                &slot,
+                &spec,
+                key,
+                &[old.item.stored_value()],
+                old.item.state(),
+            );
             slot.ptr
                 .set_atime(self.atime_in(slot.seg, self.base_atime(old.loc, old.item)));
             self.link_counted(&mut table, hash, &slot, Some(&old), false);

@@ -277,7 +277,16 @@ fn hit(out: &mut Output, m: &MetaReply<'_>, h: &MetaHit<'_>) {
     }
     buf.extend_from_slice(b"\r\n");
     if h.send_value {
-        out.put_value(it.value(), b"\r\n", it.lock_free());
+        let value = it.value();
+        match value.as_raw() {
+            Some(raw) => out.put_value(raw, b"\r\n", it.lock_free()),
+            // Packed: decoded into the buffer; one that does not decode
+            // leaves no reply (`Output::corrupt_value`).
+            None => match value.append_to(out.buf()) {
+                Ok(()) => out.buf().extend_from_slice(b"\r\n"),
+                Err(_) => out.corrupt_value(start),
+            },
+        }
     }
 }
 

@@ -61,6 +61,14 @@ impl<'o> Replies<'o> {
         binary::hit(self.out, r, it, with_value)
     }
 
+    /// Whether the last hit's packed value did not decode: its reply was
+    /// left out, and the executor answers a miss (and has the store drop
+    /// the item, `Store::drop_corrupt`).
+    #[inline]
+    pub(crate) fn take_corrupt(&mut self) -> bool {
+        self.out.take_corrupt()
+    }
+
     /// Where the next reply starts (a request's replies are dropped from
     /// here when it fails as a whole).
     #[inline]

@@ -187,7 +187,8 @@ pub(crate) enum Direct {
 
 /// A hit of get/gets/gat/gats. The value leaves straight from item memory
 /// when it is large and `direct` allows it; true if the reply's `END` was
-/// written with it.
+/// written with it. A packed value is decoded into the buffer; one that
+/// does not decode leaves no reply (`Output::corrupt_value`).
 #[inline]
 pub(crate) fn value(
     out: &mut Output,
@@ -197,7 +198,17 @@ pub(crate) fn value(
 ) -> bool {
     let value = it.value();
     let cas = with_cas.then(|| it.cas());
+    let start = out.len();
     encode::value_header(out.buf(), it.key(), it.flags(), value.len(), cas);
+    let Some(value) = value.as_raw() else {
+        // Packed: decoded into the buffer, never referenced.
+        if value.append_to(out.buf()).is_err() {
+            out.corrupt_value(start);
+            return false;
+        }
+        out.buf().extend_from_slice(b"\r\n");
+        return false;
+    };
     if out.direct_takes(value.len(), it.lock_free()) {
         match direct() {
             Direct::Value => {

@@ -154,6 +154,7 @@ pub(crate) fn text_keys(
     let mut too_long = None;
     let mut position = 0;
     let mut ended = false;
+    let mut corrupt = false;
     match touch {
         None => {
             store.get_many(keys, |key, r| {
@@ -166,9 +167,16 @@ pub(crate) fn text_keys(
                 let mut bytes = 0;
                 let outcome = match r {
                     Lookup::Hit(it) => {
-                        bytes = it.value().len();
                         ended = out.text_value(&it, with_cas, || direct(index));
-                        Lookup::Hit(())
+                        if out.take_corrupt() {
+                            // Answered as a miss; dropped below (the
+                            // lookups hold a pin: no lock now).
+                            corrupt = true;
+                            Lookup::Miss
+                        } else {
+                            bytes = it.value_len();
+                            Lookup::Hit(())
+                        }
                     }
                     Lookup::Miss => Lookup::Miss,
                     Lookup::Expired => Lookup::Expired,
@@ -187,15 +195,25 @@ pub(crate) fn text_keys(
                     break;
                 }
                 let mut bytes = 0;
-                let r = touched(ctx, key, || {
+                let mut r = touched(ctx, key, || {
                     store.get(key, Some(exptime), |it| {
-                        bytes = it.value().len();
+                        bytes = it.value_len();
                         ended = out.text_value(&it, with_cas, || direct(i));
                     })
                 });
+                if out.take_corrupt() {
+                    store.drop_corrupt(key);
+                    (r, bytes) = (Lookup::Miss, 0);
+                }
                 count(ctx, key, true, r);
                 ctx.hot_read(key, bytes);
             }
+        }
+    }
+    if corrupt {
+        // Which keys: the store checks each packed one again.
+        for key in keys {
+            store.drop_corrupt(key);
         }
     }
     match too_long {
@@ -220,15 +238,19 @@ fn binary_get(
     let mut get = || {
         store.get(key, exptime, |it| {
             if with_value {
-                bytes = it.value().len();
+                bytes = it.value_len();
             }
             out.binary_hit(r, &it, with_value);
         })
     };
-    let found = match touch {
+    let mut found = match touch {
         Some(_) => touched(ctx, key, get),
         None => get(),
     };
+    if out.take_corrupt() {
+        store.drop_corrupt(key);
+        (found, bytes) = (Lookup::Miss, 0);
+    }
     let hit = matches!(found, Lookup::Hit(()));
     count(ctx, key, touch.is_some(), found);
     if with_value {

@@ -589,6 +589,7 @@ pub(crate) fn settings(sh: &Shared, out: &mut StatRows) {
     stat(out, "compact_threshold", s.clean.threshold_percent);
     stat(out, "compact_reserve", s.clean.reserve_percent);
     stat(out, "compact_background", yn(s.clean.background));
+    stat(out, "compression", s.compression.name());
     stat(out, "idle_spin", s.idle_spin_us);
     // Where `/metrics` listens (`--metrics-addr`).
     stat(
