@@ -350,54 +350,28 @@ impl Store {
         incoming.filled = (incoming.filled + n).min(incoming.spec.value_len);
     }
 
-    /// Publishes a filled incoming item (see `begin_incoming`).
+    /// Publishes a filled incoming item (see `begin_incoming`). Its value
+    /// stays raw, whatever `-o compression` says: callers that want values
+    /// packed as they are written (`packs_on_write`) send them whole.
     pub fn finish_incoming(&self, head: usize, incoming: Incoming) -> (StoreStatus, u64) {
         debug_assert!(incoming.is_filled());
-        let (mut slot, mut spec) = (incoming.slot, incoming.spec);
-        if self.cfg.compression == Compression::All {
-            if let Some((packed, packed_spec)) =
-                self.pack_incoming(head, incoming.hash, &slot, &spec)
-            {
-                self.abandon(slot);
-                (slot, spec) = (packed, packed_spec);
-            }
-        }
-        let key = slot.ptr.key();
+        let key = incoming.slot.ptr.key();
         let w = Write {
             mode: incoming.mode,
             key,
-            flags: spec.flags,
-            exptime: spec.exptime,
+            flags: incoming.spec.flags,
+            exptime: incoming.spec.exptime,
             cas: incoming.cas,
             ..Write::default()
         };
-        self.publish(head, &w, incoming.hash, slot, spec)
+        self.publish(head, &w, incoming.hash, incoming.slot, incoming.spec)
     }
 
-    /// `-o compression=all` for a value received into its item: a packed
-    /// copy in a new slot, if the value packs (and there is room).
-    fn pack_incoming(
-        &self,
-        head: usize,
-        hash: u64,
-        slot: &Slot,
-        spec: &item::ItemSpec,
-    ) -> Option<(Slot, item::ItemSpec)> {
-        let (key, value) = (slot.ptr.key(), slot.ptr.stored_value());
-        codec::with_thread_packer(self.cfg.compress_level, |p| match p.pack(value) {
-            Packed::Frame(frame) => {
-                let spec = item::ItemSpec {
-                    value_len: frame.len(),
-                    packed: Some((CODEC_PLAIN, value.len())),
-                    ..*spec
-                };
-                let next = self.reserve(self.new_item_head(head, hash), &spec)?;
-                self.write_item(&next, &spec, key, &[frame], 0);
-                Some((next, spec))
-            }
-            _ => None,
-        })
-        .flatten()
+    /// Whether values are packed as they are written (`-o
+    /// compression=all`): a value received into its item
+    /// ([`Store::begin_incoming`]) would not be.
+    pub fn packs_on_write(&self) -> bool {
+        self.cfg.compression == Compression::All
     }
 
     /// Gives up an incoming item (bad data, a closed connection).
