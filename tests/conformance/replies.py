@@ -139,6 +139,7 @@ OSMIUM_OWN_STATS = frozenset(name.encode() for name in (
     "compact_aborted", "segments_evicted", "evicted_live_bytes",
     "reclaimed_dead_bytes",
     "compact_policy", "compact_threshold", "compact_reserve", "compact_background",
+    "compression",
     "idle_spin", "metrics_addr", "osmium_version", "hotkeys_top", "hotkeys_sample",
 ))
 
