@@ -247,8 +247,8 @@ struct Layout {
     key: usize,
     key_len: usize,
     /// Bytes of value in the item.
-    value_len: usize,
-    /// The client's length (`value_len` unless packed).
+    stored_len: usize,
+    /// The client's length (`stored_len` unless packed).
     raw_len: usize,
     /// The codec byte (0 unless packed).
     codec: u8,
@@ -267,7 +267,7 @@ pub struct ItemMeta {
     /// Its codec byte (0 unless packed).
     codec: u8,
     /// Bytes of value in the item.
-    value_len: u32,
+    stored_len: u32,
     /// The client's length.
     raw_len: u32,
     /// Client flags.
@@ -292,7 +292,7 @@ impl ItemMeta {
     /// Bytes of value in the item (the frame's length when packed).
     #[inline]
     pub fn stored_len(&self) -> usize {
-        self.value_len as usize
+        self.stored_len as usize
     }
     /// Whether the value is a zstd frame.
     #[inline]
@@ -517,7 +517,7 @@ impl ItemPtr {
                 fields: off,
                 key: off,
                 key_len,
-                value_len,
+                stored_len: value_len,
                 raw_len: value_len,
                 codec: 0,
             };
@@ -535,7 +535,7 @@ impl ItemPtr {
             fields,
             key,
             key_len,
-            value_len,
+            stored_len: value_len,
             raw_len,
             codec,
         }
@@ -586,7 +586,7 @@ impl ItemPtr {
             has_exptime: l.ext & EXT_EXPTIME != 0,
             packed: l.ext & EXT_PACKED != 0,
             codec: l.codec,
-            value_len: l.value_len as u32,
+            stored_len: l.stored_len as u32,
             raw_len: l.raw_len as u32,
             flags,
             exptime,
@@ -773,7 +773,7 @@ impl ItemPtr {
     /// Bytes of value in the item (the frame's length when packed).
     #[inline]
     pub fn stored_len(self) -> usize {
-        self.layout().value_len
+        self.layout().stored_len
     }
 
     /// The codec byte and the client's length of a packed value.
@@ -809,14 +809,14 @@ impl ItemPtr {
     pub fn stored_value<'a>(self) -> &'a [u8] {
         let l = self.layout();
         // SAFETY: inside the slot; values are immutable after init.
-        unsafe { std::slice::from_raw_parts(self.0.add(l.key + l.key_len), l.value_len) }
+        unsafe { std::slice::from_raw_parts(self.0.add(l.key + l.key_len), l.stored_len) }
     }
 
     /// The item's size in bytes, header included.
     #[inline]
     pub fn size(self) -> usize {
         let l = self.layout();
-        l.key + l.key_len + l.value_len
+        l.key + l.key_len + l.stored_len
     }
 
     /// The value as a reader gets it; `dicts` decodes a packed one.
@@ -831,7 +831,7 @@ impl ItemPtr {
         let l = self.layout();
         ItemSpec {
             key_len: l.key_len,
-            value_len: l.value_len,
+            value_len: l.stored_len,
             flags: self.flags(),
             exptime: self.exptime(),
             exptime_field: l.ext & EXT_EXPTIME != 0,

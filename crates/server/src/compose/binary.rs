@@ -62,21 +62,7 @@ pub(crate) fn hit(out: &mut Output, r: &BinaryReply, it: &ItemView<'_>, with_val
     };
     let key = r.with_key.then(|| it.key());
     let Some(value) = value.as_raw() else {
-        // Packed: decoded into the buffer after the head.
-        let start = out.len();
-        wire::put_hit_head(
-            out.buf(),
-            r.opcode,
-            r.opaque,
-            it.cas(),
-            it.flags(),
-            key,
-            value.len(),
-        );
-        if value.append_to(out.buf()).is_err() {
-            out.corrupt_value(start);
-        }
-        return;
+        return packed_hit(out, r, it, key, value);
     };
     if out.direct_takes(value.len(), it.lock_free()) {
         wire::put_hit_head(
@@ -99,6 +85,33 @@ pub(crate) fn hit(out: &mut Output, r: &BinaryReply, it: &ItemView<'_>, with_val
             key,
             value,
         );
+    }
+}
+
+/// A hit whose value is packed: decoded into the buffer after the head;
+/// one that does not decode leaves no reply. Kept out of line (see
+/// `text::packed_value`).
+#[cold]
+#[inline(never)]
+fn packed_hit(
+    out: &mut Output,
+    r: &BinaryReply,
+    it: &ItemView<'_>,
+    key: Option<&[u8]>,
+    value: ValueRef<'_>,
+) {
+    let start = out.len();
+    wire::put_hit_head(
+        out.buf(),
+        r.opcode,
+        r.opaque,
+        it.cas(),
+        it.flags(),
+        key,
+        value.len(),
+    );
+    if value.append_to(out.buf()).is_err() {
+        out.corrupt_value(start);
     }
 }
 

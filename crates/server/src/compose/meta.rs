@@ -280,12 +280,7 @@ fn hit(out: &mut Output, m: &MetaReply<'_>, h: &MetaHit<'_>) {
         let value = it.value();
         match value.as_raw() {
             Some(raw) => out.put_value(raw, b"\r\n", it.lock_free()),
-            // Packed: decoded into the buffer; one that does not decode
-            // leaves no reply (`Output::corrupt_value`).
-            None => match value.append_to(out.buf()) {
-                Ok(()) => out.buf().extend_from_slice(b"\r\n"),
-                Err(_) => out.corrupt_value(start),
-            },
+            None => text::packed_value(out, value, start),
         }
     }
 }

@@ -201,12 +201,7 @@ pub(crate) fn value(
     let start = out.len();
     encode::value_header(out.buf(), it.key(), it.flags(), value.len(), cas);
     let Some(value) = value.as_raw() else {
-        // Packed: decoded into the buffer, never referenced.
-        if value.append_to(out.buf()).is_err() {
-            out.corrupt_value(start);
-            return false;
-        }
-        out.buf().extend_from_slice(b"\r\n");
+        packed_value(out, value, start);
         return false;
     };
     if out.direct_takes(value.len(), it.lock_free()) {
@@ -226,6 +221,20 @@ pub(crate) fn value(
     buf.extend_from_slice(value);
     buf.extend_from_slice(b"\r\n");
     false
+}
+
+/// A packed value of a hit whose header was written from `start`:
+/// decoded into the buffer (never referenced), with its `\r\n`; or, when
+/// it does not decode, no reply at all (`Output::corrupt_value`). Kept out
+/// of line: raw values' path stays as it was.
+#[cold]
+#[inline(never)]
+pub(crate) fn packed_value(out: &mut Output, value: osmium_store::ValueRef<'_>, start: usize) {
+    if value.append_to(out.buf()).is_err() {
+        out.corrupt_value(start);
+        return;
+    }
+    out.buf().extend_from_slice(b"\r\n");
 }
 
 /// The end of a retrieval reply.
