@@ -19,7 +19,8 @@
 #          background beside the next two steps (its log printed whole
 #          when it ends, before the Debian package step)
 #        cargo clippy --workspace --all-targets -- -D warnings
-#        cargo build --release --workspace
+#        cargo build --release --workspace --lib --bins --tests --examples
+#          (every unit `cargo test` needs, built once: see cargo_build_release)
 #        the Debian package (scripts/build-deb.sh: man pages, cargo deb
 #          --no-build; installed and purged by tests/package)
 #        cargo test --workspace --release
@@ -417,8 +418,15 @@ install_client_suites() {
 # --------------------------------------------------------------------------
 # Steps 2, 3, 5, 7 and 8: cargo
 # --------------------------------------------------------------------------
+# The test targets are built here with the libraries and binaries: a build
+# of the libraries and binaries alone resolves the dependencies' features
+# without the dev-dependencies (criterion, proptest turn on serde's derive,
+# regex's defaults, ...), so `cargo test` would compile osmium-server, the
+# binaries and their serde/regex dependencies a second time. Built this
+# way, the binaries the tests run (and the Debian package holds) are the
+# ones `cargo test` would build; the features added change no code path.
 cargo_build_release() {
-    cargo build --release --workspace || return 1
+    cargo build --release --workspace --lib --bins --tests --examples || return 1
     if [ ! -x target/release/osmium ]; then
         echo "cargo build --release --workspace succeeded but target/release/osmium does not exist"
         return 1
@@ -623,7 +631,7 @@ run_step fmt "cargo fmt --all -- --check" cargo fmt --all -- --check
 start_step msrv "cargo +$RUST_VERSION check (the workspace rust-version)" msrv_step
 run_step clippy "cargo clippy --workspace --all-targets -- -D warnings" \
     cargo clippy --workspace --all-targets -- -D warnings
-run_step build "cargo build --release --workspace" cargo_build_release
+run_step build "cargo build --release --workspace --lib --bins --tests --examples" cargo_build_release
 finish_step msrv
 run_step deb "Debian package (scripts/build-deb.sh)" deb_step
 run_step test "cargo test --workspace --release" cargo test --workspace --release

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use crate::load::{self, KeyDist, Protocol, SlaOpts, Targets, Workload};
 use crate::process::Process;
-use crate::servers::{free_port, Binaries};
+use crate::servers::{cache_command, free_port, Binaries};
 
 /// A replication link's kind (`--links`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -217,13 +217,7 @@ fn server(
     } else {
         &bins.osmium
     };
-    let mut cmd = Command::new(path);
-    cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-        .args(["-m", &a.memory.to_string(), "-t", &a.threads.to_string()]);
-    // Both servers refuse to run as root without `-u`.
-    if crate::servers::running_as_root() {
-        cmd.args(["-u", "root"]);
-    }
+    let mut cmd = cache_command(path, port, a.memory, a.threads);
     cmd.args(extra);
     Process::start(if memcached { "memcached" } else { "osmium" }, cmd, port)
 }
@@ -480,12 +474,7 @@ fn link_server(
     client_port: Option<u16>,
     extra: &[String],
 ) -> Result<Process, String> {
-    let mut cmd = Command::new(binary);
-    cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-        .args(["-m", &a.memory.to_string(), "-t", &a.threads.to_string()]);
-    if crate::servers::running_as_root() {
-        cmd.args(["-u", "root"]);
-    }
+    let mut cmd = cache_command(binary, port, a.memory, a.threads);
     if let Some(c) = tls {
         cmd.args(c.server_args(false));
         cmd.args([

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::process::Process;
-use crate::servers::{free_port, Binaries};
+use crate::servers::{cache_command, free_port, Binaries};
 use clients::{Check, Load, Shared};
 
 /// A way of changing the pool.
@@ -360,12 +360,7 @@ fn start_server(
     threads: u32,
     memory_mb: u64,
 ) -> Result<Process, String> {
-    let mut cmd = Command::new(&bins.osmium);
-    cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-        .args(["-m", &memory_mb.to_string(), "-t", &threads.to_string()]);
-    if crate::servers::running_as_root() {
-        cmd.args(["-u", "root"]);
-    }
+    let cmd = cache_command(&bins.osmium, port, memory_mb, threads);
     Process::start("osmium", cmd, port)
 }
 

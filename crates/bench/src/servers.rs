@@ -5,7 +5,7 @@
 
 use std::fmt;
 use std::fs::File;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -219,18 +219,6 @@ pub(crate) fn install_signal_handler() -> Result<(), String> {
     Ok(())
 }
 
-/// Is this process's effective uid 0? (From /proc, which needs no libc.)
-pub(crate) fn running_as_root() -> bool {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|uids| uids.split_whitespace().nth(1).map(|euid| euid == "0"))
-        .unwrap_or(false)
-}
-
 /// The CPUs this process may run on (its affinity mask), in order.
 pub(crate) fn allowed_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
@@ -281,12 +269,24 @@ pub(crate) fn cpus_allowed_list(pid: u32) -> Option<String> {
         .map(|v| v.trim().to_string())
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// A free port on 127.0.0.1, reserved for about a minute: no other
+/// bind(port 0) or outgoing connection takes it before the server binds it
+/// (`osmium_test_harness::free_port`).
 pub(crate) fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|e| format!("finding a free port: {e}"))
+    Ok(osmium_test_harness::free_port())
+}
+
+/// The command line of a cache server (osmium or memcached, both take
+/// memcached's flags) at `path` on `port`, as the tests start one
+/// (`osmium_test_harness::CacheServer::command`: `-l 127.0.0.1 -p PORT -U
+/// 0`, `-u root` when running as root), with `-m memory_mb -t threads`;
+/// the caller adds the rest, and its stdio.
+pub(crate) fn cache_command(path: &Path, port: u16, memory_mb: u64, threads: u32) -> Command {
+    osmium_test_harness::Osmium::new()
+        .bin(path)
+        .args(["-m".to_string(), memory_mb.to_string()])
+        .args(["-t".to_string(), threads.to_string()])
+        .command(port)
 }
 
 /// A running server; dropping it kills the process (by PID) and reaps it.
@@ -380,8 +380,8 @@ impl Server {
         ));
         let log_file =
             File::create(&log).map_err(|e| format!("creating {}: {e}", log.display()))?;
-        let mut cmd = Command::new(path);
-        if kind.is_floor() {
+        let mut cmd = if kind.is_floor() {
+            let mut cmd = Command::new(path);
             cmd.args(["floor", "-p", &port.to_string()]);
             match kind {
                 Kind::FloorUring => cmd.arg("--io-uring"),
@@ -389,14 +389,10 @@ impl Server {
                 Kind::FloorUringMs => cmd.args(["--io-uring", "--recv-multishot"]),
                 _ => &mut cmd,
             };
+            cmd
         } else {
-            cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-                .args(["-m", &memory_mb.to_string(), "-t", &threads.to_string()]);
-        }
-        // memcached and osmium both refuse to run as root without `-u`.
-        if !kind.is_floor() && running_as_root() {
-            cmd.args(["-u", "root"]);
-        }
+            cache_command(path, port, memory_mb, threads)
+        };
         cmd.args(extra);
         if let Some(cpu) = cpu {
             use std::os::unix::process::CommandExt;

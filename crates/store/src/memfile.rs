@@ -311,10 +311,16 @@ impl Header {
 /// (fallocate may have allocated part of it); a file taken over is left as
 /// it was, and only its holes (segments released while it ran) are
 /// reserved: on tmpfs a `fallocate` over blocks already there still walks
-/// every page (about 0.1 s per GB), which a restart need not pay.
+/// every page (about 0.1 s per GB), which a restart need not pay. A file
+/// whose blocks already cover `len` (every block reserved: the common case,
+/// a file reserved whole at its first start) is left alone: tmpfs reports
+/// reserved pages never written as holes to `SEEK_HOLE`, so looking for
+/// holes would reserve them all again.
 fn reserve(file: &File, len: u64, fresh: bool) -> io::Result<()> {
     let r = if fresh {
         fallocate(file, 0, len)
+    } else if allocated_bytes(file)? >= len {
+        Ok(())
     } else {
         reserve_holes(file, len)
     };
@@ -330,6 +336,13 @@ fn reserve(file: &File, len: u64, fresh: bool) -> io::Result<()> {
             Err(e)
         }
     }
+}
+
+/// Bytes of the file system's blocks the file holds (`st_blocks`, counted
+/// in 512-byte units whatever the block size).
+fn allocated_bytes(file: &File) -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(file.metadata()?.blocks().saturating_mul(512))
 }
 
 /// `fallocate` of `len` bytes from `at` (mode 0: never shrinks the file).

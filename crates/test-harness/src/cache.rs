@@ -4,17 +4,23 @@
 //! port (`-l 127.0.0.1 -p PORT`), UDP off (`-U 0`), `-u root` when the
 //! tests run as root (both refuse root without it); stdin and stdout
 //! null, stderr to a file ([`Running::stderr_text`]). [`CacheServer::start`]
-//! returns once the process itself listens on its port, started again on
-//! another port if that one was taken meanwhile ([`crate::Start`]).
+//! returns once the process itself listens on its port (and on its extra
+//! ports, its UDP port, its unix socket, as asked), started again on
+//! other ports if one was taken meanwhile ([`crate::Start`]);
+//! [`CacheServer::run_to_exit`] runs a start that must fail.
 
+use std::cell::RefCell;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
+use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 
 use crate::bins::{memcached_bin, osmium_bin, running_as_root};
+use crate::exited::{run_to_exit, Exited};
 use crate::running::{Running, Scratch};
-use crate::{listens_on, wait_until, Certs, Start, READY_TIMEOUT};
+use crate::{binds_udp, listens_on, listens_on_unix, Certs, Start};
 
 /// osmium, the server of this workspace.
 pub struct Osmium;
@@ -46,7 +52,14 @@ impl Memcached {
     }
 }
 
-/// How to start one osmium or memcached process (module comment).
+/// The arguments naming one extra port ([`CacheServer::extra_port`]);
+/// unwind-safe, so a [`Running`] holding its builder still crosses
+/// `catch_unwind`.
+type PortArgs = Arc<dyn Fn(u16) -> Vec<String> + Send + Sync + RefUnwindSafe + UnwindSafe>;
+
+/// How to start one osmium or memcached process (module comment). A
+/// clone starts another process the same way.
+#[derive(Clone)]
 pub struct CacheServer {
     name: String,
     bin: Option<PathBuf>,
@@ -57,8 +70,10 @@ pub struct CacheServer {
     udp: bool,
     first_port: Option<u16>,
     only_port: bool,
-    extra_listeners: Vec<String>,
+    extra_ports: Vec<PortArgs>,
     listen: String,
+    bare: bool,
+    unix: Option<PathBuf>,
 }
 
 impl CacheServer {
@@ -73,8 +88,10 @@ impl CacheServer {
             udp: false,
             first_port: None,
             only_port: false,
-            extra_listeners: Vec::new(),
+            extra_ports: Vec::new(),
             listen: "127.0.0.1".to_string(),
+            bare: false,
+            unix: None,
         }
     }
 
@@ -154,8 +171,42 @@ impl CacheServer {
     /// One more listener, `-l PREFIX127.0.0.1:PORT` on a free port of its
     /// own (`prefix`: `mtls:`, `tls:`, or empty); its port is in
     /// [`Running::extra_ports`], and the start waits until it listens.
-    pub fn extra_listener(mut self, prefix: &str) -> CacheServer {
-        self.extra_listeners.push(prefix.to_string());
+    pub fn extra_listener(self, prefix: &str) -> CacheServer {
+        let prefix = prefix.to_string();
+        self.extra_port(move |port| vec!["-l".into(), format!("{prefix}127.0.0.1:{port}")])
+    }
+
+    /// One more TCP port the process listens on, a free one of its own,
+    /// named by the arguments `args(port)` (`--metrics-addr
+    /// 127.0.0.1:PORT`); its port is in [`Running::extra_ports`] (in the
+    /// order asked for), the start waits until it listens there too, and a
+    /// start that found it taken is made again on new ports.
+    pub fn extra_port(
+        mut self,
+        args: impl Fn(u16) -> Vec<String> + Send + Sync + RefUnwindSafe + UnwindSafe + 'static,
+    ) -> CacheServer {
+        self.extra_ports.push(Arc::new(args));
+        self
+    }
+
+    /// No `-l`, `-p` or `-U` of the builder's (`-u root` under root
+    /// stays): the arguments are the test's own, which names the port the
+    /// start waits for with [`CacheServer::port`] or
+    /// [`CacheServer::only_port`] (a `--config-file` naming it).
+    pub fn bare(mut self) -> CacheServer {
+        self.bare = true;
+        self
+    }
+
+    /// The memory file `path` (`-e PATH`: a restartable cache).
+    pub fn memory_file(self, path: impl AsRef<Path>) -> CacheServer {
+        self.arg("-e").arg(path.as_ref())
+    }
+
+    /// Serves the unix socket `path` (`-s PATH`, which turns TCP and UDP
+    /// off): the start waits until the process listens on that socket.
+    pub fn unix_socket(mut self, path: impl AsRef<Path>) -> CacheServer {
+        self.unix = Some(path.as_ref().to_path_buf());
         self
     }
 
@@ -195,10 +246,15 @@ impl CacheServer {
         if running_as_root() {
             cmd.args(["-u", "root"]);
         }
-        let udp = if self.udp { port } else { 0 };
-        cmd.args(["-l", &self.listen, "-p", &port.to_string()])
-            .args(["-U", &udp.to_string()])
-            .args(&self.args);
+        if !self.bare {
+            let udp = if self.udp { port } else { 0 };
+            cmd.args(["-l", &self.listen, "-p", &port.to_string()])
+                .args(["-U", &udp.to_string()]);
+        }
+        if let Some(path) = &self.unix {
+            cmd.arg("-s").arg(path);
+        }
+        cmd.args(&self.args);
         if !self.opts.is_empty() {
             cmd.args(["-o", &self.opts.join(",")]);
         }
@@ -224,32 +280,59 @@ impl CacheServer {
         } else {
             start.port(first)
         };
-        let mut extra_ports = Vec::new();
-        let process = start.child(|port| {
-            let err = File::create(&log).expect("create the stderr log");
-            let mut cmd = self.command(port);
-            extra_ports.clear();
-            for prefix in &self.extra_listeners {
-                let extra = crate::free_port();
-                extra_ports.push(extra);
-                cmd.args(["-l", &format!("{prefix}127.0.0.1:{extra}")]);
-            }
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(err)
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary().display()))
-        });
-        let pid = process.pid();
-        for &port in &extra_ports {
-            wait_until(
-                &format!("{} listening on its extra port {port}", self.name),
-                READY_TIMEOUT,
-                || listens_on(pid, port),
-            );
-        }
+        let extra_ports = RefCell::new(Vec::new());
+        let process = start.child_ready(
+            |port| {
+                let err = File::create(&log).expect("create the stderr log");
+                let mut cmd = self.command(port);
+                *extra_ports.borrow_mut() = self.add_extra_ports(&mut cmd);
+                cmd.stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(err)
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary().display()))
+            },
+            |child, port| {
+                let pid = child.id();
+                self.ready(pid, port) && extra_ports.borrow().iter().all(|&p| listens_on(pid, p))
+            },
+        );
         let mut running = Running::new(process, scratch);
-        running.extra_ports = extra_ports;
+        running.extra_ports = extra_ports.into_inner();
+        running.builder = Some(self);
         running
+    }
+
+    /// Runs a start that must fail (a refused option, a port in use, a
+    /// file it cannot use) until the process exits: its status and stderr.
+    /// Panics, after killing it, if it still runs after
+    /// [`crate::EXIT_TIMEOUT`].
+    pub fn run_to_exit(self) -> Exited {
+        let scratch = Scratch::new(&self.name);
+        let port = self.first_port.unwrap_or_else(crate::free_port);
+        let mut cmd = self.command(port);
+        self.add_extra_ports(&mut cmd);
+        run_to_exit(&self.name, cmd, &scratch.stderr())
+    }
+
+    /// Adds the extra ports' arguments, each on a new free port; the ports.
+    fn add_extra_ports(&self, cmd: &mut Command) -> Vec<u16> {
+        self.extra_ports
+            .iter()
+            .map(|args| {
+                let port = crate::free_port();
+                cmd.args(args(port));
+                port
+            })
+            .collect()
+    }
+
+    /// Whether process `pid`, started for `port`, serves: it listens on its
+    /// unix socket, or on the TCP port (and holds the UDP port, with UDP).
+    fn ready(&self, pid: u32, port: u16) -> bool {
+        match &self.unix {
+            Some(path) => listens_on_unix(pid, path),
+            None => listens_on(pid, port) && (!self.udp || binds_udp(pid, port)),
+        }
     }
 }

@@ -19,7 +19,10 @@
 //! [`Osmium`] and [`Memcached`] build a [`CacheServer`], [`Proxy`] and
 //! [`Nutcracker`] a [`PoolProxy`] (a YAML configuration); `start()`
 //! returns a [`Running`] server (address, PID, `stop()` by PID, killed on
-//! drop). [`Certs`] makes CAs and certificates with rcgen.
+//! drop), `run_to_exit()` runs a start that must fail ([`Exited`]). A
+//! server that daemonized is a [`Daemon`]; any other process that listens
+//! is started by [`Start`]. [`Certs`] makes CAs and certificates with
+//! rcgen.
 //!
 //! Underneath, a port picked free can be taken before the server binds
 //! it: by another test's server, by another test's probe, or as the local
@@ -35,9 +38,10 @@
 //!   process said.
 //!
 //! A start is proven by the process itself holding a listening socket on
-//! the port ([`listens_on`]), not by a connect, which another test's server
-//! on the same port could answer. A [`ServerProcess`] is stopped by its PID
-//! (SIGTERM, then SIGKILL after a timeout) and killed when dropped.
+//! the port ([`listens_on`]; [`binds_udp`], [`listens_on_unix`]), not by
+//! a connect, which another test's server on the same port could answer.
+//! A [`ServerProcess`] is stopped by its PID (SIGTERM, then SIGKILL after
+//! a timeout) and killed when dropped.
 //! [`poll::wait_until`] polls a condition with a deadline, for the waits a
 //! test would otherwise sleep through.
 
@@ -45,13 +49,15 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream, UdpSocket};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 mod bins;
 mod cache;
 mod certs;
+mod daemon;
+mod exited;
 pub mod poll;
 mod pool;
 mod running;
@@ -62,6 +68,8 @@ pub use bins::{
 };
 pub use cache::{CacheServer, Memcached, Osmium};
 pub use certs::{Certs, KeyType, Role};
+pub use daemon::Daemon;
+pub use exited::Exited;
 pub use poll::{wait_until, POLL_INTERVAL};
 pub use pool::{listen_moved, Nutcracker, PoolProxy, Proxy};
 pub use running::Running;
@@ -74,6 +82,9 @@ pub const ATTEMPTS: u32 = 5;
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long [`ServerProcess::stop`] waits after SIGTERM before SIGKILL.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long [`ServerProcess::wait_exit`] (and a start that must fail,
+/// [`CacheServer::run_to_exit`]) waits for the process to exit.
+pub const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 thread_local! {
     static FORCED: RefCell<VecDeque<u16>> = const { RefCell::new(VecDeque::new()) };
@@ -166,21 +177,63 @@ pub fn all_threads_stopped(pid: u32) -> bool {
 /// LISTEN entry of `/proc/net/tcp` with that local port whose socket inode
 /// is one of the process's descriptors.
 pub fn listens_on(pid: u32, port: u16) -> bool {
-    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
-        return false;
+    holds_any(pid, &socket_inodes("/proc/net/tcp", port, Some("0A")))
+}
+
+/// The `socket:[INODE]` names of the entries of `table` (`/proc/net/tcp`
+/// or `/proc/net/udp`) with local port `port` (and state `state`, e.g.
+/// `0A` for LISTEN, when given). Fields: sl, local_address (hex
+/// addr:port), rem_address, st, tx:rx queues, tr:when, retrnsmt, uid,
+/// timeout, inode.
+fn socket_inodes(table: &str, port: u16, state: Option<&str>) -> Vec<String> {
+    let Ok(table) = std::fs::read_to_string(table) else {
+        return Vec::new();
     };
-    // Fields: sl, local_address (hex addr:port), rem_address, st (0A is
-    // LISTEN), tx:rx queues, tr:when, retrnsmt, uid, timeout, inode.
-    let sockets: Vec<String> = table
+    table
         .lines()
         .skip(1)
         .filter_map(|line| {
             let f: Vec<&str> = line.split_whitespace().collect();
             let local = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
             let inode = f.get(9)?;
-            (local == port && *f.get(3)? == "0A").then(|| format!("socket:[{inode}]"))
+            (local == port && state.is_none_or(|st| f.get(3) == Some(&st)))
+                .then(|| format!("socket:[{inode}]"))
+        })
+        .collect()
+}
+
+/// Whether process `pid` holds an IPv4 UDP socket bound to `port` (an
+/// entry of `/proc/net/udp` with that local port whose socket inode is one
+/// of the process's descriptors).
+pub fn binds_udp(pid: u32, port: u16) -> bool {
+    holds_any(pid, &socket_inodes("/proc/net/udp", port, None))
+}
+
+/// Whether process `pid` holds a listening unix-domain socket bound to
+/// `path` (an entry of `/proc/net/unix` with the accepting flag,
+/// `__SO_ACCEPTCON`, and that path, whose inode is one of the process's
+/// descriptors).
+pub fn listens_on_unix(pid: u32, path: &Path) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
+        return false;
+    };
+    let want = path.to_string_lossy();
+    // Fields: Num, RefCount, Protocol, Flags, Type, St, Inode, Path.
+    let sockets: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let flags = u32::from_str_radix(f.get(3)?, 16).ok()?;
+            let inode = f.get(6)?;
+            (flags & 0x1_0000 != 0 && *f.get(7)? == want).then(|| format!("socket:[{inode}]"))
         })
         .collect();
+    holds_any(pid, &sockets)
+}
+
+/// Whether one of `pid`'s descriptors is one of `sockets` (`socket:[INODE]`).
+fn holds_any(pid: u32, sockets: &[String]) -> bool {
     if sockets.is_empty() {
         return false;
     }
@@ -292,7 +345,18 @@ impl Start {
     /// An exit that says the address was in use, or says nothing readable,
     /// is retried; any other exit, or no listener within the timeout,
     /// panics with what the process said.
-    pub fn child(self, mut spawn: impl FnMut(u16) -> Child) -> ServerProcess {
+    pub fn child(self, spawn: impl FnMut(u16) -> Child) -> ServerProcess {
+        self.child_ready(spawn, |child, port| listens_on(child.id(), port))
+    }
+
+    /// [`Start::child`], the start proven by `ready(child, port)` instead
+    /// of the process listening on `port` (a unix socket, a UDP port or
+    /// more ports too).
+    pub fn child_ready(
+        self,
+        mut spawn: impl FnMut(u16) -> Child,
+        mut ready: impl FnMut(&Child, u16) -> bool,
+    ) -> ServerProcess {
         let mut tried = Vec::new();
         for attempt in 1..=self.attempts {
             let port = match self.first_port {
@@ -303,7 +367,7 @@ impl Start {
                 let _ = std::fs::remove_file(log);
             }
             let mut child = spawn(port);
-            match wait_listening(&mut child, port, self.timeout) {
+            match wait_ready(&mut child, port, self.timeout, &mut ready) {
                 Outcome::Listening => {
                     LAST_ATTEMPTS.with(|a| a.set(attempt));
                     return ServerProcess {
@@ -358,14 +422,19 @@ impl Start {
     }
 }
 
-/// Polls until `child` listens on `port`, exits, or `timeout` passes.
-fn wait_listening(child: &mut Child, port: u16, timeout: Duration) -> Outcome {
+/// Polls until `ready(child, port)`, `child` exits, or `timeout` passes.
+fn wait_ready(
+    child: &mut Child,
+    port: u16,
+    timeout: Duration,
+    ready: &mut impl FnMut(&Child, u16) -> bool,
+) -> Outcome {
     let deadline = Instant::now() + timeout;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Outcome::Exited(status);
         }
-        if listens_on(child.id(), port) {
+        if ready(child, port) {
             return Outcome::Listening;
         }
         if Instant::now() >= deadline {
@@ -431,6 +500,40 @@ impl ServerProcess {
     /// SIGKILL, and reaped.
     pub fn kill(&mut self) {
         kill_child(self.child());
+    }
+
+    /// Sends `signal` (`libc::SIGHUP`, ...) to it; panics if it cannot be
+    /// sent (it was reaped already).
+    pub fn send_signal(&mut self, signal: i32) {
+        assert!(
+            self.child().try_wait().ok().flatten().is_none(),
+            "{} exited before signal {signal}",
+            self.name
+        );
+        assert!(
+            crate::signal(self.pid(), signal),
+            "signal {signal} to {}",
+            self.name
+        );
+    }
+
+    /// Waits up to [`EXIT_TIMEOUT`] for it to exit on its own (after a
+    /// signal the test sent, a `shutdown`, a failure it must meet); its
+    /// exit status. Panics if it still runs then (it is killed on drop).
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let name = self.name.clone();
+        let child = self.child();
+        let mut status = None;
+        poll::wait_until(&format!("{name} to exit"), EXIT_TIMEOUT, || {
+            status = child.try_wait().expect("wait for the process");
+            status.is_some()
+        });
+        status.expect("polled until it exited")
+    }
+
+    /// Whether it still runs (not exited).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child().try_wait(), Ok(None))
     }
 
     /// What the process wrote to its piped stderr; reads to its end, so

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::bins::{nutcracker_bin, proxy_bin};
+use crate::exited::{run_to_exit, Exited};
 use crate::running::{Running, Scratch};
 use crate::Start;
 
@@ -89,6 +90,21 @@ impl PoolProxy {
 
     fn binary(&self) -> PathBuf {
         self.bin.clone().unwrap_or_else(proxy_bin)
+    }
+
+    /// Runs a start that must fail (a configuration it refuses, a port in
+    /// use) until the process exits: its status and stderr. Panics, after
+    /// killing it, if it still runs after [`crate::EXIT_TIMEOUT`].
+    pub fn run_to_exit(self) -> Exited {
+        let scratch = Scratch::new(&self.name);
+        let config = scratch.path("config.yml");
+        std::fs::write(&config, &self.yaml).expect("write the proxy's configuration");
+        let mut cmd = Command::new(self.binary());
+        cmd.arg("-c")
+            .arg(&config)
+            .args(["-a", "127.0.0.1", "-s", &crate::free_port().to_string()]);
+        cmd.args(&self.args);
+        run_to_exit(&self.name, cmd, &scratch.stderr())
     }
 
     /// Starts it; returns once it listens on its port (module comment).

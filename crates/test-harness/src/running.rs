@@ -1,9 +1,11 @@
 //! A server a builder started ([`crate::Osmium`], [`crate::Memcached`],
 //! [`crate::Proxy`], [`crate::Nutcracker`]): the process (a
 //! [`ServerProcess`], which it dereferences to: port, PID, `stop()`,
-//! `kill()`), its address, its stats port if it has one, and a scratch
-//! directory of its own (its stderr log, its configuration file), removed
-//! once the process is killed on drop.
+//! `kill()`, `send_signal()`, `wait_exit()`), its address, its stats port
+//! if it has one, and a scratch directory of its own (its stderr log, its
+//! configuration file), removed once the process is killed on drop. A
+//! cache server can be started again the same way on the same port
+//! ([`Running::restart`]).
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::ops::{Deref, DerefMut};
@@ -11,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use crate::ServerProcess;
+use crate::{CacheServer, ServerProcess, EXIT_TIMEOUT};
 
 /// A running server, killed (SIGKILL) when dropped (module comment).
 pub struct Running {
@@ -19,6 +21,7 @@ pub struct Running {
     pub(crate) stats: Option<u16>,
     pub(crate) config: Option<PathBuf>,
     pub(crate) extra_ports: Vec<u16>,
+    pub(crate) builder: Option<CacheServer>,
     scratch: Scratch,
 }
 
@@ -29,7 +32,42 @@ impl Running {
             stats: None,
             config: None,
             extra_ports: Vec::new(),
+            builder: None,
             scratch,
+        }
+    }
+
+    /// Starts it again as it was started (the same builder: arguments,
+    /// memory file, environment) on the same port, once the process it
+    /// replaces is gone (killed, if it still ran): a restart, where the
+    /// port clients know is the point. Its stderr log starts empty; extra
+    /// ports are new ones. Panics for a proxy (no builder kept).
+    pub fn restart(&mut self) {
+        let builder = self
+            .builder
+            .clone()
+            .unwrap_or_else(|| panic!("{} cannot be restarted", self.name()));
+        self.process.kill();
+        let port = self.port();
+        *self = builder.only_port(port).start();
+    }
+
+    /// Polls its stderr for up to [`EXIT_TIMEOUT`] until it holds any of
+    /// `needles`; all of its stderr then. Panics with what it said if
+    /// none came.
+    pub fn wait_for_stderr(&self, needles: &[&str]) -> String {
+        let deadline = std::time::Instant::now() + EXIT_TIMEOUT;
+        loop {
+            let said = self.stderr_text();
+            if needles.iter().any(|n| said.contains(n)) {
+                return said;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} said none of {needles:?} in {EXIT_TIMEOUT:?}: {said:?}",
+                self.name()
+            );
+            std::thread::sleep(crate::POLL_INTERVAL);
         }
     }
 

@@ -129,3 +129,58 @@ fn the_servers_messages_for_a_taken_port_are_recognised() {
     }
     assert!(!says_address_in_use("unknown option -Z"));
 }
+
+#[test]
+fn a_udp_socket_and_a_listening_unix_socket_are_seen_as_this_processes() {
+    let pid = std::process::id();
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = udp.local_addr().unwrap().port();
+    assert!(binds_udp(pid, port));
+    drop(udp);
+    assert!(!binds_udp(pid, port));
+
+    let dir = std::env::temp_dir().join(format!("osmium-harness-unix-{pid}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("listening.sock");
+    let _ = std::fs::remove_file(&path);
+    assert!(!listens_on_unix(pid, &path));
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    assert!(listens_on_unix(pid, &path));
+    drop(listener);
+    assert!(!listens_on_unix(pid, &path));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_start_that_must_fail_gives_its_status_and_what_it_said() {
+    let dir = std::env::temp_dir().join(format!("osmium-harness-exit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = fake(free_port());
+    cmd.env(FAIL_VAR, "unknown option -Z");
+    let out = exited::run_to_exit("fake server", cmd, &dir.join("stderr.log"));
+    assert_eq!(out.code(), Some(64));
+    assert!(out.stderr.contains("unknown option -Z"), "{}", out.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_start_waits_for_what_ready_says() {
+    let mut asked = 0;
+    let mut server = Start::new("fake server").child_ready(
+        |port| {
+            fake(port)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        },
+        |child, port| {
+            asked += 1;
+            asked > 3 && listens_on(child.id(), port)
+        },
+    );
+    assert!(asked > 3);
+    assert!(server.is_running());
+    server.send_signal(libc::SIGTERM);
+    assert!(!server.wait_exit().success());
+}

@@ -5,61 +5,35 @@
 
 use crate::common;
 use common::bench;
-use std::io::{BufRead, BufReader, Read, Write};
+use osmium_test_harness::{ServerProcess, Start};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-/// The running floor server, killed (by PID) when dropped.
-struct Floor {
-    child: Child,
-    port: u16,
+/// The floor server with values of `value_size` bytes on a free loopback
+/// port (the harness proves it listens there, and kills it by PID when
+/// dropped).
+fn start_floor(value_size: usize) -> ServerProcess {
+    floor_with(value_size, &[])
 }
 
-impl Floor {
-    fn start(value_size: usize) -> Floor {
-        Floor::start_with(value_size, &[])
-    }
-
-    /// The floor with `extra` arguments (e.g. `--io-uring`).
-    fn start_with(value_size: usize, extra: &[&str]) -> Floor {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
-            .args([
-                "floor",
-                "--port",
-                "0",
-                "--value-size",
-                &value_size.to_string(),
-            ])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start osmium-bench floor");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
-        Floor { child, port }
-    }
-
-    fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s
-    }
+/// [`start_floor`] with `extra` arguments (e.g. `--io-uring`).
+fn floor_with(value_size: usize, extra: &[&str]) -> ServerProcess {
+    Start::new("osmium-bench floor").command(|port| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_osmium-bench"));
+        cmd.args(["floor", "--port", &port.to_string()])
+            .args(["--value-size", &value_size.to_string()])
+            .args(extra);
+        cmd
+    })
 }
 
-impl Drop for Floor {
-    fn drop(&mut self) {
-        self.child.kill().ok();
-        self.child.wait().ok();
-    }
+/// A connection to `floor` with a 10 s read timeout.
+fn connect(floor: &ServerProcess) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", floor.port())).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
 }
 
 fn read_exactly(s: &mut TcpStream, n: usize) -> Vec<u8> {
@@ -70,8 +44,8 @@ fn read_exactly(s: &mut TcpStream, n: usize) -> Vec<u8> {
 
 #[test]
 fn answers_text_gets_one_by_one_and_pipelined() {
-    let floor = Floor::start(64);
-    let mut s = floor.connect();
+    let floor = start_floor(64);
+    let mut s = connect(&floor);
     let value = "x".repeat(64);
     let one = format!("VALUE key:1 0 64\r\n{value}\r\nEND\r\n");
     s.write_all(b"get key:1\r\n").unwrap();
@@ -94,8 +68,8 @@ fn answers_text_gets_one_by_one_and_pipelined() {
 
 #[test]
 fn answers_meta_gets_sets_and_noops() {
-    let floor = Floor::start(4);
-    let mut s = floor.connect();
+    let floor = start_floor(4);
+    let mut s = connect(&floor);
     s.write_all(b"mg key:1 v\r\nms key:2 3 T0\r\nabc\r\nmg key:3\r\nmn\r\n")
         .unwrap();
     let expect = b"VA 4\r\nxxxx\r\nHD\r\nHD\r\nMN\r\n";
@@ -104,8 +78,8 @@ fn answers_meta_gets_sets_and_noops() {
 
 #[test]
 fn answers_binary_gets() {
-    let floor = Floor::start(8);
-    let mut s = floor.connect();
+    let floor = start_floor(8);
+    let mut s = connect(&floor);
     // GETK "abc", opaque 7.
     let mut req = vec![0x80, 0x0c, 0, 3, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 7];
     req.extend_from_slice(&[0; 8]);
@@ -138,8 +112,8 @@ fn binary(opcode: u8, key: &[u8], extras: &[u8], value: &[u8]) -> Vec<u8> {
 /// Sends `chunks` one write at a time (a short pause between them, so that
 /// a request split over two of them arrives in two reads), then shuts the
 /// write side and returns every byte the server sent until it closed.
-fn exchange(floor: &Floor, chunks: &[Vec<u8>]) -> Vec<u8> {
-    let mut s = floor.connect();
+fn exchange(floor: &ServerProcess, chunks: &[Vec<u8>]) -> Vec<u8> {
+    let mut s = connect(floor);
     for chunk in chunks {
         s.write_all(chunk).unwrap();
         std::thread::sleep(Duration::from_millis(20));
@@ -153,13 +127,13 @@ fn exchange(floor: &Floor, chunks: &[Vec<u8>]) -> Vec<u8> {
 #[test]
 fn io_uring_floor_answers_byte_for_byte_as_the_epoll_floor() {
     for variant in [&["--io-uring"][..], &["--io-uring", "--recv-multishot"]] {
-        same_replies(&Floor::start(32), &Floor::start_with(32, variant));
+        same_replies(&start_floor(32), &floor_with(32, variant));
     }
 }
 
 /// `uring` answers as `epoll` does: every kind of request, split and
 /// pipelined, replies larger than a socket buffer, many connections.
-fn same_replies(epoll: &Floor, uring: &Floor) {
+fn same_replies(epoll: &ServerProcess, uring: &ServerProcess) {
     let mut pipelined_text = Vec::new();
     for i in 0..64 {
         pipelined_text.extend_from_slice(format!("get k{i} k{i}b\r\n").as_bytes());
@@ -217,7 +191,7 @@ fn same_replies(epoll: &Floor, uring: &Floor) {
         "epoll floor reply"
     );
     // Many connections at once, each answered on its own.
-    let mut socks: Vec<TcpStream> = (0..50).map(|_| uring.connect()).collect();
+    let mut socks: Vec<TcpStream> = (0..50).map(|_| connect(uring)).collect();
     for (i, s) in socks.iter_mut().enumerate() {
         s.write_all(format!("get c{i}\r\n").as_bytes()).unwrap();
     }
@@ -297,9 +271,9 @@ fn open_loop_and_sla_run_against_the_floor_server() {
     // An open-loop run at a fixed rate reports about that rate; an SLA
     // search (few short steps, a loose bound so that a loaded test machine
     // still passes some rate) prints random, hot and overall rates.
-    let floor = Floor::start(64);
-    let addr = format!("127.0.0.1:{}", floor.port);
-    let pid = floor.child.id().to_string();
+    let floor = start_floor(64);
+    let addr = format!("127.0.0.1:{}", floor.port());
+    let pid = floor.pid().to_string();
     let text = bench(&[
         "load",
         "--addr",
@@ -347,8 +321,8 @@ fn open_loop_and_sla_run_against_the_floor_server() {
 fn progress_bar_stays_off_a_stderr_that_is_not_a_terminal() {
     // A 3 s run would show a progress bar on a terminal; piped, stderr
     // gets none of it.
-    let floor = Floor::start(64);
-    let addr = format!("127.0.0.1:{}", floor.port);
+    let floor = start_floor(64);
+    let addr = format!("127.0.0.1:{}", floor.port());
     let out = Command::new(env!("CARGO_BIN_EXE_osmium-bench"))
         .args([
             "load",
@@ -384,10 +358,10 @@ const ROW_FIELDS: [&str; 7] = [
 
 #[test]
 fn every_load_mode_prints_json_with_the_same_fields() {
-    let (a, b) = (Floor::start(64), Floor::start(64));
-    let addr = format!("127.0.0.1:{}", a.port);
-    let pid = a.child.id().to_string();
-    let targets = format!("{addr},127.0.0.1:{}", b.port);
+    let (a, b) = (start_floor(64), start_floor(64));
+    let addr = format!("127.0.0.1:{}", a.port());
+    let pid = a.pid().to_string();
+    let targets = format!("{addr},127.0.0.1:{}", b.port());
     let short = [
         "--duration",
         "0.3",
@@ -454,8 +428,8 @@ fn every_load_mode_prints_json_with_the_same_fields() {
 
 #[test]
 fn plot_writes_a_latency_cdf_and_a_rate_chart() {
-    let floor = Floor::start(64);
-    let addr = format!("127.0.0.1:{}", floor.port);
+    let floor = start_floor(64);
+    let addr = format!("127.0.0.1:{}", floor.port());
     let dir = std::env::temp_dir().join(format!("osmium-bench-plot-{}", std::process::id()));
     let dir_arg = dir.to_str().unwrap();
     let short = ["--duration", "0.3", "--warmup", "0.1", "--preload", "false"];

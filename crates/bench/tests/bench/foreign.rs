@@ -1,51 +1,28 @@
 //! `osmium-bench load --addr` into a server it did not start (genuine
-//! memcached, started here on a free loopback port and killed by PID): a
+//! memcached, started here by the harness on a free loopback port and
+//! killed by PID): a
 //! warning on stderr before anything is written, naming the keys and
 //! their prefix, and every key written under that prefix. Standard input
 //! is not a terminal here, so the run goes on after the warning.
 
 use crate::common;
 use common::memcached_bin;
+use osmium_test_harness::{Osmium, Running};
 use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::Path;
 use std::process::{Command, Stdio};
 
-/// A server on a free loopback port (the harness proves it listens
-/// there, and kills it by PID when dropped).
-struct Server {
-    process: osmium_test_harness::ServerProcess,
-}
-
-impl Server {
-    fn start(binary: &Path) -> Server {
-        let process =
-            osmium_test_harness::Start::new(&binary.display().to_string()).command(|port| {
-                let mut cmd = Command::new(binary);
-                cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
-                    .args(["-u", "root"]);
-                cmd
-            });
-        Server { process }
+/// Whether `server` stores `key`.
+fn has(server: &Running, key: &str) -> bool {
+    let mut s = server.connect();
+    s.write_all(format!("get {key}\r\n").as_bytes()).unwrap();
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !reply.ends_with(b"END\r\n") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0);
+        reply.extend_from_slice(&buf[..n]);
     }
-
-    fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.process.port())
-    }
-
-    /// Whether `key` is stored.
-    fn has(&self, key: &str) -> bool {
-        let mut s = TcpStream::connect(("127.0.0.1", self.process.port())).unwrap();
-        s.write_all(format!("get {key}\r\n").as_bytes()).unwrap();
-        let mut reply = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !reply.ends_with(b"END\r\n") {
-            let n = s.read(&mut buf).unwrap();
-            assert!(n > 0);
-            reply.extend_from_slice(&buf[..n]);
-        }
-        reply.starts_with(b"VALUE ")
-    }
+    reply.starts_with(b"VALUE ")
 }
 
 /// Runs `osmium-bench` with standard input not a terminal; (stdout,
@@ -68,8 +45,8 @@ fn load_into_a_server_it_did_not_start_warns_and_prefixes_every_key() {
     let Some(memcached) = memcached_bin() else {
         return;
     };
-    let server = Server::start(&memcached);
-    let addr = server.addr();
+    let server = Osmium::new().bin(&memcached).start();
+    let addr = server.addr().to_string();
     let mut args = vec![
         "load",
         "--addr",
@@ -87,9 +64,9 @@ fn load_into_a_server_it_did_not_start_warns_and_prefixes_every_key() {
     );
     assert!(stderr.contains(&warning), "{stderr}");
     // The preload wrote every key, under the prefix only.
-    assert!(server.has("osmium-bench:k000000000000000"));
-    assert!(server.has("osmium-bench:k000000000000049"));
-    assert!(!server.has("k000000000000000"));
+    assert!(has(&server, "osmium-bench:k000000000000000"));
+    assert!(has(&server, "osmium-bench:k000000000000049"));
+    assert!(!has(&server, "k000000000000000"));
 
     // A prefix of one's own.
     let mut args = vec![
@@ -107,7 +84,7 @@ fn load_into_a_server_it_did_not_start_warns_and_prefixes_every_key() {
         stderr.contains("writing up to 5 keys (prefix `mine:`)"),
         "{stderr}"
     );
-    assert!(server.has("mine:k000000000000004"));
+    assert!(has(&server, "mine:k000000000000004"));
 }
 
 #[test]
@@ -115,8 +92,8 @@ fn a_run_that_only_reads_does_not_warn() {
     let Some(memcached) = memcached_bin() else {
         return;
     };
-    let server = Server::start(&memcached);
-    let addr = server.addr();
+    let server = Osmium::new().bin(&memcached).start();
+    let addr = server.addr().to_string();
     let mut args = vec![
         "load",
         "--addr",
@@ -129,5 +106,5 @@ fn a_run_that_only_reads_does_not_warn() {
     args.extend(SHORT);
     let (_, stderr) = bench(&args);
     assert!(!stderr.contains("warning"), "{stderr}");
-    assert!(!server.has("osmium-bench:k000000000000000"));
+    assert!(!has(&server, "osmium-bench:k000000000000000"));
 }

@@ -6,53 +6,21 @@
 
 use crate::common;
 use common::{bench, memcached_bin};
+use osmium_test_harness::{Osmium, Running};
 use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-/// A cache server started by a test, killed (by PID) when dropped.
-struct Server {
-    child: Child,
-    port: u16,
+/// `binary` (memcached or osmium) on a free loopback port with `extra`
+/// (the harness's builder: `-l 127.0.0.1 -p PORT -U 0`, `-u root` as
+/// root), once it listens; killed by PID when dropped.
+fn start(binary: &Path, extra: &[&str]) -> Running {
+    Osmium::new().bin(binary).args(extra).start()
 }
 
-impl Server {
-    /// `binary -p <free port> -l 127.0.0.1 -U 0 -u root <extra>`, once it
-    /// accepts connections. (Both servers refuse to run as root without
-    /// `-u`; anyone else's `-u` is ignored.)
-    fn start(binary: &PathBuf, extra: &[&str]) -> Server {
-        // A port free a moment ago may be taken by a server another test
-        // starts at the same time: the harness proves this process listens
-        // on it, or starts it again on another port.
-        let server =
-            osmium_test_harness::Start::new(&binary.display().to_string()).command(|port| {
-                let mut cmd = Command::new(binary);
-                cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
-                    .args(["-u", "root"])
-                    .args(extra);
-                cmd
-            });
-        let port = server.port();
-        Server {
-            child: server.into_child(),
-            port,
-        }
-    }
-
-    fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn pid(&self) -> String {
-        self.child.id().to_string()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.child.kill().ok();
-        self.child.wait().ok();
-    }
+/// `127.0.0.1:PORT` of `server`.
+fn address(server: &Running) -> String {
+    server.addr().to_string()
 }
 
 /// Genuine memcached (`common::memcached_bin`: MEMCACHED_BIN, else the
@@ -83,8 +51,8 @@ fn figure(text: &str, label: &str) -> f64 {
 
 /// `load --addr` on `server` with a short run (0.5 s, 2 connections) and
 /// `extra` options (`--warmup 0.2` unless they give one).
-fn load(server: &Server, extra: &[&str]) -> String {
-    let (addr, pid) = (server.addr(), server.pid());
+fn load(server: &Running, extra: &[&str]) -> String {
+    let (addr, pid) = (address(server), server.pid().to_string());
     let mut args = vec!["load", "--addr", &addr, "--pid", &pid];
     args.extend(["--duration", "0.5", "--conns", "2"]);
     if !extra.contains(&"--warmup") {
@@ -97,7 +65,7 @@ fn load(server: &Server, extra: &[&str]) -> String {
 #[test]
 fn meta_protocol_gets_and_sets_parse_on_real_servers() {
     for (name, binary) in cache_servers() {
-        let server = Server::start(&binary, &[]);
+        let server = start(&binary, &[]);
         // Preloaded: every mg hits (VA + data), pipelined 8 deep.
         let text = load(
             &server,
@@ -131,7 +99,7 @@ fn cache_aside_fills_every_missed_key() {
     // time a connection asks for it and is set right after, so it misses
     // at most once per connection (2) and every miss is followed by a fill.
     for (name, binary) in cache_servers() {
-        let server = Server::start(&binary, &[]);
+        let server = start(&binary, &[]);
         // A key size per protocol: each run starts from keys never stored.
         for (protocol, key_size) in [("text", "12"), ("meta", "13"), ("binary", "14")] {
             let text = load(
@@ -269,8 +237,8 @@ fn ketama_places_keys_where_libmemcached_does() {
     // that holds each. Then `load --targets` preloads its keys and pylibmc
     // must find every one of them.
     for (name, binary) in cache_servers() {
-        let servers: Vec<Server> = (0..3).map(|_| Server::start(&binary, &[])).collect();
-        let addrs: Vec<String> = servers.iter().map(Server::addr).collect();
+        let servers: Vec<Running> = (0..3).map(|_| start(&binary, &[])).collect();
+        let addrs: Vec<String> = servers.iter().map(address).collect();
         let list = addrs.join(",");
         for (flavour, behaviors) in FLAVOURS {
             let keys: Vec<String> = (0..200).map(|i| format!("{flavour}:{name}:{i}")).collect();

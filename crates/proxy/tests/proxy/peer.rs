@@ -17,15 +17,16 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common;
 use common::{
     conf_path, free_port, osmium_backend, osmium_bin, pool_stat, proxy_started, reload,
-    reload_expect, rewrite_conf, stats_doc, unsafe_is_root, write_conf,
+    reload_expect, rewrite_conf, stats_doc, write_conf, Proc,
 };
 use osmium_proxy::peer::{connect_peer, Secret};
+use osmium_test_harness::Osmium;
 
 const SECRET: &[u8] = b"0a1b2c3d4e5f60718293a4b5c6d7e8f9";
 
@@ -54,54 +55,29 @@ fn the_secret() -> PathBuf {
     .clone()
 }
 
-/// An osmium server on `port` holding the secret at `secret`, with
-/// `args`; its stderr in a file; killed (by PID) when dropped.
-struct Node {
-    child: Child,
-    port: u16,
+/// An osmium server on `port` (its peers name it: a start that finds it
+/// taken is tried again on it) holding the secret at `secret`, with
+/// `args`; killed (by PID) when dropped.
+fn node(port: u16, secret: &Path, args: &[String]) -> Proc {
+    Osmium::new()
+        .bin(osmium_bin())
+        .only_port(port)
+        .threads(2)
+        .memory(64)
+        .arg("--replication-secret")
+        .arg(secret)
+        .args(args)
+        .start()
 }
 
-impl Node {
-    fn start(port: u16, secret: &Path, args: &[String]) -> Node {
-        let log = conf_path(&format!("osmium-{port}.log"));
-        let server = osmium_test_harness::Start::new("osmium")
-            .only_port(port)
-            .log_file(log.clone())
-            .child(|port| {
-                let mut cmd = Command::new(osmium_bin());
-                cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
-                    .args(["-t", "2", "-m", "64"])
-                    .args(["--replication-secret", secret.to_str().unwrap()])
-                    .args(args)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(std::fs::File::create(&log).unwrap());
-                if unsafe_is_root() {
-                    cmd.args(["-u", "root"]);
-                }
-                cmd.spawn().expect("start osmium")
-            });
-        Node {
-            child: server.into_child(),
-            port,
-        }
-    }
-
-    /// A server of the ring, replicating to `target`.
-    fn ring(port: u16, secret: &Path, target: u16) -> Node {
-        Node::start(port, secret, &["--replicate-to".into(), addr(target)])
-    }
-
-    fn client(&self) -> Client {
-        Client::new(self.port)
-    }
+/// A server of the ring, replicating to `target`.
+fn ring(port: u16, secret: &Path, target: u16) -> Proc {
+    node(port, secret, &["--replicate-to".into(), addr(target)])
 }
 
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A plain client of `node`.
+fn client(node: &Proc) -> Client {
+    Client::new(node.port())
 }
 
 /// A plain client connection.
@@ -193,9 +169,9 @@ fn secret() -> Secret {
 fn a_peer_connections_writes_are_not_replicated() {
     let file = the_secret();
     let (pa, pb) = (free_port(), free_port());
-    let a = Node::ring(pa, &file, pb);
-    let b = Node::ring(pb, &file, pa);
-    let (mut ca, mut cb) = (a.client(), b.client());
+    let a = ring(pa, &file, pb);
+    let b = ring(pb, &file, pa);
+    let (mut ca, mut cb) = (client(&a), client(&b));
     linked(&mut ca, pb);
     linked(&mut cb, pa);
     ca.set("k1", "one");
@@ -224,18 +200,18 @@ fn a_peer_connections_writes_are_not_replicated() {
 #[test]
 fn wrong_secrets_and_fake_servers_are_refused() {
     let file = the_secret();
-    let a = Node::start(free_port(), &file, &[]);
-    let mut ca = a.client();
+    let a = node(free_port(), &file, &[]);
+    let mut ca = client(&a);
     let t = Duration::from_secs(5);
 
     // The right secret: a peer (and replica_targets is a peer's).
-    let mut p = connect_peer(&addr(a.port), &secret(), t).expect("peer");
+    let mut p = connect_peer(&addr(a.port()), &secret(), t).expect("peer");
     let answer = p.command("replica_targets 127.0.0.1:1").unwrap();
     assert!(answer.starts_with("SERVER_ERROR"), "{answer}");
 
     // Another secret: the server closes the connection at the hello.
     let other = Secret::new(b"ffeeddccbbaa99887766554433221100").unwrap();
-    let e = connect_peer(&addr(a.port), &other, t)
+    let e = connect_peer(&addr(a.port()), &other, t)
         .err()
         .expect("refused");
     assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
@@ -279,11 +255,11 @@ fn wrong_secrets_and_fake_servers_are_refused() {
 #[test]
 fn a_peer_connection_sends_nothing_in_clear() {
     let file = the_secret();
-    let a = Node::start(free_port(), &file, &[]);
+    let a = node(free_port(), &file, &[]);
     // A relay to the real server that records both directions.
     let relay = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = relay.local_addr().unwrap().port();
-    let target = a.port;
+    let target = a.port();
     let recorded = std::thread::spawn(move || {
         let (client, _) = relay.accept().unwrap();
         let server = TcpStream::connect(("127.0.0.1", target)).unwrap();
@@ -353,13 +329,13 @@ fn log_text(path: &Path) -> String {
 fn a_reload_tells_a_replicated_ring_its_new_targets() {
     let file = the_secret();
     let (pa, pb, pc, pd) = (free_port(), free_port(), free_port(), free_port());
-    let a = Node::ring(pa, &file, pb);
-    let b = Node::ring(pb, &file, pc);
-    let c = Node::ring(pc, &file, pa);
+    let a = ring(pa, &file, pb);
+    let b = ring(pb, &file, pc);
+    let c = ring(pc, &file, pa);
     // D starts pointing elsewhere than its place in the ring: the proxy
     // sets it.
-    let d = Node::ring(pd, &file, pb);
-    let (mut ca, mut cb, mut cc, mut cd) = (a.client(), b.client(), c.client(), d.client());
+    let d = ring(pd, &file, pb);
+    let (mut ca, mut cb, mut cc, mut cd) = (client(&a), client(&b), client(&c), client(&d));
     linked(&mut ca, pb);
     linked(&mut cb, pc);
     linked(&mut cc, pa);
@@ -506,10 +482,10 @@ fn warm_move_in_a_ring(with_secret: bool) {
     let file = the_secret();
     let (pa, pb, pc, pd) = (free_port(), free_port(), free_port(), free_port());
     let nodes = [
-        Node::ring(pa, &file, pb),
-        Node::ring(pb, &file, pc),
-        Node::ring(pc, &file, pa),
-        Node::ring(pd, &file, pa),
+        ring(pa, &file, pb),
+        ring(pb, &file, pc),
+        ring(pc, &file, pa),
+        ring(pd, &file, pa),
     ];
     let port = free_port();
     let more = if with_secret {
@@ -544,7 +520,7 @@ fn warm_move_in_a_ring(with_secret: bool) {
     std::thread::sleep(Duration::from_millis(500));
     let cfg = osmium_proxy::Config::parse(&new_yaml).unwrap();
     let ring = osmium_proxy::ring::Ring::new(&cfg.pools[0]);
-    let mut clients: Vec<Client> = nodes.iter().map(Node::client).collect();
+    let mut clients: Vec<Client> = nodes.iter().map(client).collect();
     let lost: Vec<&String> = keys
         .iter()
         .filter(|k| !clients[ring.server_of(k.as_bytes())].has(k))

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use osmium_proxy::ring::Ring;
 use osmium_proxy::Config;
+use osmium_test_harness::Proxy;
 use serde_json::Value;
 
 /// Pool `name` on `port` over `servers` (backend index, weight), each
@@ -422,19 +423,13 @@ fn the_stats_port_reload_proves_who_sends_it() {
     let token = "tok-7f3a9c1e5b2d4068";
     let file = write_conf(&format!("admin-token-{first}"), &format!("{token}\n"));
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let conf = write_conf(
-        &format!("admin-{first}.yml"),
-        &pool("alpha", free_port(), &b, &[(0, 1)]),
-    );
-    let out = Command::new(env!("CARGO_BIN_EXE_osmium-proxy"))
-        .args(["-c", conf.to_str().unwrap(), "-a", "127.0.0.1"])
-        .args(["-s", &free_port().to_string()])
+    let listen = free_port();
+    let out = Proxy::new(&pool("alpha", listen, &b, &[(0, 1)]), listen)
+        .bin(env!("CARGO_BIN_EXE_osmium-proxy"))
         .args(["--admin-token-file", file.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stderr);
+        .run_to_exit();
     assert!(
-        !out.status.success() && said.contains("chmod 600"),
+        !out.status.success() && out.stderr.contains("chmod 600"),
         "{out:?}"
     );
 

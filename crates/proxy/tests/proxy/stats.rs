@@ -9,13 +9,13 @@
 use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use osmium_proxy::ring::Ring;
 use osmium_proxy::Config;
+use osmium_test_harness::Daemon;
 use serde_json::Value;
 
 /// Pool `alpha` (servers `one`, two unnamed, and `dead`, where nothing
@@ -357,27 +357,6 @@ fn flags_as_nutcracker_checks_them() {
     }
 }
 
-fn signal(pid: u32, signal: &str) -> bool {
-    Command::new("kill")
-        .args([&format!("-{signal}"), &pid.to_string()])
-        .stderr(Stdio::null())
-        .status()
-        .unwrap()
-        .success()
-}
-
-fn wait_gone(path: &Path) {
-    let start = Instant::now();
-    while path.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{} not removed",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[test]
 fn the_pid_file_is_written_and_removed_and_the_log_goes_to_the_output_file() {
     let b = backend(0);
@@ -400,23 +379,14 @@ fn the_pid_file_is_written_and_removed_and_the_log_goes_to_the_output_file() {
     );
     let pid = std::fs::read_to_string(&pid_file).unwrap();
     assert_eq!(pid.trim(), px.pid().to_string());
-    assert!(signal(px.pid(), "TERM"));
-    let status = px.child().wait().unwrap();
+    px.send_signal(libc::SIGTERM);
+    let status = px.wait_exit();
     assert!(status.success(), "{status}");
     assert!(!pid_file.exists());
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("started on pid"), "{logged}");
     let err = px.stderr_text();
     assert!(!err.contains("started on pid"), "{err}");
-}
-
-/// A daemon started by a test, stopped by its PID if the test fails.
-struct Daemon(u32);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        signal(self.0, "KILL");
-    }
 }
 
 #[test]
@@ -441,12 +411,8 @@ fn daemonize_returns_once_the_proxy_listens() {
         log.to_str().unwrap(),
     ]);
     assert_eq!(code, Some(0), "{text}");
-    let pid: u32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let daemon = Daemon(pid);
+    // Not the test's child: known by its pid file, killed if the test fails.
+    let daemon = Daemon::from_pid_file(&pid_file);
     // Listening already, both ports, with no wait.
     assert_eq!(
         roundtrip(port, b"set d 0 0 1\r\nx\r\nget d\r\n", b"END\r\n"),
@@ -457,9 +423,8 @@ fn daemonize_returns_once_the_proxy_listens() {
         u(&v["a"]["127.0.0.1:".to_string() + &b.port().to_string()]["requests"]),
         2
     );
-    assert!(signal(pid, "TERM"));
-    wait_gone(&pid_file);
-    drop(daemon);
+    daemon.stop();
+    assert!(!pid_file.exists(), "removed at the stop");
 }
 
 /// A stats reader that does not read (a document larger than the socket

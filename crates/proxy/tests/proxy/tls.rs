@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use osmium_proxy::peer::{connect_peer_with, PeerTls, Secret};
-use osmium_test_harness::{memcached_bin, osmium_bin, KeyType, Role};
+use osmium_test_harness::{memcached_bin, osmium_bin, KeyType, Proxy, Role};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -594,16 +594,13 @@ fn tls_settings_and_files_are_checked_by_t_and_at_start() {
             "case {i}: {out}"
         );
         // Started, it refuses with the same message and listens on nothing.
-        let conf = write_conf(&format!("tls-bad-{i}.yml"), yaml);
-        let out = Command::new(env!("CARGO_BIN_EXE_osmium-proxy"))
-            .args(["-c", conf.to_str().unwrap(), "-a", "127.0.0.1"])
-            .args(["-s", &free_port().to_string()])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
+        let out = Proxy::new(yaml, port)
+            .bin(env!("CARGO_BIN_EXE_osmium-proxy"))
+            .run_to_exit();
         assert!(
-            !out.status.success() && err.contains(why),
-            "case {i} started: {err}"
+            !out.status.success() && out.stderr.contains(why),
+            "case {i} started: {}",
+            out.stderr
         );
         assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
     }

@@ -112,28 +112,25 @@ fn sasl_password_file_from_the_environment() {
 
 #[test]
 fn sasl_and_auth_file_option_errors() {
-    let bin = env!("CARGO_BIN_EXE_osmium");
     let run = |args: &[&str]| {
-        common::osmium_command(bin)
-            .args(["-p", "0", "-U", "0"])
+        common::osmium()
             .args(args)
             .env_remove("MEMCACHED_SASL_PWDB")
-            .output()
-            .unwrap()
+            .run_to_exit()
     };
     let out = run(&["-S"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("MEMCACHED_SASL_PWDB"));
+    assert_eq!(out.code(), Some(1));
+    assert!(out.stderr.contains("MEMCACHED_SASL_PWDB"));
     let out = run(&["-S", "-B", "ascii", "--sasl-pwdb", "/x"]);
-    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(out.code(), Some(64));
     let out = run(&["-Y", "/nonexistent/authfile"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.code(), Some(1));
     let bad = temp_file("badauth", b"user-without-colon\n");
     let out = run(&["-Y", bad.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("malformed"));
+    assert_eq!(out.code(), Some(1));
+    assert!(out.stderr.contains("malformed"));
     let out = run(&["-Y", bad.to_str().unwrap(), "-B", "binary"]);
-    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(out.code(), Some(64));
     std::fs::remove_file(bad).unwrap();
 }
 

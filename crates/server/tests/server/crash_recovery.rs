@@ -24,13 +24,12 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common;
-use common::start_on_free_port;
+use osmium_test_harness::{CacheServer, Running};
 
 const ROUNDS: usize = 6;
 const WRITERS: usize = 4;
@@ -92,57 +91,29 @@ struct KeyModel {
     history: Vec<String>,
 }
 
-struct Server {
-    child: Child,
-    port: u16,
+/// The server of `setup` on memory file `file` (its flash tier, if any,
+/// beside it).
+fn server_of(file: &Path, setup: &Setup) -> CacheServer {
+    let mut server = common::osmium()
+        .memory(setup.memory_mb)
+        .threads(2)
+        .args(["-I", "1m"]);
+    if setup.no_evictions {
+        server = server.arg("-M");
+    }
+    if let Some(mb) = setup.flash_mb {
+        server = server
+            .flash(file.with_extension("ext"), &format!("{mb}m"))
+            .opt("ext_page_size=1");
+    }
+    server.memory_file(file)
 }
 
-impl Server {
-    fn start(file: &Path, setup: &Setup) -> Server {
-        let (child, port) = start_on_free_port(|port| {
-            let mut cmd = common::osmium_command(env!("CARGO_BIN_EXE_osmium"));
-            cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-                .args(["-m", &setup.memory_mb.to_string(), "-t", "2", "-I", "1m"]);
-            if setup.no_evictions {
-                cmd.arg("-M");
-            }
-            if let Some(mb) = setup.flash_mb {
-                let flash = file.with_extension("ext");
-                cmd.arg("-o").arg(format!(
-                    "ext_path={}:{mb}m,ext_page_size=1",
-                    flash.display()
-                ));
-            }
-            cmd.arg("-e")
-                .arg(file)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start osmium")
-        });
-        Server { child, port }
-    }
-
-    fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.set_nodelay(true).unwrap();
-        s
-    }
-
-    fn kill9(&mut self) {
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A connection to `server`, Nagle off.
+fn connect(server: &Running) -> TcpStream {
+    let s = server.connect();
+    s.set_nodelay(true).unwrap();
+    s
 }
 
 /// A scratch directory (tmpfs when there is one), removed at the end.
@@ -291,8 +262,8 @@ fn check(yes: bool, no: bool, reply: &str) -> bool {
 }
 
 /// Reads every key in `keys` (text get, in batches): key -> value.
-fn read_all(server: &Server, keys: &[String]) -> HashMap<String, Vec<u8>> {
-    let mut c = Client::new(server.connect(), Protocol::Text);
+fn read_all(server: &Running, keys: &[String]) -> HashMap<String, Vec<u8>> {
+    let mut c = Client::new(connect(server), Protocol::Text);
     let mut out = HashMap::new();
     for batch in keys.chunks(50) {
         c.w.write_all(format!("get {}\r\n", batch.join(" ")).as_bytes())
@@ -440,8 +411,8 @@ fn kill_9_during_flash_compaction_loses_nothing() {
 }
 
 /// The compaction counters of a running server.
-fn compaction_stats(server: &Server) -> HashMap<&'static str, u64> {
-    let mut c = Client::new(server.connect(), Protocol::Text);
+fn compaction_stats(server: &Running) -> HashMap<&'static str, u64> {
+    let mut c = Client::new(connect(server), Protocol::Text);
     c.w.write_all(b"stats\r\n").unwrap();
     let mut out = HashMap::new();
     loop {
@@ -471,7 +442,7 @@ fn kill_9_rounds(setup: Setup) -> HashMap<&'static str, u64> {
     let model: Arc<Mutex<HashMap<String, KeyModel>>> = Arc::default();
     let versions = Arc::new(Mutex::new(0u64));
     let mut rng = Rng(0x5eed ^ u64::from(std::process::id()));
-    let mut server = Server::start(&file, &setup);
+    let mut server = server_of(&file, &setup).start();
     let mut compacted: HashMap<&'static str, u64> = HashMap::new();
     let keys = setup.keys_per_writer;
     let mut all_keys: Vec<String> = (0..WRITERS)
@@ -484,7 +455,7 @@ fn kill_9_rounds(setup: Setup) -> HashMap<&'static str, u64> {
         // whatever the kill interrupts later.
         let flushed: Vec<String> = (0..20).map(|i| format!("r{round}f{i}")).collect();
         {
-            let mut c = Client::new(server.connect(), Protocol::Text);
+            let mut c = Client::new(connect(&server), Protocol::Text);
             for k in &flushed {
                 assert!(c.set(k, &value(k, 0, 100)).unwrap());
             }
@@ -507,7 +478,7 @@ fn kill_9_rounds(setup: Setup) -> HashMap<&'static str, u64> {
         let writers: Vec<_> = (0..WRITERS)
             .map(|w| {
                 let (model, versions, stop) = (model.clone(), versions.clone(), stop.clone());
-                let (port, seed) = (server.port, rng.next());
+                let (port, seed) = (server.port(), rng.next());
                 std::thread::spawn(move || write_load(port, keys, w, seed, model, versions, stop))
             })
             .collect();
@@ -516,13 +487,13 @@ fn kill_9_rounds(setup: Setup) -> HashMap<&'static str, u64> {
             *compacted.entry(name).or_default() += n;
         }
         std::thread::sleep(Duration::from_millis(rng.below(20)));
-        server.kill9();
+        server.kill();
         stop.store(true, Ordering::Relaxed);
         for w in writers {
             w.join().unwrap();
         }
-        drop(server);
-        server = Server::start(&file, &setup);
+        // The same arguments and memory file, on the same port.
+        server.restart();
         let mut keys = all_keys.clone();
         keys.extend(flushed.iter().cloned());
         let found = read_all(&server, &keys);

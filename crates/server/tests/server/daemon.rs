@@ -8,11 +8,12 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::common;
-use common::{free_port, osmium_command, wait_exit, wait_until};
+use common::{free_port, wait_until};
+use osmium_test_harness::{Daemon, Running};
 
 fn osmium() -> String {
     std::env::var("OSMIUM_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_osmium").to_string())
@@ -39,33 +40,15 @@ fn read_pid(path: &PathBuf) -> i32 {
         .unwrap()
 }
 
-fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid, 0) == 0 }
-}
-
 #[test]
 fn the_pid_file_is_written_in_the_foreground_and_removed_at_a_stop() {
     let pidfile = temp_path("fg.pid");
     let _ = std::fs::remove_file(&pidfile);
-    let port = free_port();
-    let mut child = osmium_command(osmium())
-        .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-        .arg("-P")
-        .arg(&pidfile)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut server = common::osmium().arg("-P").arg(&pidfile).start();
     wait_until("the pid file", || pidfile.exists());
-    assert_eq!(read_pid(&pidfile), child.id() as i32);
-    wait_until("listening", || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-    // SAFETY: stopping our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert!(wait_exit(&mut child).success());
+    assert_eq!(read_pid(&pidfile), server.pid() as i32);
+    assert!(version(server.port()).starts_with("VERSION "));
+    assert!(server.stop().success());
     assert!(!pidfile.exists(), "removed at the stop");
 }
 
@@ -73,8 +56,14 @@ fn the_pid_file_is_written_in_the_foreground_and_removed_at_a_stop() {
 fn a_daemon_returns_once_serving_and_removes_its_pid_file() {
     let pidfile = temp_path("d.pid");
     let _ = std::fs::remove_file(&pidfile);
+    // A daemonizing start, which the test drives itself: the command's
+    // return is what is tested.
     let port = free_port();
-    let out = osmium_command(osmium())
+    let mut cmd = Command::new(osmium());
+    if osmium_test_harness::running_as_root() {
+        cmd.args(["-u", "root"]);
+    }
+    let out = cmd
         .args(["-d", "-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
         .arg("-P")
         .arg(&pidfile)
@@ -84,13 +73,11 @@ fn a_daemon_returns_once_serving_and_removes_its_pid_file() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
+    let daemon = Daemon::from_pid_file(&pidfile);
     // Serving as soon as the command returned: no wait.
     assert!(version(port).starts_with("VERSION "));
-    let pid = read_pid(&pidfile);
-    assert!(alive(pid));
-    // SAFETY: stopping the daemon we started, by its pid.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    wait_until("the daemon stopped", || !alive(pid));
+    assert!(daemon.alive());
+    daemon.stop();
     assert!(!pidfile.exists(), "removed at the stop");
 }
 
@@ -99,7 +86,7 @@ fn a_daemon_that_cannot_start_fails_with_its_reason() {
     // An unknown user is found only after the fork (as memcached, `-u` is
     // applied after binding): the daemon's reason and status reach the
     // caller instead of /dev/null and 0. Only root switches users.
-    if !common::running_as_root() {
+    if !osmium_test_harness::running_as_root() {
         eprintln!("SKIP: -u is ignored unless started as root");
         return;
     }
@@ -142,13 +129,11 @@ fn a_start_that_fails_after_binding_leaves_no_pid_file() {
     // after the listeners are bound.
     let pidfile = temp_path("failed.pid");
     let _ = std::fs::remove_file(&pidfile);
-    let out = osmium_command(osmium())
-        .args(["-p", &free_port().to_string(), "-U", "0", "-l", "127.0.0.1"])
-        .args(["-e", "/nonexistent-osmium-dir/memory", "-P"])
+    let out = common::osmium()
+        .memory_file("/nonexistent-osmium-dir/memory")
+        .arg("-P")
         .arg(&pidfile)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .run_to_exit();
     assert!(!out.status.success(), "{out:?}");
     assert!(!pidfile.exists(), "a pid file left by a failed start");
 }
@@ -171,43 +156,19 @@ impl Drop for TempDir {
     }
 }
 
-/// A server killed if the test ends (or fails) without stopping it.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts osmium with `-P pidfile` (and `extra`), its stderr into the file
-/// `stderr`, and waits for the pid file.
-fn start_with_pid_file(pidfile: &Path, stderr: &Path, extra: &[&str]) -> Running {
-    let port = free_port();
-    let mut server = Running(
-        osmium_command(osmium())
-            .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-            .args(extra)
-            .arg("-P")
-            .arg(pidfile)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(stderr).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+/// osmium with `-P pidfile` (and `extra`), once it listens and the pid
+/// file is there.
+fn start_with_pid_file(pidfile: &Path, extra: &[&str]) -> Running {
+    let mut server = common::osmium().args(extra).arg("-P").arg(pidfile).start();
     wait_until("the pid file", || {
-        assert!(server.0.try_wait().unwrap().is_none(), "osmium exited");
+        assert!(server.is_running(), "osmium exited");
         std::fs::symlink_metadata(pidfile).is_ok_and(|m| m.is_file())
     });
     server
 }
 
 fn stop(server: &mut Running) {
-    // SAFETY: stopping our own child by its pid.
-    unsafe { libc::kill(server.0.id() as i32, libc::SIGTERM) };
-    assert!(wait_exit(&mut server.0).success());
+    assert!(server.stop().success());
 }
 
 #[test]
@@ -217,13 +178,12 @@ fn links_at_the_pid_files_names_are_replaced_not_followed() {
     std::fs::write(&target, "precious\n").unwrap();
     let pidfile = dir.0.join("osmium.pid");
     let tmp = dir.0.join("osmium.pid.tmp");
-    let stderr = dir.0.join("stderr");
     // At the temporary name, then at the final one.
     for planted in [&tmp, &pidfile] {
         std::os::unix::fs::symlink(&target, planted).unwrap();
-        let mut server = start_with_pid_file(&pidfile, &stderr, &[]);
+        let mut server = start_with_pid_file(&pidfile, &[]);
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious\n");
-        assert_eq!(read_pid(&pidfile), server.0.id() as i32);
+        assert_eq!(read_pid(&pidfile), server.pid() as i32);
         assert!(
             std::fs::symlink_metadata(&tmp).is_err(),
             "the temporary name left"
@@ -236,8 +196,8 @@ fn links_at_the_pid_files_names_are_replaced_not_followed() {
     let fifo = std::ffi::CString::new(pidfile.display().to_string()).unwrap();
     // SAFETY: mkfifo reads the NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
-    let mut server = start_with_pid_file(&pidfile, &stderr, &[]);
-    assert_eq!(read_pid(&pidfile), server.0.id() as i32);
+    let mut server = start_with_pid_file(&pidfile, &[]);
+    assert_eq!(read_pid(&pidfile), server.pid() as i32);
     stop(&mut server);
 }
 
@@ -246,14 +206,13 @@ fn a_pid_file_naming_a_running_process_is_a_warning() {
     // As memcached: the server says so, and writes its own pid.
     let dir = TempDir::new("running");
     let pidfile = dir.0.join("osmium.pid");
-    let stderr = dir.0.join("stderr");
     std::fs::write(&pidfile, format!("{}\n", std::process::id())).unwrap();
-    let mut server = start_with_pid_file(&pidfile, &stderr, &[]);
+    let mut server = start_with_pid_file(&pidfile, &[]);
     wait_until("the pid file rewritten", || {
-        std::fs::read_to_string(&pidfile).is_ok_and(|p| p.trim() == server.0.id().to_string())
+        std::fs::read_to_string(&pidfile).is_ok_and(|p| p.trim() == server.pid().to_string())
     });
     stop(&mut server);
-    let err = std::fs::read_to_string(&stderr).unwrap();
+    let err = server.stderr_text();
     let want = format!(
         "WARNING: The pid file contained the following (running) pid: {}",
         std::process::id()
@@ -263,7 +222,7 @@ fn a_pid_file_naming_a_running_process_is_a_warning() {
 
 #[test]
 fn the_pid_file_is_written_as_the_user() {
-    if !common::running_as_root() {
+    if !osmium_test_harness::running_as_root() {
         eprintln!("SKIP: -u is ignored unless started as root");
         return;
     }
@@ -279,43 +238,23 @@ fn the_pid_file_is_written_as_the_user() {
     std::os::unix::fs::chown(&dir.0, Some(0), Some(gid)).unwrap();
     std::fs::set_permissions(&dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o775)).unwrap();
     let pidfile = dir.0.join("osmium.pid");
-    let stderr =
-        std::env::temp_dir().join(format!("osmium-daemon-{}-as-user.err", std::process::id()));
-    let mut server = start_with_pid_file(&pidfile, &stderr, &["-u", "nobody"]);
+    let mut server = start_with_pid_file(&pidfile, &["-u", "nobody"]);
     use std::os::unix::fs::MetadataExt;
     assert_eq!(std::fs::metadata(&pidfile).unwrap().uid(), uid);
-    assert_eq!(read_pid(&pidfile), server.0.id() as i32);
+    assert_eq!(read_pid(&pidfile), server.pid() as i32);
     stop(&mut server);
     assert!(!pidfile.exists(), "removed at the stop, as the user");
-    let _ = std::fs::remove_file(stderr);
 }
 
 #[test]
 fn a_pid_file_that_cannot_be_written_is_a_message_not_a_stop() {
     // As memcached: the server runs on, saying why.
-    let port = free_port();
-    let mut child = osmium_command(osmium())
-        .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
+    let mut server = common::osmium()
         .args(["-P", "/nonexistent-osmium-dir/x.pid"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_until("listening", || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-    assert!(version(port).starts_with("VERSION "));
-    // SAFETY: stopping our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert!(wait_exit(&mut child).success());
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+        .start();
+    assert!(version(server.port()).starts_with("VERSION "));
+    stop(&mut server);
+    let err = server.stderr_text();
     assert!(
         err.contains("Could not open the pid file /nonexistent-osmium-dir/x.pid.tmp for writing"),
         "{err:?}"

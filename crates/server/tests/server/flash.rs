@@ -8,12 +8,10 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use crate::common;
 use common::tcp::LineClient as Client;
-use common::wait_exit;
 use osmium_test_harness::Running;
 
 const OSMIUM: &str = env!("CARGO_BIN_EXE_osmium");
@@ -278,31 +276,17 @@ fn counts_and_dumps_include_the_items_on_flash() {
     assert_eq!(meta, vec!["OK\r\n".to_string()]);
 }
 
-/// Starts osmium with `-o option` (no listener) and waits for it to exit:
+/// Starts osmium with `-o option` and waits for it to exit:
 /// whether it exited successfully, and what it wrote on stderr.
 fn start_with_option(option: &str) -> (bool, String) {
     start_with(&["-o", option])
 }
 
-/// Starts osmium with `args` (no listener) and waits for it to exit.
+/// Starts osmium with `args` and waits for it to exit (it must: the
+/// start is refused).
 fn start_with(args: &[&str]) -> (bool, String) {
-    let mut child = common::osmium_command(OSMIUM)
-        .args(["-p", "0", "-U", "0"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = wait_exit(&mut child);
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    (status.success(), err)
+    let out = common::osmium().args(args).run_to_exit();
+    (out.status.success(), out.stderr)
 }
 
 #[test]
@@ -517,9 +501,8 @@ fn with_a_memory_file_items_on_flash_survive_kill_9_and_a_graceful_stop() {
         if stop == "kill -9" {
             srv.kill();
         } else {
-            // SAFETY: kill on our own child's pid.
-            unsafe { libc::kill(srv.pid() as i32, libc::SIGUSR1) };
-            assert!(wait_exit(srv.child()).success());
+            srv.send_signal(libc::SIGUSR1);
+            assert!(srv.wait_exit().success());
         }
         drop(srv);
         srv = start_osmium(&dir, &["-e", &mem_arg]);

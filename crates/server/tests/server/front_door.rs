@@ -15,7 +15,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::common;
-use common::{wait_exit, wait_until};
+use common::wait_until;
 use osmium_test_harness::Running;
 
 /// The servers to test: osmium, and memcached 1.6.45 when there is one.
@@ -156,17 +156,12 @@ fn keys_are_bytes_up_to_a_space_nul_included() {
     }
 }
 
-fn signal(srv: &Running, sig: i32) {
-    // SAFETY: kill sends a signal to the server process this test started.
-    assert_eq!(unsafe { libc::kill(srv.pid() as i32, sig) }, 0);
-}
-
 #[test]
 fn signals_stop_the_server_as_memcached_does() {
     for (kind, bin) in servers() {
         // SIGHUP does not kill.
         let mut srv = start(&bin, &[]);
-        signal(&srv, libc::SIGHUP);
+        srv.send_signal(libc::SIGHUP);
         std::thread::sleep(Duration::from_millis(300));
         assert!(
             srv.child().try_wait().unwrap().is_none(),
@@ -185,16 +180,16 @@ fn signals_stop_the_server_as_memcached_does() {
                 roundtrip(&mut c, b"set k 0 0 1\r\nv\r\n", b"\r\n"),
                 b"STORED\r\n"
             );
-            signal(&srv, sig);
-            let status = wait_exit(srv.child());
+            srv.send_signal(sig);
+            let status = srv.wait_exit();
             assert_eq!(status.code(), Some(0), "{kind}: signal {sig}: {status:?}");
             if sig == libc::SIGUSR1 {
                 let err = srv.stderr_text();
                 assert!(err.contains("Gracefully stopping"), "{kind}: {err:?}");
             }
         }
-        signal(&srv, libc::SIGTERM);
-        assert_eq!(wait_exit(srv.child()).code(), Some(0));
+        srv.send_signal(libc::SIGTERM);
+        assert_eq!(srv.wait_exit().code(), Some(0));
     }
 }
 
@@ -202,15 +197,12 @@ fn signals_stop_the_server_as_memcached_does() {
 fn a_connection_limit_above_the_open_file_limit_is_refused_at_start() {
     for (kind, bin) in servers() {
         // More than the kernel allows any process (fs.nr_open), root or not.
-        let out = common::server_command(&bin)
-            .args(["-p", "0", "-U", "0", "-l", "127.0.0.1", "-c", "2000000"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(71), "{kind}");
-        let err = String::from_utf8_lossy(&out.stderr);
+        let out = common::osmium()
+            .bin(&bin)
+            .args(["-c", "2000000"])
+            .run_to_exit();
+        assert_eq!(out.code(), Some(71), "{kind}");
+        let err = out.stderr;
         assert!(
             err.contains("failed to set rlimit for open files"),
             "{kind}: {err:?}"
@@ -223,7 +215,7 @@ const ROOT_REFUSAL: &str = "must add '-u root' to start as root\n";
 
 #[test]
 fn root_without_a_user_is_refused_before_any_socket_opens() {
-    let root = common::running_as_root();
+    let root = osmium_test_harness::running_as_root();
     if !root {
         eprintln!("SKIP the refusal half: not running as root (-u matters only to root)");
     }

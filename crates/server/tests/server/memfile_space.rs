@@ -14,7 +14,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common;
 use crate::restart_support;
 use restart_support::*;
 
@@ -60,11 +59,8 @@ impl Drop for SmallFs {
 /// Starts osmium on `file` with `args` and waits for it to exit (it must:
 /// the start is refused); returns its status and stderr.
 fn refused_start(file: &Path, args: &[&str]) -> (Option<i32>, String) {
-    let port = common::free_port();
-    let child = command(port, file, args).spawn().expect("start osmium");
-    let mut srv = Server::attach(child, port);
-    let (status, stopped) = srv.exited();
-    (status.code(), stopped.stderr)
+    let exited = server(file, args).run_to_exit();
+    (exited.code(), exited.stderr)
 }
 
 #[test]
@@ -85,13 +81,13 @@ fn a_file_system_too_small_for_the_memory_file_is_refused_at_every_start() {
         );
     }
     // One that fits: reserved whole (every block allocated), and it serves.
-    let mut srv = Server::start(&file, &["-m", "8"]);
+    let mut srv = server(&file, &["-m", "8"]).start();
     let meta = std::fs::metadata(&file).unwrap();
     assert!(meta.blocks() * 512 >= meta.len(), "{meta:?}");
-    let mut c = srv.connect();
+    let mut c = client(&srv);
     c.set("k", 0, 0, &vec![b'v'; 100_000]);
     assert_eq!(c.get("k").map(|i| i.value.len()), Some(100_000));
-    srv.stop(libc::SIGTERM);
+    stop(&mut srv, libc::SIGTERM);
     // With a flash tier, its metadata (FILE.flash, beside FILE) is reserved
     // too: 2 write buffers of 4 MB do not fit beside the 10 MB file.
     let flash_dir = MemDir::new();
@@ -111,8 +107,8 @@ fn a_file_system_too_small_for_the_memory_file_is_refused_at_every_start() {
 fn a_sigbus_on_the_memory_file_is_a_message_and_the_next_start_is_clean() {
     let dir = MemDir::new();
     let file = dir.file();
-    let mut srv = Server::start(&file, &["-m", "8"]);
-    let mut c = srv.connect();
+    let mut srv = server(&file, &["-m", "8"]).start();
+    let mut c = client(&srv);
     for i in 0..100 {
         c.set(&format!("k{i}"), 0, 0, &[b'v'; 1000]);
     }
@@ -125,7 +121,7 @@ fn a_sigbus_on_the_memory_file_is_a_message_and_the_next_start_is_clean() {
         .set_len(8192)
         .unwrap();
     c.send(b"get k1\r\n");
-    let (status, stopped) = srv.exited();
+    let (status, stopped) = exited(&mut srv);
     assert_eq!(status.code(), Some(74), "{:?}", stopped.stderr);
     assert!(
         stopped.stderr.contains("I/O error on the memory file")
@@ -143,13 +139,13 @@ fn a_sigbus_on_the_memory_file_is_a_message_and_the_next_start_is_clean() {
         .unwrap()
         .set_len(len)
         .unwrap();
-    let srv = Server::start(&file, &["-m", "8"]);
+    let srv = server(&file, &["-m", "8"]).start();
     let err = srv.wait_for_stderr(&["[restart] "]);
     assert!(
         err.contains("met an I/O error") && err.contains("starting with a clean cache"),
         "{err:?}"
     );
-    let mut c = srv.connect();
+    let mut c = client(&srv);
     assert_eq!(c.get("k1"), None);
     c.set("k1", 0, 0, b"again");
     assert_eq!(c.get("k1").map(|i| i.value), Some(b"again".to_vec()));

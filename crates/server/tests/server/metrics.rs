@@ -15,72 +15,34 @@ use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common;
 // Test certificates made with the `openssl` command, and a TLS client.
 use crate::replication_support::tls;
-use common::{free_port, osmium_command, start_on_free_port, wait_exit, wait_until};
+use common::wait_until;
+use osmium_test_harness::{CacheServer, Running, ServerProcess, Start};
 
-fn osmium() -> String {
-    std::env::var("OSMIUM_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_osmium").to_string())
-}
-
-/// A server stopped by PID when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-    metrics: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// `server` with `/metrics` on a free port of its own (`how`: "flag" for
+/// `--metrics-addr`, "o" for `-o metrics_addr=`): its first extra port
+/// (`metrics_port`), listening once the start returns.
+fn with_metrics(server: CacheServer, how: &str) -> CacheServer {
+    if how == "o" {
+        server.extra_port(|port| vec!["-o".into(), format!("metrics_addr=127.0.0.1:{port}")])
+    } else {
+        server.extra_port(|port| vec!["--metrics-addr".into(), format!("127.0.0.1:{port}")])
     }
 }
 
-/// osmium with `/metrics` on a free port (`how`: "flag" for
-/// `--metrics-addr`, "o" for `-o metrics_addr=`).
-fn start(how: &str) -> Server {
-    start_with(how, &[])
+/// osmium (`-t 2`) with `/metrics` ([`with_metrics`]).
+fn metrics_server(how: &str) -> CacheServer {
+    with_metrics(common::osmium().threads(2), how)
 }
 
-fn start_with(how: &str, extra: &[&str]) -> Server {
-    let mut metrics = 0;
-    let (child, port) = start_on_free_port(|port| {
-        metrics = free_port();
-        let addr = format!("127.0.0.1:{metrics}");
-        let mut cmd = osmium_command(osmium());
-        cmd.args(["-p", &port.to_string(), "-t", "2"]).args(extra);
-        if how == "o" {
-            cmd.args(["-o", &format!("metrics_addr={addr}")]);
-        } else {
-            cmd.args(["--metrics-addr", &addr]);
-        }
-        cmd.stdout(Stdio::null()).stderr(Stdio::null());
-        cmd.spawn().unwrap()
-    });
-    let s = Server {
-        child,
-        port,
-        metrics,
-    };
-    // Probed with whole requests: a probe that only connected could still
-    // hold its place (its thread not yet run) when a test starts counting
-    // places; a served request gives its place back before its reply ends.
-    wait_until("metrics endpoint did not start", || {
-        let Ok(mut c) = TcpStream::connect(("127.0.0.1", s.metrics)) else {
-            return false;
-        };
-        let _ = c.set_read_timeout(Some(Duration::from_secs(15)));
-        let mut out = Vec::new();
-        c.write_all(b"HEAD /metrics HTTP/1.1\r\n\r\n").is_ok()
-            && c.read_to_end(&mut out).is_ok()
-            && out.starts_with(b"HTTP/1.1 ")
-    });
-    s
+/// The port of `server`'s `/metrics` ([`with_metrics`]).
+fn metrics_port(server: &Running) -> u16 {
+    server.extra_ports()[0]
 }
 
 /// Sends `request` as is and returns the whole response (the server
@@ -151,19 +113,19 @@ fn memcached(port: u16, commands: &[u8], until: &[u8]) -> Vec<u8> {
 
 #[test]
 fn both_formats_and_counters_move() {
-    let s = start("flag");
-    let before = text(s.metrics);
+    let s = metrics_server("flag").start();
+    let before = text(metrics_port(&s));
     assert_eq!(before["memcached_up"], 1.0);
     assert_eq!(before["memcached_current_items"], 0.0);
     let hit = r#"memcached_commands_total{command="get",status="hit"}"#;
     assert_eq!(before[hit], 0.0);
 
     memcached(
-        s.port,
+        s.port(),
         b"set a 0 0 1\r\nx\r\nset b 0 0 2\r\nyy\r\nget a\r\nget a b\r\nget nope\r\nincr a 1\r\nmn\r\n",
         b"MN\r\n",
     );
-    let after = text(s.metrics);
+    let after = text(metrics_port(&s));
     assert_eq!(after[hit], 3.0);
     assert_eq!(
         after[r#"memcached_commands_total{command="get",status="miss"}"#],
@@ -188,22 +150,22 @@ fn both_formats_and_counters_move() {
     }
     // One client held open: its listener counts it (once the closes of
     // the connections above are seen).
-    let mut held = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let mut held = TcpStream::connect(("127.0.0.1", s.port())).unwrap();
     held.write_all(b"version\r\n").unwrap();
     let mut buf = [0u8; 64];
     let _ = held.read(&mut buf).unwrap();
     let series = format!(
         "osmium_listener_connections{{listener=\"127.0.0.1:{}\",tls=\"false\"}}",
-        s.port
+        s.port()
     );
     wait_until("listener connections not 1", || {
-        text(s.metrics).get(&series) == Some(&1.0)
+        text(metrics_port(&s)).get(&series) == Some(&1.0)
     });
     drop(held);
 
     // OpenMetrics on request.
     let (status, head, body) = get(
-        s.metrics,
+        metrics_port(&s),
         "/metrics",
         "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n",
     );
@@ -222,7 +184,7 @@ fn both_formats_and_counters_move() {
         3.0
     );
     // HEAD: the headers only.
-    let resp = raw_http(s.metrics, b"HEAD /metrics HTTP/1.1\r\n\r\n");
+    let resp = raw_http(metrics_port(&s), b"HEAD /metrics HTTP/1.1\r\n\r\n");
     let (status, _, body) = split(&resp);
     assert_eq!((status, body.as_str()), (200, ""));
 }
@@ -236,10 +198,12 @@ fn flash_tier_figures_and_read_latency() {
         "ext_path={}:64m,ext_page_size=4,ext_wbuf_size=1",
         dir.join("flash").display()
     );
-    let s = start_with("flag", &["-m", "4", "-U", "0", "-o", &ext]);
+    let s = metrics_server("flag")
+        .args(["-m", "4", "-U", "0", "-o", &ext])
+        .start();
     // 12 MB of 20 KB values into 4 MB of memory: most go to flash.
     let value = vec![b'v'; 20_000];
-    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let mut c = TcpStream::connect(("127.0.0.1", s.port())).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     for i in 0..600 {
         let mut req = format!("set k{i} 0 0 {} noreply\r\n", value.len()).into_bytes();
@@ -249,15 +213,15 @@ fn flash_tier_figures_and_read_latency() {
     }
     drop(c);
     wait_until("nothing written to flash", || {
-        text(s.metrics)
+        text(metrics_port(&s))
             .get("memcached_extstore_objects_written_total")
             .is_some_and(|&n| n > 0.0)
     });
     for i in 0..600 {
-        let out = memcached(s.port, format!("get k{i}\r\n").as_bytes(), b"END\r\n");
+        let out = memcached(s.port(), format!("get k{i}\r\n").as_bytes(), b"END\r\n");
         assert!(out.len() > 20_000, "k{i} missing");
     }
-    let m = text(s.metrics);
+    let m = text(metrics_port(&s));
     assert!(m["memcached_extstore_objects_read_total"] > 0.0);
     assert!(m["memcached_extstore_bytes_written_total"] > 0.0);
     assert!(m["memcached_extstore_bytes_limit"] > 0.0);
@@ -288,27 +252,28 @@ fn replication_link_backlog_and_lag() {
     std::fs::write(&secret, b"6d6574726963732074657374207365637265740a\n").unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     let secret = secret.display().to_string();
-    let b = start_with("flag", &["-U", "0", "--replication-secret", &secret]);
-    let target = format!("127.0.0.1:{}", b.port);
-    let a = start_with(
-        "flag",
-        &[
+    let b = metrics_server("flag")
+        .args(["-U", "0", "--replication-secret", &secret])
+        .start();
+    let target = format!("127.0.0.1:{}", b.port());
+    let a = metrics_server("flag")
+        .args([
             "-U",
             "0",
             "--replication-secret",
             &secret,
             "--replicate-to",
             &target,
-        ],
-    );
-    memcached(a.port, b"set r 0 0 1\r\nx\r\n", b"STORED\r\n");
+        ])
+        .start();
+    memcached(a.port(), b"set r 0 0 1\r\nx\r\n", b"STORED\r\n");
     let series = |name: &str| format!("{name}{{replica=\"{target}\"}}");
     wait_until("the write never reached the target", || {
-        let m = text(a.metrics);
+        let m = text(metrics_port(&a));
         m.get(&series("osmium_replication_link_up")) == Some(&1.0)
             && m.get(&series("osmium_replication_sent_total")) >= Some(&1.0)
     });
-    let m = text(a.metrics);
+    let m = text(metrics_port(&a));
     for name in [
         "osmium_replication_backlog",
         "osmium_replication_seq_lag",
@@ -319,7 +284,7 @@ fn replication_link_backlog_and_lag() {
         assert!(m.contains_key(&series(name)), "{name}");
     }
     wait_until("the target does not have the write", || {
-        memcached(b.port, b"get r\r\n", b"END\r\n") == b"VALUE r 0 1\r\nx\r\nEND\r\n"
+        memcached(b.port(), b"get r\r\n", b"END\r\n") == b"VALUE r 0 1\r\nx\r\nEND\r\n"
     });
     drop((a, b));
     let _ = std::fs::remove_dir_all(&dir);
@@ -330,63 +295,37 @@ fn tls_handshakes_and_listener_label() {
     let certs = tls::Certs::get();
     let args = certs.server_args("node", None, &[]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let s = start_with("flag", &args);
-    let mut conn = tls::handshake(s.port, certs.client()).unwrap();
+    let s = metrics_server("flag").args(args).start();
+    let mut conn = tls::handshake(s.port(), certs.client()).unwrap();
     conn.write_all(b"version\r\n").unwrap();
     let mut line = [0u8; 8];
     conn.read_exact(&mut line).unwrap();
     assert_eq!(&line, b"VERSION ");
     let listener = format!(
         "osmium_listener_connections{{listener=\"127.0.0.1:{}\",tls=\"true\"}}",
-        s.port
+        s.port()
     );
     wait_until("the TLS client is not counted", || {
-        text(s.metrics).get(&listener) == Some(&1.0)
+        text(metrics_port(&s)).get(&listener) == Some(&1.0)
     });
-    let m = text(s.metrics);
+    let m = text(metrics_port(&s));
     assert_eq!(m["osmium_tls_handshakes_total"], 1.0);
     assert_eq!(m["osmium_tls_handshake_errors_total"], 0.0);
     // A client that is not TLS fails its handshake.
-    let mut plain = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let mut plain = TcpStream::connect(("127.0.0.1", s.port())).unwrap();
     plain.write_all(b"version\r\n").unwrap();
     let _ = plain.read(&mut [0u8; 64]);
     wait_until("the failed handshake is not counted", || {
-        text(s.metrics).get("osmium_tls_handshake_errors_total") == Some(&1.0)
+        text(metrics_port(&s)).get("osmium_tls_handshake_errors_total") == Some(&1.0)
     });
-    assert_eq!(text(s.metrics)["osmium_tls_handshakes_total"], 1.0);
+    assert_eq!(text(metrics_port(&s))["osmium_tls_handshakes_total"], 1.0);
 }
 
 #[test]
 fn unix_socket_listener() {
     let path = std::env::temp_dir().join(format!("osmium-metrics-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
-    // Retried on another metrics port if that one was taken meanwhile.
-    let mut server = None;
-    for _ in 0..5 {
-        let metrics = free_port();
-        let child = osmium_command(osmium())
-            .args(["-s", &path.display().to_string()])
-            .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut s = Server {
-            child,
-            port: 0,
-            metrics,
-        };
-        let mut exited = false;
-        wait_until("server did not start", || {
-            exited = s.child.try_wait().unwrap().is_some();
-            exited || (path.exists() && common::listens_on(s.child.id(), metrics))
-        });
-        if !exited {
-            server = Some(s);
-            break;
-        }
-    }
-    let s = server.expect("server did not start on any of 5 metrics ports");
+    let s = with_metrics(common::osmium().unix_socket(&path), "flag").start();
     let mut c = std::os::unix::net::UnixStream::connect(&path).unwrap();
     c.write_all(b"version\r\n").unwrap();
     let _ = c.read(&mut [0u8; 64]).unwrap();
@@ -395,7 +334,7 @@ fn unix_socket_listener() {
         path.display()
     );
     wait_until("the unix client is not counted", || {
-        text(s.metrics).get(&series) == Some(&1.0)
+        text(metrics_port(&s)).get(&series) == Some(&1.0)
     });
     drop(s);
     let _ = std::fs::remove_file(&path);
@@ -403,30 +342,23 @@ fn unix_socket_listener() {
 
 #[test]
 fn stats_settings_names_the_endpoint() {
-    let s = start("o");
-    let out = memcached(s.port, b"stats settings\r\n", b"END\r\n");
-    let want = format!("STAT metrics_addr 127.0.0.1:{}\r\n", s.metrics);
+    let s = metrics_server("o").start();
+    let out = memcached(s.port(), b"stats settings\r\n", b"END\r\n");
+    let want = format!("STAT metrics_addr 127.0.0.1:{}\r\n", metrics_port(&s));
     assert!(String::from_utf8_lossy(&out).contains(&want));
-    assert_eq!(text(s.metrics)["memcached_up"], 1.0);
+    assert_eq!(text(metrics_port(&s))["memcached_up"], 1.0);
 
-    let (mut child, port) = start_on_free_port(|port| {
-        osmium_command(osmium())
-            .args(["-p", &port.to_string()])
-            .spawn()
-            .unwrap()
-    });
-    let out = memcached(port, b"stats settings\r\n", b"END\r\n");
+    let plain = common::osmium().start();
+    let out = memcached(plain.port(), b"stats settings\r\n", b"END\r\n");
     assert!(String::from_utf8_lossy(&out).contains("STAT metrics_addr NULL\r\n"));
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 #[test]
 fn bad_requests_get_http_errors_and_the_cache_serves() {
-    let s = start("flag");
-    memcached(s.port, b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+    let s = metrics_server("flag").start();
+    memcached(s.port(), b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
     // A slow client: half a request line, then nothing.
-    let mut slow = TcpStream::connect(("127.0.0.1", s.metrics)).unwrap();
+    let mut slow = TcpStream::connect(("127.0.0.1", metrics_port(&s))).unwrap();
     slow.set_read_timeout(Some(Duration::from_secs(15)))
         .unwrap();
     slow.write_all(b"GET /metr").unwrap();
@@ -441,7 +373,7 @@ fn bad_requests_get_http_errors_and_the_cache_serves() {
         (b"GET /metrics HTTP/1.1\r\nBad Header\r\n\r\n", 400),
     ];
     for (req, want) in cases {
-        let (status, head, _) = split(&raw_http(s.metrics, req));
+        let (status, head, _) = split(&raw_http(metrics_port(&s), req));
         assert_eq!(status, want, "{:?}: {head}", String::from_utf8_lossy(req));
     }
     // A head that never ends.
@@ -449,11 +381,11 @@ fn bad_requests_get_http_errors_and_the_cache_serves() {
     while huge.len() < 16 * 1024 {
         huge.extend_from_slice(b"X-Filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
     }
-    let (status, _, _) = split(&raw_http(s.metrics, &huge));
+    let (status, _, _) = split(&raw_http(metrics_port(&s), &huge));
     assert_eq!(status, 431);
     // Scrapes and the cache go on while the slow client waits.
-    assert_eq!(text(s.metrics)["memcached_up"], 1.0);
-    let out = memcached(s.port, b"get k\r\n", b"END\r\n");
+    assert_eq!(text(metrics_port(&s))["memcached_up"], 1.0);
+    let out = memcached(s.port(), b"get k\r\n", b"END\r\n");
     assert_eq!(out, b"VALUE k 0 1\r\nv\r\nEND\r\n");
     // The slow client is answered 408 once its time is up.
     let mut resp = Vec::new();
@@ -462,9 +394,9 @@ fn bad_requests_get_http_errors_and_the_cache_serves() {
     assert_eq!(status, 408);
     assert!(started.elapsed() >= Duration::from_secs(4));
     // A client that connects and leaves.
-    drop(TcpStream::connect(("127.0.0.1", s.metrics)).unwrap());
-    assert_eq!(text(s.metrics)["memcached_up"], 1.0);
-    let out = memcached(s.port, b"get k\r\n", b"END\r\n");
+    drop(TcpStream::connect(("127.0.0.1", metrics_port(&s))).unwrap());
+    assert_eq!(text(metrics_port(&s))["memcached_up"], 1.0);
+    let out = memcached(s.port(), b"get k\r\n", b"END\r\n");
     assert_eq!(out, b"VALUE k 0 1\r\nv\r\nEND\r\n");
 }
 
@@ -472,33 +404,16 @@ fn bad_requests_get_http_errors_and_the_cache_serves() {
 fn a_metrics_address_that_cannot_be_bound_stops_the_start() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let busy = taken.local_addr().unwrap().port();
-    let mut child = osmium_command(osmium())
-        .args(["-p", &free_port().to_string()])
+    let out = common::osmium()
         .args(["--metrics-addr", &format!("127.0.0.1:{busy}")])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = wait_exit(&mut child);
-    assert!(!status.success());
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert!(err.contains("--metrics-addr"), "{err}");
+        .run_to_exit();
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("--metrics-addr"), "{}", out.stderr);
 
     for bad in ["nonsense", "127.0.0.1", "127.0.0.1:99999"] {
-        let out = osmium_command(osmium())
-            .args(["--metrics-addr", bad])
-            .output()
-            .unwrap();
+        let out = common::osmium().args(["--metrics-addr", bad]).run_to_exit();
         assert!(!out.status.success(), "{bad}");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("HOST:PORT"),
-            "{bad}"
-        );
+        assert!(out.stderr.contains("HOST:PORT"), "{bad}: {}", out.stderr);
     }
 }
 
@@ -525,13 +440,13 @@ fn promtool_checks_the_text_format() {
     let Some(promtool) = tool("promtool") else {
         return;
     };
-    let s = start("flag");
+    let s = metrics_server("flag").start();
     memcached(
-        s.port,
+        s.port(),
         b"set a 0 0 1\r\nx\r\nget a\r\nget b\r\n",
         b"END\r\nEND\r\n",
     );
-    let (_, _, body) = get(s.metrics, "/metrics", "");
+    let (_, _, body) = get(metrics_port(&s), "/metrics", "");
     let mut check = Command::new(promtool)
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -554,16 +469,15 @@ fn promtool_checks_the_text_format() {
     );
 }
 
-/// Prometheus, stopped by PID when dropped, its data removed.
+/// Prometheus, killed by PID when dropped, then its data removed.
 struct Prometheus {
-    child: Child,
+    process: ServerProcess,
     dir: PathBuf,
 }
 
 impl Drop for Prometheus {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -589,8 +503,8 @@ fn prometheus_scrapes_osmium() {
     let Some(prometheus) = tool("prometheus") else {
         return;
     };
-    let s = start("flag");
-    memcached(s.port, b"set a 0 0 1\r\nx\r\nget a\r\n", b"END\r\n");
+    let s = metrics_server("flag").start();
+    memcached(s.port(), b"set a 0 0 1\r\nx\r\nget a\r\n", b"END\r\n");
     let dir = std::env::temp_dir().join(format!("osmium-prometheus-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -600,39 +514,31 @@ fn prometheus_scrapes_osmium() {
         format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
              scrape_configs:\n  - job_name: osmium\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
-            s.metrics
+            metrics_port(&s)
         ),
     )
     .unwrap();
-    let mut web = 0;
-    let mut p = None;
-    for _ in 0..5 {
-        web = free_port();
-        let mut child = Command::new(&prometheus)
+    // On a free port, started again on another if that one was taken.
+    let log = dir.join("prometheus.log");
+    let process = Start::new("prometheus").log_file(log.clone()).child(|web| {
+        Command::new(&prometheus)
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
                 dir.join("data").display()
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{web}"))
+            .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
-            .unwrap();
-        let mut exited = false;
-        wait_until("prometheus did not start", || {
-            exited = child.try_wait().unwrap().is_some();
-            exited || common::listens_on(child.id(), web)
-        });
-        if !exited {
-            p = Some(Prometheus {
-                child,
-                dir: dir.clone(),
-            });
-            break;
-        }
-    }
-    let _p = p.expect("prometheus did not start on any of 5 ports");
+            .unwrap()
+    });
+    let web = process.port();
+    let _p = Prometheus {
+        process,
+        dir: dir.clone(),
+    };
     // Prometheus asks for OpenMetrics first: this is the format it parses.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -662,7 +568,9 @@ fn prometheus_scrapes_osmium() {
 /// (no key name on `/metrics`, whatever the key); none with hot keys off.
 #[test]
 fn the_hottest_keys_are_gauges_by_rank() {
-    let s = start_with("flag", &["-o", "hotkeys_sample=1/1"]);
+    let s = metrics_server("flag")
+        .args(["-o", "hotkeys_sample=1/1"])
+        .start();
     let mut cmds = b"set user:alice:pwreset 0 0 3\r\nabc\r\nset odd%key 0 0 1\r\nx\r\n".to_vec();
     for _ in 0..50 {
         cmds.extend_from_slice(b"get user:alice:pwreset\r\n");
@@ -671,8 +579,8 @@ fn the_hottest_keys_are_gauges_by_rank() {
         cmds.extend_from_slice(b"get odd%key\r\n");
     }
     cmds.extend_from_slice(b"mn\r\n");
-    memcached(s.port, &cmds, b"MN\r\n");
-    let (_, _, body) = get(s.metrics, "/metrics", "");
+    memcached(s.port(), &cmds, b"MN\r\n");
+    let (_, _, body) = get(metrics_port(&s), "/metrics", "");
     for name in ["alice", "pwreset", "odd", "key="] {
         assert!(!body.contains(name), "{name} on /metrics");
     }
@@ -683,17 +591,17 @@ fn the_hottest_keys_are_gauges_by_rank() {
     assert!(m[r#"osmium_hotkey_bytes_per_second{rank="1"}"#] > 0.0);
     assert!(m.contains_key(r#"osmium_hotkey_writes_per_second{rank="1"}"#));
     // Without --metrics-hotkeys there is no /hotkeys.
-    let (status, _, body) = get(s.metrics, "/hotkeys", "");
+    let (status, _, body) = get(metrics_port(&s), "/hotkeys", "");
     assert_eq!(status, 404);
     assert!(!body.contains("alice"));
 
-    let off = start_with("flag", &["-o", "hotkeys_top=0"]);
+    let off = metrics_server("flag").args(["-o", "hotkeys_top=0"]).start();
     memcached(
-        off.port,
+        off.port(),
         b"set hot 0 0 1\r\nx\r\nget hot\r\nmn\r\n",
         b"MN\r\n",
     );
-    assert!(!text(off.metrics)
+    assert!(!text(metrics_port(&off))
         .keys()
         .any(|k| k.starts_with("osmium_hotkey_")));
 }
@@ -702,24 +610,26 @@ fn the_hottest_keys_are_gauges_by_rank() {
 /// answers them.
 #[test]
 fn hotkeys_names_the_keys_when_asked() {
-    let s = start_with("flag", &["-o", "hotkeys_sample=1/1", "--metrics-hotkeys"]);
+    let s = metrics_server("flag")
+        .args(["-o", "hotkeys_sample=1/1", "--metrics-hotkeys"])
+        .start();
     memcached(
-        s.port,
+        s.port(),
         b"set odd%key 0 0 1\r\nx\r\nget odd%key\r\nget odd%key\r\nmn\r\n",
         b"MN\r\n",
     );
-    let (status, head, body) = get(s.metrics, "/hotkeys", "");
+    let (status, head, body) = get(metrics_port(&s), "/hotkeys", "");
     assert_eq!(status, 200, "{head}");
     assert!(body.starts_with("STAT hotkey 1 odd%25key "), "{body}");
     assert!(body.ends_with("END\r\n"), "{body}");
-    let stats = memcached(s.port, b"stats hotkeys\r\n", b"END\r\n");
+    let stats = memcached(s.port(), b"stats hotkeys\r\n", b"END\r\n");
     let rows = |t: &str| {
         t.lines()
             .map(|l| l.rsplitn(4, ' ').last().unwrap().to_string())
             .collect::<Vec<_>>()
     };
     assert_eq!(rows(&body), rows(&String::from_utf8_lossy(&stats)));
-    let (_, _, metrics) = get(s.metrics, "/metrics", "");
+    let (_, _, metrics) = get(metrics_port(&s), "/metrics", "");
     assert!(!metrics.contains("odd"), "key names stay off /metrics");
 }
 
@@ -729,7 +639,9 @@ fn hotkeys_names_the_keys_when_asked() {
 /// server in five minutes when keys were label values).
 #[test]
 fn series_stay_bounded_while_the_hot_set_churns() {
-    let s = start_with("flag", &["-o", "hotkeys_sample=1/1"]);
+    let s = metrics_server("flag")
+        .args(["-o", "hotkeys_sample=1/1"])
+        .start();
     let mut seen: HashSet<String> = HashSet::new();
     let mut first = 0;
     let mut hottest: HashSet<String> = HashSet::new();
@@ -742,12 +654,12 @@ fn series_stay_bounded_while_the_hot_set_churns() {
             }
         }
         cmds.extend_from_slice(b"stats hotkeys 1\r\nmn\r\n");
-        let out = memcached(s.port, &cmds, b"MN\r\n");
+        let out = memcached(s.port(), &cmds, b"MN\r\n");
         let out = String::from_utf8_lossy(&out);
         if let Some(top) = out.lines().find_map(|l| l.strip_prefix("STAT hotkey 1 ")) {
             hottest.insert(top.split(' ').next().unwrap().to_string());
         }
-        let series: HashSet<String> = text(s.metrics).into_keys().collect();
+        let series: HashSet<String> = text(metrics_port(&s)).into_keys().collect();
         if round == 0 {
             first = series.len();
         }

@@ -51,8 +51,8 @@ fn a_graceful_stop_keeps_every_item_byte_for_byte() {
     let who = target();
     let dir = MemDir::new();
     let file = dir.file();
-    let mut srv = Server::start(&file, &SETTINGS);
-    let mut c = srv.connect();
+    let mut srv = server(&file, &SETTINGS).start();
+    let mut c = client(&srv);
 
     let mut live = BTreeMap::new();
     let mut gone = Vec::new();
@@ -107,10 +107,10 @@ fn a_graceful_stop_keeps_every_item_byte_for_byte() {
     assert_eq!(c.curr_items(), live.len() as u64, "{who:?} before the stop");
     drop(c);
 
-    let stopped = srv.stop(libc::SIGUSR1);
+    let stopped = stop(&mut srv, libc::SIGUSR1);
     pause_before_restart(&stopped);
-    let srv = Server::start(&file, &SETTINGS);
-    let mut c = srv.connect();
+    let srv = server(&file, &SETTINGS).start();
+    let mut c = client(&srv);
     let after = check_items(&mut c, &live, &gone, "after the restart");
     for (key, item) in &before {
         assert_eq!(
@@ -152,8 +152,8 @@ fn ttls_keep_counting_while_the_server_is_down() {
     let who = target();
     let dir = MemDir::new();
     let file = dir.file();
-    let mut srv = Server::start(&file, &SETTINGS);
-    let mut c = srv.connect();
+    let mut srv = server(&file, &SETTINGS).start();
+    let mut c = client(&srv);
     c.set("short", 1, 2, b"short-lived");
     c.set("long", 2, 100, b"long-lived");
     c.set("forever", 3, 0, b"never expires");
@@ -163,11 +163,11 @@ fn ttls_keep_counting_while_the_server_is_down() {
     assert!((99..=100).contains(&t0), "{who:?}: fresh TTL {t0}");
     drop(c);
 
-    let stopped = srv.stop(libc::SIGUSR1);
+    let stopped = stop(&mut srv, libc::SIGUSR1);
     std::thread::sleep(Duration::from_secs(3));
     pause_before_restart(&stopped);
-    let srv = Server::start(&file, &SETTINGS);
-    let mut c = srv.connect();
+    let srv = server(&file, &SETTINGS).start();
+    let mut c = client(&srv);
     assert_eq!(c.get("short"), None, "{who:?}: expired while down");
     assert_eq!(c.ttl("short"), None);
     let long = c.get("long").expect("the 100 s item is back");
@@ -190,8 +190,8 @@ fn flush_all_before_the_stop_and_pending_at_it() {
     let who = target();
     let dir = MemDir::new();
     let file = dir.file();
-    let mut srv = Server::start(&file, &SETTINGS);
-    let mut c = srv.connect();
+    let mut srv = server(&file, &SETTINGS).start();
+    let mut c = client(&srv);
     c.set("old-1", 1, 0, b"flushed");
     c.set("old-2", 2, 100, &pattern(2, 50_000));
     assert_eq!(c.call("flush_all"), "OK");
@@ -199,10 +199,10 @@ fn flush_all_before_the_stop_and_pending_at_it() {
     assert_eq!(c.get("old-1"), None);
     drop(c);
 
-    let stopped = srv.stop(libc::SIGUSR1);
+    let stopped = stop(&mut srv, libc::SIGUSR1);
     pause_before_restart(&stopped);
-    let mut srv = Server::start(&file, &SETTINGS);
-    let mut c = srv.connect();
+    let mut srv = server(&file, &SETTINGS).start();
+    let mut c = client(&srv);
     assert_eq!(c.get("old-1"), None, "{who:?}: a flushed item is back");
     assert_eq!(c.get("old-2"), None, "{who:?}: a flushed item is back");
     let after = c.get("after").expect("the item set after the flush");
@@ -223,10 +223,10 @@ fn flush_all_before_the_stop_and_pending_at_it() {
     assert_eq!(c.call(&format!("flush_all {delay}")), "OK");
     let flushed_at = Instant::now();
     drop(c);
-    let stopped = srv.stop(libc::SIGUSR1);
+    let stopped = stop(&mut srv, libc::SIGUSR1);
     pause_before_restart(&stopped);
-    let srv = Server::start(&file, &SETTINGS);
-    let mut c = srv.connect();
+    let srv = server(&file, &SETTINGS).start();
+    let mut c = client(&srv);
     let early = flushed_at.elapsed();
     assert!(
         c.get("pending").is_some() && c.get("after").is_some(),
@@ -266,8 +266,8 @@ fn every_protocols_writes_survive_a_restart() {
     let who = target();
     let dir = MemDir::new();
     let file = dir.file();
-    let mut srv = Server::start(&file, &SETTINGS);
-    let mut c = srv.connect();
+    let mut srv = server(&file, &SETTINGS).start();
+    let mut c = client(&srv);
 
     // Text protocol.
     c.set("t-set", 1, 0, b"plain");
@@ -309,7 +309,7 @@ fn every_protocols_writes_survive_a_restart() {
     assert_eq!(c.call("mg m-ttl T100"), "HD");
 
     // Binary protocol.
-    let mut b = srv.raw();
+    let mut b = raw(&srv);
     bin_ok(
         &mut b,
         bin_set(binary_wire::SET, b"b-set", 0x1234, 0, b"binary"),
@@ -376,10 +376,10 @@ fn every_protocols_writes_survive_a_restart() {
     check_items(&mut c, &live, &gone, "before the stop");
     drop(c);
 
-    let stopped = srv.stop(libc::SIGUSR1);
+    let stopped = stop(&mut srv, libc::SIGUSR1);
     pause_before_restart(&stopped);
-    let srv = Server::start(&file, &SETTINGS);
-    let mut c = srv.connect();
+    let srv = server(&file, &SETTINGS).start();
+    let mut c = client(&srv);
     check_items(&mut c, &live, &gone, "after the restart");
     assert_eq!(c.curr_items(), live.len() as u64, "{who:?}");
     // The TTLs that were set or changed: touch (text, binary), ms T, mg T.
@@ -407,23 +407,23 @@ fn every_graceful_stop_keeps_the_cache() {
     let file = dir.file();
     let args = ["-m", "64", "-I", "2m", "-A"];
     let ways = ["SIGTERM", "SIGINT", "shutdown", "shutdown graceful"];
-    let mut srv = Server::start(&file, &args);
+    let mut srv = server(&file, &args).start();
     for (i, how) in ways.into_iter().enumerate() {
-        let mut c = srv.connect();
+        let mut c = client(&srv);
         c.set(&format!("by-{i}"), i as u32, 0, how.as_bytes());
         drop(c);
         match how {
-            "SIGTERM" => srv.signal(libc::SIGTERM),
-            "SIGINT" => srv.signal(libc::SIGINT),
+            "SIGTERM" => srv.send_signal(libc::SIGTERM),
+            "SIGINT" => srv.send_signal(libc::SIGINT),
             _ => {
-                let mut c = srv.connect();
+                let mut c = client(&srv);
                 c.send(format!("{how}\r\n").as_bytes());
                 // Nothing more comes: the connection closes.
                 let mut rest = Vec::new();
                 let _ = c.r.read_to_end(&mut rest);
             }
         }
-        let (status, stopped) = srv.exited();
+        let (status, stopped) = exited(&mut srv);
         assert_eq!(
             status.code(),
             Some(0),
@@ -431,8 +431,8 @@ fn every_graceful_stop_keeps_the_cache() {
             stopped.stderr
         );
 
-        srv = Server::start(&file, &args);
-        let mut c = srv.connect();
+        srv = server(&file, &args).start();
+        let mut c = client(&srv);
         for (j, earlier) in ways.iter().enumerate().take(i + 1) {
             let key = format!("by-{j}");
             let item = c.get(&key);
@@ -454,8 +454,8 @@ fn every_graceful_stop_keeps_the_cache() {
 fn kill_9_keeps_every_acknowledged_write() {
     let dir = MemDir::new();
     let file = dir.file();
-    let mut srv = Server::start(&file, &SETTINGS);
-    let mut c = srv.connect();
+    let mut srv = server(&file, &SETTINGS).start();
+    let mut c = client(&srv);
     let mut live = BTreeMap::new();
     let mut gone = Vec::new();
 
@@ -523,15 +523,15 @@ fn kill_9_keeps_every_acknowledged_write() {
         assert_eq!(&c.line(), want);
     }
     // Killed at once: no stop at all.
-    srv.child.kill().unwrap();
-    let (status, _) = srv.exited();
+    srv.child().kill().unwrap();
+    let (status, _) = exited(&mut srv);
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&status),
         Some(libc::SIGKILL)
     );
 
-    let srv = Server::start(&file, &SETTINGS);
-    let mut c = srv.connect();
+    let srv = server(&file, &SETTINGS).start();
+    let mut c = client(&srv);
     check_items(&mut c, &live, &gone, "after kill -9");
     assert_eq!(c.curr_items(), live.len() as u64);
     let err = srv.wait_for_stderr(&["items back from"]);
@@ -547,15 +547,15 @@ fn kill_9_keeps_every_acknowledged_write() {
 fn another_memory_limit_starts_clean_and_is_then_taken_over() {
     let dir = MemDir::new();
     let file = dir.file();
-    let mut srv = Server::start(&file, &SETTINGS);
-    let mut c = srv.connect();
+    let mut srv = server(&file, &SETTINGS).start();
+    let mut c = client(&srv);
     c.set("at-64", 1, 0, b"made with -m 64");
     drop(c);
-    srv.stop(libc::SIGUSR1);
+    stop(&mut srv, libc::SIGUSR1);
 
     let smaller = ["-m", "32", "-I", "2m"];
-    let mut srv = Server::start(&file, &smaller);
-    let mut c = srv.connect();
+    let mut srv = server(&file, &smaller).start();
+    let mut c = client(&srv);
     let err = srv.wait_for_stderr(&["[restart] "]);
     assert!(
         err.contains("restart incompatible due to setting for [maxbytes]")
@@ -566,10 +566,10 @@ fn another_memory_limit_starts_clean_and_is_then_taken_over() {
     assert_eq!(c.curr_items(), 0);
     c.set("at-32", 2, 0, b"made with -m 32");
     drop(c);
-    srv.stop(libc::SIGUSR1);
+    stop(&mut srv, libc::SIGUSR1);
 
-    let srv = Server::start(&file, &smaller);
-    let mut c = srv.connect();
+    let srv = server(&file, &smaller).start();
+    let mut c = client(&srv);
     let err = srv.wait_for_stderr(&["items back from"]);
     assert!(!err.contains("incompatible"), "{err:?}");
     assert_eq!(
@@ -587,17 +587,17 @@ fn a_damaged_header_starts_clean() {
     let dir = MemDir::new();
     let file = dir.file();
     for (offset, garbage) in [(0u64, &b"garbage!garbage!"[..]), (16, b"\xde\xad\xbe\xef")] {
-        let mut srv = Server::start(&file, &SETTINGS);
-        let mut c = srv.connect();
+        let mut srv = server(&file, &SETTINGS).start();
+        let mut c = client(&srv);
         c.set("k", 1, 0, b"before the damage");
         drop(c);
-        srv.stop(libc::SIGUSR1);
+        stop(&mut srv, libc::SIGUSR1);
         let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
         std::os::unix::fs::FileExt::write_all_at(&f, garbage, offset).unwrap();
         drop(f);
 
-        let mut srv = Server::start(&file, &SETTINGS);
-        let mut c = srv.connect();
+        let mut srv = server(&file, &SETTINGS).start();
+        let mut c = client(&srv);
         let err = srv.wait_for_stderr(&["[restart] "]);
         assert!(
             (err.contains("damaged header") || err.contains("not an osmium memory file"))
@@ -609,9 +609,9 @@ fn a_damaged_header_starts_clean() {
         // The file is whole again: the next start takes it over.
         c.set("k", 2, 0, b"after");
         drop(c);
-        srv.stop(libc::SIGUSR1);
-        let srv = Server::start(&file, &SETTINGS);
-        let mut c = srv.connect();
+        stop(&mut srv, libc::SIGUSR1);
+        let srv = server(&file, &SETTINGS).start();
+        let mut c = client(&srv);
         assert_eq!(c.get("k").map(|i| i.value), Some(b"after".to_vec()));
     }
 }
@@ -622,19 +622,16 @@ fn a_damaged_header_starts_clean() {
 fn a_file_in_use_is_refused() {
     let dir = MemDir::new();
     let file = dir.file();
-    let srv = Server::start(&file, &SETTINGS);
-    let mut c = srv.connect();
+    let srv = server(&file, &SETTINGS).start();
+    let mut c = client(&srv);
     c.set("k", 1, 0, b"first");
 
-    let port = common::free_port();
-    let child = command(port, &file, &SETTINGS).spawn().unwrap();
-    let mut second = Server::attach(child, port);
-    let (status, stopped) = second.exited();
-    assert_eq!(status.code(), Some(71), "{:?}", stopped.stderr);
+    let second = server(&file, &SETTINGS).run_to_exit();
+    assert_eq!(second.code(), Some(71), "{:?}", second.stderr);
     assert!(
-        stopped.stderr.contains("in use by another process"),
+        second.stderr.contains("in use by another process"),
         "{:?}",
-        stopped.stderr
+        second.stderr
     );
     assert_eq!(c.get("k").map(|i| i.value), Some(b"first".to_vec()));
 }

@@ -10,14 +10,12 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use crate::common;
-use common::{
-    free_port, listens_on, memcached_bin, osmium_command, server_command, start_on_free_port,
-    wait_until,
-};
+use common::free_port;
+use osmium_test_harness::{CacheServer, Memcached, Running};
 
 const PROTOCOL: &str = "1.6.45";
 
@@ -43,25 +41,10 @@ fn request(port: u16, req: &[u8], end: &[u8]) -> String {
     String::from_utf8_lossy(&got).into_owned()
 }
 
-fn stop(child: &mut Child) {
-    // SAFETY: signalling our own child by its pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    common::wait_exit(child);
-}
-
-/// Starts `make()` (a server) on a free port with stderr into `log`
-/// (started again on another port if that one was taken meanwhile).
-fn start_logged(make: impl Fn() -> Command, log: &Path) -> (Child, u16) {
-    start_on_free_port(|port| {
-        let file = std::fs::File::create(log).unwrap();
-        make()
-            .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .unwrap()
-    })
+/// SIGTERM, and waits for the exit.
+fn stop(server: &mut Running) {
+    server.send_signal(libc::SIGTERM);
+    server.wait_exit();
 }
 
 #[test]
@@ -80,8 +63,8 @@ fn version_flag_and_help_say_osmium_and_the_protocol_level() {
 
 #[test]
 fn stats_say_both_versions_and_the_wire_version_stays_memcached() {
-    let log = temp_path("stats.log");
-    let (mut child, port) = start_logged(|| osmium_command(osmium()), &log);
+    let mut server = common::osmium().start();
+    let port = server.port();
     let stats = request(port, b"stats\r\n", b"END\r\n");
     let want = format!(
         "STAT version {PROTOCOL}\r\nSTAT osmium_version {}\r\n",
@@ -92,8 +75,7 @@ fn stats_say_both_versions_and_the_wire_version_stays_memcached() {
         request(port, b"version\r\n", b"\r\n"),
         format!("VERSION {PROTOCOL}\r\n")
     );
-    stop(&mut child);
-    let _ = std::fs::remove_file(log);
+    stop(&mut server);
 }
 
 /// A log line's time prefix: RFC 3339, UTC, microseconds.
@@ -112,9 +94,9 @@ fn strip_time(line: &str) -> Option<&str> {
 /// One client's session at -vv: a set whose data comes in a second
 /// packet, a noreply set, gets, an unknown command, then a close. Returns the lines of
 /// the log about that client's descriptor, the descriptor as `FD`.
-fn vv_session(make: impl Fn() -> Command, log: &Path, osmium: bool) -> Vec<String> {
-    let (mut child, port) = start_logged(make, log);
-    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+fn vv_session(server: CacheServer, osmium: bool) -> Vec<String> {
+    let mut server = server.arg("-vv").start();
+    let mut c = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     c.write_all(b"set foo 0 0 3\r\n").unwrap();
     std::thread::sleep(Duration::from_millis(100));
@@ -132,8 +114,8 @@ fn vv_session(make: impl Fn() -> Command, log: &Path, osmium: bool) -> Vec<Strin
     }
     drop(c);
     std::thread::sleep(Duration::from_millis(200));
-    stop(&mut child);
-    let text = std::fs::read_to_string(log).unwrap();
+    stop(&mut server);
+    let text = server.stderr_text();
     assert!(
         !text.contains("\x1b["),
         "ANSI codes in a log file: {text:?}"
@@ -163,13 +145,7 @@ fn vv_session(make: impl Fn() -> Command, log: &Path, osmium: bool) -> Vec<Strin
 
 #[test]
 fn vv_logs_each_command_once_and_the_replies_as_memcached_does() {
-    let log = temp_path("vv.log");
-    let vv = || {
-        let mut cmd = osmium_command(osmium());
-        cmd.arg("-vv");
-        cmd
-    };
-    let got = vv_session(vv, &log, true);
+    let got = vv_session(common::osmium(), true);
     let want = [
         "<FD new auto-negotiating client connection",
         "FD: Client using the ascii protocol",
@@ -188,17 +164,9 @@ fn vv_logs_each_command_once_and_the_replies_as_memcached_does() {
     ];
     assert_eq!(got, want);
     // Side by side with genuine memcached: the same lines, less the time.
-    if let Some(mc) = memcached_bin() {
-        let vv = || {
-            let mut cmd = server_command(&mc);
-            cmd.arg("-vv");
-            cmd
-        };
-        let log_mc = temp_path("vv-memcached.log");
-        assert_eq!(vv_session(vv, &log_mc, false), want);
-        let _ = std::fs::remove_file(log_mc);
+    if let Some(memcached) = Memcached::found() {
+        assert_eq!(vv_session(memcached, false), want);
     }
-    let _ = std::fs::remove_file(log);
 }
 
 /// The next datagram on the notify socket.
@@ -215,24 +183,15 @@ fn systemd_is_told_ready_reloading_and_stopping() {
     let sock = UnixDatagram::bind(&path).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let (mut child, port) = start_on_free_port(|port| {
-        osmium_command(osmium())
-            .args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-            .env("NOTIFY_SOCKET", &path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    });
+    let mut server = common::osmium().env("NOTIFY_SOCKET", &path).start();
+    let port = server.port();
     assert_eq!(next_notice(&sock).trim_end(), "READY=1");
     // Ready means serving.
     assert_eq!(
         request(port, b"version\r\n", b"\r\n"),
         format!("VERSION {PROTOCOL}\r\n")
     );
-    // SAFETY: signalling our own child by its pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    server.send_signal(libc::SIGHUP);
     let reloading = next_notice(&sock);
     let fields: Vec<&str> = reloading.lines().collect();
     assert_eq!(fields.first(), Some(&"RELOADING=1"), "{reloading:?}");
@@ -242,7 +201,7 @@ fn systemd_is_told_ready_reloading_and_stopping() {
         .unwrap_or_else(|| panic!("no MONOTONIC_USEC in {reloading:?}"));
     assert!(usec.parse::<u64>().unwrap() > 0);
     assert_eq!(next_notice(&sock).trim_end(), "READY=1");
-    stop(&mut child);
+    stop(&mut server);
     assert_eq!(next_notice(&sock).trim_end(), "STOPPING=1");
     let _ = std::fs::remove_file(path);
 }
@@ -296,7 +255,6 @@ fn dash_d_under_a_notify_socket_stays_the_process_systemd_started() {
     use std::os::fd::AsRawFd;
     let path = temp_path("notify-d.sock");
     let pid_file = temp_path("notify-d.pid");
-    let log = temp_path("notify-d.log");
     let _ = std::fs::remove_file(&path);
     let sock = UnixDatagram::bind(&path).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(10)))
@@ -313,45 +271,37 @@ fn dash_d_under_a_notify_socket_stays_the_process_systemd_started() {
         )
     };
     assert_eq!(set, 0);
-    let (mut child, port) = start_logged(
-        || {
-            let mut c = osmium_command(osmium());
-            c.args(["-d", "-P", pid_file.to_str().unwrap()])
-                .env("NOTIFY_SOCKET", &path);
-            c
-        },
-        &log,
-    );
+    // `-d` is ignored under a notify socket: the started process serves.
+    let mut server = common::osmium()
+        .args(["-d", "-P", pid_file.to_str().unwrap()])
+        .env("NOTIFY_SOCKET", &path)
+        .start();
+    let port = server.port();
     // READY=1 from the process systemd would have started (its main
     // PID), which did not exit: under NotifyAccess=main a daemon's
     // notice would be ignored and its parent's exit end the start.
     let (ready, sender) = next_notice_from(&sock);
     assert_eq!(ready.trim_end(), "READY=1");
-    assert_eq!(sender, child.id() as i32);
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "the started process exited"
-    );
+    assert_eq!(sender, server.pid() as i32);
+    assert!(server.is_running(), "the started process exited");
     assert_eq!(
         std::fs::read_to_string(&pid_file).unwrap().trim(),
-        child.id().to_string()
+        server.pid().to_string()
     );
     assert_eq!(
         request(port, b"version\r\n", b"\r\n"),
         format!("VERSION {PROTOCOL}\r\n")
     );
-    let said = std::fs::read_to_string(&log).unwrap();
+    let said = server.stderr_text();
     assert!(
         said.contains("-d ignored: NOTIFY_SOCKET is set"),
         "no warning in {said:?}"
     );
-    stop(&mut child);
+    stop(&mut server);
     let (stopping, sender) = next_notice_from(&sock);
     assert_eq!(stopping.trim_end(), "STOPPING=1");
-    assert_eq!(sender, child.id() as i32);
-    for p in [&path, &log] {
-        let _ = std::fs::remove_file(p);
-    }
+    assert_eq!(sender, server.pid() as i32);
+    let _ = std::fs::remove_file(&path);
 }
 
 #[test]
@@ -368,38 +318,33 @@ fn the_config_file_is_read_and_its_logfile_written() {
         ),
     )
     .unwrap();
-    let mut child = osmium_command(osmium())
+    // The file names the port: no arguments of the builder's.
+    let mut server = common::osmium()
+        .bare()
+        .only_port(port)
         .arg("--config-file")
         .arg(&conf)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until("listening", || {
-        assert!(child.try_wait().unwrap().is_none(), "osmium exited");
-        listens_on(child.id(), port)
-    });
+        .start();
     let settings = request(port, b"stats settings\r\n", b"END\r\n");
     assert!(
         settings.contains("STAT maxbytes 16777216\r\n"),
         "{settings}"
     );
     request(port, b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
-    stop(&mut child);
+    stop(&mut server);
     let log = std::fs::read_to_string(&logfile).unwrap();
     assert!(log.contains(" set k 0 0 1\n"), "{log}");
     assert!(log.lines().all(|l| strip_time(l).is_some()), "{log}");
 
     // An option osmium does not know: refused as memcached refuses one.
     std::fs::write(&conf, "-m 16\n-x 1\n").unwrap();
-    let out = osmium_command(osmium())
+    let out = common::osmium()
+        .bare()
         .arg("--config-file")
         .arg(&conf)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+        .run_to_exit();
+    assert_eq!(out.code(), Some(1));
+    let err = out.stderr;
     assert!(
         err.contains("line 2: invalid option -- 'x'") && err.contains("Illegal argument \"?\""),
         "{err}"
@@ -440,19 +385,9 @@ impl Drop for GroupDir {
     }
 }
 
-/// A server killed if the test ends (or fails) without stopping it.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Spawns osmium with a config file naming `logfile` (and `extra`
-/// options after it).
-fn spawn_with_logfile(conf: &Path, logfile: &Path, port: u16, extra: &[&str]) -> Running {
+/// osmium with a config file naming `logfile` and `port` (and `extra`
+/// options after it): no arguments of the builder's, the file's only.
+fn with_logfile(conf: &Path, logfile: &Path, port: u16, extra: &[&str]) -> CacheServer {
     std::fs::write(
         conf,
         format!(
@@ -461,35 +396,26 @@ fn spawn_with_logfile(conf: &Path, logfile: &Path, port: u16, extra: &[&str]) ->
         ),
     )
     .unwrap();
-    Running(
-        osmium_command(osmium())
-            .arg("--config-file")
-            .arg(conf)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
+    common::osmium()
+        .bare()
+        .only_port(port)
+        .arg("--config-file")
+        .arg(conf)
+        .args(extra)
 }
 
 #[test]
 fn the_log_file_is_opened_as_the_user() {
-    if !common::running_as_root() {
+    if !osmium_test_harness::running_as_root() {
         eprintln!("SKIP: -u is ignored unless started as root");
         return;
     }
     let dir = GroupDir::new("logdir");
     let logfile = dir.0.join("osmium.log");
     let port = free_port();
-    let mut server = spawn_with_logfile(&dir.0.join("conf"), &logfile, port, &["-u", "nobody"]);
-    wait_until("listening", || {
-        assert!(server.0.try_wait().unwrap().is_none(), "osmium exited");
-        listens_on(server.0.id(), port)
-    });
+    let mut server = with_logfile(&dir.0.join("conf"), &logfile, port, &["-u", "nobody"]).start();
     request(port, b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
-    stop(&mut server.0);
+    stop(&mut server);
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(&logfile).unwrap();
     assert_eq!((meta.uid(), meta.mode() & 0o777), (nobody().0, 0o640));
@@ -499,7 +425,7 @@ fn the_log_file_is_opened_as_the_user() {
 
 #[test]
 fn a_link_at_the_log_file_reaches_no_file_of_roots() {
-    if !common::running_as_root() {
+    if !osmium_test_harness::running_as_root() {
         eprintln!("SKIP: the link is root's concern only");
         return;
     }
@@ -513,9 +439,8 @@ fn a_link_at_the_log_file_reaches_no_file_of_roots() {
     // untouched.
     for user in ["nobody", "root"] {
         let conf = dir.0.join("conf");
-        let mut server = spawn_with_logfile(&conf, &logfile, free_port(), &["-u", user]);
-        let status = common::wait_exit(&mut server.0);
-        assert_eq!(status.code(), Some(71), "-u {user}");
+        let out = with_logfile(&conf, &logfile, free_port(), &["-u", user]).run_to_exit();
+        assert_eq!(out.code(), Some(71), "-u {user}: {}", out.stderr);
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious\n");
     }
     let _ = std::fs::remove_file(target);

@@ -6,27 +6,21 @@
 //! run against osmium and memcached alike (`against_both!`).
 
 use std::net::{TcpListener, UdpSocket};
-use std::process::{Command, Stdio};
 
 use crate::common;
-use common::{against_both, free_port, target_command, wait_exit};
+use common::{against_both, free_port, target_server};
+use osmium_test_harness::CacheServer;
 
-fn osmium() -> String {
-    env!("CARGO_BIN_EXE_osmium").to_string()
-}
-
-/// Runs a server that must fail to start: its exit status and stderr.
-fn refused(mut cmd: Command) -> (i32, String) {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = wait_exit(&mut child);
-    let mut said = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut said).unwrap();
-    (status.code().unwrap_or(-1), said)
+/// Runs a server that must fail to start, with exactly `args` (the
+/// listeners are what is tested: no `-l`, `-p` or `-U` of the builder's):
+/// its exit status and stderr.
+fn refused<I, S>(server: CacheServer, args: I) -> (i32, String)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let out = server.bare().args(args).run_to_exit();
+    (out.code().unwrap_or(-1), out.stderr)
 }
 
 /// A TCP port this test holds (listening) on 127.0.0.1. The kernel picks
@@ -39,25 +33,28 @@ fn held_port() -> (TcpListener, u16) {
 
 fn a_port_in_use_names_the_interfaces() {
     let (_held, port) = held_port();
-    let mut cmd = target_command(&osmium());
-    cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"]);
+    let args = ["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"];
     assert_eq!(
-        refused(cmd),
+        refused(target_server(), args),
         (
             71,
             "failed to listen on one of interface(s) 127.0.0.1: Address already in use\n".into()
         )
     );
     // Every -l, as given, joined by commas.
-    let mut cmd = target_command(&osmium());
-    cmd.args(["-p", &port.to_string(), "-U", "0"]).args([
+    let two = format!("127.0.0.1:{port}");
+    let args = [
+        "-p",
+        &port.to_string(),
+        "-U",
+        "0",
         "-l",
         "127.0.0.2",
         "-l",
-        &format!("127.0.0.1:{port}"),
-    ]);
+        &two,
+    ];
     assert_eq!(
-        refused(cmd),
+        refused(target_server(), args),
         (
             71,
             format!(
@@ -68,11 +65,10 @@ fn a_port_in_use_names_the_interfaces() {
 }
 
 fn an_address_that_does_not_resolve_is_named() {
-    let mut cmd = target_command(&osmium());
-    cmd.args(["-p", &free_port().to_string(), "-U", "0", "-l", "999.1.1.1"]);
+    let args = ["-p", &free_port().to_string(), "-U", "0", "-l", "999.1.1.1"];
     // memcached reports errno after getaddrinfo() left it 0: "Success".
     assert_eq!(
-        refused(cmd),
+        refused(target_server(), args),
         (
             71,
             "getaddrinfo(): Name or service not known\n\
@@ -92,10 +88,8 @@ against_both!(
 #[test]
 fn without_dash_l_the_tcp_or_udp_port_is_named() {
     let (_held, port) = held_port();
-    let mut cmd = common::osmium_command(osmium());
-    cmd.args(["-p", &port.to_string(), "-U", "0"]);
     assert_eq!(
-        refused(cmd),
+        refused(common::osmium(), ["-p", &port.to_string(), "-U", "0"]),
         (
             71,
             format!("failed to listen on TCP port {port}: Address already in use\n")
@@ -103,10 +97,9 @@ fn without_dash_l_the_tcp_or_udp_port_is_named() {
     );
     let udp = UdpSocket::bind(("127.0.0.1", 0)).unwrap();
     let udp_port = udp.local_addr().unwrap().port();
-    let mut cmd = common::osmium_command(osmium());
-    cmd.args(["-p", &free_port().to_string(), "-U", &udp_port.to_string()]);
+    let args = ["-p", &free_port().to_string(), "-U", &udp_port.to_string()];
     assert_eq!(
-        refused(cmd),
+        refused(common::osmium(), args),
         (
             71,
             format!("failed to listen on UDP port {udp_port}: Address already in use\n")
@@ -121,10 +114,8 @@ fn a_bad_value_in_a_config_file_names_the_file_and_line() {
     let conf = dir.join("osmium.conf");
     std::fs::write(&conf, "# the cache\n-p 11311\n-m abc\n-U 0\n").unwrap();
     let conf = conf.to_str().unwrap();
-    let mut cmd = common::osmium_command(osmium());
-    cmd.args(["--config-file", conf]);
     assert_eq!(
-        refused(cmd),
+        refused(common::osmium(), ["--config-file", conf]),
         (
             64,
             format!("osmium: {conf} line 3: -m: invalid memory limit 'abc'\n")
@@ -132,9 +123,7 @@ fn a_bad_value_in_a_config_file_names_the_file_and_line() {
     );
     // clap's refusals too.
     std::fs::write(dir.join("osmium.conf"), "-m 64\n-t x\n").unwrap();
-    let mut cmd = common::osmium_command(osmium());
-    cmd.args(["--config-file", conf]);
-    let (code, said) = refused(cmd);
+    let (code, said) = refused(common::osmium(), ["--config-file", conf]);
     assert_eq!(code, 64);
     assert!(
         said.starts_with(&format!("osmium: {conf} line 2: error: invalid value 'x'")),
@@ -142,10 +131,8 @@ fn a_bad_value_in_a_config_file_names_the_file_and_line() {
     );
     // The command line's own mistake is not the file's.
     std::fs::write(dir.join("osmium.conf"), "-m 64\n").unwrap();
-    let mut cmd = common::osmium_command(osmium());
-    cmd.args(["--config-file", conf, "-t", "0"]);
     assert_eq!(
-        refused(cmd),
+        refused(common::osmium(), ["--config-file", conf, "-t", "0"]),
         (64, "Number of threads must be greater than 0\n".into())
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::common;
-use common::{memcached_bin, wait_exit, wait_until};
+use common::{memcached_bin, wait_until};
 use osmium_test_harness::Running;
 
 /// osmium on a free port with `args`.
@@ -291,7 +291,7 @@ fn shutdown_command_needs_enable_flag() {
     let mut srv2 = start(&["-A"]);
     let mut c = srv2.connect();
     c.write_all(b"shutdown\r\n").unwrap();
-    let status = wait_exit(srv2.child());
+    let status = srv2.wait_exit();
     assert!(status.success());
     srv.kill();
 }
@@ -300,14 +300,8 @@ fn shutdown_command_needs_enable_flag() {
 fn sigterm_stops_gracefully() {
     let mut srv = start(&[]);
     let _c = srv.connect();
-    // SAFETY: sending a signal to our own child process.
-    unsafe { libc_kill(srv.pid() as i32, 15) };
-    assert!(wait_exit(srv.child()).success());
-}
-
-extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
+    srv.send_signal(libc::SIGTERM);
+    assert!(srv.wait_exit().success());
 }
 
 #[test]

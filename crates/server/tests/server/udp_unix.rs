@@ -13,75 +13,34 @@ use std::net::{TcpStream, UdpSocket};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use crate::common;
-use common::{against_both, free_port, target_command, wait_exit, wait_until};
+use common::{against_both, free_port, target_server};
+use osmium_test_harness::Running;
 
 const HEADER: usize = 8;
 const MAX_DATAGRAM: usize = 1400;
 
-struct Server {
-    child: Child,
-    port: u16,
+/// The current target with TCP and UDP on the same free port, plus
+/// `args`; the start waits until it holds both. No UDP request is sent to
+/// test readiness: some tests count the server's UDP traffic from zero.
+fn start_udp(args: &[&str]) -> Running {
+    target_server().udp().args(args).start()
 }
 
-fn spawn(args: &[&str]) -> Child {
-    let mut cmd = target_command(env!("CARGO_BIN_EXE_osmium"));
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start server")
+/// A UDP client of `srv`'s port.
+fn udp_client(srv: &Running) -> UdpClient {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.connect(("127.0.0.1", srv.port())).unwrap();
+    UdpClient { socket }
 }
 
-impl Server {
-    /// TCP and UDP on the same free port, plus `args`. The port is free
-    /// when chosen but may be taken before the server binds it (the other
-    /// tests' clients take ephemeral UDP ports all the time); a server that
-    /// then exits (a failed bind ends it at once) is started again on
-    /// another port. No UDP request is sent to test readiness: some tests
-    /// count the server's UDP traffic from zero.
-    fn start_udp(args: &[&str]) -> Server {
-        for _ in 0..5 {
-            let port = free_port();
-            let p = port.to_string();
-            let mut all = vec!["-p", &p, "-U", &p, "-l", "127.0.0.1"];
-            all.extend_from_slice(args);
-            let mut child = spawn(&all);
-            let mut exited = false;
-            wait_until("server did not start", || {
-                exited = child.try_wait().unwrap().is_some();
-                exited || common::listens_on(child.id(), port)
-            });
-            std::thread::sleep(Duration::from_millis(100));
-            if !exited && child.try_wait().unwrap().is_none() {
-                return Server { child, port };
-            }
-        }
-        panic!("server did not start on any of 5 ports");
-    }
-
-    fn udp_client(&self) -> UdpClient {
-        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-        socket.connect(("127.0.0.1", self.port)).unwrap();
-        UdpClient { socket }
-    }
-
-    fn tcp(&self) -> TcpStream {
-        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        s
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A TCP connection to `srv` with a 5 s read timeout.
+fn tcp(srv: &Running) -> TcpStream {
+    let s = srv.connect();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
 }
 
 /// The 8-byte frame header.
@@ -247,8 +206,8 @@ against_both!(
 );
 
 fn udp_set_get_delete_and_request_id_echo() {
-    let srv = Server::start_udp(&[]);
-    let c = srv.udp_client();
+    let srv = start_udp(&[]);
+    let c = udp_client(&srv);
     assert_eq!(c.request(1, b"set k 3 0 5\r\nhello\r\n"), b"STORED\r\n");
     assert_eq!(
         c.request(0xfedc, b"get k\r\n"),
@@ -283,8 +242,8 @@ fn udp_set_get_delete_and_request_id_echo() {
 }
 
 fn udp_stats_and_byte_counters() {
-    let srv = Server::start_udp(&["-t", "2"]);
-    let c = srv.udp_client();
+    let srv = start_udp(&["-t", "2"]);
+    let c = udp_client(&srv);
     assert_eq!(c.request(1, b"set s 0 0 2\r\nab\r\n"), b"STORED\r\n");
     c.send(2, b"stats\r\n");
     let stats = c.recv_message(2);
@@ -294,14 +253,17 @@ fn udp_stats_and_byte_counters() {
     // 16 bytes written for STORED, before this reply.
     assert_eq!(stat_value(&stats, "bytes_written").as_deref(), Some("16"));
     // Each worker's UDP socket counts as a connection, as in memcached.
-    let mut t = srv.tcp();
+    let mut t = tcp(&srv);
     let general = tcp_roundtrip(&mut t, b"stats\r\n", b"END\r\n");
     assert_eq!(
         stat_value(&general, "curr_connections").as_deref(),
         Some("3")
     );
     let settings = tcp_roundtrip(&mut t, b"stats settings\r\n", b"END\r\n");
-    assert_eq!(stat_value(&settings, "udpport"), Some(srv.port.to_string()));
+    assert_eq!(
+        stat_value(&settings, "udpport"),
+        Some(srv.port().to_string())
+    );
     assert_eq!(
         stat_value(&settings, "num_threads_per_udp").as_deref(),
         Some("2")
@@ -309,9 +271,9 @@ fn udp_stats_and_byte_counters() {
 }
 
 fn udp_large_values_span_numbered_datagrams() {
-    let srv = Server::start_udp(&[]);
+    let srv = start_udp(&[]);
     let value: Vec<u8> = (0..100_000u32).map(|i| b'a' + (i % 26) as u8).collect();
-    let mut t = srv.tcp();
+    let mut t = tcp(&srv);
     let mut req = format!("set big 5 0 {}\r\n", value.len()).into_bytes();
     req.extend_from_slice(&value);
     req.extend_from_slice(b"\r\nset small 0 0 2\r\nhi\r\n");
@@ -320,7 +282,7 @@ fn udp_large_values_span_numbered_datagrams() {
         b"STORED\r\nSTORED\r\n"
     );
 
-    let c = srv.udp_client();
+    let c = udp_client(&srv);
     c.send(42, b"get big\r\n");
     let mut want = format!("VALUE big 5 {}\r\n", value.len()).into_bytes();
     want.extend_from_slice(&value);
@@ -361,8 +323,8 @@ fn udp_large_values_span_numbered_datagrams() {
 }
 
 fn udp_multi_datagram_requests_and_garbage_are_dropped() {
-    let srv = Server::start_udp(&[]);
-    let c = srv.udp_client();
+    let srv = start_udp(&[]);
+    let c = udp_client(&srv);
     // A request announcing two datagrams gets no reply at all.
     let mut d = header(1, 0, 2);
     d.extend_from_slice(b"set m 0 0 1\r\nx\r\n");
@@ -414,15 +376,15 @@ fn udp_multi_datagram_requests_and_garbage_are_dropped() {
     c.send(5, b"get m");
     assert!(c.recv_all(Duration::from_millis(300)).is_empty());
     assert_eq!(c.request(6, b"get m\r\n"), b"END\r\n");
-    let mut t = srv.tcp();
+    let mut t = tcp(&srv);
     assert_eq!(tcp_roundtrip(&mut t, b"get m\r\n", b"END\r\n"), b"END\r\n");
 }
 
 fn udp_noreply_quit_and_data_block_continuation() {
     // One worker: memcached keeps per-thread UDP state, so the datagram
     // after a cut-off data block must reach the same worker.
-    let srv = Server::start_udp(&["-t", "1"]);
-    let c = srv.udp_client();
+    let srv = start_udp(&["-t", "1"]);
+    let c = udp_client(&srv);
     // noreply sends nothing, not even a bare header.
     c.send(1, b"set n 0 0 1 noreply\r\nx\r\n");
     assert!(c.recv_all(Duration::from_millis(300)).is_empty());
@@ -470,8 +432,8 @@ fn binary_request(opcode: u8, opaque: u32, extras: &[u8], key: &[u8], value: &[u
 }
 
 fn udp_binary_requests() {
-    let srv = Server::start_udp(&[]);
-    let c = srv.udp_client();
+    let srv = start_udp(&[]);
+    let c = udp_client(&srv);
     const GET: u8 = 0x00;
     const SET: u8 = 0x01;
     const GETQ: u8 = 0x09;
@@ -497,12 +459,12 @@ fn udp_binary_requests() {
 }
 
 fn udp_shutdown_drops_pending_replies_and_exits() {
-    let mut srv = Server::start_udp(&["-A", "-t", "1"]);
-    let c = srv.udp_client();
+    let mut srv = start_udp(&["-A", "-t", "1"]);
+    let c = udp_client(&srv);
     // The replies to the get and the set, still queued, are dropped by
     // shutdown.
     c.send(1, b"get a\r\nset b 0 0 1\r\nx\r\nshutdown\r\n");
-    assert!(wait_exit(&mut srv.child).success());
+    assert!(srv.wait_exit().success());
     assert!(c.recv_all(Duration::from_millis(300)).is_empty());
 }
 
@@ -511,12 +473,15 @@ fn unix_socket_serves_and_disables_tcp_and_udp() {
     let path = dir.path().join("mc.sock");
     let port = free_port();
     let p = port.to_string();
-    let mut srv = UnixServer::start(&path, &["-p", &p, "-U", &p, "-a", "640"]);
+    let mut srv = target_server()
+        .unix_socket(&path)
+        .args(["-p", &p, "-U", &p, "-a", "640"])
+        .start();
     let meta = std::fs::symlink_metadata(&path).unwrap();
     assert!(meta.file_type().is_socket());
     assert_eq!(meta.permissions().mode() & 0o777, 0o640);
 
-    let mut c = srv.connect();
+    let mut c = unix_connect(&path);
     assert_eq!(
         unix_roundtrip(&mut c, b"set u 0 0 2\r\nhi\r\n", b"\r\n"),
         b"STORED\r\n"
@@ -547,7 +512,8 @@ fn unix_socket_serves_and_disables_tcp_and_udp() {
     assert!(client.recv_all(Duration::from_millis(300)).is_empty());
 
     // memcached leaves the socket file behind when it stops.
-    srv.stop();
+    srv.send_signal(libc::SIGTERM);
+    srv.wait_exit();
     assert!(path.exists());
 }
 
@@ -559,11 +525,11 @@ fn unix_socket_default_mask_and_stale_file() {
     let stale = std::os::unix::net::UnixListener::bind(&path).unwrap();
     drop(stale);
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let srv = UnixServer::start(&path, &[]);
+    let srv = target_server().unix_socket(&path).start();
     let meta = std::fs::symlink_metadata(&path).unwrap();
     assert!(meta.file_type().is_socket());
     assert_eq!(meta.permissions().mode() & 0o777, 0o700);
-    let mut c = srv.connect();
+    let mut c = unix_connect(&path);
     assert_eq!(
         unix_roundtrip(&mut c, b"get none\r\n", b"END\r\n"),
         b"END\r\n"
@@ -574,55 +540,16 @@ fn unix_socket_default_mask_and_stale_file() {
     // (exit code 71, EX_OSERR).
     let regular = dir.path().join("regular");
     std::fs::write(&regular, b"keep me").unwrap();
-    let mut child = spawn(&["-s", regular.to_str().unwrap()]);
-    let status = wait_exit(&mut child);
-    assert_eq!(status.code(), Some(71));
+    let refused = target_server().unix_socket(&regular).run_to_exit();
+    assert_eq!(refused.code(), Some(71), "{:?}", refused.stderr);
     assert_eq!(std::fs::read(&regular).unwrap(), b"keep me");
 }
 
-struct UnixServer {
-    child: Child,
-    path: PathBuf,
-}
-
-impl UnixServer {
-    fn start(path: &Path, args: &[&str]) -> UnixServer {
-        let mut all = vec!["-s", path.to_str().unwrap()];
-        all.extend_from_slice(args);
-        let child = spawn(&all);
-        wait_until("server did not start on its unix socket", || {
-            UnixStream::connect(path).is_ok()
-        });
-        UnixServer {
-            child,
-            path: path.to_path_buf(),
-        }
-    }
-
-    fn connect(&self) -> UnixStream {
-        let s = UnixStream::connect(&self.path).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        s
-    }
-
-    /// SIGTERM, then waits for the exit.
-    fn stop(&mut self) {
-        // SAFETY: sending a signal to our own child process.
-        assert_eq!(unsafe { libc_kill(self.child.id() as i32, 15) }, 0);
-        wait_exit(&mut self.child);
-    }
-}
-
-impl Drop for UnixServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
+/// A connection to the unix socket `path` with a 5 s read timeout.
+fn unix_connect(path: &Path) -> UnixStream {
+    let s = UnixStream::connect(path).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
 }
 
 fn unix_roundtrip(s: &mut UnixStream, req: &[u8], end: &[u8]) -> Vec<u8> {

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{memcached_bin, osmium_bin, roundtrip, run_tool, start, Server, TempDir};
+use common::{address, memcached_bin, osmium_bin, roundtrip, run_tool, start, Running, TempDir};
 
 /// memcached-tool extracted into `dir`, or `None` (skip; a failure under
 /// `CI=true`) without perl's URI::Escape.
@@ -72,7 +72,7 @@ fn ours(args: &[&str]) -> Vec<u8> {
     out.stdout
 }
 
-fn load(server: &Server) {
+fn load(server: &Running) {
     let mut s = server.connect();
     let mut put = |k: &str, flags: u32, v: &[u8]| {
         let mut req = format!("set {k} {flags} 0 {}\r\n", v.len()).into_bytes();
@@ -122,7 +122,7 @@ fn compare_on(bin: &Path) {
     };
     let server = start(bin, &["-m", "64"]);
     load(&server);
-    let addr = server.addr();
+    let addr = address(&server);
 
     assert_eq!(
         String::from_utf8_lossy(&ours(&[&addr, "settings"])),
@@ -192,8 +192,8 @@ fn compare_on(bin: &Path) {
     let second = start(bin, &["-m", "64"]);
     load(&first);
     load(&second);
-    let theirs = records(&perl(&tool, &[&first.addr(), "dump"]));
-    let mine = records(&ours(&[&second.addr(), "dump"]));
+    let theirs = records(&perl(&tool, &[&address(&first), "dump"]));
+    let mine = records(&ours(&[&address(&second), "dump"]));
     assert_eq!(theirs.len(), 33);
     assert_eq!(mine, theirs);
 }

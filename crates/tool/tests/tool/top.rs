@@ -13,11 +13,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{memcached_bin, osmium_bin, roundtrip, run_tool, start, wait_until, Server, TempDir};
+use common::{
+    address, memcached_bin, osmium_bin, roundtrip, run_tool, start, wait_until, Running, TempDir,
+};
 use serde_json::Value;
 
 /// Sends `get`s (half hits) and `set`s to `server` until `stop`.
-fn traffic(server: &Server, stop: Arc<AtomicBool>) -> thread::JoinHandle<()> {
+fn traffic(server: &Running, stop: Arc<AtomicBool>) -> thread::JoinHandle<()> {
     let mut s = server.connect();
     thread::spawn(move || {
         let mut i = 0u64;
@@ -81,8 +83,8 @@ fn once_json_against(bin: &std::path::Path, is_osmium: bool) {
     let load = traffic(&a, stop.clone());
     let doc = json(&[
         "top",
-        &a.addr(),
-        &b.addr(),
+        &address(&a),
+        &address(&b),
         "--once",
         "--json",
         "--interval",
@@ -100,7 +102,7 @@ fn once_json_against(bin: &std::path::Path, is_osmium: bool) {
         assert!(s["error"].is_null());
     }
     let (sa, sb) = (&servers[0], &servers[1]);
-    assert_eq!(sa["addr"], a.addr());
+    assert_eq!(sa["addr"], address(&a));
     assert_eq!(sa["memory"]["limit_maxbytes"], 32u64 << 20);
     assert_eq!(sb["memory"]["limit_maxbytes"], 16u64 << 20);
     // Traffic went to a only: its rates, a hit ratio near 1/2.
@@ -148,7 +150,7 @@ fn once_json_reads_latency_from_the_metrics_endpoint() {
     let a = start(&osmium_bin(), &["-m", "32", "--metrics-addr", &metrics]);
     let stop = Arc::new(AtomicBool::new(false));
     let load = traffic(&a, stop.clone());
-    let doc = json(&["top", &a.addr(), "--once", "--json", "--interval", "0.5"]);
+    let doc = json(&["top", &address(&a), "--once", "--json", "--interval", "0.5"]);
     stop.store(true, Ordering::Relaxed);
     load.join().unwrap();
     let s = &doc["servers"][0];
@@ -170,7 +172,7 @@ fn once_json_down_server() {
         .unwrap()
         .port();
     let dead = format!("127.0.0.1:{port}");
-    let doc = json(&["top", &a.addr(), &dead, "--json", "--interval", "0.1"]);
+    let doc = json(&["top", &address(&a), &dead, "--json", "--interval", "0.1"]);
     assert_eq!(doc["servers"][0]["up"], true);
     assert_eq!(doc["servers"][1]["up"], false);
     assert!(doc["servers"][1]["error"].is_string());
@@ -178,12 +180,12 @@ fn once_json_down_server() {
 }
 
 /// A nutcracker YAML with one pool over `servers`.
-fn pool_yaml(dir: &TempDir, servers: &[&Server]) -> std::path::PathBuf {
+fn pool_yaml(dir: &TempDir, servers: &[&Running]) -> std::path::PathBuf {
     let mut y = String::from(
         "alpha:\n  listen: 127.0.0.1:1\n  hash: fnv1a_64\n  distribution: ketama\n  servers:\n",
     );
     for s in servers {
-        y.push_str(&format!("   - {}:1\n", s.addr()));
+        y.push_str(&format!("   - {}:1\n", address(s)));
     }
     y.push_str("beta:\n  listen: 127.0.0.1:2\n  servers:\n");
     y.push_str(&format!("   - {}:1\n", servers[0].addr()));
@@ -195,8 +197,8 @@ fn pool_yaml(dir: &TempDir, servers: &[&Server]) -> std::path::PathBuf {
 #[test]
 fn pool_file_lists_the_servers() {
     let bin = osmium_bin();
-    let servers: Vec<Server> = (0..3).map(|_| start(&bin, &[])).collect();
-    let refs: Vec<&Server> = servers.iter().collect();
+    let servers: Vec<Running> = (0..3).map(|_| start(&bin, &[])).collect();
+    let refs: Vec<&Running> = servers.iter().collect();
     let dir = TempDir::new("pool-json");
     let pool = pool_yaml(&dir, &refs);
     let pool = pool.to_str().unwrap();
@@ -207,7 +209,7 @@ fn pool_file_lists_the_servers() {
         .iter()
         .map(|s| s["addr"].as_str().unwrap())
         .collect();
-    let want: Vec<String> = servers.iter().map(Server::addr).collect();
+    let want: Vec<String> = servers.iter().map(address).collect();
     assert_eq!(addrs, want);
     let doc = json(&[
         "top",
@@ -353,15 +355,15 @@ impl Drop for TmuxTop {
 #[test]
 fn top_in_a_terminal_shows_a_pool() {
     let bin = osmium_bin();
-    let servers: Vec<Server> = (0..3).map(|_| start(&bin, &[])).collect();
-    let refs: Vec<&Server> = servers.iter().collect();
+    let servers: Vec<Running> = (0..3).map(|_| start(&bin, &[])).collect();
+    let refs: Vec<&Running> = servers.iter().collect();
     let dir = TempDir::new("pool-tmux");
     let pool = pool_yaml(&dir, &refs);
     let args = format!("--pool {} --pool-name alpha --interval 0.3", pool.display());
     let Some(top) = TmuxTop::start("pool", 160, 50, &args) else {
         return;
     };
-    let want: Vec<String> = servers.iter().map(Server::addr).collect();
+    let want: Vec<String> = servers.iter().map(address).collect();
     let screen = top.until("the pool", |screen| {
         want.iter().all(|a| screen.contains(a.as_str()))
             && ["Server", "ops/s", "hit%", "p99", "Memory", "Items", "Conns", "TOTAL"]
@@ -396,7 +398,7 @@ fn top_fits_an_80_column_terminal() {
     let metrics = format!("127.0.0.1:{metrics_port}");
     let a = start(&bin, &["--metrics-addr", &metrics]);
     let b = start(&bin, &[]);
-    let args = format!("{} {} --interval 0.3", a.addr(), b.addr());
+    let args = format!("{} {} --interval 0.3", address(&a), address(&b));
     let Some(top) = TmuxTop::start("narrow", 80, 24, &args) else {
         return;
     };
@@ -432,10 +434,10 @@ fn top_fits_an_80_column_terminal() {
                 };
                 after.split_whitespace().filter(|w| rate(w)).count() >= 2
             });
-        rows(screen, &a.addr()).len() == 1
-            && rows(screen, &b.addr()).len() == 1
+        rows(screen, &address(&a)).len() == 1
+            && rows(screen, &address(&b)).len() == 1
             && rates
-            && rows(screen, &a.addr())[0].contains("us ")
+            && rows(screen, &address(&a))[0].contains("us ")
     });
     stop.store(true, Ordering::Relaxed);
     load.join().unwrap();
@@ -456,7 +458,7 @@ fn an_idle_server_shows_no_latency_of_tops_own_polls() {
     let metrics_port = osmium_test_harness::free_port();
     let metrics = format!("127.0.0.1:{metrics_port}");
     let a = start(&osmium_bin(), &["--metrics-addr", &metrics]);
-    let doc = json(&["top", &a.addr(), "--once", "--json", "--interval", "0.3"]);
+    let doc = json(&["top", &address(&a), "--once", "--json", "--interval", "0.3"]);
     let s = &doc["servers"][0];
     assert_eq!(s["ops_per_sec"]["total"], 0.0, "{s}");
     let all = &s["latency_us"]["all"];

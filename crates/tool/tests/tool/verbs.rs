@@ -9,10 +9,11 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::{memcached_bin, osmium_bin, roundtrip, run_tool, start, Server, TempDir};
+use common::{address, memcached_bin, osmium_bin, roundtrip, run_tool, start, Running, TempDir};
+use osmium_test_harness::Osmium;
 
 /// Stores `items` (key, flags, exptime, value) with `set`.
-fn load(server: &Server, items: &[(String, u32, u64, Vec<u8>)]) {
+fn load(server: &Running, items: &[(String, u32, u64, Vec<u8>)]) {
     let mut s = server.connect();
     for (k, f, e, v) in items {
         let mut req = format!("set {k} {f} {e} {}\r\n", v.len()).into_bytes();
@@ -94,7 +95,7 @@ fn stdout(args: &[&str]) -> Vec<u8> {
 
 fn verbs_against(bin: &Path) {
     let server = start(bin, &["-m", "64"]);
-    let addr = server.addr();
+    let addr = address(&server);
     let items = items();
     load(&server, &items);
 
@@ -232,15 +233,7 @@ fn unix_socket_address() {
     let sock = dir.0.join("osmium.sock");
     let sock_s = sock.to_str().unwrap();
     // With -s the server listens on the socket only.
-    let mut cmd = std::process::Command::new(osmium_bin());
-    if std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0) {
-        cmd.args(["-u", "root"]);
-    }
-    let child = cmd.args(["-s", sock_s]).spawn().expect("start osmium");
-    let _server = Server { child, port: 0 };
-    common::wait_until("unix socket", || {
-        std::os::unix::net::UnixStream::connect(&sock).is_ok()
-    });
+    let _server = Osmium::new().bin(osmium_bin()).unix_socket(&sock).start();
     let stats = String::from_utf8(stdout(&[sock_s, "stats"])).unwrap();
     assert!(stats.starts_with(&format!("#{sock_s:<22}")), "{stats}");
     assert!(stats.contains("curr_connections"), "{stats}");
@@ -279,7 +272,7 @@ fn dump_reads_flash_items() {
         .map(|i| (format!("flash:{i}"), 0u32, 0u64, value(i)))
         .collect();
     load(&server, &items);
-    let addr = server.addr();
+    let addr = address(&server);
     let keys = String::from_utf8(stdout(&[&addr, "keys"])).unwrap();
     let listed = keys.lines().count();
     let dump = parse_dump(&stdout(&[&addr, "dump"]));
@@ -307,9 +300,9 @@ fn binary_key_against(bin: &Path) {
         roundtrip(&mut s, b"ms c3AgYWNlAQ== 2 b F7\r\nhi\r\n", b"\r\n"),
         b"HD\r\n"
     );
-    let dump = stdout(&[&server.addr(), "dump"]);
+    let dump = stdout(&[&address(&server), "dump"]);
     assert_eq!(dump, b"add sp ace\x01 7 0 2\r\nhi\r\n");
-    let keys = String::from_utf8(stdout(&[&server.addr(), "keys"])).unwrap();
+    let keys = String::from_utf8(stdout(&[&address(&server), "keys"])).unwrap();
     assert!(keys.starts_with("key=sp%20ace%01 exp=-1 "), "{keys}");
 }
 

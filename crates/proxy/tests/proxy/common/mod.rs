@@ -14,7 +14,6 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 pub(crate) use osmium_test_harness::{listen_moved, nutcracker_bin};
@@ -24,24 +23,6 @@ use osmium_test_harness::{Nutcracker, Osmium, Proxy, Running};
 /// (`osmium_test_harness::free_port`).
 pub(crate) fn free_port() -> u16 {
     osmium_test_harness::free_port()
-}
-
-pub(crate) fn wait_listening(port: u16, child: &mut Child, what: &str) {
-    let start = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Ok(Some(status)) = child.try_wait() {
-            let mut err = String::new();
-            if let Some(e) = child.stderr.as_mut() {
-                let _ = e.read_to_string(&mut err);
-            }
-            panic!("{what} exited ({status}): {err}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{what} not listening"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// One connection opened and closed once a process listens: the
@@ -83,16 +64,6 @@ pub(crate) type Proc = Running;
 /// was taken meanwhile; a given port is tried again a few times).
 pub(crate) fn backend(port: u16) -> Proc {
     cache_server(&backend_bin(), "backend", port, 256)
-}
-
-pub(crate) fn unsafe_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .is_some_and(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
 }
 
 /// Writes `yaml` to a file under Cargo's scratch directory for tests

@@ -2,17 +2,15 @@
 //! processes: the builders of the servers under test (`osmium`,
 //! `memcached`, `target_server`: `osmium_test_harness` builders), which
 //! target a test runs against (`against_both!`), waiting for a condition,
-//! waiting for a process to exit, and a line client (`tcp`).
+//! and a line client (`tcp`).
 #![allow(dead_code)] // each test crate uses a different subset
 
 pub(crate) mod tcp;
 
 use std::cell::Cell;
-use std::path::Path;
-use std::process::{Child, Command, ExitStatus};
 use std::time::Duration;
 
-pub(crate) use osmium_test_harness::{memcached_bin, running_as_root};
+pub(crate) use osmium_test_harness::memcached_bin;
 use osmium_test_harness::{CacheServer, Memcached, Osmium};
 
 /// A builder of the osmium server under test: this package's binary
@@ -37,26 +35,6 @@ pub(crate) fn target_server() -> CacheServer {
         Target::Osmium => osmium(),
         Target::Memcached => memcached(),
     }
-}
-
-/// A server binary (`osmium` or `memcached`) plus `-u root` when running
-/// as root: both refuse to run as root without `-u`.
-pub(crate) fn server_command(bin: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut cmd = Command::new(bin);
-    if running_as_root() {
-        cmd.args(["-u", "root"]);
-    }
-    cmd
-}
-
-/// `memcached` plus `-u root` when running as root (`server_command`).
-pub(crate) fn memcached_command(bin: &Path) -> Command {
-    server_command(bin)
-}
-
-/// `osmium` plus `-u root` when running as root (`server_command`).
-pub(crate) fn osmium_command(bin: impl AsRef<std::ffi::OsStr>) -> Command {
-    server_command(bin)
 }
 
 /// The server a test runs against: osmium or genuine memcached.
@@ -94,19 +72,10 @@ pub(crate) fn run_against(target: Target, test: fn()) {
     test();
 }
 
-/// A command for the current target's binary: `osmium` (the path of the
-/// osmium binary; `osmium_command`) or memcached (`memcached_command`).
-pub(crate) fn target_command(osmium: &str) -> Command {
-    match target() {
-        Target::Osmium => osmium_command(osmium),
-        Target::Memcached => memcached_command(&memcached_bin().expect("memcached binary")),
-    }
-}
-
 /// Declares, for each test function named, two tests: `osmium::<name>`
 /// running it against the osmium binary and `memcached::<name>` running it
 /// against genuine memcached (`run_against`). The functions start their
-/// servers with `target_command`, so the same assertions hold for both.
+/// servers with `target_server`, so the same assertions hold for both.
 #[allow(unused_macros)]
 macro_rules! against_both {
     ($($name:ident),* $(,)?) => {
@@ -138,37 +107,7 @@ pub(crate) fn free_port() -> u16 {
     osmium_test_harness::free_port_tcp_udp()
 }
 
-/// Starts a server on a free loopback port (`spawn(port)` starts the
-/// process) and returns it once *that process* listens on the port. A
-/// connect alone is not proof: two tests running at once can be given the
-/// same free port, and the one whose server then fails to bind would talk
-/// to the other test's server until that one stops. A server that exits
-/// saying its address was in use (read from its piped stderr), or saying
-/// nothing readable, is started again on another port; any other exit
-/// panics with its message (`osmium_test_harness::Start::child`).
-pub(crate) fn start_on_free_port(spawn: impl FnMut(u16) -> Child) -> (Child, u16) {
-    let server = osmium_test_harness::Start::new("server").child(spawn);
-    let port = server.port();
-    (server.into_child(), port)
-}
-
-/// Whether process `pid` holds a listening IPv4 TCP socket on `port`
-/// (`osmium_test_harness::listens_on`).
-pub(crate) fn listens_on(pid: u32, port: u16) -> bool {
-    osmium_test_harness::listens_on(pid, port)
-}
-
 /// Polls `ready` every 20 ms for up to 10 s; panics with `what` after that.
 pub(crate) fn wait_until(what: &str, ready: impl FnMut() -> bool) {
     osmium_test_harness::wait_until(what, Duration::from_secs(10), ready);
-}
-
-/// Waits up to 10 s for `child` to exit and returns its status.
-pub(crate) fn wait_exit(child: &mut Child) -> ExitStatus {
-    let mut status = None;
-    wait_until("server did not exit", || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    status.unwrap()
 }

@@ -53,9 +53,9 @@ fn a_token_guards_every_path() {
         "-o",
         "hotkeys_sample=1/1",
     ];
-    let s = start_with("flag", &args);
+    let s = metrics_server("flag").args(args).start();
     memcached(
-        s.port,
+        s.port(),
         b"set a 0 0 8\r\nalice pw\r\nset session:alice 0 0 1\r\nx\r\nget session:alice\r\nmn\r\n",
         b"MN\r\n",
     );
@@ -69,7 +69,7 @@ fn a_token_guards_every_path() {
     ];
     for path in ["/metrics", "/hotkeys", "/nothing"] {
         for headers in &refused {
-            let (status, head, body) = get(s.metrics, path, headers);
+            let (status, head, body) = get(metrics_port(&s), path, headers);
             assert_eq!(status, 401, "{path} {headers:?}: {head}");
             assert!(head.contains("\r\nWWW-Authenticate: Bearer"), "{head}");
             assert!(
@@ -78,15 +78,15 @@ fn a_token_guards_every_path() {
             );
         }
     }
-    let (status, _, body) = get(s.metrics, "/metrics", &right);
+    let (status, _, body) = get(metrics_port(&s), "/metrics", &right);
     assert_eq!(status, 200);
     assert!(body.contains("memcached_up 1"));
     assert!(!body.contains("alice"));
-    let (status, _, body) = get(s.metrics, "/hotkeys", &right);
+    let (status, _, body) = get(metrics_port(&s), "/hotkeys", &right);
     assert_eq!(status, 200);
     assert!(body.starts_with("STAT hotkey 1 session%3Aalice "), "{body}");
     // The cache port's unauthenticated clients get no names either.
-    let out = memcached(s.port, b"stats hotkeys\r\n", b"\r\n");
+    let out = memcached(s.port(), b"stats hotkeys\r\n", b"\r\n");
     assert_eq!(out, b"CLIENT_ERROR unauthenticated\r\n");
 }
 
@@ -153,30 +153,9 @@ fn leaking_combinations_are_refused_at_start() {
     ];
     for (addr, args, said) in cases {
         // Were it to start, it is stopped: a failure, not a hang.
-        let mut child = osmium_command(osmium())
-            .args(["-p", &free_port().to_string(), "-U", "0"])
-            .args(addr)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut status = None;
-        for _ in 0..500 {
-            status = child.try_wait().unwrap();
-            if status.is_some() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if status.is_none() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let mut err = String::new();
-        let _ = child.stderr.take().unwrap().read_to_string(&mut err);
-        assert_eq!(status.and_then(|s| s.code()), Some(64), "{args:?}: {err}");
-        assert!(err.contains(said), "{args:?}: {err}");
+        let out = common::osmium().args(addr).args(args).run_to_exit();
+        assert_eq!(out.code(), Some(64), "{args:?}: {}", out.stderr);
+        assert!(out.stderr.contains(said), "{args:?}: {}", out.stderr);
     }
 }
 
@@ -199,11 +178,11 @@ fn connect_from(from: &str, port: u16) -> TcpStream {
 /// within a second, again and again.
 #[test]
 fn slow_clients_from_one_address_do_not_hold_the_endpoint() {
-    let s = start("flag");
+    let s = metrics_server("flag").start();
     let started = Instant::now();
     let slow: Vec<std::thread::JoinHandle<(u16, Duration)>> = (0..8)
         .map(|_| {
-            let mut c = connect_from("127.0.0.1", s.metrics);
+            let mut c = connect_from("127.0.0.1", metrics_port(&s));
             c.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
             std::thread::spawn(move || {
                 let mut reader = c.try_clone().unwrap();
@@ -230,7 +209,7 @@ fn slow_clients_from_one_address_do_not_hold_the_endpoint() {
         .collect();
     for _ in 0..5 {
         let t = Instant::now();
-        let mut c = connect_from("127.0.0.2", s.metrics);
+        let mut c = connect_from("127.0.0.2", metrics_port(&s));
         c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         c.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
         let mut out = Vec::new();

@@ -17,7 +17,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -132,31 +132,16 @@ pub(crate) fn secret_args(file: &str) -> Vec<String> {
     vec!["--replication-secret".into(), file.into()]
 }
 
-/// An osmium command on `port` with the tests' usual flags (those of
-/// `Node::start_bare`) and `args`; its standard error goes to `log`.
-fn command(port: u16, args: &[String], log: &PathBuf) -> Command {
-    let mut cmd = crate::common::osmium()
+/// Starts osmium with the tests' usual flags (those of
+/// `Node::start_bare`), `args` and no secret of the tests' own; waits for
+/// its exit: its status and standard error (a start that must fail).
+pub(crate) fn start_refused(args: &[String]) -> (ExitStatus, String) {
+    let out = crate::common::osmium()
         .threads(2)
         .memory(64)
         .args(args)
-        .command(port);
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap());
-    cmd
-}
-
-/// Starts osmium with `args` and no secret of the tests' own; waits for
-/// its exit: its status and standard error (a start that must fail).
-pub(crate) fn start_refused(args: &[String]) -> (ExitStatus, String) {
-    let log = scratch_path("refused.log");
-    let mut child = command(super::common::free_port(), args, &log)
-        .spawn()
-        .expect("start osmium");
-    let status = super::common::wait_exit(&mut child);
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
-    (status, text)
+        .run_to_exit();
+    (out.status, out.stderr)
 }
 
 /// A server process, killed (by its PID) when dropped.

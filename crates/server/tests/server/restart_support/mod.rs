@@ -1,20 +1,19 @@
-//! The warm-restart tests' harness: a fresh directory for a memory file,
-//! servers started on it (osmium or memcached, stderr collected), how they
-//! stop, and a text-protocol client with the item checks the tests share.
+//! What the warm-restart tests share: a fresh directory for a memory file,
+//! the builder of a server on it (osmium or memcached, the current
+//! target's), how they stop, and a text-protocol client with the item
+//! checks the tests share.
 #![allow(dead_code)] // each test uses a different subset
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::common::{start_on_free_port, target, target_command, wait_exit, Target};
-pub(crate) const OSMIUM: &str = env!("CARGO_BIN_EXE_osmium");
+use crate::common::{target, target_server, Target};
+pub(crate) use osmium_test_harness::{CacheServer, Running};
 
 /// The settings every test starts with (a restart must repeat them).
 pub(crate) const SETTINGS: [&str; 4] = ["-m", "64", "-I", "2m"];
@@ -62,157 +61,51 @@ impl Drop for MemDir {
     }
 }
 
-/// A server process started by the test, with its stderr collected by a
-/// thread (so that a full pipe never blocks it). Killed when dropped, also
-/// when an assertion failed.
-pub(crate) struct Server {
-    pub child: Child,
-    pub port: u16,
-    pub stderr: Arc<Mutex<Vec<u8>>>,
-    pub reader: Option<JoinHandle<()>>,
-}
-
 /// How a server stopped: the time it was seen gone, and its stderr.
 pub(crate) struct Stopped {
     pub at: SystemTime,
     pub stderr: String,
 }
 
-/// The current target's command line, serving 127.0.0.1:`port` from `file`.
-pub(crate) fn command(port: u16, file: &Path, args: &[&str]) -> Command {
-    let mut cmd = target_command(OSMIUM);
-    cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-        .arg("-e")
-        .arg(file)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    cmd
+/// The current target (`common::target_server`) serving from memory file
+/// `file`, with `args`.
+pub(crate) fn server(file: &Path, args: &[&str]) -> CacheServer {
+    target_server().args(args).memory_file(file)
 }
 
-impl Server {
-    /// Starts the current target (`common::target`) on a free port with
-    /// memory file `file`, and returns it once it listens.
-    pub(crate) fn start(file: &Path, args: &[&str]) -> Server {
-        // If no start succeeds, `start_on_free_port` panics: kill what is
-        // still running (identified by the memory file on its command line).
-        struct Unwind(Vec<u32>, String);
-        impl Drop for Unwind {
-            fn drop(&mut self) {
-                if !std::thread::panicking() {
-                    return;
-                }
-                for pid in &self.0 {
-                    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                    if String::from_utf8_lossy(&cmdline).contains(&self.1) {
-                        // SAFETY: kill sends a signal to a process this
-                        // test started (its command line names our file).
-                        unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
-                    }
-                }
-            }
-        }
-        let mut unwind = Unwind(Vec::new(), file.display().to_string());
-        let (child, port) = start_on_free_port(|port| {
-            let child = command(port, file, args).spawn().expect("start server");
-            unwind.0.push(child.id());
-            child
-        });
-        unwind.0.clear();
-        Server::attach(child, port)
-    }
-
-    /// Takes over `child`'s stderr.
-    pub(crate) fn attach(mut child: Child, port: u16) -> Server {
-        let mut pipe = child.stderr.take().expect("stderr piped");
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let sink = stderr.clone();
-        let reader = std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n @ 1..) = pipe.read(&mut buf) {
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
-        Server {
-            child,
-            port,
-            stderr,
-            reader: Some(reader),
-        }
-    }
-
-    pub(crate) fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
-    }
-
-    /// Waits up to 10 s for a line containing any of `needles` on stderr;
-    /// returns all of stderr so far.
-    pub(crate) fn wait_for_stderr(&self, needles: &[&str]) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let err = self.stderr();
-            if needles.iter().any(|n| err.contains(n)) {
-                return err;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {needles:?} on stderr: {err:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    pub(crate) fn connect(&self) -> Client {
-        Client::new(self.raw())
-    }
-
-    pub(crate) fn raw(&self) -> TcpStream {
-        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        s.set_nodelay(true).unwrap();
-        s
-    }
-
-    pub(crate) fn signal(&self, sig: i32) {
-        // SAFETY: kill sends a signal to the server process this test started
-        // (not yet reaped: `child` is waited for only after this).
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
-    }
-
-    /// Waits up to 10 s for the process to exit; returns its status and
-    /// everything it wrote on stderr.
-    pub(crate) fn exited(&mut self) -> (ExitStatus, Stopped) {
-        let status = wait_exit(&mut self.child);
-        let at = SystemTime::now();
-        if let Some(r) = self.reader.take() {
-            let _ = r.join();
-        }
-        let stderr = self.stderr();
-        (status, Stopped { at, stderr })
-    }
-
-    /// Stops the server with `sig` and checks it exits with status 0.
-    pub(crate) fn stop(&mut self, sig: i32) -> Stopped {
-        self.signal(sig);
-        let (status, stopped) = self.exited();
-        assert_eq!(
-            status.code(),
-            Some(0),
-            "{:?}: signal {sig}: {status:?}; stderr {:?}",
-            target(),
-            stopped.stderr
-        );
-        stopped
-    }
+/// A text-protocol client of `srv` (20 s read timeout, Nagle off).
+pub(crate) fn client(srv: &Running) -> Client {
+    Client::new(raw(srv))
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        // Kills by PID only while the process is not reaped (std checks).
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A connection to `srv` with a 20 s read timeout, Nagle off.
+pub(crate) fn raw(srv: &Running) -> TcpStream {
+    let s = srv.connect();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+/// Waits for `srv` to exit; its status and everything it wrote on stderr.
+pub(crate) fn exited(srv: &mut Running) -> (ExitStatus, Stopped) {
+    let status = srv.wait_exit();
+    let at = SystemTime::now();
+    let stderr = srv.stderr_text();
+    (status, Stopped { at, stderr })
+}
+
+/// Stops `srv` with `sig` and checks it exits with status 0.
+pub(crate) fn stop(srv: &mut Running, sig: i32) -> Stopped {
+    srv.send_signal(sig);
+    let (status, stopped) = exited(srv);
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "{:?}: signal {sig}: {status:?}; stderr {:?}",
+        target(),
+        stopped.stderr
+    );
+    stopped
 }
 
 /// memcached 1.6.45 takes a memory file over only if the wall clock's second
