@@ -55,7 +55,11 @@
 //!  vlen       bytes of value in the item: the frame's length when packed
 //! ```
 //!
-//! [`item_size`] of a 16-byte key and a 64-byte value is 85 bytes.
+//! [`item_size`] of a 16-byte key and a 64-byte value is 85 bytes. The
+//! header's variable part (ext byte, optional and packed fields: sizing,
+//! writing, decoding, the recovery's trust gate) is `header`'s; this module
+//! owns the handle on an item ([`ItemPtr`]), its decoded header
+//! ([`ItemMeta`]), its atomics and the readers' [`ItemView`].
 //!
 //! **CAS uniques.** An item that does not store one has the CAS unique of
 //! its location, `segment sequence × segment size + offset + 1`, where the sequence
@@ -77,6 +81,11 @@ use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
 use crate::codec::ValueRef;
 use crate::dict::DictTable;
 
+mod header;
+
+use header::{EXT_CAS, EXT_EXPTIME, EXT_FLAGS, OFF_KLEN};
+pub use header::{item_size, ItemSpec, EXT_PACKED, EXT_RAW_TRIED, RAW_LEN_MAX};
+
 /// Items start at any byte offset: no alignment, no padding.
 pub const ALIGN: usize = 1;
 /// Bytes of a header without ext and with a one-byte vlen.
@@ -97,163 +106,6 @@ const FREQ_SHIFT: u32 = 6;
 /// The highest eviction frequency (hits counted, saturating).
 pub const FREQ_MAX: u8 = 3;
 
-const EXT_FLAGS: u8 = 1;
-const EXT_EXPTIME: u8 = 2;
-const EXT_CAS: u8 = 4;
-/// Ext bit: the value is a zstd frame; codec and raw length follow.
-pub const EXT_PACKED: u8 = 8;
-/// Ext bit: the value was tried and did not compress.
-pub const EXT_RAW_TRIED: u8 = 16;
-const EXT_KNOWN: u8 = EXT_FLAGS | EXT_EXPTIME | EXT_CAS | EXT_PACKED | EXT_RAW_TRIED;
-/// The largest raw length a header may name when the caller has no `-I`
-/// at hand (memcached's largest `-I`).
-pub const RAW_LEN_MAX: usize = 1 << 30;
-
-const OFF_KLEN: usize = 3;
-const OFF_VLEN: usize = 4;
-
-/// What an item will hold: enough to size and write it.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ItemSpec {
-    /// Key length, 1..=250.
-    pub key_len: usize,
-    /// Bytes of value in the item, without `\r\n` (the frame's length
-    /// when `packed`).
-    pub value_len: usize,
-    /// Client flags (stored only when not 0).
-    pub flags: u32,
-    /// Relative expiry, 0 = never.
-    pub exptime: u32,
-    /// Reserve the exptime field even when `exptime` is 0 (its expiry may
-    /// be set in place later).
-    pub exptime_field: bool,
-    /// A CAS unique to store (else the location's).
-    pub cas: Option<u64>,
-    /// The value is a zstd frame: (codec byte, the client's length).
-    pub packed: Option<(u8, usize)>,
-    /// The value was tried and did not compress (ignored when `packed`).
-    pub raw_tried: bool,
-}
-
-impl ItemSpec {
-    #[inline]
-    fn ext(&self) -> u8 {
-        let mut x = 0;
-        if self.flags != 0 {
-            x |= EXT_FLAGS;
-        }
-        if self.exptime != 0 || self.exptime_field {
-            x |= EXT_EXPTIME;
-        }
-        if self.cas.is_some() {
-            x |= EXT_CAS;
-        }
-        if self.packed.is_some() {
-            x |= EXT_PACKED;
-        } else if self.raw_tried {
-            x |= EXT_RAW_TRIED;
-        }
-        x
-    }
-
-    /// Bytes this item occupies in a segment.
-    #[inline]
-    pub fn size(&self) -> usize {
-        let x = self.ext();
-        let ext = if x == 0 {
-            0
-        } else {
-            1 + ext_fields_len(x)
-                + self
-                    .packed
-                    .map_or(0, |(_, raw_len)| 1 + varint_len(raw_len))
-        };
-        4 + varint_len(self.value_len) + ext + self.key_len + self.value_len
-    }
-
-    /// The client's value length (`value_len` unless packed).
-    #[inline]
-    pub fn raw_len(&self) -> usize {
-        self.packed.map_or(self.value_len, |(_, raw_len)| raw_len)
-    }
-
-    /// This spec with a new raw value of `value_len` bytes: not packed,
-    /// not tried (a value the item's copy does not take from the item).
-    #[inline]
-    pub fn with_raw_value(self, value_len: usize) -> ItemSpec {
-        ItemSpec {
-            value_len,
-            packed: None,
-            raw_tried: false,
-            ..self
-        }
-    }
-}
-
-/// Bytes of the fixed-size ext fields (the packed fields, whose rawlen
-/// varies, are not counted).
-#[inline]
-fn ext_fields_len(x: u8) -> usize {
-    (if x & EXT_FLAGS != 0 { 4 } else { 0 })
-        + (if x & EXT_EXPTIME != 0 { 4 } else { 0 })
-        + (if x & EXT_CAS != 0 { 8 } else { 0 })
-}
-
-#[inline]
-fn varint_len(mut n: usize) -> usize {
-    let mut len = 1;
-    while n >= 0x80 {
-        n >>= 7;
-        len += 1;
-    }
-    len
-}
-
-/// Writes `n` as LEB128 at `q` and returns the address after it.
-///
-/// # Safety
-/// `q` must be writable for `varint_len(n)` bytes.
-#[inline]
-unsafe fn write_varint(mut q: *mut u8, mut n: usize) -> *mut u8 {
-    // SAFETY: the caller's contract covers the varint_len(n) bytes written.
-    unsafe {
-        while n >= 0x80 {
-            q.write((n as u8 & 0x7f) | 0x80);
-            q = q.add(1);
-            n >>= 7;
-        }
-        q.write(n as u8);
-        q.add(1)
-    }
-}
-
-/// Bytes a plain item (no flags, expiry or stored CAS) occupies.
-#[inline]
-pub fn item_size(key_len: usize, value_len: usize) -> usize {
-    ItemSpec {
-        key_len,
-        value_len,
-        ..ItemSpec::default()
-    }
-    .size()
-}
-
-/// Where the variable parts of an item are, decoded from its header.
-#[derive(Clone, Copy)]
-struct Layout {
-    ext: u8,
-    /// Offset of the first ext field.
-    fields: usize,
-    key: usize,
-    key_len: usize,
-    /// Bytes of value in the item.
-    stored_len: usize,
-    /// The client's length (`stored_len` unless packed).
-    raw_len: usize,
-    /// The codec byte (0 unless packed).
-    codec: u8,
-}
-
 /// An item's header decoded once: where its key and value are and its
 /// optional fields. Valid as long as the item is (headers never change,
 /// except the expiry, which `exptime` holds as of the decoding).
@@ -261,14 +113,11 @@ struct Layout {
 pub struct ItemMeta {
     key_off: u32,
     key_len: u8,
-    has_exptime: bool,
-    /// The value is a zstd frame.
-    packed: bool,
-    /// Its codec byte (0 unless packed).
-    codec: u8,
+    /// The ext byte (0 without one): which optional fields there are.
+    ext: u8,
     /// Bytes of value in the item.
     stored_len: u32,
-    /// The client's length.
+    /// The client's length (`stored_len` unless packed).
     raw_len: u32,
     /// Client flags.
     pub flags: u32,
@@ -297,12 +146,12 @@ impl ItemMeta {
     /// Whether the value is a zstd frame.
     #[inline]
     pub fn is_packed(&self) -> bool {
-        self.packed
+        self.ext & EXT_PACKED != 0
     }
     /// Whether the item has an exptime field (its expiry can be set in place).
     #[inline]
     pub fn has_exptime_field(&self) -> bool {
-        self.has_exptime
+        self.ext & EXT_EXPTIME != 0
     }
 }
 
@@ -348,47 +197,6 @@ impl ItemPtr {
         2 - 2 * (self.0 as usize & 1)
     }
 
-    /// Writes the item's header (everything but its key and value) with
-    /// access time 0 and `state` (the EXT bit is set from `spec`), and
-    /// returns where its key goes.
-    ///
-    /// # Safety
-    /// The slot must be exclusively owned and `spec.size()` bytes long.
-    pub unsafe fn write_header(self, spec: &ItemSpec, state: u8) -> *mut u8 {
-        let p = self.0;
-        let x = spec.ext();
-        let state = (state & (STATE_EXT - 1)) | if x != 0 { STATE_EXT } else { 0 };
-        // SAFETY: the caller guarantees exclusive ownership of a slot of
-        // spec.size() bytes; every write below stays inside it.
-        unsafe {
-            (p.add(self.atime_off()) as *mut u16).write(0);
-            p.add(self.state_off()).write(state);
-            p.add(OFF_KLEN).write(spec.key_len as u8);
-            let mut q = write_varint(p.add(OFF_VLEN), spec.value_len);
-            if x != 0 {
-                q.write(x);
-                q = q.add(1);
-                if x & EXT_FLAGS != 0 {
-                    (q as *mut [u8; 4]).write(spec.flags.to_le_bytes());
-                    q = q.add(4);
-                }
-                if x & EXT_EXPTIME != 0 {
-                    (q as *mut [u8; 4]).write(spec.exptime.to_le_bytes());
-                    q = q.add(4);
-                }
-                if x & EXT_CAS != 0 {
-                    (q as *mut [u8; 8]).write(spec.cas.unwrap_or(0).to_le_bytes());
-                    q = q.add(8);
-                }
-                if let Some((codec, raw_len)) = spec.packed {
-                    q.write(codec);
-                    q = write_varint(q.add(1), raw_len);
-                }
-            }
-            q
-        }
-    }
-
     /// Writes a complete item. The caller owns this freshly allocated slot.
     ///
     /// # Safety
@@ -419,145 +227,6 @@ impl ItemPtr {
         }
     }
 
-    /// The item's size if its header is sound and the item fits in `room`
-    /// bytes (a recovery stepping over items it cannot trust: see
-    /// `recover`); None for bytes that are no item header. A packed value's
-    /// raw length may be at most [`RAW_LEN_MAX`] (see `checked_size_within`).
-    pub fn checked_size(self, room: usize) -> Option<usize> {
-        self.checked_size_within(room, RAW_LEN_MAX)
-    }
-
-    /// `checked_size` for a cache whose values are at most `raw_max`
-    /// bytes (`-I`): a packed value must name a raw length from
-    /// `codec::PACK_MIN` to `raw_max` that is longer than its frame. The
-    /// codec byte's dictionary is the caller's to check.
-    pub fn checked_size_within(self, room: usize, raw_max: usize) -> Option<usize> {
-        if room < HEADER_SIZE {
-            return None;
-        }
-        let key_len = self.byte(OFF_KLEN) as usize;
-        if !(1..=250).contains(&key_len) {
-            return None;
-        }
-        let (value_len, mut off) = self.checked_varint(OFF_VLEN, room)?;
-        if self.state() & STATE_EXT != 0 {
-            if off >= room {
-                return None;
-            }
-            let x = self.byte(off);
-            if x == 0
-                || x & !EXT_KNOWN != 0
-                || x & (EXT_PACKED | EXT_RAW_TRIED) == EXT_PACKED | EXT_RAW_TRIED
-            {
-                return None;
-            }
-            off += 1 + ext_fields_len(x);
-            if x & EXT_PACKED != 0 {
-                // The codec byte, then the raw length.
-                off += 1;
-                if off > room {
-                    return None;
-                }
-                let (raw_len, next) = self.checked_varint(off, room)?;
-                if !(crate::codec::PACK_MIN..=raw_max).contains(&raw_len) || value_len >= raw_len {
-                    return None;
-                }
-                off = next;
-            }
-        }
-        let size = off.checked_add(key_len)?.checked_add(value_len)?;
-        (size <= room).then_some(size)
-    }
-
-    /// A LEB128 number at `off` that ends inside `room` (at most 5
-    /// bytes), and the offset after it.
-    fn checked_varint(self, mut off: usize, room: usize) -> Option<(usize, usize)> {
-        let mut n = 0usize;
-        let mut shift = 0;
-        loop {
-            if off >= room || shift > 28 {
-                return None;
-            }
-            let b = self.byte(off);
-            off += 1;
-            n |= ((b & 0x7f) as usize) << shift;
-            if b & 0x80 == 0 {
-                return Some((n, off));
-            }
-            shift += 7;
-        }
-    }
-
-    #[inline]
-    fn byte(self, off: usize) -> u8 {
-        // SAFETY: header bytes are immutable after init and inside the slot.
-        unsafe { self.0.add(off).read() }
-    }
-
-    #[inline]
-    fn layout(self) -> Layout {
-        let key_len = self.byte(OFF_KLEN) as usize;
-        let mut off = OFF_VLEN;
-        let mut value_len = 0usize;
-        let mut shift = 0;
-        loop {
-            let b = self.byte(off);
-            off += 1;
-            value_len |= ((b & 0x7f) as usize) << shift;
-            // At most 5 bytes, even in bytes that are not a header (a
-            // lock-free reader may decode a stale location; see index).
-            if b & 0x80 == 0 || shift == 28 {
-                break;
-            }
-            shift += 7;
-        }
-        if self.state() & STATE_EXT == 0 {
-            return Layout {
-                ext: 0,
-                fields: off,
-                key: off,
-                key_len,
-                stored_len: value_len,
-                raw_len: value_len,
-                codec: 0,
-            };
-        }
-        let x = self.byte(off);
-        let fields = off + 1;
-        let mut key = fields + ext_fields_len(x);
-        let (mut raw_len, mut codec) = (value_len, 0);
-        if x & EXT_PACKED != 0 {
-            codec = self.byte(key);
-            (raw_len, key) = self.varint(key + 1);
-        }
-        Layout {
-            ext: x,
-            fields,
-            key,
-            key_len,
-            stored_len: value_len,
-            raw_len,
-            codec,
-        }
-    }
-
-    /// A LEB128 number at `off` (at most 5 bytes, as vlen's decoding) and
-    /// the offset after it.
-    #[inline]
-    fn varint(self, mut off: usize) -> (usize, usize) {
-        let mut n = 0usize;
-        let mut shift = 0;
-        loop {
-            let b = self.byte(off);
-            off += 1;
-            n |= ((b & 0x7f) as usize) << shift;
-            if b & 0x80 == 0 || shift == 28 {
-                return (n, off);
-            }
-            shift += 7;
-        }
-    }
-
     /// Decodes the whole header at once.
     #[inline]
     pub fn meta(self) -> ItemMeta {
@@ -583,9 +252,7 @@ impl ItemPtr {
         ItemMeta {
             key_off: l.key as u32,
             key_len: l.key_len as u8,
-            has_exptime: l.ext & EXT_EXPTIME != 0,
-            packed: l.ext & EXT_PACKED != 0,
-            codec: l.codec,
+            ext: l.ext,
             stored_len: l.stored_len as u32,
             raw_len: l.raw_len as u32,
             flags,
@@ -650,30 +317,23 @@ impl ItemPtr {
     /// `dicts` decodes a packed one.
     #[inline]
     pub fn value_ref_at<'a>(self, m: &ItemMeta, dicts: &'a DictTable) -> ValueRef<'a> {
-        let stored = self.stored_value_at(m);
-        if m.packed {
-            ValueRef::Packed {
-                frame: stored,
-                codec: m.codec,
-                raw_len: m.raw_len,
-                dicts,
-            }
-        } else {
-            ValueRef::Raw(stored)
+        if m.is_packed() {
+            return self.packed_value_ref(m, dicts);
         }
+        ValueRef::Raw(self.stored_value_at(m))
     }
 
-    /// Offset of ext field `bit` (which must be present).
-    #[inline]
-    fn field(l: &Layout, bit: u8) -> usize {
-        let mut off = l.fields;
-        if bit > EXT_FLAGS && l.ext & EXT_FLAGS != 0 {
-            off += 4;
+    /// `value_ref_at` of a packed item: out of line, so that a raw value's
+    /// reader runs none of it.
+    #[cold]
+    #[inline(never)]
+    fn packed_value_ref<'a>(self, m: &ItemMeta, dicts: &'a DictTable) -> ValueRef<'a> {
+        ValueRef::Packed {
+            frame: self.stored_value_at(m),
+            codec: self.codec(&self.layout()),
+            raw_len: m.raw_len,
+            dicts,
         }
-        if bit > EXT_EXPTIME && l.ext & EXT_EXPTIME != 0 {
-            off += 4;
-        }
-        off
     }
 
     #[inline]
@@ -780,7 +440,7 @@ impl ItemPtr {
     #[inline]
     pub fn packed(self) -> Option<(u8, usize)> {
         let l = self.layout();
-        (l.ext & EXT_PACKED != 0).then_some((l.codec, l.raw_len))
+        (l.ext & EXT_PACKED != 0).then(|| (self.codec(&l), l.raw_len))
     }
 
     /// Whether the value was tried and did not compress.
@@ -836,7 +496,7 @@ impl ItemPtr {
             exptime: self.exptime(),
             exptime_field: l.ext & EXT_EXPTIME != 0,
             cas: self.stored_cas(),
-            packed: (l.ext & EXT_PACKED != 0).then_some((l.codec, l.raw_len)),
+            packed: (l.ext & EXT_PACKED != 0).then(|| (self.codec(&l), l.raw_len)),
             raw_tried: l.ext & EXT_RAW_TRIED != 0,
         }
     }
@@ -962,8 +622,6 @@ pub struct ItemView<'a> {
     pub(crate) cas: u64,
     /// The segment's base time (atime is relative to it).
     pub(crate) base_time: u32,
-    /// The expiry when the view was made (mg T and gat change it after).
-    pub(crate) exptime: u32,
     /// Held by an epoch pin only, no shard lock (see `lock_free`).
     pub(crate) lock_free: bool,
     /// The dictionaries a packed value may name.
@@ -996,9 +654,10 @@ impl<'a> ItemView<'a> {
     pub fn cas(&self) -> u64 {
         self.cas
     }
-    /// Relative expiry when the view was made, 0 = never.
+    /// Relative expiry when the view was made (`meta`'s: mg T and gat
+    /// change the item's after), 0 = never.
     pub fn exptime(&self) -> u32 {
-        self.exptime
+        self.meta.exptime
     }
     /// Last access (relative clock).
     pub fn atime(&self) -> u32 {

@@ -1,5 +1,6 @@
 //! The item layout's unit tests: every field combination written and
 //! read back, the recovery's trust gate, sizes.
+use super::header::OFF_VLEN;
 use super::*;
 
 fn buf() -> Vec<u64> {
