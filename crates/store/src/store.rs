@@ -405,7 +405,6 @@ impl Store {
             meta,
             cas,
             base_time: seg.base_time.load(Ordering::Relaxed),
-            exptime: meta.exptime,
             lock_free: false,
             dicts: &self.dicts,
         }

@@ -196,7 +196,6 @@ impl Store {
                     0
                 },
                 base_time: now,
-                exptime: meta.exptime,
                 lock_free: false,
                 dicts: &self.dicts,
             };

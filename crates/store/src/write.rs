@@ -100,7 +100,7 @@ impl Store {
         // Start fetching the shard's lock line and the key's home bucket
         // now: they arrive while the item is written.
         self.prefetch_index(hash);
-        let mut spec = item::ItemSpec {
+        let spec = item::ItemSpec {
             key_len: key.len(),
             value_len: value.len(),
             flags,
@@ -112,25 +112,40 @@ impl Store {
             raw_tried: false,
         };
         if self.cfg.compression == Compression::All && value.len() >= codec::PACK_MIN {
-            // Packed on this worker, before the item is reserved.
-            let packed =
-                codec::with_thread_packer(self.cfg.compress_level, |p| match p.pack(value) {
-                    Packed::Frame(frame) => {
-                        let spec = item::ItemSpec {
-                            value_len: frame.len(),
-                            packed: Some((CODEC_PLAIN, value.len())),
-                            ..spec
-                        };
-                        Ok(self.write_new(head, w, hash, spec, frame))
-                    }
-                    Packed::Rejected | Packed::Sniffed => Err(true),
-                    Packed::Small => Err(false),
-                });
-            match packed {
-                Some(Ok(done)) => return done,
-                Some(Err(tried)) => spec.raw_tried = tried,
-                None => {}
+            return self.store_packing(head, w, hash, spec);
+        }
+        self.write_new(head, w, hash, spec, value)
+    }
+
+    /// `store_unpromoted`'s write of a value that `-o compression=all`
+    /// packs on this worker, before the item is reserved (stored raw, and
+    /// marked tried, when packing does not pay). Out of line: the other
+    /// settings' writes run none of it.
+    #[inline(never)]
+    fn store_packing(
+        &self,
+        head: usize,
+        w: &Write<'_>,
+        hash: u64,
+        mut spec: item::ItemSpec,
+    ) -> (StoreStatus, u64, usize) {
+        let value = w.value;
+        let packed = codec::with_thread_packer(self.cfg.compress_level, |p| match p.pack(value) {
+            Packed::Frame(frame) => {
+                let spec = item::ItemSpec {
+                    value_len: frame.len(),
+                    packed: Some((CODEC_PLAIN, value.len())),
+                    ..spec
+                };
+                Ok(self.write_new(head, w, hash, spec, frame))
             }
+            Packed::Rejected | Packed::Sniffed => Err(true),
+            Packed::Small => Err(false),
+        });
+        match packed {
+            Some(Ok(done)) => return done,
+            Some(Err(tried)) => spec.raw_tried = tried,
+            None => {}
         }
         self.write_new(head, w, hash, spec, value)
     }
