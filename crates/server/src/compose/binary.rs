@@ -52,9 +52,9 @@ pub(crate) fn status_only(out: &mut Output, r: &BinaryReply, code: u16) {
 /// A GET/GAT hit (the key too for GETK/GATK; `with_value` false for
 /// TOUCH, which answers the flags only). A large value leaves straight
 /// from item memory; a packed one is decoded into the buffer, and one that
-/// does not decode leaves no reply (`Output::corrupt_value`).
+/// does not decode leaves no reply (false: the caller answers a miss).
 #[inline]
-pub(crate) fn hit(out: &mut Output, r: &BinaryReply, it: &ItemView<'_>, with_value: bool) {
+pub(crate) fn hit(out: &mut Output, r: &BinaryReply, it: &ItemView<'_>, with_value: bool) -> bool {
     let value = if with_value {
         it.value()
     } else {
@@ -86,11 +86,12 @@ pub(crate) fn hit(out: &mut Output, r: &BinaryReply, it: &ItemView<'_>, with_val
             value,
         );
     }
+    true
 }
 
-/// A hit whose value is packed: decoded into the buffer after the head;
-/// one that does not decode leaves no reply. Kept out of line (see
-/// `text::packed_value`).
+/// A hit whose value is packed: decoded into the buffer after the head
+/// (true); one that does not decode leaves no reply (false). Kept out of
+/// line (see `text::packed_value`).
 #[cold]
 #[inline(never)]
 fn packed_hit(
@@ -99,7 +100,7 @@ fn packed_hit(
     it: &ItemView<'_>,
     key: Option<&[u8]>,
     value: ValueRef<'_>,
-) {
+) -> bool {
     let start = out.len();
     wire::put_hit_head(
         out.buf(),
@@ -111,8 +112,10 @@ fn packed_hit(
         value.len(),
     );
     if value.append_to(out.buf()).is_err() {
-        out.corrupt_value(start);
+        out.truncate(start);
+        return false;
     }
+    true
 }
 
 /// A GET/GAT miss: nothing for a quiet opcode, the key for GETK/GATK,

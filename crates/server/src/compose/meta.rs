@@ -280,7 +280,11 @@ fn hit(out: &mut Output, m: &MetaReply<'_>, h: &MetaHit<'_>) {
         let value = it.value();
         match value.as_raw() {
             Some(raw) => out.put_value(raw, b"\r\n", it.lock_free()),
-            None => text::packed_value(out, value, start),
+            None => {
+                if !text::decoded_value(out, value, start) {
+                    out.note_corrupt();
+                }
+            }
         }
     }
 }

@@ -138,8 +138,8 @@ pub(crate) struct Output {
     /// Keeps the thread pinned while values are referenced: their memory
     /// is not rewritten before the transport sent (or copied) them.
     pin: Option<osmium_store::epoch::Kept>,
-    /// A value encoder met a packed value that does not decode and left
-    /// its reply out (see [`Output::take_corrupt`]).
+    /// The meta hit encoder met a packed value that does not decode and
+    /// left its reply out (see [`Output::take_corrupt`]).
     corrupt: bool,
 }
 
@@ -206,18 +206,19 @@ impl Output {
         self.release_if_empty(pool);
     }
 
-    /// Drops the hit composed from `start` on: its packed value did not
-    /// decode. The executor answers a miss instead (`take_corrupt`).
+    /// Notes that the meta hit just taken back had a packed value that
+    /// does not decode: the executor answers a miss instead
+    /// (`take_corrupt`).
     #[cold]
-    pub(crate) fn corrupt_value(&mut self, start: usize) {
-        self.truncate(start);
+    pub(crate) fn note_corrupt(&mut self) {
         self.corrupt = true;
     }
 
-    /// Whether the last hit was dropped by `corrupt_value` (and forgets it).
+    /// Whether the last meta hit was taken back (`note_corrupt`), and
+    /// forgets it.
     #[inline]
     pub(crate) fn take_corrupt(&mut self) -> bool {
-        // A load on every hit; a store only after a corrupt one.
+        // A load on every meta hit; a store only after a corrupt one.
         if self.corrupt {
             self.corrupt = false;
             return true;
