@@ -383,6 +383,10 @@ pub struct StoreStats {
     pub reclaimed_dead_bytes: u64,
     /// Items on the flash tier (counted in `curr_items` too).
     pub flash_items: u64,
+    /// Packed values that did not decode and were dropped (answered as
+    /// misses; none expected: item memory is trusted and flash records
+    /// are checksummed).
+    pub compress_errors: u64,
     /// memcached's `evicted_nonzero`, `evicted_active`, `evicted_time`, `moves_to_warm`,
     /// `moves_within_lru`, `crawler_items_checked`, `crawler_reclaimed`
     /// (see `arena::CleanStats`).

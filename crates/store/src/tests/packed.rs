@@ -138,6 +138,7 @@ fn a_frame_that_does_not_decode_is_dropped_and_counted() {
     assert_eq!(r, Lookup::Hit((Err(Corrupt), b"VALUE".to_vec())));
     s.drop_corrupt(b"bad");
     assert_eq!(s.compress_errors(), 1);
+    assert_eq!(s.stats().compress_errors, 1, "the stats row's figure");
     assert_eq!(get(&s, b"bad"), None);
     // A sound one is left alone.
     s.drop_corrupt(b"good");
