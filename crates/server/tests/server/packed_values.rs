@@ -6,7 +6,9 @@
 //! value, `lru_crawler metadump`'s `size=`), while the packing server's
 //! `stats bytes` shows the items are smaller; a replica of a packing
 //! primary holds the client's bytes; a memory file with packed items comes
-//! back after kill -9, also to a server started with `compression=off`.
+//! back after kill -9, also to a server started with `compression=off`;
+//! and a frame damaged in that file is a miss, dropped and counted
+//! (`compress_errors`).
 
 use std::collections::BTreeMap;
 use std::io::{BufReader, Read, Write};
@@ -297,30 +299,85 @@ fn a_replica_of_a_packing_primary_holds_the_clients_bytes() {
 fn packed_items_come_back_after_kill_9_also_with_compression_off() {
     let dir = MemDir::new();
     let file = dir.file();
-    let args = |mode: &'static str| -> Vec<&'static str> {
-        let mut a = rs::SETTINGS.to_vec();
-        a.extend(["-o", mode]);
-        a
-    };
     let values = values();
-    {
-        let srv = rs::Server::start(&file, &args("compression=all"));
-        let mut c = srv.connect();
-        for (i, (key, value)) in values.iter().enumerate() {
-            c.set(key, i as u32, 0, value);
-        }
-        // Dropped: kill -9.
+    let keys: Vec<&str> = values.keys().map(String::as_str).collect();
+    let mut srv = rs::server(&file, &rs::SETTINGS)
+        .opt("compression=all")
+        .start();
+    let mut c = rs::client(&srv);
+    for (i, (key, value)) in values.iter().enumerate() {
+        c.set(key, i as u32, 0, value);
     }
+    // Killed at once: no stop at all.
+    srv.child().kill().unwrap();
+    let (status, _) = rs::exited(&mut srv);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
     for mode in ["compression=off", "compression=all"] {
-        let srv = rs::Server::start(&file, &args(mode));
-        let mut c = srv.connect();
-        let keys: Vec<&str> = values.keys().map(String::as_str).collect();
+        let srv = rs::server(&file, &rs::SETTINGS).opt(mode).start();
+        let mut c = rs::client(&srv);
         let got = c.gets(&keys);
         for (i, (key, value)) in values.iter().enumerate() {
             let item = got.get(key).unwrap_or_else(|| panic!("{mode}: {key} lost"));
             assert_eq!(item.flags, i as u32, "{mode}: {key}");
             assert!(item.value == *value, "{mode}: the value of {key}");
         }
-        drop(srv);
     }
+}
+
+/// A packed value whose frame was damaged in the memory file (written by
+/// hand between a kill -9 and the restart): every read answers a miss, the
+/// item is dropped and `stats` counts it in `compress_errors`; the other
+/// items are served as they were.
+#[test]
+fn a_frame_damaged_in_the_memory_file_is_a_counted_miss() {
+    let dir = MemDir::new();
+    let file = dir.file();
+    let (bad, good) = ("damaged:frame", "sound:frame");
+    let value = json(4000, 11);
+    let mut srv = rs::server(&file, &rs::SETTINGS)
+        .opt("compression=all")
+        .start();
+    let mut c = rs::client(&srv);
+    c.set(bad, 1, 0, &value);
+    c.set(good, 2, 0, &value);
+    srv.child().kill().unwrap();
+    rs::exited(&mut srv);
+
+    // The frame follows its key in item memory: its first bytes become
+    // ones no zstd frame starts with.
+    let bytes = std::fs::read(&file).unwrap();
+    let at = bytes
+        .windows(bad.len())
+        .position(|w| w == bad.as_bytes())
+        .expect("the key in the memory file")
+        + bad.len();
+    assert_eq!(
+        bytes[at..].windows(bad.len()).position(|w| w == bad.as_bytes()),
+        None,
+        "one copy of the key"
+    );
+    let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[0xff; 16], at as u64).unwrap();
+    drop(f);
+
+    let srv = rs::server(&file, &rs::SETTINGS)
+        .opt("compression=off")
+        .start();
+    let mut c = srv.connect();
+    assert_eq!(stat(&mut c, "compress_errors"), 0);
+    assert_eq!(exchange(&mut c, format!("get {bad}\r\n").as_bytes()), b"END\r\n");
+    assert_eq!(stat(&mut c, "compress_errors"), 1);
+    // Dropped: the next reads miss without decoding it again.
+    assert_eq!(exchange(&mut c, format!("mg {bad} v\r\n").as_bytes()), b"EN\r\n");
+    assert_eq!(exchange(&mut c, format!("gets {bad}\r\n").as_bytes()), b"END\r\n");
+    assert_eq!(stat(&mut c, "compress_errors"), 1);
+    assert_eq!(stat(&mut c, "get_misses"), 3);
+    assert_eq!(stat(&mut c, "curr_items"), 1);
+    let mut want = format!("VALUE {good} 2 {}\r\n", value.len()).into_bytes();
+    want.extend_from_slice(&value);
+    want.extend_from_slice(b"\r\nEND\r\n");
+    assert!(exchange(&mut c, format!("get {good}\r\n").as_bytes()) == want);
 }
