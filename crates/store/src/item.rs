@@ -83,8 +83,8 @@ use crate::dict::DictTable;
 
 mod header;
 
-use header::{EXT_CAS, EXT_EXPTIME, EXT_FLAGS, OFF_KLEN};
 pub use header::{item_size, ItemSpec, EXT_PACKED, EXT_RAW_TRIED, RAW_LEN_MAX};
+use header::{EXT_CAS, EXT_EXPTIME, EXT_FLAGS, OFF_KLEN};
 
 /// Items start at any byte offset: no alignment, no padding.
 pub const ALIGN: usize = 1;

@@ -355,7 +355,9 @@ fn a_frame_damaged_in_the_memory_file_is_a_counted_miss() {
         .expect("the key in the memory file")
         + bad.len();
     assert_eq!(
-        bytes[at..].windows(bad.len()).position(|w| w == bad.as_bytes()),
+        bytes[at..]
+            .windows(bad.len())
+            .position(|w| w == bad.as_bytes()),
         None,
         "one copy of the key"
     );
@@ -368,11 +370,20 @@ fn a_frame_damaged_in_the_memory_file_is_a_counted_miss() {
         .start();
     let mut c = srv.connect();
     assert_eq!(stat(&mut c, "compress_errors"), 0);
-    assert_eq!(exchange(&mut c, format!("get {bad}\r\n").as_bytes()), b"END\r\n");
+    assert_eq!(
+        exchange(&mut c, format!("get {bad}\r\n").as_bytes()),
+        b"END\r\n"
+    );
     assert_eq!(stat(&mut c, "compress_errors"), 1);
     // Dropped: the next reads miss without decoding it again.
-    assert_eq!(exchange(&mut c, format!("mg {bad} v\r\n").as_bytes()), b"EN\r\n");
-    assert_eq!(exchange(&mut c, format!("gets {bad}\r\n").as_bytes()), b"END\r\n");
+    assert_eq!(
+        exchange(&mut c, format!("mg {bad} v\r\n").as_bytes()),
+        b"EN\r\n"
+    );
+    assert_eq!(
+        exchange(&mut c, format!("gets {bad}\r\n").as_bytes()),
+        b"END\r\n"
+    );
     assert_eq!(stat(&mut c, "compress_errors"), 1);
     assert_eq!(stat(&mut c, "get_misses"), 3);
     assert_eq!(stat(&mut c, "curr_items"), 1);
