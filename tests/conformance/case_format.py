@@ -4,6 +4,7 @@
 
 import glob
 import os
+import random
 import re
 import struct
 import time
@@ -53,6 +54,7 @@ def _unescape(s, where):
     return bytes(out)
 
 
+_NOISE_RE = re.compile(r"^\s*noise\s+(?P<n>[0-9_]+)\s*$")
 _REPEAT_RE = re.compile(r"""^\s*(?P<q>["'])(?P<s>(?:\\.|(?!(?P=q)).)*)(?P=q)\s*\*\s*(?P<n>[0-9_]+)\s*$""")
 _NOW_RE = re.compile(r"^now\s*(?:(?P<sign>[+-])\s*(?P<n>[0-9]+))?$")
 _CAS_RE = re.compile(r"^cas(?P<n>[1-9][0-9]*)$")
@@ -110,6 +112,10 @@ class Template:
             return _unescape(m.group("s"), where) * int(m.group("n").replace("_", ""))
         if e == "allbytes":
             return bytes(range(256))
+        m = _NOISE_RE.match(e)
+        if m:
+            n = int(m.group("n").replace("_", ""))
+            return random.Random(n).randbytes(n)
         m = _NOW_RE.match(e)
         if m:
             d = int(m.group("n") or 0) * (-1 if m.group("sign") == "-" else 1)

@@ -11,6 +11,7 @@ in sync).
 """
 import os
 import re
+import shlex
 import socket
 import struct
 import sys
@@ -514,6 +515,12 @@ def target_kinds(target):
     raise ValueError(f"unknown target {target!r}; one of {TARGETS}")
 
 
+# More arguments for every osmium the suite starts (env
+# CONFORMANCE_OSMIUM_ARGS, split as a shell would), e.g. "-o compression=all":
+# the same cases must pass whatever osmium stores inside.
+OSMIUM_EXTRA_ARGS = shlex.split(os.environ.get("CONFORMANCE_OSMIUM_ARGS", ""))
+
+
 def osmium_missing():
     b = servers.OSMIUM_BIN
     if not (os.path.isfile(b) and os.access(b, os.X_OK)):
@@ -542,7 +549,8 @@ class Pool:
                 try:
                     for kind in self.kinds:
                         tls = self.certs.server_args(ca=False) if self.certs else []
-                        srv = servers.Server(kind, list(key[0]) + tls,
+                        extra = OSMIUM_EXTRA_ARGS if kind == "osmium" else []
+                        srv = servers.Server(kind, list(key[0]) + extra + tls,
                                              udp_port="auto" if key[1].endswith("+udp") else None)
                         # A port a stopped TLS server had may come back
                         # to a plain one: the map says what it is now.

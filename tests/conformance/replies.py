@@ -127,7 +127,8 @@ def reply_cas_values(reply):
 
 
 # Stats osmium reports that memcached 1.6.45 has no name for: how its
-# segments hold live and dead bytes and how they are cleaned (`stats`), and
+# segments hold live and dead bytes and how they are cleaned, packed values
+# that did not decode (`stats`), and
 # the cleaner's and the workers' idle polling settings, where /metrics
 # listens and the hot-key settings (`stats settings`). In cases with a `stats:` line
 # these lines are left out of every server's reply (memcached never sends
@@ -137,8 +138,9 @@ OSMIUM_OWN_STATS = frozenset(name.encode() for name in (
     "live_bytes", "dead_bytes", "segments_free", "segments_compacted",
     "compact_items_moved", "compact_bytes_copied", "compact_writer_runs",
     "compact_aborted", "segments_evicted", "evicted_live_bytes",
-    "reclaimed_dead_bytes",
+    "reclaimed_dead_bytes", "compress_errors",
     "compact_policy", "compact_threshold", "compact_reserve", "compact_background",
+    "compression",
     "idle_spin", "metrics_addr", "osmium_version", "hotkeys_top", "hotkeys_sample",
 ))
 

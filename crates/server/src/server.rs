@@ -161,6 +161,8 @@ pub(crate) fn start(
         recovery_threads: settings.threads,
         flash: settings.flash.clone(),
         clean: settings.clean,
+        compression: settings.compression,
+        ..StoreConfig::default()
     });
     let (store, restart) = match opened {
         Ok(opened) => opened,

@@ -260,6 +260,10 @@ pub(crate) struct Settings {
     /// no_compact_background`: how the engine gets dead space back (see
     /// `osmium_store::CleanConfig`).
     pub clean: osmium_store::CleanConfig,
+    /// `-o compression=off|cold|all` (osmium's own): which values are
+    /// stored packed (`cold`, the default, packs none until the background
+    /// pass exists; every setting reads packed items).
+    pub compression: osmium_store::Compression,
     /// `-o thread_affinity=N` (osmium's own, after the ThreadAffinity
     /// memcached builds of seed 002): worker i runs only on CPU
     /// (N + i) mod the CPUs this process may use. None: no pinning.
@@ -410,7 +414,7 @@ fn extstore_option(f: &mut FlashConfig, name: &str, value: Option<&str>) -> Resu
 }
 
 /// The `-o` options, after `-h`'s list (and in the man page).
-pub(crate) const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, hotkeys_top=<keys> (0: off), hotkeys_sample=adaptive|1/<N>, metrics_addr=<host:port>, replication_peers=<name>[:<name>...] (with -Z: the certificate SANs, DNS names or IP addresses, that make a replication peer), replication_ca=<file> (with -Z: a CA whose certificates make replication peers).\nOther memcached -o options are accepted with a warning.\n";
+pub(crate) const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, compression=off|cold|all (values stored packed: cold items (the default), every value at its write, or none; every setting reads packed items), hotkeys_top=<keys> (0: off), hotkeys_sample=adaptive|1/<N>, metrics_addr=<host:port>, replication_peers=<name>[:<name>...] (with -Z: the certificate SANs, DNS names or IP addresses, that make a replication peer), replication_ca=<file> (with -Z: a CA whose certificates make replication peers).\nOther memcached -o options are accepted with a warning.\n";
 
 /// `-V`'s line, also the first of `-h`: osmium's version, then the
 /// memcached protocol level it speaks.
@@ -605,6 +609,7 @@ fn parse_expanded(
     };
     let mut flash = FlashConfig::default();
     let mut clean = osmium_store::CleanConfig::default();
+    let mut compression = osmium_store::Compression::default();
     let mut hot = hotkeys::HotkeysSettings::default();
     let mut tls = TlsSettings {
         enabled: cli.ssl,
@@ -656,6 +661,14 @@ fn parse_expanded(
                 clean.reserve_percent = number(value)?;
                 if clean.reserve_percent > 50 {
                     return Err("-o compact_reserve: a percent, 0 to 50".into());
+                }
+            }
+            "compression" => {
+                compression = match value {
+                    Some("off") => osmium_store::Compression::Off,
+                    Some("cold") => osmium_store::Compression::Cold,
+                    Some("all") => osmium_store::Compression::All,
+                    _ => return Err("-o compression: off, cold or all".into()),
                 }
             }
             "metrics_addr" => metrics_addr = Some(metrics::metrics_addr(value)?),
@@ -745,6 +758,7 @@ fn parse_expanded(
         hashpower_init,
         lru_crawler,
         clean,
+        compression,
         thread_affinity,
         idle_spin_us: idle_spin_us.unwrap_or(0),
         binding_protocol,

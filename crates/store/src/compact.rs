@@ -322,7 +322,7 @@ impl Store {
         let Some(slot) = self.arena.reserve_compactor(queue, &spec, loc.seg, now) else {
             return Moved::NoRoom;
         };
-        self.write_item(&slot, &spec, key, &[it.value()], 0);
+        self.write_item(&slot, &spec, key, &[it.stored_value()], 0);
         let mut table = self.shard(hash).write();
         let Some(found) = table.find_at(&self.arena, key, hash, loc) else {
             drop(table);

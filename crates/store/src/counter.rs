@@ -51,19 +51,22 @@ impl Store {
                         None => CounterResult::NotFound,
                     };
                 };
-                let cur = f.item.value();
                 // memcached's do_add_delta: an empty value, then the CAS,
                 // then the number (a CAS mismatch wins over a value too
-                // long to be a number).
-                if cur.is_empty() {
+                // long to be a number). Lengths are the client's: a packed
+                // value (never under 64 bytes) is too long without being
+                // decoded.
+                let cur_len = f.item.value_len();
+                if cur_len == 0 {
                     return CounterResult::NonNumeric;
                 }
                 if m.if_cas != 0 && self.cas_of(f.loc, f.item) != m.if_cas {
                     return CounterResult::Exists;
                 }
-                if cur.len() >= 24 {
+                if cur_len >= 24 || f.item.packed().is_some() {
                     return CounterResult::NonNumeric;
                 }
+                let cur = f.item.stored_value();
                 let Some(n) = stored_number(cur) else {
                     return CounterResult::NonNumeric;
                 };
@@ -78,10 +81,9 @@ impl Store {
                 let in_place = len <= cur.len();
                 let width = len.max(cur.len() * usize::from(in_place));
                 let spec = item::ItemSpec {
-                    value_len: width,
                     cas: self.explicit(m.new_cas).or(forced),
                     exptime_field: f.item.has_exptime_field() || (in_place && m.exptime.is_some()),
-                    ..f.item.spec()
+                    ..f.item.spec().with_raw_value(width)
                 };
                 (
                     value,

@@ -164,7 +164,7 @@ impl Store {
         let Some(slot) = self.arena.reserve_evictor(&spec, now) else {
             return false;
         };
-        self.write_item(&slot, &spec, it.key(), &[it.value()], it.state());
+        self.write_item(&slot, &spec, it.key(), &[it.stored_value()], it.state());
         slot.ptr
             .set_atime(self.atime_in(slot.seg, self.base_atime(found.loc, it)));
         if from == Queue::Main {

@@ -38,10 +38,28 @@
 //!             bit 1 EXPTIME: u32 relative expiry follows (else never);
 //!                   present also when an expiry may be set later
 //!             bit 2 CAS: u64 CAS unique follows (else it is the location's)
-//!             fields in that order, little endian, unaligned
+//!             bit 3 PACKED: the value is a zstd frame (see `codec`); a
+//!                   codec byte and the raw length follow the CAS field
+//!             bit 4 RAW_TRIED: the value was tried and did not compress
+//!                   (no field; never with PACKED)
+//!             bits 5-7 zero
+//!             fields in that order, little endian, unaligned:
+//!
+//!       | ext | flags? | exptime? | cas? | codec? | rawlen? | key | value |
+//!         u8    u32      u32        u64    u8       LEB128
+//!
+//!  codec u8   (PACKED) bits 0-5 dictionary slot (0 = none), bits 6-7 the
+//!             slot's generation modulo 4 (see `dict`)
+//!  rawlen     (PACKED) the client's value length, LEB128 as vlen;
+//!             64 <= rawlen <= -I, and vlen < rawlen
+//!  vlen       bytes of value in the item: the frame's length when packed
 //! ```
 //!
-//! [`item_size`] of a 16-byte key and a 64-byte value is 85 bytes.
+//! [`item_size`] of a 16-byte key and a 64-byte value is 85 bytes. The
+//! header's variable part (ext byte, optional and packed fields: sizing,
+//! writing, decoding, the recovery's trust gate) is `header`'s; this module
+//! owns the handle on an item ([`ItemPtr`]), its decoded header
+//! ([`ItemMeta`]), its atomics and the readers' [`ItemView`].
 //!
 //! **CAS uniques.** An item that does not store one has the CAS unique of
 //! its location, `segment sequence × segment size + offset + 1`, where the sequence
@@ -59,6 +77,14 @@
 //! read against the shard's version.
 
 use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
+
+use crate::codec::ValueRef;
+use crate::dict::DictTable;
+
+mod header;
+
+pub use header::{item_size, ItemSpec, EXT_PACKED, EXT_RAW_TRIED, RAW_LEN_MAX};
+use header::{EXT_CAS, EXT_EXPTIME, EXT_FLAGS, OFF_KLEN};
 
 /// Items start at any byte offset: no alignment, no padding.
 pub const ALIGN: usize = 1;
@@ -80,95 +106,6 @@ const FREQ_SHIFT: u32 = 6;
 /// The highest eviction frequency (hits counted, saturating).
 pub const FREQ_MAX: u8 = 3;
 
-const EXT_FLAGS: u8 = 1;
-const EXT_EXPTIME: u8 = 2;
-const EXT_CAS: u8 = 4;
-
-const OFF_KLEN: usize = 3;
-const OFF_VLEN: usize = 4;
-
-/// What an item will hold: enough to size and write it.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ItemSpec {
-    /// Key length, 1..=250.
-    pub key_len: usize,
-    /// Value length, without `\r\n`.
-    pub value_len: usize,
-    /// Client flags (stored only when not 0).
-    pub flags: u32,
-    /// Relative expiry, 0 = never.
-    pub exptime: u32,
-    /// Reserve the exptime field even when `exptime` is 0 (its expiry may
-    /// be set in place later).
-    pub exptime_field: bool,
-    /// A CAS unique to store (else the location's).
-    pub cas: Option<u64>,
-}
-
-impl ItemSpec {
-    #[inline]
-    fn ext(&self) -> u8 {
-        let mut x = 0;
-        if self.flags != 0 {
-            x |= EXT_FLAGS;
-        }
-        if self.exptime != 0 || self.exptime_field {
-            x |= EXT_EXPTIME;
-        }
-        if self.cas.is_some() {
-            x |= EXT_CAS;
-        }
-        x
-    }
-
-    /// Bytes this item occupies in a segment.
-    #[inline]
-    pub fn size(&self) -> usize {
-        let x = self.ext();
-        let ext = if x == 0 { 0 } else { 1 + ext_fields_len(x) };
-        4 + varint_len(self.value_len) + ext + self.key_len + self.value_len
-    }
-}
-
-#[inline]
-fn ext_fields_len(x: u8) -> usize {
-    (if x & EXT_FLAGS != 0 { 4 } else { 0 })
-        + (if x & EXT_EXPTIME != 0 { 4 } else { 0 })
-        + (if x & EXT_CAS != 0 { 8 } else { 0 })
-}
-
-#[inline]
-fn varint_len(mut n: usize) -> usize {
-    let mut len = 1;
-    while n >= 0x80 {
-        n >>= 7;
-        len += 1;
-    }
-    len
-}
-
-/// Bytes a plain item (no flags, expiry or stored CAS) occupies.
-#[inline]
-pub fn item_size(key_len: usize, value_len: usize) -> usize {
-    ItemSpec {
-        key_len,
-        value_len,
-        ..ItemSpec::default()
-    }
-    .size()
-}
-
-/// Where the variable parts of an item are, decoded from its header.
-#[derive(Clone, Copy)]
-struct Layout {
-    ext: u8,
-    /// Offset of the first ext field.
-    fields: usize,
-    key: usize,
-    key_len: usize,
-    value_len: usize,
-}
-
 /// An item's header decoded once: where its key and value are and its
 /// optional fields. Valid as long as the item is (headers never change,
 /// except the expiry, which `exptime` holds as of the decoding).
@@ -176,8 +113,12 @@ struct Layout {
 pub struct ItemMeta {
     key_off: u32,
     key_len: u8,
-    has_exptime: bool,
-    value_len: u32,
+    /// The ext byte (0 without one): which optional fields there are.
+    ext: u8,
+    /// Bytes of value in the item.
+    stored_len: u32,
+    /// The client's length (`stored_len` unless packed).
+    raw_len: u32,
     /// Client flags.
     pub flags: u32,
     /// Relative expiry when decoded, 0 = never.
@@ -192,15 +133,25 @@ impl ItemMeta {
     pub fn key_len(&self) -> usize {
         self.key_len as usize
     }
-    /// Value length.
+    /// The client's value length (what a GET sends).
     #[inline]
     pub fn value_len(&self) -> usize {
-        self.value_len as usize
+        self.raw_len as usize
+    }
+    /// Bytes of value in the item (the frame's length when packed).
+    #[inline]
+    pub fn stored_len(&self) -> usize {
+        self.stored_len as usize
+    }
+    /// Whether the value is a zstd frame.
+    #[inline]
+    pub fn is_packed(&self) -> bool {
+        self.ext & EXT_PACKED != 0
     }
     /// Whether the item has an exptime field (its expiry can be set in place).
     #[inline]
     pub fn has_exptime_field(&self) -> bool {
-        self.has_exptime
+        self.ext & EXT_EXPTIME != 0
     }
 }
 
@@ -246,51 +197,6 @@ impl ItemPtr {
         2 - 2 * (self.0 as usize & 1)
     }
 
-    /// Writes the item's header (everything but its key and value) with
-    /// access time 0 and `state` (the EXT bit is set from `spec`), and
-    /// returns where its key goes.
-    ///
-    /// # Safety
-    /// The slot must be exclusively owned and `spec.size()` bytes long.
-    pub unsafe fn write_header(self, spec: &ItemSpec, state: u8) -> *mut u8 {
-        let p = self.0;
-        let x = spec.ext();
-        let state = (state & (STATE_EXT - 1)) | if x != 0 { STATE_EXT } else { 0 };
-        // SAFETY: the caller guarantees exclusive ownership of a slot of
-        // spec.size() bytes; every write below stays inside it.
-        unsafe {
-            (p.add(self.atime_off()) as *mut u16).write(0);
-            p.add(self.state_off()).write(state);
-            p.add(OFF_KLEN).write(spec.key_len as u8);
-            let mut q = p.add(OFF_VLEN);
-            let mut n = spec.value_len;
-            while n >= 0x80 {
-                q.write((n as u8 & 0x7f) | 0x80);
-                q = q.add(1);
-                n >>= 7;
-            }
-            q.write(n as u8);
-            q = q.add(1);
-            if x != 0 {
-                q.write(x);
-                q = q.add(1);
-                if x & EXT_FLAGS != 0 {
-                    (q as *mut [u8; 4]).write(spec.flags.to_le_bytes());
-                    q = q.add(4);
-                }
-                if x & EXT_EXPTIME != 0 {
-                    (q as *mut [u8; 4]).write(spec.exptime.to_le_bytes());
-                    q = q.add(4);
-                }
-                if x & EXT_CAS != 0 {
-                    (q as *mut [u8; 8]).write(spec.cas.unwrap_or(0).to_le_bytes());
-                    q = q.add(8);
-                }
-            }
-            q
-        }
-    }
-
     /// Writes a complete item. The caller owns this freshly allocated slot.
     ///
     /// # Safety
@@ -321,84 +227,6 @@ impl ItemPtr {
         }
     }
 
-    /// The item's size if its header is sound and the item fits in `room`
-    /// bytes (a recovery stepping over items it cannot trust: see
-    /// `recover`); None for bytes that are no item header.
-    pub fn checked_size(self, room: usize) -> Option<usize> {
-        if room < HEADER_SIZE {
-            return None;
-        }
-        let key_len = self.byte(OFF_KLEN) as usize;
-        if !(1..=250).contains(&key_len) {
-            return None;
-        }
-        let mut off = OFF_VLEN;
-        let mut value_len = 0usize;
-        let mut shift = 0;
-        loop {
-            if off >= room || shift > 28 {
-                return None;
-            }
-            let b = self.byte(off);
-            off += 1;
-            value_len |= ((b & 0x7f) as usize) << shift;
-            if b & 0x80 == 0 {
-                break;
-            }
-            shift += 7;
-        }
-        if self.state() & STATE_EXT != 0 {
-            if off >= room {
-                return None;
-            }
-            let x = self.byte(off);
-            if x == 0 || x & !(EXT_FLAGS | EXT_EXPTIME | EXT_CAS) != 0 {
-                return None;
-            }
-            off += 1 + ext_fields_len(x);
-        }
-        let size = off.checked_add(key_len)?.checked_add(value_len)?;
-        (size <= room).then_some(size)
-    }
-
-    #[inline]
-    fn byte(self, off: usize) -> u8 {
-        // SAFETY: header bytes are immutable after init and inside the slot.
-        unsafe { self.0.add(off).read() }
-    }
-
-    #[inline]
-    fn layout(self) -> Layout {
-        let key_len = self.byte(OFF_KLEN) as usize;
-        let mut off = OFF_VLEN;
-        let mut value_len = 0usize;
-        let mut shift = 0;
-        loop {
-            let b = self.byte(off);
-            off += 1;
-            value_len |= ((b & 0x7f) as usize) << shift;
-            // At most 5 bytes, even in bytes that are not a header (a
-            // lock-free reader may decode a stale location; see index).
-            if b & 0x80 == 0 || shift == 28 {
-                break;
-            }
-            shift += 7;
-        }
-        let (ext, fields, key) = if self.state() & STATE_EXT != 0 {
-            let x = self.byte(off);
-            (x, off + 1, off + 1 + ext_fields_len(x))
-        } else {
-            (0, off, off)
-        };
-        Layout {
-            ext,
-            fields,
-            key,
-            key_len,
-            value_len,
-        }
-    }
-
     /// Decodes the whole header at once.
     #[inline]
     pub fn meta(self) -> ItemMeta {
@@ -424,8 +252,9 @@ impl ItemPtr {
         ItemMeta {
             key_off: l.key as u32,
             key_len: l.key_len as u8,
-            has_exptime: l.ext & EXT_EXPTIME != 0,
-            value_len: l.value_len as u32,
+            ext: l.ext,
+            stored_len: l.stored_len as u32,
+            raw_len: l.raw_len as u32,
             flags,
             exptime,
             stored_cas,
@@ -474,26 +303,37 @@ impl ItemPtr {
         self.0.wrapping_add(l.key + l.key_len)
     }
 
-    /// The value, located by `m` (this item's meta).
+    /// The value's bytes in the item (a frame when packed), located by
+    /// `m` (this item's meta).
     #[inline]
-    pub fn value_at<'a>(self, m: &ItemMeta) -> &'a [u8] {
+    pub fn stored_value_at<'a>(self, m: &ItemMeta) -> &'a [u8] {
         // SAFETY: as above.
         unsafe {
-            std::slice::from_raw_parts(self.0.add(m.key_off as usize + m.key_len()), m.value_len())
+            std::slice::from_raw_parts(self.0.add(m.key_off as usize + m.key_len()), m.stored_len())
         }
     }
 
-    /// Offset of ext field `bit` (which must be present).
+    /// The value as a reader gets it, located by `m` (this item's meta);
+    /// `dicts` decodes a packed one.
     #[inline]
-    fn field(l: &Layout, bit: u8) -> usize {
-        let mut off = l.fields;
-        if bit > EXT_FLAGS && l.ext & EXT_FLAGS != 0 {
-            off += 4;
+    pub fn value_ref_at<'a>(self, m: &ItemMeta, dicts: &'a DictTable) -> ValueRef<'a> {
+        if m.is_packed() {
+            return self.packed_value_ref(m, dicts);
         }
-        if bit > EXT_EXPTIME && l.ext & EXT_EXPTIME != 0 {
-            off += 4;
+        ValueRef::Raw(self.stored_value_at(m))
+    }
+
+    /// `value_ref_at` of a packed item: out of line, so that a raw value's
+    /// reader runs none of it.
+    #[cold]
+    #[inline(never)]
+    fn packed_value_ref<'a>(self, m: &ItemMeta, dicts: &'a DictTable) -> ValueRef<'a> {
+        ValueRef::Packed {
+            frame: self.stored_value_at(m),
+            codec: self.codec(&self.layout()),
+            raw_len: m.raw_len,
+            dicts,
         }
-        off
     }
 
     #[inline]
@@ -584,10 +424,29 @@ impl ItemPtr {
         }
     }
 
-    /// Value length.
+    /// The client's value length (what a GET sends).
     #[inline]
     pub fn value_len(self) -> usize {
-        self.layout().value_len
+        self.layout().raw_len
+    }
+
+    /// Bytes of value in the item (the frame's length when packed).
+    #[inline]
+    pub fn stored_len(self) -> usize {
+        self.layout().stored_len
+    }
+
+    /// The codec byte and the client's length of a packed value.
+    #[inline]
+    pub fn packed(self) -> Option<(u8, usize)> {
+        let l = self.layout();
+        (l.ext & EXT_PACKED != 0).then(|| (self.codec(&l), l.raw_len))
+    }
+
+    /// Whether the value was tried and did not compress.
+    #[inline]
+    pub fn raw_tried(self) -> bool {
+        self.layout().ext & EXT_RAW_TRIED != 0
     }
 
     /// Key length.
@@ -604,32 +463,41 @@ impl ItemPtr {
         unsafe { std::slice::from_raw_parts(self.0.add(l.key), l.key_len) }
     }
 
-    /// The value, in segment memory.
+    /// The value's bytes in segment memory (a frame when packed: copies
+    /// of the item take them with its `spec`).
     #[inline]
-    pub fn value<'a>(self) -> &'a [u8] {
+    pub fn stored_value<'a>(self) -> &'a [u8] {
         let l = self.layout();
         // SAFETY: inside the slot; values are immutable after init.
-        unsafe { std::slice::from_raw_parts(self.0.add(l.key + l.key_len), l.value_len) }
+        unsafe { std::slice::from_raw_parts(self.0.add(l.key + l.key_len), l.stored_len) }
     }
 
     /// The item's size in bytes, header included.
     #[inline]
     pub fn size(self) -> usize {
         let l = self.layout();
-        l.key + l.key_len + l.value_len
+        l.key + l.key_len + l.stored_len
     }
 
-    /// The spec of a copy of this item (same flags, expiry field and
-    /// stored CAS).
+    /// The value as a reader gets it; `dicts` decodes a packed one.
+    #[inline]
+    pub fn value_ref<'a>(self, dicts: &'a DictTable) -> ValueRef<'a> {
+        self.value_ref_at(&self.meta(), dicts)
+    }
+
+    /// The spec of a copy of this item (same flags, expiry field, stored
+    /// CAS, and value bytes: packed stays packed).
     pub fn spec(self) -> ItemSpec {
         let l = self.layout();
         ItemSpec {
             key_len: l.key_len,
-            value_len: l.value_len,
+            value_len: l.stored_len,
             flags: self.flags(),
             exptime: self.exptime(),
             exptime_field: l.ext & EXT_EXPTIME != 0,
             cas: self.stored_cas(),
+            packed: (l.ext & EXT_PACKED != 0).then(|| (self.codec(&l), l.raw_len)),
+            raw_tried: l.ext & EXT_RAW_TRIED != 0,
         }
     }
 
@@ -754,11 +622,10 @@ pub struct ItemView<'a> {
     pub(crate) cas: u64,
     /// The segment's base time (atime is relative to it).
     pub(crate) base_time: u32,
-    /// The expiry when the view was made (mg T and gat change it after).
-    pub(crate) exptime: u32,
     /// Held by an epoch pin only, no shard lock (see `lock_free`).
     pub(crate) lock_free: bool,
-    pub(crate) _lock: std::marker::PhantomData<&'a ()>,
+    /// The dictionaries a packed value may name.
+    pub(crate) dicts: &'a DictTable,
 }
 
 impl<'a> ItemView<'a> {
@@ -774,9 +641,10 @@ impl<'a> ItemView<'a> {
     pub fn key(&self) -> &'a [u8] {
         self.ptr.key_at(&self.meta)
     }
-    /// The value.
-    pub fn value(&self) -> &'a [u8] {
-        self.ptr.value_at(&self.meta)
+    /// The value: its bytes, or a frame that decodes to them.
+    #[inline]
+    pub fn value(&self) -> ValueRef<'a> {
+        self.ptr.value_ref_at(&self.meta, self.dicts)
     }
     /// Client flags.
     pub fn flags(&self) -> u32 {
@@ -786,17 +654,22 @@ impl<'a> ItemView<'a> {
     pub fn cas(&self) -> u64 {
         self.cas
     }
-    /// Relative expiry when the view was made, 0 = never.
+    /// Relative expiry when the view was made (`meta`'s: mg T and gat
+    /// change the item's after), 0 = never.
     pub fn exptime(&self) -> u32 {
-        self.exptime
+        self.meta.exptime
     }
     /// Last access (relative clock).
     pub fn atime(&self) -> u32 {
         self.base_time + u32::from(self.ptr.atime())
     }
-    /// Value length.
+    /// The client's value length.
     pub fn value_len(&self) -> usize {
         self.meta.value_len()
+    }
+    /// Whether the value is stored packed.
+    pub fn is_packed(&self) -> bool {
+        self.meta.is_packed()
     }
     /// Has the item been hit before (memcached's ITEM_FETCHED)?
     pub fn fetched(&self) -> bool {
@@ -821,133 +694,4 @@ impl<'a> ItemView<'a> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn buf() -> Vec<u64> {
-        vec![0u64; 64]
-    }
-
-    #[test]
-    fn plain_item_has_a_five_byte_header() {
-        assert_eq!(item_size(16, 64), 85);
-        assert_eq!(item_size(1, 0), 6);
-        assert_eq!(item_size(1, 1), 7);
-        assert_eq!(item_size(1, 128), 4 + 2 + 1 + 128);
-    }
-
-    #[test]
-    fn layout_roundtrip() {
-        let mut b = buf();
-        let p = b.as_mut_ptr() as *mut u8;
-        let spec = ItemSpec {
-            key_len: 3,
-            value_len: 5,
-            flags: 7,
-            exptime: 100,
-            exptime_field: true,
-            cas: Some(99),
-        };
-        // SAFETY: the buffer is 512 bytes, 8-aligned and owned by the test.
-        let it = unsafe { ItemPtr::from_raw(p) };
-        // SAFETY: the test alone holds the buffer; the item takes 30 of its
-        // 512 bytes, and the value parts are the 5 bytes of value_len.
-        unsafe { it.init(&spec, b"key", &[b"he", b"llo"], 62, STATE_BINARY_KEY) };
-        assert_eq!(it.key(), b"key");
-        assert_eq!(it.value(), b"hello");
-        assert_eq!(
-            (it.flags(), it.exptime(), it.atime(), it.stored_cas()),
-            (7, 100, 62, Some(99))
-        );
-        assert_eq!(it.size(), spec.size());
-        assert_eq!(it.size(), 4 + 1 + 1 + 16 + 3 + 5);
-        assert!(it.has_state(STATE_BINARY_KEY) && !it.is_dead());
-        // SAFETY: no other thread sees the item (the exclusion a shard
-        // write lock gives), and `spec` gave it an exptime field.
-        unsafe { it.set_exptime(5) };
-        assert_eq!(it.exptime(), 5);
-        assert_eq!(it.flags(), 7);
-        it.mark_dead();
-        it.bump(70);
-        assert!(it.is_dead() && it.is_fetched());
-        assert_eq!(it.freq(), 1);
-        it.bump(71);
-        it.bump(72);
-        it.bump(73);
-        assert_eq!((it.freq(), it.atime()), (FREQ_MAX, 73));
-        assert_eq!(it.spec().cas, Some(99));
-    }
-
-    #[test]
-    fn key_is_compares_every_byte_of_every_length() {
-        let mut b = buf();
-        for len in 1..=40usize {
-            let key: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
-            let spec = ItemSpec {
-                key_len: len,
-                value_len: 3,
-                ..Default::default()
-            };
-            // SAFETY: the buffer is 512 bytes and owned by the test.
-            let it = unsafe { ItemPtr::from_raw((b.as_mut_ptr() as *mut u8).add(1)) };
-            // SAFETY: the test alone holds the buffer; a key of at most
-            // 40 bytes and a 3-byte value fit in the 511 bytes after the
-            // start; the one part is the whole value.
-            unsafe { it.init(&spec, &key, &[b"val"], 0, 0) };
-            let m = it.meta();
-            assert!(it.key_is(&m, &key), "{len}");
-            for i in 0..len {
-                let mut other = key.clone();
-                other[i] ^= 0x20;
-                assert!(!it.key_is(&m, &other), "{len} {i}");
-            }
-            assert!(!it.key_is(&m, &key[..len - 1]));
-        }
-    }
-
-    #[test]
-    fn odd_addresses_swap_state_and_atime() {
-        let mut b = buf();
-        for start in [1usize, 2, 3] {
-            // SAFETY: the buffer is 512 bytes and owned by the test.
-            let it = unsafe { ItemPtr::from_raw((b.as_mut_ptr() as *mut u8).add(start)) };
-            let spec = ItemSpec {
-                key_len: 1,
-                value_len: 2,
-                ..ItemSpec::default()
-            };
-            // SAFETY: the test alone holds the buffer; the 8-byte item
-            // fits after a start of at most 3; the one part is the value.
-            unsafe { it.init(&spec, b"k", &[b"vv"], 300, STATE_FETCHED) };
-            assert_eq!((it.atime(), it.is_fetched()), (300, true));
-            it.bump(301);
-            assert_eq!((it.atime(), it.freq()), (301, 1));
-            assert_eq!((it.key(), it.value()), (&b"k"[..], &b"vv"[..]));
-        }
-    }
-
-    #[test]
-    fn long_values_and_no_ext() {
-        for vlen in [0usize, 1, 127, 128, 16_383, 16_384, 2_097_152] {
-            let spec = ItemSpec {
-                key_len: 250,
-                value_len: vlen,
-                ..ItemSpec::default()
-            };
-            let mut b = vec![0u64; spec.size() / 8 + 1];
-            let value = vec![b'x'; vlen];
-            let key = [b'k'; 250];
-            // SAFETY: the buffer holds spec.size() bytes, 8-aligned.
-            let it = unsafe { ItemPtr::from_raw(b.as_mut_ptr() as *mut u8) };
-            // SAFETY: the test alone holds the buffer, spec.size() bytes
-            // or more; the one part is the whole value.
-            unsafe { it.init(&spec, &key, &[&value], 0, 0) };
-            assert_eq!(it.value_len(), vlen);
-            assert_eq!(it.key(), &key[..]);
-            assert_eq!(it.value(), &value[..]);
-            assert_eq!((it.flags(), it.exptime(), it.stored_cas()), (0, 0, None));
-            assert!(!it.has_exptime_field());
-            assert_eq!(it.size(), spec.size());
-        }
-    }
-}
+mod tests;

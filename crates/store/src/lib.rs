@@ -13,6 +13,9 @@
 //!   cache over (`recover` rebuilds the index from its segments);
 //! * [`index`]: the sharded hash index from key to `(SegmentId, offset)`;
 //! * [`item`]: the item record layout (5-byte header);
+//! * [`codec`]: packed values (zstd frames an item may hold in place of
+//!   its value) and how readers get the client's bytes back; [`dict`]:
+//!   the dictionaries a packed value may name;
 //! * [`flash`]: the flash tier (`-o ext_path`): items the evictor would
 //!   drop, on flash, found through an index of ~12 bytes per item (`tier`
 //!   is the store's side of it);
@@ -55,6 +58,8 @@
 pub mod arena;
 pub mod backing;
 pub mod clock;
+pub mod codec;
+pub mod dict;
 pub mod epoch;
 pub mod events;
 pub mod flash;
@@ -83,15 +88,16 @@ mod write;
 
 pub use arena::CleanPolicy;
 pub use backing::BackingKind;
+pub use codec::{Corrupt, ValueRef};
 pub use dump::{DumpCursor, DumpEntry};
 pub use flash::{FlashConfig, FlashPath};
 pub use item::{ItemView, HEADER_SIZE};
 pub use store::Store;
 pub use tier::FlashFetch;
 pub use types::{
-    memcached_item_total, segment_size_for, ArithResult, CleanConfig, CounterResult, CounterUpdate,
-    Fetch, Lookup, Placeholder, QueueStats, Removal, RemoveResult, StoreConfig, StoreMode,
-    StoreStats, StoreStatus, Write,
+    memcached_item_total, segment_size_for, ArithResult, CleanConfig, Compression, CounterResult,
+    CounterUpdate, Fetch, Lookup, Placeholder, QueueStats, Removal, RemoveResult, StoreConfig,
+    StoreMode, StoreStats, StoreStatus, Write,
 };
 pub use types::{Recovered, Restart};
 pub use write::Incoming;

@@ -10,7 +10,8 @@
 //! ```text
 //!  offset  field              set                     meaning
 //!       0  magic              when the file is made   "osmiumMF"
-//!       8  format             when the file is made   FORMAT (this layout)
+//!       8  format             when the file is made   FORMAT (this layout; a format 1
+//!                             or taken over           file taken over becomes 2)
 //!      12  control_block_size when the file is made   bytes per control block
 //!      16  segment_size       when the file is made   bytes per segment
 //!      24  segments           when the file is made   segments in the file
@@ -65,8 +66,13 @@ use crate::segment::CONTROL_BLOCK_SIZE;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"osmiumMF");
 /// The layout of header, control blocks and items this build reads and
-/// writes.
-pub const FORMAT: u32 = 1;
+/// writes. Format 2 items may be packed (`item`, `EXT_PACKED`), which
+/// format 1 readers would serve as they are stored.
+pub const FORMAT: u32 = 2;
+/// The oldest format this build takes over: format 1 files hold no packed
+/// items, so they read the same; a file taken over is marked format 2
+/// (older builds then refuse it).
+pub const FORMAT_OLDEST: u32 = 1;
 
 /// The header (see the module comment).
 #[repr(C)]
@@ -172,7 +178,7 @@ impl Header {
                 "made by a newer osmium (file format {format}, this build reads {FORMAT})"
             ));
         }
-        if format < FORMAT {
+        if format < FORMAT_OLDEST {
             return Some(format!(
                 "made by an older osmium (file format {format}, this build reads {FORMAT})"
             ));
@@ -250,6 +256,17 @@ impl Header {
             .store(process_started, Ordering::Relaxed);
         self.checksum
             .store(self.fixed_checksum(), Ordering::Relaxed);
+    }
+
+    /// Marks a file of an older format this build takes over as this
+    /// build's (the checksum covers the format), before anything is
+    /// written into it.
+    fn upgrade_format(&self) {
+        if self.format.load(Ordering::Relaxed) != FORMAT {
+            self.format.store(FORMAT, Ordering::Relaxed);
+            self.checksum
+                .store(self.fixed_checksum(), Ordering::Relaxed);
+        }
     }
 
     /// Unix time of relative second 0 of the cache in the file.
@@ -472,16 +489,19 @@ pub fn open(
             header.make(settings, &layout, process_started);
             None
         }
-        Some(()) => Some(Resume {
-            process_started: header.process_started(),
-            clock: header.clock.load(Ordering::Relaxed),
-            flushes: [0, 1].map(|i| {
-                (
-                    header.flush_at[i].load(Ordering::Relaxed),
-                    header.flush_epoch[i].load(Ordering::Relaxed),
-                )
-            }),
-            graceful: header.open.load(Ordering::Relaxed) == 0,
+        Some(()) => Some({
+            header.upgrade_format();
+            Resume {
+                process_started: header.process_started(),
+                clock: header.clock.load(Ordering::Relaxed),
+                flushes: [0, 1].map(|i| {
+                    (
+                        header.flush_at[i].load(Ordering::Relaxed),
+                        header.flush_epoch[i].load(Ordering::Relaxed),
+                    )
+                }),
+                graceful: header.open.load(Ordering::Relaxed) == 0,
+            }
         }),
     };
     header.mark_open();
@@ -573,6 +593,35 @@ mod tests {
         drop(o);
         let o = open(&path, &SETTINGS, layout, 3000).unwrap();
         assert!(o.resume.expect("resumed").graceful);
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_format_1_file_is_taken_over_and_marked_format_2() {
+        let path = temp("format1");
+        let layout = Layout::new(4, 1 << 20);
+        let o = open(&path, &SETTINGS, layout, 1000).unwrap();
+        // As a build of format 1 made it: its format, its checksum.
+        let h = Header::of(&o.backing);
+        h.format.store(1, Ordering::Relaxed);
+        h.checksum.store(h.fixed_checksum(), Ordering::Relaxed);
+        drop(o);
+        let o = open(&path, &SETTINGS, layout, 2000).unwrap();
+        assert!(o.resume.is_some() && o.note.is_none(), "{:?}", o.note);
+        assert_eq!(
+            Header::of(&o.backing).format.load(Ordering::Relaxed),
+            FORMAT
+        );
+        drop(o);
+        // Marked as this build's: the next start takes it over too.
+        let o = open(&path, &SETTINGS, layout, 3000).unwrap();
+        assert!(o.resume.is_some() && o.note.is_none(), "{:?}", o.note);
+        drop(o);
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_at(&0u32.to_le_bytes(), 8).unwrap();
+        drop(f);
+        let o = open(&path, &SETTINGS, layout, 4000).unwrap();
+        assert!(o.note.unwrap().contains("older osmium"));
         std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }
 

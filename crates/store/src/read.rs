@@ -215,14 +215,23 @@ impl Store {
                 continue;
             };
             let view_before = self.view(old.loc, old.item);
-            self.write_item(&slot, &spec, key, &[old.item.value()], old.item.state());
+            self.write_item(
+                &slot,
+                &spec,
+                key,
+                &[old.item.stored_value()],
+                old.item.state(),
+            );
             slot.ptr
                 .set_atime(self.atime_in(slot.seg, self.base_atime(old.loc, old.item)));
             self.link_counted(&mut table, hash, &slot, Some(&old), false);
+            // The copy's header has the new expiry; its view shows the old.
+            let mut meta = slot.ptr.meta();
+            meta.exptime = view_before.exptime();
             let r = f(
                 ItemView {
                     ptr: slot.ptr,
-                    meta: slot.ptr.meta(),
+                    meta,
                     ..view_before
                 },
                 false,

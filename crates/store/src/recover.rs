@@ -14,6 +14,7 @@
 //!                                                        below it is whole)
 //!  pass 1, reading item memory in order (fetched 16 KiB ahead):
 //!     header sound?      no -> the rest of the segment is dropped
+//!     packed with a dictionary not loaded?  yes -> marked dead
 //!     dead?              yes -> skipped (removed, replaced, or never
 //!                               committed: its writer did not finish)
 //!     flushed, expired?  yes -> marked dead
@@ -21,8 +22,10 @@
 //!  then every shard's table is sized once for its count
 //!  pass 2, from the notes (item memory is read again only on a tag match):
 //!     linked; if its key is linked already (the crash came between
-//!     linking a new version and marking the old one dead), the later
-//!     version (higher CAS unique) stays; the buckets of the next keys are
+//!     linking a new version and marking the old one dead, or a copy's
+//!     linking and the original's death: a move, which may have packed the
+//!     copy), the later version (higher CAS unique; the key and the CAS,
+//!     never the stored bytes) stays; the buckets of the next keys are
 //!     prefetched meanwhile
 //! ```
 //!
@@ -147,13 +150,21 @@ impl Store {
                 fetched += 128;
             }
             let it = self.arena.item(seg, offset);
-            let Some(size) = it.checked_size(used - offset) else {
+            let Some(size) = it.checked_size_within(used - offset, self.cfg.item_size_max) else {
                 // Not an item header: nothing after it can be found.
                 c.damaged += 1;
                 s.used.store(offset, Ordering::Release);
                 break;
             };
-            if !it.is_dead() {
+            if !it.is_dead()
+                && it
+                    .packed()
+                    .is_some_and(|(codec, _)| !self.dicts.knows(codec))
+            {
+                // Packed with a dictionary that is not loaded: not served.
+                it.mark_dead();
+                c.damaged += 1;
+            } else if !it.is_dead() {
                 if matches!(
                     self.check(it, Location { seg, offset }, now),
                     Lookup::Hit(())

@@ -81,6 +81,8 @@ impl Store {
                     exptime,
                     exptime_field: old.exptime_field,
                     cas: self.explicit(d.new_cas).or(forced),
+                    packed: None,
+                    raw_tried: false,
                 }
             } else {
                 item::ItemSpec {
@@ -117,7 +119,11 @@ impl Store {
             } else {
                 (old_state & !item::STATE_TOKEN_SENT) | item::STATE_STALE
             };
-            let value: &[u8] = if d.drop_value { &[] } else { f.item.value() };
+            let value: &[u8] = if d.drop_value {
+                &[]
+            } else {
+                f.item.stored_value()
+            };
             self.write_item(&slot, &spec, key, &[value], state);
             slot.ptr
                 .set_atime(self.atime_in(slot.seg, self.base_atime(f.loc, f.item)));

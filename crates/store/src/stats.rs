@@ -49,6 +49,7 @@ impl Store {
         };
         StoreStats {
             flash_items,
+            compress_errors: self.compress_errors(),
             evicted_nonzero: c.evicted_nonzero.load(Ordering::Relaxed),
             evicted_active: c.evicted_active.load(Ordering::Relaxed),
             evicted_time: c.evicted_time.load(Ordering::Relaxed),

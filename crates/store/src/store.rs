@@ -58,6 +58,10 @@ pub struct Store {
     pub(crate) clean_wanted: (parking_lot::Mutex<bool>, parking_lot::Condvar),
     /// What is reported to the owner (`events`).
     pub(crate) events: crate::events::Events,
+    /// The dictionaries packed values may name.
+    pub(crate) dicts: crate::dict::DictTable,
+    /// Packed values that did not decode (see `drop_corrupt`).
+    pub(crate) compress_errors: AtomicU64,
 }
 
 impl Store {
@@ -166,6 +170,8 @@ impl Store {
             clean_stats: Default::default(),
             compact_plan: Default::default(),
             clean_wanted: Default::default(),
+            dicts: crate::dict::DictTable::new(),
+            compress_errors: AtomicU64::new(0),
             cfg,
         };
         let mut restart = Restart {
@@ -373,14 +379,14 @@ impl Store {
     }
 
     #[inline]
-    pub(crate) fn view<'a>(&self, loc: Location, it: ItemPtr) -> ItemView<'a> {
+    pub(crate) fn view<'a>(&'a self, loc: Location, it: ItemPtr) -> ItemView<'a> {
         self.view_with(loc, it, it.meta())
     }
 
     /// A view of an item whose header is decoded already.
     #[inline]
     pub(crate) fn view_with<'a>(
-        &self,
+        &'a self,
         loc: Location,
         it: ItemPtr,
         meta: item::ItemMeta,
@@ -399,10 +405,52 @@ impl Store {
             meta,
             cas,
             base_time: seg.base_time.load(Ordering::Relaxed),
-            exptime: meta.exptime,
             lock_free: false,
-            _lock: std::marker::PhantomData,
+            dicts: &self.dicts,
         }
+    }
+
+    /// The value of an item as a reader gets it.
+    #[inline]
+    pub(crate) fn value_of(&self, it: ItemPtr) -> crate::codec::ValueRef<'_> {
+        it.value_ref(&self.dicts)
+    }
+
+    /// After a reader found `key`'s packed value does not decode (a
+    /// [`crate::Corrupt`] from its `ValueRef`): unlinks the item if its
+    /// value still does not decode, and counts it (`compress_errors`). The
+    /// reader answers a miss. A thread that keeps its pin for values not
+    /// sent yet (`epoch::keeps`) must not wait for a shard lock: then the
+    /// error is counted and the item left for the next reader to drop.
+    pub fn drop_corrupt(&self, key: &[u8]) {
+        if crate::epoch::keeps() {
+            self.compress_errors.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let hash = crate::index::hash_key(key);
+        let mut table = self.shard(hash).write();
+        let Some(f) = table.find(&self.arena, key, hash) else {
+            // Read from flash: its record goes.
+            if self.forget_flash(hash) {
+                self.compress_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        };
+        let v = self.value_of(f.item);
+        if v.as_raw().is_some() {
+            return;
+        }
+        let mut scratch = Vec::new();
+        if v.append_to(&mut scratch).is_err() {
+            self.unlink(&mut table, &f);
+            self.compress_errors.fetch_add(1, Ordering::Relaxed);
+            note_corrupt_value(key, f.item.packed().map_or(0, |(codec, _)| codec));
+        }
+    }
+
+    /// Packed values that did not decode and were dropped.
+    pub fn compress_errors(&self) -> u64 {
+        self.compress_errors.load(Ordering::Relaxed)
     }
 
     /// Finds a live entry under a write lock, unlinking it if expired or
@@ -600,5 +648,22 @@ impl Store {
             },
             slot.ptr,
         )
+    }
+}
+
+/// A line on standard error for a packed value that did not decode, at
+/// most one a second (they are never expected: item memory is trusted and
+/// flash records are checksummed).
+fn note_corrupt_value(key: &[u8], codec: u8) {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if LAST.swap(now, Ordering::Relaxed) != now {
+        eprintln!(
+            "osmium: a packed value did not decode (key of {} bytes, dictionary slot {}): dropped",
+            key.len(),
+            codec & 63
+        );
     }
 }

@@ -130,7 +130,7 @@ impl Store {
         match flash.append(
             &spec,
             it.key(),
-            it.value(),
+            it.stored_value(),
             it.state() & KEPT_STATE,
             true,
             None,
@@ -196,9 +196,8 @@ impl Store {
                     0
                 },
                 base_time: now,
-                exptime: meta.exptime,
                 lock_free: false,
-                _lock: std::marker::PhantomData,
+                dicts: &self.dicts,
             };
             let out = f(view);
             // Read twice since it was written: back into RAM. Not while
@@ -214,16 +213,20 @@ impl Store {
                     c.set(n);
                     n % rate == 0
                 });
-            let recache = due.then(|| {
-                (
-                    ItemSpec {
-                        cas: meta.stored_cas,
-                        ..it.spec()
-                    },
-                    it.value().to_vec(),
-                    it.state() & KEPT_STATE,
-                )
-            });
+            // Back in RAM raw: a packed value is decoded into the copy.
+            let recache = due
+                .then(|| {
+                    let value = it.value_ref_at(&meta, &self.dicts).to_vec().ok()?;
+                    Some((
+                        ItemSpec {
+                            cas: meta.stored_cas,
+                            ..it.spec()
+                        },
+                        value,
+                        it.state() & KEPT_STATE,
+                    ))
+                })
+                .flatten();
             if recache.is_none() {
                 flash.index.mark_hot(r.hash, r.entry.addr);
             }
@@ -285,7 +288,9 @@ impl Store {
             if spec.exptime != 0 && spec.exptime <= now {
                 return None;
             }
-            Some((spec, it.value().to_vec(), it.state() & KEPT_STATE))
+            // A value that does not decode is dropped with the entry.
+            let value = self.value_of(it).to_vec().ok()?;
+            Some((spec, value, it.state() & KEPT_STATE))
         });
         match found {
             Some((spec, value, state)) => self.back_to_ram(key, &spec, &value, state),

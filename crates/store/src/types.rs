@@ -29,6 +29,10 @@ pub struct StoreConfig {
     pub flash: Option<crate::flash::FlashConfig>,
     /// How dead space is cleaned (`-o compact_*`).
     pub clean: CleanConfig,
+    /// Which values are stored packed (`-o compression`).
+    pub compression: Compression,
+    /// The zstd level values are packed at.
+    pub compress_level: i32,
 }
 
 impl Default for StoreConfig {
@@ -43,6 +47,32 @@ impl Default for StoreConfig {
             recovery_threads: 4,
             flash: None,
             clean: CleanConfig::default(),
+            compression: Compression::default(),
+            compress_level: crate::codec::DEFAULT_LEVEL,
+        }
+    }
+}
+
+/// Which values are stored packed (`-o compression`). Every setting
+/// reads packed items (a memory file may hold some).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Compression {
+    /// None are packed.
+    Off,
+    /// Cold items, by the background pass (none until it exists: as `Off`).
+    #[default]
+    Cold,
+    /// Every value worth it, when it is written (for measurements).
+    All,
+}
+
+impl Compression {
+    /// Its `-o compression=` and `stats settings` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::Off => "off",
+            Compression::Cold => "cold",
+            Compression::All => "all",
         }
     }
 }
@@ -353,6 +383,10 @@ pub struct StoreStats {
     pub reclaimed_dead_bytes: u64,
     /// Items on the flash tier (counted in `curr_items` too).
     pub flash_items: u64,
+    /// Packed values that did not decode and were dropped (answered as
+    /// misses; none expected: item memory is trusted and flash records
+    /// are checksummed).
+    pub compress_errors: u64,
     /// memcached's `evicted_nonzero`, `evicted_active`, `evicted_time`, `moves_to_warm`,
     /// `moves_within_lru`, `crawler_items_checked`, `crawler_reclaimed`
     /// (see `arena::CleanStats`).

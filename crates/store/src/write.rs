@@ -7,12 +7,14 @@ use std::sync::atomic::Ordering;
 
 use crate::arena::{self, Slot};
 use crate::clock::ITEM_UPDATE_INTERVAL;
+use crate::codec::{self, Packed};
+use crate::dict::CODEC_PLAIN;
 use crate::epoch;
 use crate::index::{hash_key, Found, Location, Table};
 use crate::item;
 use crate::shard::Shard;
 use crate::store::Store;
-use crate::types::{Lookup, StoreMode, StoreStatus, Write};
+use crate::types::{Compression, Lookup, StoreMode, StoreStatus, Write};
 
 /// An item whose value is being received (see [`Store::begin_incoming`]):
 /// reserved and written up to `filled` bytes of value, not yet published.
@@ -106,13 +108,65 @@ impl Store {
             // A stale-if-older CAS may keep the old item's expiry.
             exptime_field: w.stale_if_older,
             cas: self.explicit(w.new_cas),
+            packed: None,
+            raw_tried: false,
         };
+        if self.cfg.compression == Compression::All && value.len() >= codec::PACK_MIN {
+            return self.store_packing(head, w, hash, spec);
+        }
+        self.write_new(head, w, hash, spec, value)
+    }
+
+    /// `store_unpromoted`'s write of a value that `-o compression=all`
+    /// packs on this worker, before the item is reserved (stored raw, and
+    /// marked tried, when packing does not pay). Out of line: the other
+    /// settings' writes run none of it.
+    #[inline(never)]
+    fn store_packing(
+        &self,
+        head: usize,
+        w: &Write<'_>,
+        hash: u64,
+        mut spec: item::ItemSpec,
+    ) -> (StoreStatus, u64, usize) {
+        let value = w.value;
+        let packed = codec::with_thread_packer(self.cfg.compress_level, |p| match p.pack(value) {
+            Packed::Frame(frame) => {
+                let spec = item::ItemSpec {
+                    value_len: frame.len(),
+                    packed: Some((CODEC_PLAIN, value.len())),
+                    ..spec
+                };
+                Ok(self.write_new(head, w, hash, spec, frame))
+            }
+            Packed::Rejected | Packed::Sniffed => Err(true),
+            Packed::Small => Err(false),
+        });
+        match packed {
+            Some(Ok(done)) => return done,
+            Some(Err(tried)) => spec.raw_tried = tried,
+            None => {}
+        }
+        self.write_new(head, w, hash, spec, value)
+    }
+
+    /// Reserves, writes (`stored`: the value's bytes in the item, as
+    /// `spec` says) and publishes a set/add/replace/cas item.
+    #[inline]
+    fn write_new(
+        &self,
+        head: usize,
+        w: &Write<'_>,
+        hash: u64,
+        spec: item::ItemSpec,
+        stored: &[u8],
+    ) -> (StoreStatus, u64, usize) {
         let Some(slot) = self.reserve(self.new_item_head(head, hash), &spec) else {
             return self.out_of_memory(w);
         };
-        self.write_item(&slot, &spec, key, &[value], Self::new_state(w));
+        self.write_item(&slot, &spec, w.key, &[stored], Self::new_state(w));
         let (status, cas) = self.publish(head, w, hash, slot, spec);
-        (status, cas, value.len())
+        (status, cas, w.value.len())
     }
 
     /// Prefetches what a write of a key with this hash will lock and read
@@ -183,7 +237,13 @@ impl Store {
                         let (status, cas, _) = self.out_of_memory(w);
                         return (status, cas);
                     };
-                    self.write_item(&next, &spec, key, &[slot.ptr.value()], Self::new_state(w));
+                    self.write_item(
+                        &next,
+                        &spec,
+                        key,
+                        &[slot.ptr.stored_value()],
+                        Self::new_state(w),
+                    );
                     self.abandon(slot);
                     slot = next;
                     continue;
@@ -266,6 +326,8 @@ impl Store {
             exptime: w.exptime,
             exptime_field: false,
             cas: None,
+            packed: None,
+            raw_tried: false,
         };
         let Some(slot) = self.reserve(self.new_item_head(head, hash), &spec) else {
             return Err(self.out_of_memory(w).0);
@@ -303,7 +365,9 @@ impl Store {
         incoming.filled = (incoming.filled + n).min(incoming.spec.value_len);
     }
 
-    /// Publishes a filled incoming item (see `begin_incoming`).
+    /// Publishes a filled incoming item (see `begin_incoming`). Its value
+    /// stays raw, whatever `-o compression` says: callers that want values
+    /// packed as they are written (`packs_on_write`) send them whole.
     pub fn finish_incoming(&self, head: usize, incoming: Incoming) -> (StoreStatus, u64) {
         debug_assert!(incoming.is_filled());
         let key = incoming.slot.ptr.key();
@@ -316,6 +380,13 @@ impl Store {
             ..Write::default()
         };
         self.publish(head, &w, incoming.hash, incoming.slot, incoming.spec)
+    }
+
+    /// Whether values are packed as they are written (`-o
+    /// compression=all`): a value received into its item
+    /// ([`Store::begin_incoming`]) would not be.
+    pub fn packs_on_write(&self) -> bool {
+        self.cfg.compression == Compression::All
     }
 
     /// Gives up an incoming item (bad data, a closed connection).
@@ -393,11 +464,12 @@ impl Store {
                 if cas != 0 && self.cas_of(f.loc, f.item) != cas {
                     return (StoreStatus::Exists, 0, 0);
                 }
+                // The new value is raw: the client's bytes of the old one
+                // (decoded if packed) and `data`.
                 let old = f.item.spec();
                 let spec = item::ItemSpec {
-                    value_len: old.value_len + data.len(),
                     cas: self.explicit(w.new_cas).or(forced),
-                    ..old
+                    ..old.with_raw_value(old.raw_len() + data.len())
                 };
                 (f.loc, spec, self.update_head(head, &f))
             };
@@ -417,15 +489,31 @@ impl Store {
                 exptime: old.item.exptime(),
                 ..spec
             };
-            let old_value = old.item.value();
-            let parts: [&[u8]; 2] = if mode == StoreMode::Append {
-                [old_value, data]
-            } else {
-                [data, old_value]
-            };
+            let old_value = self.value_of(old.item);
             let binary = w.binary_key || old.item.has_state(item::STATE_BINARY_KEY);
             let state = if binary { item::STATE_BINARY_KEY } else { 0 };
-            self.write_item(&slot, &spec, key, &parts, state);
+            self.write_item(&slot, &spec, key, &[], state);
+            // SAFETY: the slot was reserved for `spec`, whose value is
+            // `spec.value_len` bytes from `value_ptr`; it is this thread's
+            // until linked (no reader can reach it).
+            let value =
+                unsafe { std::slice::from_raw_parts_mut(slot.ptr.value_ptr(), spec.value_len) };
+            let (old_part, data_part) = if mode == StoreMode::Append {
+                value.split_at_mut(old_value.len())
+            } else {
+                let (d, o) = value.split_at_mut(data.len());
+                (o, d)
+            };
+            data_part.copy_from_slice(data);
+            if old_value.write_into(old_part).is_err() {
+                // The old value is lost: the key misses, as after an
+                // eviction (see `drop_corrupt`).
+                self.unlink(&mut table, &old);
+                self.compress_errors.fetch_add(1, Ordering::Relaxed);
+                drop(table);
+                self.abandon(slot);
+                return (StoreStatus::NotStored, 0, usize::MAX);
+            }
             if let Some(c) = self.cas_conflict(&slot, spec.cas.is_some(), Some(&old)) {
                 forced = Some(c);
                 drop(table);

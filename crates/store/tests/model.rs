@@ -67,7 +67,7 @@ fn key(k: u8) -> Vec<u8> {
 
 fn read(s: &Store, k: u8) -> Option<Item> {
     match s.get(&key(k), None, |it| Item {
-        value: it.value().to_vec(),
+        value: it.value().to_vec().unwrap(),
         flags: it.flags(),
         cas: it.cas(),
     }) {

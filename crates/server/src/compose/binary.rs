@@ -10,7 +10,7 @@
 
 use osmium_protocol::binary::{self as wire, status};
 use osmium_protocol::request::{BinaryReply, StoreMode};
-use osmium_store::{ItemView, RemoveResult, StoreStatus};
+use osmium_store::{ItemView, RemoveResult, StoreStatus, ValueRef};
 
 use crate::compose::outcome::{Auth, Counted, Outcome, Status, Stored};
 use crate::compose::output::Output;
@@ -51,11 +51,19 @@ pub(crate) fn status_only(out: &mut Output, r: &BinaryReply, code: u16) {
 
 /// A GET/GAT hit (the key too for GETK/GATK; `with_value` false for
 /// TOUCH, which answers the flags only). A large value leaves straight
-/// from item memory.
+/// from item memory; a packed one is decoded into the buffer, and one that
+/// does not decode leaves no reply (false: the caller answers a miss).
 #[inline]
-pub(crate) fn hit(out: &mut Output, r: &BinaryReply, it: &ItemView<'_>, with_value: bool) {
-    let value: &[u8] = if with_value { it.value() } else { &[] };
+pub(crate) fn hit(out: &mut Output, r: &BinaryReply, it: &ItemView<'_>, with_value: bool) -> bool {
+    let value = if with_value {
+        it.value()
+    } else {
+        ValueRef::Raw(&[])
+    };
     let key = r.with_key.then(|| it.key());
+    let Some(value) = value.as_raw() else {
+        return packed_hit(out, r, it, key, value);
+    };
     if out.direct_takes(value.len(), it.lock_free()) {
         wire::put_hit_head(
             out.buf(),
@@ -78,6 +86,36 @@ pub(crate) fn hit(out: &mut Output, r: &BinaryReply, it: &ItemView<'_>, with_val
             value,
         );
     }
+    true
+}
+
+/// A hit whose value is packed: decoded into the buffer after the head
+/// (true); one that does not decode leaves no reply (false). Kept out of
+/// line (see `text::packed_value`).
+#[cold]
+#[inline(never)]
+fn packed_hit(
+    out: &mut Output,
+    r: &BinaryReply,
+    it: &ItemView<'_>,
+    key: Option<&[u8]>,
+    value: ValueRef<'_>,
+) -> bool {
+    let start = out.len();
+    wire::put_hit_head(
+        out.buf(),
+        r.opcode,
+        r.opaque,
+        it.cas(),
+        it.flags(),
+        key,
+        value.len(),
+    );
+    if value.append_to(out.buf()).is_err() {
+        out.truncate(start);
+        return false;
+    }
+    true
 }
 
 /// A GET/GAT miss: nothing for a quiet opcode, the key for GETK/GATK,

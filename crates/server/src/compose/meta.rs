@@ -277,7 +277,15 @@ fn hit(out: &mut Output, m: &MetaReply<'_>, h: &MetaHit<'_>) {
     }
     buf.extend_from_slice(b"\r\n");
     if h.send_value {
-        out.put_value(it.value(), b"\r\n", it.lock_free());
+        let value = it.value();
+        match value.as_raw() {
+            Some(raw) => out.put_value(raw, b"\r\n", it.lock_free()),
+            None => {
+                if !text::decoded_value(out, value, start) {
+                    out.note_corrupt();
+                }
+            }
+        }
     }
 }
 

@@ -138,6 +138,9 @@ pub(crate) struct Output {
     /// Keeps the thread pinned while values are referenced: their memory
     /// is not rewritten before the transport sent (or copied) them.
     pin: Option<osmium_store::epoch::Kept>,
+    /// The meta hit encoder met a packed value that does not decode and
+    /// left its reply out (see [`Output::take_corrupt`]).
+    corrupt: bool,
 }
 
 impl Output {
@@ -162,6 +165,7 @@ impl Output {
             due: false,
             batches_only: false,
             pin: None,
+            corrupt: false,
         }
     }
 
@@ -200,6 +204,26 @@ impl Output {
         self.discard_refs();
         self.sent = self.buf.len();
         self.release_if_empty(pool);
+    }
+
+    /// Notes that the meta hit just taken back had a packed value that
+    /// does not decode: the executor answers a miss instead
+    /// (`take_corrupt`).
+    #[cold]
+    pub(crate) fn note_corrupt(&mut self) {
+        self.corrupt = true;
+    }
+
+    /// Whether the last meta hit was taken back (`note_corrupt`), and
+    /// forgets it.
+    #[inline]
+    pub(crate) fn take_corrupt(&mut self) -> bool {
+        // A load on every meta hit; a store only after a corrupt one.
+        if self.corrupt {
+            self.corrupt = false;
+            return true;
+        }
+        false
     }
 
     /// The buffer reply encoders append to.

@@ -36,15 +36,16 @@ impl<'o> Replies<'o> {
         crate::compose::write(self.out, reply, o)
     }
 
-    /// A get's hit in the text protocol (`text::value`): true if the
-    /// reply's `END` went with it.
+    /// A get's hit in the text protocol (`text::value`): whether the
+    /// reply's `END` went with it, or nothing did (a packed value that
+    /// does not decode: the executor answers a miss).
     #[inline]
     pub(crate) fn text_value(
         &mut self,
         it: &ItemView<'_>,
         with_cas: bool,
         direct: impl FnOnce() -> text::Direct,
-    ) -> bool {
+    ) -> text::Sent {
         text::value(self.out, it, with_cas, direct)
     }
 
@@ -55,10 +56,26 @@ impl<'o> Replies<'o> {
         text::end(self.out)
     }
 
-    /// A binary GET/GAT/TOUCH hit (`binary::hit`).
+    /// A binary GET/GAT/TOUCH hit (`binary::hit`): false when nothing
+    /// was sent (a packed value that does not decode: the executor answers
+    /// a miss).
     #[inline]
-    pub(crate) fn binary_hit(&mut self, r: &BinaryReply, it: &ItemView<'_>, with_value: bool) {
+    pub(crate) fn binary_hit(
+        &mut self,
+        r: &BinaryReply,
+        it: &ItemView<'_>,
+        with_value: bool,
+    ) -> bool {
         binary::hit(self.out, r, it, with_value)
+    }
+
+    /// Whether the last meta hit (`say` of a `MetaHit`) had a packed value
+    /// that did not decode: its reply was left out, and the executor
+    /// answers a miss (and has the store drop the item,
+    /// `Store::drop_corrupt`).
+    #[inline]
+    pub(crate) fn take_corrupt(&mut self) -> bool {
+        self.out.take_corrupt()
     }
 
     /// Where the next reply starts (a request's replies are dropped from

@@ -185,28 +185,45 @@ pub(crate) enum Direct {
     ValueAndEnd,
 }
 
+/// What the encoder of a get hit sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// The value; the caller ends the reply.
+    Value,
+    /// The value and the reply's `END`.
+    ValueAndEnd,
+    /// Nothing: the value is packed and did not decode (the caller answers
+    /// a miss and has the store drop the item).
+    Dropped,
+}
+
 /// A hit of get/gets/gat/gats. The value leaves straight from item memory
-/// when it is large and `direct` allows it; true if the reply's `END` was
-/// written with it.
+/// when it is large and `direct` allows it. A packed value is decoded into
+/// the buffer; one that does not decode leaves no reply. A raw value's
+/// answer is a constant of the path it took, so a caller's test of it
+/// folds away.
 #[inline]
 pub(crate) fn value(
     out: &mut Output,
     it: &ItemView<'_>,
     with_cas: bool,
     direct: impl FnOnce() -> Direct,
-) -> bool {
+) -> Sent {
     let value = it.value();
     let cas = with_cas.then(|| it.cas());
+    let Some(value) = value.as_raw() else {
+        return packed_value(out, it, value, cas);
+    };
     encode::value_header(out.buf(), it.key(), it.flags(), value.len(), cas);
     if out.direct_takes(value.len(), it.lock_free()) {
         match direct() {
             Direct::Value => {
                 out.put_value(value, b"\r\n", true);
-                return false;
+                return Sent::Value;
             }
             Direct::ValueAndEnd => {
                 out.put_value(value, b"\r\nEND\r\n", true);
-                return true;
+                return Sent::ValueAndEnd;
             }
             Direct::No => {}
         }
@@ -214,7 +231,45 @@ pub(crate) fn value(
     let buf = out.buf();
     buf.extend_from_slice(value);
     buf.extend_from_slice(b"\r\n");
-    false
+    Sent::Value
+}
+
+/// A hit whose value is packed: its `VALUE` line, then the value decoded
+/// into the buffer (never referenced). Kept out of line: raw values' path
+/// stays as it was.
+#[cold]
+#[inline(never)]
+fn packed_value(
+    out: &mut Output,
+    it: &ItemView<'_>,
+    value: osmium_store::ValueRef<'_>,
+    cas: Option<u64>,
+) -> Sent {
+    let start = out.len();
+    encode::value_header(out.buf(), it.key(), it.flags(), value.len(), cas);
+    if decoded_value(out, value, start) {
+        Sent::Value
+    } else {
+        Sent::Dropped
+    }
+}
+
+/// A packed value of a hit whose reply was written from `start`: decoded
+/// into the buffer, with its `\r\n` (true); or, when it does not decode,
+/// the reply taken back from `start` (false).
+#[cold]
+#[inline(never)]
+pub(crate) fn decoded_value(
+    out: &mut Output,
+    value: osmium_store::ValueRef<'_>,
+    start: usize,
+) -> bool {
+    if value.append_to(out.buf()).is_err() {
+        out.truncate(start);
+        return false;
+    }
+    out.buf().extend_from_slice(b"\r\n");
+    true
 }
 
 /// The end of a retrieval reply.

@@ -154,6 +154,9 @@ pub(crate) fn text_keys(
     let mut too_long = None;
     let mut position = 0;
     let mut ended = false;
+    // Positions of the keys whose packed values did not decode (never
+    // expected: no allocation otherwise).
+    let mut dropped_at: Vec<usize> = Vec::new();
     match touch {
         None => {
             store.get_many(keys, |key, r| {
@@ -165,11 +168,19 @@ pub(crate) fn text_keys(
                 position += 1;
                 let mut bytes = 0;
                 let outcome = match r {
-                    Lookup::Hit(it) => {
-                        bytes = it.value().len();
-                        ended = out.text_value(&it, with_cas, || direct(index));
-                        Lookup::Hit(())
-                    }
+                    Lookup::Hit(it) => match out.text_value(&it, with_cas, || direct(index)) {
+                        text::Sent::Dropped => {
+                            // Answered as a miss; dropped below (the
+                            // lookups hold a pin: no lock now).
+                            dropped_at.push(index);
+                            Lookup::Miss
+                        }
+                        sent => {
+                            ended = sent == text::Sent::ValueAndEnd;
+                            bytes = it.value_len();
+                            Lookup::Hit(())
+                        }
+                    },
                     Lookup::Miss => Lookup::Miss,
                     Lookup::Expired => Lookup::Expired,
                     Lookup::Flushed => Lookup::Flushed,
@@ -187,14 +198,31 @@ pub(crate) fn text_keys(
                     break;
                 }
                 let mut bytes = 0;
-                let r = touched(ctx, key, || {
+                let mut dropped = false;
+                let mut r = touched(ctx, key, || {
                     store.get(key, Some(exptime), |it| {
-                        bytes = it.value().len();
-                        ended = out.text_value(&it, with_cas, || direct(i));
+                        match out.text_value(&it, with_cas, || direct(i)) {
+                            text::Sent::Dropped => dropped = true,
+                            sent => {
+                                ended = sent == text::Sent::ValueAndEnd;
+                                bytes = it.value_len();
+                            }
+                        }
                     })
                 });
+                if dropped {
+                    store.drop_corrupt(key);
+                    r = Lookup::Miss;
+                }
                 count(ctx, key, true, r);
                 ctx.hot_read(key, bytes);
+            }
+        }
+    }
+    if !dropped_at.is_empty() {
+        for (i, key) in keys.enumerate() {
+            if dropped_at.contains(&i) {
+                store.drop_corrupt(key);
             }
         }
     }
@@ -217,18 +245,24 @@ fn binary_get(
     let store = ctx.store();
     let exptime = touch.map(|e| store.clock().realtime(e));
     let mut bytes = 0;
+    let mut dropped = false;
     let mut get = || {
         store.get(key, exptime, |it| {
-            if with_value {
-                bytes = it.value().len();
+            if !out.binary_hit(r, &it, with_value) {
+                dropped = true;
+            } else if with_value {
+                bytes = it.value_len();
             }
-            out.binary_hit(r, &it, with_value);
         })
     };
-    let found = match touch {
+    let mut found = match touch {
         Some(_) => touched(ctx, key, get),
         None => get(),
     };
+    if dropped {
+        store.drop_corrupt(key);
+        found = Lookup::Miss;
+    }
     let hit = matches!(found, Lookup::Hit(()));
     count(ctx, key, touch.is_some(), found);
     if with_value {

@@ -96,6 +96,14 @@ pub(crate) fn meta_get(
             }
         }
     });
+    let r = if out.take_corrupt() {
+        // Its packed value did not decode: a miss, and the item goes.
+        store.drop_corrupt(m.key);
+        sent_bytes = 0;
+        Lookup::Miss
+    } else {
+        r
+    };
     if !writable && matches!(r, Lookup::Hit(())) {
         return Done::CONTINUE;
     }

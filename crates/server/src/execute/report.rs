@@ -232,6 +232,9 @@ pub(crate) fn general(sh: &Shared, out: &mut StatRows) {
     stat(out, "segments_evicted", e.segments_evicted);
     stat(out, "evicted_live_bytes", e.evicted_live_bytes);
     stat(out, "reclaimed_dead_bytes", e.reclaimed_dead_bytes);
+    // Packed values (`-o compression`) that did not decode: dropped, and
+    // answered as misses.
+    stat(out, "compress_errors", e.compress_errors);
     if let Some(f) = sh.store.flash() {
         flash_stats(f, out);
     }
@@ -589,6 +592,7 @@ pub(crate) fn settings(sh: &Shared, out: &mut StatRows) {
     stat(out, "compact_threshold", s.clean.threshold_percent);
     stat(out, "compact_reserve", s.clean.reserve_percent);
     stat(out, "compact_background", yn(s.clean.background));
+    stat(out, "compression", s.compression.name());
     stat(out, "idle_spin", s.idle_spin_us);
     // Where `/metrics` listens (`--metrics-addr`).
     stat(

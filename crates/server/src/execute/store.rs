@@ -262,11 +262,13 @@ enum IncomingReply {
 }
 
 /// Whether `s`'s value, of which `have` bytes are buffered, is to be read
-/// straight into its item: large, not all here, and none of what needs
-/// the old item first (append/prepend, stale CAS, explicit CAS, binary
-/// keys).
-pub(crate) fn reads_into_item(s: &Store<'_>, have: usize, term: usize) -> bool {
+/// straight into its item: large, not all here, none of what needs the
+/// old item first (append/prepend, stale CAS, explicit CAS, binary keys),
+/// and not for a store that packs values as they are written (`-o
+/// compression=all` packs the whole value before it reserves its item).
+pub(crate) fn reads_into_item(ctx: &WorkerCtx, s: &Store<'_>, have: usize, term: usize) -> bool {
     s.value_len >= INCOMING_MIN
+        && !ctx.store().packs_on_write()
         && have < s.value_len + term
         && matches!(
             s.mode,

@@ -116,6 +116,15 @@ pub(super) fn add(f: &mut Families, sh: &Shared, s: &Rows) {
         }
     }
 
+    if let Some(v) = num(s, "compress_errors") {
+        f.counter(
+            "osmium_compress_errors_total",
+            "Packed values (-o compression) that did not decode: dropped and answered as misses.",
+            no_labels(),
+            v,
+        );
+    }
+
     replication(f, s);
 
     if let Some(tls) = &sh.tls {

@@ -252,7 +252,10 @@ fn one<S: Sink>(
             }
             let total = prefix + st.value_len;
             if input.len() < total {
-                if st.value_len < INCOMING_MIN || datagram || !store::reads_into_item(&st, 0, 0) {
+                if st.value_len < INCOMING_MIN
+                    || datagram
+                    || !store::reads_into_item(ctx, &st, 0, 0)
+                {
                     return (Step::Wait(total), false);
                 }
                 // A large value: the rest of it is read into its item.

@@ -161,7 +161,7 @@ fn run_line<S: Sink>(
                 s.swallow = discard;
             } else {
                 let have = input.len() - consumed;
-                if !datagram && store::reads_into_item(&st, have, 2) {
+                if !datagram && store::reads_into_item(ctx, &st, have, 2) {
                     // The rest of the value goes straight into the item.
                     let take = have.min(st.value_len);
                     let first = &input[consumed..consumed + take];

@@ -106,6 +106,27 @@ fn compaction_options() {
 }
 
 #[test]
+fn compression_option() {
+    use osmium_store::Compression;
+    assert_eq!(run(&[]).unwrap().compression, Compression::Cold);
+    for (arg, want) in [
+        ("compression=off", Compression::Off),
+        ("compression=cold", Compression::Cold),
+        ("compression=all", Compression::All),
+    ] {
+        assert_eq!(run(&["-o", arg]).unwrap().compression, want, "{arg}");
+    }
+    for bad in [
+        "compression",
+        "compression=",
+        "compression=zstd",
+        "compression=ALL",
+    ] {
+        assert!(run(&["-o", bad]).is_err(), "{bad}");
+    }
+}
+
+#[test]
 fn an_option_given_twice_takes_its_last_value_and_lists_add_up() {
     let s = run(&[
         "-t",

@@ -19,6 +19,7 @@ mod large_values;
 mod memfile_space;
 mod memory_bounds;
 mod metrics;
+mod packed_values;
 mod port_retry;
 mod replication;
 mod replication_catchup;

@@ -205,7 +205,7 @@ impl Flash {
                 let copy = self.append(
                     &spec,
                     key,
-                    it.value(),
+                    it.stored_value(),
                     it.state(),
                     false,
                     Some(origin),

@@ -160,7 +160,7 @@ mod tests {
         // SAFETY: the item bytes are a whole item.
         let it = unsafe { ItemPtr::from_raw(item.as_ptr() as *mut u8) };
         assert_eq!(
-            (it.key(), it.value(), it.flags()),
+            (it.key(), it.stored_value(), it.flags()),
             (&b"key"[..], &b"value"[..], 7)
         );
         assert_eq!((it.exptime(), it.stored_cas()), (100, Some(42)));

@@ -25,9 +25,9 @@ fn parallel_writers_and_readers() {
                         value.as_bytes(),
                         0,
                     );
-                    if let Lookup::Hit((v, f)) =
-                        s.get(key.as_bytes(), None, |it| (it.value().to_vec(), it.flags()))
-                    {
+                    if let Lookup::Hit((v, f)) = s.get(key.as_bytes(), None, |it| {
+                        (it.value().to_vec().unwrap(), it.flags())
+                    }) {
                         // whatever we read must be a complete value some writer stored
                         let text = String::from_utf8(v).unwrap();
                         assert!(text.starts_with(&format!("value-{t}-{f}-")), "{text}");
@@ -66,7 +66,7 @@ fn eviction_copies_under_concurrent_readers_and_writers() {
                     match i % 10 {
                         0..=5 => {
                             if let Lookup::Hit(v) =
-                                s.get(key.as_bytes(), None, |it| it.value().to_vec())
+                                s.get(key.as_bytes(), None, |it| it.value().to_vec().unwrap())
                             {
                                 assert_eq!(v, body.as_bytes(), "{key}");
                                 hits += 1;
@@ -131,7 +131,7 @@ fn lock_free_gets_never_see_reused_memory() {
     };
     let check = move |key: &[u8], it: &ItemView<'_>| {
         let k: u32 = std::str::from_utf8(&key[1..]).unwrap().parse().unwrap();
-        let v = it.value();
+        let v = it.value().as_raw().unwrap();
         assert_eq!(it.flags(), k, "flags of {k}");
         let text = std::str::from_utf8(v).unwrap();
         let mut parts = text.splitn(3, ':');
@@ -236,7 +236,9 @@ fn lock_free_gets_of_resident_keys_never_miss() {
                 let mut rounds = 0;
                 while std::time::Instant::now() < deadline {
                     for key in &keys {
-                        let r = s.get(key.as_bytes(), None, |it| it.value() == b"resident");
+                        let r = s.get(key.as_bytes(), None, |it| {
+                            it.value().as_raw() == Some(&b"resident"[..])
+                        });
                         assert!(matches!(r, Lookup::Hit(true)), "{key} missed");
                     }
                     let mut hits = 0;
@@ -393,7 +395,7 @@ fn fetches_race_writers_and_evictions_safely() {
                         }
                     } else if let Lookup::Hit((v, f, lock_free)) =
                         s.fetch(t, key.as_bytes(), &hit, |it, _| {
-                            (it.value().to_vec(), it.flags(), it.lock_free())
+                            (it.value().to_vec().unwrap(), it.flags(), it.lock_free())
                         })
                     {
                         let text = String::from_utf8(v).unwrap();

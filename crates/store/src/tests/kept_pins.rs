@@ -60,7 +60,11 @@ fn kept_pins_never_deadlock_writers_and_keep_their_memory() {
                                     kept = epoch::keep();
                                 }
                                 if kept.is_some() {
-                                    held.push((k, it.value().as_ptr(), it.value().len()));
+                                    held.push((
+                                        k,
+                                        it.value().as_raw().unwrap().as_ptr(),
+                                        it.value().len(),
+                                    ));
                                 }
                             }
                         });

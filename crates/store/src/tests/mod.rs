@@ -9,6 +9,7 @@ mod evict;
 mod flash;
 mod flush;
 mod kept_pins;
+mod packed;
 mod read;
 mod remove;
 mod restart;
@@ -61,7 +62,9 @@ fn shared_store(memory_limit: usize, heads: usize) -> Arc<Store> {
 }
 
 fn get(s: &Store, key: &[u8]) -> Option<(Vec<u8>, u32, u64)> {
-    match s.get(key, None, |it| (it.value().to_vec(), it.flags(), it.cas())) {
+    match s.get(key, None, |it| {
+        (it.value().to_vec().unwrap(), it.flags(), it.cas())
+    }) {
         Lookup::Hit(v) => Some(v),
         _ => None,
     }

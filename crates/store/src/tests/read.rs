@@ -79,7 +79,10 @@ fn get_many_answers_every_key_in_order() {
         let k = String::from_utf8(key.to_vec()).unwrap();
         match r {
             Lookup::Hit(it) => {
-                assert_eq!(it.value(), format!("v{}", &k[1..]).as_bytes());
+                assert_eq!(
+                    it.value().as_raw(),
+                    Some(format!("v{}", &k[1..]).as_bytes())
+                );
                 assert_eq!(it.flags().to_string(), k[1..]);
                 seen.push((k, true));
             }

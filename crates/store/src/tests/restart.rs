@@ -304,3 +304,39 @@ fn a_damaged_segment_loses_its_items_from_the_damage_on_and_nothing_else() {
     assert_eq!(get(&s, b"k49").unwrap().0, b"value");
     assert_eq!(get(&s, b"k50"), None);
 }
+
+#[test]
+fn packed_items_come_back_after_a_crash_and_serve_with_compression_off() {
+    let file = TempFile::new("packed");
+    let mut want = Vec::new();
+    {
+        let (s, _) = Store::open(StoreConfig {
+            compression: Compression::All,
+            ..config(&file, 16 << 20)
+        })
+        .unwrap();
+        for i in 0..200u32 {
+            let key = format!("key{i}");
+            let value = value_of(i);
+            let (st, c) = put(&s, 0, StoreMode::Set, key.as_bytes(), i, 0, &value, 0);
+            assert_eq!(st, StoreStatus::Stored);
+            want.push((key, value, c));
+        }
+        let packed = want
+            .iter()
+            .filter(|(k, _, _)| s.get(k.as_bytes(), None, |it| it.is_packed()) == Lookup::Hit(true))
+            .count();
+        assert!(packed > 100, "{packed} packed");
+        // Dropped without a close: what a killed process leaves.
+    }
+    let (s, r) = open(&file, 16 << 20);
+    assert_eq!(s.config().compression, Compression::Cold);
+    assert_eq!(r.recovered.expect("taken over").items, 200);
+    for (i, (key, value, cas)) in want.iter().enumerate() {
+        assert_eq!(
+            get(&s, key.as_bytes()),
+            Some((value.clone(), i as u32, *cas)),
+            "{key}"
+        );
+    }
+}

@@ -116,7 +116,7 @@ fn cas_if_older_stores_an_older_unique_as_stale() {
     };
     assert_eq!(s.store(0, &w).0, StoreStatus::Stored);
     let stale = s.fetch(0, b"k", &Fetch::default(), |it, _| {
-        (it.stale(), it.value().to_vec())
+        (it.stale(), it.value().to_vec().unwrap())
     });
     assert_eq!(stale, Lookup::Hit((true, b"v3".to_vec())));
     let w = Write {
