@@ -31,7 +31,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Command {
     if args.get(1).is_some_and(|a| a == osmium_upgrade::CHECK_FLAG) {
         return Command::Done(osmium_upgrade::answer_check(
             settings::OSMIUM_VERSION,
-            |expanded| crate::upgrade::parse_settings(&expanded).map(|_| ()),
+            |expanded| crate::upgrade::adopt::parse_settings(&expanded).map(|_| ()),
         ));
     }
     if let Some(done) = service::generate_man(&args) {
@@ -72,7 +72,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Command {
 /// after a stop, else that of the refused or failed start, said on
 /// stderr (under `-d`, by the waiting parent).
 pub fn run(config: Config) -> i32 {
-    crate::upgrade::note_start(None, false);
+    crate::upgrade::check::note_start(None, false);
     let started = match launch::start(*config.0, Host::Process) {
         Ok(s) => s,
         Err(refused) => {
@@ -80,7 +80,7 @@ pub fn run(config: Config) -> i32 {
             return refused.exit_code;
         }
     };
-    serve_to_exit(started)
+    crate::upgrade::serve::serve_to_exit(started)
 }
 
 /// When this image was started by a binary upgrade's exec
@@ -88,16 +88,5 @@ pub fn run(config: Config) -> i32 {
 /// image handed it back, serves on) until a stop; its exit status. None:
 /// an ordinary start. To call first in `main`, before any thread.
 pub fn resume_upgrade() -> Option<i32> {
-    osmium_upgrade::take_env().map(crate::upgrade::resume)
-}
-
-/// Runs the acceptor of a started server until a stop; the exit status.
-pub(crate) fn serve_to_exit(started: crate::server::Started) -> i32 {
-    match started.serve() {
-        Ok(_) => 0,
-        Err(e) => {
-            daemon::report_failure(&launch::failure_message(&e));
-            71 // EX_OSERR
-        }
-    }
+    osmium_upgrade::take_env().map(crate::upgrade::resume::resume)
 }

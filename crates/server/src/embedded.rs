@@ -70,7 +70,7 @@ impl Server {
         let metrics = started.metrics_addr;
         let spawned = std::thread::Builder::new()
             .name("osmium-acceptor".into())
-            .spawn(move || started.serve());
+            .spawn(move || crate::upgrade::serve::serve(started));
         let acceptor = match spawned {
             Ok(handle) => handle,
             Err(e) => {

@@ -44,6 +44,8 @@ use crate::settings::Settings;
 use crate::tls_context::TlsContext;
 use crate::transport::listen::{self, dispatch};
 use crate::transport::worker::{self, WorkerHandle};
+use crate::upgrade::check::{Checked, Checking};
+use crate::upgrade::quiesced::{listener_rec, Quiesced};
 
 const WAKE: Token = Token(usize::MAX);
 /// The acceptor's token for the signals' wake-up socket.
@@ -272,7 +274,15 @@ enum Turn {
     /// A stop was requested.
     Stop(StopRequest),
     /// The new binary passed its check: the upgrade goes on.
-    Upgrade(crate::upgrade::Checked),
+    Upgrade(Checked),
+}
+
+/// How [`Started::serve`] ended: the server stopped, or a new binary
+/// passed its check and the caller runs the upgrade
+/// (`upgrade::serve`).
+pub(crate) enum Served {
+    Stopped(StopRequest),
+    Upgrade(Box<Started>, Checked),
 }
 
 impl Started {
@@ -282,13 +292,11 @@ impl Started {
     /// closes the listeners. Returns how it was asked to stop. A binary
     /// upgrade (SIGUSR2) does not return: the process goes on in the new
     /// image, or, if no image could be run, serves on here.
-    pub(crate) fn serve(mut self) -> io::Result<StopRequest> {
-        loop {
-            match self.accept()? {
-                Turn::Stop(how) => return Ok(self.stop(how)),
-                Turn::Upgrade(checked) => self = crate::upgrade::run(self, checked)?,
-            }
-        }
+    pub(crate) fn serve(mut self) -> io::Result<Served> {
+        Ok(match self.accept()? {
+            Turn::Stop(how) => Served::Stopped(self.stop(how)),
+            Turn::Upgrade(checked) => Served::Upgrade(Box::new(self), checked),
+        })
     }
 
     /// The acceptor's loop: connections dealt to the workers, signals
@@ -307,7 +315,7 @@ impl Started {
         let mut events = Events::with_capacity(256);
         let mut next_worker = 0;
         // The upgrade whose new binary is being checked (SIGUSR2).
-        let mut checking: Option<crate::upgrade::Checking> = None;
+        let mut checking: Option<Checking> = None;
         loop {
             if let Err(e) = poll.poll(&mut events, None) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -339,13 +347,10 @@ impl Started {
                 if checking.is_some() {
                     tracing::warn!("upgrade already running: SIGUSR2 ignored");
                 } else {
-                    checking = crate::upgrade::Checking::begin(shared);
+                    checking = Checking::begin(shared);
                 }
             }
-            if let Some(outcome) = checking
-                .as_ref()
-                .and_then(crate::upgrade::Checking::outcome)
-            {
+            if let Some(outcome) = checking.as_ref().and_then(Checking::outcome) {
                 checking = None;
                 if let Some(checked) = outcome {
                     return Ok(Turn::Upgrade(checked));
@@ -459,7 +464,7 @@ impl Started {
     /// the connections are closed, the listeners kept (not closed, their
     /// close-on-exec flag cleared) and the pid file left for the new
     /// image. `deadline` bounds the drain of running requests.
-    pub(crate) fn quiesce(self, deadline: std::time::Instant) -> crate::upgrade::Quiesced {
+    pub(crate) fn quiesce(self, deadline: std::time::Instant) -> Quiesced {
         let _ = deadline; // nothing is drained yet: no connection is kept
         let Started {
             shared,
@@ -494,11 +499,8 @@ impl Started {
         // The new image (or the old one again) writes it anew, and
         // removes it at its stop.
         std::mem::forget(pid_file);
-        let listeners = listeners
-            .into_iter()
-            .map(crate::upgrade::listener_rec)
-            .collect();
-        crate::upgrade::Quiesced {
+        let listeners = listeners.into_iter().map(listener_rec).collect();
+        Quiesced {
             conns: Vec::new(),
             listeners,
             watchers: Vec::new(),
@@ -509,32 +511,6 @@ impl Started {
             closed: 0,
         }
     }
-}
-
-/// An upgrade's t5-t7 in the image that takes the state over: the server
-/// starts from what `state` hands it. For now (until listeners,
-/// connections and item memory are carried) it starts as a first start
-/// does but for what the process already did (`-d`), with the inherited
-/// listeners closed beforehand (`upgrade::resume`) and bound again here;
-/// the cache is the memory file's with `-e` (taken over as after a kill),
-/// empty without.
-pub(crate) fn adopt(
-    state: osmium_upgrade::State,
-    mut settings: Settings,
-    files: crate::launch::Loaded,
-) -> io::Result<Started> {
-    let _ = state;
-    // The process is already the daemon `-d` made (forking again would
-    // change its pid).
-    settings.daemon = false;
-    start(
-        settings,
-        files.auth,
-        files.tls,
-        files.secret,
-        files.metrics_token,
-        Host::Process,
-    )
 }
 
 /// Starts replication's links and pulls; a pulled connection goes to the

@@ -10,13 +10,15 @@
 //! run the fallback with a good binary. It is removed from the
 //! environment, so that it does not travel on to a later upgrade.
 
-use std::ffi::OsString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 use osmium_upgrade::{Inherited, State};
 
 use crate::server::Started;
-use crate::settings::{self, Action, Settings, OSMIUM_VERSION};
+use crate::settings::{Settings, OSMIUM_VERSION};
+use crate::upgrade::adopt::{close_listeners, parse_settings, start_from};
+use crate::upgrade::check::{note_start, store_fingerprint};
+use crate::upgrade::serve::serve_to_exit;
 use crate::{launch, process};
 
 /// Makes the new image refuse the state (module comment).
@@ -40,7 +42,7 @@ pub(crate) fn resume(inherited: Inherited) -> i32 {
     };
     // First, before this image opens any file that could take their
     // numbers: the listeners the old image kept (bound again by
-    // `server::adopt` until they are carried).
+    // `adopt::start_from` until they are carried).
     close_listeners(&state);
     let parsed = parse_settings(&state.command_line.expanded);
     let logfile = parsed.as_ref().ok().and_then(|s| s.logfile.clone());
@@ -54,30 +56,11 @@ pub(crate) fn resume(inherited: Inherited) -> i32 {
     }
 }
 
-/// Closes the listening sockets the state names.
-pub(super) fn close_listeners(state: &State) {
-    for l in &state.listeners {
-        // SAFETY: close of an fd the state names, which nothing in this
-        // image has opened or taken yet (an fd already closed: EBADF).
-        unsafe { libc::close(l.fd) };
-    }
-}
-
-/// The settings of the command line the state carries.
-pub(crate) fn parse_settings(expanded: &[OsString]) -> Result<Settings, String> {
-    match settings::parse(expanded.to_vec())? {
-        Action::Run(s) => Ok(*s),
-        Action::Print(_) | Action::GenSecret(_) => {
-            Err("a command line that starts no server".into())
-        }
-    }
-}
-
-/// What a start reads and checks, then `server::adopt`.
+/// What a start reads and checks, then `adopt::start_from`.
 fn adopt(state: State, settings: Settings) -> Result<Started, String> {
     process::raise_file_limit(&settings)?;
     let files = launch::load(&settings).map_err(|r| r.message)?;
-    crate::server::adopt(state, settings, files).map_err(|e| launch::failure_message(&e))
+    start_from(state, settings, files).map_err(|e| launch::failure_message(&e))
 }
 
 fn close_fd(fd: RawFd) {
@@ -101,21 +84,21 @@ fn take_over(
             return Err(format!("{REFUSE_ENV} is set"));
         }
         let settings = parsed.map_err(|e| format!("the command line is refused: {e}"))?;
-        if crate::upgrade::store_fingerprint(&settings) != fingerprint {
+        if store_fingerprint(&settings) != fingerprint {
             return Err("the command line gives other store settings here".to_string());
         }
         adopt(state, settings)
     })();
     match taken {
         Ok(started) => {
-            super::note_start(Some(&from), true);
+            note_start(Some(&from), true);
             close_fd(old_exe);
             tracing::warn!(
                 "upgrade done: osmium {} -> osmium {OSMIUM_VERSION}, pid {}",
                 from.version,
                 std::process::id()
             );
-            crate::cli::serve_to_exit(started)
+            serve_to_exit(started)
         }
         Err(why) => {
             tracing::warn!(
@@ -135,12 +118,12 @@ fn take_over(
 
 /// The old image again, after the new one handed the state back.
 fn serve_again(state: State, parsed: Result<Settings, String>, why: &str) -> i32 {
-    super::note_start(Some(&state.origin), false);
+    note_start(Some(&state.origin), false);
     tracing::warn!("upgrade failed: {why}; serving with osmium {OSMIUM_VERSION}");
     // The state's OldExe is the fd this image was run through, which
     // `take_env` closed.
     match parsed.and_then(|settings| adopt(state, settings)) {
-        Ok(started) => crate::cli::serve_to_exit(started),
+        Ok(started) => serve_to_exit(started),
         Err(e) => {
             tracing::error!("upgrade failed: the old image cannot serve again: {e}");
             EX_OSERR

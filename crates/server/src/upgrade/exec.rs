@@ -1,0 +1,150 @@
+//! t1-t4 of the sequence in `mod.rs`: the server quiesced, the state
+//! written, the new image run; and the fallbacks when it cannot be (the
+//! old image run again, or, as a last resort, the server started again in
+//! this process).
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use osmium_store::Store;
+use osmium_upgrade::{CommandLine, MemoryRec, Origin, State};
+
+use crate::server::Started;
+use crate::settings::OSMIUM_VERSION;
+use crate::upgrade::adopt;
+use crate::upgrade::check::{count_failure, history, refused, store_fingerprint, Checked};
+
+/// How long running requests may take to finish at the quiesce.
+const DRAIN: Duration = Duration::from_millis(300);
+
+/// Item memory and the flash tier's metadata handed over by fd (t3).
+/// None yet (until the store hands them over): without `-e` the new image
+/// starts with an empty cache; with `-e` it takes the file over as after
+/// a kill (the file's fd is close-on-exec, so its lock goes with the old
+/// image). The store is neither written out nor marked closed.
+fn hand_over_store(store: &Arc<Store>) -> (Option<MemoryRec>, Option<MemoryRec>) {
+    let _ = store;
+    (None, None)
+}
+
+/// Every fd the state names.
+fn state_fds(state: &State) -> Vec<RawFd> {
+    let mut fds = vec![state.old_exe];
+    fds.extend(state.memory.iter().map(|m| m.fd));
+    fds.extend(state.flash_meta.iter().map(|m| m.fd));
+    fds.extend(state.listeners.iter().map(|l| l.fd));
+    fds.extend(state.conns.iter().map(|c| c.fd));
+    fds.extend(state.watchers.iter().map(|w| w.fd));
+    fds
+}
+
+/// t1-t4: quiesces the server, writes the state and runs the new image.
+/// Returns only if no image could be run: the server started again in
+/// this process from the state.
+pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
+    let Checked {
+        path,
+        image,
+        answer,
+    } = checked;
+    // The fallback, opened before anything stops.
+    let old_exe = match osmium_upgrade::running_image() {
+        Ok(fd) => fd,
+        Err(e) => {
+            refused(&path, &format!("cannot open /proc/self/exe: {e}"));
+            return Ok(started);
+        }
+    };
+    let old_id = osmium_upgrade::image::file_id(old_exe.as_fd()).unwrap_or_default();
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let fingerprint = store_fingerprint(&started.shared.settings);
+    // A signal from here on waits for the image that serves next (which
+    // unblocks them once its handlers are installed). Threads the quiesce
+    // has not stopped yet may still take one, whose flag then goes with
+    // this image.
+    osmium_upgrade::image::block_signals();
+    let quiesced = started.quiesce(Instant::now() + DRAIN);
+    let (memory, flash_meta) = hand_over_store(&quiesced.store);
+    let history = history();
+    let state = State {
+        origin: Origin {
+            version: OSMIUM_VERSION.into(),
+            exe: old_id,
+            pid: std::process::id(),
+            first_start: history.first_start,
+            upgrades: history.upgrades,
+            failures: history.failures,
+            failed: None,
+        },
+        command_line: CommandLine {
+            argv: argv.clone(),
+            // The command line as given: a config file is read again by
+            // the new image.
+            expanded: argv.clone(),
+            store_fingerprint: fingerprint,
+        },
+        memory,
+        flash_meta,
+        old_exe: old_exe.as_raw_fd(),
+        listeners: quiesced.listeners,
+        conns: quiesced.conns,
+        watchers: quiesced.watchers,
+        repl: quiesced.repl,
+        counters: quiesced.counters,
+        secrets: Vec::new(),
+        live: quiesced.live,
+        extra: Vec::new(),
+    };
+    if quiesced.closed > 0 {
+        tracing::warn!(
+            "upgrade: {} connections closed at the drain deadline",
+            quiesced.closed
+        );
+    }
+    for fd in state_fds(&state) {
+        if let Err(e) = osmium_upgrade::keep_fd(fd) {
+            tracing::warn!("upgrade: fd {fd} cannot be kept across the exec: {e}");
+        }
+    }
+    let written = match state.write() {
+        Ok(fd) => fd,
+        Err(e) => {
+            let why = format!("cannot write the hand-over state: {e}");
+            return start_here(state, None, quiesced.store, &why);
+        }
+    };
+    tracing::warn!(
+        "upgrade: running {} (osmium {})",
+        path.display(),
+        answer.version
+    );
+    let e = osmium_upgrade::exec_image(image.as_fd(), &argv, written.as_fd(), None);
+    let why = format!("execve: {e}");
+    tracing::warn!("upgrade failed: {why}; running the old image again");
+    let again = osmium_upgrade::exec_image(old_exe.as_fd(), &argv, written.as_fd(), Some(&why));
+    tracing::warn!("upgrade failed: the old image cannot be run again either ({again})");
+    start_here(state, Some(written), quiesced.store, &why)
+}
+
+/// The last resort, when no image could be run: the server starts again
+/// in this process from the state it could not hand over.
+fn start_here(
+    state: State,
+    written: Option<OwnedFd>,
+    store: Arc<Store>,
+    why: &str,
+) -> io::Result<Started> {
+    count_failure();
+    tracing::warn!("upgrade failed: {why}; serving with osmium {OSMIUM_VERSION} (started again in this process)");
+    // The store's memory and its file's lock go before the start takes
+    // them again.
+    drop(store);
+    drop(written);
+    adopt::close_listeners(&state);
+    let settings = adopt::parse_settings(&state.command_line.expanded).map_err(io::Error::other)?;
+    let files = crate::launch::load(&settings).map_err(|r| io::Error::other(r.message))?;
+    adopt::start_from(state, settings, files)
+}
