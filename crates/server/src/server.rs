@@ -418,24 +418,8 @@ impl Started {
                 StopRequest::Exit | StopRequest::Upgrade => "exit",
             }
         ));
-        shared.replication.stop();
-        // Workers see the stop request and return.
-        for w in &workers {
-            let _ = w.waker.wake();
-        }
-        for w in workers {
-            let _ = w.thread.join();
-        }
-        maintenance.thread().unpark();
-        let _ = maintenance.join();
-        if let Some(m) = metrics {
-            m.stop();
-        }
         // Nothing moves items while the memory file is written out.
-        if let Some(c) = cleaner {
-            shared.store.wake_cleaner();
-            let _ = c.join();
-        }
+        stop_threads(&shared, workers, maintenance, metrics, cleaner);
         // With -e: every page written out and the file marked whole (a kill
         // would have kept the cache too, but only a stop survives a system
         // crash that follows).
@@ -478,22 +462,7 @@ impl Started {
             ..
         } = self;
         shared.request_stop(StopRequest::Upgrade);
-        shared.replication.stop();
-        for w in &workers {
-            let _ = w.waker.wake();
-        }
-        for w in workers {
-            let _ = w.thread.join();
-        }
-        maintenance.thread().unpark();
-        let _ = maintenance.join();
-        if let Some(m) = metrics {
-            m.stop();
-        }
-        if let Some(c) = cleaner {
-            shared.store.wake_cleaner();
-            let _ = c.join();
-        }
+        stop_threads(&shared, workers, maintenance, metrics, cleaner);
         shared.logger.stop();
         let _ = logger.join();
         // The new image (or the old one again) writes it anew, and
@@ -510,6 +479,35 @@ impl Started {
             store: shared.store.clone(),
             closed: 0,
         }
+    }
+}
+
+/// Stops, in this order, replication's threads, the workers (they see
+/// the stop request once woken), the maintenance thread, the metrics
+/// endpoint and the cleaner: after it nothing but the logger moves items
+/// or serves.
+fn stop_threads(
+    shared: &Shared,
+    workers: Vec<WorkerHandle>,
+    maintenance: std::thread::JoinHandle<()>,
+    metrics: Option<crate::metrics::Endpoint>,
+    cleaner: Option<std::thread::JoinHandle<()>>,
+) {
+    shared.replication.stop();
+    for w in &workers {
+        let _ = w.waker.wake();
+    }
+    for w in workers {
+        let _ = w.thread.join();
+    }
+    maintenance.thread().unpark();
+    let _ = maintenance.join();
+    if let Some(m) = metrics {
+        m.stop();
+    }
+    if let Some(c) = cleaner {
+        shared.store.wake_cleaner();
+        let _ = c.join();
     }
 }
 
