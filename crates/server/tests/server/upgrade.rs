@@ -9,7 +9,9 @@
 //! a memfd handed over): 20,000 keys of 1 byte to 100 KB read back byte
 //! for byte after an upgrade to the same file and one to a new copy, and
 //! after a new image refused the state and handed it back to the old
-//! one; with `-o item_memory=anonymous` the cache starts empty; failed
+//! one, with one memfd open after each (the state's copy closed); a new
+//! binary whose check does not say `takes=memory` is handed none; with
+//! `-o item_memory=anonymous` the cache starts empty; failed
 //! upgrades leave the old image serving (same
 //! PID, same exe inode, a log line naming the reason, a connection
 //! opened before still served when nothing stopped): a file that is not
@@ -378,6 +380,16 @@ fn stat(c: &mut LineClient, command: &str, name: &str) -> String {
     found.unwrap_or_else(|| panic!("no {name} in {command}"))
 }
 
+/// How many fds process `pid` holds on the memfd of item memory (one
+/// after any upgrade: the state's copy is closed once taken over).
+fn item_memfds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("list /proc/PID/fd")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().contains("memfd:osmium-items"))
+        .count()
+}
+
 /// A server of 256 MB (no eviction for `FILLED` keys).
 fn big_server(dir: &Dir) -> CacheServer {
     server(dir).args(["-m", "256"])
@@ -403,6 +415,7 @@ fn an_upgrade_keeps_the_whole_cache_without_a_memory_file() {
     check_filled(&mut c, FILLED);
     assert_eq!(stat(&mut c, "stats", "upgrades"), "1");
     assert_eq!(stat(&mut c, "stats", "curr_items"), FILLED.to_string());
+    assert_eq!(item_memfds(pid), 1);
     let log = srv.stderr_text();
     assert!(
         log.contains(&format!(
@@ -421,6 +434,7 @@ fn an_upgrade_keeps_the_whole_cache_without_a_memory_file() {
     assert_eq!(c.line(), "END\r\n");
     assert_eq!(stat(&mut c, "stats", "upgrades"), "2");
     assert_eq!(stat(&mut c, "stats", "upgrade_failures"), "0");
+    assert_eq!(item_memfds(pid), 1);
 }
 
 #[test]
@@ -453,6 +467,39 @@ fn a_new_image_that_refuses_the_state_hands_the_whole_cache_back() {
     check_filled(&mut c, FILLED);
     assert_eq!(stat(&mut c, "stats", "upgrades"), "0");
     assert_eq!(stat(&mut c, "stats", "upgrade_failures"), "1");
+    assert_eq!(item_memfds(pid), 1);
+}
+
+#[test]
+fn a_binary_that_does_not_say_it_takes_item_memory_is_handed_none() {
+    // A build from before memfds: its check answer has no `takes=memory`
+    // (here the real binary's, with the field cut), and it would keep an
+    // fd it does not use open for the life of the process.
+    let dir = Dir::new("memfd-older");
+    dir.install_osmium("osmium");
+    let mut srv = server(&dir).start();
+    let pid = srv.pid();
+    let mut c = LineClient::to(&srv);
+    set_get(&mut c, "before", "not handed over");
+    dir.install_osmium("osmium.real");
+    let real = dir.path("osmium.real");
+    let real = real.display();
+    dir.install_script(
+        "osmium",
+        &format!(
+            "case \"$1\" in --upgrade-check) {real} \"$@\" | sed 's/ takes=memory//'; exit 0;; esac\n\
+             exec {real} \"$@\""
+        ),
+    );
+    srv.send_signal(libc::SIGUSR2);
+    wait_for_log(&srv, "upgrade done:", 1);
+    assert!(srv
+        .stderr_text()
+        .contains("the new binary does not take item memory over"));
+    let mut c = client_when_serving(&srv);
+    c.send(b"get before\r\n");
+    assert_eq!(c.line(), "END\r\n");
+    assert_eq!(item_memfds(pid), 1, "only the new image's own memfd");
 }
 
 #[test]
