@@ -243,7 +243,7 @@ impl Store {
         self.flash.as_deref()
     }
 
-    /// The memory file's header, with `-e`.
+    /// The memory file's header, with `-e` or a memfd.
     pub(crate) fn memfile_header(&self) -> Option<&memfile::Header> {
         let backing = self.arena.backing();
         backing.has_header().then(|| memfile::Header::of(backing))
@@ -273,8 +273,8 @@ impl Store {
         crate::memfd::hand_over(backing)
     }
 
-    /// Advances the clock (see `Clock::tick`) and, with a memory file,
-    /// records it there. The maintainer calls it.
+    /// Advances the clock (see `Clock::tick`) and, with a memory file or a
+    /// memfd, records it in its header. The maintainer calls it.
     pub fn tick_clock(&self) {
         self.clock.tick();
         if let Some(h) = self.memfile_header() {
