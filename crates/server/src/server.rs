@@ -84,7 +84,9 @@ pub(crate) struct Started {
 /// every thread but the acceptor; the server answers once this returns
 /// (and the acceptor runs: [`Started::serve`]). As `host` allows: the
 /// signal handlers, `-d`, `-u`, `-k`, `-r` and the service manager's
-/// notifications belong to the process.
+/// notifications belong to the process. `handed_over`: the memfd of item
+/// memory a binary upgrade's state names, whose cache the store takes
+/// over (it maps a duplicate; the caller closes this fd).
 pub(crate) fn start(
     settings: Settings,
     auth: AuthConfig,
