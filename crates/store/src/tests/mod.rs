@@ -9,6 +9,7 @@ mod evict;
 mod flash;
 mod flush;
 mod kept_pins;
+mod pack;
 mod packed;
 mod read;
 mod remove;
