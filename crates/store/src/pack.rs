@@ -24,6 +24,14 @@
 //!   after:       A  D(packed)  B  C            V freed
 //! ```
 //!
+//! Why the oldest first, and the newest while no segment is free: the
+//! oldest items have had the longest to be hit, so packing them packs the
+//! fewest that are hot; but with no free segment the writers are evicting
+//! (the cleaner is behind them), the oldest segments are the next to go,
+//! and a pack of one would be undone at once, while a pack of the newest
+//! keeps its items for a whole turn of the queue (a hit on a packed item
+//! still counts, and S3-FIFO keeps it, written back raw).
+//!
 //! Why the pass runs only when free segments run low: until then nothing
 //! would be evicted, and a value packed costs a decompression at each
 //! GET. Once memory is needed, the choice is between evicting the oldest
@@ -213,15 +221,21 @@ impl Store {
     /// The background cleaner's pack step (see the module comment), when
     /// no segment is dead enough to compact: pack-compacts the oldest
     /// segment not packed yet of main, else of small, unless the pass is
-    /// paused on that queue. False if there was nothing to do.
+    /// paused on that queue; the newest instead while the writers evict
+    /// (see the module comment). False if there was nothing to do.
     pub(crate) fn pack_ahead(&self, scan: &CleanScan) -> bool {
         if self.cfg.compression != Compression::Cold {
             return false;
         }
         let resume_at = self.pack_work.lock().resume_at;
         let activations = self.arena.activations();
+        let candidates = if self.arena.free_segments() == 0 {
+            &scan.pack_newest
+        } else {
+            &scan.pack
+        };
         for queue in [Queue::Main, Queue::Small] {
-            let Some(victim) = scan.pack[queue as usize] else {
+            let Some(victim) = candidates[queue as usize] else {
                 continue;
             };
             if activations < resume_at[queue as usize] {

@@ -118,6 +118,8 @@ pub struct CleanScan {
     /// For the pack pass, by queue (small, main): the oldest sealed, quiet
     /// segment (by activation) that the pass has not been over.
     pub pack: [Option<SegmentId>; 2],
+    /// The same, the newest.
+    pub pack_newest: [Option<SegmentId>; 2],
 }
 
 impl Arena {
@@ -140,7 +142,7 @@ impl Arena {
             ..CleanScan::default()
         };
         let mut best_score = 0u128;
-        let mut pack_seq = [u64::MAX; 2];
+        let (mut oldest, mut newest) = ([u64::MAX; 2], [0u64; 2]);
         for (id, s) in self.segments[..ids].iter().enumerate() {
             let state = s.state.load(Ordering::Acquire);
             if state == STATE_FREE {
@@ -156,9 +158,13 @@ impl Arena {
             if s.packed.load(Ordering::Relaxed) == PACK_NOT_YET {
                 let q = s.queue.load(Ordering::Relaxed).min(1) as usize;
                 let seq = s.seq.load(Ordering::Relaxed);
-                if seq < pack_seq[q] {
-                    pack_seq[q] = seq;
+                if seq < oldest[q] {
+                    oldest[q] = seq;
                     scan.pack[q] = Some(id as SegmentId);
+                }
+                if seq >= newest[q] {
+                    newest[q] = seq;
+                    scan.pack_newest[q] = Some(id as SegmentId);
                 }
             }
             if dead < min_dead {

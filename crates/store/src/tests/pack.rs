@@ -297,3 +297,49 @@ fn a_cache_of_cold_text_holds_twice_the_items() {
     assert!(st.pack_segments > 0 && st.pack_items > 0, "{st:?}");
     assert_eq!(off.stats().pack_items, 0);
 }
+
+#[test]
+fn with_no_segment_free_the_pass_packs_the_newest_segment() {
+    // Writers that find no free segment evict the oldest: the pass,
+    // behind them, packs the newest sealed segment instead, whose items
+    // then stay a whole turn of the queue.
+    let s = Store::new(StoreConfig {
+        memory_limit: 16 << 20,
+        write_heads: 1,
+        ..StoreConfig::default()
+    });
+    let mut i = 0u32;
+    while s.arena.free_segments() > 0 {
+        let key = format!("key{i}");
+        put(
+            &s,
+            0,
+            StoreMode::Set,
+            key.as_bytes(),
+            0,
+            0,
+            &text(4000, i),
+            0,
+        );
+        i += 1;
+    }
+    // (The write that took the last segment evicted the oldest one.)
+    let first = (0..i)
+        .find(|k| packed(&s, format!("key{k}").as_bytes()).is_some())
+        .unwrap();
+    let first = format!("key{first}");
+    let oldest = location(&s, first.as_bytes()).seg;
+    // The newest sealed segment: the one before the head's.
+    let head = location(&s, format!("key{}", i - 1).as_bytes()).seg;
+    let mut j = i - 1;
+    while location(&s, format!("key{j}").as_bytes()).seg == head {
+        j -= 1;
+    }
+    let newest = location(&s, format!("key{j}").as_bytes()).seg;
+    assert!(s.clean_ahead());
+    assert_eq!(packed(&s, format!("key{j}").as_bytes()), Some(true));
+    assert_eq!(packed(&s, first.as_bytes()), Some(false));
+    assert_eq!(location(&s, first.as_bytes()).seg, oldest);
+    assert_ne!(location(&s, format!("key{j}").as_bytes()).seg, newest);
+    assert_eq!(s.stats().pack_segments, 1);
+}
