@@ -23,12 +23,13 @@
 #          (every unit `cargo test` needs, built once: see cargo_build_release)
 #        the Debian package (scripts/build-deb.sh: man pages, cargo deb
 #          --no-build; installed and purged by tests/package)
+#        then side by side (PARALLEL=0: one after another):
 #        cargo test --workspace --release
 #        the proxy's placement, serving, stats and TLS suites again,
 #          each proxy started on placeholder servers and SIGHUP-reloaded
 #          into its real configuration (OSMIUM_PROXY_TESTS_RELOADED=1)
 #        cargo fuzz (one build of every target, then each target briefly,
-#          two at a time; only if fuzz/Cargo.toml exists)
+#          two at a time, at nice 10; only if fuzz/Cargo.toml exists)
 #        python3 -m pytest tests -q (in two pytest-xdist processes)
 #   3. prints a summary of the steps and of the test counts.
 #
@@ -49,9 +50,14 @@
 #   FUZZ_JOBS=2           fuzz targets run at a time
 #   PYTEST_ARGS="..."     extra arguments for pytest
 #   PYTEST_WORKERS=2      pytest-xdist processes (1: one process, no xdist)
+#   PARALLEL=1            cargo test, fuzz and pytest side by side (0: in turn)
 #   ONLY="ID ..."         run only these steps (the others are reported as
 #                         skipped): install fmt msrv clippy build deb test
 #                         reloaded fuzz pytest; e.g. ONLY="install pytest"
+#   OSMIUM_TEST_PROFILE=release
+#                         build and test with Cargo.toml's release profile
+#                         (thin LTO, line tables) instead of the test build's
+#                         (no LTO, no debug info: see cargo_build_release)
 #   OSMIUM_LONG_TESTS=1   the long versions of the slowest integration tests
 #                         (crates/test-harness/src/size.rs): more keys and
 #                         longer loads, the same cases
@@ -79,9 +85,26 @@ fi
 STEP_NAMES=()
 STEP_RESULTS=()
 STEP_TIMES=()
+STEP_CPU=()
 TOTAL_START=$SECONDS
 
 note() { printf '>>> %s\n' "$*"; }
+
+# cpu_now: the CPU seconds (user + system) of this shell's children
+# reaped so far (`times`' second line; written to a file, not read
+# through $(...), whose subshell would start from zero).
+cpu_now() {
+    local line re='^([0-9]+)m([0-9.]+)s ([0-9]+)m([0-9.]+)s$'
+    times >"$LOGDIR/times"
+    line=$(tail -n 1 "$LOGDIR/times")
+    if [[ $line =~ $re ]]; then
+        awk -v a="${BASH_REMATCH[1]}" -v b="${BASH_REMATCH[2]}" \
+            -v c="${BASH_REMATCH[3]}" -v d="${BASH_REMATCH[4]}" \
+            'BEGIN { printf "%.0f", a * 60 + b + c * 60 + d }'
+    else
+        echo 0
+    fi
+}
 
 header() {
     printf '\n%s\n== [%s] %s\n%s\n' \
@@ -129,7 +152,8 @@ summary() {
         "========================================================================" \
         "========================================================================"
     for i in "${!STEP_NAMES[@]}"; do
-        printf '  %-7s %6ss  %s\n' "${STEP_RESULTS[$i]}" "${STEP_TIMES[$i]}" "${STEP_NAMES[$i]}"
+        printf '  %-7s %6ss %7s  %s\n' "${STEP_RESULTS[$i]}" "${STEP_TIMES[$i]}" \
+            "${STEP_CPU[$i]:+${STEP_CPU[$i]}s cpu}" "${STEP_NAMES[$i]}"
     done
     printf '  total time: %ss\n' "$((SECONDS - TOTAL_START))"
     if [ "$rc" -eq 0 ]; then
@@ -186,9 +210,12 @@ run_step() {
         record_step "$STEP_NO" "$name" "$SECONDS" 99
         return
     fi
-    local start=$SECONDS
+    local start=$SECONDS cpu rc
+    cpu=$(cpu_now)
     "$@" 2>&1 | tee "$LOGDIR/$(printf '%02d' "$STEP_NO").log"
-    record_step "$STEP_NO" "$name" "$start" "${PIPESTATUS[0]}"
+    rc=${PIPESTATUS[0]}
+    STEP_CPU[STEP_NO]=$(($(cpu_now) - cpu))
+    record_step "$STEP_NO" "$name" "$start" "$rc"
 }
 
 # start_step ID "NAME" FUNCTION [ARGS...]: run FUNCTION in the background,
@@ -208,7 +235,15 @@ start_step() {
     local log
     log="$LOGDIR/$(printf '%02d' "$STEP_NO").log"
     # (the step's own end, for its time in the summary: .end, not .log)
-    { "$@"; local rc=$?; echo "$SECONDS" >"${log%.log}.end"; return "$rc"; } >"$log" 2>&1 &
+    # (its CPU: `times` in the background shell, whose children are the
+    # step's own)
+    {
+        "$@"
+        local rc=$?
+        echo "$SECONDS" >"${log%.log}.end"
+        times | tail -n 1 >"${log%.log}.times"
+        return "$rc"
+    } >"$log" 2>&1 &
     BG_PID[$id]=$!
     note "started in the background (PID ${BG_PID[$id]}); its output follows when it ends"
 }
@@ -222,6 +257,13 @@ finish_step() {
     unset "BG_PID[$id]"
     header "${BG_NO[$id]}/$TOTAL_STEPS" "${BG_NAME[$id]} (ended)"
     cat "$LOGDIR/$(printf '%02d' "${BG_NO[$id]}").log"
+    local times re='^([0-9]+)m([0-9.]+)s ([0-9]+)m([0-9.]+)s$'
+    times=$(cat "$LOGDIR/$(printf '%02d' "${BG_NO[$id]}").times" 2>/dev/null)
+    if [[ $times =~ $re ]]; then
+        STEP_CPU[${BG_NO[$id]}]=$(awk -v a="${BASH_REMATCH[1]}" -v b="${BASH_REMATCH[2]}" \
+            -v c="${BASH_REMATCH[3]}" -v d="${BASH_REMATCH[4]}" \
+            'BEGIN { printf "%.0f", a * 60 + b + c * 60 + d }')
+    fi
     record_step "${BG_NO[$id]}" "${BG_NAME[$id]}" "${BG_START[$id]}" "$rc" \
         "$(cat "$LOGDIR/$(printf '%02d' "${BG_NO[$id]}").end" 2>/dev/null || echo "$SECONDS")"
 }
@@ -425,6 +467,14 @@ install_client_suites() {
 # binaries and their serde/regex dependencies a second time. Built this
 # way, the binaries the tests run (and the Debian package holds) are the
 # ones `cargo test` would build; the features added change no code path.
+#
+# The test build leaves out what only the shipped binaries need
+# (TEST_PROFILE below): no link-time optimisation, no line tables, 16
+# codegen units, so the ~60 binaries of the workspace's tests link in a
+# fraction of the time. The tests measure no speed, and the code is the
+# same; `cargo build --release` outside this script (and
+# scripts/build-deb.sh run alone) keeps Cargo.toml's profile.
+# OSMIUM_TEST_PROFILE=release tests with that profile instead.
 cargo_build_release() {
     cargo build --release --workspace --lib --bins --tests --examples || return 1
     if [ ! -x target/release/osmium ]; then
@@ -501,6 +551,9 @@ fuzz_step() {
         note "SKIP_FUZZ=1"
         return 99
     fi
+    # Below the suites that run beside it (this step's shell: the build
+    # and the targets inherit it).
+    renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true
     if ! cargo fuzz --version >/dev/null 2>&1; then
         note "installing cargo-fuzz"
         cargo install cargo-fuzz --locked || return 1
@@ -631,9 +684,26 @@ run_step fmt "cargo fmt --all -- --check" cargo fmt --all -- --check
 start_step msrv "cargo +$RUST_VERSION check (the workspace rust-version)" msrv_step
 run_step clippy "cargo clippy --workspace --all-targets -- -D warnings" \
     cargo clippy --workspace --all-targets -- -D warnings
+# From here on, every cargo command that builds the release profile uses
+# the test build's settings (see cargo_build_release), so the test steps
+# compile nothing again.
+if [ "${OSMIUM_TEST_PROFILE:-test}" != release ]; then
+    export CARGO_PROFILE_RELEASE_LTO=off
+    export CARGO_PROFILE_RELEASE_DEBUG=0
+    export CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
+fi
 run_step build "cargo build --release --workspace --lib --bins --tests --examples" cargo_build_release
 finish_step msrv
 run_step deb "Debian package (scripts/build-deb.sh)" deb_step
+# The suites run side by side: cargo test keeps under half of the two
+# cores busy (its servers and clients mostly wait on each other over
+# loopback), pytest about a third; the fuzz targets fill what they leave,
+# at a lower priority (nice 10). Every server any of them starts takes a
+# free port of its own. PARALLEL=0 runs them one after another.
+if [ "${PARALLEL:-1}" = 1 ]; then
+    start_step fuzz "cargo fuzz (${FUZZ_SECONDS}s per target, text_parser and proxy_parsers half; ${FUZZ_JOBS:-2} at a time; nice 10)" fuzz_step
+    start_step pytest "python3 -m pytest tests -q" pytest_step
+fi
 run_step test "cargo test --workspace --release" cargo test --workspace --release
 # --workspace, not -p osmium-proxy: the same feature set as the step
 # before, so nothing is compiled again (-p rebuilt the dependencies: 430 s).
@@ -642,7 +712,12 @@ run_step test "cargo test --workspace --release" cargo test --workspace --releas
 run_step reloaded "proxy suites through a reloaded proxy" \
     env OSMIUM_PROXY_TESTS_RELOADED=1 cargo test --workspace --release \
     --test proxy -- placement:: serving:: stats:: tls::
-run_step fuzz "cargo fuzz (${FUZZ_SECONDS}s per target, text_parser and proxy_parsers half; ${FUZZ_JOBS:-2} at a time)" fuzz_step
-run_step pytest "python3 -m pytest tests -q" pytest_step
+if [ "${PARALLEL:-1}" = 1 ]; then
+    finish_step pytest
+    finish_step fuzz
+else
+    run_step fuzz "cargo fuzz (${FUZZ_SECONDS}s per target, text_parser and proxy_parsers half; ${FUZZ_JOBS:-2} at a time; nice 10)" fuzz_step
+    run_step pytest "python3 -m pytest tests -q" pytest_step
+fi
 summary 0
 exit 0

@@ -66,6 +66,7 @@ pub(crate) fn start(settings: Settings, host: Host) -> Result<Started, Refused> 
         files.secret,
         files.metrics_token,
         host,
+        None,
     )
     .map_err(|e| refused_start(&e))
 }

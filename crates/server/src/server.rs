@@ -26,6 +26,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +41,7 @@ use crate::process::{self, Host, Signals};
 use crate::replication::auth::Secret;
 use crate::replication::stream::{LinkStream, NoiseHalves};
 use crate::service;
-use crate::settings::Settings;
+use crate::settings::{ItemMemory, Settings};
 use crate::tls_context::TlsContext;
 use crate::transport::listen::{self, dispatch};
 use crate::transport::worker::{self, WorkerHandle};
@@ -83,7 +84,9 @@ pub(crate) struct Started {
 /// every thread but the acceptor; the server answers once this returns
 /// (and the acceptor runs: [`Started::serve`]). As `host` allows: the
 /// signal handlers, `-d`, `-u`, `-k`, `-r` and the service manager's
-/// notifications belong to the process.
+/// notifications belong to the process. `handed_over`: the memfd of item
+/// memory a binary upgrade's state names, whose cache the store takes
+/// over (it maps a duplicate; the caller closes this fd).
 pub(crate) fn start(
     settings: Settings,
     auth: AuthConfig,
@@ -91,6 +94,7 @@ pub(crate) fn start(
     secret: Option<Secret>,
     metrics_token: Option<crate::metrics::Token>,
     host: Host,
+    handed_over: Option<BorrowedFd<'_>>,
 ) -> io::Result<Started> {
     for w in &settings.warnings {
         tracing::warn!("{w}");
@@ -150,22 +154,34 @@ pub(crate) fn start(
     let udp_endpoints = udp_sockets.len() * settings.threads_per_udp;
     let mut udp_per_worker = listen::deal_udp_sockets(udp_sockets, &settings)?.into_iter();
 
-    let opened = Store::open(StoreConfig {
+    let backing = match (&settings.memory_file, settings.item_memory) {
+        (Some(path), _) => BackingKind::File(path.into()),
+        (None, ItemMemory::Memfd) => BackingKind::Memfd,
+        (None, ItemMemory::Anonymous) => BackingKind::Anonymous,
+    };
+    let taken_over = handed_over.filter(|_| backing == BackingKind::Memfd);
+    if handed_over.is_some() && taken_over.is_none() {
+        tracing::warn!(
+            "[restart] the item memory handed over is not taken: -o item_memory=anonymous"
+        );
+    }
+    let config = StoreConfig {
         memory_limit: settings.memory_limit,
         item_size_max: settings.item_size_max,
         evictions: settings.evictions,
         use_cas: settings.use_cas,
         write_heads: settings.threads,
-        backing: match &settings.memory_file {
-            Some(path) => BackingKind::File(path.into()),
-            None => BackingKind::Anonymous,
-        },
+        backing,
         recovery_threads: settings.threads,
         flash: settings.flash.clone(),
         clean: settings.clean,
         compression: settings.compression,
         ..StoreConfig::default()
-    });
+    };
+    let opened = match taken_over {
+        Some(fd) => Store::open_inherited(config, fd),
+        None => Store::open(config),
+    };
     let (store, restart) = match opened {
         Ok(opened) => opened,
         Err(e) => {
@@ -596,6 +612,9 @@ fn report_link_events(shared: &Arc<Shared>) {
 
 /// Says what became of a memory file's cache at start (memcached prints
 /// its restart lines the same way, on standard error).
+/// The `[restart]` lines: why a cache was not taken over, what the flash
+/// tier and item memory (the `-e` file, else the memfd a binary upgrade
+/// handed over) gave back.
 fn report_restart(restart: &Restart, file: Option<&str>) {
     if let Some(note) = &restart.note {
         tracing::warn!("[restart] {note}");
@@ -616,13 +635,21 @@ fn report_restart(restart: &Restart, file: Option<&str>) {
             );
         }
     }
-    if let (Some(r), Some(file)) = (&restart.recovered, file) {
+    if let Some(r) = &restart.recovered {
+        let (source, after) = match (file, r.graceful) {
+            (Some(file), true) => (file, "a graceful stop"),
+            (Some(file), false) => (file, "a crash"),
+            (None, true) => ("the item memory handed over", "a hand-over"),
+            (None, false) => (
+                "the item memory handed over",
+                "an image that took it over and stopped",
+            ),
+        };
         tracing::warn!(
-            "[restart] {} items back from {file} in {:.1} ms ({} segments, after {}; {} expired or flushed, {} damaged)",
+            "[restart] {} items back from {source} in {:.1} ms ({} segments, after {after}; {} expired or flushed, {} damaged)",
             r.items,
             r.elapsed.as_secs_f64() * 1000.0,
             r.segments,
-            if r.graceful { "a graceful stop" } else { "a crash" },
             r.stale,
             r.damaged,
         );

@@ -213,6 +213,16 @@ pub(crate) struct ListenAddr {
     pub tls: ListenerTls,
 }
 
+/// What holds item memory without `-e` (`-o item_memory`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum ItemMemory {
+    /// A memfd, handed over by a binary upgrade.
+    #[default]
+    Memfd,
+    /// Private anonymous memory.
+    Anonymous,
+}
+
 /// Validated settings the server runs with.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -237,6 +247,11 @@ pub(crate) struct Settings {
     /// `-e`: item memory in this file, which outlives the process (a warm
     /// restart takes its cache over).
     pub memory_file: Option<String>,
+    /// `-o item_memory=memfd|anonymous` (osmium's own): what holds item
+    /// memory without `-e`: a memfd (the default), which a binary upgrade
+    /// hands to the next image with the cache in it, or private anonymous
+    /// memory, whose cache an upgrade does not keep.
+    pub item_memory: ItemMemory,
     /// The flash tier (`-o ext_path=...` and the other `ext_*` options).
     pub flash: Option<FlashConfig>,
     pub flush_enabled: bool,
@@ -611,6 +626,7 @@ fn parse_expanded(
     let mut flash = FlashConfig::default();
     let mut clean = osmium_store::CleanConfig::default();
     let mut compression = osmium_store::Compression::default();
+    let mut item_memory = ItemMemory::default();
     let mut hot = hotkeys::HotkeysSettings::default();
     let mut tls = TlsSettings {
         enabled: cli.ssl,
@@ -670,6 +686,13 @@ fn parse_expanded(
                     Some("cold") => osmium_store::Compression::Cold,
                     Some("all") => osmium_store::Compression::All,
                     _ => return Err("-o compression: off, cold or all".into()),
+                }
+            }
+            "item_memory" => {
+                item_memory = match value {
+                    Some("memfd") => ItemMemory::Memfd,
+                    Some("anonymous") => ItemMemory::Anonymous,
+                    _ => return Err("-o item_memory: memfd or anonymous".into()),
                 }
             }
             "metrics_addr" => metrics_addr = Some(metrics::metrics_addr(value)?),
@@ -740,6 +763,7 @@ fn parse_expanded(
         item_size_max,
         evictions: !cli.disable_evictions,
         memory_file: cli.memory_file.clone(),
+        item_memory,
         flash,
         use_cas: !cli.disable_cas,
         flush_enabled: !cli.disable_flush_all,

@@ -17,12 +17,25 @@
 //! The tail page lets a lock-free reader that decodes a stale location
 //! near the end read an item header and key without leaving the mapping.
 //!
-//! Two kinds of memory, the same layout:
+//! Three kinds of memory, the same layout:
 //!
-//! * [`BackingKind::Anonymous`]: private anonymous memory reserved with
+//! * [`BackingKind::Memfd`] (the server's default): a shared mapping of a
+//!   memfd (`memfd_create("osmium-items")`), sized for the layout but
+//!   sparse: pages become resident when first written and go back to the
+//!   system with `MADV_REMOVE` (a hole in the memfd; `MADV_DONTNEED` would
+//!   not free shared memory). The header page is the memory file's
+//!   (`memfile`), so the memfd can be handed to the next image of a
+//!   binary upgrade (`memfd`), which takes the cache over as a warm
+//!   restart takes a memory file over. Segments sit at 2 MiB aligned
+//!   addresses and memfd offsets, so a region can be collapsed into a
+//!   transparent huge page as anonymous memory can (`collapse`; shmem
+//!   allows it unless `shmem_enabled` is `deny`).
+//! * [`BackingKind::Anonymous`] (`-o item_memory=anonymous`, or where no
+//!   memfd can be made): private anonymous memory reserved with
 //!   `MAP_NORESERVE` (address space only): pages become resident when
 //!   first written and go back to the system with `MADV_DONTNEED` (they
-//!   then read as zeros). The header page is unused.
+//!   then read as zeros). The header page is unused; the items live as
+//!   long as the process image.
 //! * [`BackingKind::File`] (`-e`): a shared mapping of a file, whose pages
 //!   live in the page cache (tmpfs, a disk's file system) or on persistent
 //!   memory (DAX). Everything the server writes into item memory and the
@@ -34,7 +47,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
 use crate::segment::{Segment, CONTROL_BLOCK_SIZE};
@@ -52,11 +65,24 @@ const TAIL: usize = 4096;
 /// Which memory holds the items (see [`StoreConfig`](crate::StoreConfig)).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum BackingKind {
-    /// Private anonymous memory: the items live as long as the process.
+    /// Private anonymous memory: the items live as long as the process
+    /// image.
     #[default]
     Anonymous,
+    /// A memfd mapped shared: the items live as long as the memfd, which a
+    /// binary upgrade hands to the next image (see `memfd`).
+    Memfd,
     /// A file mapped shared (`-e FILE`): the items outlive the process.
     File(PathBuf),
+}
+
+/// The memory under a [`Backing`]'s mapping.
+enum Memory {
+    Anonymous,
+    /// A memfd (close-on-exec).
+    Memfd(File),
+    /// The `-e` file (locked while we hold it).
+    File(File),
 }
 
 /// Where the parts of a mapping of `segments` segments of `segment_size`
@@ -97,8 +123,7 @@ impl Layout {
 pub struct Backing {
     map: Mapping,
     layout: Layout,
-    /// The mapped file (locked while we hold it), for `-e`.
-    file: Option<File>,
+    memory: Memory,
 }
 
 impl Backing {
@@ -109,7 +134,7 @@ impl Backing {
         Ok(Backing {
             map,
             layout,
-            file: None,
+            memory: Memory::Anonymous,
         })
     }
 
@@ -118,29 +143,40 @@ impl Backing {
     /// (new bytes read as zeros).
     pub fn file(file: File, layout: Layout) -> io::Result<Backing> {
         file.set_len(layout.total as u64)?;
-        let map = Mapping::reserve(layout.total, HUGE_PAGE)?;
-        // SAFETY: maps the file over the start of our own reservation
-        // (MAP_FIXED replaces exactly those pages of it); the file is at
-        // least `total` bytes long, so no page of the mapping lies past
-        // its end.
-        let addr = unsafe {
-            libc::mmap(
-                map.start as *mut libc::c_void,
-                layout.total,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        debug_assert_eq!(addr as *mut u8, map.start);
+        let map = Mapping::shared(&file, layout.total)?;
         Ok(Backing {
             map,
             layout,
-            file: Some(file),
+            memory: Memory::File(file),
+        })
+    }
+
+    /// A new memfd `osmium-items` (close-on-exec) of `layout.total` bytes,
+    /// all of them holes (zeros, no memory), mapped shared at a huge-page
+    /// aligned address. An error where memfds cannot be made (a kernel
+    /// before 3.17, a seccomp filter).
+    pub fn new_memfd(layout: Layout) -> io::Result<Backing> {
+        // SAFETY: memfd_create takes a NUL-terminated name and flags; the
+        // fd it returns is new and ours.
+        let fd = unsafe { libc::memfd_create(c"osmium-items".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd was just returned to us and nothing else owns it.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        file.set_len(layout.total as u64)?;
+        Backing::adopt_memfd(file, layout)
+    }
+
+    /// Maps a memfd that holds a cache of `layout` (handed over by a
+    /// binary upgrade, at least `layout.total` bytes long: checked by the
+    /// caller) shared at a huge-page aligned address, as it is.
+    pub fn adopt_memfd(file: File, layout: Layout) -> io::Result<Backing> {
+        let map = Mapping::shared(&file, layout.total)?;
+        Ok(Backing {
+            map,
+            layout,
+            memory: Memory::Memfd(file),
         })
     }
 
@@ -149,9 +185,32 @@ impl Backing {
         &self.layout
     }
 
-    /// Whether the memory is a file's (it outlives the process).
+    /// Whether the memory is a file's (`-e`: it outlives the process).
     pub fn is_file(&self) -> bool {
-        self.file.is_some()
+        matches!(self.memory, Memory::File(_))
+    }
+
+    /// Whether the mapping starts with a memory file's header (a file's
+    /// or a memfd's; see `memfile`).
+    pub fn has_header(&self) -> bool {
+        !matches!(self.memory, Memory::Anonymous)
+    }
+
+    /// The memfd under the mapping, for a memfd.
+    pub fn memfd(&self) -> Option<BorrowedFd<'_>> {
+        match &self.memory {
+            Memory::Memfd(f) => Some(f.as_fd()),
+            _ => None,
+        }
+    }
+
+    /// Which kind of memory this is.
+    pub fn kind_name(&self) -> &'static str {
+        match self.memory {
+            Memory::Anonymous => "anonymous",
+            Memory::Memfd(_) => "memfd",
+            Memory::File(_) => "file",
+        }
     }
 
     /// The header page (see `memfile`).
@@ -200,14 +259,17 @@ impl Backing {
     /// anyone can still reach (readers that could hold one have unpinned).
     pub unsafe fn release(&self, offset: usize, len: usize) {
         debug_assert!(offset.checked_add(len).is_some_and(|end| end <= self.len()));
-        let advice = if self.is_file() {
+        // Shared memory keeps its pages under MADV_DONTNEED (only this
+        // mapping's view of them goes): they are punched out instead.
+        let advice = if self.has_header() {
             libc::MADV_REMOVE
         } else {
             libc::MADV_DONTNEED
         };
         // SAFETY: the caller guarantees that the range is inside item
         // memory and that its contents are not needed; pages handed back
-        // read as zeros (anonymous) or are a hole in the file (shared).
+        // read as zeros (anonymous) or are a hole in the file or memfd
+        // (shared).
         unsafe {
             libc::madvise(self.base().add(offset) as *mut libc::c_void, len, advice);
         }
@@ -217,9 +279,10 @@ impl Backing {
     /// `offset` again after a `release` (a hole punched in the file), so
     /// that writing them cannot meet a full file system (a SIGBUS); false
     /// if the file system cannot hold them. Always true for anonymous
-    /// memory, and for a file system without `fallocate`.
+    /// memory or a memfd (whose pages come as they are written, as
+    /// anonymous memory's), and for a file system without `fallocate`.
     pub fn reserve(&self, offset: usize, len: usize) -> bool {
-        let Some(file) = &self.file else {
+        let Memory::File(file) = &self.memory else {
             return true;
         };
         let at = self.layout.data_offset + offset;
@@ -253,9 +316,10 @@ impl Backing {
     }
 
     /// Writes every changed page of a file mapping out to the file and
-    /// waits for it (`msync(MS_SYNC)`); nothing for anonymous memory.
+    /// waits for it (`msync(MS_SYNC)`); nothing for anonymous memory or a
+    /// memfd (whose pages are nowhere else to write).
     pub fn sync(&self) -> io::Result<()> {
-        if self.file.is_none() {
+        if !self.is_file() {
             return Ok(());
         }
         // SAFETY: the range is exactly the file's shared mapping.
@@ -317,11 +381,37 @@ impl Mapping {
             start,
         })
     }
+
+    /// `len` bytes of `file` from its start mapped shared over the start
+    /// of a huge-page aligned reservation (the file is at least `len`
+    /// bytes long).
+    fn shared(file: &File, len: usize) -> io::Result<Mapping> {
+        let map = Mapping::reserve(len, HUGE_PAGE)?;
+        // SAFETY: maps the file over the start of our own reservation
+        // (MAP_FIXED replaces exactly those pages of it); the file is at
+        // least `len` bytes long, so no page of the mapping lies past its
+        // end.
+        let addr = unsafe {
+            libc::mmap(
+                map.start as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        debug_assert_eq!(addr as *mut u8, map.start);
+        Ok(map)
+    }
 }
 
 impl Drop for Backing {
     fn drop(&mut self) {
-        if self.file.is_some() {
+        if self.is_file() {
             crate::fault::unwatch(self.map.start);
         }
     }

@@ -8,9 +8,12 @@
 //!   main queues), reclaimed a whole segment at a time;
 //! * [`segment`]: a segment's control block (kept with the segments);
 //! * [`backing`]: the mapping that holds the control blocks and the
-//!   segments: anonymous memory, or a file that outlives the process;
+//!   segments: a memfd, anonymous memory, or a file that outlives the
+//!   process;
 //! * [`memfile`]: the memory file's header and whether a start takes its
 //!   cache over (`recover` rebuilds the index from its segments);
+//!   `memfd`: item memory in a memfd, handed over at a binary upgrade and
+//!   taken over the same way;
 //! * [`index`]: the sharded hash index from key to `(SegmentId, offset)`;
 //! * [`item`]: the item record layout (5-byte header);
 //! * [`codec`]: packed values (zstd frames an item may hold in place of
@@ -76,6 +79,7 @@ mod dump;
 mod evict;
 mod fault;
 mod flush;
+mod memfd;
 mod new_files;
 mod pack;
 mod read;

@@ -4,7 +4,10 @@
 //! restart, see `recover`) or the cache starts clean.
 //!
 //! The file has the layout of the mapping (see `backing`): a header page,
-//! the segments' control blocks, the segments. The header, in the first
+//! the segments' control blocks, the segments. Item memory in a memfd has
+//! the same header (made and checked by the same code), so a binary
+//! upgrade's next image takes it over as a start takes a file over
+//! (`memfd`). The header, in the first
 //! bytes of the file (little endian, every field an integer atomic):
 //!
 //! ```text
@@ -139,7 +142,7 @@ pub struct Opened {
 impl Header {
     /// The header at the start of a memory file's mapping.
     pub fn of(backing: &Backing) -> &Header {
-        debug_assert!(backing.is_file());
+        debug_assert!(backing.has_header());
         // SAFETY: the header page starts the mapping (page aligned), is
         // HEADER_SIZE bytes, and holds integer atomics only (valid for any
         // bytes); it lives as long as `backing`.
@@ -446,9 +449,7 @@ pub fn open(
     let refusal = if len == 0 {
         None
     } else {
-        let mut page = HeaderPage([0; HEADER_SIZE / 8]);
-        read_header(&file, &mut page)?;
-        page.header().refusal(settings, &layout, len)
+        refusal_of(&file, settings, &layout, len)?
     };
     let (resume, note) = if len == 0 {
         (None, None)
@@ -483,28 +484,14 @@ pub fn open(
         )
     })?;
     let backing = Backing::file(file, layout)?;
+    let resume = begin(
+        &backing,
+        resume.is_some(),
+        settings,
+        &layout,
+        process_started,
+    );
     let header = Header::of(&backing);
-    let resume = match resume {
-        None => {
-            header.make(settings, &layout, process_started);
-            None
-        }
-        Some(()) => Some({
-            header.upgrade_format();
-            Resume {
-                process_started: header.process_started(),
-                clock: header.clock.load(Ordering::Relaxed),
-                flushes: [0, 1].map(|i| {
-                    (
-                        header.flush_at[i].load(Ordering::Relaxed),
-                        header.flush_epoch[i].load(Ordering::Relaxed),
-                    )
-                }),
-                graceful: header.open.load(Ordering::Relaxed) == 0,
-            }
-        }),
-    };
-    header.mark_open();
     crate::fault::watch(
         path,
         backing.header(),
@@ -517,6 +504,55 @@ pub fn open(
         resume,
         note,
     })
+}
+
+/// Starts a server's use of the header of a mapping with a header (a
+/// memory file's or a memfd's): takes the cache it holds over (`take_over`:
+/// its header was checked with `Header::refusal`), returning what to
+/// resume, or writes a new header for a clean cache of `settings` and
+/// `layout` (the mapping then reads as zeros: no segment ever used).
+/// Either way the header is marked in use by this boot's server.
+pub(crate) fn begin(
+    backing: &Backing,
+    take_over: bool,
+    settings: &Settings,
+    layout: &Layout,
+    process_started: i64,
+) -> Option<Resume> {
+    let header = Header::of(backing);
+    let resume = if take_over {
+        header.upgrade_format();
+        Some(Resume {
+            process_started: header.process_started(),
+            clock: header.clock.load(Ordering::Relaxed),
+            flushes: [0, 1].map(|i| {
+                (
+                    header.flush_at[i].load(Ordering::Relaxed),
+                    header.flush_epoch[i].load(Ordering::Relaxed),
+                )
+            }),
+            graceful: header.open.load(Ordering::Relaxed) == 0,
+        })
+    } else {
+        header.make(settings, layout, process_started);
+        None
+    };
+    header.mark_open();
+    resume
+}
+
+/// Why the header page at the start of `file` (`file_len` bytes long)
+/// does not let a server with `settings` and `layout` take its cache
+/// over, if it does not.
+pub(crate) fn refusal_of(
+    file: &File,
+    settings: &Settings,
+    layout: &Layout,
+    file_len: u64,
+) -> io::Result<Option<String>> {
+    let mut page = HeaderPage([0; HEADER_SIZE / 8]);
+    read_header(file, &mut page)?;
+    Ok(page.header().refusal(settings, layout, file_len))
 }
 
 /// A header page read from a file (aligned for the header's atomics).

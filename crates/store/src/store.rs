@@ -5,6 +5,7 @@
 //! `counter`, `evict`, `flush`, `stats` and `dump`.
 
 use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::arena::{Arena, Queue, Reserve, Room, SegmentId, Slot};
@@ -90,13 +91,34 @@ impl Store {
     /// by a server with the same settings; otherwise the cache starts
     /// clean, and the [`Restart`] says why.
     pub fn open(cfg: StoreConfig) -> io::Result<(Store, Restart)> {
+        Store::open_with(cfg, None)
+    }
+
+    /// A store whose item memory is the memfd `memory` a binary upgrade
+    /// handed over (see [`Store::hand_over`] and `memfd`), with
+    /// `cfg.backing` [`BackingKind::Memfd`]: its cache is taken over as a
+    /// memory file's is when it was made with the same settings; otherwise
+    /// the cache starts clean in a new memfd, and the [`Restart`] says
+    /// why. The store maps a duplicate of `memory`: the caller closes its
+    /// own fd.
+    pub fn open_inherited(
+        cfg: StoreConfig,
+        memory: BorrowedFd<'_>,
+    ) -> io::Result<(Store, Restart)> {
+        Store::open_with(cfg, Some(memory))
+    }
+
+    fn open_with(
+        cfg: StoreConfig,
+        inherited: Option<BorrowedFd<'_>>,
+    ) -> io::Result<(Store, Restart)> {
         // What the first lookup would otherwise pay (see `epoch::prepare`).
         crate::epoch::prepare();
         let segment_size = segment_size_for(cfg.item_size_max);
         let max_heads = (cfg.memory_limit / segment_size / 4).max(1);
         let heads = cfg.write_heads.clamp(1, max_heads);
         let file = match &cfg.backing {
-            BackingKind::Anonymous => None,
+            BackingKind::Anonymous | BackingKind::Memfd => None,
             BackingKind::File(path) => Some(path.clone()),
         };
         // What this start creates goes again if it fails.
@@ -107,14 +129,23 @@ impl Store {
         let (_, capacity) = Arena::geometry(cfg.memory_limit, segment_size, file.is_some());
         let layout = Layout::new(capacity, segment_size);
         let fresh_clock = Clock::new();
-        let (backing, resume, note) = match &file {
-            None => (Backing::anonymous(layout)?, None, None),
-            Some(path) => {
-                let settings = memfile::Settings {
-                    memory_limit: cfg.memory_limit,
-                    item_size_max: cfg.item_size_max,
-                    use_cas: cfg.use_cas,
-                };
+        let settings = memfile::Settings {
+            memory_limit: cfg.memory_limit,
+            item_size_max: cfg.item_size_max,
+            use_cas: cfg.use_cas,
+        };
+        let (backing, resume, note) = match &cfg.backing {
+            BackingKind::Anonymous => (Backing::anonymous(layout)?, None, None),
+            BackingKind::Memfd => {
+                let o = crate::memfd::open(
+                    &settings,
+                    layout,
+                    fresh_clock.process_started(),
+                    inherited,
+                )?;
+                (o.backing, o.resume, o.note)
+            }
+            BackingKind::File(path) => {
                 let o = memfile::open(path, &settings, layout, fresh_clock.process_started())?;
                 (o.backing, o.resume, o.note)
             }
@@ -218,14 +249,38 @@ impl Store {
         self.flash.as_deref()
     }
 
-    /// The memory file's header, with `-e`.
+    /// The memory file's header, with `-e` or a memfd.
     pub(crate) fn memfile_header(&self) -> Option<&memfile::Header> {
         let backing = self.arena.backing();
-        backing.is_file().then(|| memfile::Header::of(backing))
+        backing.has_header().then(|| memfile::Header::of(backing))
     }
 
-    /// Advances the clock (see `Clock::tick`) and, with a memory file,
-    /// records it there. The maintainer calls it.
+    /// What holds item memory: `memfd`, `anonymous` or `file` (`-e`).
+    pub fn item_memory(&self) -> &'static str {
+        self.arena.backing().kind_name()
+    }
+
+    /// A binary upgrade's hand-over, once every thread that writes has
+    /// stopped (no item is being written): with item memory in a memfd,
+    /// records the clock and a clean stop in its header and returns a
+    /// duplicate of the memfd, not close-on-exec, for the next image to
+    /// take the cache over with [`Store::open_inherited`] (see `memfd`).
+    /// None for other memory: a memory file is taken over by its path as
+    /// after a stop, anonymous memory ends with the image. The store must
+    /// not be written to afterwards.
+    pub fn hand_over(&self) -> io::Result<Option<OwnedFd>> {
+        let backing = self.arena.backing();
+        if backing.memfd().is_none() {
+            return Ok(None);
+        }
+        let h = memfile::Header::of(backing);
+        h.note_clock(self.clock.now());
+        h.mark_closed(self.clock.unix_now());
+        crate::memfd::hand_over(backing)
+    }
+
+    /// Advances the clock (see `Clock::tick`) and, with a memory file or a
+    /// memfd, records it in its header. The maintainer calls it.
     pub fn tick_clock(&self) {
         self.clock.tick();
         if let Some(h) = self.memfile_header() {
@@ -235,8 +290,9 @@ impl Store {
 
     /// A graceful stop: with a memory file, writes every page out
     /// (`msync`) and records that the file is whole, so that the next start
-    /// takes the cache over even after the system restarted. The caller has
-    /// stopped every thread that writes.
+    /// takes the cache over even after the system restarted (a memfd's
+    /// header records the stop too; it has nothing to write out). The
+    /// caller has stopped every thread that writes.
     pub fn close(&self) -> io::Result<()> {
         if let Some(flash) = &self.flash {
             flash.shutdown();

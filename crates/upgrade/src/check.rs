@@ -5,9 +5,16 @@
 //! [`check_line`]):
 //!
 //! ```text
-//! osmium-upgrade-check ok version=0.2.0 reads=1-1 exe=2049:5423411
+//! osmium-upgrade-check ok version=0.2.0 reads=1-1 exe=2049:5423411 takes=memory
 //! osmium-upgrade-check refused <why, on one line>
 //! ```
+//!
+//! `takes` lists what the binary takes over by fd beyond what every state
+//! format it reads carries (`memory`: item memory in a memfd, the state's
+//! `Memory` record); a binary that does not say takes none, so the old
+//! image hands it none (an fd it would not use would stay open, its memory
+//! held, for the life of the process). Fields a build does not know are
+//! ignored.
 //!
 //! What it catches: a file that cannot be run (missing, not executable,
 //! not a program for this machine, missing libraries), one that exits,
@@ -44,19 +51,38 @@ pub struct CheckAnswer {
     pub reads: RangeInclusive<u32>,
     /// The file it runs from: (st_dev, st_ino).
     pub exe: (u64, u64),
+    /// What it takes over by fd beyond its state formats (module comment).
+    pub takes: Vec<String>,
 }
+
+impl CheckAnswer {
+    /// Whether it takes `what` over (`takes=`).
+    pub fn takes(&self, what: &str) -> bool {
+        self.takes.iter().any(|t| t == what)
+    }
+}
+
+/// What `takes=` says the image takes: item memory in a memfd.
+pub const TAKES_MEMORY: &str = "memory";
 
 /// The answer line for `answer` (without the newline).
 pub fn check_line(answer: &Result<CheckAnswer, String>) -> String {
     match answer {
-        Ok(a) => format!(
-            "{PREFIX} ok version={} reads={}-{} exe={}:{}",
-            a.version,
-            a.reads.start(),
-            a.reads.end(),
-            a.exe.0,
-            a.exe.1
-        ),
+        Ok(a) => {
+            let mut line = format!(
+                "{PREFIX} ok version={} reads={}-{} exe={}:{}",
+                a.version,
+                a.reads.start(),
+                a.reads.end(),
+                a.exe.0,
+                a.exe.1
+            );
+            if !a.takes.is_empty() {
+                line.push_str(" takes=");
+                line.push_str(&a.takes.join(","));
+            }
+            line
+        }
         Err(why) => {
             let one_line: String = why
                 .trim_end()
@@ -82,6 +108,7 @@ fn parse_line(line: &str) -> Result<CheckAnswer, String> {
         .strip_prefix("ok")
         .ok_or_else(|| format!("not an answer: {line:?}"))?;
     let (mut version, mut reads, mut exe) = (None, None, None);
+    let mut takes = Vec::new();
     for field in fields.split_whitespace() {
         let Some((key, value)) = field.split_once('=') else {
             continue;
@@ -98,6 +125,13 @@ fn parse_line(line: &str) -> Result<CheckAnswer, String> {
                     .split_once(':')
                     .and_then(|(d, i)| Some((d.parse::<u64>().ok()?, i.parse::<u64>().ok()?)))
             }
+            "takes" => {
+                takes = value
+                    .split(',')
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            }
             _ => {} // a later build's field
         }
     }
@@ -106,18 +140,24 @@ fn parse_line(line: &str) -> Result<CheckAnswer, String> {
             version,
             reads,
             exe,
+            takes,
         }),
         _ => Err(format!("an answer without version, reads or exe: {line:?}")),
     }
 }
 
 /// The check's side in the new binary: reads the command line on stdin,
-/// parses it with `parse`, prints the answer line; the exit status (0:
-/// ok). For `main`, when its first argument is [`CHECK_FLAG`].
-pub fn answer_check(version: &str, parse: impl FnOnce(Vec<OsString>) -> Result<(), String>) -> i32 {
+/// parses it with `parse`, prints the answer line (saying it `takes`
+/// those things over, see the module comment); the exit status (0: ok).
+/// For `main`, when its first argument is [`CHECK_FLAG`].
+pub fn answer_check(
+    version: &str,
+    takes: &[&str],
+    parse: impl FnOnce(Vec<OsString>) -> Result<(), String>,
+) -> i32 {
     let mut input = Vec::new();
     let (line, code) = match io::stdin().read_to_end(&mut input) {
-        Ok(_) => answer(&input, version, parse),
+        Ok(_) => answer(&input, version, takes, parse),
         Err(e) => (
             check_line(&Err(format!("cannot read the command line: {e}"))),
             1,
@@ -132,6 +172,7 @@ pub fn answer_check(version: &str, parse: impl FnOnce(Vec<OsString>) -> Result<(
 fn answer(
     input: &[u8],
     version: &str,
+    takes: &[&str],
     parse: impl FnOnce(Vec<OsString>) -> Result<(), String>,
 ) -> (String, i32) {
     let args: Vec<OsString> = input
@@ -158,6 +199,7 @@ fn answer(
                 std::os::unix::fs::MetadataExt::dev(&exe),
                 std::os::unix::fs::MetadataExt::ino(&exe),
             ),
+            takes: takes.iter().map(|t| t.to_string()).collect(),
         })
     });
     let code = i32::from(answer.is_err());

@@ -23,7 +23,9 @@ pub mod image;
 pub mod state;
 mod tlv;
 
-pub use check::{answer_check, check_line, run_check, CheckAnswer, CHECK_FLAG, CHECK_TIMEOUT};
+pub use check::{
+    answer_check, check_line, run_check, CheckAnswer, CHECK_FLAG, CHECK_TIMEOUT, TAKES_MEMORY,
+};
 pub use image::{exec_image, keep_fd, open_image, running_image, take_env, Inherited};
 pub use state::{
     CommandLine, ConnRec, ListenerKind, ListenerRec, MemoryRec, Origin, ProxyConnRec, RawRecord,

@@ -53,6 +53,11 @@ pub(crate) fn general(sh: &Shared, out: &mut StatRows) {
     stat(out, "time", clock.unix_now());
     stat(out, "version", VERSION);
     stat(out, "osmium_version", OSMIUM_VERSION);
+    // Binary upgrades (SIGUSR2) this process went through, done and
+    // failed, since its first start.
+    let history = crate::stats::upgrades::history();
+    stat(out, "upgrades", history.upgrades);
+    stat(out, "upgrade_failures", history.failures);
     stat(out, "libevent", "osmium-mio");
     stat(out, "pointer_size", 64);
     stat(out, "rusage_user", ru_user);
@@ -605,6 +610,10 @@ pub(crate) fn settings(sh: &Shared, out: &mut StatRows) {
     stat(out, "compact_reserve", s.clean.reserve_percent);
     stat(out, "compact_background", yn(s.clean.background));
     stat(out, "compression", s.compression.name());
+    // What holds item memory: memfd (kept by a binary upgrade), anonymous
+    // (`-o item_memory=anonymous`, or where no memfd can be made) or file
+    // (`-e`).
+    stat(out, "item_memory", sh.store.item_memory());
     stat(out, "idle_spin", s.idle_spin_us);
     // Where `/metrics` listens (`--metrics-addr`).
     stat(

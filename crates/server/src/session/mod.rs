@@ -302,6 +302,25 @@ impl Session {
         }
     }
 
+    /// As `peek_ahead` for a connection read on its own (its turn does
+    /// not gather reads): the buckets of the requests waiting are fetched,
+    /// then the items of the first `AHEAD_DISTANCE`, so a pipeline's first
+    /// lookups overlap too (a replication link's frame of writes, a
+    /// client's pipelined GETs).
+    pub(crate) fn peek_own(&mut self, store: &osmium_store::Store) {
+        self.ahead.clear();
+        for key in osmium_protocol::peek::keys(self.input.input()) {
+            let hash = store.prefetch_bucket(key);
+            if !self.ahead.push(hash) {
+                break;
+            }
+        }
+        let first = usize::from(self.ahead.len).min(AHEAD_DISTANCE);
+        for &hash in &self.ahead.hashes[..first] {
+            store.prefetch_item(hash);
+        }
+    }
+
     /// The connection became a log watcher (`stats conns`).
     pub(crate) fn set_watching(&self) {
         if let Some(a) = &self.activity {

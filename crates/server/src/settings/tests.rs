@@ -247,3 +247,17 @@ fn authentication_picks_the_protocol() {
     assert!(run(&["-S", "-Y", "/f", "-B", "ascii"]).is_err());
     assert!(run(&["-B", "udp"]).is_err());
 }
+
+#[test]
+fn item_memory_option() {
+    assert_eq!(run(&[]).unwrap().item_memory, ItemMemory::Memfd);
+    for (arg, want) in [
+        ("item_memory=memfd", ItemMemory::Memfd),
+        ("item_memory=anonymous", ItemMemory::Anonymous),
+    ] {
+        assert_eq!(run(&["-o", arg]).unwrap().item_memory, want, "{arg}");
+    }
+    for bad in ["item_memory", "item_memory=", "item_memory=file"] {
+        assert!(run(&["-o", bad]).is_err(), "{bad}");
+    }
+}

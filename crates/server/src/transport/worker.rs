@@ -292,7 +292,13 @@ impl Conn {
             if std::mem::take(&mut self.drained) {
                 return Flow::Wait;
             }
+            let into_item = self.session.reading_into_item();
             match self.read_some(ctx) {
+                // More than one small request may have come: their lookups
+                // are started before the first runs.
+                Ok(Some(n)) if n >= PEEK_FROM && !into_item => {
+                    self.session.peek_own(ctx.store());
+                }
                 Ok(Some(_)) => {}
                 Ok(None) => return Flow::Wait,
                 Err(_) => return Flow::Close,
@@ -300,6 +306,10 @@ impl Conn {
         }
     }
 }
+
+/// Bytes a connection's own read must bring before its requests' keys
+/// are peeked at (one small GET is less: its lookup follows at once).
+const PEEK_FROM: usize = 128;
 
 /// Ready connections from which a turn reads them all before running any.
 const GATHER_FROM: usize = 3;

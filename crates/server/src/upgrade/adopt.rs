@@ -1,10 +1,11 @@
 //! A server started from an upgrade's state (by the image an upgrade ran,
 //! by the old image a failed one handed back to, or in this process as a
 //! last resort): the command line the state carries, the listeners it
-//! names, and the start.
+//! names, and the start, with the item memory it hands over.
 
 use std::ffi::OsString;
 use std::io;
+use std::os::fd::BorrowedFd;
 
 use osmium_upgrade::State;
 
@@ -33,24 +34,42 @@ pub(crate) fn parse_settings(expanded: &[OsString]) -> Result<Settings, String> 
 }
 
 /// Starts the server a state describes, with the files `launch::load`
-/// read. Until listeners, connections and item memory are carried, the
-/// state gives only the settings: the listeners are bound again (closed
-/// beforehand by `close_listeners`), and the store opens as at a start.
+/// read. The state gives the settings and item memory in a memfd (taken
+/// over by the store: see `osmium_store::Store::open_inherited`; a memory
+/// file is taken over by its path, as at a start). Until listeners and
+/// connections are carried, the listeners are bound again (closed
+/// beforehand by `close_listeners`). Once the server started, the
+/// state's memfd is closed (the store maps its own duplicate); a start
+/// that fails leaves it open, for the image it hands the state back to.
 pub(crate) fn start_from(
     state: State,
     mut settings: Settings,
     files: Loaded,
 ) -> io::Result<Started> {
-    let _ = state;
     // The process is already the daemon `-d` made (forking again would
     // change its pid).
     settings.daemon = false;
-    crate::server::start(
+    let memfd = state
+        .memory
+        .as_ref()
+        .filter(|m| m.path.is_none())
+        .map(|m| m.fd);
+    // SAFETY: an fd the state names as item memory, kept open across the
+    // exec and closed only below, after the start.
+    let handed_over = memfd.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) });
+    let started = crate::server::start(
         settings,
         files.auth,
         files.tls,
         files.secret,
         files.metrics_token,
         Host::Process,
-    )
+        handed_over,
+    )?;
+    if let Some(fd) = memfd {
+        // SAFETY: the state's fd, which nothing in this image uses any
+        // more (the store took a duplicate).
+        unsafe { libc::close(fd) };
+    }
+    Ok(started)
 }

@@ -1,60 +1,27 @@
 //! The check of a new binary (`--upgrade-check`, run on a thread of its
 //! own while the acceptor serves on: t0 of the sequence in `mod.rs`),
-//! the file the server runs from, and the upgrades this process went
-//! through (its history, carried in the state).
+//! and the file the server runs from (the upgrades this process went
+//! through are `stats::upgrades`).
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use osmium_upgrade::{CheckAnswer, Origin};
 
 use crate::context::Shared;
 use crate::settings::Settings;
-
-/// The upgrades this process went through, from its first start on.
-#[derive(Clone, Copy)]
-pub(crate) struct History {
-    /// When the server first started (unix seconds).
-    pub first_start: i64,
-    pub upgrades: u64,
-    pub failures: u64,
-}
-
-static HISTORY: Mutex<History> = Mutex::new(History {
-    first_start: 0,
-    upgrades: 0,
-    failures: 0,
-});
+use crate::stats::upgrades::count_failure;
 
 /// The file the server runs from: what SIGUSR2 runs.
 static EXE_PATH: OnceLock<PathBuf> = OnceLock::new();
 
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
-
 /// Notes how this image started: afresh (None), or from an upgrade's
 /// state, taken over (`upgraded`) or handed back.
 pub(crate) fn note_start(origin: Option<&Origin>, upgraded: bool) {
-    let mut h = HISTORY.lock().unwrap_or_else(|p| p.into_inner());
-    *h = match origin {
-        None => History {
-            first_start: unix_now(),
-            upgrades: 0,
-            failures: 0,
-        },
-        Some(o) => History {
-            first_start: o.first_start,
-            upgrades: o.upgrades + u64::from(upgraded),
-            failures: o.failures + u64::from(!upgraded),
-        },
-    };
-    drop(h);
+    crate::stats::upgrades::note_start(origin, upgraded);
     // The path as started: after an upgrade that failed, the running
     // file may have been replaced (its link then ends in " (deleted)").
     if let Ok(path) = std::env::current_exe() {
@@ -65,15 +32,6 @@ pub(crate) fn note_start(origin: Option<&Origin>, upgraded: bool) {
         };
         let _ = EXE_PATH.set(path);
     }
-}
-
-/// The upgrades so far.
-pub(crate) fn history() -> History {
-    *HISTORY.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-pub(super) fn count_failure() {
-    HISTORY.lock().unwrap_or_else(|p| p.into_inner()).failures += 1;
 }
 
 pub(super) fn refused(path: &Path, why: &str) {

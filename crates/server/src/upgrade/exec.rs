@@ -5,29 +5,65 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use osmium_store::Store;
-use osmium_upgrade::{CommandLine, MemoryRec, Origin, State};
+use osmium_upgrade::{CheckAnswer, CommandLine, MemoryRec, Origin, State};
 
 use crate::server::Started;
 use crate::settings::OSMIUM_VERSION;
+use crate::stats::upgrades::{count_failure, history};
 use crate::upgrade::adopt;
-use crate::upgrade::check::{count_failure, history, refused, store_fingerprint, Checked};
+use crate::upgrade::check::{refused, store_fingerprint, Checked};
 
 /// How long running requests may take to finish at the quiesce.
 const DRAIN: Duration = Duration::from_millis(300);
 
-/// Item memory and the flash tier's metadata handed over by fd (t3).
-/// None yet (until the store hands them over): without `-e` the new image
-/// starts with an empty cache; with `-e` it takes the file over as after
-/// a kill (the file's fd is close-on-exec, so its lock goes with the old
-/// image). The store is neither written out nor marked closed.
-fn hand_over_store(store: &Arc<Store>) -> (Option<MemoryRec>, Option<MemoryRec>) {
-    let _ = store;
-    (None, None)
+/// Item memory and the flash tier's metadata handed over by fd (t3), once
+/// no thread touches the store. Item memory in a memfd (the default
+/// without `-e`) is handed over with the cache in it: its header records
+/// the clock and a clean stop, and a duplicate of the memfd (not
+/// close-on-exec) goes into the state, for the image that starts to take
+/// the cache over (`adopt::start_from`). With `-e` nothing is: the next
+/// image takes the file over by its path as after a kill (the file's fd is
+/// close-on-exec, so its lock goes with the old image; it is neither
+/// written out nor marked closed). Anonymous memory
+/// (`-o item_memory=anonymous`) ends with this image: the next one starts
+/// with an empty cache. The flash tier's metadata is not handed over: the
+/// next image opens the flash tier as a start does.
+///
+/// A new binary whose check did not say it takes item memory over
+/// (`takes=memory`: a build from before memfds) is handed none: it would
+/// leave the memfd open, its memory held, for the life of the process.
+fn hand_over_store(
+    store: &Arc<Store>,
+    answer: &CheckAnswer,
+) -> (Option<MemoryRec>, Option<MemoryRec>) {
+    if !answer.takes(osmium_upgrade::TAKES_MEMORY) {
+        if store.item_memory() == "memfd" {
+            tracing::warn!(
+                "upgrade: the new binary does not take item memory over: the cache starts empty"
+            );
+        }
+        return (None, None);
+    }
+    let memory = match store.hand_over() {
+        Ok(Some(fd)) => Some(MemoryRec {
+            fd: fd.into_raw_fd(),
+            path: None,
+            consistent: true,
+        }),
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(
+                "upgrade: the item memory cannot be handed over ({e}): the cache starts empty"
+            );
+            None
+        }
+    };
+    (memory, None)
 }
 
 /// Every fd the state names.
@@ -66,8 +102,20 @@ pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
     // has not stopped yet may still take one, whose flag then goes with
     // this image.
     osmium_upgrade::image::block_signals();
-    let quiesced = started.quiesce(Instant::now() + DRAIN);
-    let (memory, flash_meta) = hand_over_store(&quiesced.store);
+    let stopping = Instant::now();
+    let quiesced = started.quiesce(stopping + DRAIN);
+    let stopped = stopping.elapsed();
+    let (memory, flash_meta) = hand_over_store(&quiesced.store, &answer);
+    tracing::warn!(
+        "upgrade: threads stopped in {:.1} ms; item memory {}",
+        stopped.as_secs_f64() * 1000.0,
+        match (&memory, quiesced.store.item_memory()) {
+            (Some(_), _) => "handed over (memfd)",
+            (None, "file") => "in the memory file (taken over by its path)",
+            (None, "memfd") => "not handed over: the cache starts empty",
+            (None, _) => "not kept (anonymous memory): the cache starts empty",
+        }
+    );
     let history = history();
     let state = State {
         origin: Origin {

@@ -9,7 +9,8 @@
 //!      --upgrade-check (the command line on its stdin)        serving goes on
 //!  t1  check passed -> Started::quiesce: threads stop at a request
 //!      boundary, the listeners kept                          requests wait
-//!  t3  the store handed over (item memory by fd)
+//!  t3  the store handed over (`hand_over_store`: item memory in a
+//!      memfd, its fd kept for the exec)
 //!  t4  the state written (sealed memfd), fds kept, signals blocked,
 //!      execveat(checked fd, "", argv, env + OSMIUM_UPGRADE_FD)
 //!  t5  the new image (`resume`): reads the state, parses its command
@@ -24,12 +25,22 @@
 //! returns an error runs the old image again the same way; if even that
 //! fails, the server starts again in this process from the state.
 //!
-//! Until the connections, listeners and item memory are carried
-//! (`Started::quiesce` and `adopt::start_from` return and take none of them
-//! yet, `hand_over_store` hands nothing over): connections are closed,
-//! listeners are kept across the exec but closed and bound again by the
-//! image that starts, and the cache is the memory file's with `-e`
-//! (taken over as after a kill), empty without.
+//! Carried: item memory in a memfd (the default without `-e`). At t3,
+//! with every thread stopped, `hand_over_store` records the clock and a
+//! clean stop in the memfd's header and puts a duplicate of the memfd
+//! into the state; the image that starts (the new one, or the old one
+//! again after a failed upgrade) takes the cache over from it
+//! (`adopt::start_from`: the store's warm-restart path, the index rebuilt
+//! from the segments), or starts empty with a log line saying why when
+//! the memory does not match its command line. With `-e` the file is
+//! taken over by its path, as after a kill.
+//!
+//! Not carried yet (`Started::quiesce` returns none of them):
+//! connections are closed; listeners are kept across the exec but closed
+//! and bound again by the image that starts. Anonymous item memory
+//! (`-o item_memory=anonymous`, or where no memfd can be made) ends with
+//! the old image, and the flash tier is opened again as at a start (its
+//! items are kept only with `-e`, from `FILE.flash`).
 //!
 //! Refused: SIGUSR2 for an in-process server (`Host::Embedded` installs
 //! no handler), and a second SIGUSR2 while an upgrade runs (logged).

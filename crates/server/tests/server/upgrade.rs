@@ -5,7 +5,14 @@
 //!
 //! Covered: an upgrade of an idle server keeps its PID, runs the new
 //! inode (`/proc/PID/exe`) and serves again, twice in a row, with `-e`
-//! keeping the cache; failed upgrades leave the old image serving (same
+//! keeping the cache; without `-e` the cache is kept too (item memory in
+//! a memfd handed over): 20,000 keys of 1 byte to 100 KB read back byte
+//! for byte after an upgrade to the same file and one to a new copy, and
+//! after a new image refused the state and handed it back to the old
+//! one, with one memfd open after each (the state's copy closed); a new
+//! binary whose check does not say `takes=memory` is handed none; with
+//! `-o item_memory=anonymous` the cache starts empty; failed
+//! upgrades leave the old image serving (same
 //! PID, same exe inode, a log line naming the reason, a connection
 //! opened before still served when nothing stopped): a file that is not
 //! executable, a binary that exits 1 at the check, one that reads only a
@@ -14,13 +21,11 @@
 //! again; after each, a good upgrade still works. A second SIGUSR2 while
 //! the check runs is ignored with a log line.
 //!
-//! Until connections and item memory are carried across the exec, an
-//! upgrade closes the connections, and without `-e` the new image starts
-//! with an empty cache (anonymous item memory dies with the old image):
-//! these tests assert neither connections kept through a *successful*
-//! upgrade nor a warm cache without `-e`.
+//! Until connections are carried across the exec, an upgrade closes
+//! them: these tests assert no connection kept through a *successful*
+//! upgrade.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 
@@ -299,4 +304,217 @@ fn a_second_sigusr2_while_the_check_runs_is_ignored() {
     assert_eq!(exe_inode(pid), old);
     let mut c = LineClient::to(&srv);
     set_get(&mut c, "k", "v");
+}
+
+/// Keys in the filled cache.
+const FILLED: u32 = 20_000;
+
+/// The value of key `key{i}` (its flags are `i`): 1 byte to 100 KB, each
+/// different; about 70 MB for `FILLED` keys.
+fn filled_value(i: u32) -> Vec<u8> {
+    let len = match i % 50 {
+        0 => 100_000,
+        n if n % 10 == 9 => 10_000,
+        n => 1 + ((n * 37 + i) % 1000) as usize,
+    };
+    (0..len)
+        .map(|j| b'a' + ((i as usize * 7 + j) % 26) as u8)
+        .collect()
+}
+
+/// Stores `key0` .. `key{n-1}`, a hundred requests at a time.
+fn fill(c: &mut LineClient, n: u32) {
+    for first in (0..n).step_by(100) {
+        let keys = first..(first + 100).min(n);
+        let mut batch = Vec::new();
+        for i in keys.clone() {
+            let value = filled_value(i);
+            batch.extend(format!("set key{i} {i} 0 {}\r\n", value.len()).as_bytes());
+            batch.extend(&value);
+            batch.extend(b"\r\n");
+        }
+        c.send(&batch);
+        for i in keys {
+            assert_eq!(c.line(), "STORED\r\n", "key{i}");
+        }
+    }
+}
+
+/// Reads `key0` .. `key{n-1}` back, a hundred at a time: each must be as
+/// `fill` stored it, byte for byte.
+fn check_filled(c: &mut LineClient, n: u32) {
+    for first in (0..n).step_by(100) {
+        let keys = first..(first + 100).min(n);
+        let gets: String = keys.clone().map(|i| format!("get key{i}\r\n")).collect();
+        c.send(gets.as_bytes());
+        for i in keys {
+            let value = filled_value(i);
+            assert_eq!(c.line(), format!("VALUE key{i} {i} {}\r\n", value.len()));
+            let mut got = vec![0u8; value.len() + 2];
+            c.r.read_exact(&mut got).expect("read the value");
+            assert!(got[..value.len()] == value[..], "key{i} differs");
+            assert_eq!(&got[value.len()..], b"\r\n");
+            assert_eq!(c.line(), "END\r\n");
+        }
+    }
+}
+
+/// The value of `name` in the reply to `command` (`stats`, `stats
+/// settings`).
+fn stat(c: &mut LineClient, command: &str, name: &str) -> String {
+    c.send(format!("{command}\r\n").as_bytes());
+    let mut found = None;
+    loop {
+        let line = c.line();
+        if line == "END\r\n" {
+            break;
+        }
+        let mut words = line.trim_end().splitn(3, ' ');
+        if let (Some("STAT"), Some(n), Some(v)) = (words.next(), words.next(), words.next()) {
+            if n == name {
+                found = Some(v.to_string());
+            }
+        }
+        assert!(!line.is_empty(), "the connection closed");
+    }
+    found.unwrap_or_else(|| panic!("no {name} in {command}"))
+}
+
+/// How many fds process `pid` holds on the memfd of item memory (one
+/// after any upgrade: the state's copy is closed once taken over).
+fn item_memfds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("list /proc/PID/fd")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().contains("memfd:osmium-items"))
+        .count()
+}
+
+/// A server of 256 MB (no eviction for `FILLED` keys).
+fn big_server(dir: &Dir) -> CacheServer {
+    server(dir).args(["-m", "256"])
+}
+
+#[test]
+fn an_upgrade_keeps_the_whole_cache_without_a_memory_file() {
+    let dir = Dir::new("memfd");
+    let first = dir.install_osmium("osmium");
+    let mut srv = big_server(&dir).start();
+    let pid = srv.pid();
+    let mut c = LineClient::to(&srv);
+    assert_eq!(stat(&mut c, "stats settings", "item_memory"), "memfd");
+    fill(&mut c, FILLED);
+    assert_eq!(stat(&mut c, "stats", "curr_items"), FILLED.to_string());
+    assert_eq!(stat(&mut c, "stats", "upgrades"), "0");
+    // The same file: the upgrade runs the binary the server runs.
+    srv.send_signal(libc::SIGUSR2);
+    wait_for_log(&srv, "upgrade done:", 1);
+    assert_eq!(srv.pid(), pid);
+    assert_eq!(exe_inode(pid), first);
+    let mut c = client_when_serving(&srv);
+    check_filled(&mut c, FILLED);
+    assert_eq!(stat(&mut c, "stats", "upgrades"), "1");
+    assert_eq!(stat(&mut c, "stats", "curr_items"), FILLED.to_string());
+    assert_eq!(item_memfds(pid), 1);
+    let log = srv.stderr_text();
+    assert!(
+        log.contains(&format!(
+            "{FILLED} items back from the item memory handed over"
+        )),
+        "{log}"
+    );
+    // A new copy of the binary; a write between the upgrades stays too.
+    set_get(&mut c, "between", "the upgrades");
+    upgrade_ok(&dir, &mut srv, 2);
+    let mut c = client_when_serving(&srv);
+    check_filled(&mut c, FILLED);
+    c.send(b"get between\r\n");
+    assert_eq!(c.line(), "VALUE between 0 12\r\n");
+    assert_eq!(c.line(), "the upgrades\r\n");
+    assert_eq!(c.line(), "END\r\n");
+    assert_eq!(stat(&mut c, "stats", "upgrades"), "2");
+    assert_eq!(stat(&mut c, "stats", "upgrade_failures"), "0");
+    assert_eq!(item_memfds(pid), 1);
+}
+
+#[test]
+fn a_new_image_that_refuses_the_state_hands_the_whole_cache_back() {
+    let dir = Dir::new("memfd-fallback");
+    let old = dir.install_osmium("osmium");
+    let mut srv = big_server(&dir).start();
+    let pid = srv.pid();
+    let mut c = LineClient::to(&srv);
+    fill(&mut c, FILLED);
+    dir.install_osmium("osmium.real");
+    let real = dir.path("osmium.real");
+    let real = real.display();
+    dir.install_script(
+        "osmium",
+        &format!(
+            "case \"$1\" in --upgrade-check) exec {real} \"$@\";; esac\n\
+             OSMIUM_UPGRADE_REFUSE=1 exec {real} \"$@\""
+        ),
+    );
+    srv.send_signal(libc::SIGUSR2);
+    wait_for_log(
+        &srv,
+        "upgrade failed: OSMIUM_UPGRADE_REFUSE is set; serving with osmium",
+        1,
+    );
+    assert_eq!(srv.pid(), pid);
+    assert_eq!(exe_inode(pid), old, "the old image runs");
+    let mut c = client_when_serving(&srv);
+    check_filled(&mut c, FILLED);
+    assert_eq!(stat(&mut c, "stats", "upgrades"), "0");
+    assert_eq!(stat(&mut c, "stats", "upgrade_failures"), "1");
+    assert_eq!(item_memfds(pid), 1);
+}
+
+#[test]
+fn a_binary_that_does_not_say_it_takes_item_memory_is_handed_none() {
+    // A build from before memfds: its check answer has no `takes=memory`
+    // (here the real binary's, with the field cut), and it would keep an
+    // fd it does not use open for the life of the process.
+    let dir = Dir::new("memfd-older");
+    dir.install_osmium("osmium");
+    let mut srv = server(&dir).start();
+    let pid = srv.pid();
+    let mut c = LineClient::to(&srv);
+    set_get(&mut c, "before", "not handed over");
+    dir.install_osmium("osmium.real");
+    let real = dir.path("osmium.real");
+    let real = real.display();
+    dir.install_script(
+        "osmium",
+        &format!(
+            "case \"$1\" in --upgrade-check) {real} \"$@\" | sed 's/ takes=memory//'; exit 0;; esac\n\
+             exec {real} \"$@\""
+        ),
+    );
+    srv.send_signal(libc::SIGUSR2);
+    wait_for_log(&srv, "upgrade done:", 1);
+    assert!(srv
+        .stderr_text()
+        .contains("the new binary does not take item memory over"));
+    let mut c = client_when_serving(&srv);
+    c.send(b"get before\r\n");
+    assert_eq!(c.line(), "END\r\n");
+    assert_eq!(item_memfds(pid), 1, "only the new image's own memfd");
+}
+
+#[test]
+fn with_anonymous_item_memory_an_upgrade_starts_empty() {
+    let dir = Dir::new("anonymous");
+    dir.install_osmium("osmium");
+    let mut srv = server(&dir).args(["-o", "item_memory=anonymous"]).start();
+    let mut c = LineClient::to(&srv);
+    assert_eq!(stat(&mut c, "stats settings", "item_memory"), "anonymous");
+    set_get(&mut c, "before", "gone after the upgrade");
+    upgrade_ok(&dir, &mut srv, 1);
+    let mut c = client_when_serving(&srv);
+    c.send(b"get before\r\n");
+    assert_eq!(c.line(), "END\r\n");
+    assert!(srv
+        .stderr_text()
+        .contains("not kept (anonymous memory): the cache starts empty"));
 }

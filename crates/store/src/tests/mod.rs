@@ -8,6 +8,7 @@ mod dump;
 mod evict;
 mod flash;
 mod flush;
+mod handover;
 mod kept_pins;
 mod pack;
 mod packed;

@@ -22,7 +22,7 @@ fn check_script(body: &str, timeout: Duration) -> Result<CheckAnswer, String> {
 #[test]
 fn a_binary_that_answers_ok_passes() {
     let got = check_script(
-        "cat >/dev/null\necho 'osmium-upgrade-check ok version=9.9.9 reads=1-2 exe=3:4 later=x'",
+        "cat >/dev/null\necho 'osmium-upgrade-check ok version=9.9.9 reads=1-2 exe=3:4 later=x takes=memory,y'",
         CHECK_TIMEOUT,
     );
     assert_eq!(
@@ -31,6 +31,7 @@ fn a_binary_that_answers_ok_passes() {
             version: "9.9.9".into(),
             reads: 1..=2,
             exe: (3, 4),
+            takes: vec!["memory".into(), "y".into()],
         })
     );
 }
@@ -111,30 +112,42 @@ fn a_file_that_is_not_executable_fails_the_check() {
 #[test]
 fn the_answering_side_parses_its_stdin() {
     let mut seen = Vec::new();
-    let (line, code) = answer(b"osmium\0-m\x0064\0", "1.2.3", |args| {
+    let (line, code) = answer(b"osmium\0-m\x0064\0", "1.2.3", &["memory"], |args| {
         seen = args;
         Ok(())
     });
     assert_eq!(code, 0);
     assert_eq!(seen, ["osmium", "-m", "64"]);
     let parsed = parse_line(&line).unwrap();
+    assert!(parsed.takes(TAKES_MEMORY) && !parsed.takes("other"));
     assert_eq!((parsed.version.as_str(), parsed.reads), ("1.2.3", READS));
 
-    let (line, code) = answer(b"osmium\0-m\0", "1", |_| Err("bad -m\nsecond line".into()));
+    let (line, code) = answer(b"osmium\0-m\0", "1", &[], |_| {
+        Err("bad -m\nsecond line".into())
+    });
     assert_eq!(code, 1);
     assert_eq!(line, "osmium-upgrade-check refused bad -m second line");
 
-    let (line, code) = answer(b"osmium", "1", |_| Ok(()));
+    let (line, code) = answer(b"osmium", "1", &[], |_| Ok(()));
     assert_eq!(code, 1);
     assert!(line.contains("refused"), "{line}");
 }
 
 #[test]
 fn an_answer_line_round_trips() {
-    let ok = Ok(CheckAnswer {
+    let answer = CheckAnswer {
         version: "0.1.0".into(),
         reads: 1..=3,
         exe: (2049, 77),
-    });
+        takes: Vec::new(),
+    };
+    let ok = Ok(answer.clone());
     assert_eq!(parse_line(&check_line(&ok)), ok);
+    // An answer without `takes` (an older build's) takes nothing.
+    assert!(!check_line(&ok).contains("takes"));
+    let taking = Ok(CheckAnswer {
+        takes: vec![TAKES_MEMORY.into()],
+        ..answer
+    });
+    assert_eq!(parse_line(&check_line(&taking)), taking);
 }
