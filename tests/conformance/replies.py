@@ -128,8 +128,8 @@ def reply_cas_values(reply):
 
 # Stats osmium reports that memcached 1.6.45 has no name for: how its
 # segments hold live and dead bytes and how they are cleaned, packed values
-# that did not decode and the binary upgrades done and failed (`stats`), what
-# holds item memory and
+# that did not decode, the pack pass and the packed items, and the binary
+# upgrades done and failed (`stats`), what holds item memory and
 # the cleaner's and the workers' idle polling settings, where /metrics
 # listens and the hot-key settings (`stats settings`). In cases with a `stats:` line
 # these lines are left out of every server's reply (memcached never sends
@@ -140,6 +140,9 @@ OSMIUM_OWN_STATS = frozenset(name.encode() for name in (
     "compact_items_moved", "compact_bytes_copied", "compact_writer_runs",
     "compact_aborted", "segments_evicted", "evicted_live_bytes",
     "reclaimed_dead_bytes", "compress_errors",
+    "pack_segments", "pack_segments_not_worth", "pack_items", "pack_rejected",
+    "pack_skipped", "pack_cpu_us", "pack_kept_raw",
+    "packed_items", "packed_raw_bytes", "packed_bytes",
     "compact_policy", "compact_threshold", "compact_reserve", "compact_background",
     "compression", "item_memory", "upgrades", "upgrade_failures",
     "idle_spin", "metrics_addr", "osmium_version", "hotkeys_top", "hotkeys_sample",

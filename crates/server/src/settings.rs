@@ -276,8 +276,9 @@ pub(crate) struct Settings {
     /// `osmium_store::CleanConfig`).
     pub clean: osmium_store::CleanConfig,
     /// `-o compression=off|cold|all` (osmium's own): which values are
-    /// stored packed (`cold`, the default, packs none until the background
-    /// pass exists; every setting reads packed items).
+    /// stored packed (`cold`, the default: items not hit, packed by the
+    /// background cleaner once memory runs short, so none with
+    /// `no_compact_background`; every setting reads packed items).
     pub compression: osmium_store::Compression,
     /// `-o thread_affinity=N` (osmium's own, after the ThreadAffinity
     /// memcached builds of seed 002): worker i runs only on CPU

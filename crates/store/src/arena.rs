@@ -67,7 +67,8 @@ use crate::backing::{Backing, HUGE_PAGE};
 use crate::epoch;
 use crate::item::{ItemPtr, ItemSpec, STATE_DEAD};
 pub use crate::segment::{
-    Segment, SegmentId, STATE_ACTIVE, STATE_CLAIMED, STATE_FREE, STATE_SEALED,
+    Segment, SegmentId, PACKED, PACK_NOT_WORTH, PACK_NOT_YET, STATE_ACTIVE, STATE_CLAIMED,
+    STATE_FREE, STATE_SEALED,
 };
 
 mod cleaning;
@@ -591,6 +592,7 @@ impl Arena {
         let s = self.segment(seg);
         epoch::wait_past(s.retired.swap(0, Ordering::AcqRel));
         s.queue.store(queue as u8, Ordering::Relaxed);
+        s.packed.store(PACK_NOT_YET, Ordering::Relaxed);
         s.seq.store(
             self.next_seq.fetch_add(1, Ordering::Relaxed),
             Ordering::Release,
@@ -900,6 +902,12 @@ impl Arena {
                 self.unclaim(seg, 0);
             }
         }
+    }
+
+    /// Segment activations so far: the sequence number the next activated
+    /// segment gets (the pack pass counts new segments with it).
+    pub fn activations(&self) -> u64 {
+        self.next_seq.load(Ordering::Relaxed)
     }
 
     /// Number of segments in the FIFO (for the reclaimer's cursor).

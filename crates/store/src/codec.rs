@@ -157,6 +157,46 @@ impl std::fmt::Debug for ValueRef<'_> {
     }
 }
 
+/// Counts of the packed items linked in a part of the index (a shard,
+/// or a write head's unlocked swaps: only their sum means anything, so
+/// every figure wraps).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PackedCounts {
+    /// Packed items.
+    pub items: u64,
+    /// The client's bytes of their values.
+    pub raw_bytes: u64,
+    /// Bytes the items take (headers, keys and frames).
+    pub bytes: u64,
+}
+
+impl PackedCounts {
+    /// A packed item of `size` bytes whose value is `raw_len` bytes was
+    /// linked.
+    #[inline]
+    pub fn add(&mut self, size: usize, raw_len: usize) {
+        self.items = self.items.wrapping_add(1);
+        self.raw_bytes = self.raw_bytes.wrapping_add(raw_len as u64);
+        self.bytes = self.bytes.wrapping_add(size as u64);
+    }
+
+    /// One was unlinked.
+    #[inline]
+    pub fn sub(&mut self, size: usize, raw_len: usize) {
+        self.items = self.items.wrapping_sub(1);
+        self.raw_bytes = self.raw_bytes.wrapping_sub(raw_len as u64);
+        self.bytes = self.bytes.wrapping_sub(size as u64);
+    }
+
+    /// Adds `o`'s figures (summing shards and heads).
+    #[inline]
+    pub fn merge(&mut self, o: &PackedCounts) {
+        self.items = self.items.wrapping_add(o.items);
+        self.raw_bytes = self.raw_bytes.wrapping_add(o.raw_bytes);
+        self.bytes = self.bytes.wrapping_add(o.bytes);
+    }
+}
+
 thread_local! {
     /// This thread's decompression context, made at its first packed read.
     static DCTX: RefCell<Option<DCtx<'static>>> = const { RefCell::new(None) };

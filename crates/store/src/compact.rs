@@ -17,7 +17,8 @@
 //! ```text
 //!   background cleaner (a thread of the server, woken when free segments
 //!   run low): while free < low water and a segment is at least
-//!   `threshold` dead -> compact it (yielding every 256 items)
+//!   `threshold` dead -> compact it (yielding every 256 items); none
+//!   that dead -> pack the cold items of a segment (`pack`)
 //!
 //!   a writer with no segment to take (make_room):
 //!     dead bytes >= reserve          -> compact the deadest segment
@@ -62,6 +63,30 @@ const MOVES_AHEAD: usize = 8;
 /// Least dead bytes, as a fraction of a segment (1/64), that make a
 /// segment worth compacting at all.
 const MIN_DEAD_SHIFT: u32 = 6;
+
+/// How `move_item` writes an item's copy.
+#[derive(Clone, Copy)]
+pub(crate) enum CopyAs<'a> {
+    /// As it is (a packed value stays packed, a raw one raw).
+    Same,
+    /// Packed (the pack pass): this frame, codec 0, in place of the item's
+    /// raw value.
+    Packed(&'a [u8]),
+    /// Raw, marked as tried: the value did not pack (the pack pass).
+    RawTried,
+}
+
+/// What `move_planned` did.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Moves {
+    /// Every item was moved (or was gone): the victim is empty.
+    pub(crate) emptied: bool,
+    /// Items moved, and the bytes their copies took.
+    pub(crate) moved: u64,
+    pub(crate) copied: u64,
+    /// Of the items moved, those copied packed (`CopyAs::Packed`).
+    pub(crate) packed: u64,
+}
 
 /// What `move_item` did.
 enum Moved {
@@ -141,8 +166,10 @@ impl Store {
 
     /// One step of the background cleaner: when the arena is full and
     /// fewer than the low-water mark of segments are free, compacts the
-    /// best segment that is at least `threshold_percent` dead. False when
-    /// there was nothing to do (the caller waits for `wait_for_cleaning`).
+    /// best segment that is at least `threshold_percent` dead, or else
+    /// (`-o compression=cold`) packs the cold items of one segment (see
+    /// `pack`). False when there was nothing to do (the caller waits for
+    /// `wait_for_cleaning`).
     pub fn clean_ahead(&self) -> bool {
         if self.arena.free_segments() >= self.low_water() {
             return false;
@@ -159,7 +186,10 @@ impl Store {
             self.clock.now(),
         );
         let Some(victim) = scan.best else {
-            return false;
+            // Nothing dead enough: pack cold items instead (the pass
+            // takes the cleaner lock for its moves only).
+            drop(_turn);
+            return self.pack_ahead(&scan);
         };
         if !self.arena.claim_for_compaction(victim) {
             return true;
@@ -221,44 +251,15 @@ impl Store {
             return false;
         }
         let dead = used.saturating_sub(s.live());
-        let (mut moved, mut copied) = (0u64, 0u64);
-        let mut emptied = true;
-        for (i, &(offset, hash)) in plan.iter().enumerate() {
-            if let Some(&(_, ahead)) = plan.get(i + MOVES_AHEAD) {
-                self.prefetch_index(ahead);
-            }
-            if background && (i + 1).is_multiple_of(ITEMS_PER_YIELD) {
-                std::thread::yield_now();
-            }
-            let offset = offset as usize;
-            let it = self.arena.item(victim, offset);
-            if it.is_dead() {
-                continue;
-            }
-            match self.move_item(
-                Location {
-                    seg: victim,
-                    offset,
-                },
-                it,
-                hash,
-                queue,
-            ) {
-                Moved::Copied(n) => {
-                    moved += 1;
-                    copied += n as u64;
-                }
-                Moved::Gone => {}
-                Moved::NoRoom => {
-                    emptied = false;
-                    break;
-                }
-            }
-        }
+        let moves = self.move_planned(
+            victim,
+            plan.len(),
+            |i| (plan[i].0, plan[i].1, CopyAs::Same),
+            background,
+            false,
+        );
         let c = &self.clean_stats;
-        c.items_moved.fetch_add(moved, Ordering::Relaxed);
-        c.bytes_copied.fetch_add(copied, Ordering::Relaxed);
-        if !emptied {
+        if !moves.emptied {
             c.aborted.fetch_add(1, Ordering::Relaxed);
             self.arena.unclaim(victim, usize::MAX);
             return false;
@@ -268,6 +269,62 @@ impl Store {
             .fetch_add(dead as u64, Ordering::Relaxed);
         self.arena.release_compacted(victim);
         true
+    }
+
+    /// The moving pass of a compaction or a pack: moves the `n` items
+    /// `entry` names (offset in `victim`, key hash, how to copy) to the
+    /// compactor's destination for the victim's queue, fetching the index
+    /// lines of the items a few ahead; counts the moves in the cleaner's
+    /// stats. Stops at the first item that finds no room (`emptied`
+    /// false). `background` yields the CPU every few hundred items;
+    /// `packing` marks the destinations as the pack pass's.
+    pub(crate) fn move_planned<'p>(
+        &self,
+        victim: SegmentId,
+        n: usize,
+        entry: impl Fn(usize) -> (u32, u64, CopyAs<'p>),
+        background: bool,
+        packing: bool,
+    ) -> Moves {
+        let queue = self.arena.queue(victim);
+        let mut m = Moves {
+            emptied: true,
+            ..Moves::default()
+        };
+        for i in 0..n {
+            let (offset, hash, copy) = entry(i);
+            if i + MOVES_AHEAD < n {
+                self.prefetch_index(entry(i + MOVES_AHEAD).1);
+            }
+            if background && (i + 1).is_multiple_of(ITEMS_PER_YIELD) {
+                std::thread::yield_now();
+            }
+            let offset = offset as usize;
+            let it = self.arena.item(victim, offset);
+            if it.is_dead() {
+                continue;
+            }
+            let loc = Location {
+                seg: victim,
+                offset,
+            };
+            match self.move_item(loc, it, hash, queue, copy, packing) {
+                Moved::Copied(bytes) => {
+                    m.moved += 1;
+                    m.copied += bytes as u64;
+                    m.packed += u64::from(matches!(copy, CopyAs::Packed(_)));
+                }
+                Moved::Gone => {}
+                Moved::NoRoom => {
+                    m.emptied = false;
+                    break;
+                }
+            }
+        }
+        let c = &self.clean_stats;
+        c.items_moved.fetch_add(m.moved, Ordering::Relaxed);
+        c.bytes_copied.fetch_add(m.copied, Ordering::Relaxed);
+        m
     }
 
     /// The first pass of `compact_segment`: notes the offset and key hash
@@ -287,7 +344,9 @@ impl Store {
             let it = self.arena.item(seg, offset);
             let size = it.size();
             if !it.is_dead() {
-                need += self.copy_spec(Location { seg, offset }, it).size();
+                need += self
+                    .copy_spec(Location { seg, offset }, it, CopyAs::Same)
+                    .size();
                 plan.push((offset as u32, hash_key(it.key())));
             }
             offset += size;
@@ -296,20 +355,43 @@ impl Store {
     }
 
     /// What a moved copy of the item at `loc` holds: the same, with its
-    /// CAS unique stored (a copy's location would give it another).
-    fn copy_spec(&self, loc: Location, it: ItemPtr) -> item::ItemSpec {
-        item::ItemSpec {
+    /// CAS unique stored (a copy's location would give it another), and
+    /// its value as `copy` says.
+    pub(crate) fn copy_spec(&self, loc: Location, it: ItemPtr, copy: CopyAs<'_>) -> item::ItemSpec {
+        let spec = item::ItemSpec {
             cas: self.explicit(self.cas_of(loc, it)),
             ..it.spec()
+        };
+        match copy {
+            CopyAs::Same => spec,
+            CopyAs::Packed(frame) => item::ItemSpec {
+                value_len: frame.len(),
+                packed: Some((crate::dict::CODEC_PLAIN, it.value_len())),
+                raw_tried: false,
+                ..spec
+            },
+            CopyAs::RawTried => item::ItemSpec {
+                raw_tried: true,
+                ..spec
+            },
         }
     }
 
     /// Moves the item at `loc` of a victim of `queue` to the compactor's
-    /// destination, if the index still links to it and it is live. The
-    /// key and value (immutable) are copied before the shard lock is
-    /// taken; the expiry, state bits, frequency and access time (which
-    /// change in place) under it.
-    fn move_item(&self, loc: Location, it: ItemPtr, hash: u64, queue: Queue) -> Moved {
+    /// destination, if the index still links to it and it is live, its
+    /// value copied as `copy` says (`packing`: for the pack pass). The key
+    /// and value (immutable) are copied before the shard lock is taken;
+    /// the expiry, state bits, frequency and access time (which change in
+    /// place) under it.
+    fn move_item(
+        &self,
+        loc: Location,
+        it: ItemPtr,
+        hash: u64,
+        queue: Queue,
+        copy: CopyAs<'_>,
+        packing: bool,
+    ) -> Moved {
         let now = self.clock.now();
         let key = it.key();
         if it.exptime() != 0 && it.exptime() <= now {
@@ -317,12 +399,19 @@ impl Store {
             self.unlink_stale(key, hash, loc);
             return Moved::Gone;
         }
-        let spec = self.copy_spec(loc, it);
+        let spec = self.copy_spec(loc, it, copy);
         let flushes = self.arena.flush_epoch();
-        let Some(slot) = self.arena.reserve_compactor(queue, &spec, loc.seg, now) else {
+        let Some(slot) = self
+            .arena
+            .reserve_compactor(queue, &spec, loc.seg, now, packing)
+        else {
             return Moved::NoRoom;
         };
-        self.write_item(&slot, &spec, key, &[it.stored_value()], 0);
+        let value = match copy {
+            CopyAs::Packed(frame) => frame,
+            CopyAs::Same | CopyAs::RawTried => it.stored_value(),
+        };
+        self.write_item(&slot, &spec, key, &[value], 0);
         let mut table = self.shard(hash).write();
         let Some(found) = table.find_at(&self.arena, key, hash, loc) else {
             drop(table);

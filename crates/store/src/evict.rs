@@ -1,17 +1,18 @@
 //! Eviction and reclamation: walking a claimed segment item by item under
 //! each item's shard lock, to evict it (S3-FIFO: keep what was hit by
 //! copying it into main, drop the rest, remember small's victims in the
-//! ghost) or to reclaim only its expired and flushed items; freeing
+//! ghost; a packed item kept is written back raw, since it is hot) or to
+//! reclaim only its expired and flushed items; freeing
 //! segments whose items have all expired; and the memory upkeep the
 //! maintainer runs (huge pages).
 
 use std::sync::atomic::Ordering;
 
-use crate::arena::{Queue, SegmentId};
+use crate::arena::{Queue, SegmentId, Slot};
 use crate::index::{hash_key, Found, Location, Table};
 use crate::item;
 use crate::store::Store;
-use crate::types::Lookup;
+use crate::types::{Compression, Lookup};
 
 /// Items a background walk (`reclaim_step`, `reclaim_expired_segments`)
 /// visits between two yields of the CPU: about 50 µs of work. Walking a
@@ -161,10 +162,23 @@ impl Store {
             cas: self.explicit(self.cas_of(found.loc, it)),
             ..it.spec()
         };
+        // A packed item kept because it was hit is hot: written back raw
+        // (but with -o compression=all, every value stays packed).
+        let unpack = match spec.packed {
+            Some((_, raw_len)) if self.cfg.compression != Compression::All => Some(raw_len),
+            _ => None,
+        };
+        let spec = unpack.map_or(spec, |raw_len| spec.with_raw_value(raw_len));
         let Some(slot) = self.arena.reserve_evictor(&spec, now) else {
             return false;
         };
-        self.write_item(&slot, &spec, it.key(), &[it.stored_value()], it.state());
+        if unpack.is_some() {
+            if !self.write_unpacked(&slot, &spec, it) {
+                return false;
+            }
+        } else {
+            self.write_item(&slot, &spec, it.key(), &[it.stored_value()], it.state());
+        }
         slot.ptr
             .set_atime(self.atime_in(slot.seg, self.base_atime(found.loc, it)));
         if from == Queue::Main {
@@ -187,6 +201,27 @@ impl Store {
             }
         }
         self.arena.finish_write(slot.seg);
+        true
+    }
+
+    /// Writes the copy of packed item `it` into `slot`, reserved for it
+    /// raw (`spec`): its value decoded straight into the slot. False if it
+    /// does not decode (the slot is given up, the error counted: the item
+    /// is then evicted, as `drop_corrupt` would drop it).
+    #[cold]
+    fn write_unpacked(&self, slot: &Slot, spec: &item::ItemSpec, it: item::ItemPtr) -> bool {
+        self.write_item(slot, spec, it.key(), &[], it.state());
+        // SAFETY: the slot was reserved for `spec`, whose value is
+        // `spec.value_len` bytes from `value_ptr`; it is this thread's
+        // until linked (no reader can reach it).
+        let value = unsafe { std::slice::from_raw_parts_mut(slot.ptr.value_ptr(), spec.value_len) };
+        if self.value_of(it).write_into(value).is_err() {
+            slot.ptr.mark_dead();
+            self.arena.finish_write(slot.seg);
+            self.compress_errors.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        self.pack_stats.kept_raw.fetch_add(1, Ordering::Relaxed);
         true
     }
 

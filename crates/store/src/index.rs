@@ -554,6 +554,8 @@ pub struct ShardCounters {
     pub reclaimed: u64,
     /// Of those, items never fetched.
     pub expired_unfetched: u64,
+    /// The packed items linked (wrapping, as `bytes`).
+    pub packed: crate::codec::PackedCounts,
 }
 
 /// The position of a found key, valid until the table is modified.

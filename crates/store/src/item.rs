@@ -479,6 +479,18 @@ impl ItemPtr {
         l.key + l.key_len + l.stored_len
     }
 
+    /// The item's size and, when its value is packed, the client's length:
+    /// one decoding of the header, for the counts kept as items are linked
+    /// and unlinked.
+    #[inline]
+    pub fn footprint(self) -> (usize, Option<usize>) {
+        let l = self.layout();
+        (
+            l.key + l.key_len + l.stored_len,
+            (l.ext & EXT_PACKED != 0).then_some(l.raw_len),
+        )
+    }
+
     /// The value as a reader gets it; `dicts` decodes a packed one.
     #[inline]
     pub fn value_ref<'a>(self, dicts: &'a DictTable) -> ValueRef<'a> {

@@ -33,7 +33,8 @@
 //! `write` (the storage commands and items received in pieces), `remove`,
 //! `counter` (incr/decr), `evict` (eviction and reclamation walks),
 //! `compact` (getting dead space back: compaction, and when to compact
-//! rather than evict),
+//! rather than evict), `pack` (`-o compression=cold`: the cleaner packs
+//! cold items),
 //! `flush` (flush_all), `stats` and `dump` (visiting every live item's
 //! metadata in batches, for the dump commands). Their arguments and
 //! results, in cache terms, are in `types` and re-exported here.
@@ -80,6 +81,7 @@ mod fault;
 mod flush;
 mod memfd;
 mod new_files;
+mod pack;
 mod read;
 mod recover;
 mod remove;

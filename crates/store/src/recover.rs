@@ -241,14 +241,17 @@ impl Store {
                 self.arena.segment(loc.seg).add_live(size as usize);
                 let c = &mut table.counters;
                 c.curr_items -= 1;
-                c.bytes = c.bytes.wrapping_sub(other.item.size() as u64);
-                count_recovered(&mut table.counters, size);
+                c.bytes = c.bytes.wrapping_sub(other_size as u64);
+                if let (size, Some(raw_len)) = other.item.footprint() {
+                    c.packed.sub(size, raw_len);
+                }
+                count_recovered(&mut table.counters, it, size);
                 Relink::Replaced(other.loc.seg)
             }
             None => {
                 table.insert(&self.arena, hash, loc);
                 self.arena.segment(loc.seg).add_live(size as usize);
-                count_recovered(&mut table.counters, size);
+                count_recovered(&mut table.counters, it, size);
                 Relink::Linked
             }
         }
@@ -274,9 +277,12 @@ struct Noted {
     hash: u64,
 }
 
-fn count_recovered(c: &mut crate::index::ShardCounters, size: u32) {
+fn count_recovered(c: &mut crate::index::ShardCounters, it: ItemPtr, size: u32) {
     c.curr_items += 1;
     c.bytes = c.bytes.wrapping_add(u64::from(size));
+    if let Some((_, raw_len)) = it.packed() {
+        c.packed.add(size as usize, raw_len);
+    }
 }
 
 /// What `relink` did with an item.

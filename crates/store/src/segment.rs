@@ -10,18 +10,18 @@
 //! size is part of the file's format:
 //!
 //! ```text
-//!  byte 0      1      2         3     4          8        16            24      32          36
-//!      +------+------+---------+-----+----------+--------+-------------+-------+-----------+
-//!      |state |queue |immortal | pad | pending  | used   | activations | seq   | base_time |
-//!      +------+------+---------+-----+----------+--------+-------------+-------+-----------+
+//!  byte 0      1      2         3      4          8        16            24      32          36
+//!      +------+------+---------+------+----------+--------+-------------+-------+-----------+
+//!      |state |queue |immortal |packed| pending  | used   | activations | seq   | base_time |
+//!      +------+------+---------+------+----------+--------+-------------+-------+-----------+
 //!  36            40            44              56        64           72..128
 //!      +-------------+-------------+---------------+---------+------------+-------+
 //!      | max_exptime | flush_epoch | flushed_below | retired | live_bytes | (pad) |
 //!      +-------------+-------------+---------------+---------+------------+-------+
 //!
-//!  kept across a restart: state, queue, immortal, used, activations, seq,
-//!                         base_time, max_exptime, flush_epoch,
-//!                         flushed_below
+//!  kept across a restart: state, queue, immortal, packed, used,
+//!                         activations, seq, base_time, max_exptime,
+//!                         flush_epoch, flushed_below
 //!  this run's only:       pending, retired (cleared when the file is opened),
 //!                         live_bytes (recounted by the recovery's scan)
 //! ```
@@ -54,6 +54,15 @@ pub const STATE_SEALED: u8 = 2;
 /// Segment state: taken out of its queue to be evicted or compacted.
 pub const STATE_CLAIMED: u8 = 3;
 
+/// Pack state: the pack pass has not been over the segment.
+pub const PACK_NOT_YET: u8 = 0;
+/// Pack state: the pack pass went over it (its cold items are packed or
+/// were tried), or it is a destination the pass filled.
+pub const PACKED: u8 = 1;
+/// Pack state: the pass found that packing it would free too little, and
+/// left it as it was.
+pub const PACK_NOT_WORTH: u8 = 2;
+
 /// Bytes of a control block in the table (two cache lines, for the
 /// adjacent-line prefetcher, so that writers appending to neighbouring
 /// segments do not share lines).
@@ -72,7 +81,10 @@ pub struct Segment {
     /// Whether an item written into it never expires (see
     /// `max_exptime`): 0 or 1.
     pub immortal: AtomicU8,
-    _pad0: u8,
+    /// What the pack pass (`pack`) made of it: [`PACK_NOT_YET`], [`PACKED`]
+    /// or [`PACK_NOT_WORTH`]. A hint only: any value is a valid block
+    /// (a file written before the field existed holds 0 there).
+    pub packed: AtomicU8,
     /// Writers that reserved space in it and have not yet published or
     /// abandoned their item.
     pub pending: AtomicU32,

@@ -122,4 +122,39 @@ pub(crate) struct HeadCounters {
     /// Net change of `bytes` (wrapping: the new item's size minus the old).
     pub(crate) bytes: AtomicU64,
     pub(crate) total_items: AtomicU64,
+    /// The packed items these swaps linked and unlinked (net, wrapping:
+    /// `codec::PackedCounts`' figures).
+    pub(crate) packed_items: AtomicU64,
+    pub(crate) packed_raw_bytes: AtomicU64,
+    pub(crate) packed_bytes: AtomicU64,
+}
+
+impl HeadCounters {
+    /// A swap linked a packed item (`add`) or unlinked one: out of line,
+    /// so that a swap of raw items runs none of it.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn count_packed(&self, size: usize, raw_len: usize, add: bool) {
+        let (n, raw, size) = if add {
+            (1u64, raw_len as u64, size as u64)
+        } else {
+            (
+                1u64.wrapping_neg(),
+                (raw_len as u64).wrapping_neg(),
+                (size as u64).wrapping_neg(),
+            )
+        };
+        self.packed_items.fetch_add(n, Ordering::Relaxed);
+        self.packed_raw_bytes.fetch_add(raw, Ordering::Relaxed);
+        self.packed_bytes.fetch_add(size, Ordering::Relaxed);
+    }
+
+    /// The packed items' counts, as `PackedCounts`.
+    pub(crate) fn packed(&self) -> crate::codec::PackedCounts {
+        crate::codec::PackedCounts {
+            items: self.packed_items.load(Ordering::Relaxed),
+            raw_bytes: self.packed_raw_bytes.load(Ordering::Relaxed),
+            bytes: self.packed_bytes.load(Ordering::Relaxed),
+        }
+    }
 }

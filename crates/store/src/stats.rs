@@ -32,12 +32,17 @@ impl Store {
             total.evicted_unfetched += c.evicted_unfetched;
             total.reclaimed += c.reclaimed;
             total.expired_unfetched += c.expired_unfetched;
+            total.packed.merge(&c.packed);
             index_bytes += t.memory();
         }
         for h in self.head_counters.iter() {
             total.bytes = total.bytes.wrapping_add(h.bytes.load(Ordering::Relaxed));
             total.total_items += h.total_items.load(Ordering::Relaxed);
+            total.packed.merge(&h.packed());
         }
+        // Read one after the other, as `bytes` (below).
+        let gauge = |n: u64| if (n as i64) < 0 { 0 } else { n };
+        let p = &self.pack_stats;
         let (allocated, limit) = self.arena.usage();
         let scan = self
             .arena
@@ -50,6 +55,16 @@ impl Store {
         StoreStats {
             flash_items,
             compress_errors: self.compress_errors(),
+            pack_segments: p.segments.load(Ordering::Relaxed),
+            pack_segments_not_worth: p.not_worth.load(Ordering::Relaxed),
+            pack_items: p.items.load(Ordering::Relaxed),
+            pack_rejected: p.rejected.load(Ordering::Relaxed),
+            pack_skipped: p.skipped.load(Ordering::Relaxed),
+            pack_cpu_us: p.cpu_micros.load(Ordering::Relaxed),
+            pack_kept_raw: p.kept_raw.load(Ordering::Relaxed),
+            packed_items: gauge(total.packed.items),
+            packed_raw_bytes: gauge(total.packed.raw_bytes),
+            packed_bytes: gauge(total.packed.bytes),
             evicted_nonzero: c.evicted_nonzero.load(Ordering::Relaxed),
             evicted_active: c.evicted_active.load(Ordering::Relaxed),
             evicted_time: c.evicted_time.load(Ordering::Relaxed),
@@ -120,7 +135,10 @@ impl Store {
             &c.kept_in_main,
             &c.crawler_checked,
             &c.crawler_reclaimed,
-        ] {
+        ]
+        .into_iter()
+        .chain(self.pack_stats.all())
+        {
             n.store(0, Ordering::Relaxed);
         }
         c.evicted_time.store(0, Ordering::Relaxed);

@@ -63,6 +63,10 @@ pub struct Store {
     pub(crate) dicts: crate::dict::DictTable,
     /// Packed values that did not decode (see `drop_corrupt`).
     pub(crate) compress_errors: AtomicU64,
+    /// The pack pass's working state (`-o compression=cold`; see `pack`).
+    pub(crate) pack_work: parking_lot::Mutex<crate::pack::PackWork>,
+    /// The pack pass's counters.
+    pub(crate) pack_stats: crate::pack::PackStats,
 }
 
 impl Store {
@@ -203,6 +207,8 @@ impl Store {
             clean_wanted: Default::default(),
             dicts: crate::dict::DictTable::new(),
             compress_errors: AtomicU64::new(0),
+            pack_work: Default::default(),
+            pack_stats: Default::default(),
             cfg,
         };
         let mut restart = Restart {
@@ -406,7 +412,10 @@ impl Store {
     fn release_item(&self, table: &mut Table, found: &Found) {
         let it = found.item;
         it.mark_dead();
-        let size = it.size();
+        let (size, packed) = it.footprint();
+        if let Some(raw_len) = packed {
+            table.counters.packed.sub(size, raw_len);
+        }
         self.arena.segment(found.loc.seg).sub_live(size);
         table.counters.curr_items -= 1;
         // Wrapping: a shard's bytes can sink below zero when the item was
@@ -415,7 +424,10 @@ impl Store {
     }
 
     fn account_link(&self, table: &mut Table, seg: SegmentId, it: ItemPtr, new: bool) {
-        let size = it.size();
+        let (size, packed) = it.footprint();
+        if let Some(raw_len) = packed {
+            table.counters.packed.add(size, raw_len);
+        }
         self.arena.segment(seg).add_live(size);
         table.counters.curr_items += 1;
         table.counters.total_items += u64::from(new);

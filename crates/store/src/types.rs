@@ -59,7 +59,8 @@ impl Default for StoreConfig {
 pub enum Compression {
     /// None are packed.
     Off,
-    /// Cold items, by the background pass (none until it exists: as `Off`).
+    /// Cold items, packed by the background cleaner when memory runs
+    /// short (see `pack`); hot items stay raw.
     #[default]
     Cold,
     /// Every value worth it, when it is written (for measurements).
@@ -387,6 +388,32 @@ pub struct StoreStats {
     /// misses; none expected: item memory is trusted and flash records
     /// are checksummed).
     pub compress_errors: u64,
+    /// The pack pass (`-o compression=cold`): segments pack-compacted
+    /// (their cold items packed, the segment freed).
+    pub pack_segments: u64,
+    /// Segments the pass walked and left as they were (packing would
+    /// have freed less than 20 % of them).
+    pub pack_segments_not_worth: u64,
+    /// Items the pass packed.
+    pub pack_items: u64,
+    /// Values the pass tried that did not save enough (kept raw, marked
+    /// tried: never tried again).
+    pub pack_rejected: u64,
+    /// Cold values the pass did not try: their size class kept failing,
+    /// or they start like a compressed format.
+    pub pack_skipped: u64,
+    /// CPU time the pass spent in its plans (walking and packing), µs.
+    pub pack_cpu_us: u64,
+    /// Packed items the evictor kept because they were hit, written back
+    /// raw.
+    pub pack_kept_raw: u64,
+    /// Items linked now whose value is packed (by the pass, `-o
+    /// compression=all`, or from a memory file).
+    pub packed_items: u64,
+    /// The client's bytes of their values.
+    pub packed_raw_bytes: u64,
+    /// Bytes those items take (headers, keys, frames).
+    pub packed_bytes: u64,
     /// memcached's `evicted_nonzero`, `evicted_active`, `evicted_time`, `moves_to_warm`,
     /// `moves_within_lru`, `crawler_items_checked`, `crawler_reclaimed`
     /// (see `arena::CleanStats`).

@@ -439,13 +439,20 @@ impl Store {
         };
         // Still pinned: the old item's memory is not reused yet.
         old.item.mark_dead();
-        let (new_size, old_size) = (slot.ptr.size(), old.item.size());
+        let ((new_size, new_packed), (old_size, old_packed)) =
+            (slot.ptr.footprint(), old.item.footprint());
         self.arena.segment(slot.seg).add_live(new_size);
         self.arena.segment(old.loc.seg).sub_live(old_size);
         let c = &self.head_counters[head % self.head_counters.len()];
         let delta = (new_size as u64).wrapping_sub(old_size as u64);
         c.bytes.fetch_add(delta, Ordering::Relaxed);
         c.total_items.fetch_add(1, Ordering::Relaxed);
+        if let Some(raw_len) = new_packed {
+            c.count_packed(new_size, raw_len, true);
+        }
+        if let Some(raw_len) = old_packed {
+            c.count_packed(old_size, raw_len, false);
+        }
         true
     }
 

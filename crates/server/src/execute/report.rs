@@ -240,6 +240,18 @@ pub(crate) fn general(sh: &Shared, out: &mut StatRows) {
     // Packed values (`-o compression`) that did not decode: dropped, and
     // answered as misses.
     stat(out, "compress_errors", e.compress_errors);
+    // The pack pass (`-o compression=cold`), and the packed items linked
+    // now (their values' client bytes and the bytes they take).
+    stat(out, "pack_segments", e.pack_segments);
+    stat(out, "pack_segments_not_worth", e.pack_segments_not_worth);
+    stat(out, "pack_items", e.pack_items);
+    stat(out, "pack_rejected", e.pack_rejected);
+    stat(out, "pack_skipped", e.pack_skipped);
+    stat(out, "pack_cpu_us", e.pack_cpu_us);
+    stat(out, "pack_kept_raw", e.pack_kept_raw);
+    stat(out, "packed_items", e.packed_items);
+    stat(out, "packed_raw_bytes", e.packed_raw_bytes);
+    stat(out, "packed_bytes", e.packed_bytes);
     if let Some(f) = sh.store.flash() {
         flash_stats(f, out);
     }

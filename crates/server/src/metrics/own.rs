@@ -67,6 +67,65 @@ const FLASH_OWN: &[(&str, &str, bool, &str)] = &[
     ),
 ];
 
+/// The pack pass's figures and the packed items' (rows of `stats`):
+/// (stat, metric, counter?, help).
+const PACKING: &[(&str, &str, bool, &str)] = &[
+    (
+        "pack_segments",
+        "osmium_pack_segments_total",
+        true,
+        "Segments the pack pass (-o compression=cold) pack-compacted: cold items packed, the segment freed.",
+    ),
+    (
+        "pack_segments_not_worth",
+        "osmium_pack_segments_not_worth_total",
+        true,
+        "Segments the pack pass walked and left as they were (packing would have freed under 20 %).",
+    ),
+    (
+        "pack_items",
+        "osmium_pack_items_total",
+        true,
+        "Items the pack pass packed.",
+    ),
+    (
+        "pack_rejected",
+        "osmium_pack_rejected_total",
+        true,
+        "Values the pack pass tried that did not save enough (kept raw, never tried again).",
+    ),
+    (
+        "pack_skipped",
+        "osmium_pack_skipped_total",
+        true,
+        "Cold values the pack pass did not try: their size class kept failing, or they look compressed.",
+    ),
+    (
+        "pack_kept_raw",
+        "osmium_pack_kept_raw_total",
+        true,
+        "Packed items hit and kept by the evictor, written back raw.",
+    ),
+    (
+        "packed_items",
+        "osmium_packed_items",
+        false,
+        "Items linked now whose value is packed.",
+    ),
+    (
+        "packed_raw_bytes",
+        "osmium_packed_raw_bytes",
+        false,
+        "The client's bytes of the packed items' values.",
+    ),
+    (
+        "packed_bytes",
+        "osmium_packed_bytes",
+        false,
+        "Bytes the packed items take in memory (headers, keys, frames).",
+    ),
+];
+
 /// Adds osmium's own metrics.
 pub(super) fn add(f: &mut Families, sh: &Shared, s: &Rows) {
     // Latency, summed over the workers.
@@ -122,6 +181,23 @@ pub(super) fn add(f: &mut Families, sh: &Shared, s: &Rows) {
             "Packed values (-o compression) that did not decode: dropped and answered as misses.",
             no_labels(),
             v,
+        );
+    }
+    for &(key, name, counter, help) in PACKING {
+        if let Some(v) = num(s, key) {
+            if counter {
+                f.counter(name, help, no_labels(), v);
+            } else {
+                f.gauge(name, help, no_labels(), v);
+            }
+        }
+    }
+    if let Some(v) = num(s, "pack_cpu_us") {
+        f.counter(
+            "osmium_pack_cpu_seconds_total",
+            "CPU time of the pack pass's walks and packing.",
+            no_labels(),
+            v / 1e6,
         );
     }
 

@@ -7,6 +7,7 @@
 mod authentication;
 mod binary_protocol;
 mod binary_wire;
+mod cold_packing;
 mod common;
 mod crash_recovery;
 mod daemon;

@@ -1,7 +1,9 @@
-//! What the arena offers the cleaner (`Store::make_room`, `compact`): a
-//! scan of every segment's live and dead bytes that names the best segment
-//! to compact, claiming it, the compactor's destination heads, and giving
-//! the emptied segment back; and the cleaner's counters and outcomes.
+//! What the arena offers the cleaner (`Store::make_room`, `compact`,
+//! `pack`): a scan of every segment's live and dead bytes that names the
+//! best segment to compact (and each queue's oldest segment the pack pass
+//! has not been over), claiming it, the compactor's destination heads, and
+//! giving the emptied segment back; and the cleaner's counters and
+//! outcomes.
 //!
 //! The compactor copies a victim's live items through one of two heads of
 //! its own, one per queue, so items stay in the queue they were in. A
@@ -113,6 +115,11 @@ pub struct CleanScan {
     pub free: usize,
     /// The limit in bytes (segments × segment size).
     pub limit: usize,
+    /// For the pack pass, by queue (small, main): the oldest sealed, quiet
+    /// segment (by activation) that the pass has not been over.
+    pub pack: [Option<SegmentId>; 2],
+    /// The same, the newest.
+    pub pack_newest: [Option<SegmentId>; 2],
 }
 
 impl Arena {
@@ -135,6 +142,7 @@ impl Arena {
             ..CleanScan::default()
         };
         let mut best_score = 0u128;
+        let (mut oldest, mut newest) = ([u64::MAX; 2], [0u64; 2]);
         for (id, s) in self.segments[..ids].iter().enumerate() {
             let state = s.state.load(Ordering::Acquire);
             if state == STATE_FREE {
@@ -144,7 +152,22 @@ impl Arena {
             let dead = s.dead();
             scan.live += live;
             scan.dead += dead;
-            if state != STATE_SEALED || dead < min_dead || s.pending.load(Ordering::Acquire) != 0 {
+            if state != STATE_SEALED || s.pending.load(Ordering::Acquire) != 0 {
+                continue;
+            }
+            if s.packed.load(Ordering::Relaxed) == PACK_NOT_YET {
+                let q = s.queue.load(Ordering::Relaxed).min(1) as usize;
+                let seq = s.seq.load(Ordering::Relaxed);
+                if seq < oldest[q] {
+                    oldest[q] = seq;
+                    scan.pack[q] = Some(id as SegmentId);
+                }
+                if seq >= newest[q] {
+                    newest[q] = seq;
+                    scan.pack_newest[q] = Some(id as SegmentId);
+                }
+            }
+            if dead < min_dead {
                 continue;
             }
             let score = match policy {
@@ -199,12 +222,15 @@ impl Arena {
     /// at the victim's place in the FIFO. None if there is no segment to
     /// open. The caller holds no shard lock: opening a segment waits for
     /// the readers of its previous items.
+    /// A copy the pack pass makes (`packing`) marks its destination as
+    /// packed, so that the pass does not walk it again.
     pub fn reserve_compactor(
         &self,
         queue: Queue,
         spec: &ItemSpec,
         victim: SegmentId,
         now: u32,
+        packing: bool,
     ) -> Option<Slot> {
         let size = spec.size();
         let mut h = self.heads[self.compactor_head(queue)].lock();
@@ -242,7 +268,13 @@ impl Arena {
             h.seg = Some(seg);
             h.offset = 0;
         }
-        Some(self.take_slot(&mut h, spec))
+        let slot = self.take_slot(&mut h, spec);
+        if packing {
+            self.segment(slot.seg)
+                .packed
+                .store(PACKED, Ordering::Relaxed);
+        }
+        Some(slot)
     }
 
     /// Gives back a segment the compactor emptied: off its FIFO, and to

@@ -10,6 +10,7 @@ mod flash;
 mod flush;
 mod handover;
 mod kept_pins;
+mod pack;
 mod packed;
 mod read;
 mod remove;

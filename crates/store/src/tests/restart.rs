@@ -340,3 +340,58 @@ fn packed_items_come_back_after_a_crash_and_serve_with_compression_off() {
         );
     }
 }
+
+#[test]
+fn a_pack_pass_cut_short_by_a_crash_loses_nothing() {
+    let file = TempFile::new("pack-crash");
+    let mut want = Vec::new();
+    {
+        let (s, _) = open(&file, 16 << 20);
+        assert_eq!(s.config().compression, Compression::Cold);
+        for i in 0..600u32 {
+            let key = format!("key{i}");
+            let value = super::pack::text(2000 + i as usize, i);
+            let (st, c) = put(&s, 0, StoreMode::Set, key.as_bytes(), i, 0, &value, 0);
+            assert_eq!(st, StoreStatus::Stored);
+            want.push((key, value, c));
+        }
+        let locate = |key: &[u8]| {
+            let hash = hash_key(key);
+            let table = s.shard(hash).read();
+            table.find(&s.arena, key, hash).expect("linked").loc
+        };
+        let victim = locate(b"key0").seg;
+        let originals: Vec<_> = want
+            .iter()
+            .map(|w| locate(w.0.as_bytes()))
+            .filter(|l| l.seg == victim)
+            .collect();
+        assert!(originals.len() > 100, "{}", originals.len());
+        assert!(s.arena.claim_for_compaction(victim));
+        assert!(s.pack_segment(victim, false));
+        assert_eq!(s.stats().pack_items, originals.len() as u64);
+        // What a kill between linking the packed copies and marking the
+        // originals dead leaves: both versions live, the victim claimed.
+        for l in &originals {
+            s.arena
+                .item(l.seg, l.offset)
+                .clear_state(crate::item::STATE_DEAD);
+        }
+        s.arena
+            .segment(victim)
+            .state
+            .store(crate::arena::STATE_CLAIMED, Ordering::Release);
+        // Dropped without a close: what a killed process leaves.
+    }
+    let (s, r) = open(&file, 16 << 20);
+    let rec = r.recovered.expect("taken over");
+    assert_eq!(rec.items, 600, "{rec:?}");
+    assert_eq!(s.stats().curr_items, 600);
+    for (i, (key, value, cas)) in want.iter().enumerate() {
+        assert_eq!(
+            get(&s, key.as_bytes()),
+            Some((value.clone(), i as u32, *cas)),
+            "{key}"
+        );
+    }
+}
