@@ -549,8 +549,7 @@ pub struct ShardCounters {
     pub evictions: u64,
     /// Of those, items never fetched.
     pub evicted_unfetched: u64,
-    /// Expired or flushed items unlinked by a walk (eviction, compaction, the
-    /// crawler).
+    /// Expired or flushed items unlinked by a walk (evictor, compactor, crawler).
     pub reclaimed: u64,
     /// Of those, items never fetched.
     pub expired_unfetched: u64,
