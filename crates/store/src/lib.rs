@@ -82,6 +82,7 @@ mod flush;
 mod memfd;
 mod new_files;
 mod pack;
+mod pack_state;
 mod read;
 mod recover;
 mod remove;

@@ -68,13 +68,14 @@
 //! and a frames buffer of at most a segment (packed values are smaller
 //! than the values they replace).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use crate::arena::{CleanScan, Queue, SegmentId, PACK_NOT_WORTH};
 use crate::clock::thread_cpu_micros;
 use crate::codec::{Packed, Packer, PACK_MIN};
 use crate::compact::CopyAs;
 use crate::index::{hash_key, Location};
+use crate::pack_state::{class_of, How, PackWork, Planned};
 use crate::store::Store;
 use crate::types::Compression;
 
@@ -82,127 +83,12 @@ use crate::types::Compression;
 /// walks that queue again.
 const PAUSE_SEGMENTS: u64 = 8;
 
-/// Tries remembered per size class.
-const HISTORY: u8 = 8;
-
-/// A class whose last `HISTORY` tries all failed is tried for one item in
-/// this many.
-const SAMPLE: u8 = 16;
-
-/// Size classes: powers of two from `PACK_MIN` (64 = 2^6) to 2^30.
-const CLASSES: usize = 25;
-
 /// Bytes packed between two yields of the CPU (about 50 µs at zstd's
 /// level 1).
 const YIELD_BYTES: usize = 16 << 10;
 
 /// How far ahead of its reads the plan fetches item memory.
 const READ_AHEAD: usize = 16 << 10;
-
-/// The pack pass's counters (see `StoreStats`).
-#[derive(Default)]
-pub(crate) struct PackStats {
-    /// Segments pack-compacted (walked, their cold items packed, freed).
-    pub(crate) segments: AtomicU64,
-    /// Segments walked whose pack would have freed too little: left as
-    /// they were.
-    pub(crate) not_worth: AtomicU64,
-    /// Items the pass packed.
-    pub(crate) items: AtomicU64,
-    /// Values tried that did not save enough (copied raw, marked tried).
-    pub(crate) rejected: AtomicU64,
-    /// Cold values not tried: their size class keeps failing, or they
-    /// start like a compressed format.
-    pub(crate) skipped: AtomicU64,
-    /// The cleaner's CPU time in the pass's plans (packing), µs.
-    pub(crate) cpu_micros: AtomicU64,
-    /// Packed items the evictor kept because they were hit, written back
-    /// raw.
-    pub(crate) kept_raw: AtomicU64,
-}
-
-impl PackStats {
-    /// Every counter, for `stats reset`.
-    pub(crate) fn all(&self) -> [&AtomicU64; 7] {
-        [
-            &self.segments,
-            &self.not_worth,
-            &self.items,
-            &self.rejected,
-            &self.skipped,
-            &self.cpu_micros,
-            &self.kept_raw,
-        ]
-    }
-}
-
-/// How the plan copies an item.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum How {
-    /// As it is: hot, small, packed or tried already, or not tried.
-    Same,
-    /// Packed: its frame is in the frames buffer.
-    Packed,
-    /// Raw, marked tried.
-    RawTried,
-}
-
-/// One live item of the victim, as the plan found it.
-#[derive(Clone, Copy)]
-struct Planned {
-    offset: u32,
-    frame_at: u32,
-    frame_len: u32,
-    how: How,
-    hash: u64,
-}
-
-/// The last tries of one size class.
-#[derive(Clone, Copy, Default)]
-struct ClassHistory {
-    /// One bit per try, the latest lowest: 1 = it did not pack.
-    failures: u8,
-    /// Tries remembered (at most `HISTORY`).
-    tries: u8,
-    /// Items passed over while the class keeps failing.
-    skipped: u8,
-}
-
-impl ClassHistory {
-    /// Whether to pass a value of this class over untried.
-    fn skip(&mut self) -> bool {
-        if self.tries < HISTORY || self.failures != u8::MAX {
-            return false;
-        }
-        self.skipped = self.skipped.wrapping_add(1);
-        !self.skipped.is_multiple_of(SAMPLE)
-    }
-
-    fn record(&mut self, failed: bool) {
-        self.failures = (self.failures << 1) | u8::from(failed);
-        self.tries = (self.tries + 1).min(HISTORY);
-    }
-}
-
-/// The size class of a value of `len` bytes (at least `PACK_MIN`).
-fn class_of(len: usize) -> usize {
-    let log2 = (usize::BITS - 1 - len.leading_zeros()) as usize;
-    log2.saturating_sub(PACK_MIN.trailing_zeros() as usize)
-        .min(CLASSES - 1)
-}
-
-/// The pass's working state, kept from one segment to the next (the
-/// cleaner is its only user).
-#[derive(Default)]
-pub(crate) struct PackWork {
-    packer: Option<Packer>,
-    plan: Vec<Planned>,
-    frames: Vec<u8>,
-    classes: [ClassHistory; CLASSES],
-    /// By queue (small, main): the number of activations before which
-    /// the pass leaves the queue alone (see `PAUSE_SEGMENTS`).
-    resume_at: [u64; 2],
-}
 
 /// What a plan found.
 #[derive(Default)]
@@ -407,41 +293,5 @@ impl Store {
             }
         }
         p
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn size_classes_are_powers_of_two_from_64_bytes() {
-        assert_eq!(class_of(64), 0);
-        assert_eq!(class_of(127), 0);
-        assert_eq!(class_of(128), 1);
-        assert_eq!(class_of(5000), 6);
-        assert_eq!(class_of(1 << 30), CLASSES - 1);
-        assert_eq!(class_of(usize::MAX), CLASSES - 1);
-    }
-
-    #[test]
-    fn a_class_that_keeps_failing_is_sampled_one_in_16() {
-        let mut c = ClassHistory::default();
-        for _ in 0..HISTORY - 1 {
-            c.record(true);
-            assert!(!c.skip(), "too few tries to judge");
-        }
-        c.record(true);
-        let tried = (0..160).filter(|_| !c.skip()).count();
-        assert_eq!(tried, 10);
-        // One success ends the streak.
-        c.record(false);
-        assert!(!c.skip());
-        // A mixed class is always tried.
-        let mut m = ClassHistory::default();
-        for i in 0..100 {
-            m.record(i % 4 == 0);
-            assert!(!m.skip());
-        }
     }
 }

@@ -64,9 +64,9 @@ pub struct Store {
     /// Packed values that did not decode (see `drop_corrupt`).
     pub(crate) compress_errors: AtomicU64,
     /// The pack pass's working state (`-o compression=cold`; see `pack`).
-    pub(crate) pack_work: parking_lot::Mutex<crate::pack::PackWork>,
+    pub(crate) pack_work: parking_lot::Mutex<crate::pack_state::PackWork>,
     /// The pack pass's counters.
-    pub(crate) pack_stats: crate::pack::PackStats,
+    pub(crate) pack_stats: crate::pack_state::PackStats,
 }
 
 impl Store {
