@@ -67,6 +67,7 @@ pub(crate) fn start(settings: Settings, host: Host) -> Result<Started, Refused> 
         files.metrics_token,
         host,
         None,
+        crate::transport::carried::Carried::none(),
     )
     .map_err(|e| refused_start(&e))
 }

@@ -11,7 +11,8 @@
 //!
 //! `takes` lists what the binary takes over by fd beyond what every state
 //! format it reads carries (`memory`: item memory in a memfd, the state's
-//! `Memory` record); a binary that does not say takes none, so the old
+//! `Memory` record; `conns`: client connections, the `Conn` records); a
+//! binary that does not say takes none, so the old
 //! image hands it none (an fd it would not use would stay open, its memory
 //! held, for the life of the process). Fields a build does not know are
 //! ignored.
@@ -64,6 +65,10 @@ impl CheckAnswer {
 
 /// What `takes=` says the image takes: item memory in a memfd.
 pub const TAKES_MEMORY: &str = "memory";
+
+/// What `takes=` says the image takes: client connections (the state's
+/// `Conn` records, their fds and buffers).
+pub const TAKES_CONNS: &str = "conns";
 
 /// The answer line for `answer` (without the newline).
 pub fn check_line(answer: &Result<CheckAnswer, String>) -> String {

@@ -24,6 +24,7 @@
 //! or output, and given back when it is idle (see `buffers`).
 
 mod binary;
+mod carried;
 mod login;
 mod text;
 mod verbose;

@@ -37,3 +37,4 @@ mod text_protocol;
 mod tls_garbage;
 mod udp_unix;
 mod upgrade;
+mod upgrade_load;
