@@ -66,8 +66,7 @@ pub(crate) fn start(settings: Settings, host: Host) -> Result<Started, Refused> 
         files.secret,
         files.metrics_token,
         host,
-        None,
-        crate::transport::carried::Carried::none(),
+        server::HandedOver::default(),
     )
     .map_err(|e| refused_start(&e))
 }

@@ -88,11 +88,8 @@ pub(crate) struct Started {
 /// every thread but the acceptor; the server answers once this returns
 /// (and the acceptor runs: [`Started::serve`]). As `host` allows: the
 /// signal handlers, `-d`, `-u`, `-k`, `-r` and the service manager's
-/// notifications belong to the process. `handed_over`: the memfd of item
-/// memory a binary upgrade's state names, whose cache the store takes
-/// over (it maps a duplicate; the caller closes this fd). `carried`: the
-/// listening sockets the state names, taken instead of binding where
-/// their address matches (the caller closes the state's fds).
+/// notifications belong to the process. `handed_over`: what a binary
+/// upgrade's state hands the start (the caller closes the state's fds).
 pub(crate) fn start(
     settings: Settings,
     auth: AuthConfig,
@@ -100,9 +97,12 @@ pub(crate) fn start(
     secret: Option<Secret>,
     metrics_token: Option<crate::metrics::Token>,
     host: Host,
-    handed_over: Option<BorrowedFd<'_>>,
-    mut carried: Carried,
+    handed_over: HandedOver<'_>,
 ) -> io::Result<Started> {
+    let HandedOver {
+        memory: handed_over,
+        sockets: mut carried,
+    } = handed_over;
     for w in &settings.warnings {
         tracing::warn!("{w}");
     }
@@ -306,6 +306,19 @@ pub(crate) fn start(
         udp_addrs,
         metrics_addr,
     })
+}
+
+/// What a binary upgrade's state hands a start (nothing, for a start
+/// from the command line).
+#[derive(Default)]
+pub(crate) struct HandedOver<'a> {
+    /// The memfd of item memory, whose cache the store takes over (it
+    /// maps a duplicate).
+    pub memory: Option<BorrowedFd<'a>>,
+    /// The listening sockets, taken instead of binding where their kind
+    /// and address match, and the client connections, dealt to the
+    /// workers.
+    pub sockets: Carried,
 }
 
 /// What ended the acceptor's loop.

@@ -34,11 +34,6 @@ pub(crate) struct Carried {
 }
 
 impl Carried {
-    /// None carried: a start from the command line.
-    pub(crate) fn none() -> Carried {
-        Carried::default()
-    }
-
     /// The sockets a state names.
     pub(crate) fn from_state(state: &State) -> Carried {
         Carried::listeners(&state.listeners, state.conns.clone())

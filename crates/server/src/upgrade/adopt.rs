@@ -11,7 +11,7 @@ use osmium_upgrade::State;
 
 use crate::launch::Loaded;
 use crate::process::Host;
-use crate::server::Started;
+use crate::server::{HandedOver, Started};
 use crate::settings::{self, Action, Settings};
 use crate::transport::carried::{close_state_fds, Carried};
 
@@ -59,8 +59,10 @@ pub(crate) fn start_from(
         files.secret,
         files.metrics_token,
         Host::Process,
-        handed_over,
-        Carried::from_state(&state),
+        HandedOver {
+            memory: handed_over,
+            sockets: Carried::from_state(&state),
+        },
     )?;
     close_state_fds(&state);
     if let Some(fd) = memfd {

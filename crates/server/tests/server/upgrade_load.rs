@@ -102,13 +102,12 @@ fn client(addr: SocketAddr, id: usize, stop: Arc<AtomicBool>) -> (Seen, HashMap<
         n += 1;
         let key = format!("load{id}-{}", n % 200);
         let started = Instant::now();
-        let outcome = if n % 10 == 0 || !written.contains_key(&key) {
+        let outcome = if n.is_multiple_of(10) || !written.contains_key(&key) {
             let value = format!("v{id}-{n}");
-            conn.set(&key, &value).map(|stored| {
+            conn.set(&key, &value).inspect(|&stored| {
                 if stored {
                     written.insert(key.clone(), value);
                 }
-                stored
             })
         } else {
             conn.get(&key).map(|got| got.as_ref() == written.get(&key))
