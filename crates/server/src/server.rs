@@ -235,7 +235,6 @@ pub(crate) fn start(
         })
         .collect::<io::Result<_>>()?;
 
-    deal_carried_conns(&shared, &workers, carried.take_conns());
     let maintenance = spawn_maintenance(shared.clone())?;
     crate::execute::report_store_events(&shared);
     report_link_events(&shared);
@@ -288,6 +287,9 @@ pub(crate) fn start(
         daemon::report_ready();
         service::ready();
     }
+    // Last, once nothing can fail the start: a start that fails hands
+    // the connections back to the old image unread.
+    deal_carried_conns(&shared, &workers, carried.take_conns());
     Ok(Started {
         shared,
         host,
@@ -494,14 +496,17 @@ impl Started {
     }
 
     /// An upgrade's t1-t3: the server stops serving at a request boundary
-    /// and hands over what the new image takes. For now (until
-    /// connections are carried) the threads stop as a graceful stop stops
-    /// them, without writing the memory file out or marking it closed;
-    /// the connections are closed, the listeners kept (not closed, their
-    /// close-on-exec flag cleared) and the pid file left for the new
-    /// image. `deadline` bounds the drain of running requests.
+    /// and hands over what the new image takes. The threads stop as a
+    /// graceful stop stops them, without writing the memory file out or
+    /// marking it closed (a worker sees the stop only between two turns
+    /// of its loop: no request is half run). With `carry_conns` each
+    /// worker hands its client connections over (`worker::carry`: those
+    /// it cannot carry it closes); without, all are closed. The listening
+    /// sockets (the UDP ones through the acceptor's duplicates) are kept,
+    /// their fds forgotten, not closed, and the pid file is left for the
+    /// new image. `deadline` is not waited for: no request is running.
     pub(crate) fn quiesce(self, deadline: std::time::Instant, carry_conns: bool) -> Quiesced {
-        let _ = deadline; // threads stop at a request boundary: none waits
+        let _ = deadline;
         let Started {
             shared,
             listeners,

@@ -54,6 +54,10 @@
 //! `buffers`); after each drive the idle ones go back to the worker's pool.
 //! With `-o idle_timeout` a connection that ran no request for that many
 //! seconds is closed.
+//!
+//! At a binary upgrade's stop the worker hands its connections over to
+//! the next image instead of closing them (`carry`); one the next image
+//! carried comes with its session's state (`NewConn::carried`).
 
 use std::collections::VecDeque;
 use std::io::{self, Read};
