@@ -388,6 +388,8 @@ impl Worker {
                     connection_gone(shared);
                     continue;
                 }
+                // The replies it carried count against the worker's budget.
+                self.ctx.output_changed(0, session.output().footprint());
             }
             entry.insert(Conn {
                 session,
