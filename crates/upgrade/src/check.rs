@@ -5,7 +5,7 @@
 //! [`check_line`]):
 //!
 //! ```text
-//! osmium-upgrade-check ok version=0.2.0 reads=1-1 exe=2049:5423411 takes=memory
+//! osmium-upgrade-check ok version=0.2.0 reads=1-1 exe=2049:5423411 takes=memory,conns
 //! osmium-upgrade-check refused <why, on one line>
 //! ```
 //!

@@ -480,13 +480,14 @@ fn a_new_image_that_refuses_the_state_hands_the_whole_cache_back() {
 fn a_binary_that_does_not_say_it_takes_item_memory_is_handed_none() {
     // A build from before memfds: its check answer has no `takes=memory`
     // (here the real binary's, with the field cut), and it would keep an
-    // fd it does not use open for the life of the process.
+    // fd it does not use open for the life of the process. Nor does it
+    // say `takes=conns`: its connections are closed, not left hanging.
     let dir = Dir::new("memfd-older");
     dir.install_osmium("osmium");
     let mut srv = server(&dir).start();
     let pid = srv.pid();
-    let mut c = LineClient::to(&srv);
-    set_get(&mut c, "before", "not handed over");
+    let mut old = LineClient::to(&srv);
+    set_get(&mut old, "before", "not handed over");
     dir.install_osmium("osmium.real");
     let real = dir.path("osmium.real");
     let real = real.display();
@@ -499,6 +500,16 @@ fn a_binary_that_does_not_say_it_takes_item_memory_is_handed_none() {
     );
     srv.send_signal(libc::SIGUSR2);
     wait_for_log(&srv, "upgrade done:", 1);
+    let _ = old.w.write_all(b"get before\r\n");
+    let mut line = String::new();
+    assert!(
+        matches!(
+            std::io::BufRead::read_line(&mut old.r, &mut line),
+            Ok(0) | Err(_)
+        ),
+        "the connection closed, not carried: {line:?}"
+    );
+    assert_eq!(count(&srv, "upgrade: 0 client connections handed over"), 1);
     assert!(srv
         .stderr_text()
         .contains("the new binary does not take item memory over"));
