@@ -61,6 +61,9 @@ pub(crate) struct Shared {
     /// Every open socket (`stats conns`).
     pub conns: Registry,
     stop: AtomicU8,
+    /// An upgrade's stop: the workers hand their connections over
+    /// (`Started::quiesce`) instead of closing them.
+    pub carry_conns: AtomicBool,
     /// Wakes the acceptor's event loop (a stop request).
     pub acceptor_waker: OnceLock<Arc<Waker>>,
     /// Replication (`--replicate-to`; without it, only follow links).
@@ -118,6 +121,7 @@ impl Shared {
             accepting: AtomicBool::new(true),
             conns: Registry::default(),
             stop: AtomicU8::new(0),
+            carry_conns: AtomicBool::new(false),
             acceptor_waker: OnceLock::new(),
         }
     }

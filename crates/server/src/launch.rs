@@ -66,7 +66,7 @@ pub(crate) fn start(settings: Settings, host: Host) -> Result<Started, Refused> 
         files.secret,
         files.metrics_token,
         host,
-        None,
+        server::HandedOver::default(),
     )
     .map_err(|e| refused_start(&e))
 }

@@ -43,10 +43,11 @@ use crate::replication::stream::{LinkStream, NoiseHalves};
 use crate::service;
 use crate::settings::{ItemMemory, Settings};
 use crate::tls_context::TlsContext;
+use crate::transport::carried::Carried;
 use crate::transport::listen::{self, dispatch};
 use crate::transport::worker::{self, WorkerHandle};
 use crate::upgrade::check::{Checked, Checking};
-use crate::upgrade::quiesced::{listener_rec, Quiesced};
+use crate::upgrade::quiesced::{listener_rec, udp_rec, Quiesced};
 
 const WAKE: Token = Token(usize::MAX);
 /// The acceptor's token for the signals' wake-up socket.
@@ -65,6 +66,9 @@ pub(crate) struct Started {
     /// Readable when a signal came (registered as `SIGNALLED`).
     signalled: Option<mio::net::UnixStream>,
     listeners: Vec<listen::Listener>,
+    /// A duplicate of every UDP socket (the workers serve their own), for
+    /// an upgrade to carry.
+    udp_sockets: Vec<std::net::UdpSocket>,
     poll: Poll,
     workers: Vec<WorkerHandle>,
     maintenance: std::thread::JoinHandle<()>,
@@ -84,9 +88,8 @@ pub(crate) struct Started {
 /// every thread but the acceptor; the server answers once this returns
 /// (and the acceptor runs: [`Started::serve`]). As `host` allows: the
 /// signal handlers, `-d`, `-u`, `-k`, `-r` and the service manager's
-/// notifications belong to the process. `handed_over`: the memfd of item
-/// memory a binary upgrade's state names, whose cache the store takes
-/// over (it maps a duplicate; the caller closes this fd).
+/// notifications belong to the process. `handed_over`: what a binary
+/// upgrade's state hands the start (the caller closes the state's fds).
 pub(crate) fn start(
     settings: Settings,
     auth: AuthConfig,
@@ -94,8 +97,12 @@ pub(crate) fn start(
     secret: Option<Secret>,
     metrics_token: Option<crate::metrics::Token>,
     host: Host,
-    handed_over: Option<BorrowedFd<'_>>,
+    handed_over: HandedOver<'_>,
 ) -> io::Result<Started> {
+    let HandedOver {
+        memory: handed_over,
+        sockets: mut carried,
+    } = handed_over;
     for w in &settings.warnings {
         tracing::warn!("{w}");
     }
@@ -104,8 +111,8 @@ pub(crate) fn start(
         Host::Embedded => None,
     };
     // Bind first so that a bad address fails before daemonizing.
-    let mut listeners = listen::bind_tcp(&settings, tls.as_ref())?;
-    let udp_sockets = listen::bind_udp(&settings)?;
+    let mut listeners = listen::bind_tcp(&settings, tls.as_ref(), &mut carried)?;
+    let udp_sockets = listen::bind_udp(&settings, &mut carried)?;
     let metrics_listener = crate::metrics::bind(&settings)?;
     // Started as root, the log file waits for the `-u` user (`main`); a
     // daemon keeps stderr for it.
@@ -139,8 +146,16 @@ pub(crate) fn start(
         crate::log::open_file(path).map_err(io::Error::other)?;
     }
     // As memcached: the unix socket is made after dropping privileges.
-    if let Some(l) = listen::bind_unix(&settings)? {
+    let before_unix = carried.taken();
+    if let Some(l) = listen::bind_unix(&settings, &mut carried)? {
         listeners.push(l);
+    }
+    let unix_carried = carried.taken() > before_unix;
+    if carried.taken() > 0 {
+        tracing::warn!(
+            "upgrade: {} listening sockets carried over (not bound again)",
+            carried.taken()
+        );
     }
     let tcp_addrs = listeners
         .iter()
@@ -152,6 +167,10 @@ pub(crate) fn start(
         .collect();
     let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
     let udp_endpoints = udp_sockets.len() * settings.threads_per_udp;
+    let udp_kept = udp_sockets
+        .iter()
+        .map(std::net::UdpSocket::try_clone)
+        .collect::<io::Result<Vec<_>>>()?;
     let mut udp_per_worker = listen::deal_udp_sockets(udp_sockets, &settings)?.into_iter();
 
     let backing = match (&settings.memory_file, settings.item_memory) {
@@ -186,8 +205,10 @@ pub(crate) fn start(
         Ok(opened) => opened,
         Err(e) => {
             // A refused start leaves no file behind: the store removed
-            // what it made, and the `-s` socket file made above goes too.
-            if let Some(path) = &settings.unix_socket {
+            // what it made, and the `-s` socket file made above goes too
+            // (not one an upgrade carried: the old image it goes back to
+            // listens on it).
+            if let Some(path) = settings.unix_socket.as_ref().filter(|_| !unix_carried) {
                 let _ = std::fs::remove_file(path);
             }
             return Err(e);
@@ -266,12 +287,16 @@ pub(crate) fn start(
         daemon::report_ready();
         service::ready();
     }
+    // Last, once nothing can fail the start: a start that fails hands
+    // the connections back to the old image unread.
+    deal_carried_conns(&shared, &workers, carried.take_conns());
     Ok(Started {
         shared,
         host,
         signals,
         signalled,
         listeners,
+        udp_sockets: udp_kept,
         poll,
         workers,
         maintenance,
@@ -283,6 +308,19 @@ pub(crate) fn start(
         udp_addrs,
         metrics_addr,
     })
+}
+
+/// What a binary upgrade's state hands a start (nothing, for a start
+/// from the command line).
+#[derive(Default)]
+pub(crate) struct HandedOver<'a> {
+    /// The memfd of item memory, whose cache the store takes over (it
+    /// maps a duplicate).
+    pub memory: Option<BorrowedFd<'a>>,
+    /// The listening sockets, taken instead of binding where their kind
+    /// and address match, and the client connections, dealt to the
+    /// workers.
+    pub sockets: Carried,
 }
 
 /// What ended the acceptor's loop.
@@ -458,17 +496,21 @@ impl Started {
     }
 
     /// An upgrade's t1-t3: the server stops serving at a request boundary
-    /// and hands over what the new image takes. For now (until
-    /// connections are carried) the threads stop as a graceful stop stops
-    /// them, without writing the memory file out or marking it closed;
-    /// the connections are closed, the listeners kept (not closed, their
-    /// close-on-exec flag cleared) and the pid file left for the new
-    /// image. `deadline` bounds the drain of running requests.
-    pub(crate) fn quiesce(self, deadline: std::time::Instant) -> Quiesced {
-        let _ = deadline; // nothing is drained yet: no connection is kept
+    /// and hands over what the new image takes. The threads stop as a
+    /// graceful stop stops them, without writing the memory file out or
+    /// marking it closed (a worker sees the stop only between two turns
+    /// of its loop: no request is half run). With `carry_conns` each
+    /// worker hands its client connections over (`worker::carry`: those
+    /// it cannot carry it closes); without, all are closed. The listening
+    /// sockets (the UDP ones through the acceptor's duplicates) are kept,
+    /// their fds forgotten, not closed, and the pid file is left for the
+    /// new image. `deadline` is not waited for: no request is running.
+    pub(crate) fn quiesce(self, deadline: std::time::Instant, carry_conns: bool) -> Quiesced {
+        let _ = deadline;
         let Started {
             shared,
             listeners,
+            udp_sockets,
             workers,
             maintenance,
             cleaner,
@@ -477,16 +519,23 @@ impl Started {
             pid_file,
             ..
         } = self;
+        shared
+            .carry_conns
+            .store(carry_conns, std::sync::atomic::Ordering::SeqCst);
         shared.request_stop(StopRequest::Upgrade);
-        stop_threads(&shared, workers, maintenance, metrics, cleaner);
+        let conns = stop_threads(&shared, workers, maintenance, metrics, cleaner);
         shared.logger.stop();
         let _ = logger.join();
         // The new image (or the old one again) writes it anew, and
         // removes it at its stop.
         std::mem::forget(pid_file);
-        let listeners = listeners.into_iter().map(listener_rec).collect();
+        let listeners = listeners
+            .into_iter()
+            .map(listener_rec)
+            .chain(udp_sockets.into_iter().map(udp_rec))
+            .collect();
         Quiesced {
-            conns: Vec::new(),
+            conns,
             listeners,
             watchers: Vec::new(),
             repl: Vec::new(),
@@ -501,20 +550,22 @@ impl Started {
 /// Stops, in this order, replication's threads, the workers (they see
 /// the stop request once woken), the maintenance thread, the metrics
 /// endpoint and the cleaner: after it nothing but the logger moves items
-/// or serves.
+/// or serves. The connections the workers hand over (an upgrade's stop
+/// with `Shared::carry_conns`; none otherwise).
 fn stop_threads(
     shared: &Shared,
     workers: Vec<WorkerHandle>,
     maintenance: std::thread::JoinHandle<()>,
     metrics: Option<crate::metrics::Endpoint>,
     cleaner: Option<std::thread::JoinHandle<()>>,
-) {
+) -> Vec<osmium_upgrade::ConnRec> {
     shared.replication.stop();
     for w in &workers {
         let _ = w.waker.wake();
     }
+    let mut conns = Vec::new();
     for w in workers {
-        let _ = w.thread.join();
+        conns.extend(w.thread.join().unwrap_or_default());
     }
     maintenance.thread().unpark();
     let _ = maintenance.join();
@@ -524,6 +575,42 @@ fn stop_threads(
     if let Some(c) = cleaner {
         shared.store.wake_cleaner();
         let _ = c.join();
+    }
+    conns
+}
+
+/// Deals the client connections an upgrade carried to the workers,
+/// round-robin, as the acceptor deals accepted ones; each runs the input
+/// it carried first.
+fn deal_carried_conns(
+    shared: &Shared,
+    workers: &[WorkerHandle],
+    conns: Vec<osmium_upgrade::ConnRec>,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (mut dealt, mut lost) = (0, 0);
+    for rec in conns {
+        let Some(stream) = crate::transport::carried::conn_stream(&rec) else {
+            lost += 1;
+            continue;
+        };
+        let w = &workers[dealt % workers.len()];
+        shared.global.curr_connections.fetch_add(1, Relaxed);
+        let conn = worker::NewConn {
+            stream,
+            peer: 0,
+            carried: Some(Box::new(rec)),
+        };
+        if w.sender.send(conn).is_ok() {
+            let _ = w.waker.wake();
+            dealt += 1;
+        } else {
+            shared.global.curr_connections.fetch_sub(1, Relaxed);
+            lost += 1;
+        }
+    }
+    if dealt + lost > 0 {
+        tracing::warn!("upgrade: {dealt} client connections carried over, {lost} lost");
     }
 }
 
@@ -572,7 +659,11 @@ fn start_replication(
                 _ => return false,
             },
         };
-        let stream = worker::NewConn { stream, peer };
+        let stream = worker::NewConn {
+            stream,
+            peer,
+            carried: None,
+        };
         let (sender, waker) = &targets[next.fetch_add(1, Relaxed) % targets.len()];
         shared.global.curr_connections.fetch_add(1, Relaxed);
         if sender.send(stream).is_err() {

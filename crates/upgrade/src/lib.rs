@@ -24,7 +24,8 @@ pub mod state;
 mod tlv;
 
 pub use check::{
-    answer_check, check_line, run_check, CheckAnswer, CHECK_FLAG, CHECK_TIMEOUT, TAKES_MEMORY,
+    answer_check, check_line, run_check, CheckAnswer, CHECK_FLAG, CHECK_TIMEOUT, TAKES_CONNS,
+    TAKES_MEMORY,
 };
 pub use image::{exec_image, keep_fd, open_image, running_image, take_env, Inherited};
 pub use state::{

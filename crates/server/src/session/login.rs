@@ -27,7 +27,7 @@ const MIN_LINE: usize = 6;
 #[derive(Debug, Default)]
 pub(crate) struct Login {
     /// The login line was read; its data block (size + 2 bytes) is awaited.
-    pending: Option<usize>,
+    pub(super) pending: Option<usize>,
 }
 
 /// Runs the session's requests until it authenticates (None: go on with the

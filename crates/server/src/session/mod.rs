@@ -21,9 +21,12 @@
 //! streaming a huge multi-get's keys as they arrive (`text`); streaming a
 //! dump as the socket drains (`dump`); or done (`quit`: nothing after it is
 //! run). Buffers are lent by the worker's pool while the session has input
-//! or output, and given back when it is idle (see `buffers`).
+//! or output, and given back when it is idle (see `buffers`). Between two
+//! requests a stream session can be written down for a binary upgrade and
+//! put back in the next image (`carried`).
 
 mod binary;
+mod carried;
 mod login;
 mod text;
 mod verbose;

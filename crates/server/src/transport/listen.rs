@@ -16,6 +16,7 @@ use mio::event::Source;
 use mio::net::{TcpListener, UnixListener};
 use mio::{Interest, Registry, Token};
 
+use super::carried::Carried;
 use super::stream::Stream;
 use super::tls::TlsStream;
 use super::worker::WorkerHandle;
@@ -166,10 +167,12 @@ fn resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
 }
 
 /// TCP listeners on every `-l` address (none with `-p 0` or `-s`), TLS
-/// ones where the address asks for it.
+/// ones where the address asks for it; one an upgrade carried for the
+/// address is taken instead of binding.
 pub(crate) fn bind_tcp(
     settings: &Settings,
     tls: Option<&Arc<TlsContext>>,
+    carried: &mut Carried,
 ) -> io::Result<Vec<Listener>> {
     let mut listeners = Vec::new();
     if settings.port == 0 || settings.unix_socket.is_some() {
@@ -178,13 +181,21 @@ pub(crate) fn bind_tcp(
     let fail = |e: io::Error| listen_failed(settings, "TCP", settings.port, &e);
     for l in &settings.listen {
         for addr in resolve(&l.host, l.port).map_err(fail)? {
-            let domain = socket2::Domain::for_address(addr);
-            let sock = socket2::Socket::new(domain, socket2::Type::STREAM, None).map_err(fail)?;
-            sock.set_reuse_address(true).map_err(fail)?;
-            if addr.is_ipv6() {
-                sock.set_only_v6(true).map_err(fail)?;
-            }
-            sock.bind(&addr.into()).map_err(fail)?;
+            let sock = match carried.take_tcp(addr) {
+                Some(sock) => sock,
+                None => {
+                    let domain = socket2::Domain::for_address(addr);
+                    let sock =
+                        socket2::Socket::new(domain, socket2::Type::STREAM, None).map_err(fail)?;
+                    sock.set_reuse_address(true).map_err(fail)?;
+                    if addr.is_ipv6() {
+                        sock.set_only_v6(true).map_err(fail)?;
+                    }
+                    sock.bind(&addr.into()).map_err(fail)?;
+                    sock
+                }
+            };
+            // Again on a carried socket: the backlog as this command line says.
             sock.listen(settings.backlog).map_err(fail)?;
             sock.set_nonblocking(true).map_err(fail)?;
             let listener = TcpListener::from_std(sock.into());
@@ -198,8 +209,12 @@ pub(crate) fn bind_tcp(
 }
 
 /// UDP sockets for `-U`, on the same addresses as TCP (a `-l host:port`
-/// port applies to both, as in memcached).
-pub(crate) fn bind_udp(settings: &Settings) -> io::Result<Vec<std::net::UdpSocket>> {
+/// port applies to both, as in memcached); one an upgrade carried for the
+/// address is taken instead of binding.
+pub(crate) fn bind_udp(
+    settings: &Settings,
+    carried: &mut Carried,
+) -> io::Result<Vec<std::net::UdpSocket>> {
     let mut sockets = Vec::new();
     if settings.udp_port == 0 || settings.unix_socket.is_some() {
         return Ok(sockets);
@@ -212,6 +227,11 @@ pub(crate) fn bind_udp(settings: &Settings) -> io::Result<Vec<std::net::UdpSocke
             settings.udp_port
         };
         for addr in resolve(&l.host, port).map_err(fail)? {
+            if let Some(sock) = carried.take_udp(addr) {
+                sock.set_nonblocking(true).map_err(fail)?;
+                sockets.push(sock.into());
+                continue;
+            }
             let domain = socket2::Domain::for_address(addr);
             let sock = socket2::Socket::new(domain, socket2::Type::DGRAM, None).map_err(fail)?;
             sock.set_reuse_address(true).map_err(fail)?;
@@ -232,7 +252,12 @@ pub(crate) fn bind_udp(settings: &Settings) -> io::Result<Vec<std::net::UdpSocke
 /// stale socket file at the path is removed (any other kind of file makes
 /// bind fail), and the file is created with the `-a` permission bits.
 /// memcached leaves the file behind when it exits, and so does osmium.
-pub(crate) fn bind_unix(settings: &Settings) -> io::Result<Option<Listener>> {
+/// A listener an upgrade carried for the path is taken as it is (its
+/// file left alone).
+pub(crate) fn bind_unix(
+    settings: &Settings,
+    carried: &mut Carried,
+) -> io::Result<Option<Listener>> {
     use std::os::unix::fs::FileTypeExt;
     let Some(path) = &settings.unix_socket else {
         return Ok(None);
@@ -241,6 +266,12 @@ pub(crate) fn bind_unix(settings: &Settings) -> io::Result<Option<Listener>> {
         let message = format!("failed to listen on UNIX socket: {path}: {}", strerror(&e));
         io::Error::new(e.kind(), ListenFailed(message))
     };
+    if let Some(sock) = carried.take_unix(std::path::Path::new(path)) {
+        sock.listen(settings.backlog).map_err(fail)?;
+        sock.set_nonblocking(true).map_err(fail)?;
+        let std_listener: std::os::unix::net::UnixListener = sock.into();
+        return Ok(Some(Listener::Unix(UnixListener::from_std(std_listener))));
+    }
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if meta.file_type().is_socket() {
             let _ = std::fs::remove_file(path);
@@ -327,7 +358,11 @@ pub(crate) fn dispatch(
     let w = &workers[*next % workers.len()];
     *next = next.wrapping_add(1);
     if w.sender
-        .send(super::worker::NewConn { stream, peer: 0 })
+        .send(super::worker::NewConn {
+            stream,
+            peer: 0,
+            carried: None,
+        })
         .is_ok()
     {
         let _ = w.waker.wake();

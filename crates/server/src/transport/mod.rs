@@ -7,9 +7,11 @@
 //! `noise`; UDP datagrams are framed by `udp`.
 //! Each feeds a `Session`, which knows no transport.
 //! `flash_io` is a worker's reads of the flash tier (io_uring);
-//! `idle_spin` how long a worker polls before it sleeps.
+//! `idle_spin` how long a worker polls before it sleeps; `carried` the
+//! listening sockets a binary upgrade carried, taken instead of bound.
 
 pub(crate) mod affinity;
+pub(crate) mod carried;
 pub(crate) mod flash_io;
 pub(crate) mod idle_spin;
 pub(crate) mod listen;

@@ -54,6 +54,10 @@
 //! `buffers`); after each drive the idle ones go back to the worker's pool.
 //! With `-o idle_timeout` a connection that ran no request for that many
 //! seconds is closed.
+//!
+//! At a binary upgrade's stop the worker hands its connections over to
+//! the next image instead of closing them (`carry`); one the next image
+//! carried comes with its session's state (`NewConn::carried`).
 
 use std::collections::VecDeque;
 use std::io::{self, Read};
@@ -81,6 +85,9 @@ use crate::replication::stream::{LinkStream, NoiseHalves};
 use crate::replication::{Wait, COPY_OPEN, PEER_FOLLOW, PEER_NONE};
 use crate::session::{Flow, Protocol, Session};
 use osmium_protocol::replication_link::Transport;
+use osmium_upgrade::ConnRec;
+
+mod carry;
 
 const WAKE: Token = Token(usize::MAX);
 /// The worker's flash reads finished (`flash_io`).
@@ -97,6 +104,8 @@ fn udp_token(i: usize) -> Token {
 pub(crate) struct NewConn {
     pub stream: Stream,
     pub peer: u8,
+    /// A connection a binary upgrade carried: its session's state.
+    pub carried: Option<Box<ConnRec>>,
 }
 
 /// How long a worker holding sync-mode replies waits before it looks at
@@ -107,7 +116,8 @@ const REPL_RECHECK: Duration = Duration::from_millis(20);
 pub(crate) struct WorkerHandle {
     pub sender: Sender<NewConn>,
     pub waker: Arc<Waker>,
-    pub thread: std::thread::JoinHandle<()>,
+    /// Returns the connections it hands over at an upgrade's stop.
+    pub thread: std::thread::JoinHandle<Vec<ConnRec>>,
 }
 
 struct Conn {
@@ -342,7 +352,12 @@ struct Worker {
 
 impl Worker {
     fn accept_new(&mut self) {
-        while let Ok(NewConn { mut stream, peer }) = self.incoming.try_recv() {
+        while let Ok(NewConn {
+            mut stream,
+            peer,
+            carried,
+        }) = self.incoming.try_recv()
+        {
             let shared = &self.ctx.shared;
             let now = shared.store.clock().now();
             let entry = self.conns.vacant_entry();
@@ -364,7 +379,18 @@ impl Worker {
                 tracing::debug!("<{fd} new auto-negotiating client connection");
             }
             self.next_conn_id += 1;
-            let session = Session::stream(fd, self.initial_protocol, Some(activity));
+            let mut session = Session::stream(fd, self.initial_protocol, Some(activity));
+            if let Some(rec) = carried {
+                if !session.restore(&rec, &self.ctx) {
+                    session.close(&self.ctx);
+                    let _ = self.poll.registry().deregister(&mut stream);
+                    shared.conns.remove(fd);
+                    connection_gone(shared);
+                    continue;
+                }
+                // The replies it carried count against the worker's budget.
+                self.ctx.output_changed(0, session.output().footprint());
+            }
             entry.insert(Conn {
                 session,
                 stream,
@@ -724,12 +750,25 @@ impl Worker {
         }
     }
 
-    fn run(mut self) {
+    /// Serves until a stop; the connections it hands over at an
+    /// upgrade's (`carry`), none otherwise.
+    fn run(mut self) -> Vec<ConnRec> {
         self.serve();
         if let Some(io) = &mut self.flash {
             // No buffer the kernel may still write into is freed.
             io.drain(&self.ctx.shared.store);
         }
+        if !self
+            .ctx
+            .shared
+            .carry_conns
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Vec::new();
+        }
+        // Those the acceptor dealt that this worker has not taken yet.
+        self.accept_new();
+        self.carry_conns()
     }
 
     fn serve(&mut self) {

@@ -1,7 +1,7 @@
 //! A server started from an upgrade's state (by the image an upgrade ran,
 //! by the old image a failed one handed back to, or in this process as a
-//! last resort): the command line the state carries, the listeners it
-//! names, and the start, with the item memory it hands over.
+//! last resort): the command line the state carries, and the start, with
+//! the listening sockets and the item memory it hands over.
 
 use std::ffi::OsString;
 use std::io;
@@ -11,17 +11,9 @@ use osmium_upgrade::State;
 
 use crate::launch::Loaded;
 use crate::process::Host;
-use crate::server::Started;
+use crate::server::{HandedOver, Started};
 use crate::settings::{self, Action, Settings};
-
-/// Closes the listening sockets the state names.
-pub(crate) fn close_listeners(state: &State) {
-    for l in &state.listeners {
-        // SAFETY: close of an fd the state names, which nothing in this
-        // image has opened or taken yet (an fd already closed: EBADF).
-        unsafe { libc::close(l.fd) };
-    }
-}
+use crate::transport::carried::{close_state_fds, Carried};
 
 /// The settings of the command line the state carries.
 pub(crate) fn parse_settings(expanded: &[OsString]) -> Result<Settings, String> {
@@ -36,11 +28,14 @@ pub(crate) fn parse_settings(expanded: &[OsString]) -> Result<Settings, String> 
 /// Starts the server a state describes, with the files `launch::load`
 /// read. The state gives the settings and item memory in a memfd (taken
 /// over by the store: see `osmium_store::Store::open_inherited`; a memory
-/// file is taken over by its path, as at a start). Until listeners and
-/// connections are carried, the listeners are bound again (closed
-/// beforehand by `close_listeners`). Once the server started, the
-/// state's memfd is closed (the store maps its own duplicate); a start
-/// that fails leaves it open, for the image it hands the state back to.
+/// file is taken over by its path, as at a start). Each listening socket
+/// the state names is taken where the command line asks for its kind and
+/// address (`transport::carried`: the same socket, so that no connection
+/// is refused meanwhile); any other listener is bound. Once the server
+/// started, the state's fds of item memory and listeners are closed (the
+/// server holds its own duplicates; a socket no listener took ends
+/// there); a start that fails leaves them open, for the image it hands
+/// the state back to.
 pub(crate) fn start_from(
     state: State,
     mut settings: Settings,
@@ -64,8 +59,12 @@ pub(crate) fn start_from(
         files.secret,
         files.metrics_token,
         Host::Process,
-        handed_over,
+        HandedOver {
+            memory: handed_over,
+            sockets: Carried::from_state(&state),
+        },
     )?;
+    close_state_fds(&state);
     if let Some(fd) = memfd {
         // SAFETY: the state's fd, which nothing in this image uses any
         // more (the store took a duplicate).

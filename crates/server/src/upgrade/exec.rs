@@ -103,7 +103,11 @@ pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
     // this image.
     osmium_upgrade::image::block_signals();
     let stopping = Instant::now();
-    let quiesced = started.quiesce(stopping + DRAIN);
+    // A new binary that does not say it takes connections (a build from
+    // before they were carried) would leave their fds open, its clients
+    // waiting for ever: they are closed instead.
+    let carry_conns = answer.takes(osmium_upgrade::TAKES_CONNS);
+    let quiesced = started.quiesce(stopping + DRAIN, carry_conns);
     let stopped = stopping.elapsed();
     let (memory, flash_meta) = hand_over_store(&quiesced.store, &answer);
     tracing::warn!(
@@ -146,6 +150,10 @@ pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
         live: quiesced.live,
         extra: Vec::new(),
     };
+    tracing::warn!(
+        "upgrade: {} client connections handed over",
+        state.conns.len()
+    );
     if quiesced.closed > 0 {
         tracing::warn!(
             "upgrade: {} connections closed at the drain deadline",
@@ -191,7 +199,6 @@ fn start_here(
     // them again.
     drop(store);
     drop(written);
-    adopt::close_listeners(&state);
     let settings = adopt::parse_settings(&state.command_line.expanded).map_err(io::Error::other)?;
     let files = crate::launch::load(&settings).map_err(|r| io::Error::other(r.message))?;
     adopt::start_from(state, settings, files)

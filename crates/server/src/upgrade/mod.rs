@@ -8,13 +8,16 @@
 //!      server runs from (its path at start), then a thread runs it with
 //!      --upgrade-check (the command line on its stdin)        serving goes on
 //!  t1  check passed -> Started::quiesce: threads stop at a request
-//!      boundary, the listeners kept                          requests wait
+//!      boundary, each worker hands its connections over (ConnRec), the
+//!      listeners kept open              requests wait, new ones queue in
+//!                                       the listeners' backlogs
 //!  t3  the store handed over (`hand_over_store`: item memory in a
 //!      memfd, its fd kept for the exec)
 //!  t4  the state written (sealed memfd), fds kept, signals blocked,
 //!      execveat(checked fd, "", argv, env + OSMIUM_UPGRADE_FD)
 //!  t5  the new image (`resume`): reads the state, parses its command
-//!      line, starts from it (`adopt::start_from`) and serves; if it cannot, it execs the
+//!      line, starts from it (`adopt::start_from`: the same listening
+//!      sockets, the same connections) and serves; if it cannot, it execs the
 //!      old image (the state's O_PATH fd) with OSMIUM_UPGRADE_FAILED, which
 //!      adopts the same state and serves on
 //! ```
@@ -35,12 +38,34 @@
 //! the memory does not match its command line. With `-e` the file is
 //! taken over by its path, as after a kill.
 //!
-//! Not carried yet (`Started::quiesce` returns none of them):
-//! connections are closed; listeners are kept across the exec but closed
-//! and bound again by the image that starts. Anonymous item memory
-//! (`-o item_memory=anonymous`, or where no memfd can be made) ends with
-//! the old image, and the flash tier is opened again as at a start (its
-//! items are kept only with `-e`, from `FILE.flash`).
+//! Carried too: every listening socket (TCP, TLS, unix, UDP; not the
+//! metrics endpoint's, bound again): its fd is kept across the exec and
+//! the image that starts takes the one whose kind and address match each
+//! listener its command line asks for instead of binding
+//! (`transport::carried`; one not matched is bound, a socket not taken
+//! is closed), so a client that connects meanwhile waits in the backlog
+//! and none is refused. And every plain client connection (TCP or unix),
+//! at a request boundary: the worker sends what output the socket takes
+//! and hands over the fd, the bytes read but not yet run (complete
+//! requests and a partial one), the replies not yet sent and the
+//! session's state (protocol, `-S`/`-Y` authentication, a refused block
+//! still to swallow, `quit`): `transport::worker::carry`,
+//! `session::carried`; the new image's workers take them as new
+//! connections and run the buffered input first. Only to a binary whose
+//! check says `takes=conns`. Both are taken as duplicates, the state's
+//! fds closed once the start succeeded, so a refused state hands them
+//! back to the old image unchanged.
+//!
+//! Not carried (finished and closed as a stop closes them): TLS
+//! connections (rustls's session cannot be written down), replication
+//! links and peers, `watch` connections, a connection waiting for flash
+//! reads or for sync replication's acknowledgements, one reading a large
+//! value straight into item memory, a streaming multi-get or dump, and
+//! one holding more than 1 MiB of input or of unsent output (the state
+//! stays bounded). Anonymous item memory (`-o item_memory=anonymous`, or
+//! where no memfd can be made) ends with the old image, and the flash
+//! tier is opened again as at a start (its items are kept only with
+//! `-e`, from `FILE.flash`).
 //!
 //! Refused: SIGUSR2 for an in-process server (`Host::Embedded` installs
 //! no handler), and a second SIGUSR2 while an upgrade runs (logged).

@@ -45,3 +45,17 @@ pub(crate) fn listener_rec(l: Listener) -> ListenerRec {
     std::mem::forget(l);
     ListenerRec { fd, kind, local }
 }
+
+/// What a UDP socket is in the state; its fd stays open.
+pub(crate) fn udp_rec(socket: std::net::UdpSocket) -> ListenerRec {
+    use std::os::fd::IntoRawFd;
+    let local = socket
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    ListenerRec {
+        fd: socket.into_raw_fd(),
+        kind: ListenerKind::Udp,
+        local,
+    }
+}

@@ -16,7 +16,7 @@ use osmium_upgrade::{Inherited, State};
 
 use crate::server::Started;
 use crate::settings::{Settings, OSMIUM_VERSION};
-use crate::upgrade::adopt::{close_listeners, parse_settings, start_from};
+use crate::upgrade::adopt::{parse_settings, start_from};
 use crate::upgrade::check::{note_start, store_fingerprint};
 use crate::upgrade::serve::serve_to_exit;
 use crate::{launch, process};
@@ -40,10 +40,8 @@ pub(crate) fn resume(inherited: Inherited) -> i32 {
             return EX_OSERR;
         }
     };
-    // First, before this image opens any file that could take their
-    // numbers: the listeners the old image kept (bound again by
-    // `adopt::start_from` until they are carried).
-    close_listeners(&state);
+    // The listening sockets the old image kept stay open (taken by
+    // `adopt::start_from`, or handed back with the state).
     let parsed = parse_settings(&state.command_line.expanded);
     let logfile = parsed.as_ref().ok().and_then(|s| s.logfile.clone());
     if let Err(msg) = crate::log::init(logfile.as_deref(), !process::running_as_root()) {

@@ -38,3 +38,4 @@ mod text_protocol;
 mod tls_garbage;
 mod udp_unix;
 mod upgrade;
+mod upgrade_load;
