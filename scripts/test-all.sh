@@ -90,13 +90,13 @@ TOTAL_START=$SECONDS
 
 note() { printf '>>> %s\n' "$*"; }
 
-# cpu_now: the CPU seconds (user + system) of this shell's children
-# reaped so far (`times`' second line; written to a file, not read
-# through $(...), whose subshell would start from zero).
-cpu_now() {
+# cpu_now: sets CPU_NOW to the CPU seconds (user + system) of this
+# shell's children reaped so far (`times`' second line; written to a
+# file and read here, not through $(...), whose subshell would count its
+# own children only).
+cpu_seconds() { # FILE: the seconds of the second line `times` wrote there
     local line re='^([0-9]+)m([0-9.]+)s ([0-9]+)m([0-9.]+)s$'
-    times >"$LOGDIR/times"
-    line=$(tail -n 1 "$LOGDIR/times")
+    line=$(tail -n 1 "$1" 2>/dev/null)
     if [[ $line =~ $re ]]; then
         awk -v a="${BASH_REMATCH[1]}" -v b="${BASH_REMATCH[2]}" \
             -v c="${BASH_REMATCH[3]}" -v d="${BASH_REMATCH[4]}" \
@@ -104,6 +104,10 @@ cpu_now() {
     else
         echo 0
     fi
+}
+cpu_now() {
+    times >"$LOGDIR/times"
+    CPU_NOW=$(cpu_seconds "$LOGDIR/times")
 }
 
 header() {
@@ -211,10 +215,12 @@ run_step() {
         return
     fi
     local start=$SECONDS cpu rc
-    cpu=$(cpu_now)
+    cpu_now
+    cpu=$CPU_NOW
     "$@" 2>&1 | tee "$LOGDIR/$(printf '%02d' "$STEP_NO").log"
     rc=${PIPESTATUS[0]}
-    STEP_CPU[STEP_NO]=$(($(cpu_now) - cpu))
+    cpu_now
+    STEP_CPU[STEP_NO]=$((CPU_NOW - cpu))
     record_step "$STEP_NO" "$name" "$start" "$rc"
 }
 
@@ -241,7 +247,7 @@ start_step() {
         "$@"
         local rc=$?
         echo "$SECONDS" >"${log%.log}.end"
-        times | tail -n 1 >"${log%.log}.times"
+        times >"${log%.log}.times"
         return "$rc"
     } >"$log" 2>&1 &
     BG_PID[$id]=$!
@@ -257,13 +263,7 @@ finish_step() {
     unset "BG_PID[$id]"
     header "${BG_NO[$id]}/$TOTAL_STEPS" "${BG_NAME[$id]} (ended)"
     cat "$LOGDIR/$(printf '%02d' "${BG_NO[$id]}").log"
-    local times re='^([0-9]+)m([0-9.]+)s ([0-9]+)m([0-9.]+)s$'
-    times=$(cat "$LOGDIR/$(printf '%02d' "${BG_NO[$id]}").times" 2>/dev/null)
-    if [[ $times =~ $re ]]; then
-        STEP_CPU[${BG_NO[$id]}]=$(awk -v a="${BASH_REMATCH[1]}" -v b="${BASH_REMATCH[2]}" \
-            -v c="${BASH_REMATCH[3]}" -v d="${BASH_REMATCH[4]}" \
-            'BEGIN { printf "%.0f", a * 60 + b + c * 60 + d }')
-    fi
+    STEP_CPU[${BG_NO[$id]}]=$(cpu_seconds "$LOGDIR/$(printf '%02d' "${BG_NO[$id]}").times")
     record_step "${BG_NO[$id]}" "${BG_NAME[$id]}" "${BG_START[$id]}" "$rc" \
         "$(cat "$LOGDIR/$(printf '%02d' "${BG_NO[$id]}").end" 2>/dev/null || echo "$SECONDS")"
 }

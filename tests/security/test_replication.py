@@ -193,6 +193,11 @@ class Relay:
             except OSError:
                 pass
 
+    def links(self):
+        """Connections relayed so far."""
+        with self.lock:
+            return len(self.pairs)
+
     def heard(self, needle):
         with self.lock:
             return bytes(needle) in self.received
@@ -279,12 +284,15 @@ def test_a_fake_target_relaying_to_a_ring_member_sees_no_plaintext_and_cannot_in
                 # it runs.
                 forged = (b"ms injected 8 T0 q\r\nINJECTED\r\n"
                           b"replica_targets 127.0.0.1:1\r\nmn\r\n")
+                links_before = relay.links()
                 relay.inject(len(forged).to_bytes(2, "big") + forged, upward=True)
                 wait_for("B refused the injection", lambda: failures(b.port) > before)
                 assert cb.get(b"injected") is None
                 # A forged acknowledgement towards A: A's link dies too,
-                # counted there.
-                wait_for("A reconnected", lambda: stat(a.port, "replica_0_link") == "up")
+                # counted there. (A's link reads "up" until A notices the
+                # old one died: the new one is a new relayed connection.)
+                wait_for("A reconnected", lambda: relay.links() > links_before
+                         and stat(a.port, "replica_0_link") == "up")
                 a_before = failures(a.port)
                 forged = b"MN\r\n" * 8
                 relay.inject(len(forged).to_bytes(2, "big") + forged, upward=False)
