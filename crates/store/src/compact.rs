@@ -327,6 +327,23 @@ impl Store {
         m
     }
 
+    /// A walk of `seg`'s items at `offset` (of `used` bytes): fetches
+    /// item memory up to `READ_AHEAD` bytes past it, `fetched` being where
+    /// the fetches have reached.
+    #[inline]
+    pub(crate) fn read_ahead(
+        &self,
+        seg: SegmentId,
+        offset: usize,
+        used: usize,
+        fetched: &mut usize,
+    ) {
+        while *fetched < (offset + READ_AHEAD).min(used) {
+            self.arena.prefetch_item(seg, *fetched);
+            *fetched += 128;
+        }
+    }
+
     /// The first pass of `compact_segment`: notes the offset and key hash
     /// of every item of `seg` not marked dead into `plan`, and returns the
     /// bytes their copies will take (each as big as the item, plus its CAS
@@ -337,10 +354,7 @@ impl Store {
         let mut offset = 0;
         let mut fetched = 0;
         while offset < used {
-            while fetched < (offset + READ_AHEAD).min(used) {
-                self.arena.prefetch_item(seg, fetched);
-                fetched += 128;
-            }
+            self.read_ahead(seg, offset, used, &mut fetched);
             let it = self.arena.item(seg, offset);
             let size = it.size();
             if !it.is_dead() {

@@ -87,9 +87,6 @@ const PAUSE_SEGMENTS: u64 = 8;
 /// level 1).
 const YIELD_BYTES: usize = 16 << 10;
 
-/// How far ahead of its reads the plan fetches item memory.
-const READ_AHEAD: usize = 16 << 10;
-
 /// What a plan found.
 #[derive(Default)]
 struct PackPlan {
@@ -230,10 +227,7 @@ impl Store {
         let mut p = PackPlan::default();
         let (mut offset, mut fetched, mut since_yield) = (0, 0, 0);
         while offset < used {
-            while fetched < (offset + READ_AHEAD).min(used) {
-                self.arena.prefetch_item(seg, fetched);
-                fetched += 128;
-            }
+            self.read_ahead(seg, offset, used, &mut fetched);
             let it = self.arena.item(seg, offset);
             let size = it.size();
             if !it.is_dead() {
