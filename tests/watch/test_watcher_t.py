@@ -10,6 +10,7 @@ needs a new segment, not always the first); a `cas` is logged as one.
 fetches, and a watcher that falls behind is told `skipped=N` and then
 gets real lines again.)
 """
+import os
 import time
 
 from support import servers
@@ -37,7 +38,9 @@ def test_a_set_on_a_full_cache_logs_its_store_and_its_eviction(kind):
     # writes (docs/compat.md, "Evictions"). Waiting for one with that first
     # set (t/watcher.t reads until it comes) would wait for ever here.
     with servers.Server(kind, ["-m", "60"]) as server:
-        value = b"B" * 11000
+        # (incompressible: osmium's cleaner would pack compressible cold
+        # items, -o compression=cold, and evict later)
+        value = os.urandom(11000)
         with connect(server) as c:
             c.sendall(b"".join(b"set n,foo%d 0 0 11000 noreply\r\n%s\r\n" % (i, value)
                                for i in range(1, 8001)))
