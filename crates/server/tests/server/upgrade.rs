@@ -92,6 +92,22 @@ impl Dir {
     fn install_script(&self, name: &str, body: &str) -> u64 {
         self.install(name, format!("#!/bin/sh\n{body}\n").as_bytes(), 0o755)
     }
+
+    /// A new image that passes the check (the real binary's, copied to
+    /// `osmium.real`) and then refuses the state it is handed, at `osmium`:
+    /// the upgrade falls back to the old image.
+    fn install_refusing_image(&self) {
+        self.install_osmium("osmium.real");
+        let real = self.path("osmium.real");
+        let real = real.display();
+        self.install_script(
+            "osmium",
+            &format!(
+                "case \"$1\" in --upgrade-check) exec {real} \"$@\";; esac\n\
+                 OSMIUM_UPGRADE_REFUSE=1 exec {real} \"$@\""
+            ),
+        );
+    }
 }
 
 impl Drop for Dir {
@@ -268,17 +284,7 @@ fn a_new_image_that_refuses_the_state_runs_the_old_one_again() {
     failed_upgrade(
         "fallback",
         |dir| {
-            dir.install_osmium("osmium.real");
-            let real = dir.path("osmium.real");
-            let real = real.display();
-            // The check is the real binary's; the real run refuses the state.
-            dir.install_script(
-                "osmium",
-                &format!(
-                    "case \"$1\" in --upgrade-check) exec {real} \"$@\";; esac\n\
-                     OSMIUM_UPGRADE_REFUSE=1 exec {real} \"$@\""
-                ),
-            );
+            dir.install_refusing_image();
         },
         "upgrade failed: OSMIUM_UPGRADE_REFUSE is set; serving with osmium",
         false,
@@ -451,16 +457,7 @@ fn a_new_image_that_refuses_the_state_hands_the_whole_cache_back() {
     let pid = srv.pid();
     let mut c = LineClient::to(&srv);
     fill(&mut c, FILLED);
-    dir.install_osmium("osmium.real");
-    let real = dir.path("osmium.real");
-    let real = real.display();
-    dir.install_script(
-        "osmium",
-        &format!(
-            "case \"$1\" in --upgrade-check) exec {real} \"$@\";; esac\n\
-             OSMIUM_UPGRADE_REFUSE=1 exec {real} \"$@\""
-        ),
-    );
+    dir.install_refusing_image();
     srv.send_signal(libc::SIGUSR2);
     wait_for_log(
         &srv,
@@ -681,16 +678,7 @@ fn a_refused_upgrade_hands_its_tcp_and_udp_sockets_back() {
     listeners_carried(
         "listeners-fallback",
         |dir| {
-            dir.install_osmium("osmium.real");
-            let real = dir.path("osmium.real");
-            let real = real.display();
-            dir.install_script(
-                "osmium",
-                &format!(
-                    "case \"$1\" in --upgrade-check) exec {real} \"$@\";; esac\n\
-                     OSMIUM_UPGRADE_REFUSE=1 exec {real} \"$@\""
-                ),
-            );
+            dir.install_refusing_image();
         },
         "upgrade failed: OSMIUM_UPGRADE_REFUSE is set; serving with osmium",
     );
@@ -805,16 +793,7 @@ fn a_refused_upgrade_under_load_fails_no_request() {
     upgrade_under_load(
         "load-fallback",
         |dir| {
-            dir.install_osmium("osmium.real");
-            let real = dir.path("osmium.real");
-            let real = real.display();
-            dir.install_script(
-                "osmium",
-                &format!(
-                    "case \"$1\" in --upgrade-check) exec {real} \"$@\";; esac\n\
-                     OSMIUM_UPGRADE_REFUSE=1 exec {real} \"$@\""
-                ),
-            );
+            dir.install_refusing_image();
         },
         "upgrade failed: OSMIUM_UPGRADE_REFUSE is set; serving with osmium",
     );
