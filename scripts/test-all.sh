@@ -40,7 +40,9 @@
 #   MEMCACHED_BIN=PATH    compare against this memcached instead of the
 #                         oracle built in step 1
 #   SKIP_FUZZ=1           skip the fuzz step
-#   FUZZ_SECONDS=20       libFuzzer -max_total_time per fuzz target
+#   FUZZ_SECONDS=10       libFuzzer -max_total_time per fuzz target (a
+#                         smoke run of every target beside the tests: a
+#                         longer campaign is `cargo fuzz run TARGET`)
 #                         (text_parser and proxy_parsers get half: see
 #                         fuzz_seconds_of)
 #   FUZZ_TOOLCHAIN=NAME   run `RUSTC_BOOTSTRAP=1 cargo +NAME fuzz` (default:
@@ -66,7 +68,7 @@ set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 1
 export CI="${CI:-}"
-FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
+FUZZ_SECONDS="${FUZZ_SECONDS:-10}"
 LOGDIR=$(mktemp -d "${TMPDIR:-/tmp}/osmium-test-all.XXXXXX")
 trap 'rm -rf "$LOGDIR"' EXIT
 
@@ -533,8 +535,7 @@ deb_step() {
 # A target's libFuzzer seconds. request_framing_diff runs the server's
 # text parser and the proxy's framer on every input (panics included) and
 # compares them, so it takes its seconds from text_parser and proxy_parsers,
-# which fuzz those parsers alone: they get half each, and the step's total
-# stays what it was with eight targets (160 s at FUZZ_SECONDS=20).
+# which fuzz those parsers alone: they get half each.
 fuzz_seconds_of() {
     case "$1" in
         text_parser | proxy_parsers) echo $(((FUZZ_SECONDS + 1) / 2)) ;;
