@@ -8,7 +8,9 @@
 //! set before is read back); clients pipelining requests all along get
 //! every reply, in order, across the upgrade; a client connecting all
 //! along is never refused (the listener is the same socket, its backlog
-//! kept). A new binary that exits 1 at the check, and one that passes it
+//! kept); a unix pool's listener is the same socket file, its client
+//! served, and the stats port keeps its address and its counts. A new
+//! binary that exits 1 at the check, and one that passes it
 //! but refuses the state (`OSMIUM_UPGRADE_REFUSE`: it hands the state
 //! back to the old image), leave the proxy serving: the same PID, the
 //! old inode, the reason in the log, the client connected before still
@@ -17,6 +19,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,7 +27,7 @@ use std::time::Duration;
 
 use osmium_test_harness::Running;
 
-use crate::common::{free_port, osmium_backend, read_until, Proc};
+use crate::common::{self, free_port, osmium_backend, read_until, Proc};
 
 /// A directory of the test's own, removed at its end.
 struct Dir(PathBuf);
@@ -287,6 +290,77 @@ fn an_upgrade_keeps_the_listener_and_the_clients_and_answers_every_request() {
     wait_for_log(&px, "upgrade done:", 2);
     assert_eq!(exe_inode(pid), newer);
     assert_eq!(get(&mut before, "kept"), value_reply("kept", "hello"));
+}
+
+/// Sends `request` on a unix socket and reads until the reply ends with
+/// `end`.
+fn unix_roundtrip(s: &mut UnixStream, request: &[u8], end: &[u8]) -> Vec<u8> {
+    s.write_all(request).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(end) {
+        let n = s.read(&mut buf).expect("read a reply");
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
+#[test]
+fn a_unix_pool_and_the_stats_port_are_kept_with_their_counters() {
+    let dir = Dir::new("unix");
+    dir.install_proxy("osmium-proxy");
+    let b = osmium_backend();
+    let (port, sock) = (free_port(), dir.path("pool.sock"));
+    let yaml = format!(
+        "p:\n  listen: 127.0.0.1:{port}\n  servers:\n   - 127.0.0.1:{b}:1\n\
+         u:\n  listen: {sock}\n  servers:\n   - 127.0.0.1:{b}:1\n",
+        b = b.port(),
+        sock = sock.display()
+    );
+    let mut px = osmium_test_harness::Proxy::new(&yaml, port)
+        .bin(dir.path("osmium-proxy"))
+        .start();
+    let pid = px.pid();
+    let socket_file = std::fs::metadata(&sock)
+        .expect("the unix socket's file")
+        .ino();
+    let mut before = UnixStream::connect(&sock).expect("connect to the unix pool");
+    before
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(
+        unix_roundtrip(&mut before, b"set kept 0 0 5\r\nhello\r\n", b"\r\n"),
+        b"STORED\r\n"
+    );
+    // A reload with the same file: the counts the stats port shows.
+    common::reload(&px);
+    let stats_port = px.stats_port();
+
+    px.send_signal(libc::SIGUSR2);
+    wait_for_log(&px, "upgrade done:", 1);
+    assert_eq!(px.pid(), pid);
+    assert_eq!(
+        unix_roundtrip(&mut before, b"get kept\r\n", b"END\r\n"),
+        value_reply("kept", "hello"),
+        "a unix client connected before"
+    );
+    assert_eq!(
+        std::fs::metadata(&sock).expect("the socket's file").ino(),
+        socket_file,
+        "the same socket file: the listener was kept, not bound again"
+    );
+    let mut after = UnixStream::connect(&sock).expect("connect after the upgrade");
+    after
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(
+        unix_roundtrip(&mut after, b"get kept\r\n", b"END\r\n"),
+        value_reply("kept", "hello")
+    );
+    let doc = common::stats_doc(stats_port);
+    assert_eq!(common::pool_stat(&doc, "reloads"), 1, "{doc}");
+    assert!(doc.contains("\"u\": {"), "{doc}");
 }
 
 #[test]
