@@ -16,7 +16,8 @@ the PID before and after, SIGUSR2 to the `upgrade done:` line, and the
 longest any request (or new connection's first answer) waited; then the
 proxy's `upgrade` log lines.
 FALLBACK=1: the upgrade is refused by the new image (OSMIUM_UPGRADE_REFUSE),
-which hands everything back to the old one.
+which hands everything back to the old one. BASELINE=1: no SIGUSR2 (the
+same traffic for 3 s, for the longest wait without an upgrade).
 Usage: python3 scripts/proxy-upgrade-load.py PROXY OSMIUM [CLIENTS]"""
 import importlib.util, os, shutil, signal, subprocess, sys, tempfile, threading, time
 
@@ -40,6 +41,7 @@ def main():
     proxy, osmium = sys.argv[1], sys.argv[2]
     clients = int(sys.argv[3]) if len(sys.argv) > 3 else 8
     fallback = bool(os.environ.get("FALLBACK"))
+    baseline = bool(os.environ.get("BASELINE"))
     tmp = tempfile.mkdtemp(prefix="osmium-proxy-upgrade-load.")
     exe = os.path.join(tmp, "osmium-proxy")
     shutil.copy2(proxy, exe)
@@ -90,9 +92,9 @@ def main():
         time.sleep(1)
         before = stats.requests
         t_sig = time.time()
-        os.kill(pid, signal.SIGUSR2)
+        if not baseline: os.kill(pid, signal.SIGUSR2)
         needle = "serving with osmium-proxy" if fallback else "upgrade done:"
-        while needle not in open(log_path, "rb").read().decode(errors="replace"):
+        while not baseline and needle not in open(log_path, "rb").read().decode(errors="replace"):
             if time.time() - t_sig > 60: raise TimeoutError("no upgrade")
             time.sleep(0.01)
         t_done = time.time()
@@ -104,7 +106,8 @@ def main():
         text = open(log_path, "rb").read().decode(errors="replace")
         lines = [l for l in text.splitlines() if "upgrade" in l]
         print(f"{clients} clients through osmium-proxy to 2 osmium backends"
-              f"{' (refused upgrade)' if fallback else ''}: {stats.requests} requests "
+              f"{' (refused upgrade)' if fallback else ''}{' (no upgrade)' if baseline else ''}: "
+              f"{stats.requests} requests "
               f"({stats.requests - before} from the signal on), {stats.errors} errors, "
               f"{stats.refused} refused, {stats.connections} new connections, "
               f"{lost} acknowledged writes lost; pid {pid} -> "
