@@ -14,7 +14,8 @@ writes lost, filled keys lost, the PID before and after, and the
 longest any request (or new connection's first answer) waited.
 FALLBACK=1: the upgrade is refused by the new image (OSMIUM_UPGRADE_REFUSE),
 which hands everything back to the old one.
-Usage: python3 scripts/upgrade-load.py BINARY MB [CLIENTS] [-e]"""
+Usage: python3 scripts/upgrade-load.py BINARY MB [CLIENTS] [-e]
+(scripts/proxy-upgrade-load.py imports its clients and counters.)"""
 import os, shutil, signal, socket, subprocess, sys, tempfile, threading, time
 
 VALUE = 4000
@@ -188,4 +189,5 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-main()
+if __name__ == "__main__":
+    main()

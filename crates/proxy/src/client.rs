@@ -185,6 +185,16 @@ impl Client {
         self.out.len()
     }
 
+    /// The unsent output, taken (an upgrade hands it over).
+    pub fn take_output(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// Output to send before any reply (an upgrade's carried output).
+    pub fn set_output(&mut self, out: Vec<u8>) {
+        self.out = out;
+    }
+
     /// Reads what the socket has (to its end when `to_end`, see
     /// [`InBuf::fill`]); `Ok(false)` at end of stream.
     pub fn read(&mut self, to_end: bool) -> io::Result<bool> {

@@ -48,6 +48,22 @@ impl InBuf {
         self.end = 0;
     }
 
+    /// Appends `bytes` after the unframed ones (an upgrade's carried
+    /// input).
+    pub fn extend(&mut self, bytes: &[u8]) {
+        if self.start > 0 {
+            self.data.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let need = self.end + bytes.len();
+        if self.data.len() < need {
+            self.data.resize(need, 0);
+        }
+        self.data[self.end..need].copy_from_slice(bytes);
+        self.end = need;
+    }
+
     /// Room for at least `CHUNK` more bytes at the tail.
     fn make_room(&mut self) {
         if self.data.len() - self.end >= CHUNK {
@@ -130,6 +146,23 @@ mod tests {
         assert_eq!(b.bytes(), &bytes[99_990..]);
         b.consume(10);
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn extend_appends_after_the_unframed_bytes() {
+        let mut b = InBuf::default();
+        b.extend(b"get a\r\nget");
+        b.consume(7);
+        b.extend(b" b\r\n");
+        assert_eq!(b.bytes(), b"get b\r\n");
+        let mut r = Trickle {
+            bytes: b"get c\r\n".to_vec(),
+            at: 0,
+            step: usize::MAX,
+            reads: 0,
+        };
+        b.fill(&mut r, false).unwrap();
+        assert_eq!(b.bytes(), b"get b\r\nget c\r\n", "reads go after them");
     }
 
     #[test]

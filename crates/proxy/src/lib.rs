@@ -17,7 +17,8 @@
 //! owner warm, served without a miss while a migration copies them
 //! (`moves`); a reload that changes a replicated pool's ring tells its servers their
 //! new replication targets, over connections that prove the proxy a
-//! replication peer (`peer`).
+//! replication peer (`peer`). SIGUSR2 upgrades the binary in place, its
+//! listeners and clients kept (`upgrade`, over the crate osmium-upgrade).
 
 pub mod admin;
 pub mod admin_guard;
@@ -34,6 +35,7 @@ pub mod request;
 pub mod stats;
 pub mod stream;
 pub mod tls;
+pub mod upgrade;
 
 pub use osmium_placement::{hash, ring};
 /// nutcracker's YAML configuration (the osmium-pool-config crate).

@@ -3,7 +3,12 @@
 //! then the event loop until SIGINT or SIGTERM; SIGHUP reloads the `-c`
 //! file (see `proxy::reload`). `-t` also loads the certificates and keys
 //! the pools' `tls:` names. `--admin-token-file` allows `reload <token>`
-//! on the stats port (`admin`).
+//! on the stats port (`admin`). SIGUSR2 upgrades the binary in place
+//! (`osmium_proxy::upgrade`): the same process runs the file it was
+//! started from again, its listeners and clients kept; a binary run as
+//! `osmium-proxy --upgrade-check` answers the old one's check, and one
+//! started by an upgrade's exec (`OSMIUM_UPGRADE_FD`) starts from the
+//! state it is handed, or hands it back.
 //!
 //! `-d` starts the same binary again, detached (its own process group,
 //! standard streams on /dev/null), and waits until that child has bound
@@ -11,8 +16,10 @@
 //! `OSMIUM_PROXY_START_FILE`, a file where it writes `ready` or why it
 //! could not start.
 
+use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::io::{IsTerminal, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
@@ -21,7 +28,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use osmium_proxy::proxy::Ran;
+use osmium_proxy::upgrade::carried::{close_state_fds, Carried};
+use osmium_proxy::upgrade::{check, handover, History, EX_OSERR, REFUSE_ENV};
 use osmium_proxy::{stats, Config, Proxy};
+use osmium_upgrade::State;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 /// Where a daemon's child reports how its start went.
@@ -121,9 +132,146 @@ fn generate_man() -> Option<ExitCode> {
     })
 }
 
+/// `--upgrade-check` (the first argument; run by an old image's
+/// upgrade): reads the command line to take over on stdin, checks it and
+/// the files it names as a start would, answers one line.
+fn answer_check() -> ExitCode {
+    let code = osmium_upgrade::answer_check(
+        osmium_proxy::upgrade::VERSION,
+        &[osmium_upgrade::TAKES_CONNS, osmium_upgrade::TAKES_PROXY],
+        |argv| {
+            let args = Args::try_parse_from(argv).map_err(|e| e.to_string())?;
+            if args.test_conf || args.describe_stats {
+                return Err("a command line that starts no proxy".into());
+            }
+            load_files(&args).map(drop)
+        },
+    );
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// The configuration and the files it names (TLS, replication secrets),
+/// and the admin token: what a start reads.
+fn load_files(args: &Args) -> Result<(Config, Option<osmium_proxy::admin::Token>), String> {
+    let config = Config::load(&args.conf).map_err(|e| {
+        format!(
+            "configuration file '{}' syntax is invalid: {e}",
+            args.conf.display()
+        )
+    })?;
+    osmium_proxy::tls::check(&config)?;
+    for pool in &config.pools {
+        osmium_proxy::peer::load_secret(pool)?;
+    }
+    let token = match &args.admin_token_file {
+        Some(path) => Some(osmium_proxy::admin::Token::load(path)?),
+        None => None,
+    };
+    Ok((config, token))
+}
+
+/// What an upgrade's exec handed this image.
+struct Handed {
+    state: State,
+    /// The state's memfd (None: a state this process kept after no
+    /// image could be run).
+    fd: Option<OwnedFd>,
+    /// Set for the old image again: why the upgrade failed.
+    failed: Option<String>,
+}
+
+/// A proxy started from an upgrade's state: its listeners taken, its
+/// clients adopted, the state's socket fds closed.
+fn start_from_state(args: &Args, state: &State) -> Result<Proxy, String> {
+    let (config, token) = load_files(args)?;
+    let mut carried = Carried::from_state(state);
+    let mut proxy = Proxy::bind_carried(config, &args.stats_addr, args.stats_port, &mut carried)
+        .map_err(|e| e.to_string())?;
+    proxy.set_admin_token(token);
+    let listeners = carried.taken();
+    let adopted = proxy.adopt(carried.take_conns());
+    close_state_fds(state);
+    tracing::warn!(
+        "upgrade: {listeners} of {} listeners taken over, {adopted} of {} clients adopted",
+        state.listeners.len(),
+        state.conns.len()
+    );
+    Ok(proxy)
+}
+
+/// The proxy an upgrade's state describes, in the new image (or the old
+/// one again, `handed.failed`); a new image that cannot take it hands it
+/// back to the old one (an exec: returns only if that failed).
+fn resume(args: &Args, handed: Handed, refuse: bool) -> Result<Proxy, ExitCode> {
+    let Handed { state, fd, failed } = handed;
+    let from = state.origin.clone();
+    let ours = osmium_proxy::upgrade::VERSION;
+    if let Some(why) = failed {
+        let history = History::from_origin(&from, false);
+        tracing::warn!("upgrade failed: {why}; serving with osmium-proxy {ours}");
+        return match start_from_state(args, &state) {
+            Ok(mut proxy) => {
+                proxy.restore(history, &state.counters);
+                Ok(proxy)
+            }
+            Err(e) => {
+                tracing::error!("upgrade failed: the old image cannot serve again: {e}");
+                Err(ExitCode::from(EX_OSERR))
+            }
+        };
+    }
+    let taken = if refuse {
+        Err(format!("{REFUSE_ENV} is set"))
+    } else {
+        start_from_state(args, &state)
+    };
+    match taken {
+        Ok(mut proxy) => {
+            proxy.restore(History::from_origin(&from, true), &state.counters);
+            // SAFETY: the state names this fd as the old image's, kept
+            // open across the exec; nothing in this image uses it.
+            drop(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(state.old_exe) });
+            tracing::warn!(
+                "upgrade done: osmium-proxy {} -> osmium-proxy {ours}, pid {}",
+                from.version,
+                std::process::id()
+            );
+            Ok(proxy)
+        }
+        Err(why) => {
+            tracing::warn!(
+                "upgrade refused by the new image (osmium-proxy {ours}): {why}; \
+                 handing back to osmium-proxy {}",
+                from.version
+            );
+            let argv: Vec<OsString> = state.command_line.argv.clone();
+            // SAFETY: the state names this fd as the old image's, kept
+            // open across the exec and not closed in this image.
+            let old_exe = unsafe { BorrowedFd::borrow_raw(state.old_exe) };
+            let e = match &fd {
+                Some(fd) => osmium_upgrade::exec_image(old_exe, &argv, fd.as_fd(), Some(&why)),
+                None => std::io::Error::other("no state to hand back"),
+            };
+            tracing::error!("upgrade failed: the old image cannot be run again: {e}");
+            Err(ExitCode::from(EX_OSERR))
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    // First, before any thread exists (it changes the environment): what
+    // an upgrade's exec handed this image.
+    let inherited = osmium_upgrade::take_env();
+    let refuse = std::env::var_os(REFUSE_ENV).is_some();
+    std::env::remove_var(REFUSE_ENV);
     if let Some(code) = generate_man() {
         return code;
+    }
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == osmium_upgrade::CHECK_FLAG)
+    {
+        return answer_check();
     }
     let args = match Args::try_parse() {
         Ok(a) => a,
@@ -141,9 +289,32 @@ fn main() -> ExitCode {
         print!("{}", stats::describe());
         return ExitCode::SUCCESS;
     }
-    let start = Start::from_env();
+    // A daemon's child reports its first start only.
+    let start = match inherited {
+        None => Start::from_env(),
+        Some(_) => Start(None),
+    };
     if let Err(e) = init_logging(&args) {
         return start.fail(&e);
+    }
+    check::note_exe();
+    let handed = match inherited {
+        None => None,
+        Some(inherited) => match State::read(inherited.state.as_raw_fd()) {
+            Ok(state) => Some(Handed {
+                state,
+                fd: Some(inherited.state),
+                failed: inherited.failed,
+            }),
+            Err(e) => {
+                // Nothing to hand back to: the fallback's fd is in the state.
+                tracing::error!("upgrade failed: the hand-over state cannot be read: {e}");
+                return ExitCode::from(EX_OSERR);
+            }
+        },
+    };
+    if let Some(handed) = handed {
+        return serve(&args, Some(handed), refuse, &start);
     }
     let config = match Config::load(&args.conf) {
         Ok(c) => c,
@@ -179,70 +350,106 @@ fn main() -> ExitCode {
     if args.daemonize && start.0.is_none() {
         return daemonize();
     }
-    let admin_token = match &args.admin_token_file {
-        Some(path) => match osmium_proxy::admin::Token::load(path) {
-            Ok(t) => Some(t),
-            Err(e) => return start.fail(&format!("osmium-proxy: {e}")),
-        },
-        None => None,
-    };
+    drop(config);
+    serve(&args, None, refuse, &start)
+}
+
+/// Starts the proxy (afresh, or from an upgrade's state) and serves until
+/// a stop, through the upgrades SIGUSR2 asks; the exit status.
+fn serve(args: &Args, mut handed: Option<Handed>, refuse: bool, start: &Start) -> ExitCode {
     let stop = Arc::new(AtomicBool::new(false));
     let hup = Arc::new(AtomicBool::new(false));
+    let usr2 = Arc::new(AtomicBool::new(false));
     let flags = [
         (signal_hook::consts::SIGINT, &stop),
         (signal_hook::consts::SIGTERM, &stop),
         (signal_hook::consts::SIGHUP, &hup),
+        (signal_hook::consts::SIGUSR2, &usr2),
     ];
     for (sig, flag) in flags {
         if let Err(e) = signal_hook::flag::register(sig, Arc::clone(flag)) {
             return start.fail(&format!("osmium-proxy: cannot handle signal {sig}: {e}"));
         }
     }
-    let mut proxy = match Proxy::bind(config, &args.stats_addr, args.stats_port) {
-        Ok(p) => p,
-        Err(e) => return start.fail(&format!("osmium-proxy: {e}")),
-    };
     // A reload reads the file again by the path given (relative to the
     // directory the proxy started in).
     let conf = std::env::current_dir()
         .map(|d| d.join(&args.conf))
         .unwrap_or_else(|_| args.conf.clone());
-    proxy.reload_from(conf, hup);
-    proxy.set_admin_token(admin_token);
-    if let Some(path) = &args.pid_file {
-        if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
-            let msg = format!(
-                "osmium-proxy: cannot write pid file '{}': {e}",
-                path.display()
+    let fresh = handed.is_none();
+    loop {
+        let mut proxy = match handed.take() {
+            Some(h) => match resume(args, h, refuse) {
+                Ok(p) => p,
+                Err(code) => return code,
+            },
+            None => {
+                let started = load_files(args).and_then(|(config, token)| {
+                    let mut p = Proxy::bind(config, &args.stats_addr, args.stats_port)
+                        .map_err(|e| e.to_string())?;
+                    p.set_admin_token(token);
+                    Ok(p)
+                });
+                match started {
+                    Ok(p) => p,
+                    Err(e) => return start.fail(&format!("osmium-proxy: {e}")),
+                }
+            }
+        };
+        proxy.reload_from(conf.clone(), Arc::clone(&hup));
+        proxy.upgrade_on(Arc::clone(&usr2));
+        // Blocked by the exec that started this image (a no-op otherwise):
+        // the handlers are in place now.
+        osmium_upgrade::image::unblock_signals();
+        if let Some(path) = &args.pid_file {
+            if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
+                let msg = format!(
+                    "osmium-proxy: cannot write pid file '{}': {e}",
+                    path.display()
+                );
+                return start.fail(&msg);
+            }
+        }
+        if fresh {
+            tracing::info!(
+                "{} started on pid {}, stats on {}:{}",
+                stats::VERSION,
+                std::process::id(),
+                args.stats_addr,
+                args.stats_port
             );
-            return start.fail(&msg);
+            tracing::debug!(
+                "accepted, no effect: stats interval {} ms (figures are current when asked), mbuf size {}",
+                args.stats_interval,
+                args.mbuf_size
+            );
+            start.report("ready");
+        }
+        match proxy.run(Arc::clone(&stop)) {
+            Ok(Ran::Stopped) => break,
+            Ok(Ran::Upgrade(checked)) => {
+                let (state, why) = handover::exec(proxy.hand_over(), *checked);
+                // No image could be run: the proxy starts again here.
+                handed = Some(Handed {
+                    state,
+                    fd: None,
+                    failed: Some(why),
+                });
+            }
+            Err(e) => {
+                tracing::error!("{e}");
+                eprintln!("osmium-proxy: {e}");
+                if let Some(path) = &args.pid_file {
+                    let _ = std::fs::remove_file(path);
+                }
+                return ExitCode::FAILURE;
+            }
         }
     }
-    tracing::info!(
-        "{} started on pid {}, stats on {}:{}",
-        stats::VERSION,
-        std::process::id(),
-        args.stats_addr,
-        args.stats_port
-    );
-    tracing::debug!(
-        "accepted, no effect: stats interval {} ms (figures are current when asked), mbuf size {}",
-        args.stats_interval,
-        args.mbuf_size
-    );
-    start.report("ready");
-    let result = proxy.run(stop);
     if let Some(path) = &args.pid_file {
         let _ = std::fs::remove_file(path);
     }
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("osmium-proxy: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    ExitCode::SUCCESS
 }
 
 /// tracing to stderr, or appended to `-o FILE`.

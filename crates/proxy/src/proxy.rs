@@ -16,8 +16,17 @@
 //! pools in place, adds new ones in new slots, and leaves a removed pool
 //! in its slot, listener closed, until its clients have their replies
 //! and are closed.
+//!
+//! SIGUSR2 upgrades the binary in place (`upgrade`, `crate::upgrade`):
+//! while the new binary's check runs the loop serves on; once it passed,
+//! the loop quiesces (no accept, no client read, no request framed) until
+//! the requests already sent are answered, then `run` returns
+//! [`Ran::Upgrade`] for the listeners and clients to be handed over.
 
 mod reload;
+mod upgrade;
+
+pub use self::upgrade::Ran;
 
 use std::io;
 use std::path::PathBuf;
@@ -28,6 +37,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll, Registry, Token};
 use slab::Slab;
 
+use self::upgrade::Upgrading;
 use crate::backend::{Delivery, Dest, MoveRoute, Parked, Pool, POOL_TOKEN_SPAN};
 use crate::client::{error_reply, Client, Merge};
 use crate::config::Config;
@@ -35,6 +45,8 @@ use crate::request::{self, Action, Style};
 use crate::stats::{self, Header, StatsPort};
 use crate::stream::{Listener, Stream};
 use crate::tls::{PeerLog, TlsStream};
+use crate::upgrade::carried::Carried;
+use crate::upgrade::History;
 
 /// Tokens below this are listeners (one per pool, the pool's slot).
 const STATS_BASE: usize = 1 << 19;
@@ -93,8 +105,17 @@ pub struct Proxy {
     /// Reloads applied and refused since start.
     reloads: u64,
     reload_failures: u64,
-    /// Woken by a warm move's migration (a key copied, the move done).
+    /// Woken by a warm move's migration (a key copied, the move done),
+    /// and by an upgrade's check when it ended.
     waker: Arc<mio::Waker>,
+    /// The flag SIGUSR2 sets (`upgrade`).
+    usr2: Option<Arc<AtomicBool>>,
+    /// Where an upgrade is.
+    upgrading: Upgrading,
+    /// The upgrades this process went through.
+    history: History,
+    /// Clients an upgrade carried, served at the loop's first turn.
+    resume: Vec<usize>,
 }
 
 impl Proxy {
@@ -102,6 +123,17 @@ impl Proxy {
     /// on `stats_addr:stats_port`, then every pool's listener (an error
     /// names what could not be loaded or bound).
     pub fn bind(config: Config, stats_addr: &str, stats_port: u16) -> io::Result<Proxy> {
+        Proxy::bind_carried(config, stats_addr, stats_port, &mut Carried::default())
+    }
+
+    /// [`Proxy::bind`], taking the listeners an upgrade carried where
+    /// they match (`upgrade::carried`) instead of binding.
+    pub fn bind_carried(
+        config: Config,
+        stats_addr: &str,
+        stats_port: u16,
+        carried: &mut Carried,
+    ) -> io::Result<Proxy> {
         let mut tls = Vec::with_capacity(config.pools.len());
         for pool in &config.pools {
             tls.push(
@@ -117,12 +149,15 @@ impl Proxy {
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         }
         let poll = Poll::new()?;
-        let mut stats_port = StatsPort::bind(stats_addr, stats_port).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot listen for stats on {stats_addr}:{stats_port}: {e}"),
-            )
-        })?;
+        let mut stats_port = match carried.take_stats(stats_addr, stats_port) {
+            Some(l) => StatsPort::on(l),
+            None => StatsPort::bind(stats_addr, stats_port).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot listen for stats on {stats_addr}:{stats_port}: {e}"),
+                )
+            })?,
+        };
         stats_port.register(poll.registry(), STATS_BASE)?;
         if config.pools.len() >= MAX_POOLS {
             return Err(io::Error::new(
@@ -132,7 +167,11 @@ impl Proxy {
         }
         let mut pools = Slab::new();
         for ((i, cfg), tls) in config.pools.into_iter().enumerate().zip(tls) {
-            let mut l = Listener::bind(&cfg.listen, cfg.backlog).map_err(|e| {
+            let bound = match carried.take_pool(&cfg.listen.addr) {
+                Some(l) => Ok(l),
+                None => Listener::bind(&cfg.listen, cfg.backlog),
+            };
+            let mut l = bound.map_err(|e| {
                 io::Error::new(
                     e.kind(),
                     format!(
@@ -162,6 +201,10 @@ impl Proxy {
             reloads: 0,
             reload_failures: 0,
             waker,
+            usr2: None,
+            upgrading: Upgrading::Idle,
+            history: History::fresh(),
+            resume: Vec::new(),
         })
     }
 
@@ -204,8 +247,9 @@ impl Proxy {
         });
     }
 
-    /// Serves until `stop` is set.
-    pub fn run(mut self, stop: Arc<AtomicBool>) -> io::Result<()> {
+    /// Serves until `stop` is set ([`Ran::Stopped`]), or until an upgrade
+    /// quiesced the proxy ([`Ran::Upgrade`]).
+    pub fn run(&mut self, stop: Arc<AtomicBool>) -> io::Result<Ran> {
         let mut events = Events::with_capacity(1024);
         let mut deliveries = Vec::new();
         let mut touched = Vec::new();
@@ -219,12 +263,17 @@ impl Proxy {
             }
         }
         deliveries.clear();
+        // Clients an upgrade carried: their buffered input first.
+        touched.append(&mut self.resume);
         while !stop.load(Ordering::Relaxed) {
             let now = Instant::now();
-            let hup = self
-                .conf
-                .as_ref()
-                .is_some_and(|(_, hup)| hup.swap(false, Ordering::Relaxed));
+            let quiescing = self.upgrading.quiescing();
+            let hup = !quiescing
+                && self
+                    .conf
+                    .as_ref()
+                    .is_some_and(|(_, hup)| hup.swap(false, Ordering::Relaxed));
+            self.upgrade_asked();
             if hup {
                 let _ = self.reload("SIGHUP", now, &mut deliveries, &mut touched);
             }
@@ -248,10 +297,16 @@ impl Proxy {
                 if ev.token() == WAKE {
                     continue;
                 }
+                // Quiescing, new connections wait in the backlogs, for
+                // the image that serves next.
                 if t < STATS_BASE {
-                    self.accept(t);
+                    if !quiescing {
+                        self.accept(t);
+                    }
                 } else if t < SERVER_BASE {
-                    self.stats_ready(t);
+                    if !(quiescing && t == STATS_BASE) {
+                        self.stats_ready(t);
+                    }
                 } else if t < CLIENT_BASE {
                     let registry = self.poll.registry();
                     let slot = (t - SERVER_BASE) / POOL_TOKEN_SPAN;
@@ -269,8 +324,12 @@ impl Proxy {
                 }
             }
             for key in self.stats_port.take_reloads() {
-                let answer = match self.reload("the stats port", now, &mut deliveries, &mut touched)
-                {
+                let reloaded = if quiescing {
+                    Err("an upgrade runs; try again once it is done".to_string())
+                } else {
+                    self.reload("the stats port", now, &mut deliveries, &mut touched)
+                };
+                let answer = match reloaded {
                     Ok(()) => "OK reloaded".to_string(),
                     Err(why) => format!("ERROR {why}"),
                 };
@@ -312,13 +371,16 @@ impl Proxy {
                 }
             }
             self.forget_removed_pools();
+            if let Some(checked) = self.upgrade_step(Instant::now()) {
+                return Ok(Ran::Upgrade(checked));
+            }
         }
         for (_, s) in &self.pools {
             if let Some(Listener::Unix(_, path)) = &s.listener {
                 let _ = std::fs::remove_file(path);
             }
         }
-        Ok(())
+        Ok(Ran::Stopped)
     }
 
     fn accept(&mut self, pool: usize) {
@@ -397,7 +459,9 @@ impl Proxy {
         let Some(c) = self.clients.get_mut(key) else {
             return;
         };
-        if !c.closing {
+        // Quiescing, what a client sends waits in its socket for the
+        // image that serves next (which reads it at its registration).
+        if !c.closing && !self.upgrading.quiescing() {
             match c.read(to_end) {
                 Ok(true) => {}
                 Ok(false) => {
@@ -412,6 +476,10 @@ impl Proxy {
 
     /// Frames and dispatches the client's buffered requests.
     fn serve(&mut self, key: usize, now: Instant, out: &mut Vec<Delivery>) {
+        if self.upgrading.quiescing() {
+            // No request framed: the unframed bytes are handed over.
+            return;
+        }
         let registry = self.poll.registry();
         let Some(c) = self.clients.get_mut(key) else {
             return;

@@ -429,14 +429,30 @@ pub struct StatsPort {
 impl StatsPort {
     /// Binds `addr:port` (address reuse on, as nutcracker).
     pub fn bind(addr: &str, port: u16) -> io::Result<StatsPort> {
-        Ok(StatsPort {
-            listener: crate::stream::tcp_listener(addr, port, 128)?,
+        Ok(StatsPort::on(crate::stream::tcp_listener(addr, port, 128)?))
+    }
+
+    /// The port on a listener already bound (an upgrade carried it).
+    pub fn on(listener: TcpListener) -> StatsPort {
+        StatsPort {
+            listener,
             conns: Slab::new(),
             base: 0,
             admin: crate::admin::Admin::default(),
             reloads: Vec::new(),
             guard: crate::admin_guard::Guard::new(Instant::now()),
-        })
+        }
+    }
+
+    /// The listener, taken off the event loop, for an upgrade to hand
+    /// over; the port's connections are closed.
+    pub fn into_listener(mut self, registry: &Registry) -> TcpListener {
+        let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+        for key in keys {
+            self.close(registry, key);
+        }
+        let _ = registry.deregister(&mut self.listener);
+        self.listener
     }
 
     /// Registers the listener as `base`; connections take the tokens

@@ -11,7 +11,8 @@
 //!
 //! `takes` lists what the binary takes over by fd beyond what every state
 //! format it reads carries (`memory`: item memory in a memfd, the state's
-//! `Memory` record; `conns`: client connections, the `Conn` records); a
+//! `Memory` record; `conns`: client connections, the `Conn` records;
+//! `proxy`: an osmium-proxy's listeners and clients); a
 //! binary that does not say takes none, so the old
 //! image hands it none (an fd it would not use would stay open, its memory
 //! held, for the life of the process). Fields a build does not know are
@@ -69,6 +70,13 @@ pub const TAKES_MEMORY: &str = "memory";
 /// What `takes=` says the image takes: client connections (the state's
 /// `Conn` records, their fds and buffers).
 pub const TAKES_CONNS: &str = "conns";
+
+/// What `takes=` says the image takes: an osmium-proxy's state (its
+/// pools' and stats port's listeners, `ListenerKind::ProxyPool` and
+/// `ProxyStats`, and its clients, `Conn` records with a `ProxyConnRec`).
+/// osmium-proxy upgrades only to a binary that says it: an `osmium`
+/// server installed at the proxy's path is refused at the check.
+pub const TAKES_PROXY: &str = "proxy";
 
 /// The answer line for `answer` (without the newline).
 pub fn check_line(answer: &Result<CheckAnswer, String>) -> String {

@@ -15,4 +15,5 @@ mod reload;
 mod serving;
 mod stats;
 mod tls;
+mod upgrade;
 mod warm_moves;

@@ -147,7 +147,17 @@ fn an_answer_line_round_trips() {
     assert!(!check_line(&ok).contains("takes"));
     let taking = Ok(CheckAnswer {
         takes: vec![TAKES_MEMORY.into()],
-        ..answer
+        ..answer.clone()
     });
     assert_eq!(parse_line(&check_line(&taking)), taking);
+    // osmium-proxy's answer: its clients and a proxy's state, no memory.
+    let proxy = CheckAnswer {
+        takes: vec![TAKES_CONNS.into(), TAKES_PROXY.into()],
+        ..answer
+    };
+    let line = check_line(&Ok(proxy.clone()));
+    assert!(line.ends_with(" takes=conns,proxy"), "{line}");
+    let parsed = parse_line(&line).unwrap();
+    assert!(parsed.takes(TAKES_PROXY) && parsed.takes(TAKES_CONNS) && !parsed.takes(TAKES_MEMORY));
+    assert_eq!(parsed, proxy);
 }
