@@ -30,6 +30,10 @@
 //! GET/SET, a new connection every 50 ms: `upgrade_load`) an upgrade and
 //! a refused one fail no request, refuse no connection and lose no
 //! acknowledged write (the longest wait is printed, not asserted).
+//!
+//! With a flash tier: `upgrade_flash` (GETs of keys on flash pipelined
+//! across an upgrade, the tier kept with and without `-e`); kill -9 at
+//! each point of an upgrade: `upgrade_kill`.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
