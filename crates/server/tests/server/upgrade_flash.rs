@@ -1,20 +1,22 @@
 //! Binary upgrades (SIGUSR2) of a server with a flash tier, over real
-//! processes (an upgrade to the same file: the binary under test runs
-//! again): clients pipelining GETs of keys on flash across the upgrade
-//! get every reply right on the same socket (a request waiting for flash
-//! reads at the stop is finished first, its connection then carried),
-//! no connection is closed, and every key on flash before is served
-//! after, byte for byte: without `-e` (the tier's metadata in a memfd,
-//! handed over) and with `-e` (`FILE.flash`, taken over by its path).
+//! processes (the server runs from a copy of the binary, replaced by a
+//! new copy before the signal, as in `upgrade`): clients pipelining GETs
+//! of keys on flash across the upgrade get every reply right on the same
+//! socket (a request waiting for flash reads at the stop is finished
+//! first, its connection then carried), no connection is closed, and
+//! every key on flash before is served after, byte for byte: without
+//! `-e` (the tier's metadata in a memfd, handed over), with `-e`
+//! (`FILE.flash`, taken over by its path), and when the new image
+//! refuses the state (the old image takes the same state back).
 
 use std::io::Read;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use osmium_test_harness::Running;
 
 use crate::common::{self, tcp::LineClient};
+use crate::upgrade::Dir;
 
 /// Keys stored: about 13 MB of values into 4 MB of RAM (most on flash).
 const KEYS: usize = 8_000;
@@ -22,27 +24,6 @@ const KEYS: usize = 8_000;
 const READERS: usize = 4;
 /// GETs each reader has in flight at once.
 const PIPELINE: usize = 32;
-
-/// A directory of the test's own, removed at its end.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let path = std::env::temp_dir().join(format!(
-            "osmium-upgrade-flash-{}-{name}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("make the test's directory");
-        Dir(path)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The value of `key{i}`: 200 to 3,200 bytes that do not compress (so
 /// that they go to flash as they are), each different.
@@ -86,6 +67,15 @@ fn stat(c: &mut LineClient, name: &str) -> u64 {
     }
 }
 
+/// How many fds process `pid` holds on files whose name contains `name`.
+fn memfds(pid: u32, name: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("list /proc/PID/fd")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().contains(name))
+        .count()
+}
+
 /// Waits until the log says `needle`.
 fn wait_for_log(srv: &Running, needle: &str) {
     common::wait_until(&format!("{needle:?} in the log"), || {
@@ -116,18 +106,20 @@ fn read_pipelined(
 }
 
 /// Fills a server with a flash tier (`-e` when `memfile`), upgrades it
-/// under pipelined GETs of keys on flash, and checks what the module
-/// comment says.
-fn upgrade_with_flash(name: &str, memfile: bool) {
-    let dir = Dir::new(name);
+/// under pipelined GETs of keys on flash (to an image that refuses the
+/// state when `refused`), and checks what the module comment says.
+fn upgrade_with_flash(name: &str, memfile: bool, refused: bool) {
+    let dir = Dir::new(&format!("flash-{name}"));
+    dir.install_osmium("osmium");
     let mut server = common::osmium()
+        .bin(dir.path("osmium"))
         .memory(4)
         .threads(2)
-        .flash(dir.0.join("flash"), "64m")
+        .flash(dir.path("flash"), "64m")
         .opt("ext_page_size=4")
         .opt("ext_wbuf_size=1");
     if memfile {
-        server = server.memory_file(dir.0.join("cache.mem"));
+        server = server.memory_file(dir.path("cache.mem"));
     }
     let mut srv = server.start();
     let pid = srv.pid();
@@ -159,8 +151,20 @@ fn upgrade_with_flash(name: &str, memfile: bool) {
     common::wait_until("the readers run", || {
         batches.load(Ordering::Relaxed) >= 20
     });
+    if refused {
+        dir.install_refusing_image();
+    } else {
+        dir.install_osmium("osmium");
+    }
     srv.send_signal(libc::SIGUSR2);
-    wait_for_log(&srv, "upgrade done:");
+    wait_for_log(
+        &srv,
+        if refused {
+            "upgrade failed: OSMIUM_UPGRADE_REFUSE is set; serving with osmium"
+        } else {
+            "upgrade done:"
+        },
+    );
     // Batches read after the upgrade, on the same sockets.
     let upgraded = batches.load(Ordering::Relaxed);
     common::wait_until("the readers run after the upgrade", || {
@@ -178,6 +182,8 @@ fn upgrade_with_flash(name: &str, memfile: bool) {
     );
     assert!(!log.contains("connections closed"), "{log}");
     assert!(log.contains("items back on flash"), "{log}");
+    // The state's copy of the metadata's memfd was closed once taken over.
+    assert_eq!(memfds(pid, "memfd:osmium-flash-meta"), usize::from(!memfile));
     let finished: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("waiting for flash reads finished"))
@@ -200,10 +206,15 @@ fn upgrade_with_flash(name: &str, memfile: bool) {
 
 #[test]
 fn pipelined_gets_of_keys_on_flash_go_on_across_an_upgrade() {
-    upgrade_with_flash("memfd", false);
+    upgrade_with_flash("memfd", false, false);
 }
 
 #[test]
 fn pipelined_gets_of_keys_on_flash_go_on_across_an_upgrade_with_a_memory_file() {
-    upgrade_with_flash("memfile", true);
+    upgrade_with_flash("memfile", true, false);
+}
+
+#[test]
+fn pipelined_gets_of_keys_on_flash_go_on_across_a_refused_upgrade() {
+    upgrade_with_flash("refused", false, true);
 }
