@@ -83,6 +83,20 @@
 //! can be made) ends with the old image, and so does the flash tier's
 //! metadata then (the tier starts empty).
 //!
+//! Killed (kill -9) inside an upgrade, at any point (after the signal,
+//! in the check, with the threads stopped, right after the exec, in the
+//! new image's take-over; `stall.rs` holds one for a test): with `-e`
+//! every acknowledged write survives. It is in the memory file (a shared
+//! mapping) when it is acknowledged, each flash record is on flash or in
+//! a write buffer inside `FILE.flash`, and an upgrade neither writes them
+//! out nor marks them closed, so the next start takes them over as after
+//! any kill (the index rebuilt, the flash index repaired); requests in
+//! flight may or may not have happened, connections are lost (the
+//! `upgrade_kill` test). Without `-e` a kill loses the cache as any kill
+//! does: item memory and the flash tier's metadata are memfds, which end
+//! with the process (the flash files stay, unreadable without the
+//! metadata: the next start begins the tier empty).
+//!
 //! Refused: SIGUSR2 for an in-process server (`Host::Embedded` installs
 //! no handler), and a second SIGUSR2 while an upgrade runs (logged).
 //!
