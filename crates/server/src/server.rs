@@ -180,6 +180,7 @@ pub(crate) fn start(
         (None, ItemMemory::Anonymous) => BackingKind::Anonymous,
     };
     let taken_over = handed_over.filter(|_| backing == BackingKind::Memfd);
+    let flash_taken_over = flash_handed_over.filter(|_| backing == BackingKind::Memfd);
     if handed_over.is_some() && taken_over.is_none() {
         tracing::warn!(
             "[restart] the item memory handed over is not taken: -o item_memory=anonymous"
@@ -198,7 +199,6 @@ pub(crate) fn start(
         compression: settings.compression,
         ..StoreConfig::default()
     };
-    let flash_taken_over = flash_handed_over.filter(|_| backing == BackingKind::Memfd);
     let opened = match (taken_over, flash_taken_over) {
         (None, None) => Store::open(config),
         (memory, flash_meta) => Store::open_handed_over(config, memory, flash_meta),

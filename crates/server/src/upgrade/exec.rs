@@ -145,7 +145,11 @@ pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
             (None, "memfd") => "not handed over: the cache starts empty",
             (None, _) => "not kept (anonymous memory): the cache starts empty",
         },
-        match (&flash_meta, quiesced.store.flash(), quiesced.store.item_memory()) {
+        match (
+            &flash_meta,
+            quiesced.store.flash(),
+            quiesced.store.item_memory()
+        ) {
             (_, None, _) => "",
             (Some(_), _, _) => "; the flash tier handed over (memfd)",
             (None, _, "file") => "; the flash tier in FILE.flash (taken over by its path)",

@@ -148,9 +148,7 @@ fn upgrade_with_flash(name: &str, memfile: bool, refused: bool) {
             std::thread::spawn(move || read_pipelined(client, r * 1000, stop, batches))
         })
         .collect();
-    common::wait_until("the readers run", || {
-        batches.load(Ordering::Relaxed) >= 20
-    });
+    common::wait_until("the readers run", || batches.load(Ordering::Relaxed) >= 20);
     if refused {
         dir.install_refusing_image();
     } else {
@@ -183,7 +181,10 @@ fn upgrade_with_flash(name: &str, memfile: bool, refused: bool) {
     assert!(!log.contains("connections closed"), "{log}");
     assert!(log.contains("items back on flash"), "{log}");
     // The state's copy of the metadata's memfd was closed once taken over.
-    assert_eq!(memfds(pid, "memfd:osmium-flash-meta"), usize::from(!memfile));
+    assert_eq!(
+        memfds(pid, "memfd:osmium-flash-meta"),
+        usize::from(!memfile)
+    );
     let finished: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("waiting for flash reads finished"))

@@ -333,9 +333,7 @@ impl Meta {
                     "made for other ext_path files or another ext_page_size".into(),
                 ))
             }
-            Some(h)
-                if (h.alloc_end.load(Ordering::Relaxed) as usize) > len.min(shape.reserved) =>
-            {
+            Some(h) if (h.alloc_end.load(Ordering::Relaxed) as usize) > len.min(shape.reserved) => {
                 Some(Some("truncated".into()))
             }
             Some(h)
