@@ -24,7 +24,8 @@ FALLBACK=1: the upgrade is refused by the new image (OSMIUM_UPGRADE_REFUSE),
 which hands everything back to the old one.
 --memcached BIN: the same traffic against memcached's warm restart instead
 (BIN with `-e /dev/shm/FILE`): SIGUSR1 (memcached saves its memory and
-exits), then BIN started again with the same command line; clients
+exits), then BIN started again with the same command line (at the next
+whole second: memcached refuses a restart in the second of its stop); clients
 reconnect on an error, as real clients do (counted), and connections made
 while no server listens are refused (counted).
 
@@ -211,12 +212,17 @@ def memcached_main(binary, mb, clients):
         fill(port, keys)
         stop, stats, written, threads = run_traffic(port, clients, keys)
         time.sleep(1)
-        before = stats.requests
+        before, misses_before = stats.requests, stats.misses
+        evicted = stat_of(port, ["evictions"]).get("evictions")
         pid = p.pid
         t_sig = time.time()
         p.send_signal(signal.SIGUSR1)
         p.wait(60)
         t_exit = time.time()
+        # memcached refuses a restart in the second of its stop ("restart
+        # incompatible due to setting for [stop_time]": it starts with a
+        # clean cache): it is started again at the next whole second.
+        time.sleep(int(t_exit) + 1.01 - t_exit)
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         connect_within(port, 60).s.close()
         t_up = time.time()
@@ -229,7 +235,8 @@ def memcached_main(binary, mb, clients):
               f"{stats.requests} requests ({stats.requests - before} from the signal on), "
               f"{stats.errors} errors, {stats.reconnects} reconnects, {stats.refused} refused, "
               f"{stats.connections} new connections, {lost} acknowledged writes lost, "
-              f"{stats.misses} misses of filled keys, {filled_lost} filled keys lost "
+              f"{stats.misses} misses of filled keys ({misses_before} before the signal; "
+              f"{evicted} evictions before it), {filled_lost} filled keys lost "
               f"({items} items after); pid {pid} -> {p.pid}; SIGUSR1 -> exited "
               f"{t_exit - t_sig:.3f} s, serving again {t_up - t_sig:.3f} s; "
               f"longest wait {stats.longest * 1000:.0f} ms")
@@ -288,7 +295,7 @@ def main():
         time.sleep(1)
         os.rename(script, exe)
         new_inode = os.stat(exe).st_ino
-        before = stats.requests
+        before, misses_before = stats.requests, stats.misses
         t_sig = time.time()
         os.kill(pid, signal.SIGUSR2)
         needle = "upgrade failed" if fallback else "upgrade done:"
@@ -311,7 +318,8 @@ def main():
               f"requests ({stats.requests - before} from the signal on), {stats.errors} errors, "
               f"{stats.reconnects} reconnects, {stats.refused} refused, "
               f"{stats.connections} new connections, {lost} acknowledged writes lost, "
-              f"{stats.misses} misses of filled keys, {filled_lost} filled keys lost; pid {pid} -> "
+              f"{stats.misses} misses of filled keys ({misses_before} before the signal), "
+              f"{filled_lost} filled keys lost; pid {pid} -> "
               f"{'same' if p.poll() is None else 'gone'}, {runs} binary running; "
               f"SIGUSR2 -> done {t_done - t_sig:.3f} s; longest wait {stats.longest * 1000:.0f} ms")
         for l in carried: print("  " + l)
