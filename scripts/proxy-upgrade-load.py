@@ -85,7 +85,7 @@ def main():
         pid = p.pid
         stop, stats = threading.Event(), load.Stats()
         written = [dict() for _ in range(clients)]
-        threads = [threading.Thread(target=load.client, args=(port, i, stop, stats, written[i]))
+        threads = [threading.Thread(target=load.client, args=(port, i, stop, stats, written[i], 0))
                    for i in range(clients)]
         threads.append(threading.Thread(target=load.connector, args=(port, stop, stats)))
         for t in threads: t.start()

@@ -31,7 +31,11 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Command {
     if args.get(1).is_some_and(|a| a == osmium_upgrade::CHECK_FLAG) {
         return Command::Done(osmium_upgrade::answer_check(
             settings::OSMIUM_VERSION,
-            &[osmium_upgrade::TAKES_MEMORY, osmium_upgrade::TAKES_CONNS],
+            &[
+                osmium_upgrade::TAKES_MEMORY,
+                osmium_upgrade::TAKES_CONNS,
+                osmium_upgrade::TAKES_FLASH,
+            ],
             |expanded| crate::upgrade::adopt::parse_settings(&expanded).map(|_| ()),
         ));
     }

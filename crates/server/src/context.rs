@@ -195,6 +195,10 @@ pub(crate) struct WorkerCtx {
     pub flash_wanted: std::cell::RefCell<Vec<osmium_store::flash::FlashRead>>,
     /// Whether this worker reads flash asynchronously (it has a ring).
     pub flash_async: std::cell::Cell<bool>,
+    /// A binary upgrade's quiesce finishes the requests waiting for flash
+    /// reads (`transport::worker::carry`): a connection runs at most one
+    /// request per turn and reads nothing more from its socket.
+    pub finishing: std::cell::Cell<bool>,
     /// `Shared::replication` when it is on.
     pub repl: Option<Arc<Replication>>,
     /// What the connection being run is to replication (`PEER_*`): its
@@ -253,6 +257,7 @@ impl WorkerCtx {
             queued_output: shared.output_held[index].clone(),
             flash_wanted: std::cell::RefCell::new(Vec::new()),
             flash_async: std::cell::Cell::new(false),
+            finishing: std::cell::Cell::new(false),
             repl: shared
                 .replication
                 .is_on()

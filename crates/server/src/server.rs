@@ -101,6 +101,7 @@ pub(crate) fn start(
 ) -> io::Result<Started> {
     let HandedOver {
         memory: handed_over,
+        flash_meta: flash_handed_over,
         sockets: mut carried,
     } = handed_over;
     for w in &settings.warnings {
@@ -179,6 +180,7 @@ pub(crate) fn start(
         (None, ItemMemory::Anonymous) => BackingKind::Anonymous,
     };
     let taken_over = handed_over.filter(|_| backing == BackingKind::Memfd);
+    let flash_taken_over = flash_handed_over.filter(|_| backing == BackingKind::Memfd);
     if handed_over.is_some() && taken_over.is_none() {
         tracing::warn!(
             "[restart] the item memory handed over is not taken: -o item_memory=anonymous"
@@ -197,9 +199,9 @@ pub(crate) fn start(
         compression: settings.compression,
         ..StoreConfig::default()
     };
-    let opened = match taken_over {
-        Some(fd) => Store::open_inherited(config, fd),
-        None => Store::open(config),
+    let opened = match (taken_over, flash_taken_over) {
+        (None, None) => Store::open(config),
+        (memory, flash_meta) => Store::open_handed_over(config, memory, flash_meta),
     };
     let (store, restart) = match opened {
         Ok(opened) => opened,
@@ -317,6 +319,9 @@ pub(crate) struct HandedOver<'a> {
     /// The memfd of item memory, whose cache the store takes over (it
     /// maps a duplicate).
     pub memory: Option<BorrowedFd<'a>>,
+    /// The memfd of the flash tier's metadata, whose tier the store takes
+    /// over (it maps a duplicate).
+    pub flash_meta: Option<BorrowedFd<'a>>,
     /// The listening sockets, taken instead of binding where their kind
     /// and address match, and the client connections, dealt to the
     /// workers.

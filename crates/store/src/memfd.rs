@@ -124,7 +124,7 @@ pub(crate) fn hand_over(backing: &Backing) -> io::Result<Option<OwnedFd>> {
 }
 
 /// Clears `fd`'s close-on-exec flag.
-fn keep_across_exec(fd: &OwnedFd) -> io::Result<()> {
+pub(crate) fn keep_across_exec(fd: &OwnedFd) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: F_GETFD / F_SETFD read and set the flags of an fd we own.
     unsafe {

@@ -91,7 +91,7 @@ impl Store {
     /// by a server with the same settings; otherwise the cache starts
     /// clean, and the [`Restart`] says why.
     pub fn open(cfg: StoreConfig) -> io::Result<(Store, Restart)> {
-        Store::open_with(cfg, None)
+        Store::open_with(cfg, None, None)
     }
 
     /// A store whose item memory is the memfd `memory` a binary upgrade
@@ -105,12 +105,26 @@ impl Store {
         cfg: StoreConfig,
         memory: BorrowedFd<'_>,
     ) -> io::Result<(Store, Restart)> {
-        Store::open_with(cfg, Some(memory))
+        Store::open_with(cfg, Some(memory), None)
+    }
+
+    /// A store that takes over what a binary upgrade handed over: item
+    /// memory in a memfd (as [`Store::open_inherited`]) and the flash
+    /// tier's metadata in a memfd ([`Store::hand_over_flash`]), each when
+    /// given and `cfg.backing` is [`BackingKind::Memfd`]. The store maps
+    /// duplicates: the caller closes its own fds.
+    pub fn open_handed_over(
+        cfg: StoreConfig,
+        memory: Option<BorrowedFd<'_>>,
+        flash_meta: Option<BorrowedFd<'_>>,
+    ) -> io::Result<(Store, Restart)> {
+        Store::open_with(cfg, memory, flash_meta)
     }
 
     fn open_with(
         cfg: StoreConfig,
         inherited: Option<BorrowedFd<'_>>,
+        flash_inherited: Option<BorrowedFd<'_>>,
     ) -> io::Result<(Store, Restart)> {
         // What the first lookup would otherwise pay (see `epoch::prepare`).
         crate::epoch::prepare();
@@ -162,7 +176,9 @@ impl Store {
         );
         let threads = cfg.recovery_threads.max(1);
         // With a memory file, the flash tier's metadata lives beside it
-        // (FILE.flash) and outlives the process too.
+        // (FILE.flash) and outlives the process too; with item memory in
+        // a memfd, in a memfd of its own, which a binary upgrade hands
+        // over with item memory (`hand_over_flash`).
         let (flash, flash_resumed) = match &cfg.flash {
             Some(f) => {
                 let meta_path = file.as_ref().map(|p| {
@@ -182,7 +198,12 @@ impl Store {
                 {
                     new_files.note(p);
                 }
-                let (flash, resumed) = crate::flash::Flash::open(f, meta_path.as_deref())?;
+                let meta = match (&meta_path, &cfg.backing) {
+                    (Some(path), _) => crate::flash::MetaSource::File(path),
+                    (None, BackingKind::Memfd) => crate::flash::MetaSource::Memfd(flash_inherited),
+                    (None, _) => crate::flash::MetaSource::Anonymous,
+                };
+                let (flash, resumed) = crate::flash::Flash::open(f, meta)?;
                 (Some(flash), Some(resumed))
             }
             None => (None, None),
@@ -277,6 +298,22 @@ impl Store {
         h.note_clock(self.clock.now());
         h.mark_closed(self.clock.unix_now());
         crate::memfd::hand_over(backing)
+    }
+
+    /// The flash tier's part of a binary upgrade's hand-over, once no
+    /// thread writes to the store: with its metadata in a memfd (item
+    /// memory in a memfd), the tier stopped gracefully (every write
+    /// buffer written out, the metadata marked whole) and a duplicate of
+    /// the memfd, not close-on-exec, for the next image to take the tier
+    /// over with [`Store::open_handed_over`]. None without a flash tier,
+    /// and for metadata in `FILE.flash` (taken over by its path, as after
+    /// a kill) or in anonymous memory (the tier starts empty). The store
+    /// must not be written to afterwards.
+    pub fn hand_over_flash(&self) -> io::Result<Option<OwnedFd>> {
+        match &self.flash {
+            Some(flash) => flash.hand_over(),
+            None => Ok(None),
+        }
     }
 
     /// Advances the clock (see `Clock::tick`) and, with a memory file or a

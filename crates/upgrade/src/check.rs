@@ -5,13 +5,14 @@
 //! [`check_line`]):
 //!
 //! ```text
-//! osmium-upgrade-check ok version=0.2.0 reads=1-1 exe=2049:5423411 takes=memory,conns
+//! osmium-upgrade-check ok version=0.2.0 reads=1-1 exe=2049:5423411 takes=memory,conns,flash
 //! osmium-upgrade-check refused <why, on one line>
 //! ```
 //!
 //! `takes` lists what the binary takes over by fd beyond what every state
 //! format it reads carries (`memory`: item memory in a memfd, the state's
 //! `Memory` record; `conns`: client connections, the `Conn` records;
+//! `flash`: the flash tier's metadata in a memfd, the `FlashMeta` record;
 //! `proxy`: an osmium-proxy's listeners and clients); a
 //! binary that does not say takes none, so the old
 //! image hands it none (an fd it would not use would stay open, its memory
@@ -66,6 +67,10 @@ impl CheckAnswer {
 
 /// What `takes=` says the image takes: item memory in a memfd.
 pub const TAKES_MEMORY: &str = "memory";
+
+/// What `takes=` says the image takes: the flash tier's metadata in a
+/// memfd (the state's `FlashMeta`).
+pub const TAKES_FLASH: &str = "flash";
 
 /// What `takes=` says the image takes: client connections (the state's
 /// `Conn` records, their fds and buffers).

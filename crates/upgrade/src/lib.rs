@@ -25,7 +25,7 @@ mod tlv;
 
 pub use check::{
     answer_check, check_line, run_check, CheckAnswer, CHECK_FLAG, CHECK_TIMEOUT, TAKES_CONNS,
-    TAKES_MEMORY, TAKES_PROXY,
+    TAKES_FLASH, TAKES_MEMORY, TAKES_PROXY,
 };
 pub use image::{exec_image, keep_fd, open_image, running_image, take_env, Inherited};
 pub use state::{

@@ -53,7 +53,9 @@ pub struct State {
     /// Item memory (a memfd, or the `-e` file's fd); None: the cache
     /// starts empty.
     pub memory: Option<MemoryRec>,
-    /// The flash tier's metadata.
+    /// The flash tier's metadata in a memfd (with item memory in a
+    /// memfd; `FILE.flash` beside a memory file is taken over by its
+    /// path); None: the tier starts empty.
     pub flash_meta: Option<MemoryRec>,
     /// An `O_PATH` fd on the old image: the new image execs it to hand
     /// the state back when it cannot take it over.

@@ -438,7 +438,9 @@ impl Session {
     }
 
     /// True when the next request must wait: `-R` reached (counts a
-    /// yield), this connection's output is large or met a full socket
+    /// yield), one request run while an upgrade's quiesce finishes the
+    /// requests waiting for flash (`WorkerCtx::finishing`), this
+    /// connection's output is large or met a full socket
     /// (`Output::socket_full`), or the worker's queued
     /// output is over its budget and this connection already has output
     /// waiting (a client that does not read holds its replies in server
@@ -447,6 +449,9 @@ impl Session {
     fn must_yield(&self, ctx: &WorkerCtx, done: usize) -> bool {
         if done >= ctx.shared.settings.reqs_per_event {
             ctx.stats.conn_yields.incr();
+            return true;
+        }
+        if done > 0 && ctx.finishing.get() {
             return true;
         }
         let queued = self.output.queued();

@@ -299,7 +299,7 @@ impl Conn {
             if self.session.closing() || self.hangup {
                 return Flow::Close;
             }
-            if std::mem::take(&mut self.drained) {
+            if std::mem::take(&mut self.drained) || ctx.finishing.get() {
                 return Flow::Wait;
             }
             let into_item = self.session.reading_into_item();
@@ -754,16 +754,21 @@ impl Worker {
     /// upgrade's (`carry`), none otherwise.
     fn run(mut self) -> Vec<ConnRec> {
         self.serve();
+        let carry = self
+            .ctx
+            .shared
+            .carry_conns
+            .load(std::sync::atomic::Ordering::SeqCst);
+        if carry {
+            // Requests waiting for flash reads are finished first: their
+            // connections are then carried as any other.
+            self.finish_flash_reads();
+        }
         if let Some(io) = &mut self.flash {
             // No buffer the kernel may still write into is freed.
             io.drain(&self.ctx.shared.store);
         }
-        if !self
-            .ctx
-            .shared
-            .carry_conns
-            .load(std::sync::atomic::Ordering::SeqCst)
-        {
+        if !carry {
             return Vec::new();
         }
         // Those the acceptor dealt that this worker has not taken yet.

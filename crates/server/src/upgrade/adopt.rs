@@ -26,16 +26,17 @@ pub(crate) fn parse_settings(expanded: &[OsString]) -> Result<Settings, String> 
 }
 
 /// Starts the server a state describes, with the files `launch::load`
-/// read. The state gives the settings and item memory in a memfd (taken
-/// over by the store: see `osmium_store::Store::open_inherited`; a memory
-/// file is taken over by its path, as at a start). Each listening socket
-/// the state names is taken where the command line asks for its kind and
-/// address (`transport::carried`: the same socket, so that no connection
-/// is refused meanwhile); any other listener is bound. Once the server
-/// started, the state's fds of item memory and listeners are closed (the
-/// server holds its own duplicates; a socket no listener took ends
-/// there); a start that fails leaves them open, for the image it hands
-/// the state back to.
+/// read. The state gives the settings, item memory in a memfd and the
+/// flash tier's metadata in one (taken over by the store: see
+/// `osmium_store::Store::open_handed_over`; a memory file and
+/// `FILE.flash` are taken over by their paths, as at a start). Each
+/// listening socket the state names is taken where the command line asks
+/// for its kind and address (`transport::carried`: the same socket, so
+/// that no connection is refused meanwhile); any other listener is bound.
+/// Once the server started, the state's fds of item memory, the flash
+/// tier's metadata and listeners are closed (the server holds its own
+/// duplicates; a socket no listener took ends there); a start that fails
+/// leaves them open, for the image it hands the state back to.
 pub(crate) fn start_from(
     state: State,
     mut settings: Settings,
@@ -49,9 +50,17 @@ pub(crate) fn start_from(
         .as_ref()
         .filter(|m| m.path.is_none())
         .map(|m| m.fd);
-    // SAFETY: an fd the state names as item memory, kept open across the
-    // exec and closed only below, after the start.
+    let flash_memfd = state
+        .flash_meta
+        .as_ref()
+        .filter(|m| m.path.is_none())
+        .map(|m| m.fd);
+    // SAFETY: fds the state names as item memory and the flash tier's
+    // metadata, kept open across the exec and closed only below, after
+    // the start.
     let handed_over = memfd.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) });
+    // SAFETY: as above.
+    let flash_meta = flash_memfd.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) });
     let started = crate::server::start(
         settings,
         files.auth,
@@ -61,11 +70,12 @@ pub(crate) fn start_from(
         Host::Process,
         HandedOver {
             memory: handed_over,
+            flash_meta,
             sockets: Carried::from_state(&state),
         },
     )?;
     close_state_fds(&state);
-    if let Some(fd) = memfd {
+    for fd in memfd.into_iter().chain(flash_memfd) {
         // SAFETY: the state's fd, which nothing in this image uses any
         // more (the store took a duplicate).
         unsafe { libc::close(fd) };

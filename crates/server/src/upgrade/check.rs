@@ -87,6 +87,7 @@ impl Checking {
         let spawned = std::thread::Builder::new()
             .name("osmium-upgrade".into())
             .spawn(move || {
+                super::stall::stall_at("check");
                 let answer = osmium_upgrade::run_check(
                     image.as_fd(),
                     &expanded,

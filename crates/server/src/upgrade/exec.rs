@@ -29,14 +29,17 @@ const DRAIN: Duration = Duration::from_millis(300);
 /// the cache over (`adopt::start_from`). With `-e` nothing is: the next
 /// image takes the file over by its path as after a kill (the file's fd is
 /// close-on-exec, so its lock goes with the old image; it is neither
-/// written out nor marked closed). Anonymous memory
-/// (`-o item_memory=anonymous`) ends with this image: the next one starts
-/// with an empty cache. The flash tier's metadata is not handed over: the
-/// next image opens the flash tier as a start does.
+/// written out nor marked closed), and `FILE.flash` the same way.
+/// Anonymous memory (`-o item_memory=anonymous`) ends with this image: the
+/// next one starts with an empty cache. The flash tier's metadata in a
+/// memfd (with item memory in a memfd) is handed over the same way, after
+/// the tier's graceful stop (its write buffers written out, the metadata
+/// marked whole: `Store::hand_over_flash`).
 ///
 /// A new binary whose check did not say it takes item memory over
 /// (`takes=memory`: a build from before memfds) is handed none: it would
-/// leave the memfd open, its memory held, for the life of the process.
+/// leave the memfd open, its memory held, for the life of the process;
+/// the same for the flash tier's metadata (`takes=flash`).
 fn hand_over_store(
     store: &Arc<Store>,
     answer: &CheckAnswer,
@@ -63,7 +66,30 @@ fn hand_over_store(
             None
         }
     };
-    (memory, None)
+    let flash_meta = if !answer.takes(osmium_upgrade::TAKES_FLASH) {
+        if store.flash().is_some() && store.item_memory() == "memfd" {
+            tracing::warn!(
+                "upgrade: the new binary does not take the flash tier over: it starts empty"
+            );
+        }
+        None
+    } else {
+        match store.hand_over_flash() {
+            Ok(Some(fd)) => Some(MemoryRec {
+                fd: fd.into_raw_fd(),
+                path: None,
+                consistent: true,
+            }),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(
+                    "upgrade: the flash tier cannot be handed over ({e}): it starts empty"
+                );
+                None
+            }
+        }
+    };
+    (memory, flash_meta)
 }
 
 /// Every fd the state names.
@@ -111,15 +137,26 @@ pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
     let stopped = stopping.elapsed();
     let (memory, flash_meta) = hand_over_store(&quiesced.store, &answer);
     tracing::warn!(
-        "upgrade: threads stopped in {:.1} ms; item memory {}",
+        "upgrade: threads stopped in {:.1} ms; item memory {}{}",
         stopped.as_secs_f64() * 1000.0,
         match (&memory, quiesced.store.item_memory()) {
             (Some(_), _) => "handed over (memfd)",
             (None, "file") => "in the memory file (taken over by its path)",
             (None, "memfd") => "not handed over: the cache starts empty",
             (None, _) => "not kept (anonymous memory): the cache starts empty",
+        },
+        match (
+            &flash_meta,
+            quiesced.store.flash(),
+            quiesced.store.item_memory()
+        ) {
+            (_, None, _) => "",
+            (Some(_), _, _) => "; the flash tier handed over (memfd)",
+            (None, _, "file") => "; the flash tier in FILE.flash (taken over by its path)",
+            (None, _, _) => "; the flash tier not kept: it starts empty",
         }
     );
+    super::stall::stall_at("quiesced");
     let history = history();
     let state = State {
         origin: Origin {

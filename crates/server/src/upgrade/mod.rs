@@ -38,6 +38,19 @@
 //! the memory does not match its command line. With `-e` the file is
 //! taken over by its path, as after a kill.
 //!
+//! Carried too: the flash tier. Its files are opened again by their paths
+//! (what is on them stays); its metadata (the pages' records, the flash
+//! index, the write buffers) lives beside item memory: with `-e` in
+//! `FILE.flash`, taken over by its path as after a kill (the index
+//! repaired: `[restart] N items back on flash (after a crash)`); without
+//! `-e` in a memfd of its own (`osmium-flash-meta`), which
+//! `hand_over_store` hands over after a graceful stop of the tier (its
+//! write buffers written to flash, the metadata marked whole) as the
+//! `FlashMeta` record, to a binary whose check says `takes=flash`; the
+//! image that starts takes the tier over from it as a restart takes
+//! `FILE.flash` over. Only with anonymous item memory does the tier end
+//! with the image.
+//!
 //! Carried too: every listening socket (TCP, TLS, unix, UDP; not the
 //! metrics endpoint's, bound again): its fd is kept across the exec and
 //! the image that starts takes the one whose kind and address match each
@@ -51,21 +64,38 @@
 //! session's state (protocol, `-S`/`-Y` authentication, a refused block
 //! still to swallow, `quit`): `transport::worker::carry`,
 //! `session::carried`; the new image's workers take them as new
-//! connections and run the buffered input first. Only to a binary whose
-//! check says `takes=conns`. Both are taken as duplicates, the state's
-//! fds closed once the start succeeded, so a refused state hands them
-//! back to the old image unchanged.
+//! connections and run the buffered input first. A connection whose
+//! request waits for flash reads is finished first: the worker waits for
+//! the reads (at most 1 s), runs that request (its reply composed), and
+//! carries the connection as any other. Only to a binary whose check
+//! says `takes=conns`. Both are taken as duplicates, the state's fds
+//! closed once the start succeeded, so a refused state hands them back
+//! to the old image unchanged.
 //!
 //! Not carried (finished and closed as a stop closes them): TLS
 //! connections (rustls's session cannot be written down), replication
-//! links and peers, `watch` connections, a connection waiting for flash
-//! reads or for sync replication's acknowledgements, one reading a large
-//! value straight into item memory, a streaming multi-get or dump, and
-//! one holding more than 1 MiB of input or of unsent output (the state
-//! stays bounded). Anonymous item memory (`-o item_memory=anonymous`, or
-//! where no memfd can be made) ends with the old image, and the flash
-//! tier is opened again as at a start (its items are kept only with
-//! `-e`, from `FILE.flash`).
+//! links and peers, `watch` connections, a connection whose flash reads
+//! did not finish within 1 s or waiting for sync replication's
+//! acknowledgements, one reading a large value straight into item
+//! memory, a streaming multi-get or dump, and one holding more than
+//! 1 MiB of input or of unsent output (the state stays bounded).
+//! Anonymous item memory (`-o item_memory=anonymous`, or where no memfd
+//! can be made) ends with the old image, and so does the flash tier's
+//! metadata then (the tier starts empty).
+//!
+//! Killed (kill -9) inside an upgrade, at any point (after the signal,
+//! in the check, with the threads stopped, right after the exec, in the
+//! new image's take-over; `stall.rs` holds one for a test): with `-e`
+//! every acknowledged write survives. It is in the memory file (a shared
+//! mapping) when it is acknowledged, each flash record is on flash or in
+//! a write buffer inside `FILE.flash`, and an upgrade neither writes them
+//! out nor marks them closed, so the next start takes them over as after
+//! any kill (the index rebuilt, the flash index repaired); requests in
+//! flight may or may not have happened, connections are lost (the
+//! `upgrade_kill` test). Without `-e` a kill loses the cache as any kill
+//! does: item memory and the flash tier's metadata are memfds, which end
+//! with the process (the flash files stay, unreadable without the
+//! metadata: the next start begins the tier empty).
 //!
 //! Refused: SIGUSR2 for an in-process server (`Host::Embedded` installs
 //! no handler), and a second SIGUSR2 while an upgrade runs (logged).
@@ -74,7 +104,8 @@
 //! above it): `check.rs` the check on its thread and the upgrade history;
 //! `quiesced.rs` what the acceptor's quiesce hands over; `adopt.rs` a
 //! server started from a state; `exec.rs` t1-t4 and the fallbacks;
-//! `serve.rs` the acceptor's loop with its upgrades; `resume.rs` t5.
+//! `serve.rs` the acceptor's loop with its upgrades; `resume.rs` t5;
+//! `stall.rs` a test's hold at one point (to kill the process there).
 
 pub(crate) mod adopt;
 pub(crate) mod check;
@@ -82,3 +113,4 @@ mod exec;
 pub(crate) mod quiesced;
 pub(crate) mod resume;
 pub(crate) mod serve;
+mod stall;

@@ -48,6 +48,7 @@ pub(crate) fn resume(inherited: Inherited) -> i32 {
         eprintln!("osmium: {msg}");
     }
     process::tune_allocator();
+    super::stall::stall_at("exec");
     match inherited.failed {
         Some(why) => serve_again(state, parsed, &why),
         None => take_over(state, parsed, refuse, inherited.state.as_fd()),
@@ -89,6 +90,7 @@ fn take_over(
     })();
     match taken {
         Ok(started) => {
+            super::stall::stall_at("started");
             note_start(Some(&from), true);
             close_fd(old_exe);
             tracing::warn!(

@@ -32,32 +32,32 @@ use crate::common;
 use osmium_test_harness::{CacheServer, Running};
 
 const ROUNDS: usize = 6;
-const WRITERS: usize = 4;
+pub(crate) const WRITERS: usize = 4;
 
 /// The server and the load of one kind of round.
 #[derive(Clone, Copy)]
-struct Setup {
-    name: &'static str,
-    memory_mb: u32,
+pub(crate) struct Setup {
+    pub name: &'static str,
+    pub memory_mb: u32,
     /// `-M`: nothing may be evicted.
-    no_evictions: bool,
+    pub no_evictions: bool,
     /// A flash tier of this many MiB in 1 MiB pages.
-    flash_mb: Option<u32>,
-    keys_per_writer: usize,
+    pub flash_mb: Option<u32>,
+    pub keys_per_writer: usize,
 }
 
 /// splitmix64: a small seeded generator (the test needs no crate for it).
-struct Rng(u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }
@@ -78,22 +78,22 @@ fn value(key: &str, version: u64, len: usize) -> Vec<u8> {
 }
 
 /// A key's value in the model: None when it has none.
-type State = Option<Vec<u8>>;
+pub(crate) type State = Option<Vec<u8>>;
 
 #[derive(Default)]
-struct KeyModel {
+pub(crate) struct KeyModel {
     /// After the last acknowledged request.
-    acked: State,
+    pub acked: State,
     /// What the request in flight (sent, not answered) would leave.
-    in_flight: Option<State>,
+    pub in_flight: Option<State>,
     /// Every request and its answer, and the flush_alls (for the message
     /// of a failure).
-    history: Vec<String>,
+    pub history: Vec<String>,
 }
 
 /// The server of `setup` on memory file `file` (its flash tier, if any,
 /// beside it).
-fn server_of(file: &Path, setup: &Setup) -> CacheServer {
+pub(crate) fn server_of(file: &Path, setup: &Setup) -> CacheServer {
     let mut server = common::osmium()
         .memory(setup.memory_mb)
         .threads(2)
@@ -117,10 +117,10 @@ fn connect(server: &Running) -> TcpStream {
 }
 
 /// A scratch directory (tmpfs when there is one), removed at the end.
-struct Scratch(PathBuf);
+pub(crate) struct Scratch(pub PathBuf);
 
 impl Scratch {
-    fn new(name: &str) -> Scratch {
+    pub(crate) fn new(name: &str) -> Scratch {
         let base = if Path::new("/dev/shm").is_dir() {
             PathBuf::from("/dev/shm")
         } else {
@@ -262,7 +262,7 @@ fn check(yes: bool, no: bool, reply: &str) -> bool {
 }
 
 /// Reads every key in `keys` (text get, in batches): key -> value.
-fn read_all(server: &Running, keys: &[String]) -> HashMap<String, Vec<u8>> {
+pub(crate) fn read_all(server: &Running, keys: &[String]) -> HashMap<String, Vec<u8>> {
     let mut c = Client::new(connect(server), Protocol::Text);
     let mut out = HashMap::new();
     for batch in keys.chunks(50) {
@@ -287,7 +287,7 @@ fn read_all(server: &Running, keys: &[String]) -> HashMap<String, Vec<u8>> {
 
 /// One writer's load until the connection breaks: returns when the server
 /// is gone.
-fn write_load(
+pub(crate) fn write_load(
     server_port: u16,
     keys: usize,
     writer: usize,
@@ -546,7 +546,7 @@ fn kill_9_rounds(setup: Setup) -> HashMap<&'static str, u64> {
     compacted
 }
 
-fn describe(s: &State) -> String {
+pub(crate) fn describe(s: &State) -> String {
     match s {
         None => "missing".into(),
         Some(v) => {

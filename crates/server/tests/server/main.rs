@@ -38,4 +38,6 @@ mod text_protocol;
 mod tls_garbage;
 mod udp_unix;
 mod upgrade;
+mod upgrade_flash;
+mod upgrade_kill;
 mod upgrade_load;

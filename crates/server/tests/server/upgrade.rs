@@ -30,6 +30,10 @@
 //! GET/SET, a new connection every 50 ms: `upgrade_load`) an upgrade and
 //! a refused one fail no request, refuse no connection and lose no
 //! acknowledged write (the longest wait is printed, not asserted).
+//!
+//! With a flash tier: `upgrade_flash` (GETs of keys on flash pipelined
+//! across an upgrade, the tier kept with and without `-e`); kill -9 at
+//! each point of an upgrade: `upgrade_kill`.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -40,10 +44,10 @@ use osmium_test_harness::{CacheServer, Running};
 use crate::common::{self, tcp::LineClient};
 
 /// A directory of the test's own, removed at its end.
-struct Dir(PathBuf);
+pub(crate) struct Dir(PathBuf);
 
 impl Dir {
-    fn new(name: &str) -> Dir {
+    pub(crate) fn new(name: &str) -> Dir {
         let path =
             std::env::temp_dir().join(format!("osmium-upgrade-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
@@ -51,7 +55,7 @@ impl Dir {
         Dir(path)
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }
 
@@ -83,7 +87,7 @@ impl Dir {
     }
 
     /// The osmium under test, copied to `name`.
-    fn install_osmium(&self, name: &str) -> u64 {
+    pub(crate) fn install_osmium(&self, name: &str) -> u64 {
         let bytes = std::fs::read(env!("CARGO_BIN_EXE_osmium")).expect("read the osmium binary");
         self.install(name, &bytes, 0o755)
     }
@@ -96,7 +100,7 @@ impl Dir {
     /// A new image that passes the check (the real binary's, copied to
     /// `osmium.real`) and then refuses the state it is handed, at `osmium`:
     /// the upgrade falls back to the old image.
-    fn install_refusing_image(&self) {
+    pub(crate) fn install_refusing_image(&self) {
         self.install_osmium("osmium.real");
         let real = self.path("osmium.real");
         let real = real.display();

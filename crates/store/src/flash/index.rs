@@ -558,7 +558,9 @@ mod tests {
     }
 
     fn index() -> FlashIndex {
-        let meta = Meta::open(None, 1, 4, 2, 4096, 1 << 30).unwrap().meta;
+        let meta = Meta::open(crate::flash::MetaSource::Anonymous, 1, 4, 2, 4096, 1 << 30)
+            .unwrap()
+            .meta;
         FlashIndex::new(Arc::new(meta)).unwrap()
     }
 

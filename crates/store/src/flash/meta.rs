@@ -1,9 +1,14 @@
 //! The flash tier's metadata: its pages' control records and the flash
-//! index's tables, in one mapping. Anonymous memory, or with a memory file
+//! index's tables, in one mapping ([`MetaSource`]). With a memory file
 //! (`-e FILE`) a file beside it, `FILE.flash`, mapped shared: like RAM
 //! segments, everything the tier records in it outlives the process, so a
 //! restart (after a stop or a kill) finds its items on flash again without
-//! reading the flash.
+//! reading the flash. With item memory in a memfd (the default without
+//! `-e`) a memfd `osmium-flash-meta`, mapped shared, which a binary
+//! upgrade hands to the next image ([`Meta::hand_over`]) as it hands item
+//! memory over: the next image takes the tier over from it as a restart
+//! takes `FILE.flash` over. Otherwise (anonymous item memory, or where no
+//! memfd can be made) anonymous memory, which ends with the image.
 //!
 //! ```text
 //!  offset 0         4 KiB                      (4 KiB aligned)
@@ -30,7 +35,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -98,6 +103,8 @@ pub struct Meta {
     base: *mut u8,
     reserved: usize,
     file: Option<File>,
+    /// `file` is a memfd (handed over at a binary upgrade).
+    memfd: bool,
     pages: usize,
     /// Where the write buffers start, and their size.
     wbuf_offset: usize,
@@ -126,13 +133,39 @@ pub struct Opened {
     pub note: Option<String>,
 }
 
+/// Where the metadata lives (see the module comment).
+#[derive(Clone, Copy, Debug)]
+pub enum MetaSource<'a> {
+    /// Anonymous memory: the metadata ends with the image.
+    Anonymous,
+    /// A file (`FILE.flash` beside the memory file), taken over if it
+    /// was made for the same tier.
+    File(&'a Path),
+    /// A memfd: the one a binary upgrade handed over (`Some`: a
+    /// duplicate is mapped, taken over if it was made for the same tier,
+    /// else a new memfd is made and the handed one left as it is), or a
+    /// new one; anonymous memory where no memfd can be made.
+    Memfd(Option<BorrowedFd<'a>>),
+}
+
+/// The sizes of a tier's metadata (see [`Meta::open`]).
+#[derive(Clone, Copy)]
+struct Shape {
+    fingerprint: u64,
+    pages: usize,
+    wbuf_offset: usize,
+    wbuf_size: usize,
+    fixed: usize,
+    reserved: usize,
+}
+
 impl Meta {
     /// Metadata for a tier of `pages` pages whose files and settings have
-    /// `fingerprint`, in anonymous memory or (`path`) in a file, taken
-    /// over if it was made for the same tier. `reserve` is the address
-    /// space to keep for index tables.
+    /// `fingerprint`, where `source` says, taken over if it was made for
+    /// the same tier. `reserve` is the address space to keep for index
+    /// tables.
     pub fn open(
-        path: Option<&Path>,
+        source: MetaSource<'_>,
         fingerprint: u64,
         pages: usize,
         wbufs: usize,
@@ -142,47 +175,144 @@ impl Meta {
         assert!(wbufs <= MAX_WBUFS && wbuf_size.is_multiple_of(ALLOC_ALIGN));
         let wbuf_offset = (HEADER + pages * PAGE_RECORD).next_multiple_of(ALLOC_ALIGN);
         let fixed = wbuf_offset + wbufs * wbuf_size;
-        let reserved = fixed + reserve.next_multiple_of(ALLOC_ALIGN);
-        let Some(path) = path else {
-            let base = map(None, reserved)?;
-            let meta = Meta {
-                base,
-                reserved,
-                file: None,
-                pages,
-                wbuf_offset,
-                wbuf_size,
-                alloc: Mutex::new(()),
-            };
-            meta.init(fingerprint, fixed)?;
-            return Ok(Opened {
-                meta,
-                resumed: false,
-                crashed: false,
-                note: None,
-            });
-        };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| {
-                io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display()))
-            })?;
-        let len = file.metadata()?.len() as usize;
-        let base = map(Some(&file), reserved)?;
-        let meta = Meta {
-            base,
-            reserved,
-            file: Some(file),
+        let shape = Shape {
+            fingerprint,
             pages,
             wbuf_offset,
             wbuf_size,
+            fixed,
+            reserved: fixed + reserve.next_multiple_of(ALLOC_ALIGN),
+        };
+        match source {
+            MetaSource::Anonymous => Meta::anonymous(shape, None),
+            MetaSource::File(path) => {
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .mode(0o600)
+                    .open(path)
+                    .map_err(|e| {
+                        io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display()))
+                    })?;
+                let name = path.display().to_string();
+                match Meta::take_over(file, false, shape, &name)? {
+                    Ok(opened) => Ok(opened),
+                    Err((meta, note)) => {
+                        meta.file.as_ref().expect("a file").set_len(0)?;
+                        meta.init(fingerprint, fixed).map_err(|e| {
+                            io::Error::new(
+                                e.kind(),
+                                format!("{name}: cannot reserve {fixed} bytes: {e}"),
+                            )
+                        })?;
+                        Ok(Opened {
+                            meta,
+                            resumed: false,
+                            crashed: false,
+                            note: note.map(|n| format!("{name}: {n}, the flash tier starts empty")),
+                        })
+                    }
+                }
+            }
+            MetaSource::Memfd(inherited) => {
+                let mut note = None;
+                if let Some(fd) = inherited {
+                    let name = "the flash tier's metadata handed over";
+                    match fd.try_clone_to_owned() {
+                        Ok(copy) => match Meta::take_over(File::from(copy), true, shape, name)? {
+                            Ok(opened) => return Ok(opened),
+                            // Left as it is, for an image it may be
+                            // handed back to.
+                            Err((_, why)) => {
+                                note = Some(format!(
+                                    "{name}: {}, the flash tier starts empty",
+                                    why.unwrap_or_else(|| "empty".into())
+                                ))
+                            }
+                        },
+                        Err(e) => note = Some(format!("{name}: cannot be opened ({e})")),
+                    }
+                }
+                let file = match new_memfd() {
+                    Ok(file) => file,
+                    Err(e) => {
+                        let why = format!(
+                            "the flash tier's metadata: no memfd can be made ({e}): anonymous \
+                             memory instead, which a binary upgrade does not keep"
+                        );
+                        let note = Some(match note {
+                            Some(n) => format!("{n}; {why}"),
+                            None => why,
+                        });
+                        return Meta::anonymous(shape, note);
+                    }
+                };
+                let meta = Meta::mapped(file, true, shape)?;
+                meta.init(fingerprint, fixed)?;
+                Ok(Opened {
+                    meta,
+                    resumed: false,
+                    crashed: false,
+                    note,
+                })
+            }
+        }
+    }
+
+    /// Fresh metadata in anonymous memory.
+    fn anonymous(shape: Shape, note: Option<String>) -> io::Result<Opened> {
+        let base = map(None, shape.reserved)?;
+        let meta = Meta {
+            base,
+            reserved: shape.reserved,
+            file: None,
+            memfd: false,
+            pages: shape.pages,
+            wbuf_offset: shape.wbuf_offset,
+            wbuf_size: shape.wbuf_size,
             alloc: Mutex::new(()),
         };
+        meta.init(shape.fingerprint, shape.fixed)?;
+        Ok(Opened {
+            meta,
+            resumed: false,
+            crashed: false,
+            note,
+        })
+    }
+
+    /// `file` mapped shared.
+    fn mapped(file: File, memfd: bool, shape: Shape) -> io::Result<Meta> {
+        let base = map(Some(&file), shape.reserved)?;
+        Ok(Meta {
+            base,
+            reserved: shape.reserved,
+            file: Some(file),
+            memfd,
+            pages: shape.pages,
+            wbuf_offset: shape.wbuf_offset,
+            wbuf_size: shape.wbuf_size,
+            alloc: Mutex::new(()),
+        })
+    }
+
+    /// `file` (named `name` in notes) mapped and taken over when it holds
+    /// the metadata of the same tier; else the mapping, untouched, and
+    /// why not (None: the file is empty).
+    #[allow(clippy::type_complexity)]
+    fn take_over(
+        file: File,
+        memfd: bool,
+        shape: Shape,
+        name: &str,
+    ) -> io::Result<Result<Opened, (Meta, Option<String>)>> {
+        let len = file
+            .metadata()
+            .map_err(|e| io::Error::new(e.kind(), format!("{name}: {e}")))?
+            .len() as usize;
+        let meta = Meta::mapped(file, memfd, shape)?;
         let h = meta.header_unchecked(len);
         let refusal = match h {
             None if len == 0 => Some(None),
@@ -196,14 +326,14 @@ impl Meta {
                 Some(Some("made by another osmium (other format)".into()))
             }
             Some(h)
-                if h.fingerprint.load(Ordering::Relaxed) != fingerprint
-                    || h.pages.load(Ordering::Relaxed) != pages as u64 =>
+                if h.fingerprint.load(Ordering::Relaxed) != shape.fingerprint
+                    || h.pages.load(Ordering::Relaxed) != shape.pages as u64 =>
             {
                 Some(Some(
                     "made for other ext_path files or another ext_page_size".into(),
                 ))
             }
-            Some(h) if (h.alloc_end.load(Ordering::Relaxed) as usize) > len.min(reserved) => {
+            Some(h) if (h.alloc_end.load(Ordering::Relaxed) as usize) > len.min(shape.reserved) => {
                 Some(Some("truncated".into()))
             }
             Some(h)
@@ -219,30 +349,39 @@ impl Meta {
             Some(_) => None,
         };
         if let Some(note) = refusal {
-            meta.file.as_ref().expect("a file").set_len(0)?;
-            meta.init(fingerprint, fixed).map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("{}: cannot reserve {fixed} bytes: {e}", path.display()),
-                )
-            })?;
-            return Ok(Opened {
-                meta,
-                resumed: false,
-                crashed: false,
-                note: note.map(|n| format!("{}: {n}, the flash tier starts empty", path.display())),
-            });
+            return Ok(Err((meta, note)));
         }
         let h = meta.header();
         let crashed = h.open.load(Ordering::Relaxed) != 0;
         h.boot.store(crate::memfile::boot_id(), Ordering::Relaxed);
         h.open.store(1, Ordering::Release);
-        Ok(Opened {
+        Ok(Ok(Opened {
             meta,
             resumed: true,
             crashed,
             note: None,
-        })
+        }))
+    }
+
+    /// The metadata is in a memfd.
+    pub fn is_memfd(&self) -> bool {
+        self.memfd
+    }
+
+    /// A binary upgrade's hand-over, after a graceful stop of the tier
+    /// (`close`: marked whole): a duplicate of the memfd, not
+    /// close-on-exec, for the next image ([`MetaSource::Memfd`]); None for
+    /// metadata in a file (taken over by its path) or in anonymous memory
+    /// (ends with the image).
+    pub fn hand_over(&self) -> io::Result<Option<OwnedFd>> {
+        match &self.file {
+            Some(f) if self.memfd => {
+                let copy = OwnedFd::from(f.try_clone()?);
+                crate::memfd::keep_across_exec(&copy)?;
+                Ok(Some(copy))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// A fresh header and empty page records.
@@ -341,8 +480,8 @@ impl Meta {
     }
 
     /// Makes the file at least `len` bytes, the new bytes' blocks reserved
-    /// on the file system (`fallocate`; a file system without it gets a
-    /// sparse file).
+    /// on the file system (`fallocate`; a file system without it, and a
+    /// memfd, get a sparse file).
     fn ensure_len(&self, len: usize) -> io::Result<()> {
         let Some(f) = &self.file else {
             return Ok(());
@@ -350,6 +489,11 @@ impl Meta {
         let have = f.metadata()?.len() as usize;
         if have >= len {
             return Ok(());
+        }
+        if self.memfd {
+            // Sparse, as anonymous memory: pages are allocated when first
+            // written, not reserved up front.
+            return f.set_len(len as u64);
         }
         // SAFETY: fallocate on our own open descriptor; no memory is passed.
         let r = unsafe {
@@ -389,6 +533,18 @@ impl Drop for Meta {
         // SAFETY: unmaps exactly the reservation made in `map`.
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.reserved) };
     }
+}
+
+/// A new memfd `osmium-flash-meta` (close-on-exec), empty.
+fn new_memfd() -> io::Result<File> {
+    // SAFETY: memfd_create takes a NUL-terminated name and flags; the fd
+    // it returns is new and ours.
+    let fd = unsafe { libc::memfd_create(c"osmium-flash-meta".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned to us and nothing else owns it.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 /// Reserves `len` bytes of address space: anonymous, or `file` shared

@@ -54,6 +54,7 @@ pub use config::{FlashConfig, FlashStats};
 pub use device::FlashPath;
 use device::{fit_page_size, AlignedBuf, Device, BLOCK, MIN_PAGES};
 use index::{Entry, FlashIndex};
+pub use meta::MetaSource;
 use meta::{Meta, PageRecord, MAX_WBUFS, WBUF_FILLING, WBUF_FREE, WBUF_QUEUED};
 pub use walk::FlashWalk;
 
@@ -186,14 +187,12 @@ pub struct Flash {
 }
 
 impl Flash {
-    /// Opens the tier's files and starts its flusher; with `meta_path`
-    /// (beside a memory file) its metadata lives in that file, and what an
-    /// earlier run left there is taken over. Fails with a message naming
-    /// the file that could not be used.
-    pub fn open(
-        cfg: FlashConfig,
-        meta_path: Option<&std::path::Path>,
-    ) -> io::Result<(Arc<Flash>, Resumed)> {
+    /// Opens the tier's files and starts its flusher; its metadata lives
+    /// where `meta` says (a file beside a memory file, a memfd, anonymous
+    /// memory: `meta`), and what an earlier run (or the image a binary
+    /// upgrade replaced) left there is taken over. Fails with a message
+    /// naming the file that could not be used.
+    pub fn open(cfg: FlashConfig, meta: MetaSource<'_>) -> io::Result<(Arc<Flash>, Resumed)> {
         // A page holds the largest record (an item of -I).
         let smallest = record::record_size(cfg.item_size_max + 64).next_multiple_of(BLOCK);
         let page_size = fit_page_size(&cfg.paths, cfg.page_size.next_multiple_of(BLOCK), smallest);
@@ -253,7 +252,7 @@ impl Flash {
         // bytes filling the tier, through every growth.
         let reserve = (pages * page_size / 64 * 16 * 5).max(64 << 20);
         let wbufs = cfg.wbufs.clamp(2, MAX_WBUFS);
-        let opened = Meta::open(meta_path, fingerprint, pages, wbufs, wbuf, reserve)?;
+        let opened = Meta::open(meta, fingerprint, pages, wbufs, wbuf, reserve)?;
         let meta = Arc::new(opened.meta);
         let mut index = FlashIndex::new(meta.clone())
             .ok_or_else(|| io::Error::other("ext_path: no address space for the flash index"))?;
@@ -558,6 +557,21 @@ impl Flash {
         }
         self.write_queued();
         self.meta.close();
+    }
+
+    /// A binary upgrade's hand-over, once nothing writes to the tier any
+    /// more: with its metadata in a memfd, a graceful stop (`shutdown`:
+    /// every buffer written, the metadata marked whole) and a duplicate
+    /// of the memfd, not close-on-exec, for the next image to take the
+    /// tier over ([`MetaSource::Memfd`]). None, and nothing stopped, for
+    /// metadata in a file (taken over by its path, as after a kill) or in
+    /// anonymous memory (the next image starts the tier empty).
+    pub fn hand_over(&self) -> io::Result<Option<std::os::fd::OwnedFd>> {
+        if !self.meta.is_memfd() {
+            return Ok(None);
+        }
+        self.shutdown();
+        self.meta.hand_over()
     }
 
     fn fail(&self, what: &str, e: &io::Error) {
