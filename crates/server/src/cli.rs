@@ -73,7 +73,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Command {
 /// after a stop, else that of the refused or failed start, said on
 /// stderr (under `-d`, by the waiting parent).
 pub fn run(config: Config) -> i32 {
-    crate::upgrade::check::note_start(None, false);
+    crate::upgrade::check::note_start(None, None);
     let started = match launch::start(*config.0, Host::Process) {
         Ok(s) => s,
         Err(refused) => {
