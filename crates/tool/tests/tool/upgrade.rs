@@ -278,3 +278,30 @@ fn a_server_that_does_not_upgrade_is_not_signalled() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not upgrade in place"));
     assert!(mc.is_running());
 }
+
+#[test]
+fn a_file_the_new_binary_cannot_read_refuses_the_upgrade_at_the_check() {
+    // A TLS key the server read at its start and can no longer (gone
+    // here; under the Debian unit, a key only root reads, the server
+    // running as -u osmium): the new binary's check reads the files too,
+    // so the upgrade is refused before anything stops, and the old image
+    // serves on (a new image refusing it would hand back to an old one
+    // that cannot read it again either, and the server would exit).
+    let dir = BinDir::new("unreadable");
+    let certs = osmium_test_harness::Certs::new();
+    let mut srv = server(&dir).tls(&certs).extra_listener("notls:").start();
+    let pid = srv.pid();
+    let plain = format!("127.0.0.1:{}", srv.extra_ports()[0]);
+    std::fs::remove_file(certs.file("server.key")).expect("remove the key");
+    dir.install_osmium("osmium");
+    let out = run_tool(&["upgrade", &plain]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refused: the new binary refuses the command line:"),
+        "{err}"
+    );
+    assert!(srv.is_running(), "{}", srv.stderr_text());
+    assert_eq!(srv.pid(), pid);
+    assert!(!srv.stderr_text().contains("upgrade: running"));
+}
