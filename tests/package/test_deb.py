@@ -3,7 +3,11 @@
 systemd unit's ExecStart (read from the installed unit) run as systemd would
 run it, with NOTIFY_SOCKET pointing at a datagram socket this test reads:
 READY=1 once the port accepts, RELOADING=1 (with MONOTONIC_USEC=) then
-READY=1 on SIGHUP, STOPPING=1 on SIGTERM. The package is purged at the end.
+READY=1 on SIGHUP; then its ExecReload (`osmium-tool upgrade $MAINPID`, as
+`systemctl reload osmium` and a package upgrade run it) upgrades the binary
+in place: exit 0, the same pid, `stats` upgrades 1, a key set before still
+there, RELOADING=1 then READY=1 and no STOPPING=1; STOPPING=1 on SIGTERM.
+The package is purged at the end.
 
 There is no systemd as PID 1 here, so the unit is not started by systemctl:
 its ExecStart line is run directly, as root, and the server drops to the
@@ -163,6 +167,33 @@ def test_the_package_installs_and_its_unit_runs_the_server(installed):
         assert any(f.startswith("MONOTONIC_USEC=") and int(f.split("=", 1)[1]) > 0
                    for f in reloading), reloading
         assert _notice(sock).strip() == "READY=1"
+        # `systemctl reload osmium`: the unit's ExecReload, which systemd
+        # runs with full privileges (`+`), $MAINPID the server's pid.
+        exec_reload = _unit_value(unit, "ExecReload")
+        assert exec_reload.startswith("+"), exec_reload
+        reload_cmd = [str(proc.pid) if a == "$MAINPID" else a
+                      for a in shlex.split(exec_reload[1:])]
+        assert reload_cmd == ["/usr/bin/osmium-tool", "upgrade", str(proc.pid)]
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            c.sendall(b"set kept 0 0 5\r\nvalue\r\n")
+            assert c.recv(100) == b"STORED\r\n"
+        r = subprocess.run(reload_cmd, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+        assert f"(pid {proc.pid})" in r.stdout, r.stdout
+        assert _notice(sock).split("\n")[0] == "RELOADING=1"
+        assert _notice(sock).strip() == "READY=1"
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            c.sendall(b"get kept\r\nstats\r\n")
+            got = b""
+            while not got.endswith(b"END\r\n") or got.count(b"END\r\n") < 2:
+                data = c.recv(65536)
+                assert data, got
+                got += data
+        text = got.decode()
+        assert text.startswith("VALUE kept 0 5\r\nvalue\r\nEND\r\n"), text
+        assert f"STAT pid {proc.pid}\r\n" in text and "STAT upgrades 1\r\n" in text, text
+        with open("/run/osmium/osmium.pid") as f:
+            assert int(f.read()) == proc.pid
         proc.send_signal(signal.SIGTERM)
         assert _notice(sock).strip() == "STOPPING=1"
         assert proc.wait(timeout=15) == 0, proc.stderr.read().decode(errors="replace")

@@ -27,7 +27,13 @@ pub enum Command {
 /// writes a file is done here.
 pub fn parse(args: Vec<std::ffi::OsString>) -> Command {
     // A binary upgrade's check of this binary, before anything else: the
-    // command line to take over comes on stdin.
+    // command line to take over comes on stdin. The files it names (TLS
+    // certificates and key, authentication, secrets) are read too, as
+    // the user the server runs as: one this image could not read at its
+    // start (say a key only root reads, the server having dropped to
+    // `-u`) refuses the upgrade here, before anything stops, rather than
+    // in the new image, whose hand-back to the old one would read it
+    // again and fail the same way.
     if args.get(1).is_some_and(|a| a == osmium_upgrade::CHECK_FLAG) {
         return Command::Done(osmium_upgrade::answer_check(
             settings::OSMIUM_VERSION,
@@ -36,7 +42,10 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Command {
                 osmium_upgrade::TAKES_CONNS,
                 osmium_upgrade::TAKES_FLASH,
             ],
-            |expanded| crate::upgrade::adopt::parse_settings(&expanded).map(|_| ()),
+            |expanded| {
+                let settings = crate::upgrade::adopt::parse_settings(&expanded)?;
+                launch::load(&settings).map(|_| ()).map_err(|r| r.message)
+            },
         ));
     }
     if let Some(done) = service::generate_man(&args) {
@@ -77,7 +86,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Command {
 /// after a stop, else that of the refused or failed start, said on
 /// stderr (under `-d`, by the waiting parent).
 pub fn run(config: Config) -> i32 {
-    crate::upgrade::check::note_start(None, false);
+    crate::upgrade::check::note_start(None, None);
     let started = match launch::start(*config.0, Host::Process) {
         Ok(s) => s,
         Err(refused) => {

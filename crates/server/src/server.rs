@@ -406,13 +406,22 @@ impl Started {
                 if checking.is_some() {
                     tracing::warn!("upgrade already running: SIGUSR2 ignored");
                 } else {
+                    // To a service manager an upgrade is a reload, which
+                    // READY=1 ends: the new image's once it serves, or
+                    // this one's after a refusal. Never STOPPING=1: the
+                    // service goes on in this process.
+                    service::reloading();
                     checking = Checking::begin(shared);
+                    if checking.is_none() {
+                        service::ready();
+                    }
                 }
             }
             if let Some(outcome) = checking.as_ref().and_then(Checking::outcome) {
                 checking = None;
-                if let Some(checked) = outcome {
-                    return Ok(Turn::Upgrade(checked));
+                match outcome {
+                    Some(checked) => return Ok(Turn::Upgrade(checked)),
+                    None => service::ready(),
                 }
             }
             for ev in events.iter() {

@@ -1,7 +1,10 @@
 //! Running under a service manager: systemd's `Type=notify` protocol
 //! (`READY=1` once the listeners accept, `RELOADING=1` with
-//! `MONOTONIC_USEC=` then `READY=1` around a SIGHUP reload, `STOPPING=1`
-//! at a stop; nothing when `NOTIFY_SOCKET` is unset; with it set, `-d`
+//! `MONOTONIC_USEC=` then `READY=1` around a SIGHUP reload and around a
+//! binary upgrade (SIGUSR2: `READY=1` from the new image once it serves,
+//! or from the old one after a refusal; never `STOPPING=1`, and the PID
+//! stays the main one), `STOPPING=1` at a stop; nothing when
+//! `NOTIFY_SOCKET` is unset; with it set, `-d`
 //! stays in the foreground, so that the process systemd started is the
 //! one that tells it), and the man page
 //! written from the command line's definition (`--generate-man DIR`, a
@@ -25,7 +28,8 @@ pub(crate) fn ready() {
     notify(&[NotifyState::Ready]);
 }
 
-/// A SIGHUP reload starts (systemd 253 and later want the time with it).
+/// A SIGHUP reload or a binary upgrade starts (systemd 253 and later want
+/// the time with it).
 pub(crate) fn reloading() {
     match NotifyState::monotonic_usec_now() {
         Ok(now) => notify(&[NotifyState::Reloading, now]),
@@ -109,6 +113,9 @@ Stop gracefully ("Gracefully stopping"), exit 0; the memory file kept as above.
 .TP
 \fBSIGHUP\fR
 Reload the TLS certificates (\fB\-Z\fR) and read \fB\-\-config\-file\fR again: \fB\-\-replicate\-to\fR and \fB\-\-replication\fR are applied, other changed options named in a warning and left as they were.
+.TP
+\fBSIGUSR2\fR
+Upgrade the binary in place: the file the server was started from is checked, then run in the same process, the cache, the listening sockets and plain client connections kept; a refused upgrade changes nothing (\fBupgrade refused: \fR\fIPATH\fR\fB: \fR\fIWHY\fR in the log). \fBosmium\-tool upgrade\fR sends it and waits for the outcome (the unit's \fBsystemctl reload\fR). \fBstats upgrade\fR says how many upgrades were done and failed, and why the last one failed.
 .SH EXAMPLES
 .TP
 \fBosmium \-m 1024 \-u osmium\fR

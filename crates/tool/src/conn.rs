@@ -33,7 +33,13 @@ pub(crate) struct Conn(osmium_net::Client);
 impl Conn {
     /// Connects to `addr` (already `normalize`d or not).
     pub(crate) fn connect(addr: &str) -> io::Result<Conn> {
-        osmium_net::Client::connect(&normalize(addr), IO_TIMEOUT).map(Conn)
+        Conn::connect_within(addr, IO_TIMEOUT)
+    }
+
+    /// Connects to `addr`, the connect and every read and write bounded by
+    /// `timeout`.
+    pub(crate) fn connect_within(addr: &str, timeout: Duration) -> io::Result<Conn> {
+        osmium_net::Client::connect(&normalize(addr), timeout).map(Conn)
     }
 }
 

@@ -1,15 +1,19 @@
 //! osmium-tool: the operator's command line for osmium and memcached.
 //! memcached-tool's verbs with its output formats (`verbs`), `hotkeys`,
-//! and `top`, a live view of one server, several, or the servers of a
+//! `top`, a live view of one server, several, or the servers of a
 //! nutcracker/osmium-proxy YAML (`top`, `sample`, `metrics`), with
-//! `--once --json` for scripts. Addresses are `host[:port]` (TCP, port
-//! 11211 by default) or a unix socket path (`conn`).
+//! `--once --json` for scripts, and `upgrade`, a local osmium's binary
+//! upgraded in place and waited for (`upgrade`, `procfs`). Addresses are
+//! `host[:port]` (TCP, port 11211 by default) or a unix socket path
+//! (`conn`).
 
 mod conn;
 mod man;
 mod metrics;
+mod procfs;
 mod sample;
 mod top;
+mod upgrade;
 mod verbs;
 
 use std::io::{self, Write};
@@ -23,6 +27,7 @@ const USAGE: &str = "\
 Usage: osmium-tool <host[:port] | /path/to/socket> [mode]
        osmium-tool top [host[:port] | /path ...] [--pool FILE.yml [--pool-name NAME]]
                        [--interval SECS] [--once] [--json]
+       osmium-tool upgrade <host[:port] | /path | PID> [--addr ADDR] [--timeout SECS]
 
        osmium-tool 10.0.0.5:11211 display           # shows slabs
        osmium-tool 10.0.0.5:11211                   # same.  (default is display)
@@ -34,6 +39,8 @@ Usage: osmium-tool <host[:port] | /path/to/socket> [mode]
        osmium-tool 10.0.0.5:11211 hotkeys [limit]   # the hottest keys (osmium's stats hotkeys)
        osmium-tool top 10.0.0.5:11211 10.0.0.6:11211  # live view (q quits)
        osmium-tool top --pool nutcracker.yml --once --json  # one sample as JSON
+       osmium-tool upgrade 127.0.0.1:11211          # the binary upgraded in place (SIGUSR2)
+       osmium-tool upgrade 1234                     # the same, by PID (systemctl reload)
 
 The mode may also come first (osmium-tool stats 10.0.0.5:11211).
 ";
@@ -90,6 +97,7 @@ fn main() -> ExitCode {
             println!("osmium-tool {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
+        Some("upgrade") => upgrade::main(&args[1..]),
         Some("top") => {
             let top = TopArgs::parse_from(
                 std::iter::once("osmium-tool top".to_string()).chain(args.iter().skip(1).cloned()),

@@ -3,7 +3,9 @@
 //! that parse them keep working. Counters of memcached internals osmium
 //! does not have (slab rebalancing, LRU juggling) are reported as 0;
 //! engine-wide figures come from the store, request counters from every
-//! worker's `ThreadStats`, buffer figures from the workers' pools.
+//! worker's `ThreadStats`, buffer figures from the workers' pools. Also
+//! osmium's own `stats upgrade` (the binary upgrades and why the last one
+//! failed).
 
 use std::sync::atomic::Ordering;
 
@@ -38,6 +40,20 @@ pub(crate) fn reset(sh: &Shared) {
     }
     sh.store.reset_stats();
     sh.prefix.clear();
+}
+
+/// `stats upgrade` (osmium's own): the binary upgrades `stats` counts, the
+/// first start (unix seconds), and once an upgrade failed in this image
+/// the time and reason of the last failure (`stats::upgrades`).
+pub(crate) fn upgrade(out: &mut StatRows) {
+    let history = crate::stats::upgrades::history();
+    stat(out, "upgrades", history.upgrades);
+    stat(out, "upgrade_failures", history.failures);
+    stat(out, "first_start", history.first_start);
+    if let Some((at, why)) = crate::stats::upgrades::last_failure() {
+        stat(out, "last_failure_time", at);
+        stat(out, "last_failure", why);
+    }
 }
 
 /// `stats` (no group): memcached's general stats, in its order.

@@ -7,8 +7,8 @@
 //! then items/slabs/sizes exactly), so `stats s` is `stats settings`.
 //! Binary STAT matches "reset", "settings" and "detail ..." as prefixes of
 //! the key and other groups exactly; its reply is the text reply repacked
-//! as one packet per `STAT name value` line. `stats hotkeys` is osmium's
-//! own (`crate::hotkeys`).
+//! as one packet per `STAT name value` line. `stats hotkeys` and `stats
+//! upgrade` are osmium's own (`crate::hotkeys`, `report::upgrade`).
 
 use osmium_protocol::ascii::prefix_matches;
 use osmium_protocol::request::{Reply, Tokens};
@@ -142,6 +142,8 @@ fn text_stats(
                 };
                 crate::hotkeys::stats_rows(sh.hotkeys.as_deref(), limit, rows)
             }
+            // osmium's own: the binary upgrades and the last failure's reason.
+            b"upgrade" => report::upgrade(rows),
             _ => return loud(Status::Error),
         }
         Some(Answer::Rows)
@@ -176,6 +178,7 @@ fn binary_stats(ctx: &WorkerCtx, group: &[u8], found: &mut Found) -> Option<Answ
             b"slabs" => report::slabs(sh, rows),
             b"sizes" => report::sizes(rows),
             b"hotkeys" => crate::hotkeys::stats_rows(sh.hotkeys.as_deref(), None, rows),
+            b"upgrade" => report::upgrade(rows),
             _ => return not_found,
         }
     }

@@ -18,10 +18,11 @@ use crate::stats::upgrades::count_failure;
 /// The file the server runs from: what SIGUSR2 runs.
 static EXE_PATH: OnceLock<PathBuf> = OnceLock::new();
 
-/// Notes how this image started: afresh (None), or from an upgrade's
-/// state, taken over (`upgraded`) or handed back.
-pub(crate) fn note_start(origin: Option<&Origin>, upgraded: bool) {
-    crate::stats::upgrades::note_start(origin, upgraded);
+/// Notes how this image started: afresh (no `origin`), or from an
+/// upgrade's state, taken over (`failed` None) or handed back (`failed`:
+/// why the new image could not take it).
+pub(crate) fn note_start(origin: Option<&Origin>, failed: Option<&str>) {
+    crate::stats::upgrades::note_start(origin, failed);
     // The path as started: after an upgrade that failed, the running
     // file may have been replaced (its link then ends in " (deleted)").
     if let Ok(path) = std::env::current_exe() {
@@ -35,7 +36,7 @@ pub(crate) fn note_start(origin: Option<&Origin>, upgraded: bool) {
 }
 
 pub(super) fn refused(path: &Path, why: &str) {
-    count_failure();
+    count_failure(why);
     tracing::warn!("upgrade refused: {}: {why}", path.display());
 }
 
@@ -69,8 +70,9 @@ impl Checking {
     /// (after a log line) if it cannot be opened.
     pub(crate) fn begin(shared: &Arc<Shared>) -> Option<Checking> {
         let Some(path) = EXE_PATH.get().cloned() else {
-            count_failure();
-            tracing::warn!("upgrade refused: the file this server runs from is not known");
+            let why = "the file this server runs from is not known";
+            count_failure(why);
+            tracing::warn!("upgrade refused: {why}");
             return None;
         };
         tracing::warn!("upgrade requested: checking {}", path.display());

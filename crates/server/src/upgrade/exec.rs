@@ -117,6 +117,8 @@ pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
         Ok(fd) => fd,
         Err(e) => {
             refused(&path, &format!("cannot open /proc/self/exe: {e}"));
+            // The reload the check began ends here (`Started::serve`).
+            crate::service::ready();
             return Ok(started);
         }
     };
@@ -230,7 +232,7 @@ fn start_here(
     store: Arc<Store>,
     why: &str,
 ) -> io::Result<Started> {
-    count_failure();
+    count_failure(why);
     tracing::warn!("upgrade failed: {why}; serving with osmium {OSMIUM_VERSION} (started again in this process)");
     // The store's memory and its file's lock go before the start takes
     // them again.

@@ -23,7 +23,8 @@
 //! ```
 //!
 //! A check that fails (a file that cannot run, exits, hangs, reads no
-//! format this build writes, refuses the command line) is logged
+//! format this build writes, refuses the command line or cannot read the
+//! files it names, as the server's user: `cli::parse`) is logged
 //! (`upgrade refused: PATH: WHY`) and nothing stops. An `execve` that
 //! returns an error runs the old image again the same way; if even that
 //! fails, the server starts again in this process from the state.

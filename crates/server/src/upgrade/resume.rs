@@ -86,12 +86,16 @@ fn take_over(
         if store_fingerprint(&settings) != fingerprint {
             return Err("the command line gives other store settings here".to_string());
         }
+        // Before the start, so that the first request served (a carried
+        // one, say `osmium-tool upgrade`'s) sees the upgrade counted. A
+        // start that fails hands the state back: this image's count goes
+        // with it.
+        note_start(Some(&from), None);
         adopt(state, settings)
     })();
     match taken {
         Ok(started) => {
             super::stall::stall_at("started");
-            note_start(Some(&from), true);
             close_fd(old_exe);
             tracing::warn!(
                 "upgrade done: osmium {} -> osmium {OSMIUM_VERSION}, pid {}",
@@ -118,7 +122,7 @@ fn take_over(
 
 /// The old image again, after the new one handed the state back.
 fn serve_again(state: State, parsed: Result<Settings, String>, why: &str) -> i32 {
-    note_start(Some(&state.origin), false);
+    note_start(Some(&state.origin), Some(why));
     tracing::warn!("upgrade failed: {why}; serving with osmium {OSMIUM_VERSION}");
     // The state's OldExe is the fd this image was run through, which
     // `take_env` closed.

@@ -5,4 +5,5 @@
 mod common;
 mod memcached_tool;
 mod top;
+mod upgrade;
 mod verbs;
