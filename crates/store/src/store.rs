@@ -172,6 +172,8 @@ impl Store {
                 });
                 let f = crate::flash::FlashConfig {
                     item_size_max: cfg.item_size_max,
+                    pack_level: (cfg.compression != crate::types::Compression::Off)
+                        .then_some(cfg.compress_level),
                     ..f.clone()
                 };
                 for p in f
