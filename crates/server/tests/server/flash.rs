@@ -539,7 +539,7 @@ fn mixed_value(i: usize) -> Vec<u8> {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        if i % 5 == 0 {
+        if i.is_multiple_of(5) {
             v.extend_from_slice(&x.to_le_bytes());
         } else {
             let line = format!(

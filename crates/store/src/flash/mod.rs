@@ -248,7 +248,11 @@ impl Flash {
             .clamp(BLOCK, page_size)
             .next_multiple_of(BLOCK);
         let stage = Stage::new(
-            if cfg.pack_level.is_some() { STAGE_BUFS } else { 0 },
+            if cfg.pack_level.is_some() {
+                STAGE_BUFS
+            } else {
+                0
+            },
             wbuf,
         );
         if ((pages * page_size + stage.span()) / record::ALIGN) as u64 > index::MAX_ADDR {

@@ -267,7 +267,12 @@ impl Flash {
         let (data, flushes, oldest_atime, cap) = {
             let st = self.stage.lock();
             let sb = &st.bufs[b];
-            (sb.data[..sb.len].to_vec(), sb.flushes, sb.oldest_atime, st.cap)
+            (
+                sb.data[..sb.len].to_vec(),
+                sb.flushes,
+                sb.oldest_atime,
+                st.cap,
+            )
         };
         let atime = (oldest_atime != NO_ATIME).then_some(oldest_atime);
         let base = self.stage_base + (b * cap / record::ALIGN) as u64 + 1;
@@ -391,10 +396,8 @@ impl Flash {
     /// packed figures when its value is packed).
     pub(super) fn note_stored(&self, spec: &ItemSpec) {
         let s = &self.stats;
-        s.bytes_stored.fetch_add(
-            record::record_size(spec.size()) as u64,
-            Ordering::Relaxed,
-        );
+        s.bytes_stored
+            .fetch_add(record::record_size(spec.size()) as u64, Ordering::Relaxed);
         if let Some((_, raw_len)) = spec.packed {
             s.packed_items.fetch_add(1, Ordering::Relaxed);
             s.packed_raw_bytes

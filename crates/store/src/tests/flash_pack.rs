@@ -21,7 +21,7 @@ fn text(i: u32, len: usize) -> Vec<u8> {
         b", ",
         b"\n",
     ];
-    let mut x = u64::from(i) * 2_654_435_761 | 1;
+    let mut x = u64::from(i).wrapping_mul(2_654_435_761) | 1;
     let mut v = format!("t{i}-").into_bytes();
     while v.len() < len {
         x ^= x << 13;
@@ -36,7 +36,7 @@ fn text(i: u32, len: usize) -> Vec<u8> {
 
 /// Bytes that do not compress.
 fn noise(i: u32, len: usize) -> Vec<u8> {
-    let mut x = u64::from(i) * 0x9e37_79b9_7f4a_7c15 | 1;
+    let mut x = u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..len)
         .map(|_| {
             x ^= x << 13;
@@ -50,7 +50,7 @@ fn noise(i: u32, len: usize) -> Vec<u8> {
 /// Key `i`'s value: one in seven does not compress.
 fn value_of(i: u32) -> Vec<u8> {
     let len = 100 + (i as usize * 37) % 2000;
-    if i % 7 == 0 {
+    if i.is_multiple_of(7) {
         noise(i, len)
     } else {
         text(i, len)
@@ -217,7 +217,16 @@ fn a_packed_flash_item_keeps_its_flags_cas_and_expiry_and_takes_an_append() {
     let now = s.clock().now();
     let doc = text(1, 3000);
     let (_, cas) = put(&s, 0, StoreMode::Set, b"doc", 9, now + 1000, &doc, 0);
-    put(&s, 0, StoreMode::Set, b"short", 0, now + 2, &text(2, 500), 0);
+    put(
+        &s,
+        0,
+        StoreMode::Set,
+        b"short",
+        0,
+        now + 2,
+        &text(2, 500),
+        0,
+    );
     put(&s, 0, StoreMode::Set, b"tail", 0, 0, &text(3, 800), 0);
     load(&s, "filler", 8_000);
     let f = s.flash().unwrap();
