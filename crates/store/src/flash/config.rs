@@ -37,7 +37,8 @@ pub struct FlashConfig {
     pub item_size_max: usize,
     /// The zstd level raw cold items are packed at on their way to flash
     /// (`-o compress_level`); None: written as they are (`-o
-    /// compression=off`). See `stage`.
+    /// compression=off`, or a memory file: staged items would not
+    /// survive a kill). See `stage`.
     pub pack_level: Option<i32>,
 }
 

@@ -34,10 +34,11 @@
 //! `IDLE_SEAL`, or when a walk or a stop wants every record on flash.
 //!
 //! Failure and restarts: staged records are in RAM only. A stop drains
-//! them first; a kill loses them (their entries point past the pages, and
-//! the repair after a crash drops such entries): those keys miss, as keys
-//! whose records had not been written do. When both buffers are busy (the
-//! flusher behind) an item is appended raw, as without packing.
+//! them first; a kill would lose them (their entries point past the pages,
+//! and the repair after a crash drops such entries), so a tier whose
+//! metadata outlives a kill (a memory file: `FlashConfig::pack_level` is
+//! None then) stages nothing. When both buffers are busy (the flusher
+//! behind) an item is appended raw, as without packing.
 //!
 //! Locks: the log's, then the staging's, then an index shard's (never
 //! the other way round).
