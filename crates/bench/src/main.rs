@@ -28,7 +28,9 @@
 //! * `tls`: against memcached `-Z`, full and resumed handshakes per
 //!   core-second and the RAM of an idle TLS connection; `load --tls` runs
 //!   the load generator over TLS ([`tls`]);
-//! * `hotkeys`: the accuracy of osmium's `stats hotkeys` ([`hotkeys`]).
+//! * `hotkeys`: the accuracy of osmium's `stats hotkeys` ([`hotkeys`]);
+//! * `density`: items held at the same `-m` (and per flash GB) with
+//!   values cut out of the machine's files ([`density`]).
 //!
 //! Servers: [`servers`]; keys and values: [`keys`]; control connections:
 //! [`conn`]; the storage-only criterion benchmarks: `benches/storage.rs`.
@@ -39,6 +41,7 @@ mod churn;
 mod closed;
 mod cluster;
 mod conn;
+mod density;
 mod flash;
 mod floor;
 mod floor_uring;
@@ -113,6 +116,7 @@ enum Cmd {
     Closed(Box<closed::ClosedArgs>), // its help is ClosedArgs' doc comment
     Tls(Box<tls::TlsArgs>),          // its help is TlsArgs' doc comment
     Hotkeys(Box<hotkeys::HotkeysArgs>), // its help is HotkeysArgs' doc comment
+    Density(Box<density::DensityArgs>), // its help is DensityArgs' doc comment
 }
 
 #[derive(Args)]
@@ -704,6 +708,7 @@ fn run(cli: Cli) -> Result<bool, String> {
         Cmd::Closed(a) => closed::run(&a),
         Cmd::Tls(a) => tls::run(&a),
         Cmd::Hotkeys(a) => hotkeys::run(&a),
+        Cmd::Density(a) => density::run(&a),
         Cmd::Restart(a) => {
             let bins = binaries(&a.common)?;
             restart::run(

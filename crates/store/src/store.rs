@@ -188,6 +188,13 @@ impl Store {
                 });
                 let f = crate::flash::FlashConfig {
                     item_size_max: cfg.item_size_max,
+                    // Staged records are in RAM only: with a memory file,
+                    // whose tier a kill -9 must not lose acknowledged items
+                    // of, raw items are appended as they are (the RAM pack
+                    // pass's packed items still go to flash packed).
+                    pack_level: (cfg.compression != crate::types::Compression::Off
+                        && meta_path.is_none())
+                    .then_some(cfg.compress_level),
                     ..f.clone()
                 };
                 for p in f

@@ -1,5 +1,6 @@
 //! The store's side of the flash tier (see `flash`): an item the RAM
-//! evictor would drop goes to flash instead (`demote`); a GET that misses
+//! evictor would drop goes to flash instead (`demote`: packed on the way
+//! when it is raw, see `flash::stage`); a GET that misses
 //! RAM looks on flash (`read_flash`), and one in `ext_recache_rate` reads of
 //! items read there before brings the item back into RAM; every other command sees a key on flash as
 //! present: the item is brought back into RAM before the command runs
@@ -127,17 +128,26 @@ impl Store {
             cas: Some(self.version_of(found.loc, it)),
             ..it.spec()
         };
-        match flash.append(
-            &spec,
-            it.key(),
-            it.stored_value(),
-            it.state() & KEPT_STATE,
-            true,
-            None,
-            Some(self.base_atime(found.loc, it)),
-        ) {
+        let (state, atime) = (it.state() & KEPT_STATE, self.base_atime(found.loc, it));
+        // A raw value worth a try waits in RAM to be packed by the
+        // flusher (`flash::stage`, which points the key at it); the rest
+        // is appended as it is (a value packed in RAM stays packed).
+        let staged = flash.stage(hash, &spec, it.key(), it.stored_value(), state, Some(atime));
+        let written = staged.or_else(|| {
+            let entry = flash.append(
+                &spec,
+                it.key(),
+                it.stored_value(),
+                state,
+                true,
+                crate::flash::Origin::Ram,
+                Some(atime),
+            )?;
+            flash.index.insert(hash, entry);
+            Some(entry)
+        });
+        match written {
             Some(entry) => {
-                flash.index.insert(hash, entry);
                 if self.arena.flush_epoch() != flushes {
                     // A flush_all ran since the item was checked: the copy
                     // may be past the flush's mark on flash. It goes, as

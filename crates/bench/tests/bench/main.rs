@@ -3,6 +3,7 @@
 //! mode of the real `osmium-bench` binary; `common` finds the binaries.
 
 mod common;
+mod density;
 mod flash;
 mod floor;
 mod foreign;

@@ -425,6 +425,23 @@ fn flash_stats(f: &osmium_store::flash::Flash, out: &mut StatRows) {
         "extstore_io_errors",
         st.io_errors.load(Ordering::Relaxed),
     );
+    // Packing on the way to flash (`-o compression`, see the store's
+    // `flash::stage`): items given to the tier packed, their client's
+    // bytes and their frames' bytes; raw items staged to be packed, tries
+    // that did not pack, values not tried, the flusher's CPU packing.
+    let pack_rows = [
+        ("extstore_packed_items", &st.packed_items),
+        ("extstore_packed_raw_bytes", &st.packed_raw_bytes),
+        ("extstore_packed_bytes", &st.packed_bytes),
+        ("extstore_pack_staged", &st.staged),
+        ("extstore_pack_rejected", &st.pack_rejected),
+        ("extstore_pack_skipped", &st.pack_skipped),
+        ("extstore_pack_cpu_us", &st.pack_cpu_micros),
+    ];
+    for (name, n) in pack_rows {
+        stat(out, name, n.load(Ordering::Relaxed));
+    }
+    stat(out, "extstore_staged_bytes", f.staged_bytes());
     stat(out, "extstore_failed", u8::from(!f.is_on()));
     stat(
         out,

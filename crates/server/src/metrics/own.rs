@@ -65,6 +65,54 @@ const FLASH_OWN: &[(&str, &str, bool, &str)] = &[
         false,
         "Bytes of dead records on the flash tier, not compacted yet.",
     ),
+    (
+        "extstore_packed_items",
+        "osmium_flash_packed_items_total",
+        true,
+        "Items given to the flash tier with a packed (zstd) value.",
+    ),
+    (
+        "extstore_packed_raw_bytes",
+        "osmium_flash_packed_raw_bytes_total",
+        true,
+        "The client's bytes of the values given to the flash tier packed.",
+    ),
+    (
+        "extstore_packed_bytes",
+        "osmium_flash_packed_bytes_total",
+        true,
+        "Bytes of the frames of the values given to the flash tier packed.",
+    ),
+    (
+        "extstore_pack_staged",
+        "osmium_flash_pack_staged_total",
+        true,
+        "Raw items staged to be packed on their way to the flash tier.",
+    ),
+    (
+        "extstore_staged_bytes",
+        "osmium_flash_staged_bytes",
+        false,
+        "Bytes of raw items staged in memory, waiting to be packed and written to flash.",
+    ),
+    (
+        "extstore_pack_rejected",
+        "osmium_flash_pack_rejected_total",
+        true,
+        "Staged values tried that did not pack enough (written raw).",
+    ),
+    (
+        "extstore_pack_skipped",
+        "osmium_flash_pack_skipped_total",
+        true,
+        "Staged values not tried (their size class keeps failing, or a compressed format).",
+    ),
+    (
+        "extstore_pack_cpu_us",
+        "osmium_flash_pack_cpu_microseconds_total",
+        true,
+        "CPU time the flash tier's flusher spent packing staged values.",
+    ),
 ];
 
 /// The pack pass's figures and the packed items' (rows of `stats`):

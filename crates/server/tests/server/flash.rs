@@ -1,5 +1,6 @@
 //! The flash tier (`-o ext_path=FILE:SIZE`) over real sockets: items far
-//! beyond `-m` come back byte for byte in every protocol, other commands
+//! beyond `-m` come back byte for byte in every protocol (packed on their
+//! way to flash or not), other commands
 //! see keys on flash, `flush_all` reaches flash, the `extstore_*` stats,
 //! item counts and every dump include the items on flash, a 64 MB file
 //! taken as memcached takes it, and bad `ext_path` options stop the server
@@ -521,4 +522,73 @@ fn with_a_memory_file_items_on_flash_survive_kill_9_and_a_graceful_stop() {
         assert_eq!(got.len(), expected.len(), "after {stop}");
         assert!(got == expected, "after {stop}: values differ");
     }
+}
+
+/// Key `i`'s value for the packing test: JSON-like text (packs about 3x),
+/// or, one in five, bytes that do not pack.
+fn mixed_value(i: usize) -> Vec<u8> {
+    let len = 300 + (i * 131) % 4000;
+    let mut x = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut v = Vec::with_capacity(len + 64);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if i.is_multiple_of(5) {
+            v.extend_from_slice(&x.to_le_bytes());
+        } else {
+            let line = format!(
+                "{{\"id\":{},\"user\":\"name{}\",\"score\":{}}},",
+                x % 100_000,
+                (x >> 20) % 97,
+                (x >> 30) % 1000
+            );
+            v.extend_from_slice(line.as_bytes());
+        }
+    }
+    v.truncate(len);
+    v
+}
+
+/// Raw cold items are packed by the flusher on their way to flash (the
+/// values that do not pack are written raw): every value reads back
+/// identical, and `mg`'s `s` is the client's size.
+#[test]
+fn values_packed_on_their_way_to_flash_read_back_identical() {
+    let dir = Dir::new("packed");
+    let n = 6_000; // about 14 MB of values into 4 MB of RAM
+    let srv = start_osmium(&dir, &[]);
+    let mut c = Client::to(&srv);
+    for i in 0..n {
+        c.set(&format!("key{i}"), i as u32, &mixed_value(i));
+    }
+    assert!(c.stat("extstore_objects_used") > 1000);
+    common::wait_until("every staged item packed and on flash", || {
+        c.stat("extstore_staged_bytes") == 0 && c.stat("extstore_packed_items") > 0
+    });
+    assert!(c.stat("extstore_pack_staged") > 0);
+    let (raw, packed) = (
+        c.stat("extstore_packed_raw_bytes"),
+        c.stat("extstore_packed_bytes"),
+    );
+    assert!(2 * raw > 3 * packed, "{raw} {packed}");
+    assert_eq!(c.stat("evictions"), 0);
+    let keys: Vec<String> = (0..n).map(|i| format!("key{i}")).collect();
+    let mut got = 0;
+    for batch in keys.chunks(50) {
+        for (k, flags, v) in c.get(batch) {
+            let i: usize = k[3..].parse().unwrap();
+            assert!((flags, &v) == (i as u32, &mixed_value(i)), "{k} differs");
+            got += 1;
+        }
+    }
+    assert_eq!(got, n, "every key held");
+    assert!(c.stat("get_extstore") > 0);
+    // The client's size, flags: key1 is one of the first to go.
+    c.send(b"mg key1 s f v\r\n");
+    let len = mixed_value(1).len();
+    assert_eq!(c.line(), format!("VA {len} s{len} f1\r\n"));
+    let mut v = vec![0; len + 2];
+    c.r.read_exact(&mut v).unwrap();
+    assert_eq!(&v[..len], &mixed_value(1)[..]);
 }

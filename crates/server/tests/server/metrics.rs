@@ -201,8 +201,17 @@ fn flash_tier_figures_and_read_latency() {
     let s = metrics_server("flag")
         .args(["-m", "4", "-U", "0", "-o", &ext])
         .start();
-    // 12 MB of 20 KB values into 4 MB of memory: most go to flash.
-    let value = vec![b'v'; 20_000];
+    // 12 MB of 20 KB values into 4 MB of memory: most go to flash (values
+    // that do not pack: packed, they would not fill a write buffer).
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let value: Vec<u8> = (0..20_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
     let mut c = TcpStream::connect(("127.0.0.1", s.port())).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     for i in 0..600 {

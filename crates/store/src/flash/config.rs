@@ -35,6 +35,11 @@ pub struct FlashConfig {
     pub max_frag_percent: u32,
     /// The largest item (`-I`): a write buffer holds at least one.
     pub item_size_max: usize,
+    /// The zstd level raw cold items are packed at on their way to flash
+    /// (`-o compress_level`); None: written as they are (`-o
+    /// compression=off`, or a memory file: staged items would not
+    /// survive a kill). See `stage`.
+    pub pack_level: Option<i32>,
 }
 
 impl Default for FlashConfig {
@@ -52,6 +57,7 @@ impl Default for FlashConfig {
             free_pages_min: 0,
             max_frag_percent: 80,
             item_size_max: 1 << 20,
+            pack_level: Some(crate::codec::DEFAULT_LEVEL),
         }
     }
 }
@@ -103,4 +109,21 @@ pub struct FlashStats {
     /// Pages taken from the free list to be written (memcached's
     /// `extstore_page_allocs`).
     pub page_allocs: AtomicU64,
+    /// Raw items staged to be packed on their way to flash (see `stage`).
+    pub staged: AtomicU64,
+    /// Items given to the tier with a packed value (packed in RAM, or by
+    /// the flusher).
+    pub packed_items: AtomicU64,
+    /// The client's bytes of those values.
+    pub packed_raw_bytes: AtomicU64,
+    /// The bytes of their frames.
+    pub packed_bytes: AtomicU64,
+    /// Staged values tried that did not pack enough (written raw, marked
+    /// tried).
+    pub pack_rejected: AtomicU64,
+    /// Staged values not tried: their size class keeps failing, or they
+    /// start like a compressed format.
+    pub pack_skipped: AtomicU64,
+    /// The flusher's CPU time packing staged values, µs.
+    pub pack_cpu_micros: AtomicU64,
 }

@@ -1,7 +1,10 @@
 //! The tier's flusher thread: writes the write buffers queued full to
-//! their pages and reclaims the oldest page when the tier is full,
-//! rewriting its live records that were read since written (the rest of
-//! the page's items leave the tier).
+//! their pages, packs the staged records and appends them (`stage`), and
+//! reclaims the oldest page when the tier is full, rewriting its live
+//! records that were read since written (the rest of the page's items
+//! leave the tier). Its order: writes first, then (stopping) every staged
+//! record, then reclaims while pages are low, then staged buffers that are
+//! full (oldest first).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -10,6 +13,7 @@ use super::*;
 
 impl Flash {
     pub(super) fn flusher_loop(self: Arc<Self>) {
+        let mut packing = self.cfg.pack_level.map(stage::Packing::new);
         loop {
             let job = {
                 let mut log = self.log.lock();
@@ -18,6 +22,17 @@ impl Flash {
                         break Job::Write(b);
                     }
                     if log.stop {
+                        // Every staged record to flash first.
+                        let mut st = self.stage.lock();
+                        st.seal();
+                        if let Some(b) = st.next_full() {
+                            break Job::Drain(b);
+                        }
+                        drop(st);
+                        self.queue_filling(&mut log);
+                        if let Some(&b) = log.queued.front() {
+                            break Job::Write(b);
+                        }
                         return;
                     }
                     if self.is_on() && log.free.len() < self.cfg.free_pages_min {
@@ -29,12 +44,26 @@ impl Flash {
                             break Job::Reclaim(p, log.pages[p], false);
                         }
                     }
-                    self.work.wait(&mut log);
+                    if let Some(b) = self.stage.lock().next_full() {
+                        break Job::Drain(b);
+                    }
+                    let idle = self.work.wait_for(&mut log, stage::IDLE_SEAL).timed_out();
+                    if idle {
+                        // Staged records do not wait for more.
+                        let mut st = self.stage.lock();
+                        if st.filling_has_records() && !st.has_full() {
+                            st.seal();
+                        }
+                    }
                 }
             };
             match job {
                 Job::Write(b) => self.write_buffer(b),
                 Job::Reclaim(p, page, compact) => self.reclaim(p, page, compact),
+                Job::Drain(b) => match packing.as_mut() {
+                    Some(packing) => self.drain_stage(b, packing),
+                    None => unreachable!("nothing is staged without packing"),
+                },
             }
         }
     }
@@ -208,7 +237,7 @@ impl Flash {
                     it.stored_value(),
                     it.state(),
                     false,
-                    Some(origin),
+                    Origin::Log(origin),
                     atime,
                 );
                 if let Some(to) = copy {
@@ -247,6 +276,8 @@ impl Flash {
 
 enum Job {
     Write(Buffer),
+    /// Pack a staging buffer's records and append them (see `stage`).
+    Drain(usize),
     /// Empty a page: compact it (true) or reclaim it (false).
     Reclaim(usize, Page, bool),
 }

@@ -41,6 +41,7 @@ mod flusher;
 pub mod index;
 pub mod meta;
 pub mod record;
+mod stage;
 mod walk;
 
 use std::collections::VecDeque;
@@ -56,6 +57,7 @@ use device::{fit_page_size, AlignedBuf, Device, BLOCK, MIN_PAGES};
 use index::{Entry, FlashIndex};
 pub use meta::MetaSource;
 use meta::{Meta, PageRecord, MAX_WBUFS, WBUF_FILLING, WBUF_FREE, WBUF_QUEUED};
+use stage::{Stage, STAGE_BUFS};
 pub use walk::FlashWalk;
 
 use crate::index::hash_key;
@@ -115,7 +117,25 @@ struct Log {
     spare: Vec<usize>,
     /// Records at logical positions below this were flushed (flush_all).
     flushed_below: u64,
+    /// flush_alls since the start (staged records are covered by count,
+    /// not position: see `stage`).
+    flushes: u64,
     stop: bool,
+}
+
+/// Where a record given to [`Flash::append`] comes from: what decides
+/// whether a flush_all covers it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// The RAM evictor: new to the tier (a flush_all after it checked the
+    /// item is the caller's to catch).
+    Ram,
+    /// A rewrite of the record at this log position (a reclaim, a
+    /// compaction): covered once a flush_all's mark passes it.
+    Log(u64),
+    /// A staged record (see `stage`) of a buffer started after this many
+    /// flush_alls: covered once there was another.
+    Staged(u64),
 }
 
 /// What opening the tier took over from an earlier run.
@@ -174,6 +194,11 @@ pub struct Flash {
     /// Where the pages' records and the index's tables live.
     meta: Arc<Meta>,
     log: Mutex<Log>,
+    /// Raw items waiting to be packed (see `stage`); taken after `log`.
+    stage: Mutex<Stage>,
+    /// The first staged address (past the pages), less one, in 16-byte
+    /// units.
+    stage_base: u64,
     /// Wakes the flusher (a buffer queued, pages low, stop).
     work: Condvar,
     /// Wakes writers waiting for a buffer or a page.
@@ -213,19 +238,28 @@ impl Flash {
         }
         let device = Device::open(&cfg.paths, page_size)?;
         debug_assert_eq!(device.pages(), pages);
-        if (pages * page_size / record::ALIGN) as u64 > index::MAX_ADDR {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "ext_path: flash files over 1 TiB in all are not supported",
-            ));
-        }
-        // A write buffer holds the largest record (an item of -I).
+        // A write buffer holds the largest record (an item of -I); so does
+        // a staging buffer.
         let largest = record::record_size(cfg.item_size_max + 64);
         let wbuf = cfg
             .wbuf_size
             .max(largest)
             .clamp(BLOCK, page_size)
             .next_multiple_of(BLOCK);
+        let stage = Stage::new(
+            if cfg.pack_level.is_some() {
+                STAGE_BUFS
+            } else {
+                0
+            },
+            wbuf,
+        );
+        if ((pages * page_size + stage.span()) / record::ALIGN) as u64 > index::MAX_ADDR {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "ext_path: flash files over 1 TiB in all are not supported",
+            ));
+        }
         // Reclaim while fewer pages are free (at least 2: writers leave
         // the last one to the reclaimer's rescues).
         let free_pages_min = if cfg.free_pages_min == 0 {
@@ -327,8 +361,11 @@ impl Flash {
                 queued: VecDeque::new(),
                 spare: (0..wbufs).collect(),
                 flushed_below,
+                flushes: 0,
                 stop: false,
             }),
+            stage: Mutex::new(stage),
+            stage_base: (pages * page_size / record::ALIGN) as u64,
             cfg,
             device,
             index,
@@ -591,9 +628,9 @@ impl Flash {
     /// state bits `state`. Returns its index entry; the caller inserts it
     /// into the index. Waits for the disk when every buffer is full,
     /// unless `wait` is false (then, like a failed tier, None). A record
-    /// rewritten from log position `origin` is not written (None) once a
-    /// flush_all covers that position. `atime`: the item's last access
-    /// (relative clock), if known, for its page's oldest (`stats items`).
+    /// a flush_all covers since (see [`Origin`]) is not written (None).
+    /// `atime`: the item's last access (relative clock), if known, for its
+    /// page's oldest (`stats items`).
     #[allow(clippy::too_many_arguments)]
     pub fn append(
         &self,
@@ -602,7 +639,7 @@ impl Flash {
         value: &[u8],
         state: u8,
         wait: bool,
-        origin: Option<u64>,
+        origin: Origin,
         atime: Option<u32>,
     ) -> Option<Entry> {
         if !self.is_on() {
@@ -615,11 +652,17 @@ impl Flash {
         }
         let mut log = self.log.lock();
         loop {
-            if log.stop || !self.is_on() {
+            // At a stop, the flusher still drains the staged records.
+            if (log.stop && origin == Origin::Ram) || !self.is_on() {
                 return None;
             }
-            if origin.is_some_and(|pos| pos < log.flushed_below) {
-                // A rewrite of a record a flush_all covered.
+            let flushed = match origin {
+                Origin::Ram => false,
+                Origin::Log(pos) => pos < log.flushed_below,
+                Origin::Staged(flushes) => flushes != log.flushes,
+            };
+            if flushed {
+                // A record a flush_all covered.
                 return None;
             }
             // The record must fit in the head page ...
@@ -726,18 +769,24 @@ impl Flash {
         let pos = page * self.cfg.page_size + page_used;
         drop(log);
         self.stats.objects_written.fetch_add(1, Ordering::Relaxed);
-        if origin.is_none() {
+        if origin == Origin::Ram {
             // Given to the tier (a rewrite of a record is not: it is what
             // the write amplification counts).
-            self.stats
-                .bytes_stored
-                .fetch_add(size as u64, Ordering::Relaxed);
+            self.note_stored(spec);
         }
         Some(Entry {
             addr: (pos / record::ALIGN) as u64 + 1,
             class,
             hot: false,
         })
+    }
+
+    /// The log position the next record appended gets (flush_all's mark).
+    fn head_position(&self, log: &Log) -> u64 {
+        match log.head {
+            Some(p) => log.pages[p].seq * self.cfg.page_size as u64 + log.pages[p].used as u64,
+            None => log.next_seq * self.cfg.page_size as u64,
+        }
     }
 
     /// Queues the filling buffer (if it holds records) for the flusher,
@@ -804,9 +853,12 @@ impl Flash {
     /// Where the record `r` points at can be read. A record still in a
     /// write buffer is copied into `buf` (grown as needed) at once.
     pub fn source(&self, r: &FlashRead, buf: &mut Option<AlignedBuf>) -> Source {
+        let log = self.log.lock();
+        if let Some(staged) = self.staged_source(&log, r.entry.addr, r.entry.class, buf) {
+            return staged;
+        }
         let (page, start, len) = self.extent(r);
         let pos_in_page = (r.entry.addr as usize - 1) * record::ALIGN % self.cfg.page_size;
-        let log = self.log.lock();
         let p = log.pages[page];
         if p.state == PageState::Free {
             return Source::Gone;
@@ -920,11 +972,13 @@ impl Flash {
     /// flush_all: every record written so far is flushed.
     pub fn flush_all(&self) {
         let mut log = self.log.lock();
-        let pos = match log.head {
-            Some(p) => log.pages[p].seq * self.cfg.page_size as u64 + log.pages[p].used as u64,
-            None => log.next_seq * self.cfg.page_size as u64,
-        };
+        let pos = self.head_position(&log);
         log.flushed_below = log.flushed_below.max(pos);
+        // It covers every record staged so far; those staged from now on
+        // go to a new buffer.
+        log.flushes += 1;
+        self.stage.lock().seal();
+        self.work.notify_one();
         // Recorded before flush_all is answered.
         self.meta
             .header()

@@ -1,6 +1,7 @@
 //! Walking the keys held on flash, for a copy of the whole cache (a
-//! replication link's full copy) and the dumps: the records still in the
-//! filling write buffer go to the flusher first, then every page holding
+//! replication link's full copy) and the dumps: the staged records (see
+//! `stage`) and those still in the filling write buffer go to the flusher
+//! first, then every page holding
 //! records is read in log order, a chunk at a time, and each record that
 //! its key's index entry still points at is reported (older records of a
 //! key, and records of deleted or flushed keys, are not).
@@ -36,6 +37,7 @@ impl Flash {
     /// the pages that hold records.
     pub fn walk(&self) -> FlashWalk {
         let mut log = self.log.lock();
+        self.drain_all(&mut log);
         self.queue_filling(&mut log);
         while !log.queued.is_empty() && self.is_on() {
             self.work.notify_one();

@@ -6,10 +6,10 @@
 use super::*;
 use crate::flash::{FlashConfig, FlashPath};
 
-struct TempDir(std::path::PathBuf);
+pub(super) struct TempDir(pub(super) std::path::PathBuf);
 
 impl TempDir {
-    fn new(name: &str) -> TempDir {
+    pub(super) fn new(name: &str) -> TempDir {
         let dir = std::env::temp_dir().join(format!("osmium-flash-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
@@ -22,11 +22,19 @@ impl Drop for TempDir {
     }
 }
 
-/// A store of 4 MiB of RAM over `flash_mb` MiB of flash in 1 MiB pages.
-fn flash_store(dir: &TempDir, flash_mb: u64) -> Store {
+/// A store of 4 MiB of RAM over `flash_mb` MiB of flash in 1 MiB pages
+/// (raw cold items packed on their way to flash: `-o compression=cold`).
+pub(super) fn flash_store(dir: &TempDir, flash_mb: u64) -> Store {
+    flash_store_as(dir, flash_mb, Compression::Cold)
+}
+
+/// The same with `compression` (`Off`: every record as the item is, for
+/// the tests that fill the tier with values that would pack to nothing).
+fn flash_store_as(dir: &TempDir, flash_mb: u64, compression: Compression) -> Store {
     Store::new(StoreConfig {
         memory_limit: 4 << 20,
         write_heads: 1,
+        compression,
         flash: Some(FlashConfig {
             paths: vec![FlashPath {
                 path: dir.0.join("flash"),
@@ -46,7 +54,7 @@ fn value(i: u32, len: usize) -> Vec<u8> {
     v
 }
 
-fn on_flash(s: &Store) -> usize {
+pub(super) fn on_flash(s: &Store) -> usize {
     s.flash().unwrap().index.len()
 }
 
@@ -153,7 +161,7 @@ fn flush_all_and_expiry_reach_flash() {
 #[test]
 fn full_flash_reclaims_oldest_pages_and_keeps_what_was_read() {
     let dir = TempDir::new("reclaim");
-    let s = flash_store(&dir, 8);
+    let s = flash_store_as(&dir, 8, Compression::Off);
     put(&s, 0, StoreMode::Set, b"hot", 0, 0, &[b'h'; 500], 0);
     fill(&s, "a", 12_000, 0, &[b'a'; 500]);
     assert!(s.flash().unwrap().index.get(hash_key(b"hot")).is_some());
@@ -185,7 +193,7 @@ fn mostly_dead_pages_are_compacted_and_their_live_items_kept() {
     // tenth of those keys written once; the cold keys' page, still live,
     // is not reclaimed (a reclaim would drop them all: none was read).
     let dir = TempDir::new("compact");
-    let s = flash_store(&dir, 16);
+    let s = flash_store_as(&dir, 16, Compression::Off);
     fill(&s, "cold", 1_500, 0, &[b'c'; 500]);
     for round in 0..12u32 {
         for i in 0..12_000u32 {
@@ -244,7 +252,7 @@ fn mostly_dead_pages_are_compacted_and_their_live_items_kept() {
 #[test]
 fn a_damaged_record_is_a_miss_never_a_wrong_value() {
     let dir = TempDir::new("damage");
-    let s = flash_store(&dir, 64);
+    let s = flash_store_as(&dir, 64, Compression::Off);
     fill(&s, "k", 20_000, 0, &[b'v'; 300]);
     // Wait for the flusher, then damage every byte of the file's first
     // page after its first block.
@@ -268,7 +276,7 @@ fn a_damaged_record_is_a_miss_never_a_wrong_value() {
 }
 
 /// A store of 4 MiB of RAM in a memory file, over 64 MiB of flash.
-fn restartable(dir: &TempDir) -> Store {
+pub(super) fn restartable(dir: &TempDir) -> Store {
     Store::open(StoreConfig {
         memory_limit: 4 << 20,
         write_heads: 1,

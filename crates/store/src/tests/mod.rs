@@ -7,6 +7,7 @@ mod counter;
 mod dump;
 mod evict;
 mod flash;
+mod flash_pack;
 mod flush;
 mod handover;
 mod kept_pins;
