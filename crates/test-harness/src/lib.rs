@@ -22,7 +22,8 @@
 //! drop), `run_to_exit()` runs a start that must fail ([`Exited`]). A
 //! server that daemonized is a [`Daemon`]; any other process that listens
 //! is started by [`Start`]. [`Certs`] makes CAs and certificates with
-//! rcgen.
+//! rcgen. [`Images`] holds the binaries a binary upgrade's test installs
+//! (new inodes, images that refuse the upgrade).
 //!
 //! Underneath, a port picked free can be taken before the server binds
 //! it: by another test's server, by another test's probe, or as the local
@@ -58,6 +59,7 @@ mod cache;
 mod certs;
 mod daemon;
 mod exited;
+mod images;
 pub mod poll;
 mod pool;
 mod running;
@@ -70,6 +72,7 @@ pub use cache::{CacheServer, Memcached, Osmium};
 pub use certs::{Certs, KeyType, Role};
 pub use daemon::Daemon;
 pub use exited::Exited;
+pub use images::{exe_inode, Images};
 pub use poll::{wait_until, POLL_INTERVAL};
 pub use pool::{listen_moved, Nutcracker, PoolProxy, Proxy};
 pub use running::Running;

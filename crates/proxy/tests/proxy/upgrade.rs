@@ -18,9 +18,9 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,93 +29,13 @@ use osmium_test_harness::Running;
 
 use crate::common::{self, free_port, osmium_backend, read_until, Proc};
 
-/// A directory of the test's own, removed at its end.
-struct Dir(PathBuf);
+use osmium_test_harness::{exe_inode, Images as Dir};
 
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let path = std::env::temp_dir().join(format!(
-            "osmium-proxy-upgrade-{}-{name}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("make the test's directory");
-        Dir(path)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    /// Writes `bytes` at a temporary name, with `mode`, then renames it
-    /// to `name` (a new inode); its inode. A child process writes it, so
-    /// that no write fd on it is ever open in this process, where a child
-    /// another test forks meanwhile could inherit it for a moment (an
-    /// exec of a file open for writing fails with ETXTBSY).
-    fn install(&self, name: &str, bytes: &[u8], mode: u32) -> u64 {
-        let tmp = self.path(&format!("{name}.tmp"));
-        let _ = std::fs::remove_file(&tmp);
-        let mut writer = std::process::Command::new("sh")
-            .args(["-c", "cat > \"$1\"", "sh"])
-            .arg(&tmp)
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .expect("run sh");
-        writer
-            .stdin
-            .take()
-            .expect("its stdin")
-            .write_all(bytes)
-            .expect("write the file");
-        assert!(writer.wait().expect("wait for sh").success());
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).unwrap();
-        let final_path = self.path(name);
-        std::fs::rename(&tmp, &final_path).expect("rename it over");
-        std::fs::metadata(&final_path).unwrap().ino()
-    }
-
-    /// The osmium-proxy under test, copied to `name`.
-    fn install_proxy(&self, name: &str) -> u64 {
-        let bytes = std::fs::read(env!("CARGO_BIN_EXE_osmium-proxy")).expect("read the binary");
-        self.install(name, &bytes, 0o755)
-    }
-
-    /// A `#!/bin/sh` script at `name`.
-    fn install_script(&self, name: &str, body: &str) -> u64 {
-        self.install(name, format!("#!/bin/sh\n{body}\n").as_bytes(), 0o755)
-    }
-
-    /// A new image that passes the check (the real binary's, copied to
-    /// `osmium-proxy.real`) and then refuses the state it is handed, at
-    /// `osmium-proxy`: the upgrade falls back to the old image.
-    fn install_refusing_image(&self) {
-        self.install_proxy("osmium-proxy.real");
-        let real = self.path("osmium-proxy.real");
-        let real = real.display();
-        self.install_script(
-            "osmium-proxy",
-            &format!(
-                "case \"$1\" in --upgrade-check) exec {real} \"$@\";; esac\n\
-                 OSMIUM_UPGRADE_REFUSE=1 exec {real} \"$@\""
-            ),
-        );
-    }
+/// The osmium-proxy under test.
+fn proxy_program() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_osmium-proxy"))
 }
 
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The inode process `pid` runs (its file may have been replaced).
-fn exe_inode(pid: u32) -> u64 {
-    std::fs::metadata(format!("/proc/{pid}/exe"))
-        .expect("stat /proc/PID/exe")
-        .ino()
-}
-
-/// The proxy from `dir`'s copy, one pool over `backends`.
 fn start(dir: &Dir, backends: &[&Proc]) -> Running {
     let port = free_port();
     let mut yaml = format!(
@@ -254,7 +174,7 @@ impl Traffic {
 #[test]
 fn an_upgrade_keeps_the_listener_and_the_clients_and_answers_every_request() {
     let dir = Dir::new("carried");
-    let first = dir.install_proxy("osmium-proxy");
+    let first = dir.install_program("osmium-proxy", proxy_program());
     let (b1, b2) = (osmium_backend(), osmium_backend());
     let mut px = start(&dir, &[&b1, &b2]);
     let pid = px.pid();
@@ -266,7 +186,7 @@ fn an_upgrade_keeps_the_listener_and_the_clients_and_answers_every_request() {
 
     let traffic = Traffic::start(px.port(), 2);
     traffic.wait_rounds(4);
-    let new = dir.install_proxy("osmium-proxy");
+    let new = dir.install_program("osmium-proxy", proxy_program());
     px.send_signal(libc::SIGUSR2);
     wait_for_log(&px, "upgrade done:", 1);
     traffic.wait_rounds(4);
@@ -285,7 +205,7 @@ fn an_upgrade_keeps_the_listener_and_the_clients_and_answers_every_request() {
     assert!(log.contains("clients adopted"), "{log}");
 
     // Upgraded, it upgrades again.
-    let newer = dir.install_proxy("osmium-proxy");
+    let newer = dir.install_program("osmium-proxy", proxy_program());
     px.send_signal(libc::SIGUSR2);
     wait_for_log(&px, "upgrade done:", 2);
     assert_eq!(exe_inode(pid), newer);
@@ -309,7 +229,7 @@ fn unix_roundtrip(s: &mut UnixStream, request: &[u8], end: &[u8]) -> Vec<u8> {
 #[test]
 fn a_unix_pool_and_the_stats_port_are_kept_with_their_counters() {
     let dir = Dir::new("unix");
-    dir.install_proxy("osmium-proxy");
+    dir.install_program("osmium-proxy", proxy_program());
     let b = osmium_backend();
     let (port, sock) = (free_port(), dir.path("pool.sock"));
     let yaml = format!(
@@ -366,7 +286,7 @@ fn a_unix_pool_and_the_stats_port_are_kept_with_their_counters() {
 #[test]
 fn a_new_binary_that_exits_at_the_check_leaves_the_proxy_serving() {
     let dir = Dir::new("exits");
-    let first = dir.install_proxy("osmium-proxy");
+    let first = dir.install_program("osmium-proxy", proxy_program());
     let b = osmium_backend();
     let mut px = start(&dir, &[&b]);
     let pid = px.pid();
@@ -384,7 +304,7 @@ fn a_new_binary_that_exits_at_the_check_leaves_the_proxy_serving() {
     assert_eq!(get(&mut connect(&px), "kept"), value_reply("kept", "hello"));
 
     // A good binary then upgrades.
-    let new = dir.install_proxy("osmium-proxy");
+    let new = dir.install_program("osmium-proxy", proxy_program());
     px.send_signal(libc::SIGUSR2);
     wait_for_log(&px, "upgrade done:", 1);
     assert_eq!(exe_inode(pid), new);
@@ -394,14 +314,14 @@ fn a_new_binary_that_exits_at_the_check_leaves_the_proxy_serving() {
 #[test]
 fn a_new_image_that_refuses_the_state_hands_everything_back() {
     let dir = Dir::new("refused");
-    let first = dir.install_proxy("osmium-proxy");
+    let first = dir.install_program("osmium-proxy", proxy_program());
     let b = osmium_backend();
     let mut px = start(&dir, &[&b]);
     let pid = px.pid();
     let mut before = connect(&px);
     set(&mut before, "kept", "hello");
 
-    dir.install_refusing_image();
+    dir.install_refusing_image("osmium-proxy", proxy_program());
     let traffic = Traffic::start(px.port(), 1);
     traffic.wait_rounds(2);
     px.send_signal(libc::SIGUSR2);
@@ -418,7 +338,7 @@ fn a_new_image_that_refuses_the_state_hands_everything_back() {
     assert_eq!(get(&mut before, "kept"), value_reply("kept", "hello"));
 
     // A good binary then upgrades.
-    let new = dir.install_proxy("osmium-proxy");
+    let new = dir.install_program("osmium-proxy", proxy_program());
     px.send_signal(libc::SIGUSR2);
     wait_for_log(&px, "upgrade done:", 1);
     assert_eq!(exe_inode(pid), new);

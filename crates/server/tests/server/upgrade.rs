@@ -36,95 +36,32 @@
 //! each point of an upgrade: `upgrade_kill`.
 
 use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
 use osmium_test_harness::{CacheServer, Running};
 
 use crate::common::{self, tcp::LineClient};
 
-/// A directory of the test's own, removed at its end.
-pub(crate) struct Dir(PathBuf);
+pub(crate) use osmium_test_harness::{exe_inode, Images as Dir};
 
-impl Dir {
-    pub(crate) fn new(name: &str) -> Dir {
-        let path =
-            std::env::temp_dir().join(format!("osmium-upgrade-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("make the test's directory");
-        Dir(path)
-    }
-
-    pub(crate) fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    /// Writes `bytes` at a temporary name, with `mode`, then renames it
-    /// to `name` (a new inode); its inode. A child process writes it, so
-    /// that no write fd on it is ever open in this process, where a child
-    /// another test forks meanwhile could inherit it for a moment (an
-    /// exec of a file open for writing fails with ETXTBSY).
-    fn install(&self, name: &str, bytes: &[u8], mode: u32) -> u64 {
-        let tmp = self.path(&format!("{name}.tmp"));
-        let _ = std::fs::remove_file(&tmp);
-        let mut writer = std::process::Command::new("sh")
-            .args(["-c", "cat > \"$1\"", "sh"])
-            .arg(&tmp)
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .expect("run sh");
-        writer
-            .stdin
-            .take()
-            .expect("its stdin")
-            .write_all(bytes)
-            .expect("write the file");
-        assert!(writer.wait().expect("wait for sh").success());
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).unwrap();
-        let final_path = self.path(name);
-        std::fs::rename(&tmp, &final_path).expect("rename it over");
-        std::fs::metadata(&final_path).unwrap().ino()
-    }
-
-    /// The osmium under test, copied to `name`.
-    pub(crate) fn install_osmium(&self, name: &str) -> u64 {
-        let bytes = std::fs::read(env!("CARGO_BIN_EXE_osmium")).expect("read the osmium binary");
-        self.install(name, &bytes, 0o755)
-    }
-
-    /// A `#!/bin/sh` script at `name`.
-    fn install_script(&self, name: &str, body: &str) -> u64 {
-        self.install(name, format!("#!/bin/sh\n{body}\n").as_bytes(), 0o755)
-    }
-
-    /// A new image that passes the check (the real binary's, copied to
-    /// `osmium.real`) and then refuses the state it is handed, at `osmium`:
-    /// the upgrade falls back to the old image.
-    pub(crate) fn install_refusing_image(&self) {
-        self.install_osmium("osmium.real");
-        let real = self.path("osmium.real");
-        let real = real.display();
-        self.install_script(
-            "osmium",
-            &format!(
-                "case \"$1\" in --upgrade-check) exec {real} \"$@\";; esac\n\
-                 OSMIUM_UPGRADE_REFUSE=1 exec {real} \"$@\""
-            ),
-        );
-    }
+/// The osmium under test copied into an upgrade's directory.
+pub(crate) trait InstallOsmium {
+    /// The osmium under test copied to `name` (a new inode); its inode.
+    fn install_osmium(&self, name: &str) -> u64;
+    /// At `osmium`, an image that passes the check and refuses the state
+    /// it is handed: the upgrade falls back to the old image.
+    fn install_refusing_osmium(&self);
 }
 
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+impl InstallOsmium for Dir {
+    fn install_osmium(&self, name: &str) -> u64 {
+        self.install_program(name, Path::new(env!("CARGO_BIN_EXE_osmium")))
     }
-}
 
-/// The inode process `pid` runs (its file may have been replaced).
-fn exe_inode(pid: u32) -> u64 {
-    std::fs::metadata(format!("/proc/{pid}/exe"))
-        .expect("stat /proc/PID/exe")
-        .ino()
+    fn install_refusing_osmium(&self) {
+        self.install_refusing_image("osmium", Path::new(env!("CARGO_BIN_EXE_osmium")));
+    }
 }
 
 fn server(dir: &Dir) -> CacheServer {
@@ -288,7 +225,7 @@ fn a_new_image_that_refuses_the_state_runs_the_old_one_again() {
     failed_upgrade(
         "fallback",
         |dir| {
-            dir.install_refusing_image();
+            dir.install_refusing_osmium();
         },
         "upgrade failed: OSMIUM_UPGRADE_REFUSE is set; serving with osmium",
         false,
@@ -461,7 +398,7 @@ fn a_new_image_that_refuses_the_state_hands_the_whole_cache_back() {
     let pid = srv.pid();
     let mut c = LineClient::to(&srv);
     fill(&mut c, FILLED);
-    dir.install_refusing_image();
+    dir.install_refusing_osmium();
     srv.send_signal(libc::SIGUSR2);
     wait_for_log(
         &srv,
@@ -682,7 +619,7 @@ fn a_refused_upgrade_hands_its_tcp_and_udp_sockets_back() {
     listeners_carried(
         "listeners-fallback",
         |dir| {
-            dir.install_refusing_image();
+            dir.install_refusing_osmium();
         },
         "upgrade failed: OSMIUM_UPGRADE_REFUSE is set; serving with osmium",
     );
@@ -797,7 +734,7 @@ fn a_refused_upgrade_under_load_fails_no_request() {
     upgrade_under_load(
         "load-fallback",
         |dir| {
-            dir.install_refusing_image();
+            dir.install_refusing_osmium();
         },
         "upgrade failed: OSMIUM_UPGRADE_REFUSE is set; serving with osmium",
     );

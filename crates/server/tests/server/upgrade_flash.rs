@@ -16,7 +16,7 @@ use std::sync::Arc;
 use osmium_test_harness::Running;
 
 use crate::common::{self, tcp::LineClient};
-use crate::upgrade::Dir;
+use crate::upgrade::{Dir, InstallOsmium};
 
 /// Keys stored: about 13 MB of values into 4 MB of RAM (most on flash).
 const KEYS: usize = 8_000;
@@ -150,7 +150,7 @@ fn upgrade_with_flash(name: &str, memfile: bool, refused: bool) {
         .collect();
     common::wait_until("the readers run", || batches.load(Ordering::Relaxed) >= 20);
     if refused {
-        dir.install_refusing_image();
+        dir.install_refusing_osmium();
     } else {
         dir.install_osmium("osmium");
     }

@@ -9,76 +9,42 @@
 //! upgrade` gives too; memcached, which does not upgrade, is not signalled
 //! (exit 2).
 
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
-use crate::common::{
-    address, memcached_bin, osmium_bin, roundtrip, run_tool, start, Running, TempDir,
-};
-use osmium_test_harness::{CacheServer, Osmium};
+use crate::common::{address, memcached_bin, osmium_bin, roundtrip, run_tool, start, Running};
+use osmium_test_harness::{exe_inode, CacheServer, Images, Osmium};
 
 /// A directory holding the binary the server runs, `osmium`.
-struct BinDir(TempDir);
+struct BinDir(Images);
 
 impl BinDir {
     fn new(tag: &str) -> BinDir {
-        let dir = BinDir(TempDir::new(tag));
+        let dir = BinDir(Images::new(tag));
         dir.install_osmium("osmium");
         dir
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.0 .0.join(name)
+        self.0.path(name)
     }
 
-    /// `sh -c SCRIPT` with the paths as $1, $2: a child writes the files,
-    /// so that no write fd on them is open in this process, where a child
-    /// another test forks meanwhile could inherit it (an exec of a file
-    /// open for writing fails with ETXTBSY).
-    fn sh(&self, script: &str, args: &[&std::path::Path]) {
-        let ok = Command::new("sh")
-            .args(["-c", script, "sh"])
-            .args(args)
-            .status()
-            .expect("run sh")
-            .success();
-        assert!(ok, "sh -c {script}");
-    }
-
-    /// The osmium under test copied to `name` (through a temporary name
-    /// renamed over it: a new inode); its inode.
+    /// The osmium under test copied to `name` (a new inode); its inode.
     fn install_osmium(&self, name: &str) -> u64 {
-        let (tmp, path) = (self.path(&format!("{name}.tmp")), self.path(name));
-        self.sh(
-            "cp \"$1\" \"$2\" && mv \"$2\" \"$3\"",
-            &[&osmium_bin(), &tmp, &path],
-        );
-        std::fs::metadata(&path).unwrap().ino()
+        self.0.install_program(name, &osmium_bin())
     }
 
     /// A `#!/bin/sh` script at `osmium`.
     fn install_script(&self, body: &str) {
-        let (tmp, path) = (self.path("osmium.tmp"), self.path("osmium"));
-        self.sh(
-            "printf '#!/bin/sh\\n%s\\n' \"$1\" > \"$2\" && chmod 755 \"$2\" && mv \"$2\" \"$3\"",
-            &[std::path::Path::new(body), &tmp, &path],
-        );
+        self.0.install_script("osmium", body);
     }
 
-    /// A new image that passes the check (the real binary, as
-    /// `osmium.real`) and then refuses the state it is handed: the
-    /// upgrade falls back to the old image.
+    /// A new image that passes the check and then refuses the state it
+    /// is handed: the upgrade falls back to the old image.
     fn install_refusing_image(&self) {
-        self.install_osmium("osmium.real");
-        let real = self.path("osmium.real");
-        let real = real.display();
-        self.install_script(&format!(
-            "case \"$1\" in --upgrade-check) exec {real} \"$@\";; esac\n\
-             OSMIUM_UPGRADE_REFUSE=1 exec {real} \"$@\""
-        ));
+        self.0.install_refusing_image("osmium", &osmium_bin());
     }
 }
 
@@ -86,11 +52,6 @@ fn server(dir: &BinDir) -> CacheServer {
     Osmium::new()
         .bin(dir.path("osmium"))
         .args(["-m", "64", "-t", "2"])
-}
-
-/// The inode process `pid` runs.
-fn exe_inode(pid: u32) -> u64 {
-    std::fs::metadata(format!("/proc/{pid}/exe")).unwrap().ino()
 }
 
 /// `name` in the reply to `stats GROUP` (`group` "" for `stats`).
