@@ -154,6 +154,39 @@ impl Store {
             Some(r) => Clock::resume(r.process_started, r.clock),
             None => fresh_clock,
         };
+        // The dictionaries items may name, loaded before any item is
+        // trusted (see `dict`): with a memory file, from FILE.dicts; with a
+        // memfd, from its bytes past the mapping.
+        let dicts = crate::dict::DictTable::new();
+        dicts.keep_retired(cfg.flash.is_some());
+        let dict_file = match &cfg.backing {
+            BackingKind::File(path) => {
+                let dicts_path = crate::dict::DictFile::path_beside(path);
+                new_files.note(&dicts_path);
+                Some(crate::dict::DictFile::beside(path))
+            }
+            BackingKind::Memfd => backing.memfd().map(|fd| {
+                use std::os::fd::AsRawFd;
+                let base = layout.total.next_multiple_of(4096) as u64;
+                // SAFETY: the memfd is the backing's, which the arena keeps
+                // open until the store drops; the table's file is not used
+                // in its drop.
+                unsafe { crate::dict::DictFile::in_memfd(fd.as_raw_fd(), base) }
+            }),
+            BackingKind::Anonymous => None,
+        };
+        match dict_file {
+            Some(Ok(f)) => {
+                dicts.attach(f, cfg.compress_level);
+            }
+            Some(Err(e)) => {
+                // Items that outlive the process must not name a
+                // dictionary its file does not hold: none is trained.
+                eprintln!("osmium: compression dictionaries off: their file cannot be used: {e}");
+                dicts.freeze();
+            }
+            None => {}
+        }
         let arena = Arena::new(backing, cfg.memory_limit, heads, cfg.evictions);
         let codec = AddrCodec::new(
             arena.capacity(),
@@ -205,7 +238,7 @@ impl Store {
             clean_stats: Default::default(),
             compact_plan: Default::default(),
             clean_wanted: Default::default(),
-            dicts: crate::dict::DictTable::new(),
+            dicts,
             compress_errors: AtomicU64::new(0),
             pack_work: Default::default(),
             pack_stats: Default::default(),
@@ -415,6 +448,7 @@ impl Store {
         let (size, packed) = it.footprint();
         if let Some(raw_len) = packed {
             table.counters.packed.sub(size, raw_len);
+            self.count_dict_use(it, false);
         }
         self.arena.segment(found.loc.seg).sub_live(size);
         table.counters.curr_items -= 1;
@@ -427,6 +461,7 @@ impl Store {
         let (size, packed) = it.footprint();
         if let Some(raw_len) = packed {
             table.counters.packed.add(size, raw_len);
+            self.count_dict_use(it, true);
         }
         self.arena.segment(seg).add_live(size);
         table.counters.curr_items += 1;
@@ -669,6 +704,9 @@ impl Store {
             offset: slot.offset,
         };
         slot.ptr.commit();
+        // The new item is counted before the old one is uncounted (so a
+        // dictionary's count never touches zero for a copy: see `dict`).
+        self.account_link(table, slot.seg, slot.ptr, new);
         if old.is_none() {
             // The key's item is in RAM now: none on flash.
             self.forget_flash(hash);
@@ -680,8 +718,16 @@ impl Store {
             }
             None => table.insert(&self.arena, hash, loc),
         }
-        self.account_link(table, slot.seg, slot.ptr, new);
         loc
+    }
+
+    /// Counts a packed item naming a dictionary as linked or unlinked in
+    /// the dictionary table (see `dict`); nothing for other items.
+    #[inline]
+    pub(crate) fn count_dict_use(&self, it: ItemPtr, linked: bool) {
+        if let Some((codec, _)) = it.packed() {
+            self.dicts.count_use(codec, linked);
+        }
     }
 
     /// Does publishing `slot` in place of `old` need a stored CAS unique?
