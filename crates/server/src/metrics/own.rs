@@ -124,6 +124,36 @@ const PACKING: &[(&str, &str, bool, &str)] = &[
         false,
         "Bytes the packed items take in memory (headers, keys, frames).",
     ),
+    (
+        "packed_dict_items",
+        "osmium_packed_dict_items",
+        false,
+        "Items linked now whose value was packed with a compression dictionary.",
+    ),
+    (
+        "pack_dicts",
+        "osmium_pack_dicts",
+        false,
+        "Compression dictionaries held (trained from the cache's values, -o compress_dicts).",
+    ),
+    (
+        "pack_dict_bytes",
+        "osmium_pack_dict_bytes",
+        false,
+        "Bytes of the compression dictionaries held.",
+    ),
+    (
+        "pack_dict_trainings",
+        "osmium_pack_dict_trainings_total",
+        true,
+        "Compression dictionary trainings run (installed or not).",
+    ),
+    (
+        "pack_dict_train_us",
+        "osmium_pack_dict_train_cpu_microseconds_total",
+        true,
+        "CPU time of the compression dictionary trainings, microseconds.",
+    ),
 ];
 
 /// Adds osmium's own metrics.
