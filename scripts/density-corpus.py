@@ -5,7 +5,8 @@ Values of 64 B to 16 KiB (log-normal, mean about 5 KiB) are cut out of the
 files of this machine: man pages (gunzipped), /usr/share/doc, Python
 sources, and JSON, XML and HTML under /usr/share (about 85 %), and already
 compressed files as they are (*.gz, *.png: about 15 %). Each server under
-test (osmium with `-o compression=cold`, with `off`, memcached 1.6.45) is
+test (osmium with `-o compression=cold`, the same with `-o
+compress_dicts=off` (no dictionaries), with `off`, memcached 1.6.45) is
 filled with the same values, keys `k0`, `k1`, ... in batches of 100
 pipelined sets, until FACTOR times -m of values were stored; then every key is read
 back with `mg KEY s v`, each held value checked byte for byte, and the
@@ -193,7 +194,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rate", type=float, default=40,
                     help="MiB of values a second the fill sends at most (0: no limit)")
-    ap.add_argument("--only", help="comma-separated: cold,off,memcached")
+    ap.add_argument("--only", help="comma-separated: cold,nodicts,off,memcached")
     a = ap.parse_args()
     t0 = time.time()
     corpus = Corpus(a.seed)
@@ -203,13 +204,16 @@ def main():
     print(f"corpus: {len(corpus.text)} text files, {len(corpus.packed)} compressed files "
           f"({time.time() - t0:.1f} s); values: mean {mean:.0f} B, {n} values "
           f"({n * mean / 2**20:.0f} MiB, {a.factor}x -m {a.m})")
-    runs = [("cold", [a.osmium, "-o", "compression=cold"]), ("off", [a.osmium, "-o", "compression=off"])]
+    runs = [("cold", [a.osmium, "-o", "compression=cold"]),
+            ("nodicts", [a.osmium, "-o", "compression=cold", "-o", "compress_dicts=off"]),
+            ("off", [a.osmium, "-o", "compression=off"])]
     if a.memcached:
         runs.append(("memcached", [a.memcached]))
     if a.only:
         runs = [r for r in runs if r[0] in a.only.split(",")]
     print(f"{'server':<10} {'held':>8} {'held MiB':>9} {'evictions':>10} {'fill s':>7} "
-          f"{'pack_items':>10} {'packed_items':>12} {'raw/packed':>10} {'pack_cpu_s':>10}")
+          f"{'pack_items':>10} {'packed_items':>12} {'raw/packed':>10} {'pack_cpu_s':>10} "
+          f"{'dicts':>5} {'dict_items':>10} {'train_s':>7}")
     for name, cmd in runs:
         port = free_port()
         root = ["-u", "root"] if os.geteuid() == 0 else []
@@ -230,7 +234,9 @@ def main():
         print(f"{name:<10} {items:>8} {value_bytes / 2**20:>9.1f} {st.get('evictions', '?'):>10} "
               f"{fill_s:>7.1f} {st.get('pack_items', '-'):>10} {st.get('packed_items', '-'):>12} "
               f"{(raw / packed if packed else 0):>10.2f} "
-              f"{int(st.get('pack_cpu_us', 0)) / 1e6:>10.2f}")
+              f"{int(st.get('pack_cpu_us', 0)) / 1e6:>10.2f} "
+              f"{st.get('pack_dicts', '-'):>5} {st.get('packed_dict_items', '-'):>10} "
+              f"{int(st.get('pack_dict_train_us', 0)) / 1e6:>7.2f}")
         sys.stdout.flush()
 
 
