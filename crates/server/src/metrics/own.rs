@@ -148,12 +148,6 @@ const PACKING: &[(&str, &str, bool, &str)] = &[
         true,
         "Compression dictionary trainings run (installed or not).",
     ),
-    (
-        "pack_dict_train_us",
-        "osmium_pack_dict_train_cpu_microseconds_total",
-        true,
-        "CPU time of the compression dictionary trainings, microseconds.",
-    ),
 ];
 
 /// Adds osmium's own metrics.
@@ -226,6 +220,14 @@ pub(super) fn add(f: &mut Families, sh: &Shared, s: &Rows) {
         f.counter(
             "osmium_pack_cpu_seconds_total",
             "CPU time of the pack pass's walks and packing.",
+            no_labels(),
+            v / 1e6,
+        );
+    }
+    if let Some(v) = num(s, "pack_dict_train_us") {
+        f.counter(
+            "osmium_pack_dict_train_cpu_seconds_total",
+            "CPU time of the compression dictionary trainings.",
             no_labels(),
             v / 1e6,
         );
