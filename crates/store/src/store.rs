@@ -175,8 +175,10 @@ impl Store {
             }),
             BackingKind::Anonymous => None,
         };
+        let mut new_dict_table = false;
         match dict_file {
             Some(Ok(f)) => {
+                new_dict_table = f.is_new();
                 dicts.attach(f, cfg.compress_level);
             }
             Some(Err(e)) => {
@@ -220,6 +222,19 @@ impl Store {
             }
             None => (None, None),
         };
+        if new_dict_table
+            && flash_resumed
+                .as_ref()
+                .is_some_and(|r| r.taken_over && r.items > 0)
+        {
+            // Flash records of an earlier run may name dictionaries of a
+            // table that is gone: new ones could take their codec bytes.
+            eprintln!(
+                "osmium: compression dictionaries off: the flash tier was taken over without \
+                 the dictionaries its records may name"
+            );
+            dicts.freeze();
+        }
         let store = Store {
             events: Default::default(),
             flash,

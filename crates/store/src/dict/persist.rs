@@ -66,6 +66,8 @@ pub struct DictFile {
     base: u64,
     /// Written through to the disk (`FILE.dicts`; a memfd has none).
     sync: bool,
+    /// Made by this start (there was no table in the region).
+    made: bool,
 }
 
 /// The file under a region.
@@ -127,7 +129,12 @@ impl DictFile {
 
     /// A region without this format's header gets one and no entries.
     fn prepare(file: Region, base: u64, sync: bool) -> io::Result<DictFile> {
-        let f = DictFile { file, base, sync };
+        let mut f = DictFile {
+            file,
+            base,
+            sync,
+            made: false,
+        };
         let mut head = [0u8; 12];
         let ok = f.file.read_exact_at(&mut head, base).is_ok()
             && u64::from_le_bytes(head[..8].try_into().expect("8 bytes")) == MAGIC
@@ -138,8 +145,14 @@ impl DictFile {
             page[8..12].copy_from_slice(&FORMAT.to_le_bytes());
             f.file.write_all_at(&page, base)?;
             f.flush()?;
+            f.made = true;
         }
         Ok(f)
+    }
+
+    /// Whether this start made the table (the region held none).
+    pub fn is_new(&self) -> bool {
+        self.made
     }
 
     fn flush(&self) -> io::Result<()> {
