@@ -3,12 +3,13 @@
 
 A thin front to `osmium-bench density` (crates/bench/src/density.rs, the
 one implementation): the corpus of this machine's files, the paced fill of
-osmium with `-o compression=cold`, with `off`, and memcached 1.6.45, the
+osmium with `-o compression=cold`, without its dictionaries
+(`nodicts`), with `off`, and memcached 1.6.45, the
 byte-for-byte read-back, and the table of items held (with --flash SIZE,
 items per flash GB too). See crates/bench/README.md, "density".
 
 usage: density-corpus.py OSMIUM [--memcached BIN] [-m MB] [--factor F]
-       [--threads T] [--seed S] [--rate MIB_PER_S] [--only cold,off,memcached]
+       [--threads T] [--seed S] [--rate MIB_PER_S] [--only cold,nodicts,off,memcached]
        [--flash SIZE] [--json]
 
 osmium-bench is taken from OSMIUM's directory (target/release holds both
@@ -30,7 +31,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rate", type=float, default=40,
                     help="MiB of values a second the fill sends at most (0: no limit)")
-    ap.add_argument("--only", help="comma-separated: cold,off,memcached")
+    ap.add_argument("--only", help="comma-separated: cold,nodicts,off,memcached")
     ap.add_argument("--flash", help="a flash file of this size for every server (e.g. 1G)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()

@@ -4,6 +4,11 @@
 //! panic is a bug; so is a decode that is neither `Ok` with exactly the
 //! raw length nor `Err(Corrupt)` with the reply buffer as it was, or one
 //! that writes past the raw length of a slot.
+//!
+//! The table holds one dictionary (raw content, the shape of a cache's
+//! JSON values): a codec byte with the top bit set is replaced by its
+//! codec byte, so that damaged dictionary-coded frames (a frame made with
+//! it, then corrupted) are decoded through it too.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use osmium_store::dict::DictTable;
@@ -11,19 +16,36 @@ use osmium_store::{Corrupt, ValueRef};
 
 const RAW_MAX: usize = 1 << 20;
 
+/// The table, with its dictionary, made once.
+fn table() -> &'static (DictTable, u8) {
+    static TABLE: std::sync::OnceLock<(DictTable, u8)> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut content = Vec::new();
+        for i in 0..200 {
+            content.extend_from_slice(
+                format!("{{\"id\":{i},\"user\":\"name{}\",\"score\":{},\"ok\":true}},", i % 37, i * 7)
+                    .as_bytes(),
+            );
+        }
+        let t = DictTable::new();
+        let codec = t.install(0, content, 1).expect("a dictionary").codec();
+        (t, codec)
+    })
+}
+
 fuzz_target!(|data: &[u8]| {
     if data.len() < 4 {
         return;
     }
-    let codec = data[0];
+    let (dicts, dict_codec) = table();
+    let codec = if data[0] & 0x80 != 0 { *dict_codec } else { data[0] };
     let raw_len = (u32::from_le_bytes([data[1], data[2], data[3], 0]) as usize) % (RAW_MAX + 1);
     let frame = &data[4..];
-    let dicts = DictTable::new();
     let v = ValueRef::Packed {
         frame,
         codec,
         raw_len: raw_len as u32,
-        dicts: &dicts,
+        dicts,
     };
     assert_eq!(v.len(), raw_len);
     // A reply buffer with something composed before the value.

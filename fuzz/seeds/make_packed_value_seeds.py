@@ -12,7 +12,8 @@ libzstd format) and written in each target's input format:
     item_header:  odd u8 | -I u24 LE | item bytes (osmium's item layout)
 
 plus truncated and bit-flipped frames, a frame with the wrong raw length,
-an unknown codec byte, and items with every ext field, a RAW_TRIED item and
+an unknown codec byte, frames coded with the target's dictionary (whole,
+truncated, bit-flipped), and items with every ext field, a RAW_TRIED item and
 headers cut short.
 
     python3 fuzz/seeds/make_packed_value_seeds.py
@@ -63,6 +64,22 @@ def pack(value):
     return zstandard.ZstdCompressor(compression_params=params).compress(value)
 
 
+def fuzz_dict():
+    """The raw-content dictionary the packed_value target's table holds
+    (byte for byte the text fuzz_targets/packed_value.rs makes)."""
+    return b"".join(
+        b'{"id":%d,"user":"name%d","score":%d,"ok":true},' % (i, i % 37, i * 7)
+        for i in range(200))
+
+
+def pack_with_dict(value):
+    params = zstandard.ZstdCompressionParameters.from_level(
+        1, format=zstandard.FORMAT_ZSTD1_MAGICLESS,
+        write_content_size=False, write_checksum=False, write_dict_id=False)
+    d = zstandard.ZstdCompressionDict(fuzz_dict(), dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    return zstandard.ZstdCompressor(dict_data=d, compression_params=params).compress(value)
+
+
 def varint(n):
     out = bytearray()
     while n >= 0x80:
@@ -107,6 +124,7 @@ def write(target, name, data):
 
 def main():
     rng = random.Random(11)
+    drng = random.Random(13)
     max_i = struct.pack("<I", 1 << 20)[:3]
     for v in values():
         frame = pack(v)
@@ -119,6 +137,14 @@ def main():
         write("packed_value", f"flip_{n}", b"\0" + raw + bytes(flipped))
         write("packed_value", f"short_{n}", b"\0" + struct.pack("<I", n - 1)[:3] + frame)
         write("packed_value", f"dict_{n}", b"\x41" + raw + frame)
+        # Coded with the target's dictionary (codec byte 0x80: "the
+        # table's dictionary"), whole, cut short and bit-flipped.
+        coded = pack_with_dict(v)
+        write("packed_value", f"dict_coded_{n}", b"\x80" + raw + coded)
+        write("packed_value", f"dict_cut_{n}", b"\x80" + raw + coded[:len(coded) // 2])
+        flipped = bytearray(coded)
+        flipped[drng.randrange(len(flipped))] ^= 1 << drng.randrange(8)
+        write("packed_value", f"dict_flip_{n}", b"\x80" + raw + bytes(flipped))
         if len(frame) < n:
             key = b"key:%d" % n
             full = item(key, frame, flags=7, exptime=100, cas=99, packed=(0, n))

@@ -68,8 +68,9 @@ pub(crate) struct DensityArgs {
     /// MiB of values a second the fill sends at most (0: no limit).
     #[arg(long, default_value_t = 40.0)]
     rate: f64,
-    /// Runs, in this order: cold (osmium -o compression=cold), off
-    /// (osmium -o compression=off), memcached.
+    /// Runs, in this order: cold (osmium -o compression=cold), nodicts
+    /// (cold without trained dictionaries), off (osmium -o
+    /// compression=off), memcached.
     #[arg(long, value_delimiter = ',', default_value = "cold,off,memcached")]
     runs: Vec<Run>,
     /// A flash file of this size for every server (`-o
@@ -86,6 +87,9 @@ pub(crate) struct DensityArgs {
 pub(crate) enum Run {
     /// osmium, `-o compression=cold`.
     Cold,
+    /// osmium, `-o compression=cold,compress_dicts=off`: packed without
+    /// dictionaries.
+    Nodicts,
     /// osmium, `-o compression=off`.
     Off,
     /// memcached.
@@ -96,6 +100,7 @@ impl Run {
     fn name(self) -> &'static str {
         match self {
             Run::Cold => "cold",
+            Run::Nodicts => "nodicts",
             Run::Off => "off",
             Run::Memcached => "memcached",
         }
@@ -475,6 +480,7 @@ impl Row {
             "packed_items": self.stat("packed_items"),
             "packed_ratio": ratio,
             "pack_cpu_us": self.stat("pack_cpu_us"),
+            "pack_dicts": self.stat("pack_dicts"),
             "flash_size": self.flash_bytes,
             "extstore_objects_used": self.stat("extstore_objects_used"),
             "extstore_bytes_used": self.stat("extstore_bytes_used"),
@@ -504,6 +510,10 @@ fn measure(
     let mut extra = Vec::new();
     match run {
         Run::Cold => extra.extend(["-o".to_string(), "compression=cold".to_string()]),
+        Run::Nodicts => extra.extend([
+            "-o".to_string(),
+            "compression=cold,compress_dicts=off".to_string(),
+        ]),
         Run::Off => extra.extend(["-o".to_string(), "compression=off".to_string()]),
         Run::Memcached => {}
     }

@@ -197,6 +197,7 @@ pub(crate) fn start(
         flash: settings.flash.clone(),
         clean: settings.clean,
         compression: settings.compression,
+        compress_dicts: settings.compress_dicts,
         ..StoreConfig::default()
     };
     let opened = match (taken_over, flash_taken_over) {

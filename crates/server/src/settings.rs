@@ -280,6 +280,10 @@ pub(crate) struct Settings {
     /// background cleaner once memory runs short, so none with
     /// `no_compact_background`; every setting reads packed items).
     pub compression: osmium_store::Compression,
+    /// `-o compress_dicts=on|off` (osmium's own, default on): the pack pass
+    /// trains zstd dictionaries from the cache's own values and packs
+    /// small values with them (values packed with one are read either way).
+    pub compress_dicts: bool,
     /// `-o thread_affinity=N` (osmium's own, after the ThreadAffinity
     /// memcached builds of seed 002): worker i runs only on CPU
     /// (N + i) mod the CPUs this process may use. None: no pinning.
@@ -430,7 +434,7 @@ fn extstore_option(f: &mut FlashConfig, name: &str, value: Option<&str>) -> Resu
 }
 
 /// The `-o` options, after `-h`'s list (and in the man page).
-pub(crate) const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, compression=off|cold|all (values stored packed: cold items (the default), every value at its write, or none; every setting reads packed items), hotkeys_top=<keys> (0: off), hotkeys_sample=adaptive|1/<N>, metrics_addr=<host:port>, replication_peers=<name>[:<name>...] (with -Z: the certificate SANs, DNS names or IP addresses, that make a replication peer), replication_ca=<file> (with -Z: a CA whose certificates make replication peers).\nOther memcached -o options are accepted with a warning.\n";
+pub(crate) const EXTENDED_HELP: &str = "-o options honoured: idle_timeout=<secs>, read_buf_mem_limit=<megabytes>, hashpower=<n>, no_lru_crawler, lru_crawler, maxconns_fast, no_maxconns_fast, thread_affinity=<cpu>, idle_spin=<microseconds>, ext_path=<file>:<size>[m|g|t|p] (the flash tier; several allowed), ext_page_size=<MB>, ext_wbuf_size=<MB>, ext_item_size=<bytes>, ext_recache_rate=<n>, ext_compact_under=<pages>, ext_max_frag=<fraction>, ext_drop_unread, compact_policy=greedy|cost_benefit, compact_threshold=<percent dead>, compact_reserve=<percent>, no_compact_background, compression=off|cold|all (values stored packed: cold items (the default), every value at its write, or none; every setting reads packed items), compress_dicts=on|off (the pack pass trains zstd dictionaries from the cache's values and packs small values with them; on by default), hotkeys_top=<keys> (0: off), hotkeys_sample=adaptive|1/<N>, metrics_addr=<host:port>, replication_peers=<name>[:<name>...] (with -Z: the certificate SANs, DNS names or IP addresses, that make a replication peer), replication_ca=<file> (with -Z: a CA whose certificates make replication peers).\nOther memcached -o options are accepted with a warning.\n";
 
 /// `-V`'s line, also the first of `-h`: osmium's version, then the
 /// memcached protocol level it speaks.
@@ -626,6 +630,7 @@ fn parse_expanded(
     let mut flash = FlashConfig::default();
     let mut clean = osmium_store::CleanConfig::default();
     let mut compression = osmium_store::Compression::default();
+    let mut compress_dicts = true;
     let mut item_memory = ItemMemory::default();
     let mut hot = hotkeys::HotkeysSettings::default();
     let mut tls = TlsSettings {
@@ -686,6 +691,13 @@ fn parse_expanded(
                     Some("cold") => osmium_store::Compression::Cold,
                     Some("all") => osmium_store::Compression::All,
                     _ => return Err("-o compression: off, cold or all".into()),
+                }
+            }
+            "compress_dicts" => {
+                compress_dicts = match value {
+                    Some("on") => true,
+                    Some("off") => false,
+                    _ => return Err("-o compress_dicts: on or off".into()),
                 }
             }
             "item_memory" => {
@@ -784,6 +796,7 @@ fn parse_expanded(
         lru_crawler,
         clean,
         compression,
+        compress_dicts,
         thread_affinity,
         idle_spin_us: idle_spin_us.unwrap_or(0),
         binding_protocol,

@@ -15,15 +15,24 @@
 //! the raw length ([`ValueRef::append_to`]) or a slot of item memory
 //! ([`ValueRef::write_into`]). A frame that does not decode to exactly the
 //! raw length is [`Corrupt`].
+//!
+//! A codec byte other than 0 names a dictionary (`dict`): the frame was
+//! made with its `CDict` ([`Packer::pack_with`]) and is decoded with its
+//! `DDict`, found lock-free in the store's `DictTable` by the whole codec
+//! byte (slot and generation); a codec byte the table does not hold is
+//! [`Corrupt`].
 
 use std::cell::RefCell;
 
-use zstd::zstd_safe::{CCtx, CParameter, DCtx, DParameter, FrameFormat};
+use zstd::zstd_safe::{CCtx, CParameter, DCtx, DParameter, FrameFormat, ResetDirective};
 
-use crate::dict::{DictTable, CODEC_PLAIN};
+use crate::dict::{Dict, DictTable, CODEC_PLAIN};
 
 /// Values shorter than this are never packed.
 pub const PACK_MIN: usize = 64;
+
+// The smallest size class (`dict::class_of`) starts at PACK_MIN.
+const _: () = assert!(PACK_MIN == 1 << crate::dict::CLASS_MIN_LOG2);
 
 /// The zstd level of `-o compress_level`'s default.
 pub const DEFAULT_LEVEL: i32 = 1;
@@ -212,17 +221,24 @@ fn new_dctx() -> DCtx<'static> {
     d
 }
 
-/// Decodes `frame` into `dst`, which must come out exactly full.
+/// Decodes `frame` into `dst`, which must come out exactly full, with the
+/// dictionary `codec` names (none for [`CODEC_PLAIN`]).
 fn unpack(frame: &[u8], codec: u8, dicts: &DictTable, dst: &mut [u8]) -> Result<(), Corrupt> {
-    if codec != CODEC_PLAIN || !dicts.knows(codec) {
-        return Err(Corrupt);
-    }
+    let dict = if codec == CODEC_PLAIN {
+        None
+    } else {
+        Some(dicts.get(codec).ok_or(Corrupt)?)
+    };
     DCTX.with(|cell| {
         // A decompression never calls back into this module, so the cell
         // is never borrowed twice; a context made aside would do if it were.
         let mut slot = cell.try_borrow_mut().map_err(|_| Corrupt)?;
         let d = slot.get_or_insert_with(new_dctx);
-        match d.decompress(dst, frame) {
+        let r = match dict {
+            None => d.decompress(dst, frame),
+            Some(dict) => d.decompress_using_ddict(dst, frame, dict.ddict()),
+        };
+        match r {
             Ok(n) if n == dst.len() => Ok(()),
             _ => Err(Corrupt),
         }
@@ -255,19 +271,8 @@ impl Packer {
     /// A packer at zstd level `level` writing magicless frames without
     /// content size, checksum or dictionary id.
     pub fn new(level: i32) -> Packer {
-        let mut cctx = CCtx::create();
-        for p in [
-            CParameter::CompressionLevel(level),
-            CParameter::Format(FrameFormat::Magicless),
-            CParameter::ContentSizeFlag(false),
-            CParameter::ChecksumFlag(false),
-            CParameter::DictIdFlag(false),
-        ] {
-            // Valid parameters of the vendored libzstd (levels are clamped).
-            let _ = cctx.set_parameter(p);
-        }
         Packer {
-            cctx,
+            cctx: new_cctx(level),
             level,
             frame: Vec::new(),
         }
@@ -281,6 +286,12 @@ impl Packer {
     /// Packs `value` if it is worth it: the frame must save at least
     /// max(16 bytes, 12.5 %) of the value.
     pub fn pack(&mut self, value: &[u8]) -> Packed<'_> {
+        self.pack_with(value, None)
+    }
+
+    /// Packs `value` as [`Packer::pack`] does, with `dict` if given (the
+    /// frame's codec byte is then `dict.codec()`).
+    pub fn pack_with(&mut self, value: &[u8], dict: Option<&Dict>) -> Packed<'_> {
         if value.len() < PACK_MIN {
             return Packed::Small;
         }
@@ -291,13 +302,49 @@ impl Packer {
         if self.frame.len() < limit {
             self.frame.resize(limit, 0);
         }
+        // The dictionary is referenced for this frame only: the context
+        // never keeps a pointer to a dictionary past the call.
+        // A compression that failed (frame too large) leaves its session
+        // mid-frame, where a dictionary cannot be referenced: reset first.
+        if let Some(d) = dict {
+            let _ = self.cctx.reset(ResetDirective::SessionOnly);
+            if self.cctx.ref_cdict(d.cdict()).is_err() {
+                return Packed::Rejected;
+            }
+        }
         // A frame that does not fit in `limit` bytes fails (destination
         // too small): not worth keeping.
-        match self.cctx.compress2(&mut self.frame[..limit], value) {
+        let r = self.cctx.compress2(&mut self.frame[..limit], value);
+        if dict.is_some() {
+            // Back to no dictionary; should that fail, a new context
+            // rather than one that points at the dictionary.
+            let _ = self.cctx.reset(ResetDirective::SessionOnly);
+            if self.cctx.disable_dictionary().is_err() {
+                self.cctx = new_cctx(self.level);
+            }
+        }
+        match r {
             Ok(n) if n <= limit => Packed::Frame(&self.frame[..n]),
             _ => Packed::Rejected,
         }
     }
+}
+
+/// A compression context at zstd `level` writing magicless frames without
+/// content size, checksum or dictionary id.
+fn new_cctx(level: i32) -> CCtx<'static> {
+    let mut cctx = CCtx::create();
+    for p in [
+        CParameter::CompressionLevel(level),
+        CParameter::Format(FrameFormat::Magicless),
+        CParameter::ContentSizeFlag(false),
+        CParameter::ChecksumFlag(false),
+        CParameter::DictIdFlag(false),
+    ] {
+        // Valid parameters of the vendored libzstd (levels are clamped).
+        let _ = cctx.set_parameter(p);
+    }
+    cctx
 }
 
 /// Runs `f` with this thread's packer at `level` (made on first use). None

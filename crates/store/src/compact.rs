@@ -69,9 +69,10 @@ const MIN_DEAD_SHIFT: u32 = 6;
 pub(crate) enum CopyAs<'a> {
     /// As it is (a packed value stays packed, a raw one raw).
     Same,
-    /// Packed (the pack pass): this frame, codec 0, in place of the item's
-    /// raw value.
-    Packed(&'a [u8]),
+    /// Packed (the pack pass): this frame, made with the dictionary this
+    /// codec byte names (`dict`; 0: none), in place of the item's raw
+    /// value.
+    Packed(&'a [u8], u8),
     /// Raw, marked as tried: the value did not pack (the pack pass).
     RawTried,
 }
@@ -312,7 +313,7 @@ impl Store {
                 Moved::Copied(bytes) => {
                     m.moved += 1;
                     m.copied += bytes as u64;
-                    m.packed += u64::from(matches!(copy, CopyAs::Packed(_)));
+                    m.packed += u64::from(matches!(copy, CopyAs::Packed(..)));
                 }
                 Moved::Gone => {}
                 Moved::NoRoom => {
@@ -378,9 +379,9 @@ impl Store {
         };
         match copy {
             CopyAs::Same => spec,
-            CopyAs::Packed(frame) => item::ItemSpec {
+            CopyAs::Packed(frame, codec) => item::ItemSpec {
                 value_len: frame.len(),
-                packed: Some((crate::dict::CODEC_PLAIN, it.value_len())),
+                packed: Some((codec, it.value_len())),
                 raw_tried: false,
                 ..spec
             },
@@ -422,7 +423,7 @@ impl Store {
             return Moved::NoRoom;
         };
         let value = match copy {
-            CopyAs::Packed(frame) => frame,
+            CopyAs::Packed(frame, _) => frame,
             CopyAs::Same | CopyAs::RawTried => it.stored_value(),
         };
         self.write_item(&slot, &spec, key, &[value], 0);

@@ -90,6 +90,7 @@ mod shard;
 mod stats;
 mod store;
 mod tier;
+mod train;
 mod types;
 mod write;
 

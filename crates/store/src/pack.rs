@@ -64,6 +64,14 @@
 //! leaves two versions with the same CAS unique and the same client bytes,
 //! of which a recovery keeps one.
 //!
+//! Dictionaries (`dict`, `train`, `-o compress_dicts`): a cold value of a size
+//! class that has a dictionary is packed with it (its copy's codec byte
+//! names it); every value tried is offered to the trainer as a sample.
+//! Training and the removal of retired dictionaries run at the start of a
+//! pack, never between its plan and its moves, so the dictionaries a plan
+//! packs with are current (never removed) until the copies naming them
+//! are linked and counted.
+//!
 //! Memory: the cleaner keeps one zstd `CCtx`, a plan of the victim's items
 //! and a frames buffer of at most a segment (packed values are smaller
 //! than the values they replace).
@@ -72,8 +80,9 @@ use std::sync::atomic::Ordering;
 
 use crate::arena::{CleanScan, Queue, SegmentId, PACK_NOT_WORTH};
 use crate::clock::thread_cpu_micros;
-use crate::codec::{Packed, Packer, PACK_MIN};
+use crate::codec::{sniff_incompressible, Packed, Packer, PACK_MIN};
 use crate::compact::CopyAs;
+use crate::dict::{CODEC_PLAIN, DICT_CLASSES};
 use crate::index::{hash_key, Location};
 use crate::pack_state::{class_of, How, PackWork, Planned};
 use crate::store::Store;
@@ -141,6 +150,10 @@ impl Store {
     pub(crate) fn pack_segment(&self, victim: SegmentId, background: bool) -> bool {
         let mut guard = self.pack_work.lock();
         let work = &mut *guard;
+        // Before the plan: a dictionary the plan packs with is current,
+        // so no training or collection may retire and remove it before
+        // the copies naming it are linked.
+        self.train_dicts(work);
         let queue = self.arena.queue(victim);
         let s = self.arena.segment(victim);
         let used = s.used.load(Ordering::Acquire);
@@ -180,9 +193,10 @@ impl Store {
                     // Hit since the plan: raw, as it is.
                     _ if hot => CopyAs::Same,
                     How::Same => CopyAs::Same,
-                    How::Packed => {
-                        CopyAs::Packed(&frames[p.frame_at as usize..][..p.frame_len as usize])
-                    }
+                    How::Packed => CopyAs::Packed(
+                        &frames[p.frame_at as usize..][..p.frame_len as usize],
+                        p.codec,
+                    ),
                     How::RawTried => CopyAs::RawTried,
                 };
                 (p.offset, p.hash, copy)
@@ -204,6 +218,19 @@ impl Store {
         true
     }
 
+    /// The dictionary trainer's turn (see `dict::train`): trains one size
+    /// class whose samples are in, if any is due, and removes the retired
+    /// dictionaries no item names.
+    fn train_dicts(&self, work: &mut PackWork) {
+        if !self.cfg.compress_dicts {
+            return;
+        }
+        let pass_cpu = self.pack_stats.cpu_micros.load(Ordering::Relaxed);
+        work.trainer
+            .train_due(&self.dicts, self.cfg.compress_level, pass_cpu);
+        self.dicts.collect();
+    }
+
     /// The plan of a pack: walks `seg` in order (fetched ahead), notes
     /// each live item, packs the cold raw values worth a try into the
     /// frames buffer, and sums what the copies will take.
@@ -219,8 +246,10 @@ impl Store {
             plan,
             frames,
             classes,
+            trainer,
             ..
         } = work;
+        let dicts = self.cfg.compress_dicts.then_some(&self.dicts);
         plan.clear();
         frames.clear();
         let packer = packer.get_or_insert_with(|| Packer::new(self.cfg.compress_level));
@@ -235,18 +264,34 @@ impl Store {
                     offset: offset as u32,
                     frame_at: 0,
                     frame_len: 0,
+                    codec: CODEC_PLAIN,
                     how: How::Same,
                     hash: hash_key(it.key()),
                 };
                 let len = it.value_len();
                 if it.freq() == 0 && len >= PACK_MIN && it.packed().is_none() && !it.raw_tried() {
-                    let class = &mut classes[class_of(len)];
+                    let class_index = class_of(len);
+                    let class = &mut classes[class_index];
                     if class.skip() {
                         p.skipped += 1;
                     } else {
                         since_yield += len;
-                        match packer.pack(it.stored_value()) {
+                        let value = it.stored_value();
+                        let dict = match dicts {
+                            Some(d) if class_index < DICT_CLASSES => {
+                                if !sniff_incompressible(value) {
+                                    trainer.sample(class_index, value, d);
+                                }
+                                d.for_len(len)
+                            }
+                            _ => None,
+                        };
+                        match packer.pack_with(value, dict) {
                             Packed::Frame(frame) => {
+                                if let Some(d) = dict {
+                                    entry.codec = d.codec();
+                                    trainer.packed_with_dict(class_index, len, frame.len());
+                                }
                                 entry.how = How::Packed;
                                 entry.frame_at = frames.len() as u32;
                                 entry.frame_len = frame.len() as u32;
@@ -274,6 +319,7 @@ impl Store {
                     How::Same => CopyAs::Same,
                     How::Packed => CopyAs::Packed(
                         &frames[entry.frame_at as usize..][..entry.frame_len as usize],
+                        entry.codec,
                     ),
                     How::RawTried => CopyAs::RawTried,
                 };

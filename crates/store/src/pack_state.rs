@@ -1,13 +1,14 @@
 //! The pack pass's state (`pack`): its counters, kept in the `Store`
 //! (`Store::pack_stats`), and its working state from one segment to the
 //! next (`Store::pack_work`: the packer, the plan of the segment being
-//! packed, the frames made, each size class's last tries). Apart from
+//! packed, the frames made, each size class's last tries, the dictionary
+//! trainer's samples). Apart from
 //! `pack` so that `store`, which holds them, does not import the pass
 //! that runs over the store.
 
 use std::sync::atomic::AtomicU64;
 
-use crate::codec::{Packer, PACK_MIN};
+use crate::codec::Packer;
 
 /// The pack pass's counters (see `StoreStats`).
 #[derive(Default)]
@@ -53,8 +54,7 @@ const HISTORY: u8 = 8;
 /// this many.
 const SAMPLE: u8 = 16;
 
-/// Size classes: powers of two from `PACK_MIN` (64 = 2^6) to 2^30.
-pub(crate) const CLASSES: usize = 25;
+pub(crate) use crate::dict::{class_of, CLASSES};
 
 /// How the plan copies an item.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -73,6 +73,8 @@ pub(crate) struct Planned {
     pub(crate) offset: u32,
     pub(crate) frame_at: u32,
     pub(crate) frame_len: u32,
+    /// The packed frame's codec byte (its dictionary).
+    pub(crate) codec: u8,
     pub(crate) how: How,
     pub(crate) hash: u64,
 }
@@ -104,13 +106,6 @@ impl ClassHistory {
     }
 }
 
-/// The size class of a value of `len` bytes (at least `PACK_MIN`).
-pub(crate) fn class_of(len: usize) -> usize {
-    let log2 = (usize::BITS - 1 - len.leading_zeros()) as usize;
-    log2.saturating_sub(PACK_MIN.trailing_zeros() as usize)
-        .min(CLASSES - 1)
-}
-
 /// The pass's working state, kept from one segment to the next (the
 /// cleaner is its only user).
 #[derive(Default)]
@@ -119,6 +114,8 @@ pub(crate) struct PackWork {
     pub(crate) plan: Vec<Planned>,
     pub(crate) frames: Vec<u8>,
     pub(crate) classes: [ClassHistory; CLASSES],
+    /// Dictionaries trained from the values the pass tries (`dict::train`).
+    pub(crate) trainer: crate::train::Trainer,
     /// By queue (small, main): the number of activations before which
     /// the pass leaves the queue alone (see `PAUSE_SEGMENTS`).
     pub(crate) resume_at: [u64; 2],

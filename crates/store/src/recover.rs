@@ -14,7 +14,8 @@
 //!                                                        below it is whole)
 //!  pass 1, reading item memory in order (fetched 16 KiB ahead):
 //!     header sound?      no -> the rest of the segment is dropped
-//!     packed with a dictionary not loaded?  yes -> marked dead
+//!     packed with a dictionary not loaded?  yes -> marked dead (the
+//!                        table was loaded before: `dict`, `Store::open`)
 //!     dead?              yes -> skipped (removed, replaced, or never
 //!                               committed: its writer did not finish)
 //!     flushed, expired?  yes -> marked dead
@@ -244,14 +245,15 @@ impl Store {
                 c.bytes = c.bytes.wrapping_sub(other_size as u64);
                 if let (size, Some(raw_len)) = other.item.footprint() {
                     c.packed.sub(size, raw_len);
+                    self.count_dict_use(other.item, false);
                 }
-                count_recovered(&mut table.counters, it, size);
+                count_recovered(&mut table.counters, &self.dicts, it, size);
                 Relink::Replaced(other.loc.seg)
             }
             None => {
                 table.insert(&self.arena, hash, loc);
                 self.arena.segment(loc.seg).add_live(size as usize);
-                count_recovered(&mut table.counters, it, size);
+                count_recovered(&mut table.counters, &self.dicts, it, size);
                 Relink::Linked
             }
         }
@@ -277,11 +279,17 @@ struct Noted {
     hash: u64,
 }
 
-fn count_recovered(c: &mut crate::index::ShardCounters, it: ItemPtr, size: u32) {
+fn count_recovered(
+    c: &mut crate::index::ShardCounters,
+    dicts: &crate::dict::DictTable,
+    it: ItemPtr,
+    size: u32,
+) {
     c.curr_items += 1;
     c.bytes = c.bytes.wrapping_add(u64::from(size));
-    if let Some((_, raw_len)) = it.packed() {
+    if let Some((codec, raw_len)) = it.packed() {
         c.packed.add(size as usize, raw_len);
+        dicts.count_use(codec, true);
     }
 }
 

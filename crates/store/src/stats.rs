@@ -52,7 +52,13 @@ impl Store {
             Some(f) if f.is_on() => f.index.len() as u64,
             _ => 0,
         };
+        let (pack_dicts, pack_dict_bytes) = self.dicts.in_use();
         StoreStats {
+            pack_dicts,
+            pack_dict_bytes,
+            pack_dict_trainings: self.dicts.trainings.load(Ordering::Relaxed),
+            pack_dict_train_us: self.dicts.train_cpu_micros.load(Ordering::Relaxed),
+            packed_dict_items: gauge(self.dicts.live_total()),
             flash_items,
             compress_errors: self.compress_errors(),
             pack_segments: p.segments.load(Ordering::Relaxed),

@@ -168,6 +168,41 @@ impl Store {
             Some(r) => Clock::resume(r.process_started, r.clock),
             None => fresh_clock,
         };
+        // The dictionaries items may name, loaded before any item is
+        // trusted (see `dict`): with a memory file, from FILE.dicts; with a
+        // memfd, from its bytes past the mapping.
+        let dicts = crate::dict::DictTable::new();
+        dicts.keep_retired(cfg.flash.is_some());
+        let dict_file = match &cfg.backing {
+            BackingKind::File(path) => {
+                let dicts_path = crate::dict::DictFile::path_beside(path);
+                new_files.note(&dicts_path);
+                Some(crate::dict::DictFile::beside(path))
+            }
+            BackingKind::Memfd => backing.memfd().map(|fd| {
+                use std::os::fd::AsRawFd;
+                let base = layout.total.next_multiple_of(4096) as u64;
+                // SAFETY: the memfd is the backing's, which the arena keeps
+                // open until the store drops; the table's file is not used
+                // in its drop.
+                unsafe { crate::dict::DictFile::in_memfd(fd.as_raw_fd(), base) }
+            }),
+            BackingKind::Anonymous => None,
+        };
+        let mut new_dict_table = false;
+        match dict_file {
+            Some(Ok(f)) => {
+                new_dict_table = f.is_new();
+                dicts.attach(f, cfg.compress_level);
+            }
+            Some(Err(e)) => {
+                // Items that outlive the process must not name a
+                // dictionary its file does not hold: none is trained.
+                eprintln!("osmium: compression dictionaries off: their file cannot be used: {e}");
+                dicts.freeze();
+            }
+            None => {}
+        }
         let arena = Arena::new(backing, cfg.memory_limit, heads, cfg.evictions);
         let codec = AddrCodec::new(
             arena.capacity(),
@@ -215,6 +250,19 @@ impl Store {
             }
             None => (None, None),
         };
+        if new_dict_table
+            && flash_resumed
+                .as_ref()
+                .is_some_and(|r| r.taken_over && r.items > 0)
+        {
+            // Flash records of an earlier run may name dictionaries of a
+            // table that is gone: new ones could take their codec bytes.
+            eprintln!(
+                "osmium: compression dictionaries off: the flash tier was taken over without \
+                 the dictionaries its records may name"
+            );
+            dicts.freeze();
+        }
         let store = Store {
             events: Default::default(),
             flash,
@@ -233,7 +281,7 @@ impl Store {
             clean_stats: Default::default(),
             compact_plan: Default::default(),
             clean_wanted: Default::default(),
-            dicts: crate::dict::DictTable::new(),
+            dicts,
             compress_errors: AtomicU64::new(0),
             pack_work: Default::default(),
             pack_stats: Default::default(),
@@ -459,6 +507,7 @@ impl Store {
         let (size, packed) = it.footprint();
         if let Some(raw_len) = packed {
             table.counters.packed.sub(size, raw_len);
+            self.count_dict_use(it, false);
         }
         self.arena.segment(found.loc.seg).sub_live(size);
         table.counters.curr_items -= 1;
@@ -471,6 +520,7 @@ impl Store {
         let (size, packed) = it.footprint();
         if let Some(raw_len) = packed {
             table.counters.packed.add(size, raw_len);
+            self.count_dict_use(it, true);
         }
         self.arena.segment(seg).add_live(size);
         table.counters.curr_items += 1;
@@ -713,6 +763,9 @@ impl Store {
             offset: slot.offset,
         };
         slot.ptr.commit();
+        // The new item is counted before the old one is uncounted (so a
+        // dictionary's count never touches zero for a copy: see `dict`).
+        self.account_link(table, slot.seg, slot.ptr, new);
         if old.is_none() {
             // The key's item is in RAM now: none on flash.
             self.forget_flash(hash);
@@ -724,8 +777,16 @@ impl Store {
             }
             None => table.insert(&self.arena, hash, loc),
         }
-        self.account_link(table, slot.seg, slot.ptr, new);
         loc
+    }
+
+    /// Counts a packed item naming a dictionary as linked or unlinked in
+    /// the dictionary table (see `dict`); nothing for other items.
+    #[inline]
+    pub(crate) fn count_dict_use(&self, it: ItemPtr, linked: bool) {
+        if let Some((codec, _)) = it.packed() {
+            self.dicts.count_use(codec, linked);
+        }
     }
 
     /// Does publishing `slot` in place of `old` need a stored CAS unique?

@@ -33,6 +33,10 @@ pub struct StoreConfig {
     pub compression: Compression,
     /// The zstd level values are packed at.
     pub compress_level: i32,
+    /// Whether the pack pass trains dictionaries from the values it packs
+    /// and packs with them (`-o compress_dicts`; see `dict`). Values packed
+    /// with a dictionary are read whatever this says.
+    pub compress_dicts: bool,
 }
 
 impl Default for StoreConfig {
@@ -49,6 +53,7 @@ impl Default for StoreConfig {
             clean: CleanConfig::default(),
             compression: Compression::default(),
             compress_level: crate::codec::DEFAULT_LEVEL,
+            compress_dicts: true,
         }
     }
 }
@@ -414,6 +419,16 @@ pub struct StoreStats {
     pub packed_raw_bytes: u64,
     /// Bytes those items take (headers, keys, frames).
     pub packed_bytes: u64,
+    /// Compression dictionaries held now (`dict`).
+    pub pack_dicts: u64,
+    /// Their bytes.
+    pub pack_dict_bytes: u64,
+    /// Dictionary trainings run (installed or not).
+    pub pack_dict_trainings: u64,
+    /// Their CPU time, µs (not in `pack_cpu_us`, the plans').
+    pub pack_dict_train_us: u64,
+    /// Items linked now whose value was packed with a dictionary.
+    pub packed_dict_items: u64,
     /// memcached's `evicted_nonzero`, `evicted_active`, `evicted_time`, `moves_to_warm`,
     /// `moves_within_lru`, `crawler_items_checked`, `crawler_reclaimed`
     /// (see `arena::CleanStats`).

@@ -447,11 +447,14 @@ impl Store {
         let delta = (new_size as u64).wrapping_sub(old_size as u64);
         c.bytes.fetch_add(delta, Ordering::Relaxed);
         c.total_items.fetch_add(1, Ordering::Relaxed);
+        // The new item first (see `dict`).
         if let Some(raw_len) = new_packed {
             c.count_packed(new_size, raw_len, true);
+            self.count_dict_use(slot.ptr, true);
         }
         if let Some(raw_len) = old_packed {
             c.count_packed(old_size, raw_len, false);
+            self.count_dict_use(old.item, false);
         }
         true
     }

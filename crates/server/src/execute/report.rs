@@ -268,6 +268,13 @@ pub(crate) fn general(sh: &Shared, out: &mut StatRows) {
     stat(out, "packed_items", e.packed_items);
     stat(out, "packed_raw_bytes", e.packed_raw_bytes);
     stat(out, "packed_bytes", e.packed_bytes);
+    // Compression dictionaries (`-o compress_dicts`): held now, their
+    // bytes, trainings run and their CPU, items packed with one.
+    stat(out, "pack_dicts", e.pack_dicts);
+    stat(out, "pack_dict_bytes", e.pack_dict_bytes);
+    stat(out, "pack_dict_trainings", e.pack_dict_trainings);
+    stat(out, "pack_dict_train_us", e.pack_dict_train_us);
+    stat(out, "packed_dict_items", e.packed_dict_items);
     if let Some(f) = sh.store.flash() {
         flash_stats(f, out);
     }
@@ -643,6 +650,11 @@ pub(crate) fn settings(sh: &Shared, out: &mut StatRows) {
     stat(out, "compact_reserve", s.clean.reserve_percent);
     stat(out, "compact_background", yn(s.clean.background));
     stat(out, "compression", s.compression.name());
+    stat(
+        out,
+        "compress_dicts",
+        if s.compress_dicts { "on" } else { "off" },
+    );
     // What holds item memory: memfd (kept by a binary upgrade), anonymous
     // (`-o item_memory=anonymous`, or where no memfd can be made) or file
     // (`-e`).

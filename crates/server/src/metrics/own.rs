@@ -172,6 +172,30 @@ const PACKING: &[(&str, &str, bool, &str)] = &[
         false,
         "Bytes the packed items take in memory (headers, keys, frames).",
     ),
+    (
+        "packed_dict_items",
+        "osmium_packed_dict_items",
+        false,
+        "Items linked now whose value was packed with a compression dictionary.",
+    ),
+    (
+        "pack_dicts",
+        "osmium_pack_dicts",
+        false,
+        "Compression dictionaries held (trained from the cache's values, -o compress_dicts).",
+    ),
+    (
+        "pack_dict_bytes",
+        "osmium_pack_dict_bytes",
+        false,
+        "Bytes of the compression dictionaries held.",
+    ),
+    (
+        "pack_dict_trainings",
+        "osmium_pack_dict_trainings_total",
+        true,
+        "Compression dictionary trainings run (installed or not).",
+    ),
 ];
 
 /// Adds osmium's own metrics.
@@ -244,6 +268,14 @@ pub(super) fn add(f: &mut Families, sh: &Shared, s: &Rows) {
         f.counter(
             "osmium_pack_cpu_seconds_total",
             "CPU time of the pack pass's walks and packing.",
+            no_labels(),
+            v / 1e6,
+        );
+    }
+    if let Some(v) = num(s, "pack_dict_train_us") {
+        f.counter(
+            "osmium_pack_dict_train_cpu_seconds_total",
+            "CPU time of the compression dictionary trainings.",
             no_labels(),
             v / 1e6,
         );

@@ -127,6 +127,16 @@ fn compression_option() {
 }
 
 #[test]
+fn compress_dicts_option() {
+    assert!(run(&[]).unwrap().compress_dicts);
+    assert!(!run(&["-o", "compress_dicts=off"]).unwrap().compress_dicts);
+    assert!(run(&["-o", "compress_dicts=on"]).unwrap().compress_dicts);
+    for bad in ["compress_dicts", "compress_dicts=", "compress_dicts=yes"] {
+        assert!(run(&["-o", bad]).is_err(), "{bad}");
+    }
+}
+
+#[test]
 fn an_option_given_twice_takes_its_last_value_and_lists_add_up() {
     let s = run(&[
         "-t",

@@ -5,7 +5,9 @@
 //! writes wait for a free segment, so that they do not outrun the
 //! cleaner); and
 //! every item it holds reads back byte for byte (`mg` with `s` gives the
-//! client's size, `f` the flags, `v` the bytes).
+//! client's size, `f` the flags, `v` the bytes); small values are packed
+//! with dictionaries the pass trains from them (`-o compress_dicts`, on by
+//! default), and read back whole too.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -40,7 +42,16 @@ fn base_text() -> &'static [u8] {
 
 /// The value of key `i`: 1 KiB to 8 KiB of that text, starting with `i`.
 fn value(i: usize) -> Vec<u8> {
-    let len = 1024 + (i * 7919) % 7168;
+    text_of(i, 1024 + (i * 7919) % 7168)
+}
+
+/// The value of key `i` in the dictionary test: 100 to 1,100 bytes.
+fn small_value(i: usize) -> Vec<u8> {
+    text_of(i, 100 + (i * 7919) % 1000)
+}
+
+/// `len` bytes of that text, starting with `i`.
+fn text_of(i: usize, len: usize) -> Vec<u8> {
     let base = base_text();
     let at = (i * 104_729) % (base.len() - len);
     let mut v = format!("{i}:").into_bytes();
@@ -62,7 +73,7 @@ fn read_until(c: &mut TcpStream, buf: &mut Vec<u8>, end: &[u8], at_least: usize)
 /// segment). With `pace`, each batch waits until a segment is free: the
 /// background cleaner, which packs cold items when free segments run
 /// low, has made room, so the writes do not outrun it.
-fn fill(c: &mut TcpStream, n: usize, pace: bool) {
+fn fill(c: &mut TcpStream, n: usize, pace: bool, value: fn(usize) -> Vec<u8>) {
     for batch in (0..n).collect::<Vec<_>>().chunks(100) {
         if pace {
             common::wait_until("the cleaner frees a segment", || {
@@ -86,7 +97,7 @@ fn fill(c: &mut TcpStream, n: usize, pace: bool) {
 
 /// How many of keys `0..n` the server holds; each one held must read
 /// back byte for byte, with its flags and the client's size.
-fn held(c: &mut TcpStream, n: usize) -> usize {
+fn held(c: &mut TcpStream, n: usize, value: fn(usize) -> Vec<u8>) -> usize {
     let mut held = 0;
     for batch in (0..n).collect::<Vec<_>>().chunks(100) {
         let mut req = Vec::new();
@@ -148,8 +159,8 @@ fn a_full_cache_of_text_holds_more_items_packed_and_each_reads_back_whole() {
             .opt(format!("compression={compression}"))
             .start();
         let mut c = server.connect();
-        fill(&mut c, n, compression == "cold");
-        let kept = held(&mut c, n);
+        fill(&mut c, n, compression == "cold", value);
+        let kept = held(&mut c, n, value);
         if compression == "cold" {
             let packed = stat(&mut c, "packed_items");
             assert!(stat(&mut c, "pack_items") >= packed && packed > 0);
@@ -164,4 +175,25 @@ fn a_full_cache_of_text_holds_more_items_packed_and_each_reads_back_whole() {
     let (off, cold) = (counts[0], counts[1]);
     assert!(off > 5_000 && off < n / 2, "off holds {off}");
     assert!(cold * 2 > off * 3, "cold holds {cold}, off {off}");
+}
+
+#[test]
+fn small_values_are_packed_with_dictionaries_trained_from_them_and_read_back_whole() {
+    // ~600 B a value: 120,000 of them are about 70 MiB, past a 32 MiB
+    // cache, so the pass packs most of them, with a dictionary once its
+    // size classes have their samples.
+    let n = 120_000;
+    let server = common::osmium().memory(32).start();
+    let mut c = server.connect();
+    fill(&mut c, n, true, small_value);
+    let kept = held(&mut c, n, small_value);
+    assert!(stat(&mut c, "pack_dict_trainings") >= 1);
+    assert!(stat(&mut c, "pack_dicts") >= 1);
+    assert!(stat(&mut c, "pack_dict_bytes") > 0);
+    let with_dict = stat(&mut c, "packed_dict_items");
+    assert!(with_dict > 0 && with_dict <= stat(&mut c, "packed_items"));
+    assert!(
+        kept > with_dict as usize,
+        "kept {kept}, with a dictionary {with_dict}"
+    );
 }

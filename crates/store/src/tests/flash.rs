@@ -340,4 +340,10 @@ fn with_a_memory_file_the_flash_tier_comes_back_after_a_stop_or_a_kill() {
             s.close().unwrap();
         }
     }
+    // Taken over without the dictionaries its records may name (FILE.dicts
+    // lost): no dictionary is made, so none takes a lost one's codec byte.
+    std::fs::remove_file(crate::dict::DictFile::path_beside(&dir.0.join("mem"))).unwrap();
+    let s = restartable(&dir);
+    assert!(on_flash(&s) > 10_000);
+    assert!(s.dicts.install(0, vec![b'x'; 2000], 1).is_none());
 }

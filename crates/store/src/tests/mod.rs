@@ -4,6 +4,7 @@
 mod compact;
 mod concurrency;
 mod counter;
+mod dicts;
 mod dump;
 mod evict;
 mod flash;
