@@ -54,7 +54,6 @@ mod load;
 mod man;
 mod memory;
 mod plot;
-mod process;
 mod replica_copy;
 mod report;
 mod resize;
