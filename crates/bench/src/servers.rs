@@ -9,6 +9,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -154,6 +155,19 @@ impl Binaries {
     }
 }
 
+/// Set once a signal arrived: the handler is stopping the run.
+static SIGNALLED: AtomicBool = AtomicBool::new(false);
+
+/// Blocks for good once a signal arrived, so the handler's exit (128 + the
+/// signal, its message) ends the process, not the run's error: a run whose
+/// servers the handler killed under it, or whose next start the harness
+/// refused, ends in an error meanwhile.
+pub(crate) fn wait_if_signalled() {
+    while SIGNALLED.load(Ordering::SeqCst) {
+        std::thread::park();
+    }
+}
+
 /// Kills every server still running when SIGINT, SIGTERM or SIGHUP
 /// arrives (every process the harness started:
 /// [`osmium_test_harness::kill_all_started`]), removes the files of
@@ -166,6 +180,7 @@ pub(crate) fn install_signal_handler() -> Result<(), String> {
         .name("signals".into())
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
+                SIGNALLED.store(true, Ordering::SeqCst);
                 let n = osmium_test_harness::kill_all_started();
                 for f in TEMP_FILES.lock().unwrap_or_else(|e| e.into_inner()).iter() {
                     let _ = std::fs::remove_file(f);

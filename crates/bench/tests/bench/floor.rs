@@ -8,6 +8,7 @@ use common::bench;
 use osmium_test_harness::{Program, Running, ServerProcess};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::process::Command;
 use std::time::Duration;
 
 /// The floor server with values of `value_size` bytes on a free loopback
