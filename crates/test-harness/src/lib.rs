@@ -632,8 +632,9 @@ impl ServerProcess {
     }
 
     /// Sends `signal` (`libc::SIGHUP`, ...) to it; panics if it cannot be
-    /// sent (it exited already).
-    pub fn send_signal(&self, signal: i32) {
+    /// sent (it exited already). (`&mut`: the tests that send one hold
+    /// their server mutably; [`ServerProcess::try_signal`] takes `&self`.)
+    pub fn send_signal(&mut self, signal: i32) {
         self.try_signal(signal)
             .unwrap_or_else(|why| panic!("{why}"));
     }
