@@ -28,12 +28,12 @@
 //! ```
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
+use osmium_test_harness::{free_port, Nutcracker, Proxy, Running};
+
 use crate::load::{self, KeyDist, Protocol, SlaOpts, Targets, Workload};
-use crate::process::Process;
-use crate::servers::{cache_command, free_port, Binaries};
+use crate::servers::{cache_server, Binaries};
 
 /// A replication link's kind (`--links`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -168,7 +168,7 @@ pub(crate) fn run(a: &ClusterArgs) -> Result<bool, String> {
             start: &|port, extra| {
                 let mut args = secret_args()?;
                 args.extend_from_slice(extra);
-                server(&bins, false, port, a, &args)
+                server(&bins, false, Some(port), a, &args)
             },
         }),
     });
@@ -204,22 +204,25 @@ fn workload(a: &ClusterArgs, depth: usize, get_ratio: f64) -> Workload {
     }
 }
 
-/// An osmium or memcached server on `port` with `extra` arguments.
+/// An osmium or memcached server with `extra` arguments, on `port` when
+/// given (a port others were told already), else on a free one.
 fn server(
     bins: &Binaries,
     memcached: bool,
-    port: u16,
+    port: Option<u16>,
     a: &ClusterArgs,
     extra: &[String],
-) -> Result<Process, String> {
-    let path = if memcached {
-        &bins.memcached
+) -> Result<Running, String> {
+    let (path, name) = if memcached {
+        (&bins.memcached, "memcached")
     } else {
-        &bins.osmium
+        (&bins.osmium, "osmium")
     };
-    let mut cmd = cache_command(path, port, a.memory, a.threads);
-    cmd.args(extra);
-    Process::start(if memcached { "memcached" } else { "osmium" }, cmd, port)
+    let mut server = cache_server(path, name, a.memory, a.threads).args(extra);
+    if let Some(port) = port {
+        server = server.only_port(port);
+    }
+    server.try_start()
 }
 
 /// Where the run's replication secret is, once made.
@@ -263,66 +266,57 @@ fn replication_secret() -> Result<PathBuf, String> {
         .clone()
 }
 
-/// Three servers; with `ring`, each started `--replicate-to` the next.
+/// Three servers; with `ring`, each started `--replicate-to` the next
+/// (on ports chosen before the first starts).
 fn three(
     bins: &Binaries,
     memcached: bool,
     ring: bool,
     a: &ClusterArgs,
-) -> Result<Vec<Process>, String> {
-    let ports = [free_port()?, free_port()?, free_port()?];
+) -> Result<Vec<Running>, String> {
+    let ports = [free_port(), free_port(), free_port()];
     let mut out = Vec::new();
     for i in 0..3 {
-        let extra: Vec<String> = if ring {
+        let (extra, port): (Vec<String>, _) = if ring {
             let mut extra = secret_args()?;
             extra.push("--replicate-to".into());
             extra.push(format!("127.0.0.1:{}", ports[(i + 1) % 3]));
-            extra
+            (extra, Some(ports[i]))
         } else {
-            Vec::new()
+            (Vec::new(), None)
         };
-        out.push(server(bins, memcached, ports[i], a, &extra)?);
+        out.push(server(bins, memcached, port, a, &extra)?);
     }
     Ok(out)
 }
 
 /// A nutcracker YAML pool listening on `port` over `servers`.
-fn yaml(port: u16, servers: &[Process]) -> String {
+fn yaml(port: u16, servers: &[Running]) -> String {
     let mut y = format!(
         "bench:\n  listen: 127.0.0.1:{port}\n  hash: fnv1a_64\n  distribution: ketama\n  \
          timeout: 30000\n  auto_eject_hosts: false\n  server_retry_timeout: 2000\n  \
          server_failure_limit: 2\n  servers:\n"
     );
     for s in servers {
-        y.push_str(&format!("   - 127.0.0.1:{}:1\n", s.port));
+        y.push_str(&format!("   - 127.0.0.1:{}:1\n", s.port()));
     }
     y
 }
 
-/// nutcracker or osmium-proxy with `yaml`.
+/// nutcracker or osmium-proxy at `path` with the YAML `yaml_of(port)`,
+/// on a free port; both serve a stats port on 127.0.0.1, a free one (away
+/// from the default 0.0.0.0:22222 another proxy may hold).
 fn start_proxy(
     nutcracker: bool,
     path: &std::path::Path,
-    yaml_text: &str,
-    port: u16,
-) -> Result<Process, String> {
-    let name = if nutcracker {
-        "nutcracker"
+    yaml_of: impl Fn(u16) -> String,
+) -> Result<Running, String> {
+    let port = free_port();
+    if nutcracker {
+        Nutcracker::at(path, &yaml_of(port), port).try_start()
     } else {
-        "osmium-proxy"
-    };
-    let file = std::env::temp_dir().join(format!(
-        "osmium-bench-{}-{name}-{port}.yml",
-        std::process::id()
-    ));
-    std::fs::write(&file, yaml_text).map_err(|e| format!("writing {}: {e}", file.display()))?;
-    crate::servers::remove_on_signal(&file);
-    let mut cmd = Command::new(path);
-    cmd.arg("-c").arg(&file);
-    // Both serve a stats port: away from the default 0.0.0.0:22222 another
-    // proxy may hold.
-    cmd.args(["-s", &free_port()?.to_string(), "-a", "127.0.0.1"]);
-    Process::start(name, cmd, port)
+        Proxy::new(&yaml_of(port), port).bin(path).try_start()
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -395,9 +389,8 @@ fn med(runs: &[Figures]) -> Figures {
 
 fn proxies(a: &ClusterArgs, bins: &Binaries, proxy: &std::path::Path) -> Result<(), String> {
     let backends = three(bins, false, false, a)?;
-    let (np, op) = (free_port()?, free_port()?);
-    let nut = start_proxy(true, &a.nutcracker, &yaml(np, &backends), np)?;
-    let osm = start_proxy(false, proxy, &yaml(op, &backends), op)?;
+    let nut = start_proxy(true, &a.nutcracker, |port| yaml(port, &backends))?;
+    let osm = start_proxy(false, proxy, |port| yaml(port, &backends))?;
     let pre = workload(a, 1, 1.0);
     load::preload(&Targets::one(osm.addr(), None), &pre)?;
     println!(
@@ -407,7 +400,7 @@ fn proxies(a: &ClusterArgs, bins: &Binaries, proxy: &std::path::Path) -> Result<
     println!(" depth proxy          ops/s   p50 us   p99 us  p99.9 us  proxy cpu us/req  servers us/req  cpu/nutcracker");
     for &depth in &a.depths {
         let w = workload(a, depth, 1.0);
-        let pids: Vec<u32> = backends.iter().map(|b| b.pid).collect();
+        let pids: Vec<u32> = backends.iter().map(|b| b.pid()).collect();
         let (mut n_runs, mut o_runs) = (Vec::new(), Vec::new());
         for round in 0..a.rounds().max(1) {
             let order: [bool; 2] = if round % 2 == 0 {
@@ -417,12 +410,12 @@ fn proxies(a: &ClusterArgs, bins: &Binaries, proxy: &std::path::Path) -> Result<
             };
             for is_nut in order {
                 let p = if is_nut { &nut } else { &osm };
-                let f = measure(p.addr(), p.pid, &pids, &w)?;
-                p.check_alive()?;
+                let f = measure(p.addr(), p.pid(), &pids, &w)?;
+                p.check_running()?;
                 eprintln!(
                     "cluster proxy: depth {depth} round {} {:>12}: {:>9.0} ops/s p99 {:>8.1} us cpu {:>6.2} us/req",
                     round + 1,
-                    p.name,
+                    p.name(),
                     f.ops,
                     f.p99,
                     f.cpu
@@ -457,37 +450,34 @@ struct ReplicationPair {
     build: &'static str,
     link: LinkKind,
     mode: String,
-    writer: Process,
+    writer: Running,
     /// Where the clients connect (a `notls:` listener under TLS).
     client_addr: std::net::SocketAddr,
-    replica: Process,
+    replica: Running,
 }
 
-/// A server of `binary` on `port`: under TLS with the run's certificates
-/// (client certificates asked for and verified, as a replication peer's)
-/// and, when `client_port` is given, a plain listener there for clients.
+/// A server of `binary` on a free port: under TLS with the run's
+/// certificates (client certificates asked for and verified, as a
+/// replication peer's) and a plain listener for clients (`notls:`, its
+/// port the first of [`Running::extra_ports`]).
 fn link_server(
     binary: &std::path::Path,
-    port: u16,
     a: &ClusterArgs,
     tls: Option<&crate::tls::certs::Certs>,
-    client_port: Option<u16>,
     extra: &[String],
-) -> Result<Process, String> {
-    let mut cmd = cache_command(binary, port, a.memory, a.threads);
+) -> Result<Running, String> {
+    let mut server = cache_server(binary, "osmium", a.memory, a.threads);
     if let Some(c) = tls {
-        cmd.args(c.server_args(false));
-        cmd.args([
+        server = server.args(c.server_args(false)).args([
             "-o".to_string(),
             format!("ssl_ca_cert={},ssl_verify_mode=1", c.ca.display()),
         ]);
-        if let Some(p) = client_port {
-            cmd.args(["-l".to_string(), format!("notls:127.0.0.1:{p}")]);
-        }
     }
-    cmd.args(secret_args()?);
-    cmd.args(extra);
-    Process::start("osmium", cmd, port)
+    server = server.args(secret_args()?).args(extra);
+    if tls.is_some() {
+        server = server.extra_listener("notls:");
+    }
+    server.try_start()
 }
 
 fn replication(a: &ClusterArgs, bins: &Binaries) -> Result<(), String> {
@@ -512,24 +502,24 @@ fn replication(a: &ClusterArgs, bins: &Binaries) -> Result<(), String> {
             }
             for (build, binary) in &builds {
                 let tls = (link == LinkKind::Tls).then_some(certs.as_ref()).flatten();
-                let rp = free_port()?;
                 // Every server holds the secret, so that only the
                 // replication differs.
-                let replica = link_server(binary, rp, a, tls, None, &[])?;
+                let replica = link_server(binary, a, tls, &[])?;
                 let mut extra = Vec::new();
                 if mode != "none" {
                     extra.extend([
                         "--replicate-to".to_string(),
-                        format!("127.0.0.1:{rp}"),
+                        format!("127.0.0.1:{}", replica.port()),
                         "--replication".into(),
                         mode.clone(),
                     ]);
                 }
-                let (wp, cp) = (free_port()?, free_port()?);
-                let client_port = tls.map(|_| cp);
-                let writer = link_server(binary, wp, a, tls, client_port, &extra)?;
-                let client_addr =
-                    std::net::SocketAddr::from(([127, 0, 0, 1], client_port.unwrap_or(wp)));
+                let writer = link_server(binary, a, tls, &extra)?;
+                let client_port = writer.extra_ports().first().copied();
+                let client_addr = std::net::SocketAddr::from((
+                    [127, 0, 0, 1],
+                    client_port.unwrap_or(writer.port()),
+                ));
                 pairs.push(ReplicationPair {
                     build,
                     link,
@@ -566,11 +556,11 @@ fn replication(a: &ClusterArgs, bins: &Binaries) -> Result<(), String> {
                 let others = if p.mode == "none" {
                     Vec::new()
                 } else {
-                    vec![p.replica.pid]
+                    vec![p.replica.pid()]
                 };
-                let f = measure(p.client_addr, p.writer.pid, &others, &w)?;
-                p.writer.check_alive()?;
-                p.replica.check_alive()?;
+                let f = measure(p.client_addr, p.writer.pid(), &others, &w)?;
+                p.writer.check_running()?;
+                p.replica.check_running()?;
                 eprintln!(
                     "cluster replication: depth {depth} round {} {} {:?} {:>5}: {:>9.0} ops/s p99 {:>8.1} us writer {:>6.2} replica {:>6.2} us/write",
                     round + 1,
@@ -619,9 +609,8 @@ fn replication(a: &ClusterArgs, bins: &Binaries) -> Result<(), String> {
 fn sla(a: &ClusterArgs, bins: &Binaries, proxy: &std::path::Path) -> Result<(), String> {
     let ring = three(bins, false, true, a)?;
     let mc = three(bins, true, false, a)?;
-    let (op, np) = (free_port()?, free_port()?);
-    let osm = start_proxy(false, proxy, &yaml(op, &ring), op)?;
-    let nut = start_proxy(true, &a.nutcracker, &yaml(np, &mc), np)?;
+    let osm = start_proxy(false, proxy, |port| yaml(port, &ring))?;
+    let nut = start_proxy(true, &a.nutcracker, |port| yaml(port, &mc))?;
     let w = workload(a, 1, 1.0);
     let opts = SlaOpts {
         bound_us: 1000.0,
@@ -649,11 +638,11 @@ fn sla(a: &ClusterArgs, bins: &Binaries, proxy: &std::path::Path) -> Result<(), 
                 ..w.clone()
             };
             let hot = load::sla_rate(&t, &hot_w, &opts)?.rate;
-            p.check_alive()?;
+            p.check_running()?;
             eprintln!(
                 "cluster sla: round {} {}: random {random:.0} hot {hot:.0}",
                 round + 1,
-                p.name
+                p.name()
             );
             results[i].push((random, hot));
         }

@@ -54,7 +54,6 @@ mod load;
 mod man;
 mod memory;
 mod plot;
-mod process;
 mod replica_copy;
 mod report;
 mod resize;
@@ -976,7 +975,10 @@ fn main() -> ExitCode {
     if let Some(code) = man::generate::<Cli>() {
         return code;
     }
-    match run(Cli::parse()) {
+    let result = run(Cli::parse());
+    // A run cut short by Ctrl-C ends as the signal handler says.
+    servers::wait_if_signalled();
+    match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
             eprintln!("osmium-bench: a server misbehaved (see the report)");

@@ -20,11 +20,10 @@ use hdrhistogram::Histogram;
 
 use osmium_protocol::client::encode;
 
-use crate::process::Process;
-use crate::servers::free_port;
+use osmium_test_harness::{free_port, Running};
 
 /// Starts an osmium server on a port with more arguments.
-pub(crate) type StartServer<'a> = &'a dyn Fn(u16, &[String]) -> Result<Process, String>;
+pub(crate) type StartServer<'a> = &'a dyn Fn(u16, &[String]) -> Result<Running, String>;
 
 /// What to measure, and how to start an osmium server on a port with more
 /// arguments (the caller's settings: `-m`, `-t`, the binary).
@@ -83,8 +82,9 @@ pub(crate) fn run(a: &CopyRun<'_>) -> Result<(), String> {
     );
     println!(" round  copy ms  writes during copy  p50 us  p99 us   max us");
     for round in 1..=a.rounds.max(1) {
-        let rp = free_port()?;
-        let wp = free_port()?;
+        // The replica's port is named to the writer before it starts.
+        let rp = free_port();
+        let wp = free_port();
         let extra: Vec<String> = ["--replicate-to", &format!("127.0.0.1:{rp}")]
             .iter()
             .map(|s| s.to_string())
@@ -138,8 +138,8 @@ pub(crate) fn run(a: &CopyRun<'_>) -> Result<(), String> {
                 return Err("the copy did not end within 120 s".into());
             }
         };
-        writer.check_alive()?;
-        replica.check_alive()?;
+        writer.check_running()?;
+        replica.check_running()?;
         println!(
             "{round:>6} {copy_ms:>8.0} {i:>19} {:>7} {:>7} {:>8}",
             hist.value_at_quantile(0.5),

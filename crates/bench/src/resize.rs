@@ -35,13 +35,13 @@ mod clients;
 mod pool;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::process::Process;
-use crate::servers::{cache_command, free_port, Binaries};
+use osmium_test_harness::{free_port, Nutcracker, Running};
+
+use crate::servers::{cache_server, Binaries};
 use clients::{Check, Load, Shared};
 
 /// A way of changing the pool.
@@ -292,10 +292,14 @@ fn good(r: &RunResult) -> bool {
 struct Proxy<'a> {
     contender: Contender,
     path: &'a Path,
-    file: PathBuf,
+    /// The port clients use: a free one, moved by the first start if it
+    /// was taken meanwhile, then kept by every restart.
     port: u16,
+    /// The stats port of the process running now.
     stats: u16,
-    process: Option<Process>,
+    /// Whether it has started once (a start after is a restart, on `port`).
+    started: bool,
+    process: Option<Running>,
     /// osmium-proxy's `warm_moves` line, when the proxy takes it.
     warm_moves: Option<bool>,
     /// Whether a change is applied by SIGHUP (else by a restart).
@@ -303,36 +307,22 @@ struct Proxy<'a> {
 }
 
 impl Proxy<'_> {
+    /// Starts the proxy on `yaml`, whose `listen:` names `self.port`
+    /// (the harness writes it to the process's scratch directory).
     fn start(&mut self, yaml: &str) -> Result<(), String> {
-        std::fs::write(&self.file, yaml)
-            .map_err(|e| format!("writing {}: {e}", self.file.display()))?;
-        let name = match self.contender {
-            Contender::Nutcracker => "nutcracker",
-            _ => "osmium-proxy",
+        let mut builder = match self.contender {
+            Contender::Nutcracker => Nutcracker::at(self.path, yaml, self.port),
+            _ => osmium_test_harness::Proxy::new(yaml, self.port).bin(self.path),
         };
-        let mut cmd = Command::new(self.path);
-        cmd.arg("-c").arg(&self.file);
-        cmd.args(["-s", &self.stats.to_string(), "-a", "127.0.0.1"]);
-        // A port just closed by the process before may take a moment.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let mut again = Command::new(cmd.get_program());
-            again.args(cmd.get_args());
-            match Process::start(name, again, self.port) {
-                Ok(p) => {
-                    self.process = Some(p);
-                    return Ok(());
-                }
-                Err(e) if Instant::now() < deadline && e.contains("ddress already in use") => {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(e) => return Err(e),
-            }
+        if self.started {
+            builder = builder.only_port();
         }
-    }
-
-    fn pid(&self) -> u32 {
-        self.process.as_ref().map_or(0, |p| p.pid)
+        let running = builder.try_start()?;
+        self.port = running.port();
+        self.stats = running.stats_port();
+        self.started = true;
+        self.process = Some(running);
+        Ok(())
     }
 
     fn yaml(&self, servers: &[(u16, &str)]) -> String {
@@ -354,14 +344,8 @@ fn sleep_until(t: Instant) {
     }
 }
 
-fn start_server(
-    bins: &Binaries,
-    port: u16,
-    threads: u32,
-    memory_mb: u64,
-) -> Result<Process, String> {
-    let cmd = cache_command(&bins.osmium, port, memory_mb, threads);
-    Process::start("osmium", cmd, port)
+fn start_server(bins: &Binaries, threads: u32, memory_mb: u64) -> Result<Running, String> {
+    cache_server(&bins.osmium, "osmium", memory_mb, threads).try_start()
 }
 
 fn run_one(
@@ -371,17 +355,11 @@ fn run_one(
     round: usize,
 ) -> Result<RunResult, String> {
     let mut notes = Vec::new();
-    let servers: Vec<Process> = (0..5)
-        .map(|_| start_server(s.bins, free_port()?, s.threads, plan.memory_mb))
+    let servers: Vec<Running> = (0..5)
+        .map(|_| start_server(s.bins, s.threads, plan.memory_mb))
         .collect::<Result<_, _>>()?;
-    let ports: Vec<u16> = servers.iter().map(|p| p.port).collect();
-    let pids: Vec<u32> = servers.iter().map(|p| p.pid).collect();
-    let port = free_port()?;
-    let file = std::env::temp_dir().join(format!(
-        "osmium-bench-{}-resize-{port}.yml",
-        std::process::id()
-    ));
-    crate::servers::remove_on_signal(&file);
+    let ports: Vec<u16> = servers.iter().map(|p| p.port()).collect();
+    let pids: Vec<u32> = servers.iter().map(|p| p.pid()).collect();
     let mut proxy = Proxy {
         contender,
         path: if contender == Contender::Nutcracker {
@@ -389,9 +367,9 @@ fn run_one(
         } else {
             s.proxy
         },
-        file: file.clone(),
-        port,
-        stats: free_port()?,
+        port: free_port(),
+        stats: 0,
+        started: false,
         process: None,
         warm_moves: match contender {
             Contender::Warm => Some(true),
@@ -402,8 +380,6 @@ fn run_one(
     };
     let result = drive(s, plan, &mut proxy, &ports, &pids, &mut notes);
     drop(proxy.process.take());
-    let _ = std::fs::remove_file(&file);
-    crate::servers::forget_on_signal(&file);
     let (mut r, shared) = result?;
     r.evictions = evictions(&servers);
     drop(servers);
@@ -414,7 +390,7 @@ fn run_one(
 }
 
 /// Sum of the servers' `evictions`.
-fn evictions(servers: &[Process]) -> u64 {
+fn evictions(servers: &[Running]) -> u64 {
     servers
         .iter()
         .filter_map(|p| {
@@ -537,21 +513,15 @@ fn apply(
         return Ok(c);
     }
     let before = pool::progress(stats)?;
-    std::fs::write(&proxy.file, yaml)
-        .map_err(|e| format!("writing {}: {e}", proxy.file.display()))?;
-    // SAFETY: kill(2) with a PID this run started and still tracks.
-    if unsafe { libc::kill(proxy.pid() as libc::pid_t, libc::SIGHUP) } != 0 {
-        return Err(format!(
-            "kill -HUP {}: {}",
-            proxy.pid(),
-            std::io::Error::last_os_error()
-        ));
-    }
+    let process = proxy.process.as_ref().ok_or("no proxy")?;
+    let file = process.config_path();
+    std::fs::write(file, yaml).map_err(|e| format!("writing {}: {e}", file.display()))?;
+    process.try_signal(libc::SIGHUP)?;
     let (mut applied, mut seen_migrating) = (None::<Instant>, false);
     let mut last = before;
     while Instant::now() < until {
         if let Some(p) = &proxy.process {
-            p.check_alive()?;
+            p.check_running()?;
         }
         let Ok(p) = pool::progress(stats) else {
             std::thread::sleep(Duration::from_millis(50));

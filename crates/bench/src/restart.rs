@@ -138,23 +138,28 @@ impl Items {
 }
 
 /// The memory file of one server in one round (and memcached's
-/// `FILE.meta`): removed before the first start, on drop and by the signal
-/// handler.
+/// `FILE.meta`, osmium's `FILE.dicts`, its packing dictionaries): removed
+/// before the first start, on drop and by the signal handler.
 struct MemFile {
     path: PathBuf,
     meta: PathBuf,
+    dicts: PathBuf,
 }
 
 impl MemFile {
     fn new(dir: &Path, kind: Kind) -> MemFile {
         let path = dir.join(format!("{}-{}.mem", kind.name(), std::process::id()));
-        let mut meta = path.clone().into_os_string();
-        meta.push(".meta");
-        let f = MemFile {
-            path,
-            meta: meta.into(),
+        let beside = |suffix: &str| {
+            let mut name = path.clone().into_os_string();
+            name.push(suffix);
+            PathBuf::from(name)
         };
-        for p in [&f.path, &f.meta] {
+        let f = MemFile {
+            meta: beside(".meta"),
+            dicts: beside(".dicts"),
+            path,
+        };
+        for p in [&f.path, &f.meta, &f.dicts] {
             let _ = std::fs::remove_file(p);
             servers::remove_on_signal(p);
         }
@@ -164,7 +169,7 @@ impl MemFile {
 
 impl Drop for MemFile {
     fn drop(&mut self) {
-        for p in [&self.path, &self.meta] {
+        for p in [&self.path, &self.meta, &self.dicts] {
             let _ = std::fs::remove_file(p);
             servers::forget_on_signal(p);
         }

@@ -6,7 +6,9 @@
 //! null, stderr to a file ([`Running::stderr_text`]). [`CacheServer::start`]
 //! returns once the process itself listens on its port (and on its extra
 //! ports, its UDP port, its unix socket, as asked), started again on
-//! other ports if one was taken meanwhile ([`crate::Start`]);
+//! other ports if one was taken meanwhile ([`crate::Start`]), or says
+//! why it did not ([`CacheServer::try_start`]); [`CacheServer::cpu`] pins
+//! it to one CPU, [`CacheServer::no_wait`] returns at the spawn;
 //! [`CacheServer::run_to_exit`] runs a start that must fail.
 
 use std::cell::RefCell;
@@ -18,6 +20,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use crate::bins::{memcached_bin, osmium_bin, running_as_root};
+use crate::cpus::pin_command;
 use crate::exited::{run_to_exit, Exited};
 use crate::running::{Running, Scratch};
 use crate::{binds_udp, listens_on, listens_on_unix, Certs, Start};
@@ -74,6 +77,8 @@ pub struct CacheServer {
     listen: String,
     bare: bool,
     unix: Option<PathBuf>,
+    cpu: Option<usize>,
+    wait: bool,
 }
 
 impl CacheServer {
@@ -92,12 +97,37 @@ impl CacheServer {
             listen: "127.0.0.1".to_string(),
             bare: false,
             unix: None,
+            cpu: None,
+            wait: true,
         }
     }
 
     /// Runs `bin` instead of the located binary.
     pub fn bin(mut self, bin: impl AsRef<Path>) -> CacheServer {
         self.bin = Some(bin.as_ref().to_path_buf());
+        self
+    }
+
+    /// The name it is started under (messages, its scratch directory):
+    /// `osmium-b` for a second osmium build, `memcached` for another
+    /// memcached binary ([`CacheServer::bin`]).
+    pub fn name(mut self, name: &str) -> CacheServer {
+        self.name = name.to_string();
+        self
+    }
+
+    /// The process, and every thread it starts, runs on CPU `cpu` only
+    /// (pinned before it execs, [`crate::pin_to_cpu`]).
+    pub fn cpu(mut self, cpu: usize) -> CacheServer {
+        self.cpu = Some(cpu);
+        self
+    }
+
+    /// [`CacheServer::start`] returns as soon as the process is spawned,
+    /// without waiting for it to listen, in one attempt
+    /// ([`crate::Start::no_wait`]): a caller that times the start itself.
+    pub fn no_wait(mut self) -> CacheServer {
+        self.wait = false;
         self
     }
 
@@ -262,14 +292,27 @@ impl CacheServer {
             cmd.env_remove(key);
         }
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        if let Some(cpu) = self.cpu {
+            pin_command(&mut cmd, cpu);
+        }
         cmd
     }
 
-    /// Starts it; returns once it listens (module comment).
+    /// Starts it; returns once it listens (module comment). Panics if it
+    /// does not start, saying why.
     pub fn start(self) -> Running {
+        self.try_start().unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// [`CacheServer::start`] that says why it could not start instead of
+    /// panicking.
+    pub fn try_start(self) -> Result<Running, String> {
         let scratch = Scratch::new(&self.name);
         let log = scratch.stderr();
         let mut start = Start::new(&self.name).log_file(log.clone());
+        if !self.wait {
+            start = start.no_wait();
+        }
         let first = match self.first_port {
             Some(port) => port,
             None if self.udp => crate::free_port_tcp_udp(),
@@ -281,26 +324,26 @@ impl CacheServer {
             start.port(first)
         };
         let extra_ports = RefCell::new(Vec::new());
-        let process = start.child_ready(
+        let process = start.try_child_ready(
             |port| {
-                let err = File::create(&log).expect("create the stderr log");
+                let err = File::create(&log).map_err(|e| format!("create the stderr log: {e}"))?;
                 let mut cmd = self.command(port);
                 *extra_ports.borrow_mut() = self.add_extra_ports(&mut cmd);
                 cmd.stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(err)
                     .spawn()
-                    .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary().display()))
+                    .map_err(|e| format!("cannot run {}: {e}", self.binary().display()))
             },
             |child, port| {
                 let pid = child.id();
                 self.ready(pid, port) && extra_ports.borrow().iter().all(|&p| listens_on(pid, p))
             },
-        );
+        )?;
         let mut running = Running::new(process, scratch);
         running.extra_ports = extra_ports.into_inner();
         running.builder = Some(self);
-        running
+        Ok(running)
     }
 
     /// Runs a start that must fail (a refused option, a port in use, a

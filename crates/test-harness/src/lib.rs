@@ -1,6 +1,8 @@
 //! Starting the processes the integration tests and benchmarks run
-//! (osmium, memcached, osmium-proxy, nutcracker) on loopback ports,
-//! stopping them by PID, and the test certificates they serve TLS with.
+//! (osmium, memcached, osmium-proxy, nutcracker, any other listener) on
+//! loopback ports, stopping them by PID, and the test certificates they
+//! serve TLS with. It is the workspace's one launcher: every Rust test and
+//! osmium-bench start their servers through it.
 //!
 //! A test starts a server with one call; the defaults (a free loopback
 //! port, UDP off, stderr to a file, `-u root` under root) need no words:
@@ -17,13 +19,24 @@
 //! ```
 //!
 //! [`Osmium`] and [`Memcached`] build a [`CacheServer`], [`Proxy`] and
-//! [`Nutcracker`] a [`PoolProxy`] (a YAML configuration); `start()`
-//! returns a [`Running`] server (address, PID, `stop()` by PID, killed on
-//! drop), `run_to_exit()` runs a start that must fail ([`Exited`]). A
-//! server that daemonized is a [`Daemon`]; any other process that listens
-//! is started by [`Start`]. [`Certs`] makes CAs and certificates with
-//! rcgen. [`Images`] holds the binaries a binary upgrade's test installs
-//! (new inodes, images that refuse the upgrade).
+//! [`Nutcracker`] a [`PoolProxy`] (a YAML configuration), [`Program`] any
+//! other process told its port on its command line; `start()` returns a
+//! [`Running`] server (address, PID, `stop()` by PID, killed on drop),
+//! `try_start()` says why it could not start instead of panicking (a
+//! benchmark reports it), `run_to_exit()` runs a start that must fail
+//! ([`Exited`]). A server can be pinned to one CPU (`cpu(n)`,
+//! [`pin_to_cpu`]), started without waiting for it to listen
+//! ([`CacheServer::no_wait`]: a caller that times the start), and its
+//! resident set read ([`ServerProcess::rss_bytes`]). A server that
+//! daemonized is a [`Daemon`]; a process started from a `Command` of the
+//! caller's is started by [`Start`]. [`Certs`] makes CAs and certificates
+//! with rcgen. [`Images`] holds the binaries a binary upgrade's test
+//! installs (new inodes, images that refuse the upgrade).
+//!
+//! Every process started is on one process-wide list:
+//! [`kill_all_started`] kills them all and removes their scratch
+//! directories, for a program that stops on a signal (osmium-bench's
+//! Ctrl-C handler), where `exit` would leave them running.
 //!
 //! Underneath, a port picked free can be taken before the server binds
 //! it: by another test's server, by another test's probe, or as the local
@@ -42,7 +55,8 @@
 //! the port ([`listens_on`]; [`binds_udp`], [`listens_on_unix`]), not by
 //! a connect, which another test's server on the same port could answer.
 //! A [`ServerProcess`] is stopped by its PID (SIGTERM, then SIGKILL after
-//! a timeout) and killed when dropped.
+//! a timeout) and killed when dropped; it is signalled and reaped under
+//! one lock, so a signal never reaches a process that reused its PID.
 //! [`poll::wait_until`] polls a condition with a deadline, for the waits a
 //! test would otherwise sleep through.
 
@@ -50,19 +64,27 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
+
+use started::SharedChild;
 
 mod bins;
 mod cache;
 mod certs;
+mod cpus;
 mod daemon;
 mod exited;
 mod images;
 pub mod poll;
 mod pool;
+mod program;
 mod running;
+mod started;
+mod status;
 
 pub use bins::{
     memcached_bin, nutcracker_bin, oracle_path, osmium_bin, proxy_bin, running_as_root,
@@ -70,12 +92,16 @@ pub use bins::{
 };
 pub use cache::{CacheServer, Memcached, Osmium};
 pub use certs::{Certs, KeyType, Role};
+pub use cpus::{allowed_cpus, pin_to_cpu};
 pub use daemon::Daemon;
 pub use exited::Exited;
 pub use images::{exe_inode, Images};
 pub use poll::{wait_until, POLL_INTERVAL};
 pub use pool::{listen_moved, Nutcracker, PoolProxy, Proxy};
+pub use program::Program;
 pub use running::Running;
+pub use started::kill_all_started;
+pub use status::{cpus_allowed_list, rss_bytes};
 mod size;
 pub use size::{long_tests, sized, LONG_TESTS_VAR};
 
@@ -274,6 +300,7 @@ pub struct Start {
     log: Option<PathBuf>,
     attempts: u32,
     timeout: Duration,
+    wait: bool,
 }
 
 enum Outcome {
@@ -293,6 +320,7 @@ impl Start {
             log: None,
             attempts: ATTEMPTS,
             timeout: READY_TIMEOUT,
+            wait: true,
         }
     }
 
@@ -329,6 +357,15 @@ impl Start {
         self
     }
 
+    /// Returns as soon as the process is spawned, without waiting for it
+    /// to listen (a caller that times the start itself), in one attempt:
+    /// a process that exits at once is the caller's to see.
+    pub fn no_wait(mut self) -> Start {
+        self.wait = false;
+        self.attempts = 1;
+        self
+    }
+
     /// Starts `command(port)` with stdin and stdout null and stderr piped
     /// (read when it fails to start; [`ServerProcess::stderr_text`]).
     pub fn command(self, mut command: impl FnMut(u16) -> Command) -> ServerProcess {
@@ -358,8 +395,20 @@ impl Start {
     pub fn child_ready(
         self,
         mut spawn: impl FnMut(u16) -> Child,
-        mut ready: impl FnMut(&Child, u16) -> bool,
+        ready: impl FnMut(&Child, u16) -> bool,
     ) -> ServerProcess {
+        self.try_child_ready(|port| Ok(spawn(port)), ready)
+            .unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// [`Start::child_ready`] that says why a start failed instead of
+    /// panicking (`spawn` may fail too); the process started is on the
+    /// list [`kill_all_started`] kills.
+    pub fn try_child_ready(
+        self,
+        mut spawn: impl FnMut(u16) -> Result<Child, String>,
+        mut ready: impl FnMut(&Child, u16) -> bool,
+    ) -> Result<ServerProcess, String> {
         let mut tried = Vec::new();
         for attempt in 1..=self.attempts {
             let port = match self.first_port {
@@ -369,24 +418,32 @@ impl Start {
             if let Some(log) = &self.log {
                 let _ = std::fs::remove_file(log);
             }
-            let mut child = spawn(port);
-            match wait_ready(&mut child, port, self.timeout, &mut ready) {
+            let shared = started::spawn(|| spawn(port))?;
+            let pid = started::lock(&shared).as_ref().map_or(0, Child::id);
+            let mut process = ServerProcess {
+                pid,
+                child: shared,
+                port,
+                name: self.name.clone(),
+                attempts: attempt,
+            };
+            let outcome = if self.wait {
+                wait_ready(&process.child, port, self.timeout, &mut ready)
+            } else {
+                Outcome::Listening
+            };
+            match outcome {
                 Outcome::Listening => {
                     LAST_ATTEMPTS.with(|a| a.set(attempt));
-                    return ServerProcess {
-                        child: Some(child),
-                        port,
-                        name: self.name,
-                        attempts: attempt,
-                    };
+                    return Ok(process);
                 }
                 Outcome::Exited(status) => {
-                    let said = self.reason(&mut child);
+                    let said = self.reason(&mut process.child());
                     if !(said.trim().is_empty() || says_address_in_use(&said)) {
-                        panic!(
+                        return Err(format!(
                             "{} exited ({status}) at start on port {port}: {said}",
                             self.name
-                        );
+                        ));
                     }
                     tried.push(format!("{port}: {status}: {}", said.trim()));
                     if self.same_port {
@@ -394,22 +451,22 @@ impl Start {
                     }
                 }
                 Outcome::TimedOut => {
-                    let _ = child.kill();
-                    let _ = child.wait();
+                    let mut child = process.child();
+                    kill_child(&mut child);
                     let said = self.reason(&mut child);
-                    panic!(
+                    return Err(format!(
                         "{} did not listen on port {port} within {:?}: {said}",
                         self.name, self.timeout
-                    );
+                    ));
                 }
             }
         }
-        panic!(
+        Err(format!(
             "{} did not start in {} attempts ({})",
             self.name,
             self.attempts,
             tried.join("; ")
-        );
+        ))
     }
 
     /// What an exited process said: its piped stderr and its log file.
@@ -425,20 +482,28 @@ impl Start {
     }
 }
 
-/// Polls until `ready(child, port)`, `child` exits, or `timeout` passes.
+/// Polls until `ready(child, port)`, `child` exits, or `timeout` passes;
+/// the child locked for each poll only (so [`kill_all_started`] need not
+/// wait for the start).
 fn wait_ready(
-    child: &mut Child,
+    child: &SharedChild,
     port: u16,
     timeout: Duration,
     ready: &mut impl FnMut(&Child, u16) -> bool,
 ) -> Outcome {
     let deadline = Instant::now() + timeout;
     loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Outcome::Exited(status);
-        }
-        if ready(child, port) {
-            return Outcome::Listening;
+        {
+            let mut child = started::lock(child);
+            let Some(child) = child.as_mut() else {
+                return Outcome::TimedOut;
+            };
+            if let Ok(Some(status)) = child.try_wait() {
+                return Outcome::Exited(status);
+            }
+            if ready(child, port) {
+                return Outcome::Listening;
+            }
         }
         if Instant::now() >= deadline {
             return Outcome::TimedOut;
@@ -447,12 +512,34 @@ fn wait_ready(
     }
 }
 
-/// A started process listening on `port`; killed (SIGKILL) when dropped.
+/// A started process listening on `port`; killed (SIGKILL) when dropped,
+/// and by [`kill_all_started`] while it runs.
 pub struct ServerProcess {
-    child: Option<Child>,
+    /// Shared with the list of started processes; `None` inside once
+    /// handed over ([`ServerProcess::into_child`]).
+    child: SharedChild,
+    pid: u32,
     port: u16,
     name: String,
     attempts: u32,
+}
+
+/// The child of a [`ServerProcess`], locked while the guard lives:
+/// whoever signals or reaps it takes the same lock (module `started`).
+pub struct ChildGuard<'a>(MutexGuard<'a, Option<Child>>);
+
+impl Deref for ChildGuard<'_> {
+    type Target = Child;
+
+    fn deref(&self) -> &Child {
+        self.0.as_ref().expect("process handed over")
+    }
+}
+
+impl DerefMut for ChildGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Child {
+        self.0.as_mut().expect("process handed over")
+    }
 }
 
 impl ServerProcess {
@@ -478,46 +565,83 @@ impl ServerProcess {
 
     /// Its process id.
     pub fn pid(&self) -> u32 {
-        self.child_ref().id()
+        self.pid
     }
 
-    fn child_ref(&self) -> &Child {
-        self.child.as_ref().expect("process handed over")
+    /// The child process, still killed on drop; locked while the guard
+    /// lives ([`ChildGuard`]).
+    pub fn child(&mut self) -> ChildGuard<'_> {
+        ChildGuard(started::lock(&self.child))
     }
 
-    /// The child process, still killed on drop.
-    pub fn child(&mut self) -> &mut Child {
-        self.child.as_mut().expect("process handed over")
-    }
-
-    /// The child, which the caller now stops: no kill on drop.
-    pub fn into_child(mut self) -> Child {
-        self.child.take().expect("process handed over")
+    /// The child, which the caller now stops: no kill on drop, none by
+    /// [`kill_all_started`].
+    pub fn into_child(self) -> Child {
+        let child = started::lock(&self.child).take();
+        child.expect("process handed over")
     }
 
     /// SIGTERM, then SIGKILL after [`STOP_TIMEOUT`]; its exit status.
     pub fn stop(&mut self) -> ExitStatus {
-        stop_child(self.child(), STOP_TIMEOUT)
+        stop_child(&mut self.child(), STOP_TIMEOUT)
     }
 
     /// SIGKILL, and reaped.
     pub fn kill(&mut self) {
-        kill_child(self.child());
+        kill_child(&mut self.child());
+    }
+
+    /// Its exit status once it has exited (reaped then), `None` while it
+    /// runs.
+    pub fn exited(&self) -> Option<ExitStatus> {
+        let mut child = started::lock(&self.child);
+        child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// `Ok` while it runs, else what it died of (`NAME (pid PID) died:
+    /// STATUS`): a check between the steps of a long run.
+    pub fn check_running(&self) -> Result<(), String> {
+        match self.exited() {
+            Some(status) => Err(format!("{} (pid {}) died: {status}", self.name, self.pid)),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends `signal` (`libc::SIGHUP`, ...) to it unless it has exited:
+    /// checked under the lock every reaper takes, so a signal never
+    /// reaches a process that reused its PID.
+    pub fn try_signal(&self, signal: i32) -> Result<(), String> {
+        let mut child = started::lock(&self.child);
+        let child = child.as_mut().ok_or("process handed over")?;
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!(
+                "{} (pid {}) exited ({status}) before signal {signal}",
+                self.name, self.pid
+            ));
+        }
+        if crate::signal(self.pid, signal) {
+            Ok(())
+        } else {
+            Err(format!(
+                "signal {signal} to {} (pid {}): {}",
+                self.name,
+                self.pid,
+                std::io::Error::last_os_error()
+            ))
+        }
     }
 
     /// Sends `signal` (`libc::SIGHUP`, ...) to it; panics if it cannot be
-    /// sent (it was reaped already).
+    /// sent (it exited already). (`&mut`: the tests that send one hold
+    /// their server mutably; [`ServerProcess::try_signal`] takes `&self`.)
     pub fn send_signal(&mut self, signal: i32) {
-        assert!(
-            self.child().try_wait().ok().flatten().is_none(),
-            "{} exited before signal {signal}",
-            self.name
-        );
-        assert!(
-            crate::signal(self.pid(), signal),
-            "signal {signal} to {}",
-            self.name
-        );
+        self.try_signal(signal)
+            .unwrap_or_else(|why| panic!("{why}"));
+    }
+
+    /// Its resident set in bytes ([`rss_bytes`]).
+    pub fn rss_bytes(&self) -> Result<u64, String> {
+        rss_bytes(self.pid)
     }
 
     /// Waits up to [`EXIT_TIMEOUT`] for it to exit on its own (after a
@@ -525,7 +649,7 @@ impl ServerProcess {
     /// exit status. Panics if it still runs then (it is killed on drop).
     pub fn wait_exit(&mut self) -> ExitStatus {
         let name = self.name.clone();
-        let child = self.child();
+        let mut child = self.child();
         let mut status = None;
         poll::wait_until(&format!("{name} to exit"), EXIT_TIMEOUT, || {
             status = child.try_wait().expect("wait for the process");
@@ -552,7 +676,7 @@ impl ServerProcess {
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
-        if let Some(child) = self.child.as_mut() {
+        if let Some(child) = started::lock(&self.child).as_mut() {
             kill_child(child);
         }
     }

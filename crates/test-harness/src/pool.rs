@@ -4,10 +4,13 @@
 //! directory ([`Running::config_path`]); the process runs with
 //! `-c FILE -a 127.0.0.1 -s STATS` (a free stats port,
 //! [`Running::stats_port`]), nutcracker also with `-o LOG`, where it says
-//! why it could not start. The YAML names the listen port; when that port
-//! or the stats port was taken meanwhile, the process starts again on new
-//! ones, its `listen:` line moved ([`listen_moved`]).
+//! why it could not start; the start returns once it listens on both
+//! ports. The YAML names the listen port; when that port or the stats
+//! port was taken meanwhile, the process starts again on new ones, its
+//! `listen:` line moved ([`listen_moved`]), unless the port is the point
+//! ([`PoolProxy::only_port`]).
 
+use std::cell::Cell;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -47,7 +50,12 @@ impl Nutcracker {
     /// [`Nutcracker::new`], or `None` (after a SKIP line) when nutcracker
     /// is not installed ([`crate::nutcracker_bin`]).
     pub fn found(yaml: &str, port: u16) -> Option<PoolProxy> {
-        nutcracker_bin().map(|bin| PoolProxy::new("nutcracker", Some(bin), yaml, port))
+        nutcracker_bin().map(|bin| Nutcracker::at(bin, yaml, port))
+    }
+
+    /// A builder of the nutcracker at `bin` serving `yaml` on `port`.
+    pub fn at(bin: impl AsRef<Path>, yaml: &str, port: u16) -> PoolProxy {
+        PoolProxy::new("nutcracker", Some(bin.as_ref().to_path_buf()), yaml, port)
     }
 }
 
@@ -57,6 +65,7 @@ pub struct PoolProxy {
     bin: Option<PathBuf>,
     yaml: String,
     port: u16,
+    only_port: bool,
     args: Vec<OsString>,
 }
 
@@ -67,8 +76,16 @@ impl PoolProxy {
             bin,
             yaml: yaml.to_string(),
             port,
+            only_port: false,
             args: Vec::new(),
         }
+    }
+
+    /// Every attempt listens on the port its YAML names, none moves it (a
+    /// restart, where the port clients know is the point).
+    pub fn only_port(mut self) -> PoolProxy {
+        self.only_port = true;
+        self
     }
 
     /// Runs `bin` instead of the located binary.
@@ -108,40 +125,60 @@ impl PoolProxy {
     }
 
     /// Starts it; returns once it listens on its port (module comment).
+    /// Panics if it does not start, saying why.
     pub fn start(self) -> Running {
+        self.try_start().unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// [`PoolProxy::start`] that says why it could not start instead of
+    /// panicking.
+    pub fn try_start(self) -> Result<Running, String> {
         let scratch = Scratch::new(&self.name);
         let log = scratch.stderr();
         let nutcracker_log = scratch.path("nutcracker.log");
         let config = scratch.path("config.yml");
         let nutcracker = self.name == "nutcracker";
-        let mut start = Start::new(&self.name).port(self.port).log_file(log.clone());
+        let mut start = Start::new(&self.name).log_file(log.clone());
+        start = if self.only_port {
+            start.only_port(self.port)
+        } else {
+            start.port(self.port)
+        };
         if nutcracker {
             start = start.log_file(nutcracker_log.clone());
         }
-        let mut stats = 0;
-        let process = start.child(|port| {
-            std::fs::write(&config, listen_moved(&self.yaml, self.port, port))
-                .expect("write the proxy's configuration");
-            stats = crate::free_port();
-            let mut cmd = Command::new(self.binary());
-            cmd.arg("-c")
-                .arg(&config)
-                .args(["-a", "127.0.0.1", "-s", &stats.to_string()]);
-            if nutcracker {
-                cmd.arg("-o").arg(&nutcracker_log);
-            }
-            let err = File::create(&log).expect("create the stderr log");
-            cmd.args(&self.args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(err)
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary().display()))
-        });
+        let stats = Cell::new(0);
+        let process = start.try_child_ready(
+            |port| {
+                std::fs::write(&config, listen_moved(&self.yaml, self.port, port))
+                    .map_err(|e| format!("write the proxy's configuration: {e}"))?;
+                stats.set(crate::free_port());
+                let mut cmd = Command::new(self.binary());
+                cmd.arg("-c").arg(&config).args([
+                    "-a",
+                    "127.0.0.1",
+                    "-s",
+                    &stats.get().to_string(),
+                ]);
+                if nutcracker {
+                    cmd.arg("-o").arg(&nutcracker_log);
+                }
+                let err = File::create(&log).map_err(|e| format!("create the stderr log: {e}"))?;
+                cmd.args(&self.args)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(err)
+                    .spawn()
+                    .map_err(|e| format!("cannot run {}: {e}", self.binary().display()))
+            },
+            |child, port| {
+                crate::listens_on(child.id(), port) && crate::listens_on(child.id(), stats.get())
+            },
+        )?;
         let mut running = Running::new(process, scratch);
-        running.stats = Some(stats);
+        running.stats = Some(stats.get());
         running.config = Some(config);
-        running
+        Ok(running)
     }
 }
 

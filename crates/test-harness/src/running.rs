@@ -146,7 +146,7 @@ impl Drop for Running {
 }
 
 /// A directory of one server's files under the system's temporary
-/// directory, removed on drop.
+/// directory, removed on drop (and by [`crate::kill_all_started`]).
 pub(crate) struct Scratch(PathBuf);
 
 impl Scratch {
@@ -159,6 +159,7 @@ impl Scratch {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        crate::started::add_dir(&dir);
         Scratch(dir)
     }
 
@@ -175,5 +176,6 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        crate::started::remove_dir(&self.0);
     }
 }

@@ -1,20 +1,26 @@
 //! The harness against a stand-in server: this test binary run again as
-//! `fake_server` (FAKE_SERVER_PORT set), which binds the port as the real
-//! servers do (`SO_REUSEADDR`, std's listener) or says why it cannot.
+//! `fake_server` (its port in FAKE_SERVER_PORT, or on its command line as
+//! `--skip fake-port=PORT`, a filter that skips nothing), which binds the
+//! port as the real servers do (`SO_REUSEADDR`, std's listener) or says
+//! why it cannot.
 
 use super::*;
 use std::process::Command;
 
 const PORT_VAR: &str = "FAKE_SERVER_PORT";
 const FAIL_VAR: &str = "FAKE_SERVER_FAIL";
+const PORT_ARG: &str = "fake-port=";
+
+/// The stand-in server's port: FAKE_SERVER_PORT, or `--skip fake-port=PORT`.
+fn fake_port() -> Option<u16> {
+    let from_args = std::env::args().find_map(|a| a.strip_prefix(PORT_ARG).map(str::to_string));
+    std::env::var(PORT_VAR).ok().or(from_args)?.parse().ok()
+}
 
 /// The stand-in server's body; an ordinary (empty) test otherwise.
 #[test]
 fn fake_server() {
-    let Some(port) = std::env::var(PORT_VAR)
-        .ok()
-        .and_then(|p| p.parse::<u16>().ok())
-    else {
+    let Some(port) = fake_port() else {
         return;
     };
     if let Ok(why) = std::env::var(FAIL_VAR) {
@@ -37,6 +43,19 @@ fn fake(port: u16) -> Command {
     cmd.args(["--exact", "tests::fake_server", "--nocapture"])
         .env(PORT_VAR, port.to_string());
     cmd
+}
+
+/// The stand-in server as a [`Program`], its port on its command line.
+fn fake_program() -> Program {
+    Program::new("fake program", std::env::current_exe().unwrap(), |port| {
+        vec![
+            "--exact".to_string(),
+            "tests::fake_server".into(),
+            "--nocapture".into(),
+            "--skip".into(),
+            format!("{PORT_ARG}{port}"),
+        ]
+    })
 }
 
 #[test]
@@ -183,4 +202,105 @@ fn a_start_waits_for_what_ready_says() {
     assert!(server.is_running());
     server.send_signal(libc::SIGTERM);
     assert!(!server.wait_exit().success());
+}
+
+#[test]
+fn a_program_pinned_to_a_cpu_runs_there_only() {
+    let cpus = allowed_cpus();
+    let cpu = *cpus.last().expect("this process may run somewhere");
+    let server = fake_program().cpu(cpu).start();
+    assert!(listens_on(server.pid(), server.port()));
+    assert_eq!(cpus_allowed_list(server.pid()), Some(cpu.to_string()));
+    assert!(server.rss_bytes().unwrap() > 0);
+    assert!(server.check_running().is_ok());
+}
+
+#[test]
+fn a_signal_reaches_a_server_until_it_has_exited() {
+    let server = ServerProcess::start("fake server", fake);
+    assert!(server.exited().is_none());
+    server.try_signal(libc::SIGTERM).unwrap();
+    poll::wait_until("the stand-in to exit", EXIT_TIMEOUT, || {
+        server.exited().is_some()
+    });
+    let why = server.try_signal(libc::SIGTERM).unwrap_err();
+    assert!(why.contains("exited"), "{why}");
+    let died = server.check_running().unwrap_err();
+    assert!(died.contains("died"), "{died}");
+}
+
+#[test]
+fn a_start_without_wait_returns_at_the_spawn_in_one_attempt() {
+    let holder = TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().port();
+    // Started on a port that is taken: no wait, so no retry; the process
+    // says so and exits on its own.
+    let server = Start::new("fake server")
+        .port(taken)
+        .no_wait()
+        .command(fake);
+    assert_eq!(server.attempts(), 1);
+    assert_eq!(server.port(), taken);
+    poll::wait_until("the stand-in to exit", EXIT_TIMEOUT, || {
+        server.exited().is_some()
+    });
+    let free = Start::new("fake server").no_wait().command(fake);
+    poll::wait_until("the stand-in to listen", READY_TIMEOUT, || {
+        listens_on(free.pid(), free.port())
+    });
+}
+
+const KILL_ALL_VAR: &str = "HARNESS_KILL_ALL";
+
+/// Run again as its own process by the test below (HARNESS_KILL_ALL set):
+/// starts two servers, kills them all, tries one more start; says what
+/// happened on stdout and exits without dropping anything.
+#[test]
+fn kill_all_started_in_a_process_of_its_own() {
+    if std::env::var_os(KILL_ALL_VAR).is_none() {
+        return;
+    }
+    let a = ServerProcess::start("fake server", fake);
+    let b = fake_program().start();
+    println!("pids {} {}", a.pid(), b.pid());
+    println!("scratch {}", b.scratch_dir().display());
+    println!("killed {}", kill_all_started());
+    match Start::new("fake server").try_child_ready(
+        |port| fake(port).spawn().map_err(|e| e.to_string()),
+        |_, _| true,
+    ) {
+        Ok(_) => println!("started after kill_all_started"),
+        Err(why) => println!("refused: {why}"),
+    }
+    std::process::exit(0);
+}
+
+#[test]
+fn kill_all_started_kills_every_running_server_and_refuses_more() {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "tests::kill_all_started_in_a_process_of_its_own",
+            "--nocapture",
+        ])
+        .env(KILL_ALL_VAR, "1")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let field = |name: &str| -> String {
+        said.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name:?} in {said}"))
+            .trim()
+            .to_string()
+    };
+    assert_eq!(field("killed "), "2", "{said}");
+    assert!(field("refused: ").contains("kill_all_started"), "{said}");
+    for pid in field("pids ").split(' ') {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "{pid} still runs: {said}"
+        );
+    }
+    assert!(!Path::new(&field("scratch ")).exists(), "{said}");
 }

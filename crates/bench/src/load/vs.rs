@@ -43,14 +43,16 @@ impl Pin {
     /// generator's CPU, so that every thread it starts from now on (the
     /// generator's, the CPU probe's) runs there too.
     pub(crate) fn apply() -> Result<Pin, String> {
-        let cpus = crate::servers::allowed_cpus();
+        let cpus = osmium_test_harness::allowed_cpus();
         let [server, generator, ..] = cpus[..] else {
             return Err(format!(
                 "--pin needs two CPUs to run on; this process may use {cpus:?}"
             ));
         };
-        crate::servers::pin_to_cpu(generator)
-            .map_err(|e| format!("pinning the generator to CPU {generator}: errno {}", e.0))?;
+        osmium_test_harness::pin_to_cpu(generator).map_err(|e| {
+            let errno = e.raw_os_error().unwrap_or(0);
+            format!("pinning the generator to CPU {generator}: errno {errno}")
+        })?;
         Ok(Pin { server, generator })
     }
 
@@ -168,7 +170,7 @@ pub(crate) fn start_servers(
                 eprintln!(
                     "{kind} (pid {}): Cpus_allowed_list {}",
                     server.pid,
-                    crate::servers::cpus_allowed_list(server.pid).unwrap_or_default()
+                    osmium_test_harness::cpus_allowed_list(server.pid).unwrap_or_default()
                 );
             }
             servers.push(server);

@@ -5,7 +5,7 @@
 
 use crate::common;
 use common::bench;
-use osmium_test_harness::{ServerProcess, Start};
+use osmium_test_harness::{Program, Running, ServerProcess};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
@@ -14,19 +14,24 @@ use std::time::Duration;
 /// The floor server with values of `value_size` bytes on a free loopback
 /// port (the harness proves it listens there, and kills it by PID when
 /// dropped).
-fn start_floor(value_size: usize) -> ServerProcess {
+fn start_floor(value_size: usize) -> Running {
     floor_with(value_size, &[])
 }
 
 /// [`start_floor`] with `extra` arguments (e.g. `--io-uring`).
-fn floor_with(value_size: usize, extra: &[&str]) -> ServerProcess {
-    Start::new("osmium-bench floor").command(|port| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_osmium-bench"));
-        cmd.args(["floor", "--port", &port.to_string()])
-            .args(["--value-size", &value_size.to_string()])
-            .args(extra);
-        cmd
-    })
+fn floor_with(value_size: usize, extra: &[&str]) -> Running {
+    let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+    Program::new(
+        "osmium-bench floor",
+        env!("CARGO_BIN_EXE_osmium-bench"),
+        move |port| {
+            let mut args = vec!["floor".to_string(), "--port".into(), port.to_string()];
+            args.extend(["--value-size".to_string(), value_size.to_string()]);
+            args.extend(extra.iter().cloned());
+            args
+        },
+    )
+    .start()
 }
 
 /// A connection to `floor` with a 10 s read timeout.

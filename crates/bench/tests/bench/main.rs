@@ -12,4 +12,5 @@ mod hotkeys;
 mod load;
 mod resize;
 mod restart;
+mod signals;
 mod tls;
