@@ -128,7 +128,8 @@ def reply_cas_values(reply):
 
 # Stats osmium reports that memcached 1.6.45 has no name for: how its
 # segments hold live and dead bytes and how they are cleaned, packed values
-# that did not decode, the pack pass and the packed items, and the binary
+# that did not decode, the pack pass, its dictionaries and the packed items
+# (in RAM and on flash), and the binary
 # upgrades done and failed (`stats`), what holds item memory and
 # the cleaner's and the workers' idle polling settings, where /metrics
 # listens and the hot-key settings (`stats settings`). In cases with a `stats:` line
@@ -143,6 +144,11 @@ OSMIUM_OWN_STATS = frozenset(name.encode() for name in (
     "pack_segments", "pack_segments_not_worth", "pack_items", "pack_rejected",
     "pack_skipped", "pack_cpu_us", "pack_kept_raw",
     "packed_items", "packed_raw_bytes", "packed_bytes",
+    "pack_dicts", "pack_dict_bytes", "pack_dict_trainings", "pack_dict_train_us",
+    "packed_dict_items", "compress_dicts",
+    "extstore_packed_items", "extstore_packed_raw_bytes", "extstore_packed_bytes",
+    "extstore_pack_staged", "extstore_staged_bytes", "extstore_pack_rejected",
+    "extstore_pack_skipped", "extstore_pack_cpu_us",
     "compact_policy", "compact_threshold", "compact_reserve", "compact_background",
     "compression", "item_memory", "upgrades", "upgrade_failures",
     "idle_spin", "metrics_addr", "osmium_version", "hotkeys_top", "hotkeys_sample",

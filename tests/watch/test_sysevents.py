@@ -19,10 +19,11 @@ def test_flash_tier_writes_are_one_line_per_write_buffer(tmp_path):
     args = ["-m", "8", "-o", f"ext_path={flash}:64m", "-o", "ext_page_size=4"]
     with servers.Server("osmium", args) as server:
         w = watch(server, b"sysevents")
-        value = b"x" * 20000
+        # Values that do not compress: packed on their way to flash, 20 MB
+        # of one byte would not fill three write buffers.
         with connect(server) as c:
             for i in range(1000):
-                command(c, b"set key%d 0 0 20000\r\n" % i + value + b"\r\n")
+                command(c, b"set key%d 0 0 20000\r\n" % i + os.urandom(20000) + b"\r\n")
         got = w.lines(3, timeout=20)
         for line in got:
             assert FLASH_WRITE.search(line), line
