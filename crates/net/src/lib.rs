@@ -15,14 +15,22 @@
 //! * [`reload`]: a configuration swapped whole when certificates are
 //!   loaded again, and how long ago that was;
 //! * [`client`]: a blocking memcached-protocol client (TCP, unix, TLS)
-//!   whose replies `osmium_protocol::client` frames and parses.
+//!   whose replies `osmium_protocol::client` frames and parses;
+//! * [`nb`]: its non-blocking counterpart for a `mio` event loop
+//!   ([`nb::Conn`]: requests queued and flushed, replies framed in order
+//!   off the input), the proxy's server connections and the benchmark's
+//!   load generator;
+//! * [`inbuf`]: a connection's read buffer, read into in place.
 
 pub mod ciphers;
 pub mod client;
+pub mod inbuf;
 pub mod load;
+pub mod nb;
 pub mod records;
 pub mod reload;
 pub mod session;
 
 pub use client::Client;
+pub use inbuf::InBuf;
 pub use session::{TlsEvents, TlsStream};
