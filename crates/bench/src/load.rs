@@ -46,7 +46,7 @@
 //! the charts of `--plot` are [`crate::plot`]'s.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -380,10 +380,7 @@ struct InFlight {
 
 /// One socket of a connection: to one server of the targets.
 struct Stream {
-    socket: crate::tls::sock::Sock,
-    out: Vec<u8>,
-    sent: usize,
-    input: Vec<u8>,
+    conn: osmium_net::nb::Conn,
     /// Requests sent or queued on it, oldest first (replies come in order).
     inflight: VecDeque<InFlight>,
 }
@@ -581,19 +578,16 @@ fn generate(
     for i in 0..n {
         let mut streams = Vec::with_capacity(servers);
         for (s, &addr) in targets.addrs.iter().enumerate() {
-            let mut socket = crate::tls::sock::Sock::connect(addr, w.tls.as_ref())?;
+            let mut conn = crate::tls::sock::connect_nb(addr, w.tls.as_ref())?;
             poll.registry()
                 .register(
-                    socket.tcp_mut(),
+                    &mut conn,
                     Token(i * servers + s),
                     Interest::READABLE | Interest::WRITABLE,
                 )
                 .map_err(|e| e.to_string())?;
             streams.push(Stream {
-                socket,
-                out: Vec::with_capacity(4096),
-                sent: 0,
-                input: Vec::with_capacity(1 << 16),
+                conn,
                 inflight: VecDeque::new(),
             });
         }
@@ -611,7 +605,6 @@ fn generate(
         });
     }
     let mut events = Events::with_capacity(256);
-    let mut chunk = vec![0u8; 1 << 16];
     // `deferred_sends`: the connections whose next batch goes out after
     // this poll's events.
     let mut due: Vec<usize> = Vec::with_capacity(n);
@@ -673,33 +666,20 @@ fn generate(
             let (c, s) = (event.token().0 / servers, event.token().0 % servers);
             let conn = &mut conns[c];
             let stream = &mut conn.streams[s];
-            write_out(stream).map_err(|e| format!("sending: {e}"))?;
-            loop {
-                match stream.socket.read(&mut chunk) {
-                    Ok(0) => return Err(format!("{} closed the connection", targets.addrs[s])),
-                    Ok(got) => {
-                        stream.input.extend_from_slice(&chunk[..got]);
-                        // A short read emptied the socket; more data raises
-                        // a new (edge-triggered) event.
-                        if got < chunk.len() {
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(format!("reading: {e}")),
-                }
+            write_out(stream)?;
+            // Until the socket is drained (a short read emptied it; more
+            // data raises a new, edge-triggered, event).
+            match stream.conn.fill(false) {
+                Ok(true) => {}
+                Ok(false) => return Err(format!("{} closed the connection", targets.addrs[s])),
+                Err(e) => return Err(format!("reading: {e}")),
             }
-            let mut at = 0;
             let mut refilled = false;
             while let Some(&req) = stream.inflight.front() {
-                let reply = match w.protocol {
-                    Protocol::Text => text_reply(&stream.input[at..])?,
-                    Protocol::Binary => binary_reply(&stream.input[at..])?,
-                    Protocol::Meta => meta_reply(&stream.input[at..])?,
+                let Some((len, miss)) = next_reply(&stream.conn, w.protocol)? else {
+                    break;
                 };
-                let Some((len, miss)) = reply else { break };
-                at += len;
+                stream.conn.consume(len);
                 stream.inflight.pop_front();
                 let now = Instant::now();
                 let counted = if open {
@@ -724,12 +704,9 @@ fn generate(
                         conn.refills.push(req.id);
                     } else if now < measure_to {
                         // The fill goes on the same socket (same server).
-                        if stream.sent == stream.out.len() {
-                            stream.out.clear();
-                            stream.sent = 0;
-                        }
                         let key = w.key(req.id);
-                        push_request(&mut stream.out, w.protocol, key.as_bytes(), false, &value);
+                        let out = stream.conn.out();
+                        push_request(out, w.protocol, key.as_bytes(), false, &value);
                         stream.inflight.push_back(InFlight {
                             id: req.id | FILL,
                             get: false,
@@ -739,9 +716,8 @@ fn generate(
                     }
                 }
             }
-            stream.input.drain(..at);
             if refilled {
-                write_out(stream).map_err(|e| format!("sending: {e}"))?;
+                write_out(stream)?;
             }
             if !open && conn.pending == 0 {
                 if w.deferred_sends {
@@ -789,18 +765,14 @@ impl Conn {
     ) {
         let key = w.key(id & !FILL);
         let stream = &mut self.streams[targets.server_of(key.as_bytes())];
-        if stream.sent == stream.out.len() {
-            stream.out.clear();
-            stream.sent = 0;
-        }
-        push_request(&mut stream.out, w.protocol, key.as_bytes(), get, value);
+        push_request(stream.conn.out(), w.protocol, key.as_bytes(), get, value);
         stream.inflight.push_back(InFlight { id, get, from });
     }
 
     /// Writes what every socket has queued (as far as the sockets take it).
     fn write_all(&mut self) -> Result<(), String> {
         for stream in &mut self.streams {
-            write_out(stream).map_err(|e| format!("sending: {e}"))?;
+            write_out(stream)?;
         }
         Ok(())
     }
@@ -909,20 +881,14 @@ fn next_batch(
     conn.pending = n;
 }
 
-fn write_out(stream: &mut Stream) -> io::Result<()> {
-    // TLS records the socket did not take go first.
-    if !stream.socket.flush_tls()? {
-        return Ok(());
-    }
-    while stream.sent < stream.out.len() {
-        match stream.socket.write(&stream.out[stream.sent..]) {
-            Ok(n) => stream.sent += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+/// Writes what the socket has queued, as far as it takes it (TLS records
+/// it did not take before go first).
+fn write_out(stream: &mut Stream) -> Result<(), String> {
+    stream
+        .conn
+        .flush()
+        .map(drop)
+        .map_err(|e| format!("sending: {e}"))
 }
 
 mod arrivals;
@@ -934,7 +900,7 @@ pub(crate) use cpu_sweep::run_cpu_sweep_vs;
 use osmium_protocol::client::reply::{self as codec_reply, Expect};
 pub(crate) use sla::*;
 pub(crate) use vs::*;
-use wire::{binary_reply, meta_reply, push_request, text_reply};
+use wire::{next_reply, push_request};
 
 #[cfg(test)]
 mod tests {

@@ -1,10 +1,12 @@
 //! The generator's wire format: the get and set requests it sends in each
-//! protocol, and the framing of the replies it reads back (how long the
-//! first complete reply is, and whether it was a miss), both by the shared
-//! client-side codec (`osmium_protocol::client`).
+//! protocol, and the replies it reads back (how long the first complete
+//! reply of a connection is, and whether it was a miss), both by the
+//! shared client-side codec (`osmium_protocol::client`), the framing
+//! through the connection (`osmium_net::nb::Conn::next_reply`).
 
+use osmium_net::nb::Conn;
 use osmium_protocol::client::encode;
-use osmium_protocol::client::reply::{frame_reply, Expect, Outcome};
+use osmium_protocol::client::reply::{Desync, Expect, Outcome};
 
 use super::Protocol;
 
@@ -31,15 +33,46 @@ pub(super) fn push_request(
     }
 }
 
-/// The first complete reply framed for `expect`: its length and whether it
-/// was a get's miss. A reply the benchmark never expects (`ERROR`,
-/// `SERVER_ERROR ...`, `NS`...) is an error.
-fn framed(input: &[u8], expect: Expect) -> Result<Option<(usize, bool)>, String> {
+/// The shape of a reply to the generator's requests in `protocol`.
+fn expect(protocol: Protocol) -> Expect {
+    match protocol {
+        Protocol::Text => Expect::Values,
+        Protocol::Binary => Expect::Binary,
+        Protocol::Meta => Expect::MetaValue,
+    }
+}
+
+/// The first complete reply of `conn`'s input: its length and whether it
+/// was a get's miss; None if incomplete.
+pub(super) fn next_reply(conn: &Conn, protocol: Protocol) -> Result<Option<(usize, bool)>, String> {
+    judged(conn.input(), protocol, conn.next_reply(expect(protocol)))
+}
+
+/// A reply `framed` at the front of `input`, judged. Text: `VALUE` blocks
+/// up to `END` (a hit), a bare `END` (a miss), `STORED`. Meta: `VA <n>
+/// <flags>*` and its data, `EN` (a miss), `HD`, `MN`. Binary: any status
+/// counts as an answer (1, key not found, is a miss), a packet that is not
+/// a response is an error. A text or meta reply the benchmark never
+/// expects (`ERROR`, `SERVER_ERROR ...`, `NS`...) is an error.
+fn judged(
+    input: &[u8],
+    protocol: Protocol,
+    framed: Result<Option<(usize, Outcome)>, Desync>,
+) -> Result<Option<(usize, bool)>, String> {
+    if protocol == Protocol::Binary {
+        return match framed {
+            Ok(reply) => Ok(reply.map(|(n, outcome)| (n, outcome == Outcome::Miss))),
+            Err(_) => Err(format!(
+                "not a binary response: {:02x?}",
+                &input[..input.len().min(24)]
+            )),
+        };
+    }
     let bad = |n: usize| {
         let line = &input[..memchr::memchr(b'\n', &input[..n]).map_or(n, |i| i + 1)];
         format!("unexpected reply {:?}", String::from_utf8_lossy(line))
     };
-    match frame_reply(input, expect) {
+    match framed {
         Ok(None) => Ok(None),
         Ok(Some((n, Outcome::Miss))) => Ok(Some((n, true))),
         Ok(Some((n, Outcome::Value | Outcome::Done))) => Ok(Some((n, false))),
@@ -48,35 +81,26 @@ fn framed(input: &[u8], expect: Expect) -> Result<Option<(usize, bool)>, String>
     }
 }
 
-/// The length of the first complete text reply in `input`, and whether it
-/// was a get's miss; None if incomplete.
-pub(super) fn text_reply(input: &[u8]) -> Result<Option<(usize, bool)>, String> {
-    framed(input, Expect::Values)
-}
-
-/// The length of the first complete binary reply, and whether it was a
-/// get's miss (status 1, key not found); None if incomplete. Any other
-/// status counts as an answer; a packet that is not a response is an
-/// error.
-pub(super) fn binary_reply(input: &[u8]) -> Result<Option<(usize, bool)>, String> {
-    match frame_reply(input, Expect::Binary) {
-        Ok(reply) => Ok(reply.map(|(n, outcome)| (n, outcome == Outcome::Miss))),
-        Err(_) => Err(format!("not a binary response: {:02x?}", &input[..24])),
-    }
-}
-
-/// The length of the first complete meta reply in `input`, and whether it
-/// was a get's miss (`EN`); None if incomplete. `VA <n> <flags>*` is
-/// followed by n bytes of data and CRLF; `HD` (a set stored) and `MN`
-/// are lines. Anything else (`NS`, `EX`, `ERROR`, `CLIENT_ERROR`,
-/// `SERVER_ERROR ...`) is an error.
-pub(super) fn meta_reply(input: &[u8]) -> Result<Option<(usize, bool)>, String> {
-    framed(input, Expect::MetaValue)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use osmium_protocol::client::reply::frame_reply;
+
+    fn reply(input: &[u8], protocol: Protocol) -> Result<Option<(usize, bool)>, String> {
+        judged(input, protocol, frame_reply(input, expect(protocol)))
+    }
+
+    fn text_reply(input: &[u8]) -> Result<Option<(usize, bool)>, String> {
+        reply(input, Protocol::Text)
+    }
+
+    fn meta_reply(input: &[u8]) -> Result<Option<(usize, bool)>, String> {
+        reply(input, Protocol::Meta)
+    }
+
+    fn binary_reply(input: &[u8]) -> Result<Option<(usize, bool)>, String> {
+        reply(input, Protocol::Binary)
+    }
 
     #[test]
     fn text_replies_are_framed() {

@@ -1,27 +1,16 @@
-//! The load generator's connection: a non-blocking TCP socket, plain or
-//! with a rustls client session over it (`load --tls`); and a blocking
-//! one for preloads and control requests (`osmium_net::Client`).
+//! The load generator's connections: a non-blocking one
+//! (`osmium_net::nb::Conn`), plain TCP or a rustls client session over it
+//! (`load --tls`), and a blocking one for preloads and control requests
+//! (`osmium_net::Client`).
 //!
-//! The handshake is done blocking before the socket turns non-blocking.
-//! The generator's poll is edge-triggered and takes a short read to mean
-//! the socket is empty, so a TLS read fills the caller's buffer and
-//! returns short only once the socket said `WouldBlock` (or closed).
-//! Records the socket did not take wait in rustls; [`Sock::flush_tls`]
-//! sends them (the generator calls it on every event). The TLS session
-//! over the non-blocking socket is `osmium_net::TlsStream`.
+//! The handshake is done blocking before the socket turns non-blocking;
+//! records the socket did not take wait in rustls and go out with the
+//! connection's next flush (the generator flushes on every event).
 
-use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use mio::net::TcpStream;
 use rustls::{ClientConfig, ClientConnection};
-
-pub(crate) enum Sock {
-    Plain(TcpStream),
-    /// The session and its record loop are `osmium_net`'s.
-    Tls(Box<osmium_net::TlsStream<TcpStream>>),
-}
 
 /// A blocking TCP connection, with the TLS handshake done when `tls`.
 fn connect_std(
@@ -64,66 +53,20 @@ pub(crate) fn connect_blocking(
     }
 }
 
-impl Sock {
-    /// Connects (blocking, the TLS handshake included), then turns the
-    /// socket non-blocking.
-    pub(crate) fn connect(
-        addr: SocketAddr,
-        tls: Option<&Arc<ClientConfig>>,
-    ) -> Result<Sock, String> {
-        let (tcp, tls) = connect_std(addr, tls)?;
-        tcp.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let tcp = TcpStream::from_std(tcp);
-        Ok(match tls {
-            Some(conn) => Sock::Tls(Box::new(osmium_net::TlsStream::established(
-                tcp,
-                (*conn).into(),
-                (),
-            ))),
-            None => Sock::Plain(tcp),
-        })
-    }
-
-    /// The TCP socket (to register with the poll).
-    pub(crate) fn tcp_mut(&mut self) -> &mut TcpStream {
-        match self {
-            Sock::Plain(s) => s,
-            Sock::Tls(s) => &mut s.sock,
-        }
-    }
-
-    /// Sends the TLS records waiting in rustls. Ok(false): the socket is
-    /// full (a writable event comes when it has room).
-    pub(crate) fn flush_tls(&mut self) -> io::Result<bool> {
-        match self {
-            Sock::Plain(_) => Ok(true),
-            Sock::Tls(s) => s.send_records(),
-        }
-    }
-}
-
-impl Read for Sock {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Sock::Plain(s) => s.read(buf),
-            Sock::Tls(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Sock {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Sock::Plain(s) => s.write(buf),
-            Sock::Tls(s) => s.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        if self.flush_tls()? {
-            Ok(())
-        } else {
-            Err(io::ErrorKind::WouldBlock.into())
-        }
-    }
+/// A connection of the generator to `addr` (blocking connect, the TLS
+/// handshake included), then non-blocking.
+pub(crate) fn connect_nb(
+    addr: SocketAddr,
+    tls: Option<&Arc<ClientConfig>>,
+) -> Result<osmium_net::nb::Conn, String> {
+    let (tcp, tls) = connect_std(addr, tls)?;
+    let socket = osmium_net::nb::Socket::from_std_tcp(tcp).map_err(|e| e.to_string())?;
+    Ok(match tls {
+        Some(conn) => osmium_net::nb::Conn::tls(osmium_net::TlsStream::established(
+            socket,
+            (*conn).into(),
+            (),
+        )),
+        None => osmium_net::nb::Conn::plain(socket),
+    })
 }
