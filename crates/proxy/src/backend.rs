@@ -33,11 +33,13 @@ mod moving;
 mod reconfigure;
 
 use std::collections::VecDeque;
-use std::io::{self, Write};
+use std::io;
+use std::net::ToSocketAddrs;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::{Registry, Token};
+use mio::{Interest, Registry, Token};
+use osmium_net::nb;
 use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
 use slab::Slab;
@@ -45,13 +47,11 @@ use slab::Slab;
 pub use moving::{MoveRoute, Parked};
 pub use reconfigure::{Reconfigured, RingChange};
 
-use crate::config::{Distribution, Failover, PoolConfig, ServerConfig};
+use crate::config::{Addr, Distribution, Failover, PoolConfig, ServerConfig};
 use crate::counters::{now_usec, PoolStats, Queues, ServerStats};
-use crate::inbuf::InBuf;
 use crate::reply::{self, Expect};
 use crate::ring::Ring;
-use crate::stream::Stream;
-use crate::tls::{PeerLog, ServersContext, TlsStream};
+use crate::tls::{PeerLog, ServersContext};
 
 /// How often a catching-up server is asked again.
 pub const CATCHUP_RECHECK: Duration = Duration::from_millis(100);
@@ -146,13 +146,16 @@ pub enum Closed {
     Error,
 }
 
+/// A connection's socket and TLS session, its requests' bytes not yet
+/// written and its replies' bytes not yet framed (`osmium_net::nb`).
+type Link = nb::Conn<PeerLog>;
+
 /// One connection to a server.
 #[derive(Debug, Default)]
 pub struct Conn {
-    stream: Option<Stream>,
+    /// Open (connecting or connected).
+    link: Option<Link>,
     connected: bool,
-    out: Vec<u8>,
-    inbuf: InBuf,
     pending: VecDeque<Pending>,
     /// In the pool's `dirty` list: written at the end of the turn.
     queued: bool,
@@ -366,7 +369,7 @@ impl Pool {
     /// Server connections open now (connecting ones too).
     pub fn open_conns(&self) -> u64 {
         let open = self.servers.iter().flat_map(|(_, s)| &s.conns);
-        open.filter(|c| c.stream.is_some()).count() as u64
+        open.filter(|c| c.link.is_some()).count() as u64
     }
 
     /// The slots of the configured servers that take requests now, in
@@ -465,18 +468,19 @@ impl Pool {
         now: Instant,
         out: &mut Vec<Delivery>,
     ) -> bool {
-        if self.servers[s].conns[c].stream.is_some() {
+        if self.servers[s].conns[c].link.is_some() {
             return true;
         }
         let token = self.token(s, c);
         self.conns_opened += 1;
-        match self.open(s).and_then(|mut st| {
-            st.register(registry, token)?;
-            Ok(st)
+        match self.open(s).and_then(|mut link| {
+            let rw = Interest::READABLE | Interest::WRITABLE;
+            registry.register(&mut link, token, rw)?;
+            Ok(link)
         }) {
-            Ok(st) => {
+            Ok(link) => {
                 let conn = &mut self.servers[s].conns[c];
-                conn.stream = Some(st);
+                conn.link = Some(link);
                 conn.connected = false;
                 true
             }
@@ -490,16 +494,25 @@ impl Pool {
     }
 
     /// Starts a connection to server `s`: TLS over it with `tls.servers`.
-    fn open(&self, s: usize) -> io::Result<Stream> {
+    fn open(&self, s: usize) -> io::Result<Link> {
         let server = &self.servers[s];
         let addr = &server.cfg.addr;
-        let sock = Stream::connect(addr)?;
-        let (Some(config), Some(name)) = (&self.tls, &server.tls_name) else {
-            return Ok(sock);
+        let sock = match addr {
+            Addr::Tcp { host, port } => {
+                let sa = (host.as_str(), *port)
+                    .to_socket_addrs()?
+                    .next()
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
+                nb::Socket::connect(sa)?
+            }
+            Addr::Unix(path) => nb::Socket::connect_unix(path)?,
         };
-        let peer = format!("server {addr} of pool {}", self.cfg.name);
-        let t = TlsStream::connect(sock, config.clone(), name.clone(), PeerLog::server(peer))?;
-        Ok(Stream::Tls(Box::new(t)))
+        let (Some(config), Some(name)) = (&self.tls, &server.tls_name) else {
+            return Ok(Link::plain(sock));
+        };
+        let peer = PeerLog::server(format!("server {addr} of pool {}", self.cfg.name));
+        let t = osmium_net::TlsStream::connect(sock, config.clone(), name.clone(), peer)?;
+        Ok(Link::tls(t))
     }
 
     /// Queues `wire` for server `s` (written by [`Pool::flush_queued`]);
@@ -606,7 +619,9 @@ impl Pool {
             server.stats.request_bytes += wire.len() as u64;
         }
         let conn = &mut server.conns[c];
-        conn.out.extend_from_slice(wire);
+        if let Some(link) = conn.link.as_mut() {
+            link.queue(wire);
+        }
         conn.queued_bytes += wire.len() as u64;
         let retry = may_retry.then(|| conn.journal(wire));
         conn.pending.push_back(Pending {
@@ -647,33 +662,19 @@ impl Pool {
         out: &mut Vec<Delivery>,
     ) {
         let conn = &mut self.servers[s].conns[c];
-        if !conn.connected || conn.out.is_empty() {
+        if !conn.connected {
             return;
         }
-        let Some(stream) = conn.stream.as_mut() else {
+        let Some(link) = conn.link.as_mut() else {
             return;
         };
-        let mut written = 0;
-        let mut error = None;
-        while written < conn.out.len() {
-            match stream.write(&conn.out[written..]) {
-                Ok(0) => {
-                    error = Some("Connection reset by peer".to_string());
-                    break;
-                }
-                Ok(n) => written += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    error = Some(strerror(&e));
-                    break;
-                }
+        // A socket that takes nothing is `ConnectionReset`.
+        match link.flush() {
+            Ok(written) => conn.written_bytes += written as u64,
+            Err(e) => {
+                let why = strerror(&e);
+                self.fail_conn(registry, s, c, Closed::Error, &why, now, out);
             }
-        }
-        conn.out.drain(..written);
-        conn.written_bytes += written as u64;
-        if let Some(why) = error {
-            self.fail_conn(registry, s, c, Closed::Error, &why, now, out);
         }
     }
 
@@ -690,11 +691,11 @@ impl Pool {
         out: &mut Vec<Delivery>,
     ) {
         let conn = &mut self.servers[s].conns[c];
-        let Some(stream) = conn.stream.as_mut() else {
+        let Some(link) = conn.link.as_mut() else {
             return;
         };
         if !conn.connected {
-            match stream.connected() {
+            match link.connected() {
                 Ok(true) => {
                     conn.connected = true;
                     self.servers[s].stats.server_connections += 1;
@@ -711,24 +712,28 @@ impl Pool {
         self.flush(registry, s, c, now, out);
         let server = &mut self.servers[s];
         let conn = &mut server.conns[c];
-        let Some(stream) = conn.stream.as_mut() else {
+        let Some(link) = conn.link.as_mut() else {
             return;
         };
-        let mut error = match conn.inbuf.fill(stream, to_end) {
+        let mut error = match link.fill(to_end) {
             Ok(true) => None,
             Ok(false) => Some((Closed::Eof, "Connection reset by peer".to_string())),
             Err(e) => Some((Closed::Error, strerror(&e))),
         };
         // Replies that arrived, in request order.
-        let mut at = 0;
+        let mut answered = false;
         let mut desync = false;
         let mut probe = None;
         while let Some(p) = conn.pending.front() {
-            match reply::reply_len(&conn.inbuf.bytes()[at..], p.expect) {
+            let Some(link) = conn.link.as_mut() else {
+                break;
+            };
+            match link.next_reply_len(p.expect) {
                 Ok(Some(len)) => {
+                    let bytes = link.input()[..len].to_vec();
+                    link.consume(len);
+                    answered = true;
                     let p = conn.pending.pop_front().unwrap();
-                    let bytes = conn.inbuf.bytes()[at..at + len].to_vec();
-                    at += len;
                     if let Some(place) = p.retry {
                         conn.answered(place);
                     }
@@ -750,11 +755,10 @@ impl Pool {
                 }
             }
         }
-        conn.inbuf.consume(at);
-        if conn.pending.is_empty() && !conn.inbuf.is_empty() {
+        if conn.pending.is_empty() && conn.link.as_ref().is_some_and(|l| !l.input().is_empty()) {
             desync = true;
         }
-        if at > 0 && self.servers[s].health == Health::Up {
+        if answered && self.servers[s].health == Health::Up {
             self.servers[s].failures = 0;
         }
         if let Some(stats) = probe {
@@ -795,13 +799,11 @@ impl Pool {
         if conn.connected {
             stats.server_connections = stats.server_connections.saturating_sub(1);
         }
-        if let Some(mut st) = conn.stream.take() {
-            st.deregister(registry);
+        if let Some(mut link) = conn.link.take() {
+            let _ = registry.deregister(&mut link);
         }
         conn.connected = false;
-        conn.out.clear();
         conn.written_bytes = conn.queued_bytes;
-        conn.inbuf.clear();
         // Plain reads go to the replica (after the health update below,
         // so that a server ejected now is not chosen again).
         let mut retries = Vec::new();

@@ -5,7 +5,8 @@
 //! osmium-placement crate, re-exported under these paths), and
 //! serves text, meta and binary clients over persistent pipelined server
 //! connections (`proxy`, `client`, `request`, `reply`, `backend`,
-//! `inbuf`, `stream`). When a server fails, its keys go to its replica
+//! `stream`; a server connection is osmium-net's non-blocking client,
+//! `osmium_net::nb::Conn`). When a server fails, its keys go to its replica
 //! (the next server of the pool) until it is back and caught up, or are
 //! re-spread over the live servers as nutcracker does (`failover:
 //! rehash`). nutcracker's stats port is served by the same event loop
@@ -20,12 +21,15 @@
 //! replication peer (`peer`). SIGUSR2 upgrades the binary in place, its
 //! listeners and clients kept (`upgrade`, over the crate osmium-upgrade).
 
+/// A connection's read buffer (osmium-net's, shared with the server
+/// connections' `osmium_net::nb::Conn`).
+pub use osmium_net::inbuf;
+
 pub mod admin;
 pub mod admin_guard;
 pub mod backend;
 pub mod client;
 pub mod counters;
-pub mod inbuf;
 pub mod log_list;
 pub mod moves;
 pub mod peer;

@@ -1,6 +1,7 @@
-//! The sockets the proxy uses: a TCP or unix stream (clients and servers),
-//! plain or TLS (`tls::TlsStream` over a plain one), and a TCP or unix
-//! listener (a pool's `listen:`).
+//! The sockets of the proxy's clients: a TCP or unix stream, plain or TLS
+//! (`tls::TlsStream` over a plain one), and a TCP or unix listener (a
+//! pool's `listen:`). Server connections are `osmium_net::nb::Conn`s
+//! (`backend`).
 
 use std::io::{self, Read, Write};
 use std::net::ToSocketAddrs;
@@ -24,39 +25,6 @@ pub enum Stream {
 }
 
 impl Stream {
-    /// Starts connecting to `addr` (completes in the event loop).
-    pub fn connect(addr: &Addr) -> io::Result<Stream> {
-        match addr {
-            Addr::Tcp { host, port } => {
-                let sa = (host.as_str(), *port)
-                    .to_socket_addrs()?
-                    .next()
-                    .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
-                let s = TcpStream::connect(sa)?;
-                Ok(Stream::Tcp(s))
-            }
-            Addr::Unix(p) => Ok(Stream::Unix(UnixStream::connect(p)?)),
-        }
-    }
-
-    /// A connect's outcome: `Ok(true)` connected, `Ok(false)` not yet
-    /// (a TLS stream's handshake goes on after this).
-    pub fn connected(&self) -> io::Result<bool> {
-        let (err, peer) = match self {
-            Stream::Tcp(s) => (s.take_error()?, s.peer_addr().map(|_| ())),
-            Stream::Unix(s) => (s.take_error()?, s.peer_addr().map(|_| ())),
-            Stream::Tls(t) => return t.sock.connected(),
-        };
-        if let Some(e) = err {
-            return Err(e);
-        }
-        match peer {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
     /// Registers the stream for reads and writes under `t` (TCP: without
     /// Nagle).
     pub fn register(&mut self, r: &Registry, t: Token) -> io::Result<()> {

@@ -62,15 +62,13 @@ fn same_placement(a: &PoolConfig, b: &PoolConfig) -> bool {
 
 /// Closes one connection (no request is queued on it).
 fn close_conn(registry: &Registry, conn: &mut Conn, stats: &mut ServerStats) {
-    if let Some(mut st) = conn.stream.take() {
-        st.deregister(registry);
+    if let Some(mut link) = conn.link.take() {
+        let _ = registry.deregister(&mut link);
         if conn.connected {
             stats.server_connections = stats.server_connections.saturating_sub(1);
         }
     }
     conn.connected = false;
-    conn.out.clear();
-    conn.inbuf.clear();
 }
 
 impl Pool {
@@ -217,7 +215,7 @@ impl Pool {
                 for conn in conns[per..].iter_mut().filter(|c| c.pending.is_empty()) {
                     close_conn(registry, conn, stats);
                 }
-                if conns[per..].iter().all(|c| c.stream.is_none()) {
+                if conns[per..].iter().all(|c| c.link.is_none()) {
                     conns.truncate(per);
                 } else {
                     left = true;

@@ -1,6 +1,7 @@
 //! A TLS session over a non-blocking proxy stream: a rustls server
-//! session for a client of a TLS listener, a client session for a server
-//! connection. The session and its record loop are `osmium_net`'s
+//! session for a client of a TLS listener ([`TlsStream`]); a server
+//! connection's client session is inside its `osmium_net::nb::Conn`. The
+//! session and its record loop are `osmium_net`'s
 //! (`osmium_net::TlsStream`, read and written by the event loop as a
 //! plain stream); the proxy's part is [`PeerLog`]: a handshake or record
 //! that fails ends the connection with an `InvalidData` error saying why,
@@ -10,7 +11,7 @@ use std::io;
 
 use crate::stream::Stream;
 
-/// A TLS session (client or server side) over a proxy stream.
+/// A TLS session over a proxy client's stream.
 pub type TlsStream = osmium_net::TlsStream<Stream, PeerLog>;
 
 /// Who is at the other end of a TLS stream, for the log.
