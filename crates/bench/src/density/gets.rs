@@ -2,8 +2,10 @@
 //! connection, of two key sets of the same size (1 % of the values the
 //! fill sent), after the cleaner settled:
 //!
-//! * hot: the last 1 % written (raw everywhere: the pack pass takes the
-//!   oldest segments);
+//! * hot: the last 1 % written, set again and read once (so raw: the
+//!   pack pass packs the newest segment too when no segment is free, and
+//!   a packed item read stays packed until the evictor passes it; then
+//!   the cleaner settles);
 //! * cold: the oldest keys still held whose values are text, found with
 //!   `me` (which counts no hit): with `compression=cold` the pack pass
 //!   held them by packing them, elsewhere they are raw, of values drawn
@@ -25,7 +27,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde_json::{json, Value};
 
-use osmium_protocol::client::reply;
+use osmium_protocol::client::{encode, reply};
 
 use super::phases::{histogram, Latency, PhaseArgs};
 use super::{connect, Corpus, Run};
@@ -163,6 +165,44 @@ impl Getter {
         Ok(true)
     }
 
+    /// Sets `keys` again, each with its own value (100 pipelined a round
+    /// trip), then reads each once: they are raw (the cleaner may have
+    /// packed them, the newest segments too when none was free, and a
+    /// packed item read stays packed until the evictor passes it) and
+    /// hit, so the pack pass copies them raw.
+    fn make_hot(&mut self, corpus: &Corpus, keys: &[u64]) -> Result<(), String> {
+        let mut req = Vec::new();
+        for batch in keys.chunks(100) {
+            req.clear();
+            for &i in batch {
+                encode::set(
+                    &mut req,
+                    format!("k{i}").as_bytes(),
+                    0,
+                    0,
+                    &corpus.value(i),
+                    false,
+                );
+            }
+            self.writer
+                .write_all(&req)
+                .map_err(|e| format!("gets: {e}"))?;
+            for &i in batch {
+                self.read_line()?;
+                if self.line != b"STORED\r\n" {
+                    return Err(format!(
+                        "gets: set k{i}: {:?}",
+                        String::from_utf8_lossy(&self.line)
+                    ));
+                }
+            }
+        }
+        for &i in keys {
+            self.get(format!("get k{i}\r\n").as_bytes())?;
+        }
+        Ok(())
+    }
+
     /// The first `want` keys of `0..below` held whose values are text,
     /// oldest first (`me KEY`, `PROBE_BATCH` and `mn` a round trip).
     fn oldest_text_keys(
@@ -263,8 +303,10 @@ pub(super) fn run(
 ) -> Result<GetFigures, String> {
     let mut g = Getter::connect(server)?;
     let hot_range = hot_keys(n);
+    let hot: Vec<u64> = hot_range.clone().collect();
+    g.make_hot(corpus, &hot)?;
+    super::sets::settle_cleaner(&mut connect(server)?)?;
     let cold = g.oldest_text_keys(corpus, hot_range.start, set_size(n) as usize)?;
-    let hot: Vec<u64> = hot_range.collect();
     Ok(GetFigures {
         hot: g.measure(corpus, &hot, a.gets, server.pid, 1)?,
         cold: g.measure(corpus, &cold, a.gets, server.pid, 2)?,
