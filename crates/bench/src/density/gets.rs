@@ -17,6 +17,7 @@
 //! the hits (write to the whole reply; hdrhistogram) and the server's CPU
 //! (utime + stime of its PID over the measured GETs) per GET.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::ops::Range;
@@ -30,7 +31,7 @@ use serde_json::{json, Value};
 use osmium_protocol::client::{encode, reply};
 
 use super::phases::{histogram, Latency, PhaseArgs};
-use super::{connect, Corpus, Run};
+use super::{connect, num, stats, Corpus, Run};
 use crate::servers::Server;
 
 /// Keys probed with `me` per round trip.
@@ -97,12 +98,30 @@ impl KeySet {
 pub(super) struct GetFigures {
     pub hot: KeySet,
     pub cold: KeySet,
+    /// `packed_items` before the hot keys were set again, once the cleaner
+    /// settled after, and after the measured GETs (osmium only).
+    pub packed_items: [Option<u64>; 3],
+    /// `pack_items` + `segments_compacted` moved during the measured GETs
+    /// (the cleaner at work: the figures are disturbed).
+    pub cleaner_moves: Option<u64>,
 }
 
 impl GetFigures {
     pub(super) fn json(&self) -> Value {
-        json!({"hot": self.hot.json(), "cold": self.cold.json()})
+        json!({
+            "hot": self.hot.json(),
+            "cold": self.cold.json(),
+            "packed_items_before_hot_sets": self.packed_items[0],
+            "packed_items_settled": self.packed_items[1],
+            "packed_items_after": self.packed_items[2],
+            "cleaner_moves_while_measuring": self.cleaner_moves,
+        })
     }
+}
+
+/// The cleaner's moves so far: `pack_items` + `segments_compacted`.
+fn cleaner_moves(st: &HashMap<String, String>) -> Option<u64> {
+    Some(num(st, "pack_items")? + num(st, "segments_compacted")?)
 }
 
 /// A connection that GETs one key at a time.
@@ -302,14 +321,23 @@ pub(super) fn run(
     a: &PhaseArgs,
 ) -> Result<GetFigures, String> {
     let mut g = Getter::connect(server)?;
+    let mut ctl = connect(server)?;
+    let before = stats(&mut ctl)?;
     let hot_range = hot_keys(n);
     let hot: Vec<u64> = hot_range.clone().collect();
     g.make_hot(corpus, &hot)?;
-    super::sets::settle_cleaner(&mut connect(server)?)?;
+    let settled = super::sets::settle_cleaner(&mut ctl)?;
     let cold = g.oldest_text_keys(corpus, hot_range.start, set_size(n) as usize)?;
+    let hot = g.measure(corpus, &hot, a.gets, server.pid, 1)?;
+    let cold = g.measure(corpus, &cold, a.gets, server.pid, 2)?;
+    let after = stats(&mut ctl)?;
     Ok(GetFigures {
-        hot: g.measure(corpus, &hot, a.gets, server.pid, 1)?,
-        cold: g.measure(corpus, &cold, a.gets, server.pid, 2)?,
+        hot,
+        cold,
+        packed_items: [&before, &settled, &after].map(|st| num(st, "packed_items")),
+        cleaner_moves: cleaner_moves(&after)
+            .zip(cleaner_moves(&settled))
+            .map(|(a, b)| a.saturating_sub(b)),
     })
 }
 
