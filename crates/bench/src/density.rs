@@ -19,6 +19,9 @@
 //! byte. Printed: items held and their MiB, evictions, the packing stats;
 //! with `--flash`, the items on flash, the flash bytes they take, items
 //! per flash GB, and the server's CPU per GET of the read-back.
+//! `--phases replay,gets,sets` measures what packing costs and buys on
+//! each run besides (`density/phases.rs`: a zipf cache-aside replay's
+//! miss ratio, GETs of hot and of cold keys, the CPU per SET).
 //! `scripts/density-corpus.py` runs this subcommand.
 
 use std::collections::HashMap;
@@ -53,7 +56,9 @@ const GUNZIP_BATCH: usize = 64;
 /// Items a cache holds at the same `-m` when its values are real files
 /// (the corpus of this machine: see `density.rs`): osmium with
 /// `compression=cold` and `off`, memcached; `--flash SIZE` adds a flash
-/// file of that size to each and reports items per flash GB.
+/// file of that size to each and reports items per flash GB; `--phases
+/// replay,gets,sets` a zipf replay's miss ratio, hot and cold GETs'
+/// latency and CPU, and the CPU per SET.
 #[derive(clap::Args, Clone)]
 pub(crate) struct DensityArgs {
     #[command(flatten)]
