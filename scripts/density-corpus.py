@@ -10,7 +10,7 @@ items per flash GB too). See crates/bench/README.md, "density".
 
 usage: density-corpus.py OSMIUM [--memcached BIN] [-m MB] [--factor F]
        [--threads T] [--seed S] [--rate MIB_PER_S] [--only cold,nodicts,off,memcached]
-       [--flash SIZE] [--json]
+       [--flash SIZE] [--phases replay,gets,sets] [--json]
 
 osmium-bench is taken from OSMIUM's directory (target/release holds both
 after `cargo build --release`).
@@ -33,6 +33,7 @@ def main():
                     help="MiB of values a second the fill sends at most (0: no limit)")
     ap.add_argument("--only", help="comma-separated: cold,nodicts,off,memcached")
     ap.add_argument("--flash", help="a flash file of this size for every server (e.g. 1G)")
+    ap.add_argument("--phases", help="comma-separated: replay,gets,sets (see crates/bench/README.md)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     bench = os.path.join(os.path.dirname(os.path.abspath(a.osmium)), "osmium-bench")
@@ -45,6 +46,8 @@ def main():
         cmd += ["--memcached", a.memcached]
     if a.flash:
         cmd += ["--flash", a.flash]
+    if a.phases:
+        cmd += ["--phases", a.phases]
     if a.json:
         cmd.append("--json")
     os.execv(bench, cmd)

@@ -19,6 +19,9 @@
 //! byte. Printed: items held and their MiB, evictions, the packing stats;
 //! with `--flash`, the items on flash, the flash bytes they take, items
 //! per flash GB, and the server's CPU per GET of the read-back.
+//! `--phases replay,gets,sets` measures what packing costs and buys on
+//! each run besides (`density/phases.rs`: a zipf cache-aside replay's
+//! miss ratio, GETs of hot and of cold keys, the CPU per SET).
 //! `scripts/density-corpus.py` runs this subcommand.
 
 use std::collections::HashMap;
@@ -28,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -36,6 +40,12 @@ use serde_json::json;
 
 use crate::flash::{parse_flash_size, FlashDir};
 use crate::servers::{Binaries, Kind, Server};
+use phases::{Figures, Phase, PhaseArgs};
+
+mod gets;
+mod phases;
+mod replay;
+mod sets;
 
 /// The most read of one file.
 const FILE_MAX: u64 = 1 << 20;
@@ -46,7 +56,9 @@ const GUNZIP_BATCH: usize = 64;
 /// Items a cache holds at the same `-m` when its values are real files
 /// (the corpus of this machine: see `density.rs`): osmium with
 /// `compression=cold` and `off`, memcached; `--flash SIZE` adds a flash
-/// file of that size to each and reports items per flash GB.
+/// file of that size to each and reports items per flash GB; `--phases
+/// replay,gets,sets` a zipf replay's miss ratio, hot and cold GETs'
+/// latency and CPU, and the CPU per SET.
 #[derive(clap::Args, Clone)]
 pub(crate) struct DensityArgs {
     #[command(flatten)]
@@ -80,6 +92,8 @@ pub(crate) struct DensityArgs {
     /// Where the flash files go [default: a new directory under /tmp].
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    #[command(flatten)]
+    phases: PhaseArgs,
 }
 
 /// One server configuration.
@@ -252,16 +266,25 @@ impl Corpus {
         Ok(Corpus { text, packed, seed })
     }
 
-    /// Value `i`: 64 B to 16 KiB cut out of one file (15 % compressed).
-    fn value(&self, i: u64) -> Vec<u8> {
+    /// Value `i`'s generator after its length and its pool were drawn:
+    /// (generator, length, cut out of a compressed file?).
+    fn draw(&self, i: u64) -> (StdRng, usize, bool) {
         let mut rng = StdRng::seed_from_u64(self.seed.wrapping_mul(1_000_003).wrapping_add(i));
         let dist = LogNormal::new(3600f64.ln(), 0.85).expect("valid");
         let n = (dist.sample(&mut rng) as usize).clamp(64, 16384);
-        let pool = if rng.gen::<f64>() < 0.15 {
-            &self.packed
-        } else {
-            &self.text
-        };
+        let compressed = rng.gen::<f64>() < 0.15;
+        (rng, n, compressed)
+    }
+
+    /// Whether value `i` is cut out of text (not of a compressed file).
+    fn is_text(&self, i: u64) -> bool {
+        !self.draw(i).2
+    }
+
+    /// Value `i`: 64 B to 16 KiB cut out of one file (15 % compressed).
+    fn value(&self, i: u64) -> Vec<u8> {
+        let (mut rng, n, compressed) = self.draw(i);
+        let pool = if compressed { &self.packed } else { &self.text };
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
             let src = &pool[rng.gen_range(0..pool.len())];
@@ -315,8 +338,15 @@ fn num(st: &HashMap<String, String>, name: &str) -> Option<u64> {
 }
 
 /// Sets keys `0..n`, at most `rate` MiB of values a second (0: as fast
-/// as the server takes them); returns the values sent, bytes.
-fn fill(c: &mut TcpStream, corpus: &Corpus, n: u64, rate: f64) -> Result<u64, String> {
+/// as the server takes them), each batch's round trip (ns) into `rtt`;
+/// returns the values sent, bytes.
+fn fill(
+    c: &mut TcpStream,
+    corpus: &Corpus,
+    n: u64,
+    rate: f64,
+    rtt: &mut Histogram<u64>,
+) -> Result<u64, String> {
     let (mut sent, t0) = (0u64, Instant::now());
     let mut reader = BufReader::new(c.try_clone().map_err(|e| e.to_string())?);
     let mut line = String::new();
@@ -336,6 +366,7 @@ fn fill(c: &mut TcpStream, corpus: &Corpus, n: u64, rate: f64) -> Result<u64, St
             req.extend_from_slice(b"\r\n");
             sent += v.len() as u64;
         }
+        let sent_at = Instant::now();
         c.write_all(&req).map_err(|e| format!("fill: {e}"))?;
         for _ in batch {
             line.clear();
@@ -346,6 +377,7 @@ fn fill(c: &mut TcpStream, corpus: &Corpus, n: u64, rate: f64) -> Result<u64, St
                 return Err("fill: the server closed the connection".into());
             }
         }
+        rtt.saturating_record((sent_at.elapsed().as_nanos() as u64).max(1));
     }
     Ok(sent)
 }
@@ -450,6 +482,8 @@ struct Row {
     /// Server CPU seconds of the read-back.
     read_cpu_s: f64,
     flash_bytes: u64,
+    /// What the phases of `--phases` measured.
+    phases: Figures,
 }
 
 impl Row {
@@ -469,7 +503,7 @@ impl Row {
             (Some(r), Some(p)) if p > 0 => Some(r as f64 / p as f64),
             _ => None,
         };
-        json!({
+        let mut v = json!({
             "run": self.run.name(),
             "values_sent": self.sent_items,
             "fill_seconds": self.fill_s,
@@ -490,7 +524,9 @@ impl Row {
             "extstore_pack_cpu_us": self.stat("extstore_pack_cpu_us"),
             "items_per_flash_gb": self.per_flash_gb(),
             "read_back_cpu_us_per_get": self.cpu_per_get(),
-        })
+        });
+        self.phases.add_json(&mut v);
+        v
     }
 
     fn cpu_per_get(&self) -> Option<f64> {
@@ -505,6 +541,7 @@ fn measure(
     run: Run,
     n: u64,
     flash: Option<(&FlashDir, u64)>,
+    streams: Option<&replay::Streams>,
 ) -> Result<Row, String> {
     let kind = run.kind();
     let mut extra = Vec::new();
@@ -530,16 +567,30 @@ fn measure(
     }
     let server = Server::start_with(bins, kind, a.memory, a.common.threads, &extra)?;
     let mut c = connect(&server)?;
+    let mut rtt = phases::histogram()?;
+    let fill_cpu0 = crate::load::cpu_time(server.pid)?;
     let t = Instant::now();
-    fill(&mut c, corpus, n, a.rate)?;
+    fill(&mut c, corpus, n, a.rate, &mut rtt)?;
     let fill_s = t.elapsed().as_secs_f64();
+    let fill_cpu1 = crate::load::cpu_time(server.pid)?;
     server.check_alive()?;
     let st = if flash.is_some() {
         settle(&mut c)?
+    } else if !a.phases.phases.is_empty() {
+        sets::settle_cleaner(&mut c)?
     } else {
         std::thread::sleep(Duration::from_secs(1));
         stats(&mut c)?
     };
+    let mut figures = Figures::default();
+    if a.phases.has(Phase::Sets) {
+        let settled = crate::load::cpu_time(server.pid)?;
+        figures.sets = Some(sets::of_fill(n, [fill_cpu0, fill_cpu1, settled], &rtt));
+    }
+    if a.phases.has(Phase::Gets) {
+        figures.gets = Some(gets::run(&server, corpus, n, &a.phases)?);
+        server.check_alive()?;
+    }
     let cpu0 = crate::load::cpu_time(server.pid)?;
     let (items, bytes) = held(&mut c, corpus, n)?;
     let read_cpu_s = (crate::load::cpu_time(server.pid)? - cpu0).as_secs_f64();
@@ -548,6 +599,15 @@ fn measure(
     // The figures of the fill (not the read-back), but the reads' counts.
     for (k, v) in st {
         stats_after.entry(k).or_insert(v);
+    }
+    // Last, as they write: the depth-1 sets, then the replay.
+    if let Some(f) = figures.sets.as_mut() {
+        sets::single(&server, corpus, n, a.phases.sets, f)?;
+        server.check_alive()?;
+    }
+    if let Some(streams) = streams {
+        figures.replay = Some(replay::run(&server, corpus, streams)?);
+        server.check_alive()?;
     }
     drop(c);
     drop(server);
@@ -561,6 +621,7 @@ fn measure(
         stats: stats_after,
         read_cpu_s,
         flash_bytes: flash.map_or(0, |(_, s)| s),
+        phases: figures,
     })
 }
 
@@ -585,13 +646,20 @@ pub(crate) fn run(a: &DensityArgs) -> Result<bool, String> {
         a.factor,
         room
     );
+    // The replay's streams: drawn once, replayed to every server.
+    let streams = a
+        .phases
+        .has(Phase::Replay)
+        .then(|| replay::Streams::draw(n, a.seed, &a.phases))
+        .transpose()?;
     let mut rows = Vec::new();
     for &run in &a.runs {
         bins.check(run.kind())?;
         eprintln!("density: {} ...", run.name());
         let flash = dir.as_ref().zip(flash_size);
-        rows.push(measure(&bins, a, &corpus, run, n, flash)?);
+        rows.push(measure(&bins, a, &corpus, run, n, flash, streams.as_ref())?);
     }
+    let figures: Vec<(Run, &Figures)> = rows.iter().map(|r| (r.run, &r.phases)).collect();
     if a.common.json {
         let v = json!({
             "memory_mb": a.memory,
@@ -600,6 +668,7 @@ pub(crate) fn run(a: &DensityArgs) -> Result<bool, String> {
             "values": n,
             "mean_value": mean,
             "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+            "ratios": phases::ratios_json(&figures),
         });
         println!(
             "{}",
@@ -689,5 +758,6 @@ pub(crate) fn run(a: &DensityArgs) -> Result<bool, String> {
         }
         println!("items/flash GB: extstore_objects_used per GiB of extstore_bytes_used; CPU us/GET: the server's CPU over the read-back (RAM and flash hits, misses) per key read");
     }
+    phases::print(&figures);
     Ok(true)
 }

@@ -310,7 +310,7 @@ fn share(total: u64, n: u64, i: u64) -> u64 {
 /// Draws every connection's zipf stream (`warmup` then `requests` key ids,
 /// split evenly over `conns`), one thread and one generator per connection
 /// seeded from `seed`. Rank `r` of zipf(alpha) over `keys` is key `perm[r]`.
-fn draw_streams(
+pub(crate) fn draw_streams(
     keys: u64,
     alpha: f64,
     seed: u64,
