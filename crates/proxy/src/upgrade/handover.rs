@@ -1,11 +1,11 @@
 //! t3 of the sequence in `mod.rs`: what a quiesced proxy hands over
-//! ([`HandOver`], filled by `Proxy::hand_over`) written into the state,
-//! the new image run; and the fallbacks when it cannot be (the old image
-//! run again, or, as a last resort, the state returned for the proxy to
-//! start again in this process).
+//! ([`HandOver`], filled by `Proxy::hand_over`) put into the state, then
+//! written and the new image run (`osmium_upgrade::handover`, which runs
+//! the old image again when the new one cannot be); as a last resort the
+//! state is returned for the proxy to start again in this process.
 
 use std::ffi::OsString;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use osmium_upgrade::{CommandLine, ConnRec, ListenerRec, Origin, State};
 
@@ -25,14 +25,6 @@ pub struct HandOver {
     pub counters: Vec<(String, u64)>,
     /// The upgrades this process went through.
     pub history: Option<History>,
-}
-
-/// Every fd the state names.
-fn state_fds(state: &State) -> Vec<RawFd> {
-    let mut fds = vec![state.old_exe];
-    fds.extend(state.listeners.iter().map(|l| l.fd));
-    fds.extend(state.conns.iter().map(|c| c.fd));
-    fds
 }
 
 /// The state for `handed`, its old image `old_exe`.
@@ -71,12 +63,7 @@ fn state_of(handed: HandOver, old_exe: &OwnedFd, argv: &[OsString]) -> State {
 /// for the proxy to start again in this process (its fds kept open; the
 /// old image's is not).
 pub fn exec(handed: HandOver, checked: Checked) -> (State, String) {
-    let Checked {
-        path,
-        image,
-        answer,
-        old_exe,
-    } = checked;
+    let Checked { new, old_exe } = checked;
     let argv: Vec<OsString> = std::env::args_os().collect();
     let closed = handed.closed;
     let state = state_of(handed, &old_exe, &argv);
@@ -84,24 +71,7 @@ pub fn exec(handed: HandOver, checked: Checked) -> (State, String) {
         "upgrade: {} client connections handed over, {closed} closed",
         state.conns.len()
     );
-    for fd in state_fds(&state) {
-        if let Err(e) = osmium_upgrade::keep_fd(fd) {
-            tracing::warn!("upgrade: fd {fd} cannot be kept across the exec: {e}");
-        }
-    }
-    let written = match state.write() {
-        Ok(fd) => fd,
-        Err(e) => return (state, format!("cannot write the hand-over state: {e}")),
-    };
-    tracing::warn!(
-        "upgrade: running {} (osmium-proxy {})",
-        path.display(),
-        answer.version
-    );
-    let e = osmium_upgrade::exec_image(image.as_fd(), &argv, written.as_fd(), None);
-    let why = format!("execve: {e}");
-    tracing::warn!("upgrade failed: {why}; running the old image again");
-    let again = osmium_upgrade::exec_image(old_exe.as_fd(), &argv, written.as_fd(), Some(&why));
-    tracing::warn!("upgrade failed: the old image cannot be run again either ({again})");
+    let (why, _written) =
+        osmium_upgrade::handover::exec_new(&state, &new, "osmium-proxy", old_exe.as_fd(), &argv);
     (state, why)
 }

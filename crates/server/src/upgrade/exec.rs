@@ -1,11 +1,12 @@
-//! t1-t4 of the sequence in `mod.rs`: the server quiesced, the state
-//! written, the new image run; and the fallbacks when it cannot be (the
-//! old image run again, or, as a last resort, the server started again in
-//! this process).
+//! t1-t4 of the sequence in `mod.rs`: the server quiesced, its state
+//! filled, then written and the new image run
+//! (`osmium_upgrade::handover`, which runs the old image again when the
+//! new one cannot be); and the last resort when neither can be: the
+//! server started again in this process.
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -92,31 +93,15 @@ fn hand_over_store(
     (memory, flash_meta)
 }
 
-/// Every fd the state names.
-fn state_fds(state: &State) -> Vec<RawFd> {
-    let mut fds = vec![state.old_exe];
-    fds.extend(state.memory.iter().map(|m| m.fd));
-    fds.extend(state.flash_meta.iter().map(|m| m.fd));
-    fds.extend(state.listeners.iter().map(|l| l.fd));
-    fds.extend(state.conns.iter().map(|c| c.fd));
-    fds.extend(state.watchers.iter().map(|w| w.fd));
-    fds
-}
-
 /// t1-t4: quiesces the server, writes the state and runs the new image.
 /// Returns only if no image could be run: the server started again in
 /// this process from the state.
 pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
-    let Checked {
-        path,
-        image,
-        answer,
-    } = checked;
     // The fallback, opened before anything stops.
     let old_exe = match osmium_upgrade::running_image() {
         Ok(fd) => fd,
         Err(e) => {
-            refused(&path, &format!("cannot open /proc/self/exe: {e}"));
+            refused(&checked.path, &format!("cannot open /proc/self/exe: {e}"));
             // The reload the check began ends here (`Started::serve`).
             crate::service::ready();
             return Ok(started);
@@ -134,10 +119,10 @@ pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
     // A new binary that does not say it takes connections (a build from
     // before they were carried) would leave their fds open, its clients
     // waiting for ever: they are closed instead.
-    let carry_conns = answer.takes(osmium_upgrade::TAKES_CONNS);
+    let carry_conns = checked.answer.takes(osmium_upgrade::TAKES_CONNS);
     let quiesced = started.quiesce(stopping + DRAIN, carry_conns);
     let stopped = stopping.elapsed();
-    let (memory, flash_meta) = hand_over_store(&quiesced.store, &answer);
+    let (memory, flash_meta) = hand_over_store(&quiesced.store, &checked.answer);
     tracing::warn!(
         "upgrade: threads stopped in {:.1} ms; item memory {}{}",
         stopped.as_secs_f64() * 1000.0,
@@ -199,29 +184,9 @@ pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
             quiesced.closed
         );
     }
-    for fd in state_fds(&state) {
-        if let Err(e) = osmium_upgrade::keep_fd(fd) {
-            tracing::warn!("upgrade: fd {fd} cannot be kept across the exec: {e}");
-        }
-    }
-    let written = match state.write() {
-        Ok(fd) => fd,
-        Err(e) => {
-            let why = format!("cannot write the hand-over state: {e}");
-            return start_here(state, None, quiesced.store, &why);
-        }
-    };
-    tracing::warn!(
-        "upgrade: running {} (osmium {})",
-        path.display(),
-        answer.version
-    );
-    let e = osmium_upgrade::exec_image(image.as_fd(), &argv, written.as_fd(), None);
-    let why = format!("execve: {e}");
-    tracing::warn!("upgrade failed: {why}; running the old image again");
-    let again = osmium_upgrade::exec_image(old_exe.as_fd(), &argv, written.as_fd(), Some(&why));
-    tracing::warn!("upgrade failed: the old image cannot be run again either ({again})");
-    start_here(state, Some(written), quiesced.store, &why)
+    let (why, written) =
+        osmium_upgrade::handover::exec_new(&state, &checked, "osmium", old_exe.as_fd(), &argv);
+    start_here(state, written, quiesced.store, &why)
 }
 
 /// The last resort, when no image could be run: the server starts again
