@@ -167,14 +167,6 @@ mod tests {
         matches!(kind, ListenerKind::Udp)
     }
 
-    fn is_pool(kind: &ListenerKind) -> bool {
-        matches!(kind, ListenerKind::ProxyPool { .. })
-    }
-
-    fn is_stats(kind: &ListenerKind) -> bool {
-        matches!(kind, ListenerKind::ProxyStats)
-    }
-
     #[test]
     fn a_socket_is_taken_by_its_kind_type_and_address_once() {
         let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -220,40 +212,6 @@ mod tests {
         close(udp_fd);
         // The duplicate still listens.
         std::net::TcpStream::connect(tcp_addr).expect("connect to the duplicate");
-    }
-
-    #[test]
-    fn a_pool_listener_is_not_the_stats_port() {
-        let pool = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let stats = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let (pool_addr, stats_addr) = (pool.local_addr().unwrap(), stats.local_addr().unwrap());
-        let (pool_fd, stats_fd) = (pool.into_raw_fd(), stats.into_raw_fd());
-        let mut c = Carried::new(
-            vec![
-                rec(
-                    pool_fd,
-                    ListenerKind::ProxyPool {
-                        pool: "alpha".into(),
-                    },
-                ),
-                rec(stats_fd, ListenerKind::ProxyStats),
-            ],
-            Vec::new(),
-        );
-        assert!(
-            c.take(Type::STREAM, is_stats, BoundTo::Inet(pool_addr))
-                .is_none(),
-            "a pool's listener is not the stats port's"
-        );
-        assert!(c
-            .take(Type::STREAM, is_pool, BoundTo::Inet(pool_addr))
-            .is_some());
-        assert!(c
-            .take(Type::STREAM, is_stats, BoundTo::Inet(stats_addr))
-            .is_some());
-        assert_eq!(c.taken(), 2);
-        close(pool_fd);
-        close(stats_fd);
     }
 
     #[test]

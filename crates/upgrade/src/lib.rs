@@ -17,6 +17,8 @@
 //!   command line).
 //! * [`checker`]: the running image's side of the check: the file it
 //!   runs from, the check on a thread of its own, its outcome.
+//! * [`History`]: the upgrades a process went through, carried in the
+//!   state's origin.
 //! * [`handover`]: the state written, its fds kept, the new image run,
 //!   and the old one again when it cannot be.
 //!
@@ -29,6 +31,7 @@ pub mod carried;
 pub mod check;
 pub mod checker;
 pub mod handover;
+mod history;
 pub mod image;
 pub mod state;
 mod tlv;
@@ -37,6 +40,7 @@ pub use check::{
     answer_check, check_line, run_check, CheckAnswer, CHECK_FLAG, CHECK_TIMEOUT, TAKES_CONNS,
     TAKES_FLASH, TAKES_MEMORY, TAKES_PROXY,
 };
+pub use history::History;
 pub use image::{exec_image, keep_fd, open_image, running_image, take_env, Inherited};
 pub use state::{
     CommandLine, ConnRec, ListenerKind, ListenerRec, MemoryRec, Origin, ProxyConnRec, RawRecord,

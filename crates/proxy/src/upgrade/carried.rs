@@ -80,74 +80,49 @@ pub fn conn_stream(rec: &ConnRec) -> Option<Stream> {
 mod tests {
     use super::*;
     use osmium_upgrade::ListenerRec;
-    use std::os::fd::{AsRawFd, RawFd};
-
-    fn rec(fd: RawFd, kind: ListenerKind) -> ListenerRec {
-        ListenerRec {
-            fd,
-            kind,
-            local: String::new(),
-        }
-    }
+    use std::os::fd::AsRawFd;
 
     #[test]
-    fn a_pool_listener_and_the_stats_port_are_taken_by_their_addresses() {
-        let pool = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let stats = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let (pool_port, stats_port) = (
-            pool.local_addr().unwrap().port(),
-            stats.local_addr().unwrap().port(),
-        );
-        let (pool_fd, stats_fd) = (pool.as_raw_fd(), stats.as_raw_fd());
-        let mut c = Carried::new(
-            vec![
-                rec(
-                    pool_fd,
-                    ListenerKind::ProxyPool {
-                        pool: "alpha".into(),
-                    },
-                ),
-                rec(stats_fd, ListenerKind::ProxyStats),
-            ],
-            Vec::new(),
-        );
-        assert!(
-            take_stats(&mut c, "127.0.0.1", pool_port).is_none(),
-            "a pool's listener is not the stats port's"
-        );
-        let addr = Addr::Tcp {
-            host: "127.0.0.1".into(),
-            port: pool_port,
-        };
-        let taken = take_pool(&mut c, &addr).expect("the pool's listener");
-        assert!(take_pool(&mut c, &addr).is_none(), "taken once");
-        assert!(take_stats(&mut c, "127.0.0.1", stats_port).is_some());
-        assert_eq!(c.taken(), 2);
-        assert_eq!(
-            taken.local_addr().map(|a| a.port()),
-            Some(pool_port),
-            "the same address"
-        );
-        drop((pool, stats));
-        // The duplicate still listens.
-        std::net::TcpStream::connect(("127.0.0.1", pool_port)).expect("connect to the duplicate");
-    }
-
-    #[test]
-    fn a_unix_pool_listener_is_taken_by_its_path() {
+    fn pool_listeners_and_the_stats_port_are_taken_by_their_kind_and_address() {
         let dir = std::env::temp_dir().join(format!("osmium-proxy-carried-{}", std::process::id()));
         let _ = std::fs::create_dir_all(&dir);
         let path = dir.join("sock");
         let _ = std::fs::remove_file(&path);
-        let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        let fd = l.as_raw_fd();
-        let mut c = Carried::new(
-            vec![rec(fd, ListenerKind::ProxyPool { pool: "u".into() })],
-            Vec::new(),
+        let unix = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let stats = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = |l: &std::net::TcpListener| l.local_addr().unwrap().port();
+        let (tcp_port, stats_port) = (port(&tcp), port(&stats));
+        let pool = |pool: &str| ListenerKind::ProxyPool { pool: pool.into() };
+        let recs = [
+            (tcp.as_raw_fd(), pool("alpha")),
+            (unix.as_raw_fd(), pool("u")),
+            (stats.as_raw_fd(), ListenerKind::ProxyStats),
+        ];
+        let recs = recs.into_iter().map(|(fd, kind)| ListenerRec {
+            fd,
+            kind,
+            local: String::new(),
+        });
+        let mut c = Carried::new(recs.collect(), Vec::new());
+        let tcp_addr = Addr::Tcp {
+            host: "127.0.0.1".into(),
+            port: tcp_port,
+        };
+        assert!(
+            take_stats(&mut c, "127.0.0.1", tcp_port).is_none(),
+            "a pool's listener is not the stats port's"
         );
         assert!(take_pool(&mut c, &Addr::Unix(dir.join("other"))).is_none());
+        let taken = take_pool(&mut c, &tcp_addr).expect("the TCP pool's listener");
+        assert!(take_pool(&mut c, &tcp_addr).is_none(), "taken once");
         assert!(take_pool(&mut c, &Addr::Unix(path.clone())).is_some());
-        drop(l);
+        assert!(take_stats(&mut c, "127.0.0.1", stats_port).is_some());
+        assert_eq!(c.taken(), 3);
+        drop((tcp, unix, stats));
+        // The duplicate still listens.
+        assert_eq!(taken.local_addr().map(|a| a.port()), Some(tcp_port));
+        std::net::TcpStream::connect(("127.0.0.1", tcp_port)).expect("connect to the duplicate");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -7,10 +7,10 @@
 use std::ffi::OsString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
-use osmium_upgrade::{CommandLine, ConnRec, ListenerRec, Origin, State};
+use osmium_upgrade::{CommandLine, ConnRec, History, ListenerRec, State};
 
 use super::check::Checked;
-use super::{History, VERSION};
+use super::VERSION;
 
 /// What a quiesced proxy hands over (t2).
 #[derive(Debug, Default)]
@@ -29,26 +29,11 @@ pub struct HandOver {
 
 /// The state for `handed`, its old image `old_exe`.
 fn state_of(handed: HandOver, old_exe: &OwnedFd, argv: &[OsString]) -> State {
-    let old_id = osmium_upgrade::image::file_id(old_exe.as_fd()).unwrap_or_default();
     let history = handed.history.unwrap_or_else(History::fresh);
     let mut state = State::new(
-        Origin {
-            version: VERSION.into(),
-            exe: old_id,
-            pid: std::process::id(),
-            first_start: history.first_start,
-            upgrades: history.upgrades,
-            failures: history.failures,
-            failed: None,
-        },
-        CommandLine {
-            argv: argv.to_vec(),
-            // The command line as given: the -c file is read again by the
-            // new image.
-            expanded: argv.to_vec(),
-            // No store: nothing to cross-check.
-            store_fingerprint: 0,
-        },
+        history.origin(VERSION, old_exe.as_fd()),
+        // No store: nothing to cross-check.
+        CommandLine::as_given(argv, 0),
         old_exe.as_raw_fd(),
     );
     state.listeners = handed.listeners;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use osmium_store::Store;
-use osmium_upgrade::{CheckAnswer, CommandLine, MemoryRec, Origin, State};
+use osmium_upgrade::{CheckAnswer, CommandLine, MemoryRec, State};
 
 use crate::server::Started;
 use crate::settings::OSMIUM_VERSION;
@@ -53,20 +53,11 @@ fn hand_over_store(
         }
         return (None, None);
     }
-    let memory = match store.hand_over() {
-        Ok(Some(fd)) => Some(MemoryRec {
-            fd: fd.into_raw_fd(),
-            path: None,
-            consistent: true,
-        }),
-        Ok(None) => None,
-        Err(e) => {
-            tracing::warn!(
-                "upgrade: the item memory cannot be handed over ({e}): the cache starts empty"
-            );
-            None
-        }
-    };
+    let memory = handed(
+        store.hand_over(),
+        "the item memory",
+        "the cache starts empty",
+    );
     let flash_meta = if !answer.takes(osmium_upgrade::TAKES_FLASH) {
         if store.flash().is_some() && store.item_memory() == "memfd" {
             tracing::warn!(
@@ -75,22 +66,25 @@ fn hand_over_store(
         }
         None
     } else {
-        match store.hand_over_flash() {
-            Ok(Some(fd)) => Some(MemoryRec {
-                fd: fd.into_raw_fd(),
-                path: None,
-                consistent: true,
-            }),
-            Ok(None) => None,
-            Err(e) => {
-                tracing::warn!(
-                    "upgrade: the flash tier cannot be handed over ({e}): it starts empty"
-                );
-                None
-            }
-        }
+        handed(store.hand_over_flash(), "the flash tier", "it starts empty")
     };
     (memory, flash_meta)
+}
+
+/// The record of a memfd the store handed over (`what` in the log line
+/// when it could not, with what follows then).
+fn handed(memfd: io::Result<Option<OwnedFd>>, what: &str, then: &str) -> Option<MemoryRec> {
+    match memfd {
+        Ok(fd) => fd.map(|fd| MemoryRec {
+            fd: fd.into_raw_fd(),
+            path: None,
+            consistent: true,
+        }),
+        Err(e) => {
+            tracing::warn!("upgrade: {what} cannot be handed over ({e}): {then}");
+            None
+        }
+    }
 }
 
 /// t1-t4: quiesces the server, writes the state and runs the new image.
@@ -107,7 +101,6 @@ pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
             return Ok(started);
         }
     };
-    let old_id = osmium_upgrade::image::file_id(old_exe.as_fd()).unwrap_or_default();
     let argv: Vec<OsString> = std::env::args_os().collect();
     let fingerprint = store_fingerprint(&started.shared.settings);
     // A signal from here on waits for the image that serves next (which
@@ -144,24 +137,9 @@ pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
         }
     );
     super::stall::stall_at("quiesced");
-    let history = history();
     let state = State {
-        origin: Origin {
-            version: OSMIUM_VERSION.into(),
-            exe: old_id,
-            pid: std::process::id(),
-            first_start: history.first_start,
-            upgrades: history.upgrades,
-            failures: history.failures,
-            failed: None,
-        },
-        command_line: CommandLine {
-            argv: argv.clone(),
-            // The command line as given: a config file is read again by
-            // the new image.
-            expanded: argv.clone(),
-            store_fingerprint: fingerprint,
-        },
+        origin: history().origin(OSMIUM_VERSION, old_exe.as_fd()),
+        command_line: CommandLine::as_given(&argv, fingerprint),
         memory,
         flash_meta,
         old_exe: old_exe.as_raw_fd(),
