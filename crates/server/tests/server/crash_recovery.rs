@@ -516,25 +516,8 @@ fn kill_9_rounds(setup: Setup) -> HashMap<&'static str, u64> {
                 "round {round}: {k} came back after an acknowledged flush_all"
             );
         }
-        let mut m = model.lock().unwrap();
-        for key in &all_keys {
-            let k = m.entry(key.clone()).or_default();
-            let got = found.get(key).cloned();
-            let allowed_acked = got == k.acked;
-            let allowed_in_flight = k.in_flight.as_ref().is_some_and(|s| *s == got);
-            assert!(
-                allowed_acked || allowed_in_flight,
-                "round {round}: {key} is {} after kill -9; acknowledged {}, in flight {}; history {:?}",
-                describe(&got),
-                describe(&k.acked),
-                k.in_flight.as_ref().map_or("nothing".into(), describe),
-                k.history,
-            );
-            // Go on from what the server has.
-            k.acked = got;
-            k.in_flight = None;
-            checked += 1;
-        }
+        let when = format!("round {round}, after kill -9");
+        checked += check_model(&mut model.lock().unwrap(), &all_keys, &found, &when);
         all_keys.sort();
     }
     eprintln!(
@@ -546,7 +529,37 @@ fn kill_9_rounds(setup: Setup) -> HashMap<&'static str, u64> {
     compacted
 }
 
-pub(crate) fn describe(s: &State) -> String {
+/// Checks what the server has (`found`) for each of `keys` against the
+/// model: the acknowledged value, or what the request in flight would
+/// leave; the model then goes on from what the server has. `when` opens a
+/// failure's message. How many keys were checked.
+pub(crate) fn check_model(
+    model: &mut HashMap<String, KeyModel>,
+    keys: &[String],
+    found: &HashMap<String, Vec<u8>>,
+    when: &str,
+) -> usize {
+    for key in keys {
+        let k = model.entry(key.clone()).or_default();
+        let got = found.get(key).cloned();
+        let allowed_acked = got == k.acked;
+        let allowed_in_flight = k.in_flight.as_ref().is_some_and(|s| *s == got);
+        assert!(
+            allowed_acked || allowed_in_flight,
+            "{when}: {key} is {}; acknowledged {}, in flight {}; history {:?}",
+            describe(&got),
+            describe(&k.acked),
+            k.in_flight.as_ref().map_or("nothing".into(), describe),
+            k.history,
+        );
+        // Go on from what the server has.
+        k.acked = got;
+        k.in_flight = None;
+    }
+    keys.len()
+}
+
+fn describe(s: &State) -> String {
     match s {
         None => "missing".into(),
         Some(v) => {
