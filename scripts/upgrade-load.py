@@ -170,6 +170,19 @@ def fill(port, keys):
     c.s.close()
 
 
+def refusing_script(binary, tmp, name):
+    """A script in TMP that runs a copy of BINARY: its check as it is, its
+    real run with OSMIUM_UPGRADE_REFUSE=1 (the state refused, handed back
+    to the old image). Its path, for renaming over the running file."""
+    real = os.path.join(tmp, name + ".real"); shutil.copy2(binary, real)
+    script = os.path.join(tmp, name + ".script")
+    with open(script, "w") as f:
+        f.write(f'#!/bin/sh\ncase "$1" in --upgrade-check) exec {real} "$@";; esac\n'
+                f'OSMIUM_UPGRADE_REFUSE=1 exec {real} "$@"\n')
+    os.chmod(script, 0o755)
+    return script
+
+
 def stat_of(port, names):
     c = Conn(port)
     c.s.sendall(b"stats\r\n")
@@ -280,12 +293,7 @@ def main():
         # copy renamed over it (a new inode), or with FALLBACK a script
         # there whose real run refuses the state.
         if fallback:
-            real = os.path.join(tmp, "osmium.real"); shutil.copy2(binary, real)
-            script = os.path.join(tmp, "osmium.script")
-            with open(script, "w") as f:
-                f.write(f'#!/bin/sh\ncase "$1" in --upgrade-check) exec {real} "$@";; esac\n'
-                        f'OSMIUM_UPGRADE_REFUSE=1 exec {real} "$@"\n')
-            os.chmod(script, 0o755)
+            script = refusing_script(binary, tmp, "osmium")
         else:
             script = os.path.join(tmp, "osmium.new")
             shutil.copy2(binary, script)

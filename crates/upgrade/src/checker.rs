@@ -6,10 +6,12 @@
 //! (`upgrade refused: PATH: WHY`, [`refused`]).
 //!
 //! What differs between the programs is a [`Program`]: their names in
-//! the log lines, the thread's name, and what a refusal does besides its
-//! log line (the server counts it).
+//! the log lines, the thread's name, what a refusal does besides its log
+//! line (the server counts it), and the log itself (each program writes
+//! the lines as its own, under its own target).
 
 use std::ffi::OsString;
+use std::fmt;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -33,6 +35,8 @@ pub struct Program {
     pub thread: &'static str,
     /// Called with why, before the log line, on each refusal.
     pub on_refused: fn(&str),
+    /// Writes a log line (a warning) as the program's own.
+    pub warn: fn(fmt::Arguments<'_>),
 }
 
 /// Notes the file this image runs from, by the path it was started from
@@ -52,7 +56,7 @@ pub fn note_exe() {
 /// A refused upgrade: `program`'s own step, then the log line.
 pub fn refused(program: &Program, path: &Path, why: &str) {
     (program.on_refused)(why);
-    tracing::warn!("upgrade refused: {}: {why}", path.display());
+    (program.warn)(format_args!("upgrade refused: {}: {why}", path.display()));
 }
 
 /// A new binary that passed its check: the fd it is run through.
@@ -89,7 +93,7 @@ impl Checking {
         let Some(path) = EXE_PATH.get().cloned() else {
             let why = format!("the file this {} runs from is not known", program.what);
             (program.on_refused)(&why);
-            tracing::warn!("upgrade refused: {why}");
+            (program.warn)(format_args!("upgrade refused: {why}"));
             return None;
         };
         Checking::begin_at(program, path, hold, wake)
@@ -102,7 +106,10 @@ impl Checking {
         hold: impl FnOnce() + Send + 'static,
         wake: impl FnOnce() + Send + 'static,
     ) -> Option<Checking> {
-        tracing::warn!("upgrade requested: checking {}", path.display());
+        (program.warn)(format_args!(
+            "upgrade requested: checking {}",
+            path.display()
+        ));
         let image = match crate::open_image(&path) {
             Ok(fd) => fd,
             Err(e) => {
@@ -154,14 +161,14 @@ impl Checking {
         });
         Some(match passed {
             Ok((image, answer, accepted)) => {
-                tracing::warn!(
+                (self.program.warn)(format_args!(
                     "upgrade: {} passed the check ({} {}, reads state formats {}-{})",
                     self.path.display(),
                     self.program.name,
                     answer.version,
                     answer.reads.start(),
                     answer.reads.end()
-                );
+                ));
                 let checked = Checked {
                     path: self.path.clone(),
                     image,
@@ -192,6 +199,7 @@ mod tests {
         on_refused: |_| {
             REFUSALS.fetch_add(1, Ordering::Relaxed);
         },
+        warn: |_| {},
     };
 
     /// The outcome of checking a script that prints `line`, `accept`

@@ -7,6 +7,7 @@
 //! the program's.
 
 use std::ffi::OsString;
+use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 
 use crate::checker::Checked;
@@ -30,33 +31,41 @@ pub fn state_fds(state: &State) -> Vec<RawFd> {
 /// the command line `argv`; if it cannot be run, the old image `old_exe`
 /// again, handed the state with why. Returns only if neither could be
 /// run: why, and the state's memfd if it was written (for the program to
-/// close once it no longer needs the state's fds).
+/// close once it no longer needs the state's fds). `warn` writes the log
+/// lines as the program's own.
 pub fn exec_new(
     state: &State,
     new: &Checked,
     name: &str,
     old_exe: BorrowedFd<'_>,
     argv: &[OsString],
+    warn: fn(fmt::Arguments<'_>),
 ) -> (String, Option<OwnedFd>) {
     for fd in state_fds(state) {
         if let Err(e) = keep_fd(fd) {
-            tracing::warn!("upgrade: fd {fd} cannot be kept across the exec: {e}");
+            warn(format_args!(
+                "upgrade: fd {fd} cannot be kept across the exec: {e}"
+            ));
         }
     }
     let written = match state.write() {
         Ok(fd) => fd,
         Err(e) => return (format!("cannot write the hand-over state: {e}"), None),
     };
-    tracing::warn!(
+    warn(format_args!(
         "upgrade: running {} ({name} {})",
         new.path.display(),
         new.answer.version
-    );
+    ));
     let e = exec_image(new.image.as_fd(), argv, written.as_fd(), None);
     let why = format!("execve: {e}");
-    tracing::warn!("upgrade failed: {why}; running the old image again");
+    warn(format_args!(
+        "upgrade failed: {why}; running the old image again"
+    ));
     let again = exec_image(old_exe, argv, written.as_fd(), Some(&why));
-    tracing::warn!("upgrade failed: the old image cannot be run again either ({again})");
+    warn(format_args!(
+        "upgrade failed: the old image cannot be run again either ({again})"
+    ));
     (why, Some(written))
 }
 
@@ -123,7 +132,14 @@ mod tests {
         };
         let old_exe = crate::open_image(&old_path).unwrap();
         let s = state(old_exe.as_raw_fd());
-        let (why, written) = exec_new(&s, &new, "osmium", old_exe.as_fd(), &s.command_line.argv);
+        let (why, written) = exec_new(
+            &s,
+            &new,
+            "osmium",
+            old_exe.as_fd(),
+            &s.command_line.argv,
+            |_| {},
+        );
         let _ = std::fs::remove_file(&new_path);
         let _ = std::fs::remove_file(&old_path);
         assert!(why.starts_with("execve: "), "{why}");

@@ -18,7 +18,12 @@ static PROXY: Program = Program {
     name: "osmium-proxy",
     thread: "osmium-proxy-upgrade",
     on_refused: |_| {},
+    warn,
 };
+
+fn warn(line: std::fmt::Arguments<'_>) {
+    tracing::warn!("{line}");
+}
 
 /// A new binary that passed its check, and the running image's fd.
 #[derive(Debug)]

@@ -56,7 +56,17 @@ pub fn exec(handed: HandOver, checked: Checked) -> (State, String) {
         "upgrade: {} client connections handed over, {closed} closed",
         state.conns.len()
     );
-    let (why, _written) =
-        osmium_upgrade::handover::exec_new(&state, &new, "osmium-proxy", old_exe.as_fd(), &argv);
+    let (why, _written) = osmium_upgrade::handover::exec_new(
+        &state,
+        &new,
+        "osmium-proxy",
+        old_exe.as_fd(),
+        &argv,
+        warn,
+    );
     (state, why)
+}
+
+fn warn(line: std::fmt::Arguments<'_>) {
+    tracing::warn!("{line}");
 }

@@ -24,7 +24,12 @@ static SERVER: Program = Program {
     name: "osmium",
     thread: "osmium-upgrade",
     on_refused: count_failure,
+    warn,
 };
+
+fn warn(line: std::fmt::Arguments<'_>) {
+    tracing::warn!("{line}");
+}
 
 /// Notes how this image started: afresh (no `origin`), or from an
 /// upgrade's state, taken over (`failed` None) or handed back (`failed`:

@@ -162,9 +162,19 @@ pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
             quiesced.closed
         );
     }
-    let (why, written) =
-        osmium_upgrade::handover::exec_new(&state, &checked, "osmium", old_exe.as_fd(), &argv);
+    let (why, written) = osmium_upgrade::handover::exec_new(
+        &state,
+        &checked,
+        "osmium",
+        old_exe.as_fd(),
+        &argv,
+        warn,
+    );
     start_here(state, written, quiesced.store, &why)
+}
+
+fn warn(line: std::fmt::Arguments<'_>) {
+    tracing::warn!("{line}");
 }
 
 /// The last resort, when no image could be run: the server starts again
