@@ -287,7 +287,42 @@ pub(crate) fn read_all(server: &Running, keys: &[String]) -> HashMap<String, Vec
 
 /// One writer's load until the connection breaks: returns when the server
 /// is gone.
-pub(crate) fn write_load(
+/// [`WRITERS`] threads of [`write_load`] on `port`, each seeded from
+/// `rng`, until [`Writers::stop`].
+pub(crate) struct Writers {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Writers {
+    pub(crate) fn start(
+        port: u16,
+        keys: usize,
+        rng: &mut Rng,
+        model: &Arc<Mutex<HashMap<String, KeyModel>>>,
+        versions: &Arc<Mutex<u64>>,
+    ) -> Writers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..WRITERS)
+            .map(|w| {
+                let (model, versions, stop) = (model.clone(), versions.clone(), stop.clone());
+                let seed = rng.next();
+                std::thread::spawn(move || write_load(port, keys, w, seed, model, versions, stop))
+            })
+            .collect();
+        Writers { stop, threads }
+    }
+
+    /// Stops the writers and waits for them.
+    pub(crate) fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+    }
+}
+
+fn write_load(
     server_port: u16,
     keys: usize,
     writer: usize,
@@ -474,14 +509,7 @@ fn kill_9_rounds(setup: Setup) -> HashMap<&'static str, u64> {
                 k.history.push(format!("flush_all at v{v}"));
             }
         }
-        let stop = Arc::new(AtomicBool::new(false));
-        let writers: Vec<_> = (0..WRITERS)
-            .map(|w| {
-                let (model, versions, stop) = (model.clone(), versions.clone(), stop.clone());
-                let (port, seed) = (server.port(), rng.next());
-                std::thread::spawn(move || write_load(port, keys, w, seed, model, versions, stop))
-            })
-            .collect();
+        let writers = Writers::start(server.port(), keys, &mut rng, &model, &versions);
         std::thread::sleep(Duration::from_millis(100 + rng.below(800)));
         if setup.flash_mb.is_some() && round == ROUNDS - 1 {
             // The last round of a flash setup is killed only once the flash
@@ -501,10 +529,7 @@ fn kill_9_rounds(setup: Setup) -> HashMap<&'static str, u64> {
         }
         std::thread::sleep(Duration::from_millis(rng.below(20)));
         server.kill();
-        stop.store(true, Ordering::Relaxed);
-        for w in writers {
-            w.join().unwrap();
-        }
+        writers.stop();
         // The same arguments and memory file, on the same port.
         server.restart();
         let mut keys = all_keys.clone();

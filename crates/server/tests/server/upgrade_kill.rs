@@ -31,13 +31,12 @@
 //! have happened; the connections are lost (clients reconnect).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common;
 use crate::crash_recovery::{
-    check_model, read_all, server_of, write_load, KeyModel, Rng, Scratch, Setup, WRITERS,
+    check_model, read_all, server_of, KeyModel, Rng, Scratch, Setup, Writers, WRITERS,
 };
 
 /// Where each round's kill lands: None right after the signal, else the
@@ -79,14 +78,7 @@ fn kill_9_inside_an_upgrade_loses_no_acknowledged_write() {
             server = server.env("OSMIUM_UPGRADE_STALL", p);
         }
         let mut server = server.start();
-        let stop = Arc::new(AtomicBool::new(false));
-        let writers: Vec<_> = (0..WRITERS)
-            .map(|w| {
-                let (model, versions, stop) = (model.clone(), versions.clone(), stop.clone());
-                let (port, seed) = (server.port(), rng.next());
-                std::thread::spawn(move || write_load(port, keys, w, seed, model, versions, stop))
-            })
-            .collect();
+        let writers = Writers::start(server.port(), keys, &mut rng, &model, &versions);
         std::thread::sleep(Duration::from_millis(100 + rng.below(400)));
         server.send_signal(libc::SIGUSR2);
         if let Some(p) = point {
@@ -96,10 +88,7 @@ fn kill_9_inside_an_upgrade_loses_no_acknowledged_write() {
             std::thread::sleep(Duration::from_millis(rng.below(50)));
         }
         server.kill();
-        stop.store(true, Ordering::Relaxed);
-        for w in writers {
-            w.join().unwrap();
-        }
+        writers.stop();
         // The same file, without the hold.
         let server = server_of(&file, &setup).start();
         let found = read_all(&server, &all_keys);
