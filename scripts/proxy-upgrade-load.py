@@ -88,9 +88,7 @@ def main():
         t_sig = time.time()
         if not baseline: os.kill(pid, signal.SIGUSR2)
         needle = "serving with osmium-proxy" if fallback else "upgrade done:"
-        while not baseline and needle not in open(log_path, "rb").read().decode(errors="replace"):
-            if time.time() - t_sig > 60: raise TimeoutError("no upgrade")
-            time.sleep(0.01)
+        if not baseline: load.wait_for_line(log_path, needle, t_sig)
         t_done = time.time()
         time.sleep(2)
         stop.set()

@@ -183,6 +183,14 @@ def refusing_script(binary, tmp, name):
     return script
 
 
+def wait_for_line(log_path, needle, since):
+    """Waits until the log at LOG_PATH holds NEEDLE (the upgrade's end),
+    at most 60 s after SINCE."""
+    while needle not in open(log_path, "rb").read().decode(errors="replace"):
+        if time.time() - since > 60: raise TimeoutError("no upgrade")
+        time.sleep(0.01)
+
+
 def stat_of(port, names):
     c = Conn(port)
     c.s.sendall(b"stats\r\n")
@@ -307,9 +315,7 @@ def main():
         t_sig = time.time()
         os.kill(pid, signal.SIGUSR2)
         needle = "upgrade failed" if fallback else "upgrade done:"
-        while needle not in open(log_path, "rb").read().decode(errors="replace"):
-            if time.time() - t_sig > 60: raise TimeoutError("no upgrade")
-            time.sleep(0.01)
+        wait_for_line(log_path, needle, t_sig)
         t_done = time.time()
         time.sleep(2)
         stop.set()
