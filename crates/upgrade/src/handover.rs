@@ -16,7 +16,7 @@ use crate::state::State;
 
 /// Every fd `state` names: the old image's, item memory's, the flash
 /// tier's metadata, listeners, connections and `watch` connections.
-pub fn state_fds(state: &State) -> Vec<RawFd> {
+fn state_fds(state: &State) -> Vec<RawFd> {
     let mut fds = vec![state.old_exe];
     fds.extend(state.memory.iter().map(|m| m.fd));
     fds.extend(state.flash_meta.iter().map(|m| m.fd));
