@@ -72,13 +72,7 @@ def main():
         if fallback:
             # SIGUSR2 runs the file at the path the proxy started from: a
             # script there whose real run refuses the state.
-            real = os.path.join(tmp, "osmium-proxy.real"); shutil.copy2(proxy, real)
-            script = os.path.join(tmp, "osmium-proxy.script")
-            with open(script, "w") as f:
-                f.write(f'#!/bin/sh\ncase "$1" in --upgrade-check) exec {real} "$@";; esac\n'
-                        f'OSMIUM_UPGRADE_REFUSE=1 exec {real} "$@"\n')
-            os.chmod(script, 0o755)
-            os.rename(script, exe)
+            os.rename(load.refusing_script(proxy, tmp, "osmium-proxy"), exe)
         else:
             # A new inode at the path, as a package manager installs one.
             shutil.copy2(proxy, exe + ".new"); os.rename(exe + ".new", exe)
@@ -94,9 +88,7 @@ def main():
         t_sig = time.time()
         if not baseline: os.kill(pid, signal.SIGUSR2)
         needle = "serving with osmium-proxy" if fallback else "upgrade done:"
-        while not baseline and needle not in open(log_path, "rb").read().decode(errors="replace"):
-            if time.time() - t_sig > 60: raise TimeoutError("no upgrade")
-            time.sleep(0.01)
+        if not baseline: load.wait_for_line(log_path, needle, t_sig)
         t_done = time.time()
         time.sleep(2)
         stop.set()

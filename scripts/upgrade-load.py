@@ -170,6 +170,27 @@ def fill(port, keys):
     c.s.close()
 
 
+def refusing_script(binary, tmp, name):
+    """A script in TMP that runs a copy of BINARY: its check as it is, its
+    real run with OSMIUM_UPGRADE_REFUSE=1 (the state refused, handed back
+    to the old image). Its path, for renaming over the running file."""
+    real = os.path.join(tmp, name + ".real"); shutil.copy2(binary, real)
+    script = os.path.join(tmp, name + ".script")
+    with open(script, "w") as f:
+        f.write(f'#!/bin/sh\ncase "$1" in --upgrade-check) exec {real} "$@";; esac\n'
+                f'OSMIUM_UPGRADE_REFUSE=1 exec {real} "$@"\n')
+    os.chmod(script, 0o755)
+    return script
+
+
+def wait_for_line(log_path, needle, since):
+    """Waits until the log at LOG_PATH holds NEEDLE (the upgrade's end),
+    at most 60 s after SINCE."""
+    while needle not in open(log_path, "rb").read().decode(errors="replace"):
+        if time.time() - since > 60: raise TimeoutError("no upgrade")
+        time.sleep(0.01)
+
+
 def stat_of(port, names):
     c = Conn(port)
     c.s.sendall(b"stats\r\n")
@@ -280,12 +301,7 @@ def main():
         # copy renamed over it (a new inode), or with FALLBACK a script
         # there whose real run refuses the state.
         if fallback:
-            real = os.path.join(tmp, "osmium.real"); shutil.copy2(binary, real)
-            script = os.path.join(tmp, "osmium.script")
-            with open(script, "w") as f:
-                f.write(f'#!/bin/sh\ncase "$1" in --upgrade-check) exec {real} "$@";; esac\n'
-                        f'OSMIUM_UPGRADE_REFUSE=1 exec {real} "$@"\n')
-            os.chmod(script, 0o755)
+            script = refusing_script(binary, tmp, "osmium")
         else:
             script = os.path.join(tmp, "osmium.new")
             shutil.copy2(binary, script)
@@ -299,9 +315,7 @@ def main():
         t_sig = time.time()
         os.kill(pid, signal.SIGUSR2)
         needle = "upgrade failed" if fallback else "upgrade done:"
-        while needle not in open(log_path, "rb").read().decode(errors="replace"):
-            if time.time() - t_sig > 60: raise TimeoutError("no upgrade")
-            time.sleep(0.01)
+        wait_for_line(log_path, needle, t_sig)
         t_done = time.time()
         time.sleep(2)
         stop.set()

@@ -45,7 +45,7 @@ use crate::request::{self, Action, Style};
 use crate::stats::{self, Header, StatsPort};
 use crate::stream::{Listener, Stream};
 use crate::tls::{PeerLog, TlsStream};
-use crate::upgrade::carried::Carried;
+use crate::upgrade::carried::{take_pool, take_stats, Carried};
 use crate::upgrade::History;
 
 /// Tokens below this are listeners (one per pool, the pool's slot).
@@ -149,7 +149,7 @@ impl Proxy {
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         }
         let poll = Poll::new()?;
-        let mut stats_port = match carried.take_stats(stats_addr, stats_port) {
+        let mut stats_port = match take_stats(carried, stats_addr, stats_port) {
             Some(l) => StatsPort::on(l),
             None => StatsPort::bind(stats_addr, stats_port).map_err(|e| {
                 io::Error::new(
@@ -167,7 +167,7 @@ impl Proxy {
         }
         let mut pools = Slab::new();
         for ((i, cfg), tls) in config.pools.into_iter().enumerate().zip(tls) {
-            let bound = match carried.take_pool(&cfg.listen.addr) {
+            let bound = match take_pool(carried, &cfg.listen.addr) {
                 Some(l) => Ok(l),
                 None => Listener::bind(&cfg.listen, cfg.backlog),
             };

@@ -412,6 +412,19 @@ fn free_space(file: &File) -> Option<u64> {
     }
 }
 
+/// The file at `path` opened for reading and writing, made (mode 0600,
+/// empty) if there is none: the memory file, and the files beside it
+/// (`FILE.flash`, `FILE.dicts`).
+pub(crate) fn open_or_make(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+}
+
 /// Opens (or makes) the memory file at `path` for a cache of `settings`
 /// laid out as `layout`, with a clock whose relative second 0 is
 /// `process_started` if the cache starts clean.
@@ -421,19 +434,12 @@ pub fn open(
     layout: Layout,
     process_started: i64,
 ) -> io::Result<Opened> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot open memory file {}: {e}", path.display()),
-            )
-        })?;
+    let file = open_or_make(path).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot open memory file {}: {e}", path.display()),
+        )
+    })?;
     // SAFETY: flock on a descriptor we own.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let e = io::Error::last_os_error();

@@ -8,17 +8,30 @@
 //! * [`image`]: the process side: file descriptors kept across an exec,
 //!   the fd of the running image (the fallback), the fd of the new one,
 //!   and the exec itself with the signals blocked.
+//! * [`carried`]: the image that starts takes the carried listeners
+//!   (matched by kind, type and address) and connections as duplicates,
+//!   then closes the state's socket fds.
 //! * [`check`]: the pre-flight check: the new file is run with
 //!   `--upgrade-check` while the old image serves, and answers one line
 //!   (its version, the state formats it reads, whether it takes the
 //!   command line).
+//! * [`checker`]: the running image's side of the check: the file it
+//!   runs from, the check on a thread of its own, its outcome.
+//! * [`History`]: the upgrades a process went through, carried in the
+//!   state's origin.
+//! * [`handover`]: the state written, its fds kept, the new image run,
+//!   and the old one again when it cannot be.
 //!
 //! Compatibility rule: a release reads the state format its previous
 //! release writes ([`READS`] covers the previous [`FORMAT`]); the check's
 //! answer says the range, so an upgrade to a build that cannot read this
 //! one's state is refused before anything stops.
 
+pub mod carried;
 pub mod check;
+pub mod checker;
+pub mod handover;
+mod history;
 pub mod image;
 pub mod state;
 mod tlv;
@@ -27,6 +40,7 @@ pub use check::{
     answer_check, check_line, run_check, CheckAnswer, CHECK_FLAG, CHECK_TIMEOUT, TAKES_CONNS,
     TAKES_FLASH, TAKES_MEMORY, TAKES_PROXY,
 };
+pub use history::History;
 pub use image::{exec_image, keep_fd, open_image, running_image, take_env, Inherited};
 pub use state::{
     CommandLine, ConnRec, ListenerKind, ListenerRec, MemoryRec, Origin, ProxyConnRec, RawRecord,

@@ -237,6 +237,19 @@ pub struct RawRecord {
     pub bytes: Vec<u8>,
 }
 
+impl CommandLine {
+    /// The command line as given, `argv`, for the new image to parse
+    /// (a configuration file it names is read again there), and the
+    /// hash of the settings that shape the store (0 without a store).
+    pub fn as_given(argv: &[OsString], store_fingerprint: u64) -> CommandLine {
+        CommandLine {
+            argv: argv.to_vec(),
+            expanded: argv.to_vec(),
+            store_fingerprint,
+        }
+    }
+}
+
 impl State {
     /// A state with nothing handed over but its origin, command line and
     /// the old image.

@@ -63,69 +63,7 @@ pub const EX_OSERR: u8 = 71;
 /// start, so that it does not travel on to a later upgrade.
 pub const REFUSE_ENV: &str = "OSMIUM_UPGRADE_REFUSE";
 
-/// The upgrades this process went through, carried in the state's
-/// `Origin`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct History {
-    /// When the proxy first started (unix seconds), before any upgrade.
-    pub first_start: i64,
-    /// Upgrades done.
-    pub upgrades: u64,
-    /// Upgrades that failed (refused at the check, or handed back).
-    pub failures: u64,
-}
-
-impl History {
-    /// A first start, now.
-    pub fn fresh() -> History {
-        History {
-            first_start: crate::counters::now_secs() as i64,
-            upgrades: 0,
-            failures: 0,
-        }
-    }
-
-    /// The history a state carries; `upgraded`: its upgrade is done
-    /// (else it was handed back: one more failure).
-    pub fn from_origin(origin: &osmium_upgrade::Origin, upgraded: bool) -> History {
-        History {
-            first_start: origin.first_start,
-            upgrades: origin.upgrades + u64::from(upgraded),
-            failures: origin.failures + u64::from(!upgraded),
-        }
-    }
-}
+pub use osmium_upgrade::History;
 
 /// The version the check answers and the state's origin names.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn origin(upgrades: u64, failures: u64) -> osmium_upgrade::Origin {
-        osmium_upgrade::Origin {
-            version: VERSION.into(),
-            exe: (1, 2),
-            pid: 3,
-            first_start: 1_700_000_000,
-            upgrades,
-            failures,
-            failed: None,
-        }
-    }
-
-    #[test]
-    fn the_history_goes_on_from_the_first_start() {
-        let done = History::from_origin(&origin(2, 1), true);
-        assert_eq!(
-            (done.first_start, done.upgrades, done.failures),
-            (1_700_000_000, 3, 1)
-        );
-        let handed_back = History::from_origin(&origin(2, 1), false);
-        assert_eq!((handed_back.upgrades, handed_back.failures), (2, 2));
-        let fresh = History::fresh();
-        assert_eq!((fresh.upgrades, fresh.failures), (0, 0));
-        assert!(fresh.first_start > 1_700_000_000);
-    }
-}

@@ -7,22 +7,10 @@
 
 use std::sync::Mutex;
 
-use osmium_upgrade::Origin;
+use osmium_upgrade::{History, Origin};
 
 /// The upgrades this process went through.
-#[derive(Clone, Copy)]
-pub(crate) struct History {
-    /// When the server first started (unix seconds).
-    pub first_start: i64,
-    pub upgrades: u64,
-    pub failures: u64,
-}
-
-static HISTORY: Mutex<History> = Mutex::new(History {
-    first_start: 0,
-    upgrades: 0,
-    failures: 0,
-});
+static HISTORY: Mutex<History> = Mutex::new(History::NONE);
 
 /// The last failure this image saw (it noted it, or the new image that
 /// handed the state back said it): when (unix seconds) and why, short.
@@ -44,16 +32,8 @@ fn unix_now() -> i64 {
 pub(crate) fn note_start(origin: Option<&Origin>, failed: Option<&str>) {
     let mut h = HISTORY.lock().unwrap_or_else(|p| p.into_inner());
     *h = match origin {
-        None => History {
-            first_start: unix_now(),
-            upgrades: 0,
-            failures: 0,
-        },
-        Some(o) => History {
-            first_start: o.first_start,
-            upgrades: o.upgrades + u64::from(failed.is_none()),
-            failures: o.failures + u64::from(failed.is_some()),
-        },
+        None => History::fresh(),
+        Some(o) => History::from_origin(o, failed.is_none()),
     };
     drop(h);
     if let Some(why) = failed.filter(|_| origin.is_some()) {

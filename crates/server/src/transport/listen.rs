@@ -16,7 +16,7 @@ use mio::event::Source;
 use mio::net::{TcpListener, UnixListener};
 use mio::{Interest, Registry, Token};
 
-use super::carried::Carried;
+use super::carried::{take_tcp, take_udp, take_unix, Carried};
 use super::stream::Stream;
 use super::tls::TlsStream;
 use super::worker::WorkerHandle;
@@ -181,7 +181,7 @@ pub(crate) fn bind_tcp(
     let fail = |e: io::Error| listen_failed(settings, "TCP", settings.port, &e);
     for l in &settings.listen {
         for addr in resolve(&l.host, l.port).map_err(fail)? {
-            let sock = match carried.take_tcp(addr) {
+            let sock = match take_tcp(carried, addr) {
                 Some(sock) => sock,
                 None => {
                     let domain = socket2::Domain::for_address(addr);
@@ -227,7 +227,7 @@ pub(crate) fn bind_udp(
             settings.udp_port
         };
         for addr in resolve(&l.host, port).map_err(fail)? {
-            if let Some(sock) = carried.take_udp(addr) {
+            if let Some(sock) = take_udp(carried, addr) {
                 sock.set_nonblocking(true).map_err(fail)?;
                 sockets.push(sock.into());
                 continue;
@@ -266,7 +266,7 @@ pub(crate) fn bind_unix(
         let message = format!("failed to listen on UNIX socket: {path}: {}", strerror(&e));
         io::Error::new(e.kind(), ListenFailed(message))
     };
-    if let Some(sock) = carried.take_unix(std::path::Path::new(path)) {
+    if let Some(sock) = take_unix(carried, std::path::Path::new(path)) {
         sock.listen(settings.backlog).map_err(fail)?;
         sock.set_nonblocking(true).map_err(fail)?;
         let std_listener: std::os::unix::net::UnixListener = sock.into();

@@ -1,16 +1,17 @@
-//! t1-t4 of the sequence in `mod.rs`: the server quiesced, the state
-//! written, the new image run; and the fallbacks when it cannot be (the
-//! old image run again, or, as a last resort, the server started again in
-//! this process).
+//! t1-t4 of the sequence in `mod.rs`: the server quiesced, its state
+//! filled, then written and the new image run
+//! (`osmium_upgrade::handover`, which runs the old image again when the
+//! new one cannot be); and the last resort when neither can be: the
+//! server started again in this process.
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use osmium_store::Store;
-use osmium_upgrade::{CheckAnswer, CommandLine, MemoryRec, Origin, State};
+use osmium_upgrade::{CheckAnswer, CommandLine, MemoryRec, State};
 
 use crate::server::Started;
 use crate::settings::OSMIUM_VERSION;
@@ -52,20 +53,11 @@ fn hand_over_store(
         }
         return (None, None);
     }
-    let memory = match store.hand_over() {
-        Ok(Some(fd)) => Some(MemoryRec {
-            fd: fd.into_raw_fd(),
-            path: None,
-            consistent: true,
-        }),
-        Ok(None) => None,
-        Err(e) => {
-            tracing::warn!(
-                "upgrade: the item memory cannot be handed over ({e}): the cache starts empty"
-            );
-            None
-        }
-    };
+    let memory = handed(
+        store.hand_over(),
+        "the item memory",
+        "the cache starts empty",
+    );
     let flash_meta = if !answer.takes(osmium_upgrade::TAKES_FLASH) {
         if store.flash().is_some() && store.item_memory() == "memfd" {
             tracing::warn!(
@@ -74,55 +66,41 @@ fn hand_over_store(
         }
         None
     } else {
-        match store.hand_over_flash() {
-            Ok(Some(fd)) => Some(MemoryRec {
-                fd: fd.into_raw_fd(),
-                path: None,
-                consistent: true,
-            }),
-            Ok(None) => None,
-            Err(e) => {
-                tracing::warn!(
-                    "upgrade: the flash tier cannot be handed over ({e}): it starts empty"
-                );
-                None
-            }
-        }
+        handed(store.hand_over_flash(), "the flash tier", "it starts empty")
     };
     (memory, flash_meta)
 }
 
-/// Every fd the state names.
-fn state_fds(state: &State) -> Vec<RawFd> {
-    let mut fds = vec![state.old_exe];
-    fds.extend(state.memory.iter().map(|m| m.fd));
-    fds.extend(state.flash_meta.iter().map(|m| m.fd));
-    fds.extend(state.listeners.iter().map(|l| l.fd));
-    fds.extend(state.conns.iter().map(|c| c.fd));
-    fds.extend(state.watchers.iter().map(|w| w.fd));
-    fds
+/// The record of a memfd the store handed over (`what` in the log line
+/// when it could not, with what follows then).
+fn handed(memfd: io::Result<Option<OwnedFd>>, what: &str, then: &str) -> Option<MemoryRec> {
+    match memfd {
+        Ok(fd) => fd.map(|fd| MemoryRec {
+            fd: fd.into_raw_fd(),
+            path: None,
+            consistent: true,
+        }),
+        Err(e) => {
+            tracing::warn!("upgrade: {what} cannot be handed over ({e}): {then}");
+            None
+        }
+    }
 }
 
 /// t1-t4: quiesces the server, writes the state and runs the new image.
 /// Returns only if no image could be run: the server started again in
 /// this process from the state.
 pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
-    let Checked {
-        path,
-        image,
-        answer,
-    } = checked;
     // The fallback, opened before anything stops.
     let old_exe = match osmium_upgrade::running_image() {
         Ok(fd) => fd,
         Err(e) => {
-            refused(&path, &format!("cannot open /proc/self/exe: {e}"));
+            refused(&checked.path, &format!("cannot open /proc/self/exe: {e}"));
             // The reload the check began ends here (`Started::serve`).
             crate::service::ready();
             return Ok(started);
         }
     };
-    let old_id = osmium_upgrade::image::file_id(old_exe.as_fd()).unwrap_or_default();
     let argv: Vec<OsString> = std::env::args_os().collect();
     let fingerprint = store_fingerprint(&started.shared.settings);
     // A signal from here on waits for the image that serves next (which
@@ -134,10 +112,10 @@ pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
     // A new binary that does not say it takes connections (a build from
     // before they were carried) would leave their fds open, its clients
     // waiting for ever: they are closed instead.
-    let carry_conns = answer.takes(osmium_upgrade::TAKES_CONNS);
+    let carry_conns = checked.answer.takes(osmium_upgrade::TAKES_CONNS);
     let quiesced = started.quiesce(stopping + DRAIN, carry_conns);
     let stopped = stopping.elapsed();
-    let (memory, flash_meta) = hand_over_store(&quiesced.store, &answer);
+    let (memory, flash_meta) = hand_over_store(&quiesced.store, &checked.answer);
     tracing::warn!(
         "upgrade: threads stopped in {:.1} ms; item memory {}{}",
         stopped.as_secs_f64() * 1000.0,
@@ -159,24 +137,9 @@ pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
         }
     );
     super::stall::stall_at("quiesced");
-    let history = history();
     let state = State {
-        origin: Origin {
-            version: OSMIUM_VERSION.into(),
-            exe: old_id,
-            pid: std::process::id(),
-            first_start: history.first_start,
-            upgrades: history.upgrades,
-            failures: history.failures,
-            failed: None,
-        },
-        command_line: CommandLine {
-            argv: argv.clone(),
-            // The command line as given: a config file is read again by
-            // the new image.
-            expanded: argv.clone(),
-            store_fingerprint: fingerprint,
-        },
+        origin: history().origin(OSMIUM_VERSION, old_exe.as_fd()),
+        command_line: CommandLine::as_given(&argv, fingerprint),
         memory,
         flash_meta,
         old_exe: old_exe.as_raw_fd(),
@@ -199,29 +162,19 @@ pub(super) fn run(started: Started, checked: Checked) -> io::Result<Started> {
             quiesced.closed
         );
     }
-    for fd in state_fds(&state) {
-        if let Err(e) = osmium_upgrade::keep_fd(fd) {
-            tracing::warn!("upgrade: fd {fd} cannot be kept across the exec: {e}");
-        }
-    }
-    let written = match state.write() {
-        Ok(fd) => fd,
-        Err(e) => {
-            let why = format!("cannot write the hand-over state: {e}");
-            return start_here(state, None, quiesced.store, &why);
-        }
-    };
-    tracing::warn!(
-        "upgrade: running {} (osmium {})",
-        path.display(),
-        answer.version
+    let (why, written) = osmium_upgrade::handover::exec_new(
+        &state,
+        &checked,
+        "osmium",
+        old_exe.as_fd(),
+        &argv,
+        warn,
     );
-    let e = osmium_upgrade::exec_image(image.as_fd(), &argv, written.as_fd(), None);
-    let why = format!("execve: {e}");
-    tracing::warn!("upgrade failed: {why}; running the old image again");
-    let again = osmium_upgrade::exec_image(old_exe.as_fd(), &argv, written.as_fd(), Some(&why));
-    tracing::warn!("upgrade failed: the old image cannot be run again either ({again})");
-    start_here(state, Some(written), quiesced.store, &why)
+    start_here(state, written, quiesced.store, &why)
+}
+
+fn warn(line: std::fmt::Arguments<'_>) {
+    tracing::warn!("{line}");
 }
 
 /// The last resort, when no image could be run: the server starts again

@@ -102,9 +102,11 @@
 //! no handler), and a second SIGUSR2 while an upgrade runs (logged).
 //!
 //! The files, each below the ones that use it (no module imports one
-//! above it): `check.rs` the check on its thread and the upgrade history;
-//! `quiesced.rs` what the acceptor's quiesce hands over; `adopt.rs` a
-//! server started from a state; `exec.rs` t1-t4 and the fallbacks;
+//! above it): `check.rs` the server's side of the check (the thread and
+//! its outcome are `osmium_upgrade::checker`); `quiesced.rs` what the
+//! acceptor's quiesce hands over; `adopt.rs` a server started from a
+//! state; `exec.rs` t1-t4 (the state written, the exec and its first
+//! fallback are `osmium_upgrade::handover`) and the last resort;
 //! `serve.rs` the acceptor's loop with its upgrades; `resume.rs` t5;
 //! `stall.rs` a test's hold at one point (to kill the process there).
 

@@ -287,7 +287,42 @@ pub(crate) fn read_all(server: &Running, keys: &[String]) -> HashMap<String, Vec
 
 /// One writer's load until the connection breaks: returns when the server
 /// is gone.
-pub(crate) fn write_load(
+/// [`WRITERS`] threads of [`write_load`] on `port`, each seeded from
+/// `rng`, until [`Writers::stop`].
+pub(crate) struct Writers {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Writers {
+    pub(crate) fn start(
+        port: u16,
+        keys: usize,
+        rng: &mut Rng,
+        model: &Arc<Mutex<HashMap<String, KeyModel>>>,
+        versions: &Arc<Mutex<u64>>,
+    ) -> Writers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..WRITERS)
+            .map(|w| {
+                let (model, versions, stop) = (model.clone(), versions.clone(), stop.clone());
+                let seed = rng.next();
+                std::thread::spawn(move || write_load(port, keys, w, seed, model, versions, stop))
+            })
+            .collect();
+        Writers { stop, threads }
+    }
+
+    /// Stops the writers and waits for them.
+    pub(crate) fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+    }
+}
+
+fn write_load(
     server_port: u16,
     keys: usize,
     writer: usize,
@@ -474,14 +509,7 @@ fn kill_9_rounds(setup: Setup) -> HashMap<&'static str, u64> {
                 k.history.push(format!("flush_all at v{v}"));
             }
         }
-        let stop = Arc::new(AtomicBool::new(false));
-        let writers: Vec<_> = (0..WRITERS)
-            .map(|w| {
-                let (model, versions, stop) = (model.clone(), versions.clone(), stop.clone());
-                let (port, seed) = (server.port(), rng.next());
-                std::thread::spawn(move || write_load(port, keys, w, seed, model, versions, stop))
-            })
-            .collect();
+        let writers = Writers::start(server.port(), keys, &mut rng, &model, &versions);
         std::thread::sleep(Duration::from_millis(100 + rng.below(800)));
         if setup.flash_mb.is_some() && round == ROUNDS - 1 {
             // The last round of a flash setup is killed only once the flash
@@ -501,10 +529,7 @@ fn kill_9_rounds(setup: Setup) -> HashMap<&'static str, u64> {
         }
         std::thread::sleep(Duration::from_millis(rng.below(20)));
         server.kill();
-        stop.store(true, Ordering::Relaxed);
-        for w in writers {
-            w.join().unwrap();
-        }
+        writers.stop();
         // The same arguments and memory file, on the same port.
         server.restart();
         let mut keys = all_keys.clone();
@@ -516,25 +541,8 @@ fn kill_9_rounds(setup: Setup) -> HashMap<&'static str, u64> {
                 "round {round}: {k} came back after an acknowledged flush_all"
             );
         }
-        let mut m = model.lock().unwrap();
-        for key in &all_keys {
-            let k = m.entry(key.clone()).or_default();
-            let got = found.get(key).cloned();
-            let allowed_acked = got == k.acked;
-            let allowed_in_flight = k.in_flight.as_ref().is_some_and(|s| *s == got);
-            assert!(
-                allowed_acked || allowed_in_flight,
-                "round {round}: {key} is {} after kill -9; acknowledged {}, in flight {}; history {:?}",
-                describe(&got),
-                describe(&k.acked),
-                k.in_flight.as_ref().map_or("nothing".into(), describe),
-                k.history,
-            );
-            // Go on from what the server has.
-            k.acked = got;
-            k.in_flight = None;
-            checked += 1;
-        }
+        let when = format!("round {round}, after kill -9");
+        checked += check_model(&mut model.lock().unwrap(), &all_keys, &found, &when);
         all_keys.sort();
     }
     eprintln!(
@@ -546,7 +554,37 @@ fn kill_9_rounds(setup: Setup) -> HashMap<&'static str, u64> {
     compacted
 }
 
-pub(crate) fn describe(s: &State) -> String {
+/// Checks what the server has (`found`) for each of `keys` against the
+/// model: the acknowledged value, or what the request in flight would
+/// leave; the model then goes on from what the server has. `when` opens a
+/// failure's message. How many keys were checked.
+pub(crate) fn check_model(
+    model: &mut HashMap<String, KeyModel>,
+    keys: &[String],
+    found: &HashMap<String, Vec<u8>>,
+    when: &str,
+) -> usize {
+    for key in keys {
+        let k = model.entry(key.clone()).or_default();
+        let got = found.get(key).cloned();
+        let allowed_acked = got == k.acked;
+        let allowed_in_flight = k.in_flight.as_ref().is_some_and(|s| *s == got);
+        assert!(
+            allowed_acked || allowed_in_flight,
+            "{when}: {key} is {}; acknowledged {}, in flight {}; history {:?}",
+            describe(&got),
+            describe(&k.acked),
+            k.in_flight.as_ref().map_or("nothing".into(), describe),
+            k.history,
+        );
+        // Go on from what the server has.
+        k.acked = got;
+        k.in_flight = None;
+    }
+    keys.len()
+}
+
+fn describe(s: &State) -> String {
     match s {
         None => "missing".into(),
         Some(v) => {

@@ -31,13 +31,12 @@
 //! have happened; the connections are lost (clients reconnect).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common;
 use crate::crash_recovery::{
-    describe, read_all, server_of, write_load, KeyModel, Rng, Scratch, Setup, WRITERS,
+    check_model, read_all, server_of, KeyModel, Rng, Scratch, Setup, Writers, WRITERS,
 };
 
 /// Where each round's kill lands: None right after the signal, else the
@@ -79,14 +78,7 @@ fn kill_9_inside_an_upgrade_loses_no_acknowledged_write() {
             server = server.env("OSMIUM_UPGRADE_STALL", p);
         }
         let mut server = server.start();
-        let stop = Arc::new(AtomicBool::new(false));
-        let writers: Vec<_> = (0..WRITERS)
-            .map(|w| {
-                let (model, versions, stop) = (model.clone(), versions.clone(), stop.clone());
-                let (port, seed) = (server.port(), rng.next());
-                std::thread::spawn(move || write_load(port, keys, w, seed, model, versions, stop))
-            })
-            .collect();
+        let writers = Writers::start(server.port(), keys, &mut rng, &model, &versions);
         std::thread::sleep(Duration::from_millis(100 + rng.below(400)));
         server.send_signal(libc::SIGUSR2);
         if let Some(p) = point {
@@ -96,32 +88,12 @@ fn kill_9_inside_an_upgrade_loses_no_acknowledged_write() {
             std::thread::sleep(Duration::from_millis(rng.below(50)));
         }
         server.kill();
-        stop.store(true, Ordering::Relaxed);
-        for w in writers {
-            w.join().unwrap();
-        }
+        writers.stop();
         // The same file, without the hold.
         let server = server_of(&file, &setup).start();
         let found = read_all(&server, &all_keys);
-        let mut m = model.lock().unwrap();
-        for key in &all_keys {
-            let k = m.entry(key.clone()).or_default();
-            let got = found.get(key).cloned();
-            let allowed_acked = got == k.acked;
-            let allowed_in_flight = k.in_flight.as_ref().is_some_and(|s| *s == got);
-            assert!(
-                allowed_acked || allowed_in_flight,
-                "round {round} (kill at {point:?}): {key} is {}; acknowledged {}, in flight {}; history {:?}",
-                describe(&got),
-                describe(&k.acked),
-                k.in_flight.as_ref().map_or("nothing".into(), describe),
-                k.history,
-            );
-            // Go on from what the server has.
-            k.acked = got;
-            k.in_flight = None;
-            checked += 1;
-        }
+        let when = format!("round {round} (kill at {point:?})");
+        checked += check_model(&mut model.lock().unwrap(), &all_keys, &found, &when);
     }
     eprintln!(
         "kill -9 inside upgrades: {} rounds, {checked} key checks, {} writes, {:.1} s",

@@ -27,11 +27,11 @@
 //! class packs with) is outside the checksum: it is a hint to the
 //! trainer, not to readers.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::mem::ManuallyDrop;
 use std::os::fd::{FromRawFd, RawFd};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::{Dict, DICT_MAX, SLOTS};
@@ -96,13 +96,7 @@ impl DictFile {
     /// `FILE.dicts` beside the memory file `memory_file`, opened or made.
     pub fn beside(memory_file: &Path) -> io::Result<DictFile> {
         let name = DictFile::path_beside(memory_file);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&name)?;
+        let file = crate::memfile::open_or_make(&name)?;
         DictFile::prepare(Region::Own(file), 0, true)
     }
 

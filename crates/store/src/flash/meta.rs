@@ -33,10 +33,9 @@
 //! a table that grows is written whole at the end, then its descriptor is
 //! switched with one store, so a kill leaves the old table or the new one.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -186,16 +185,9 @@ impl Meta {
         match source {
             MetaSource::Anonymous => Meta::anonymous(shape, None),
             MetaSource::File(path) => {
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .mode(0o600)
-                    .open(path)
-                    .map_err(|e| {
-                        io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display()))
-                    })?;
+                let file = crate::memfile::open_or_make(path).map_err(|e| {
+                    io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display()))
+                })?;
                 let name = path.display().to_string();
                 match Meta::take_over(file, false, shape, &name)? {
                     Ok(opened) => Ok(opened),
