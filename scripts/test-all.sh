@@ -580,6 +580,14 @@ fuzz_step() {
     fi
     note "fuzz command: ${fuzz[*]}"
 
+    # fuzz/ is a workspace of its own: nothing else checks that its lock
+    # file follows the crates' dependencies (a stale one is rewritten by
+    # the build, leaving the tree changed).
+    if ! (cd fuzz && cargo metadata --locked --format-version 1 >/dev/null); then
+        echo "fuzz/Cargo.lock is out of date: run 'cargo metadata --format-version 1' in fuzz/ and commit it"
+        return 1
+    fi
+
     local targets
     targets=$("${fuzz[@]}" list) || return 1
     if [ -z "$targets" ]; then
