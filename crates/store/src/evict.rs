@@ -1,10 +1,26 @@
 //! Eviction and reclamation: walking a claimed segment item by item under
 //! each item's shard lock, to evict it (S3-FIFO: keep what was hit by
 //! copying it into main, drop the rest, remember small's victims in the
-//! ghost; a packed item kept is written back raw, since it is hot) or to
-//! reclaim only its expired and flushed items; freeing
+//! ghost) or to reclaim only its expired and flushed items; freeing
 //! segments whose items have all expired; and the memory upkeep the
 //! maintainer runs (huge pages).
+//!
+//! A packed item kept (`-o compression=cold`) is copied as it is, its
+//! frame and all, when it was hit once since it was written or last moved
+//! (S3-FIFO frequency 1: warm), and written back raw when it was hit at
+//! least `UNPACK_FREQ` times (hot):
+//!
+//! ```text
+//!   packed, freq 0:   evicted (to flash if there is a tier)
+//!   packed, freq 1:   kept packed, frequency 0 (the pass passes packed items over)
+//!   packed, freq >= 2: kept raw, frequency reset (small) or decremented (main)
+//! ```
+//!
+//! A warm item is read about once per turn of its queue: written back raw
+//! it would take its raw size again and, not hit on its next turn, be
+//! packed again by the pass (the cleaner's CPU), while its one
+//! decompression per turn costs little. With `-o compression=all` every
+//! kept item stays packed.
 
 use std::sync::atomic::Ordering;
 
@@ -20,6 +36,11 @@ use crate::types::{Compression, Lookup};
 /// ~1.7 ms) keeps a worker, or the clients, off the core the maintainer
 /// shares with them for that long.
 const WALK_ITEMS_PER_YIELD: usize = 256;
+
+/// The S3-FIFO frequency (hits counted since the item was packed or
+/// last kept, 0 to `item::FREQ_MAX`) from which a packed item the evictor keeps is written
+/// back raw; below it, it is copied packed (see the module comment).
+pub(crate) const UNPACK_FREQ: u8 = 2;
 
 impl Store {
     /// Empties a segment claimed for eviction (S3-FIFO, see `arena`):
@@ -145,7 +166,8 @@ impl Store {
     }
 
     /// Copies an item the evictor keeps into main (keeping its CAS unique
-    /// and access time). False if there was no room (it is then evicted).
+    /// and access time; a packed one raw or packed as the module comment
+    /// says). False if there was no room (it is then evicted).
     /// `flushes` is the arena's flush number read before the item was
     /// checked.
     fn keep(
@@ -162,10 +184,15 @@ impl Store {
             cas: self.explicit(self.cas_of(found.loc, it)),
             ..it.spec()
         };
-        // A packed item kept because it was hit is hot: written back raw
-        // (but with -o compression=all, every value stays packed).
+        // A packed item hit at least UNPACK_FREQ times is hot: written
+        // back raw; one hit less often stays packed, as does every value
+        // with -o compression=all (see the module comment).
         let unpack = match spec.packed {
-            Some((_, raw_len)) if self.cfg.compression != Compression::All => Some(raw_len),
+            Some((_, raw_len))
+                if self.cfg.compression != Compression::All && it.freq() >= UNPACK_FREQ =>
+            {
+                Some(raw_len)
+            }
             _ => None,
         };
         let spec = unpack.map_or(spec, |raw_len| spec.with_raw_value(raw_len));
@@ -178,6 +205,9 @@ impl Store {
             }
         } else {
             self.write_item(&slot, &spec, it.key(), &[it.stored_value()], it.state());
+            if spec.packed.is_some() {
+                self.pack_stats.kept_packed.fetch_add(1, Ordering::Relaxed);
+            }
         }
         slot.ptr
             .set_atime(self.atime_in(slot.seg, self.base_atime(found.loc, it)));

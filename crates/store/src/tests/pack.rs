@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::arena::{SegmentId, PACKED, PACK_NOT_WORTH};
+use crate::evict::UNPACK_FREQ;
 use crate::index::Location;
 
 /// JSON-like text that compresses about as well as a cache's values,
@@ -224,26 +225,62 @@ fn values_that_do_not_compress_are_left_alone_and_soon_not_tried() {
     }
 }
 
+/// Whether `key`'s item is stored packed, its eviction frequency and its
+/// expiry, seen without a hit.
+fn packed_freq_exptime(s: &Store, key: &[u8]) -> (bool, u8, u32) {
+    let loc = location(s, key);
+    let it = s.arena.item(loc.seg, loc.offset);
+    (it.packed().is_some(), it.freq(), it.exptime())
+}
+
 #[test]
-fn a_packed_item_hit_and_kept_by_the_evictor_is_written_back_raw() {
+fn a_packed_item_hit_once_is_kept_packed_and_one_hit_twice_written_back_raw() {
     let s = store();
-    let value = text(5000, 1);
-    let (_, cas) = put(&s, 0, StoreMode::Set, b"k", 9, 0, &value, 0);
-    let seg = seal_segment_of(&s, b"k");
+    let exp = s.clock().expiry(1000);
+    let (warm, hot) = (text(5000, 1), text(5000, 2));
+    let (_, warm_cas) = put(&s, 0, StoreMode::Set, b"warm", 9, exp, &warm, 0);
+    let (_, hot_cas) = put(&s, 0, StoreMode::Set, b"hot", 7, 0, &hot, 0);
+    let seg = seal_segment_of(&s, b"warm");
+    assert_eq!(location(&s, b"hot").seg, seg);
     assert!(pack_now(&s, seg));
-    assert_eq!(packed(&s, b"k"), Some(true));
-    // Hit while packed (the reads decode it), then its segment evicted.
-    assert_eq!(get(&s, b"k"), Some((value.clone(), 9, cas)));
+    assert_eq!(packed_freq_exptime(&s, b"warm"), (true, 0, exp));
+    assert_eq!(packed_freq_exptime(&s, b"hot"), (true, 0, 0));
+    // Hit while packed (the reads decode it): "warm" once, "hot" as often
+    // as makes it hot.
+    assert_eq!(get(&s, b"warm"), Some((warm.clone(), 9, warm_cas)));
+    for _ in 0..UNPACK_FREQ {
+        assert_eq!(get(&s, b"hot"), Some((hot.clone(), 7, hot_cas)));
+    }
+    assert_eq!(packed_freq_exptime(&s, b"warm"), (true, 1, exp));
+    assert_eq!(packed_freq_exptime(&s, b"hot"), (true, UNPACK_FREQ, 0));
     // The pack's destination took its victim's place at the front of
     // small: S3-FIFO's next victim (sealed first: nothing writes it now).
-    let seg = location(&s, b"k").seg;
+    let seg = location(&s, b"warm").seg;
+    assert_eq!(location(&s, b"hot").seg, seg);
     assert_eq!(s.arena.claim_eviction_victim(), Some(seg));
     s.evict_segment(seg);
     s.arena.recycle(seg);
-    assert_eq!(packed(&s, b"k"), Some(false), "kept raw");
-    assert_eq!(get(&s, b"k"), Some((value, 9, cas)));
+    assert_ne!(location(&s, b"warm").seg, seg, "kept: copied");
+    // Kept from small: their frequency starts again from 0.
+    assert_eq!(
+        packed_freq_exptime(&s, b"warm"),
+        (true, 0, exp),
+        "warm: kept packed"
+    );
+    assert_eq!(
+        packed_freq_exptime(&s, b"hot"),
+        (false, 0, 0),
+        "hot: written back raw"
+    );
     let st = s.stats();
-    assert_eq!((st.pack_kept_raw, st.packed_items), (1, 0), "{st:?}");
+    assert_eq!(
+        (st.pack_kept_packed, st.pack_kept_raw, st.packed_items),
+        (1, 1, 1),
+        "{st:?}"
+    );
+    // Whole, with their flags and CAS uniques.
+    assert_eq!(get(&s, b"warm"), Some((warm, 9, warm_cas)));
+    assert_eq!(get(&s, b"hot"), Some((hot, 7, hot_cas)));
 }
 
 /// Sets `n` keys of ~`len`-byte text through head 0, the cleaner's step
