@@ -276,6 +276,11 @@ pub(super) struct ReplayFigures {
     pub set_errors: u64,
     pub cpu_s: f64,
     pub seconds: f64,
+    /// The pack pass's and the evictor's work over the measured requests
+    /// (deltas of `pack_items`, `pack_kept_raw`, `pack_kept_packed`,
+    /// `evictions`), `curr_items` and `packed_items` at their end; None
+    /// where the server has no such stat.
+    pub server_counts: [(&'static str, Option<u64>); 6],
 }
 
 impl ReplayFigures {
@@ -292,6 +297,11 @@ impl ReplayFigures {
     }
 
     pub(super) fn json(&self) -> Value {
+        let server: serde_json::Map<String, Value> = self
+            .server_counts
+            .iter()
+            .map(|&(name, v)| (name.to_string(), json!(v)))
+            .collect();
         json!({
             "keys": self.keys,
             "rate": self.rate,
@@ -305,6 +315,7 @@ impl ReplayFigures {
             "cpu_seconds": self.cpu_s,
             "cpu_us_per_request": self.cpu_us_per_request(),
             "seconds": self.seconds,
+            "server": server,
         })
     }
 }
@@ -345,6 +356,14 @@ pub(super) fn run(server: &Server, corpus: &Corpus, s: &Streams) -> Result<Repla
         set_errors: c.set_errors,
         cpu_s,
         seconds,
+        server_counts: [
+            ("pack_items", delta("pack_items").ok()),
+            ("pack_kept_raw", delta("pack_kept_raw").ok()),
+            ("pack_kept_packed", delta("pack_kept_packed").ok()),
+            ("evictions", delta("evictions").ok()),
+            ("curr_items", num(&st1, "curr_items")),
+            ("packed_items", num(&st1, "packed_items")),
+        ],
     })
 }
 
@@ -443,7 +462,10 @@ mod tests {
         .unwrap();
         // 4 connections of 16,000 requests/s: 32 gets every 2 ms each.
         let interval = paced.batch_interval().unwrap();
-        assert!((interval.as_secs_f64() - 0.002).abs() < 1e-9, "{interval:?}");
+        assert!(
+            (interval.as_secs_f64() - 0.002).abs() < 1e-9,
+            "{interval:?}"
+        );
     }
 
     #[test]
