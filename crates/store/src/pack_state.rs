@@ -28,7 +28,7 @@ pub(crate) struct PackStats {
     /// The cleaner's CPU time in the pass's plans (packing), µs.
     pub(crate) cpu_micros: AtomicU64,
     /// Packed items the evictor kept because they were hit, written back
-    /// raw (hit at least `evict::UNPACK_FREQ` times).
+    /// raw (their frequency at `evict::UNPACK_FREQ`: hot).
     pub(crate) kept_raw: AtomicU64,
     /// Packed items the evictor kept as they were, packed (hit less often,
     /// or `-o compression=all`).

@@ -234,53 +234,52 @@ fn packed_freq_exptime(s: &Store, key: &[u8]) -> (bool, u8, u32) {
 }
 
 #[test]
-fn a_packed_item_hit_once_is_kept_packed_and_one_hit_twice_written_back_raw() {
+fn packed_items_hit_once_or_twice_are_kept_packed_and_a_hot_one_written_back_raw() {
     let s = store();
     let exp = s.clock().expiry(1000);
-    let (warm, hot) = (text(5000, 1), text(5000, 2));
-    let (_, warm_cas) = put(&s, 0, StoreMode::Set, b"warm", 9, exp, &warm, 0);
-    let (_, hot_cas) = put(&s, 0, StoreMode::Set, b"hot", 7, 0, &hot, 0);
-    let seg = seal_segment_of(&s, b"warm");
-    assert_eq!(location(&s, b"hot").seg, seg);
-    assert!(pack_now(&s, seg));
-    assert_eq!(packed_freq_exptime(&s, b"warm"), (true, 0, exp));
-    assert_eq!(packed_freq_exptime(&s, b"hot"), (true, 0, 0));
-    // Hit while packed (the reads decode it): "warm" once, "hot" as often
-    // as makes it hot.
-    assert_eq!(get(&s, b"warm"), Some((warm.clone(), 9, warm_cas)));
-    for _ in 0..UNPACK_FREQ {
-        assert_eq!(get(&s, b"hot"), Some((hot.clone(), 7, hot_cas)));
+    // (key, flags, hits while packed): warm, warm, hot.
+    let items: [(&[u8], u32, u8); 3] =
+        [(b"once", 9, 1), (b"twice", 8, 2), (b"hot", 7, UNPACK_FREQ)];
+    let mut want = Vec::new();
+    for &(key, flags, _) in &items {
+        let value = text(5000, flags);
+        let (_, cas) = put(&s, 0, StoreMode::Set, key, flags, exp, &value, 0);
+        want.push((value, flags, cas));
     }
-    assert_eq!(packed_freq_exptime(&s, b"warm"), (true, 1, exp));
-    assert_eq!(packed_freq_exptime(&s, b"hot"), (true, UNPACK_FREQ, 0));
+    let seg = seal_segment_of(&s, b"once");
+    assert!(items.iter().all(|i| location(&s, i.0).seg == seg));
+    assert!(pack_now(&s, seg));
+    // Hit while packed (the reads decode it).
+    for (&(key, _, hits), w) in items.iter().zip(&want) {
+        assert_eq!(packed_freq_exptime(&s, key), (true, 0, exp));
+        for _ in 0..hits {
+            assert_eq!(get(&s, key).as_ref(), Some(w));
+        }
+        assert_eq!(packed_freq_exptime(&s, key), (true, hits, exp));
+    }
     // The pack's destination took its victim's place at the front of
     // small: S3-FIFO's next victim (sealed first: nothing writes it now).
-    let seg = location(&s, b"warm").seg;
-    assert_eq!(location(&s, b"hot").seg, seg);
+    let seg = location(&s, b"once").seg;
+    assert!(items.iter().all(|i| location(&s, i.0).seg == seg));
     assert_eq!(s.arena.claim_eviction_victim(), Some(seg));
     s.evict_segment(seg);
     s.arena.recycle(seg);
-    assert_ne!(location(&s, b"warm").seg, seg, "kept: copied");
-    // Kept from small: their frequency starts again from 0.
-    assert_eq!(
-        packed_freq_exptime(&s, b"warm"),
-        (true, 0, exp),
-        "warm: kept packed"
-    );
-    assert_eq!(
-        packed_freq_exptime(&s, b"hot"),
-        (false, 0, 0),
-        "hot: written back raw"
-    );
+    // Kept (copied) from small: their frequency starts again from 0.
+    for &(key, _, hits) in &items {
+        assert_ne!(location(&s, key).seg, seg, "{key:?} kept");
+        let packed = hits < UNPACK_FREQ;
+        assert_eq!(packed_freq_exptime(&s, key), (packed, 0, exp), "{key:?}");
+    }
     let st = s.stats();
     assert_eq!(
         (st.pack_kept_packed, st.pack_kept_raw, st.packed_items),
-        (1, 1, 1),
+        (2, 1, 2),
         "{st:?}"
     );
     // Whole, with their flags and CAS uniques.
-    assert_eq!(get(&s, b"warm"), Some((warm, 9, warm_cas)));
-    assert_eq!(get(&s, b"hot"), Some((hot, 7, hot_cas)));
+    for (&(key, _, _), w) in items.iter().zip(&want) {
+        assert_eq!(get(&s, key).as_ref(), Some(w));
+    }
 }
 
 /// Sets `n` keys of ~`len`-byte text through head 0, the cleaner's step
