@@ -9,8 +9,8 @@
 //! `item::FREQ_MAX`, 3); a copy kept from small starts again from 0, one
 //! kept in main from one less. A packed item kept (`-o compression=cold`)
 //! is copied as it is, its frame and all, unless its frequency reached
-//! `UNPACK_FREQ` (the most: hit at least three times since it was packed
-//! or came into main; hot), when it is written back raw:
+//! `UNPACK_FREQ` (the counter's most, 3: hot), when it is written back
+//! raw:
 //!
 //! ```text
 //!   packed, freq 0:      evicted (to flash if there is a tier)
@@ -23,9 +23,10 @@
 //! packed again by the pass (the cleaner's CPU), while its few
 //! decompressions per turn cost little. Measured on a zipf(0.99) replay
 //! (`osmium-bench density --phases replay -m 256`), unpacking from
-//! frequency 1 (as before), 2 and 3 missed 0.087, 0.087 and 0.072 at
-//! 60,000 requests/s; never unpacking 0.049, but at 30 % more server CPU
-//! per request than from 3, the hottest keys then decoded at each GET.
+//! frequency 1 (every packed item kept), 2 and 3 missed 0.087, 0.087 and
+//! 0.072 at 60,000 requests/s; never unpacking 0.049, but at 10-30 % more
+//! server CPU per request than from 3, the hottest keys then decoded at
+//! each GET.
 //! With `-o compression=all` every kept item stays packed.
 
 use std::sync::atomic::Ordering;
