@@ -30,7 +30,8 @@
 //! (the cleaner is behind them), the oldest segments are the next to go,
 //! and a pack of one would be undone at once, while a pack of the newest
 //! keeps its items for a whole turn of the queue (a hit on a packed item
-//! still counts, and S3-FIFO keeps it, written back raw).
+//! still counts, and S3-FIFO keeps it: packed, or raw if it is hot, see
+//! `evict`).
 //!
 //! Why the pass runs only when free segments run low: until then nothing
 //! would be evicted, and a value packed costs a decompression at each
@@ -38,9 +39,10 @@
 //! items and packing them: packing 2.7x-compressible values frees ~60 % of
 //! a segment and keeps its items. Why "cold" is frequency 0: it is what
 //! S3-FIFO itself keeps or drops by, costs nothing to read, and an item
-//! hit again after it was packed is written back raw when the evictor
-//! keeps it (`evict`), so a packed item that turns hot pays decompressions
-//! only until its segment reaches the front of its queue.
+//! hit three times or more after it was packed is written back raw when
+//! the evictor keeps it (`evict`), so a packed item that turns hot pays
+//! decompressions only until its segment reaches the front of its queue;
+//! one hit less (warm) is kept packed, not written raw to be packed again.
 //!
 //! What keeps the CPU bounded on data that does not compress:
 //!

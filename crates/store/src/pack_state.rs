@@ -28,13 +28,16 @@ pub(crate) struct PackStats {
     /// The cleaner's CPU time in the pass's plans (packing), µs.
     pub(crate) cpu_micros: AtomicU64,
     /// Packed items the evictor kept because they were hit, written back
-    /// raw.
+    /// raw (their frequency at `evict::UNPACK_FREQ`: hot).
     pub(crate) kept_raw: AtomicU64,
+    /// Packed items the evictor kept as they were, packed (hit less often,
+    /// or `-o compression=all`).
+    pub(crate) kept_packed: AtomicU64,
 }
 
 impl PackStats {
     /// Every counter, for `stats reset`.
-    pub(crate) fn all(&self) -> [&AtomicU64; 7] {
+    pub(crate) fn all(&self) -> [&AtomicU64; 8] {
         [
             &self.segments,
             &self.not_worth,
@@ -43,6 +46,7 @@ impl PackStats {
             &self.skipped,
             &self.cpu_micros,
             &self.kept_raw,
+            &self.kept_packed,
         ]
     }
 }

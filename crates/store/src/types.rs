@@ -410,8 +410,11 @@ pub struct StoreStats {
     /// CPU time the pass spent in its plans (walking and packing), µs.
     pub pack_cpu_us: u64,
     /// Packed items the evictor kept because they were hit, written back
-    /// raw.
+    /// raw (hit three times or more: hot).
     pub pack_kept_raw: u64,
+    /// Packed items the evictor kept as they were, packed (hit once or
+    /// twice: warm; or any with `-o compression=all`).
+    pub pack_kept_packed: u64,
     /// Items linked now whose value is packed (by the pass, `-o
     /// compression=all`, or from a memory file).
     pub packed_items: u64,

@@ -53,6 +53,11 @@ pub(crate) struct PhaseArgs {
     /// replay: the zipf exponent.
     #[arg(long, default_value_t = 0.99)]
     pub replay_alpha: f64,
+    /// replay: requests per second over all connections, each
+    /// connection's batches evenly spaced (as a cache-aside's misses come
+    /// at the database's speed); 0: as fast as the server answers.
+    #[arg(long, default_value_t = 0)]
+    pub replay_rate: u64,
     /// gets: GETs measured on each key set (hot, cold).
     #[arg(long, default_value_t = 200_000)]
     pub gets: u64,

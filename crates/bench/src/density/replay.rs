@@ -11,10 +11,18 @@
 //! of `BATCH` gets, with the sets of the previous batch's misses before
 //! them (as `hitratio` does). The miss ratio is the server's own: the
 //! delta of `get_hits` and `get_misses` over the measured requests.
+//!
+//! With `--replay-rate N` the warm-up and the measured part are paced: a
+//! connection's batch `b` of a part is due `b × BATCH × conns / N` seconds
+//! after the part started, and the client sleeps until then (absolute due
+//! times: a late wake-up or a slow answer is made up by sending the next
+//! batch at once, so the rate holds on average without spinning a core
+//! the server needs). A cache-aside's misses come at the database's
+//! speed; unpaced, the misses' sets come as fast as the server answers.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -33,6 +41,8 @@ pub(super) struct Streams {
     keys: u64,
     streams: Vec<Vec<u32>>,
     warmup_len: Vec<usize>,
+    /// Requests per second asked over all connections (0: unpaced).
+    rate: u64,
 }
 
 impl Streams {
@@ -53,6 +63,16 @@ impl Streams {
             keys: n,
             streams,
             warmup_len,
+            rate: a.replay_rate,
+        })
+    }
+
+    /// The time between two batches of one connection at the rate asked
+    /// (None: unpaced).
+    fn batch_interval(&self) -> Option<Duration> {
+        (self.rate > 0).then(|| {
+            let per_batch = (BATCH * self.streams.len()) as f64 / self.rate as f64;
+            Duration::from_secs_f64(per_batch)
         })
     }
 
@@ -191,10 +211,19 @@ impl<'c> Client<'c> {
         Ok(())
     }
 
-    /// Requests `ids` in batches; ends with the last batch's misses set.
-    fn run(&mut self, ids: &[u32]) -> Result<Counts, String> {
+    /// Requests `ids` in batches, one each `interval` if paced (see the
+    /// module comment); ends with the last batch's misses set.
+    fn run(&mut self, ids: &[u32], interval: Option<Duration>) -> Result<Counts, String> {
         let mut c = Counts::default();
-        for batch in ids.chunks(BATCH) {
+        let start = Instant::now();
+        for (b, batch) in ids.chunks(BATCH).enumerate() {
+            if let Some(interval) = interval {
+                let due = start + interval.mul_f64(b as f64);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+            }
             self.exchange(batch, &mut c)?;
         }
         if !self.pending.is_empty() {
@@ -213,7 +242,8 @@ fn part(clients: &mut [Client<'_>], s: &Streams, measured: bool) -> Result<Count
             .enumerate()
             .map(|(i, cl)| {
                 let ids = s.part(i, measured);
-                scope.spawn(move || cl.run(ids))
+                let interval = s.batch_interval();
+                scope.spawn(move || cl.run(ids, interval))
             })
             .collect();
         handles
@@ -234,6 +264,8 @@ fn part(clients: &mut [Client<'_>], s: &Streams, measured: bool) -> Result<Count
 /// The `replay` phase's figures of one server (the measured part).
 pub(super) struct ReplayFigures {
     pub keys: u64,
+    /// Requests per second asked (0: unpaced).
+    pub rate: u64,
     pub requests: u64,
     /// The server's `get_hits` and `get_misses` deltas.
     pub hits: u64,
@@ -244,6 +276,11 @@ pub(super) struct ReplayFigures {
     pub set_errors: u64,
     pub cpu_s: f64,
     pub seconds: f64,
+    /// The pack pass's and the evictor's work over the measured requests
+    /// (deltas of `pack_items`, `pack_kept_raw`, `pack_kept_packed`,
+    /// `evictions`), `curr_items` and `packed_items` at their end; None
+    /// where the server has no such stat.
+    pub server_counts: [(&'static str, Option<u64>); 6],
 }
 
 impl ReplayFigures {
@@ -260,8 +297,14 @@ impl ReplayFigures {
     }
 
     pub(super) fn json(&self) -> Value {
+        let server: serde_json::Map<String, Value> = self
+            .server_counts
+            .iter()
+            .map(|&(name, v)| (name.to_string(), json!(v)))
+            .collect();
         json!({
             "keys": self.keys,
+            "rate": self.rate,
             "requests": self.requests,
             "get_hits": self.hits,
             "get_misses": self.misses,
@@ -272,6 +315,7 @@ impl ReplayFigures {
             "cpu_seconds": self.cpu_s,
             "cpu_us_per_request": self.cpu_us_per_request(),
             "seconds": self.seconds,
+            "server": server,
         })
     }
 }
@@ -303,6 +347,7 @@ pub(super) fn run(server: &Server, corpus: &Corpus, s: &Streams) -> Result<Repla
     };
     Ok(ReplayFigures {
         keys: s.keys,
+        rate: s.rate,
         requests: c.gets,
         hits: delta("get_hits")?,
         misses: delta("get_misses")?,
@@ -311,6 +356,14 @@ pub(super) fn run(server: &Server, corpus: &Corpus, s: &Streams) -> Result<Repla
         set_errors: c.set_errors,
         cpu_s,
         seconds,
+        server_counts: [
+            ("pack_items", delta("pack_items").ok()),
+            ("pack_kept_raw", delta("pack_kept_raw").ok()),
+            ("pack_kept_packed", delta("pack_kept_packed").ok()),
+            ("evictions", delta("evictions").ok()),
+            ("curr_items", num(&st1, "curr_items")),
+            ("packed_items", num(&st1, "packed_items")),
+        ],
     })
 }
 
@@ -339,6 +392,9 @@ pub(super) fn print(rows: &[(Run, &ReplayFigures)]) {
         );
     }
     println!("replay: zipf cache-aside over the keys the fill sent (a miss sets the key's value), the same streams for every server; miss ratio from the server's get_hits/get_misses over the measured requests");
+    if let Some((_, r)) = rows.first().filter(|(_, r)| r.rate > 0) {
+        println!("replay: paced at {} requests/s (--replay-rate)", r.rate);
+    }
 }
 
 #[cfg(test)]
@@ -352,6 +408,7 @@ mod tests {
             replay_warmup: warmup,
             replay_conns: conns,
             replay_alpha: 0.99,
+            replay_rate: 0,
             gets: 0,
             sets: 0,
         }
@@ -388,6 +445,27 @@ mod tests {
         let top = counts.values().max().copied().unwrap_or(0);
         assert!(top > 1000, "top key requested {top} times of 20,000");
         assert!(counts.len() < 10_000);
+    }
+
+    #[test]
+    fn a_rate_spaces_each_connections_batches_evenly() {
+        let unpaced = Streams::draw(1000, 1, &args(4, 0, 1000)).unwrap();
+        assert_eq!(unpaced.batch_interval(), None);
+        let paced = Streams::draw(
+            1000,
+            1,
+            &PhaseArgs {
+                replay_rate: 64_000,
+                ..args(4, 0, 1000)
+            },
+        )
+        .unwrap();
+        // 4 connections of 16,000 requests/s: 32 gets every 2 ms each.
+        let interval = paced.batch_interval().unwrap();
+        assert!(
+            (interval.as_secs_f64() - 0.002).abs() < 1e-9,
+            "{interval:?}"
+        );
     }
 
     #[test]

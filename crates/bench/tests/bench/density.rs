@@ -109,6 +109,9 @@ fn density_phases_report_replay_gets_and_sets_on_every_run() {
         "5000",
         "--replay-conns",
         "2",
+        // Paced (25,000 requests in about 0.25 s): the pacing's path.
+        "--replay-rate",
+        "100000",
         "--json",
     ];
     let mc;
@@ -123,6 +126,7 @@ fn density_phases_report_replay_gets_and_sets_on_every_run() {
     for r in rows {
         let replay = &r["replay"];
         assert_eq!(replay["requests"], 20000, "{r}");
+        assert_eq!(replay["rate"], 100000, "{r}");
         let (hits, misses) = (
             replay["get_hits"].as_u64().unwrap(),
             replay["get_misses"].as_u64().unwrap(),

@@ -152,7 +152,13 @@ const PACKING: &[(&str, &str, bool, &str)] = &[
         "pack_kept_raw",
         "osmium_pack_kept_raw_total",
         true,
-        "Packed items hit and kept by the evictor, written back raw.",
+        "Packed items hit and kept by the evictor, written back raw (hit three times or more).",
+    ),
+    (
+        "pack_kept_packed",
+        "osmium_pack_kept_packed_total",
+        true,
+        "Packed items hit and kept by the evictor as they were, packed (hit once or twice).",
     ),
     (
         "packed_items",

@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::arena::{SegmentId, PACKED, PACK_NOT_WORTH};
+use crate::evict::UNPACK_FREQ;
 use crate::index::Location;
 
 /// JSON-like text that compresses about as well as a cache's values,
@@ -224,26 +225,61 @@ fn values_that_do_not_compress_are_left_alone_and_soon_not_tried() {
     }
 }
 
+/// Whether `key`'s item is stored packed, its eviction frequency and its
+/// expiry, seen without a hit.
+fn packed_freq_exptime(s: &Store, key: &[u8]) -> (bool, u8, u32) {
+    let loc = location(s, key);
+    let it = s.arena.item(loc.seg, loc.offset);
+    (it.packed().is_some(), it.freq(), it.exptime())
+}
+
 #[test]
-fn a_packed_item_hit_and_kept_by_the_evictor_is_written_back_raw() {
+fn packed_items_hit_once_or_twice_are_kept_packed_and_a_hot_one_written_back_raw() {
     let s = store();
-    let value = text(5000, 1);
-    let (_, cas) = put(&s, 0, StoreMode::Set, b"k", 9, 0, &value, 0);
-    let seg = seal_segment_of(&s, b"k");
+    let exp = s.clock().expiry(1000);
+    // (key, flags, hits while packed): warm, warm, hot.
+    let items: [(&[u8], u32, u8); 3] =
+        [(b"once", 9, 1), (b"twice", 8, 2), (b"hot", 7, UNPACK_FREQ)];
+    let mut want = Vec::new();
+    for &(key, flags, _) in &items {
+        let value = text(5000, flags);
+        let (_, cas) = put(&s, 0, StoreMode::Set, key, flags, exp, &value, 0);
+        want.push((value, flags, cas));
+    }
+    let seg = seal_segment_of(&s, b"once");
+    assert!(items.iter().all(|i| location(&s, i.0).seg == seg));
     assert!(pack_now(&s, seg));
-    assert_eq!(packed(&s, b"k"), Some(true));
-    // Hit while packed (the reads decode it), then its segment evicted.
-    assert_eq!(get(&s, b"k"), Some((value.clone(), 9, cas)));
+    // Hit while packed (the reads decode it).
+    for (&(key, _, hits), w) in items.iter().zip(&want) {
+        assert_eq!(packed_freq_exptime(&s, key), (true, 0, exp));
+        for _ in 0..hits {
+            assert_eq!(get(&s, key).as_ref(), Some(w));
+        }
+        assert_eq!(packed_freq_exptime(&s, key), (true, hits, exp));
+    }
     // The pack's destination took its victim's place at the front of
     // small: S3-FIFO's next victim (sealed first: nothing writes it now).
-    let seg = location(&s, b"k").seg;
+    let seg = location(&s, b"once").seg;
+    assert!(items.iter().all(|i| location(&s, i.0).seg == seg));
     assert_eq!(s.arena.claim_eviction_victim(), Some(seg));
     s.evict_segment(seg);
     s.arena.recycle(seg);
-    assert_eq!(packed(&s, b"k"), Some(false), "kept raw");
-    assert_eq!(get(&s, b"k"), Some((value, 9, cas)));
+    // Kept (copied) from small: their frequency starts again from 0.
+    for &(key, _, hits) in &items {
+        assert_ne!(location(&s, key).seg, seg, "{key:?} kept");
+        let packed = hits < UNPACK_FREQ;
+        assert_eq!(packed_freq_exptime(&s, key), (packed, 0, exp), "{key:?}");
+    }
     let st = s.stats();
-    assert_eq!((st.pack_kept_raw, st.packed_items), (1, 0), "{st:?}");
+    assert_eq!(
+        (st.pack_kept_packed, st.pack_kept_raw, st.packed_items),
+        (2, 1, 2),
+        "{st:?}"
+    );
+    // Whole, with their flags and CAS uniques.
+    for (&(key, _, _), w) in items.iter().zip(&want) {
+        assert_eq!(get(&s, key).as_ref(), Some(w));
+    }
 }
 
 /// Sets `n` keys of ~`len`-byte text through head 0, the cleaner's step
