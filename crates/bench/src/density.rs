@@ -42,7 +42,10 @@ use crate::flash::{parse_flash_size, FlashDir};
 use crate::servers::{Binaries, Kind, Server};
 use phases::{Figures, Phase, PhaseArgs};
 
+mod cleaner;
 mod gets;
+mod latency;
+mod phase_args;
 mod phases;
 mod replay;
 mod sets;
@@ -567,7 +570,7 @@ fn measure(
     }
     let server = Server::start_with(bins, kind, a.memory, a.common.threads, &extra)?;
     let mut c = connect(&server)?;
-    let mut rtt = phases::histogram()?;
+    let mut rtt = latency::histogram()?;
     let fill_cpu0 = crate::load::cpu_time(server.pid)?;
     let t = Instant::now();
     fill(&mut c, corpus, n, a.rate, &mut rtt)?;
@@ -577,7 +580,7 @@ fn measure(
     let st = if flash.is_some() {
         settle(&mut c)?
     } else if !a.phases.phases.is_empty() {
-        sets::settle_cleaner(&mut c)?
+        cleaner::settle_cleaner(&mut c)?
     } else {
         std::thread::sleep(Duration::from_secs(1));
         stats(&mut c)?

@@ -30,7 +30,8 @@ use serde_json::{json, Value};
 
 use osmium_protocol::client::{encode, reply};
 
-use super::phases::{histogram, Latency, PhaseArgs};
+use super::latency::{histogram, Latency};
+use super::phase_args::PhaseArgs;
 use super::{connect, num, stats, Corpus, Run};
 use crate::servers::Server;
 
@@ -326,7 +327,7 @@ pub(super) fn run(
     let hot_range = hot_keys(n);
     let hot: Vec<u64> = hot_range.clone().collect();
     g.make_hot(corpus, &hot)?;
-    let settled = super::sets::settle_cleaner(&mut ctl)?;
+    let settled = super::cleaner::settle_cleaner(&mut ctl)?;
     let cold = g.oldest_text_keys(corpus, hot_range.start, set_size(n) as usize)?;
     let hot = g.measure(corpus, &hot, a.gets, server.pid, 1)?;
     let cold = g.measure(corpus, &cold, a.gets, server.pid, 2)?;

@@ -1,6 +1,6 @@
 //! The phases `osmium-bench density --phases replay,gets,sets` runs on
 //! each server after its fill (besides counting the items held): their
-//! flags ([`PhaseArgs`]), one run's figures ([`Figures`]), the tables and
+//! flags (`phase_args`), one run's figures ([`Figures`]), the tables and
 //! JSON, and the ratios the acceptance names: osmium packing
 //! (`compression=cold`, `nodicts`) against `compression=off` and
 //! memcached, all from the same invocation.
@@ -9,7 +9,6 @@
 //! settling, `gets` (hot and cold keys), the read-back of every key, the
 //! depth-1 SETs (`sets`), the replay (`replay`: it writes, so last).
 
-use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
 use super::gets::GetFigures;
@@ -17,101 +16,7 @@ use super::replay::ReplayFigures;
 use super::sets::SetFigures;
 use super::Run;
 
-/// A phase of `--phases`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Phase {
-    /// A zipf cache-aside replay over the keys the fill sent: miss ratio.
-    Replay,
-    /// Closed-loop GETs of hot and of cold (packed) keys: latency, CPU.
-    Gets,
-    /// The fill's CPU per SET; depth-1 SETs: latency, CPU.
-    Sets,
-}
-
-/// The phases' flags.
-#[derive(clap::Args, Clone)]
-pub(crate) struct PhaseArgs {
-    /// Phases after each fill, comma separated: replay (a zipf cache-aside
-    /// replay over the keys the fill sent, streams drawn once and
-    /// replayed to every server: miss ratio), gets (closed-loop GETs, one
-    /// at a time, of hot keys, the last 1 % written, and of as many cold
-    /// ones, the oldest held with text values, packed with
-    /// compression=cold: p50/p99/p999 and the server's CPU per GET), sets
-    /// (the server's CPU per SET of the fill, the cleaner's packing
-    /// included; then depth-1 SETs of the hot keys: latency and CPU).
-    #[arg(long, value_delimiter = ',')]
-    pub phases: Vec<Phase>,
-    /// replay: measured requests (gets, and a set for each miss).
-    #[arg(long, default_value_t = 1_000_000)]
-    pub replay_requests: u64,
-    /// replay: warm-up requests before them, not measured.
-    #[arg(long, default_value_t = 500_000)]
-    pub replay_warmup: u64,
-    /// replay: connections, one thread each.
-    #[arg(long, default_value_t = 4)]
-    pub replay_conns: usize,
-    /// replay: the zipf exponent.
-    #[arg(long, default_value_t = 0.99)]
-    pub replay_alpha: f64,
-    /// replay: requests per second over all connections, each
-    /// connection's batches evenly spaced (as a cache-aside's misses come
-    /// at the database's speed); 0: as fast as the server answers.
-    #[arg(long, default_value_t = 0)]
-    pub replay_rate: u64,
-    /// gets: GETs measured on each key set (hot, cold).
-    #[arg(long, default_value_t = 200_000)]
-    pub gets: u64,
-    /// sets: depth-1 SETs measured (0: only the fill's CPU per SET).
-    #[arg(long, default_value_t = 20_000)]
-    pub sets: u64,
-}
-
-impl PhaseArgs {
-    pub(super) fn has(&self, p: Phase) -> bool {
-        self.phases.contains(&p)
-    }
-}
-
-/// Latency percentiles of a histogram of nanoseconds, in microseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(super) struct Latency {
-    pub count: u64,
-    pub p50_us: f64,
-    pub p99_us: f64,
-    pub p999_us: f64,
-    pub max_us: f64,
-}
-
-impl Latency {
-    pub(super) fn of(h: &Histogram<u64>) -> Latency {
-        if h.is_empty() {
-            return Latency::default();
-        }
-        let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-        Latency {
-            count: h.len(),
-            p50_us: us(0.5),
-            p99_us: us(0.99),
-            p999_us: us(0.999),
-            max_us: h.max() as f64 / 1000.0,
-        }
-    }
-
-    pub(super) fn json(&self) -> Value {
-        json!({
-            "count": self.count,
-            "p50_us": self.p50_us,
-            "p99_us": self.p99_us,
-            "p999_us": self.p999_us,
-            "max_us": self.max_us,
-        })
-    }
-}
-
-/// A histogram of nanoseconds up to ten minutes, three digits.
-pub(super) fn histogram() -> Result<Histogram<u64>, String> {
-    Histogram::new_with_bounds(1, 600_000_000_000, 3).map_err(|e| e.to_string())
-}
+pub(crate) use super::phase_args::{Phase, PhaseArgs};
 
 /// What the phases measured on one server (None: not run).
 #[derive(Default)]
@@ -269,24 +174,6 @@ pub(super) fn print(rows: &[(Run, &Figures)]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn latency_of_an_empty_histogram_is_zero() {
-        assert_eq!(Latency::of(&histogram().unwrap()), Latency::default());
-    }
-
-    #[test]
-    fn latency_percentiles_are_in_microseconds() {
-        let mut h = histogram().unwrap();
-        for ns in 1..=1000u64 {
-            h.record(ns * 1000).unwrap();
-        }
-        let l = Latency::of(&h);
-        assert_eq!(l.count, 1000);
-        assert!((l.p50_us - 500.0).abs() <= 1.0, "{l:?}");
-        assert!((l.p99_us - 990.0).abs() <= 1.0, "{l:?}");
-        assert!((l.max_us - 1000.0).abs() <= 1.0, "{l:?}");
-    }
 
     #[test]
     fn ratios_need_both_runs_measured() {

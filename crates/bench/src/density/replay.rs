@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 
 use osmium_protocol::client::{encode, reply};
 
-use super::phases::PhaseArgs;
+use super::phase_args::PhaseArgs;
 use super::{connect, num, stats, Corpus, Run};
 use crate::servers::Server;
 
