@@ -30,11 +30,14 @@ pub(crate) struct PackStats {
     /// Packed items the evictor kept because they were hit, written back
     /// raw.
     pub(crate) kept_raw: AtomicU64,
+    /// Packed items GETs found hot, written back raw by the cleaner
+    /// (`promote`).
+    pub(crate) promoted: AtomicU64,
 }
 
 impl PackStats {
     /// Every counter, for `stats reset`.
-    pub(crate) fn all(&self) -> [&AtomicU64; 7] {
+    pub(crate) fn all(&self) -> [&AtomicU64; 8] {
         [
             &self.segments,
             &self.not_worth,
@@ -43,6 +46,7 @@ impl PackStats {
             &self.skipped,
             &self.cpu_micros,
             &self.kept_raw,
+            &self.promoted,
         ]
     }
 }
