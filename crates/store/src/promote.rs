@@ -12,9 +12,11 @@
 //!            allocates); the cleaner woken if `pending` was empty
 //!   cleaner (each round, `clean_ahead` -> promote_hot):
 //!       swap `pending` and `draining` (two fixed buffers, one lock)
-//!       per hint: reserve a raw slot on the copy head (no room made:
-//!         no free segment -> the hints left are dropped; later GETs
-//!         send them again)
+//!       per hint: reserve a raw slot on the copy head (no room made,
+//!         which could evict: with no segment free the hints left are
+//!         dropped; the cleaner's round frees segments, compacting the
+//!         dead bytes promotions leave or packing cold items, and later
+//!         GETs send the hints again)
 //!         shard write lock: still that packed item at that location?
 //!         decode its value into the slot, keep CAS unique, flags,
 //!         expiry, access time, state bits and frequency; link it in
@@ -158,7 +160,7 @@ impl Store {
         for h in &draining.slots[..draining.len] {
             match self.promote_one(h) {
                 Some(done) => promoted += usize::from(done),
-                // No free segment: none of the others fits either.
+                // No segment free: none of the others fits either.
                 None => break,
             }
         }
@@ -171,7 +173,7 @@ impl Store {
 
     /// Writes the packed item a hint names back raw, if it is still that
     /// item: true if it did, false if it is not. None if there was no
-    /// room (no free segment: making room would evict).
+    /// room (no segment free).
     fn promote_one(&self, h: &Hint) -> Option<bool> {
         let (key, hash, loc) = (h.key(), h.hash, h.loc);
         let spec = {
@@ -184,10 +186,12 @@ impl Store {
                 None => return Some(false),
             }
         };
-        let now = self.clock.now();
-        let slot = match self.arena.reserve(self.copy_head, &spec, now) {
+        // No room is made: that could evict, and GETs must not. With no
+        // segment free, the cleaner's round frees some (compacting the
+        // dead bytes promotions leave, packing cold items) and later GETs
+        // send the hints again.
+        let slot = match self.arena.reserve(self.copy_head, &spec, self.clock.now()) {
             Reserve::Slot(slot) => slot,
-            // No free segment: making room would evict.
             Reserve::Full => return None,
         };
         if slot.offset == 0 {
