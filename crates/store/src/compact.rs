@@ -165,13 +165,17 @@ impl Store {
             .max(1)
     }
 
-    /// One step of the background cleaner: when the arena is full and
+    /// One step of the background cleaner: writes back raw the hot packed
+    /// items GETs noted (`promote`); then, when the arena is full and
     /// fewer than the low-water mark of segments are free, compacts the
     /// best segment that is at least `threshold_percent` dead, or else
     /// (`-o compression=cold`) packs the cold items of one segment (see
     /// `pack`). False when there was nothing to do (the caller waits for
     /// `wait_for_cleaning`).
     pub fn clean_ahead(&self) -> bool {
+        // Hot packed items GETs noted first: each round, free segments
+        // low or not (see `promote`).
+        self.promote_hot();
         if self.arena.free_segments() >= self.low_water() {
             return false;
         }

@@ -83,6 +83,7 @@ mod memfd;
 mod new_files;
 mod pack;
 mod pack_state;
+mod promote;
 mod read;
 mod recover;
 mod remove;

@@ -38,11 +38,14 @@
 //! GET. Once memory is needed, the choice is between evicting the oldest
 //! items and packing them: packing 2.7x-compressible values frees ~60 % of
 //! a segment and keeps its items. Why "cold" is frequency 0: it is what
-//! S3-FIFO itself keeps or drops by, costs nothing to read, and an item
-//! hit three times or more after it was packed is written back raw when
-//! the evictor keeps it (`evict`), so a packed item that turns hot pays
-//! decompressions only until its segment reaches the front of its queue;
-//! one hit less (warm) is kept packed, not written raw to be packed again.
+//! S3-FIFO itself keeps or drops by, costs nothing to read, and a packed
+//! item that turns hot is written back raw: by the cleaner's next round
+//! once GETs have hit it up to the frequency cap (`promote`), without
+//! waiting for the evictor; and when the evictor keeps it at that
+//! frequency (`evict`). One hit less (warm) is kept packed by the
+//! evictor, not written raw to be packed again. So a packed item that
+//! turns hot pays a few decompressions, not one per GET until its segment
+//! reaches the front of its queue.
 //!
 //! What keeps the CPU bounded on data that does not compress:
 //!

@@ -33,6 +33,9 @@ pub(crate) struct PackStats {
     /// Packed items the evictor kept as they were, packed (hit less often,
     /// or `-o compression=all`).
     pub(crate) kept_packed: AtomicU64,
+    /// Packed items GETs found hot, written back raw by the cleaner
+    /// (`promote`).
+    pub(crate) promoted: AtomicU64,
 }
 
 impl PackStats {
@@ -47,6 +50,7 @@ impl PackStats {
             &self.cpu_micros,
             &self.kept_raw,
             &self.kept_packed,
+            &self.promoted,
         ]
     }
 }

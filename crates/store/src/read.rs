@@ -116,7 +116,7 @@ impl Store {
                     drop(pin);
                     return self.read_flash(key, hash, now, f);
                 };
-                return match self.serve(&found, now, true, f) {
+                return match self.serve(&found, hash, now, true, f) {
                     Ok(r) => Lookup::Hit(r),
                     Err(stale) => {
                         // Never wait for a lock while pinned.
@@ -132,7 +132,7 @@ impl Store {
             drop(table);
             return self.read_flash(key, hash, now, f);
         };
-        match self.serve(&found, now, false, f) {
+        match self.serve(&found, hash, now, false, f) {
             Ok(r) => Lookup::Hit(r),
             Err(stale) => {
                 drop(table);
@@ -142,13 +142,15 @@ impl Store {
         }
     }
 
-    /// A GET's answer for a found item: runs `f` on it (counting the hit),
-    /// or says it is expired or flushed. The caller holds the shard's lock
-    /// or (`lock_free`) is pinned.
+    /// A GET's answer for a found item (whose key's hash is `hash`): runs
+    /// `f` on it (counting the hit; a packed item that turns hot is noted
+    /// for promotion, see `promote`), or says it is expired or flushed.
+    /// The caller holds the shard's lock or (`lock_free`) is pinned.
     #[inline]
     fn serve<R>(
         &self,
         found: &Found,
+        hash: u64,
         now: u32,
         lock_free: bool,
         f: impl FnOnce(ItemView<'_>) -> R,
@@ -158,6 +160,9 @@ impl Store {
             stale => return Err(stale),
         }
         found.item.bump(self.atime_in(found.loc.seg, now));
+        if found.meta.is_packed() {
+            self.note_hot_packed(found.item, hash, found.loc);
+        }
         let mut view = self.view_with(found.loc, found.item, found.meta);
         view.lock_free = lock_free;
         Ok(f(view))
@@ -319,6 +324,9 @@ impl Store {
                         let r = (f.take().expect("called once"))(view, false);
                         if bump {
                             found.item.bump(self.atime_in(found.loc.seg, now));
+                            if found.meta.is_packed() {
+                                self.note_hot_packed(found.item, hash, found.loc);
+                            }
                         }
                         return Lookup::Hit(r);
                     }

@@ -69,6 +69,7 @@ impl Store {
             pack_cpu_us: p.cpu_micros.load(Ordering::Relaxed),
             pack_kept_raw: p.kept_raw.load(Ordering::Relaxed),
             pack_kept_packed: p.kept_packed.load(Ordering::Relaxed),
+            pack_promoted: p.promoted.load(Ordering::Relaxed),
             packed_items: gauge(total.packed.items),
             packed_raw_bytes: gauge(total.packed.raw_bytes),
             packed_bytes: gauge(total.packed.bytes),

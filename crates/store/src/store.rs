@@ -67,6 +67,9 @@ pub struct Store {
     pub(crate) pack_work: parking_lot::Mutex<crate::pack_state::PackWork>,
     /// The pack pass's counters.
     pub(crate) pack_stats: crate::pack_state::PackStats,
+    /// Hot packed items GETs noted, for the cleaner to write back raw
+    /// (`promote`).
+    pub(crate) promote_queue: crate::promote::PromoteQueue,
 }
 
 impl Store {
@@ -285,6 +288,7 @@ impl Store {
             compress_errors: AtomicU64::new(0),
             pack_work: Default::default(),
             pack_stats: Default::default(),
+            promote_queue: Default::default(),
             cfg,
         };
         let mut restart = Restart {

@@ -415,6 +415,9 @@ pub struct StoreStats {
     /// Packed items the evictor kept as they were, packed (hit once or
     /// twice: warm; or any with `-o compression=all`).
     pub pack_kept_packed: u64,
+    /// Packed items GETs kept hitting, written back raw by the cleaner
+    /// without waiting for the evictor.
+    pub pack_promoted: u64,
     /// Items linked now whose value is packed (by the pass, `-o
     /// compression=all`, or from a memory file).
     pub packed_items: u64,

@@ -105,6 +105,9 @@ pub(super) struct GetFigures {
     /// `pack_items` + `segments_compacted` moved during the measured GETs
     /// (the cleaner at work: the figures are disturbed).
     pub cleaner_moves: Option<u64>,
+    /// `pack_promoted` during the measured GETs: packed items the GETs
+    /// made hot, written back raw by the cleaner.
+    pub promoted: Option<u64>,
 }
 
 impl GetFigures {
@@ -116,6 +119,7 @@ impl GetFigures {
             "packed_items_settled": self.packed_items[1],
             "packed_items_after": self.packed_items[2],
             "cleaner_moves_while_measuring": self.cleaner_moves,
+            "pack_promoted_while_measuring": self.promoted,
         })
     }
 }
@@ -338,6 +342,9 @@ pub(super) fn run(
         packed_items: [&before, &settled, &after].map(|st| num(st, "packed_items")),
         cleaner_moves: cleaner_moves(&after)
             .zip(cleaner_moves(&settled))
+            .map(|(a, b)| a.saturating_sub(b)),
+        promoted: num(&after, "pack_promoted")
+            .zip(num(&settled, "pack_promoted"))
             .map(|(a, b)| a.saturating_sub(b)),
     })
 }

@@ -266,6 +266,7 @@ pub(crate) fn general(sh: &Shared, out: &mut StatRows) {
     stat(out, "pack_cpu_us", e.pack_cpu_us);
     stat(out, "pack_kept_raw", e.pack_kept_raw);
     stat(out, "pack_kept_packed", e.pack_kept_packed);
+    stat(out, "pack_promoted", e.pack_promoted);
     stat(out, "packed_items", e.packed_items);
     stat(out, "packed_raw_bytes", e.packed_raw_bytes);
     stat(out, "packed_bytes", e.packed_bytes);

@@ -161,6 +161,12 @@ const PACKING: &[(&str, &str, bool, &str)] = &[
         "Packed items hit and kept by the evictor as they were, packed (hit once or twice).",
     ),
     (
+        "pack_promoted",
+        "osmium_pack_promoted_total",
+        true,
+        "Packed items GETs kept hitting, written back raw by the cleaner.",
+    ),
+    (
         "packed_items",
         "osmium_packed_items",
         false,

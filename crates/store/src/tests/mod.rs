@@ -14,6 +14,7 @@ mod handover;
 mod kept_pins;
 mod pack;
 mod packed;
+mod promote;
 mod read;
 mod remove;
 mod restart;

@@ -44,7 +44,7 @@ fn noise(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-fn location(s: &Store, key: &[u8]) -> Location {
+pub(super) fn location(s: &Store, key: &[u8]) -> Location {
     let hash = hash_key(key);
     let table = s.shard(hash).read();
     table.find(&s.arena, key, hash).expect("linked").loc
@@ -59,14 +59,14 @@ fn packed(s: &Store, key: &[u8]) -> Option<bool> {
 }
 
 /// Pack-compacts `seg` now, as the cleaner would (it must be sealed).
-fn pack_now(s: &Store, seg: SegmentId) -> bool {
+pub(super) fn pack_now(s: &Store, seg: SegmentId) -> bool {
     assert!(s.arena.claim_for_compaction(seg), "segment {seg} sealed");
     s.pack_segment(seg, false)
 }
 
 /// Overwrites one key until the segment of `key` is sealed (so the
 /// segment is left with its live items and dead filler).
-fn seal_segment_of(s: &Store, key: &[u8]) -> SegmentId {
+pub(super) fn seal_segment_of(s: &Store, key: &[u8]) -> SegmentId {
     let seg = location(s, key).seg;
     let filler = vec![b'f'; 1000];
     while s.arena.segment(seg).state.load(Ordering::Relaxed) != crate::arena::STATE_SEALED {
