@@ -142,7 +142,7 @@ OSMIUM_OWN_STATS = frozenset(name.encode() for name in (
     "compact_aborted", "segments_evicted", "evicted_live_bytes",
     "reclaimed_dead_bytes", "compress_errors",
     "pack_segments", "pack_segments_not_worth", "pack_items", "pack_rejected",
-    "pack_skipped", "pack_cpu_us", "pack_kept_raw",
+    "pack_skipped", "pack_cpu_us", "pack_kept_raw", "pack_kept_packed", "pack_promoted",
     "packed_items", "packed_raw_bytes", "packed_bytes",
     "pack_dicts", "pack_dict_bytes", "pack_dict_trainings", "pack_dict_train_us",
     "packed_dict_items", "compress_dicts",
