@@ -40,7 +40,7 @@ pub(crate) struct PackStats {
 
 impl PackStats {
     /// Every counter, for `stats reset`.
-    pub(crate) fn all(&self) -> [&AtomicU64; 8] {
+    pub(crate) fn all(&self) -> [&AtomicU64; 9] {
         [
             &self.segments,
             &self.not_worth,
