@@ -84,6 +84,7 @@ mod new_files;
 mod pack;
 mod pack_state;
 mod promote;
+mod promote_queue;
 mod read;
 mod recover;
 mod remove;

@@ -31,102 +31,18 @@
 //! sees the packed item or the whole raw copy. A flush_all between the
 //! check and the link takes the copy, as `evict`'s `keep` does.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
 use crate::arena::{Reserve, Room, Slot};
 use crate::index::Location;
 use crate::item::{self, ItemPtr};
+use crate::promote_queue::Hint;
 use crate::store::Store;
 use crate::types::Compression;
-
-/// Hints the queue holds.
-pub(crate) const HINTS: usize = 64;
 
 /// The frequency (hits counted by `bump`, saturating at `FREQ_MAX`) at
 /// which a packed item is hot enough to be written back raw.
 pub(crate) const PROMOTE_AT: u8 = item::FREQ_MAX;
-
-/// Longest key (memcached's limit).
-const KEY_MAX: usize = 250;
-
-/// One packed item to write back raw: where it was found.
-#[derive(Clone, Copy)]
-struct Hint {
-    hash: u64,
-    loc: Location,
-    key_len: u8,
-    key: [u8; KEY_MAX],
-}
-
-impl Hint {
-    const EMPTY: Hint = Hint {
-        hash: 0,
-        loc: Location { seg: 0, offset: 0 },
-        key_len: 0,
-        key: [0; KEY_MAX],
-    };
-
-    fn key(&self) -> &[u8] {
-        &self.key[..self.key_len as usize]
-    }
-}
-
-/// A buffer of hints: the first `len` are set.
-struct Hints {
-    len: usize,
-    slots: Box<[Hint]>,
-}
-
-impl Default for Hints {
-    fn default() -> Hints {
-        Hints {
-            len: 0,
-            slots: vec![Hint::EMPTY; HINTS].into_boxed_slice(),
-        }
-    }
-}
-
-/// The store's promotion queue: hints pushed by GETs, and the buffer the
-/// cleaner drains (swapped with it under the lock).
-#[derive(Default)]
-pub(crate) struct PromoteQueue {
-    pending: parking_lot::Mutex<Hints>,
-    draining: parking_lot::Mutex<Hints>,
-    /// The last drain found no segment free: a new hint does not wake
-    /// the cleaner (its rounds, woken by writers or its timeout, drain
-    /// the queue), so that GETs re-sending hints do not keep it busy.
-    starved: AtomicBool,
-    /// The clock's second (plus one) in which a promotion last made room.
-    room_made: AtomicU32,
-}
-
-impl PromoteQueue {
-    /// Adds a hint unless the queue is contended, full or has it already.
-    /// Returns whether it was added to an empty queue (the cleaner is to
-    /// be woken).
-    fn push(&self, key: &[u8], hash: u64, loc: Location) -> bool {
-        let Some(mut q) = self.pending.try_lock() else {
-            return false;
-        };
-        let len = q.len;
-        if len == HINTS || key.len() > KEY_MAX {
-            return false;
-        }
-        if q.slots[..len]
-            .iter()
-            .any(|h| h.hash == hash && h.loc == loc)
-        {
-            return false;
-        }
-        let h = &mut q.slots[len];
-        h.hash = hash;
-        h.loc = loc;
-        h.key_len = key.len() as u8;
-        h.key[..key.len()].copy_from_slice(key);
-        q.len = len + 1;
-        len == 0
-    }
-}
 
 impl Store {
     /// A GET hit a packed item (`read`'s `serve`, after `bump`): notes it

@@ -69,7 +69,7 @@ pub struct Store {
     pub(crate) pack_stats: crate::pack_state::PackStats,
     /// Hot packed items GETs noted, for the cleaner to write back raw
     /// (`promote`).
-    pub(crate) promote_queue: crate::promote::PromoteQueue,
+    pub(crate) promote_queue: crate::promote_queue::PromoteQueue,
 }
 
 impl Store {
