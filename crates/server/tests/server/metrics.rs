@@ -528,8 +528,11 @@ fn prometheus_scrapes_osmium() {
     )
     .unwrap();
     // On a free port, started again on another if that one was taken.
+    // 30 s: in a loaded suite run this 100 MB Go binary once began to log
+    // 10 s after it was spawned (then listened within 25 ms).
     let log = dir.join("prometheus.log");
-    let process = Start::new("prometheus").log_file(log.clone()).child(|web| {
+    let start = Start::new("prometheus").timeout(Duration::from_secs(30));
+    let process = start.log_file(log.clone()).child(|web| {
         Command::new(&prometheus)
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(
